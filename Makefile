@@ -1,0 +1,34 @@
+# ringmq: the two commands are `make run` and `make test`.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+HYPOTHESIS_PROFILE ?= dev
+export HYPOTHESIS_PROFILE
+
+.PHONY: install run test lint unit bench bench-engine spark-test clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[test,lint]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/ringmq serve
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check src tests benchmarks tools
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -m "not spark" -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/engine_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from ringmq.cli import main
+
+main()

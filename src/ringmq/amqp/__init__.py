@@ -1,0 +1,3 @@
+"""ringmq.amqp."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ringmq.connector."""
+
+from __future__ import annotations

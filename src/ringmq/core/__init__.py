@@ -1,0 +1,3 @@
+"""ringmq.core."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ringmq.management."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ringmq.protocol."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ringmq.server."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ringmq.storage."""
+
+from __future__ import annotations
