@@ -1,4 +1,4 @@
-"""Command line: `ringmq serve` and the management subcommands."""
+"""Command line: `ringmq serve` (cli/serve.py) and the management subcommands (cli/admin.py)."""
 
 from __future__ import annotations
 
@@ -15,5 +15,14 @@ def version() -> None:
     typer.echo(__version__)
 
 
+def _register() -> None:
+    # Each submodule adds its commands to `app`; imported here so `ringmq --help` lists them all.
+    from ringmq.cli import admin, serve
+
+    serve.register(app)
+    admin.register(app)
+
+
 def main() -> None:
+    _register()
     app()
