@@ -1,0 +1,379 @@
+"""Named reservations, range reads, cumulative settle and publish de-duplication.
+
+Theory of operation
+-------------------
+This module gives a queue the primitives an offset-based reader (the Spark connector) needs on top
+of a destructive AMQP queue. It is pure and synchronous: time arrives as `now_ms`, and it only
+talks to a queue through the small `ReservableQueue` port (fetch with ack required, ack, requeue),
+which the broker adapts from its backing queue. It must not import server/, management/ or
+connector/.
+
+*Reservation log.* A `Lease` belongs to a durable consumer **name** (not a channel, not a
+connection). `reserve` moves messages from the head of the queue into the lease: the queue sees
+them exactly as it sees messages delivered to a channel and not yet acked (they are no longer
+ready, they do not count against a ring, other consumers do not get them). Each reserved message
+gets the next *position* of the lease: positions are dense, start at 0 and never go back, so a
+range `[lo, hi)` of positions names the same messages for as long as the lease holds them, and
+`hi - lo` is an exact message count (queue sequence numbers have gaps: evictions, expiry, LVQ
+replacement, other consumers). Each entry also carries the queue's own `seq`, exposed to readers.
+
+Invariants of a lease, with `settled` = S and `next_pos` = N:
+  * S <= N; every held entry has S <= pos < N; entries are sorted by pos; positions may have
+    holes (a reader that asked to start beyond N moves N forward without holding anything).
+  * Every held entry is unacked in the queue under the lease's tag; nothing else holds that tag.
+
+*Reads* (`read`) return held entries with `lo <= pos < hi` and change nothing, so any number of
+readers (Spark executors, task retries, speculative attempts) get identical data.
+
+*Settle* (`settle(up_to)`) is cumulative and idempotent: entries below `up_to` are acked in the
+queue (deleted) and S moves to `max(S, up_to)`.
+
+*Lease expiry.* Every `reserve`, `read` or `renew` pushes the deadline to `now_ms + lease_ms`.
+When `expire(now_ms)` finds a lease past its deadline it requeues all its held entries (they go
+back to the head, at their original seq position, flagged redelivered, for any consumer) and sets
+N back to S. The lease record itself is kept (positions never go back below S), so a restarted
+reader that asks for `[S, hi)` again gets that range refilled from the head of the queue:
+at-least-once, nothing lost.
+
+*Evictions.* Messages dropped by a ring, an LVQ replacement or TTL before they were reserved are
+never seen by the lease; the gap in queue seqs between consecutive reserved entries is counted in
+`Lease.skipped` so a reader can report it next to the queue's own eviction counters.
+
+*De-duplication* (`Deduplicator`) remembers published `message_id`s per scope (a queue or an
+exchange) for a time window and a bounded count; the broker asks `seen()` before routing and calls
+`record()` once the message was accepted, so a publisher's retry after a nack is not dropped.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Final, Generic, Protocol, TypeVar
+
+from ringmq.core.message import Message, SeqId
+
+DEFAULT_LEASE_MS: Final = 60_000
+MAX_RESERVE_PER_CALL: Final = 100_000
+DEFAULT_DEDUP_WINDOW_MS: Final = 10 * 60_000
+DEFAULT_DEDUP_MAX_IDS: Final = 1_000_000
+
+TagT = TypeVar("TagT")
+
+
+@dataclass(frozen=True, slots=True)
+class Taken(Generic[TagT]):
+    """One message the queue handed over with an ack required."""
+
+    tag: TagT
+    seq: SeqId
+    message: Message
+    redelivered: bool
+
+
+class ReservableQueue(Protocol[TagT]):
+    """What reservations need from a queue (the broker adapts its backing queue to this).
+
+    `take` must behave as a delivery with ack required: the message stops being ready and is
+    held under `tag` until `ack` (delete) or `requeue` (back to its original position, flagged
+    redelivered).
+    """
+
+    def take(self, now_ms: int) -> Taken[TagT] | None:
+        """Return the head message with an ack required, or None when nothing is ready."""
+        ...
+
+    def ack(self, tags: list[TagT], now_ms: int) -> None:
+        """Delete taken messages."""
+        ...
+
+    def requeue(self, tags: list[TagT], now_ms: int) -> None:
+        """Return taken messages to the queue at their original position, redelivered."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(Generic[TagT]):
+    """A reserved message: its lease position, its queue seq and the message itself."""
+
+    pos: int
+    seq: SeqId
+    message: Message
+    redelivered: bool
+    tag: TagT
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveResult:
+    """Answer to `reserve`: the reserved range `[start, end)` and the lease's state."""
+
+    start: int
+    end: int
+    settled: int
+    next_pos: int
+    skipped: int
+    expired: int
+
+
+@dataclass(slots=True)
+class Lease(Generic[TagT]):
+    """The reservation log of one consumer name on one queue (see module docstring)."""
+
+    consumer: str
+    lease_ms: int
+    deadline_ms: int
+    settled: int = 0
+    next_pos: int = 0
+    skipped: int = 0
+    """Queue seqs never seen between reserved entries (evicted, expired, replaced, taken)."""
+    expired: int = 0
+    """How many times this lease expired and gave its messages back."""
+    last_seq: int | None = None
+    entries: list[Entry[TagT]] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)  # parallel to entries, for bisect
+
+    @property
+    def held(self) -> int:
+        """Messages currently held (reserved, not settled)."""
+        return len(self.entries)
+
+
+class Reservations(Generic[TagT]):
+    """All leases of one queue.
+
+    The owner (the broker) calls `expire(now_ms)` from its timer (`next_deadline_ms()` says when)
+    and `release_all` when the queue is deleted or purged.
+    """
+
+    def __init__(self, queue: ReservableQueue[TagT]) -> None:
+        self._queue = queue
+        self._leases: dict[str, Lease[TagT]] = {}
+
+    # -- queries ------------------------------------------------------------------------------
+    def lease(self, consumer: str) -> Lease[TagT] | None:
+        """The lease of `consumer`, or None if it never reserved."""
+        return self._leases.get(consumer)
+
+    def leases(self) -> list[Lease[TagT]]:
+        """All leases, in creation order."""
+        return list(self._leases.values())
+
+    @property
+    def held(self) -> int:
+        """Messages held by all leases."""
+        return sum(lease.held for lease in self._leases.values())
+
+    def next_deadline_ms(self) -> int | None:
+        """Earliest lease deadline among leases that hold messages, or None."""
+        deadlines = [le.deadline_ms for le in self._leases.values() if le.entries]
+        return min(deadlines) if deadlines else None
+
+    # -- commands -----------------------------------------------------------------------------
+    def reserve(
+        self,
+        consumer: str,
+        start: int,
+        max_messages: int,
+        now_ms: int,
+        *,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        max_bytes: int | None = None,
+    ) -> ReserveResult:
+        """Make positions `[start, end)` of `consumer`'s lease hold messages and return `end`.
+
+        Positions already held are kept as they are (so a replayed `[start, end)` names the same
+        messages); missing positions are filled from the head of the queue, up to
+        `start + max_messages` positions and `max_bytes` body bytes in this call. A `start`
+        below the settled mark is raised to it; a `start` beyond the lease's next position moves
+        the next position forward (nothing is ever reserved below a reader's start). The lease
+        is renewed. `end == start` means nothing is available.
+
+        Args:
+            consumer: durable consumer name (e.g. the Spark option `consumerName`).
+            start: first position the caller wants (its last committed or planned end).
+            max_messages: admission limit for this range (>= 0).
+            now_ms: wall time.
+            lease_ms: lease duration from now; every later call renews it.
+            max_bytes: optional admission limit on body bytes (at least one message is taken).
+        """
+        if max_messages < 0:
+            raise ValueError("max_messages must be >= 0")
+        if lease_ms <= 0:
+            raise ValueError("lease_ms must be > 0")
+        lease = self._leases.get(consumer)
+        if lease is None:
+            lease = Lease(consumer=consumer, lease_ms=lease_ms, deadline_ms=now_ms + lease_ms)
+            self._leases[consumer] = lease
+        lease.lease_ms = lease_ms
+        lease.deadline_ms = now_ms + lease_ms
+        start = max(start, lease.settled)
+        if start > lease.next_pos:
+            # The reader already planned positions we never held (a replay that found the queue
+            # shorter, or a checkpoint newer than this broker's memory): never fill below start.
+            lease.next_pos = start
+        goal = start + min(max_messages, MAX_RESERVE_PER_CALL)
+        taken_bytes = sum(e.message.size for e in self._held_range(lease, start, goal))
+        while lease.next_pos < goal:
+            if max_bytes is not None and taken_bytes >= max_bytes and lease.next_pos > start:
+                break
+            got = self._queue.take(now_ms)
+            if got is None:
+                break
+            if lease.last_seq is not None and got.seq > lease.last_seq + 1:
+                lease.skipped += got.seq - lease.last_seq - 1
+            if lease.last_seq is None or got.seq > lease.last_seq:
+                lease.last_seq = got.seq
+            entry = Entry(lease.next_pos, got.seq, got.message, got.redelivered, got.tag)
+            lease.entries.append(entry)
+            lease.positions.append(entry.pos)
+            lease.next_pos += 1
+            taken_bytes += got.message.size
+        end = max(start, min(goal, lease.next_pos))
+        return ReserveResult(
+            start, end, lease.settled, lease.next_pos, lease.skipped, lease.expired
+        )
+
+    def read(
+        self, consumer: str, lo: int, hi: int, now_ms: int, *, renew: bool = True
+    ) -> list[Entry[TagT]]:
+        """Held entries of `consumer` with `lo <= pos < hi`, in position order; changes nothing.
+
+        An unknown consumer reads nothing. Reading renews the lease unless `renew` is False.
+        """
+        lease = self._leases.get(consumer)
+        if lease is None:
+            return []
+        if renew:
+            lease.deadline_ms = now_ms + lease.lease_ms
+        return list(self._held_range(lease, lo, hi))
+
+    def renew(self, consumer: str, now_ms: int) -> bool:
+        """Push the lease deadline; False if there is no such lease."""
+        lease = self._leases.get(consumer)
+        if lease is None:
+            return False
+        lease.deadline_ms = now_ms + lease.lease_ms
+        return True
+
+    def settle(self, consumer: str, up_to: int, now_ms: int) -> int:
+        """Ack (delete) every held entry below position `up_to`; cumulative and idempotent.
+
+        Returns how many messages were deleted by this call. Settling an unknown consumer or a
+        position at or below the settled mark does nothing.
+        """
+        lease = self._leases.get(consumer)
+        if lease is None or up_to <= lease.settled:
+            return 0
+        cut = bisect.bisect_left(lease.positions, up_to)
+        done = lease.entries[:cut]
+        del lease.entries[:cut]
+        del lease.positions[:cut]
+        lease.settled = up_to
+        lease.next_pos = max(lease.next_pos, up_to)
+        lease.deadline_ms = now_ms + lease.lease_ms
+        if done:
+            self._queue.ack([e.tag for e in done], now_ms)
+        return len(done)
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Give back the messages of every lease whose deadline has passed.
+
+        Returns the consumer names whose messages went back to the queue (the broker then
+        tries to deliver to waiting consumers).
+        """
+        gone: list[str] = []
+        for lease in self._leases.values():
+            if lease.entries and lease.deadline_ms <= now_ms:
+                self._give_back(lease, now_ms)
+                lease.expired += 1
+                gone.append(lease.consumer)
+        return gone
+
+    def drop(self, consumer: str, now_ms: int) -> bool:
+        """Forget a consumer name, returning its held messages to the queue."""
+        lease = self._leases.pop(consumer, None)
+        if lease is None:
+            return False
+        if lease.entries:
+            self._give_back(lease, now_ms)
+        return True
+
+    def release_all(self, now_ms: int) -> None:
+        """Return every held message to the queue and forget all leases."""
+        for name in list(self._leases):
+            self.drop(name, now_ms)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _give_back(self, lease: Lease[TagT], now_ms: int) -> None:
+        tags = [e.tag for e in lease.entries]
+        lease.entries.clear()
+        lease.positions.clear()
+        lease.next_pos = lease.settled
+        # The returned messages keep their seq; a refill may see them again, so the gap count
+        # restarts from the settled side.
+        lease.last_seq = None
+        self._queue.requeue(tags, now_ms)
+
+    @staticmethod
+    def _held_range(lease: Lease[TagT], lo: int, hi: int) -> Iterator[Entry[TagT]]:
+        i = bisect.bisect_left(lease.positions, lo)
+        j = bisect.bisect_left(lease.positions, hi)
+        return iter(lease.entries[i:j])
+
+
+KeyT = TypeVar("KeyT", bound=Hashable)
+
+
+class Deduplicator(Generic[KeyT]):
+    """Remembers `message_id`s per scope for `window_ms`, at most `max_ids` per scope.
+
+    A scope is whatever the broker keys it by, e.g. `("queue", vhost, name)`. Oldest ids are
+    forgotten first (by time, then by count), so the guarantee is: a message id published again
+    within the window and within the last `max_ids` ids of its scope is reported as seen.
+    """
+
+    def __init__(
+        self, window_ms: int = DEFAULT_DEDUP_WINDOW_MS, max_ids: int = DEFAULT_DEDUP_MAX_IDS
+    ) -> None:
+        if window_ms <= 0 or max_ids <= 0:
+            raise ValueError("window_ms and max_ids must be > 0")
+        self.window_ms = window_ms
+        self.max_ids = max_ids
+        self.duplicates = 0
+        self._seen: dict[KeyT, OrderedDict[str, int]] = {}
+
+    def seen(self, scope: KeyT, message_id: str, now_ms: int) -> bool:
+        """True if `message_id` was recorded in `scope` within the window (counts duplicates)."""
+        ids = self._seen.get(scope)
+        if ids is None:
+            return False
+        self._trim(ids, now_ms)
+        if message_id in ids:
+            self.duplicates += 1
+            return True
+        return False
+
+    def record(self, scope: KeyT, message_id: str, now_ms: int) -> None:
+        """Remember that `message_id` was accepted in `scope` at `now_ms`."""
+        ids = self._seen.setdefault(scope, OrderedDict())
+        ids[message_id] = now_ms
+        ids.move_to_end(message_id)
+        self._trim(ids, now_ms)
+
+    def size(self, scope: KeyT) -> int:
+        """Ids currently remembered in `scope`."""
+        ids = self._seen.get(scope)
+        return 0 if ids is None else len(ids)
+
+    def forget(self, scope: KeyT) -> None:
+        """Drop a scope (its queue or exchange was deleted)."""
+        self._seen.pop(scope, None)
+
+    def _trim(self, ids: OrderedDict[str, int], now_ms: int) -> None:
+        horizon = now_ms - self.window_ms
+        while ids:
+            oldest_id, at = next(iter(ids.items()))
+            if at > horizon and len(ids) <= self.max_ids:
+                break
+            del ids[oldest_id]
