@@ -1,0 +1,321 @@
+"""AMQP 0-9-1 framing: a sans-IO frame reader and the frame encoders.
+
+Theory of operation
+-------------------
+``FrameReader`` owns one ``bytearray`` of received-but-unparsed bytes and a read position.
+``feed(data)`` first drops the bytes consumed by the previous batch (one compaction per batch,
+never per frame) and appends; ``next_frame()`` parses one frame at the read position and returns
+it, or ``None`` when the buffer does not yet hold a whole frame ("need more data"). Parsing never
+raises for incomplete input, only ``AMQPError`` for a bad one:
+
+* frame payload larger than ``frame_max - 8`` (RabbitMQ's check; 0 means unlimited), a frame-end
+  octet other than 0xCE, an unknown frame type, a heartbeat with a payload or on a channel other
+  than 0, a content header shorter than 14 bytes -> FRAME_ERROR (501);
+* anything ``decode_method`` rejects (501/502/503/540).
+
+When created with ``expect_protocol_header=True`` the first thing returned is a
+``ProtocolHeader`` (after 8 bytes arrive); the caller checks ``.valid`` and, per AMQP §4.2.2,
+answers a bad header by sending ``PROTOCOL_HEADER`` and closing. Method frames are decoded into
+spec dataclasses; content headers keep their property list raw; bodies are copied out as
+``bytes``. The module holds no I/O and no clock.
+
+Encoders return ``bytes`` ready for one ``transport.write``. ``encode_deliver`` is the hot path:
+BasicDeliver + content header + body frames for one message built with a single join.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.amqp.spec import Method, decode_method
+
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_OVERHEAD: Final = 8
+"""Bytes of framing around each payload: 7 header bytes and the frame-end octet."""
+FRAME_MIN_SIZE: Final = 4096
+"""The smallest frame_max a peer may negotiate; also the limit before tuning (AMQP §4.2.3)."""
+
+PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+_FRAME_HEAD: Final = struct.Struct(">BHI")
+_CONTENT_HEAD: Final = struct.Struct(">HHQ")
+_METHOD_HEAD: Final = struct.Struct(">BHIHH")
+_END: Final = b"\xce"
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolHeader:
+    """The 8-byte protocol header a client sends first."""
+
+    raw: bytes
+
+    @property
+    def valid(self) -> bool:
+        """True for exactly ``AMQP 0 0 9 1``, the only protocol ringmq speaks."""
+        return self.raw == PROTOCOL_HEADER
+
+
+@dataclass(frozen=True, slots=True)
+class MethodFrame:
+    channel: int
+    method: Method
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderFrame:
+    """A content header; ``properties_bin`` is flags + property list, undecoded."""
+
+    channel: int
+    class_id: int
+    body_size: int
+    properties_bin: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BodyFrame:
+    channel: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatFrame:
+    channel: int = 0
+
+
+Frame = ProtocolHeader | MethodFrame | HeaderFrame | BodyFrame | HeartbeatFrame
+
+
+@dataclass(frozen=True, slots=True)
+class RawContent:
+    """A message's content as received: class id, declared size, raw properties and body.
+
+    ``properties_bin`` is re-sent verbatim on Deliver/GetOk/Return; decode it with
+    ``ringmq.amqp.properties.decode_properties`` only when a property is needed.
+    """
+
+    class_id: int
+    body_size: int
+    properties_bin: bytes
+    body: bytes
+
+
+class FrameReader:
+    """Incremental frame parser over a growing buffer (see the module docstring).
+
+    Args:
+        frame_max: largest whole frame accepted (header + payload + end), 0 for no limit.
+            Raise it after Tune-Ok by assigning ``frame_max``.
+        expect_protocol_header: return a ``ProtocolHeader`` before any frame.
+    """
+
+    __slots__ = ("_buf", "_pos", "_want_header", "frame_max")
+
+    def __init__(self, frame_max: int = FRAME_MIN_SIZE, *, expect_protocol_header: bool = False):
+        self.frame_max = frame_max
+        self._buf = bytearray()
+        self._pos = 0
+        self._want_header = expect_protocol_header
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes (compacting what the last batch consumed)."""
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def next_frame(self) -> Frame | None:
+        """Parse and return the next frame, or ``None`` if more data is needed.
+
+        Raises:
+            AMQPError: the bytes are not a valid frame (see the module docstring). The reader is
+                then unusable; the connection must close.
+        """
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if self._want_header:
+            if avail < 8:
+                return None
+            self._want_header = False
+            self._pos = pos + 8
+            return ProtocolHeader(bytes(buf[pos : pos + 8]))
+        if avail < 7:
+            return None
+        ftype, channel, size = _FRAME_HEAD.unpack_from(buf, pos)
+        if self.frame_max and size > self.frame_max - FRAME_OVERHEAD:
+            raise AMQPError(
+                ReplyCode.FRAME_ERROR,
+                f"frame of {size + FRAME_OVERHEAD} bytes exceeds frame_max {self.frame_max}",
+            )
+        end = pos + 7 + size
+        if end >= len(buf):
+            return None
+        if buf[end] != FRAME_END:
+            raise AMQPError(
+                ReplyCode.FRAME_ERROR, f"bad frame end octet 0x{buf[end]:02x} (expected 0xce)"
+            )
+        self._pos = end + 1
+        start = pos + 7
+        if ftype == FRAME_METHOD:
+            return MethodFrame(channel, decode_method(buf[start:end]))
+        if ftype == FRAME_BODY:
+            with memoryview(buf) as view:
+                return BodyFrame(channel, view[start:end].tobytes())
+        if ftype == FRAME_HEADER:
+            if size < 14:
+                raise AMQPError(
+                    ReplyCode.FRAME_ERROR, f"content header frame too short ({size} bytes)"
+                )
+            class_id, _weight, body_size = _CONTENT_HEAD.unpack_from(buf, start)
+            return HeaderFrame(channel, class_id, body_size, bytes(buf[start + 12 : end]))
+        if ftype == FRAME_HEARTBEAT:
+            if channel != 0 or size != 0:
+                raise AMQPError(
+                    ReplyCode.FRAME_ERROR,
+                    "heartbeat frames must be empty and on channel 0",
+                )
+            return HeartbeatFrame(channel)
+        raise AMQPError(ReplyCode.FRAME_ERROR, f"unknown frame type {ftype}")
+
+
+# ----------------------------------------------------------------------------------- encoders
+
+
+def encode_frame(frame_type: int, channel: int, payload: bytes) -> bytes:
+    """One frame around ``payload``."""
+    return _FRAME_HEAD.pack(frame_type, channel, len(payload)) + payload + _END
+
+
+def encode_method_frame(channel: int, method: Method) -> bytes:
+    """A method frame for ``method`` on ``channel``."""
+    payload = method.encode()
+    return b"".join((_FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)), payload, _END))
+
+
+def encode_content_frames(
+    channel: int,
+    method: Method,
+    properties_bin: bytes,
+    body: bytes,
+    frame_max: int,
+    class_id: int = 60,
+) -> bytes:
+    """Method frame, content header and body frames (split to fit ``frame_max``), joined.
+
+    Args:
+        channel: channel number.
+        method: a content-bearing method (BasicDeliver, BasicGetOk, BasicReturn, BasicPublish).
+        properties_bin: encoded flags + property list (``properties.encode_properties``).
+        body: the message body; zero body frames are sent when it is empty.
+        frame_max: negotiated frame_max (0: unlimited).
+        class_id: content class, always 60 (basic) in 0-9-1.
+    """
+    payload = method.encode()
+    parts = [
+        _FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)),
+        payload,
+        _END,
+        _FRAME_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin)),
+        _CONTENT_HEAD.pack(class_id, 0, len(body)),
+        properties_bin,
+        _END,
+    ]
+    _append_body(parts, channel, body, frame_max)
+    return b"".join(parts)
+
+
+def _append_body(parts: list[bytes], channel: int, body: bytes, frame_max: int) -> None:
+    size = len(body)
+    chunk = frame_max - FRAME_OVERHEAD if frame_max else size
+    if size <= chunk:
+        if size:
+            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, size), body, _END)
+        return
+    view = memoryview(body)
+    for off in range(0, size, chunk):
+        piece = view[off : off + chunk]
+        parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece.tobytes(), _END)
+
+
+_DELIVER_FIXED: Final = struct.Struct(">QB")
+
+
+def encode_deliver(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
+    routing_key: bytes,
+    properties_bin: bytes,
+    body: bytes,
+    frame_max: int,
+) -> bytes:
+    """The hot path: BasicDeliver + header + body frames for one message, as one ``bytes``.
+
+    String arguments are already-encoded UTF-8 (callers cache them per consumer/message) and
+    must each be at most 255 bytes. Output is byte-identical to ``encode_content_frames`` with
+    ``BasicDeliver(...)``.
+    """
+    ctag_len = len(consumer_tag)
+    ex_len = len(exchange)
+    rk_len = len(routing_key)
+    if ctag_len > 255 or ex_len > 255 or rk_len > 255:
+        raise ValueError("consumer tag, exchange and routing key are limited to 255 bytes")
+    method_size = 4 + 1 + ctag_len + 9 + 1 + ex_len + 1 + rk_len
+    size = len(body)
+    parts = [
+        _METHOD_HEAD.pack(FRAME_METHOD, channel, method_size, 60, 60),
+        bytes((ctag_len,)),
+        consumer_tag,
+        _DELIVER_FIXED.pack(delivery_tag, 1 if redelivered else 0),
+        bytes((ex_len,)),
+        exchange,
+        bytes((rk_len,)),
+        routing_key,
+        _END,
+        _FRAME_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin)),
+        _CONTENT_HEAD.pack(60, 0, size),
+        properties_bin,
+        _END,
+    ]
+    _append_body(parts, channel, body, frame_max)
+    return b"".join(parts)
+
+
+__all__ = [
+    "FRAME_BODY",
+    "FRAME_END",
+    "FRAME_HEADER",
+    "FRAME_HEARTBEAT",
+    "FRAME_METHOD",
+    "FRAME_MIN_SIZE",
+    "FRAME_OVERHEAD",
+    "HEARTBEAT_FRAME",
+    "PROTOCOL_HEADER",
+    "BodyFrame",
+    "Frame",
+    "FrameReader",
+    "HeaderFrame",
+    "HeartbeatFrame",
+    "MethodFrame",
+    "ProtocolHeader",
+    "RawContent",
+    "encode_content_frames",
+    "encode_deliver",
+    "encode_frame",
+    "encode_method_frame",
+]
