@@ -1,3 +1,35 @@
-"""ringmq.storage."""
+"""ringmq.storage: where bytes live (journal, shared message store, definitions, paging).
+
+The core talks to this layer only through the `Store` port (`store.py`); paging structures
+(`paging.py`) are used by the queue engine for memory-bounded queues.
+"""
 
 from __future__ import annotations
+
+from ringmq.storage.paging import BodySpill, PageQueue, Pager
+from ringmq.storage.records import Entry
+from ringmq.storage.store import (
+    DEFAULT_EMBED_BELOW,
+    FileStore,
+    MemoryStore,
+    RecoveredMessage,
+    RecoveredState,
+    Store,
+    SyncPoint,
+    is_persistent,
+)
+
+__all__ = [
+    "DEFAULT_EMBED_BELOW",
+    "BodySpill",
+    "Entry",
+    "FileStore",
+    "MemoryStore",
+    "PageQueue",
+    "Pager",
+    "RecoveredMessage",
+    "RecoveredState",
+    "Store",
+    "SyncPoint",
+    "is_persistent",
+]

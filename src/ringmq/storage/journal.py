@@ -1,0 +1,247 @@
+"""Append-only segmented journal: numbered segment files of framed records.
+
+Theory of operation
+-------------------
+A `Journal` owns one directory of segment files named `<12-digit number><suffix>`, oldest first.
+Records (see `records.py`) are appended to the *current* (highest-numbered) segment through an
+in-memory buffer; when a segment reaches `segment_bytes` it is closed and a new one started.
+
+Durability is split in two so the caller can group-commit and fsync off the event loop:
+
+* `flush()` (owner thread) writes the buffer to the OS and returns duplicated file descriptors
+  of every segment written since the previous flush (plus the directory when files were created
+  or deleted).
+* `fsync_fds(fds)` (any thread, e.g. an executor) fsyncs and closes them. It touches no journal
+  state, so it is safe to run while the owner keeps appending.
+
+`replay()` must run once, before the first append: it scans every segment in order, truncates a
+torn or corrupt tail (crc mismatch, short record) with a WARNING and goes on with the next
+segment, then starts a fresh segment for new appends (so recovered files are never appended to).
+
+The journal knows nothing about queues: the store decides when a segment is dead and calls
+`delete()`. It imports nothing from core/ except through records.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from ringmq.storage.records import Record, frame, scan
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_BYTES: Final = 16 * 1024 * 1024
+_WRITE_CHUNK: Final = 1024 * 1024  # write the buffer out once it holds this much
+
+
+def write_all(fd: int, data: bytes | bytearray) -> None:
+    """Write all of `data` to `fd` (os.write may be partial); leaves no buffer exported."""
+    with memoryview(data) as view:
+        off = 0
+        while off < len(view):
+            with view[off:] as chunk:
+                off += os.write(fd, chunk)
+
+
+def fsync_fds(fds: list[int]) -> None:
+    """Fsync then close each descriptor (descriptors come from `Journal.flush`)."""
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+class Journal:
+    """A directory of append-only segment files (see the module docstring)."""
+
+    def __init__(
+        self, directory: Path, *, suffix: str = ".seg", segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    ) -> None:
+        self.directory = directory
+        self.suffix = suffix
+        self.segment_bytes = segment_bytes
+        directory.mkdir(parents=True, exist_ok=True)
+        self._segments: list[int] = sorted(
+            int(p.name[: -len(suffix)])
+            for p in directory.iterdir()
+            if p.name.endswith(suffix) and p.name[: -len(suffix)].isdigit()
+        )
+        self._current = -1  # no segment open for appending until replay()/first append
+        self._fd = -1
+        self._size = 0  # bytes of the current segment, buffered ones included
+        self._flushed = 0  # bytes of the current segment already written to the OS
+        self._buf = bytearray()
+        self._unsynced: list[int] = []  # dup'd fds of segments written since the last flush()
+        self._dir_dirty = False
+        self._replayed = False
+        self.bytes_written = 0
+
+    # -- paths and listing -------------------------------------------------------------------
+
+    def path(self, seg: int) -> Path:
+        """File path of segment `seg`."""
+        return self.directory / f"{seg:012d}{self.suffix}"
+
+    @property
+    def segments(self) -> list[int]:
+        """Segment numbers on disk (or being written), oldest first."""
+        return list(self._segments)
+
+    @property
+    def current(self) -> int:
+        """Number of the segment being appended to (-1 before the first append)."""
+        return self._current
+
+    def disk_bytes(self) -> int:
+        """Total size of the segments (buffered bytes included)."""
+        total = 0
+        for seg in self._segments:
+            if seg == self._current:
+                total += self._size
+            else:
+                try:
+                    total += self.path(seg).stat().st_size
+                except FileNotFoundError:
+                    pass
+        return total
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def replay(self) -> Iterator[tuple[int, Record]]:
+        """Yield `(segment, record)` for every good record, oldest first; truncate bad tails.
+
+        Runs once, before any append. A segment whose tail fails its checksum is truncated to
+        the last good record (logged at WARNING) and replay continues with the next segment.
+        """
+        assert not self._replayed, "replay() runs once"
+        assert self._current == -1, "replay() runs before any append"
+        self._replayed = True
+        for seg in list(self._segments):
+            path = self.path(seg)
+            data = path.read_bytes()
+            records, good = scan(data)
+            if good < len(data):
+                log.warning(
+                    "journal %s: torn or corrupt tail at offset %d (%d bytes dropped), truncating",
+                    path,
+                    good,
+                    len(data) - good,
+                )
+                os.truncate(path, good)
+                self._dir_dirty = True
+            for rec in records:
+                yield seg, rec
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def _open_next(self) -> None:
+        self._close_current()
+        seg = (self._segments[-1] + 1) if self._segments else 1
+        self._fd = os.open(
+            self.path(seg), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644
+        )
+        self._segments.append(seg)
+        self._current = seg
+        self._size = 0
+        self._flushed = 0
+        self._dir_dirty = True
+
+    def _close_current(self) -> None:
+        if self._fd < 0:
+            return
+        self._write_out()
+        self._unsynced.append(os.dup(self._fd))
+        os.close(self._fd)
+        self._fd = -1
+
+    def _write_out(self) -> None:
+        if self._buf:
+            write_all(self._fd, self._buf)
+            self._flushed += len(self._buf)
+            self.bytes_written += len(self._buf)
+            self._buf.clear()
+
+    def append(self, rtype: int, payload: bytes | bytearray | memoryview) -> tuple[int, int]:
+        """Append one record; returns `(segment, offset)` where it starts.
+
+        Rolls over to a new segment first when the current one is full. Not durable until a
+        `flush()` and the fsync of its descriptors.
+        """
+        if self._fd < 0 or self._size >= self.segment_bytes:
+            self._open_next()
+        rec = frame(rtype, payload)
+        offset = self._size
+        self._buf += rec
+        self._size += len(rec)
+        if len(self._buf) >= _WRITE_CHUNK:
+            self._write_out()
+        return self._current, offset
+
+    def roll(self) -> None:
+        """Close the current segment; the next append starts a new one."""
+        if self._fd >= 0:
+            self._close_current()
+            self._current = -1
+
+    def flush(self) -> list[int]:
+        """Write buffered records to the OS; return dup'd descriptors that need an fsync."""
+        fds = self._unsynced
+        self._unsynced = []
+        if self._fd >= 0:
+            if self._buf or self._flushed:
+                self._write_out()
+            fds.append(os.dup(self._fd))
+        if self._dir_dirty:
+            fds.append(os.open(self.directory, os.O_RDONLY))
+            self._dir_dirty = False
+        return fds
+
+    def sync(self) -> None:
+        """Flush and fsync in the calling thread."""
+        fsync_fds(self.flush())
+
+    # -- reading and deleting ----------------------------------------------------------------
+
+    def read(self, seg: int, offset: int, length: int) -> bytes:
+        """Read `length` bytes of segment `seg` at `offset` (buffered bytes included)."""
+        if seg == self._current and offset >= self._flushed:
+            start = offset - self._flushed
+            return bytes(self._buf[start : start + length])
+        if seg == self._current:
+            self._write_out()
+        with open(self.path(seg), "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+
+    def read_segment(self, seg: int) -> bytes:
+        """The whole content of a closed segment."""
+        if seg == self._current:
+            self._write_out()
+        return self.path(seg).read_bytes()
+
+    def delete(self, seg: int) -> None:
+        """Delete segment `seg` (closing it first if it is the current one)."""
+        if seg == self._current:
+            self._buf.clear()
+            self.roll()
+        try:
+            self.path(seg).unlink()
+        except FileNotFoundError:
+            pass
+        self._segments.remove(seg)
+        self._dir_dirty = True
+
+    def close(self) -> None:
+        """Flush and fsync everything, then release descriptors."""
+        fds = self.flush()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._current = -1
+        fsync_fds(fds)

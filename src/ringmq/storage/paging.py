@@ -1,0 +1,322 @@
+"""Paging: per-queue page files for messages pushed out of memory, and the body spill.
+
+Theory of operation
+-------------------
+The queue engine keeps a bounded *head* of each queue in memory (by count and bytes) and the
+rest in a `PageQueue` (RabbitMQ >= 3.12's `q_head` / `q_tail`). A `PageQueue` is an ordered
+deque of *runs*; each run is a file of PAGED records (`records.py` framing, one message entry
+each, in queue order). Order is the caller's, never re-sorted here:
+
+* `push_back(entries)` appends after everything paged (new publishes while a tail exists).
+* `push_front(entries)` puts a run *before* everything paged (the engine evicting the rear of
+  its in-memory head under memory pressure: those messages precede the paged tail).
+* `pop_front(max_count, max_bytes)` reads the next batch in order (paging in); a run file is
+  deleted as soon as it has been read through.
+* `discard(seq, size)` leaves a tombstone for a paged message removed out of order (expiry,
+  LVQ replacement, purge by seq); it is skipped when read.
+
+So a message's place is decided once, by the engine, and every path (publish, requeue into the
+head, page out of the head's rear, page in from the front) keeps queue order. Page files are
+transient: `Pager` wipes its directory when it starts, so paged data never survives a restart
+(persistent messages are also in the journal and come back through `Store.recover`).
+
+`BodySpill` is the Qpid `flow_to_disk` hand-off: bodies go out to shared, reference-counted
+spill files (`put` -> handle), the queue keeps the envelope, and `get(handle)` reads the body back
+at delivery; `release(handle)` frees it. Also wiped at start.
+
+Files only; no fsync (nothing here has to survive a crash). One owner thread.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from ringmq.storage.journal import write_all
+from ringmq.storage.msgstore import MessageStore
+from ringmq.storage.records import (
+    HEADER_SIZE,
+    Entry,
+    RecordType,
+    decode_entry,
+    encode_entry,
+    frame,
+    scan,
+)
+
+DEFAULT_RUN_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_READ_BYTES: Final = 512 * 1024
+_STORE_REF: Final = struct.Struct("<Q")
+
+
+def _encode_paged(entry: Entry) -> bytes:
+    # the body is always embedded in page files; keep the message's shared-store ref alongside
+    # so a persistent message paged in still deduplicates when re-routed
+    ref = entry.message.store_ref
+    if entry.body_ref:
+        entry = replace(entry, body_ref=0)
+    return _STORE_REF.pack(ref) + encode_entry(entry)
+
+
+def _decode_paged(payload: memoryview) -> Entry:
+    (ref,) = _STORE_REF.unpack_from(payload, 0)
+    entry = decode_entry(payload[_STORE_REF.size :])
+    entry.message.store_ref = ref
+    return entry
+
+
+@dataclass(slots=True)
+class _Run:
+    path: Path
+    count: int = 0  # records not yet read
+    body_bytes: int = 0
+    read_offset: int = 0
+    written: int = 0  # bytes on disk
+    fd: int = -1  # open for appending while this is the back run
+    buf: bytearray | None = None
+
+
+class PageQueue:
+    """One queue's paged-out messages, in queue order (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        run_bytes: int = DEFAULT_RUN_BYTES,
+        read_bytes: int = DEFAULT_READ_BYTES,
+    ) -> None:
+        self.directory = directory
+        self.run_bytes = run_bytes
+        self.read_bytes = read_bytes
+        directory.mkdir(parents=True, exist_ok=True)
+        self._runs: deque[_Run] = deque()
+        self._next_name = 0
+        self._count = 0
+        self._bytes = 0
+        self._tombstones: dict[int, int] = {}  # seq -> body size
+        self.pages_written = 0
+        self.pages_read = 0
+
+    # -- sizes -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Paged messages still to be read (tombstoned ones excluded)."""
+        return self._count - len(self._tombstones)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    @property
+    def body_bytes(self) -> int:
+        """Sum of the paged bodies still to be read."""
+        return self._bytes - sum(self._tombstones.values())
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _new_run(self) -> _Run:
+        self._next_name += 1
+        path = self.directory / f"{self._next_name:010d}.page"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        return _Run(path, fd=fd, buf=bytearray())
+
+    def _seal(self, run: _Run) -> None:
+        self._write_out(run)
+        if run.fd >= 0:
+            os.close(run.fd)
+            run.fd = -1
+        run.buf = None
+
+    @staticmethod
+    def _write_out(run: _Run) -> None:
+        if run.buf:
+            write_all(run.fd, run.buf)
+            run.written += len(run.buf)
+            run.buf.clear()
+
+    def _append(self, run: _Run, entry: Entry) -> None:
+        assert run.buf is not None
+        run.buf += frame(RecordType.PAGED, _encode_paged(entry))
+        run.count += 1
+        size = len(entry.message.body)
+        run.body_bytes += size
+        self._count += 1
+        self._bytes += size
+        self.pages_written += 1
+        if len(run.buf) >= self.read_bytes:
+            self._write_out(run)
+
+    def push_back(self, entries: Iterable[Entry]) -> None:
+        """Append entries after everything already paged, in the given order."""
+        run = self._runs[-1] if self._runs and self._runs[-1].fd >= 0 else None
+        for entry in entries:
+            if run is None or run.written + len(run.buf or b"") >= self.run_bytes:
+                if run is not None:
+                    self._seal(run)
+                run = self._new_run()
+                self._runs.append(run)
+            self._append(run, entry)
+
+    def push_front(self, entries: Sequence[Entry]) -> None:
+        """Page out entries that precede everything already paged (given in queue order)."""
+        if not entries:
+            return
+        run = self._new_run()
+        for entry in entries:
+            self._append(run, entry)
+        self._seal(run)
+        self._runs.appendleft(run)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def pop_front(self, max_count: int, max_bytes: int | None = None) -> list[Entry]:
+        """Read up to `max_count` entries (and about `max_bytes` of bodies) from the front.
+
+        Always returns at least one entry when any is paged, so a huge message still moves.
+        """
+        out: list[Entry] = []
+        got_bytes = 0
+        while self._runs and len(out) < max_count:
+            run = self._runs[0]
+            if run.count == 0:
+                self._drop_run(self._runs.popleft())
+                continue
+            if run.fd >= 0:
+                self._write_out(run)
+            with open(run.path, "rb") as f:
+                f.seek(run.read_offset)
+                data = f.read(max(self.read_bytes, 64 * 1024))
+            records, _ = scan(data)
+            if not records:
+                # a single record larger than the read size: read exactly its length
+                with open(run.path, "rb") as f:
+                    f.seek(run.read_offset)
+                    data = f.read()
+                records, _ = scan(data)
+                if not records:
+                    raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset}")
+            for rec in records:
+                entry = _decode_paged(rec.payload)
+                run.read_offset += HEADER_SIZE + len(rec.payload)
+                run.count -= 1
+                size = len(entry.message.body)
+                run.body_bytes -= size
+                self._count -= 1
+                self._bytes -= size
+                self.pages_read += 1
+                if self._tombstones.pop(entry.seq, None) is None:
+                    out.append(entry)
+                    got_bytes += size
+                if len(out) >= max_count or (max_bytes is not None and got_bytes >= max_bytes):
+                    break
+            if max_bytes is not None and got_bytes >= max_bytes:
+                break
+        while self._runs and self._runs[0].count == 0 and self._runs[0].fd < 0:
+            self._drop_run(self._runs.popleft())
+        return out
+
+    def discard(self, seq: int, size: int) -> None:
+        """Remove a paged message out of order (it is skipped when read)."""
+        self._tombstones[seq] = size
+
+    def _drop_run(self, run: _Run) -> None:
+        if run.fd >= 0:
+            os.close(run.fd)
+            run.fd = -1
+        try:
+            run.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def clear(self) -> None:
+        """Forget everything paged and delete the files (purge, queue deletion)."""
+        while self._runs:
+            self._drop_run(self._runs.popleft())
+        self._count = 0
+        self._bytes = 0
+        self._tombstones.clear()
+
+    def files(self) -> int:
+        """Number of run files (tests, metrics)."""
+        return len(self._runs)
+
+
+class BodySpill:
+    """Qpid flow_to_disk body hand-off: bodies out to disk, read back on delivery."""
+
+    def __init__(self, directory: Path, *, segment_bytes: int = 16 * 1024 * 1024) -> None:
+        self._store = MessageStore(directory, segment_bytes=segment_bytes)
+        self._puts = 0
+
+    def put(self, body: bytes) -> int:
+        """Write a body out; returns a handle holding one reference."""
+        self._puts += 1
+        if self._puts % 1024 == 0:
+            self.reclaim()
+        return self._store.put(body)
+
+    def get(self, handle: int) -> bytes:
+        """Read a body back (KeyError when released)."""
+        return self._store.get(handle)
+
+    def retain(self, handle: int) -> None:
+        """Add a reference (the same body held by another queue)."""
+        if not self._store.incref(handle):
+            raise KeyError(handle)
+
+    def release(self, handle: int) -> None:
+        """Drop a reference; the space is reclaimed when none remain."""
+        self._store.decref(handle)
+
+    def reclaim(self) -> None:
+        """Delete spill files with no live body (compaction needs no fsync here)."""
+        big = 1 << 62
+        self._store.maintain(big, big)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def files(self) -> int:
+        """Number of spill files."""
+        return len(self._store.journal.segments)
+
+
+class Pager:
+    """The broker's paging directory: one `PageQueue` per queue and one `BodySpill`.
+
+    The directory is wiped on construction: paged data is transient (RabbitMQ's transient
+    message store is likewise reset at startup).
+    """
+
+    def __init__(self, directory: Path, *, run_bytes: int = DEFAULT_RUN_BYTES) -> None:
+        self.directory = directory
+        self.run_bytes = run_bytes
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        self._queues: dict[str, PageQueue] = {}
+        self._next_dir = 0
+        self.spill = BodySpill(directory / "spill")
+
+    def queue(self, name: str) -> PageQueue:
+        """The page queue of `name`, created on first use."""
+        pq = self._queues.get(name)
+        if pq is None:
+            # directory names are counters: queue names may hold any character
+            self._next_dir += 1
+            pq = PageQueue(self.directory / f"q{self._next_dir:08d}", run_bytes=self.run_bytes)
+            self._queues[name] = pq
+        return pq
+
+    def drop(self, name: str) -> None:
+        """Delete a queue's page files (queue deleted)."""
+        pq = self._queues.pop(name, None)
+        if pq is not None:
+            pq.clear()
+            shutil.rmtree(pq.directory, ignore_errors=True)

@@ -1,0 +1,296 @@
+"""Record framing and payload codecs shared by every ringmq file format.
+
+Every file the storage layer writes (journal segments, message-store files, page files, the
+definitions log) is a sequence of framed records::
+
+    [u32 len][u32 crc32][u8 type][payload: len bytes]       (little endian)
+
+`len` counts the payload only; `crc32` covers the type byte and the payload, so a torn write,
+a zero-filled tail or a flipped bit is detected and the scan stops at the last good record.
+`scan()` returns the good records and the offset where the good prefix ends; callers truncate
+there (journal, definitions) or simply stop (page files).
+
+Payload codecs for message entries live here too, so the journal and the page files share one
+layout (`encode_entry`/`decode_entry`).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final
+
+from ringmq.core.message import Message, SeqId
+
+HEADER: Final = struct.Struct("<IIB")
+HEADER_SIZE: Final = HEADER.size
+MAX_RECORD: Final = 1 << 30  # a larger length can only be garbage (frame_max is far below)
+
+
+class RecordType(IntEnum):
+    """Record types; values are part of the on-disk format."""
+
+    ENQUEUE = 1
+    ACK = 2
+    DELIVERY_COUNT = 3
+    PURGE = 4
+    TX_BEGIN = 5
+    TX_COMMIT = 6
+    BODY = 7
+    DEFINITION_PUT = 8
+    DEFINITION_DELETE = 9
+    PAGED = 10
+
+
+def frame(rtype: int, payload: bytes | bytearray | memoryview) -> bytes:
+    """Frame one record: header (length, crc32 over type+payload, type) and payload."""
+    crc = zlib.crc32(payload, zlib.crc32(bytes((rtype,))))
+    return HEADER.pack(len(payload), crc, rtype) + bytes(payload)
+
+
+def scan(data: bytes | bytearray | memoryview, start: int = 0) -> tuple[list[Record], int]:
+    """Parse framed records from `data[start:]`.
+
+    Returns:
+        The well-formed records in order, and the offset just past the last good one. When the
+        offset is below `len(data)`, the rest is a torn or corrupt tail.
+    """
+    view = memoryview(data)
+    out: list[Record] = []
+    pos = start
+    end = len(view)
+    unpack = HEADER.unpack_from
+    crc32 = zlib.crc32
+    while pos + HEADER_SIZE <= end:
+        length, crc, rtype = unpack(view, pos)
+        body_at = pos + HEADER_SIZE
+        if length > MAX_RECORD or body_at + length > end:
+            break
+        payload = view[body_at : body_at + length]
+        if crc32(payload, crc32(bytes((rtype,)))) != crc:
+            break
+        out.append(Record(rtype, payload, pos))
+        pos = body_at + length
+    return out, pos
+
+
+@dataclass(slots=True)
+class Record:
+    """One framed record as read back: its type, payload view and file offset."""
+
+    rtype: int
+    payload: memoryview
+    offset: int
+
+
+def iter_scan(data: bytes | bytearray | memoryview) -> Iterator[Record]:
+    """Iterate the good records of `data` (stops silently at a bad tail)."""
+    records, _ = scan(data)
+    yield from records
+
+
+# ---------------------------------------------------------------------------------------------
+# Message entries (ENQUEUE in the journal, PAGED in page files)
+
+_ENTRY: Final = struct.Struct("<QBBIqqqqBBBHI")
+# seq, flags, priority, delivery_count, timestamp_ms, expiry_ms, due_ms, expiration_ms,
+# len(exchange), len(routing_key), len(message_id), len(queue), len(properties_bin)
+_REF: Final = struct.Struct("<Q")
+
+F_EMBEDDED: Final = 0x01
+F_EXPIRY: Final = 0x02
+F_DUE: Final = 0x04
+F_EXPIRATION: Final = 0x08
+F_MESSAGE_ID: Final = 0x10
+F_PERSISTENT: Final = 0x20
+F_REDELIVERED: Final = 0x40
+
+
+@dataclass(slots=True)
+class Entry:
+    """A message as one queue holds it: the shared message plus per-queue state.
+
+    `body_ref` is the shared message-store ref when the body lives there (then
+    `message.body` may be empty until resolved), else 0.
+    """
+
+    queue: str
+    seq: SeqId
+    message: Message
+    delivery_count: int = 0
+    expiry_ms: int | None = None
+    due_ms: int | None = None
+    redelivered: bool = False
+    body_ref: int = 0
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """Encode an entry; the body is embedded unless `entry.body_ref` is set."""
+    m = entry.message
+    exchange = m.exchange.encode()
+    routing_key = m.routing_key.encode()
+    message_id = (m.message_id or "").encode()
+    queue = entry.queue.encode()
+    flags = 0
+    if entry.body_ref == 0:
+        flags |= F_EMBEDDED
+    if entry.expiry_ms is not None:
+        flags |= F_EXPIRY
+    if entry.due_ms is not None:
+        flags |= F_DUE
+    if m.expiration_ms is not None:
+        flags |= F_EXPIRATION
+    if m.message_id is not None:
+        flags |= F_MESSAGE_ID
+    if m.persistent:
+        flags |= F_PERSISTENT
+    if entry.redelivered:
+        flags |= F_REDELIVERED
+    head = _ENTRY.pack(
+        entry.seq,
+        flags,
+        m.priority & 0xFF,
+        entry.delivery_count,
+        m.timestamp_ms,
+        entry.expiry_ms or 0,
+        entry.due_ms or 0,
+        m.expiration_ms or 0,
+        len(exchange),
+        len(routing_key),
+        len(message_id),
+        len(queue),
+        len(m.properties_bin),
+    )
+    tail = m.body if entry.body_ref == 0 else _REF.pack(entry.body_ref)
+    return b"".join((head, queue, exchange, routing_key, message_id, m.properties_bin, tail))
+
+
+def decode_entry(payload: bytes | memoryview) -> Entry:
+    """Decode `encode_entry` output. Bodies stored by ref come back empty with `body_ref` set."""
+    (
+        seq,
+        flags,
+        priority,
+        delivery_count,
+        timestamp_ms,
+        expiry_ms,
+        due_ms,
+        expiration_ms,
+        n_exchange,
+        n_rk,
+        n_mid,
+        n_queue,
+        n_props,
+    ) = _ENTRY.unpack_from(payload, 0)
+    pos = _ENTRY.size
+    view = memoryview(payload)
+    queue = str(view[pos : pos + n_queue], "utf-8")
+    pos += n_queue
+    exchange = str(view[pos : pos + n_exchange], "utf-8")
+    pos += n_exchange
+    routing_key = str(view[pos : pos + n_rk], "utf-8")
+    pos += n_rk
+    message_id = str(view[pos : pos + n_mid], "utf-8") if flags & F_MESSAGE_ID else None
+    pos += n_mid
+    properties_bin = bytes(view[pos : pos + n_props])
+    pos += n_props
+    if flags & F_EMBEDDED:
+        body = bytes(view[pos:])
+        body_ref = 0
+    else:
+        body = b""
+        (body_ref,) = _REF.unpack_from(view, pos)
+    message = Message(
+        exchange=exchange,
+        routing_key=routing_key,
+        properties_bin=properties_bin,
+        body=body,
+        priority=priority,
+        expiration_ms=expiration_ms if flags & F_EXPIRATION else None,
+        persistent=bool(flags & F_PERSISTENT),
+        message_id=message_id,
+        timestamp_ms=timestamp_ms,
+        store_ref=body_ref,
+    )
+    return Entry(
+        queue=queue,
+        seq=SeqId(seq),
+        message=message,
+        delivery_count=delivery_count,
+        expiry_ms=expiry_ms if flags & F_EXPIRY else None,
+        due_ms=due_ms if flags & F_DUE else None,
+        redelivered=bool(flags & F_REDELIVERED),
+        body_ref=body_ref,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Small payloads: ACK, DELIVERY_COUNT, PURGE, BODY
+
+_QLEN: Final = struct.Struct("<H")
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_SEQ_COUNT: Final = struct.Struct("<QI")
+
+
+def _queue_prefix(queue: str) -> bytes:
+    raw = queue.encode()
+    return _QLEN.pack(len(raw)) + raw
+
+
+def _read_queue(view: memoryview) -> tuple[str, int]:
+    (n,) = _QLEN.unpack_from(view, 0)
+    return str(view[2 : 2 + n], "utf-8"), 2 + n
+
+
+def encode_ack(queue: str, seqs: list[int]) -> bytes:
+    """ACK payload: queue, count, then that many u64 seq ids."""
+    return _queue_prefix(queue) + _U32.pack(len(seqs)) + struct.pack(f"<{len(seqs)}Q", *seqs)
+
+
+def decode_ack(payload: memoryview) -> tuple[str, tuple[int, ...]]:
+    """Decode an ACK payload."""
+    queue, pos = _read_queue(payload)
+    (n,) = _U32.unpack_from(payload, pos)
+    return queue, struct.unpack_from(f"<{n}Q", payload, pos + 4)
+
+
+def encode_delivery(queue: str, seq: int, count: int) -> bytes:
+    """DELIVERY_COUNT payload: queue, seq, new delivery count."""
+    return _queue_prefix(queue) + _SEQ_COUNT.pack(seq, count)
+
+
+def decode_delivery(payload: memoryview) -> tuple[str, int, int]:
+    """Decode a DELIVERY_COUNT payload."""
+    queue, pos = _read_queue(payload)
+    seq, count = _SEQ_COUNT.unpack_from(payload, pos)
+    return queue, seq, count
+
+
+def encode_purge(queue: str, upto_seq: int) -> bytes:
+    """PURGE payload: drop every message of `queue` with seq <= upto_seq."""
+    return _queue_prefix(queue) + _U64.pack(upto_seq)
+
+
+def decode_purge(payload: memoryview) -> tuple[str, int]:
+    """Decode a PURGE payload."""
+    queue, pos = _read_queue(payload)
+    (upto,) = _U64.unpack_from(payload, pos)
+    return queue, upto
+
+
+def encode_body(ref: int, body: bytes) -> bytes:
+    """BODY payload (shared message store): ref then the body bytes."""
+    return _U64.pack(ref) + body
+
+
+def decode_body_ref(payload: memoryview) -> int:
+    """The ref of a BODY payload (the body is `payload[8:]`)."""
+    (ref,) = _U64.unpack_from(payload, 0)
+    return int(ref)
+
+
+BODY_PREFIX: Final = _U64.size

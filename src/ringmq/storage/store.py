@@ -1,0 +1,719 @@
+"""The storage port (`Store`) and its two implementations, `MemoryStore` and `FileStore`.
+
+Theory of operation
+-------------------
+The core never touches files: it calls a `Store`. The store owns *where bytes live*; the
+queue engine owns order and delivery state. Only persistent messages are given to the store
+(`is_persistent(queue_durable, message)`: durable queue and delivery_mode 2, RabbitMQ's
+`is_persistent`); transient ones never reach it (they may be paged, see `paging.py`).
+
+How the engine and broker call it
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Every mutating call returns the store *position* after the write (a monotonically increasing
+int). Nothing is durable until a group commit covers it:
+
+* publish: ``pos = store.enqueue(queue, seq, message, expiry_ms=..., due_ms=...)``; keep
+  ``(pos, channel, delivery_tag)`` for the confirm.
+* settle: ``store.ack(queue, [seq, ...])`` for acks, rejects without requeue, ring/max-length
+  drops, LVQ replacements, expiries, purge (ready seqs) and dead-lettering of persistent
+  messages; ``store.delivered(queue, seq, delivery_count)`` when a message is handed to a
+  consumer with ack required (so a clean restart knows what to flag redelivered);
+  ``store.drop_queue(queue)`` when a durable queue is deleted.
+* group commit (server): after a read batch, ``point = store.flush()`` on the loop thread, then
+  ``await loop.run_in_executor(None, store.fsync, point)`` (only `os.fsync` calls, safe to run
+  while the loop keeps writing), then release every confirm whose ``pos <= point.position``.
+  ``store.sync()`` does both inline (tests, tx.commit-ok, shutdown).
+* transactions: ``store.tx_begin()`` ... the tx's enqueues/acks ... ``store.tx_commit()``;
+  on replay a transaction is applied whole or not at all. Send tx.commit-ok after the sync.
+* definitions: ``store.put_definition(kind, key, value)`` / ``delete_definition(kind, key)``
+  with JSON-able values (kinds: vhost, user, permission, exchange, queue, binding, policy).
+* startup: ``state = FileStore.open(path).recover()`` once, before any write:
+  ``state.definitions`` (kind -> key -> value), ``state.queues[queue]`` (messages in seq
+  order with `redelivered` and `delivery_count`), ``state.next_seq[queue]`` (first seq the
+  engine may use), ``state.clean``. After a dirty stop every recovered message is flagged
+  redelivered (RabbitMQ's `redeliver_seq_id` rule: we cannot prove it was never delivered);
+  after a clean stop only those with a delivery count > 0.
+* shutdown: ``store.close()`` (syncs, marks the stop clean).
+
+Message bodies at or above `embed_below` bytes go to the shared `MessageStore` once per
+message (`Message.store_ref` is set on the shared `Message`, so fan-out to N durable queues
+stores one body and N small index records); smaller ones are embedded in the ENQUEUE record.
+
+FileStore layout (`docs/storage.md`): `journal/*.seg` (ENQUEUE, ACK, DELIVERY_COUNT, PURGE,
+TX_BEGIN, TX_COMMIT records), `msgstore/*.msg` (BODY records), `definitions/` (snapshot+log),
+`CLEAN` (present only between a clean close and the next open).
+
+Space reclamation (`_maintain`, run at every `flush()`): a closed segment is deleted when none
+of its ENQUEUEs is live and no segment its ACK/PURGE/TX records depend on still exists (so an
+ACK never disappears before the ENQUEUE it cancels). When the oldest segment is mostly dead, its
+live entries are copied forward into the current segment and it is deleted once the copies are
+durable.
+
+Single owner: all methods except `fsync` run on one thread (the loop). No locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from ringmq.core.message import Message, SeqId
+from ringmq.storage.definitions import DefinitionLog
+from ringmq.storage.journal import DEFAULT_SEGMENT_BYTES, Journal, fsync_fds
+from ringmq.storage.msgstore import MessageStore
+from ringmq.storage.records import (
+    Entry,
+    Record,
+    RecordType,
+    decode_ack,
+    decode_delivery,
+    decode_entry,
+    decode_purge,
+    encode_ack,
+    encode_delivery,
+    encode_entry,
+    encode_purge,
+    scan,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EMBED_BELOW: Final = 4096
+"""RabbitMQ's `queue_index_embed_msgs_below` default."""
+_PURGE_ALL: Final = (1 << 64) - 1
+_COMPACT_LIVE_RATIO: Final = 0.25  # copy the oldest segment forward below this live share
+
+
+def is_persistent(queue_durable: bool, message: Message) -> bool:
+    """RabbitMQ's rule: a message is persisted only on a durable queue with delivery_mode 2."""
+    return queue_durable and message.persistent
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPoint:
+    """What `flush()` returns: the position it covers and descriptors to fsync."""
+
+    position: int
+    fds: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class RecoveredMessage:
+    """One recovered message of one queue."""
+
+    seq: SeqId
+    message: Message
+    redelivered: bool
+    delivery_count: int
+    expiry_ms: int | None
+    due_ms: int | None
+
+
+@dataclass(slots=True)
+class RecoveredState:
+    """Everything `recover()` found.
+
+    Attributes:
+        clean: the previous run ended with `close()`.
+        definitions: kind -> key -> value.
+        queues: queue -> messages in seq order (only queues with messages).
+        next_seq: queue -> first seq id the engine may use (above any seq ever journaled).
+    """
+
+    clean: bool = True
+    definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, list[RecoveredMessage]] = field(default_factory=dict)
+    next_seq: dict[str, int] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """The storage port. See the module docstring for the calling protocol."""
+
+    @property
+    def position(self) -> int:
+        """Position of the last write (0 before any)."""
+        ...
+
+    @property
+    def durable_position(self) -> int:
+        """Highest position known to be on disk."""
+        ...
+
+    def enqueue(
+        self,
+        queue: str,
+        seq: SeqId,
+        message: Message,
+        *,
+        expiry_ms: int | None = None,
+        due_ms: int | None = None,
+        delivery_count: int = 0,
+    ) -> int:
+        """Persist a message at `seq` of `queue`; returns the write position."""
+        ...
+
+    def ack(self, queue: str, seqs: Iterable[SeqId]) -> int:
+        """Remove messages for good (ack, drop, expiry, replace); unknown seqs are ignored."""
+        ...
+
+    def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int:
+        """Record a new delivery count (the message has been handed out)."""
+        ...
+
+    def drop_queue(self, queue: str) -> int:
+        """Remove every message of `queue` (durable queue deleted)."""
+        ...
+
+    def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int:
+        """Create or replace a durable definition."""
+        ...
+
+    def delete_definition(self, kind: str, key: str) -> int:
+        """Delete a durable definition."""
+        ...
+
+    def tx_begin(self) -> None:
+        """Start an atomic group of writes (tx.commit)."""
+        ...
+
+    def tx_commit(self) -> int:
+        """End the group; it is replayed whole or not at all."""
+        ...
+
+    def flush(self) -> SyncPoint:
+        """Hand buffered writes to the OS (owner thread); fsync the result with `fsync`."""
+        ...
+
+    def fsync(self, point: SyncPoint) -> int:
+        """Make `point` durable; thread-safe. Returns `point.position`."""
+        ...
+
+    def sync(self) -> int:
+        """`fsync(flush())` inline; returns the now durable position."""
+        ...
+
+    def recover(self) -> RecoveredState:
+        """What survived the last run (call once, before any write)."""
+        ...
+
+    def close(self) -> None:
+        """Sync everything and mark the stop clean."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class MemoryStore:
+    """A `Store` that keeps everything in memory (tests, transient-only brokers).
+
+    Positions are durable as soon as `sync()`/`fsync()` runs. `recover()` returns the current
+    live contents (as after a clean in-process restart), so engine tests can exercise recovery.
+    """
+
+    def __init__(self) -> None:
+        self._position = 0
+        self._durable = 0
+        self._queues: dict[str, dict[int, RecoveredMessage]] = {}
+        self._next_seq: dict[str, int] = {}
+        self._defs: dict[str, dict[str, Any]] = {}
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @property
+    def durable_position(self) -> int:
+        return self._durable
+
+    def _bump(self) -> int:
+        self._position += 1
+        return self._position
+
+    def enqueue(
+        self,
+        queue: str,
+        seq: SeqId,
+        message: Message,
+        *,
+        expiry_ms: int | None = None,
+        due_ms: int | None = None,
+        delivery_count: int = 0,
+    ) -> int:
+        self._queues.setdefault(queue, {})[seq] = RecoveredMessage(
+            seq, message, delivery_count > 0, delivery_count, expiry_ms, due_ms
+        )
+        self._next_seq[queue] = max(self._next_seq.get(queue, 0), seq + 1)
+        return self._bump()
+
+    def ack(self, queue: str, seqs: Iterable[SeqId]) -> int:
+        q = self._queues.get(queue, {})
+        for seq in seqs:
+            q.pop(seq, None)
+        return self._bump()
+
+    def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int:
+        entry = self._queues.get(queue, {}).get(seq)
+        if entry is not None:
+            entry.delivery_count = delivery_count
+            entry.redelivered = delivery_count > 0
+        return self._bump()
+
+    def drop_queue(self, queue: str) -> int:
+        self._queues.pop(queue, None)
+        return self._bump()
+
+    def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int:
+        self._defs.setdefault(kind, {})[key] = dict(value)
+        return self._bump()
+
+    def delete_definition(self, kind: str, key: str) -> int:
+        self._defs.get(kind, {}).pop(key, None)
+        return self._bump()
+
+    def tx_begin(self) -> None:
+        return None
+
+    def tx_commit(self) -> int:
+        return self._bump()
+
+    def flush(self) -> SyncPoint:
+        return SyncPoint(self._position)
+
+    def fsync(self, point: SyncPoint) -> int:
+        self._durable = max(self._durable, point.position)
+        return point.position
+
+    def sync(self) -> int:
+        return self.fsync(self.flush())
+
+    def recover(self) -> RecoveredState:
+        return RecoveredState(
+            clean=True,
+            definitions={k: dict(v) for k, v in self._defs.items() if v},
+            queues={q: [m[s] for s in sorted(m)] for q, m in self._queues.items() if m},
+            next_seq=dict(self._next_seq),
+        )
+
+    def close(self) -> None:
+        self.sync()
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class FileStore:
+    """The on-disk `Store` (see the module docstring and docs/storage.md)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        msg_segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        embed_below: int = DEFAULT_EMBED_BELOW,
+    ) -> None:
+        """Open (creating if needed) a store directory and replay it.
+
+        Prefer `FileStore.open`. The replayed state is kept until `recover()` takes it.
+        """
+        self.directory = directory
+        self.embed_below = embed_below
+        directory.mkdir(parents=True, exist_ok=True)
+        self._journal = Journal(directory / "journal", segment_bytes=segment_bytes)
+        self._bodies = MessageStore(directory / "msgstore", segment_bytes=msg_segment_bytes)
+        self._defs = DefinitionLog(directory / "definitions")
+        self._position = 0
+        self._durable = 0
+        # queue -> seq -> segment holding its live ENQUEUE
+        self._index: dict[str, dict[int, int]] = {}
+        # queue -> seq -> shared-store ref (large bodies only)
+        self._refs: dict[str, dict[int, int]] = {}
+        # queue -> seq -> delivery count (only when > 0)
+        self._counts: dict[str, dict[int, int]] = {}
+        self._seg_live: dict[int, int] = {}
+        self._seg_deps: dict[int, set[int]] = {}  # seg -> older segs it must not outlive
+        self._moved: dict[int, int] = {}  # seg copied forward -> position that makes it dead
+        self._tx_seg: int | None = None
+        self._next_seq: dict[str, int] = {}
+        clean_marker = directory / "CLEAN"
+        self._clean = clean_marker.exists()
+        self._recovered: RecoveredState | None = self._replay()
+        if self._clean:
+            clean_marker.unlink()
+        # start appending in a fresh segment and make the marker removal durable
+        self._journal.roll()
+        fsync_fds(self._fsync_dir_fds())
+
+    @classmethod
+    def open(cls, directory: Path | str, **options: Any) -> FileStore:
+        """Open a store directory (see `__init__` for options)."""
+        return cls(Path(directory), **options)
+
+    def _fsync_dir_fds(self) -> list[int]:
+        return [os.open(self.directory, os.O_RDONLY)]
+
+    # -- replay ------------------------------------------------------------------------------
+
+    def _replay(self) -> RecoveredState:
+        self._bodies.replay()
+        entries: dict[str, dict[int, Entry]] = {}
+        loc: dict[str, dict[int, int]] = {}
+        tx: list[tuple[int, Record]] | None = None
+        tx_start: tuple[int, int] | None = None
+
+        def apply(seg: int, rec: Record) -> None:
+            rtype = rec.rtype
+            if rtype == RecordType.ENQUEUE:
+                entry = decode_entry(rec.payload)
+                q, seq = entry.queue, entry.seq
+                entries.setdefault(q, {})[seq] = entry
+                loc.setdefault(q, {})[seq] = seg
+                if seq + 1 > self._next_seq.get(q, 0):
+                    self._next_seq[q] = seq + 1
+            elif rtype == RecordType.ACK:
+                q, seqs = decode_ack(rec.payload)
+                qe, ql = entries.get(q), loc.get(q)
+                if qe is None or ql is None:
+                    return
+                for s in seqs:
+                    if qe.pop(s, None) is not None:
+                        self._depend(seg, ql.pop(s))
+            elif rtype == RecordType.DELIVERY_COUNT:
+                q, s, count = decode_delivery(rec.payload)
+                found = entries.get(q, {}).get(s)
+                if found is not None:
+                    found.delivery_count = count
+            elif rtype == RecordType.PURGE:
+                q, upto = decode_purge(rec.payload)
+                qe, ql = entries.get(q), loc.get(q)
+                if qe is None or ql is None:
+                    return
+                for s in [s for s in qe if s <= upto]:
+                    del qe[s]
+                    self._depend(seg, ql.pop(s))
+
+        for seg, rec in self._journal.replay():
+            if rec.rtype == RecordType.TX_BEGIN:
+                # a BEGIN without COMMIT followed by another BEGIN cannot happen (one writer,
+                # contiguous transactions); treat the older one as committed, never drop data
+                if tx is not None:
+                    for s, r in tx:
+                        apply(s, r)
+                tx, tx_start = [], (seg, rec.offset)
+            elif rec.rtype == RecordType.TX_COMMIT:
+                if tx is not None and tx_start is not None:
+                    for s, r in tx:
+                        apply(s, r)
+                    self._depend(seg, tx_start[0])
+                tx, tx_start = None, None
+            elif tx is not None:
+                tx.append((seg, rec))
+            else:
+                apply(seg, rec)
+        if tx is not None and tx_start is not None:
+            self._cut_torn_tx(*tx_start, len(tx))
+
+        # rebuild the live index, refcounts and per-segment live counts
+        state = RecoveredState(clean=self._clean, definitions=self._defs.all())
+        shared: dict[int, Message] = {}
+        lost = 0
+        for q, qe in entries.items():
+            out: list[RecoveredMessage] = []
+            qindex = self._index.setdefault(q, {})
+            for seq in sorted(qe):
+                entry = qe[seq]
+                msg = entry.message
+                if entry.body_ref:
+                    ref = entry.body_ref
+                    cached = shared.get(ref)
+                    if cached is not None:
+                        msg = cached
+                        self._bodies.incref(ref)
+                    elif self._bodies.incref(ref):
+                        msg.body = self._bodies.get(ref)
+                        shared[ref] = msg
+                    else:
+                        # the body never reached the disk: the enqueue was not confirmed
+                        lost += 1
+                        continue
+                    self._refs.setdefault(q, {})[seq] = ref
+                seg = loc[q][seq]
+                qindex[seq] = seg
+                self._seg_live[seg] = self._seg_live.get(seg, 0) + 1
+                if entry.delivery_count:
+                    self._counts.setdefault(q, {})[seq] = entry.delivery_count
+                redelivered = entry.delivery_count > 0 or not self._clean
+                out.append(
+                    RecoveredMessage(
+                        SeqId(seq),
+                        msg,
+                        redelivered,
+                        entry.delivery_count,
+                        entry.expiry_ms,
+                        entry.due_ms,
+                    )
+                )
+            if out:
+                state.queues[q] = out
+        if lost:
+            log.warning(
+                "store %s: %d enqueues without their body were dropped", self.directory, lost
+            )
+        self._bodies.sweep()
+        state.next_seq = dict(self._next_seq)
+        return state
+
+    def _cut_torn_tx(self, seg: int, offset: int, n_records: int) -> None:
+        # The journal ends inside a transaction (crash before TX_COMMIT): cut it off the disk so
+        # that records appended after this start can never be mistaken for its continuation.
+        log.warning(
+            "journal: dropping an uncommitted transaction of %d records at segment %d offset %d",
+            n_records,
+            seg,
+            offset,
+        )
+        os.truncate(self._journal.path(seg), offset)
+        for later in [s for s in self._journal.segments if s > seg]:
+            self._journal.delete(later)
+
+    def _depend(self, seg: int, older: int) -> None:
+        if older != seg:
+            self._seg_deps.setdefault(seg, set()).add(older)
+
+    # -- the port ----------------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @property
+    def durable_position(self) -> int:
+        return self._durable
+
+    def recover(self) -> RecoveredState:
+        """Return (once) what the replay at open found."""
+        state = self._recovered
+        assert state is not None, "recover() is called once, right after open"
+        self._recovered = None
+        return state
+
+    def enqueue(
+        self,
+        queue: str,
+        seq: SeqId,
+        message: Message,
+        *,
+        expiry_ms: int | None = None,
+        due_ms: int | None = None,
+        delivery_count: int = 0,
+    ) -> int:
+        qindex = self._index.setdefault(queue, {})
+        if seq in qindex:  # re-enqueue of a live seq: the new record replaces the old one
+            self._forget(queue, seq)
+        ref = 0
+        if len(message.body) >= self.embed_below:
+            ref = message.store_ref
+            if ref == 0 or not self._bodies.incref(ref):
+                ref = self._bodies.put(message.body)
+                message.store_ref = ref
+            self._refs.setdefault(queue, {})[seq] = ref
+        entry = Entry(queue, seq, message, delivery_count, expiry_ms, due_ms, body_ref=ref)
+        seg, _ = self._journal.append(RecordType.ENQUEUE, encode_entry(entry))
+        qindex[seq] = seg
+        self._seg_live[seg] = self._seg_live.get(seg, 0) + 1
+        if delivery_count:
+            self._counts.setdefault(queue, {})[seq] = delivery_count
+        if seq + 1 > self._next_seq.get(queue, 0):
+            self._next_seq[queue] = seq + 1
+        self._position += 1
+        return self._position
+
+    def _forget(self, queue: str, seq: int) -> int | None:
+        """Drop a live entry from the in-memory index; returns its segment."""
+        qindex = self._index.get(queue)
+        if qindex is None:
+            return None
+        seg = qindex.pop(seq, None)
+        if seg is None:
+            return None
+        self._seg_live[seg] -= 1
+        qrefs = self._refs.get(queue)
+        if qrefs:
+            ref = qrefs.pop(seq, None)
+            if ref is not None:
+                self._bodies.decref(ref)
+        qcounts = self._counts.get(queue)
+        if qcounts:
+            qcounts.pop(seq, None)
+        return seg
+
+    def ack(self, queue: str, seqs: Iterable[SeqId]) -> int:
+        found: list[int] = []
+        segs: set[int] = set()
+        for seq in seqs:
+            seg = self._forget(queue, seq)
+            if seg is not None:
+                found.append(seq)
+                segs.add(seg)
+        if found:
+            at, _ = self._journal.append(RecordType.ACK, encode_ack(queue, found))
+            for seg in segs:
+                self._depend(at, seg)
+        self._position += 1
+        return self._position
+
+    def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int:
+        if seq in self._index.get(queue, {}):
+            self._journal.append(
+                RecordType.DELIVERY_COUNT, encode_delivery(queue, seq, delivery_count)
+            )
+            self._counts.setdefault(queue, {})[seq] = delivery_count
+        self._position += 1
+        return self._position
+
+    def drop_queue(self, queue: str) -> int:
+        qindex = self._index.get(queue, {})
+        segs = {self._forget(queue, seq) for seq in list(qindex)}
+        at, _ = self._journal.append(RecordType.PURGE, encode_purge(queue, _PURGE_ALL))
+        for seg in segs:
+            if seg is not None:
+                self._depend(at, seg)
+        self._index.pop(queue, None)
+        self._refs.pop(queue, None)
+        self._counts.pop(queue, None)
+        self._position += 1
+        return self._position
+
+    def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int:
+        self._defs.put(kind, key, value)
+        self._position += 1
+        return self._position
+
+    def delete_definition(self, kind: str, key: str) -> int:
+        self._defs.delete(kind, key)
+        self._position += 1
+        return self._position
+
+    def definitions(self) -> dict[str, dict[str, Any]]:
+        """Current durable definitions (kind -> key -> value)."""
+        return self._defs.all()
+
+    def tx_begin(self) -> None:
+        assert self._tx_seg is None, "transactions do not nest"
+        self._tx_seg, _ = self._journal.append(RecordType.TX_BEGIN, b"")
+
+    def tx_commit(self) -> int:
+        assert self._tx_seg is not None, "tx_commit without tx_begin"
+        at, _ = self._journal.append(RecordType.TX_COMMIT, b"")
+        self._depend(at, self._tx_seg)  # the COMMIT must outlive its BEGIN
+        self._tx_seg = None
+        self._position += 1
+        return self._position
+
+    def flush(self) -> SyncPoint:
+        # bump first: anything appended by _maintain (copied-forward records) is covered by
+        # this point and by no earlier one
+        self._position += 1
+        if self._tx_seg is None:
+            self._maintain()
+        fds = self._bodies.journal.flush() + self._journal.flush() + self._defs.flush()
+        return SyncPoint(self._position, tuple(fds))
+
+    def fsync(self, point: SyncPoint) -> int:
+        fsync_fds(list(point.fds))
+        # a plain int store is atomic under the GIL; only ever moves forward
+        if point.position > self._durable:
+            self._durable = point.position
+        return point.position
+
+    def sync(self) -> int:
+        return self.fsync(self.flush())
+
+    def close(self) -> None:
+        """Sync, close files, and leave the CLEAN marker for a fast, exact next start."""
+        self.sync()
+        self._journal.close()
+        self._bodies.journal.close()
+        self._defs.close()
+        (self.directory / "CLEAN").write_bytes(b"")
+        fsync_fds(self._fsync_dir_fds())
+
+    # -- space reclamation -------------------------------------------------------------------
+
+    def _maintain(self) -> None:
+        current = self._journal.current
+        segments = self._journal.segments
+        alive = set(segments)
+        for seg in segments:
+            if seg == current:
+                continue
+            moved_at = self._moved.get(seg)
+            if moved_at is not None and moved_at > self._durable:
+                continue
+            if self._seg_live.get(seg, 0) > 0:
+                continue
+            if any(dep in alive for dep in self._seg_deps.get(seg, ())):
+                continue
+            self._journal.delete(seg)
+            alive.discard(seg)
+            self._seg_live.pop(seg, None)
+            self._seg_deps.pop(seg, None)
+            self._moved.pop(seg, None)
+        self._maybe_copy_forward(current)
+        self._bodies.maintain(self._position, self._durable)
+
+    def _maybe_copy_forward(self, current: int) -> None:
+        # Copy the oldest segment's few live entries into the current one so a handful of
+        # long-lived messages does not pin a whole segment (and all its successors' ACKs).
+        segments = self._journal.segments
+        if len(segments) < 3:
+            return
+        oldest = segments[0]
+        if oldest == current or oldest in self._moved:
+            return
+        live = self._seg_live.get(oldest, 0)
+        if live == 0:
+            return
+        records, _ = _read_records(self._journal, oldest)
+        enqueues = sum(1 for r in records if r.rtype == RecordType.ENQUEUE)
+        if live > enqueues * _COMPACT_LIVE_RATIO:
+            return
+        for rec in records:
+            if rec.rtype != RecordType.ENQUEUE:
+                continue
+            entry = decode_entry(rec.payload)
+            if self._index.get(entry.queue, {}).get(entry.seq) != oldest:
+                continue
+            entry.delivery_count = self._counts.get(entry.queue, {}).get(entry.seq, 0)
+            at, _ = self._journal.append(RecordType.ENQUEUE, encode_entry(entry))
+            self._index[entry.queue][entry.seq] = at
+            self._seg_live[oldest] -= 1
+            self._seg_live[at] = self._seg_live.get(at, 0) + 1
+            self._depend(at, oldest)
+        self._moved[oldest] = self._position
+
+    # -- introspection (tests, management) ---------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Counters: live messages, segments, disk bytes, shared bodies."""
+        return {
+            "messages": sum(len(q) for q in self._index.values()),
+            "segments": len(self._journal.segments),
+            "journal_bytes": self._journal.disk_bytes(),
+            "msgstore_files": len(self._bodies.journal.segments),
+            "msgstore_bytes": self._bodies.journal.disk_bytes(),
+            "shared_bodies": len(self._bodies),
+        }
+
+    def body_refcount(self, ref: int) -> int:
+        """Reference count of a shared body (0 when gone)."""
+        return self._bodies.refcount(ref)
+
+
+def _read_records(journal: Journal, seg: int) -> tuple[list[Record], int]:
+    return scan(journal.read_segment(seg))
