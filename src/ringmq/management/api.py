@@ -1,0 +1,767 @@
+"""The RabbitMQ-compatible HTTP API (`/api/...`) over the `BrokerAdmin` and `Runtime` ports.
+
+Theory of operation: every handler runs on the broker's event loop and calls the synchronous
+facade directly (the loop thread owns the core, so there are no locks and no awaits in the
+middle of a change). Each request is authenticated with HTTP Basic against the broker's users
+(`authenticate`), parsed and validated completely *before* the facade is called, so a bad
+request (400) or a missing object (404) never leaves the broker half-changed. Errors leave
+through one boundary (`_endpoint`), in RabbitMQ's `{"error", "reason"}` shape.
+
+Path segments arrive percent-encoded (`/api/queues/%2F/orders`): `app.py` keeps each segment
+quoted while routing and handlers unquote the path parameters they read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, cast
+from urllib.parse import unquote
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ringmq import __version__
+from ringmq.management import definitions, paging, shapes
+from ringmq.management.errors import (
+    BadRequestError,
+    HttpError,
+    NotFoundError,
+    UnauthorizedError,
+    to_response,
+)
+from ringmq.management.port import (
+    AckMode,
+    BindingInfo,
+    BrokerAdmin,
+    ConnectionInfo,
+    PolicyInfo,
+    QueueInfo,
+    Runtime,
+    UserInfo,
+)
+from ringmq.management.rates import RateSampler
+
+log = logging.getLogger(__name__)
+
+MANAGEMENT_TAGS: Final = frozenset({"administrator", "management", "policymaker", "monitoring"})
+EXCHANGE_TYPES: Final = ("direct", "fanout", "topic", "headers")
+ACK_MODES: Final = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
+_AUTH_CACHE_MS: Final = 5_000
+OVERVIEW_KEY: Final = "overview"
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _param(request: Request, name: str) -> str:
+    return unquote(cast(str, request.path_params[name]))
+
+
+def _bool(value: Any, field: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise BadRequestError(f"{field} must be a boolean, got {value!r}")
+
+
+def _dict(value: Any, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequestError(f"{field} must be a JSON object, got {value!r}")
+    return value
+
+
+def _str(value: Any, field: str, default: str | None = None) -> str:
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str):
+        raise BadRequestError(f"{field} must be a string, got {value!r}")
+    return value
+
+
+def _int(value: Any, field: str, default: int | None = None) -> int:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BadRequestError(f"{field} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequestError(f"{field} must be an integer, got {value!r}") from None
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequestError("request body must be a JSON object")
+    return body
+
+
+def _json(data: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(data, status_code=status)
+
+
+def _no_content(status: int = 204) -> Response:
+    return Response(status_code=status)
+
+
+class Api:
+    """Handlers of `/api/*` bound to one broker facade, one runtime and one rate sampler."""
+
+    def __init__(
+        self,
+        admin: BrokerAdmin,
+        runtime: Runtime,
+        sampler: RateSampler,
+        clock_ms: Callable[[], int] = wall_ms,
+    ) -> None:
+        self.admin = admin
+        self.runtime = runtime
+        self.sampler = sampler
+        self.clock_ms = clock_ms
+        self._auth_cache: dict[str, tuple[int, UserInfo]] = {}
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def authenticate(self, request: Request) -> UserInfo:
+        """The user of a request's Basic credentials; raise 401 otherwise."""
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "basic" or not token:
+            raise UnauthorizedError("Not_Authorized")
+        now = self.clock_ms()
+        key = hashlib.sha256(token.encode()).hexdigest()
+        cached = self._auth_cache.get(key)
+        if cached is not None and now - cached[0] < _AUTH_CACHE_MS:
+            return cached[1]
+        try:
+            username, sep, password = base64.b64decode(token).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise UnauthorizedError("Not_Authorized") from None
+        if not sep:
+            raise UnauthorizedError("Not_Authorized")
+        found = self.admin.authenticate(username, password)
+        if found is None:
+            raise UnauthorizedError("Login failed")
+        if not MANAGEMENT_TAGS.intersection(found.tags):
+            raise UnauthorizedError("Not management user")
+        if len(self._auth_cache) > 256:
+            self._auth_cache.clear()
+        self._auth_cache[key] = (now, found)
+        return found
+
+    def refresh_rates(self, force: bool = False) -> None:
+        """Sample counters when the last sample is stale (the timer also calls this)."""
+        now = self.clock_ms()
+        if not force and not self.sampler.due(now):
+            return
+        totals: dict[str, dict[str, int]] = {}
+        overview: dict[str, int] = dict.fromkeys((*shapes.STAT_NAMES, "deliver_get"), 0)
+        overview.update(dict.fromkeys(shapes.DEPTH_NAMES, 0))
+        for q in self.admin.queues():
+            qt = shapes.queue_totals(q)
+            totals[shapes.queue_key(q.vhost, q.name)] = qt
+            for name, value in qt.items():
+                overview[name] += value
+        for x in self.admin.exchanges():
+            totals[f"x\x00{x.vhost}\x00{x.name}"] = {
+                "publish_in": x.publish_in,
+                "publish_out": x.publish_out,
+            }
+        totals[OVERVIEW_KEY] = overview
+        self.sampler.sample(now, totals)
+
+    def _wrap(self, handler: Handler, *, auth: bool = True) -> Handler:
+        async def endpoint(request: Request) -> Response:
+            try:
+                if auth:
+                    self.authenticate(request)
+                self.refresh_rates()
+                return await handler(request)
+            except Exception as exc:
+                if not isinstance(exc, HttpError | ValueError) and not hasattr(exc, "code"):
+                    log.exception("management request %s %s failed", request.method, request.url)
+                return to_response(exc)
+
+        return endpoint
+
+    def routes(self) -> list[Route]:
+        r = self._wrap
+        return [
+            Route("/api/overview", r(self.overview), methods=["GET"]),
+            Route("/api/whoami", r(self.whoami), methods=["GET"]),
+            Route("/api/ringmq/rates", r(self.rate_history), methods=["GET"]),
+            Route("/api/vhosts", r(self.vhosts), methods=["GET"]),
+            Route("/api/vhosts/{vhost}", r(self.vhost), methods=["GET"]),
+            Route("/api/users", r(self.users), methods=["GET"]),
+            Route("/api/users/{user}", r(self.user), methods=["GET"]),
+            Route("/api/permissions", r(self.permissions), methods=["GET"]),
+            Route("/api/connections", r(self.connections), methods=["GET"]),
+            Route("/api/connections/{name}", r(self.connection), methods=["GET", "DELETE"]),
+            Route("/api/channels", r(self.channels), methods=["GET"]),
+            Route("/api/consumers", r(self.consumers), methods=["GET"]),
+            Route("/api/consumers/{vhost}", r(self.consumers), methods=["GET"]),
+            Route("/api/exchanges", r(self.exchanges), methods=["GET"]),
+            Route("/api/exchanges/{vhost}", r(self.exchanges), methods=["GET"]),
+            Route(
+                "/api/exchanges/{vhost}/{name}",
+                r(self.exchange),
+                methods=["GET", "PUT", "DELETE"],
+            ),
+            Route("/api/exchanges/{vhost}/{name}/publish", r(self.publish), methods=["POST"]),
+            Route(
+                "/api/exchanges/{vhost}/{name}/bindings/{side}",
+                r(self.exchange_bindings),
+                methods=["GET"],
+            ),
+            Route("/api/bindings", r(self.bindings), methods=["GET"]),
+            Route("/api/bindings/{vhost}", r(self.bindings), methods=["GET"]),
+            Route(
+                "/api/bindings/{vhost}/e/{source}/{kind}/{destination}",
+                r(self.binding_pair),
+                methods=["GET", "POST"],
+            ),
+            Route(
+                "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
+                r(self.binding_one),
+                methods=["GET", "DELETE"],
+            ),
+            Route("/api/queues", r(self.queues), methods=["GET"]),
+            Route("/api/queues/{vhost}", r(self.queues), methods=["GET"]),
+            Route("/api/queues/{vhost}/{name}", r(self.queue), methods=["GET", "PUT", "DELETE"]),
+            Route("/api/queues/{vhost}/{name}/bindings", r(self.queue_bindings), methods=["GET"]),
+            Route("/api/queues/{vhost}/{name}/contents", r(self.purge), methods=["DELETE"]),
+            Route("/api/queues/{vhost}/{name}/get", r(self.get), methods=["POST"]),
+            Route("/api/queues/{vhost}/{name}/settings", r(self.settings), methods=["PUT"]),
+            Route(
+                "/api/queues/{vhost}/{name}/scheduled",
+                r(self.scheduled),
+                methods=["GET", "DELETE"],
+            ),
+            Route(
+                "/api/queues/{vhost}/{name}/scheduled/deliver",
+                r(self.deliver_scheduled),
+                methods=["POST"],
+            ),
+            Route("/api/policies", r(self.policies), methods=["GET"]),
+            Route("/api/policies/{vhost}", r(self.policies), methods=["GET"]),
+            Route(
+                "/api/policies/{vhost}/{name}",
+                r(self.policy),
+                methods=["GET", "PUT", "DELETE"],
+            ),
+            Route("/api/definitions", r(self.definitions), methods=["GET", "POST"]),
+            Route("/api/definitions/{vhost}", r(self.definitions), methods=["GET", "POST"]),
+        ]
+
+    def _list(self, request: Request, items: list[dict[str, Any]]) -> JSONResponse:
+        return _json(paging.apply(items, request.query_params))
+
+    def _vhost(self, request: Request) -> str | None:
+        if "vhost" not in request.path_params:
+            return None
+        vhost = _param(request, "vhost")
+        if vhost not in self.admin.vhosts():
+            raise NotFoundError(f"no vhost {vhost!r}")
+        return vhost
+
+    def _connections_by_id(self) -> dict[int, ConnectionInfo]:
+        return {c.conn_id: c for c in self.runtime.connections()}
+
+    def _queue_json(self, q: QueueInfo) -> dict[str, Any]:
+        return shapes.queue(q, self.sampler, self.runtime.node)
+
+    # -- overview, vhosts, users ---------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        queues = self.admin.queues()
+        totals = dict.fromkeys(shapes.DEPTH_NAMES, 0)
+        scheduled = paged = 0
+        for q in queues:
+            totals["messages"] += q.messages
+            totals["messages_ready"] += q.messages_ready
+            totals["messages_unacknowledged"] += q.messages_unacknowledged
+            scheduled += q.messages_scheduled
+            paged += q.messages_paged
+        rates = self.sampler.rates(OVERVIEW_KEY)
+        queue_totals: dict[str, Any] = dict(totals)
+        for name in shapes.DEPTH_NAMES:
+            queue_totals[f"{name}_details"] = {"rate": rates.get(name, 0.0)}
+        queue_totals["messages_scheduled"] = scheduled
+        queue_totals["messages_paged"] = paged
+        overview_totals: dict[str, int] = {}
+        for q in queues:
+            for name, value in shapes.queue_totals(q).items():
+                overview_totals[name] = overview_totals.get(name, 0) + value
+        connections = self.runtime.connections()
+        node = self.runtime.node
+        return _json(
+            {
+                "management_version": __version__,
+                "rates_mode": "basic",
+                "sample_retention_policies": {"global": [600], "basic": [600], "detailed": [600]},
+                "exchange_types": [{"name": t, "enabled": True} for t in EXCHANGE_TYPES],
+                "product_name": "RingMQ",
+                "product_version": __version__,
+                "rabbitmq_version": "3.13.0",
+                "cluster_name": node,
+                "node": node,
+                "started_at": self.runtime.started_at_ms,
+                "message_stats": shapes.message_stats(overview_totals, rates),
+                "queue_totals": queue_totals,
+                "object_totals": {
+                    "channels": len(self.admin.channels()),
+                    "connections": len(connections),
+                    "consumers": len(self.admin.consumers()),
+                    "exchanges": len(self.admin.exchanges()),
+                    "queues": len(queues),
+                },
+                "blocked_connections": sum(
+                    1 for c in connections if c.state in ("blocked", "blocking")
+                ),
+                "listeners": [
+                    {
+                        "node": node,
+                        "protocol": ln.protocol,
+                        "ip_address": ln.ip_address,
+                        "port": ln.port,
+                    }
+                    for ln in self.runtime.listeners()
+                ],
+                "contexts": [],
+            }
+        )
+
+    async def whoami(self, request: Request) -> Response:
+        u = self.authenticate(request)
+        return _json({"name": u.name, "tags": list(u.tags)})
+
+    async def rate_history(self, request: Request) -> Response:
+        return _json(
+            [{"t": t, **rates} for t, rates in self.sampler.history()]
+            if self.sampler.history_key == OVERVIEW_KEY
+            else []
+        )
+
+    def _vhost_json(self, vhost: str) -> dict[str, Any]:
+        depth = ready = unacked = 0
+        for q in self.admin.queues(vhost):
+            depth += q.messages
+            ready += q.messages_ready
+            unacked += q.messages_unacknowledged
+        return {
+            "name": vhost,
+            "description": "",
+            "tags": [],
+            "tracing": False,
+            "messages": depth,
+            "messages_ready": ready,
+            "messages_unacknowledged": unacked,
+        }
+
+    async def vhosts(self, request: Request) -> Response:
+        return self._list(request, [self._vhost_json(v) for v in self.admin.vhosts()])
+
+    async def vhost(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        assert vhost is not None
+        return _json(self._vhost_json(vhost))
+
+    async def users(self, request: Request) -> Response:
+        return self._list(request, [shapes.user(u) for u in self.admin.users()])
+
+    async def user(self, request: Request) -> Response:
+        name = _param(request, "user")
+        for u in self.admin.users():
+            if u.name == name:
+                return _json(shapes.user(u))
+        raise NotFoundError(f"no user {name!r}")
+
+    async def permissions(self, request: Request) -> Response:
+        return self._list(request, [shapes.permission(p) for p in self.admin.permissions()])
+
+    # -- connections, channels, consumers ------------------------------------------------
+
+    async def connections(self, request: Request) -> Response:
+        node = self.runtime.node
+        return self._list(request, [shapes.connection(c, node) for c in self.runtime.connections()])
+
+    async def connection(self, request: Request) -> Response:
+        name = _param(request, "name")
+        found = next((c for c in self.runtime.connections() if c.name == name), None)
+        if found is None:
+            raise NotFoundError(f"no connection {name!r}")
+        if request.method == "DELETE":
+            reason = request.headers.get("x-reason", "Closed via management plugin")
+            self.runtime.close_connection(name, reason)
+            return _no_content()
+        return _json(shapes.connection(found, self.runtime.node))
+
+    async def channels(self, request: Request) -> Response:
+        conns = self._connections_by_id()
+        node = self.runtime.node
+        return self._list(
+            request,
+            [shapes.channel(ch, conns.get(ch.conn_id), node) for ch in self.admin.channels()],
+        )
+
+    async def consumers(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        conns = self._connections_by_id()
+        return self._list(
+            request,
+            [
+                shapes.consumer(c, conns.get(c.conn_id))
+                for c in self.admin.consumers()
+                if vhost is None or c.vhost == vhost
+            ],
+        )
+
+    # -- exchanges -----------------------------------------------------------------------
+
+    @staticmethod
+    def _exchange_name(raw: str) -> str:
+        # RabbitMQ names the default exchange "amq.default" in URLs.
+        return "" if raw == "amq.default" else raw
+
+    async def exchanges(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        return self._list(
+            request, [shapes.exchange(x, self.sampler) for x in self.admin.exchanges(vhost)]
+        )
+
+    def _find_exchange(self, vhost: str, name: str) -> dict[str, Any]:
+        for x in self.admin.exchanges(vhost):
+            if x.name == name:
+                return shapes.exchange(x, self.sampler)
+        raise NotFoundError(f"no exchange {name!r} in vhost {vhost!r}")
+
+    async def exchange(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        assert vhost is not None
+        name = self._exchange_name(_param(request, "name"))
+        if request.method == "GET":
+            return _json(self._find_exchange(vhost, name))
+        if request.method == "DELETE":
+            self._find_exchange(vhost, name)
+            if_unused = _bool(request.query_params.get("if-unused"), "if-unused", False)
+            self.admin.delete_exchange(vhost, name, if_unused=if_unused, now_ms=self.clock_ms())
+            return _no_content()
+        body = await _body(request)
+        if not name:
+            raise BadRequestError("cannot redeclare the default exchange")
+        xtype = _str(body.get("type"), "type")
+        if xtype not in EXCHANGE_TYPES:
+            raise BadRequestError(f"unknown exchange type {xtype!r}")
+        created = self.admin.declare_exchange(
+            vhost,
+            name,
+            type=xtype,
+            durable=_bool(body.get("durable"), "durable", True),
+            auto_delete=_bool(body.get("auto_delete"), "auto_delete", False),
+            internal=_bool(body.get("internal"), "internal", False),
+            arguments=_dict(body.get("arguments"), "arguments"),
+            now_ms=self.clock_ms(),
+        )
+        return _no_content(201 if created else 204)
+
+    async def publish(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        assert vhost is not None
+        name = self._exchange_name(_param(request, "name"))
+        body = await _body(request)
+        routing_key = _str(body.get("routing_key"), "routing_key")
+        properties = _dict(body.get("properties"), "properties")
+        text = _str(body.get("payload"), "payload")
+        encoding = _str(body.get("payload_encoding"), "payload_encoding", "string")
+        if encoding == "string":
+            raw = text.encode("utf-8")
+        elif encoding == "base64":
+            try:
+                raw = base64.b64decode(text, validate=True)
+            except binascii.Error:
+                raise BadRequestError("payload is not valid base64") from None
+        else:
+            raise BadRequestError(f"payload_encoding must be string or base64, got {encoding!r}")
+        if name:
+            self._find_exchange(vhost, name)
+        routed = self.admin.publish(
+            vhost, name, routing_key, raw, properties, now_ms=self.clock_ms()
+        )
+        return _json({"routed": routed})
+
+    async def exchange_bindings(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        assert vhost is not None
+        name = self._exchange_name(_param(request, "name"))
+        side = _param(request, "side")
+        if side not in ("source", "destination"):
+            raise NotFoundError()
+        self._find_exchange(vhost, name)
+        items = [
+            shapes.binding(b)
+            for b in self.admin.bindings(vhost)
+            if (
+                b.source == name
+                if side == "source"
+                else (b.destination_type == "exchange" and b.destination == name)
+            )
+        ]
+        return self._list(request, items)
+
+    # -- bindings ------------------------------------------------------------------------
+
+    async def bindings(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        return self._list(request, [shapes.binding(b) for b in self.admin.bindings(vhost)])
+
+    def _pair(self, request: Request) -> tuple[str, str, str, str]:
+        vhost = self._vhost(request)
+        assert vhost is not None
+        kind = _param(request, "kind")
+        if kind not in ("q", "e"):
+            raise NotFoundError()
+        source = self._exchange_name(_param(request, "source"))
+        destination = _param(request, "destination")
+        self._find_exchange(vhost, source)
+        if kind == "q":
+            self._find_queue(vhost, destination)
+        else:
+            self._find_exchange(vhost, destination)
+        return vhost, source, "queue" if kind == "q" else "exchange", destination
+
+    def _pair_bindings(self, vhost: str, source: str, dtype: str, dest: str) -> list[BindingInfo]:
+        return [
+            b
+            for b in self.admin.bindings(vhost)
+            if b.source == source and b.destination_type == dtype and b.destination == dest
+        ]
+
+    async def binding_pair(self, request: Request) -> Response:
+        vhost, source, dtype, dest = self._pair(request)
+        if request.method == "GET":
+            items = [shapes.binding(b) for b in self._pair_bindings(vhost, source, dtype, dest)]
+            return self._list(request, items)
+        body = await _body(request)
+        routing_key = _str(body.get("routing_key"), "routing_key", "")
+        arguments = _dict(body.get("arguments"), "arguments")
+        if not source:
+            raise BadRequestError("cannot bind to the default exchange")
+        binding = BindingInfo(
+            vhost=vhost,
+            source=source,
+            destination=dest,
+            destination_type="queue" if dtype == "queue" else "exchange",
+            routing_key=routing_key,
+            arguments=arguments,
+        )
+        self.admin.bind(binding, now_ms=self.clock_ms())
+        location = shapes.properties_key(routing_key, arguments)
+        return Response(status_code=201, headers={"Location": location})
+
+    async def binding_one(self, request: Request) -> Response:
+        vhost, source, dtype, dest = self._pair(request)
+        props = _param(request, "props")
+        found = next(
+            (
+                b
+                for b in self._pair_bindings(vhost, source, dtype, dest)
+                if shapes.properties_key(b.routing_key, b.arguments) == props
+            ),
+            None,
+        )
+        if found is None:
+            raise NotFoundError(f"no binding {props!r}")
+        if request.method == "GET":
+            return _json(shapes.binding(found))
+        self.admin.unbind(found, now_ms=self.clock_ms())
+        return _no_content()
+
+    # -- queues --------------------------------------------------------------------------
+
+    def _find_queue(self, vhost: str, name: str) -> QueueInfo:
+        return self.admin.queue(vhost, name)
+
+    def _queue_path(self, request: Request) -> tuple[str, str]:
+        vhost = self._vhost(request)
+        assert vhost is not None
+        return vhost, _param(request, "name")
+
+    async def queues(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        return self._list(request, [self._queue_json(q) for q in self.admin.queues(vhost)])
+
+    async def queue(self, request: Request) -> Response:
+        vhost, name = self._queue_path(request)
+        now = self.clock_ms()
+        if request.method == "GET":
+            return _json(self._queue_json(self._find_queue(vhost, name)))
+        if request.method == "DELETE":
+            self._find_queue(vhost, name)
+            q = request.query_params
+            self.admin.delete_queue(
+                vhost,
+                name,
+                if_unused=_bool(q.get("if-unused"), "if-unused", False),
+                if_empty=_bool(q.get("if-empty"), "if-empty", False),
+                now_ms=now,
+            )
+            return _no_content()
+        body = await _body(request)
+        if not name or len(name.encode()) > 255:
+            raise BadRequestError("queue name must be 1..255 bytes")
+        created = self.admin.declare_queue(
+            vhost,
+            name,
+            durable=_bool(body.get("durable"), "durable", True),
+            auto_delete=_bool(body.get("auto_delete"), "auto_delete", False),
+            arguments=_dict(body.get("arguments"), "arguments"),
+            now_ms=now,
+        )
+        return _no_content(201 if created else 204)
+
+    async def queue_bindings(self, request: Request) -> Response:
+        vhost, name = self._queue_path(request)
+        self._find_queue(vhost, name)
+        items = [
+            shapes.binding(b)
+            for b in self.admin.bindings(vhost)
+            if b.destination_type == "queue" and b.destination == name
+        ]
+        return self._list(request, items)
+
+    async def purge(self, request: Request) -> Response:
+        vhost, name = self._queue_path(request)
+        self._find_queue(vhost, name)
+        self.admin.purge_queue(vhost, name, now_ms=self.clock_ms())
+        return _no_content()
+
+    async def get(self, request: Request) -> Response:
+        vhost, name = self._queue_path(request)
+        body = await _body(request)
+        count = _int(body.get("count"), "count", 1)
+        if count < 1:
+            raise BadRequestError("count must be at least 1")
+        ackmode = _str(body.get("ackmode"), "ackmode", "ack_requeue_true")
+        if ackmode not in ACK_MODES:
+            raise BadRequestError(f"ackmode must be one of {', '.join(ACK_MODES)}")
+        encoding = _str(body.get("encoding"), "encoding", "auto")
+        if encoding not in ("auto", "base64"):
+            raise BadRequestError("encoding must be auto or base64")
+        truncate_raw = body.get("truncate")
+        truncate = None if truncate_raw is None else _int(truncate_raw, "truncate")
+        self._find_queue(vhost, name)
+        got = self.admin.get_messages(
+            vhost, name, count=count, ackmode=cast(AckMode, ackmode), now_ms=self.clock_ms()
+        )
+        return _json([shapes.fetched(m, encoding, truncate) for m in got])
+
+    async def settings(self, request: Request) -> Response:
+        vhost, name = self._queue_path(request)
+        body = await _body(request)
+        if not body:
+            raise BadRequestError("no settings given")
+        self._find_queue(vhost, name)
+        updated = self.admin.update_queue(vhost, name, body, now_ms=self.clock_ms())
+        return _json(self._queue_json(updated))
+
+    async def scheduled(self, request: Request) -> Response:
+        vhost, name = self._queue_path(request)
+        self._find_queue(vhost, name)
+        if request.method == "DELETE":
+            removed = self.admin.purge_scheduled(vhost, name, now_ms=self.clock_ms())
+            return _json({"purged": removed})
+        items = [shapes.scheduled(s) for s in self.admin.scheduled(vhost, name)]
+        return _json(paging.apply(items, request.query_params))
+
+    async def deliver_scheduled(self, request: Request) -> Response:
+        vhost, name = self._queue_path(request)
+        body = await _body(request)
+        raw = body.get("seqs")
+        seqs: list[int] | None = None
+        if raw is not None:
+            if not isinstance(raw, list):
+                raise BadRequestError("seqs must be a list of integers")
+            seqs = [_int(s, "seqs") for s in raw]
+        self._find_queue(vhost, name)
+        moved = self.admin.deliver_scheduled_now(vhost, name, seqs, now_ms=self.clock_ms())
+        return _json({"delivered": moved})
+
+    # -- policies ------------------------------------------------------------------------
+
+    async def policies(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        return self._list(request, [shapes.policy(p) for p in self.admin.policies(vhost)])
+
+    async def policy(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        assert vhost is not None
+        name = _param(request, "name")
+        existing = next((p for p in self.admin.policies(vhost) if p.name == name), None)
+        if request.method == "GET":
+            if existing is None:
+                raise NotFoundError(f"no policy {name!r} in vhost {vhost!r}")
+            return _json(shapes.policy(existing))
+        if request.method == "DELETE":
+            if existing is None:
+                raise NotFoundError(f"no policy {name!r} in vhost {vhost!r}")
+            self.admin.clear_policy(vhost, name, now_ms=self.clock_ms())
+            return _no_content()
+        body = await _body(request)
+        policy = parse_policy(vhost, name, body)
+        created = self.admin.set_policy(policy, now_ms=self.clock_ms())
+        return _no_content(201 if created else 204)
+
+    # -- definitions ---------------------------------------------------------------------
+
+    async def definitions(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        if request.method == "GET":
+            return _json(definitions.export(self.admin, vhost))
+        body = await _body(request)
+        definitions.import_(self.admin, body, vhost, now_ms=self.clock_ms())
+        return _no_content()
+
+
+def parse_policy(vhost: str, name: str, body: Mapping[str, Any]) -> PolicyInfo:
+    """Validate a policy body (`pattern`, `definition`, `priority`, `apply-to`)."""
+    pattern = _str(body.get("pattern"), "pattern")
+    definition = _dict(body.get("definition"), "definition")
+    if not definition:
+        raise BadRequestError("policy definition must not be empty")
+    apply_to = _str(body.get("apply-to"), "apply-to", "all")
+    if apply_to not in ("all", "queues", "exchanges", "classic_queues", "quorum_queues"):
+        raise BadRequestError(f"invalid apply-to {apply_to!r}")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise BadRequestError(f"invalid pattern {pattern!r}: {exc}") from None
+    return PolicyInfo(
+        vhost=vhost,
+        name=name,
+        pattern=pattern,
+        definition=definition,
+        priority=_int(body.get("priority"), "priority", 0),
+        apply_to=apply_to,
+    )

@@ -1,0 +1,242 @@
+"""Definitions export and import in RabbitMQ's JSON format (`/api/definitions`).
+
+Export gathers users, vhosts, permissions, policies, queues, exchanges and bindings. Import
+is all-or-nothing at the HTTP level: the whole document is parsed and checked first (shapes,
+types, known vhosts, no conflicting redeclaration of an existing queue or exchange, bindings
+whose ends exist or are part of the document), and only then applied in dependency order
+(policies, exchanges, queues, bindings). Users and permissions are exported for reference;
+importing them is accepted only when they already match (ringmq keeps users in its config).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ringmq import __version__
+from ringmq.management import shapes
+from ringmq.management.errors import BadRequestError
+from ringmq.management.port import BindingInfo, BrokerAdmin, PolicyInfo
+
+_BUILT_IN_PREFIX = "amq."
+
+
+def export(admin: BrokerAdmin, vhost: str | None = None) -> dict[str, Any]:
+    """The broker's definitions (or one vhost's, without users and vhosts)."""
+
+    def strip(item: dict[str, Any]) -> dict[str, Any]:
+        if vhost is not None:
+            item.pop("vhost", None)
+        return item
+
+    queues = [
+        strip(
+            {
+                "name": q.name,
+                "vhost": q.vhost,
+                "durable": q.durable,
+                "auto_delete": q.auto_delete,
+                "arguments": q.arguments,
+            }
+        )
+        for q in admin.queues(vhost)
+        if not q.exclusive
+    ]
+    exchanges = [
+        strip(
+            {
+                "name": x.name,
+                "vhost": x.vhost,
+                "type": x.type,
+                "durable": x.durable,
+                "auto_delete": x.auto_delete,
+                "internal": x.internal,
+                "arguments": x.arguments,
+            }
+        )
+        for x in admin.exchanges(vhost)
+        if x.name and not x.name.startswith(_BUILT_IN_PREFIX)
+    ]
+    bindings = [
+        strip({k: v for k, v in shapes.binding(b).items() if k != "properties_key"})
+        for b in admin.bindings(vhost)
+        if b.source
+    ]
+    policies = [strip(shapes.policy(p)) for p in admin.policies(vhost)]
+    out: dict[str, Any] = {
+        "rabbit_version": "3.13.0",
+        "rabbitmq_version": "3.13.0",
+        "product_name": "RingMQ",
+        "product_version": __version__,
+    }
+    if vhost is None:
+        out["users"] = [shapes.user(u) for u in admin.users()]
+        out["vhosts"] = [{"name": v, "description": "", "tags": []} for v in admin.vhosts()]
+        out["permissions"] = [shapes.permission(p) for p in admin.permissions()]
+        out["topic_permissions"] = []
+        out["parameters"] = []
+        out["global_parameters"] = []
+    out["policies"] = policies
+    out["queues"] = queues
+    out["exchanges"] = exchanges
+    out["bindings"] = bindings
+    return out
+
+
+@dataclass(slots=True)
+class _Plan:
+    policies: list[PolicyInfo]
+    exchanges: list[dict[str, Any]]
+    queues: list[dict[str, Any]]
+    bindings: list[BindingInfo]
+
+
+def _list(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = doc.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise BadRequestError(f"definitions: {key} must be a list of objects")
+    return value
+
+
+def _field(item: dict[str, Any], key: str, kind: type, where: str, default: Any = None) -> Any:
+    value = item.get(key, default)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadRequestError(f"definitions: {where}: {key} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _plan(admin: BrokerAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Plan:
+    from ringmq.management.api import EXCHANGE_TYPES, parse_policy
+
+    known_vhosts = set(admin.vhosts())
+
+    def vhost_of(item: dict[str, Any], where: str) -> str:
+        vhost = only_vhost if only_vhost is not None else item.get("vhost", "/")
+        if not isinstance(vhost, str) or vhost not in known_vhosts:
+            raise BadRequestError(f"definitions: {where}: vhost {vhost!r} does not exist")
+        return vhost
+
+    for v in _list(doc, "vhosts"):
+        name = _field(v, "name", str, "vhost")
+        if name not in known_vhosts:
+            raise BadRequestError(f"definitions: creating vhost {name!r} is not supported")
+    users = {u.name: u for u in admin.users()}
+    for u in _list(doc, "users"):
+        name = _field(u, "name", str, "user")
+        if name not in users:
+            raise BadRequestError(f"definitions: creating user {name!r} is not supported")
+
+    policies = []
+    for p in _list(doc, "policies"):
+        where = f"policy {p.get('name')!r}"
+        vhost = vhost_of(p, where)
+        policies.append(parse_policy(vhost, _field(p, "name", str, where), p))
+
+    existing_x = {(x.vhost, x.name): x for x in admin.exchanges()}
+    exchanges = []
+    for x in _list(doc, "exchanges"):
+        where = f"exchange {x.get('name')!r}"
+        spec = {
+            "vhost": vhost_of(x, where),
+            "name": _field(x, "name", str, where),
+            "type": _field(x, "type", str, where),
+            "durable": _field(x, "durable", bool, where, True),
+            "auto_delete": _field(x, "auto_delete", bool, where, False),
+            "internal": _field(x, "internal", bool, where, False),
+            "arguments": _field(x, "arguments", dict, where, {}),
+        }
+        if spec["type"] not in EXCHANGE_TYPES:
+            raise BadRequestError(f"definitions: {where}: unknown type {spec['type']!r}")
+        old = existing_x.get((spec["vhost"], spec["name"]))
+        if old is not None and (old.type, old.durable, old.auto_delete, old.internal) != (
+            spec["type"],
+            spec["durable"],
+            spec["auto_delete"],
+            spec["internal"],
+        ):
+            raise BadRequestError(f"definitions: {where} exists with different settings")
+        exchanges.append(spec)
+
+    existing_q = {(q.vhost, q.name): q for q in admin.queues()}
+    queues = []
+    for q in _list(doc, "queues"):
+        where = f"queue {q.get('name')!r}"
+        spec = {
+            "vhost": vhost_of(q, where),
+            "name": _field(q, "name", str, where),
+            "durable": _field(q, "durable", bool, where, True),
+            "auto_delete": _field(q, "auto_delete", bool, where, False),
+            "arguments": _field(q, "arguments", dict, where, {}),
+        }
+        if not spec["name"]:
+            raise BadRequestError(f"definitions: {where}: empty queue name")
+        old_q = existing_q.get((spec["vhost"], spec["name"]))
+        if old_q is not None and (old_q.durable, old_q.auto_delete, old_q.arguments) != (
+            spec["durable"],
+            spec["auto_delete"],
+            spec["arguments"],
+        ):
+            raise BadRequestError(f"definitions: {where} exists with different settings")
+        queues.append(spec)
+
+    x_names = set(existing_x) | {(x["vhost"], x["name"]) for x in exchanges}
+    q_names = set(existing_q) | {(q["vhost"], q["name"]) for q in queues}
+    bindings = []
+    for b in _list(doc, "bindings"):
+        where = f"binding {b.get('source')!r} -> {b.get('destination')!r}"
+        vhost = vhost_of(b, where)
+        dtype = _field(b, "destination_type", str, where, "queue")
+        if dtype not in ("queue", "exchange"):
+            raise BadRequestError(f"definitions: {where}: bad destination_type {dtype!r}")
+        binding = BindingInfo(
+            vhost=vhost,
+            source=_field(b, "source", str, where),
+            destination=_field(b, "destination", str, where),
+            destination_type="queue" if dtype == "queue" else "exchange",
+            routing_key=_field(b, "routing_key", str, where, ""),
+            arguments=_field(b, "arguments", dict, where, {}),
+        )
+        if (vhost, binding.source) not in x_names:
+            raise BadRequestError(f"definitions: {where}: no source exchange")
+        dest_known = q_names if dtype == "queue" else x_names
+        if (vhost, binding.destination) not in dest_known:
+            raise BadRequestError(f"definitions: {where}: no destination {dtype}")
+        bindings.append(binding)
+    return _Plan(policies, exchanges, queues, bindings)
+
+
+def import_(
+    admin: BrokerAdmin, doc: dict[str, Any], vhost: str | None = None, *, now_ms: int
+) -> dict[str, int]:
+    """Check the whole document, then apply it; returns how many objects of each kind."""
+    plan = _plan(admin, doc, vhost)
+    for p in plan.policies:
+        admin.set_policy(p, now_ms=now_ms)
+    for x in plan.exchanges:
+        admin.declare_exchange(
+            x["vhost"],
+            x["name"],
+            type=x["type"],
+            durable=x["durable"],
+            auto_delete=x["auto_delete"],
+            internal=x["internal"],
+            arguments=x["arguments"],
+            now_ms=now_ms,
+        )
+    for q in plan.queues:
+        admin.declare_queue(
+            q["vhost"],
+            q["name"],
+            durable=q["durable"],
+            auto_delete=q["auto_delete"],
+            arguments=q["arguments"],
+            now_ms=now_ms,
+        )
+    for b in plan.bindings:
+        admin.bind(b, now_ms=now_ms)
+    return {
+        "policies": len(plan.policies),
+        "exchanges": len(plan.exchanges),
+        "queues": len(plan.queues),
+        "bindings": len(plan.bindings),
+    }
