@@ -8,13 +8,14 @@ The generated code is ringmq's own: straight-line encoders and decoders with eve
 fixed-width fields (and every run of bits, packed into octets) merged into one precompiled
 ``struct.Struct``.
 
-Run: ``.venv/bin/python tools/gen_spec.py`` (then ``ruff format src/ringmq/amqp/spec.py``).
+Run: ``.venv/bin/python tools/gen_spec.py`` (it ruff-formats the output).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +195,8 @@ def generate(methods: list[Meth]) -> str:
         body.append(f"    NAME: ClassVar[str] = {m.wire_name!r}")
         body.append(f"    SYNCHRONOUS: ClassVar[bool] = {m.synchronous}")
         body.append(f"    CONTENT: ClassVar[bool] = {m.content}")
+        domains = tuple((f.name, f.domain) for f in m.fields)
+        body.append(f"    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = {domains!r}")
         if m.fields:
             body.append("")
         for f in m.fields:
@@ -330,7 +333,8 @@ HEADER = '''
 """AMQP 0-9-1 methods (with RabbitMQ's extensions) as frozen slotted dataclasses.
 
 Every class has ``CLASS_ID``, ``METHOD_ID``, ``NAME`` (the spec's dotted name),
-``SYNCHRONOUS`` (the peer must reply) and ``CONTENT`` (a content header and body follow), every
+``SYNCHRONOUS`` (the peer must reply), ``CONTENT`` (a content header and body follow) and
+``DOMAINS`` (field names and AMQP types in wire order), every
 field has the spec's default, and ``encode()`` returns the method frame payload (class id,
 method id, arguments). ``decode_method(payload)`` is the inverse; it validates everything and
 raises only ``AMQPError``:
@@ -367,6 +371,9 @@ class Method:
     NAME: ClassVar[str]
     SYNCHRONOUS: ClassVar[bool]
     CONTENT: ClassVar[bool]
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]]
+    """(field name, AMQP domain) in wire order: octet, short, long, longlong, bit, shortstr,
+    longstr, table."""
 
     def encode(self) -> bytes:
         raise NotImplementedError
@@ -466,6 +473,8 @@ def decode_method(payload: Buffer) -> Method:
 
 def main() -> int:
     OUT.write_text(generate(collect()))
+    # The committed file is ruff-formatted; format here so regeneration is one step.
+    subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", str(OUT)], check=True)
     print(f"wrote {OUT}")
     return 0
 

@@ -2,7 +2,8 @@
 """AMQP 0-9-1 methods (with RabbitMQ's extensions) as frozen slotted dataclasses.
 
 Every class has ``CLASS_ID``, ``METHOD_ID``, ``NAME`` (the spec's dotted name),
-``SYNCHRONOUS`` (the peer must reply) and ``CONTENT`` (a content header and body follow), every
+``SYNCHRONOUS`` (the peer must reply), ``CONTENT`` (a content header and body follow) and
+``DOMAINS`` (field names and AMQP types in wire order), every
 field has the spec's default, and ``encode()`` returns the method frame payload (class id,
 method id, arguments). ``decode_method(payload)`` is the inverse; it validates everything and
 raises only ``AMQPError``:
@@ -88,6 +89,9 @@ class Method:
     NAME: ClassVar[str]
     SYNCHRONOUS: ClassVar[bool]
     CONTENT: ClassVar[bool]
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]]
+    """(field name, AMQP domain) in wire order: octet, short, long, longlong, bit, shortstr,
+    longstr, table."""
 
     def encode(self) -> bytes:
         raise NotImplementedError
@@ -129,6 +133,13 @@ class ConnectionStart(Method):
     NAME: ClassVar[str] = "connection.start"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("version_major", "octet"),
+        ("version_minor", "octet"),
+        ("server_properties", "table"),
+        ("mechanisms", "longstr"),
+        ("locales", "longstr"),
+    )
 
     version_major: int = 0
     version_minor: int = 9
@@ -157,6 +168,12 @@ class ConnectionStartOk(Method):
     NAME: ClassVar[str] = "connection.start-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("client_properties", "table"),
+        ("mechanism", "shortstr"),
+        ("response", "longstr"),
+        ("locale", "shortstr"),
+    )
 
     client_properties: dict[str, Any] = field(default_factory=dict)
     mechanism: str = "PLAIN"
@@ -185,6 +202,7 @@ class ConnectionSecure(Method):
     NAME: ClassVar[str] = "connection.secure"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("challenge", "longstr"),)
 
     challenge: bytes = b""
 
@@ -207,6 +225,7 @@ class ConnectionSecureOk(Method):
     NAME: ClassVar[str] = "connection.secure-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("response", "longstr"),)
 
     response: bytes = b""
 
@@ -229,6 +248,11 @@ class ConnectionTune(Method):
     NAME: ClassVar[str] = "connection.tune"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("channel_max", "short"),
+        ("frame_max", "long"),
+        ("heartbeat", "short"),
+    )
 
     channel_max: int = 0
     frame_max: int = 0
@@ -248,6 +272,11 @@ class ConnectionTuneOk(Method):
     NAME: ClassVar[str] = "connection.tune-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("channel_max", "short"),
+        ("frame_max", "long"),
+        ("heartbeat", "short"),
+    )
 
     channel_max: int = 0
     frame_max: int = 0
@@ -267,6 +296,11 @@ class ConnectionOpen(Method):
     NAME: ClassVar[str] = "connection.open"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("virtual_host", "shortstr"),
+        ("reserved_1", "shortstr"),
+        ("reserved_2", "bit"),
+    )
 
     virtual_host: str = "/"
     reserved_1: str = ""
@@ -293,6 +327,7 @@ class ConnectionOpenOk(Method):
     NAME: ClassVar[str] = "connection.open-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_1", "shortstr"),)
 
     reserved_1: str = ""
 
@@ -315,6 +350,12 @@ class ConnectionClose(Method):
     NAME: ClassVar[str] = "connection.close"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("class_id", "short"),
+        ("method_id", "short"),
+    )
 
     reply_code: int = 0
     reply_text: str = ""
@@ -341,6 +382,7 @@ class ConnectionCloseOk(Method):
     NAME: ClassVar[str] = "connection.close-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -356,6 +398,7 @@ class ConnectionBlocked(Method):
     NAME: ClassVar[str] = "connection.blocked"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("reason", "shortstr"),)
 
     reason: str = ""
 
@@ -378,6 +421,7 @@ class ConnectionUnblocked(Method):
     NAME: ClassVar[str] = "connection.unblocked"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -393,6 +437,10 @@ class ConnectionUpdateSecret(Method):
     NAME: ClassVar[str] = "connection.update-secret"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("new_secret", "longstr"),
+        ("reason", "shortstr"),
+    )
 
     new_secret: bytes = b""
     reason: str = ""
@@ -417,6 +465,7 @@ class ConnectionUpdateSecretOk(Method):
     NAME: ClassVar[str] = "connection.update-secret-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -432,6 +481,7 @@ class ChannelOpen(Method):
     NAME: ClassVar[str] = "channel.open"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_1", "shortstr"),)
 
     reserved_1: str = ""
 
@@ -454,6 +504,7 @@ class ChannelOpenOk(Method):
     NAME: ClassVar[str] = "channel.open-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_1", "longstr"),)
 
     reserved_1: bytes = b""
 
@@ -476,6 +527,7 @@ class ChannelFlow(Method):
     NAME: ClassVar[str] = "channel.flow"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("active", "bit"),)
 
     active: bool = False
 
@@ -493,6 +545,7 @@ class ChannelFlowOk(Method):
     NAME: ClassVar[str] = "channel.flow-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("active", "bit"),)
 
     active: bool = False
 
@@ -510,6 +563,12 @@ class ChannelClose(Method):
     NAME: ClassVar[str] = "channel.close"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("class_id", "short"),
+        ("method_id", "short"),
+    )
 
     reply_code: int = 0
     reply_text: str = ""
@@ -536,6 +595,7 @@ class ChannelCloseOk(Method):
     NAME: ClassVar[str] = "channel.close-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -551,6 +611,17 @@ class ExchangeDeclare(Method):
     NAME: ClassVar[str] = "exchange.declare"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("exchange", "shortstr"),
+        ("type", "shortstr"),
+        ("passive", "bit"),
+        ("durable", "bit"),
+        ("auto_delete", "bit"),
+        ("internal", "bit"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
 
     reserved_1: int = 0
     exchange: str = ""
@@ -590,6 +661,7 @@ class ExchangeDeclareOk(Method):
     NAME: ClassVar[str] = "exchange.declare-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -605,6 +677,12 @@ class ExchangeDelete(Method):
     NAME: ClassVar[str] = "exchange.delete"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("exchange", "shortstr"),
+        ("if_unused", "bit"),
+        ("no_wait", "bit"),
+    )
 
     reserved_1: int = 0
     exchange: str = ""
@@ -631,6 +709,7 @@ class ExchangeDeleteOk(Method):
     NAME: ClassVar[str] = "exchange.delete-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -646,6 +725,14 @@ class ExchangeBind(Method):
     NAME: ClassVar[str] = "exchange.bind"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("destination", "shortstr"),
+        ("source", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
 
     reserved_1: int = 0
     destination: str = ""
@@ -677,6 +764,7 @@ class ExchangeBindOk(Method):
     NAME: ClassVar[str] = "exchange.bind-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -692,6 +780,14 @@ class ExchangeUnbind(Method):
     NAME: ClassVar[str] = "exchange.unbind"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("destination", "shortstr"),
+        ("source", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
 
     reserved_1: int = 0
     destination: str = ""
@@ -723,6 +819,7 @@ class ExchangeUnbindOk(Method):
     NAME: ClassVar[str] = "exchange.unbind-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -738,6 +835,16 @@ class QueueDeclare(Method):
     NAME: ClassVar[str] = "queue.declare"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("passive", "bit"),
+        ("durable", "bit"),
+        ("exclusive", "bit"),
+        ("auto_delete", "bit"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
 
     reserved_1: int = 0
     queue: str = ""
@@ -775,6 +882,11 @@ class QueueDeclareOk(Method):
     NAME: ClassVar[str] = "queue.declare-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("queue", "shortstr"),
+        ("message_count", "long"),
+        ("consumer_count", "long"),
+    )
 
     queue: str = ""
     message_count: int = 0
@@ -800,6 +912,14 @@ class QueueBind(Method):
     NAME: ClassVar[str] = "queue.bind"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
 
     reserved_1: int = 0
     queue: str = ""
@@ -831,6 +951,7 @@ class QueueBindOk(Method):
     NAME: ClassVar[str] = "queue.bind-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -846,6 +967,11 @@ class QueuePurge(Method):
     NAME: ClassVar[str] = "queue.purge"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("no_wait", "bit"),
+    )
 
     reserved_1: int = 0
     queue: str = ""
@@ -871,6 +997,7 @@ class QueuePurgeOk(Method):
     NAME: ClassVar[str] = "queue.purge-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("message_count", "long"),)
 
     message_count: int = 0
 
@@ -888,6 +1015,13 @@ class QueueDelete(Method):
     NAME: ClassVar[str] = "queue.delete"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("if_unused", "bit"),
+        ("if_empty", "bit"),
+        ("no_wait", "bit"),
+    )
 
     reserved_1: int = 0
     queue: str = ""
@@ -915,6 +1049,7 @@ class QueueDeleteOk(Method):
     NAME: ClassVar[str] = "queue.delete-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("message_count", "long"),)
 
     message_count: int = 0
 
@@ -932,6 +1067,13 @@ class QueueUnbind(Method):
     NAME: ClassVar[str] = "queue.unbind"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("arguments", "table"),
+    )
 
     reserved_1: int = 0
     queue: str = ""
@@ -961,6 +1103,7 @@ class QueueUnbindOk(Method):
     NAME: ClassVar[str] = "queue.unbind-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -976,6 +1119,11 @@ class BasicQos(Method):
     NAME: ClassVar[str] = "basic.qos"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("prefetch_size", "long"),
+        ("prefetch_count", "short"),
+        ("global_", "bit"),
+    )
 
     prefetch_size: int = 0
     prefetch_count: int = 0
@@ -995,6 +1143,7 @@ class BasicQosOk(Method):
     NAME: ClassVar[str] = "basic.qos-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -1010,6 +1159,16 @@ class BasicConsume(Method):
     NAME: ClassVar[str] = "basic.consume"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("consumer_tag", "shortstr"),
+        ("no_local", "bit"),
+        ("no_ack", "bit"),
+        ("exclusive", "bit"),
+        ("no_wait", "bit"),
+        ("arguments", "table"),
+    )
 
     reserved_1: int = 0
     queue: str = ""
@@ -1047,6 +1206,7 @@ class BasicConsumeOk(Method):
     NAME: ClassVar[str] = "basic.consume-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("consumer_tag", "shortstr"),)
 
     consumer_tag: str = ""
 
@@ -1069,6 +1229,10 @@ class BasicCancel(Method):
     NAME: ClassVar[str] = "basic.cancel"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("consumer_tag", "shortstr"),
+        ("no_wait", "bit"),
+    )
 
     consumer_tag: str = ""
     no_wait: bool = False
@@ -1093,6 +1257,7 @@ class BasicCancelOk(Method):
     NAME: ClassVar[str] = "basic.cancel-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("consumer_tag", "shortstr"),)
 
     consumer_tag: str = ""
 
@@ -1115,6 +1280,13 @@ class BasicPublish(Method):
     NAME: ClassVar[str] = "basic.publish"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = True
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("mandatory", "bit"),
+        ("immediate", "bit"),
+    )
 
     reserved_1: int = 0
     exchange: str = ""
@@ -1143,6 +1315,12 @@ class BasicReturn(Method):
     NAME: ClassVar[str] = "basic.return"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = True
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+    )
 
     reply_code: int = 0
     reply_text: str = ""
@@ -1170,6 +1348,13 @@ class BasicDeliver(Method):
     NAME: ClassVar[str] = "basic.deliver"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = True
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("consumer_tag", "shortstr"),
+        ("delivery_tag", "longlong"),
+        ("redelivered", "bit"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+    )
 
     consumer_tag: str = ""
     delivery_tag: int = 0
@@ -1199,6 +1384,11 @@ class BasicGet(Method):
     NAME: ClassVar[str] = "basic.get"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reserved_1", "short"),
+        ("queue", "shortstr"),
+        ("no_ack", "bit"),
+    )
 
     reserved_1: int = 0
     queue: str = ""
@@ -1224,6 +1414,13 @@ class BasicGetOk(Method):
     NAME: ClassVar[str] = "basic.get-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = True
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("delivery_tag", "longlong"),
+        ("redelivered", "bit"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("message_count", "long"),
+    )
 
     delivery_tag: int = 0
     redelivered: bool = False
@@ -1252,6 +1449,7 @@ class BasicGetEmpty(Method):
     NAME: ClassVar[str] = "basic.get-empty"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_1", "shortstr"),)
 
     reserved_1: str = ""
 
@@ -1274,6 +1472,10 @@ class BasicAck(Method):
     NAME: ClassVar[str] = "basic.ack"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("delivery_tag", "longlong"),
+        ("multiple", "bit"),
+    )
 
     delivery_tag: int = 0
     multiple: bool = False
@@ -1292,6 +1494,10 @@ class BasicReject(Method):
     NAME: ClassVar[str] = "basic.reject"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("delivery_tag", "longlong"),
+        ("requeue", "bit"),
+    )
 
     delivery_tag: int = 0
     requeue: bool = True
@@ -1310,6 +1516,7 @@ class BasicRecoverAsync(Method):
     NAME: ClassVar[str] = "basic.recover-async"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("requeue", "bit"),)
 
     requeue: bool = False
 
@@ -1327,6 +1534,7 @@ class BasicRecover(Method):
     NAME: ClassVar[str] = "basic.recover"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("requeue", "bit"),)
 
     requeue: bool = False
 
@@ -1344,6 +1552,7 @@ class BasicRecoverOk(Method):
     NAME: ClassVar[str] = "basic.recover-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -1359,6 +1568,11 @@ class BasicNack(Method):
     NAME: ClassVar[str] = "basic.nack"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("delivery_tag", "longlong"),
+        ("multiple", "bit"),
+        ("requeue", "bit"),
+    )
 
     delivery_tag: int = 0
     multiple: bool = False
@@ -1380,6 +1594,7 @@ class ConfirmSelect(Method):
     NAME: ClassVar[str] = "confirm.select"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = (("no_wait", "bit"),)
 
     no_wait: bool = False
 
@@ -1397,6 +1612,7 @@ class ConfirmSelectOk(Method):
     NAME: ClassVar[str] = "confirm.select-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -1412,6 +1628,7 @@ class TxSelect(Method):
     NAME: ClassVar[str] = "tx.select"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -1427,6 +1644,7 @@ class TxSelectOk(Method):
     NAME: ClassVar[str] = "tx.select-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -1442,6 +1660,7 @@ class TxCommit(Method):
     NAME: ClassVar[str] = "tx.commit"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -1457,6 +1676,7 @@ class TxCommitOk(Method):
     NAME: ClassVar[str] = "tx.commit-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -1472,6 +1692,7 @@ class TxRollback(Method):
     NAME: ClassVar[str] = "tx.rollback"
     SYNCHRONOUS: ClassVar[bool] = True
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
@@ -1487,6 +1708,7 @@ class TxRollbackOk(Method):
     NAME: ClassVar[str] = "tx.rollback-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     CONTENT: ClassVar[bool] = False
+    DOMAINS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode(self) -> bytes:
         """The method frame payload: class id, method id, arguments."""
