@@ -1,0 +1,373 @@
+"""RabbitMQ-style policies and Artemis-style address-settings: the two configuration tables.
+
+Theory of operation:
+
+* `PolicyTable` holds RabbitMQ policies: a name, a vhost, a regular expression matched against
+  queue or exchange names with `re.search` (as RabbitMQ's `re:run`), what they apply to, a
+  priority and a definition (policy keys such as `max-length` or `ring-size`). For one name the
+  matching policy with the highest priority wins; ties go to the policy whose name sorts last,
+  so the choice is deterministic. Definitions are validated when set (`validate_definition`), so
+  a bad policy is refused before it reaches any queue.
+* `AddressSettingsTable` holds Artemis address-settings keyed by a match string with `#` (zero
+  or more words), `*` (exactly one word) and `.` (word delimiter). For an address every matching
+  entry is merged from the most specific to the least specific: a field left unset by a more
+  specific match is inherited from a less specific one (Artemis `AddressSettings.merge`).
+* Both tables are plain data; queues do not watch them. The broker re-resolves a queue's
+  settings (`ringmq.core.settings.resolve_queue_settings`) whenever a policy or address-setting
+  changes and calls `Queue.update_settings`.
+
+This module imports nothing from the queue engine (settings import it, not the reverse).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from enum import StrEnum
+from typing import Any, Final
+
+__all__ = [
+    "POLICY_KEYS",
+    "AddressFullPolicy",
+    "AddressSettings",
+    "AddressSettingsTable",
+    "ApplyTo",
+    "Policy",
+    "PolicyError",
+    "PolicyTable",
+    "validate_definition",
+]
+
+
+class PolicyError(ValueError):
+    """A policy or address-setting is invalid (the management API answers 400)."""
+
+
+class ApplyTo(StrEnum):
+    """What a policy applies to (RabbitMQ `apply-to`)."""
+
+    QUEUES = "queues"
+    CLASSIC_QUEUES = "classic_queues"
+    QUORUM_QUEUES = "quorum_queues"
+    EXCHANGES = "exchanges"
+    ALL = "all"
+
+
+class AddressFullPolicy(StrEnum):
+    """Artemis `address-full-policy`: what happens when an address reaches its max size."""
+
+    PAGE = "PAGE"
+    DROP = "DROP"
+    BLOCK = "BLOCK"
+    FAIL = "FAIL"
+
+
+def _non_negative_int(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _positive_int(value: Any) -> bool:
+    return type(value) is int and value > 0
+
+
+def _any_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _ring_size(value: Any) -> bool:
+    return type(value) is int and value >= -1
+
+
+def _string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _overflow(value: Any) -> bool:
+    return value in ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+_Check = Callable[[Any], bool]
+
+POLICY_KEYS: Final[dict[str, tuple[_Check, str]]] = {
+    # key: (validator, what it expects) -- RabbitMQ's policy validators, plus ring-size.
+    "max-length": (_non_negative_int, "a non-negative integer"),
+    "max-length-bytes": (_non_negative_int, "a non-negative integer"),
+    "overflow": (_overflow, "one of drop-head, reject-publish, reject-publish-dlx"),
+    "message-ttl": (_non_negative_int, "a non-negative integer"),
+    "expires": (_positive_int, "a positive integer"),
+    "dead-letter-exchange": (_string, "a string"),
+    "dead-letter-routing-key": (_string, "a string"),
+    "delivery-limit": (_any_int, "an integer (negative: unlimited)"),
+    "ring-size": (_ring_size, "an integer >= -1 (-1: no ring)"),
+    "alternate-exchange": (_string, "a string"),
+}
+"""Policy keys ringmq understands, with their validators (RabbitMQ refuses unknown keys)."""
+
+_QUEUE_ONLY: Final = frozenset(POLICY_KEYS) - {"alternate-exchange"}
+
+
+def validate_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a policy definition; return a plain copy.
+
+    Raises:
+        PolicyError: unknown key, wrong type, or keys of two limit families (`ring-size` with
+            `max-length`/`max-length-bytes`/`overflow`), or a dead-letter routing key without
+            a dead-letter exchange.
+    """
+    if not definition:
+        raise PolicyError("policy definition must not be empty")
+    out: dict[str, Any] = {}
+    for key, value in definition.items():
+        spec = POLICY_KEYS.get(key)
+        if spec is None:
+            raise PolicyError(f"unrecognised policy key {key!r}")
+        check, expected = spec
+        if not check(value):
+            raise PolicyError(f"policy key {key!r} must be {expected}, got {value!r}")
+        out[key] = value
+    rabbit = {"max-length", "max-length-bytes", "overflow"} & out.keys()
+    if "ring-size" in out and out["ring-size"] != -1 and rabbit:
+        raise PolicyError(
+            f"policy mixes limit families: ring-size with {', '.join(sorted(rabbit))}"
+        )
+    if "dead-letter-routing-key" in out and "dead-letter-exchange" not in out:
+        raise PolicyError("dead-letter-routing-key defined, but dead-letter-exchange not defined")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One RabbitMQ policy."""
+
+    name: str
+    pattern: str
+    definition: Mapping[str, Any]
+    vhost: str = "/"
+    apply_to: ApplyTo = ApplyTo.ALL
+    priority: int = 0
+
+    def applies_to(self, kind: str) -> bool:
+        """Whether this policy targets `kind` ("queue" or "exchange")."""
+        if self.apply_to is ApplyTo.ALL:
+            return True
+        if kind == "exchange":
+            return self.apply_to is ApplyTo.EXCHANGES
+        return self.apply_to is not ApplyTo.EXCHANGES
+
+    def as_dict(self) -> dict[str, Any]:
+        """The RabbitMQ HTTP API shape (`/api/policies`)."""
+        return {
+            "name": self.name,
+            "vhost": self.vhost,
+            "pattern": self.pattern,
+            "apply-to": str(self.apply_to),
+            "priority": self.priority,
+            "definition": dict(self.definition),
+        }
+
+
+class PolicyTable:
+    """RabbitMQ policies of every vhost; `match` picks the effective one for a name."""
+
+    def __init__(self) -> None:
+        self._policies: dict[tuple[str, str], tuple[Policy, re.Pattern[str]]] = {}
+
+    def set(
+        self,
+        name: str,
+        pattern: str,
+        definition: Mapping[str, Any],
+        *,
+        vhost: str = "/",
+        apply_to: str | ApplyTo = ApplyTo.ALL,
+        priority: int = 0,
+    ) -> Policy:
+        """Create or replace a policy.
+
+        Raises:
+            PolicyError: bad regex, apply-to, priority or definition.
+        """
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise PolicyError(f"invalid policy pattern {pattern!r}: {exc}") from None
+        try:
+            target = ApplyTo(apply_to)
+        except ValueError:
+            allowed = ", ".join(a.value for a in ApplyTo)
+            raise PolicyError(f"apply-to must be one of {allowed}, got {apply_to!r}") from None
+        if type(priority) is not int:
+            raise PolicyError(f"priority must be an integer, got {priority!r}")
+        checked = validate_definition(definition)
+        if target is ApplyTo.EXCHANGES and _QUEUE_ONLY & checked.keys():
+            keys = ", ".join(sorted(_QUEUE_ONLY & checked.keys()))
+            raise PolicyError(f"queue keys in an exchange policy: {keys}")
+        policy = Policy(name, pattern, checked, vhost, target, priority)
+        self._policies[(vhost, name)] = (policy, compiled)
+        return policy
+
+    def clear(self, name: str, *, vhost: str = "/") -> bool:
+        """Delete a policy; returns whether it existed."""
+        return self._policies.pop((vhost, name), None) is not None
+
+    def get(self, name: str, *, vhost: str = "/") -> Policy | None:
+        """The policy called `name` in `vhost`, if any."""
+        entry = self._policies.get((vhost, name))
+        return entry[0] if entry else None
+
+    def list(self, vhost: str | None = None) -> list[Policy]:
+        """Policies (of one vhost, or all), sorted by vhost then name."""
+        found = [p for p, _ in self._policies.values() if vhost is None or p.vhost == vhost]
+        return sorted(found, key=lambda p: (p.vhost, p.name))
+
+    def match(self, name: str, kind: str = "queue", *, vhost: str = "/") -> Policy | None:
+        """The effective policy for the queue or exchange `name`: highest priority wins."""
+        best: Policy | None = None
+        for policy, compiled in self._policies.values():
+            if policy.vhost != vhost or not policy.applies_to(kind):
+                continue
+            if compiled.search(name) is None:
+                continue
+            if best is None or (policy.priority, policy.name) > (best.priority, best.name):
+                best = policy
+        return best
+
+
+@dataclass(frozen=True, slots=True)
+class AddressSettings:
+    """Artemis address-settings ringmq honours; None means "not set here" (inherit).
+
+    Attributes:
+        default_ring_size: ring size for queues without an explicit one (-1: no ring).
+        default_last_value_key: LVQ key for queues without an explicit one.
+        default_non_destructive: non-destructive consumption by default.
+        address_full_policy: PAGE (bodies go to storage), DROP (new messages silently
+            dropped), BLOCK (producers blocked), FAIL (new messages refused).
+        max_size_bytes: body bytes at which the address is full (-1: unlimited).
+        max_size_messages: messages at which the address is full (-1: unlimited).
+    """
+
+    default_ring_size: int | None = None
+    default_last_value_key: str | None = None
+    default_non_destructive: bool | None = None
+    address_full_policy: AddressFullPolicy | None = None
+    max_size_bytes: int | None = None
+    max_size_messages: int | None = None
+
+    def merged_with(self, fallback: AddressSettings) -> AddressSettings:
+        """Fields unset here are taken from `fallback` (a less specific match)."""
+        changes = {
+            f.name: getattr(fallback, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) is None and getattr(fallback, f.name) is not None
+        }
+        return replace(self, **changes) if changes else self
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AddressSettings:
+        """Build from Artemis names (`default-ring-size`, ...) or Python names.
+
+        Raises:
+            PolicyError: unknown field or wrong type.
+        """
+        kwargs: dict[str, Any] = {}
+        for raw_key, value in data.items():
+            key = raw_key.replace("-", "_")
+            if key not in _ADDRESS_CHECKS:
+                raise PolicyError(f"unknown address-setting {raw_key!r}")
+            check, expected = _ADDRESS_CHECKS[key]
+            if key == "address_full_policy" and isinstance(value, str):
+                value = value.upper()
+            if not check(value):
+                raise PolicyError(f"address-setting {raw_key!r} must be {expected}, got {value!r}")
+            if key == "address_full_policy":
+                value = AddressFullPolicy(value)
+            kwargs[key] = value
+        return cls(**kwargs)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Set fields only, with Artemis names."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name.replace("_", "-")] = (
+                    str(value) if f.name == "address_full_policy" else value
+                )
+        return out
+
+
+_ADDRESS_CHECKS: Final[dict[str, tuple[_Check, str]]] = {
+    "default_ring_size": (_ring_size, "an integer >= -1"),
+    "default_last_value_key": (_string, "a string"),
+    "default_non_destructive": (lambda v: type(v) is bool, "a boolean"),
+    "address_full_policy": (
+        lambda v: v in AddressFullPolicy.__members__,
+        "one of PAGE, DROP, BLOCK, FAIL",
+    ),
+    "max_size_bytes": (_ring_size, "an integer >= -1"),
+    "max_size_messages": (_ring_size, "an integer >= -1"),
+}
+
+
+def _words_match(pattern: list[str], words: list[str]) -> bool:
+    # `#` matches zero or more words, `*` exactly one (Artemis WildcardConfiguration).
+    if not pattern:
+        return not words
+    head, rest = pattern[0], pattern[1:]
+    if head == "#":
+        return any(_words_match(rest, words[i:]) for i in range(len(words) + 1))
+    if not words:
+        return False
+    return (head in ("*", words[0])) and _words_match(rest, words[1:])
+
+
+def _specificity(match: str) -> tuple[int, int, int, int]:
+    # More literal words beat `*`, which beats `#`; then the longer match string.
+    words = match.split(".")
+    literal = sum(1 for w in words if w not in ("#", "*"))
+    single = sum(1 for w in words if w == "*")
+    multi = sum(1 for w in words if w == "#")
+    return (literal, single, -multi, len(match))
+
+
+class AddressSettingsTable:
+    """Artemis address-settings keyed by wildcard match strings."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, AddressSettings] = {}
+
+    def set(self, match: str, settings: AddressSettings | Mapping[str, Any]) -> AddressSettings:
+        """Create or replace the entry for `match` (e.g. `ring.#`)."""
+        if not match:
+            raise PolicyError("address-setting match must not be empty")
+        value = (
+            settings
+            if isinstance(settings, AddressSettings)
+            else AddressSettings.from_dict(settings)
+        )
+        self._entries[match] = value
+        return value
+
+    def clear(self, match: str) -> bool:
+        """Delete the entry for `match`; returns whether it existed."""
+        return self._entries.pop(match, None) is not None
+
+    def list(self) -> dict[str, AddressSettings]:
+        """Every entry, by match string."""
+        return dict(sorted(self._entries.items()))
+
+    def resolve(self, address: str) -> AddressSettings:
+        """Merge every matching entry, most specific first; unset fields inherit."""
+        words = address.split(".")
+        matching = [
+            (match, value)
+            for match, value in self._entries.items()
+            if _words_match(match.split("."), words)
+        ]
+        matching.sort(key=lambda item: _specificity(item[0]), reverse=True)
+        result = AddressSettings()
+        for _, value in matching:
+            result = result.merged_with(value)
+        return result

@@ -1,0 +1,1178 @@
+"""The queue engine: one queue's messages, their order, delivery state, limits and counters.
+
+Theory of operation
+-------------------
+A `Queue` is a pure, synchronous state machine (no clock, no I/O, no asyncio): every call that
+depends on time takes `now_ms` (wall-clock epoch milliseconds, supplied by the server). It owns
+
+* **waiting messages** in *lanes*, one per priority level (a single lane without
+  `x-max-priority`). A lane serves, in order: its `head` deque (messages put back at the head:
+  Artemis ring returns and released scheduled messages), then the smaller sequence number of its
+  `returns` heap (RabbitMQ/Qpid requeues, which go back to their original position) and its
+  `tail` deque (new messages, ascending seq). Removing a message from the middle (LVQ
+  replacement, Qpid ring eviction, purge of scheduled) marks its entry `_GONE`; lanes skip gone
+  entries lazily and are compacted when gone entries dominate.
+* **unacked messages** (`_unacked: dict[SeqId, _Entry]`): fetched with `ack_required`.
+* **scheduled messages**: a heap of `(due_ms, seq, entry)` beside the lanes (Artemis'
+  scheduled-delivery handler): counted, not subject to any limit until released at the head.
+* **dead letters** waiting for the broker to route them (`drain_dead_letters`).
+* **counters**: `QueueCounters`, updated incrementally so reading them is O(1).
+
+Invariants: every live entry is in exactly one of {a lane (READY), `_unacked` (ACQUIRED), the
+schedule (SCHEDULED)}; counters equal the sums over those sets; sequence numbers strictly
+increase per queue and a message keeps its seq for life (requeue restores order by seq).
+
+Limits are one `settings.Limit` (what is counted, count and byte bounds, the action) handled in
+one `match` in `_enforce`. Adding at the tail or at the head uses the same rule: add first, then
+evict from the *delivery head* while over the limit, so a message returning to a full ring is
+itself the victim (Artemis `enforceRing`), and requeued messages are the first dropped under
+`drop-head` (RabbitMQ `requeue_and_run` + `maybe_drop_head`).
+
+Hot path: a plain queue's publish + fetch + ack is one entry object, one deque append/popleft,
+one dict insert/pop and one `Delivery`; everything optional (priorities, schedules, LVQ, the
+browse index, the Qpid age order) is behind a single attribute test.
+
+This module must not import server/, storage/ or asyncio. Bodies that leave memory go through
+the `BodyStore` port (`MemoryBodyStore` by default; the storage layer provides a real one).
+
+Public API (used by the broker layer)
+-------------------------------------
+* `Queue(name, settings, *, body_store=None)`
+* `publish(msg, now_ms) -> PublishOutcome` (ENQUEUED, SCHEDULED, REJECTED: nack the publisher,
+  DROPPED: accepted then discarded by policy, ack the publisher as RabbitMQ does)
+* `fetch(now_ms, ack_required=True) -> Delivery | None`
+* `ack(seqs)`, `requeue(seqs, now_ms, *, count_failure=True)`, `reject(seqs, now_ms)`,
+  `purge() -> int`
+* `tick(now_ms)`, `next_deadline_ms() -> int | None`
+* `drain_dead_letters() -> list[DeadLetter]`
+* `update_settings(settings, now_ms)`
+* `browse(after, now_ms) -> Delivery | None`
+* `list_scheduled()`, `purge_scheduled() -> int`, `deliver_scheduled_now(seqs, now_ms) -> int`
+* `counters` (`QueueCounters`), `stats() -> dict`, `ready_count`, `unacked_count`,
+  `message_count`, `over_limit`, `non_destructive`
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum, StrEnum
+from typing import Any, Final, Protocol
+
+from ringmq.core.message import Message, SeqId
+from ringmq.core.settings import Counted, Limit, LimitAction, QueueSettings
+
+__all__ = [
+    "SCHEDULED_RELEASE_BATCH",
+    "SCHEDULE_HEADERS",
+    "BodyStore",
+    "DeadLetter",
+    "DeadLetterReason",
+    "Delivery",
+    "MemoryBodyStore",
+    "PublishOutcome",
+    "Queue",
+    "QueueCounters",
+    "ScheduledMessage",
+]
+
+log = logging.getLogger(__name__)
+
+SCHEDULED_RELEASE_BATCH: Final = 1000
+"""At most this many due scheduled messages are released per `tick`, so a backlog after
+downtime does not starve live traffic; `next_deadline_ms` then reports "due now"."""
+
+SCHEDULE_HEADERS: Final = ("x-delay", "_AMQ_SCHED_DELIVERY")
+"""`x-delay`: relative ms (RabbitMQ delayed-message plugin); `_AMQ_SCHED_DELIVERY`: absolute epoch
+ms (Artemis). When both are present the absolute time wins."""
+
+_COMPACT_MIN: Final = 256
+
+# Entry states (ints: compared on the hot path).
+_READY: Final = 0
+_ACQUIRED: Final = 1
+_SCHEDULED: Final = 2
+_GONE: Final = 3
+
+
+class PublishOutcome(Enum):
+    """What `Queue.publish` did with a message."""
+
+    ENQUEUED = "enqueued"
+    SCHEDULED = "scheduled"
+    REJECTED = "rejected"
+    """Refused by the limit (reject-publish(-dlx), Qpid reject / ring_strict / oversize,
+    Artemis FAIL): the broker nacks a confirming publisher."""
+    DROPPED = "dropped"
+    """Accepted and discarded by the policy at once (drop-head with the new message as victim,
+    Artemis DROP): the publisher is acked, as RabbitMQ does for drop-head."""
+
+
+class DeadLetterReason(StrEnum):
+    """RabbitMQ's `x-death` reasons."""
+
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    MAXLEN = "maxlen"
+    DELIVERY_LIMIT = "delivery_limit"
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A message handed out by `fetch` or `browse`.
+
+    Attributes:
+        seq: the message's sequence number in this queue (ack/requeue/reject by it).
+        message: the shared message.
+        redelivered: the message was delivered before and put back (AMQP `redelivered`).
+        delivery_count: deliveries of this message so far, this one included (1 on first).
+    """
+
+    seq: SeqId
+    message: Message
+    redelivered: bool
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message the broker must dead-letter (build `x-death`, publish to `exchange`).
+
+    Attributes:
+        message: the original message.
+        reason: why it died.
+        queue: this queue's name.
+        exchange: the dead-letter exchange ("" is the default exchange).
+        routing_key: the dead-letter routing key, or None to keep the original routing key(s).
+        time_ms: when it died.
+        delivery_count: how many times it had been delivered.
+    """
+
+    message: Message
+    reason: DeadLetterReason
+    queue: str
+    exchange: str
+    routing_key: str | None
+    time_ms: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledMessage:
+    """One entry of `Queue.list_scheduled()`."""
+
+    seq: SeqId
+    message: Message
+    due_ms: int
+
+
+class BodyStore(Protocol):
+    """Where message bodies go when a queue pages them out (flow_to_disk / PAGE)."""
+
+    def page_out(self, queue: str, seq: SeqId, message: Message) -> None:
+        """Take the message; the queue drops its reference."""
+
+    def page_in(self, queue: str, seq: SeqId) -> Message:
+        """Give the message back and forget it."""
+        ...
+
+    def peek(self, queue: str, seq: SeqId) -> Message:
+        """Read the message and keep it (browse)."""
+        ...
+
+    def discard(self, queue: str, seq: SeqId) -> None:
+        """Forget the message (purged, evicted)."""
+
+
+class MemoryBodyStore:
+    """Default `BodyStore`: a dict (paging is accounted for but bodies stay in RAM)."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[tuple[str, SeqId], Message] = {}
+
+    def page_out(self, queue: str, seq: SeqId, message: Message) -> None:
+        self._bodies[(queue, seq)] = message
+
+    def page_in(self, queue: str, seq: SeqId) -> Message:
+        return self._bodies.pop((queue, seq))
+
+    def peek(self, queue: str, seq: SeqId) -> Message:
+        return self._bodies[(queue, seq)]
+
+    def discard(self, queue: str, seq: SeqId) -> None:
+        self._bodies.pop((queue, seq), None)
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+
+@dataclass(slots=True)
+class QueueCounters:
+    """Per-queue counters; gauges first, then cumulative totals. All O(1) to read."""
+
+    ready: int = 0
+    ready_bytes: int = 0
+    unacked: int = 0
+    unacked_bytes: int = 0
+    scheduled: int = 0
+    scheduled_bytes: int = 0
+    paged: int = 0
+    paged_bytes: int = 0
+    added: int = 0
+    delivered: int = 0
+    acknowledged: int = 0
+    redelivered: int = 0
+    requeued: int = 0
+    rejected: int = 0
+    expired: int = 0
+    ring_evicted: int = 0
+    lvq_replaced: int = 0
+    maxlen_dropped: int = 0
+    overflow_rejected: int = 0
+    overflow_dropped: int = 0
+    purged: int = 0
+    dead_lettered: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def message_count(self) -> int:
+        """Artemis `messageCount`: ready + delivering + scheduled + paged."""
+        return self.ready + self.unacked + self.scheduled + self.paged
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of `message_count`'s messages (bodies)."""
+        return self.ready_bytes + self.unacked_bytes + self.scheduled_bytes + self.paged_bytes
+
+    @property
+    def memory_bytes(self) -> int:
+        """Body bytes held in memory by this queue (everything but paged bodies)."""
+        return self.ready_bytes + self.unacked_bytes + self.scheduled_bytes
+
+
+class _Entry:
+    # One message in one queue: the per-queue state around the shared Message.
+    __slots__ = (
+        "deliveries",
+        "due_ms",
+        "expires_at",
+        "failures",
+        "key",
+        "level",
+        "msg",
+        "paged",
+        "redelivered",
+        "seq",
+        "size",
+        "state",
+    )
+
+    def __init__(self, seq: SeqId, msg: Message | None, size: int) -> None:
+        self.seq = seq
+        self.msg = msg  # None while paged out
+        self.size = size
+        self.state = _READY
+        self.redelivered = False
+        self.deliveries = 0
+        self.failures = 0
+        self.expires_at: int | None = None
+        self.key: Any = None  # LVQ key value, None if not an LVQ message
+        self.level = 0
+        self.paged = False
+        self.due_ms = 0
+
+    def __lt__(self, other: _Entry) -> bool:
+        return self.seq < other.seq
+
+
+class _Lane:
+    # One priority level's waiting messages (see the module docstring).
+    __slots__ = ("head", "returns", "tail")
+
+    def __init__(self) -> None:
+        self.head: deque[_Entry] = deque()
+        self.returns: list[_Entry] = []
+        self.tail: deque[_Entry] = deque()
+
+    def peek(self) -> _Entry | None:
+        head = self.head
+        while head:
+            e = head[0]
+            if e.state == _READY:
+                return e
+            head.popleft()
+        returns = self.returns
+        while returns and returns[0].state != _READY:
+            heapq.heappop(returns)
+        tail = self.tail
+        while tail and tail[0].state != _READY:
+            tail.popleft()
+        if returns:
+            if tail and tail[0].seq < returns[0].seq:
+                return tail[0]
+            return returns[0]
+        return tail[0] if tail else None
+
+    def pop(self) -> _Entry | None:
+        e = self.peek()
+        if e is None:
+            return None
+        if self.head and self.head[0] is e:
+            self.head.popleft()
+        elif self.returns and self.returns[0] is e:
+            heapq.heappop(self.returns)
+        else:
+            self.tail.popleft()
+        return e
+
+    def size(self) -> int:
+        return len(self.head) + len(self.returns) + len(self.tail)
+
+    def compact(self) -> None:
+        self.head = deque(e for e in self.head if e.state == _READY)
+        self.returns = [e for e in self.returns if e.state == _READY]
+        heapq.heapify(self.returns)
+        self.tail = deque(e for e in self.tail if e.state == _READY)
+
+    def entries(self) -> list[_Entry]:
+        # In delivery order (head, then the merge of returns and tail by seq).
+        out = [e for e in self.head if e.state == _READY]
+        rest = sorted(
+            [e for e in self.returns if e.state == _READY]
+            + [e for e in self.tail if e.state == _READY]
+        )
+        return out + rest
+
+
+def _schedule_due(headers: dict[str, Any], now_ms: int) -> int | None:
+    # Absolute Artemis time wins over the relative RabbitMQ delay; malformed values are ignored.
+    absolute = headers.get("_AMQ_SCHED_DELIVERY")
+    if type(absolute) is int or type(absolute) is float:
+        return int(absolute)
+    delay = headers.get("x-delay")
+    if type(delay) is int or type(delay) is float:
+        return now_ms + int(delay)
+    return None
+
+
+class Queue:
+    """One queue's engine. See the module docstring for the theory of operation."""
+
+    def __init__(
+        self, name: str, settings: QueueSettings, *, body_store: BodyStore | None = None
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.counters = QueueCounters()
+        self._store: BodyStore = body_store if body_store is not None else MemoryBodyStore()
+        self._seq = 0
+        self._max_priority = settings.max_priority or 0
+        self._lanes: list[_Lane] = [_Lane() for _ in range(self._max_priority + 1)]
+        self._lane = self._lanes[0]
+        self._unacked: dict[SeqId, _Entry] = {}
+        self._scheduled: list[tuple[int, SeqId, _Entry]] = []
+        self._lvq_key = settings.lvq_key
+        self._lvq: dict[Any, _Entry] = {}
+        self._non_destructive = settings.non_destructive
+        self._index: list[_Entry] | None = None  # browse index, built on first browse
+        self._order: list[deque[_Entry]] | None = None  # Qpid age order per priority level
+        self._gone = 0  # gone entries still sitting in lanes
+        self._saw_expiry = False
+        self._dead: list[DeadLetter] = []
+        self._apply(settings)
+
+    # --- configuration -------------------------------------------------------------------
+
+    def _apply(self, settings: QueueSettings) -> None:
+        self.settings = settings
+        limit = settings.limit
+        self._limit: Limit | None = limit
+        self._ttl = settings.message_ttl_ms
+        self._dlx = settings.dead_letter_exchange
+        self._delivery_limit = settings.delivery_limit
+        # Fast-path flag: nothing optional configured.
+        self._plain = (
+            limit is None
+            and self._ttl is None
+            and not self._saw_expiry
+            and self._lvq_key is None
+            and not self._max_priority
+            and not self._non_destructive
+        )
+        needs_order = limit is not None and limit.action in (
+            LimitAction.QPID_RING,
+            LimitAction.QPID_RING_STRICT,
+        )
+        if needs_order and self._order is None:
+            live = [e for lane in self._lanes for e in lane.entries()]
+            live.extend(self._unacked.values())
+            live.sort()
+            order: list[deque[_Entry]] = [deque() for _ in self._lanes]
+            for e in live:
+                order[e.level].append(e)
+            self._order = order
+        elif not needs_order:
+            self._order = None
+
+    def update_settings(self, settings: QueueSettings, now_ms: int) -> None:
+        """Apply new effective settings live (a policy or address-setting changed).
+
+        `max_priority`, the LVQ key and `non_destructive` are structural and keep their
+        declared values. A lowered `drop-head` limit drops (or dead-letters) at once, as
+        RabbitMQ does; a lowered ring size purges nothing (Artemis); reject limits and Qpid
+        limits apply to the next publish. TTL changes apply to messages enqueued afterwards.
+        """
+        settings = replace(
+            settings,
+            max_priority=self.settings.max_priority,
+            lvq_key=self.settings.lvq_key,
+            non_destructive=self.settings.non_destructive,
+        )
+        self._apply(settings)
+        limit = self._limit
+        if limit is not None and limit.action is LimitAction.DROP_HEAD:
+            while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
+                pass
+
+    # --- read-only views -----------------------------------------------------------------
+
+    @property
+    def ready_count(self) -> int:
+        """Messages that can be fetched now (ready + paged)."""
+        c = self.counters
+        return c.ready + c.paged
+
+    @property
+    def unacked_count(self) -> int:
+        """Messages delivered and not yet acknowledged."""
+        return self.counters.unacked
+
+    @property
+    def message_count(self) -> int:
+        """ready + delivering + scheduled + paged (Artemis `messageCount`)."""
+        return self.counters.message_count
+
+    @property
+    def non_destructive(self) -> bool:
+        """Consumers must `browse` (with a per-consumer cursor) instead of `fetch`."""
+        return self._non_destructive
+
+    @property
+    def over_limit(self) -> bool:
+        """The counted messages reach the limit (the broker blocks publishers under BLOCK)."""
+        limit = self._limit
+        return limit is not None and self._over(limit, 1, 0)
+
+    def __len__(self) -> int:
+        return self.counters.message_count
+
+    def stats(self) -> dict[str, Any]:
+        """A snapshot of every counter plus the limit (snake_case, for management)."""
+        c = self.counters
+        limit = self._limit
+        return {
+            "message_count": c.message_count,
+            "message_bytes": c.message_bytes,
+            "memory_bytes": c.memory_bytes,
+            "ready": c.ready + c.paged,
+            "ready_bytes": c.ready_bytes + c.paged_bytes,
+            "ready_in_memory": c.ready,
+            "delivering": c.unacked,
+            "delivering_bytes": c.unacked_bytes,
+            "scheduled": c.scheduled,
+            "scheduled_bytes": c.scheduled_bytes,
+            "paged": c.paged,
+            "paged_bytes": c.paged_bytes,
+            "added": c.added,
+            "delivered": c.delivered,
+            "acknowledged": c.acknowledged,
+            "redelivered": c.redelivered,
+            "requeued": c.requeued,
+            "rejected": c.rejected,
+            "expired": c.expired,
+            "ring_evicted": c.ring_evicted,
+            "lvq_replaced": c.lvq_replaced,
+            "maxlen_dropped": c.maxlen_dropped,
+            "overflow_rejected": c.overflow_rejected,
+            "overflow_dropped": c.overflow_dropped,
+            "purged": c.purged,
+            "dead_lettered": dict(c.dead_lettered),
+            "limit": None
+            if limit is None
+            else {
+                "family": limit.family,
+                "counts": str(limit.counts),
+                "max_count": limit.max_count,
+                "max_bytes": limit.max_bytes,
+                "action": str(limit.action),
+            },
+        }
+
+    # --- publish -------------------------------------------------------------------------
+
+    def publish(self, msg: Message, now_ms: int) -> PublishOutcome:
+        """Enqueue (or schedule) a published message; broker-internal publishes use it too.
+
+        Scheduling headers (`SCHEDULE_HEADERS`) with a due time in the future put the message
+        in the schedule (SCHEDULED). Otherwise the limit decides (see `PublishOutcome`).
+        """
+        self._seq += 1
+        seq = SeqId(self._seq)
+        if self._plain and msg.headers is None and msg.expiration_ms is None:
+            # Fast path: no limit, TTL, LVQ, priority or schedule.
+            e = _Entry(seq, msg, len(msg.body))
+            self._lane.tail.append(e)
+            c = self.counters
+            c.ready += 1
+            c.ready_bytes += e.size
+            c.added += 1
+            if self._index is not None:
+                self._index.append(e)
+            return PublishOutcome.ENQUEUED
+        e = _Entry(seq, msg, len(msg.body))
+        if self._max_priority:
+            e.level = min(max(msg.priority, 0), self._max_priority)
+        headers = msg.headers
+        if headers:
+            if self._lvq_key is not None:
+                e.key = headers.get(self._lvq_key)
+            due = _schedule_due(headers, now_ms)
+            if due is not None and due > now_ms:
+                e.state = _SCHEDULED
+                e.due_ms = due
+                heapq.heappush(self._scheduled, (due, seq, e))
+                c = self.counters
+                c.scheduled += 1
+                c.scheduled_bytes += e.size
+                c.added += 1
+                if self._index is not None:
+                    self._index.append(e)
+                return PublishOutcome.SCHEDULED
+        return self._admit(e, now_ms, head=False)
+
+    def _expiry(self, msg: Message, now_ms: int) -> int | None:
+        ttl = self._ttl
+        own = msg.expiration_ms
+        if own is not None:
+            ttl = own if ttl is None else min(ttl, own)
+        return None if ttl is None else now_ms + ttl
+
+    def _admit(self, e: _Entry, now_ms: int, *, head: bool) -> PublishOutcome:
+        # Place a new (or released scheduled) entry, applying LVQ replacement and the limit.
+        msg = e.msg
+        assert msg is not None
+        e.state = _GONE  # until enqueued below
+        expires_at = e.expires_at = self._expiry(msg, now_ms)
+        if expires_at is not None and self._plain:
+            self._saw_expiry = True  # per-message TTL seen: leave the fast path for good
+            self._plain = False
+        limit = self._limit
+        replaced: _Entry | None = None
+        key = e.key
+        if key is not None:
+            old = self._lvq.get(key)
+            if old is not None and old.state == _READY:
+                replaced = old
+        if limit is not None:
+            action = limit.action
+            refused = False
+            if action is LimitAction.REJECT_PUBLISH or action is LimitAction.REJECT_PUBLISH_DLX:
+                free_n, free_b = (1, replaced.size) if replaced is not None else (0, 0)
+                refused = self._over(limit, 1 - free_n, e.size - free_b)
+            elif action is LimitAction.DROP_NEW:
+                free_n, free_b = (1, replaced.size) if replaced is not None else (0, 0)
+                if self._over(limit, 1 - free_n, e.size - free_b):
+                    self.counters.overflow_dropped += 1
+                    return PublishOutcome.DROPPED
+            elif action is LimitAction.QPID_RING or action is LimitAction.QPID_RING_STRICT:
+                # A message bigger than max_size can never fit: refused, nothing evicted.
+                refused = limit.max_bytes is not None and e.size > limit.max_bytes
+            if refused:
+                self.counters.overflow_rejected += 1
+                if action is LimitAction.REJECT_PUBLISH_DLX:
+                    self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, e.deliveries)
+                return PublishOutcome.REJECTED
+        if replaced is not None:
+            self._remove_ready(replaced)
+            self.counters.lvq_replaced += 1
+        if key is not None:
+            self._lvq[key] = e
+        if (
+            self._order is not None
+            and limit is not None
+            and not self._qpid_make_room(limit, e, now_ms)
+        ):
+            if key is not None and self._lvq.get(key) is e:
+                del self._lvq[key]
+            self.counters.overflow_rejected += 1
+            return PublishOutcome.REJECTED
+        # Enqueue.
+        e.state = _READY
+        lane = self._lanes[e.level]
+        if head:
+            lane.head.appendleft(e)
+        else:
+            lane.tail.append(e)
+        if self._order is not None:
+            self._order_insert(e)
+        c = self.counters
+        c.ready += 1
+        c.ready_bytes += e.size
+        if not head:
+            c.added += 1
+        if self._index is not None and not head:
+            self._index.append(e)
+        if limit is not None:
+            return self._enforce(limit, e, now_ms)
+        return PublishOutcome.ENQUEUED
+
+    def _over(self, limit: Limit, extra_n: int, extra_b: int) -> bool:
+        # Whether the counted set plus (extra_n, extra_b) exceeds the limit.
+        c = self.counters
+        n = c.ready + c.paged + extra_n
+        b = c.ready_bytes + c.paged_bytes + extra_b
+        if limit.counts is Counted.READY_AND_ACQUIRED:
+            n += c.unacked
+            b += c.unacked_bytes
+        return (limit.max_count is not None and n > limit.max_count) or (
+            limit.max_bytes is not None and b > limit.max_bytes
+        )
+
+    def _enforce(self, limit: Limit, e: _Entry, now_ms: int) -> PublishOutcome:
+        # After adding `e` (at the tail or the head): the one place overflow actions live.
+        match limit.action:
+            case LimitAction.RING:
+                # Artemis enforceRing: one eviction per add, so a lowered size purges nothing.
+                if self._over(limit, 0, 0):
+                    self._evict_head(now_ms, ring=True)
+            case LimitAction.DROP_HEAD:
+                while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
+                    pass
+            case LimitAction.FLOW_TO_DISK:
+                if self._over(limit, 0, 0) and e.state == _READY and not e.paged:
+                    self._page_out(e)
+            case (
+                LimitAction.REJECT_PUBLISH
+                | LimitAction.REJECT_PUBLISH_DLX
+                | LimitAction.QPID_RING
+                | LimitAction.QPID_RING_STRICT
+                | LimitAction.DROP_NEW
+                | LimitAction.BLOCK
+            ):
+                pass  # decided before enqueueing (or, for BLOCK, by the broker)
+        return PublishOutcome.ENQUEUED if e.state == _READY else PublishOutcome.DROPPED
+
+    def _evict_head(self, now_ms: int, *, ring: bool) -> bool:
+        # Remove the next message to be delivered: Artemis REPLACED (not dead-lettered) or
+        # RabbitMQ drop-head (dead-lettered `maxlen` when a DLX is set).
+        e = self._pop_ready()
+        if e is None:
+            return False
+        msg = self._take_body(e)
+        self._forget(e)
+        if ring:
+            self.counters.ring_evicted += 1
+        else:
+            self.counters.maxlen_dropped += 1
+            self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, e.deliveries)
+        return True
+
+    # --- Qpid legacy ring ----------------------------------------------------------------
+
+    def _order_insert(self, e: _Entry) -> None:
+        order = self._order
+        assert order is not None
+        dq = order[e.level]
+        if not dq or dq[-1].seq < e.seq:
+            dq.append(e)
+        elif e not in dq:
+            # Released scheduled message with an old seq: keep the age order.
+            items = sorted([*dq, e])
+            dq.clear()
+            dq.extend(items)
+
+    def _qpid_oldest(self) -> _Entry | None:
+        # Oldest enqueued message (ready or acquired), lowest priority first (Qpid ring order).
+        order = self._order
+        assert order is not None
+        for dq in order:
+            while dq and dq[0].state not in (_READY, _ACQUIRED):
+                dq.popleft()
+            if dq:
+                return dq[0]
+        return None
+
+    def _qpid_make_room(self, limit: Limit, e: _Entry, now_ms: int) -> bool:
+        # Legacy RingQueuePolicy::checkLimit: if count+1 or bytes+size is over, evict the
+        # oldest; keep evicting only while the bytes still do not fit (one eviction is enough
+        # for the count bound). Strict mode refuses when the oldest is acquired.
+        if not self._over(limit, 1, e.size):
+            return True
+        strict = limit.action is LimitAction.QPID_RING_STRICT
+        c = self.counters
+        while True:
+            oldest = self._qpid_oldest()
+            if oldest is None:
+                return True
+            if oldest.state == _ACQUIRED:
+                if strict:
+                    log.debug(
+                        "queue %s: oldest message is acquired; ring_strict refuses", self.name
+                    )
+                    return False
+                # Non-strict: evicted under its consumer, whose later ack is a no-op.
+                del self._unacked[oldest.seq]
+                c.unacked -= 1
+                c.unacked_bytes -= oldest.size
+                msg = oldest.msg
+                assert msg is not None
+                self._forget(oldest)
+            else:
+                if oldest.msg is None:  # paged: fetch the body back for the dead letter
+                    oldest.msg = self._store.page_in(self.name, oldest.seq)
+                msg = oldest.msg
+                self._remove_ready(oldest)
+            c.ring_evicted += 1
+            # Qpid reroutes ring-evicted messages to the queue's alternate exchange.
+            self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, oldest.deliveries)
+            if limit.max_bytes is None or not self._over_bytes(limit, e.size):
+                return True
+
+    def _over_bytes(self, limit: Limit, extra_b: int) -> bool:
+        c = self.counters
+        b = c.ready_bytes + c.paged_bytes + extra_b
+        if limit.counts is Counted.READY_AND_ACQUIRED:
+            b += c.unacked_bytes
+        return limit.max_bytes is not None and b > limit.max_bytes
+
+    # --- removal helpers -----------------------------------------------------------------
+
+    def _remove_ready(self, e: _Entry) -> None:
+        # Remove a waiting entry from the middle of its lane (lazily).
+        c = self.counters
+        if e.paged:
+            c.paged -= 1
+            c.paged_bytes -= e.size
+            if e.msg is None:
+                self._store.discard(self.name, e.seq)
+        else:
+            c.ready -= 1
+            c.ready_bytes -= e.size
+        self._forget(e)
+        self._gone += 1
+        if self._gone > _COMPACT_MIN and self._gone > c.ready + c.paged:
+            for lane in self._lanes:
+                lane.compact()
+            self._gone = 0
+
+    def _forget(self, e: _Entry) -> None:
+        # The entry leaves the queue for good.
+        e.state = _GONE
+        key = e.key
+        if key is not None and self._lvq.get(key) is e:
+            del self._lvq[key]
+
+    def _pop_ready(self) -> _Entry | None:
+        # Pop the next waiting entry in delivery order and update the ready counters.
+        if self._max_priority:
+            for lane in reversed(self._lanes):
+                e = lane.pop()
+                if e is not None:
+                    break
+            else:
+                return None
+        else:
+            e = self._lane.pop()
+            if e is None:
+                return None
+        c = self.counters
+        if e.paged:
+            c.paged -= 1
+            c.paged_bytes -= e.size
+        else:
+            c.ready -= 1
+            c.ready_bytes -= e.size
+        return e
+
+    def _peek_ready(self) -> _Entry | None:
+        if self._max_priority:
+            for lane in reversed(self._lanes):
+                e = lane.peek()
+                if e is not None:
+                    return e
+            return None
+        return self._lane.peek()
+
+    def _take_body(self, e: _Entry) -> Message:
+        if e.msg is None:
+            e.msg = self._store.page_in(self.name, e.seq)
+        e.paged = False
+        return e.msg
+
+    def _page_out(self, e: _Entry) -> None:
+        msg = e.msg
+        assert msg is not None
+        self._store.page_out(self.name, e.seq, msg)
+        e.msg = None
+        e.paged = True
+        c = self.counters
+        c.ready -= 1
+        c.ready_bytes -= e.size
+        c.paged += 1
+        c.paged_bytes += e.size
+
+    def _dead_letter(
+        self, msg: Message, reason: DeadLetterReason, now_ms: int, deliveries: int
+    ) -> None:
+        if self._dlx is None:
+            return
+        dead = self.counters.dead_lettered
+        dead[reason.value] = dead.get(reason.value, 0) + 1
+        self._dead.append(
+            DeadLetter(
+                msg,
+                reason,
+                self.name,
+                self._dlx,
+                self.settings.dead_letter_routing_key,
+                now_ms,
+                deliveries,
+            )
+        )
+
+    def _expire(self, e: _Entry, now_ms: int) -> None:
+        # `e` was already popped from its lane (ready counters updated).
+        msg = self._take_body(e)
+        self._forget(e)
+        self.counters.expired += 1
+        self._dead_letter(msg, DeadLetterReason.EXPIRED, now_ms, e.deliveries)
+
+    # --- consume -------------------------------------------------------------------------
+
+    def fetch(self, now_ms: int, ack_required: bool = True) -> Delivery | None:
+        """Take the next message (basic.get, or a push to a consumer with credit).
+
+        Expired messages met at the head are removed first (dead-lettered `expired`). With
+        `ack_required` the message stays unacked until `ack`/`requeue`/`reject`; without it
+        (no_ack) it is removed at once. On a non-destructive queue nothing is removed: this
+        returns the head, as `browse(None, now_ms)` does.
+        """
+        if self._non_destructive:
+            return self.browse(None, now_ms)
+        if self._plain:
+            lane = self._lane
+            if lane.head or lane.returns:
+                e = lane.pop()
+            else:
+                tail = lane.tail
+                e = None
+                while tail:
+                    e = tail.popleft()
+                    if e.state == _READY:
+                        break
+                    e = None
+            if e is None:
+                return None
+            c = self.counters
+            c.ready -= 1
+            c.ready_bytes -= e.size
+        else:
+            while True:
+                e = self._pop_ready()
+                if e is None:
+                    return None
+                if e.expires_at is not None and now_ms > e.expires_at:
+                    self._expire(e, now_ms)
+                    continue
+                break
+            c = self.counters
+        msg = e.msg if e.msg is not None else self._take_body(e)
+        e.paged = False
+        e.deliveries += 1
+        c.delivered += 1
+        if e.redelivered:
+            c.redelivered += 1
+        delivery = Delivery(e.seq, msg, e.redelivered, e.deliveries)
+        if ack_required:
+            e.state = _ACQUIRED
+            self._unacked[e.seq] = e
+            c.unacked += 1
+            c.unacked_bytes += e.size
+        else:
+            self._forget(e)
+            c.acknowledged += 1
+        return delivery
+
+    def ack(self, seqs: Iterable[SeqId]) -> None:
+        """Acknowledge unacked messages. Unknown seqs (e.g. evicted by a Qpid ring) are no-ops."""
+        unacked = self._unacked
+        c = self.counters
+        for seq in seqs:
+            e = unacked.pop(seq, None)
+            if e is None:
+                continue
+            e.state = _GONE
+            if e.key is not None and self._lvq.get(e.key) is e:
+                del self._lvq[e.key]
+            c.unacked -= 1
+            c.unacked_bytes -= e.size
+            c.acknowledged += 1
+
+    def _take_unacked(self, seqs: Iterable[SeqId]) -> list[_Entry]:
+        out: list[_Entry] = []
+        c = self.counters
+        unacked = self._unacked
+        for seq in seqs:
+            e = unacked.pop(seq, None)
+            if e is None:
+                continue
+            c.unacked -= 1
+            c.unacked_bytes -= e.size
+            out.append(e)
+        return out
+
+    def requeue(self, seqs: Sequence[SeqId], now_ms: int, *, count_failure: bool = True) -> None:
+        """Put unacked messages back (nack/reject requeue, recover, cancel, close, rollback).
+
+        `seqs` are in consumption order. Each returning message is marked redelivered and, if
+        `count_failure`, counts one failed delivery: past `delivery_limit` it is dead-lettered
+        (`delivery_limit`) instead. LVQ: a message whose key got a newer value while it was out
+        is dropped ("combined"); one that returns stays and is no longer replaced by later
+        values. Placement:
+
+        * ring queues (Artemis): back to the head in reverse consumption order; a message
+          returning to a full ring is itself deleted;
+        * all others: back to the original position by seq (RabbitMQ, Qpid); then a drop-head
+          limit drops from the head, i.e. the returned messages first.
+        """
+        entries = self._take_unacked(seqs)
+        if not entries:
+            return
+        limit = self._limit
+        ring = limit is not None and limit.action is LimitAction.RING
+        c = self.counters
+        dl = self._delivery_limit
+        for e in reversed(entries) if ring else entries:
+            msg = e.msg
+            assert msg is not None
+            if count_failure:
+                e.failures += 1
+                if dl is not None and e.failures > dl:
+                    self._forget(e)
+                    self._dead_letter(msg, DeadLetterReason.DELIVERY_LIMIT, now_ms, e.deliveries)
+                    continue
+            key = e.key
+            if key is not None:
+                current = self._lvq.get(key)
+                if current is not None and current is not e:
+                    e.state = _GONE  # combined with the newer value
+                    c.lvq_replaced += 1
+                    continue
+                if current is e:
+                    del self._lvq[key]  # the requeued copy is not replaced by later values
+            e.state = _READY
+            e.redelivered = True
+            c.requeued += 1
+            c.ready += 1
+            c.ready_bytes += e.size
+            lane = self._lanes[e.level]
+            if ring:
+                lane.head.appendleft(e)
+                assert limit is not None
+                if self._over(limit, 0, 0):
+                    self._evict_head(now_ms, ring=True)
+            else:
+                heapq.heappush(lane.returns, e)
+        if limit is not None and limit.action is LimitAction.DROP_HEAD:
+            while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
+                pass
+
+    def reject(self, seqs: Iterable[SeqId], now_ms: int) -> None:
+        """nack/reject with requeue=false: dead-letter (`rejected`) when a DLX is set, else drop."""
+        c = self.counters
+        for e in self._take_unacked(seqs):
+            msg = e.msg
+            assert msg is not None
+            self._forget(e)
+            c.rejected += 1
+            self._dead_letter(msg, DeadLetterReason.REJECTED, now_ms, e.deliveries)
+
+    def purge(self) -> int:
+        """Remove every waiting message (not unacked, not scheduled); returns how many."""
+        n = 0
+        for lane in self._lanes:
+            for e in lane.entries():
+                if e.paged and e.msg is None:
+                    self._store.discard(self.name, e.seq)
+                self._forget(e)
+                n += 1
+            lane.head.clear()
+            lane.returns.clear()
+            lane.tail.clear()
+        c = self.counters
+        c.ready = c.ready_bytes = c.paged = c.paged_bytes = 0
+        c.purged += n
+        self._gone = 0
+        return n
+
+    # --- time ----------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Release due scheduled messages (at most `SCHEDULED_RELEASE_BATCH`) to the head and
+        expire messages at the head of each lane (RabbitMQ expires only at the head)."""
+        sched = self._scheduled
+        released = 0
+        while sched and released < SCHEDULED_RELEASE_BATCH:
+            due, _seq, e = sched[0]
+            if e.state != _SCHEDULED:
+                heapq.heappop(sched)
+                continue
+            if due > now_ms:
+                break
+            heapq.heappop(sched)
+            self._release(e, now_ms)
+            released += 1
+        if not self._plain:
+            self._expire_heads(now_ms)
+
+    def _expire_heads(self, now_ms: int) -> None:
+        c = self.counters
+        for lane in self._lanes:
+            while True:
+                e = lane.peek()
+                if e is None or e.expires_at is None or now_ms <= e.expires_at:
+                    break
+                lane.pop()
+                if e.paged:
+                    c.paged -= 1
+                    c.paged_bytes -= e.size
+                else:
+                    c.ready -= 1
+                    c.ready_bytes -= e.size
+                self._expire(e, now_ms)
+
+    def _release(self, e: _Entry, now_ms: int) -> PublishOutcome:
+        c = self.counters
+        c.scheduled -= 1
+        c.scheduled_bytes -= e.size
+        return self._admit(e, now_ms, head=True)
+
+    def next_deadline_ms(self) -> int | None:
+        """Earliest time at which `tick` has work: a scheduled message due, or a head message
+        expiring (a message expires strictly after `publish time + ttl`)."""
+        best: int | None = None
+        sched = self._scheduled
+        while sched and sched[0][2].state != _SCHEDULED:
+            heapq.heappop(sched)
+        if sched:
+            best = sched[0][0]
+        if self._plain:
+            return best
+        for lane in self._lanes:
+            e = lane.peek()
+            if e is not None and e.expires_at is not None:
+                t = e.expires_at + 1
+                if best is None or t < best:
+                    best = t
+        return best
+
+    # --- dead letters ----------------------------------------------------------------------
+
+    def drain_dead_letters(self) -> list[DeadLetter]:
+        """Dead letters produced since the last call, in order; the broker routes them."""
+        out = self._dead
+        self._dead = []
+        return out
+
+    # --- browse (non-destructive reads) ------------------------------------------------------
+
+    def browse(self, after: SeqId | None, now_ms: int) -> Delivery | None:
+        """The next waiting message with a seq greater than `after`, without removing it.
+
+        Browsing follows seq (publish) order, skips expired, unacked and scheduled messages,
+        and changes no state: non-destructive consumers and read-only readers keep `after`
+        as their cursor.
+        """
+        index = self._index
+        if index is None:
+            live = [e for lane in self._lanes for e in lane.entries()]
+            live.extend(self._unacked.values())
+            live.extend(e for _, _, e in self._scheduled if e.state == _SCHEDULED)
+            live.sort()
+            index = self._index = live
+        elif len(index) > _COMPACT_MIN and len(index) > 2 * (self.message_count + 1):
+            index = self._index = [e for e in index if e.state != _GONE]
+        start = 0 if after is None else bisect_right(index, after, key=lambda x: x.seq)
+        for i in range(start, len(index)):
+            e = index[i]
+            if e.state != _READY:
+                continue
+            if e.expires_at is not None and now_ms > e.expires_at:
+                continue
+            msg = e.msg if e.msg is not None else self._store.peek(self.name, e.seq)
+            return Delivery(e.seq, msg, e.redelivered, e.deliveries + 1)
+        return None
+
+    # --- scheduled messages (admin) ----------------------------------------------------------
+
+    def list_scheduled(self) -> list[ScheduledMessage]:
+        """Scheduled messages by due time (Artemis `listScheduledMessages`)."""
+        live = sorted((due, seq, e) for due, seq, e in self._scheduled if e.state == _SCHEDULED)
+        out = []
+        for due, seq, e in live:
+            assert e.msg is not None
+            out.append(ScheduledMessage(seq, e.msg, due))
+        return out
+
+    def purge_scheduled(self) -> int:
+        """Drop every scheduled message; returns how many."""
+        n = 0
+        for _, _, e in self._scheduled:
+            if e.state == _SCHEDULED:
+                e.state = _GONE
+                n += 1
+        self._scheduled.clear()
+        c = self.counters
+        c.scheduled = c.scheduled_bytes = 0
+        c.purged += n
+        return n
+
+    def deliver_scheduled_now(self, seqs: Iterable[SeqId] | None, now_ms: int) -> int:
+        """Release the given scheduled messages (all when None) to the head now, under the
+        queue's limit; returns how many were released (accepted or not)."""
+        wanted = None if seqs is None else set(seqs)
+        picked = sorted(
+            (due, seq, e)
+            for due, seq, e in self._scheduled
+            if e.state == _SCHEDULED and (wanted is None or seq in wanted)
+        )
+        for _, _, e in picked:
+            e.state = _GONE  # leave the heap lazily; _release resets the state
+            self._release(e, now_ms)
+        return len(picked)
+
+    # --- introspection for tests and management ----------------------------------------------
+
+    def ready_seqs(self) -> list[SeqId]:
+        """Waiting messages' seqs in delivery order (O(n); tests and management only)."""
+        out: list[SeqId] = []
+        for lane in reversed(self._lanes):
+            out.extend(e.seq for e in lane.entries())
+        return out
+
+    def unacked_seqs(self) -> list[SeqId]:
+        """Unacked seqs in delivery order."""
+        return list(self._unacked)
+
+    def ready_messages(self) -> list[Message]:
+        """Waiting messages in delivery order (paged ones are peeked from the store)."""
+        out: list[Message] = []
+        for lane in reversed(self._lanes):
+            out.extend(
+                e.msg if e.msg is not None else self._store.peek(self.name, e.seq)
+                for e in lane.entries()
+            )
+        return out

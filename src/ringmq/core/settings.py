@@ -1,0 +1,462 @@
+"""Effective queue settings: queue arguments, then policy, then address-settings, then defaults.
+
+Theory of operation:
+
+`resolve_queue_settings` turns three configuration sources into one frozen `QueueSettings`:
+
+1. the queue's `x-*` / `qpid.*` declare arguments (validated exactly: wrong type, negative size,
+   unknown overflow or policy value -> `SettingsError`, which the AMQP layer maps to 406
+   PRECONDITION_FAILED);
+2. the effective RabbitMQ policy definition (`PolicyTable.match`), already validated when set;
+3. the Artemis address-settings resolved for the queue name (`AddressSettingsTable.resolve`).
+
+Ordinary keys (TTL, dead-lettering, delivery limit...) are merged key by key: the first source
+that sets a key wins. The *size limit* is different, because the three brokers have three
+incompatible limit families:
+
+* `ring`   (Artemis): `x-ring-size` / policy `ring-size` / address `default-ring-size`;
+* `rabbit` (RabbitMQ): `x-max-length`, `x-max-length-bytes`, `x-overflow`;
+* `qpid`   (Qpid C++ legacy): `qpid.max_count`, `qpid.max_size`, `qpid.policy_type`;
+* `address` (Artemis address-full): `max-size-bytes`, `max-size-messages`, `address-full-policy`.
+
+The highest-precedence source that sets any key of a family *claims* the limit; keys of that
+family are then merged across sources (so `x-overflow=reject-publish` with a `max-length`
+policy works, as in RabbitMQ), and the other families are ignored. Two families in the same
+source are refused. The result is one explicit `Limit`: what is counted (`Counted`), the count
+and byte bounds, and the overflow action (`LimitAction`). The queue engine reads only `Limit`.
+
+This module is pure data; it imports nothing from the queue engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from ringmq.core.policies import AddressFullPolicy, AddressSettings
+
+__all__ = [
+    "ARTEMIS_LEGACY_LVQ_KEY",
+    "QPID_LEGACY_LVQ_KEY",
+    "Counted",
+    "Limit",
+    "LimitAction",
+    "Overflow",
+    "QpidPolicy",
+    "QueueSettings",
+    "SettingsError",
+    "resolve_queue_settings",
+]
+
+ARTEMIS_LEGACY_LVQ_KEY: Final = "_AMQ_LVQ_NAME"
+"""Key used by Artemis' legacy `last-value=true` queues (`x-last-value: true` here)."""
+QPID_LEGACY_LVQ_KEY: Final = "qpid.LVQ_key"
+"""Key used by Qpid's legacy `qpid.last_value_queue` flag."""
+MAX_PRIORITY: Final = 255
+
+
+class SettingsError(ValueError):
+    """An invalid queue argument or combination (AMQP: 406 PRECONDITION_FAILED)."""
+
+
+class Overflow(StrEnum):
+    """RabbitMQ `x-overflow`."""
+
+    DROP_HEAD = "drop-head"
+    REJECT_PUBLISH = "reject-publish"
+    REJECT_PUBLISH_DLX = "reject-publish-dlx"
+
+
+class QpidPolicy(StrEnum):
+    """Qpid C++ (0.10-0.18) `qpid.policy_type`."""
+
+    REJECT = "reject"
+    RING = "ring"
+    RING_STRICT = "ring_strict"
+    FLOW_TO_DISK = "flow_to_disk"
+
+
+class Counted(StrEnum):
+    """Which messages a limit counts."""
+
+    READY = "ready"
+    """Messages waiting on the queue (RabbitMQ, Artemis ring): not in delivery, not scheduled."""
+    READY_AND_ACQUIRED = "ready+acquired"
+    """Also messages delivered and not yet acknowledged (Qpid depth, Artemis address size)."""
+
+
+class LimitAction(StrEnum):
+    """What a full queue does (one `match` in the engine)."""
+
+    RING = "ring"
+    """Artemis ring: a tail add evicts the head; a message returning to a full head is deleted."""
+    DROP_HEAD = "drop-head"
+    """RabbitMQ: enqueue, then drop (or dead-letter `maxlen`) head messages while over."""
+    REJECT_PUBLISH = "reject-publish"
+    """Refuse the new message (RabbitMQ reject-publish, Qpid reject, Artemis FAIL)."""
+    REJECT_PUBLISH_DLX = "reject-publish-dlx"
+    """Refuse the new message and dead-letter it with reason `maxlen`."""
+    QPID_RING = "qpid-ring"
+    """Qpid ring: evict the oldest (lowest priority first), even if acquired."""
+    QPID_RING_STRICT = "qpid-ring-strict"
+    """Qpid ring_strict: as ring, but refuse the new message when the oldest is acquired."""
+    FLOW_TO_DISK = "flow-to-disk"
+    """Never refuse; bodies of messages over the limit go to the body store (paged)."""
+    DROP_NEW = "drop-new"
+    """Artemis DROP: the new message is silently discarded (the publisher is still acked)."""
+    BLOCK = "block"
+    """Artemis BLOCK: accept, but report `over_limit` so the broker blocks publishers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """The resolved size limit of a queue (None bounds are unbounded)."""
+
+    counts: Counted
+    max_count: int | None
+    max_bytes: int | None
+    action: LimitAction
+    family: str
+    """`ring`, `rabbit`, `qpid` or `address`: which configuration family defined it."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Every effective setting of one queue. Build it with `resolve_queue_settings`.
+
+    Size-limit fields are kept as declared (for display); the engine uses `limit`.
+    """
+
+    ring_size: int = -1
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: Overflow = Overflow.DROP_HEAD
+    qpid_max_count: int | None = None
+    qpid_max_size: int | None = None
+    qpid_policy: QpidPolicy | None = None
+    address_full_policy: AddressFullPolicy | None = None
+    address_max_size_bytes: int | None = None
+    address_max_size_messages: int | None = None
+    lvq_key: str | None = None
+    non_destructive: bool = False
+    message_ttl_ms: int | None = None
+    expires_ms: int | None = None
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    delivery_limit: int | None = None
+    """Failed deliveries allowed before the message is dead-lettered (None: unlimited)."""
+    max_priority: int | None = None
+    single_active_consumer: bool = False
+    limit: Limit | None = None
+    policy_name: str | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """For each set field: "argument", "policy", "address-settings"."""
+
+
+# --- argument validation -------------------------------------------------------------------
+
+
+def _err(queue: str, arg: str, expected: str, value: Any) -> SettingsError:
+    return SettingsError(
+        f"invalid arg '{arg}' for queue '{queue}': expected {expected}, got {value!r}"
+    )
+
+
+def _int_arg(queue: str, arg: str, value: Any, *, minimum: int) -> int:
+    # RabbitMQ checks the AMQP field type: a bool, float or string is not an integer.
+    if type(value) is not int:
+        raise _err(queue, arg, "an integer", value)
+    if value < minimum:
+        what = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
+        if minimum == 1:
+            what = "a positive integer"
+        raise _err(queue, arg, what, value)
+    return value
+
+
+def _qpid_int(queue: str, arg: str, value: Any) -> int:
+    # Qpid converts Variants: numeric strings are accepted (qpid-config sends them).
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return _int_arg(queue, arg, value, minimum=0)
+
+
+def _bool_arg(queue: str, arg: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise _err(queue, arg, "a boolean", value)
+    return value
+
+
+def _str_arg(queue: str, arg: str, value: Any) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise _err(queue, arg, "a UTF-8 string", value) from None
+    if not isinstance(value, str):
+        raise _err(queue, arg, "a string", value)
+    return value
+
+
+_FAMILY_OF: Final[dict[str, str]] = {
+    "ring_size": "ring",
+    "max_length": "rabbit",
+    "max_length_bytes": "rabbit",
+    "overflow": "rabbit",
+    "qpid_max_count": "qpid",
+    "qpid_max_size": "qpid",
+    "qpid_policy": "qpid",
+    "address_full_policy": "address",
+    "address_max_size_bytes": "address",
+    "address_max_size_messages": "address",
+}
+
+
+def _from_arguments(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for arg, value in args.items():
+        match arg:
+            case "x-ring-size":
+                size = _int_arg(name, arg, value, minimum=-1)
+                if size != -1:
+                    out["ring_size"] = size
+            case "x-max-length":
+                out["max_length"] = _int_arg(name, arg, value, minimum=0)
+            case "x-max-length-bytes":
+                out["max_length_bytes"] = _int_arg(name, arg, value, minimum=0)
+            case "x-overflow":
+                text = _str_arg(name, arg, value)
+                try:
+                    out["overflow"] = Overflow(text)
+                except ValueError:
+                    allowed = "one of " + ", ".join(o.value for o in Overflow)
+                    raise _err(name, arg, allowed, value) from None
+            case "qpid.max_count":
+                count = _qpid_int(name, arg, value)
+                if count:  # Qpid: 0 means no limit
+                    out["qpid_max_count"] = count
+            case "qpid.max_size":
+                size = _qpid_int(name, arg, value)
+                if size:
+                    out["qpid_max_size"] = size
+            case "qpid.policy_type":
+                text = _str_arg(name, arg, value).lower()
+                try:
+                    out["qpid_policy"] = QpidPolicy(text)
+                except ValueError:
+                    allowed = "one of " + ", ".join(p.value for p in QpidPolicy)
+                    raise _err(name, arg, allowed, value) from None
+            case "x-last-value-key" | "qpid.last_value_queue_key":
+                key = _str_arg(name, arg, value)
+                if not key:
+                    raise _err(name, arg, "a non-empty string", value)
+                if out.get("lvq_key", key) != key:
+                    raise SettingsError(f"queue '{name}' declares two different last-value keys")
+                out["lvq_key"] = key
+            case "x-last-value":
+                if _bool_arg(name, arg, value):
+                    out.setdefault("lvq_key", ARTEMIS_LEGACY_LVQ_KEY)
+            case "qpid.last_value_queue":
+                if value not in (0, False):
+                    out.setdefault("lvq_key", QPID_LEGACY_LVQ_KEY)
+            case "x-non-destructive":
+                out["non_destructive"] = _bool_arg(name, arg, value)
+            case "x-message-ttl":
+                out["message_ttl_ms"] = _int_arg(name, arg, value, minimum=0)
+            case "x-expires":
+                out["expires_ms"] = _int_arg(name, arg, value, minimum=1)
+            case "x-dead-letter-exchange":
+                out["dead_letter_exchange"] = _str_arg(name, arg, value)
+            case "x-dead-letter-routing-key":
+                out["dead_letter_routing_key"] = _str_arg(name, arg, value)
+            case "x-delivery-limit":
+                limit = _int_arg(name, arg, value, minimum=-(2**63))
+                out["delivery_limit"] = limit if limit >= 0 else None
+            case "x-max-priority":
+                prio = _int_arg(name, arg, value, minimum=0)
+                if prio > MAX_PRIORITY:
+                    raise _err(name, arg, f"an integer from 0 to {MAX_PRIORITY}", value)
+                if prio:
+                    out["max_priority"] = prio
+            case "x-single-active-consumer":
+                out["single_active_consumer"] = _bool_arg(name, arg, value)
+            case _:
+                pass  # RabbitMQ ignores unknown arguments (x-queue-type, x-queue-mode, ...)
+    if "dead_letter_routing_key" in out and "dead_letter_exchange" not in out:
+        raise SettingsError(
+            f"invalid arg 'x-dead-letter-routing-key' for queue '{name}': "
+            "x-dead-letter-routing-key defined, but x-dead-letter-exchange not defined"
+        )
+    return out
+
+
+_POLICY_FIELDS: Final[dict[str, str]] = {
+    "ring-size": "ring_size",
+    "max-length": "max_length",
+    "max-length-bytes": "max_length_bytes",
+    "overflow": "overflow",
+    "message-ttl": "message_ttl_ms",
+    "expires": "expires_ms",
+    "dead-letter-exchange": "dead_letter_exchange",
+    "dead-letter-routing-key": "dead_letter_routing_key",
+    "delivery-limit": "delivery_limit",
+}
+
+
+def _from_policy(name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in definition.items():
+        target = _POLICY_FIELDS.get(key)
+        if target is None:
+            continue  # exchange keys (alternate-exchange) are not queue settings
+        if key == "overflow":
+            try:
+                out[target] = Overflow(value)
+            except ValueError:
+                raise SettingsError(f"policy for queue '{name}': bad overflow {value!r}") from None
+        elif key == "ring-size":
+            if type(value) is not int or value < -1:
+                raise SettingsError(f"policy for queue '{name}': bad ring-size {value!r}")
+            if value != -1:
+                out[target] = value
+        elif key == "delivery-limit":
+            out[target] = value if type(value) is int and value >= 0 else None
+        else:
+            out[target] = value
+    return out
+
+
+def _from_address(settings: AddressSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if settings.default_ring_size is not None and settings.default_ring_size != -1:
+        out["ring_size"] = settings.default_ring_size
+    if settings.default_last_value_key is not None:
+        out["lvq_key"] = settings.default_last_value_key
+    if settings.default_non_destructive is not None:
+        out["non_destructive"] = settings.default_non_destructive
+    size_bytes = settings.max_size_bytes
+    size_msgs = settings.max_size_messages
+    if (size_bytes is not None and size_bytes >= 0) or (size_msgs is not None and size_msgs >= 0):
+        if size_bytes is not None and size_bytes >= 0:
+            out["address_max_size_bytes"] = size_bytes
+        if size_msgs is not None and size_msgs >= 0:
+            out["address_max_size_messages"] = size_msgs
+        out["address_full_policy"] = settings.address_full_policy or AddressFullPolicy.PAGE
+    return out
+
+
+def _families(values: Mapping[str, Any]) -> set[str]:
+    return {_FAMILY_OF[k] for k in values if k in _FAMILY_OF}
+
+
+_QPID_ACTIONS: Final[dict[QpidPolicy, LimitAction]] = {
+    QpidPolicy.REJECT: LimitAction.REJECT_PUBLISH,
+    QpidPolicy.RING: LimitAction.QPID_RING,
+    QpidPolicy.RING_STRICT: LimitAction.QPID_RING_STRICT,
+    QpidPolicy.FLOW_TO_DISK: LimitAction.FLOW_TO_DISK,
+}
+_ADDRESS_ACTIONS: Final[dict[AddressFullPolicy, LimitAction]] = {
+    AddressFullPolicy.PAGE: LimitAction.FLOW_TO_DISK,
+    AddressFullPolicy.DROP: LimitAction.DROP_NEW,
+    AddressFullPolicy.BLOCK: LimitAction.BLOCK,
+    AddressFullPolicy.FAIL: LimitAction.REJECT_PUBLISH,
+}
+
+
+def _limit(family: str | None, v: Mapping[str, Any]) -> Limit | None:
+    match family:
+        case None:
+            return None
+        case "ring":
+            return Limit(Counted.READY, v["ring_size"], None, LimitAction.RING, "ring")
+        case "rabbit":
+            if v.get("max_length") is None and v.get("max_length_bytes") is None:
+                return None
+            overflow = v.get("overflow", Overflow.DROP_HEAD)
+            return Limit(
+                Counted.READY,
+                v.get("max_length"),
+                v.get("max_length_bytes"),
+                LimitAction(overflow.value),
+                "rabbit",
+            )
+        case "qpid":
+            if v.get("qpid_max_count") is None and v.get("qpid_max_size") is None:
+                return None  # Qpid creates no policy object without a bound
+            policy = v.get("qpid_policy", QpidPolicy.REJECT)
+            return Limit(
+                Counted.READY_AND_ACQUIRED,
+                v.get("qpid_max_count"),
+                v.get("qpid_max_size"),
+                _QPID_ACTIONS[policy],
+                "qpid",
+            )
+        case "address":
+            return Limit(
+                Counted.READY_AND_ACQUIRED,
+                v.get("address_max_size_messages"),
+                v.get("address_max_size_bytes"),
+                _ADDRESS_ACTIONS[v["address_full_policy"]],
+                "address",
+            )
+        case _:
+            raise AssertionError(family)
+
+
+def resolve_queue_settings(
+    name: str,
+    arguments: Mapping[str, Any] | None,
+    *,
+    policy: Mapping[str, Any] | None = None,
+    address_settings: AddressSettings | None = None,
+    policy_name: str | None = None,
+) -> QueueSettings:
+    """Compute a queue's effective settings.
+
+    Args:
+        name: the queue name (for messages).
+        arguments: the queue.declare arguments table.
+        policy: the effective policy's definition (`Policy.definition`), if any.
+        address_settings: the address-settings resolved for the queue name, if any.
+        policy_name: recorded in the result for management.
+
+    Raises:
+        SettingsError: an invalid argument or combination; nothing is changed anywhere.
+    """
+    levels: list[tuple[str, dict[str, Any]]] = [
+        ("argument", _from_arguments(name, arguments or {})),
+        ("policy", _from_policy(name, policy or {})),
+        ("address-settings", _from_address(address_settings or AddressSettings())),
+    ]
+    for source, values in levels[:2]:
+        fams = _families(values)
+        if len(fams) > 1:
+            raise SettingsError(
+                f"queue '{name}': conflicting limit families in {source}s: "
+                + " and ".join(sorted(fams))
+            )
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    family: str | None = None
+    for _source, values in levels:
+        fams = _families(values)
+        if family is None and fams:
+            # The ring beats address-full limits when both come from address-settings.
+            family = "ring" if "ring" in fams else fams.pop()
+    for source, values in levels:
+        for key, value in values.items():
+            fam = _FAMILY_OF.get(key)
+            if fam is not None and fam != family:
+                continue
+            if key not in merged:
+                merged[key] = value
+                sources[key] = source
+    if merged.get("dead_letter_routing_key") is not None and not merged.get("dead_letter_exchange"):
+        merged.pop("dead_letter_routing_key")
+        sources.pop("dead_letter_routing_key", None)
+    if merged.get("lvq_key") and merged.get("max_priority"):
+        raise SettingsError(f"queue '{name}': a last-value queue cannot have x-max-priority")
+    limit = _limit(family, merged)
+    return QueueSettings(**merged, limit=limit, policy_name=policy_name, sources=sources)
