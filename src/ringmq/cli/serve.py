@@ -1,9 +1,57 @@
-"""ringmq CLI: serve commands."""
+"""`ringmq serve`: run the broker in the foreground until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default 127.0.0.1).")
+    ] = None,
+    amqp_port: Annotated[
+        int | None, typer.Option(help="AMQP port (default 5672; 0 picks a free port).")
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(help="Management HTTP port (default 15672; 0 picks a free port; -1 off)."),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where messages and definitions are stored.")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="TOML configuration or an Artemis broker.xml.", exists=True),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the AMQP 0-9-1 broker (and its management HTTP API) until SIGTERM/SIGINT."""
+    from ringmq.server.configfile import ConfigError, FileConfig, load_config
+    from ringmq.server.runtime import options_from, run
+
+    level = log_level.lower()
+    if level not in _LOG_LEVELS:
+        raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        file_config = load_config(config) if config is not None else FileConfig()
+    except ConfigError as exc:
+        typer.echo(f"ringmq: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    options = options_from(
+        file_config, host=host, amqp_port=amqp_port, http_port=http_port, data_dir=data_dir
+    )
+    raise typer.Exit(code=run(options))
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the CLI."""
+    """Add `serve` to the CLI."""
+    app.command(name="serve")(serve)

@@ -8,7 +8,7 @@ frozen dataclasses that knows nothing about the core. Both formats land in the s
   `<address>` with `<anycast>` queues becomes queues reached through the default exchange; a
   `<multicast>` address becomes a fanout exchange named after the address with its queues bound
   to it. Queue attributes (`ring-size`, `last-value-key`, `last-value`, `non-destructive`,
-  `exclusive`, `max-consumers`, `durable`...) become queue arguments; `<address-settings>` become
+  `exclusive`, `durable`...) become queue arguments; `<address-settings>` become
   `AddressSetting` entries whose `match` keeps Artemis wildcards (`#` any words, `*` one word).
 
 Turning a `FileConfig` into the core's `BrokerConfig` and into declarations is `runtime.py`'s
@@ -37,9 +37,8 @@ DEFAULT_REFRESH_PERIOD_MS: Final = 5000  # Artemis configuration-file-refresh-pe
 ARG_RING_SIZE: Final = "x-ring-size"
 ARG_LAST_VALUE_KEY: Final = "x-last-value-key"
 ARG_NON_DESTRUCTIVE: Final = "x-non-destructive"
-ARG_MAX_CONSUMERS: Final = "x-max-consumers"
+ARG_LAST_VALUE: Final = "x-last-value"  # Artemis' legacy last-value="true" (key _AMQ_LVQ_NAME)
 ARG_SINGLE_ACTIVE: Final = "x-single-active-consumer"
-ARTEMIS_LVQ_KEY: Final = "_AMQ_LVQ_NAME"  # key used by Artemis' legacy last-value="true"
 
 
 class ConfigError(ValueError):
@@ -634,17 +633,13 @@ def _artemis_queue(q: Element, address: str, where: str) -> QueueSpec:
     if (key := q.get("last-value-key")) is not None:
         args[ARG_LAST_VALUE_KEY] = key
     elif (lv := q.get("last-value")) is not None and _xml_bool(lv, f"{w} last-value"):
-        args[ARG_LAST_VALUE_KEY] = ARTEMIS_LVQ_KEY
+        args[ARG_LAST_VALUE] = True
     if (nd := q.get("non-destructive")) is not None and _xml_bool(nd, f"{w} non-destructive"):
         args[ARG_NON_DESTRUCTIVE] = True
     if (ex := q.get("exclusive")) is not None and _xml_bool(ex, f"{w} exclusive"):
         # Artemis' exclusive queue = one active consumer at a time (RabbitMQ's SAC), not a
         # connection-exclusive AMQP queue
         args[ARG_SINGLE_ACTIVE] = True
-    if (mc := q.get("max-consumers")) is not None:
-        n = _xml_int(mc, f"{w} max-consumers")
-        if n >= 0:
-            args[ARG_MAX_CONSUMERS] = n
     return QueueSpec(
         name=name, durable=durable, exclusive=exclusive, arguments=args, address=address
     )
@@ -757,8 +752,8 @@ def queue_arguments(spec: QueueSpec, settings: tuple[AddressSetting, ...]) -> di
     if ARG_LAST_VALUE_KEY not in args:
         if s.default_last_value_key:
             args[ARG_LAST_VALUE_KEY] = s.default_last_value_key
-        elif s.default_last_value_queue:
-            args[ARG_LAST_VALUE_KEY] = ARTEMIS_LVQ_KEY
+        elif s.default_last_value_queue and ARG_LAST_VALUE not in args:
+            args[ARG_LAST_VALUE] = True
     if ARG_NON_DESTRUCTIVE not in args and s.default_non_destructive:
         args[ARG_NON_DESTRUCTIVE] = True
     return args

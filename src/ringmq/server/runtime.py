@@ -1,0 +1,779 @@
+"""The running broker: listeners, connections, timers, effects, management, config reload.
+
+Theory of operation:
+
+`BrokerServer` owns the pure `Broker` and every `AMQPConnection`, all on one event loop thread
+(so the core needs no locks). Input flows
+
+    socket bytes -> AMQPConnection.data_received -> ServerConnection.receive_data -> events
+    -> Broker calls (with now_ms from the Clock) -> effects -> apply to the target connections
+
+and output is *collected*: applying an effect only queues frames in the target's state machine
+and marks it dirty. At the end of each batch (one read, one timer firing, one management call
+hook) `_flush` writes every dirty connection once, so a publish fanned out to 100 consumers on
+20 connections costs 20 writes, not 100.
+
+Timers: one `loop.call_at` for the broker's `next_deadline_ms()` (TTL expiry, scheduled
+messages, delayed exchanges), re-armed after every batch when the deadline changed; one sweep
+per second (or per half heartbeat, whichever is shorter) for heartbeats, missed heartbeats
+(2 intervals, as RabbitMQ) and the 10 s handshake timeout; one poll of the config file's mtime
+when it asks for reloads (Artemis `configuration-file-refresh-period`).
+
+Errors: `AMQPError`s raised by the broker become Channel.Close or Connection.Close on that
+connection (soft/hard, as RabbitMQ). Any other exception is a bug: logged with its traceback,
+that connection alone is closed with 541 INTERNAL_ERROR and the broker keeps serving.
+
+Shutdown: stop accepting, send Connection.Close 320 CONNECTION_FORCED to every client, give them
+a moment to answer, close the sockets, then stop the management server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import itertools
+import logging
+import os
+import signal
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar, assert_never
+
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.effects import (
+    Block,
+    CloseChannel,
+    CloseConnection,
+    Effect,
+    SendContent,
+    SendMethod,
+    Unblock,
+)
+from ringmq.protocol import events as ev
+from ringmq.protocol.connection import ServerConnection
+from ringmq.protocol.handshake import TuneParams
+from ringmq.server.clock import Clock, SystemClock
+from ringmq.server.configfile import ConfigError, FileConfig, load_config
+from ringmq.server.listener import Listener, bind_http_socket, open_amqp_listener, tls_context
+from ringmq.server.setup import apply_declarations, broker_config, build_broker, reload_settings
+from ringmq.server.transport import AMQPConnection
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_AMQP_PORT: Final = 5672
+DEFAULT_HTTP_PORT: Final = 15672
+DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
+CLOSE_OK_TIMEOUT_S: Final = 3.0
+"""A client that does not answer our Connection.Close within this time is disconnected."""
+SHUTDOWN_GRACE_S: Final = 1.0
+"""How long clients get to answer Connection.Close(320) before their sockets are closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """Where and how to run.
+
+    Attributes:
+        host: address of every listener.
+        amqp_port: AMQP port; 0 picks a free one.
+        http_port: management HTTP port; 0 picks a free one; None disables it.
+        data_dir: directory for messages and definitions.
+        config: the parsed configuration file (users, limits, declarations, TLS...).
+        node: node name reported to management.
+    """
+
+    host: str = DEFAULT_HOST
+    amqp_port: int = DEFAULT_AMQP_PORT
+    http_port: int | None = DEFAULT_HTTP_PORT
+    data_dir: Path = DEFAULT_DATA_DIR
+    config: FileConfig = field(default_factory=FileConfig)
+    node: str = "ringmq@localhost"
+
+
+def options_from(
+    config: FileConfig,
+    *,
+    host: str | None = None,
+    amqp_port: int | None = None,
+    http_port: int | None = None,
+    data_dir: Path | None = None,
+) -> ServerOptions:
+    """Command-line values win over the file's `[server]` table, which wins over defaults.
+
+    An http_port of -1 (either source) disables the management listener.
+    """
+    listen = config.listen
+    http = http_port if http_port is not None else listen.http_port
+    if http is None:
+        http = DEFAULT_HTTP_PORT
+    return ServerOptions(
+        host=host or listen.host or DEFAULT_HOST,
+        amqp_port=_first(amqp_port, listen.amqp_port, DEFAULT_AMQP_PORT),
+        http_port=None if http < 0 else http,
+        data_dir=data_dir or listen.data_dir or DEFAULT_DATA_DIR,
+        config=config,
+    )
+
+
+def _first(*values: int | None) -> int:
+    for v in values:
+        if v is not None:
+            return v
+    raise ValueError("no value")
+
+
+@dataclass(slots=True)
+class _Timer:
+    handle: asyncio.TimerHandle | None = None
+    due_ms: int | None = None
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        self.handle = None
+        self.due_ms = None
+
+
+class BrokerServer:
+    """The asyncio server around the pure broker (see the module docstring).
+
+    Typical use: `await BrokerServer(options).serve_forever()`; tests use `BrokerThread`.
+    Implements management's `Runtime` port (`node`, `started_at_ms`, `connections()`,
+    `close_connection()`, `listeners()`).
+    """
+
+    def __init__(self, options: ServerOptions, *, clock: Clock | None = None) -> None:
+        self.options = options
+        self.clock: Clock = clock or SystemClock()
+        self.node = options.node
+        self.started_at_ms = 0
+        self.broker: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conns: dict[int, AMQPConnection] = {}
+        self._ids = itertools.count(1)
+        self._dirty: set[AMQPConnection] = set()
+        self._in_batch = 0
+        self._listeners: list[Listener] = []
+        self._deadline = _Timer()
+        self._sweep_handle: asyncio.TimerHandle | None = None
+        self._reload_handle: asyncio.TimerHandle | None = None
+        self._config_mtime: float | None = None
+        self._http_server: Any = None
+        self._http_task: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Event | None = None
+        self._drained = asyncio.Event()
+        self._stopped = False
+        self.ready = threading.Event()
+        """Set once every listener accepts connections (for threads waiting on start-up)."""
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def amqp_port(self) -> int:
+        return self._port("amqp")
+
+    @property
+    def amqps_port(self) -> int:
+        return self._port("amqp/ssl")
+
+    @property
+    def http_port(self) -> int:
+        return self._port("http")
+
+    def _port(self, protocol: str) -> int:
+        for lst in self._listeners:
+            if lst.protocol == protocol:
+                return lst.port
+        raise LookupError(f"no {protocol} listener")
+
+    async def start(self) -> None:
+        """Build the broker, apply the configuration, open listeners and timers."""
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        opts = self.options
+        cfg = opts.config
+        self.started_at_ms = self.clock.wall_ms()
+        opts.data_dir.mkdir(parents=True, exist_ok=True)
+        self.broker = build_broker(broker_config(cfg), opts.data_dir, self.clock.wall_ms())
+        apply_declarations(self.broker, cfg, self.clock.wall_ms())
+
+        amqp = await open_amqp_listener(self._factory(tls=False), opts.host, opts.amqp_port)
+        self._listeners.append(amqp)
+        log.info("AMQP listening on %s:%d", amqp.host, amqp.port)
+        if cfg.tls is not None:
+            ctx = tls_context(cfg.tls)
+            amqps = await open_amqp_listener(
+                self._factory(tls=True), opts.host, cfg.tls.port, tls=ctx
+            )
+            self._listeners.append(amqps)
+            log.info("AMQPS listening on %s:%d", amqps.host, amqps.port)
+        if opts.http_port is not None:
+            await self._start_management(opts.host, opts.http_port)
+
+        self._arm_sweep()
+        self._arm_deadline()
+        if cfg.source is not None and cfg.refresh_period_ms:
+            self._config_mtime = _mtime(cfg.source)
+            self._arm_reload()
+        self.ready.set()
+
+    async def serve_forever(self, *, install_signals: bool = False) -> None:
+        """Start, run until `request_stop()` (or SIGTERM/SIGINT), then stop cleanly."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self.request_stop)
+        try:
+            assert self._stopping is not None
+            await self._stopping.wait()
+        finally:
+            await self.stop()
+
+    def request_stop(self) -> None:
+        """Ask `serve_forever` to shut down (call on the loop thread)."""
+        if self._stopping is not None:
+            log.info("shutting down")
+            self._stopping.set()
+
+    async def stop(self, reason: str = "broker shutdown") -> None:
+        """Stop accepting, close every connection with 320, stop timers and management."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for lst in self._listeners:
+            if lst.server is not None:
+                lst.close()
+        for t in (self._sweep_handle, self._reload_handle):
+            if t is not None:
+                t.cancel()
+        self._deadline.cancel()
+        conns = list(self._conns.values())
+        with self._batch():
+            for c in conns:
+                self._close_connection(c, ReplyCode.CONNECTION_FORCED, reason)
+        # give clients a moment to answer Close-Ok, then drop whatever is left
+        if self._conns:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), SHUTDOWN_GRACE_S)
+        for c in list(self._conns.values()):
+            c.abort()
+            self._forget(c)
+        if self._http_server is not None:
+            self._http_server.should_exit = True
+            if self._http_task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(self._http_task, timeout=5)
+        for lst in self._listeners:
+            lst.close()
+        close = getattr(self.broker, "close", None)
+        if callable(close):
+            close()
+        log.info("stopped")
+
+    # -- management ----------------------------------------------------------------------------
+
+    async def _start_management(self, host: str, port: int) -> None:
+        try:
+            mod = importlib.import_module("ringmq.management.app")
+        except ImportError:
+            mod = None
+        create_app = getattr(mod, "create_app", None)
+        if create_app is None:
+            log.info("management API not available (ringmq.management.app.create_app missing)")
+            return
+        import uvicorn
+
+        lst = bind_http_socket(host, port)
+        self._listeners.append(lst)
+        app = create_app(self.broker, self)
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        server = uvicorn.Server(config)
+        self._http_server = server
+        assert lst.sock is not None
+        self._http_task = asyncio.create_task(self._serve_http(server, lst))
+        log.info("HTTP listening on %s:%d", lst.host, lst.port)
+
+    async def _serve_http(self, server: Any, lst: Listener) -> None:
+        # `_serve` skips uvicorn's own signal capture, which would swallow SIGINT/SIGTERM meant
+        # for the whole broker; the broker stops uvicorn itself (should_exit) on shutdown.
+        serve = getattr(server, "_serve", None) or server.serve
+        try:
+            await serve(sockets=[lst.sock])
+        except Exception:
+            log.exception("management server failed")
+
+    # -- Runtime port (management) ----------------------------------------------------------------
+
+    def connections(self) -> list[Any]:
+        from ringmq.management.port import ConnectionInfo
+
+        out = []
+        for c in self._conns.values():
+            if not c.opened:
+                continue
+            out.append(
+                ConnectionInfo(
+                    conn_id=c.conn_id,
+                    name=c.name,
+                    user=c.user,
+                    vhost=c.vhost,
+                    peer_host=c.peer[0],
+                    peer_port=c.peer[1],
+                    host=c.sock_name[0],
+                    port=c.sock_name[1],
+                    connected_at_ms=c.connected_at_ms,
+                    state="closing"
+                    if c.closing
+                    else ("blocked" if c.blocked_reason else "running"),
+                    blocked_reason=c.blocked_reason,
+                    channels=c.channels,
+                    client_properties=c.client_properties,
+                    recv_oct=c.recv_oct,
+                    send_oct=c.send_oct,
+                    heartbeat_s=c.proto.heartbeat_s,
+                    frame_max=c.proto.frame_max,
+                    channel_max=c.proto.channel_max,
+                    auth_mechanism=c.auth_mechanism,
+                )
+            )
+        return out
+
+    def close_connection(self, name: str, reason: str) -> bool:
+        for c in list(self._conns.values()):
+            if c.name == name:
+                with self._batch():
+                    self._close_connection(c, ReplyCode.CONNECTION_FORCED, reason)
+                return True
+        return False
+
+    def listeners(self) -> list[Any]:
+        from ringmq.management.port import ListenerInfo
+
+        return [ListenerInfo(lst.protocol, lst.host, lst.port) for lst in self._listeners]
+
+    def run_batch(self, fn: Callable[[], _T]) -> _T:
+        """Run `fn` (a core call made outside a client read, e.g. by management) as a batch.
+
+        Effects it returns through `apply_effects` are flushed when it completes.
+        """
+        with self._batch():
+            return fn()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _factory(self, *, tls: bool) -> Callable[[], asyncio.Protocol]:
+        def make() -> asyncio.Protocol:
+            return AMQPConnection(self, next(self._ids), tls=tls)
+
+        return make
+
+    def new_protocol_connection(self) -> ServerConnection:
+        limits = self.options.config.limits
+        return ServerConnection(
+            TuneParams(
+                channel_max=limits.channel_max,
+                frame_max=limits.frame_max,
+                heartbeat_s=limits.heartbeat_s,
+            ),
+            max_message_size=limits.max_message_size,
+        )
+
+    def connection_made(self, c: AMQPConnection) -> None:
+        limits = self.options.config.limits
+        if self._stopped or (
+            limits.max_connections is not None and len(self._conns) >= limits.max_connections
+        ):
+            c.abort()
+            return
+        self._conns[c.conn_id] = c
+        c.connected_at_ms = self.clock.wall_ms()
+        c.connected_mono = self.clock.monotonic()
+
+    def data_received(self, c: AMQPConnection, data: bytes) -> None:
+        with self._batch():
+            try:
+                self._on_events(c, c.proto.receive_data(data))
+            except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
+                self._internal_error(c)
+
+    def connection_lost(self, c: AMQPConnection, exc: Exception | None) -> None:
+        if exc is not None:
+            log.debug("connection %s lost: %s", c.name, exc)
+        with self._batch():
+            self._forget(c)
+
+    def writable_changed(self, c: AMQPConnection, writable: bool) -> None:
+        if not c.opened or c.closing:
+            return
+        with self._batch():
+            try:
+                self.apply_effects(self.broker.set_writable(c.conn_id, writable, self._now_ms()))
+            except Exception:  # noqa: BLE001 - see data_received
+                self._internal_error(c)
+
+    def _forget(self, c: AMQPConnection) -> None:
+        if self._conns.pop(c.conn_id, None) is None:
+            return
+        if self._stopped and not self._conns:
+            self._drained.set()
+        self._dirty.discard(c)
+        if c.opened:
+            c.opened = False
+            try:
+                self.apply_effects(self.broker.connection_closed(c.conn_id, self._now_ms()))
+            except Exception:
+                log.exception("broker failed to clean up connection %s", c.name)
+
+    # -- events -> broker -------------------------------------------------------------------------
+
+    def _on_events(self, c: AMQPConnection, events: list[ev.Event]) -> None:
+        # accept_login()/accept_open() return the events of bytes pipelined behind Start-Ok
+        # and Open; they join the same batch, in order
+        pending = deque(events)
+        while pending and c.conn_id in self._conns:
+            more = self._on_event(c, pending.popleft())
+            if more:
+                pending.extendleft(reversed(more))
+        self._dirty.add(c)
+
+    def _on_event(self, c: AMQPConnection, event: ev.Event) -> list[ev.Event]:
+        now = self._now_ms()
+        match event:
+            case ev.Command(channel=ch, method=method, content=content):
+                try:
+                    effects = self.broker.handle(c.conn_id, ch, method, content, now)
+                except AMQPError as err:
+                    c.proto.send_error(ch, err)
+                    return []
+                self.apply_effects(effects)
+            case ev.LoginRequested():
+                try:
+                    user = self.broker.check_login(event.mechanism, event.response, c.peer_loopback)
+                except AMQPError as err:
+                    log.warning("login refused for %s: %s", c.name, err.reply_text)
+                    c.proto.reject_login(err.explanation)
+                    return []
+                c.user = user
+                c.auth_mechanism = event.mechanism
+                c.client_properties = dict(event.client_properties)
+                return c.proto.accept_login()
+            case ev.OpenRequested(vhost=vhost):
+                try:
+                    self.broker.connection_opened(
+                        c.conn_id, c.user, vhost, c.peer, c.client_properties, now
+                    )
+                except AMQPError as err:
+                    c.proto.close(err.code, err.explanation, err.class_id, err.method_id)
+                    return []
+                c.opened = True
+                c.vhost = vhost
+                log.info("accepted %s (user %r, vhost %r)", c.name, c.user, vhost)
+                return c.proto.accept_open()
+            case ev.ChannelOpened(channel=ch):
+                c.channels += 1
+                self.apply_effects(self.broker.channel_opened(c.conn_id, ch, now))
+            case ev.ChannelClosed(channel=ch):
+                # client-initiated close, or its Close-Ok to ours: either way the broker
+                # requeues the channel's unacked messages and drops its consumers now
+                c.channels = max(0, c.channels - 1)
+                self.apply_effects(self.broker.channel_closed(c.conn_id, ch, now))
+            case ev.SecretUpdated():
+                pass  # nothing here expires with a secret; Update-Secret-Ok is already queued
+            case ev.ProtocolError(channel=ch, reply_code=code, reply_text=text):
+                log.info("closing %s channel %d: %s", c.name, ch, text)
+                if code == ReplyCode.INTERNAL_ERROR:
+                    log.error("protocol layer internal error on %s", c.name)
+            case ev.ConnectionClosed():
+                c.close_transport()
+                self._forget(c)
+            case _:
+                assert_never(event)
+        return []
+
+    def _close_connection(self, c: AMQPConnection, code: int, text: str) -> None:
+        """Server-initiated Connection.Close; `text` is the explanation (no code prefix)."""
+        if c.closing:
+            return
+        c.proto.close(code, text)
+        if c.closing_since is None:
+            c.closing_since = self.clock.monotonic()
+        self._dirty.add(c)
+
+    def _internal_error(self, c: AMQPConnection) -> None:
+        log.error("internal error on connection %s\n%s", c.name, traceback.format_exc())
+        try:
+            self._close_connection(c, ReplyCode.INTERNAL_ERROR, "internal error")
+            c.close_transport()
+        except Exception:
+            log.exception("could not close %s cleanly", c.name)
+            c.abort()
+        self._forget(c)
+
+    # -- effects -> connections ----------------------------------------------------------------
+
+    def apply_effects(self, effects: Iterable[Effect]) -> None:
+        """Queue the output of `effects` on their target connections (flushed at batch end)."""
+        conns = self._conns
+        dirty = self._dirty
+        for e in effects:
+            c = conns.get(e.conn_id)
+            if c is None or c.closing:
+                continue  # the target went away meanwhile; the broker learns it separately
+            match e:
+                case SendContent(channel=ch, method=method, message=msg):
+                    c.proto.send_content(ch, method, msg.properties_bin, msg.body)
+                case SendMethod(channel=ch, method=method):
+                    c.proto.send_method(ch, method)
+                case CloseChannel(channel=ch, code=code, text=text):
+                    c.proto.close_channel(
+                        ch, code, _explanation(code, text), e.class_id, e.method_id
+                    )
+                case CloseConnection(code=code, text=text):
+                    self._close_connection(c, code, _explanation(code, text))
+                case Block(reason=reason):
+                    c.blocked_reason = reason
+                    c.proto.send_blocked(reason)
+                    c.pause_reading()
+                case Unblock():
+                    c.blocked_reason = None
+                    c.proto.send_unblocked()
+                    c.resume_reading()
+                case _:
+                    assert_never(e)
+            dirty.add(c)
+
+    @contextlib.contextmanager
+    def _batch(self) -> Any:
+        self._in_batch += 1
+        try:
+            yield
+        finally:
+            self._in_batch -= 1
+            if self._in_batch == 0:
+                self._flush()
+                self._arm_deadline()
+
+    def _flush(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for c in dirty:
+            try:
+                c.flush()
+            except Exception:
+                log.exception("write to %s failed", c.name)
+                c.abort()
+
+    def _now_ms(self) -> int:
+        return self.clock.wall_ms()
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    def _arm_deadline(self) -> None:
+        if self._stopped or self.broker is None or self._loop is None:
+            return
+        due = self.broker.next_deadline_ms()
+        if due == self._deadline.due_ms:
+            return
+        self._deadline.cancel()
+        if due is None:
+            return
+        delay_s = max(0.0, (due - self._now_ms()) / 1000.0)
+        self._deadline.due_ms = due
+        self._deadline.handle = self._loop.call_at(self._loop.time() + delay_s, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._deadline.handle = None
+        self._deadline.due_ms = None
+        with self._batch():
+            try:
+                self.apply_effects(self.broker.tick(self._now_ms()))
+            except Exception:
+                log.exception("broker tick failed")
+
+    def _sweep_period_s(self) -> float:
+        hb = self.options.config.limits.heartbeat_s
+        return min(1.0, hb / 2) if hb > 0 else 1.0
+
+    def _arm_sweep(self) -> None:
+        assert self._loop is not None
+        self._sweep_handle = self._loop.call_later(self._sweep_period_s(), self._sweep)
+
+    def _sweep(self) -> None:
+        """Heartbeats, missed heartbeats and the handshake timeout."""
+        mono = self.clock.monotonic()
+        mono_ms = int(mono * 1000)
+        handshake_s = self.options.config.limits.handshake_timeout_ms / 1000.0
+        with self._batch():
+            for c in list(self._conns.values()):
+                if c.closing:
+                    continue
+                try:
+                    if not c.opened and mono - c.connected_mono > handshake_s:
+                        log.info("handshake timeout on %s", c.name)
+                        c.abort()
+                        self._forget(c)
+                        continue
+                    if c.proto.peer_timed_out(mono_ms):
+                        log.info("missed heartbeats from %s, closing", c.name)
+                        c.abort()
+                        self._forget(c)
+                        continue
+                    if c.closing_since is not None and mono - c.closing_since > CLOSE_OK_TIMEOUT_S:
+                        c.abort()  # the client never answered our Connection.Close
+                        self._forget(c)
+                        continue
+                    if c.proto.heartbeat_due(mono_ms):
+                        c.proto.send_heartbeat()
+                        self._dirty.add(c)
+                except Exception:  # noqa: BLE001 - see data_received
+                    self._internal_error(c)
+        if not self._stopped:
+            self._arm_sweep()
+
+    # -- config reload --------------------------------------------------------------------------
+
+    def _arm_reload(self) -> None:
+        assert self._loop is not None
+        period = self.options.config.refresh_period_ms or 5000
+        self._reload_handle = self._loop.call_later(period / 1000.0, self._check_reload)
+
+    def _check_reload(self) -> None:
+        src = self.options.config.source
+        assert src is not None
+        mtime = _mtime(src)
+        if mtime is not None and mtime != self._config_mtime:
+            self._config_mtime = mtime
+            self.reload_config()
+        if not self._stopped:
+            self._arm_reload()
+
+    def reload_config(self) -> bool:
+        """Re-read the config file: replace address-settings, declare new queues/exchanges.
+
+        Returns False (and keeps the running configuration) when the file is invalid.
+        """
+        src = self.options.config.source
+        if src is None:
+            return False
+        try:
+            new = load_config(src)
+        except ConfigError as exc:
+            log.error("configuration reload failed, keeping the running one: %s", exc)
+            return False
+        with self._batch():
+            try:
+                reload_settings(self.broker, new, self._now_ms())
+            except Exception:
+                log.exception("configuration reload failed")
+                return False
+        log.info("configuration reloaded from %s", src)
+        return True
+
+
+def _explanation(code: int, text: str) -> str:
+    # effects may carry a full RabbitMQ reply text; the protocol adds the "CODE_NAME - " prefix
+    prefix = f"{ReplyCode(code).name} - "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+class BrokerThread:
+    """A `BrokerServer` on its own event loop in a daemon thread (tests, embedding).
+
+    `start()` returns once the listeners accept connections; `call(fn)` runs `fn` on the loop
+    thread (the only thread allowed to touch the broker) and returns its result.
+    """
+
+    def __init__(self, options: ServerOptions, *, clock: Clock | None = None) -> None:
+        self.server = BrokerServer(options, clock=clock)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def host(self) -> str:
+        return self.server.options.host
+
+    @property
+    def port(self) -> int:
+        return self.server.amqp_port
+
+    @property
+    def broker(self) -> Any:
+        return self.server.broker
+
+    def start(self, timeout: float = 10.0) -> None:
+        self._thread = threading.Thread(target=self._run, name="ringmq-broker", daemon=True)
+        self._thread.start()
+        if not self.server.ready.wait(timeout) or self._error is not None:
+            raise RuntimeError("broker failed to start") from self._error
+
+    def _run(self) -> None:
+        loop = new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self.server.serve_forever())
+        except BaseException as exc:
+            self._error = exc
+            self.server.ready.set()
+            raise
+        finally:
+            loop.close()
+
+    def call(self, fn: Callable[[], _T], timeout: float = 10.0) -> _T:
+        """Run `fn()` on the broker's loop thread as one batch and return its result."""
+        assert self._loop is not None
+
+        async def run() -> _T:
+            return self.server.run_batch(fn)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        if self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self.server.request_stop)
+            self._thread.join(timeout)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed, else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def run(options: ServerOptions) -> int:
+    """Run the broker in the foreground until SIGTERM/SIGINT; returns the exit status."""
+    server = BrokerServer(options)
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(server.serve_forever(install_signals=True))
+    except (ConfigError, OSError, AMQPError) as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    finally:
+        loop.close()
+    return 0

@@ -1,0 +1,151 @@
+"""One asyncio protocol per AMQP connection: bytes in, events to the broker, bytes out.
+
+Theory of operation:
+
+* `data_received` feeds the sans-IO `ServerConnection`, hands each event to the runtime (which
+  calls the pure `Broker` and applies the effects it returns, possibly to *other* connections),
+  then asks the runtime to flush: every connection that got output during the batch is written
+  with exactly one `transport.write`.
+* Flow control has two independent reasons to stop reading: the broker's `Block` effect (memory
+  alarm; connection.blocked is sent first) and nothing else; and one reason to stop delivering:
+  the transport's write buffer crossing its high-water mark (`pause_writing`), which the runtime
+  reports to the broker with `set_writable(False)` so deliveries to this connection wait.
+* Timers live in the runtime; this object only records what they need (`opened`, the time of
+  connection, the last time bytes arrived or left).
+* Exceptions other than `AMQPError` raised while handling this connection's input are bugs: the
+  runtime logs them with the traceback and closes only this connection with 541.
+
+Owned by the loop thread; never touched from elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ringmq.protocol.connection import ServerConnection
+    from ringmq.server.runtime import BrokerServer
+
+log = logging.getLogger(__name__)
+
+
+class AMQPConnection(asyncio.Protocol):
+    """The server side of one client connection.
+
+    Attributes:
+        conn_id: broker-wide connection id (also the core's `conn_id`).
+        proto: the sans-IO connection state machine.
+        peer: (host, port) of the client.
+        sock_name: (host, port) of the local end.
+        opened: True once Connection.Open was accepted (the core knows the connection).
+        closing: True once the transport is being closed; no more input is processed.
+        user / vhost: filled in by the handshake.
+    """
+
+    def __init__(self, runtime: BrokerServer, conn_id: int, *, tls: bool = False) -> None:
+        self.runtime = runtime
+        self.conn_id = conn_id
+        self.tls = tls
+        self.proto: ServerConnection = runtime.new_protocol_connection()
+        self.transport: asyncio.Transport | None = None
+        self.peer: tuple[str, int] = ("", 0)
+        self.sock_name: tuple[str, int] = ("", 0)
+        self.opened = False
+        self.closing = False
+        self.user = ""
+        self.vhost = ""
+        self.auth_mechanism = ""
+        self.client_properties: dict[str, Any] = {}
+        self.connected_at_ms = 0
+        self.connected_mono = 0.0
+        self.recv_oct = 0
+        self.send_oct = 0
+        self.channels = 0
+        self.blocked_reason: str | None = None
+        self.closing_since: float | None = None
+        self._reading_paused = False
+        self._writable = True
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("", 0)
+        sock = transport.get_extra_info("sockname") or ("", 0)
+        self.peer = (str(peer[0]), int(peer[1]))
+        self.sock_name = (str(sock[0]), int(sock[1]))
+        # a large high-water mark: deliveries are batched; pause only on real backlog
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        self.runtime.connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.recv_oct += len(data)
+        self.runtime.data_received(self, data)
+
+    def eof_received(self) -> bool | None:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.runtime.connection_lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self._writable = False
+        self.runtime.writable_changed(self, False)
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        self.runtime.writable_changed(self, True)
+
+    # -- used by the runtime --------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: "peer_host:peer_port -> local_host:local_port"."""
+        return f"{self.peer[0]}:{self.peer[1]} -> {self.sock_name[0]}:{self.sock_name[1]}"
+
+    @property
+    def peer_loopback(self) -> bool:
+        host = self.peer[0]
+        return host.startswith("127.") or host in {"::1", "::ffff:127.0.0.1"}
+
+    def flush(self) -> None:
+        """Write everything the state machine has queued, in one `transport.write`."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        data = self.proto.data_to_send()
+        if data:
+            self.send_oct += len(data)
+            self.transport.write(data)
+
+    def close_transport(self) -> None:
+        """Flush, then close the socket (asyncio writes the buffer out before closing)."""
+        self.flush()
+        self.closing = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None:
+            self._reading_paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
