@@ -1,0 +1,188 @@
+"""Users, password hashes, vhost access and configure/write/read permissions.
+
+Theory of operation: `AuthDB` owns the user table and the per-(user, vhost) permission table.
+Passwords are stored as RabbitMQ stores them (`rabbit_password_hashing_sha256`): base64 of a
+4-byte salt followed by SHA-256(salt + UTF-8 password), so hashes move between the two brokers.
+Permission patterns are regular expressions searched (not anchored), as RabbitMQ does; an empty
+pattern grants nothing. Compiled patterns are cached per permission entry.
+
+Checks raise `AMQPError` with RabbitMQ's codes and texts: login failures are ACCESS_REFUSED
+(403), vhost access is NOT_ALLOWED (530), resource permissions are ACCESS_REFUSED.
+This module is pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+
+_SALT_BYTES = 4
+
+
+def hash_password(password: str, salt: bytes | None = None) -> str:
+    """Hash a password the way RabbitMQ's `rabbit_password_hashing_sha256` does.
+
+    Args:
+        password: the clear-text password.
+        salt: 4 salt bytes; random when omitted.
+
+    Returns:
+        base64(salt + sha256(salt + password)).
+    """
+    if salt is None:
+        salt = secrets.token_bytes(_SALT_BYTES)
+    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
+    return base64.b64encode(salt + digest).decode("ascii")
+
+
+def verify_password(password: str, password_hash: str) -> bool:
+    """True when `password` matches a hash produced by `hash_password` (constant time)."""
+    try:
+        raw = base64.b64decode(password_hash.encode("ascii"), validate=True)
+    except ValueError:
+        return False
+    if len(raw) != _SALT_BYTES + hashlib.sha256().digest_size:
+        return False
+    salt, want = raw[:_SALT_BYTES], raw[_SALT_BYTES:]
+    got = hashlib.sha256(salt + password.encode("utf-8")).digest()
+    return hmac.compare_digest(got, want)
+
+
+class Access(Enum):
+    """The three RabbitMQ permission kinds."""
+
+    CONFIGURE = "configure"
+    WRITE = "write"
+    READ = "read"
+
+
+@dataclass(slots=True)
+class User:
+    """A user record; `password_hash` None means password login is impossible."""
+
+    name: str
+    password_hash: str | None
+    tags: tuple[str, ...] = ()
+    loopback_only: bool = False
+
+
+@dataclass(slots=True)
+class Permission:
+    """Regexes of one user in one vhost, compiled once."""
+
+    configure: str
+    write: str
+    read: str
+    _compiled: dict[Access, re.Pattern[str] | None] = field(default_factory=dict)
+
+    def allows(self, access: Access, name: str) -> bool:
+        """True when `name` matches the regex for `access` (empty regex: never)."""
+        try:
+            pattern = self._compiled[access]
+        except KeyError:
+            source = getattr(self, access.value)
+            pattern = re.compile(source) if source else None
+            self._compiled[access] = pattern
+        return pattern is not None and pattern.search(name) is not None
+
+
+class AuthDB:
+    """User and permission tables with RabbitMQ's checks."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, User] = {}
+        self.permissions: dict[tuple[str, str], Permission] = {}
+        self.generation = 0
+        """Bumped on every user or permission change (callers may cache successful checks)."""
+
+    # -- administration -------------------------------------------------------------------
+    def add_user(
+        self,
+        name: str,
+        *,
+        password: str | None = None,
+        password_hash: str | None = None,
+        tags: tuple[str, ...] = (),
+        loopback_only: bool = False,
+    ) -> User:
+        """Create or replace a user; a clear-text `password` is hashed here."""
+        if password is not None:
+            password_hash = hash_password(password)
+        user = User(name, password_hash, tuple(tags), loopback_only)
+        self.users[name] = user
+        self.generation += 1
+        return user
+
+    def delete_user(self, name: str) -> bool:
+        """Remove a user and its permissions; False when it did not exist."""
+        if self.users.pop(name, None) is None:
+            return False
+        for key in [k for k in self.permissions if k[0] == name]:
+            del self.permissions[key]
+        self.generation += 1
+        return True
+
+    def set_permissions(
+        self, user: str, vhost: str, configure: str = ".*", write: str = ".*", read: str = ".*"
+    ) -> None:
+        """Grant `user` the three regexes in `vhost` (replacing earlier ones)."""
+        for pattern in (configure, write, read):
+            re.compile(pattern)  # reject bad regexes at definition time
+        self.permissions[(user, vhost)] = Permission(configure, write, read)
+        self.generation += 1
+
+    def clear_permissions(self, user: str, vhost: str) -> bool:
+        """Remove `user`'s permissions in `vhost`; False when there were none."""
+        self.generation += 1
+        return self.permissions.pop((user, vhost), None) is not None
+
+    # -- checks -----------------------------------------------------------------------------
+    def login(self, mechanism: str, username: str, password: str, peer_loopback: bool) -> User:
+        """Authenticate; raise ACCESS_REFUSED with RabbitMQ's text on any failure."""
+        user = self.users.get(username)
+        ok = (
+            user is not None
+            and user.password_hash is not None
+            and verify_password(password, user.password_hash)
+            and (peer_loopback or not user.loopback_only)
+        )
+        if not ok or user is None:
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {mechanism}. "
+                "For details see the broker logfile.",
+            )
+        return user
+
+    def check_vhost_access(self, username: str, vhost: str) -> None:
+        """Raise NOT_ALLOWED unless `username` has any permissions in `vhost`."""
+        if (username, vhost) not in self.permissions:
+            raise AMQPError(
+                ReplyCode.NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{username}'"
+            )
+
+    def check(self, username: str, vhost: str, access: Access, kind: str, name: str) -> None:
+        """Raise ACCESS_REFUSED unless `username` may `access` resource `kind` `name`.
+
+        Args:
+            username: the connection's user.
+            vhost: the vhost of the resource.
+            access: configure, write or read.
+            kind: "queue" or "exchange" (used in the error text).
+            name: the resource name ("" for the default exchange is checked as "amq.default").
+        """
+        perm = self.permissions.get((username, vhost))
+        resource = name if name or kind != "exchange" else "amq.default"
+        if perm is None or not perm.allows(access, resource):
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED,
+                f"{access.value} access to {kind} '{resource}' in vhost '{vhost}' "
+                f"refused for user '{username}'",
+            )

@@ -1,0 +1,1549 @@
+"""The pure broker: AMQP exchange/queue/basic/confirm/tx semantics over the queue engine.
+
+Theory of operation
+-------------------
+`Broker` is a synchronous state machine owned by the server's loop thread. Every entry point
+(`handle`, `channel_opened`, `channel_closed`, `connection_closed`, `tick`, `set_writable`)
+takes `now_ms`, mutates state, and returns the list of effects (`ringmq.core.effects`) the
+server must apply in order. Errors are raised as `AMQPError` carrying the class and method id of
+the offending method; the protocol layer turns soft codes into Channel.Close and hard codes into
+Connection.Close, then calls `channel_closed` / `connection_closed`.
+
+Work per call:
+
+1. the method handler validates *before* it mutates (so a raised error leaves no half-done
+   change), replies (SendMethod) and marks the queues it touched as *dirty*;
+2. `_flush` then, for each dirty queue: dispatches ready messages to consumers with capacity
+   (bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still has work is
+   kept in the backlog and `next_deadline_ms` asks for an immediate `tick`), and drains the
+   queue's dead letters, routing them to its dead-letter exchange with `x-death` headers (which
+   may dirty more queues). Replies therefore always precede the deliveries they enable
+   (ConsumeOk before the first Deliver).
+
+Ownership: `VHost` owns exchanges, queues and route caching; `Session` owns a channel's tags,
+unacked map, prefetch, confirms and tx buffer; `ConsumerSet` picks consumers; the engine `Queue`
+owns message order, limits, TTL and delivery state. The broker never reads a clock, never does
+I/O, and imports nothing from server/, management/ or storage/.
+
+Publisher confirms: transient messages (and all messages unless
+`BrokerConfig.delay_persistent_confirms`) are confirmed within the same call. With that flag, a
+persistent message that reached a durable queue is held until the storage layer calls
+`confirm_stored(conn_id, channel, seqs)` after its fsync.
+
+Transactions: publishes and settles are buffered; tx.commit first checks every reject-type limit
+for the whole batch (a queue that would refuse any message fails the commit with 406 and nothing
+is applied), then applies settles and publishes in order. tx.rollback discards the buffer and
+returns every delivered-unacked message of the channel to its queue head (Artemis semantics,
+through `Queue.requeue` in consumption order).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from ringmq.amqp import spec
+from ringmq.amqp.frames import RawContent
+from ringmq.amqp.properties import (
+    FLAG_DELIVERY_MODE,
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
+    FLAG_MESSAGE_ID,
+    FLAG_PRIORITY,
+    FLAG_REPLY_TO,
+    BasicProperties,
+    decode_properties,
+    encode_properties,
+    property_flags,
+)
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.amqp.tables import decode_table
+from ringmq.core.auth import Access, AuthDB
+from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
+from ringmq.core.consumers import Consumer, ConsumerSet
+from ringmq.core.effects import Effect, SendContent, SendMethod
+from ringmq.core.exchange import Exchange
+from ringmq.core.message import Message, SeqId
+from ringmq.core.policies import AddressSettingsTable, PolicyTable
+from ringmq.core.queue import DeadLetter, PublishOutcome, Queue
+from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
+from ringmq.core.session import (
+    ChannelMode,
+    Conn,
+    Session,
+    SettleKind,
+    TxPublish,
+    TxState,
+    Unacked,
+)
+from ringmq.core.settings import LimitAction, QueueSettings, SettingsError, resolve_queue_settings
+from ringmq.core.vhost import QueueEntity, VHost
+
+log = logging.getLogger(__name__)
+
+DISPATCH_BATCH: Final = 4096
+"""Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""
+
+REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
+_REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
+_NEEDS_DECODE: Final = (
+    FLAG_HEADERS | FLAG_DELIVERY_MODE | FLAG_PRIORITY | FLAG_EXPIRATION | FLAG_MESSAGE_ID
+)
+_EXCLUSIVE_LOCKED: Final = (
+    "cannot obtain exclusive access to locked queue '{q}' in vhost '{v}'. It could be originally "
+    "declared on another connection or the exclusive property value does not match that of the "
+    "original declaration."
+)
+
+_Handler = Callable[[Session, Any, RawContent | None, int], None]
+
+
+def _fmt_value(value: Any) -> str:
+    """RabbitMQ's "the value '10' of type 'signedint'" for inequivalent-arg texts."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        kind = "bool"
+    elif isinstance(value, int):
+        kind = "signedint" if -(2**31) <= value < 2**31 else "long"
+    elif isinstance(value, float):
+        kind = "double"
+    elif isinstance(value, str | bytes):
+        kind = "longstr"
+    elif isinstance(value, dict):
+        kind = "table"
+    elif isinstance(value, list):
+        kind = "array"
+    else:
+        kind = type(value).__name__
+    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if isinstance(shown, bool):
+        shown = str(shown).lower()
+    return f"the value '{shown}' of type '{kind}'"
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _as_str(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+class Broker:
+    """The broker core (see the module docstring for the theory of operation).
+
+    Args:
+        config: users, vhosts, permissions, policies, limits; defaults to guest/guest on "/".
+    """
+
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        self.config = config = config or BrokerConfig()
+        self.auth = AuthDB()
+        self.policies = PolicyTable()
+        self.address_settings = AddressSettingsTable()
+        self.vhosts: dict[str, VHost] = {}
+        self.conns: dict[int, Conn] = {}
+        self._rng = random.Random(config.name_seed)  # noqa: S311 - names, not secrets
+        self._dirty: dict[int, QueueEntity] = {}
+        self._backlog: dict[int, QueueEntity] = {}
+        self._out: list[Effect] = []
+        self._now_ms = 0
+        self._reply_sessions: dict[str, tuple[Session, str]] = {}
+        self.max_message_size = config.max_message_size
+        self.stats: dict[str, int] = {
+            "published": 0,
+            "delivered": 0,
+            "returned": 0,
+            "unroutable": 0,
+            "confirmed": 0,
+            "nacked": 0,
+            "dead_lettered": 0,
+        }
+        users = list(config.users)
+        if not users:
+            self.auth.add_user(
+                config.default_user,
+                password=config.default_password,
+                tags=("administrator",),
+                loopback_only=config.default_user in config.loopback_users,
+            )
+        for u in users:
+            if u.password is not None:
+                self.auth.add_user(
+                    u.name,
+                    password=u.password,
+                    tags=u.tags,
+                    loopback_only=u.name in config.loopback_users,
+                )
+            else:
+                self.auth.add_user(
+                    u.name,
+                    password_hash=u.password_hash,
+                    tags=u.tags,
+                    loopback_only=u.name in config.loopback_users,
+                )
+        for name in {DEFAULT_VHOST, *config.vhosts}:
+            self.add_vhost(name)
+        if config.permissions:
+            for p in config.permissions:
+                self.auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
+        elif not users:
+            self.auth.set_permissions(config.default_user, DEFAULT_VHOST)
+        for pol in config.policies:
+            self.policies.set(
+                pol.name,
+                pol.pattern,
+                pol.definition,
+                vhost=pol.vhost,
+                apply_to=pol.apply_to,
+                priority=pol.priority,
+            )
+        for match, settings in config.address_settings.items():
+            self.address_settings.set(match, settings)
+        self._handlers: dict[type, _Handler] = {
+            spec.ExchangeDeclare: self._exchange_declare,
+            spec.ExchangeDelete: self._exchange_delete,
+            spec.ExchangeBind: self._exchange_bind,
+            spec.ExchangeUnbind: self._exchange_unbind,
+            spec.QueueDeclare: self._queue_declare,
+            spec.QueueBind: self._queue_bind,
+            spec.QueueUnbind: self._queue_unbind,
+            spec.QueuePurge: self._queue_purge,
+            spec.QueueDelete: self._queue_delete,
+            spec.BasicQos: self._basic_qos,
+            spec.BasicConsume: self._basic_consume,
+            spec.BasicCancel: self._basic_cancel,
+            spec.BasicPublish: self._basic_publish,
+            spec.BasicGet: self._basic_get,
+            spec.BasicAck: self._basic_ack,
+            spec.BasicReject: self._basic_reject,
+            spec.BasicNack: self._basic_nack,
+            spec.BasicRecover: self._basic_recover,
+            spec.BasicRecoverAsync: self._basic_recover,
+            spec.ConfirmSelect: self._confirm_select,
+            spec.TxSelect: self._tx_select,
+            spec.TxCommit: self._tx_commit,
+            spec.TxRollback: self._tx_rollback,
+        }
+
+    # ================================================================== connection lifecycle
+    def add_vhost(self, name: str) -> VHost:
+        """Create a vhost with the standard exchanges (idempotent)."""
+        vh = self.vhosts.get(name)
+        if vh is None:
+            vh = VHost(name, alternate_of=self._alternate_policy)
+            self.vhosts[name] = vh
+        return vh
+
+    def _alternate_policy(self, exchange: Exchange) -> str | None:
+        vhost = self._exchange_vhost.get(id(exchange))
+        if vhost is None:
+            return None
+        pol = self.policies.match(exchange.name, "exchange", vhost=vhost)
+        if pol is None:
+            return None
+        return _as_str(pol.definition.get("alternate-exchange"))
+
+    @property
+    def _exchange_vhost(self) -> dict[int, str]:
+        # Exchanges do not know their vhost; policies need it. Built lazily (policies are rare).
+        return {id(x): vh.name for vh in self.vhosts.values() for x in vh.exchanges.values()}
+
+    def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
+        """Authenticate a Connection.StartOk response; return the user name.
+
+        PLAIN is `\\0user\\0password`; AMQPLAIN is a field table without its length prefix
+        holding LOGIN and PASSWORD. Raises ACCESS_REFUSED on bad credentials (and for the
+        loopback-only default user from a remote peer), COMMAND_INVALID for an unknown mechanism.
+        """
+        if mechanism == "PLAIN":
+            parts = response.split(b"\x00")
+            if len(parts) != 3:
+                raise AMQPError(ReplyCode.ACCESS_REFUSED, "malformed PLAIN response")
+            user, password = parts[1], parts[2]
+        elif mechanism == "AMQPLAIN":
+            try:
+                table, _ = decode_table(struct.pack(">I", len(response)) + response, 0)
+            except AMQPError:
+                raise AMQPError(ReplyCode.ACCESS_REFUSED, "malformed AMQPLAIN response") from None
+            login, pw = table.get("LOGIN"), table.get("PASSWORD")
+            user = login.encode() if isinstance(login, str) else bytes(login or b"")
+            password = pw.encode() if isinstance(pw, str) else bytes(pw or b"")
+        else:
+            raise AMQPError(
+                ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'"
+            )
+        name = user.decode("utf-8", "replace")
+        self.auth.login(mechanism, name, password.decode("utf-8", "replace"), peer_loopback)
+        return name
+
+    def connection_opened(
+        self,
+        conn_id: int,
+        user: str,
+        vhost: str,
+        peer: str = "",
+        client_properties: Mapping[str, Any] | None = None,
+        now_ms: int = 0,
+    ) -> None:
+        """Register an authenticated connection that opened `vhost`.
+
+        Raises NOT_ALLOWED when the vhost does not exist or the user has no access to it.
+        """
+        if vhost not in self.vhosts:
+            raise AMQPError(ReplyCode.NOT_ALLOWED, f"vhost {vhost} not found")
+        self.auth.check_vhost_access(user, vhost)
+        self.conns[conn_id] = Conn(
+            conn_id, user, vhost, peer, dict(client_properties or {}), now_ms
+        )
+
+    def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
+        """Create the core state of a newly opened channel (the server sends OpenOk)."""
+        conn = self.conns[conn_id]
+        session = Session(conn, channel)
+        conn.sessions[channel] = session
+        return []
+
+    def channel_closed(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
+        """Forget a channel: roll back its tx, requeue its unacked messages, drop consumers."""
+        out: list[Effect] = []
+        self._out = out
+        self._now_ms = now_ms
+        conn = self.conns.get(conn_id)
+        if conn is None:
+            return out
+        session = conn.sessions.pop(channel, None)
+        if session is not None:
+            self._close_session(session, now_ms)
+        self._flush(now_ms)
+        return out
+
+    def connection_closed(self, conn_id: int, now_ms: int) -> list[Effect]:
+        """Forget a connection: close its channels, then delete its exclusive queues."""
+        out: list[Effect] = []
+        self._out = out
+        self._now_ms = now_ms
+        conn = self.conns.pop(conn_id, None)
+        if conn is None:
+            return out
+        for session in list(conn.sessions.values()):
+            self._close_session(session, now_ms)
+        conn.sessions.clear()
+        vh = self.vhosts.get(conn.vhost)
+        if vh is not None:
+            for qname in sorted(conn.exclusive_queues):
+                q = vh.queues.get(qname)
+                if q is not None:
+                    self._delete_queue(vh, q, now_ms)
+        self._flush(now_ms)
+        return [e for e in out if e.conn_id != conn_id]
+
+    def _close_session(self, session: Session, now_ms: int) -> None:
+        entries: list[Unacked] = []
+        if session.tx is not None:
+            for _kind, settled in session.tx.settles:
+                entries.extend(settled)
+            session.tx = None
+        entries.extend(session.take_all())
+        entries.sort(key=lambda e: 0)  # keep consumption order (stable)
+        self._settle(entries, SettleKind.REQUEUE, now_ms)
+        for consumer in list(session.consumers.values()):
+            self._remove_consumer(consumer, now_ms)
+        session.consumers.clear()
+        if session.reply_to_token is not None:
+            self._reply_sessions.pop(session.reply_to_token, None)
+            session.reply_to_token = None
+
+    def set_writable(self, conn_id: int, writable: bool, now_ms: int) -> list[Effect]:
+        """Pause (False) or resume (True) deliveries to a connection (socket back-pressure)."""
+        out: list[Effect] = []
+        self._out = out
+        self._now_ms = now_ms
+        conn = self.conns.get(conn_id)
+        if conn is None or conn.writable == writable:
+            return out
+        conn.writable = writable
+        if writable:
+            for session in conn.sessions.values():
+                for consumer in session.consumers.values():
+                    self._mark(consumer.queue)
+            self._flush(now_ms)
+        return out
+
+    # ================================================================== method dispatch
+    def handle(
+        self,
+        conn_id: int,
+        channel: int,
+        method: Any,
+        content: RawContent | None,
+        now_ms: int,
+    ) -> list[Effect]:
+        """Apply one exchange/queue/basic/confirm/tx method received on an open channel.
+
+        Returns the effects to apply in order. Raises AMQPError (class_id/method_id set) on a
+        protocol error; the caller closes the channel or connection and then reports it with
+        `channel_closed` / `connection_closed`.
+        """
+        out: list[Effect] = []
+        self._out = out
+        self._now_ms = now_ms
+        session = self.conns[conn_id].sessions.get(channel)
+        if session is None:
+            raise AMQPError(
+                ReplyCode.CHANNEL_ERROR,
+                f"expected 'channel.open' on channel {channel}",
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            )
+        handler = self._handlers.get(type(method))
+        if handler is None:
+            raise AMQPError(
+                ReplyCode.COMMAND_INVALID,
+                f"method {getattr(method, 'NAME', type(method).__name__)} not handled by the core",
+                class_id=getattr(method, "CLASS_ID", 0),
+                method_id=getattr(method, "METHOD_ID", 0),
+            )
+        try:
+            handler(session, method, content, now_ms)
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id = method.CLASS_ID
+                exc.method_id = method.METHOD_ID
+            raise
+        except SettingsError as exc:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED,
+                str(exc),
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            ) from None
+        if self._dirty:
+            self._flush(now_ms)
+        return out
+
+    def _reply(self, session: Session, method: Any) -> None:
+        self._out.append(SendMethod(session.conn_id, session.channel, method))
+
+    # ================================================================== permissions
+    def _check(self, session: Session, access: Access, kind: str, name: str) -> None:
+        # Successful checks are cached per channel; any permission change bumps the generation.
+        key = (access.value, kind, name)
+        if session.perm_generation == self.auth.generation and key in session.perm_ok:
+            return
+        conn = session.conn
+        self.auth.check(conn.user, conn.vhost, access, kind, name)
+        if session.perm_generation != self.auth.generation:
+            session.perm_ok.clear()
+            session.perm_generation = self.auth.generation
+        session.perm_ok.add(key)
+
+    def _vhost(self, session: Session) -> VHost:
+        return self.vhosts[session.conn.vhost]
+
+    # ================================================================== exchanges
+    def _get_exchange(self, vh: VHost, name: str) -> Exchange:
+        x = vh.exchanges.get(name)
+        if x is None:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vh.name}'")
+        return x
+
+    @staticmethod
+    def _not_default(name: str) -> None:
+        if name == "":
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange"
+            )
+
+    def _exchange_declare(
+        self, s: Session, m: spec.ExchangeDeclare, _c: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self._vhost(s)
+        name = m.exchange
+        if m.passive:
+            if name == "":
+                pass
+            else:
+                self._get_exchange(vh, name)
+            if not m.no_wait:
+                self._reply(s, spec.ExchangeDeclareOk())
+            return
+        self._not_default(name)
+        try:
+            kind = ExchangeType(m.type)
+        except ValueError:
+            raise AMQPError(
+                ReplyCode.COMMAND_INVALID, f"unknown exchange type '{m.type}'"
+            ) from None
+        self._check(s, Access.CONFIGURE, "exchange", name)
+        args = dict(m.arguments or {})
+        routing_type: ExchangeType | None = None
+        if kind is ExchangeType.DELAYED:
+            raw = _as_str(args.get("x-delayed-type"))
+            try:
+                routing_type = ExchangeType(raw or "")
+            except ValueError:
+                routing_type = None
+            if routing_type is None or routing_type is ExchangeType.DELAYED:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    "Invalid argument, 'x-delayed-type' must be an existing exchange type",
+                )
+        x = vh.exchanges.get(name)
+        if x is None:
+            if name.startswith("amq."):
+                raise AMQPError(
+                    ReplyCode.ACCESS_REFUSED,
+                    f"exchange name '{name}' contains reserved prefix 'amq.*'",
+                )
+            x = Exchange(
+                name,
+                kind,
+                durable=m.durable,
+                auto_delete=m.auto_delete,
+                internal=m.internal,
+                arguments=args,
+                routing_type=routing_type,
+            )
+            vh.exchanges[name] = x
+            vh.invalidate()
+        else:
+            diff = x.equivalent(kind, m.durable, m.auto_delete, m.internal, args)
+            if diff is not None:
+                if diff == "type":
+                    got, cur = f"'{kind.value}'", f"'{x.type.value}'"
+                elif diff in ("durable", "auto_delete", "internal"):
+                    got = f"'{_flag(getattr(m, diff))}'"
+                    cur = f"'{_flag(getattr(x, diff))}'"
+                else:
+                    got, cur = _fmt_value(args.get(diff)), _fmt_value(x.arguments.get(diff))
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"inequivalent arg '{diff}' for exchange '{name}' in vhost '{vh.name}': "
+                    f"received {got} but current is {cur}",
+                )
+        if not m.no_wait:
+            self._reply(s, spec.ExchangeDeclareOk())
+
+    def _exchange_delete(
+        self, s: Session, m: spec.ExchangeDelete, _c: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self._vhost(s)
+        name = m.exchange
+        self._not_default(name)
+        if name.startswith("amq."):
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED,
+                f"deletion of system exchange '{name}' in vhost '{vh.name}' not allowed",
+            )
+        self._check(s, Access.CONFIGURE, "exchange", name)
+        x = vh.exchanges.get(name)
+        if x is not None:
+            if m.if_unused and x.bindings:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"exchange '{name}' in vhost '{vh.name}' in use",
+                )
+            self._delete_exchange(vh, x)
+        if not m.no_wait:
+            self._reply(s, spec.ExchangeDeleteOk())
+
+    def _delete_exchange(self, vh: VHost, x: Exchange) -> None:
+        vh.exchanges.pop(x.name, None)
+        x.bindings.clear()
+        for source in vh.remove_dest((EXCHANGE, x.name)):
+            self._maybe_auto_delete_exchange(vh, source)
+        vh.invalidate()
+
+    def _maybe_auto_delete_exchange(self, vh: VHost, x: Exchange) -> None:
+        if x.auto_delete and not x.bindings and vh.exchanges.get(x.name) is x:
+            self._delete_exchange(vh, x)
+
+    def _exchange_bind(
+        self, s: Session, m: spec.ExchangeBind, _c: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self._vhost(s)
+        self._not_default(m.source)
+        self._not_default(m.destination)
+        self._check(s, Access.WRITE, "exchange", m.destination)
+        self._check(s, Access.READ, "exchange", m.source)
+        src = self._get_exchange(vh, m.source)
+        self._get_exchange(vh, m.destination)
+        self._bind(src, (EXCHANGE, m.destination), m.routing_key, m.arguments)
+        vh.invalidate()
+        if not m.no_wait:
+            self._reply(s, spec.ExchangeBindOk())
+
+    def _exchange_unbind(
+        self, s: Session, m: spec.ExchangeUnbind, _c: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self._vhost(s)
+        self._not_default(m.source)
+        self._not_default(m.destination)
+        self._check(s, Access.WRITE, "exchange", m.destination)
+        self._check(s, Access.READ, "exchange", m.source)
+        src = self._get_exchange(vh, m.source)
+        self._get_exchange(vh, m.destination)
+        if src.unbind((EXCHANGE, m.destination), m.routing_key, m.arguments):
+            vh.invalidate()
+            self._maybe_auto_delete_exchange(vh, src)
+        if not m.no_wait:
+            self._reply(s, spec.ExchangeUnbindOk())
+
+    @staticmethod
+    def _bind(
+        src: Exchange, dest: tuple[str, str], routing_key: str, args: Mapping[str, Any] | None
+    ) -> None:
+        try:
+            src.bind(dest, routing_key, args)
+        except ValueError as exc:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
+
+    # ================================================================== queues
+    def _queue_name(self, s: Session, name: str) -> str:
+        # AMQP 0-9-1: an empty queue name means the last queue declared on the channel.
+        if name:
+            return name
+        if not s.last_queue:
+            raise AMQPError(ReplyCode.NOT_FOUND, "no previously declared queue")
+        return s.last_queue
+
+    def _get_queue(self, s: Session, name: str) -> QueueEntity:
+        vh = self._vhost(s)
+        q = vh.queues.get(name)
+        if q is None:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '{vh.name}'")
+        if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
+            raise AMQPError(ReplyCode.RESOURCE_LOCKED, _EXCLUSIVE_LOCKED.format(q=name, v=vh.name))
+        return q
+
+    def _gen_name(self, prefix: str) -> str:
+        raw = self._rng.getrandbits(128).to_bytes(16, "big")
+        return prefix + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+    def resolve_settings(
+        self, vhost: str, name: str, arguments: Mapping[str, Any]
+    ) -> QueueSettings:
+        """Effective settings of queue `name` from its arguments, policy and address settings."""
+        pol = self.policies.match(name, "queue", vhost=vhost)
+        return resolve_queue_settings(
+            name,
+            arguments,
+            policy=pol.definition if pol is not None else None,
+            address_settings=self.address_settings.resolve(name),
+            policy_name=pol.name if pol is not None else None,
+        )
+
+    def declare_queue(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        durable: bool = False,
+        exclusive_owner: int | None = None,
+        auto_delete: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+        now_ms: int = 0,
+    ) -> QueueEntity:
+        """Create a queue (no checks beyond settings validation; used by handlers and admin)."""
+        vh = self.vhosts[vhost]
+        args = dict(arguments or {})
+        settings = self.resolve_settings(vhost, name, args)
+        q = QueueEntity(
+            name=name,
+            vhost=vhost,
+            queue=Queue(name, settings),
+            settings=settings,
+            durable=durable,
+            auto_delete=auto_delete,
+            exclusive_owner=exclusive_owner,
+            arguments=args,
+            consumers=ConsumerSet(single_active=settings.single_active_consumer),
+            last_used_ms=now_ms,
+        )
+        vh.queues[name] = q
+        vh.invalidate()
+        if exclusive_owner is not None:
+            conn = self.conns.get(exclusive_owner)
+            if conn is not None:
+                conn.exclusive_queues.add(name)
+        return q
+
+    def _queue_declare(
+        self, s: Session, m: spec.QueueDeclare, _c: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self._vhost(s)
+        name = m.queue
+        if m.passive:
+            if name == REPLY_TO_QUEUE or name.startswith(_REPLY_TO_PREFIX):
+                if not m.no_wait:
+                    self._reply(s, spec.QueueDeclareOk(queue=name))
+                return
+            q = self._get_queue(s, self._queue_name(s, name))
+            q.last_used_ms = now_ms
+            s.last_queue = q.name
+            if not m.no_wait:
+                self._reply(
+                    s,
+                    spec.QueueDeclareOk(
+                        queue=q.name,
+                        message_count=q.queue.ready_count,
+                        consumer_count=len(q.consumers),
+                    ),
+                )
+            return
+        generated = name == ""
+        if generated:
+            name = self._gen_name("amq.gen-")
+        elif name.startswith("amq."):
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            )
+        self._check(s, Access.CONFIGURE, "queue", name)
+        existing = vh.queues.get(name)
+        args = dict(m.arguments or {})
+        if existing is not None:
+            q = existing
+            if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
+                raise AMQPError(
+                    ReplyCode.RESOURCE_LOCKED, _EXCLUSIVE_LOCKED.format(q=name, v=vh.name)
+                )
+            self._assert_queue_equivalent(vh, q, m, args)
+            q.last_used_ms = now_ms
+        else:
+            try:
+                q = self.declare_queue(
+                    vh.name,
+                    name,
+                    durable=m.durable,
+                    exclusive_owner=s.conn_id if m.exclusive else None,
+                    auto_delete=m.auto_delete,
+                    arguments=args,
+                    now_ms=now_ms,
+                )
+            except SettingsError as exc:
+                raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
+        s.last_queue = name
+        if not m.no_wait:
+            self._reply(
+                s,
+                spec.QueueDeclareOk(
+                    queue=name, message_count=q.queue.ready_count, consumer_count=len(q.consumers)
+                ),
+            )
+
+    @staticmethod
+    def _assert_queue_equivalent(
+        vh: VHost, q: QueueEntity, m: spec.QueueDeclare, args: dict[str, Any]
+    ) -> None:
+        def fail(what: str, got: str, cur: str) -> AMQPError:
+            return AMQPError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"inequivalent arg '{what}' for queue '{q.name}' in vhost '{vh.name}': "
+                f"received {got} but current is {cur}",
+            )
+
+        if m.durable != q.durable:
+            raise fail("durable", f"'{_flag(m.durable)}'", f"'{_flag(q.durable)}'")
+        if m.exclusive != (q.exclusive_owner is not None):
+            raise AMQPError(
+                ReplyCode.RESOURCE_LOCKED, _EXCLUSIVE_LOCKED.format(q=q.name, v=vh.name)
+            )
+        if m.auto_delete != q.auto_delete:
+            raise fail("auto_delete", f"'{_flag(m.auto_delete)}'", f"'{_flag(q.auto_delete)}'")
+        if args != q.arguments:
+            for key in sorted(set(args) | set(q.arguments)):
+                if args.get(key) != q.arguments.get(key):
+                    raise fail(key, _fmt_value(args.get(key)), _fmt_value(q.arguments.get(key)))
+
+    def _queue_bind(
+        self, s: Session, m: spec.QueueBind, _c: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self._vhost(s)
+        qname = self._queue_name(s, m.queue)
+        routing_key = m.routing_key or (qname if not m.queue else "")
+        self._not_default(m.exchange)
+        self._check(s, Access.WRITE, "queue", qname)
+        self._check(s, Access.READ, "exchange", m.exchange)
+        q = self._get_queue(s, qname)
+        x = self._get_exchange(vh, m.exchange)
+        self._bind(x, (QUEUE, q.name), routing_key, m.arguments)
+        vh.invalidate()
+        if not m.no_wait:
+            self._reply(s, spec.QueueBindOk())
+
+    def _queue_unbind(
+        self, s: Session, m: spec.QueueUnbind, _c: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self._vhost(s)
+        qname = self._queue_name(s, m.queue)
+        self._not_default(m.exchange)
+        self._check(s, Access.WRITE, "queue", qname)
+        self._check(s, Access.READ, "exchange", m.exchange)
+        q = self._get_queue(s, qname)
+        x = self._get_exchange(vh, m.exchange)
+        if x.unbind((QUEUE, q.name), m.routing_key, m.arguments):
+            vh.invalidate()
+            self._maybe_auto_delete_exchange(vh, x)
+        self._reply(s, spec.QueueUnbindOk())
+
+    def _queue_purge(
+        self, s: Session, m: spec.QueuePurge, _c: RawContent | None, now_ms: int
+    ) -> None:
+        qname = self._queue_name(s, m.queue)
+        self._check(s, Access.READ, "queue", qname)
+        q = self._get_queue(s, qname)
+        count = q.queue.purge()
+        if not m.no_wait:
+            self._reply(s, spec.QueuePurgeOk(message_count=int(count or 0)))
+
+    def _queue_delete(
+        self, s: Session, m: spec.QueueDelete, _c: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self._vhost(s)
+        qname = self._queue_name(s, m.queue)
+        self._check(s, Access.CONFIGURE, "queue", qname)
+        q = vh.queues.get(qname)
+        count = 0
+        if q is not None:
+            if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
+                raise AMQPError(
+                    ReplyCode.RESOURCE_LOCKED, _EXCLUSIVE_LOCKED.format(q=qname, v=vh.name)
+                )
+            if m.if_unused and q.consumers:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED, f"queue '{qname}' in vhost '{vh.name}' in use"
+                )
+            if m.if_empty and q.queue.ready_count:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED, f"queue '{qname}' in vhost '{vh.name}' not empty"
+                )
+            count = q.queue.ready_count
+            self._delete_queue(vh, q, now_ms)
+        if not m.no_wait:
+            self._reply(s, spec.QueueDeleteOk(message_count=count))
+
+    def _delete_queue(self, vh: VHost, q: QueueEntity, now_ms: int) -> None:
+        """Remove a queue: cancel its consumers (notifying them), drop its bindings."""
+        if vh.queues.get(q.name) is not q:
+            return
+        del vh.queues[q.name]
+        q.deleted = True
+        for consumer in list(q.consumers.all):
+            session = consumer.session
+            session.consumers.pop(consumer.tag, None)
+            if session.conn.cancel_notify and session.conn.sessions.get(session.channel) is session:
+                self._out.append(
+                    SendMethod(
+                        session.conn_id,
+                        session.channel,
+                        spec.BasicCancel(consumer_tag=consumer.tag, no_wait=True),
+                    )
+                )
+        q.consumers = ConsumerSet()
+        if q.exclusive_owner is not None:
+            conn = self.conns.get(q.exclusive_owner)
+            if conn is not None:
+                conn.exclusive_queues.discard(q.name)
+        for source in vh.remove_dest((QUEUE, q.name)):
+            self._maybe_auto_delete_exchange(vh, source)
+        self._dirty.pop(id(q), None)
+        self._backlog.pop(id(q), None)
+
+    # ================================================================== consumers
+    def _basic_qos(self, s: Session, m: spec.BasicQos, _c: RawContent | None, now_ms: int) -> None:
+        if m.prefetch_size:
+            raise AMQPError(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            s.global_prefetch = m.prefetch_count
+        else:
+            s.prefetch_count = m.prefetch_count
+        self._reply(s, spec.BasicQosOk())
+        for consumer in s.consumers.values():
+            self._mark(consumer.queue)
+
+    def _basic_consume(
+        self, s: Session, m: spec.BasicConsume, _c: RawContent | None, now_ms: int
+    ) -> None:
+        tag = m.consumer_tag or self._gen_name("amq.ctag-")
+        if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
+            raise AMQPError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        if m.queue == REPLY_TO_QUEUE:
+            self._consume_reply_to(s, m, tag)
+            return
+        qname = self._queue_name(s, m.queue)
+        self._check(s, Access.READ, "queue", qname)
+        q = self._get_queue(s, qname)
+        vh_name = s.conn.vhost
+        if q.consumers and (m.exclusive or q.consumers.exclusive):
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED, f"queue '{qname}' in vhost '{vh_name}' in exclusive use"
+            )
+        args = dict(m.arguments or {})
+        prio = args.get("x-priority", 0)
+        if isinstance(prio, bool) or not isinstance(prio, int):
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED, f"invalid x-priority {prio!r}: must be an integer"
+            )
+        consumer = Consumer(
+            tag=tag,
+            session=s,
+            queue=q,
+            no_ack=m.no_ack,
+            exclusive=m.exclusive,
+            priority=prio,
+            prefetch=s.prefetch_count,
+            arguments=args,
+        )
+        s.consumers[tag] = consumer
+        q.consumers.add(consumer)
+        q.had_consumer = True
+        q.last_used_ms = now_ms
+        if not m.no_wait:
+            self._reply(s, spec.BasicConsumeOk(consumer_tag=tag))
+        self._mark(q)
+
+    def _consume_reply_to(self, s: Session, m: spec.BasicConsume, tag: str) -> None:
+        if not m.no_ack:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+        if s.reply_to_token is not None:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, "reply consumer already set")
+        token = self._gen_name("")
+        s.reply_to_token = token
+        s.reply_tag = tag
+        self._reply_sessions[token] = (s, tag)
+        if not m.no_wait:
+            self._reply(s, spec.BasicConsumeOk(consumer_tag=tag))
+
+    def _basic_cancel(
+        self, s: Session, m: spec.BasicCancel, _c: RawContent | None, now_ms: int
+    ) -> None:
+        consumer = s.consumers.pop(m.consumer_tag, None)
+        if consumer is not None:
+            self._remove_consumer(consumer, now_ms)
+        elif s.reply_to_token is not None and s.reply_tag == m.consumer_tag:
+            self._reply_sessions.pop(s.reply_to_token, None)
+            s.reply_to_token = None
+        if not m.no_wait:
+            self._reply(s, spec.BasicCancelOk(consumer_tag=m.consumer_tag))
+
+    def _remove_consumer(self, consumer: Consumer, now_ms: int) -> None:
+        q = consumer.queue
+        if not q.consumers.remove(consumer):
+            return
+        q.last_used_ms = now_ms
+        if q.auto_delete and not q.consumers and q.had_consumer and not q.deleted:
+            vh = self.vhosts.get(q.vhost)
+            if vh is not None:
+                self._delete_queue(vh, q, now_ms)
+                return
+        self._mark(q)
+
+    # ================================================================== publishing
+    def _build_message(
+        self, exchange: str, routing_key: str, content: RawContent, now_ms: int
+    ) -> tuple[Message, BasicProperties | None]:
+        pb = content.properties_bin
+        msg = Message(exchange, routing_key, pb, content.body, timestamp_ms=now_ms)
+        flags = property_flags(pb)
+        if not flags & (_NEEDS_DECODE | FLAG_REPLY_TO):
+            return msg, None
+        props = decode_properties(pb)
+        msg.headers = props.headers
+        msg.priority = props.priority or 0
+        msg.persistent = props.delivery_mode == 2
+        msg.message_id = props.message_id
+        if props.expiration is not None:
+            try:
+                ttl = int(props.expiration)
+            except ValueError:
+                ttl = -1
+            if ttl < 0:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"invalid expiration '{props.expiration}': no_integer",
+                )
+            msg.expiration_ms = ttl
+        return msg, props
+
+    def _basic_publish(
+        self, s: Session, m: spec.BasicPublish, content: RawContent | None, now_ms: int
+    ) -> None:
+        vh = self.vhosts[s.conn.vhost]
+        x = vh.exchanges.get(m.exchange)
+        if x is None:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no exchange '{m.exchange}' in vhost '{vh.name}'")
+        if x.internal:
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED,
+                f"cannot publish to internal exchange '{m.exchange}' in vhost '{vh.name}'",
+            )
+        self._check(s, Access.WRITE, "exchange", m.exchange)
+        if content is None:
+            raise AMQPError(ReplyCode.UNEXPECTED_FRAME, "basic.publish without content")
+        if len(content.body) > self.max_message_size:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"message size {len(content.body)} is larger than configured max size "
+                f"{self.max_message_size}",
+            )
+        if m.immediate:
+            raise AMQPError(ReplyCode.NOT_IMPLEMENTED, "immediate=true")
+        msg, props = self._build_message(m.exchange, m.routing_key, content, now_ms)
+        if props is not None and props.reply_to == REPLY_TO_QUEUE:
+            if s.reply_to_token is None:
+                raise AMQPError(ReplyCode.PRECONDITION_FAILED, "fast reply consumer does not exist")
+            props.reply_to = _REPLY_TO_PREFIX + s.reply_to_token
+            msg.properties_bin = encode_properties(props)
+        self.stats["published"] += 1
+        if s.mode is ChannelMode.TX:
+            assert s.tx is not None
+            s.tx.publishes.append(TxPublish(m.exchange, m.routing_key, m.mandatory, msg))
+            return
+        seq = s.next_publish_seq() if s.mode is ChannelMode.CONFIRM else 0
+        refused, stored = self._route_publish(vh, x, msg, m.mandatory, s, now_ms)
+        if seq:
+            if refused:
+                self.stats["nacked"] += 1
+                s.confirm_held.discard(seq)
+                self._send_confirms(s, [], nack=seq)
+            elif stored and self.config.delay_persistent_confirms:
+                s.confirm_held.add(seq)
+            else:
+                self._send_confirms(s, [seq])
+
+    def _route_publish(
+        self,
+        vh: VHost,
+        x: Exchange,
+        msg: Message,
+        mandatory: bool,
+        s: Session | None,
+        now_ms: int,
+    ) -> tuple[bool, bool]:
+        """Route one message and enqueue it; returns (refused by some queue, persisted)."""
+        if x.type is ExchangeType.DELAYED:
+            delay = (msg.headers or {}).get("x-delay")
+            if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
+                x.hold(msg, now_ms + delay)
+                return False, False
+        rk = msg.routing_key
+        if x.name == "" and rk.startswith(_REPLY_TO_PREFIX):
+            if self._deliver_reply(rk, msg):
+                return False, False
+            queues: tuple[QueueEntity, ...] = ()
+        else:
+            queues = vh.route(x, rk, msg.headers)
+        if not queues:
+            self.stats["unroutable"] += 1
+            if mandatory and s is not None:
+                self.stats["returned"] += 1
+                self._out.append(
+                    SendContent(
+                        s.conn_id,
+                        s.channel,
+                        spec.BasicReturn(
+                            reply_code=ReplyCode.NO_ROUTE,
+                            reply_text="NO_ROUTE",
+                            exchange=x.name,
+                            routing_key=rk,
+                        ),
+                        msg,
+                    )
+                )
+            return False, False
+        refused = False
+        stored = False
+        dirty = self._dirty
+        for q in queues:
+            if q.queue.publish(msg, now_ms) is PublishOutcome.REJECTED:
+                refused = True
+            elif msg.persistent and q.durable:
+                stored = True
+            dirty[id(q)] = q
+        return refused, stored
+
+    def _deliver_reply(self, routing_key: str, msg: Message) -> bool:
+        entry = self._reply_sessions.get(routing_key[len(_REPLY_TO_PREFIX) :])
+        if entry is None:
+            return False
+        session, tag = entry
+        self._out.append(
+            SendContent(
+                session.conn_id,
+                session.channel,
+                spec.BasicDeliver(
+                    consumer_tag=tag,
+                    delivery_tag=session.next_untracked_tag(),
+                    redelivered=False,
+                    exchange=msg.exchange,
+                    routing_key=routing_key,
+                ),
+                msg,
+            )
+        )
+        self.stats["delivered"] += 1
+        return True
+
+    def _send_confirms(self, s: Session, released: list[int], nack: int = 0) -> None:
+        out = self._out
+        if nack:
+            out.append(SendMethod(s.conn_id, s.channel, spec.BasicNack(delivery_tag=nack)))
+            if s.confirm_floor == nack - 1 and not s.confirm_held:
+                s.confirm_floor = nack
+            return
+        for tag, multiple in s.confirm_acks(released):
+            self.stats["confirmed"] += 1
+            out.append(
+                SendMethod(s.conn_id, s.channel, spec.BasicAck(delivery_tag=tag, multiple=multiple))
+            )
+
+    def confirm_stored(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
+        """Storage hook: the publishes `seqs` of a confirm channel are durable; ack them.
+
+        Only meaningful with `BrokerConfig.delay_persistent_confirms`; unknown seqs are ignored.
+        """
+        out: list[Effect] = []
+        self._out = out
+        conn = self.conns.get(conn_id)
+        session = conn.sessions.get(channel) if conn is not None else None
+        if session is None:
+            return out
+        released = [q for q in seqs if q in session.confirm_held]
+        if released:
+            self._send_confirms(session, released)
+        return out
+
+    # ================================================================== consuming and settling
+    def _basic_get(self, s: Session, m: spec.BasicGet, _c: RawContent | None, now_ms: int) -> None:
+        qname = self._queue_name(s, m.queue)
+        self._check(s, Access.READ, "queue", qname)
+        q = self._get_queue(s, qname)
+        q.last_used_ms = now_ms
+        d = q.queue.fetch(now_ms, ack_required=not m.no_ack)
+        self._mark(q)
+        if d is None:
+            self._reply(s, spec.BasicGetEmpty())
+            return
+        msg = d.message
+        tag = s.next_untracked_tag() if m.no_ack else s.track(Unacked(q, d.seq, None))
+        self.stats["delivered"] += 1
+        self._out.append(
+            SendContent(
+                s.conn_id,
+                s.channel,
+                spec.BasicGetOk(
+                    delivery_tag=tag,
+                    redelivered=d.redelivered,
+                    exchange=msg.exchange,
+                    routing_key=msg.routing_key,
+                    message_count=q.queue.ready_count,
+                ),
+                msg,
+            )
+        )
+
+    def _settle_method(
+        self, s: Session, tag: int, multiple: bool, kind: SettleKind, now_ms: int
+    ) -> None:
+        entries = s.take(tag, multiple)
+        if s.mode is ChannelMode.TX:
+            assert s.tx is not None
+            s.tx.settles.append((kind, entries))
+            return
+        self._settle(entries, kind, now_ms)
+        if s.global_prefetch:
+            for consumer in s.consumers.values():
+                self._mark(consumer.queue)
+
+    def _basic_ack(self, s: Session, m: spec.BasicAck, _c: RawContent | None, now_ms: int) -> None:
+        self._settle_method(s, m.delivery_tag, m.multiple, SettleKind.ACK, now_ms)
+
+    def _basic_nack(
+        self, s: Session, m: spec.BasicNack, _c: RawContent | None, now_ms: int
+    ) -> None:
+        kind = SettleKind.REQUEUE if m.requeue else SettleKind.REJECT
+        self._settle_method(s, m.delivery_tag, m.multiple, kind, now_ms)
+
+    def _basic_reject(
+        self, s: Session, m: spec.BasicReject, _c: RawContent | None, now_ms: int
+    ) -> None:
+        kind = SettleKind.REQUEUE if m.requeue else SettleKind.REJECT
+        self._settle_method(s, m.delivery_tag, False, kind, now_ms)
+
+    def _basic_recover(self, s: Session, m: Any, _c: RawContent | None, now_ms: int) -> None:
+        if not m.requeue:
+            raise AMQPError(ReplyCode.NOT_IMPLEMENTED, "requeue=false")
+        self._settle(s.take_all(), SettleKind.REQUEUE, now_ms)
+        if isinstance(m, spec.BasicRecover):
+            self._reply(s, spec.BasicRecoverOk())
+        for consumer in s.consumers.values():
+            self._mark(consumer.queue)
+
+    def _settle(self, entries: list[Unacked], kind: SettleKind, now_ms: int) -> None:
+        """Apply ack/requeue/reject to deliveries, grouped per queue, in delivery order."""
+        if not entries:
+            return
+        groups: dict[int, tuple[QueueEntity, list[SeqId]]] = {}
+        for e in entries:
+            q = e.queue
+            if e.browse or q.deleted:
+                if e.consumer is not None:
+                    self._mark(q)
+                continue
+            g = groups.get(id(q))
+            if g is None:
+                groups[id(q)] = (q, [e.seq])
+            else:
+                g[1].append(e.seq)
+        for q, seqs in groups.values():
+            engine = q.queue
+            match kind:
+                case SettleKind.ACK:
+                    engine.ack(seqs)
+                case SettleKind.REQUEUE:
+                    engine.requeue(seqs, now_ms)
+                case SettleKind.REJECT:
+                    engine.reject(seqs, now_ms)
+            self._dirty[id(q)] = q
+
+    # ================================================================== confirm and tx
+    def _confirm_select(
+        self, s: Session, m: spec.ConfirmSelect, _c: RawContent | None, now_ms: int
+    ) -> None:
+        if s.mode is ChannelMode.TX:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+        s.mode = ChannelMode.CONFIRM
+        if not m.no_wait:
+            self._reply(s, spec.ConfirmSelectOk())
+
+    def _tx_select(self, s: Session, m: spec.TxSelect, _c: RawContent | None, now_ms: int) -> None:
+        if s.mode is ChannelMode.CONFIRM:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+        if s.tx is None:
+            s.tx = TxState()
+        s.mode = ChannelMode.TX
+        self._reply(s, spec.TxSelectOk())
+
+    def _require_tx(self, s: Session) -> TxState:
+        if s.mode is not ChannelMode.TX or s.tx is None:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")
+        return s.tx
+
+    def _tx_commit(self, s: Session, m: spec.TxCommit, _c: RawContent | None, now_ms: int) -> None:
+        tx = self._require_tx(s)
+        vh = self._vhost(s)
+        # 1. Route everything first and check reject-type limits for the whole batch.
+        routed: list[tuple[TxPublish, Exchange]] = []
+        adds: dict[int, tuple[QueueEntity, int, int]] = {}
+        for p in tx.publishes:
+            x = vh.exchanges.get(p.exchange)
+            if x is None:
+                raise AMQPError(
+                    ReplyCode.NOT_FOUND, f"no exchange '{p.exchange}' in vhost '{vh.name}'"
+                )
+            routed.append((p, x))
+            if x.type is ExchangeType.DELAYED:
+                continue
+            for q in vh.route(x, p.routing_key, p.message.headers):
+                _, n, nbytes = adds.get(id(q), (q, 0, 0))
+                adds[id(q)] = (q, n + 1, nbytes + p.message.size)
+        for q, n, nbytes in adds.values():
+            reason = _would_refuse(q, n, nbytes)
+            if reason is not None:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"tx.commit refused: queue '{q.name}' in vhost '{vh.name}' {reason}; "
+                    "nothing was committed",
+                )
+        # 2. Apply settles in order, then publishes in order.
+        settles, tx.settles = tx.settles, []
+        tx.publishes = []
+        for kind, entries in settles:
+            self._settle(entries, kind, now_ms)
+        for p, x in routed:
+            self._route_publish(vh, x, p.message, p.mandatory, s, now_ms)
+        for consumer in s.consumers.values():
+            self._mark(consumer.queue)
+        self._reply(s, spec.TxCommitOk())
+
+    def _tx_rollback(
+        self, s: Session, m: spec.TxRollback, _c: RawContent | None, now_ms: int
+    ) -> None:
+        tx = self._require_tx(s)
+        entries: list[Unacked] = []
+        for _kind, settled in tx.settles:
+            entries.extend(settled)
+        tx.settles = []
+        tx.publishes = []
+        entries.extend(s.take_all())
+        # Every delivered-unacked message returns to its queue's head in consumption order.
+        self._settle(entries, SettleKind.REQUEUE, now_ms)
+        for consumer in s.consumers.values():
+            self._mark(consumer.queue)
+        self._reply(s, spec.TxRollbackOk())
+
+    # ================================================================== dispatch
+    def _mark(self, q: QueueEntity) -> None:
+        if not q.deleted:
+            self._dirty[id(q)] = q
+
+    def _flush(self, now_ms: int) -> None:
+        """Dispatch and drain dead letters of dirty queues until nothing changes (bounded)."""
+        dirty = self._dirty
+        rounds = 0
+        while dirty and rounds < 10_000:
+            rounds += 1
+            _, q = dirty.popitem()
+            if q.deleted:
+                continue
+            if q.consumers:
+                if q.settings.non_destructive:
+                    self._dispatch_browse(q, now_ms)
+                else:
+                    self._dispatch(q, now_ms)
+            self._drain_dead_letters(q, now_ms)
+
+    def _dispatch(self, q: QueueEntity, now_ms: int) -> None:
+        engine = q.queue
+        consumers = q.consumers
+        out = self._out
+        budget = DISPATCH_BATCH
+        name = q.name
+        delivered = 0
+        while engine.ready_count:
+            if not budget:
+                self._backlog[id(q)] = q
+                break
+            c = consumers.pick()
+            if c is None:
+                break
+            no_ack = c.no_ack
+            d = engine.fetch(now_ms, ack_required=not no_ack)
+            if d is None:
+                break
+            s = c.session
+            if no_ack:
+                tag = s.next_tag
+                s.next_tag = tag + 1
+            else:
+                tag = s.track(Unacked(q, d.seq, c))
+            msg = d.message
+            out.append(
+                SendContent(
+                    s.conn_id,
+                    s.channel,
+                    spec.BasicDeliver(c.tag, tag, d.redelivered, msg.exchange, msg.routing_key),
+                    msg,
+                )
+            )
+            budget -= 1
+            delivered += 1
+        if delivered:
+            self.stats["delivered"] += delivered
+        del name
+
+    def _dispatch_browse(self, q: QueueEntity, now_ms: int) -> None:
+        # Non-destructive queues: every consumer reads the whole queue through its own cursor.
+        engine = q.queue
+        out = self._out
+        budget = DISPATCH_BATCH
+        for c in list(q.consumers.all):
+            s = c.session
+            while budget and c.has_capacity():
+                d = engine.browse(c.cursor, now_ms)
+                if d is None:
+                    break
+                c.cursor = d.seq
+                if c.no_ack:
+                    tag = s.next_untracked_tag()
+                else:
+                    tag = s.track(Unacked(q, d.seq, c, browse=True))
+                msg = d.message
+                out.append(
+                    SendContent(
+                        s.conn_id,
+                        s.channel,
+                        spec.BasicDeliver(c.tag, tag, d.redelivered, msg.exchange, msg.routing_key),
+                        msg,
+                    )
+                )
+                budget -= 1
+        if not budget:
+            self._backlog[id(q)] = q
+
+    # ================================================================== dead-lettering
+    def _drain_dead_letters(self, q: QueueEntity, now_ms: int) -> None:
+        dead = q.queue.drain_dead_letters()
+        if not dead:
+            return
+        vh = self.vhosts.get(q.vhost)
+        if vh is None:
+            return
+        for item in dead:
+            dlx = vh.exchanges.get(item.exchange)
+            if dlx is not None:
+                self._dead_letter(vh, dlx, item, now_ms)
+
+    def _dead_letter(self, vh: VHost, dlx: Exchange, dead: DeadLetter, now_ms: int) -> None:
+        """Route one dead letter to its DLX with RabbitMQ's `x-death` bookkeeping."""
+        msg = dead.message
+        reason = str(dead.reason)
+        qname = dead.queue
+        props = decode_properties(msg.properties_bin)
+        headers = dict(props.headers or {})
+        routing_keys = [msg.routing_key]
+        cc = headers.get("CC")
+        if isinstance(cc, list):
+            routing_keys.extend(str(k) for k in cc)
+        deaths = [d for d in headers.get("x-death", []) if isinstance(d, dict)]
+        rejected_in_history = any(_as_str(d.get("reason")) == "rejected" for d in deaths)
+        entry: dict[str, Any] | None = None
+        for d in deaths:
+            if _as_str(d.get("queue")) == qname and _as_str(d.get("reason")) == reason:
+                entry = d
+                break
+        if entry is not None:
+            deaths.remove(entry)
+            entry = dict(entry)
+            entry["count"] = int(entry.get("count", 0)) + 1
+            entry["time"] = datetime.fromtimestamp(now_ms // 1000, UTC)
+        else:
+            entry = {
+                "count": 1,
+                "reason": reason,
+                "queue": qname,
+                "time": datetime.fromtimestamp(now_ms // 1000, UTC),
+                "exchange": msg.exchange,
+                "routing-keys": routing_keys,
+            }
+            if props.expiration is not None:
+                entry["original-expiration"] = props.expiration
+        deaths.insert(0, entry)
+        headers["x-death"] = deaths
+        headers.setdefault("x-first-death-reason", reason)
+        headers.setdefault("x-first-death-queue", qname)
+        headers.setdefault("x-first-death-exchange", msg.exchange)
+        headers["x-last-death-reason"] = reason
+        headers["x-last-death-queue"] = qname
+        headers["x-last-death-exchange"] = msg.exchange
+        props.headers = headers
+        props.expiration = None
+        rk = dead.routing_key if dead.routing_key is not None else msg.routing_key
+        new = Message(
+            dlx.name,
+            rk,
+            encode_properties(props),
+            msg.body,
+            headers=headers,
+            priority=msg.priority,
+            expiration_ms=None,
+            persistent=msg.persistent,
+            message_id=msg.message_id,
+            timestamp_ms=now_ms,
+        )
+        targets = vh.route(dlx, rk, headers) if dlx.type is not ExchangeType.DELAYED else ()
+        self.stats["dead_lettered"] += 1
+        for target in targets:
+            # RabbitMQ drops a dead letter that would cycle back to a queue it already died
+            # in, unless a client rejection is part of the cycle.
+            if (
+                not rejected_in_history
+                and reason != "rejected"
+                and any(_as_str(d.get("queue")) == target.name for d in deaths)
+            ):
+                continue
+            if not target.deleted:
+                target.queue.publish(new, now_ms)
+                self._dirty[id(target)] = target
+
+    # ================================================================== timers
+    def tick(self, now_ms: int) -> list[Effect]:
+        """Run timers: queue TTLs, `x-expires`, delayed exchanges, and pending dispatch."""
+        out: list[Effect] = []
+        self._out = out
+        self._now_ms = now_ms
+        if self._backlog:
+            for q in self._backlog.values():
+                self._mark(q)
+            self._backlog.clear()
+        for vh in list(self.vhosts.values()):
+            for q in list(vh.queues.values()):
+                deadline = q.queue.next_deadline_ms()
+                if deadline is not None and deadline <= now_ms:
+                    q.queue.tick(now_ms)
+                    self._mark(q)
+                expires = q.expires_at_ms()
+                if expires is not None and expires <= now_ms:
+                    self._delete_queue(vh, q, now_ms)
+            for x in list(vh.exchanges.values()):
+                due = x.next_due_ms()
+                if due is not None and due <= now_ms:
+                    for msg in x.pop_due(now_ms):
+                        self._route_publish(vh, x, _undelayed(msg), False, None, now_ms)
+        self._flush(now_ms)
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        """Earliest time `tick` has work (an immediate time when dispatch is pending)."""
+        if self._backlog or self._dirty:
+            return self._now_ms
+        best: int | None = None
+        for vh in self.vhosts.values():
+            for q in vh.queues.values():
+                for t in (q.queue.next_deadline_ms(), q.expires_at_ms()):
+                    if t is not None and (best is None or t < best):
+                        best = t
+            for x in vh.exchanges.values():
+                t = x.next_due_ms()
+                if t is not None and (best is None or t < best):
+                    best = t
+        return best
+
+
+def _undelayed(msg: Message) -> Message:
+    """The message a delayed exchange routes when due: same content, delay consumed."""
+    headers = dict(msg.headers or {})
+    headers.pop("x-delay", None)
+    return Message(
+        msg.exchange,
+        msg.routing_key,
+        msg.properties_bin,
+        msg.body,
+        headers=headers or None,
+        priority=msg.priority,
+        expiration_ms=msg.expiration_ms,
+        persistent=msg.persistent,
+        message_id=msg.message_id,
+        timestamp_ms=msg.timestamp_ms,
+    )
+
+
+def _would_refuse(q: QueueEntity, n: int, nbytes: int) -> str | None:
+    """Why `q` would refuse `n` more messages of `nbytes` in total under its limit, or None."""
+    limit = q.settings.limit
+    if limit is None or limit.action not in (
+        LimitAction.REJECT_PUBLISH,
+        LimitAction.REJECT_PUBLISH_DLX,
+    ):
+        return None
+    engine = q.queue
+    count = engine.ready_count
+    counts_acquired = str(getattr(limit.counts, "value", limit.counts)) != "ready"
+    if counts_acquired:
+        count += engine.unacked_count
+    if limit.max_count is not None and count + n > limit.max_count:
+        return f"would exceed its limit of {limit.max_count} messages"
+    if limit.max_bytes is not None:
+        used = int(getattr(engine, "ready_bytes", 0))
+        if used + nbytes > limit.max_bytes:
+            return f"would exceed its limit of {limit.max_bytes} bytes"
+    return None

@@ -1,0 +1,100 @@
+"""Static broker configuration: users, vhosts, permissions, policies and limits.
+
+`BrokerConfig` is plain data. The broker copies what it needs at start-up; the management API
+changes users, vhosts and permissions through `Broker.auth` afterwards, not through this object.
+Policies and address settings are kept as raw definitions so this module needs nothing from the
+queue engine; the broker turns them into the engine's `PolicyTable` / `AddressSettingsTable`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+DEFAULT_MAX_MESSAGE_SIZE: Final = 128 * 1024 * 1024
+"""RabbitMQ's default `max_message_size` (128 MiB)."""
+
+DEFAULT_VHOST: Final = "/"
+
+
+@dataclass(slots=True)
+class UserConfig:
+    """A user. Give either `password` (hashed at start-up) or `password_hash`.
+
+    Attributes:
+        name: user name.
+        password: clear-text password, hashed when the broker starts.
+        password_hash: RabbitMQ-style base64 salted SHA-256 hash (see `ringmq.core.auth`).
+        tags: management tags such as "administrator" or "monitoring".
+    """
+
+    name: str
+    password: str | None = None
+    password_hash: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class PermissionConfig:
+    """Configure/write/read regular expressions of one user in one vhost (RabbitMQ semantics)."""
+
+    user: str
+    vhost: str = DEFAULT_VHOST
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+
+@dataclass(slots=True)
+class PolicyConfig:
+    """A RabbitMQ-style policy: `pattern` (regex on names), `definition` keys like `max-length`.
+
+    Attributes:
+        name: policy name (unique per vhost).
+        pattern: regular expression matched against queue/exchange names.
+        definition: policy keys (`max-length`, `overflow`, `dead-letter-exchange`,
+            `alternate-exchange`, `message-ttl`, `expires`, ...).
+        vhost: the vhost it applies to.
+        apply_to: "queues", "exchanges" or "all".
+        priority: higher wins when several match.
+    """
+
+    name: str
+    pattern: str
+    definition: dict[str, Any]
+    vhost: str = DEFAULT_VHOST
+    apply_to: str = "all"
+    priority: int = 0
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Everything the pure core needs to know at start-up.
+
+    Attributes:
+        users: users; empty means the single default user below.
+        vhosts: vhost names; "/" is always created.
+        permissions: per-user per-vhost permissions; the default user gets full access to "/".
+        policies: RabbitMQ-style policies.
+        address_settings: Artemis-style address settings, `match` pattern -> settings mapping,
+            handed to the queue engine's `AddressSettingsTable`.
+        max_message_size: largest accepted body in bytes (406 above it).
+        default_user / default_password: created when `users` is empty (guest/guest).
+        loopback_users: users that may only log in from a loopback address.
+        name_seed: seed of the generator for `amq.gen-*` queue names and `amq.ctag-*` tags
+            (deterministic in tests).
+        delay_persistent_confirms: when True, confirms of persistent messages routed to durable
+            queues are held until `Broker.confirm_stored` is called by the storage layer.
+    """
+
+    users: list[UserConfig] = field(default_factory=list)
+    vhosts: list[str] = field(default_factory=lambda: [DEFAULT_VHOST])
+    permissions: list[PermissionConfig] = field(default_factory=list)
+    policies: list[PolicyConfig] = field(default_factory=list)
+    address_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    default_user: str = "guest"
+    default_password: str = "guest"  # noqa: S105 - RabbitMQ's well-known loopback-only default
+    loopback_users: tuple[str, ...] = ("guest",)
+    name_seed: int | None = None
+    delay_persistent_confirms: bool = False

@@ -1,0 +1,135 @@
+"""Consumers of one queue and the choice of who gets the next message.
+
+Theory of operation: a `ConsumerSet` keeps a queue's consumers in registration order and, for
+dispatch, grouped by `x-priority` (highest first) with a round-robin cursor per group. `pick()`
+returns the next consumer that can take a message: the highest-priority group that has any
+consumer with capacity wins (RabbitMQ consumer priorities), and within a group consumers take
+turns. With single-active-consumer only the earliest registered consumer is eligible; when it
+goes, the next one in registration order becomes active. Capacity = the connection is writable
+and (no-ack, or below both the consumer's prefetch and the channel's global prefetch).
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ringmq.core.message import SeqId
+
+if TYPE_CHECKING:
+    from ringmq.core.session import Session
+    from ringmq.core.vhost import QueueEntity
+
+
+@dataclass(slots=True, eq=False)
+class Consumer:
+    """A basic.consume subscription.
+
+    Attributes:
+        tag: consumer tag (client-chosen or `amq.ctag-*`).
+        session: the channel it lives on.
+        queue: the queue it consumes from.
+        no_ack: deliveries need no ack (and take no prefetch credit).
+        exclusive: exclusive consumer (no other consumer may join).
+        priority: `x-priority` (default 0).
+        prefetch: per-consumer prefetch limit at consume time (0: unlimited).
+        unacked: deliveries outstanding to it.
+        arguments: the consume arguments.
+        cursor: for non-destructive queues, the last seq browsed (None: from the head).
+    """
+
+    tag: str
+    session: Session
+    queue: QueueEntity
+    no_ack: bool
+    exclusive: bool = False
+    priority: int = 0
+    prefetch: int = 0
+    unacked: int = 0
+    arguments: dict[str, Any] = field(default_factory=dict)
+    cursor: SeqId | None = None
+
+    def has_capacity(self) -> bool:
+        """True when a message may be delivered to it now."""
+        session = self.session
+        if not session.conn.writable:
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        g = session.global_prefetch
+        return not (g and session.global_unacked >= g)
+
+
+class ConsumerSet:
+    """The consumers of one queue, with priority groups and round-robin dispatch."""
+
+    def __init__(self, single_active: bool = False) -> None:
+        self.single_active = single_active
+        self.all: list[Consumer] = []
+        self._groups: list[tuple[int, list[Consumer]]] = []  # by priority, highest first
+        self._rr: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.all)
+
+    def __bool__(self) -> bool:
+        return bool(self.all)
+
+    @property
+    def exclusive(self) -> bool:
+        """True when an exclusive consumer holds the queue."""
+        return any(c.exclusive for c in self.all)
+
+    @property
+    def active(self) -> Consumer | None:
+        """With single-active-consumer, the consumer that receives messages."""
+        return self.all[0] if self.all else None
+
+    def add(self, consumer: Consumer) -> None:
+        """Register a consumer (it joins the end of its priority group's rotation)."""
+        self.all.append(consumer)
+        for prio, members in self._groups:
+            if prio == consumer.priority:
+                members.append(consumer)
+                return
+        self._groups.append((consumer.priority, [consumer]))
+        self._groups.sort(key=lambda g: -g[0])
+
+    def remove(self, consumer: Consumer) -> bool:
+        """Unregister a consumer; False when it was not registered."""
+        try:
+            self.all.remove(consumer)
+        except ValueError:
+            return False
+        for i, (prio, members) in enumerate(self._groups):
+            if prio == consumer.priority:
+                members.remove(consumer)
+                if not members:
+                    del self._groups[i]
+                    self._rr.pop(prio, None)
+                break
+        return True
+
+    def pick(self) -> Consumer | None:
+        """The consumer that should get the next message, or None when nobody can take one."""
+        if self.single_active:
+            first = self.all[0] if self.all else None
+            return first if first is not None and first.has_capacity() else None
+        for prio, members in self._groups:
+            n = len(members)
+            if n == 1:
+                only = members[0]
+                if only.has_capacity():
+                    return only
+                continue
+            start = self._rr.get(prio, 0) % n
+            for i in range(n):
+                idx = (start + i) % n
+                c = members[idx]
+                if c.has_capacity():
+                    self._rr[prio] = idx + 1
+                    return c
+        return None
