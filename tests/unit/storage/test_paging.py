@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ringmq.core.message import Message, SeqId
+from ringmq.storage.paging import BodySpill, PageQueue, Pager
+from ringmq.storage.records import Entry
+
+
+def entry(seq: int, body: bytes = b"", **kw: object) -> Entry:
+    m = Message("", "q", b"\x00\x00", body or f"m{seq}".encode())
+    return Entry("", SeqId(seq), m, **kw)  # type: ignore[arg-type]
+
+
+def seqs(entries: list[Entry]) -> list[int]:
+    return [e.seq for e in entries]
+
+
+def test_push_back_pop_in_order_across_runs(tmp_path: Path) -> None:
+    pq = PageQueue(tmp_path, run_bytes=500, read_bytes=200)
+    pq.push_back(entry(i) for i in range(100))
+    assert len(pq) == 100
+    assert pq.files() > 5
+    got: list[int] = []
+    while pq:
+        got += seqs(pq.pop_front(7))
+    assert got == list(range(100))
+    assert pq.files() == 0
+    assert not list(tmp_path.iterdir())
+
+
+def test_push_front_goes_before_everything(tmp_path: Path) -> None:
+    pq = PageQueue(tmp_path, run_bytes=300)
+    pq.push_back(entry(i) for i in range(10, 20))
+    pq.push_front([entry(5), entry(6)])
+    pq.push_front([entry(1), entry(2), entry(3)])
+    pq.push_back([entry(20)])
+    assert seqs(pq.pop_front(100)) == [1, 2, 3, 5, 6, *range(10, 21)]
+
+
+def test_fields_and_store_ref_round_trip(tmp_path: Path) -> None:
+    pq = PageQueue(tmp_path)
+    e = entry(4, b"payload", delivery_count=2, expiry_ms=99, due_ms=7, redelivered=True)
+    e.message.store_ref = 42
+    e.message.priority = 3
+    pq.push_back([e])
+    (back,) = pq.pop_front(1)
+    assert (back.seq, back.delivery_count, back.expiry_ms, back.due_ms, back.redelivered) == (
+        4,
+        2,
+        99,
+        7,
+        True,
+    )
+    assert (back.message.body, back.message.store_ref, back.message.priority) == (
+        b"payload",
+        42,
+        3,
+    )
+
+
+def test_byte_limit_and_huge_records(tmp_path: Path) -> None:
+    pq = PageQueue(tmp_path, read_bytes=1024)
+    pq.push_back([entry(0, b"a" * 5000), entry(1, b"b" * 10), entry(2, b"c" * 10)])
+    assert pq.body_bytes == 5020
+    first = pq.pop_front(10, max_bytes=100)
+    assert seqs(first) == [0]  # at least one, even when larger than max_bytes
+    assert first[0].message.body == b"a" * 5000
+    assert seqs(pq.pop_front(10, max_bytes=15)) == [1, 2]
+
+
+def test_discard_tombstones(tmp_path: Path) -> None:
+    pq = PageQueue(tmp_path)
+    pq.push_back(entry(i, b"xx") for i in range(5))
+    pq.discard(1, 2)
+    pq.discard(3, 2)
+    assert len(pq) == 3
+    assert pq.body_bytes == 6
+    assert seqs(pq.pop_front(10)) == [0, 2, 4]
+    assert len(pq) == 0
+
+
+def test_clear(tmp_path: Path) -> None:
+    pq = PageQueue(tmp_path)
+    pq.push_back(entry(i) for i in range(5))
+    pq.clear()
+    assert len(pq) == 0
+    assert pq.pop_front(5) == []
+    pq.push_back([entry(9)])
+    assert seqs(pq.pop_front(5)) == [9]
+
+
+def test_pager_wipes_transient_pages_at_start(tmp_path: Path) -> None:
+    pager = Pager(tmp_path / "paging")
+    pager.queue("a/b c").push_back(entry(i) for i in range(3))
+    handle = pager.spill.put(b"spilled")
+    assert pager.queue("a/b c") is pager.queue("a/b c")
+    assert pager.spill.get(handle) == b"spilled"
+    again = Pager(tmp_path / "paging")
+    assert len(again.queue("a/b c")) == 0
+    assert len(again.spill) == 0
+    again.queue("x").push_back([entry(1)])
+    again.drop("x")
+    assert len(again.queue("x")) == 0
+
+
+def test_body_spill_refcounts_and_reclaims(tmp_path: Path) -> None:
+    spill = BodySpill(tmp_path, segment_bytes=4096)
+    handles = [spill.put(bytes([i]) * 1000) for i in range(20)]
+    assert spill.files() > 3
+    spill.retain(handles[0])
+    for i, h in enumerate(handles):
+        assert spill.get(h) == bytes([i]) * 1000
+        spill.release(h)
+    assert spill.get(handles[0]) == bytes(1000)  # still one reference
+    spill.release(handles[0])
+    with pytest.raises(KeyError):
+        spill.get(handles[0])
+    spill.reclaim()
+    assert spill.files() <= 1
+    with pytest.raises(KeyError):
+        spill.retain(handles[1])
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("back"), st.integers(1, 6)),
+        st.tuples(st.just("front"), st.integers(1, 4)),
+        st.tuples(st.just("pop"), st.integers(1, 8)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=40)
+@given(ops=ops)
+def test_order_matches_a_deque(tmp_path_factory: pytest.TempPathFactory, ops: list) -> None:
+    """Random interleavings of page-out (back/front) and page-in keep deque order."""
+    pq = PageQueue(tmp_path_factory.mktemp("pq"), run_bytes=256, read_bytes=128)
+    model: deque[int] = deque()
+    front_next = 999_999  # seq ids are unsigned: fronts count down from here
+    back_next = 1_000_000
+    for op, n in ops:
+        if op == "back":
+            new = list(range(back_next, back_next + n))
+            back_next += n
+            pq.push_back(entry(s) for s in new)
+            model.extend(new)
+        elif op == "front":
+            new = list(range(front_next - n + 1, front_next + 1))
+            front_next -= n
+            pq.push_front([entry(s) for s in new])
+            model.extendleft(reversed(new))
+        else:
+            got = seqs(pq.pop_front(n))
+            want = [model.popleft() for _ in range(min(n, len(model)))]
+            assert got == want
+        assert len(pq) == len(model)
+    assert seqs(pq.pop_front(10_000)) == list(model)
