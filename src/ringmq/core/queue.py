@@ -55,13 +55,14 @@ Public API (used by the broker layer)
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum, StrEnum
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.settings import Counted, Limit, LimitAction, QueueSettings
@@ -121,9 +122,8 @@ class DeadLetterReason(StrEnum):
     DELIVERY_LIMIT = "delivery_limit"
 
 
-@dataclass(slots=True)
-class Delivery:
-    """A message handed out by `fetch` or `browse`.
+class Delivery(NamedTuple):
+    """A message handed out by `fetch` or `browse` (an immutable, slot-free named tuple).
 
     Attributes:
         seq: the message's sequence number in this queue (ack/requeue/reject by it).
@@ -159,6 +159,10 @@ class DeadLetter:
     routing_key: str | None
     time_ms: int
     delivery_count: int
+
+
+# Building the tuple directly skips NamedTuple's Python-level __new__ on the hot path.
+_new_delivery: Final = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +261,6 @@ class _Entry:
     # One message in one queue: the per-queue state around the shared Message.
     __slots__ = (
         "deliveries",
-        "due_ms",
         "expires_at",
         "failures",
         "key",
@@ -282,7 +285,6 @@ class _Entry:
         self.key: Any = None  # LVQ key value, None if not an LVQ message
         self.level = 0
         self.paged = False
-        self.due_ms = 0
 
     def __lt__(self, other: _Entry) -> bool:
         return self.seq < other.seq
@@ -368,7 +370,8 @@ class Queue:
         self.settings = settings
         self.counters = QueueCounters()
         self._store: BodyStore = body_store if body_store is not None else MemoryBodyStore()
-        self._seq = 0
+        # itertools.count: a C-level counter (the hot path avoids a Python-level increment).
+        self._next_seq = cast("Callable[[], SeqId]", itertools.count(1).__next__)
         self._max_priority = settings.max_priority or 0
         self._lanes: list[_Lane] = [_Lane() for _ in range(self._max_priority + 1)]
         self._lane = self._lanes[0]
@@ -519,8 +522,7 @@ class Queue:
         Scheduling headers (`SCHEDULE_HEADERS`) with a due time in the future put the message
         in the schedule (SCHEDULED). Otherwise the limit decides (see `PublishOutcome`).
         """
-        self._seq += 1
-        seq = SeqId(self._seq)
+        seq = self._next_seq()
         if self._plain and msg.headers is None and msg.expiration_ms is None:
             # Fast path: no limit, TTL, LVQ, priority or schedule.
             e = _Entry(seq, msg, len(msg.body))
@@ -542,7 +544,6 @@ class Queue:
             due = _schedule_due(headers, now_ms)
             if due is not None and due > now_ms:
                 e.state = _SCHEDULED
-                e.due_ms = due
                 heapq.heappush(self._scheduled, (due, seq, e))
                 c = self.counters
                 c.scheduled += 1
@@ -895,7 +896,7 @@ class Queue:
         c.delivered += 1
         if e.redelivered:
             c.redelivered += 1
-        delivery = Delivery(e.seq, msg, e.redelivered, e.deliveries)
+        delivery = _new_delivery(Delivery, (e.seq, msg, e.redelivered, e.deliveries))
         if ack_required:
             e.state = _ACQUIRED
             self._unacked[e.seq] = e
