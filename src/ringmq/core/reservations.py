@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, Protocol, TypeVar
 
@@ -377,3 +377,48 @@ class Deduplicator(Generic[KeyT]):
             if at > horizon and len(ids) <= self.max_ids:
                 break
             del ids[oldest_id]
+
+
+class EngineQueue(Protocol):
+    """The part of `ringmq.core.queue.Queue` that `EngineAdapter` uses."""
+
+    def fetch(self, now_ms: int, ack_required: bool = True) -> _Delivery | None: ...
+    def ack(self, seqs: Iterable[SeqId]) -> None: ...
+    def requeue(
+        self, seqs: Sequence[SeqId], now_ms: int, *, count_failure: bool = True
+    ) -> None: ...
+
+
+class _Delivery(Protocol):
+    @property
+    def seq(self) -> SeqId: ...
+    @property
+    def message(self) -> Message: ...
+    @property
+    def redelivered(self) -> bool: ...
+
+
+class EngineAdapter:
+    """`ReservableQueue` over the queue engine: the tag of a reserved message is its seq.
+
+    A reservation is a delivery with ack required, so the engine's counters show reserved
+    messages as unacked ("delivering"); giving them back is a requeue that does not count as a
+    delivery failure (no `x-delivery-limit` penalty for an expired lease).
+    """
+
+    __slots__ = ("engine",)
+
+    def __init__(self, engine: EngineQueue) -> None:
+        self.engine = engine
+
+    def take(self, now_ms: int) -> Taken[SeqId] | None:
+        d = self.engine.fetch(now_ms, ack_required=True)
+        if d is None:
+            return None
+        return Taken(d.seq, d.seq, d.message, d.redelivered)
+
+    def ack(self, tags: list[SeqId], now_ms: int) -> None:
+        self.engine.ack(tags)
+
+    def requeue(self, tags: list[SeqId], now_ms: int) -> None:
+        self.engine.requeue(tags, now_ms, count_failure=False)
