@@ -63,6 +63,7 @@ from ringmq.amqp.properties import (
 )
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.tables import decode_table
+from ringmq.core.admin import Admin
 from ringmq.core.auth import Access, AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.consumers import Consumer, ConsumerSet
@@ -157,6 +158,7 @@ class Broker:
         self._out: list[Effect] = []
         self._now_ms = 0
         self._reply_sessions: dict[str, tuple[Session, str]] = {}
+        self._admin: Admin | None = None
         self.max_message_size = config.max_message_size
         self.stats: dict[str, int] = {
             "published": 0,
@@ -233,6 +235,20 @@ class Broker:
             spec.TxCommit: self._tx_commit,
             spec.TxRollback: self._tx_rollback,
         }
+
+    @property
+    def admin(self) -> Admin:
+        """The management facade (`ringmq.core.admin.Admin`), created on first use."""
+        admin = self._admin
+        if admin is None:
+            admin = self._admin = Admin(self)
+        return admin
+
+    def replace_address_settings(
+        self, settings: Mapping[str, Mapping[str, Any]], *, now_ms: int = 0
+    ) -> None:
+        """Replace the Artemis address settings and re-apply every queue's settings."""
+        self.admin.replace_address_settings(settings, now_ms=now_ms)
 
     # ================================================================== connection lifecycle
     def add_vhost(self, name: str) -> VHost:
@@ -1543,7 +1559,8 @@ def _would_refuse(q: QueueEntity, n: int, nbytes: int) -> str | None:
     if limit.max_count is not None and count + n > limit.max_count:
         return f"would exceed its limit of {limit.max_count} messages"
     if limit.max_bytes is not None:
-        used = int(getattr(engine, "ready_bytes", 0))
+        c = engine.counters
+        used = c.ready_bytes + c.paged_bytes + (c.unacked_bytes if counts_acquired else 0)
         if used + nbytes > limit.max_bytes:
             return f"would exceed its limit of {limit.max_bytes} bytes"
     return None

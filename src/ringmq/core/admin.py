@@ -1,0 +1,758 @@
+"""A small synchronous facade the management API and config loading call (`Broker.admin`).
+
+Theory of operation: `Admin` wraps one `Broker` and exposes management operations by vhost and
+name, without AMQP channels. Every call runs on the broker's loop thread (no locks). Reads return
+plain dicts whose keys match the management port's record fields (`QueueInfo(**d)` works);
+writes validate first and raise `AMQPError` (NOT_FOUND, PRECONDITION_FAILED, ACCESS_REFUSED...)
+or `ValueError` (bad input) with nothing changed. Operations that affect clients (deleting a
+queue cancels its consumers; publishing or requeueing dispatches to them) produce effects; they
+are passed to `emit` when the server has set it, else kept in `pending` for `drain_effects()`.
+
+API (all names are stable):
+  vhosts, add_vhost, delete_vhost, users, authenticate, add_user, delete_user, permissions,
+  set_permissions, clear_permissions;
+  queues, queue, declare_queue, delete_queue, purge_queue, get_messages, update_queue,
+  scheduled, purge_scheduled, deliver_scheduled_now;
+  exchanges, declare_exchange, delete_exchange, publish, bindings, bind, unbind;
+  policies, set_policy, clear_policy, replace_address_settings;
+  connections, channels, consumers, close_connection;
+  drain_effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from ringmq.amqp.frames import RawContent
+from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.auth import verify_password
+from ringmq.core.effects import CloseConnection, Effect
+from ringmq.core.exchange import Exchange
+from ringmq.core.message import SeqId
+from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
+from ringmq.core.session import ChannelMode
+from ringmq.core.settings import SettingsError
+from ringmq.core.vhost import QueueEntity, VHost
+
+if TYPE_CHECKING:
+    from ringmq.core.broker import Broker
+
+_ACK_MODES = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
+
+
+class Admin:
+    """Management operations over a `Broker` (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.emit: Callable[[list[Effect]], None] | None = None
+        self.pending: list[Effect] = []
+
+    # ---------------------------------------------------------------- effects plumbing
+    def _begin(self, now_ms: int) -> None:
+        b = self.broker
+        b._out = []
+        b._now_ms = now_ms
+
+    def _end(self, now_ms: int) -> None:
+        b = self.broker
+        b._flush(now_ms)
+        effects, b._out = b._out, []
+        if effects:
+            if self.emit is not None:
+                self.emit(effects)
+            else:
+                self.pending.extend(effects)
+
+    def drain_effects(self) -> list[Effect]:
+        """Effects produced by admin calls while no `emit` callback was set."""
+        out, self.pending = self.pending, []
+        return out
+
+    # ---------------------------------------------------------------- lookups
+    def _vh(self, vhost: str) -> VHost:
+        vh = self.broker.vhosts.get(vhost)
+        if vh is None:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no vhost '{vhost}'")
+        return vh
+
+    def _q(self, vhost: str, name: str) -> QueueEntity:
+        vh = self._vh(vhost)
+        q = vh.queues.get(name)
+        if q is None:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
+        return q
+
+    def _x(self, vhost: str, name: str) -> Exchange:
+        vh = self._vh(vhost)
+        x = vh.exchanges.get(name)
+        if x is None:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
+        return x
+
+    # ---------------------------------------------------------------- users and vhosts
+    def vhosts(self) -> list[str]:
+        """Vhost names, sorted."""
+        return sorted(self.broker.vhosts)
+
+    def add_vhost(self, name: str) -> bool:
+        """Create a vhost; False when it existed."""
+        if not name:
+            raise ValueError("vhost name must not be empty")
+        existed = name in self.broker.vhosts
+        self.broker.add_vhost(name)
+        return not existed
+
+    def delete_vhost(self, name: str, *, now_ms: int) -> None:
+        """Delete a vhost: its connections are closed (320) and its queues dropped."""
+        vh = self._vh(name)
+        self._begin(now_ms)
+        b = self.broker
+        for conn in list(b.conns.values()):
+            if conn.vhost == name:
+                b._out.append(
+                    CloseConnection(conn.conn_id, ReplyCode.CONNECTION_FORCED, "vhost deleted")
+                )
+        for q in list(vh.queues.values()):
+            b._delete_queue(vh, q, now_ms)
+        del b.vhosts[name]
+        for user, vhost in list(b.auth.permissions):
+            if vhost == name:
+                b.auth.clear_permissions(user, vhost)
+        self._end(now_ms)
+
+    def users(self) -> list[dict[str, Any]]:
+        """Users as {name, tags, password_hash}."""
+        return [
+            {"name": u.name, "tags": list(u.tags), "password_hash": u.password_hash or ""}
+            for u in sorted(self.broker.auth.users.values(), key=lambda u: u.name)
+        ]
+
+    def authenticate(self, user: str, password: str) -> dict[str, Any] | None:
+        """The user record when the password matches (no loopback rule: HTTP has its own)."""
+        u = self.broker.auth.users.get(user)
+        if u is None or u.password_hash is None or not verify_password(password, u.password_hash):
+            return None
+        return {"name": u.name, "tags": list(u.tags), "password_hash": u.password_hash}
+
+    def add_user(
+        self,
+        name: str,
+        *,
+        password: str | None = None,
+        password_hash: str | None = None,
+        tags: tuple[str, ...] = (),
+    ) -> None:
+        """Create or replace a user."""
+        if not name:
+            raise ValueError("user name must not be empty")
+        self.broker.auth.add_user(name, password=password, password_hash=password_hash, tags=tags)
+
+    def delete_user(self, name: str) -> bool:
+        """Delete a user and its permissions (open connections stay, as in RabbitMQ 3.x)."""
+        return self.broker.auth.delete_user(name)
+
+    def permissions(self) -> list[dict[str, Any]]:
+        """Permissions as {user, vhost, configure, write, read}."""
+        return [
+            {"user": u, "vhost": v, "configure": p.configure, "write": p.write, "read": p.read}
+            for (u, v), p in sorted(self.broker.auth.permissions.items())
+        ]
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
+        """Grant permissions (ValueError-like re.error on a bad regex)."""
+        if user not in self.broker.auth.users:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no user '{user}'")
+        self._vh(vhost)
+        self.broker.auth.set_permissions(user, vhost, configure, write, read)
+
+    def clear_permissions(self, user: str, vhost: str) -> bool:
+        """Remove a user's permissions in a vhost."""
+        return self.broker.auth.clear_permissions(user, vhost)
+
+    # ---------------------------------------------------------------- queues
+    def _queue_info(self, q: QueueEntity) -> dict[str, Any]:
+        engine = q.queue
+        c = engine.counters
+        stats = engine.stats()
+        st = q.settings
+        effective = {
+            k: (str(v) if hasattr(v, "value") else v)
+            for k, v in asdict(st).items()
+            if v is not None and k not in ("sources", "limit")
+        }
+        if st.limit is not None:
+            effective["limit"] = stats["limit"]
+        ready_msgs = engine.ready_messages() if c.ready else []
+        owner = None
+        if q.exclusive_owner is not None:
+            conn = self.broker.conns.get(q.exclusive_owner)
+            owner = conn.peer if conn is not None and conn.peer else str(q.exclusive_owner)
+        return {
+            "vhost": q.vhost,
+            "name": q.name,
+            "durable": q.durable,
+            "auto_delete": q.auto_delete,
+            "exclusive": q.exclusive_owner is not None,
+            "arguments": dict(q.arguments),
+            "policy": st.policy_name,
+            "effective_settings": effective,
+            "messages_ready": engine.ready_count,
+            "messages_unacknowledged": c.unacked,
+            "messages_scheduled": c.scheduled,
+            "messages_paged": c.paged,
+            "message_bytes_ready": c.ready_bytes,
+            "message_bytes_unacknowledged": c.unacked_bytes,
+            "message_bytes_scheduled": c.scheduled_bytes,
+            "message_bytes_paged": c.paged_bytes,
+            "consumers": len(q.consumers),
+            "ring_size": st.ring_size,
+            "head_message_timestamp_ms": ready_msgs[0].timestamp_ms if ready_msgs else None,
+            "counters": stats,
+            "exclusive_owner": owner,
+            "state": "running",
+        }
+
+    def queues(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """Snapshots of every queue (of one vhost), sorted by vhost and name."""
+        out: list[dict[str, Any]] = []
+        for vh in sorted(self.broker.vhosts.values(), key=lambda v: v.name):
+            if vhost is not None and vh.name != vhost:
+                continue
+            out.extend(self._queue_info(q) for _, q in sorted(vh.queues.items()))
+        return out
+
+    def queue(self, vhost: str, name: str) -> dict[str, Any]:
+        """One queue's snapshot (404 when missing)."""
+        return self._queue_info(self._q(vhost, name))
+
+    def declare_queue(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        durable: bool = True,
+        auto_delete: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+        now_ms: int = 0,
+    ) -> bool:
+        """Declare a queue; True when created, False when an equivalent one exists (406 if not)."""
+        vh = self._vh(vhost)
+        if not name:
+            raise ValueError("queue name must not be empty")
+        args = dict(arguments or {})
+        q = vh.queues.get(name)
+        if q is not None:
+            if q.durable != durable or q.auto_delete != auto_delete or q.arguments != args:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"inequivalent arguments for queue '{name}' in vhost '{vhost}'",
+                )
+            return False
+        try:
+            self.broker.declare_queue(
+                vhost, name, durable=durable, auto_delete=auto_delete, arguments=args, now_ms=now_ms
+            )
+        except SettingsError as exc:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
+        return True
+
+    def delete_queue(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        now_ms: int = 0,
+    ) -> int:
+        """Delete a queue; returns the ready messages it held (406 on if-unused/if-empty)."""
+        vh = self._vh(vhost)
+        q = self._q(vhost, name)
+        if if_unused and q.consumers:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED, f"queue '{name}' in vhost '{vhost}' in use"
+            )
+        if if_empty and q.queue.ready_count:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED, f"queue '{name}' in vhost '{vhost}' not empty"
+            )
+        count = q.queue.ready_count
+        self._begin(now_ms)
+        self.broker._delete_queue(vh, q, now_ms)
+        self._end(now_ms)
+        return count
+
+    def purge_queue(self, vhost: str, name: str, *, now_ms: int = 0) -> int:
+        """Remove every ready message; returns how many."""
+        return int(self._q(vhost, name).queue.purge())
+
+    def get_messages(
+        self, vhost: str, name: str, *, count: int, ackmode: str, now_ms: int
+    ) -> list[dict[str, Any]]:
+        """Fetch up to `count` messages, then settle them per RabbitMQ's /get `ackmode`.
+
+        "ack_requeue_true" and "reject_requeue_true" put them back (redelivered),
+        "ack_requeue_false" removes them. Returns {exchange, routing_key, body, redelivered,
+        properties, message_count}.
+        """
+        if ackmode not in _ACK_MODES:
+            raise ValueError(f"ackmode must be one of {', '.join(_ACK_MODES)}")
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        q = self._q(vhost, name)
+        engine = q.queue
+        self._begin(now_ms)
+        got: list[dict[str, Any]] = []
+        seqs = []
+        for _ in range(count):
+            d = engine.fetch(now_ms, ack_required=True)
+            if d is None:
+                break
+            seqs.append(d.seq)
+            props = decode_properties(d.message.properties_bin)
+            got.append(
+                {
+                    "exchange": d.message.exchange,
+                    "routing_key": d.message.routing_key,
+                    "body": d.message.body,
+                    "redelivered": d.redelivered,
+                    "properties": {k: v for k, v in asdict(props).items() if v is not None},
+                    "message_count": engine.ready_count,
+                }
+            )
+        if seqs:
+            if ackmode == "ack_requeue_false":
+                engine.ack(seqs)
+            else:
+                engine.requeue(seqs, now_ms, count_failure=False)
+        self.broker._mark(q)
+        self._end(now_ms)
+        return got
+
+    def update_queue(
+        self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int
+    ) -> dict[str, Any]:
+        """Change a queue's arguments live (Artemis `updateQueue`); returns the new snapshot.
+
+        `settings` holds queue arguments (e.g. {"x-ring-size": 5}); they are merged into the
+        declared arguments and the effective settings are re-resolved and applied.
+        """
+        q = self._q(vhost, name)
+        args = dict(q.arguments)
+        args.update(settings)
+        try:
+            new = self.broker.resolve_settings(vhost, name, args)
+        except SettingsError as exc:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
+        self._begin(now_ms)
+        q.arguments = args
+        q.settings = new
+        q.queue.update_settings(new, now_ms)
+        self.broker._mark(q)
+        self._end(now_ms)
+        return self._queue_info(q)
+
+    def scheduled(self, vhost: str, name: str) -> list[dict[str, Any]]:
+        """Scheduled messages of a queue: {seq, due_ms, routing_key, body, properties}."""
+        out = []
+        for s in self._q(vhost, name).queue.list_scheduled():
+            props = decode_properties(s.message.properties_bin)
+            out.append(
+                {
+                    "seq": int(s.seq),
+                    "due_ms": s.due_ms,
+                    "routing_key": s.message.routing_key,
+                    "body": s.message.body,
+                    "properties": {k: v for k, v in asdict(props).items() if v is not None},
+                }
+            )
+        return out
+
+    def purge_scheduled(self, vhost: str, name: str, *, now_ms: int = 0) -> int:
+        """Drop every scheduled message of a queue."""
+        return int(self._q(vhost, name).queue.purge_scheduled())
+
+    def deliver_scheduled_now(
+        self, vhost: str, name: str, seqs: list[int] | None, *, now_ms: int
+    ) -> int:
+        """Release scheduled messages (all, or `seqs`) to the queue head now."""
+        q = self._q(vhost, name)
+        self._begin(now_ms)
+        n = q.queue.deliver_scheduled_now(
+            None if seqs is None else [SeqId(s) for s in seqs], now_ms
+        )
+        self.broker._mark(q)
+        self._end(now_ms)
+        return int(n)
+
+    # ---------------------------------------------------------------- exchanges and bindings
+    def exchanges(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """Exchanges as {vhost, name, type, durable, auto_delete, internal, arguments}."""
+        out: list[dict[str, Any]] = []
+        for vh in sorted(self.broker.vhosts.values(), key=lambda v: v.name):
+            if vhost is not None and vh.name != vhost:
+                continue
+            for _, x in sorted(vh.exchanges.items()):
+                out.append(
+                    {
+                        "vhost": vh.name,
+                        "name": x.name,
+                        "type": x.type.value,
+                        "durable": x.durable,
+                        "auto_delete": x.auto_delete,
+                        "internal": x.internal,
+                        "arguments": dict(x.arguments),
+                    }
+                )
+        return out
+
+    def declare_exchange(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        type: str = "direct",
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+        now_ms: int = 0,
+    ) -> bool:
+        """Declare an exchange; True when created (406 when an inequivalent one exists)."""
+        vh = self._vh(vhost)
+        if not name:
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange"
+            )
+        try:
+            kind = ExchangeType(type)
+        except ValueError:
+            raise ValueError(f"unknown exchange type '{type}'") from None
+        args = dict(arguments or {})
+        routing_type = None
+        if kind is ExchangeType.DELAYED:
+            raw = args.get("x-delayed-type")
+            try:
+                routing_type = ExchangeType(raw if isinstance(raw, str) else "")
+            except ValueError:
+                raise ValueError("'x-delayed-type' must be an existing exchange type") from None
+        x = vh.exchanges.get(name)
+        if x is not None:
+            diff = x.equivalent(kind, durable, auto_delete, internal, args)
+            if diff is not None:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"inequivalent arg '{diff}' for exchange '{name}' in vhost '{vhost}'",
+                )
+            return False
+        vh.exchanges[name] = Exchange(
+            name,
+            kind,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=args,
+            routing_type=routing_type,
+        )
+        vh.invalidate()
+        return True
+
+    def delete_exchange(
+        self, vhost: str, name: str, *, if_unused: bool = False, now_ms: int = 0
+    ) -> None:
+        """Delete an exchange (403 for the default and amq.* ones, 406 if used and if_unused)."""
+        vh = self._vh(vhost)
+        if not name or name.startswith("amq."):
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED,
+                f"deletion of system exchange '{name}' in vhost '{vhost}' not allowed",
+            )
+        x = self._x(vhost, name)
+        if if_unused and x.bindings:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED, f"exchange '{name}' in vhost '{vhost}' in use"
+            )
+        self.broker._delete_exchange(vh, x)
+
+    def publish(
+        self,
+        vhost: str,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: Mapping[str, Any] | None = None,
+        *,
+        now_ms: int,
+    ) -> bool:
+        """Publish a message as the management API does; True when it was routed somewhere."""
+        vh = self._vh(vhost)
+        x = self._x(vhost, exchange)
+        props = BasicProperties(**dict(properties or {}))
+        pb = encode_properties(props)
+        self._begin(now_ms)
+        b = self.broker
+        msg, _ = b._build_message(
+            exchange, routing_key, RawContent(60, len(body), pb, body), now_ms
+        )
+        before = b.stats["unroutable"]
+        b._route_publish(vh, x, msg, False, None, now_ms)
+        routed = b.stats["unroutable"] == before
+        self._end(now_ms)
+        return routed
+
+    def bindings(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """Bindings as {vhost, source, destination, destination_type, routing_key, arguments}.
+
+        The implicit default-exchange binding of each queue is listed first, as RabbitMQ does.
+        """
+        out: list[dict[str, Any]] = []
+        for vh in sorted(self.broker.vhosts.values(), key=lambda v: v.name):
+            if vhost is not None and vh.name != vhost:
+                continue
+            for qname in sorted(vh.queues):
+                out.append(  # noqa: PERF401 - two loops feed one list
+                    {
+                        "vhost": vh.name,
+                        "source": "",
+                        "destination": qname,
+                        "destination_type": "queue",
+                        "routing_key": qname,
+                        "arguments": {},
+                    }
+                )
+            for _, x in sorted(vh.exchanges.items()):
+                for bd in x.bindings.values():
+                    out.append(  # noqa: PERF401 - two loops feed one list
+                        {
+                            "vhost": vh.name,
+                            "source": x.name,
+                            "destination": bd.dest[1],
+                            "destination_type": "queue" if bd.dest[0] == QUEUE else "exchange",
+                            "routing_key": bd.routing_key,
+                            "arguments": dict(bd.arguments),
+                        }
+                    )
+        return out
+
+    def _binding_parts(
+        self, binding: Any, source: str | None, destination: str | None, kw: dict[str, Any]
+    ) -> tuple[str, str, str, str, str, dict[str, Any]]:
+        if binding is not None and not isinstance(binding, str):
+            return (
+                binding.vhost,
+                binding.source,
+                binding.destination,
+                binding.destination_type,
+                binding.routing_key,
+                dict(binding.arguments or {}),
+            )
+        vhost = binding if isinstance(binding, str) else kw.get("vhost", "/")
+        return (
+            vhost,
+            source or "",
+            destination or "",
+            kw.get("destination_type", "queue"),
+            kw.get("routing_key", ""),
+            dict(kw.get("arguments") or {}),
+        )
+
+    def bind(
+        self,
+        binding: Any,
+        source: str | None = None,
+        destination: str | None = None,
+        *,
+        now_ms: int = 0,
+        **kw: Any,
+    ) -> None:
+        """Create a binding: `bind(record)` (attributes as in `bindings()`), or
+        `bind(vhost, source, destination, destination_type=, routing_key=, arguments=)`."""
+        vhost, src, dst, dtype, rk, args = self._binding_parts(binding, source, destination, kw)
+        vh = self._vh(vhost)
+        if not src:
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange"
+            )
+        x = self._x(vhost, src)
+        if dtype == "queue":
+            self._q(vhost, dst)
+            dest = (QUEUE, dst)
+        elif dtype == "exchange":
+            self._x(vhost, dst)
+            dest = (EXCHANGE, dst)
+        else:
+            raise ValueError(f"destination_type must be queue or exchange, got {dtype!r}")
+        try:
+            x.bind(dest, rk, args)
+        except ValueError as exc:
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
+        vh.invalidate()
+
+    def unbind(
+        self,
+        binding: Any,
+        source: str | None = None,
+        destination: str | None = None,
+        *,
+        now_ms: int = 0,
+        **kw: Any,
+    ) -> None:
+        """Remove a binding (same arguments as `bind`); 404 when it does not exist."""
+        vhost, src, dst, dtype, rk, args = self._binding_parts(binding, source, destination, kw)
+        vh = self._vh(vhost)
+        x = self._x(vhost, src)
+        dest = (QUEUE if dtype == "queue" else EXCHANGE, dst)
+        if not x.unbind(dest, rk, args):
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no binding {src} -> {dst} '{rk}'")
+        vh.invalidate()
+        self.broker._maybe_auto_delete_exchange(vh, x)
+
+    # ---------------------------------------------------------------- policies
+    def policies(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """Policies as {vhost, name, pattern, definition, priority, apply_to}."""
+        return [
+            {
+                "vhost": p.vhost,
+                "name": p.name,
+                "pattern": p.pattern,
+                "definition": dict(p.definition),
+                "priority": p.priority,
+                "apply_to": str(p.apply_to),
+            }
+            for p in self.broker.policies.list(vhost)
+        ]
+
+    def set_policy(self, policy: Any = None, *, now_ms: int = 0, **kw: Any) -> bool:
+        """Create or replace a policy (a record with the `policies()` fields, or keywords);
+        re-resolves and applies the settings of every queue in its vhost. True when created.
+
+        Raises ValueError (PolicyError) for a bad definition; a queue whose settings would
+        become invalid keeps its old ones (logged by the caller's response)."""
+        if policy is not None:
+            fields = {k: getattr(policy, k) for k in ("vhost", "name", "pattern", "definition")}
+            fields["priority"] = getattr(policy, "priority", 0)
+            fields["apply_to"] = getattr(policy, "apply_to", "all")
+        else:
+            fields = dict(kw)
+        vhost = fields.get("vhost", "/")
+        self._vh(vhost)
+        existed = self.broker.policies.get(fields["name"], vhost=vhost) is not None
+        self.broker.policies.set(
+            fields["name"],
+            fields["pattern"],
+            fields["definition"],
+            vhost=vhost,
+            apply_to=fields.get("apply_to", "all"),
+            priority=fields.get("priority", 0),
+        )
+        self._reapply(vhost, now_ms)
+        return not existed
+
+    def clear_policy(self, vhost: str, name: str, *, now_ms: int = 0) -> None:
+        """Delete a policy (404 when missing) and re-apply settings in its vhost."""
+        if not self.broker.policies.clear(name, vhost=vhost):
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no policy '{name}' in vhost '{vhost}'")
+        self._reapply(vhost, now_ms)
+
+    def replace_address_settings(
+        self, settings: Mapping[str, Mapping[str, Any]], *, now_ms: int = 0
+    ) -> None:
+        """Replace every address setting and re-apply queue settings in every vhost."""
+        table = self.broker.address_settings
+        for match in list(table.list()):
+            table.clear(match)
+        for match, values in settings.items():
+            table.set(match, values)
+        for vhost in list(self.broker.vhosts):
+            self._reapply(vhost, now_ms)
+
+    def _reapply(self, vhost: str, now_ms: int) -> None:
+        vh = self._vh(vhost)
+        self._begin(now_ms)
+        for q in vh.queues.values():
+            try:
+                new = self.broker.resolve_settings(vhost, q.name, q.arguments)
+            except SettingsError:
+                continue
+            if new != q.settings:
+                q.settings = new
+                q.queue.update_settings(new, now_ms)
+                self.broker._mark(q)
+        vh.invalidate()
+        self._end(now_ms)
+
+    # ---------------------------------------------------------------- sessions
+    def connections(self) -> list[dict[str, Any]]:
+        """Connections as the core knows them: {conn_id, user, vhost, peer, channels, ...}."""
+        return [
+            {
+                "conn_id": c.conn_id,
+                "user": c.user,
+                "vhost": c.vhost,
+                "peer": c.peer,
+                "channels": len(c.sessions),
+                "client_properties": dict(c.client_properties),
+                "connected_at_ms": c.opened_ms,
+                "writable": c.writable,
+            }
+            for c in sorted(self.broker.conns.values(), key=lambda c: c.conn_id)
+        ]
+
+    def close_connection(self, conn_id: int, reason: str = "closed via management") -> bool:
+        """Ask the server to close a connection with 320 CONNECTION_FORCED."""
+        if conn_id not in self.broker.conns:
+            return False
+        effect = CloseConnection(conn_id, ReplyCode.CONNECTION_FORCED, reason)
+        if self.emit is not None:
+            self.emit([effect])
+        else:
+            self.pending.append(effect)
+        return True
+
+    def channels(self) -> list[dict[str, Any]]:
+        """Channels as {conn_id, number, consumer_count, messages_unacknowledged, ...}."""
+        out: list[dict[str, Any]] = []
+        for c in sorted(self.broker.conns.values(), key=lambda c: c.conn_id):
+            for number, s in sorted(c.sessions.items()):
+                out.append(
+                    {
+                        "conn_id": c.conn_id,
+                        "number": number,
+                        "consumer_count": len(s.consumers),
+                        "messages_unacknowledged": len(s.unacked),
+                        "prefetch_count": s.prefetch_count,
+                        "global_prefetch_count": s.global_prefetch,
+                        "confirm": s.mode is ChannelMode.CONFIRM,
+                        "transactional": s.mode is ChannelMode.TX,
+                        "state": "running",
+                    }
+                )
+        return out
+
+    def consumers(self) -> list[dict[str, Any]]:
+        """Consumers as {conn_id, channel, consumer_tag, vhost, queue, ack_required, ...}."""
+        out: list[dict[str, Any]] = []
+        for c in sorted(self.broker.conns.values(), key=lambda c: c.conn_id):
+            for number, s in sorted(c.sessions.items()):
+                for tag, consumer in s.consumers.items():
+                    q = consumer.queue
+                    cs = q.consumers
+                    out.append(
+                        {
+                            "conn_id": c.conn_id,
+                            "channel": number,
+                            "consumer_tag": tag,
+                            "vhost": q.vhost,
+                            "queue": q.name,
+                            "ack_required": not consumer.no_ack,
+                            "exclusive": consumer.exclusive,
+                            "prefetch_count": consumer.prefetch,
+                            "arguments": dict(consumer.arguments),
+                            "active": not cs.single_active or cs.active is consumer,
+                        }
+                    )
+        return out
