@@ -1,0 +1,208 @@
+"""The brokers under test: finding their processes, reading their CPU and memory, and
+starting ringmq when no URL is given.
+
+Theory of operation: a ``BrokerTarget`` is a name, an AMQP URL and the pid of the process
+listening on that URL's port (found through /proc/net/tcp and /proc/<pid>/fd, so RabbitMQ's
+beam.smp and an already-running ringmq are found the same way). ``ProcessStats`` samples
+/proc/<pid>/stat and /proc/<pid>/status: CPU seconds (utime+stime), VmRSS and VmHWM; it can
+reset VmHWM (``clear_refs`` 5) so a peak belongs to one scenario. ``RingmqProcess`` starts
+``ringmq serve`` on port 0 with a temporary data dir, learns the port from its log, and is
+the only process this module ever stops. Linux only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+_CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
+_LISTEN_PATTERNS: Final = (
+    re.compile(r"AMQP listening on (\d+\.\d+\.\d+\.\d+):(\d+)"),
+    re.compile(r"(?i)amqp\b[^\n]*?\b(\d+\.\d+\.\d+\.\d+):(\d+)"),
+)
+
+
+def listening_pid(port: int) -> int | None:
+    """The pid of the process with a TCP socket listening on ``port`` (any address)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local, state, inode = cols[1], cols[3], cols[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{inode}]")
+    if not inodes:
+        return None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    cpu_s: float
+    rss_bytes: int
+    hwm_bytes: int
+
+
+class ProcessStats:
+    """CPU and memory of one broker process, sampled from /proc."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.peak_rss_bytes = 0
+
+    def sample(self) -> Sample | None:
+        if self.pid is None:
+            return None
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return None
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+        kib = {
+            line.split(":")[0]: int(line.split()[1])
+            for line in status.splitlines()
+            if line.startswith(("VmRSS:", "VmHWM:"))
+        }
+        rss, hwm = kib.get("VmRSS", 0) * 1024, kib.get("VmHWM", 0) * 1024
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+        return Sample(cpu_s, rss, hwm)
+
+    def reset_peak(self) -> bool:
+        """Reset VmHWM to the current RSS (Linux clear_refs 5); False when not permitted."""
+        self.peak_rss_bytes = 0
+        if self.pid is None:
+            return False
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        except OSError:
+            return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerTarget:
+    name: str
+    url: str
+    pid: int | None
+
+    @classmethod
+    def at(cls, name: str, url: str) -> BrokerTarget:
+        port = urlsplit(url).port or 5672
+        return cls(name, url, listening_pid(port))
+
+    def describe(self) -> str:
+        proc = f"pid {self.pid} ({process_name(self.pid)})" if self.pid else "pid unknown"
+        return f"{self.name} at {self.url} - {proc}"
+
+
+def port_open(url: str, timeout_s: float = 1.0) -> bool:
+    import socket
+
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection(
+            (parts.hostname or "127.0.0.1", parts.port or 5672), timeout_s
+        ):
+            return True
+    except OSError:
+        return False
+
+
+def rabbitmq_version() -> str:
+    """The installed RabbitMQ package version, or '' when it cannot be told."""
+    if shutil.which("dpkg-query"):
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", "rabbitmq-server"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode == 0:
+            return out.stdout.strip()
+    return ""
+
+
+class RingmqProcess:
+    """``ringmq serve`` on ephemeral ports with a temporary data dir, stopped by ``stop``."""
+
+    def __init__(self, *, startup_timeout_s: float = 30.0) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="ringmq-bench-"))
+        self.log_path = self._dir / "ringmq.log"
+        self._timeout = startup_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        cmd = [
+            sys.executable, "-m", "ringmq", "serve",
+            "--amqp-port", "0", "--http-port", "0",
+            "--data-dir", str(self._dir / "data"),
+        ]  # fmt: skip
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self._timeout
+        while time.monotonic() < deadline:
+            text = self.log_path.read_text(errors="replace")
+            for pattern in _LISTEN_PATTERNS:
+                found = pattern.search(text)
+                if found:
+                    self.url = f"amqp://guest:guest@{found.group(1)}:{found.group(2)}/"
+                    return self.url
+            if self._proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        tail = self.log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"ringmq serve did not report its AMQP port; log tail:\n{tail}")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def stop(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        self._proc = None
+        shutil.rmtree(self._dir / "data", ignore_errors=True)
