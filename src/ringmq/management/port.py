@@ -14,8 +14,13 @@ call must leave the broker unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
+
+from ringmq.core.effects import Effect
+
+_T = TypeVar("_T")
 
 AckMode = Literal["ack_requeue_true", "reject_requeue_true", "ack_requeue_false"]
 """What `/get` does with fetched messages, as RabbitMQ's management API names it."""
@@ -318,3 +323,10 @@ class Runtime(Protocol):
         ...
 
     def listeners(self) -> list[ListenerInfo]: ...
+    def run_batch(self, fn: Callable[[], _T]) -> _T:
+        """Run a core call made outside a client read; flush the writes it caused."""
+        ...
+
+    def apply_effects(self, effects: Iterable[Effect]) -> None:
+        """Apply effects the core returned to a management call (deliveries, closes...)."""
+        ...

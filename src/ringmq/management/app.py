@@ -1,0 +1,159 @@
+"""The management ASGI app: `/api` (RabbitMQ's shape), `/metrics` (Prometheus) and `/` console.
+
+Theory of operation: `create_app(broker, runtime)` builds one Starlette app that the server
+serves with uvicorn on the broker's own event loop. Requests call the synchronous core through
+`BrokerAdmin` (adapted from the real broker by `management.admin` unless the object already
+implements the port), so no lock is needed. Rates come from counter samples taken lazily
+before a request when the last sample is older than the interval, plus a background sampler
+task started with the first request, so the console's live plot keeps moving even with
+uvicorn's lifespan off.
+
+RabbitMQ clients send the vhost "/" as `%2F`; ASGI servers decode `path`, which would turn
+`/api/queues/%2F/q` into `/api/queues///q`. `_RawPath` re-derives `path` from `raw_path`
+keeping each segment percent-encoded; handlers unquote the parameters they read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ringmq import __version__
+from ringmq.management import metrics
+from ringmq.management.api import Api, wall_ms
+from ringmq.management.port import BrokerAdmin, Runtime
+from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
+
+log = logging.getLogger(__name__)
+
+CONSOLE_DIR = Path(__file__).parent / "console"
+
+
+class _RawPath:
+    """ASGI middleware: route on percent-encoded path segments (see module docstring)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            text = raw.decode("latin-1") if raw else quote(scope["path"])
+            text = text.split("?", 1)[0]
+            segments = [quote(unquote(s), safe="~@:+!$&'()*,;=") for s in text.split("/")]
+            scope = dict(scope)
+            scope["path"] = "/".join(segments)
+        await self.app(scope, receive, send)
+
+
+class _Sampler:
+    """Background rate sampling on the loop, started lazily (uvicorn's lifespan is off)."""
+
+    def __init__(self, api: Api, interval_s: float) -> None:
+        self.api = api
+        self.interval_s = interval_s
+        self.task: asyncio.Task[None] | None = None
+
+    def ensure_started(self) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                self.api.refresh_rates()
+            except Exception:
+                log.exception("rate sampling failed")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+def _as_admin(broker: Any, runtime: Runtime) -> BrokerAdmin:
+    if all(hasattr(broker, m) for m in ("queues", "declare_queue", "get_messages", "vhosts")):
+        return broker  # type: ignore[no-any-return]
+    from ringmq.management.admin import CoreAdmin
+
+    return CoreAdmin(broker, runtime)
+
+
+def create_app(
+    broker: Any,
+    runtime: Runtime,
+    *,
+    rate_interval_ms: int = DEFAULT_INTERVAL_MS,
+    background_rates: bool = True,
+    clock_ms: Callable[[], int] = wall_ms,
+) -> Starlette:
+    """The management ASGI app for a broker (the core `Broker` or a `BrokerAdmin`).
+
+    Args:
+        broker: the core broker (adapted with `CoreAdmin`) or any `BrokerAdmin`.
+        runtime: the server (`Runtime` port): connections, listeners, effect application.
+        rate_interval_ms: how often counters are sampled for rates.
+        background_rates: sample on a timer too (off in tests that drive `clock_ms`).
+        clock_ms: wall clock in ms (tests pass a fake).
+    """
+    admin = _as_admin(broker, runtime)
+    sampler = RateSampler(interval_ms=rate_interval_ms, history_key="overview")
+    api = Api(admin, runtime, sampler, clock_ms)
+    background = _Sampler(api, rate_interval_ms / 1000)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        queues = admin.queues()
+        text = metrics.render(
+            queues,
+            connections=runtime.connections(),
+            consumers=admin.consumers(),
+            channels=len(admin.channels()),
+            exchanges=len(admin.exchanges()),
+            node=runtime.node,
+            version=__version__,
+        )
+        return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
+
+    routes: list[Route | Mount] = [
+        *api.routes(),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Mount("/", StaticFiles(directory=CONSOLE_DIR, html=True), name="console"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        yield
+        await background.stop()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.api = api
+    app.state.admin = admin
+
+    inner = app.build_middleware_stack
+
+    def build() -> ASGIApp:
+        stack = inner()
+
+        async def with_sampler(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http" and background_rates:
+                background.ensure_started()
+            await stack(scope, receive, send)
+
+        return _RawPath(with_sampler)
+
+    app.build_middleware_stack = build  # type: ignore[method-assign]
+    return app

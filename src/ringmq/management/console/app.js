@@ -1,0 +1,347 @@
+// RingMQ web console: a hash-routed single page over the management HTTP API.
+// Views: overview (live rates), queues (sort/filter), queue (settings, counters, chart, peek,
+// purge, publish, ring size), exchanges + bindings, connections (who is blocked and why).
+"use strict";
+(() => {
+  const POLL_MS = 2000;
+  const $ = (sel, root) => (root || document).querySelector(sel);
+  const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g,
+    (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+  const num = (v) => (v == null ? "" : Number(v).toLocaleString());
+  const rate = (v) => (v == null ? "0.0" : Number(v).toFixed(1)) + "/s";
+  const enc = encodeURIComponent;
+  let timer = null, chart = null, lastRender = null;
+
+  // -- API ---------------------------------------------------------------------------------
+  function creds() { return sessionStorage.getItem("ringmq.auth"); }
+  async function api(method, path, body) {
+    const headers = { Authorization: "Basic " + creds() };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const res = await fetch("/api" + path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    if (res.status === 401) { showLogin("Please sign in."); throw new Error("unauthorized"); }
+    const text = await res.text();
+    const data = text ? JSON.parse(text) : null;
+    if (!res.ok) throw new Error((data && data.reason) || res.statusText);
+    return data;
+  }
+  function toast(msg) {
+    const t = $("#toast"); t.textContent = msg; t.classList.add("show");
+    setTimeout(() => t.classList.remove("show"), 2500);
+  }
+
+  // -- login -------------------------------------------------------------------------------
+  function showLogin(msg) {
+    stopPolling();
+    $("#login").hidden = false; $("#view").innerHTML = "";
+    $("#login-error").textContent = msg || "";
+  }
+  $("#login-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    sessionStorage.setItem("ringmq.auth", btoa($("#login-user").value + ":" + $("#login-password").value));
+    try {
+      const me = await api("GET", "/whoami");
+      $("#whoami").textContent = me.name;
+      $("#login").hidden = true; route();
+    } catch (err) { $("#login-error").textContent = "Login failed"; }
+  });
+  $("#logout").addEventListener("click", () => { sessionStorage.removeItem("ringmq.auth"); showLogin(); });
+
+  // -- routing -----------------------------------------------------------------------------
+  function stopPolling() { if (timer) clearInterval(timer); timer = null; }
+  function poll(fn) { stopPolling(); lastRender = fn; fn(); timer = setInterval(fn, POLL_MS); }
+  function route() {
+    if (!creds()) return showLogin();
+    const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    const page = parts[0] || "overview";
+    document.querySelectorAll("#nav a").forEach((a) =>
+      a.classList.toggle("active", a.dataset.page === page || (page === "queue" && a.dataset.page === "queues")));
+    chart = null;
+    const views = { overview, queues, queue: () => queuePage(parts[1], parts[2]), exchanges, connections };
+    (views[page] || overview)();
+  }
+  window.addEventListener("hashchange", route);
+
+  // -- shared widgets ----------------------------------------------------------------------
+  function statGrid(items) {
+    return `<div class="grid">${items.map(([k, v, id]) =>
+      `<div class="stat"><div class="v" ${id ? `id="${id}"` : ""}>${esc(v)}</div><div class="k">${esc(k)}</div></div>`).join("")}</div>`;
+  }
+  const RATE_SERIES = [
+    { key: "publish", label: "Publish", color: "#d9480f" },
+    { key: "deliver_get", label: "Deliver / get", color: "#1971c2" },
+    { key: "ack", label: "Ack", color: "#2b8a3e" },
+  ];
+  function chartCard(title) {
+    return `<div class="card"><h2>${esc(title)}</h2>
+      <div class="legend">${RATE_SERIES.map((s) => `<span><i style="background:${s.color}"></i>${s.label}</span>`).join("")}</div>
+      <canvas class="chart" id="rate-chart"></canvas></div>`;
+  }
+  function rateValues(ms) {
+    const v = {};
+    for (const s of RATE_SERIES) v[s.key] = ((ms || {})[s.key + "_details"] || {}).rate || 0;
+    return v;
+  }
+  // Sortable, filterable table bound to rows of objects.
+  function table(el, cols, rows, state, rowAttrs) {
+    let shown = rows;
+    if (state.filter) {
+      const f = state.filter.toLowerCase();
+      shown = rows.filter((r) => String(r.name || "").toLowerCase().includes(f));
+    }
+    if (state.sort) {
+      const col = cols.find((c) => c.key === state.sort);
+      const get = col.sortValue || ((r) => r[col.key]);
+      shown = shown.slice().sort((a, b) => {
+        const x = get(a), y = get(b);
+        const cmp = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+        return state.rev ? -cmp : cmp;
+      });
+    }
+    el.innerHTML = `<table><thead><tr>${cols.map((c) =>
+      `<th data-key="${c.key}" class="${c.num ? "num" : ""} ${state.sort === c.key ? "sorted" + (state.rev ? " rev" : "") : ""}">${esc(c.label)}</th>`).join("")}</tr></thead>
+      <tbody>${shown.map((r) => `<tr ${rowAttrs ? rowAttrs(r) : ""}>${cols.map((c) =>
+        `<td class="${c.num ? "num" : ""}" data-col="${c.key}">${c.html ? c.html(r) : esc(c.num ? num(r[c.key]) : r[c.key])}</td>`).join("")}</tr>`).join("")}
+      ${shown.length ? "" : `<tr><td colspan="${cols.length}" class="muted">Nothing here.</td></tr>`}</tbody></table>`;
+    el.querySelectorAll("th").forEach((th) => th.addEventListener("click", () => {
+      state.rev = state.sort === th.dataset.key ? !state.rev : false;
+      state.sort = th.dataset.key; table(el, cols, rows, state, rowAttrs);
+    }));
+  }
+
+  // -- overview ----------------------------------------------------------------------------
+  async function overview() {
+    $("#view").innerHTML = `<h1>Overview</h1><div id="ov-stats"></div>${chartCard("Message rates")}
+      <div class="cols"><div class="card"><h2>Queued messages</h2><div id="ov-depth"></div></div>
+      <div class="card"><h2>Node</h2><div id="ov-node"></div></div></div>`;
+    chart = new LineChart($("#rate-chart"), RATE_SERIES, 120);
+    try {
+      const hist = await api("GET", "/ringmq/rates");
+      chart.reset(hist.map((h) => ({ t: h.t, values: h })));
+    } catch (e) { /* history is optional */ }
+    poll(async () => {
+      const o = await api("GET", "/overview");
+      const t = o.object_totals, q = o.queue_totals;
+      $("#ov-stats").innerHTML = statGrid([
+        ["Connections", num(t.connections)], ["Blocked", num(o.blocked_connections)],
+        ["Channels", num(t.channels)], ["Queues", num(t.queues)], ["Consumers", num(t.consumers)],
+        ["Exchanges", num(t.exchanges)], ["Messages", num(q.messages), "ov-messages"]]);
+      $("#ov-depth").innerHTML = `<dl class="kv">
+        <dt>Ready</dt><dd>${num(q.messages_ready)}</dd>
+        <dt>Unacknowledged</dt><dd>${num(q.messages_unacknowledged)}</dd>
+        <dt>Scheduled</dt><dd>${num(q.messages_scheduled)}</dd>
+        <dt>Paged</dt><dd>${num(q.messages_paged)}</dd>
+        <dt>Total</dt><dd>${num(q.messages)}</dd>
+        <dt>Publish rate</dt><dd>${rate(rateValues(o.message_stats).publish)}</dd>
+        <dt>Deliver rate</dt><dd>${rate(rateValues(o.message_stats).deliver_get)}</dd></dl>`;
+      $("#ov-node").innerHTML = `<dl class="kv"><dt>Node</dt><dd>${esc(o.node)}</dd>
+        <dt>Version</dt><dd>${esc(o.product_version)}</dd>
+        <dt>Listeners</dt><dd>${o.listeners.map((l) => esc(`${l.protocol} ${l.ip_address}:${l.port}`)).join("<br>")}</dd></dl>`;
+      if (chart) chart.push(Date.now(), rateValues(o.message_stats));
+    });
+  }
+
+  // -- queues ------------------------------------------------------------------------------
+  const queueState = { filter: "", sort: "name", rev: false };
+  function queueLink(q) { return `#/queue/${enc(q.vhost)}/${enc(q.name)}`; }
+  function queueFeatures(q) {
+    const s = q.effective_settings || {}, out = [];
+    if (q.ring_size >= 0) out.push(`<span class="pill ring">ring ${q.ring_size}</span>`);
+    if (s["x-last-value-key"] || s["last-value-key"]) out.push(`<span class="pill">LVQ</span>`);
+    if (s["x-max-length"] != null || s["max-length"] != null) out.push(`<span class="pill">max-length</span>`);
+    if (s["x-message-ttl"] != null || s["message-ttl"] != null) out.push(`<span class="pill">TTL</span>`);
+    if (q.policy) out.push(`<span class="pill">policy ${esc(q.policy)}</span>`);
+    return out.join("");
+  }
+  async function queues() {
+    $("#view").innerHTML = `<h1>Queues</h1><div class="card">
+      <div class="toolbar"><input id="queue-filter" placeholder="Filter by name" value="${esc(queueState.filter)}">
+      <span class="muted" id="queue-count"></span></div><div id="queue-table"></div></div>
+      <div class="card"><h2>Add a queue</h2><div class="row">
+        <label>Name <input id="new-queue-name"></label>
+        <label>Ring size (optional) <input id="new-queue-ring" type="number" min="1"></label>
+        <label>Arguments (JSON) <input id="new-queue-args" placeholder='{"x-max-length": 1000}'></label>
+        <button id="new-queue-add">Add queue</button></div></div>`;
+    let rows = [];
+    const cols = [
+      { key: "name", label: "Name", html: (q) => `<a href="${queueLink(q)}">${esc(q.name)}</a>` },
+      { key: "vhost", label: "Vhost" },
+      { key: "features", label: "Features", html: queueFeatures, sortValue: (q) => q.ring_size },
+      { key: "messages_ready", label: "Ready", num: true },
+      { key: "messages_unacknowledged", label: "Unacked", num: true },
+      { key: "messages_scheduled", label: "Scheduled", num: true },
+      { key: "messages", label: "Total", num: true },
+      { key: "consumers", label: "Consumers", num: true },
+      { key: "in", label: "In", num: true, html: (q) => rate(rateValues(q.message_stats).publish),
+        sortValue: (q) => rateValues(q.message_stats).publish },
+      { key: "out", label: "Out", num: true, html: (q) => rate(rateValues(q.message_stats).deliver_get),
+        sortValue: (q) => rateValues(q.message_stats).deliver_get },
+    ];
+    const render = () => {
+      table($("#queue-table"), cols, rows, queueState, (q) => `data-queue="${esc(q.name)}"`);
+      $("#queue-count").textContent = `${rows.length} queue${rows.length === 1 ? "" : "s"}`;
+    };
+    $("#queue-filter").addEventListener("input", (e) => { queueState.filter = e.target.value; render(); });
+    $("#new-queue-add").addEventListener("click", async () => {
+      const name = $("#new-queue-name").value.trim();
+      if (!name) return toast("Give the queue a name");
+      let args = {};
+      try { args = $("#new-queue-args").value.trim() ? JSON.parse($("#new-queue-args").value) : {}; }
+      catch (e) { return toast("Arguments must be JSON"); }
+      const ring = $("#new-queue-ring").value;
+      if (ring) args["x-ring-size"] = Number(ring);
+      try { await api("PUT", `/queues/%2F/${enc(name)}`, { durable: true, arguments: args }); toast(`Queue ${name} declared`); lastRender(); }
+      catch (e) { toast(e.message); }
+    });
+    poll(async () => { rows = await api("GET", "/queues"); render(); });
+  }
+
+  // -- one queue ---------------------------------------------------------------------------
+  async function queuePage(vhost, name) {
+    const path = `/queues/${enc(vhost)}/${enc(name)}`;
+    $("#view").innerHTML = `<h1>Queue <span id="queue-name">${esc(name)}</span> <span class="muted">in ${esc(vhost)}</span></h1>
+      <div id="q-stats"></div>${chartCard("Rates")}
+      <div class="cols">
+        <div class="card"><h2>Settings</h2><div id="q-settings"></div>
+          <div class="row" style="margin-top:12px"><label>Ring size <input id="ring-size" type="number" min="-1"></label>
+          <button id="ring-size-save">Update ring size</button></div>
+          <p class="muted">Lowering the ring size does not drop messages: new publishes evict from the head until the queue shrinks naturally.</p></div>
+        <div class="card"><h2>Counters</h2><div id="q-counters"></div></div>
+      </div>
+      <div class="cols">
+        <div class="card"><h2>Peek messages</h2><div class="row">
+          <label>Count <input id="peek-count" type="number" value="5" min="1"></label>
+          <button id="peek" class="secondary">Peek</button>
+          <button id="purge" class="danger">Purge</button></div><div id="peek-result"></div></div>
+        <div class="card"><h2>Publish a message</h2>
+          <label>Payload <textarea id="publish-payload"></textarea></label>
+          <label>Headers (JSON) <input id="publish-headers" placeholder='{"_AMQ_SCHED_DELIVERY": 0}'></label>
+          <button id="publish">Publish</button></div>
+      </div>
+      <div class="card"><h2>Scheduled messages</h2><div class="row"><span id="sched-count" class="muted"></span>
+        <button id="sched-deliver" class="secondary">Deliver all now</button>
+        <button id="sched-purge" class="danger">Purge scheduled</button></div><div id="sched-list"></div></div>`;
+    chart = new LineChart($("#rate-chart"), RATE_SERIES, 120);
+    let ringFilled = false;
+    $("#ring-size-save").addEventListener("click", async () => {
+      const v = Number($("#ring-size").value);
+      try { await api("PUT", path + "/settings", { "ring-size": v }); toast(`Ring size set to ${v}`); lastRender(); }
+      catch (e) { toast(e.message); }
+    });
+    $("#purge").addEventListener("click", async () => {
+      if (!confirm(`Purge all messages from ${name}?`)) return;
+      try { await api("DELETE", path + "/contents"); toast("Queue purged"); lastRender(); }
+      catch (e) { toast(e.message); }
+    });
+    $("#peek").addEventListener("click", async () => {
+      try {
+        const msgs = await api("POST", path + "/get", { count: Number($("#peek-count").value) || 1,
+          ackmode: "ack_requeue_true", encoding: "auto", truncate: 50000 });
+        $("#peek-result").innerHTML = msgs.length ? msgs.map((m, i) => `<div><span class="muted">#${i + 1}
+          rk=${esc(m.routing_key)} ${m.redelivered ? "redelivered" : ""} ${m.payload_bytes} bytes</span>
+          <pre class="peeked">${esc(m.payload)}</pre></div>`).join("") : `<p class="muted">Queue is empty.</p>`;
+      } catch (e) { toast(e.message); }
+    });
+    $("#publish").addEventListener("click", async () => {
+      let headers;
+      try { headers = $("#publish-headers").value.trim() ? JSON.parse($("#publish-headers").value) : undefined; }
+      catch (e) { return toast("Headers must be JSON"); }
+      try {
+        const r = await api("POST", `/exchanges/${enc(vhost)}/amq.default/publish`, { routing_key: name,
+          payload: $("#publish-payload").value, payload_encoding: "string",
+          properties: headers ? { headers } : {} });
+        toast(r.routed ? "Message published" : "Message was not routed"); lastRender();
+      } catch (e) { toast(e.message); }
+    });
+    $("#sched-deliver").addEventListener("click", async () => {
+      try { const r = await api("POST", path + "/scheduled/deliver", {}); toast(`${r.delivered} delivered`); lastRender(); }
+      catch (e) { toast(e.message); }
+    });
+    $("#sched-purge").addEventListener("click", async () => {
+      try { const r = await api("DELETE", path + "/scheduled"); toast(`${r.purged} purged`); lastRender(); }
+      catch (e) { toast(e.message); }
+    });
+    poll(async () => {
+      let q;
+      try { q = await api("GET", path); } catch (e) { $("#q-stats").innerHTML = `<p class="error">${esc(e.message)}</p>`; return; }
+      $("#q-stats").innerHTML = statGrid([["Ready", num(q.messages_ready), "q-ready"],
+        ["Unacked", num(q.messages_unacknowledged), "q-unacked"], ["Scheduled", num(q.messages_scheduled)],
+        ["Paged", num(q.messages_paged)], ["Total", num(q.messages), "q-messages"], ["Consumers", num(q.consumers)],
+        ["Ring size", q.ring_size < 0 ? "none" : num(q.ring_size), "q-ring-size"]]);
+      const s = q.effective_settings || {};
+      $("#q-settings").innerHTML = `<dl class="kv"><dt>Durable</dt><dd>${q.durable}</dd>
+        <dt>Auto-delete</dt><dd>${q.auto_delete}</dd><dt>Policy</dt><dd>${esc(q.policy || "none")}</dd>
+        <dt>Arguments</dt><dd><pre>${esc(JSON.stringify(q.arguments, null, 1))}</pre></dd>
+        <dt>Effective settings</dt><dd><pre>${esc(JSON.stringify(s, null, 1))}</pre></dd></dl>`;
+      if (!ringFilled) { $("#ring-size").value = q.ring_size; ringFilled = true; }
+      const c = q.counters || {}, ms = q.message_stats || {};
+      const dl = Object.entries(c.dead_lettered || {}).map(([k, v]) => `<dt>Dead-lettered (${esc(k)})</dt><dd>${num(v)}</dd>`).join("");
+      $("#q-counters").innerHTML = `<dl class="kv">
+        <dt>Published</dt><dd>${num(ms.publish || 0)}</dd><dt>Delivered / got</dt><dd>${num(ms.deliver_get || 0)}</dd>
+        <dt>Acked</dt><dd>${num(ms.ack || 0)}</dd><dt>Redelivered</dt><dd>${num(ms.redeliver || 0)}</dd>
+        <dt>Ring evicted</dt><dd id="c-ring-evicted">${num(c.ring_evicted)}</dd>
+        <dt>LVQ replaced</dt><dd>${num(c.lvq_replaced)}</dd>
+        <dt>Overflow rejected</dt><dd>${num(c.overflow_rejected)}</dd>
+        <dt>Expired</dt><dd>${num(c.expired)}</dd>${dl || "<dt>Dead-lettered</dt><dd>0</dd>"}</dl>`;
+      if (chart) chart.push(Date.now(), rateValues(q.message_stats));
+      const sched = await api("GET", path + "/scheduled");
+      $("#sched-count").textContent = `${sched.length} waiting`;
+      $("#sched-list").innerHTML = sched.length ? `<table><thead><tr><th>Seq</th><th>Due</th><th>Payload</th></tr></thead><tbody>
+        ${sched.slice(0, 50).map((m) => `<tr><td>${m.seq}</td><td>${esc(new Date(m.due_ms).toLocaleString())}</td><td>${esc(m.payload.slice(0, 80))}</td></tr>`).join("")}</tbody></table>` : "";
+    });
+  }
+
+  // -- exchanges and bindings --------------------------------------------------------------
+  async function exchanges() {
+    $("#view").innerHTML = `<h1>Exchanges</h1><div class="card"><div id="x-table"></div></div>
+      <h1>Bindings</h1><div class="card"><div id="b-table"></div></div>`;
+    const xs = { sort: "name", rev: false, filter: "" }, bs = { sort: "source", rev: false, filter: "" };
+    poll(async () => {
+      const [x, b] = await Promise.all([api("GET", "/exchanges"), api("GET", "/bindings")]);
+      table($("#x-table"), [
+        { key: "name", label: "Name", html: (e) => esc(e.name || "(AMQP default)") },
+        { key: "vhost", label: "Vhost" }, { key: "type", label: "Type" },
+        { key: "durable", label: "Durable" },
+        { key: "in", label: "In", num: true, html: (e) => rate(((e.message_stats || {}).publish_in_details || {}).rate) },
+      ], x, xs);
+      table($("#b-table"), [
+        { key: "source", label: "Source", html: (r) => esc(r.source || "(AMQP default)") },
+        { key: "destination", label: "Destination" }, { key: "destination_type", label: "Type" },
+        { key: "routing_key", label: "Routing key" },
+        { key: "arguments", label: "Arguments", html: (r) => esc(JSON.stringify(r.arguments)) },
+      ], b, bs);
+    });
+  }
+
+  // -- connections -------------------------------------------------------------------------
+  async function connections() {
+    $("#view").innerHTML = `<h1>Connections</h1><div class="card"><div id="c-table"></div></div>
+      <h1>Channels</h1><div class="card"><div id="ch-table"></div></div>`;
+    const cs = { sort: "name", rev: false, filter: "" }, hs = { sort: "name", rev: false, filter: "" };
+    poll(async () => {
+      const [c, ch] = await Promise.all([api("GET", "/connections"), api("GET", "/channels")]);
+      table($("#c-table"), [
+        { key: "name", label: "Name" }, { key: "user", label: "User" }, { key: "vhost", label: "Vhost" },
+        { key: "state", label: "State", html: (r) => `<span class="pill ${r.state === "running" ? "running" : "blocked"}">${esc(r.state)}</span>` },
+        { key: "blocked_reason", label: "Blocked because", html: (r) => esc(r.blocked_reason || "") },
+        { key: "channels", label: "Channels", num: true },
+        { key: "client", label: "Client", html: (r) => esc(((r.client_properties || {}).product || "") + " " + ((r.client_properties || {}).version || "")) },
+        { key: "close", label: "", html: (r) => `<button class="secondary close-conn" data-name="${esc(r.name)}">Close</button>` },
+      ], c, cs);
+      document.querySelectorAll(".close-conn").forEach((b) => b.addEventListener("click", async () => {
+        try { await api("DELETE", `/connections/${enc(b.dataset.name)}`); toast("Connection closed"); lastRender(); }
+        catch (e) { toast(e.message); }
+      }));
+      table($("#ch-table"), [
+        { key: "name", label: "Channel" }, { key: "user", label: "User" },
+        { key: "consumer_count", label: "Consumers", num: true },
+        { key: "messages_unacknowledged", label: "Unacked", num: true },
+        { key: "prefetch_count", label: "Prefetch", num: true },
+        { key: "confirm", label: "Confirm" },
+      ], ch, hs);
+    });
+  }
+
+  if (creds()) api("GET", "/whoami").then((me) => { $("#whoami").textContent = me.name; route(); }).catch(() => {});
+  else showLogin();
+})();
