@@ -27,8 +27,9 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest -m "not spark" -q
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/engine_bench.py
+bench: $(STAMP)  # BENCH_ARGS="--quick --rounds 1 --scenarios a,g" etc. (see docs/benchmarks.md)
+	@if [ -f benchmarks/engine_bench.py ]; then $(BIN)/python benchmarks/engine_bench.py; fi
+	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
