@@ -1,9 +1,694 @@
-"""ringmq CLI: admin commands."""
+"""`ringmq` management subcommands: a small rabbitmqadmin over the management HTTP API.
+
+Every command talks HTTP to a running broker (`--url`, `--user`, `--password`, or the
+RINGMQ_URL / RINGMQ_USER / RINGMQ_PASSWORD environment variables): `status`, `list ...`,
+`declare ...`, `delete ...`, `purge queue`, `publish`, `get`, `update queue`, `policy ...`,
+`scheduled ...`, `definitions export|import`. Tables are drawn with rich; `--json` prints the
+API's JSON instead. Errors print the API's reason and exit with status 1 (2 when the broker
+cannot be reached).
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Final
+from urllib.parse import quote
+
+import httpx
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+DEFAULT_URL: Final = "http://127.0.0.1:15672"
+DEFAULT_USER: Final = "guest"
+DEFAULT_PASSWORD: Final = "guest"  # noqa: S105 - RabbitMQ's well-known default, loopback only
+
+Url = Annotated[str, typer.Option("--url", envvar="RINGMQ_URL", help="Management API URL.")]
+User = Annotated[str, typer.Option("--user", "-u", envvar="RINGMQ_USER", help="User name.")]
+Password = Annotated[
+    str, typer.Option("--password", "-p", envvar="RINGMQ_PASSWORD", help="Password.")
+]
+Vhost = Annotated[str, typer.Option("--vhost", "-V", help="Virtual host.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+out = Console()
+err = Console(stderr=True)
+
+
+class ApiError(Exception):
+    """An error answer from the management API."""
+
+
+class Client:
+    """A thin synchronous client of the management API."""
+
+    def __init__(self, url: str, user: str, password: str, timeout_s: float = 30.0) -> None:
+        self.http = httpx.Client(base_url=url.rstrip("/"), auth=(user, password), timeout=timeout_s)
+
+    def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        try:
+            res = self.http.request(
+                method,
+                "/api" + path,
+                json=body,
+                params={k: v for k, v in params.items() if v is not None},
+            )
+        except httpx.TransportError as exc:
+            raise ConnectionError(f"cannot reach {self.http.base_url}: {exc}") from None
+        if res.status_code >= 400:
+            try:
+                reason = res.json().get("reason", res.text)
+            except ValueError:
+                reason = res.text
+            raise ApiError(f"{res.status_code}: {reason}")
+        if not res.content:
+            return None
+        return res.json()
+
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
+@contextmanager
+def _client(url: str, user: str, password: str) -> Iterator[Client]:
+    client = Client(url, user, password)
+    try:
+        yield client
+    except ApiError as exc:
+        err.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(code=1) from None
+    except ConnectionError as exc:
+        err.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(code=2) from None
+    finally:
+        client.http.close()
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _table(title: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
+    table = Table(title=title, header_style="bold", title_justify="left")
+    for label, key in columns:
+        numeric = key.startswith(("messages", "consumers", "channels", "ring_size", "counters"))
+        table.add_column(label, justify="right" if numeric else "left")
+    for row in rows:
+        cells = []
+        for _label, key in columns:
+            value: Any = row
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            cells.append("" if value is None else str(value))
+        table.add_row(*cells)
+    out.print(table)
+
+
+def _parse_value(raw: str) -> Any:
+    # `--arg x-max-length=10` should send an integer, `--arg x-overflow=drop-head` a string.
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _pairs(items: list[str], what: str) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
+        parsed[key] = _parse_value(value)
+    return parsed
+
+
+# -- status and listings ----------------------------------------------------------------------
+
+
+def status(
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+    as_json: AsJson = False,
+) -> None:
+    """Show the broker's overview: node, listeners, object and message totals, rates."""
+    with _client(url, user, password) as c:
+        o = c.request("GET", "/overview")
+    if as_json:
+        _print_json(o)
+        return
+    t, q = o["object_totals"], o["queue_totals"]
+    stats = o.get("message_stats", {})
+    out.print(f"[bold]{o['product_name']} {o['product_version']}[/bold] on {o['node']}")
+    for ln in o.get("listeners", []):
+        out.print(f"  {ln['protocol']:<8} {ln['ip_address']}:{ln['port']}")
+    table = Table(show_header=False, box=None)
+    table.add_column(style="dim")
+    table.add_column(justify="right")
+    for label, value in (
+        ("connections", t["connections"]),
+        ("blocked connections", o.get("blocked_connections", 0)),
+        ("channels", t["channels"]),
+        ("queues", t["queues"]),
+        ("exchanges", t["exchanges"]),
+        ("consumers", t["consumers"]),
+        ("messages", q["messages"]),
+        ("  ready", q["messages_ready"]),
+        ("  unacknowledged", q["messages_unacknowledged"]),
+        ("  scheduled", q.get("messages_scheduled", 0)),
+        ("  paged", q.get("messages_paged", 0)),
+        ("publish rate /s", stats.get("publish_details", {}).get("rate", 0.0)),
+        ("deliver rate /s", stats.get("deliver_get_details", {}).get("rate", 0.0)),
+    ):
+        table.add_row(label, str(value))
+    out.print(table)
+
+
+_LISTS: Final[dict[str, tuple[str, list[tuple[str, str]]]]] = {
+    "queues": (
+        "/queues",
+        [
+            ("vhost", "vhost"),
+            ("name", "name"),
+            ("ready", "messages_ready"),
+            ("unacked", "messages_unacknowledged"),
+            ("scheduled", "messages_scheduled"),
+            ("paged", "messages_paged"),
+            ("messages", "messages"),
+            ("consumers", "consumers"),
+            ("ring size", "ring_size"),
+            ("ring evicted", "counters.ring_evicted"),
+            ("policy", "policy"),
+        ],
+    ),
+    "exchanges": (
+        "/exchanges",
+        [
+            ("vhost", "vhost"),
+            ("name", "name"),
+            ("type", "type"),
+            ("durable", "durable"),
+            ("auto delete", "auto_delete"),
+            ("internal", "internal"),
+        ],
+    ),
+    "bindings": (
+        "/bindings",
+        [
+            ("vhost", "vhost"),
+            ("source", "source"),
+            ("destination", "destination"),
+            ("type", "destination_type"),
+            ("routing key", "routing_key"),
+        ],
+    ),
+    "connections": (
+        "/connections",
+        [
+            ("name", "name"),
+            ("user", "user"),
+            ("vhost", "vhost"),
+            ("state", "state"),
+            ("blocked because", "blocked_reason"),
+            ("channels", "channels"),
+        ],
+    ),
+    "consumers": (
+        "/consumers",
+        [
+            ("queue", "queue.name"),
+            ("tag", "consumer_tag"),
+            ("channel", "channel_details.name"),
+            ("ack", "ack_required"),
+            ("prefetch", "prefetch_count"),
+        ],
+    ),
+    "channels": (
+        "/channels",
+        [
+            ("name", "name"),
+            ("user", "user"),
+            ("consumers", "consumer_count"),
+            ("unacked", "messages_unacknowledged"),
+            ("prefetch", "prefetch_count"),
+        ],
+    ),
+    "policies": (
+        "/policies",
+        [
+            ("vhost", "vhost"),
+            ("name", "name"),
+            ("pattern", "pattern"),
+            ("apply to", "apply-to"),
+            ("priority", "priority"),
+            ("definition", "definition"),
+        ],
+    ),
+}
+
+list_app = typer.Typer(help="List queues, exchanges, bindings, connections, consumers...")
+
+
+def _lister(kind: str) -> None:
+    path, columns = _LISTS[kind]
+
+    def command(
+        url: Url = DEFAULT_URL,
+        user: User = DEFAULT_USER,
+        password: Password = DEFAULT_PASSWORD,
+        as_json: AsJson = False,
+        name: Annotated[str | None, typer.Option(help="Only names containing this.")] = None,
+        sort: Annotated[str | None, typer.Option(help="Sort by this field.")] = None,
+    ) -> None:
+        with _client(url, user, password) as c:
+            rows = c.request("GET", path, name=name, sort=sort)
+        if as_json:
+            _print_json(rows)
+        else:
+            _table(kind, columns, rows)
+
+    command.__doc__ = f"List {kind}."
+    list_app.command(name=kind)(command)
+
+
+for _kind in _LISTS:
+    _lister(_kind)
+
+
+# -- queues and exchanges -----------------------------------------------------------------------
+
+declare_app = typer.Typer(help="Declare a queue or an exchange.")
+delete_app = typer.Typer(help="Delete a queue or an exchange.")
+purge_app = typer.Typer(help="Purge a queue.")
+update_app = typer.Typer(help="Change a running queue's settings.")
+
+
+@declare_app.command(name="queue")
+def declare_queue(
+    name: str,
+    arg: Annotated[
+        list[str] | None, typer.Option("--arg", "-a", help="Queue argument KEY=VALUE (repeat).")
+    ] = None,
+    durable: Annotated[bool, typer.Option(help="Survive a restart.")] = True,
+    auto_delete: Annotated[bool, typer.Option(help="Delete when the last consumer goes.")] = False,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Declare a queue, e.g. `ringmq declare queue orders --arg x-ring-size=3`."""
+    body = {"durable": durable, "auto_delete": auto_delete, "arguments": _pairs(arg or [], "--arg")}
+    with _client(url, user, password) as c:
+        c.request("PUT", f"/queues/{_q(vhost)}/{_q(name)}", body)
+    out.print(f"queue [bold]{name}[/bold] declared")
+
+
+@declare_app.command(name="exchange")
+def declare_exchange(
+    name: str,
+    type_: Annotated[
+        str, typer.Option("--type", "-t", help="direct, fanout, topic, headers.")
+    ] = "direct",
+    arg: Annotated[list[str] | None, typer.Option("--arg", "-a", help="KEY=VALUE.")] = None,
+    durable: Annotated[bool, typer.Option(help="Survive a restart.")] = True,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Declare an exchange."""
+    body = {"type": type_, "durable": durable, "arguments": _pairs(arg or [], "--arg")}
+    with _client(url, user, password) as c:
+        c.request("PUT", f"/exchanges/{_q(vhost)}/{_q(name)}", body)
+    out.print(f"exchange [bold]{name}[/bold] declared")
+
+
+@declare_app.command(name="binding")
+def declare_binding(
+    source: str,
+    destination: str,
+    routing_key: Annotated[str, typer.Option("--routing-key", "-k")] = "",
+    to_exchange: Annotated[bool, typer.Option(help="Destination is an exchange.")] = False,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Bind a queue (or an exchange) to an exchange."""
+    kind = "e" if to_exchange else "q"
+    with _client(url, user, password) as c:
+        c.request(
+            "POST",
+            f"/bindings/{_q(vhost)}/e/{_q(source)}/{kind}/{_q(destination)}",
+            {"routing_key": routing_key, "arguments": {}},
+        )
+    out.print(f"bound {destination} to {source}")
+
+
+@delete_app.command(name="queue")
+def delete_queue(
+    name: str,
+    if_empty: Annotated[bool, typer.Option(help="Only if it has no messages.")] = False,
+    if_unused: Annotated[bool, typer.Option(help="Only if it has no consumers.")] = False,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Delete a queue."""
+    with _client(url, user, password) as c:
+        c.request(
+            "DELETE",
+            f"/queues/{_q(vhost)}/{_q(name)}",
+            **{"if-empty": str(if_empty).lower(), "if-unused": str(if_unused).lower()},
+        )
+    out.print(f"queue [bold]{name}[/bold] deleted")
+
+
+@delete_app.command(name="exchange")
+def delete_exchange(
+    name: str,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Delete an exchange."""
+    with _client(url, user, password) as c:
+        c.request("DELETE", f"/exchanges/{_q(vhost)}/{_q(name)}")
+    out.print(f"exchange [bold]{name}[/bold] deleted")
+
+
+def _progress() -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+@purge_app.command(name="queue")
+def purge_queue(
+    name: str,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Remove every ready message from a queue (shows progress on large queues)."""
+    path = f"/queues/{_q(vhost)}/{_q(name)}"
+    with _client(url, user, password) as c:
+        before = int(c.request("GET", path)["messages_ready"])
+        with _progress() as progress:
+            task = progress.add_task(f"purging {name}", total=max(before, 1))
+            c.request("DELETE", path + "/contents")
+            after = int(c.request("GET", path)["messages_ready"])
+            progress.update(task, completed=max(before, 1))
+    out.print(f"queue [bold]{name}[/bold] purged ({max(before - after, 0)} messages)")
+
+
+@update_app.command(name="queue")
+def update_queue(
+    name: str,
+    ring_size: Annotated[
+        int | None, typer.Option(help="New ring size (-1: not a ring). Lowering does not purge.")
+    ] = None,
+    setting: Annotated[
+        list[str] | None, typer.Option("--set", help="Other setting KEY=VALUE, e.g. max-length=10.")
+    ] = None,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+    as_json: AsJson = False,
+) -> None:
+    """Change a running queue's settings, e.g. `ringmq update queue q --ring-size 5`."""
+    body = _pairs(setting or [], "--set")
+    if ring_size is not None:
+        body["ring-size"] = ring_size
+    if not body:
+        raise typer.BadParameter("nothing to change", param_hint="--ring-size/--set")
+    with _client(url, user, password) as c:
+        q = c.request("PUT", f"/queues/{_q(vhost)}/{_q(name)}/settings", body)
+    if as_json:
+        _print_json(q)
+    else:
+        out.print(
+            f"queue [bold]{name}[/bold]: ring size {q['ring_size']}, {q['messages']} messages"
+        )
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+def publish(
+    routing_key: Annotated[str, typer.Option("--routing-key", "-k", help="Routing key.")],
+    payload: Annotated[str, typer.Option("--payload", "-m", help="Message body (text).")] = "",
+    exchange: Annotated[
+        str, typer.Option("--exchange", "-e", help="Exchange ('' = default).")
+    ] = "",
+    header: Annotated[list[str] | None, typer.Option("--header", "-H", help="KEY=VALUE.")] = None,
+    count: Annotated[int, typer.Option(help="Publish this many copies.", min=1)] = 1,
+    persistent: Annotated[bool, typer.Option(help="delivery_mode 2.")] = False,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Publish a message (or --count copies, with a progress bar)."""
+    props: dict[str, Any] = {}
+    if header:
+        props["headers"] = _pairs(header, "--header")
+    if persistent:
+        props["delivery_mode"] = 2
+    body = {
+        "routing_key": routing_key,
+        "payload": payload,
+        "payload_encoding": "string",
+        "properties": props,
+    }
+    path = f"/exchanges/{_q(vhost)}/{_q(exchange or 'amq.default')}/publish"
+    routed = 0
+    with _client(url, user, password) as c, _progress() as progress:
+        task = progress.add_task("publishing", total=count)
+        for _ in range(count):
+            if c.request("POST", path, body)["routed"]:
+                routed += 1
+            progress.advance(task)
+    out.print(f"published {count}, routed {routed}")
+    if routed < count:
+        raise typer.Exit(code=1)
+
+
+def get(
+    queue: str,
+    count: Annotated[int, typer.Option(help="How many messages.", min=1)] = 1,
+    ack: Annotated[
+        bool, typer.Option(help="Remove the messages (default: peek, they are requeued).")
+    ] = False,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+    as_json: AsJson = False,
+) -> None:
+    """Peek at (or with --ack, take) messages from a queue."""
+    body = {
+        "count": count,
+        "ackmode": "ack_requeue_false" if ack else "ack_requeue_true",
+        "encoding": "auto",
+        "truncate": 50_000,
+    }
+    with _client(url, user, password) as c:
+        msgs = c.request("POST", f"/queues/{_q(vhost)}/{_q(queue)}/get", body)
+    if as_json:
+        _print_json(msgs)
+        return
+    _table(
+        f"{queue}: {len(msgs)} message(s)",
+        [
+            ("routing key", "routing_key"),
+            ("redelivered", "redelivered"),
+            ("bytes", "payload_bytes"),
+            ("payload", "payload"),
+            ("left", "message_count"),
+        ],
+        msgs,
+    )
+
+
+# -- scheduled messages ---------------------------------------------------------------------------
+
+scheduled_app = typer.Typer(help="List, purge or deliver a queue's scheduled messages.")
+
+
+@scheduled_app.command(name="list")
+def scheduled_list(
+    queue: str,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+    as_json: AsJson = False,
+) -> None:
+    """List scheduled messages."""
+    with _client(url, user, password) as c:
+        rows = c.request("GET", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled")
+    if as_json:
+        _print_json(rows)
+    else:
+        _table("scheduled", [("seq", "seq"), ("due ms", "due_ms"), ("payload", "payload")], rows)
+
+
+@scheduled_app.command(name="purge")
+def scheduled_purge(
+    queue: str,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Drop every scheduled message of a queue."""
+    with _client(url, user, password) as c:
+        r = c.request("DELETE", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled")
+    out.print(f"purged {r['purged']} scheduled message(s)")
+
+
+@scheduled_app.command(name="deliver")
+def scheduled_deliver(
+    queue: str,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Deliver every scheduled message of a queue now."""
+    with _client(url, user, password) as c:
+        r = c.request("POST", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled/deliver", {})
+    out.print(f"delivered {r['delivered']} scheduled message(s) now")
+
+
+# -- policies and definitions ----------------------------------------------------------------------
+
+policy_app = typer.Typer(help="Set, clear or list policies.")
+
+
+@policy_app.command(name="set")
+def policy_set(
+    name: str,
+    pattern: str,
+    definition: Annotated[str, typer.Argument(help="JSON, e.g. '{\"ring-size\": 3}'.")],
+    priority: int = 0,
+    apply_to: Annotated[str, typer.Option(help="all, queues or exchanges.")] = "all",
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Create or replace a policy."""
+    try:
+        parsed = json.loads(definition)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="DEFINITION") from None
+    body = {"pattern": pattern, "definition": parsed, "priority": priority, "apply-to": apply_to}
+    with _client(url, user, password) as c:
+        c.request("PUT", f"/policies/{_q(vhost)}/{_q(name)}", body)
+    out.print(f"policy [bold]{name}[/bold] set")
+
+
+@policy_app.command(name="clear")
+def policy_clear(
+    name: str,
+    vhost: Vhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Delete a policy."""
+    with _client(url, user, password) as c:
+        c.request("DELETE", f"/policies/{_q(vhost)}/{_q(name)}")
+    out.print(f"policy [bold]{name}[/bold] cleared")
+
+
+@policy_app.command(name="list")
+def policy_list(
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+    as_json: AsJson = False,
+) -> None:
+    """List policies."""
+    with _client(url, user, password) as c:
+        rows = c.request("GET", "/policies")
+    if as_json:
+        _print_json(rows)
+    else:
+        _table("policies", _LISTS["policies"][1], rows)
+
+
+definitions_app = typer.Typer(help="Export or import definitions (RabbitMQ's JSON format).")
+
+
+@definitions_app.command(name="export")
+def definitions_export(
+    file: Annotated[Path | None, typer.Argument(help="Output file (default: stdout).")] = None,
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Export users, vhosts, permissions, policies, queues, exchanges and bindings."""
+    with _client(url, user, password) as c, _progress() as progress:
+        task = progress.add_task("exporting definitions", total=1)
+        doc = c.request("GET", "/definitions")
+        progress.advance(task)
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    if file is None:
+        sys.stdout.write(text)
+    else:
+        file.write_text(text, encoding="utf-8")
+        n = {k: len(doc.get(k, [])) for k in ("queues", "exchanges", "bindings", "policies")}
+        err.print(f"exported to {file}: " + ", ".join(f"{v} {k}" for k, v in n.items()))
+
+
+@definitions_app.command(name="import")
+def definitions_import(
+    file: Annotated[Path, typer.Argument(help="A definitions JSON file.", exists=True)],
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Import definitions (checked as a whole first: nothing is applied if any part is bad)."""
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="FILE") from None
+    with _client(url, user, password) as c, _progress() as progress:
+        task = progress.add_task("importing definitions", total=1)
+        c.request("POST", "/definitions", doc)
+        progress.advance(task)
+    out.print(f"imported {file}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the CLI."""
+    """Add the management subcommands to the `ringmq` CLI."""
+    app.command(name="status")(status)
+    app.add_typer(list_app, name="list")
+    app.add_typer(declare_app, name="declare")
+    app.add_typer(delete_app, name="delete")
+    app.add_typer(purge_app, name="purge")
+    app.add_typer(update_app, name="update")
+    app.command(name="publish")(publish)
+    app.command(name="get")(get)
+    app.add_typer(scheduled_app, name="scheduled")
+    app.add_typer(policy_app, name="policy")
+    app.add_typer(definitions_app, name="definitions")
