@@ -31,7 +31,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ringmq import __version__
-from ringmq.management import metrics
+from ringmq.management import metrics, streams
 from ringmq.management.api import Api, wall_ms
 from ringmq.management.port import BrokerAdmin, Runtime
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
@@ -59,30 +59,35 @@ class _RawPath:
 
 
 class _Sampler:
-    """Background rate sampling on the loop, started lazily (uvicorn's lifespan is off)."""
+    """Background rate sampling on the loop, armed lazily (uvicorn's lifespan is off).
+
+    A self-re-arming `loop.call_later` rather than a task: it needs no cancellation when the
+    server stops uvicorn, and a pending timer at loop close is silently dropped.
+    """
 
     def __init__(self, api: Api, interval_s: float) -> None:
         self.api = api
         self.interval_s = interval_s
-        self.task: asyncio.Task[None] | None = None
+        self.handle: asyncio.TimerHandle | None = None
+        self.stopped = False
 
     def ensure_started(self) -> None:
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run())
+        if self.handle is None and not self.stopped:
+            self.handle = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                self.api.refresh_rates()
-            except Exception:
-                log.exception("rate sampling failed")
+    def _tick(self) -> None:
+        self.handle = None
+        try:
+            self.api.refresh_rates()
+        except Exception:
+            log.exception("rate sampling failed")
+        self.ensure_started()
 
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+    def stop(self) -> None:
+        self.stopped = True
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
 
 
 def _as_admin(broker: Any, runtime: Runtime) -> BrokerAdmin:
@@ -130,6 +135,7 @@ def create_app(
 
     routes: list[Route | Mount] = [
         *api.routes(),
+        *streams.mount(broker, runtime),  # /api/streams: reservations for offset readers
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Mount("/", StaticFiles(directory=CONSOLE_DIR, html=True), name="console"),
     ]
@@ -137,7 +143,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         yield
-        await background.stop()
+        background.stop()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.api = api
