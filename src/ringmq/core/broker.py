@@ -324,7 +324,7 @@ class Broker:
     def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
         """Create the core state of a newly opened channel (the server sends OpenOk)."""
         conn = self.conns[conn_id]
-        session = Session(conn, channel)
+        session = Session(conn, channel, self.vhosts[conn.vhost])
         conn.sessions[channel] = session
         return []
 
@@ -369,7 +369,7 @@ class Broker:
                 entries.extend(settled)
             session.tx = None
         entries.extend(session.take_all())
-        entries.sort(key=lambda e: 0)  # keep consumption order (stable)
+        entries.sort(key=lambda e: e.tag)  # consumption order
         self._settle(entries, SettleKind.REQUEUE, now_ms)
         for consumer in list(session.consumers.values()):
             self._remove_consumer(consumer, now_ms)
@@ -459,11 +459,13 @@ class Broker:
         self.auth.check(conn.user, conn.vhost, access, kind, name)
         if session.perm_generation != self.auth.generation:
             session.perm_ok.clear()
+            session.write_ok.clear()
             session.perm_generation = self.auth.generation
         session.perm_ok.add(key)
 
-    def _vhost(self, session: Session) -> VHost:
-        return self.vhosts[session.conn.vhost]
+    @staticmethod
+    def _vhost(session: Session) -> VHost:
+        return session.vhost
 
     # ================================================================== exchanges
     def _get_exchange(self, vh: VHost, name: str) -> Exchange:
@@ -993,7 +995,7 @@ class Broker:
     def _basic_publish(
         self, s: Session, m: spec.BasicPublish, content: RawContent | None, now_ms: int
     ) -> None:
-        vh = self.vhosts[s.conn.vhost]
+        vh = s.vhost
         x = vh.exchanges.get(m.exchange)
         if x is None:
             raise AMQPError(ReplyCode.NOT_FOUND, f"no exchange '{m.exchange}' in vhost '{vh.name}'")
@@ -1002,7 +1004,9 @@ class Broker:
                 ReplyCode.ACCESS_REFUSED,
                 f"cannot publish to internal exchange '{m.exchange}' in vhost '{vh.name}'",
             )
-        self._check(s, Access.WRITE, "exchange", m.exchange)
+        if s.perm_generation != self.auth.generation or m.exchange not in s.write_ok:
+            self._check(s, Access.WRITE, "exchange", m.exchange)
+            s.write_ok.add(m.exchange)
         if content is None:
             raise AMQPError(ReplyCode.UNEXPECTED_FRAME, "basic.publish without content")
         if len(content.body) > self.max_message_size:
@@ -1301,6 +1305,7 @@ class Broker:
         tx.settles = []
         tx.publishes = []
         entries.extend(s.take_all())
+        entries.sort(key=lambda e: e.tag)
         # Every delivered-unacked message returns to its queue's head in consumption order.
         self._settle(entries, SettleKind.REQUEUE, now_ms)
         for consumer in s.consumers.values():
@@ -1329,21 +1334,23 @@ class Broker:
             self._drain_dead_letters(q, now_ms)
 
     def _dispatch(self, q: QueueEntity, now_ms: int) -> None:
+        # Hot path: locals only; one fetch + one tracked delivery + one effect per message.
         engine = q.queue
         consumers = q.consumers
-        out = self._out
+        pick = consumers.pick
+        fetch = engine.fetch
+        append = self._out.append
+        deliver = spec.BasicDeliver
         budget = DISPATCH_BATCH
-        name = q.name
-        delivered = 0
         while engine.ready_count:
             if not budget:
                 self._backlog[id(q)] = q
                 break
-            c = consumers.pick()
+            c = pick()
             if c is None:
                 break
             no_ack = c.no_ack
-            d = engine.fetch(now_ms, ack_required=not no_ack)
+            d = fetch(now_ms, not no_ack)
             if d is None:
                 break
             s = c.session
@@ -1353,19 +1360,18 @@ class Broker:
             else:
                 tag = s.track(Unacked(q, d.seq, c))
             msg = d.message
-            out.append(
+            append(
                 SendContent(
                     s.conn_id,
                     s.channel,
-                    spec.BasicDeliver(c.tag, tag, d.redelivered, msg.exchange, msg.routing_key),
+                    deliver(c.tag, tag, d.redelivered, msg.exchange, msg.routing_key),
                     msg,
                 )
             )
             budget -= 1
-            delivered += 1
+        delivered = DISPATCH_BATCH - budget
         if delivered:
             self.stats["delivered"] += delivered
-        del name
 
     def _dispatch_browse(self, q: QueueEntity, now_ms: int) -> None:
         # Non-destructive queues: every consumer reads the whole queue through its own cursor.

@@ -29,7 +29,7 @@ from ringmq.core.message import Message, SeqId
 
 if TYPE_CHECKING:
     from ringmq.core.consumers import Consumer
-    from ringmq.core.vhost import QueueEntity
+    from ringmq.core.vhost import QueueEntity, VHost
 
 
 @dataclass(slots=True)
@@ -42,12 +42,14 @@ class Unacked:
         consumer: the consumer it was delivered to (None for basic.get).
         browse: True for a non-destructive (browsing) delivery: settling it does not touch the
             queue.
+        tag: its delivery tag (set by `Session.track`; orders deliveries by consumption).
     """
 
     queue: QueueEntity
     seq: SeqId
     consumer: Consumer | None
     browse: bool = False
+    tag: int = 0
 
 
 class SettleKind(Enum):
@@ -85,8 +87,9 @@ class ChannelMode(Enum):
 class Session:
     """State of one open channel."""
 
-    def __init__(self, conn: Conn, channel: int) -> None:
+    def __init__(self, conn: Conn, channel: int, vhost: VHost) -> None:
         self.conn = conn
+        self.vhost = vhost
         self.channel = channel
         self.conn_id = conn.conn_id
         self.next_tag = 1
@@ -105,6 +108,7 @@ class Session:
         self.reply_tag: str | None = None
         self.last_queue = ""
         self.perm_ok: set[tuple[str, str, str]] = set()
+        self.write_ok: set[str] = set()  # exchanges this channel may publish to (cached)
         self.perm_generation = 0
 
     # -- deliveries -----------------------------------------------------------------------
@@ -112,6 +116,7 @@ class Session:
         """Allocate the next delivery tag for an ack-required delivery and remember it."""
         tag = self.next_tag
         self.next_tag = tag + 1
+        entry.tag = tag
         self.unacked[tag] = entry
         self._order.append(tag)
         consumer = entry.consumer
