@@ -41,6 +41,7 @@ from ringmq.core.reservations import (
     Lease,
     Reservations,
 )
+from ringmq.management.errors import HttpError, to_response
 
 log = logging.getLogger(__name__)
 
@@ -330,13 +331,13 @@ def routes(
 
     def endpoint(fn: Callable[[Request, str, str], Awaitable[Response]]) -> Handler:
         async def handle(request: Request) -> Response:
-            api = getattr(request.app.state, "api", None)
-            if api is not None:
-                api.authenticate(request)
-            svc.ensure_started()
-            vhost = unquote(request.path_params["vhost"])
-            name = unquote(request.path_params["queue"])
             try:
+                api = getattr(request.app.state, "api", None)
+                if api is not None:
+                    api.authenticate(request)
+                svc.ensure_started()
+                vhost = unquote(request.path_params["vhost"])
+                name = unquote(request.path_params["queue"])
                 return await fn(request, vhost, name)
             except StreamError as exc:
                 return JSONResponse(
@@ -346,6 +347,10 @@ def routes(
                     },
                     status_code=exc.status,
                 )
+            except Exception as exc:
+                if not isinstance(exc, HttpError | ValueError):
+                    log.exception("streams request %s %s failed", request.method, request.url)
+                return to_response(exc)
 
         return handle
 
@@ -399,3 +404,13 @@ def routes(
         Route(base + "/leases/{consumer}", endpoint(drop), methods=["DELETE"]),
     ]
     return out
+
+
+def mount(broker: Any, runtime: Any) -> list[Route]:
+    """The streams routes for `create_app`, or none when `broker` is not the core broker.
+
+    (Management tests may serve a `BrokerAdmin` fake without queues' engines or a clock.)
+    """
+    if not hasattr(broker, "tick") or not hasattr(getattr(runtime, "clock", None), "wall_ms"):
+        return []
+    return routes(broker, runtime)

@@ -1,0 +1,373 @@
+"""Plain clients of a running broker, usable without Spark.
+
+* `StreamClient`: the streams HTTP API (reserve, range read, settle, browse, head/tail), over one
+  keep-alive `http.client` connection. Cheap to create; connects lazily.
+* `Publisher`: a minimal AMQP 0-9-1 publisher built on ringmq's own codec. It pipelines
+  `basic.publish` on one channel in confirm mode, keeps at most `window` messages unconfirmed,
+  and `publish_many` returns only once the broker has confirmed every message (a nack, a
+  channel or connection close raises `PublishError`).
+
+Neither holds state that matters across processes: Spark tasks create them inside `read()` and
+`write()` (docs/spark.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote, unquote, urlsplit
+
+from ringmq.amqp import spec
+from ringmq.amqp.frames import (
+    PROTOCOL_HEADER,
+    FrameReader,
+    HeartbeatFrame,
+    MethodFrame,
+    encode_content_frames,
+    encode_method_frame,
+)
+from ringmq.connector.records import Record, decode_records
+
+DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
+READ_CHUNK: Final = 20_000
+"""Positions per range-read request (bounded responses)."""
+
+
+class StreamAPIError(Exception):
+    """The streams API answered with an error status."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text}")
+        self.status = status
+
+
+class PublishError(Exception):
+    """The broker refused (nack) or closed the channel or connection while publishing."""
+
+
+@dataclass(frozen=True, slots=True)
+class AMQPParams:
+    """What an `amqp://user:pass@host:port/vhost` URL says (RabbitMQ's URI spec)."""
+
+    host: str = "127.0.0.1"
+    port: int = 5672
+    user: str = "guest"
+    password: str = "guest"  # noqa: S105 - RabbitMQ's documented default account
+    vhost: str = "/"
+
+    @classmethod
+    def from_url(cls, url: str) -> AMQPParams:
+        """Parse an AMQP URL; an empty path means vhost "/" and `%2F` is "/"."""
+        u = urlsplit(url)
+        if u.scheme not in ("amqp", ""):
+            raise ValueError(f"unsupported AMQP URL scheme {u.scheme!r}")
+        path = u.path[1:] if u.path.startswith("/") else u.path
+        return cls(
+            host=u.hostname or "127.0.0.1",
+            port=u.port or 5672,
+            user=unquote(u.username) if u.username is not None else "guest",
+            password=unquote(u.password) if u.password is not None else "guest",
+            vhost=unquote(path) if path else "/",
+        )
+
+
+class StreamClient:
+    """Client of `/api/streams/{vhost}/{queue}` (see docs/spark.md for the wire).
+
+    Args:
+        http_url: management base URL, e.g. `http://guest:guest@127.0.0.1:15672`; credentials
+            in the URL win over `user`/`password`.
+        vhost: the vhost of every queue this client names.
+    """
+
+    def __init__(
+        self,
+        http_url: str,
+        vhost: str = "/",
+        *,
+        user: str = "guest",
+        password: str = "guest",  # noqa: S107 - RabbitMQ's documented default account
+        timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
+    ) -> None:
+        u = urlsplit(http_url)
+        if u.scheme != "http":
+            raise ValueError(f"httpUrl must be http://..., got {http_url!r}")
+        self.host = u.hostname or "127.0.0.1"
+        self.port = u.port or 15672
+        self.prefix = u.path.rstrip("/")
+        user = unquote(u.username) if u.username is not None else user
+        password = unquote(u.password) if u.password is not None else password
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        self._headers = {"Authorization": f"Basic {token}"}
+        self.vhost = vhost
+        self.timeout_s = timeout_s
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _path(self, queue: str, suffix: str = "") -> str:
+        vhost, name = quote(self.vhost, safe=""), quote(queue, safe="")
+        return f"{self.prefix}/api/streams/{vhost}/{name}{suffix}"
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
+        data = None if body is None else json.dumps(body).encode()
+        headers = dict(self._headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        for attempt in (0, 1):
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(
+                    self.host, self.port, timeout=self.timeout_s
+                )
+            try:
+                self._conn.request(method, path, body=data, headers=headers)
+                resp = self._conn.getresponse()
+                payload = resp.read()
+            except (ConnectionError, http.client.HTTPException, OSError):
+                # A keep-alive connection the server closed: retry once on a fresh one. All
+                # calls are idempotent (reserve of a held range, reads, cumulative settle).
+                self.close()
+                if attempt:
+                    raise
+                continue
+            if resp.status >= 400:
+                raise StreamAPIError(resp.status, payload.decode("utf-8", "replace"))
+            return payload
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Close the HTTP connection (a later call reconnects)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> StreamClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- API ----------------------------------------------------------------------------------
+    def info(self, queue: str) -> dict[str, Any]:
+        """Head/tail seqs, depth, eviction counters and leases of `queue`."""
+        out: dict[str, Any] = json.loads(self._request("GET", self._path(queue)))
+        return out
+
+    def reserve(
+        self,
+        queue: str,
+        consumer: str,
+        start: int,
+        max_messages: int,
+        *,
+        lease_ms: int | None = None,
+        max_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """Reserve positions `[start, end)`; returns the JSON answer (`end`, `skipped`, ...)."""
+        body: dict[str, Any] = {"consumer": consumer, "start": start, "max": max_messages}
+        if lease_ms is not None:
+            body["lease_ms"] = lease_ms
+        if max_bytes is not None:
+            body["max_bytes"] = max_bytes
+        out: dict[str, Any] = json.loads(self._request("POST", self._path(queue, "/reserve"), body))
+        return out
+
+    def read(self, queue: str, consumer: str, lo: int, hi: int) -> list[Record]:
+        """The reserved messages at positions `[lo, hi)` (non-destructive, repeatable)."""
+        out: list[Record] = []
+        c = quote(consumer, safe="")
+        for a in range(lo, hi, READ_CHUNK):
+            b = min(hi, a + READ_CHUNK)
+            path = self._path(queue, f"/read?consumer={c}&lo={a}&hi={b}")
+            out += decode_records(self._request("GET", path))
+        return out
+
+    def settle(self, queue: str, consumer: str, up_to: int) -> dict[str, Any]:
+        """Delete every reserved message below position `up_to` (cumulative, idempotent)."""
+        body = {"consumer": consumer, "up_to": up_to}
+        out: dict[str, Any] = json.loads(self._request("POST", self._path(queue, "/settle"), body))
+        return out
+
+    def browse(self, queue: str, after: int | None = None, limit: int = 1000) -> list[Record]:
+        """Up to `limit` ready messages with seq > `after`, without consuming them."""
+        q = f"/browse?limit={limit}" + ("" if after is None else f"&after={after}")
+        return decode_records(self._request("GET", self._path(queue, q)))
+
+    def browse_all(self, queue: str, page: int = 10_000) -> list[Record]:
+        """Every ready message, paging by seq."""
+        out: list[Record] = []
+        after: int | None = None
+        while True:
+            got = self.browse(queue, after, page)
+            out += got
+            if len(got) < page:
+                return out
+            after = got[-1].seq
+
+    def drop(self, queue: str, consumer: str) -> bool:
+        """Forget a consumer name, returning its reserved messages to the queue."""
+        try:
+            self._request("DELETE", self._path(queue, f"/leases/{quote(consumer, safe='')}"))
+        except StreamAPIError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+
+Outgoing = tuple[str, str, bytes, bytes]
+"""(exchange, routing_key, properties_bin, body) of one message to publish."""
+
+
+class Publisher:
+    """Pipelined AMQP publisher with publisher confirms (see module docstring).
+
+    Args:
+        url: `amqp://user:pass@host:port/vhost`.
+        window: most messages in flight without a confirm.
+    """
+
+    def __init__(self, url: str, *, window: int = 2000, timeout_s: float = 30.0) -> None:
+        self.params = AMQPParams.from_url(url)
+        self.window = window
+        self.timeout_s = timeout_s
+        self._sock: socket.socket | None = None
+        self._reader = FrameReader(0)
+        self._frame_max = 131072
+        self._next = 1  # delivery tag of the next publish (confirm mode numbering)
+        self._confirmed = 0  # every tag <= this is confirmed
+        self._early: set[int] = set()  # confirmed tags above `_confirmed`
+
+    # -- connection ---------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Open the connection, channel 1, and confirm mode."""
+        p = self.params
+        sock = socket.create_connection((p.host, p.port), timeout=self.timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        sock.sendall(PROTOCOL_HEADER)
+        start = self._expect(spec.ConnectionStart)
+        del start
+        self._send(
+            0,
+            spec.ConnectionStartOk(
+                client_properties={
+                    "product": "ringmq-connector",
+                    "capabilities": {"publisher_confirms": True},
+                },
+                mechanism="PLAIN",
+                response=b"\x00" + p.user.encode() + b"\x00" + p.password.encode(),
+            ),
+        )
+        tune = self._expect(spec.ConnectionTune)
+        fm = tune.frame_max
+        self._frame_max = min(fm, 131072) if fm else 131072
+        self._send(0, spec.ConnectionTuneOk(channel_max=1, frame_max=self._frame_max, heartbeat=0))
+        self._send(0, spec.ConnectionOpen(virtual_host=p.vhost))
+        self._expect(spec.ConnectionOpenOk)
+        self._send(1, spec.ChannelOpen())
+        self._expect(spec.ChannelOpenOk)
+        self._send(1, spec.ConfirmSelect())
+        self._expect(spec.ConfirmSelectOk)
+
+    def close(self) -> None:
+        """Close politely; never raises."""
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            self._send(0, spec.ConnectionClose(reply_code=200, reply_text="bye"))
+            self._expect(spec.ConnectionCloseOk)
+        except (OSError, PublishError):
+            pass
+        finally:
+            sock.close()
+            self._sock = None
+
+    def __enter__(self) -> Publisher:
+        if self._sock is None:
+            self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- publishing ---------------------------------------------------------------------------
+    def publish_many(self, messages: Iterable[Outgoing]) -> int:
+        """Publish every message and wait until all are confirmed; returns how many.
+
+        Raises:
+            PublishError: a message was nacked, or the broker closed the channel/connection.
+        """
+        if self._sock is None:
+            self.connect()
+        sock = self._sock
+        assert sock is not None
+        frame_max = self._frame_max
+        batch: list[bytes] = []
+        count = 0
+        for exchange, routing_key, props, body in messages:
+            method = spec.BasicPublish(exchange=exchange, routing_key=routing_key)
+            batch.append(encode_content_frames(1, method, props, body, frame_max))
+            self._next += 1
+            count += 1
+            if len(batch) >= 256:
+                sock.sendall(b"".join(batch))
+                batch.clear()
+                while self._next - 1 - self._confirmed > self.window:
+                    self._pump()
+        if batch:
+            sock.sendall(b"".join(batch))
+        while self._confirmed < self._next - 1:
+            self._pump()
+        return count
+
+    # -- frames -------------------------------------------------------------------------------
+    def _send(self, channel: int, method: Any) -> None:
+        assert self._sock is not None
+        self._sock.sendall(encode_method_frame(channel, method))
+
+    def _next_method(self) -> Any:
+        assert self._sock is not None
+        while True:
+            frame = self._reader.next_frame()
+            if frame is None:
+                data = self._sock.recv(65536)
+                if not data:
+                    raise PublishError("connection closed by the broker")
+                self._reader.feed(data)
+                continue
+            if isinstance(frame, HeartbeatFrame):
+                continue
+            if isinstance(frame, MethodFrame):
+                m = frame.method
+                if isinstance(m, spec.ConnectionClose | spec.ChannelClose):
+                    raise PublishError(f"{m.reply_code} {m.reply_text}")
+                return m
+            # Content frames (returns) are not expected without `mandatory`; skip them.
+
+    def _expect(self, kind: type[Any]) -> Any:
+        m = self._next_method()
+        if not isinstance(m, kind):
+            raise PublishError(f"expected {kind.__name__}, got {type(m).__name__}")
+        return m
+
+    def _pump(self) -> None:
+        m = self._next_method()
+        if isinstance(m, spec.BasicAck):
+            tag = m.delivery_tag
+            if m.multiple:
+                self._confirmed = max(self._confirmed, tag)
+                self._early = {t for t in self._early if t > self._confirmed}
+            else:
+                # Single acks can come out of order (a persistent message waits for its fsync
+                # while a transient one is confirmed at once): advance over contiguous tags.
+                self._early.add(tag)
+            while self._confirmed + 1 in self._early:
+                self._confirmed += 1
+                self._early.discard(self._confirmed)
+        elif isinstance(m, spec.BasicNack):
+            raise PublishError(f"message {m.delivery_tag} was nacked by the broker")

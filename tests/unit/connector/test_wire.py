@@ -1,0 +1,114 @@
+"""The streams HTTP API and the plain clients against a running broker."""
+
+from __future__ import annotations
+
+import itertools
+
+import pika
+import pytest
+
+from ringmq.amqp.properties import BasicProperties, encode_properties
+from ringmq.connector.client import Publisher, StreamAPIError, StreamClient
+from ringmq.connector.records import property_maps
+from ringmq.server.runtime import BrokerThread
+
+from .conftest import urls
+
+pytestmark = pytest.mark.integration
+
+
+def _declare(b: BrokerThread, queue: str, args: dict[str, object] | None = None) -> None:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+    ch = conn.channel()
+    ch.queue_declare(queue, arguments=args)
+    conn.close()
+
+
+def _props(**kw: object) -> bytes:
+    return encode_properties(BasicProperties(**kw))  # type: ignore[arg-type]
+
+
+def test_publish_reserve_read_settle(live_broker: BrokerThread) -> None:
+    amqp, http = urls(live_broker)
+    _declare(live_broker, "q1")
+    msgs = [
+        ("", "q1", _props(message_id=f"m{i}", headers={"i": i}), b"body%d" % i) for i in range(50)
+    ]
+    with Publisher(amqp) as pub:
+        assert pub.publish_many(msgs) == 50
+    with StreamClient(http) as c:
+        info = c.info("q1")
+        assert info["ready"] == 50
+        r = c.reserve("q1", "spark", 0, 20)
+        assert (r["start"], r["end"]) == (0, 20)
+        assert r["ready"] == 30
+        assert r["unacked"] == 20
+        a = c.read("q1", "spark", 0, 20)
+        b = c.read("q1", "spark", 5, 10)
+        assert [x.body for x in a] == [b"body%d" % i for i in range(20)]
+        assert [x.pos for x in b] == [5, 6, 7, 8, 9]
+        assert a == c.read("q1", "spark", 0, 20)
+        headers, other, mid = property_maps(a[3].properties_bin)
+        assert (headers, other["message_id"], mid) == ({"i": "3"}, "m3", "m3")
+        assert all(x.seq < y.seq for x, y in itertools.pairwise(a))
+        s = c.settle("q1", "spark", 20)
+        assert (s["deleted"], s["settled"]) == (20, 20)
+        assert c.settle("q1", "spark", 20)["deleted"] == 0
+        # browse is non-destructive and sees the 30 ready messages
+        page = c.browse_all("q1", page=7)
+        assert [x.body for x in page] == [b"body%d" % i for i in range(20, 50)]
+        assert c.info("q1")["ready"] == 30
+        lease = c.info("q1")["leases"][0]
+        assert (lease["consumer"], lease["settled"], lease["held"]) == ("spark", 20, 0)
+        assert c.drop("q1", "spark")
+        assert not c.drop("q1", "spark")
+
+
+def test_expired_lease_goes_to_amqp_consumer(live_broker: BrokerThread) -> None:
+    amqp, http = urls(live_broker)
+    _declare(live_broker, "q2")
+    with Publisher(amqp) as pub:
+        pub.publish_many(("", "q2", b"\x00\x00", b"%d" % i) for i in range(5))
+    with StreamClient(http) as c:
+        r = c.reserve("q2", "job", 0, 5, lease_ms=200)
+        assert r["end"] == 5
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", live_broker.port))
+        ch = conn.channel()
+        got: list[tuple[bytes, bool]] = []
+        # Nothing is ready until the lease expires; then the messages come back redelivered.
+        for method, _, body in ch.consume("q2", inactivity_timeout=10):
+            assert method is not None
+            got.append((body, method.redelivered))
+            ch.basic_ack(method.delivery_tag)
+            if len(got) == 5:
+                break
+        conn.close()
+        assert got == [(b"%d" % i, True) for i in range(5)]
+        lease = c.info("q2")["leases"][0]
+        assert (lease["expired"], lease["held"], lease["next"]) == (1, 0, 0)
+
+
+def test_errors(live_broker: BrokerThread) -> None:
+    _, http = urls(live_broker)
+    with StreamClient(http) as c:
+        with pytest.raises(StreamAPIError) as e:
+            c.info("nope")
+        assert e.value.status == 404
+        _declare(live_broker, "q3")
+        with pytest.raises(StreamAPIError) as e:
+            c.reserve("q3", "", 0, 1)
+        assert e.value.status == 400
+    with (
+        StreamClient(http.replace("guest:guest", "guest:wrong")) as bad,
+        pytest.raises(StreamAPIError) as e,
+    ):
+        bad.info("q3")
+    assert e.value.status == 401
+
+
+def test_publisher_refused_on_missing_exchange(live_broker: BrokerThread) -> None:
+    amqp, _ = urls(live_broker)
+    from ringmq.connector.client import PublishError
+
+    with Publisher(amqp) as pub, pytest.raises(PublishError, match="404"):
+        pub.publish_many([("no-such-exchange", "k", b"\x00\x00", b"x")])
