@@ -9,7 +9,7 @@ rest of management, so it calls the pure core directly without locks. Anything t
 messages ready again (a lease expiring, a consumer name dropped) is followed by a broker `tick`
 whose effects go out through the runtime, so waiting AMQP consumers get the returned messages.
 
-A background task (started with the first request) expires leases once a second.
+A loop timer (armed by the first request) expires leases once a second.
 
 Range reads answer `application/x-ringmq-records`: a sequence of records, each
 `>QQBqBBII` = position, queue seq, flags (bit 0 redelivered), timestamp_ms, exchange length,
@@ -21,7 +21,6 @@ basic properties (flags + list, exactly as published) and the body. The connecto
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import struct
@@ -97,7 +96,7 @@ class StreamService:
         self.runtime = runtime
         self.clock_ms = clock_ms
         self._books: dict[tuple[str, str], tuple[Any, Reservations[SeqId]]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- books --------------------------------------------------------------------------------
     def _entity(self, vhost: str, name: str) -> Any:
@@ -235,24 +234,27 @@ class StreamService:
 
     # -- background ---------------------------------------------------------------------------
     def ensure_started(self) -> None:
-        """Start the lease-expiry task on the running loop (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        """Arm the lease-expiry timer on the running loop (idempotent).
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(EXPIRE_PERIOD_S)
-            try:
-                self._in_batch(lambda: self.expire(self.clock_ms()))
-            except Exception:
-                log.exception("lease expiry failed")
+        A plain loop timer, not a task, so nothing is left pending when the loop closes.
+        """
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(EXPIRE_PERIOD_S, self._on_timer)
 
-    async def stop(self) -> None:
-        """Cancel the background task."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    def _on_timer(self) -> None:
+        self._timer = None
+        try:
+            self._in_batch(lambda: self.expire(self.clock_ms()))
+        except Exception:
+            log.exception("lease expiry failed")
+        self.ensure_started()
+
+    def stop(self) -> None:
+        """Cancel the expiry timer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _in_batch(self, fn: Callable[[], Any]) -> Any:
         run_batch = getattr(self.runtime, "run_batch", None)
