@@ -463,4 +463,7 @@ async def publish_paced(
             client.write(b"".join(chunks))
             sent = due
             await client.drain()
-        await asyncio.sleep(0.0005)
+        # Sleep until the next message is due, at least 1 ms: few wake-ups, so the generator
+        # leaves the CPU to the broker (at 5,000 msg/s that is bursts of about 5 messages).
+        next_due = start + (sent + 1) / rate_per_s
+        await asyncio.sleep(max(0.001, next_due - time.monotonic()))
