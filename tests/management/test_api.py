@@ -1,0 +1,765 @@
+"""The HTTP API against a real core Broker: every endpoint, auth failures, bad input."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import httpx
+import pytest
+
+from ringmq.core.broker import Broker
+from ringmq.core.effects import SendContent
+from ringmq.management.port import ConnectionInfo
+
+from .conftest import T0_MS, Clock, FakeRuntime, open_consumer
+
+
+async def publish(c: httpx.AsyncClient, rk: str, payload: str, **props: Any) -> bool:
+    r = await c.post(
+        "/api/exchanges/%2F/amq.default/publish",
+        json={
+            "routing_key": rk,
+            "payload": payload,
+            "payload_encoding": "string",
+            "properties": props,
+        },
+    )
+    assert r.status_code == 200, r.text
+    return bool(r.json()["routed"])
+
+
+async def declare(c: httpx.AsyncClient, name: str, **args: Any) -> httpx.Response:
+    return await c.put(f"/api/queues/%2F/{name}", json={"durable": True, "arguments": args})
+
+
+async def queue(c: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    r = await c.get(f"/api/queues/%2F/{name}")
+    assert r.status_code == 200, r.text
+    data: dict[str, Any] = r.json()
+    return data
+
+
+# -- auth -------------------------------------------------------------------------------------
+
+
+async def test_missing_credentials_get_401_with_challenge(client: httpx.AsyncClient) -> None:
+    r = await client.get("/api/overview", auth=None)
+    assert r.status_code == 401
+    assert r.json()["error"] == "not_authorized"
+    assert r.headers["www-authenticate"].startswith("Basic")
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["Basic " + base64.b64encode(b"guest:wrong").decode(), "Basic !!!notbase64", "Bearer x"],
+)
+async def test_bad_credentials_get_401(client: httpx.AsyncClient, header: str) -> None:
+    r = await client.get("/api/queues", auth=None, headers={"Authorization": header})
+    assert r.status_code == 401
+
+
+async def test_user_without_management_tag_is_refused(
+    client: httpx.AsyncClient, broker: Broker
+) -> None:
+    broker.auth.add_user("app", password="secret", tags=())
+    broker.auth.set_permissions("app", "/")
+    r = await client.get("/api/overview", auth=("app", "secret"))
+    assert r.status_code == 401
+    assert r.json()["reason"] == "Not management user"
+    broker.auth.add_user("mon", password="secret", tags=("monitoring",))
+    assert (await client.get("/api/whoami", auth=("mon", "secret"))).json() == {
+        "name": "mon",
+        "tags": ["monitoring"],
+    }
+
+
+async def test_metrics_and_console_need_no_auth(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/metrics", auth=None)).status_code == 200
+    page = await client.get("/", auth=None)
+    assert page.status_code == 200
+    assert '<script src="/app.js">' in page.text
+    assert (await client.get("/app.js", auth=None)).status_code == 200
+    assert (await client.get("/chart.js", auth=None)).status_code == 200
+
+
+# -- overview, vhosts, users --------------------------------------------------------------------
+
+
+async def test_overview_shape(client: httpx.AsyncClient) -> None:
+    await declare(client, "q1")
+    await publish(client, "q1", "hello")
+    o = (await client.get("/api/overview")).json()
+    assert o["product_name"] == "RingMQ"
+    assert o["node"] == "ringmq@test"
+    assert o["object_totals"]["queues"] == 1
+    assert o["object_totals"]["exchanges"] == 6  # RabbitMQ's standard set
+    assert o["object_totals"]["connections"] == 0
+    assert o["queue_totals"]["messages"] == 1
+    assert o["queue_totals"]["messages_ready"] == 1
+    assert o["message_stats"]["publish"] == 1
+    assert {ln["protocol"] for ln in o["listeners"]} == {"amqp", "http"}
+    assert {t["name"] for t in o["exchange_types"]} == {"direct", "fanout", "topic", "headers"}
+
+
+async def test_vhosts_users_permissions(client: httpx.AsyncClient) -> None:
+    vhosts = (await client.get("/api/vhosts")).json()
+    assert [v["name"] for v in vhosts] == ["/"]
+    assert (await client.get("/api/vhosts/%2F")).json()["name"] == "/"
+    assert (await client.get("/api/vhosts/nope")).status_code == 404
+    users = (await client.get("/api/users")).json()
+    assert users[0]["name"] == "guest"
+    assert users[0]["tags"] == ["administrator"]
+    assert (await client.get("/api/users/guest")).json()["name"] == "guest"
+    assert (await client.get("/api/users/nobody")).status_code == 404
+    perms = (await client.get("/api/permissions")).json()
+    assert perms == [
+        {"user": "guest", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}
+    ]
+
+
+# -- queues -------------------------------------------------------------------------------------
+
+
+async def test_declare_queue_created_then_no_content(client: httpx.AsyncClient) -> None:
+    assert (await declare(client, "orders", **{"x-max-length": 10})).status_code == 201
+    assert (await declare(client, "orders", **{"x-max-length": 10})).status_code == 204
+    q = await queue(client, "orders")
+    assert q["arguments"] == {"x-max-length": 10}
+    assert q["durable"] is True
+    assert q["effective_settings"]["max_length"] == 10
+    assert q["ring_size"] == -1
+
+
+async def test_redeclare_with_other_arguments_is_400_and_changes_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    await declare(client, "orders", **{"x-max-length": 10})
+    r = await declare(client, "orders", **{"x-max-length": 11})
+    assert r.status_code == 400
+    assert r.json()["error"] == "bad_request"
+    assert "PRECONDITION_FAILED" in r.json()["reason"]
+    assert (await queue(client, "orders"))["arguments"] == {"x-max-length": 10}
+    # the management channel recovered: later requests still work
+    assert (await declare(client, "other")).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"arguments": {"x-ring-size": "three"}},
+        {"arguments": {"x-max-length": -1}},
+        {"arguments": "not-an-object"},
+        {"durable": "maybe"},
+    ],
+)
+async def test_bad_queue_declarations_are_400_and_create_nothing(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    r = await client.put("/api/queues/%2F/bad", json=body)
+    assert r.status_code == 400, r.text
+    assert (await client.get("/api/queues/%2F/bad")).status_code == 404
+
+
+async def test_invalid_json_body_is_400(client: httpx.AsyncClient) -> None:
+    r = await client.put(
+        "/api/queues/%2F/q", content=b"{nope", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400
+    assert "JSON" in r.json()["reason"]
+    r = await client.put("/api/queues/%2F/q", json=[1, 2])
+    assert r.status_code == 400
+
+
+async def test_missing_objects_are_404(client: httpx.AsyncClient) -> None:
+    for method, path in [
+        ("GET", "/api/queues/%2F/nope"),
+        ("DELETE", "/api/queues/%2F/nope"),
+        ("DELETE", "/api/queues/%2F/nope/contents"),
+        ("POST", "/api/queues/%2F/nope/get"),
+        ("PUT", "/api/queues/%2F/nope/settings"),
+        ("GET", "/api/queues/%2F/nope/scheduled"),
+        ("GET", "/api/queues/nohost"),
+        ("GET", "/api/exchanges/%2F/nope"),
+        ("GET", "/api/policies/%2F/nope"),
+        ("GET", "/api/connections/nope"),
+        ("GET", "/api/no-such-endpoint"),
+    ]:
+        body = {"count": 1} if method in ("POST", "PUT") else None
+        r = await client.request(method, path, json=body)
+        assert r.status_code == 404, (method, path, r.status_code, r.text)
+
+
+async def test_queue_names_with_slashes_and_percent_round_trip(client: httpx.AsyncClient) -> None:
+    assert (await client.put("/api/queues/%2F/a%2Fb%25c", json={})).status_code == 201
+    names = [q["name"] for q in (await client.get("/api/queues")).json()]
+    assert names == ["a/b%c"]
+    assert (await client.get("/api/queues/%2F/a%2Fb%25c")).json()["name"] == "a/b%c"
+
+
+async def test_delete_queue_with_conditions(client: httpx.AsyncClient) -> None:
+    await declare(client, "q")
+    await publish(client, "q", "x")
+    r = await client.delete("/api/queues/%2F/q", params={"if-empty": "true"})
+    assert r.status_code == 400
+    assert (await queue(client, "q"))["messages"] == 1
+    assert (await client.delete("/api/queues/%2F/q")).status_code == 204
+    assert (await client.get("/api/queues/%2F/q")).status_code == 404
+
+
+async def test_seed_ring_counts_unacked_deliveries(
+    client: httpx.AsyncClient, broker: Broker, runtime: FakeRuntime
+) -> None:
+    """Ring of 3, a consumer takes four unacked deliveries: messageCount 4, deliveringCount 4."""
+    await declare(client, "ring", **{"x-ring-size": 3})
+    open_consumer(broker, "ring")
+    for i in range(4):
+        assert await publish(client, "ring", f"m{i}")
+    q = await queue(client, "ring")
+    assert q["messages"] == 4
+    assert q["messages_unacknowledged"] == 4
+    assert q["messages_ready"] == 0
+    assert q["ring_size"] == 3
+    assert q["consumers"] == 1
+    assert q["counters"]["ring_evicted"] == 0
+    delivered = [e for e in runtime.applied if isinstance(e, SendContent) and e.conn_id == 1]
+    assert [e.message.body for e in delivered] == [b"m0", b"m1", b"m2", b"m3"]
+    consumers = (await client.get("/api/consumers")).json()
+    assert consumers[0]["queue"] == {"name": "ring", "vhost": "/"}
+    assert consumers[0]["consumer_tag"] == "c1"
+    channels = (await client.get("/api/channels")).json()
+    assert channels[0]["messages_unacknowledged"] == 4
+    assert channels[0]["consumer_count"] == 1
+
+
+async def test_seed_ring_evicts_head_when_full(client: httpx.AsyncClient) -> None:
+    await declare(client, "ring", **{"x-ring-size": 3})
+    for p in "ABCD":
+        await publish(client, "ring", p)
+    q = await queue(client, "ring")
+    assert q["messages"] == 3
+    assert q["counters"]["ring_evicted"] == 1
+    got = (await client.post("/api/queues/%2F/ring/get", json={"count": 5})).json()
+    assert [m["payload"] for m in got] == ["B", "C", "D"]
+
+
+async def test_get_peeks_or_takes(client: httpx.AsyncClient) -> None:
+    await declare(client, "q")
+    for p in ("one", "two", "three"):
+        await publish(client, "q", p, headers={"k": "v"}, content_type="text/plain")
+    peek = await client.post(
+        "/api/queues/%2F/q/get", json={"count": 2, "ackmode": "ack_requeue_true"}
+    )
+    msgs = peek.json()
+    assert [m["payload"] for m in msgs] == ["one", "two"]
+    assert msgs[0]["properties"]["headers"] == {"k": "v"}
+    assert msgs[0]["properties"]["content_type"] == "text/plain"
+    assert msgs[0]["payload_encoding"] == "string"
+    assert msgs[1]["message_count"] == 1
+    assert (await queue(client, "q"))["messages_ready"] == 3
+    again = (await client.post("/api/queues/%2F/q/get", json={"count": 1})).json()
+    assert again[0]["payload"] == "one"
+    assert again[0]["redelivered"] is True
+    taken = await client.post(
+        "/api/queues/%2F/q/get", json={"count": 2, "ackmode": "ack_requeue_false"}
+    )
+    assert [m["payload"] for m in taken.json()] == ["one", "two"]
+    assert (await queue(client, "q"))["messages"] == 1
+    b64 = await client.post("/api/queues/%2F/q/get", json={"count": 1, "encoding": "base64"})
+    assert base64.b64decode(b64.json()[0]["payload"]) == b"three"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"count": 0},
+        {"count": "many"},
+        {"count": 1, "ackmode": "ack_maybe"},
+        {"count": 1, "encoding": "utf-16"},
+    ],
+)
+async def test_get_bad_input_is_400_and_touches_nothing(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    await declare(client, "q")
+    await publish(client, "q", "x")
+    r = await client.post("/api/queues/%2F/q/get", json=body)
+    assert r.status_code == 400
+    q = await queue(client, "q")
+    assert q["messages_ready"] == 1
+    assert "redeliver" not in q["message_stats"]
+
+
+async def test_purge(client: httpx.AsyncClient) -> None:
+    await declare(client, "q")
+    for i in range(5):
+        await publish(client, "q", str(i))
+    assert (await client.delete("/api/queues/%2F/q/contents")).status_code == 204
+    assert (await queue(client, "q"))["messages"] == 0
+
+
+async def test_update_ring_size_at_runtime_does_not_purge(client: httpx.AsyncClient) -> None:
+    await declare(client, "ring", **{"x-ring-size": 3})
+    for p in "ABC":
+        await publish(client, "ring", p)
+    r = await client.put("/api/queues/%2F/ring/settings", json={"ring-size": 2})
+    assert r.status_code == 200, r.text
+    assert r.json()["ring_size"] == 2
+    assert r.json()["effective_settings"]["sources"]["ring_size"] == "policy"
+    q = await queue(client, "ring")
+    assert q["messages"] == 3  # lowering the ring size does not delete messages
+    assert q["arguments"] == {"x-ring-size": 3}  # declared arguments are untouched
+    await publish(client, "ring", "D")
+    q = await queue(client, "ring")
+    assert q["messages"] <= 3  # new messages evict from the head: the queue does not grow
+    assert q["counters"]["ring_evicted"] >= 1
+    r = await client.put("/api/queues/%2F/ring/settings", json={"ring-size": 10})
+    assert r.json()["ring_size"] == 10
+
+
+@pytest.mark.parametrize("body", [{"ring-size": "big"}, {"colour": "blue"}, {}, {"ring-size": -5}])
+async def test_bad_settings_are_400_and_change_nothing(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    await declare(client, "ring", **{"x-ring-size": 3})
+    r = await client.put("/api/queues/%2F/ring/settings", json=body)
+    assert r.status_code == 400, r.text
+    assert (await queue(client, "ring"))["ring_size"] == 3
+
+
+async def test_scheduled_list_deliver_now_and_purge(
+    client: httpx.AsyncClient, clock: Clock
+) -> None:
+    await declare(client, "q")
+    due = clock.now_ms + 3_600_000
+    for i in range(3):
+        await publish(client, "q", f"later{i}", headers={"_AMQ_SCHED_DELIVERY": due})
+    await publish(client, "q", "now")
+    q = await queue(client, "q")
+    assert q["messages_scheduled"] == 3
+    assert q["messages_ready"] == 1
+    assert q["messages"] == 4  # ready + unacked + scheduled + paged
+    listed = (await client.get("/api/queues/%2F/q/scheduled")).json()
+    assert [s["payload"] for s in listed] == ["later0", "later1", "later2"]
+    assert all(s["due_ms"] == due for s in listed)
+    r = await client.post("/api/queues/%2F/q/scheduled/deliver", json={"seqs": [listed[0]["seq"]]})
+    assert r.json() == {"delivered": 1}
+    q = await queue(client, "q")
+    assert (q["messages_scheduled"], q["messages_ready"]) == (2, 2)
+    assert (
+        await client.post("/api/queues/%2F/q/scheduled/deliver", json={"seqs": "x"})
+    ).status_code == 400
+    assert (await client.delete("/api/queues/%2F/q/scheduled")).json() == {"purged": 2}
+    q = await queue(client, "q")
+    assert (q["messages_scheduled"], q["messages"]) == (0, 2)
+
+
+async def test_lvq_and_overflow_counters(client: httpx.AsyncClient) -> None:
+    await declare(client, "lvq", **{"x-last-value-key": "k"})
+    for v in ("1", "2", "3"):
+        await publish(client, "lvq", v, headers={"k": "same"})
+    lvq = await queue(client, "lvq")
+    assert lvq["messages"] == 1
+    assert lvq["counters"]["lvq_replaced"] == 2
+    await declare(client, "capped", **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    await publish(client, "capped", "a")
+    await publish(client, "capped", "b")
+    capped = await queue(client, "capped")
+    assert capped["messages"] == 1
+    assert capped["counters"]["overflow_rejected"] == 1
+
+
+async def test_dead_lettered_by_reason(client: httpx.AsyncClient) -> None:
+    await declare(client, "dlq")
+    await client.put("/api/exchanges/%2F/dlx", json={"type": "fanout"})
+    await client.post("/api/bindings/%2F/e/dlx/q/dlq", json={})
+    await declare(client, "src", **{"x-max-length": 1, "x-dead-letter-exchange": "dlx"})
+    for p in "abc":
+        await publish(client, "src", p)
+    src = await queue(client, "src")
+    assert src["counters"]["dead_lettered"] == {"maxlen": 2}
+    assert src["counters"]["dead_lettered_total"] == 2
+    assert (await queue(client, "dlq"))["messages"] == 2
+
+
+# -- exchanges, publish, bindings -----------------------------------------------------------------
+
+
+async def test_exchange_lifecycle_and_bindings(client: httpx.AsyncClient) -> None:
+    r = await client.put("/api/exchanges/%2F/logs", json={"type": "topic", "durable": True})
+    assert r.status_code == 201
+    assert (await client.put("/api/exchanges/%2F/logs", json={"type": "topic"})).status_code == 204
+    x = (await client.get("/api/exchanges/%2F/logs")).json()
+    assert (x["type"], x["durable"], x["internal"]) == ("topic", True, False)
+    default = (await client.get("/api/exchanges/%2F/amq.default")).json()
+    assert default["name"] == ""
+    await declare(client, "errors")
+    r = await client.post(
+        "/api/bindings/%2F/e/logs/q/errors", json={"routing_key": "*.error", "arguments": {}}
+    )
+    assert r.status_code == 201
+    assert r.headers["location"] == "*.error"
+    pair = (await client.get("/api/bindings/%2F/e/logs/q/errors")).json()
+    assert [b["routing_key"] for b in pair] == ["*.error"]
+    assert (await client.get("/api/bindings/%2F/e/logs/q/errors/*.error")).status_code == 200
+    src = (await client.get("/api/exchanges/%2F/logs/bindings/source")).json()
+    assert [(b["destination"], b["destination_type"]) for b in src] == [("errors", "queue")]
+    qb = (await client.get("/api/queues/%2F/errors/bindings")).json()
+    assert {b["source"] for b in qb} == {"", "logs"}
+    all_b = (await client.get("/api/bindings/%2F")).json()
+    assert any(b["source"] == "logs" for b in all_b)
+    r = await client.post(
+        "/api/exchanges/%2F/logs/publish",
+        json={"routing_key": "app.error", "payload": "boom", "properties": {}},
+    )
+    assert r.json() == {"routed": True}
+    r = await client.post(
+        "/api/exchanges/%2F/logs/publish",
+        json={"routing_key": "app.info", "payload": "fine", "properties": {}},
+    )
+    assert r.json() == {"routed": False}
+    assert (await queue(client, "errors"))["messages"] == 1
+    assert (await client.delete("/api/bindings/%2F/e/logs/q/errors/*.error")).status_code == 204
+    assert (await client.get("/api/bindings/%2F/e/logs/q/errors")).json() == []
+    assert (await client.delete("/api/bindings/%2F/e/logs/q/errors/*.error")).status_code == 404
+    assert (await client.delete("/api/exchanges/%2F/logs")).status_code == 204
+    assert (await client.get("/api/exchanges/%2F/logs")).status_code == 404
+
+
+async def test_exchange_to_exchange_binding(client: httpx.AsyncClient) -> None:
+    await client.put("/api/exchanges/%2F/a", json={"type": "fanout"})
+    await client.put("/api/exchanges/%2F/b", json={"type": "fanout"})
+    await declare(client, "q")
+    await client.post("/api/bindings/%2F/e/b/q/q", json={})
+    r = await client.post("/api/bindings/%2F/e/a/e/b", json={"routing_key": ""})
+    assert r.status_code == 201
+    assert r.headers["location"] == "~"
+    r = await client.post("/api/exchanges/%2F/a/publish", json={"routing_key": "", "payload": "x"})
+    assert r.json() == {"routed": True}
+    dest = (await client.get("/api/exchanges/%2F/b/bindings/destination")).json()
+    assert [b["source"] for b in dest] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/api/exchanges/%2F/x", {"type": "fancy"}, 400),
+        ("/api/exchanges/%2F/x", {}, 400),
+        ("/api/exchanges/%2F/amq.default", {"type": "direct"}, 400),
+        ("/api/exchanges/%2F/amq.custom", {"type": "direct"}, 400),
+    ],
+)
+async def test_bad_exchange_declarations(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], status: int
+) -> None:
+    assert (await client.put(path, json=body)).status_code == status
+    names = {x["name"] for x in (await client.get("/api/exchanges")).json()}
+    assert "x" not in names
+    assert "amq.custom" not in names
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"routing_key": "q", "payload": "x", "payload_encoding": "rot13"},
+        {"routing_key": "q", "payload": "***", "payload_encoding": "base64"},
+        {"routing_key": "q"},
+        {"payload": "x"},
+        {"routing_key": "q", "payload": "x", "properties": {"colour": "red"}},
+        {"routing_key": "q", "payload": "x", "properties": {"delivery_mode": "two"}},
+    ],
+)
+async def test_bad_publish_is_400_and_enqueues_nothing(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    await declare(client, "q")
+    r = await client.post("/api/exchanges/%2F/amq.default/publish", json=body)
+    assert r.status_code == 400, r.text
+    assert (await queue(client, "q"))["messages"] == 0
+
+
+async def test_publish_base64_and_to_missing_exchange(client: httpx.AsyncClient) -> None:
+    await declare(client, "q")
+    r = await client.post(
+        "/api/exchanges/%2F/amq.default/publish",
+        json={
+            "routing_key": "q",
+            "payload": base64.b64encode(b"\x00\xff").decode(),
+            "payload_encoding": "base64",
+        },
+    )
+    assert r.json() == {"routed": True}
+    got = (await client.post("/api/queues/%2F/q/get", json={"count": 1})).json()
+    assert got[0]["payload_encoding"] == "base64"
+    assert base64.b64decode(got[0]["payload"]) == b"\x00\xff"
+    r = await client.post(
+        "/api/exchanges/%2F/nope/publish", json={"routing_key": "q", "payload": "x"}
+    )
+    assert r.status_code == 404
+
+
+async def test_binding_to_missing_queue_is_404(client: httpx.AsyncClient) -> None:
+    r = await client.post("/api/bindings/%2F/e/amq.direct/q/ghost", json={"routing_key": "k"})
+    assert r.status_code == 404
+    r = await client.post("/api/bindings/%2F/e/amq.direct/z/ghost", json={})
+    assert r.status_code == 404
+
+
+# -- policies -------------------------------------------------------------------------------------
+
+
+async def test_policy_applies_and_clears(client: httpx.AsyncClient) -> None:
+    await declare(client, "ring.a")
+    await declare(client, "other")
+    body = {"pattern": "^ring\\.", "definition": {"ring-size": 2}, "apply-to": "queues"}
+    assert (await client.put("/api/policies/%2F/rings", json=body)).status_code == 201
+    assert (await client.put("/api/policies/%2F/rings", json=body)).status_code == 204
+    a = await queue(client, "ring.a")
+    assert (a["ring_size"], a["policy"]) == (2, "rings")
+    assert a["effective_policy_definition"] == {
+        k: v for k, v in a["effective_settings"].items() if not k.startswith("x-")
+    }
+    assert (await queue(client, "other"))["ring_size"] == -1
+    listed = (await client.get("/api/policies")).json()
+    assert listed == [
+        {
+            "vhost": "/",
+            "name": "rings",
+            "pattern": "^ring\\.",
+            "apply-to": "queues",
+            "definition": {"ring-size": 2},
+            "priority": 0,
+        }
+    ]
+    assert (await client.get("/api/policies/%2F/rings")).json()["name"] == "rings"
+    assert (await client.delete("/api/policies/%2F/rings")).status_code == 204
+    assert (await queue(client, "ring.a"))["ring_size"] == -1
+    assert (await client.delete("/api/policies/%2F/rings")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"pattern": "(", "definition": {"ring-size": 2}},
+        {"pattern": ".*", "definition": {}},
+        {"pattern": ".*", "definition": {"ring-size": "two"}},
+        {"pattern": ".*", "definition": {"ring-size": 2}, "apply-to": "everything"},
+        {"definition": {"ring-size": 2}},
+    ],
+)
+async def test_bad_policies_are_400_and_not_stored(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    await declare(client, "q")
+    assert (await client.put("/api/policies/%2F/p", json=body)).status_code == 400
+    assert (await client.get("/api/policies")).json() == []
+    assert (await queue(client, "q"))["ring_size"] == -1
+
+
+# -- definitions -------------------------------------------------------------------------------
+
+
+async def test_definitions_export_and_import(client: httpx.AsyncClient) -> None:
+    await declare(client, "keep", **{"x-ring-size": 5})
+    await client.put("/api/exchanges/%2F/ev", json={"type": "fanout"})
+    await client.post("/api/bindings/%2F/e/ev/q/keep", json={})
+    await client.put(
+        "/api/policies/%2F/p", json={"pattern": "^zz", "definition": {"message-ttl": 1000}}
+    )
+    doc = (await client.get("/api/definitions")).json()
+    assert [q["name"] for q in doc["queues"]] == ["keep"]
+    assert [x["name"] for x in doc["exchanges"]] == ["ev"]  # built-ins are not exported
+    assert [(b["source"], b["destination"]) for b in doc["bindings"]] == [("ev", "keep")]
+    assert [p["name"] for p in doc["policies"]] == ["p"]
+    assert doc["users"][0]["name"] == "guest"
+    assert doc["vhosts"] == [{"name": "/", "description": "", "tags": []}]
+    new = {
+        "queues": [{"name": "imported", "vhost": "/", "durable": True, "arguments": {}}],
+        "exchanges": [{"name": "ix", "vhost": "/", "type": "direct"}],
+        "bindings": [
+            {
+                "source": "ix",
+                "vhost": "/",
+                "destination": "imported",
+                "destination_type": "queue",
+                "routing_key": "k",
+                "arguments": {},
+            }
+        ],
+    }
+    assert (await client.post("/api/definitions", json=new)).status_code == 204
+    assert (await queue(client, "imported"))["name"] == "imported"
+    r = await client.post(
+        "/api/exchanges/%2F/ix/publish", json={"routing_key": "k", "payload": "x"}
+    )
+    assert r.json() == {"routed": True}
+    # importing the export again is a no-op
+    assert (await client.post("/api/definitions", json=doc)).status_code == 204
+    per_vhost = (await client.get("/api/definitions/%2F")).json()
+    assert "users" not in per_vhost
+    assert "vhost" not in per_vhost["queues"][0]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {
+            "queues": [{"name": "n1", "vhost": "/"}],
+            "bindings": [
+                {"source": "ghost", "vhost": "/", "destination": "n1", "destination_type": "queue"}
+            ],
+        },
+        {
+            "queues": [
+                {"name": "n1", "vhost": "/"},
+                {"name": "keep", "vhost": "/", "arguments": {"x-ring-size": 9}},
+            ]
+        },
+        {"queues": [{"name": "n1", "vhost": "elsewhere"}]},
+        {"queues": [{"name": "n1", "vhost": "/", "durable": "yes"}]},
+        {"queues": "n1"},
+        {"queues": [{"name": "n1", "vhost": "/"}], "users": [{"name": "mallory"}]},
+        {
+            "queues": [{"name": "n1", "vhost": "/"}],
+            "exchanges": [{"name": "n1x", "vhost": "/", "type": "weird"}],
+        },
+    ],
+)
+async def test_bad_definitions_change_nothing(
+    client: httpx.AsyncClient, doc: dict[str, Any]
+) -> None:
+    await declare(client, "keep", **{"x-ring-size": 5})
+    before = (await client.get("/api/definitions")).json()
+    assert (await client.post("/api/definitions", json=doc)).status_code == 400
+    assert (await client.get("/api/definitions")).json() == before
+
+
+# -- paging -------------------------------------------------------------------------------------
+
+
+async def test_paging_sorting_filtering(client: httpx.AsyncClient) -> None:
+    for i in range(7):
+        await declare(client, f"q{i}")
+        for _ in range(i):
+            await publish(client, f"q{i}", "x")
+    await declare(client, "other")
+    page = (await client.get("/api/queues", params={"page": 2, "page_size": 3})).json()
+    assert page["total_count"] == 8
+    assert page["filtered_count"] == 8
+    assert page["page_count"] == 3
+    assert page["item_count"] == 3
+    assert [q["name"] for q in page["items"]] == ["q2", "q3", "q4"]  # after "other", q0, q1
+    by_depth = (
+        await client.get("/api/queues", params={"sort": "messages", "sort_reverse": "true"})
+    ).json()
+    assert [q["name"] for q in by_depth[:3]] == ["q6", "q5", "q4"]
+    filtered = (
+        await client.get("/api/queues", params={"name": "Q", "page": 1, "page_size": 100})
+    ).json()
+    assert filtered["filtered_count"] == 7
+    assert filtered["total_count"] == 8
+    regex = (
+        await client.get("/api/queues", params={"name": "^q[12]$", "use_regex": "true"})
+    ).json()
+    assert [q["name"] for q in regex] == ["q1", "q2"]
+    cols = (
+        await client.get(
+            "/api/queues", params={"columns": "name,message_stats.publish", "name": "q6"}
+        )
+    ).json()
+    assert cols == [{"name": "q6", "message_stats": {"publish": 6}}]
+    dotted = (await client.get("/api/queues", params={"sort": "message_stats.publish"})).json()
+    assert dotted[0]["name"] in ("other", "q0")  # no publishes sort first
+    assert dotted[-1]["name"] == "q6"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"page": "0"},
+        {"page": "x"},
+        {"page": "1", "page_size": "501"},
+        {"page": "9", "page_size": "10"},
+        {"name": "(", "use_regex": "true"},
+    ],
+)
+async def test_bad_paging_is_400(client: httpx.AsyncClient, params: dict[str, str]) -> None:
+    await declare(client, "q")
+    r = await client.get("/api/queues", params=params)
+    assert r.status_code == 400
+    assert r.json()["error"] == "bad_request"
+
+
+# -- connections --------------------------------------------------------------------------------
+
+
+def _conn(name: str, conn_id: int, **kw: Any) -> ConnectionInfo:
+    return ConnectionInfo(
+        conn_id=conn_id,
+        name=name,
+        user="guest",
+        vhost="/",
+        peer_host="127.0.0.1",
+        peer_port=50000 + conn_id,
+        host="127.0.0.1",
+        port=5672,
+        connected_at_ms=T0_MS,
+        **kw,
+    )
+
+
+async def test_connections_show_who_is_blocked_and_close(
+    client: httpx.AsyncClient, runtime: FakeRuntime
+) -> None:
+    runtime.conns = [
+        _conn(
+            "127.0.0.1:50001 -> 127.0.0.1:5672",
+            1,
+            channels=2,
+            client_properties={"product": b"pika", "capabilities": {"basic.nack": True}},
+        ),
+        _conn(
+            "127.0.0.1:50002 -> 127.0.0.1:5672",
+            2,
+            state="blocked",
+            blocked_reason="memory alarm: 95% of the high watermark",
+        ),
+    ]
+    conns = (await client.get("/api/connections")).json()
+    assert [c["state"] for c in conns] == ["running", "blocked"]
+    assert conns[1]["blocked_reason"].startswith("memory alarm")
+    assert conns[0]["client_properties"]["product"] == "pika"
+    assert conns[0]["protocol"] == "AMQP 0-9-1"
+    o = (await client.get("/api/overview")).json()
+    assert o["blocked_connections"] == 1
+    assert o["object_totals"]["connections"] == 2
+    name = "127.0.0.1%3A50002%20-%3E%20127.0.0.1%3A5672"
+    one = (await client.get(f"/api/connections/{name}")).json()
+    assert one["peer_port"] == 50002
+    r = await client.delete(f"/api/connections/{name}", headers={"X-Reason": "maintenance"})
+    assert r.status_code == 204
+    assert runtime.closed == [("127.0.0.1:50002 -> 127.0.0.1:5672", "maintenance")]
+
+
+# -- rates ----------------------------------------------------------------------------------------
+
+
+async def test_message_rates_from_timed_samples(client: httpx.AsyncClient, clock: Clock) -> None:
+    await declare(client, "q")
+    clock.advance(5_000)
+    await queue(client, "q")  # a stale sample is refreshed before answering: q's first sample
+    for i in range(10):
+        await publish(client, "q", str(i))
+    clock.advance(5_000)
+    q = await queue(client, "q")  # the stale sample is refreshed before answering
+    assert q["message_stats"]["publish"] == 10
+    assert q["message_stats"]["publish_details"]["rate"] == 2.0
+    assert q["messages_details"]["rate"] == 2.0
+    o = (await client.get("/api/overview")).json()
+    assert o["message_stats"]["publish_details"]["rate"] == 2.0
+    history = (await client.get("/api/ringmq/rates")).json()
+    assert history[-1]["publish"] == 2.0
+    assert history[-1]["t"] == clock.now_ms
+    clock.advance(5_000)
+    q = await queue(client, "q")
+    assert q["message_stats"]["publish_details"]["rate"] == 0.0
