@@ -150,12 +150,15 @@ class BrokerServer:
     `close_connection()`, `listeners()`).
     """
 
-    def __init__(self, options: ServerOptions, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, options: ServerOptions, *, clock: Clock | None = None, broker: Any = None
+    ) -> None:
         self.options = options
         self.clock: Clock = clock or SystemClock()
         self.node = options.node
         self.started_at_ms = 0
-        self.broker: Any = None
+        self.broker: Any = broker
+        """The core `Broker`; built from the options at `start()` unless one is given."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conns: dict[int, AMQPConnection] = {}
         self._ids = itertools.count(1)
@@ -202,8 +205,9 @@ class BrokerServer:
         cfg = opts.config
         self.started_at_ms = self.clock.wall_ms()
         opts.data_dir.mkdir(parents=True, exist_ok=True)
-        self.broker = build_broker(broker_config(cfg), opts.data_dir, self.clock.wall_ms())
-        apply_declarations(self.broker, cfg, self.clock.wall_ms())
+        if self.broker is None:
+            self.broker = build_broker(broker_config(cfg), opts.data_dir, self.clock.wall_ms())
+            apply_declarations(self.broker, cfg, self.clock.wall_ms())
 
         amqp = await open_amqp_listener(self._factory(tls=False), opts.host, opts.amqp_port)
         self._listeners.append(amqp)
@@ -699,8 +703,10 @@ class BrokerThread:
     thread (the only thread allowed to touch the broker) and returns its result.
     """
 
-    def __init__(self, options: ServerOptions, *, clock: Clock | None = None) -> None:
-        self.server = BrokerServer(options, clock=clock)
+    def __init__(
+        self, options: ServerOptions, *, clock: Clock | None = None, broker: Any = None
+    ) -> None:
+        self.server = BrokerServer(options, clock=clock, broker=broker)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from ringmq.protocol.connection import ServerConnection
@@ -71,14 +71,14 @@ class AMQPConnection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it
+        self.transport = cast("asyncio.Transport", transport)
         peer = transport.get_extra_info("peername") or ("", 0)
         sock = transport.get_extra_info("sockname") or ("", 0)
         self.peer = (str(peer[0]), int(peer[1]))
         self.sock_name = (str(sock[0]), int(sock[1]))
         # a large high-water mark: deliveries are batched; pause only on real backlog
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
         self.runtime.connection_made(self)
 
     def data_received(self, data: bytes) -> None:

@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmq.server.configfile import (
+    ARG_LAST_VALUE,
     ARG_LAST_VALUE_KEY,
     ARG_NON_DESTRUCTIVE,
     ARG_RING_SIZE,
-    ARTEMIS_LVQ_KEY,
     AddressSetting,
     ConfigError,
     QueueSpec,
@@ -179,7 +179,7 @@ def test_artemis_addresses() -> None:
     assert by_name["myRing"].address == "myRing"
     assert by_name["ring.auto"].durable is False
     assert by_name["prices.a"].arguments == {ARG_LAST_VALUE_KEY: "sym", ARG_NON_DESTRUCTIVE: True}
-    assert by_name["prices.b"].arguments == {ARG_LAST_VALUE_KEY: ARTEMIS_LVQ_KEY}
+    assert by_name["prices.b"].arguments == {ARG_LAST_VALUE: True}
     assert [(e.name, e.type) for e in cfg.exchanges] == [("prices", "fanout")]
     assert {(b.source, b.destination) for b in cfg.bindings} == {
         ("prices", "prices.a"),
