@@ -44,6 +44,7 @@ import logging
 import random
 import struct
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -67,7 +68,7 @@ from ringmq.core.admin import Admin
 from ringmq.core.auth import Access, AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.consumers import Consumer, ConsumerSet
-from ringmq.core.effects import Effect, SendContent, SendMethod
+from ringmq.core.effects import Block, Effect, SendContent, SendMethod, Unblock
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
@@ -159,6 +160,9 @@ class Broker:
         self._now_ms = 0
         self._reply_sessions: dict[str, tuple[Session, str]] = {}
         self._admin: Admin | None = None
+        # Artemis address-full BLOCK: queue id -> blocked conn ids, conn id -> blocking queue ids
+        self._blocked_by: dict[int, tuple[QueueEntity, set[int]]] = {}
+        self._blocking: dict[int, set[int]] = {}
         self.max_message_size = config.max_message_size
         self.stats: dict[str, int] = {
             "published": 0,
@@ -259,19 +263,11 @@ class Broker:
             self.vhosts[name] = vh
         return vh
 
-    def _alternate_policy(self, exchange: Exchange) -> str | None:
-        vhost = self._exchange_vhost.get(id(exchange))
-        if vhost is None:
-            return None
+    def _alternate_policy(self, vhost: str, exchange: Exchange) -> str | None:
         pol = self.policies.match(exchange.name, "exchange", vhost=vhost)
         if pol is None:
             return None
         return _as_str(pol.definition.get("alternate-exchange"))
-
-    @property
-    def _exchange_vhost(self) -> dict[int, str]:
-        # Exchanges do not know their vhost; policies need it. Built lazily (policies are rare).
-        return {id(x): vh.name for vh in self.vhosts.values() for x in vh.exchanges.values()}
 
     def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
         """Authenticate a Connection.StartOk response; return the user name.
@@ -350,6 +346,10 @@ class Broker:
         conn = self.conns.pop(conn_id, None)
         if conn is None:
             return out
+        for qid in self._blocking.pop(conn_id, ()):
+            entry = self._blocked_by.get(qid)
+            if entry is not None:
+                entry[1].discard(conn_id)
         for session in list(conn.sessions.values()):
             self._close_session(session, now_ms)
         conn.sessions.clear()
@@ -875,6 +875,7 @@ class Broker:
             self._maybe_auto_delete_exchange(vh, source)
         self._dirty.pop(id(q), None)
         self._backlog.pop(id(q), None)
+        self._maybe_unblock(q)
 
     # ================================================================== consumers
     def _basic_qos(self, s: Session, m: spec.BasicQos, _c: RawContent | None, now_ms: int) -> None:
@@ -1084,12 +1085,43 @@ class Broker:
         stored = False
         dirty = self._dirty
         for q in queues:
-            if q.queue.publish(msg, now_ms) is PublishOutcome.REJECTED:
+            engine = q.queue
+            if engine.publish(msg, now_ms) is PublishOutcome.REJECTED:
                 refused = True
             elif msg.persistent and q.durable:
                 stored = True
             dirty[id(q)] = q
+            limit = q.settings.limit
+            if (
+                limit is not None
+                and s is not None
+                and limit.action is LimitAction.BLOCK
+                and engine.over_limit
+            ):
+                self._block(s.conn_id, q)
         return refused, stored
+
+    def _block(self, conn_id: int, q: QueueEntity) -> None:
+        # Artemis address-full-policy BLOCK: stop reading from publishers to a full queue.
+        blocking = self._blocking.setdefault(conn_id, set())
+        if not blocking:
+            self._out.append(Block(conn_id, f"queue '{q.name}' in vhost '{q.vhost}' is full"))
+        blocking.add(id(q))
+        self._blocked_by.setdefault(id(q), (q, set()))[1].add(conn_id)
+
+    def _maybe_unblock(self, q: QueueEntity) -> None:
+        if q.deleted or not q.queue.over_limit:
+            entry = self._blocked_by.pop(id(q), None)
+            if entry is None:
+                return
+            for conn_id in sorted(entry[1]):
+                blocking = self._blocking.get(conn_id)
+                if blocking is None:
+                    continue
+                blocking.discard(id(q))
+                if not blocking:
+                    del self._blocking[conn_id]
+                    self._out.append(Unblock(conn_id))
 
     def _deliver_reply(self, routing_key: str, msg: Message) -> bool:
         entry = self._reply_sessions.get(routing_key[len(_REPLY_TO_PREFIX) :])
@@ -1332,6 +1364,8 @@ class Broker:
                 else:
                     self._dispatch(q, now_ms)
             self._drain_dead_letters(q, now_ms)
+            if self._blocked_by and id(q) in self._blocked_by:
+                self._maybe_unblock(q)
 
     def _dispatch(self, q: QueueEntity, now_ms: int) -> None:
         # Hot path: locals only; one fetch + one tracked delivery + one effect per message.
@@ -1410,10 +1444,16 @@ class Broker:
         vh = self.vhosts.get(q.vhost)
         if vh is None:
             return
+        # Adapter: settings resolution drops the routing key when the DLX is the default
+        # exchange (""), so fall back to the declared argument.
+        fallback_rk = _as_str(q.arguments.get("x-dead-letter-routing-key"))
         for item in dead:
             dlx = vh.exchanges.get(item.exchange)
-            if dlx is not None:
-                self._dead_letter(vh, dlx, item, now_ms)
+            if dlx is None:
+                continue
+            if item.routing_key is None and fallback_rk is not None:
+                item = replace(item, routing_key=fallback_rk)
+            self._dead_letter(vh, dlx, item, now_ms)
 
     def _dead_letter(self, vh: VHost, dlx: Exchange, dead: DeadLetter, now_ms: int) -> None:
         """Route one dead letter to its DLX with RabbitMQ's `x-death` bookkeeping."""

@@ -35,6 +35,9 @@ STANDARD_EXCHANGES: Final = (
 )
 """The exchanges every vhost has (RabbitMQ's default set)."""
 
+ROUTE_CACHE_MAX: Final = 65_536
+"""Cached (exchange, routing key) routes per vhost before the cache is reset."""
+
 
 @dataclass(slots=True, eq=False)
 class QueueEntity:
@@ -85,7 +88,7 @@ class VHost:
     """
 
     def __init__(
-        self, name: str, alternate_of: Callable[[Exchange], str | None] | None = None
+        self, name: str, alternate_of: Callable[[str, Exchange], str | None] | None = None
     ) -> None:
         self.name = name
         self.exchanges: dict[str, Exchange] = {}
@@ -103,7 +106,7 @@ class VHost:
         """The effective alternate exchange of `exchange` (argument, then policy)."""
         ae = exchange.alternate_exchange
         if ae is None and self._alternate_policy is not None:
-            ae = self._alternate_policy(exchange)
+            ae = self._alternate_policy(self.name, exchange)
         return ae
 
     def route(
@@ -119,6 +122,8 @@ class VHost:
             return hit
         found, cacheable = self._walk(exchange, routing_key, headers)
         if cacheable:
+            if len(self._cache) >= ROUTE_CACHE_MAX:
+                self._cache.clear()  # many distinct keys: start over rather than grow forever
             self._cache[key] = found
         return found
 

@@ -1,0 +1,161 @@
+"""More broker rules: browse consumers, scheduled delivery, DLX variants, BLOCK, tx details."""
+
+from __future__ import annotations
+
+from ringmq.amqp import spec
+from ringmq.amqp.properties import BasicProperties, decode_properties
+from ringmq.amqp.reply_codes import ReplyCode
+from ringmq.core.config import BrokerConfig
+from ringmq.core.effects import Block, Unblock
+from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
+
+
+def test_non_destructive_queue_gives_every_consumer_every_message() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "nd", arguments={"x-non-destructive": True})
+    kit.publish(ch, "nd", b"a")
+    assert bodies(kit.consume(ch, "nd", "one", no_ack=True)) == [b"a"]
+    other = kit.open()
+    assert bodies(kit.consume(other, "nd", "two", no_ack=True)) == [b"a"]
+    out = kit.publish(ch, "nd", b"b")
+    assert sorted((d.method.consumer_tag, d.body) for d in delivered(out)) == [
+        ("one", b"b"),
+        ("two", b"b"),
+    ]
+    assert kit.broker.vhosts["/"].queues["nd"].queue.ready_count == 2
+
+
+def test_x_delay_header_on_a_plain_queue_is_scheduled_by_the_engine() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.consume(ch, "q", "c", no_ack=True)
+    out = kit.publish(ch, "q", b"later", props=BasicProperties(headers={"x-delay": 100}))
+    assert bodies(out) == []
+    deadline = kit.broker.next_deadline_ms()
+    assert deadline is not None
+    assert deadline <= kit.now + 100
+    assert bodies(kit.tick(100)) == [b"later"]
+
+
+def test_reject_publish_dlx_nacks_and_dead_letters_maxlen() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "over")
+    kit.declare(
+        ch,
+        "lim",
+        arguments={
+            "x-max-length": 1,
+            "x-overflow": "reject-publish-dlx",
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "over",
+        },
+    )
+    kit.call(ch, spec.ConfirmSelect())
+    assert of_type(kit.publish(ch, "lim", b"1"), spec.BasicAck)
+    assert of_type(kit.publish(ch, "lim", b"2"), spec.BasicNack) == [spec.BasicNack(delivery_tag=2)]
+    (dead,) = kit.broker.vhosts["/"].queues["over"].queue.ready_messages()
+    headers = decode_properties(dead.properties_bin).headers or {}
+    assert headers["x-death"][0]["reason"] == "maxlen"
+    assert dead.routing_key == "over"
+
+
+def test_x_death_count_grows_on_repeated_rejects() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.call(ch, spec.ExchangeDeclare(exchange="retry", type="fanout"))
+    kit.declare(ch, "work", arguments={"x-dead-letter-exchange": "retry"})
+    kit.call(ch, spec.QueueBind(queue="work", exchange="retry"))
+    kit.publish(ch, "work", b"again")
+    out = kit.consume(ch, "work", "c")
+    counts = []
+    for _ in range(3):
+        (d,) = delivered(out)
+        headers = decode_properties(d.properties_bin).headers or {}
+        counts.append(headers["x-death"][0]["count"] if "x-death" in headers else 0)
+        reject = spec.BasicReject(delivery_tag=d.method.delivery_tag, requeue=False)
+        out = kit.call(ch, reject)
+    assert counts == [0, 1, 2]
+
+
+def test_address_full_block_blocks_and_unblocks_the_publisher() -> None:
+    cfg = BrokerConfig(
+        name_seed=1,
+        address_settings={"full.#": {"address-full-policy": "BLOCK", "max-size-messages": 2}},
+    )
+    kit = Kit(cfg)
+    ch = kit.open()
+    kit.declare(ch, "full.q")
+    assert not any(isinstance(e, Block) for e in kit.publish(ch, "full.q"))
+    out = kit.publish(ch, "full.q")
+    assert [e for e in out if isinstance(e, Block)] == [
+        Block(ch[0], "queue 'full.q' in vhost '/' is full")
+    ]
+    consumer = kit.open()
+    (got,) = delivered(kit.call(consumer, spec.BasicGet(queue="full.q")))
+    out = kit.call(consumer, spec.BasicAck(delivery_tag=got.method.delivery_tag))
+    assert [e for e in out if isinstance(e, Unblock)] == [Unblock(ch[0])]
+
+
+def test_tx_buffers_acks_until_commit_and_returns_mandatory_at_commit() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.publish(ch, "q", b"m")
+    kit.call(ch, spec.TxSelect())
+    (got,) = delivered(kit.call(ch, spec.BasicGet(queue="q")))
+    kit.call(ch, spec.BasicAck(delivery_tag=got.method.delivery_tag))
+    q = kit.broker.vhosts["/"].queues["q"].queue
+    assert q.unacked_count == 1
+    assert kit.publish(ch, "nowhere", b"r", mandatory=True) == []
+    out = kit.call(ch, spec.TxCommit())
+    assert q.unacked_count == 0
+    assert [type(m) for m in [d.method for d in delivered(out)]] == [spec.BasicReturn]
+    assert of_type(out, spec.TxCommitOk)
+
+
+def test_global_prefetch_spans_queues() -> None:
+    kit = Kit()
+    ch = kit.open()
+    for name in ("a", "b"):
+        kit.declare(ch, name)
+        for _ in range(3):
+            kit.publish(ch, name)
+    kit.call(ch, spec.BasicQos(prefetch_count=2, global_=True))
+    out = kit.consume(ch, "a", "ca") + kit.consume(ch, "b", "cb")
+    assert len(bodies(out)) == 2
+    out = kit.call(ch, spec.BasicAck(delivery_tag=0, multiple=True))
+    assert len(bodies(out)) == 2
+
+
+def test_empty_queue_name_means_last_declared_on_the_channel() -> None:
+    kit = Kit()
+    ch = kit.open()
+    (ok,) = of_type(kit.declare(ch, ""), spec.QueueDeclareOk)
+    kit.call(ch, spec.QueueBind(queue="", exchange="amq.direct", routing_key="k"))
+    kit.publish(ch, "k", b"via-last", exchange="amq.direct")
+    assert kit.broker.vhosts["/"].queues[ok.queue].queue.ready_count == 1
+    err = kit.error(kit.open(), spec.QueueBind(queue="", exchange="amq.direct"))
+    assert err.code is ReplyCode.NOT_FOUND
+
+
+def test_consumer_cancel_notification_only_for_capable_clients() -> None:
+    kit = Kit()
+    legacy = kit.channel(kit.connect(caps=False))
+    kit.declare(legacy, "q")
+    kit.consume(legacy, "q", "c")
+    out = kit.call(kit.open(), spec.QueueDelete(queue="q"))
+    assert of_type(out, spec.BasicCancel) == []
+    assert kit.broker.conns[legacy[0]].sessions[1].consumers == {}
+
+
+def test_unacked_from_a_deleted_queue_can_still_be_acked() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "gone")
+    kit.publish(ch, "gone")
+    (got,) = delivered(kit.call(ch, spec.BasicGet(queue="gone")))
+    kit.call(ch, spec.QueueDelete(queue="gone"))
+    assert kit.call(ch, spec.BasicAck(delivery_tag=got.method.delivery_tag)) == []
