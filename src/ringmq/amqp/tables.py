@@ -27,7 +27,7 @@ V     void                       ``None``
 Encoding follows pika byte for byte: keys keep their insertion order; ``bool`` -> ``t``; ``int``
 -> ``I`` when it fits 32 signed bits, else ``l``; ``str`` -> ``S``; ``bytes``/``bytearray`` ->
 ``x`` (so bytes round-trip as bytes); ``float`` -> ``d``; ``Decimal`` -> ``D``; ``datetime`` ->
-``T`` (naive values are taken as UTC); ``dict`` -> ``F``; ``list``/``tuple`` -> ``A``; ``None`` ->
+``T`` (naive values are taken as UTC); decimals are normalised first; ``dict`` -> ``F``; ``list``/``tuple`` -> ``A``; ``None`` ->
 ``V``. Anything else raises ``TypeError``.
 
 Decoding raises only ``AMQPError``: FRAME_ERROR (501) for truncated data, SYNTAX_ERROR (502) for
@@ -157,7 +157,8 @@ def _encode_value(pieces: list[bytes], value: Any) -> None:
 
 
 def _encode_decimal(value: Decimal) -> bytes:
-    sign, digits, exponent = value.as_tuple()
+    # Normalised first, as pika does, so trailing zeros do not eat the scale octet.
+    sign, digits, exponent = value.normalize().as_tuple()
     if not isinstance(exponent, int):
         raise ValueError(f"cannot encode {value} as an AMQP decimal")
     mantissa = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
