@@ -1,0 +1,273 @@
+"""Readers: `spark.readStream.format("ringmq")` and `spark.read.format("ringmq")`.
+
+Theory of operation (docs/spark.md has the long form)
+-----------------------------------------------------
+Streaming. Offsets are `{queue: position}` dicts, positions being the dense positions of the
+broker-side reservation named by `consumerName` (`/api/streams/.../reserve`). In the driver's
+long-lived runner process, `latestOffset(start, limit)` reserves up to the admission limit
+beyond `start` and returns the new ends (it also settles below `start`: Spark only asks for
+`latestOffset(start=X)` once the batch ending at X is committed; `commit(end)` remains the
+authoritative settle, and both are idempotent). `partitions(start, end)` re-reserves the range
+(a no-op while the lease holds it; after a lease expiry it refills the same positions from the
+head of the queue) and splits it into `RangePartition`s. `read(partition)` runs on executors,
+opens its own HTTP connection, reads the reserved range (non-destructive, so retries and
+replays see identical data) and yields Arrow batches. Nothing here keeps state that matters
+across processes: the runner is killed without `stop()` on every restart.
+
+Batch. A non-destructive browse by queue seq: the driver splits `[head_seq, tail_seq]` into
+seq ranges, each executor pages through its range with `browse(after=...)`. Recomputing a
+partition reads the same messages while the queue is unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from ringmq.connector.spark.options import Options, http_with_credentials
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ringmq.connector.client import StreamClient
+
+log = logging.getLogger(__name__)
+
+_UNBOUNDED = 100_000  # most positions reserved per queue and batch with ReadAllAvailable
+
+
+def _client(o: Options) -> StreamClient:
+    from ringmq.connector.client import StreamClient
+
+    return StreamClient(http_with_credentials(o.http_url, o.user, o.password), o.vhost)
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """Positions `[lo, hi)` of `queue`'s reservation `consumer` (picklable)."""
+
+    options: Options
+    queue: str
+    lo: int
+    hi: int
+
+    def __init__(self, options: Options, queue: str, lo: int, hi: int) -> None:
+        super().__init__((queue, lo, hi))
+        self.options = options
+        self.queue = queue
+        self.lo = lo
+        self.hi = hi
+
+
+@dataclass
+class BrowsePartition(InputPartition):
+    """Ready messages of `queue` with `after < seq <= last` (picklable)."""
+
+    options: Options
+    queue: str
+    after: int | None
+    last: int
+
+    def __init__(self, options: Options, queue: str, after: int | None, last: int) -> None:
+        super().__init__((queue, after, last))
+        self.options = options
+        self.queue = queue
+        self.after = after
+        self.last = last
+
+
+def split(lo: int, hi: int, parts: int, min_size: int) -> list[tuple[int, int]]:
+    """Split `[lo, hi)` into at most `parts` contiguous pieces of at least `min_size`."""
+    n = hi - lo
+    if n <= 0:
+        return []
+    k = max(1, min(parts, n // max(1, min_size)))
+    step, extra = divmod(n, k)
+    out = []
+    a = lo
+    for i in range(k):
+        b = a + step + (1 if i < extra else 0)
+        out.append((a, b))
+        a = b
+    return out
+
+
+class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader over named reservations (see module docstring)."""
+
+    def __init__(self, options: Options) -> None:
+        # Runs in several processes per query start: parse only, never connect here.
+        self.options = options
+        self.queues = options.require_queues()
+        self.consumer = options.require_consumer()
+        self._client: StreamClient | None = None
+        self._position: dict[str, int] | None = None  # for 4.0/4.1's latestOffset()
+        self._target: dict[str, int] | None = None  # AvailableNow stop positions
+        self._latest: dict[str, Any] = {}
+
+    def _c(self) -> StreamClient:
+        if self._client is None:
+            self._client = _client(self.options)
+        return self._client
+
+    def _offset(self, values: dict[str, int]) -> dict[str, int]:
+        # Stable key order (Spark compares serialized offsets in places).
+        return {q: int(values[q]) for q in self.queues}
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's API name
+        """Where a new query starts: the settled mark of an existing reservation, else 0."""
+        start: dict[str, int] = {}
+        for q in self.queues:
+            leases = self._c().info(q).get("leases", [])
+            mine = [le for le in leases if le["consumer"] == self.consumer]
+            start[q] = int(mine[0]["settled"]) if mine else 0
+        return self._offset(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's API name
+        return ReadMaxRows(self.options.max_messages_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's API name
+        """Fix the stop positions: what is reserved or ready right now."""
+        target: dict[str, int] = {}
+        for q in self.queues:
+            info = self._c().info(q)
+            mine = [le for le in info.get("leases", []) if le["consumer"] == self.consumer]
+            held_next = int(mine[0]["next"]) if mine else 0
+            target[q] = held_next + int(info["ready"])
+        self._target = target
+
+    def latestOffset(  # noqa: N802 - Spark's API name
+        self, start: dict[str, int] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, int]:
+        """Reserve up to the admission limit beyond `start` and return the new ends."""
+        if start is None:  # Spark 4.0/4.1: no admission control, we track the position
+            start = self._position if self._position is not None else self.initialOffset()
+        if isinstance(limit, ReadMaxRows):
+            budget = int(limit.max_rows)
+        elif limit is None or isinstance(limit, ReadAllAvailable):
+            budget = _UNBOUNDED * len(self.queues)
+        else:  # other limits (files, bytes, min rows) fall back to the batch size option
+            budget = self.options.max_messages_per_batch
+        c = self._c()
+        end: dict[str, int] = {}
+        for q in self.queues:
+            s = int(start.get(q, 0))
+            # Spark asks latestOffset(start=X) only after the batch ending at X committed.
+            c.settle(q, self.consumer, s)
+            want = min(budget, _UNBOUNDED)
+            if self._target is not None:
+                want = max(0, min(want, self._target[q] - s))
+            r = c.reserve(
+                q,
+                self.consumer,
+                s,
+                want,
+                lease_ms=self.options.lease_ms,
+                max_bytes=self.options.max_bytes_per_batch,
+            )
+            end[q] = int(r["end"])
+            budget -= end[q] - s
+            self._latest[q] = {
+                "position": int(r["next"]),
+                "ready": int(r["ready"]),
+                "skipped": int(r["skipped"]),
+                "leaseExpired": int(r["expired"]),
+                "evicted": r.get("evicted", {}),
+            }
+        self._position = end
+        return self._offset(end)
+
+    def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API name
+        """For progress: per queue the reservation head, ready depth, skipped and evicted."""
+        return dict(self._latest)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[RangePartition]:
+        """Re-reserve `[start, end)` (refills after a lease expiry) and split it."""
+        o = self.options
+        out: list[RangePartition] = []
+        c = self._c()
+        for q in self.queues:
+            lo, hi = int(start.get(q, 0)), int(end.get(q, 0))
+            if hi <= lo:
+                continue
+            c.reserve(q, self.consumer, lo, hi - lo, lease_ms=o.lease_ms)
+            for a, b in split(lo, hi, o.partitions_per_range, o.min_messages_per_partition):
+                out.append(RangePartition(o, q, a, b))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: the reserved range as Arrow batches (never acks)."""
+        assert isinstance(partition, RangePartition)
+        from ringmq.connector.spark.rows import to_batch
+
+        with _client(partition.options) as c:
+            consumer = partition.options.require_consumer()
+            step = 10_000
+            for a in range(partition.lo, partition.hi, step):
+                records = c.read(partition.queue, consumer, a, min(partition.hi, a + step))
+                if records:
+                    yield to_batch(partition.queue, records)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """The batch ending at `end` is durable in the sink: settle (delete) below it."""
+        c = self._c()
+        for q in self.queues:
+            if q in end:
+                c.settle(q, self.consumer, int(end[q]))
+
+    def stop(self) -> None:
+        # Best effort only: Spark kills the runner without calling this (docs/spark.md).
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class RingMQBatchReader(DataSourceReader):
+    """Repeatable, non-destructive browse of the queues (see module docstring)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.queues = options.require_queues()
+
+    def partitions(self) -> list[BrowsePartition]:
+        o = self.options
+        out: list[BrowsePartition] = []
+        with _client(o) as c:
+            for q in self.queues:
+                info = c.info(q)
+                head, tail = info.get("head_seq"), int(info.get("tail_seq") or 0)
+                if head is None or tail < int(head):
+                    continue
+                lo = int(head)
+                for a, b in split(
+                    lo, tail + 1, o.partitions_per_range, o.min_messages_per_partition
+                ):
+                    out.append(BrowsePartition(o, q, a - 1 if a > 0 else None, b - 1))
+        return out or [BrowsePartition(o, self.queues[0], None, -1)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from ringmq.connector.spark.rows import to_batch
+
+        assert isinstance(partition, BrowsePartition)
+        if partition.last < 0:
+            return
+        with _client(partition.options) as c:
+            after = partition.after
+            while True:
+                page = c.browse(partition.queue, after, 5000)
+                mine = [r for r in page if r.seq <= partition.last]
+                if mine:
+                    yield to_batch(partition.queue, mine)
+                if len(mine) < len(page) or len(page) < 5000:
+                    return
+                after = page[-1].seq
