@@ -207,6 +207,8 @@ class BrokerServer:
         opts.data_dir.mkdir(parents=True, exist_ok=True)
         if self.broker is None:
             self.broker = build_broker(broker_config(cfg), opts.data_dir, self.clock.wall_ms())
+            # effects of admin calls (management, config reload) reach clients in one batch
+            self.broker.admin.emit = self._emit
             apply_declarations(self.broker, cfg, self.clock.wall_ms())
 
         amqp = await open_amqp_listener(self._factory(tls=False), opts.host, opts.amqp_port)
@@ -364,6 +366,10 @@ class BrokerServer:
         from ringmq.management.port import ListenerInfo
 
         return [ListenerInfo(lst.protocol, lst.host, lst.port) for lst in self._listeners]
+
+    def _emit(self, effects: list[Effect]) -> None:
+        with self._batch():
+            self.apply_effects(effects)
 
     def run_batch(self, fn: Callable[[], _T]) -> _T:
         """Run `fn` (a core call made outside a client read, e.g. by management) as a batch.

@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
 from ringmq.server.configfile import (
     AddressSetting,
@@ -94,10 +95,12 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
     )
 
 
-def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Any:
-    """Create the core `Broker` for `config`, persisting under `data_dir` when supported."""
-    from ringmq.core.broker import Broker
+def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
+    """Create the core `Broker` for `config`.
 
+    `data_dir` is reserved for the store: the core `Broker` takes no `Store` yet, so messages
+    and definitions live in memory only (the directory is created, nothing is written).
+    """
     return Broker(config)
 
 
@@ -111,9 +114,9 @@ def _declared_args(q: QueueSpec, cfg: FileConfig) -> dict[str, Any]:
     return dict(q.arguments)
 
 
-def apply_declarations(broker: Any, cfg: FileConfig, now_ms: int) -> None:
+def apply_declarations(broker: Broker, cfg: FileConfig, now_ms: int) -> None:
     """Declare the file's exchanges, queues and bindings (idempotent for unchanged ones)."""
-    admin = broker.admin if hasattr(broker, "admin") else broker
+    admin = broker.admin
     for e in cfg.exchanges:
         admin.declare_exchange(
             e.vhost,
@@ -146,7 +149,7 @@ def apply_declarations(broker: Any, cfg: FileConfig, now_ms: int) -> None:
         )
 
 
-def reload_settings(broker: Any, cfg: FileConfig, now_ms: int) -> None:
+def reload_settings(broker: Broker, cfg: FileConfig, now_ms: int) -> None:
     """Replace address-settings with the file's, then declare anything new it lists."""
     broker.replace_address_settings(core_address_settings(cfg.address_settings), now_ms=now_ms)
     apply_declarations(broker, cfg, now_ms)
