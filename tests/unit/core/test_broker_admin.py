@@ -1,0 +1,140 @@
+"""The management facade (`Broker.admin`): reads, declares, deletes, policies, effects."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringmq.amqp import spec
+from ringmq.amqp.properties import BasicProperties
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.effects import CloseConnection, SendContent, SendMethod
+from tests.unit.core.test_broker_kit import Kit, bodies
+
+
+def test_declare_list_and_snapshot_queues() -> None:
+    kit = Kit()
+    admin = kit.broker.admin
+    assert admin.declare_queue("/", "q", durable=True, arguments={"x-max-length": 5}, now_ms=0)
+    assert not admin.declare_queue("/", "q", durable=True, arguments={"x-max-length": 5})
+    with pytest.raises(AMQPError) as exc:
+        admin.declare_queue("/", "q", durable=True, arguments={"x-max-length": 6})
+    assert exc.value.code is ReplyCode.PRECONDITION_FAILED
+    kit.publish(kit.open(), "q", b"abc")
+    info = admin.queue("/", "q")
+    assert info["messages_ready"] == 1
+    assert info["message_bytes_ready"] == 3
+    assert info["effective_settings"]["max_length"] == 5
+    assert [q["name"] for q in admin.queues("/")] == ["q"]
+    with pytest.raises(AMQPError) as missing:
+        admin.queue("/", "nope")
+    assert missing.value.code is ReplyCode.NOT_FOUND
+
+
+def test_exchanges_bindings_and_publish() -> None:
+    kit = Kit()
+    admin = kit.broker.admin
+    admin.declare_queue("/", "q")
+    assert admin.declare_exchange("/", "logs", type="fanout", durable=True)
+    admin.bind("/", "logs", "q", destination_type="queue", routing_key="", arguments={}, now_ms=0)
+    listed = [b for b in admin.bindings("/") if b["source"] == "logs"]
+    assert listed == [
+        {
+            "vhost": "/",
+            "source": "logs",
+            "destination": "q",
+            "destination_type": "queue",
+            "routing_key": "",
+            "arguments": {},
+        }
+    ]
+    assert admin.publish("/", "logs", "", b"hi", {"content_type": "text/plain"}, now_ms=0)
+    assert not admin.publish("/", "amq.direct", "none", b"lost", {}, now_ms=0)
+    got = admin.get_messages("/", "q", count=5, ackmode="ack_requeue_true", now_ms=0)
+    assert [(m["body"], m["properties"]["content_type"]) for m in got] == [(b"hi", "text/plain")]
+    assert admin.queue("/", "q")["messages_ready"] == 1  # requeued
+    got = admin.get_messages("/", "q", count=1, ackmode="ack_requeue_false", now_ms=0)
+    assert got[0]["redelivered"] is True
+    assert admin.queue("/", "q")["messages_ready"] == 0
+    with pytest.raises(AMQPError):
+        admin.delete_exchange("/", "amq.topic")
+    admin.unbind("/", "logs", "q", destination_type="queue", routing_key="")
+    admin.delete_exchange("/", "logs", if_unused=True)
+    assert "logs" not in [x["name"] for x in admin.exchanges("/")]
+
+
+def test_delete_queue_emits_cancel_through_emit_callback() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.consume(ch, "q", "c")
+    admin = kit.broker.admin
+    seen: list[object] = []
+    admin.emit = seen.extend
+    assert admin.delete_queue("/", "q", now_ms=0) == 0
+    assert [e.method for e in seen if isinstance(e, SendMethod)] == [
+        spec.BasicCancel(consumer_tag="c", no_wait=True)
+    ]
+    assert admin.close_connection(ch[0], "bye")
+    assert isinstance(seen[-1], CloseConnection)
+
+
+def test_policy_changes_apply_to_existing_queues() -> None:
+    kit = Kit()
+    admin = kit.broker.admin
+    admin.declare_queue("/", "capped")
+    ch = kit.open()
+    for i in range(5):
+        kit.publish(ch, "capped", str(i).encode())
+    assert admin.set_policy(
+        vhost="/", name="cap", pattern="^capped$", definition={"max-length": 2}, now_ms=0
+    )
+    info = admin.queue("/", "capped")
+    assert info["messages_ready"] == 2  # drop-head applies at once, as RabbitMQ does
+    assert info["policy"] == "cap"
+    assert [p["name"] for p in admin.policies("/")] == ["cap"]
+    admin.clear_policy("/", "cap", now_ms=0)
+    assert admin.queue("/", "capped")["policy"] is None
+
+
+def test_users_permissions_sessions_and_consumers() -> None:
+    kit = Kit()
+    admin = kit.broker.admin
+    admin.add_user("bob", password="pw", tags=("monitoring",))
+    assert admin.authenticate("bob", "pw") == {
+        "name": "bob",
+        "tags": ["monitoring"],
+        "password_hash": admin.users()[0]["password_hash"],
+    }
+    assert admin.authenticate("bob", "bad") is None
+    admin.add_vhost("v2")
+    admin.set_permissions("bob", "v2", ".*", ".*", ".*")
+    assert {"user": "bob", "vhost": "v2", "configure": ".*", "write": ".*", "read": ".*"} in (
+        admin.permissions()
+    )
+    ch = kit.channel(kit.connect("bob", "v2"))
+    kit.call(ch, spec.BasicQos(prefetch_count=7))
+    kit.declare(ch, "work")
+    kit.consume(ch, "work", "tag1")
+    (chan,) = admin.channels()
+    assert (chan["prefetch_count"], chan["consumer_count"]) == (7, 1)
+    (cons,) = admin.consumers()
+    assert (cons["queue"], cons["consumer_tag"], cons["prefetch_count"]) == ("work", "tag1", 7)
+    admin.delete_vhost("v2", now_ms=0)
+    assert [e for e in admin.drain_effects() if isinstance(e, CloseConnection)]
+    assert "v2" not in admin.vhosts()
+
+
+def test_update_queue_and_scheduled_admin_ops() -> None:
+    kit = Kit()
+    admin = kit.broker.admin
+    admin.declare_queue("/", "ring", arguments={"x-ring-size": 5})
+    assert admin.update_queue("/", "ring", {"x-ring-size": 2}, now_ms=0)["ring_size"] == 2
+    ch = kit.open()
+    kit.publish(ch, "ring", b"later", props=BasicProperties(headers={"x-delay": 60_000}))
+    (sched,) = admin.scheduled("/", "ring")
+    assert sched["body"] == b"later"
+    kit.consume(ch, "ring", "c", no_ack=True)
+    seen: list[object] = []
+    admin.emit = seen.extend
+    assert admin.deliver_scheduled_now("/", "ring", None, now_ms=kit.now) == 1
+    assert bodies([e for e in seen if isinstance(e, SendContent)]) == [b"later"]
