@@ -50,7 +50,7 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from ringmq.core.message import Message, SeqId
 
@@ -342,24 +342,38 @@ class Deduplicator(Generic[KeyT]):
         self.max_ids = max_ids
         self.duplicates = 0
         self._seen: dict[KeyT, OrderedDict[str, int]] = {}
+        self._windows: dict[KeyT, int] = {}
 
     def seen(self, scope: KeyT, message_id: str, now_ms: int) -> bool:
         """True if `message_id` was recorded in `scope` within the window (counts duplicates)."""
         ids = self._seen.get(scope)
         if ids is None:
             return False
-        self._trim(ids, now_ms)
+        self._trim(scope, ids, now_ms)
         if message_id in ids:
             self.duplicates += 1
             return True
         return False
 
-    def record(self, scope: KeyT, message_id: str, now_ms: int) -> None:
-        """Remember that `message_id` was accepted in `scope` at `now_ms`."""
+    def record(
+        self, scope: KeyT, message_id: str, now_ms: int, *, window_ms: int | None = None
+    ) -> None:
+        """Remember that `message_id` was accepted in `scope` at `now_ms`.
+
+        `window_ms` sets this scope's own window (default: the deduplicator's).
+        """
         ids = self._seen.setdefault(scope, OrderedDict())
+        if window_ms is not None:
+            self._windows[scope] = window_ms
         ids[message_id] = now_ms
         ids.move_to_end(message_id)
-        self._trim(ids, now_ms)
+        self._trim(scope, ids, now_ms)
+
+    def discard(self, scope: KeyT, message_id: str) -> None:
+        """Forget one id (its publish was refused after all, so a retry must get through)."""
+        ids = self._seen.get(scope)
+        if ids is not None:
+            ids.pop(message_id, None)
 
     def size(self, scope: KeyT) -> int:
         """Ids currently remembered in `scope`."""
@@ -369,9 +383,10 @@ class Deduplicator(Generic[KeyT]):
     def forget(self, scope: KeyT) -> None:
         """Drop a scope (its queue or exchange was deleted)."""
         self._seen.pop(scope, None)
+        self._windows.pop(scope, None)
 
-    def _trim(self, ids: OrderedDict[str, int], now_ms: int) -> None:
-        horizon = now_ms - self.window_ms
+    def _trim(self, scope: KeyT, ids: OrderedDict[str, int], now_ms: int) -> None:
+        horizon = now_ms - self._windows.get(scope, self.window_ms)
         while ids:
             oldest_id, at = next(iter(ids.items()))
             if at > horizon and len(ids) <= self.max_ids:
@@ -422,3 +437,76 @@ class EngineAdapter:
 
     def requeue(self, tags: list[SeqId], now_ms: int) -> None:
         self.engine.requeue(tags, now_ms, count_failure=False)
+
+
+DEDUP_WINDOW_ARG: Final = "x-message-deduplication-window-ms"
+"""Queue or exchange argument turning on de-duplication by `message_id` for that scope."""
+
+_Scope = tuple[str, str, str]
+QueueT = TypeVar("QueueT")
+
+
+class _Declared(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+
+
+def _window(arguments: dict[str, Any]) -> int | None:
+    w = arguments.get(DEDUP_WINDOW_ARG)
+    if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+        return w
+    return None
+
+
+class PublishDedup:
+    """The broker's publish-path hook for `x-message-deduplication-window-ms`.
+
+    An exchange declared with the argument drops a publish whose `message_id` it accepted within
+    the window (before routing: nothing is enqueued anywhere); a queue declared with it skips
+    just that queue. Duplicates are confirmed to the publisher like accepted messages (the
+    publisher's intent is already satisfied), never returned as unroutable.
+    """
+
+    def __init__(self, max_ids: int = DEFAULT_DEDUP_MAX_IDS) -> None:
+        self.ids: Deduplicator[_Scope] = Deduplicator(max_ids=max_ids)
+
+    def admit(
+        self,
+        vhost: str,
+        exchange: _Declared,
+        queues: Sequence[QueueT],
+        message_id: str,
+        now_ms: int,
+    ) -> Sequence[QueueT]:
+        """The queues that must get this message (empty: drop it as a duplicate)."""
+        ids = self.ids
+        xw = _window(exchange.arguments) if exchange.arguments else None
+        if xw is not None:
+            scope = ("exchange", vhost, exchange.name)
+            if ids.seen(scope, message_id, now_ms):
+                return ()
+            ids.record(scope, message_id, now_ms, window_ms=xw)
+        out: list[QueueT] | None = None
+        for i, q in enumerate(queues):
+            args = cast("_Declared", q).arguments
+            qw = _window(args) if args else None
+            if qw is None:
+                if out is not None:
+                    out.append(q)
+                continue
+            scope = ("queue", vhost, cast("_Declared", q).name)
+            if ids.seen(scope, message_id, now_ms):
+                if out is None:
+                    out = list(queues[:i])
+                continue
+            ids.record(scope, message_id, now_ms, window_ms=qw)
+            if out is not None:
+                out.append(q)
+        return queues if out is None else out
+
+    def refused(self, vhost: str, exchange: _Declared, queue: _Declared, message_id: str) -> None:
+        """A queue refused the publish (overflow): a retry with the same id must pass."""
+        self.ids.discard(("queue", vhost, queue.name), message_id)
+        self.ids.discard(("exchange", vhost, exchange.name), message_id)

@@ -297,3 +297,27 @@ def test_dedup_window_and_count() -> None:
     assert d.size("q") == 0
     with pytest.raises(ValueError, match="must be > 0"):
         Deduplicator(window_ms=0)
+
+
+class _Named:
+    def __init__(self, name: str, arguments: dict[str, object]) -> None:
+        self.name = name
+        self.arguments = arguments
+
+
+def test_publish_dedup_scopes_and_refusal() -> None:
+    from ringmq.core.reservations import DEDUP_WINDOW_ARG, PublishDedup
+
+    d = PublishDedup()
+    x = _Named("x", {})
+    dq = _Named("dq", {DEDUP_WINDOW_ARG: 100})
+    pq = _Named("pq", {})
+    assert d.admit("/", x, [pq, dq], "m1", 0) == [pq, dq]
+    assert d.admit("/", x, [pq, dq], "m1", 10) == [pq]  # only the dedup queue skips it
+    assert d.admit("/", x, [dq, pq], "m1", 200) == [dq, pq]  # window passed
+    d.refused("/", x, dq, "m1")  # dq refused it (overflow): a retry must pass
+    assert d.admit("/", x, [dq], "m1", 201) == [dq]
+    dx = _Named("dx", {DEDUP_WINDOW_ARG: 50})
+    assert d.admit("/", dx, [pq], "m2", 0) == [pq]
+    assert d.admit("/", dx, [pq], "m2", 1) == ()
+    assert d.admit("/", dx, [pq], "m2", 60) == [pq]

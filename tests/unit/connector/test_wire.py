@@ -112,3 +112,25 @@ def test_publisher_refused_on_missing_exchange(live_broker: BrokerThread) -> Non
 
     with Publisher(amqp) as pub, pytest.raises(PublishError, match="404"):
         pub.publish_many([("no-such-exchange", "k", b"\x00\x00", b"x")])
+
+
+def test_dedup_by_message_id_per_queue_and_exchange(live_broker: BrokerThread) -> None:
+    amqp, http = urls(live_broker)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", live_broker.port))
+    ch = conn.channel()
+    ch.queue_declare("dq", arguments={"x-message-deduplication-window-ms": 60_000})
+    ch.queue_declare("plain")
+    ch.exchange_declare("dx", "fanout", arguments={"x-message-deduplication-window-ms": 60_000})
+    ch.queue_declare("fq")
+    ch.queue_bind("fq", "dx")
+    conn.close()
+    ids = ["a", "b", "a", "c", "b"]
+    with Publisher(amqp) as pub:
+        for q in ("dq", "plain"):
+            pub.publish_many(("", q, _props(message_id=m), m.encode()) for m in ids)
+        pub.publish_many(("dx", "", _props(message_id=m), m.encode()) for m in ids)
+        pub.publish_many([("", "dq", b"\x00\x00", b"no-id"), ("", "dq", b"\x00\x00", b"no-id")])
+    with StreamClient(http) as c:
+        assert [r.body for r in c.browse_all("dq")] == [b"a", b"b", b"c", b"no-id", b"no-id"]
+        assert len(c.browse_all("plain")) == 5
+        assert [r.body for r in c.browse_all("fq")] == [b"a", b"b", b"c"]
