@@ -73,6 +73,7 @@ from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.queue import DeadLetter, PublishOutcome, Queue
+from ringmq.core.reservations import PublishDedup
 from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
 from ringmq.core.session import (
     ChannelMode,
@@ -159,6 +160,7 @@ class Broker:
         self._out: list[Effect] = []
         self._now_ms = 0
         self._reply_sessions: dict[str, tuple[Session, str]] = {}
+        self.dedup = PublishDedup()  # message_id de-duplication (core/reservations.py)
         self._admin: Admin | None = None
         # Artemis address-full BLOCK: queue id -> blocked conn ids, conn id -> blocking queue ids
         self._blocked_by: dict[int, tuple[QueueEntity, set[int]]] = {}
@@ -1063,6 +1065,11 @@ class Broker:
             queues: tuple[QueueEntity, ...] = ()
         else:
             queues = vh.route(x, rk, msg.headers)
+            if msg.message_id is not None and queues:
+                # x-message-deduplication-window-ms (core/reservations.py): drop duplicates.
+                queues = tuple(self.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
+                if not queues:
+                    return False, False
         if not queues:
             self.stats["unroutable"] += 1
             if mandatory and s is not None:
@@ -1088,6 +1095,8 @@ class Broker:
             engine = q.queue
             if engine.publish(msg, now_ms) is PublishOutcome.REJECTED:
                 refused = True
+                if msg.message_id is not None:
+                    self.dedup.refused(vh.name, x, q, msg.message_id)
             elif msg.persistent and q.durable:
                 stored = True
             dirty[id(q)] = q
