@@ -211,13 +211,32 @@ class Admin:
             "consumers": len(q.consumers),
             "ring_size": st.ring_size,
             "head_message_timestamp_ms": ready_msgs[0].timestamp_ms if ready_msgs else None,
-            "counters": stats,
+            "counters": {
+                "publish": c.added + c.overflow_rejected,
+                "deliver": q.deliver,
+                "deliver_no_ack": q.deliver_no_ack,
+                "get": q.get,
+                "get_no_ack": q.get_no_ack,
+                "get_empty": q.get_empty,
+                "redeliver": c.redelivered,
+                "ack": c.acknowledged,
+                "ring_evicted": c.ring_evicted,
+                "lvq_replaced": c.lvq_replaced,
+                "overflow_rejected": c.overflow_rejected,
+                "expired": c.expired,
+                "dead_lettered": dict(c.dead_lettered),
+            },
+            "engine_stats": stats,
             "exclusive_owner": owner,
             "state": "running",
         }
 
     def queues(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        """Snapshots of every queue (of one vhost), sorted by vhost and name."""
+        """Snapshots of every queue (of one vhost), sorted by vhost and name.
+
+        Keys are the management port's `QueueInfo` fields; "counters" has its `QueueCounters`
+        fields; "engine_stats" is the engine's full `Queue.stats()` (extra).
+        """
         out: list[dict[str, Any]] = []
         for vh in sorted(self.broker.vhosts.values(), key=lambda v: v.name):
             if vhost is not None and vh.name != vhost:

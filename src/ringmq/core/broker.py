@@ -1192,8 +1192,13 @@ class Broker:
         d = q.queue.fetch(now_ms, ack_required=not m.no_ack)
         self._mark(q)
         if d is None:
+            q.get_empty += 1
             self._reply(s, spec.BasicGetEmpty())
             return
+        if m.no_ack:
+            q.get_no_ack += 1
+        else:
+            q.get += 1
         msg = d.message
         tag = s.next_untracked_tag() if m.no_ack else s.track(Unacked(q, d.seq, None))
         self.stats["delivered"] += 1
@@ -1385,6 +1390,7 @@ class Broker:
         append = self._out.append
         deliver = spec.BasicDeliver
         budget = DISPATCH_BATCH
+        no_ack_count = 0
         while engine.ready_count:
             if not budget:
                 self._backlog[id(q)] = q
@@ -1400,6 +1406,7 @@ class Broker:
             if no_ack:
                 tag = s.next_tag
                 s.next_tag = tag + 1
+                no_ack_count += 1
             else:
                 tag = s.track(Unacked(q, d.seq, c))
             msg = d.message
@@ -1415,6 +1422,8 @@ class Broker:
         delivered = DISPATCH_BATCH - budget
         if delivered:
             self.stats["delivered"] += delivered
+            q.deliver += delivered - no_ack_count
+            q.deliver_no_ack += no_ack_count
 
     def _dispatch_browse(self, q: QueueEntity, now_ms: int) -> None:
         # Non-destructive queues: every consumer reads the whole queue through its own cursor.

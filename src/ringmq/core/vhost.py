@@ -55,6 +55,8 @@ class QueueEntity:
         last_used_ms: last declare/consume/get/cancel time (for `x-expires`).
         had_consumer: auto-delete happens only after a first consumer came and went.
         deleted: set when the queue is gone (late acks become no-ops).
+        deliver, deliver_no_ack, get, get_no_ack, get_empty: AMQP-level delivery totals
+            (RabbitMQ's message_stats); the engine counts the rest.
     """
 
     name: str
@@ -69,6 +71,11 @@ class QueueEntity:
     last_used_ms: int = 0
     had_consumer: bool = False
     deleted: bool = False
+    deliver: int = 0
+    deliver_no_ack: int = 0
+    get: int = 0
+    get_no_ack: int = 0
+    get_empty: int = 0
 
     def expires_at_ms(self) -> int | None:
         """When an unused queue expires (`x-expires`), or None."""

@@ -138,3 +138,18 @@ def test_update_queue_and_scheduled_admin_ops() -> None:
     admin.emit = seen.extend
     assert admin.deliver_scheduled_now("/", "ring", None, now_ms=kit.now) == 1
     assert bodies([e for e in seen if isinstance(e, SendContent)]) == [b"later"]
+
+
+def test_queue_counters_follow_rabbitmq_message_stats() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q")
+    for _ in range(3):
+        kit.publish(ch, "q")
+    kit.call(ch, spec.BasicGet(queue="q", no_ack=True))
+    kit.call(ch, spec.BasicGet(queue="q"))
+    kit.consume(ch, "q", "c")
+    kit.call(ch, spec.BasicGet(queue="q"))
+    counters = kit.broker.admin.queue("/", "q")["counters"]
+    assert (counters["publish"], counters["get_no_ack"], counters["get"]) == (3, 1, 1)
+    assert (counters["deliver"], counters["get_empty"]) == (1, 1)
