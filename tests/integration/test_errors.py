@@ -124,7 +124,7 @@ def _shortstr(s: str) -> bytes:
 
 
 def _read_frames(sock: socket.socket, limit: int = 20) -> list[tuple[int, int, bytes]]:
-    """Read frames until EOF (or `limit` frames); returns (type, channel, payload)."""
+    """Read frames until Connection.Close (answered with Close-Ok, then EOF expected) or EOF."""
     buf = b""
     frames: list[tuple[int, int, bytes]] = []
     sock.settimeout(5)
@@ -142,6 +142,14 @@ def _read_frames(sock: socket.socket, limit: int = 20) -> list[tuple[int, int, b
                 break
             frames.append((ftype, ch, buf[7 : 7 + size]))
             buf = buf[8 + size :]
+        if _close_code(frames) is not None:
+            # answer like a client; the server then closes the socket
+            sock.sendall(_frame(1, 0, struct.pack(">HH", 10, 51)))
+            try:
+                assert sock.recv(65536) == b""
+            except ConnectionResetError:
+                pass
+            break
     return frames
 
 
