@@ -371,6 +371,7 @@ class Admin:
         q.arguments = args
         q.settings = new
         q.queue.update_settings(new, now_ms)
+        self.broker._track_timers(q)
         self.broker._mark(q)
         self._end(now_ms)
         return self._queue_info(q)
@@ -700,6 +701,7 @@ class Admin:
             if new != q.settings:
                 q.settings = new
                 q.queue.update_settings(new, now_ms)
+                self.broker._track_timers(q)
                 self.broker._mark(q)
         vh.invalidate()
         self._end(now_ms)

@@ -165,6 +165,8 @@ class Broker:
         # Artemis address-full BLOCK: queue id -> blocked conn ids, conn id -> blocking queue ids
         self._blocked_by: dict[int, tuple[QueueEntity, set[int]]] = {}
         self._blocking: dict[int, set[int]] = {}
+        self._timed: dict[int, QueueEntity] = {}
+        self._holding: dict[int, tuple[VHost, Exchange]] = {}
         self.max_message_size = config.max_message_size
         self.stats: dict[str, int] = {
             "published": 0,
@@ -691,6 +693,8 @@ class Broker:
         )
         vh.queues[name] = q
         vh.invalidate()
+        if settings.message_ttl_ms is not None or settings.expires_ms is not None:
+            self._track_timers(q)
         if exclusive_owner is not None:
             conn = self.conns.get(exclusive_owner)
             if conn is not None:
@@ -1057,6 +1061,7 @@ class Broker:
             delay = (msg.headers or {}).get("x-delay")
             if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
                 x.hold(msg, now_ms + delay)
+                self._holding[id(x)] = (vh, x)
                 return False, False
         rk = msg.routing_key
         if x.name == "" and rk.startswith(_REPLY_TO_PREFIX):
@@ -1093,8 +1098,11 @@ class Broker:
         dirty = self._dirty
         for q in queues:
             engine = q.queue
-            if engine.publish(msg, now_ms) is PublishOutcome.REJECTED:
+            outcome = engine.publish(msg, now_ms)
+            if outcome is PublishOutcome.REJECTED:
                 refused = True
+            elif outcome is PublishOutcome.SCHEDULED or msg.expiration_ms is not None:
+                self._timed[id(q)] = q
                 if msg.message_id is not None:
                     self.dedup.refused(vh.name, x, q, msg.message_id)
             elif msg.persistent and q.durable:
@@ -1542,12 +1550,21 @@ class Broker:
             ):
                 continue
             if not target.deleted:
-                target.queue.publish(new, now_ms)
+                if target.queue.publish(new, now_ms) is PublishOutcome.SCHEDULED:
+                    self._timed[id(target)] = target
                 self._dirty[id(target)] = target
 
     # ================================================================== timers
+    def _track_timers(self, q: QueueEntity) -> None:
+        """Remember a queue that may have timer work (TTL, x-expires, scheduled messages)."""
+        self._timed[id(q)] = q
+
     def tick(self, now_ms: int) -> list[Effect]:
-        """Run timers: queue TTLs, `x-expires`, delayed exchanges, and pending dispatch."""
+        """Run timers: queue TTLs, `x-expires`, delayed exchanges, and pending dispatch.
+
+        Only queues that ever had timer work (`_timed`) and exchanges holding delayed messages
+        are visited, so a broker with many plain queues ticks in O(timed).
+        """
         out: list[Effect] = []
         self._out = out
         self._now_ms = now_ms
@@ -1555,20 +1572,27 @@ class Broker:
             for q in self._backlog.values():
                 self._mark(q)
             self._backlog.clear()
-        for vh in list(self.vhosts.values()):
-            for q in list(vh.queues.values()):
-                deadline = q.queue.next_deadline_ms()
-                if deadline is not None and deadline <= now_ms:
-                    q.queue.tick(now_ms)
-                    self._mark(q)
-                expires = q.expires_at_ms()
-                if expires is not None and expires <= now_ms:
+        for key, q in list(self._timed.items()):
+            if q.deleted:
+                del self._timed[key]
+                continue
+            deadline = q.queue.next_deadline_ms()
+            if deadline is not None and deadline <= now_ms:
+                q.queue.tick(now_ms)
+                self._mark(q)
+            expires = q.expires_at_ms()
+            if expires is not None and expires <= now_ms:
+                vh = self.vhosts.get(q.vhost)
+                if vh is not None:
                     self._delete_queue(vh, q, now_ms)
-            for x in list(vh.exchanges.values()):
-                due = x.next_due_ms()
-                if due is not None and due <= now_ms:
-                    for msg in x.pop_due(now_ms):
-                        self._route_publish(vh, x, _undelayed(msg), False, None, now_ms)
+        for key, (vh, x) in list(self._holding.items()):
+            due = x.next_due_ms()
+            if due is None or vh.exchanges.get(x.name) is not x:
+                del self._holding[key]
+                continue
+            if due <= now_ms:
+                for msg in x.pop_due(now_ms):
+                    self._route_publish(vh, x, _undelayed(msg), False, None, now_ms)
         self._flush(now_ms)
         return out
 
@@ -1577,15 +1601,14 @@ class Broker:
         if self._backlog or self._dirty:
             return self._now_ms
         best: int | None = None
-        for vh in self.vhosts.values():
-            for q in vh.queues.values():
-                for t in (q.queue.next_deadline_ms(), q.expires_at_ms()):
-                    if t is not None and (best is None or t < best):
-                        best = t
-            for x in vh.exchanges.values():
-                t = x.next_due_ms()
+        for q in self._timed.values():
+            for t in (q.queue.next_deadline_ms(), q.expires_at_ms()):
                 if t is not None and (best is None or t < best):
                     best = t
+        for _vh, x in self._holding.values():
+            t = x.next_due_ms()
+            if t is not None and (best is None or t < best):
+                best = t
         return best
 
 
