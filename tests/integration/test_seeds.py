@@ -40,7 +40,7 @@ def counts(b: BrokerThread, queue: str) -> dict[str, int]:
 
 
 def get_all(ch: BlockingChannel, queue: str) -> list[tuple[bytes, bool]]:
-    out = []
+    out: list[tuple[bytes, bool]] = []
     while True:
         m, _, body = ch.basic_get(queue, auto_ack=True)
         if m is None:
@@ -71,7 +71,12 @@ def test_ring_in_delivery_overshoots_then_rollback_keeps_bcd(broker: BrokerThrea
         )
         for n, body in enumerate((b"A", b"B", b"C", b"D"), start=1):
             ch.basic_publish("", "foo", body)
-            wait_until(lambda n=n: conn.process_data_events(0) or len(delivered) == n)
+
+            def arrived(n: int = n) -> bool:
+                conn.process_data_events(0)
+                return len(delivered) == n
+
+            wait_until(arrived)
             # in-delivery messages cannot be removed: the ring overshoots
             assert counts(broker, "foo") | {"ready": 0} == {
                 "messageCount": n,
