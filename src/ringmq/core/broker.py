@@ -103,6 +103,32 @@ _EXCLUSIVE_LOCKED: Final = (
     "original declaration."
 )
 
+_EQUIVALENCE_ARGS: Final = frozenset(
+    {
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-overflow",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-delivery-limit",
+        "x-ring-size",
+        "x-last-value-key",
+        "x-last-value",
+        "x-non-destructive",
+        "qpid.max_count",
+        "qpid.max_size",
+        "qpid.policy_type",
+        "qpid.last_value_queue_key",
+        "qpid.last_value_queue",
+    }
+)
+"""Queue arguments compared on redeclare (RabbitMQ compares only those with semantics)."""
+
 _Handler = Callable[[Session, Any, RawContent | None, int], None]
 
 
@@ -784,8 +810,12 @@ class Broker:
         if m.auto_delete != q.auto_delete:
             raise fail("auto_delete", f"'{_flag(m.auto_delete)}'", f"'{_flag(q.auto_delete)}'")
         if args != q.arguments:
-            for key in sorted(set(args) | set(q.arguments)):
-                if args.get(key) != q.arguments.get(key):
+            # As RabbitMQ: only arguments with semantics are compared; others may differ.
+            for key in sorted((set(args) | set(q.arguments)) & _EQUIVALENCE_ARGS):
+                got, cur = args.get(key), q.arguments.get(key)
+                if key == "x-queue-type":
+                    got, cur = got or "classic", cur or "classic"
+                if got != cur:
                     raise fail(key, _fmt_value(args.get(key)), _fmt_value(q.arguments.get(key)))
 
     def _queue_bind(

@@ -159,3 +159,13 @@ def test_unacked_from_a_deleted_queue_can_still_be_acked() -> None:
     (got,) = delivered(kit.call(ch, spec.BasicGet(queue="gone")))
     kit.call(ch, spec.QueueDelete(queue="gone"))
     assert kit.call(ch, spec.BasicAck(delivery_tag=got.method.delivery_tag)) == []
+
+
+def test_redeclare_ignores_arguments_without_semantics_like_rabbitmq() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q", arguments={"x-app-tag": "a"})
+    kit.declare(ch, "q", arguments={"x-app-tag": "b", "x-queue-type": "classic"})
+    err = kit.error(ch, spec.QueueDeclare(queue="q", arguments={"x-queue-type": "quorum"}))
+    assert err.code is ReplyCode.PRECONDITION_FAILED
+    assert "inequivalent arg 'x-queue-type'" in err.explanation
