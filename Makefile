@@ -33,3 +33,8 @@ bench: $(STAMP)  # BENCH_ARGS="--quick --rounds 1 --scenarios a,g" etc. (see doc
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+.PHONY: pipeline
+pipeline: $(STAMP)  # Spark example: ticks -> ring queue -> windowed aggregates -> LVQ dashboard
+	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[spark]'
+	$(BIN)/python examples/stock_pipeline.py $(PIPELINE_ARGS)
