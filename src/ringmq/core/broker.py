@@ -1131,12 +1131,13 @@ class Broker:
             outcome = engine.publish(msg, now_ms)
             if outcome is PublishOutcome.REJECTED:
                 refused = True
-            elif outcome is PublishOutcome.SCHEDULED or msg.expiration_ms is not None:
-                self._timed[id(q)] = q
                 if msg.message_id is not None:
                     self.dedup.refused(vh.name, x, q, msg.message_id)
-            elif msg.persistent and q.durable:
-                stored = True
+            else:
+                if outcome is PublishOutcome.SCHEDULED or msg.expiration_ms is not None:
+                    self._timed[id(q)] = q
+                if msg.persistent and q.durable:
+                    stored = True
             dirty[id(q)] = q
             limit = q.settings.limit
             if (
