@@ -192,6 +192,7 @@ class Broker:
         self._blocked_by: dict[int, tuple[QueueEntity, set[int]]] = {}
         self._blocking: dict[int, set[int]] = {}
         self._timed: dict[int, QueueEntity] = {}
+        self._unconfirmed: list[tuple[int, int, int]] = []
         self._holding: dict[int, tuple[VHost, Exchange]] = {}
         self.max_message_size = config.max_message_size
         self.stats: dict[str, int] = {
@@ -1074,6 +1075,7 @@ class Broker:
                 self._send_confirms(s, [], nack=seq)
             elif stored and self.config.delay_persistent_confirms:
                 s.confirm_held.add(seq)
+                self._unconfirmed.append((s.conn_id, s.channel, seq))
             else:
                 self._send_confirms(s, [seq])
 
@@ -1205,6 +1207,16 @@ class Broker:
             out.append(
                 SendMethod(s.conn_id, s.channel, spec.BasicAck(delivery_tag=tag, multiple=multiple))
             )
+
+    def drain_unconfirmed(self) -> list[tuple[int, int, int]]:
+        """Storage hook: (conn_id, channel, publish seq) of confirms held since the last call.
+
+        With `BrokerConfig.delay_persistent_confirms`, a persistent message that reached a
+        durable queue is not confirmed at once. The server drains this list after each batch,
+        waits for the group-commit fsync covering that batch, then calls `confirm_stored`.
+        """
+        out, self._unconfirmed = self._unconfirmed, []
+        return out
 
     def confirm_stored(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
         """Storage hook: the publishes `seqs` of a confirm channel are durable; ack them.

@@ -396,6 +396,8 @@ def test_delayed_confirms_coalesce_when_storage_catches_up() -> None:
     persistent = BasicProperties(delivery_mode=2)
     for _ in range(3):
         assert of_type(k.publish(ch, "d", props=persistent), spec.BasicAck) == []
+    assert k.broker.drain_unconfirmed() == [(*ch, 1), (*ch, 2), (*ch, 3)]
+    assert k.broker.drain_unconfirmed() == []
     out = k.broker.confirm_stored(ch[0], ch[1], [1, 2, 3])
     assert of_type(out, spec.BasicAck) == [spec.BasicAck(delivery_tag=3, multiple=True)]
     assert of_type(k.publish(ch, "d"), spec.BasicAck) == [spec.BasicAck(delivery_tag=4)]
