@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
             rnd = iter(range(args.rounds))
 
-            def stream(size: int = size) -> None:
+            def stream(size: int = size, rnd: Any = rnd) -> None:
                 r = next(rnd)
                 query = (
                     spark.readStream.format("ringmq")
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             wq = f"bench-out-{size}"
             ch.queue_declare(wq)
 
-            def write() -> None:
+            def write(rows: Any = rows, wq: str = wq) -> None:
                 rows.write.format("ringmq").options(url=amqp, routingKey=wq).mode("append").save()
 
             results.append((size, "Spark -> ringmq (write)", n / timed(write, args.rounds)))
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             parquet = str(work / f"rows-{size}.parquet")
             rows.write.mode("overwrite").parquet(parquet)
 
-            def ceiling() -> None:
+            def ceiling(parquet: str = parquet) -> None:
                 spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()
 
             results.append((size, "Parquet -> Spark (ceiling)", n / timed(ceiling, args.rounds)))
