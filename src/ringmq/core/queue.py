@@ -1164,6 +1164,18 @@ class Queue:
             out.extend(e.seq for e in lane.entries())
         return out
 
+    def ready_view(self) -> list[Delivery]:
+        """Waiting messages in delivery order as `Delivery` values (delivery_count: so far).
+
+        O(n); for tests, management "get messages" previews and debugging.
+        """
+        out: list[Delivery] = []
+        for lane in reversed(self._lanes):
+            for e in lane.entries():
+                msg = e.msg if e.msg is not None else self._store.peek(self.name, e.seq)
+                out.append(Delivery(e.seq, msg, e.redelivered, e.deliveries))
+        return out
+
     def unacked_seqs(self) -> list[SeqId]:
         """Unacked seqs in delivery order."""
         return list(self._unacked)
