@@ -518,9 +518,7 @@ class Broker:
         vh = self._vhost(s)
         name = m.exchange
         if m.passive:
-            if name == "":
-                pass
-            else:
+            if name:  # the default exchange always exists
                 self._get_exchange(vh, name)
             if not m.no_wait:
                 self._reply(s, spec.ExchangeDeclareOk())

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ringmq.amqp import spec
 from ringmq.core.routing import (
     DirectTable,
     FanoutTable,
@@ -13,6 +14,7 @@ from ringmq.core.routing import (
     TopicTable,
     parse_x_match,
 )
+from tests.unit.core.test_broker_kit import Kit
 
 
 def _model_match(pattern: list[str], words: list[str]) -> bool:
@@ -116,3 +118,47 @@ def test_headers_matching(args: dict[str, object], headers: dict[str, object], h
 def test_bad_x_match_is_refused() -> None:
     with pytest.raises(ValueError, match="x-match"):
         parse_x_match({"x-match": "some"})
+
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["bind", "unbind", "publish", "delete_queue"]),
+        st.sampled_from(["q0", "q1", "q2"]),
+        st.sampled_from(["a.b", "a.*", "#", "a.#", "*.b", "c"]),
+        st.sampled_from(["a.b", "a", "c", "a.b.c", "x.b"]),
+    ),
+    max_size=30,
+)
+
+
+@given(ops=_ops)
+def test_route_cache_follows_binding_changes(ops: list[tuple[str, str, str, str]]) -> None:
+    """Publishes through the broker's cached routes agree with a fresh match every time."""
+    kit = Kit()
+    ch = kit.open()
+    bound: set[tuple[str, str]] = set()
+    expected: dict[str, int] = {}
+    for q in ("q0", "q1", "q2"):
+        kit.declare(ch, q)
+        expected[q] = 0
+    for op, q, pattern, key in ops:
+        if op == "bind":
+            if q not in expected:
+                kit.declare(ch, q)
+                expected[q] = 0
+            kit.call(ch, spec.QueueBind(queue=q, exchange="amq.topic", routing_key=pattern))
+            bound.add((q, pattern))
+        elif op == "unbind" and q in expected:
+            kit.call(ch, spec.QueueUnbind(queue=q, exchange="amq.topic", routing_key=pattern))
+            bound.discard((q, pattern))
+        elif op == "delete_queue" and q in expected:
+            kit.call(ch, spec.QueueDelete(queue=q))
+            del expected[q]
+            bound = {b for b in bound if b[0] != q}
+        elif op == "publish":
+            kit.publish(ch, key, exchange="amq.topic")
+            hit = {bq for bq, p in bound if _model_match(p.split("."), key.split("."))}
+            for bq in hit:
+                expected[bq] += 1
+    queues = kit.broker.vhosts["/"].queues
+    assert {name: queues[name].queue.ready_count for name in expected} == expected
