@@ -73,6 +73,9 @@ _SETTING_KEYS: Final = {
 }
 
 
+_OVERRIDE_FIELDS: Final = {"message-ttl": "message_ttl_ms", "expires": "expires_ms"}
+
+
 def _properties_dict(props: BasicProperties) -> dict[str, Any]:
     return {
         f.name: getattr(props, f.name) for f in fields(props) if getattr(props, f.name) is not None
@@ -238,7 +241,7 @@ class CoreAdmin:
             exclusive=owner is not None,
             arguments=dict(q.arguments),
             policy=q.settings.policy_name,
-            effective_settings=_settings_dict(q.settings),
+            effective_settings=self._effective(q),
             messages_ready=c.ready,
             messages_unacknowledged=c.unacked,
             messages_scheduled=c.scheduled,
@@ -262,6 +265,19 @@ class CoreAdmin:
             ),
             exclusive_owner=str(owner) if owner is not None else None,
         )
+
+    def _effective(self, q: QueueEntity) -> dict[str, Any]:
+        out = _settings_dict(q.settings)
+        extra = self._overrides.get((q.vhost, q.name))
+        if extra:
+            # Runtime overrides reach the resolver as policy keys; show where they came from.
+            sources = out.setdefault("sources", {})
+            for key in extra:
+                field_name = _OVERRIDE_FIELDS.get(key, key.replace("-", "_"))
+                if field_name in sources:
+                    sources[field_name] = "runtime"
+            out["runtime_overrides"] = dict(extra)
+        return out
 
     def queues(self, vhost: str | None = None) -> list[QueueInfo]:
         out: list[QueueInfo] = []
