@@ -610,8 +610,9 @@ class BrokerServer:
                 log.exception("broker tick failed")
 
     def _sweep_period_s(self) -> float:
-        hb = self.options.config.limits.heartbeat_s
-        return min(1.0, hb / 2) if hb > 0 else 1.0
+        # A client may negotiate heartbeats as short as 1 s; sending is due after half an
+        # interval, so sweep twice a second whenever heartbeats can be on at all.
+        return 0.5 if self.options.config.limits.heartbeat_s > 0 else 1.0
 
     def _arm_sweep(self) -> None:
         assert self._loop is not None
