@@ -1421,6 +1421,9 @@ class Broker:
             _, q = dirty.popitem()
             if q.deleted:
                 continue
+            st = q.settings
+            if st.message_ttl_ms is not None or st.expires_ms is not None:
+                self._timed[id(q)] = q
             if q.consumers:
                 if q.settings.non_destructive:
                     self._dispatch_browse(q, now_ms)
@@ -1599,6 +1602,19 @@ class Broker:
     def _track_timers(self, q: QueueEntity) -> None:
         """Remember a queue that may have timer work (TTL, x-expires, scheduled messages)."""
         self._timed[id(q)] = q
+
+    def settings_changed(self, q: QueueEntity, now_ms: int) -> list[Effect]:
+        """Call after changing `q.settings` (and `q.queue.update_settings`) from outside.
+
+        Registers the queue's timers (TTL, x-expires) and dispatches what became deliverable.
+        """
+        out: list[Effect] = []
+        self._out = out
+        self._now_ms = now_ms
+        self._track_timers(q)
+        self._mark(q)
+        self._flush(now_ms)
+        return out
 
     def tick(self, now_ms: int) -> list[Effect]:
         """Run timers: queue TTLs, `x-expires`, delayed exchanges, and pending dispatch.
