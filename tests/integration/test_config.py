@@ -309,9 +309,13 @@ def test_ringmq_serve_cli_and_sigterm(tmp_path: Path) -> None:
         ch.queue_declare("cli")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as exc:
+
+        def drain_until_closed() -> None:
             for _ in range(100):
                 conn.process_data_events(0.05)
+
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as exc:
+            drain_until_closed()
         assert exc.value.reply_code == 320
     finally:
         if proc.poll() is None:
