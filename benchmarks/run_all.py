@@ -45,6 +45,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default=",".join(sc.SCENARIOS), help="e.g. a,b,g")
     parser.add_argument("--timeout", type=float, default=0.0, help="seconds per run (0: auto)")
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
+    parser.add_argument(
+        "--report", type=Path, default=None, help="print the table of a --json file and exit"
+    )
     args = parser.parse_args(argv)
     keys = [k.strip() for k in args.scenarios.split(",") if k.strip()]
     unknown = [k for k in keys if k not in sc.SCENARIOS]
@@ -104,6 +107,14 @@ def _table(results: list[dict[str, Any]], names: list[str], keys: list[str]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    if args.report:
+        saved = json.loads(args.report.read_text())
+        runs, meta = saved["runs"], saved["meta"]
+        names = list(dict.fromkeys(r["broker"] for r in runs))
+        keys = list(dict.fromkeys(r["scenario"] for r in runs))
+        print(f"{meta['date']}, {meta['mode']} mode, medians over {meta['rounds']} round(s)")
+        print(_table(runs, names, keys))
+        return 0
     targets: list[brokers.BrokerTarget] = []
     started: brokers.RingmqProcess | None = None
     try:
