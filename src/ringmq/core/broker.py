@@ -1424,12 +1424,13 @@ class Broker:
             st = q.settings
             if st.message_ttl_ms is not None or st.expires_ms is not None:
                 self._timed[id(q)] = q
-            if q.consumers:
-                if q.settings.non_destructive:
+            if q.consumers.all:
+                if st.non_destructive:
                     self._dispatch_browse(q, now_ms)
                 else:
                     self._dispatch(q, now_ms)
-            self._drain_dead_letters(q, now_ms)
+            if st.dead_letter_exchange is not None:  # the engine dead-letters only with a DLX
+                self._drain_dead_letters(q, now_ms)
             if self._blocked_by and id(q) in self._blocked_by:
                 self._maybe_unblock(q)
 

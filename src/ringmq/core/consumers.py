@@ -115,8 +115,9 @@ class ConsumerSet:
 
     def pick(self) -> Consumer | None:
         """The consumer that should get the next message, or None when nobody can take one."""
-        if self.single_active:
-            first = self.all[0] if self.all else None
+        everyone = self.all
+        if self.single_active or len(everyone) == 1:
+            first = everyone[0] if everyone else None
             return first if first is not None and first.has_capacity() else None
         for prio, members in self._groups:
             n = len(members)
