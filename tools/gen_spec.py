@@ -253,7 +253,6 @@ def generate(methods: list[Meth]) -> str:
         d.append("")
         d.append("")
         d.append(f"def {fn}(buf: Buffer, off: int) -> tuple[{m.pyname}, int]:")
-        names: list[str] = []
         for kind, seg in segs:
             if kind == "fixed":
                 assert isinstance(seg, list)
@@ -273,14 +272,24 @@ def generate(methods: list[Meth]) -> str:
                             d.append(f"    {b.name} = bool(_bits{gi} & {1 << i})")
             else:
                 assert isinstance(seg, Field)
-                dec = {
-                    "shortstr": "_dec_shortstr",
-                    "longstr": "_dec_longstr",
-                    "table": "decode_table",
-                }[seg.domain]
+                if seg.domain == "shortstr":
+                    # Inlined: the hot methods (publish, consume, declare) are shortstr-heavy.
+                    d.append("    end = off + 1 + buf[off]")
+                    d.append("    if end > len(buf):")
+                    d.append('        raise struct.error("truncated shortstr")')
+                    d.append(f'    {seg.name} = str(buf[off + 1 : end], "utf-8")')
+                    d.append("    off = end")
+                    continue
+                dec = {"longstr": "_dec_longstr", "table": "decode_table"}[seg.domain]
                 d.append(f"    {seg.name}, off = {dec}(buf, off)")
-        names = [f.name for f in m.fields]
-        d.append(f"    return {m.pyname}({', '.join(names)}), off")
+        if not m.fields:
+            d.append(f"    return _new({m.pyname}), off")
+        else:
+            # Bypass the frozen __init__ (one object.__setattr__ per field): set the slots
+            # through their descriptors, about twice as fast for a 5-field method.
+            d.append(f"    obj = _new({m.pyname})")
+            d.extend(f"    _set_{m.snake}_{f.name}(obj, {f.name})" for f in m.fields)
+            d.append("    return obj, off")
         decoders.extend(d)
 
     heads = [
@@ -299,6 +308,12 @@ def generate(methods: list[Meth]) -> str:
     lines += heads
     lines += [PRELUDE.rstrip("\n")]
     lines += body
+    lines.append("")
+    lines.append("")
+    lines.append("_new = object.__new__")
+    for m in methods:
+        for f in m.fields:
+            lines.append(f"_set_{m.snake}_{f.name} = vars({m.pyname})[{f.name!r}].__set__")
     lines += decoders
     lines.append("")
     lines.append("")
@@ -388,14 +403,6 @@ def _enc_shortstr(value: str, where: str) -> bytes:
 
 def _enc_longstr(value: bytes) -> bytes:
     return _S_L.pack(len(value)) + value
-
-
-def _dec_shortstr(buf: Buffer, off: int) -> tuple[str, int]:
-    n = buf[off]
-    end = off + 1 + n
-    if end > len(buf):
-        raise struct.error("truncated shortstr")
-    return str(buf[off + 1 : end], "utf-8"), end
 
 
 def _dec_longstr(buf: Buffer, off: int) -> tuple[bytes, int]:

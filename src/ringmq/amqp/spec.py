@@ -108,14 +108,6 @@ def _enc_longstr(value: bytes) -> bytes:
     return _S_L.pack(len(value)) + value
 
 
-def _dec_shortstr(buf: Buffer, off: int) -> tuple[str, int]:
-    n = buf[off]
-    end = off + 1 + n
-    if end > len(buf):
-        raise struct.error("truncated shortstr")
-    return str(buf[off + 1 : end], "utf-8"), end
-
-
 def _dec_longstr(buf: Buffer, off: int) -> tuple[bytes, int]:
     (n,) = _S_L.unpack_from(buf, off)
     end = off + 4 + n
@@ -1715,137 +1707,379 @@ class TxRollbackOk(Method):
         return _HEAD_TXROLLBACKOK
 
 
+_new = object.__new__
+_set_connection_start_version_major = vars(ConnectionStart)["version_major"].__set__
+_set_connection_start_version_minor = vars(ConnectionStart)["version_minor"].__set__
+_set_connection_start_server_properties = vars(ConnectionStart)["server_properties"].__set__
+_set_connection_start_mechanisms = vars(ConnectionStart)["mechanisms"].__set__
+_set_connection_start_locales = vars(ConnectionStart)["locales"].__set__
+_set_connection_start_ok_client_properties = vars(ConnectionStartOk)["client_properties"].__set__
+_set_connection_start_ok_mechanism = vars(ConnectionStartOk)["mechanism"].__set__
+_set_connection_start_ok_response = vars(ConnectionStartOk)["response"].__set__
+_set_connection_start_ok_locale = vars(ConnectionStartOk)["locale"].__set__
+_set_connection_secure_challenge = vars(ConnectionSecure)["challenge"].__set__
+_set_connection_secure_ok_response = vars(ConnectionSecureOk)["response"].__set__
+_set_connection_tune_channel_max = vars(ConnectionTune)["channel_max"].__set__
+_set_connection_tune_frame_max = vars(ConnectionTune)["frame_max"].__set__
+_set_connection_tune_heartbeat = vars(ConnectionTune)["heartbeat"].__set__
+_set_connection_tune_ok_channel_max = vars(ConnectionTuneOk)["channel_max"].__set__
+_set_connection_tune_ok_frame_max = vars(ConnectionTuneOk)["frame_max"].__set__
+_set_connection_tune_ok_heartbeat = vars(ConnectionTuneOk)["heartbeat"].__set__
+_set_connection_open_virtual_host = vars(ConnectionOpen)["virtual_host"].__set__
+_set_connection_open_reserved_1 = vars(ConnectionOpen)["reserved_1"].__set__
+_set_connection_open_reserved_2 = vars(ConnectionOpen)["reserved_2"].__set__
+_set_connection_open_ok_reserved_1 = vars(ConnectionOpenOk)["reserved_1"].__set__
+_set_connection_close_reply_code = vars(ConnectionClose)["reply_code"].__set__
+_set_connection_close_reply_text = vars(ConnectionClose)["reply_text"].__set__
+_set_connection_close_class_id = vars(ConnectionClose)["class_id"].__set__
+_set_connection_close_method_id = vars(ConnectionClose)["method_id"].__set__
+_set_connection_blocked_reason = vars(ConnectionBlocked)["reason"].__set__
+_set_connection_update_secret_new_secret = vars(ConnectionUpdateSecret)["new_secret"].__set__
+_set_connection_update_secret_reason = vars(ConnectionUpdateSecret)["reason"].__set__
+_set_channel_open_reserved_1 = vars(ChannelOpen)["reserved_1"].__set__
+_set_channel_open_ok_reserved_1 = vars(ChannelOpenOk)["reserved_1"].__set__
+_set_channel_flow_active = vars(ChannelFlow)["active"].__set__
+_set_channel_flow_ok_active = vars(ChannelFlowOk)["active"].__set__
+_set_channel_close_reply_code = vars(ChannelClose)["reply_code"].__set__
+_set_channel_close_reply_text = vars(ChannelClose)["reply_text"].__set__
+_set_channel_close_class_id = vars(ChannelClose)["class_id"].__set__
+_set_channel_close_method_id = vars(ChannelClose)["method_id"].__set__
+_set_exchange_declare_reserved_1 = vars(ExchangeDeclare)["reserved_1"].__set__
+_set_exchange_declare_exchange = vars(ExchangeDeclare)["exchange"].__set__
+_set_exchange_declare_type = vars(ExchangeDeclare)["type"].__set__
+_set_exchange_declare_passive = vars(ExchangeDeclare)["passive"].__set__
+_set_exchange_declare_durable = vars(ExchangeDeclare)["durable"].__set__
+_set_exchange_declare_auto_delete = vars(ExchangeDeclare)["auto_delete"].__set__
+_set_exchange_declare_internal = vars(ExchangeDeclare)["internal"].__set__
+_set_exchange_declare_no_wait = vars(ExchangeDeclare)["no_wait"].__set__
+_set_exchange_declare_arguments = vars(ExchangeDeclare)["arguments"].__set__
+_set_exchange_delete_reserved_1 = vars(ExchangeDelete)["reserved_1"].__set__
+_set_exchange_delete_exchange = vars(ExchangeDelete)["exchange"].__set__
+_set_exchange_delete_if_unused = vars(ExchangeDelete)["if_unused"].__set__
+_set_exchange_delete_no_wait = vars(ExchangeDelete)["no_wait"].__set__
+_set_exchange_bind_reserved_1 = vars(ExchangeBind)["reserved_1"].__set__
+_set_exchange_bind_destination = vars(ExchangeBind)["destination"].__set__
+_set_exchange_bind_source = vars(ExchangeBind)["source"].__set__
+_set_exchange_bind_routing_key = vars(ExchangeBind)["routing_key"].__set__
+_set_exchange_bind_no_wait = vars(ExchangeBind)["no_wait"].__set__
+_set_exchange_bind_arguments = vars(ExchangeBind)["arguments"].__set__
+_set_exchange_unbind_reserved_1 = vars(ExchangeUnbind)["reserved_1"].__set__
+_set_exchange_unbind_destination = vars(ExchangeUnbind)["destination"].__set__
+_set_exchange_unbind_source = vars(ExchangeUnbind)["source"].__set__
+_set_exchange_unbind_routing_key = vars(ExchangeUnbind)["routing_key"].__set__
+_set_exchange_unbind_no_wait = vars(ExchangeUnbind)["no_wait"].__set__
+_set_exchange_unbind_arguments = vars(ExchangeUnbind)["arguments"].__set__
+_set_queue_declare_reserved_1 = vars(QueueDeclare)["reserved_1"].__set__
+_set_queue_declare_queue = vars(QueueDeclare)["queue"].__set__
+_set_queue_declare_passive = vars(QueueDeclare)["passive"].__set__
+_set_queue_declare_durable = vars(QueueDeclare)["durable"].__set__
+_set_queue_declare_exclusive = vars(QueueDeclare)["exclusive"].__set__
+_set_queue_declare_auto_delete = vars(QueueDeclare)["auto_delete"].__set__
+_set_queue_declare_no_wait = vars(QueueDeclare)["no_wait"].__set__
+_set_queue_declare_arguments = vars(QueueDeclare)["arguments"].__set__
+_set_queue_declare_ok_queue = vars(QueueDeclareOk)["queue"].__set__
+_set_queue_declare_ok_message_count = vars(QueueDeclareOk)["message_count"].__set__
+_set_queue_declare_ok_consumer_count = vars(QueueDeclareOk)["consumer_count"].__set__
+_set_queue_bind_reserved_1 = vars(QueueBind)["reserved_1"].__set__
+_set_queue_bind_queue = vars(QueueBind)["queue"].__set__
+_set_queue_bind_exchange = vars(QueueBind)["exchange"].__set__
+_set_queue_bind_routing_key = vars(QueueBind)["routing_key"].__set__
+_set_queue_bind_no_wait = vars(QueueBind)["no_wait"].__set__
+_set_queue_bind_arguments = vars(QueueBind)["arguments"].__set__
+_set_queue_purge_reserved_1 = vars(QueuePurge)["reserved_1"].__set__
+_set_queue_purge_queue = vars(QueuePurge)["queue"].__set__
+_set_queue_purge_no_wait = vars(QueuePurge)["no_wait"].__set__
+_set_queue_purge_ok_message_count = vars(QueuePurgeOk)["message_count"].__set__
+_set_queue_delete_reserved_1 = vars(QueueDelete)["reserved_1"].__set__
+_set_queue_delete_queue = vars(QueueDelete)["queue"].__set__
+_set_queue_delete_if_unused = vars(QueueDelete)["if_unused"].__set__
+_set_queue_delete_if_empty = vars(QueueDelete)["if_empty"].__set__
+_set_queue_delete_no_wait = vars(QueueDelete)["no_wait"].__set__
+_set_queue_delete_ok_message_count = vars(QueueDeleteOk)["message_count"].__set__
+_set_queue_unbind_reserved_1 = vars(QueueUnbind)["reserved_1"].__set__
+_set_queue_unbind_queue = vars(QueueUnbind)["queue"].__set__
+_set_queue_unbind_exchange = vars(QueueUnbind)["exchange"].__set__
+_set_queue_unbind_routing_key = vars(QueueUnbind)["routing_key"].__set__
+_set_queue_unbind_arguments = vars(QueueUnbind)["arguments"].__set__
+_set_basic_qos_prefetch_size = vars(BasicQos)["prefetch_size"].__set__
+_set_basic_qos_prefetch_count = vars(BasicQos)["prefetch_count"].__set__
+_set_basic_qos_global_ = vars(BasicQos)["global_"].__set__
+_set_basic_consume_reserved_1 = vars(BasicConsume)["reserved_1"].__set__
+_set_basic_consume_queue = vars(BasicConsume)["queue"].__set__
+_set_basic_consume_consumer_tag = vars(BasicConsume)["consumer_tag"].__set__
+_set_basic_consume_no_local = vars(BasicConsume)["no_local"].__set__
+_set_basic_consume_no_ack = vars(BasicConsume)["no_ack"].__set__
+_set_basic_consume_exclusive = vars(BasicConsume)["exclusive"].__set__
+_set_basic_consume_no_wait = vars(BasicConsume)["no_wait"].__set__
+_set_basic_consume_arguments = vars(BasicConsume)["arguments"].__set__
+_set_basic_consume_ok_consumer_tag = vars(BasicConsumeOk)["consumer_tag"].__set__
+_set_basic_cancel_consumer_tag = vars(BasicCancel)["consumer_tag"].__set__
+_set_basic_cancel_no_wait = vars(BasicCancel)["no_wait"].__set__
+_set_basic_cancel_ok_consumer_tag = vars(BasicCancelOk)["consumer_tag"].__set__
+_set_basic_publish_reserved_1 = vars(BasicPublish)["reserved_1"].__set__
+_set_basic_publish_exchange = vars(BasicPublish)["exchange"].__set__
+_set_basic_publish_routing_key = vars(BasicPublish)["routing_key"].__set__
+_set_basic_publish_mandatory = vars(BasicPublish)["mandatory"].__set__
+_set_basic_publish_immediate = vars(BasicPublish)["immediate"].__set__
+_set_basic_return_reply_code = vars(BasicReturn)["reply_code"].__set__
+_set_basic_return_reply_text = vars(BasicReturn)["reply_text"].__set__
+_set_basic_return_exchange = vars(BasicReturn)["exchange"].__set__
+_set_basic_return_routing_key = vars(BasicReturn)["routing_key"].__set__
+_set_basic_deliver_consumer_tag = vars(BasicDeliver)["consumer_tag"].__set__
+_set_basic_deliver_delivery_tag = vars(BasicDeliver)["delivery_tag"].__set__
+_set_basic_deliver_redelivered = vars(BasicDeliver)["redelivered"].__set__
+_set_basic_deliver_exchange = vars(BasicDeliver)["exchange"].__set__
+_set_basic_deliver_routing_key = vars(BasicDeliver)["routing_key"].__set__
+_set_basic_get_reserved_1 = vars(BasicGet)["reserved_1"].__set__
+_set_basic_get_queue = vars(BasicGet)["queue"].__set__
+_set_basic_get_no_ack = vars(BasicGet)["no_ack"].__set__
+_set_basic_get_ok_delivery_tag = vars(BasicGetOk)["delivery_tag"].__set__
+_set_basic_get_ok_redelivered = vars(BasicGetOk)["redelivered"].__set__
+_set_basic_get_ok_exchange = vars(BasicGetOk)["exchange"].__set__
+_set_basic_get_ok_routing_key = vars(BasicGetOk)["routing_key"].__set__
+_set_basic_get_ok_message_count = vars(BasicGetOk)["message_count"].__set__
+_set_basic_get_empty_reserved_1 = vars(BasicGetEmpty)["reserved_1"].__set__
+_set_basic_ack_delivery_tag = vars(BasicAck)["delivery_tag"].__set__
+_set_basic_ack_multiple = vars(BasicAck)["multiple"].__set__
+_set_basic_reject_delivery_tag = vars(BasicReject)["delivery_tag"].__set__
+_set_basic_reject_requeue = vars(BasicReject)["requeue"].__set__
+_set_basic_recover_async_requeue = vars(BasicRecoverAsync)["requeue"].__set__
+_set_basic_recover_requeue = vars(BasicRecover)["requeue"].__set__
+_set_basic_nack_delivery_tag = vars(BasicNack)["delivery_tag"].__set__
+_set_basic_nack_multiple = vars(BasicNack)["multiple"].__set__
+_set_basic_nack_requeue = vars(BasicNack)["requeue"].__set__
+_set_confirm_select_no_wait = vars(ConfirmSelect)["no_wait"].__set__
+
+
 def _decode_connection_start(buf: Buffer, off: int) -> tuple[ConnectionStart, int]:
     version_major, version_minor = _S_BB.unpack_from(buf, off)
     off += 2
     server_properties, off = decode_table(buf, off)
     mechanisms, off = _dec_longstr(buf, off)
     locales, off = _dec_longstr(buf, off)
-    return ConnectionStart(
-        version_major, version_minor, server_properties, mechanisms, locales
-    ), off
+    obj = _new(ConnectionStart)
+    _set_connection_start_version_major(obj, version_major)
+    _set_connection_start_version_minor(obj, version_minor)
+    _set_connection_start_server_properties(obj, server_properties)
+    _set_connection_start_mechanisms(obj, mechanisms)
+    _set_connection_start_locales(obj, locales)
+    return obj, off
 
 
 def _decode_connection_start_ok(buf: Buffer, off: int) -> tuple[ConnectionStartOk, int]:
     client_properties, off = decode_table(buf, off)
-    mechanism, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    mechanism = str(buf[off + 1 : end], "utf-8")
+    off = end
     response, off = _dec_longstr(buf, off)
-    locale, off = _dec_shortstr(buf, off)
-    return ConnectionStartOk(client_properties, mechanism, response, locale), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    locale = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(ConnectionStartOk)
+    _set_connection_start_ok_client_properties(obj, client_properties)
+    _set_connection_start_ok_mechanism(obj, mechanism)
+    _set_connection_start_ok_response(obj, response)
+    _set_connection_start_ok_locale(obj, locale)
+    return obj, off
 
 
 def _decode_connection_secure(buf: Buffer, off: int) -> tuple[ConnectionSecure, int]:
     challenge, off = _dec_longstr(buf, off)
-    return ConnectionSecure(challenge), off
+    obj = _new(ConnectionSecure)
+    _set_connection_secure_challenge(obj, challenge)
+    return obj, off
 
 
 def _decode_connection_secure_ok(buf: Buffer, off: int) -> tuple[ConnectionSecureOk, int]:
     response, off = _dec_longstr(buf, off)
-    return ConnectionSecureOk(response), off
+    obj = _new(ConnectionSecureOk)
+    _set_connection_secure_ok_response(obj, response)
+    return obj, off
 
 
 def _decode_connection_tune(buf: Buffer, off: int) -> tuple[ConnectionTune, int]:
     channel_max, frame_max, heartbeat = _S_HIH.unpack_from(buf, off)
     off += 8
-    return ConnectionTune(channel_max, frame_max, heartbeat), off
+    obj = _new(ConnectionTune)
+    _set_connection_tune_channel_max(obj, channel_max)
+    _set_connection_tune_frame_max(obj, frame_max)
+    _set_connection_tune_heartbeat(obj, heartbeat)
+    return obj, off
 
 
 def _decode_connection_tune_ok(buf: Buffer, off: int) -> tuple[ConnectionTuneOk, int]:
     channel_max, frame_max, heartbeat = _S_HIH.unpack_from(buf, off)
     off += 8
-    return ConnectionTuneOk(channel_max, frame_max, heartbeat), off
+    obj = _new(ConnectionTuneOk)
+    _set_connection_tune_ok_channel_max(obj, channel_max)
+    _set_connection_tune_ok_frame_max(obj, frame_max)
+    _set_connection_tune_ok_heartbeat(obj, heartbeat)
+    return obj, off
 
 
 def _decode_connection_open(buf: Buffer, off: int) -> tuple[ConnectionOpen, int]:
-    virtual_host, off = _dec_shortstr(buf, off)
-    reserved_1, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    virtual_host = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reserved_1 = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     reserved_2 = bool(_bits0 & 1)
-    return ConnectionOpen(virtual_host, reserved_1, reserved_2), off
+    obj = _new(ConnectionOpen)
+    _set_connection_open_virtual_host(obj, virtual_host)
+    _set_connection_open_reserved_1(obj, reserved_1)
+    _set_connection_open_reserved_2(obj, reserved_2)
+    return obj, off
 
 
 def _decode_connection_open_ok(buf: Buffer, off: int) -> tuple[ConnectionOpenOk, int]:
-    reserved_1, off = _dec_shortstr(buf, off)
-    return ConnectionOpenOk(reserved_1), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reserved_1 = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(ConnectionOpenOk)
+    _set_connection_open_ok_reserved_1(obj, reserved_1)
+    return obj, off
 
 
 def _decode_connection_close(buf: Buffer, off: int) -> tuple[ConnectionClose, int]:
     (reply_code,) = _S_H.unpack_from(buf, off)
     off += 2
-    reply_text, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reply_text = str(buf[off + 1 : end], "utf-8")
+    off = end
     class_id, method_id = _S_HH.unpack_from(buf, off)
     off += 4
-    return ConnectionClose(reply_code, reply_text, class_id, method_id), off
+    obj = _new(ConnectionClose)
+    _set_connection_close_reply_code(obj, reply_code)
+    _set_connection_close_reply_text(obj, reply_text)
+    _set_connection_close_class_id(obj, class_id)
+    _set_connection_close_method_id(obj, method_id)
+    return obj, off
 
 
 def _decode_connection_close_ok(buf: Buffer, off: int) -> tuple[ConnectionCloseOk, int]:
-    return ConnectionCloseOk(), off
+    return _new(ConnectionCloseOk), off
 
 
 def _decode_connection_blocked(buf: Buffer, off: int) -> tuple[ConnectionBlocked, int]:
-    reason, off = _dec_shortstr(buf, off)
-    return ConnectionBlocked(reason), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reason = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(ConnectionBlocked)
+    _set_connection_blocked_reason(obj, reason)
+    return obj, off
 
 
 def _decode_connection_unblocked(buf: Buffer, off: int) -> tuple[ConnectionUnblocked, int]:
-    return ConnectionUnblocked(), off
+    return _new(ConnectionUnblocked), off
 
 
 def _decode_connection_update_secret(buf: Buffer, off: int) -> tuple[ConnectionUpdateSecret, int]:
     new_secret, off = _dec_longstr(buf, off)
-    reason, off = _dec_shortstr(buf, off)
-    return ConnectionUpdateSecret(new_secret, reason), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reason = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(ConnectionUpdateSecret)
+    _set_connection_update_secret_new_secret(obj, new_secret)
+    _set_connection_update_secret_reason(obj, reason)
+    return obj, off
 
 
 def _decode_connection_update_secret_ok(
     buf: Buffer, off: int
 ) -> tuple[ConnectionUpdateSecretOk, int]:
-    return ConnectionUpdateSecretOk(), off
+    return _new(ConnectionUpdateSecretOk), off
 
 
 def _decode_channel_open(buf: Buffer, off: int) -> tuple[ChannelOpen, int]:
-    reserved_1, off = _dec_shortstr(buf, off)
-    return ChannelOpen(reserved_1), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reserved_1 = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(ChannelOpen)
+    _set_channel_open_reserved_1(obj, reserved_1)
+    return obj, off
 
 
 def _decode_channel_open_ok(buf: Buffer, off: int) -> tuple[ChannelOpenOk, int]:
     reserved_1, off = _dec_longstr(buf, off)
-    return ChannelOpenOk(reserved_1), off
+    obj = _new(ChannelOpenOk)
+    _set_channel_open_ok_reserved_1(obj, reserved_1)
+    return obj, off
 
 
 def _decode_channel_flow(buf: Buffer, off: int) -> tuple[ChannelFlow, int]:
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     active = bool(_bits0 & 1)
-    return ChannelFlow(active), off
+    obj = _new(ChannelFlow)
+    _set_channel_flow_active(obj, active)
+    return obj, off
 
 
 def _decode_channel_flow_ok(buf: Buffer, off: int) -> tuple[ChannelFlowOk, int]:
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     active = bool(_bits0 & 1)
-    return ChannelFlowOk(active), off
+    obj = _new(ChannelFlowOk)
+    _set_channel_flow_ok_active(obj, active)
+    return obj, off
 
 
 def _decode_channel_close(buf: Buffer, off: int) -> tuple[ChannelClose, int]:
     (reply_code,) = _S_H.unpack_from(buf, off)
     off += 2
-    reply_text, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reply_text = str(buf[off + 1 : end], "utf-8")
+    off = end
     class_id, method_id = _S_HH.unpack_from(buf, off)
     off += 4
-    return ChannelClose(reply_code, reply_text, class_id, method_id), off
+    obj = _new(ChannelClose)
+    _set_channel_close_reply_code(obj, reply_code)
+    _set_channel_close_reply_text(obj, reply_text)
+    _set_channel_close_class_id(obj, class_id)
+    _set_channel_close_method_id(obj, method_id)
+    return obj, off
 
 
 def _decode_channel_close_ok(buf: Buffer, off: int) -> tuple[ChannelCloseOk, int]:
-    return ChannelCloseOk(), off
+    return _new(ChannelCloseOk), off
 
 
 def _decode_exchange_declare(buf: Buffer, off: int) -> tuple[ExchangeDeclare, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    exchange, off = _dec_shortstr(buf, off)
-    type, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    exchange = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    type = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     passive = bool(_bits0 & 1)
@@ -1854,68 +2088,127 @@ def _decode_exchange_declare(buf: Buffer, off: int) -> tuple[ExchangeDeclare, in
     internal = bool(_bits0 & 8)
     no_wait = bool(_bits0 & 16)
     arguments, off = decode_table(buf, off)
-    return ExchangeDeclare(
-        reserved_1, exchange, type, passive, durable, auto_delete, internal, no_wait, arguments
-    ), off
+    obj = _new(ExchangeDeclare)
+    _set_exchange_declare_reserved_1(obj, reserved_1)
+    _set_exchange_declare_exchange(obj, exchange)
+    _set_exchange_declare_type(obj, type)
+    _set_exchange_declare_passive(obj, passive)
+    _set_exchange_declare_durable(obj, durable)
+    _set_exchange_declare_auto_delete(obj, auto_delete)
+    _set_exchange_declare_internal(obj, internal)
+    _set_exchange_declare_no_wait(obj, no_wait)
+    _set_exchange_declare_arguments(obj, arguments)
+    return obj, off
 
 
 def _decode_exchange_declare_ok(buf: Buffer, off: int) -> tuple[ExchangeDeclareOk, int]:
-    return ExchangeDeclareOk(), off
+    return _new(ExchangeDeclareOk), off
 
 
 def _decode_exchange_delete(buf: Buffer, off: int) -> tuple[ExchangeDelete, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    exchange, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    exchange = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     if_unused = bool(_bits0 & 1)
     no_wait = bool(_bits0 & 2)
-    return ExchangeDelete(reserved_1, exchange, if_unused, no_wait), off
+    obj = _new(ExchangeDelete)
+    _set_exchange_delete_reserved_1(obj, reserved_1)
+    _set_exchange_delete_exchange(obj, exchange)
+    _set_exchange_delete_if_unused(obj, if_unused)
+    _set_exchange_delete_no_wait(obj, no_wait)
+    return obj, off
 
 
 def _decode_exchange_delete_ok(buf: Buffer, off: int) -> tuple[ExchangeDeleteOk, int]:
-    return ExchangeDeleteOk(), off
+    return _new(ExchangeDeleteOk), off
 
 
 def _decode_exchange_bind(buf: Buffer, off: int) -> tuple[ExchangeBind, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    destination, off = _dec_shortstr(buf, off)
-    source, off = _dec_shortstr(buf, off)
-    routing_key, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    destination = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    source = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    routing_key = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     no_wait = bool(_bits0 & 1)
     arguments, off = decode_table(buf, off)
-    return ExchangeBind(reserved_1, destination, source, routing_key, no_wait, arguments), off
+    obj = _new(ExchangeBind)
+    _set_exchange_bind_reserved_1(obj, reserved_1)
+    _set_exchange_bind_destination(obj, destination)
+    _set_exchange_bind_source(obj, source)
+    _set_exchange_bind_routing_key(obj, routing_key)
+    _set_exchange_bind_no_wait(obj, no_wait)
+    _set_exchange_bind_arguments(obj, arguments)
+    return obj, off
 
 
 def _decode_exchange_bind_ok(buf: Buffer, off: int) -> tuple[ExchangeBindOk, int]:
-    return ExchangeBindOk(), off
+    return _new(ExchangeBindOk), off
 
 
 def _decode_exchange_unbind(buf: Buffer, off: int) -> tuple[ExchangeUnbind, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    destination, off = _dec_shortstr(buf, off)
-    source, off = _dec_shortstr(buf, off)
-    routing_key, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    destination = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    source = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    routing_key = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     no_wait = bool(_bits0 & 1)
     arguments, off = decode_table(buf, off)
-    return ExchangeUnbind(reserved_1, destination, source, routing_key, no_wait, arguments), off
+    obj = _new(ExchangeUnbind)
+    _set_exchange_unbind_reserved_1(obj, reserved_1)
+    _set_exchange_unbind_destination(obj, destination)
+    _set_exchange_unbind_source(obj, source)
+    _set_exchange_unbind_routing_key(obj, routing_key)
+    _set_exchange_unbind_no_wait(obj, no_wait)
+    _set_exchange_unbind_arguments(obj, arguments)
+    return obj, off
 
 
 def _decode_exchange_unbind_ok(buf: Buffer, off: int) -> tuple[ExchangeUnbindOk, int]:
-    return ExchangeUnbindOk(), off
+    return _new(ExchangeUnbindOk), off
 
 
 def _decode_queue_declare(buf: Buffer, off: int) -> tuple[QueueDeclare, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    queue, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    queue = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     passive = bool(_bits0 & 1)
@@ -1924,99 +2217,185 @@ def _decode_queue_declare(buf: Buffer, off: int) -> tuple[QueueDeclare, int]:
     auto_delete = bool(_bits0 & 8)
     no_wait = bool(_bits0 & 16)
     arguments, off = decode_table(buf, off)
-    return QueueDeclare(
-        reserved_1, queue, passive, durable, exclusive, auto_delete, no_wait, arguments
-    ), off
+    obj = _new(QueueDeclare)
+    _set_queue_declare_reserved_1(obj, reserved_1)
+    _set_queue_declare_queue(obj, queue)
+    _set_queue_declare_passive(obj, passive)
+    _set_queue_declare_durable(obj, durable)
+    _set_queue_declare_exclusive(obj, exclusive)
+    _set_queue_declare_auto_delete(obj, auto_delete)
+    _set_queue_declare_no_wait(obj, no_wait)
+    _set_queue_declare_arguments(obj, arguments)
+    return obj, off
 
 
 def _decode_queue_declare_ok(buf: Buffer, off: int) -> tuple[QueueDeclareOk, int]:
-    queue, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    queue = str(buf[off + 1 : end], "utf-8")
+    off = end
     message_count, consumer_count = _S_II.unpack_from(buf, off)
     off += 8
-    return QueueDeclareOk(queue, message_count, consumer_count), off
+    obj = _new(QueueDeclareOk)
+    _set_queue_declare_ok_queue(obj, queue)
+    _set_queue_declare_ok_message_count(obj, message_count)
+    _set_queue_declare_ok_consumer_count(obj, consumer_count)
+    return obj, off
 
 
 def _decode_queue_bind(buf: Buffer, off: int) -> tuple[QueueBind, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    queue, off = _dec_shortstr(buf, off)
-    exchange, off = _dec_shortstr(buf, off)
-    routing_key, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    queue = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    exchange = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    routing_key = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     no_wait = bool(_bits0 & 1)
     arguments, off = decode_table(buf, off)
-    return QueueBind(reserved_1, queue, exchange, routing_key, no_wait, arguments), off
+    obj = _new(QueueBind)
+    _set_queue_bind_reserved_1(obj, reserved_1)
+    _set_queue_bind_queue(obj, queue)
+    _set_queue_bind_exchange(obj, exchange)
+    _set_queue_bind_routing_key(obj, routing_key)
+    _set_queue_bind_no_wait(obj, no_wait)
+    _set_queue_bind_arguments(obj, arguments)
+    return obj, off
 
 
 def _decode_queue_bind_ok(buf: Buffer, off: int) -> tuple[QueueBindOk, int]:
-    return QueueBindOk(), off
+    return _new(QueueBindOk), off
 
 
 def _decode_queue_purge(buf: Buffer, off: int) -> tuple[QueuePurge, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    queue, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    queue = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     no_wait = bool(_bits0 & 1)
-    return QueuePurge(reserved_1, queue, no_wait), off
+    obj = _new(QueuePurge)
+    _set_queue_purge_reserved_1(obj, reserved_1)
+    _set_queue_purge_queue(obj, queue)
+    _set_queue_purge_no_wait(obj, no_wait)
+    return obj, off
 
 
 def _decode_queue_purge_ok(buf: Buffer, off: int) -> tuple[QueuePurgeOk, int]:
     (message_count,) = _S_I.unpack_from(buf, off)
     off += 4
-    return QueuePurgeOk(message_count), off
+    obj = _new(QueuePurgeOk)
+    _set_queue_purge_ok_message_count(obj, message_count)
+    return obj, off
 
 
 def _decode_queue_delete(buf: Buffer, off: int) -> tuple[QueueDelete, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    queue, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    queue = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     if_unused = bool(_bits0 & 1)
     if_empty = bool(_bits0 & 2)
     no_wait = bool(_bits0 & 4)
-    return QueueDelete(reserved_1, queue, if_unused, if_empty, no_wait), off
+    obj = _new(QueueDelete)
+    _set_queue_delete_reserved_1(obj, reserved_1)
+    _set_queue_delete_queue(obj, queue)
+    _set_queue_delete_if_unused(obj, if_unused)
+    _set_queue_delete_if_empty(obj, if_empty)
+    _set_queue_delete_no_wait(obj, no_wait)
+    return obj, off
 
 
 def _decode_queue_delete_ok(buf: Buffer, off: int) -> tuple[QueueDeleteOk, int]:
     (message_count,) = _S_I.unpack_from(buf, off)
     off += 4
-    return QueueDeleteOk(message_count), off
+    obj = _new(QueueDeleteOk)
+    _set_queue_delete_ok_message_count(obj, message_count)
+    return obj, off
 
 
 def _decode_queue_unbind(buf: Buffer, off: int) -> tuple[QueueUnbind, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    queue, off = _dec_shortstr(buf, off)
-    exchange, off = _dec_shortstr(buf, off)
-    routing_key, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    queue = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    exchange = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    routing_key = str(buf[off + 1 : end], "utf-8")
+    off = end
     arguments, off = decode_table(buf, off)
-    return QueueUnbind(reserved_1, queue, exchange, routing_key, arguments), off
+    obj = _new(QueueUnbind)
+    _set_queue_unbind_reserved_1(obj, reserved_1)
+    _set_queue_unbind_queue(obj, queue)
+    _set_queue_unbind_exchange(obj, exchange)
+    _set_queue_unbind_routing_key(obj, routing_key)
+    _set_queue_unbind_arguments(obj, arguments)
+    return obj, off
 
 
 def _decode_queue_unbind_ok(buf: Buffer, off: int) -> tuple[QueueUnbindOk, int]:
-    return QueueUnbindOk(), off
+    return _new(QueueUnbindOk), off
 
 
 def _decode_basic_qos(buf: Buffer, off: int) -> tuple[BasicQos, int]:
     prefetch_size, prefetch_count, _bits2 = _S_IHB.unpack_from(buf, off)
     off += 7
     global_ = bool(_bits2 & 1)
-    return BasicQos(prefetch_size, prefetch_count, global_), off
+    obj = _new(BasicQos)
+    _set_basic_qos_prefetch_size(obj, prefetch_size)
+    _set_basic_qos_prefetch_count(obj, prefetch_count)
+    _set_basic_qos_global_(obj, global_)
+    return obj, off
 
 
 def _decode_basic_qos_ok(buf: Buffer, off: int) -> tuple[BasicQosOk, int]:
-    return BasicQosOk(), off
+    return _new(BasicQosOk), off
 
 
 def _decode_basic_consume(buf: Buffer, off: int) -> tuple[BasicConsume, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    queue, off = _dec_shortstr(buf, off)
-    consumer_tag, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    queue = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    consumer_tag = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     no_local = bool(_bits0 & 1)
@@ -2024,116 +2403,229 @@ def _decode_basic_consume(buf: Buffer, off: int) -> tuple[BasicConsume, int]:
     exclusive = bool(_bits0 & 4)
     no_wait = bool(_bits0 & 8)
     arguments, off = decode_table(buf, off)
-    return BasicConsume(
-        reserved_1, queue, consumer_tag, no_local, no_ack, exclusive, no_wait, arguments
-    ), off
+    obj = _new(BasicConsume)
+    _set_basic_consume_reserved_1(obj, reserved_1)
+    _set_basic_consume_queue(obj, queue)
+    _set_basic_consume_consumer_tag(obj, consumer_tag)
+    _set_basic_consume_no_local(obj, no_local)
+    _set_basic_consume_no_ack(obj, no_ack)
+    _set_basic_consume_exclusive(obj, exclusive)
+    _set_basic_consume_no_wait(obj, no_wait)
+    _set_basic_consume_arguments(obj, arguments)
+    return obj, off
 
 
 def _decode_basic_consume_ok(buf: Buffer, off: int) -> tuple[BasicConsumeOk, int]:
-    consumer_tag, off = _dec_shortstr(buf, off)
-    return BasicConsumeOk(consumer_tag), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    consumer_tag = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(BasicConsumeOk)
+    _set_basic_consume_ok_consumer_tag(obj, consumer_tag)
+    return obj, off
 
 
 def _decode_basic_cancel(buf: Buffer, off: int) -> tuple[BasicCancel, int]:
-    consumer_tag, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    consumer_tag = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     no_wait = bool(_bits0 & 1)
-    return BasicCancel(consumer_tag, no_wait), off
+    obj = _new(BasicCancel)
+    _set_basic_cancel_consumer_tag(obj, consumer_tag)
+    _set_basic_cancel_no_wait(obj, no_wait)
+    return obj, off
 
 
 def _decode_basic_cancel_ok(buf: Buffer, off: int) -> tuple[BasicCancelOk, int]:
-    consumer_tag, off = _dec_shortstr(buf, off)
-    return BasicCancelOk(consumer_tag), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    consumer_tag = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(BasicCancelOk)
+    _set_basic_cancel_ok_consumer_tag(obj, consumer_tag)
+    return obj, off
 
 
 def _decode_basic_publish(buf: Buffer, off: int) -> tuple[BasicPublish, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    exchange, off = _dec_shortstr(buf, off)
-    routing_key, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    exchange = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    routing_key = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     mandatory = bool(_bits0 & 1)
     immediate = bool(_bits0 & 2)
-    return BasicPublish(reserved_1, exchange, routing_key, mandatory, immediate), off
+    obj = _new(BasicPublish)
+    _set_basic_publish_reserved_1(obj, reserved_1)
+    _set_basic_publish_exchange(obj, exchange)
+    _set_basic_publish_routing_key(obj, routing_key)
+    _set_basic_publish_mandatory(obj, mandatory)
+    _set_basic_publish_immediate(obj, immediate)
+    return obj, off
 
 
 def _decode_basic_return(buf: Buffer, off: int) -> tuple[BasicReturn, int]:
     (reply_code,) = _S_H.unpack_from(buf, off)
     off += 2
-    reply_text, off = _dec_shortstr(buf, off)
-    exchange, off = _dec_shortstr(buf, off)
-    routing_key, off = _dec_shortstr(buf, off)
-    return BasicReturn(reply_code, reply_text, exchange, routing_key), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reply_text = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    exchange = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    routing_key = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(BasicReturn)
+    _set_basic_return_reply_code(obj, reply_code)
+    _set_basic_return_reply_text(obj, reply_text)
+    _set_basic_return_exchange(obj, exchange)
+    _set_basic_return_routing_key(obj, routing_key)
+    return obj, off
 
 
 def _decode_basic_deliver(buf: Buffer, off: int) -> tuple[BasicDeliver, int]:
-    consumer_tag, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    consumer_tag = str(buf[off + 1 : end], "utf-8")
+    off = end
     delivery_tag, _bits1 = _S_QB.unpack_from(buf, off)
     off += 9
     redelivered = bool(_bits1 & 1)
-    exchange, off = _dec_shortstr(buf, off)
-    routing_key, off = _dec_shortstr(buf, off)
-    return BasicDeliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    exchange = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    routing_key = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(BasicDeliver)
+    _set_basic_deliver_consumer_tag(obj, consumer_tag)
+    _set_basic_deliver_delivery_tag(obj, delivery_tag)
+    _set_basic_deliver_redelivered(obj, redelivered)
+    _set_basic_deliver_exchange(obj, exchange)
+    _set_basic_deliver_routing_key(obj, routing_key)
+    return obj, off
 
 
 def _decode_basic_get(buf: Buffer, off: int) -> tuple[BasicGet, int]:
     (reserved_1,) = _S_H.unpack_from(buf, off)
     off += 2
-    queue, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    queue = str(buf[off + 1 : end], "utf-8")
+    off = end
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     no_ack = bool(_bits0 & 1)
-    return BasicGet(reserved_1, queue, no_ack), off
+    obj = _new(BasicGet)
+    _set_basic_get_reserved_1(obj, reserved_1)
+    _set_basic_get_queue(obj, queue)
+    _set_basic_get_no_ack(obj, no_ack)
+    return obj, off
 
 
 def _decode_basic_get_ok(buf: Buffer, off: int) -> tuple[BasicGetOk, int]:
     delivery_tag, _bits1 = _S_QB.unpack_from(buf, off)
     off += 9
     redelivered = bool(_bits1 & 1)
-    exchange, off = _dec_shortstr(buf, off)
-    routing_key, off = _dec_shortstr(buf, off)
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    exchange = str(buf[off + 1 : end], "utf-8")
+    off = end
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    routing_key = str(buf[off + 1 : end], "utf-8")
+    off = end
     (message_count,) = _S_I.unpack_from(buf, off)
     off += 4
-    return BasicGetOk(delivery_tag, redelivered, exchange, routing_key, message_count), off
+    obj = _new(BasicGetOk)
+    _set_basic_get_ok_delivery_tag(obj, delivery_tag)
+    _set_basic_get_ok_redelivered(obj, redelivered)
+    _set_basic_get_ok_exchange(obj, exchange)
+    _set_basic_get_ok_routing_key(obj, routing_key)
+    _set_basic_get_ok_message_count(obj, message_count)
+    return obj, off
 
 
 def _decode_basic_get_empty(buf: Buffer, off: int) -> tuple[BasicGetEmpty, int]:
-    reserved_1, off = _dec_shortstr(buf, off)
-    return BasicGetEmpty(reserved_1), off
+    end = off + 1 + buf[off]
+    if end > len(buf):
+        raise struct.error("truncated shortstr")
+    reserved_1 = str(buf[off + 1 : end], "utf-8")
+    off = end
+    obj = _new(BasicGetEmpty)
+    _set_basic_get_empty_reserved_1(obj, reserved_1)
+    return obj, off
 
 
 def _decode_basic_ack(buf: Buffer, off: int) -> tuple[BasicAck, int]:
     delivery_tag, _bits1 = _S_QB.unpack_from(buf, off)
     off += 9
     multiple = bool(_bits1 & 1)
-    return BasicAck(delivery_tag, multiple), off
+    obj = _new(BasicAck)
+    _set_basic_ack_delivery_tag(obj, delivery_tag)
+    _set_basic_ack_multiple(obj, multiple)
+    return obj, off
 
 
 def _decode_basic_reject(buf: Buffer, off: int) -> tuple[BasicReject, int]:
     delivery_tag, _bits1 = _S_QB.unpack_from(buf, off)
     off += 9
     requeue = bool(_bits1 & 1)
-    return BasicReject(delivery_tag, requeue), off
+    obj = _new(BasicReject)
+    _set_basic_reject_delivery_tag(obj, delivery_tag)
+    _set_basic_reject_requeue(obj, requeue)
+    return obj, off
 
 
 def _decode_basic_recover_async(buf: Buffer, off: int) -> tuple[BasicRecoverAsync, int]:
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     requeue = bool(_bits0 & 1)
-    return BasicRecoverAsync(requeue), off
+    obj = _new(BasicRecoverAsync)
+    _set_basic_recover_async_requeue(obj, requeue)
+    return obj, off
 
 
 def _decode_basic_recover(buf: Buffer, off: int) -> tuple[BasicRecover, int]:
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     requeue = bool(_bits0 & 1)
-    return BasicRecover(requeue), off
+    obj = _new(BasicRecover)
+    _set_basic_recover_requeue(obj, requeue)
+    return obj, off
 
 
 def _decode_basic_recover_ok(buf: Buffer, off: int) -> tuple[BasicRecoverOk, int]:
-    return BasicRecoverOk(), off
+    return _new(BasicRecoverOk), off
 
 
 def _decode_basic_nack(buf: Buffer, off: int) -> tuple[BasicNack, int]:
@@ -2141,42 +2633,48 @@ def _decode_basic_nack(buf: Buffer, off: int) -> tuple[BasicNack, int]:
     off += 9
     multiple = bool(_bits1 & 1)
     requeue = bool(_bits1 & 2)
-    return BasicNack(delivery_tag, multiple, requeue), off
+    obj = _new(BasicNack)
+    _set_basic_nack_delivery_tag(obj, delivery_tag)
+    _set_basic_nack_multiple(obj, multiple)
+    _set_basic_nack_requeue(obj, requeue)
+    return obj, off
 
 
 def _decode_confirm_select(buf: Buffer, off: int) -> tuple[ConfirmSelect, int]:
     (_bits0,) = _S_B.unpack_from(buf, off)
     off += 1
     no_wait = bool(_bits0 & 1)
-    return ConfirmSelect(no_wait), off
+    obj = _new(ConfirmSelect)
+    _set_confirm_select_no_wait(obj, no_wait)
+    return obj, off
 
 
 def _decode_confirm_select_ok(buf: Buffer, off: int) -> tuple[ConfirmSelectOk, int]:
-    return ConfirmSelectOk(), off
+    return _new(ConfirmSelectOk), off
 
 
 def _decode_tx_select(buf: Buffer, off: int) -> tuple[TxSelect, int]:
-    return TxSelect(), off
+    return _new(TxSelect), off
 
 
 def _decode_tx_select_ok(buf: Buffer, off: int) -> tuple[TxSelectOk, int]:
-    return TxSelectOk(), off
+    return _new(TxSelectOk), off
 
 
 def _decode_tx_commit(buf: Buffer, off: int) -> tuple[TxCommit, int]:
-    return TxCommit(), off
+    return _new(TxCommit), off
 
 
 def _decode_tx_commit_ok(buf: Buffer, off: int) -> tuple[TxCommitOk, int]:
-    return TxCommitOk(), off
+    return _new(TxCommitOk), off
 
 
 def _decode_tx_rollback(buf: Buffer, off: int) -> tuple[TxRollback, int]:
-    return TxRollback(), off
+    return _new(TxRollback), off
 
 
 def _decode_tx_rollback_ok(buf: Buffer, off: int) -> tuple[TxRollbackOk, int]:
-    return TxRollbackOk(), off
+    return _new(TxRollbackOk), off
 
 
 METHODS: Final[dict[tuple[int, int], type[Method]]] = {

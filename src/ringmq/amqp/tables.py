@@ -26,9 +26,9 @@ V     void                       ``None``
 
 Encoding follows pika byte for byte: keys keep their insertion order; ``bool`` -> ``t``; ``int``
 -> ``I`` when it fits 32 signed bits, else ``l``; ``str`` -> ``S``; ``bytes``/``bytearray`` ->
-``x`` (so bytes round-trip as bytes); ``float`` -> ``d``; ``Decimal`` -> ``D``; ``datetime`` ->
-``T`` (naive values are taken as UTC); decimals are normalised first; ``dict`` -> ``F``; ``list``/``tuple`` -> ``A``; ``None`` ->
-``V``. Anything else raises ``TypeError``.
+``x`` (so bytes round-trip as bytes); ``float`` -> ``d``; ``Decimal`` -> ``D`` (normalised
+first); ``datetime`` -> ``T`` (naive values are taken as UTC); ``dict`` -> ``F``;
+``list``/``tuple`` -> ``A``; ``None`` -> ``V``. Anything else raises ``TypeError``.
 
 Decoding raises only ``AMQPError``: FRAME_ERROR (501) for truncated data, SYNTAX_ERROR (502) for
 an unknown type letter, invalid UTF-8 in a key, or nesting deeper than ``MAX_DEPTH``.

@@ -127,8 +127,9 @@ TRANSITIONS: Final[dict[tuple[ConnectionState, type[Method]], ConnectionState]] 
 }
 """Channel-0 methods accepted in each connection state, and the state they lead to."""
 
-# States in which receive_data stops and leaves bytes buffered.
-_PAUSED: Final = frozenset({S.AUTHENTICATING, S.OPENING, S.CLOSED})
+# States in which receive_data stops and leaves bytes buffered. (Tuples, not frozensets:
+# membership is then an identity test, while hashing an Enum member runs Python code.)
+_PAUSED: Final = (S.AUTHENTICATING, S.OPENING, S.CLOSED)
 
 CLIENT_METHODS: Final[frozenset[type[Method]]] = frozenset(
     {
@@ -172,7 +173,7 @@ CLIENT_METHODS: Final[frozenset[type[Method]]] = frozenset(
 """Methods a client may send; any other method from the client is COMMAND_INVALID."""
 
 # States in which heartbeats have been negotiated and run.
-_TUNED: Final = frozenset({S.AWAIT_OPEN, S.OPENING, S.OPEN, S.CLOSING})
+_TUNED: Final = (S.AWAIT_OPEN, S.OPENING, S.OPEN, S.CLOSING)
 
 _CONNECTION_CLASS: Final = 10
 _CHANNEL_CLASS: Final = 20
