@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, assert_never
 
+from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.effects import (
     Block,
@@ -64,6 +65,8 @@ from ringmq.server.setup import apply_declarations, broker_config, build_broker,
 from ringmq.server.transport import AMQPConnection
 
 log = logging.getLogger(__name__)
+
+_BasicDeliver = spec.BasicDeliver
 
 _T = TypeVar("_T")
 
@@ -541,7 +544,20 @@ class BrokerServer:
                 continue  # the target went away meanwhile; the broker learns it separately
             match e:
                 case SendContent(channel=ch, method=method, message=msg):
-                    c.proto.send_content(ch, method, msg.properties_bin, msg.body)
+                    if type(method) is _BasicDeliver:
+                        # hot path: pre-encoded deliver header, no generic method encoding
+                        c.proto.send_deliver(
+                            ch,
+                            method.consumer_tag,
+                            method.delivery_tag,
+                            method.redelivered,
+                            method.exchange,
+                            method.routing_key,
+                            msg.properties_bin,
+                            msg.body,
+                        )
+                    else:
+                        c.proto.send_content(ch, method, msg.properties_bin, msg.body)
                 case SendMethod(channel=ch, method=method):
                     c.proto.send_method(ch, method)
                 case CloseChannel(channel=ch, code=code, text=text):
