@@ -17,6 +17,7 @@ import base64
 import http.client
 import json
 import socket
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -24,16 +25,21 @@ from urllib.parse import quote, unquote, urlsplit
 
 from ringmq.amqp import spec
 from ringmq.amqp.frames import (
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_METHOD,
+    FRAME_OVERHEAD,
     PROTOCOL_HEADER,
-    FrameReader,
-    HeartbeatFrame,
-    MethodFrame,
     encode_content_frames,
     encode_method_frame,
 )
 from ringmq.connector.records import Record, decode_records
 
 DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
+_FRAME_HEAD: Final = struct.Struct(">BHI")
+_CONTENT_HEAD: Final = struct.Struct(">HHQ")
+_ACK_IDS: Final = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
+_ACK_ARGS: Final = struct.Struct(">QB")
 READ_CHUNK: Final = 20_000
 """Positions per range-read request (bounded responses)."""
 
@@ -235,7 +241,9 @@ class Publisher:
         self.window = window
         self.timeout_s = timeout_s
         self._sock: socket.socket | None = None
-        self._reader = FrameReader(0)
+        self._buf = bytearray()
+        self._pos = 0
+        self._methods: dict[tuple[str, str], bytes] = {}
         self._frame_max = 131072
         self._next = 1  # delivery tag of the next publish (confirm mode numbering)
         self._confirmed = 0  # every tag <= this is confirmed
@@ -307,14 +315,38 @@ class Publisher:
         sock = self._sock
         assert sock is not None
         frame_max = self._frame_max
+        max_body = frame_max - FRAME_OVERHEAD
+        methods = self._methods
+        head, content, end = _FRAME_HEAD.pack, _CONTENT_HEAD.pack, b"\xce"
         batch: list[bytes] = []
         count = 0
         for exchange, routing_key, props, body in messages:
-            method = spec.BasicPublish(exchange=exchange, routing_key=routing_key)
-            batch.append(encode_content_frames(1, method, props, body, frame_max))
+            # The publish method frame only depends on (exchange, routing key): encode it once.
+            key = (exchange, routing_key)
+            m = methods.get(key)
+            if m is None:
+                m = encode_method_frame(
+                    1, spec.BasicPublish(exchange=exchange, routing_key=routing_key)
+                )
+                if len(methods) < 10_000:
+                    methods[key] = m
+            n = len(body)
+            if n <= max_body:
+                batch += (
+                    m,
+                    head(FRAME_HEADER, 1, 12 + len(props)),
+                    content(60, 0, n),
+                    props,
+                    end,
+                )
+                if n:
+                    batch += (head(FRAME_BODY, 1, n), body, end)
+            else:
+                method = spec.BasicPublish(exchange=exchange, routing_key=routing_key)
+                batch.append(encode_content_frames(1, method, props, body, frame_max))
             self._next += 1
             count += 1
-            if len(batch) >= 256:
+            if len(batch) >= 2048:
                 sock.sendall(b"".join(batch))
                 batch.clear()
                 while self._next - 1 - self._confirmed > self.window:
@@ -331,23 +363,38 @@ class Publisher:
         self._sock.sendall(encode_method_frame(channel, method))
 
     def _next_method(self) -> Any:
+        """The next method from the broker; heartbeats and content frames are skipped.
+
+        basic.ack, by far the most frequent, is parsed in place and returned as a tuple
+        `(tag, multiple)` instead of a method object.
+        """
         assert self._sock is not None
+        buf = self._buf
         while True:
-            frame = self._reader.next_frame()
-            if frame is None:
-                data = self._sock.recv(65536)
-                if not data:
-                    raise PublishError("connection closed by the broker")
-                self._reader.feed(data)
-                continue
-            if isinstance(frame, HeartbeatFrame):
-                continue
-            if isinstance(frame, MethodFrame):
-                m = frame.method
-                if isinstance(m, spec.ConnectionClose | spec.ChannelClose):
-                    raise PublishError(f"{m.reply_code} {m.reply_text}")
-                return m
-            # Content frames (returns) are not expected without `mandatory`; skip them.
+            pos = self._pos
+            if len(buf) - pos >= 7:
+                ftype, _channel, size = _FRAME_HEAD.unpack_from(buf, pos)
+                stop = pos + 7 + size
+                if len(buf) > stop:
+                    if buf[stop] != 0xCE:
+                        raise PublishError("frame error from the broker")
+                    self._pos = stop + 1
+                    if ftype != FRAME_METHOD:
+                        continue  # heartbeat, or content of a return
+                    if size == 13 and buf[pos + 7 : pos + 11] == _ACK_IDS:
+                        tag, bits = _ACK_ARGS.unpack_from(buf, pos + 11)
+                        return (tag, bool(bits & 1))
+                    m = spec.decode_method(bytes(buf[pos + 7 : stop]))
+                    if isinstance(m, spec.ConnectionClose | spec.ChannelClose):
+                        raise PublishError(f"{m.reply_code} {m.reply_text}")
+                    return m
+            if self._pos:
+                del buf[: self._pos]
+                self._pos = 0
+            data = self._sock.recv(262144)
+            if not data:
+                raise PublishError("connection closed by the broker")
+            buf += data
 
     def _expect(self, kind: type[Any]) -> Any:
         m = self._next_method()
@@ -357,9 +404,9 @@ class Publisher:
 
     def _pump(self) -> None:
         m = self._next_method()
-        if isinstance(m, spec.BasicAck):
-            tag = m.delivery_tag
-            if m.multiple:
+        if isinstance(m, tuple | spec.BasicAck):
+            tag, multiple = m if isinstance(m, tuple) else (m.delivery_tag, m.multiple)
+            if multiple:
                 self._confirmed = max(self._confirmed, tag)
                 self._early = {t for t in self._early if t > self._confirmed}
             else:
