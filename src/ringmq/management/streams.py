@@ -215,7 +215,7 @@ class StreamService:
         return {
             "vhost": vhost,
             "name": name,
-            **_bounds(q),
+            **_bounds(q, head=True),
             "leases": [
                 {
                     "consumer": le.consumer,
@@ -261,12 +261,12 @@ class StreamService:
         return fn() if run_batch is None else run_batch(fn)
 
 
-def _bounds(q: Any) -> dict[str, Any]:
+def _bounds(q: Any, *, head: bool = False) -> dict[str, Any]:
+    # head_seq costs a scan (browse index, unacked seqs): only the info endpoint pays it.
     engine = q.queue
     c = engine.counters
-    head = _head_seq(engine)
     return {
-        "head_seq": head,
+        **({"head_seq": _head_seq(engine)} if head else {}),
         "tail_seq": c.added,
         "ready": engine.ready_count,
         "unacked": engine.unacked_count,
@@ -286,7 +286,7 @@ def _head_seq(engine: Any) -> int | None:
     # The lowest live seq: the first ready message in seq order, or the oldest unacked one.
     d = engine.browse(None, 0)
     unacked = engine.unacked_seqs() if engine.unacked_count else []
-    candidates = [int(s) for s in unacked[:1]]
+    candidates = [int(min(unacked))] if unacked else []
     if d is not None:
         candidates.append(int(d.seq))
     return min(candidates) if candidates else None
