@@ -305,11 +305,10 @@ async def test_update_ring_size_at_runtime_does_not_purge(client: httpx.AsyncCli
     r = await client.put("/api/queues/%2F/ring/settings", json={"ring-size": 2})
     assert r.status_code == 200, r.text
     assert r.json()["ring_size"] == 2
-    assert r.json()["effective_settings"]["sources"]["ring_size"] == "runtime"
-    assert r.json()["effective_settings"]["runtime_overrides"] == {"ring-size": 2}
+    assert r.json()["effective_settings"]["sources"]["ring_size"] == "argument"
     q = await queue(client, "ring")
     assert q["messages"] == 3  # lowering the ring size does not delete messages
-    assert q["arguments"] == {"x-ring-size": 3}  # declared arguments are untouched
+    assert q["arguments"] == {"x-ring-size": 2}  # the queue's own configuration changed
     await publish(client, "ring", "D")
     q = await queue(client, "ring")
     assert q["messages"] <= 3  # new messages evict from the head: the queue does not grow

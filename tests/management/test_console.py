@@ -83,9 +83,13 @@ def _api(url: str) -> httpx.Client:
 
 
 def _wait(driver: Any, predicate: Any) -> Any:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(predicate)
+    # The console re-renders its tables every poll, so elements may go stale between lookups.
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    wait = WebDriverWait(driver, WAIT_S, poll_frequency=0.1, ignored_exceptions=ignored)
+    return wait.until(predicate)
 
 
 def _shot(driver: Any, name: str) -> None:
@@ -133,8 +137,8 @@ def test_console_lists_purges_and_edits_ring_size(
             return text
 
         _wait(driver, lambda d: cell("orders", "messages") == "7")
-        assert cell("ring.prices", "messages") == "3"
-        assert "ring 3" in cell("ring.prices", "features")
+        _wait(driver, lambda d: cell("ring.prices", "messages") == "3")
+        _wait(driver, lambda d: "ring 3" in cell("ring.prices", "features"))
         _shot(driver, "02-queues")
         driver.find_element(By.ID, "queue-filter").send_keys("ring")
         _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-queue]")) == 1)
@@ -145,7 +149,7 @@ def test_console_lists_purges_and_edits_ring_size(
         _wait(driver, lambda d: d.find_element(By.ID, "q-messages").text == "7")
         driver.find_element(By.ID, "peek").click()
         _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "pre.peeked")) == 5)
-        assert driver.find_elements(By.CSS_SELECTOR, "pre.peeked")[0].text == "order 0"
+        _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "pre.peeked")[0].text == "order 0")
         _shot(driver, "03-queue-peek")
         driver.find_element(By.ID, "purge").click()
         _wait(driver, lambda d: d.switch_to.alert).accept()
@@ -164,7 +168,7 @@ def test_console_lists_purges_and_edits_ring_size(
         _wait(driver, lambda d: d.find_element(By.ID, "q-ring-size").text == "2")
         q = api.get("/queues/%2F/ring.prices").json()
         assert (q["ring_size"], q["messages"]) == (2, 3)
-        assert driver.find_element(By.ID, "c-ring-evicted").text == "1"
+        _wait(driver, lambda d: d.find_element(By.ID, "c-ring-evicted").text == "1")
         _shot(driver, "05-queue-ring-size")
 
         # exchanges and connections pages render

@@ -471,6 +471,9 @@ class Api:
         body = await _body(request)
         if not name:
             raise BadRequestError("cannot redeclare the default exchange")
+        if name.startswith("amq.") and not any(x.name == name for x in self.admin.exchanges(vhost)):
+            # AMQP's rule (403 ACCESS_REFUSED on exchange.declare), as a bad request here.
+            raise BadRequestError(f"ACCESS_REFUSED - exchange name {name!r} uses reserved 'amq.'")
         xtype = _str(body.get("type"), "type")
         if xtype not in EXCHANGE_TYPES:
             raise BadRequestError(f"unknown exchange type {xtype!r}")
@@ -631,6 +634,8 @@ class Api:
         body = await _body(request)
         if not name or len(name.encode()) > 255:
             raise BadRequestError("queue name must be 1..255 bytes")
+        if name.startswith("amq."):
+            raise BadRequestError(f"ACCESS_REFUSED - queue name {name!r} uses reserved 'amq.'")
         created = self.admin.declare_queue(
             vhost,
             name,

@@ -2,11 +2,10 @@
 
 Theory of operation: `create_app(broker, runtime)` builds one Starlette app that the server
 serves with uvicorn on the broker's own event loop. Requests call the synchronous core through
-`BrokerAdmin` (adapted from the real broker by `management.admin` unless the object already
-implements the port), so no lock is needed. Rates come from counter samples taken lazily
-before a request when the last sample is older than the interval, plus a background sampler
-task started with the first request, so the console's live plot keeps moving even with
-uvicorn's lifespan off.
+`BrokerAdmin` (`management.admin.CoreAdmin` over the core's `Broker.admin` facade), so no lock
+is needed. Rates come from counter samples taken lazily before a request when the last sample
+is older than the interval, plus a loop timer armed by the first request, so the console's live
+plot keeps moving even with uvicorn's lifespan off.
 
 RabbitMQ clients send the vhost "/" as `%2F`; ASGI servers decode `path`, which would turn
 `/api/queues/%2F/q` into `/api/queues///q`. `_RawPath` re-derives `path` from `raw_path`
@@ -91,11 +90,13 @@ class _Sampler:
 
 
 def _as_admin(broker: Any, runtime: Runtime) -> BrokerAdmin:
-    if all(hasattr(broker, m) for m in ("queues", "declare_queue", "get_messages", "vhosts")):
-        return broker  # type: ignore[no-any-return]
-    from ringmq.management.admin import CoreAdmin
+    # The core `Broker` offers its facade as `broker.admin`; anything else must already
+    # implement the port (tests may pass a `BrokerAdmin` directly).
+    if hasattr(broker, "admin") and hasattr(broker, "vhosts"):
+        from ringmq.management.admin import CoreAdmin
 
-    return CoreAdmin(broker, runtime)
+        return CoreAdmin(broker, runtime)
+    return broker  # type: ignore[no-any-return]
 
 
 def create_app(
