@@ -2,8 +2,11 @@
 
 Run with `make bench` (or `python benchmarks/engine_bench.py [--cycles N] [--runs R]`).
 Each scenario keeps a small standing backlog (so fetch never sees an empty queue), runs
-`cycles` cycles `runs` times and prints the median. Targets: <= 2 us for a plain queue,
-<= 3 us for the others, on one core.
+`cycles` cycles `runs` times and prints the median of the process CPU time per cycle.
+Targets: <= 2 us for a plain queue, <= 3 us for the others, on one core.
+
+To compare machines, it also prints the cost of a calibration loop (creating one small slotted
+object per iteration): the engine's cycle costs are best read as multiples of it.
 """
 
 from __future__ import annotations
@@ -46,14 +49,31 @@ def _run_once(args: dict[str, Any], cycles: int) -> float:
     for m in msgs[:10]:  # a standing backlog of 10
         publish(m, 0)
     n = len(msgs)
-    start = time.perf_counter()
+    # CPU time of this process: on a shared machine wall time also counts other processes.
+    start = time.process_time()
     for i in range(cycles):
         publish(msgs[i % n], 0)
         d = fetch(0)
         assert d is not None
         ack((d.seq,))
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     return elapsed / cycles * 1e6
+
+
+class _Probe:
+    __slots__ = ("a", "b", "c")
+
+    def __init__(self, a: int, b: int, c: int) -> None:
+        self.a = a
+        self.b = b
+        self.c = c
+
+
+def _calibrate(cycles: int) -> float:
+    start = time.process_time()
+    for i in range(cycles):
+        _Probe(i, i, i)
+    return (time.process_time() - start) / cycles * 1e6
 
 
 def main() -> None:
@@ -62,9 +82,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     opts = parser.parse_args()
     print(f"queue engine: us per publish+fetch+ack, median of {opts.runs} x {opts.cycles} cycles")
+    calib = statistics.median(_calibrate(opts.cycles) for _ in range(opts.runs))
+    print(f"  {'calibration: one 3-slot object':45s} {calib:6.3f} us")
     for name, args in SCENARIOS.items():
         samples = [_run_once(args, opts.cycles) for _ in range(opts.runs)]
-        print(f"  {name:45s} {statistics.median(samples):6.3f} us  (min {min(samples):.3f})")
+        median = statistics.median(samples)
+        print(
+            f"  {name:45s} {median:6.3f} us  (min {min(samples):.3f}; {median / calib:4.1f}x calib)"
+        )
 
 
 if __name__ == "__main__":

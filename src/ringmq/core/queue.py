@@ -396,14 +396,28 @@ class Queue:
         self._ttl = settings.message_ttl_ms
         self._dlx = settings.dead_letter_exchange
         self._delivery_limit = settings.delivery_limit
-        # Fast-path flag: nothing optional configured.
-        self._plain = (
-            limit is None
-            and self._ttl is None
+        # Fast-path flags: nothing optional configured, or only a simple ready-counted limit.
+        simple = (
+            self._ttl is None
             and not self._saw_expiry
             and self._lvq_key is None
             and not self._max_priority
             and not self._non_destructive
+        )
+        self._plain = simple and limit is None
+        self._bounded: Limit | None = (
+            limit
+            if simple
+            and limit is not None
+            and limit.counts is Counted.READY
+            and limit.action
+            in (
+                LimitAction.RING,
+                LimitAction.DROP_HEAD,
+                LimitAction.REJECT_PUBLISH,
+                LimitAction.REJECT_PUBLISH_DLX,
+            )
+            else None
         )
         needs_order = limit is not None and limit.action in (
             LimitAction.QPID_RING,
@@ -534,6 +548,9 @@ class Queue:
             if self._index is not None:
                 self._index.append(e)
             return PublishOutcome.ENQUEUED
+        bounded = self._bounded
+        if bounded is not None and msg.headers is None and msg.expiration_ms is None:
+            return self._publish_bounded(bounded, seq, msg, now_ms)
         e = _Entry(seq, msg, len(msg.body))
         if self._max_priority:
             e.level = min(max(msg.priority, 0), self._max_priority)
@@ -554,6 +571,42 @@ class Queue:
                 return PublishOutcome.SCHEDULED
         return self._admit(e, now_ms, head=False)
 
+    def _publish_bounded(
+        self, limit: Limit, seq: SeqId, msg: Message, now_ms: int
+    ) -> PublishOutcome:
+        # Fast path for a single-lane queue whose only feature is a ready-counted ring,
+        # drop-head or reject limit (same rules as _admit + _enforce, without the options).
+        size = len(msg.body)
+        c = self.counters
+        action = limit.action
+        max_count = limit.max_count
+        max_bytes = limit.max_bytes
+        if (action is LimitAction.REJECT_PUBLISH or action is LimitAction.REJECT_PUBLISH_DLX) and (
+            (max_count is not None and c.ready + c.paged >= max_count)
+            or (max_bytes is not None and c.ready_bytes + c.paged_bytes + size > max_bytes)
+        ):
+            c.overflow_rejected += 1
+            if action is LimitAction.REJECT_PUBLISH_DLX:
+                self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, 0)
+            return PublishOutcome.REJECTED
+        e = _Entry(seq, msg, size)
+        self._lane.tail.append(e)
+        c.ready += 1
+        c.ready_bytes += size
+        c.added += 1
+        if self._index is not None:
+            self._index.append(e)
+        if action is LimitAction.RING:
+            if max_count is not None and c.ready + c.paged > max_count:
+                self._evict_head(now_ms, ring=True)
+        elif action is LimitAction.DROP_HEAD:
+            while (
+                (max_count is not None and c.ready + c.paged > max_count)
+                or (max_bytes is not None and c.ready_bytes + c.paged_bytes > max_bytes)
+            ) and self._evict_head(now_ms, ring=False):
+                pass
+        return PublishOutcome.ENQUEUED if e.state == _READY else PublishOutcome.DROPPED
+
     def _expiry(self, msg: Message, now_ms: int) -> int | None:
         ttl = self._ttl
         own = msg.expiration_ms
@@ -567,9 +620,10 @@ class Queue:
         assert msg is not None
         e.state = _GONE  # until enqueued below
         expires_at = e.expires_at = self._expiry(msg, now_ms)
-        if expires_at is not None and self._plain:
-            self._saw_expiry = True  # per-message TTL seen: leave the fast path for good
+        if expires_at is not None and not self._saw_expiry:
+            self._saw_expiry = True  # per-message TTL seen: leave the fast paths for good
             self._plain = False
+            self._bounded = None
         limit = self._limit
         replaced: _Entry | None = None
         key = e.key
@@ -863,35 +917,41 @@ class Queue:
         """
         if self._non_destructive:
             return self.browse(None, now_ms)
-        if self._plain:
-            lane = self._lane
-            if lane.head or lane.returns:
-                e = lane.pop()
-            else:
-                tail = lane.tail
-                e = None
-                while tail:
-                    e = tail.popleft()
-                    if e.state == _READY:
-                        break
-                    e = None
-            if e is None:
-                return None
-            c = self.counters
-            c.ready -= 1
-            c.ready_bytes -= e.size
-        else:
-            while True:
+        c = self.counters
+        while True:
+            if self._max_priority:
                 e = self._pop_ready()
                 if e is None:
                     return None
-                if e.expires_at is not None and now_ms > e.expires_at:
-                    self._expire(e, now_ms)
-                    continue
-                break
-            c = self.counters
-        msg = e.msg if e.msg is not None else self._take_body(e)
-        e.paged = False
+            else:
+                # Single lane, inlined: usually a popleft from the tail.
+                lane = self._lane
+                if lane.head or lane.returns:
+                    e = lane.pop()
+                else:
+                    tail = lane.tail
+                    e = None
+                    while tail:
+                        x = tail.popleft()
+                        if x.state == _READY:
+                            e = x
+                            break
+                if e is None:
+                    return None
+                if e.paged:
+                    c.paged -= 1
+                    c.paged_bytes -= e.size
+                else:
+                    c.ready -= 1
+                    c.ready_bytes -= e.size
+            expires_at = e.expires_at
+            if expires_at is not None and now_ms > expires_at:
+                self._expire(e, now_ms)
+                continue
+            break
+        msg = e.msg
+        if msg is None or e.paged:
+            msg = self._take_body(e)
         e.deliveries += 1
         c.delivered += 1
         if e.redelivered:
