@@ -49,11 +49,14 @@ Public API (used by the broker layer)
 * `browse(after, now_ms) -> Delivery | None`
 * `list_scheduled()`, `purge_scheduled() -> int`, `deliver_scheduled_now(seqs, now_ms) -> int`
 * `counters` (`QueueCounters`), `stats() -> dict`, `ready_count`, `unacked_count`,
-  `message_count`, `over_limit`, `non_destructive`
+  `message_count`, `over_limit`, `non_destructive`, `last_seq`
+* introspection (O(n), management and tests): `ready_view()`, `ready_seqs()`,
+  `ready_messages()`, `unacked_seqs()`
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 import logging
@@ -371,7 +374,8 @@ class Queue:
         self.counters = QueueCounters()
         self._store: BodyStore = body_store if body_store is not None else MemoryBodyStore()
         # itertools.count: a C-level counter (the hot path avoids a Python-level increment).
-        self._next_seq = cast("Callable[[], SeqId]", itertools.count(1).__next__)
+        self._seq_counter = itertools.count(1)
+        self._next_seq = cast("Callable[[], SeqId]", self._seq_counter.__next__)
         self._max_priority = settings.max_priority or 0
         self._lanes: list[_Lane] = [_Lane() for _ in range(self._max_priority + 1)]
         self._lane = self._lanes[0]
@@ -471,6 +475,15 @@ class Queue:
     def message_count(self) -> int:
         """ready + delivering + scheduled + paged (Artemis `messageCount`)."""
         return self.counters.message_count
+
+    @property
+    def last_seq(self) -> SeqId:
+        """The highest seq issued so far (0 before the first publish).
+
+        Every publish takes a seq, refused ones included, so seqs have gaps; `counters.added`
+        is not a seq.
+        """
+        return SeqId(next(copy.copy(self._seq_counter)) - 1)
 
     @property
     def non_destructive(self) -> bool:

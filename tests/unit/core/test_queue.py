@@ -551,3 +551,12 @@ def test_unacked_view_and_next_deadline_without_work(args: dict[str, Any]) -> No
     d = take(q)
     assert q.unacked_seqs() == [d.seq]
     assert q.next_deadline_ms() is None
+
+
+def test_last_seq_counts_every_publish_including_refused_ones() -> None:
+    q = queue({"x-max-length": 1, "x-overflow": "reject-publish"})
+    assert q.last_seq == 0
+    for name in "ABC":
+        q.publish(msg(name), 0)
+    assert (q.last_seq, q.counters.added) == (3, 1)
+    assert q.last_seq == 3  # reading it does not consume a seq
