@@ -343,3 +343,44 @@ def test_management_http_on_the_same_loop(broker_factory: BrokerFactory) -> None
             timeout=10,
         ).json()
         assert len(conns) == 1
+
+
+BLOCK_TOML = """
+[[address_settings]]
+match = "blk"
+address_full_policy = "BLOCK"
+max_size_messages = 2
+"""
+
+
+def test_address_full_block_sends_connection_blocked(broker_factory: BrokerFactory) -> None:
+    b = broker_factory(BLOCK_TOML)
+    events: list[str] = []
+    with (
+        pika.BlockingConnection(params(b)) as pub,
+        pika.BlockingConnection(params(b)) as cons,
+    ):
+        pub.add_on_connection_blocked_callback(lambda _c, m: events.append("blocked"))
+        pub.add_on_connection_unblocked_callback(lambda _c, m: events.append("unblocked"))
+        ch = pub.channel()
+        ch.queue_declare("blk")
+        for body in (b"1", b"2", b"3"):
+            ch.basic_publish("", "blk", body)
+
+        def seen(what: str) -> bool:
+            pub.process_data_events(0.01)
+            return what in events
+
+        wait_until(lambda: seen("blocked"))
+        # a consumer drains the queue: the address is no longer full, the publisher resumes
+        cch = cons.channel()
+        drained: list[bytes] = []
+        while len(drained) < 3:
+            m, _, body = cch.basic_get("blk", auto_ack=True)
+            if m is not None:
+                drained.append(body)
+        wait_until(lambda: seen("unblocked"))
+        assert events == ["blocked", "unblocked"]
+        assert drained == [b"1", b"2", b"3"]
+        ch.basic_publish("", "blk", b"after")  # read again: one message is below the limit
+        wait_until(lambda: cch.queue_declare("blk", passive=True).method.message_count == 1)

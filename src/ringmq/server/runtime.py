@@ -573,7 +573,7 @@ class BrokerServer:
                 case Unblock():
                     c.blocked_reason = None
                     c.proto.send_unblocked()
-                    c.resume_reading()
+                    c.resume_reading(self.clock.monotonic())
                 case _:
                     assert_never(e)
             dirty.add(c)
@@ -649,7 +649,13 @@ class BrokerServer:
                         c.abort()
                         self._forget(c)
                         continue
-                    if c.proto.peer_timed_out(mono_ms):
+                    # While blocked we do not read, so the client's heartbeats go unseen
+                    # (RabbitMQ pauses its heartbeat monitor the same way); after resuming,
+                    # give the client two intervals before judging it.
+                    judged = not c.reading_paused and (
+                        mono - c.read_resumed_mono >= 2 * c.proto.heartbeat_s
+                    )
+                    if judged and c.proto.peer_timed_out(mono_ms):
                         log.info("missed heartbeats from %s, closing", c.name)
                         c.abort()
                         self._forget(c)

@@ -65,6 +65,8 @@ class AMQPConnection(asyncio.Protocol):
         self.channels = 0
         self.blocked_reason: str | None = None
         self.closing_since: float | None = None
+        self.read_resumed_mono = 0.0
+        """When reading last resumed after a Block (heartbeat checks restart from there)."""
         self._reading_paused = False
         self._writable = True
 
@@ -140,11 +142,16 @@ class AMQPConnection(asyncio.Protocol):
             self._reading_paused = True
             self.transport.pause_reading()
 
-    def resume_reading(self) -> None:
+    def resume_reading(self, now_mono: float = 0.0) -> None:
         if self._reading_paused and self.transport is not None:
             self._reading_paused = False
+            self.read_resumed_mono = now_mono
             if not self.transport.is_closing():
                 self.transport.resume_reading()
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
 
     @property
     def writable(self) -> bool:
