@@ -138,6 +138,11 @@ class DefinitionLog:
         self._buf.clear()
         return [os.dup(self._fd)]
 
+    def abandon(self) -> None:
+        """Close without writing buffered records (simulated crash; tests)."""
+        self._buf.clear()
+        os.close(self._fd)
+
     def close(self) -> None:
         """Flush, fsync and close."""
         for fd in self.flush():

@@ -237,6 +237,17 @@ class Journal:
         self._segments.remove(seg)
         self._dir_dirty = True
 
+    def abandon(self) -> None:
+        """Close descriptors, dropping buffered records (simulated crash; tests)."""
+        self._buf.clear()
+        for fd in self._unsynced:
+            os.close(fd)
+        self._unsynced = []
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._current = -1
+
     def close(self) -> None:
         """Flush and fsync everything, then release descriptors."""
         fds = self.flush()

@@ -78,6 +78,11 @@ class MessageStore:
             self._live[seg] = self._live.get(seg, 0) + length
             self._next_ref = max(self._next_ref, ref + 1)
 
+    def reserve_refs_below(self, limit: int) -> None:
+        """Make every future ref >= `limit` (refs named by surviving index records)."""
+        if limit > self._next_ref:
+            self._next_ref = limit
+
     def sweep(self) -> int:
         """After recovery: forget bodies no queue references; returns how many were dropped."""
         dead = [ref for ref, loc in self._locs.items() if loc.refs == 0]

@@ -372,6 +372,9 @@ class FileStore:
                 entry = decode_entry(rec.payload)
                 q, seq = entry.queue, entry.seq
                 entries.setdefault(q, {})[seq] = entry
+                if entry.body_ref:
+                    # never hand out a ref the journal mentions, even one whose body was lost
+                    self._bodies.reserve_refs_below(entry.body_ref + 1)
                 loc.setdefault(q, {})[seq] = seg
                 if seq + 1 > self._next_seq.get(q, 0):
                     self._next_seq[q] = seq + 1
@@ -388,6 +391,7 @@ class FileStore:
                 found = entries.get(q, {}).get(s)
                 if found is not None:
                     found.delivery_count = count
+                    self._depend(seg, loc[q][s])
             elif rtype == RecordType.PURGE:
                 q, upto = decode_purge(rec.payload)
                 qe, ql = entries.get(q), loc.get(q)
@@ -568,10 +572,12 @@ class FileStore:
         return self._position
 
     def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int:
-        if seq in self._index.get(queue, {}):
-            self._journal.append(
+        seg = self._index.get(queue, {}).get(seq)
+        if seg is not None:
+            at, _ = self._journal.append(
                 RecordType.DELIVERY_COUNT, encode_delivery(queue, seq, delivery_count)
             )
+            self._depend(at, seg)  # the count must not vanish while its ENQUEUE stays
             self._counts.setdefault(queue, {})[seq] = delivery_count
         self._position += 1
         return self._position
@@ -642,6 +648,16 @@ class FileStore:
         self._defs.close()
         (self.directory / "CLEAN").write_bytes(b"")
         fsync_fds(self._fsync_dir_fds())
+
+    def abandon(self) -> None:
+        """Release descriptors WITHOUT flushing buffered writes: a simulated crash (tests).
+
+        What was already handed to the OS (`flush()`) stays in the files; the buffers are lost,
+        exactly as when the process is killed.
+        """
+        for journal in (self._journal, self._bodies.journal):
+            journal.abandon()
+        self._defs.abandon()
 
     # -- space reclamation -------------------------------------------------------------------
 

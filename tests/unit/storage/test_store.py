@@ -298,3 +298,47 @@ def test_definitions_through_store(tmp_path: Path) -> None:
     assert FileStore.open(tmp_path).recover().definitions == {
         "exchange": {"/|logs": {"type": "fanout", "durable": True}}
     }
+
+
+def test_delivery_count_outlives_the_segment_it_was_written_in(tmp_path: Path) -> None:
+    # The DELIVERY_COUNT record sits in a segment whose enqueues all get acked: that segment
+    # must stay while the counted message's ENQUEUE does (found by the storage machine).
+    s = FileStore.open(tmp_path, segment_bytes=280)
+    s.recover()
+    s.enqueue("q", SeqId(0), msg(b"K" * 210))  # seg 1, full
+    s.delivered("q", SeqId(0), 4)  # seg 2
+    s.enqueue("q", SeqId(1), msg(b"e1"))  # seg 2
+    s.ack("q", [SeqId(1)])  # seg 2
+    s.enqueue("q", SeqId(2), msg(bytes(210)))  # seg 2, now full
+    s.enqueue("q", SeqId(3), msg(b"e3"))  # seg 3
+    s.ack("q", [SeqId(2)])  # seg 3: segment 2 holds no live enqueue any more
+    for _ in range(3):
+        s.sync()
+    s.close()
+    state = FileStore.open(tmp_path, segment_bytes=280).recover()
+    assert summary(state)["q"] == [(0, b"K" * 210, True, 4), (3, b"e3", False, 0)]
+
+
+def test_refs_named_by_the_journal_are_never_reused(tmp_path: Path) -> None:
+    # An ENQUEUE whose body was lost stays in the journal (its segment is kept alive by another
+    # message); a new body must not take its ref, or the old enqueue would come back with the
+    # new body (found by the storage machine).
+    s = FileStore.open(tmp_path, embed_below=10)
+    s.recover()
+    s.enqueue("q", SeqId(0), msg(b"small"))
+    s.sync()
+    s.enqueue("q", SeqId(1), msg(b"old body" * 5))
+    s.flush()
+    s.abandon()
+    for f in (tmp_path / "msgstore").iterdir():
+        os.truncate(f, 0)
+    s2 = FileStore.open(tmp_path, embed_below=10)
+    assert [m.seq for m in s2.recover().queues["q"]] == [0]
+    s2.enqueue("q", SeqId(2), msg(b"new body" * 5))
+    s2.sync()
+    s2.abandon()
+    state = FileStore.open(tmp_path, embed_below=10).recover()
+    assert [(m.seq, m.message.body) for m in state.queues["q"]] == [
+        (0, b"small"),
+        (2, b"new body" * 5),
+    ]
