@@ -97,6 +97,7 @@ _REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
 _NEEDS_DECODE: Final = (
     FLAG_HEADERS | FLAG_DELIVERY_MODE | FLAG_PRIORITY | FLAG_EXPIRATION | FLAG_MESSAGE_ID
 )
+_DECODE_ANY: Final = _NEEDS_DECODE | FLAG_REPLY_TO
 _EXCLUSIVE_LOCKED: Final = (
     "cannot obtain exclusive access to locked queue '{q}' in vhost '{v}'. It could be originally "
     "declared on another connection or the exclusive property value does not match that of the "
@@ -1008,7 +1009,7 @@ class Broker:
         pb = content.properties_bin
         msg = Message(exchange, routing_key, pb, content.body, timestamp_ms=now_ms)
         flags = property_flags(pb)
-        if not flags & (_NEEDS_DECODE | FLAG_REPLY_TO):
+        if not flags & _DECODE_ANY:
             return msg, None
         props = decode_properties(pb)
         msg.headers = props.headers
@@ -1053,7 +1054,13 @@ class Broker:
             )
         if m.immediate:
             raise AMQPError(ReplyCode.NOT_IMPLEMENTED, "immediate=true")
-        msg, props = self._build_message(m.exchange, m.routing_key, content, now_ms)
+        pb = content.properties_bin
+        if len(pb) >= 2 and not ((pb[0] << 8) | pb[1]) & _DECODE_ANY:
+            # Hot path: no property the core needs; keep the header raw (STYLE: re-send as is).
+            msg = Message(m.exchange, m.routing_key, pb, content.body, timestamp_ms=now_ms)
+            props = None
+        else:
+            msg, props = self._build_message(m.exchange, m.routing_key, content, now_ms)
         if props is not None and props.reply_to == REPLY_TO_QUEUE:
             if s.reply_to_token is None:
                 raise AMQPError(ReplyCode.PRECONDITION_FAILED, "fast reply consumer does not exist")
