@@ -68,7 +68,7 @@ def test_render_names_types_and_values() -> None:
     for sample in (
         f"rabbitmq_queue_messages_ready{labels} 3",
         f"rabbitmq_queue_messages_unacked{labels} 4",
-        f"rabbitmq_queue_messages{labels} 10",
+        f"rabbitmq_queue_messages{labels} 9",  # ready (paged included) + unacked + scheduled
         f"rabbitmq_queue_consumers{labels} 1",
         f"rabbitmq_queue_messages_published_total{labels} 10",
         f"ringmq_queue_messages_scheduled{labels} 2",

@@ -10,7 +10,11 @@ records, and adds the few things the HTTP layer promises that the facade leaves 
   and maps them to the queue arguments the facade's live `update_queue` merges
   (`x-ring-size`, ...), as Artemis' `updateQueue` changes the queue's own configuration;
 * `effective_settings` also says where each value came from (`sources`: argument, policy,
-  address-settings), read from the queue's resolved settings.
+  address-settings), read from the queue's resolved settings;
+* listings (`queues()`, read by /api/queues, rates and /metrics) are built straight from the
+  engine's O(1) counters of the public `QueueEntity` objects, because the facade's per-queue
+  snapshot also walks the ready messages for the head timestamp (O(depth)); GET of one queue
+  uses the facade's full snapshot. `test_admin.py` checks that both paths agree.
 
 Effects of admin calls (deliveries after a publish or a requeue, consumer cancels when a queue
 is deleted) leave through the facade's `emit` callback. The server sets it to its batch
@@ -28,6 +32,7 @@ from typing import Any, Final
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.effects import Effect
+from ringmq.core.settings import QueueSettings
 from ringmq.management.port import (
     AckMode,
     BindingInfo,
@@ -93,6 +98,8 @@ class CoreAdmin:
         self.broker = broker
         self.core = broker.admin
         self.runtime = runtime
+        self._settings_cache: dict[int, tuple[QueueSettings, dict[str, Any]]] = {}
+        self._queue_count = 0
         if self.core.emit is None:
             self.core.emit = self._emit
         # anything produced before we were attached
@@ -121,9 +128,12 @@ class CoreAdmin:
     # -- queues -------------------------------------------------------------------------
 
     def _queue(self, d: dict[str, Any]) -> QueueInfo:
+        """A record from the facade's full snapshot (one queue: head timestamp included)."""
         d = dict(d)
         d.pop("engine_stats", None)
         d["counters"] = QueueCounters(**d["counters"])
+        # the facade reports ready bytes without the paged ones; ready messages include them
+        d["message_bytes_ready"] += d["message_bytes_paged"]
         entity = self.broker.vhosts[d["vhost"]].queues.get(d["name"])
         if entity is not None:
             d["effective_settings"] = {
@@ -132,8 +142,85 @@ class CoreAdmin:
             }
         return QueueInfo(**d)
 
+    def _settings(self, settings: QueueSettings) -> dict[str, Any]:
+        # Settings objects are frozen and replaced on change: render each one once.
+        hit = self._settings_cache.get(id(settings))
+        if hit is not None and hit[0] is settings:
+            return hit[1]
+        out: dict[str, Any] = {
+            f.name: (str(v) if hasattr(v, "value") else v)
+            for f in fields(settings)
+            if (v := getattr(settings, f.name)) is not None and f.name not in ("sources", "limit")
+        }
+        limit = settings.limit
+        if limit is not None:
+            out["limit"] = {
+                "family": limit.family,
+                "counts": str(limit.counts),
+                "max_count": limit.max_count,
+                "max_bytes": limit.max_bytes,
+                "action": str(limit.action),
+            }
+        out["sources"] = dict(settings.sources)
+        if len(self._settings_cache) > 4 * (self._queue_count + 64):
+            self._settings_cache.clear()
+        self._settings_cache[id(settings)] = (settings, out)
+        return out
+
+    def _fast(self, q: Any) -> QueueInfo:
+        """A listing record read straight from the engine's O(1) counters.
+
+        The facade's snapshot also computes the head message's timestamp and the engine's
+        full stats, which costs O(depth) on deep queues; listings, rates and /metrics read
+        every queue, so they take this path (`head_message_timestamp` only on GET one queue).
+        """
+        c = q.queue.counters
+        st = q.settings
+        return QueueInfo(
+            vhost=q.vhost,
+            name=q.name,
+            durable=q.durable,
+            auto_delete=q.auto_delete,
+            exclusive=q.exclusive_owner is not None,
+            arguments=q.arguments,
+            policy=st.policy_name,
+            effective_settings=self._settings(st),
+            messages_ready=c.ready + c.paged,
+            messages_unacknowledged=c.unacked,
+            messages_scheduled=c.scheduled,
+            messages_paged=c.paged,
+            message_bytes_ready=c.ready_bytes + c.paged_bytes,
+            message_bytes_unacknowledged=c.unacked_bytes,
+            message_bytes_scheduled=c.scheduled_bytes,
+            message_bytes_paged=c.paged_bytes,
+            consumers=len(q.consumers),
+            ring_size=st.ring_size,
+            counters=QueueCounters(
+                publish=c.added + c.overflow_rejected,
+                deliver=q.deliver,
+                deliver_no_ack=q.deliver_no_ack,
+                get=q.get,
+                get_no_ack=q.get_no_ack,
+                get_empty=q.get_empty,
+                redeliver=c.redelivered,
+                ack=c.acknowledged,
+                ring_evicted=c.ring_evicted,
+                lvq_replaced=c.lvq_replaced,
+                overflow_rejected=c.overflow_rejected,
+                expired=c.expired,
+                dead_lettered=c.dead_lettered,
+            ),
+            exclusive_owner=None if q.exclusive_owner is None else str(q.exclusive_owner),
+        )
+
     def queues(self, vhost: str | None = None) -> list[QueueInfo]:
-        return [self._queue(d) for d in self.core.queues(vhost)]
+        out: list[QueueInfo] = []
+        for vname, vh in sorted(self.broker.vhosts.items()):
+            if vhost is not None and vname != vhost:
+                continue
+            out.extend(self._fast(q) for _, q in sorted(vh.queues.items()) if not q.deleted)
+        self._queue_count = len(out)
+        return out
 
     def queue(self, vhost: str, name: str) -> QueueInfo:
         return self._queue(self.core.queue(vhost, name))

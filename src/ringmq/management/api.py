@@ -314,6 +314,7 @@ class Api:
         for q in queues:
             for name, value in shapes.queue_totals(q).items():
                 overview_totals[name] = overview_totals.get(name, 0) + value
+        # (queues were read once above; rates come from the sampler's own reads)
         connections = self.runtime.connections()
         node = self.runtime.node
         return _json(

@@ -36,7 +36,7 @@ _QUEUE_FAMILIES: Final[tuple[tuple[str, str, str, _QueueValue], ...]] = (
     (
         "rabbitmq_queue_messages",
         "gauge",
-        "Sum of ready, unacknowledged, scheduled and paged messages",
+        "Ready (paged included), unacknowledged and scheduled messages",
         lambda q: q.messages,
     ),
     (

@@ -60,9 +60,11 @@ class QueueInfo:
     effective_settings: dict[str, Any] = field(default_factory=dict)
     """What the queue resolved from x-arguments, policies and address-settings."""
     messages_ready: int = 0
+    """Messages that can be delivered now, paged ones included (as RabbitMQ counts them)."""
     messages_unacknowledged: int = 0
     messages_scheduled: int = 0
     messages_paged: int = 0
+    """The part of `messages_ready` whose bodies are paged to disk."""
     message_bytes_ready: int = 0
     message_bytes_unacknowledged: int = 0
     message_bytes_scheduled: int = 0
@@ -79,13 +81,8 @@ class QueueInfo:
 
     @property
     def messages(self) -> int:
-        """The seed's messageCount: ready + unacknowledged + scheduled + paged."""
-        return (
-            self.messages_ready
-            + self.messages_unacknowledged
-            + self.messages_scheduled
-            + self.messages_paged
-        )
+        """The seed's messageCount: ready (paged included) + unacknowledged + scheduled."""
+        return self.messages_ready + self.messages_unacknowledged + self.messages_scheduled
 
     @property
     def message_bytes(self) -> int:
@@ -93,7 +90,6 @@ class QueueInfo:
             self.message_bytes_ready
             + self.message_bytes_unacknowledged
             + self.message_bytes_scheduled
-            + self.message_bytes_paged
         )
 
 

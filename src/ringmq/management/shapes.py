@@ -79,7 +79,7 @@ def queue(q: QueueInfo, sampler: RateSampler, node: str) -> dict[str, Any]:
     totals = queue_totals(q)
     rates = sampler.rates(queue_key(q.vhost, q.name))
     c = q.counters
-    ram_bytes = q.message_bytes_ready + q.message_bytes_unacknowledged + q.message_bytes_scheduled
+    ram_bytes = q.message_bytes - q.message_bytes_paged
     return {
         "name": q.name,
         "vhost": q.vhost,
@@ -105,8 +105,8 @@ def queue(q: QueueInfo, sampler: RateSampler, node: str) -> dict[str, Any]:
         "messages_details": {"rate": rates.get("messages", 0.0)},
         "messages_ready_details": {"rate": rates.get("messages_ready", 0.0)},
         "messages_unacknowledged_details": {"rate": rates.get("messages_unacknowledged", 0.0)},
-        "messages_ram": q.messages_ready + q.messages_unacknowledged + q.messages_scheduled,
-        "messages_ready_ram": q.messages_ready,
+        "messages_ram": q.messages - q.messages_paged,
+        "messages_ready_ram": q.messages_ready - q.messages_paged,
         "messages_unacknowledged_ram": q.messages_unacknowledged,
         "messages_persistent": q.messages_persistent,
         "message_bytes": q.message_bytes,
