@@ -262,6 +262,10 @@ class Admin:
         vh = self._vh(vhost)
         if not name:
             raise ValueError("queue name must not be empty")
+        if name.startswith("amq.") and name not in vh.queues:
+            raise AMQPError(
+                ReplyCode.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            )
         args = dict(arguments or {})
         q = vh.queues.get(name)
         if q is not None:
@@ -511,7 +515,10 @@ class Admin:
         """Publish a message as the management API does; True when it was routed somewhere."""
         vh = self._vh(vhost)
         x = self._x(vhost, exchange)
-        props = BasicProperties(**dict(properties or {}))
+        try:
+            props = BasicProperties(**dict(properties or {}))
+        except TypeError as exc:
+            raise ValueError(f"bad message properties: {exc}") from None
         pb = encode_properties(props)
         self._begin(now_ms)
         b = self.broker

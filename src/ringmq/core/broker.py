@@ -1107,6 +1107,9 @@ class Broker:
             queues: tuple[QueueEntity, ...] = ()
         else:
             queues = vh.route(x, rk, msg.headers)
+            hdrs = msg.headers
+            if hdrs and ("CC" in hdrs or "BCC" in hdrs):
+                queues, msg = self._sender_selected(vh, x, msg, queues)
             if msg.message_id is not None and queues:
                 # x-message-deduplication-window-ms (core/reservations.py): drop duplicates.
                 queues = tuple(self.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
@@ -1177,6 +1180,41 @@ class Broker:
                 if not blocking:
                     del self._blocking[conn_id]
                     self._out.append(Unblock(conn_id))
+
+    @staticmethod
+    def _sender_selected(
+        vh: VHost, x: Exchange, msg: Message, queues: tuple[QueueEntity, ...]
+    ) -> tuple[tuple[QueueEntity, ...], Message]:
+        """RabbitMQ sender-selected distribution: also route with the keys in the CC and BCC
+        headers (lists of strings); BCC is removed from the message before delivery."""
+        headers = msg.headers or {}
+        found = {id(q): q for q in queues}
+        for name in ("CC", "BCC"):
+            keys = headers.get(name)
+            if not isinstance(keys, list):
+                continue
+            for key in keys:
+                k = _as_str(key)
+                if k is not None:
+                    for q in vh.route(x, k, headers):
+                        found.setdefault(id(q), q)
+        if "BCC" in headers:
+            props = decode_properties(msg.properties_bin)
+            stripped = {k: v for k, v in headers.items() if k != "BCC"}
+            props.headers = stripped
+            msg = Message(
+                msg.exchange,
+                msg.routing_key,
+                encode_properties(props),
+                msg.body,
+                headers=stripped,
+                priority=msg.priority,
+                expiration_ms=msg.expiration_ms,
+                persistent=msg.persistent,
+                message_id=msg.message_id,
+                timestamp_ms=msg.timestamp_ms,
+            )
+        return tuple(found.values()), msg
 
     def _deliver_reply(self, routing_key: str, msg: Message) -> bool:
         entry = self._reply_sessions.get(routing_key[len(_REPLY_TO_PREFIX) :])

@@ -169,3 +169,18 @@ def test_redeclare_ignores_arguments_without_semantics_like_rabbitmq() -> None:
     err = kit.error(ch, spec.QueueDeclare(queue="q", arguments={"x-queue-type": "quorum"}))
     assert err.code is ReplyCode.PRECONDITION_FAILED
     assert "inequivalent arg 'x-queue-type'" in err.explanation
+
+
+def test_sender_selected_distribution_cc_and_bcc() -> None:
+    kit = Kit()
+    ch = kit.open()
+    for name in ("main", "cc", "bcc"):
+        kit.declare(ch, name)
+    props = BasicProperties(headers={"CC": ["cc"], "BCC": ["bcc"], "k": 1})
+    kit.publish(ch, "main", b"m", props=props)
+    queues = kit.broker.vhosts["/"].queues
+    for name in ("main", "cc", "bcc"):
+        (msg,) = queues[name].queue.ready_messages()
+        headers = decode_properties(msg.properties_bin).headers or {}
+        assert "BCC" not in headers
+        assert headers["CC"] == ["cc"]
