@@ -318,7 +318,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         listen = ListenSpec(
             host=t.opt_str("host"),
             amqp_port=t.opt_int("amqp_port"),
-            http_port=t.opt_int("http_port"),
+            http_port=t.opt_int("http_port", minimum=-1),
             data_dir=Path(data_dir) if data_dir else None,
         )
         refresh = t.opt_int("config_refresh_period_ms", minimum=1)
