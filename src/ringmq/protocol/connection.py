@@ -212,6 +212,7 @@ class ServerConnection:
         self.vhost = ""
         self._close_code = 0
         self._close_text = ""
+        self._blocked = False
         self._last_recv_ms: int | None = None
         self._last_sent_ms: int | None = None
         self._recv_unseen = False
@@ -696,15 +697,21 @@ class ServerConnection:
         return True
 
     def send_blocked(self, reason: str) -> bool:
-        """Queue Connection.Blocked if the client announced ``connection.blocked``."""
-        if not client_capability(self.client_properties, "connection.blocked"):
+        """Queue Connection.Blocked if the client announced ``connection.blocked``.
+
+        Sent once per transition, as RabbitMQ does: while blocked, further calls are no-ops
+        (False) until ``send_unblocked()``.
+        """
+        if self._blocked or not client_capability(self.client_properties, "connection.blocked"):
             return False
-        return self.send_method(0, spec.ConnectionBlocked(reason[:255]))
+        self._blocked = self.send_method(0, spec.ConnectionBlocked(reason[:255]))
+        return self._blocked
 
     def send_unblocked(self) -> bool:
-        """Queue Connection.Unblocked if the client announced ``connection.blocked``."""
-        if not client_capability(self.client_properties, "connection.blocked"):
+        """Queue Connection.Unblocked if a Blocked was sent (else a no-op returning False)."""
+        if not self._blocked:
             return False
+        self._blocked = False
         return self.send_method(0, spec.ConnectionUnblocked())
 
     # ------------------------------------------------------------------------ heartbeats

@@ -301,8 +301,11 @@ def test_update_secret() -> None:
 def test_blocked_needs_the_client_capability() -> None:
     c = Client()
     c.handshake()
+    assert not c.conn.send_unblocked()  # not blocked: nothing to undo
     assert c.conn.send_blocked("low on memory")
+    assert not c.conn.send_blocked("still low")  # once per transition
     assert c.conn.send_unblocked()
+    assert not c.conn.send_unblocked()
     assert c.methods() == [
         (0, spec.ConnectionBlocked("low on memory")),
         (0, spec.ConnectionUnblocked()),
