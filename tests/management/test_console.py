@@ -72,6 +72,7 @@ def driver() -> Iterator[Any]:
         "--window-size=1400,1000",
     ):
         opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     d.set_page_load_timeout(WAIT_S)
     yield d
@@ -178,3 +179,11 @@ def test_console_lists_purges_and_edits_ring_size(
         driver.get(url + "/#/connections")
         _wait(driver, lambda d: d.find_element(By.ID, "c-table").text != "")
         _shot(driver, "07-connections")
+
+    # no script errors along the way (the 401 of the first, credential-less load is expected)
+    errors = [
+        e["message"]
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and "401" not in e["message"]
+    ]
+    assert errors == []
