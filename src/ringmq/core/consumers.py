@@ -4,8 +4,8 @@ Theory of operation: a `ConsumerSet` keeps a queue's consumers in registration o
 dispatch, grouped by `x-priority` (highest first) with a round-robin cursor per group. `pick()`
 returns the next consumer that can take a message: the highest-priority group that has any
 consumer with capacity wins (RabbitMQ consumer priorities), and within a group consumers take
-turns. With single-active-consumer only the earliest registered consumer is eligible; when it
-goes, the next one in registration order becomes active. Capacity = the connection is writable
+turns. With single-active-consumer only one consumer is eligible: the earliest registered one
+of the highest priority; when it goes, the next one takes over. Capacity = the connection is writable
 and (no-ack, or below both the consumer's prefetch and the channel's global prefetch).
 Pure: no I/O, no clock.
 """
@@ -85,8 +85,9 @@ class ConsumerSet:
 
     @property
     def active(self) -> Consumer | None:
-        """With single-active-consumer, the consumer that receives messages."""
-        return self.all[0] if self.all else None
+        """With single-active-consumer, the consumer that receives messages: the earliest
+        registered among those with the highest `x-priority` (RabbitMQ 3.12+)."""
+        return self._groups[0][1][0] if self._groups else None
 
     def add(self, consumer: Consumer) -> None:
         """Register a consumer (it joins the end of its priority group's rotation)."""
@@ -115,10 +116,13 @@ class ConsumerSet:
 
     def pick(self) -> Consumer | None:
         """The consumer that should get the next message, or None when nobody can take one."""
+        if self.single_active:
+            active = self.active
+            return active if active is not None and active.has_capacity() else None
         everyone = self.all
-        if self.single_active or len(everyone) == 1:
-            first = everyone[0] if everyone else None
-            return first if first is not None and first.has_capacity() else None
+        if len(everyone) == 1:
+            only = everyone[0]
+            return only if only.has_capacity() else None
         for prio, members in self._groups:
             n = len(members)
             if n == 1:

@@ -184,3 +184,14 @@ def test_sender_selected_distribution_cc_and_bcc() -> None:
         headers = decode_properties(msg.properties_bin).headers or {}
         assert "BCC" not in headers
         assert headers["CC"] == ["cc"]
+
+
+def test_single_active_consumer_prefers_the_highest_priority() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "sac", arguments={"x-single-active-consumer": True})
+    kit.consume(ch, "sac", "low", no_ack=True)
+    kit.consume(ch, "sac", "high", no_ack=True, arguments={"x-priority": 5})
+    assert delivered(kit.publish(ch, "sac"))[0].method.consumer_tag == "high"
+    (cons,) = [c for c in kit.broker.admin.consumers() if c["active"]]
+    assert cons["consumer_tag"] == "high"
