@@ -5,8 +5,8 @@ dispatch, grouped by `x-priority` (highest first) with a round-robin cursor per 
 returns the next consumer that can take a message: the highest-priority group that has any
 consumer with capacity wins (RabbitMQ consumer priorities), and within a group consumers take
 turns. With single-active-consumer only one consumer is eligible: the earliest registered one
-of the highest priority; when it goes, the next one takes over. Capacity = the connection is writable
-and (no-ack, or below both the consumer's prefetch and the channel's global prefetch).
+of the highest priority; when it goes, the next one takes over. Capacity = the connection is
+writable and (no-ack, or below both the consumer's prefetch and the channel's global prefetch).
 Pure: no I/O, no clock.
 """
 
