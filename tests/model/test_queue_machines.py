@@ -225,12 +225,13 @@ class RejectPublishMachine(QueueMachine):
 
 
 class QpidMachine(QueueMachine):
-    """Qpid legacy reject / ring / ring_strict by count and bytes (acquired messages count)."""
+    """Qpid legacy reject / ring / ring_strict / flow_to_disk by count and bytes (acquired
+    messages count)."""
 
     @initialize(
         count=st.none() | st.integers(1, 4),
         nbytes=st.none() | st.integers(1, 12),
-        policy=st.sampled_from(["reject", "ring", "ring_strict"]),
+        policy=st.sampled_from(["reject", "ring", "ring_strict", "flow_to_disk"]),
     )
     def init(self, count: int | None, nbytes: int | None, policy: str) -> None:
         if count is None and nbytes is None:
@@ -240,7 +241,12 @@ class QpidMachine(QueueMachine):
             args["qpid.max_count"] = count
         if nbytes is not None:
             args["qpid.max_size"] = nbytes
-        action = {"reject": "qpid-reject", "ring": "qpid-ring", "ring_strict": "qpid-ring-strict"}
+        action = {
+            "reject": "qpid-reject",
+            "ring": "qpid-ring",
+            "ring_strict": "qpid-ring-strict",
+            "flow_to_disk": "qpid-flow-to-disk",  # never refuses; pages bodies out
+        }
         cfg = ModelConfig(action=action[policy], max_count=count, max_bytes=nbytes, dlx=True)
         self.setup(args, cfg)
 
