@@ -763,3 +763,18 @@ async def test_message_rates_from_timed_samples(client: httpx.AsyncClient, clock
     clock.advance(5_000)
     q = await queue(client, "q")
     assert q["message_stats"]["publish_details"]["rate"] == 0.0
+
+
+async def test_loopback_only_user_is_refused_from_a_remote_address(
+    broker: Broker, runtime: FakeRuntime, clock: Clock
+) -> None:
+    from ringmq.management.app import create_app
+
+    broker.auth.add_user("ops", password="pw", tags=("administrator",))
+    app = create_app(broker, runtime, background_rates=False, clock_ms=clock)
+    remote = httpx.ASGITransport(app=app, client=("192.0.2.7", 40000))
+    async with httpx.AsyncClient(transport=remote, base_url="http://testserver") as c:
+        r = await c.get("/api/overview", auth=("guest", "guest"))
+        assert r.status_code == 401
+        assert r.json()["reason"] == "User can only log in via localhost"
+        assert (await c.get("/api/overview", auth=("ops", "pw"))).status_code == 200

@@ -120,7 +120,10 @@ class CoreAdmin:
 
     def authenticate(self, user: str, password: str) -> UserInfo | None:
         found = self.core.authenticate(user, password)
-        return None if found is None else UserInfo(**found)
+        if found is None:
+            return None
+        record = self.broker.auth.users.get(user)
+        return UserInfo(**found, loopback_only=bool(getattr(record, "loopback_only", False)))
 
     def permissions(self) -> list[PermissionInfo]:
         return [PermissionInfo(**p) for p in self.core.permissions()]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import ipaddress
 import json
 import logging
 import re
@@ -62,6 +63,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _is_loopback(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _param(request: Request, name: str) -> str:
@@ -151,7 +160,8 @@ class Api:
         if scheme.lower() != "basic" or not token:
             raise UnauthorizedError("Not_Authorized")
         now = self.clock_ms()
-        key = hashlib.sha256(token.encode()).hexdigest()
+        client = request.client.host if request.client else ""
+        key = hashlib.sha256(f"{client}\0{token}".encode()).hexdigest()
         cached = self._auth_cache.get(key)
         if cached is not None and now - cached[0] < _AUTH_CACHE_MS:
             return cached[1]
@@ -166,6 +176,8 @@ class Api:
             raise UnauthorizedError("Login failed")
         if not MANAGEMENT_TAGS.intersection(found.tags):
             raise UnauthorizedError("Not management user")
+        if found.loopback_only and not _is_loopback(request):
+            raise UnauthorizedError("User can only log in via localhost")
         if len(self._auth_cache) > 256:
             self._auth_cache.clear()
         self._auth_cache[key] = (now, found)

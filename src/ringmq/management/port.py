@@ -131,6 +131,8 @@ class UserInfo:
     name: str
     tags: list[str] = field(default_factory=list)
     password_hash: str = ""
+    loopback_only: bool = False
+    """May log in only from a loopback address (RabbitMQ's `loopback_users`, e.g. guest)."""
 
 
 @dataclass(slots=True)
