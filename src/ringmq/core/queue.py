@@ -333,9 +333,6 @@ class _Lane:
             self.tail.popleft()
         return e
 
-    def size(self) -> int:
-        return len(self.head) + len(self.returns) + len(self.tail)
-
     def compact(self) -> None:
         self.head = deque(e for e in self.head if e.state == _READY)
         self.returns = [e for e in self.returns if e.state == _READY]
@@ -864,15 +861,6 @@ class Queue:
             c.ready -= 1
             c.ready_bytes -= e.size
         return e
-
-    def _peek_ready(self) -> _Entry | None:
-        if self._max_priority:
-            for lane in reversed(self._lanes):
-                e = lane.peek()
-                if e is not None:
-                    return e
-            return None
-        return self._lane.peek()
 
     def _take_body(self, e: _Entry) -> Message:
         if e.msg is None:
