@@ -98,6 +98,11 @@ class Journal:
         """Number of the segment being appended to (-1 before the first append)."""
         return self._current
 
+    @property
+    def current_bytes(self) -> int:
+        """Size of the current segment (0 when none is open)."""
+        return self._size if self._fd >= 0 else 0
+
     def disk_bytes(self) -> int:
         """Total size of the segments (buffered bytes included)."""
         total = 0

@@ -33,6 +33,7 @@ from ringmq.storage.records import encode_body as _encode_body
 log = logging.getLogger(__name__)
 
 DEFAULT_COMPACT_RATIO: Final = 0.5
+_ROLL_DEAD_CURRENT_BYTES: Final = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -146,6 +147,13 @@ class MessageStore:
             durable_position: the highest position known to be fsynced.
         """
         current = self.journal.current
+        if (
+            current >= 0
+            and self._live.get(current, 0) <= 0
+            and self.journal.current_bytes >= (_ROLL_DEAD_CURRENT_BYTES)
+        ):
+            self.journal.roll()  # every body in it is gone: let it be deleted below
+            current = -1
         for seg in self.journal.segments:
             if seg == current:
                 continue

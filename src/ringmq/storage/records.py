@@ -45,9 +45,13 @@ class RecordType(IntEnum):
     PAGED = 10
 
 
+# crc32 of the single type byte, the starting value for crc32(payload)
+_TYPE_CRC: Final = tuple(zlib.crc32(bytes((t,))) for t in range(256))
+
+
 def frame(rtype: int, payload: bytes | bytearray | memoryview) -> bytes:
     """Frame one record: header (length, crc32 over type+payload, type) and payload."""
-    crc = zlib.crc32(payload, zlib.crc32(bytes((rtype,))))
+    crc = zlib.crc32(payload, _TYPE_CRC[rtype])
     return HEADER.pack(len(payload), crc, rtype) + bytes(payload)
 
 
@@ -64,15 +68,17 @@ def scan(data: bytes | bytearray | memoryview, start: int = 0) -> tuple[list[Rec
     end = len(view)
     unpack = HEADER.unpack_from
     crc32 = zlib.crc32
+    type_crc = _TYPE_CRC
+    append = out.append
     while pos + HEADER_SIZE <= end:
         length, crc, rtype = unpack(view, pos)
         body_at = pos + HEADER_SIZE
         if length > MAX_RECORD or body_at + length > end:
             break
         payload = view[body_at : body_at + length]
-        if crc32(payload, crc32(bytes((rtype,)))) != crc:
+        if crc32(payload, type_crc[rtype]) != crc:
             break
-        out.append(Record(rtype, payload, pos))
+        append(Record(rtype, payload, pos))
         pos = body_at + length
     return out, pos
 
@@ -98,6 +104,7 @@ def iter_scan(data: bytes | bytearray | memoryview) -> Iterator[Record]:
 _ENTRY: Final = struct.Struct("<QBBIqqqqBBBHI")
 # seq, flags, priority, delivery_count, timestamp_ms, expiry_ms, due_ms, expiration_ms,
 # len(exchange), len(routing_key), len(message_id), len(queue), len(properties_bin)
+_ENTRY_SIZE: Final = _ENTRY.size
 _REF: Final = struct.Struct("<Q")
 
 F_EMBEDDED: Final = 0x01
@@ -170,6 +177,7 @@ def encode_entry(entry: Entry) -> bytes:
 
 def decode_entry(payload: bytes | memoryview) -> Entry:
     """Decode `encode_entry` output. Bodies stored by ref come back empty with `body_ref` set."""
+    data = bytes(payload)
     (
         seq,
         flags,
@@ -184,46 +192,41 @@ def decode_entry(payload: bytes | memoryview) -> Entry:
         n_mid,
         n_queue,
         n_props,
-    ) = _ENTRY.unpack_from(payload, 0)
-    pos = _ENTRY.size
-    view = memoryview(payload)
-    queue = str(view[pos : pos + n_queue], "utf-8")
-    pos += n_queue
-    exchange = str(view[pos : pos + n_exchange], "utf-8")
-    pos += n_exchange
-    routing_key = str(view[pos : pos + n_rk], "utf-8")
-    pos += n_rk
-    message_id = str(view[pos : pos + n_mid], "utf-8") if flags & F_MESSAGE_ID else None
-    pos += n_mid
-    properties_bin = bytes(view[pos : pos + n_props])
-    pos += n_props
+    ) = _ENTRY.unpack_from(data, 0)
+    a = _ENTRY_SIZE
+    b = a + n_queue
+    c = b + n_exchange
+    d = c + n_rk
+    e = d + n_mid
+    f = e + n_props
     if flags & F_EMBEDDED:
-        body = bytes(view[pos:])
+        body = data[f:]
         body_ref = 0
     else:
         body = b""
-        (body_ref,) = _REF.unpack_from(view, pos)
+        (body_ref,) = _REF.unpack_from(data, f)
     message = Message(
-        exchange=exchange,
-        routing_key=routing_key,
-        properties_bin=properties_bin,
-        body=body,
-        priority=priority,
-        expiration_ms=expiration_ms if flags & F_EXPIRATION else None,
-        persistent=bool(flags & F_PERSISTENT),
-        message_id=message_id,
-        timestamp_ms=timestamp_ms,
-        store_ref=body_ref,
+        data[b:c].decode(),
+        data[c:d].decode(),
+        data[e:f],
+        body,
+        None,
+        priority,
+        expiration_ms if flags & F_EXPIRATION else None,
+        bool(flags & F_PERSISTENT),
+        data[d:e].decode() if flags & F_MESSAGE_ID else None,
+        timestamp_ms,
+        body_ref,
     )
     return Entry(
-        queue=queue,
-        seq=SeqId(seq),
-        message=message,
-        delivery_count=delivery_count,
-        expiry_ms=expiry_ms if flags & F_EXPIRY else None,
-        due_ms=due_ms if flags & F_DUE else None,
-        redelivered=bool(flags & F_REDELIVERED),
-        body_ref=body_ref,
+        data[a:b].decode(),
+        SeqId(seq),
+        message,
+        delivery_count,
+        expiry_ms if flags & F_EXPIRY else None,
+        due_ms if flags & F_DUE else None,
+        bool(flags & F_REDELIVERED),
+        body_ref,
     )
 
 

@@ -85,6 +85,7 @@ log = logging.getLogger(__name__)
 DEFAULT_EMBED_BELOW: Final = 4096
 """RabbitMQ's `queue_index_embed_msgs_below` default."""
 _PURGE_ALL: Final = (1 << 64) - 1
+_ROLL_DEAD_CURRENT_BYTES: Final = 1024 * 1024
 _COMPACT_LIVE_RATIO: Final = 0.25  # copy the oldest segment forward below this live share
 
 
@@ -663,6 +664,14 @@ class FileStore:
 
     def _maintain(self) -> None:
         current = self._journal.current
+        if (
+            current >= 0
+            and self._seg_live.get(current, 0) == 0
+            and self._journal.current_bytes >= _ROLL_DEAD_CURRENT_BYTES
+        ):
+            # a drained queue: start a new segment so the dead current one can go now
+            self._journal.roll()
+            current = -1
         segments = self._journal.segments
         alive = set(segments)
         for seg in segments:
