@@ -34,7 +34,20 @@ Transactions: publishes and settles are buffered; tx.commit first checks every r
 for the whole batch (a queue that would refuse any message fails the commit with 406 and nothing
 is applied), then applies settles and publishes in order. tx.rollback discards the buffer and
 returns every delivered-unacked message of the channel to its queue head (Artemis semantics,
-through `Queue.requeue` in consumption order).
+through `Queue.requeue` in consumption order). Their old delivery tags become unknown.
+
+Public API (server/ and management/):
+  check_login(mechanism, response, peer_loopback) -> user
+  connection_opened(conn_id, user, vhost, peer, client_properties, now_ms)
+  channel_opened / channel_closed(conn_id, channel, now_ms) -> effects
+  connection_closed(conn_id, now_ms) -> effects (none addressed to that connection)
+  handle(conn_id, channel, method, content, now_ms) -> effects   (raises AMQPError)
+  tick(now_ms) -> effects;  next_deadline_ms() -> int | None
+  set_writable(conn_id, writable, now_ms) -> effects
+  confirm_stored(conn_id, channel, seqs) -> effects;  drain_unconfirmed()
+  settings_changed(queue_entity, now_ms) -> effects;  replace_address_settings(...)
+  admin (`ringmq.core.admin.Admin`), auth (`AuthDB`), policies, address_settings, vhosts,
+  conns, stats
 """
 
 from __future__ import annotations
