@@ -272,7 +272,7 @@
       $("#q-settings").innerHTML = `<dl class="kv"><dt>Durable</dt><dd>${q.durable}</dd>
         <dt>Auto-delete</dt><dd>${q.auto_delete}</dd><dt>Policy</dt><dd>${esc(q.policy || "none")}</dd>
         <dt>Arguments</dt><dd><pre>${esc(JSON.stringify(q.arguments, null, 1))}</pre></dd>
-        <dt>Effective settings</dt><dd><pre>${esc(JSON.stringify(s, null, 1))}</pre></dd></dl>`;
+        <dt>Effective settings</dt><dd>${effectiveSettings(s)}</dd></dl>`;
       if (!ringFilled) { $("#ring-size").value = q.ring_size; ringFilled = true; }
       const c = q.counters || {}, ms = q.message_stats || {};
       const dl = Object.entries(c.dead_lettered || {}).map(([k, v]) => `<dt>Dead-lettered (${esc(k)})</dt><dd>${num(v)}</dd>`).join("");
@@ -289,6 +289,19 @@
       $("#sched-list").innerHTML = sched.length ? `<table><thead><tr><th>Seq</th><th>Due</th><th>Payload</th></tr></thead><tbody>
         ${sched.slice(0, 50).map((m) => `<tr><td>${m.seq}</td><td>${esc(new Date(m.due_ms).toLocaleString())}</td><td>${esc(m.payload.slice(0, 80))}</td></tr>`).join("")}</tbody></table>` : "";
     });
+  }
+
+  // Resolved settings as rows, each tagged with where it came from (argument/policy/address).
+  function effectiveSettings(s) {
+    const sources = s.sources || {};
+    const rows = Object.entries(s).filter(([k, v]) => k !== "sources" && v !== false && v !== -1)
+      .map(([k, v]) => {
+        const shown = k === "limit" && v ? `${v.family}: ${v.max_count ?? "-"} msgs / ${v.max_bytes ?? "-"} bytes, ${v.action}`
+          : (typeof v === "object" ? JSON.stringify(v) : v);
+        const src = sources[k] ? ` <span class="pill">${esc(sources[k])}</span>` : "";
+        return `<dt>${esc(k)}</dt><dd>${esc(shown)}${src}</dd>`;
+      });
+    return rows.length ? `<dl class="kv">${rows.join("")}</dl>` : `<span class="muted">defaults</span>`;
   }
 
   // -- exchanges and bindings --------------------------------------------------------------
