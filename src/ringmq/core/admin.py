@@ -40,6 +40,9 @@ from ringmq.core.vhost import QueueEntity, VHost
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
 
+_HEAD_SCAN_MAX = 1000
+"""Largest queue whose head_message_timestamp_ms is computed (it costs a scan)."""
+
 _ACK_MODES = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
 
 
@@ -186,7 +189,8 @@ class Admin:
         }
         if st.limit is not None:
             effective["limit"] = stats["limit"]
-        ready_msgs = engine.ready_messages() if c.ready else []
+        # The head timestamp needs a scan of the waiting messages: only for small queues.
+        ready_msgs = engine.ready_messages() if 0 < c.ready <= _HEAD_SCAN_MAX else []
         owner = None
         if q.exclusive_owner is not None:
             conn = self.broker.conns.get(q.exclusive_owner)
