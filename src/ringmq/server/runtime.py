@@ -203,7 +203,8 @@ class BrokerServer:
     async def start(self) -> None:
         """Build the broker, apply the configuration, open listeners and timers."""
         self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
+        if self._stopping is None:
+            self._stopping = asyncio.Event()
         opts = self.options
         cfg = opts.config
         self.started_at_ms = self.clock.wall_ms()
@@ -236,14 +237,15 @@ class BrokerServer:
 
     async def serve_forever(self, *, install_signals: bool = False) -> None:
         """Start, run until `request_stop()` (or SIGTERM/SIGINT), then stop cleanly."""
-        await self.start()
         loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
         if install_signals:
+            # installed before start-up, so a signal during a slow start still stops cleanly
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self.request_stop)
         try:
-            assert self._stopping is not None
+            await self.start()
             await self._stopping.wait()
         finally:
             await self.stop()
