@@ -337,6 +337,7 @@ class FileStore:
         # queue -> seq -> delivery count (only when > 0)
         self._counts: dict[str, dict[int, int]] = {}
         self._seg_live: dict[int, int] = {}
+        self._seg_total: dict[int, int] = {}  # ENQUEUE records written to each segment
         self._seg_deps: dict[int, set[int]] = {}  # seg -> older segs it must not outlive
         self._moved: dict[int, int] = {}  # seg copied forward -> position that makes it dead
         self._tx_seg: int | None = None
@@ -373,6 +374,7 @@ class FileStore:
                 entry = decode_entry(rec.payload)
                 q, seq = entry.queue, entry.seq
                 entries.setdefault(q, {})[seq] = entry
+                self._seg_total[seg] = self._seg_total.get(seg, 0) + 1
                 if entry.body_ref:
                     # never hand out a ref the journal mentions, even one whose body was lost
                     self._bodies.reserve_refs_below(entry.body_ref + 1)
@@ -531,6 +533,7 @@ class FileStore:
         seg, _ = self._journal.append(RecordType.ENQUEUE, encode_entry(entry))
         qindex[seq] = seg
         self._seg_live[seg] = self._seg_live.get(seg, 0) + 1
+        self._seg_total[seg] = self._seg_total.get(seg, 0) + 1
         if delivery_count:
             self._counts.setdefault(queue, {})[seq] = delivery_count
         if seq + 1 > self._next_seq.get(queue, 0):
@@ -687,6 +690,7 @@ class FileStore:
             self._journal.delete(seg)
             alive.discard(seg)
             self._seg_live.pop(seg, None)
+            self._seg_total.pop(seg, None)
             self._seg_deps.pop(seg, None)
             self._moved.pop(seg, None)
         self._maybe_copy_forward(current)
@@ -704,10 +708,9 @@ class FileStore:
         live = self._seg_live.get(oldest, 0)
         if live == 0:
             return
-        records, _ = _read_records(self._journal, oldest)
-        enqueues = sum(1 for r in records if r.rtype == RecordType.ENQUEUE)
-        if live > enqueues * _COMPACT_LIVE_RATIO:
+        if live > self._seg_total.get(oldest, 0) * _COMPACT_LIVE_RATIO:
             return
+        records, _ = _read_records(self._journal, oldest)
         for rec in records:
             if rec.rtype != RecordType.ENQUEUE:
                 continue
@@ -719,6 +722,7 @@ class FileStore:
             self._index[entry.queue][entry.seq] = at
             self._seg_live[oldest] -= 1
             self._seg_live[at] = self._seg_live.get(at, 0) + 1
+            self._seg_total[at] = self._seg_total.get(at, 0) + 1
             self._depend(at, oldest)
         self._moved[oldest] = self._position
 
