@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
 from typing import Any
@@ -308,3 +309,56 @@ def test_abrupt_disconnect_requeues(broker: BrokerThread) -> None:
         assert m is not None
         assert m.redelivered is True
         assert body == b"m"
+
+
+def _mutations(rng: random.Random, n: int) -> list[bytes]:
+    """Valid frame streams with random corruption, plus plain noise."""
+    channel_open = _frame(1, 1, struct.pack(">HH", 20, 10) + _shortstr(""))
+    declare = _frame(
+        1, 1, struct.pack(">HHH", 50, 10, 0) + _shortstr("fuzz") + b"\x00" + struct.pack(">I", 0)
+    )
+    publish = (
+        _frame(1, 1, struct.pack(">HHH", 60, 40, 0) + _shortstr("") + _shortstr("fuzz") + b"\x00")
+        + _frame(2, 1, struct.pack(">HHQH", 60, 0, 5, 0))
+        + _frame(3, 1, b"hello")
+    )
+    base = channel_open + declare + publish
+    out = []
+    for _ in range(n):
+        data = bytearray(base)
+        match rng.randrange(4):
+            case 0:  # flip bytes
+                for _ in range(rng.randint(1, 8)):
+                    data[rng.randrange(len(data))] = rng.randrange(256)
+            case 1:  # truncate and append noise
+                del data[rng.randrange(len(data)) :]
+                data += rng.randbytes(rng.randint(0, 64))
+            case 2:  # duplicate a slice
+                i = rng.randrange(len(data))
+                data[i:i] = data[i : i + rng.randint(1, 40)]
+            case _:
+                data = bytearray(rng.randbytes(rng.randint(1, 300)))
+        out.append(bytes(data))
+    return out
+
+
+def test_fuzzed_frame_streams_never_hurt_the_broker(
+    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    rng = random.Random(4242)
+    for payload in _mutations(rng, 40):
+        with socket.create_connection((broker.host, broker.port), timeout=5) as s:
+            _handshake(s)
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)  # EOF: the server must close, whatever it parsed
+            s.settimeout(5)
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except ConnectionResetError:
+                    break
+                if not chunk:
+                    break
+    _still_serves(broker)
+    bugs = [r for r in caplog.records if r.name.startswith("ringmq") and r.levelno >= 40]
+    assert bugs == [], [r.getMessage() for r in bugs]
