@@ -159,16 +159,22 @@ def rabbitmq_version() -> str:
 class RingmqProcess:
     """``ringmq serve`` on ephemeral ports with a temporary data dir, stopped by ``stop``."""
 
-    def __init__(self, *, startup_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, *, startup_timeout_s: float = 30.0, profile_path: Path | None = None
+    ) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="ringmq-bench-"))
         self.log_path = self._dir / "ringmq.log"
         self._timeout = startup_timeout_s
+        self._profile = profile_path
         self._proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
     def start(self) -> str:
+        # With a profile path the broker runs under cProfile, which writes the file when
+        # `ringmq serve` returns after SIGTERM.
+        prefix = ["-m", "cProfile", "-o", str(self._profile)] if self._profile else []
         cmd = [
-            sys.executable, "-m", "ringmq", "serve",
+            sys.executable, *prefix, "-m", "ringmq", "serve",
             "--amqp-port", "0", "--http-port", "0",
             "--data-dir", str(self._dir / "data"),
         ]  # fmt: skip

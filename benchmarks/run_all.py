@@ -40,6 +40,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-rabbitmq", action="store_true", help="skip RabbitMQ")
     parser.add_argument("--ringmq-url", default="", help="a running ringmq (else one is started)")
     parser.add_argument("--no-ringmq", action="store_true", help="skip ringmq")
+    parser.add_argument(
+        "--ringmq-profile",
+        type=Path,
+        default=None,
+        help="run the ringmq it starts under cProfile, writing this file at the end",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="about 1/10 of the counts")
     parser.add_argument("--scenarios", default=",".join(sc.SCENARIOS), help="e.g. a,b,g")
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_ringmq:
             url = args.ringmq_url
             if not url:
-                started = brokers.RingmqProcess()
+                started = brokers.RingmqProcess(profile_path=args.ringmq_profile)
                 try:
                     url = started.start()
                 except (RuntimeError, OSError) as exc:
