@@ -362,3 +362,24 @@ def test_fuzzed_frame_streams_never_hurt_the_broker(
     _still_serves(broker)
     bugs = [r for r in caplog.records if r.name.startswith("ringmq") and r.levelno >= 40]
     assert bugs == [], [r.getMessage() for r in bugs]
+
+
+def test_commands_pipelined_after_a_channel_error_are_ignored(broker: BrokerThread) -> None:
+    with socket.create_connection((broker.host, broker.port), timeout=5) as s:
+        _handshake(s)
+        s.sendall(_frame(1, 1, struct.pack(">HH", 20, 10) + _shortstr("")))
+        _recv_frame(s)  # open-ok
+        passive_missing = struct.pack(">HHH", 50, 10, 0) + _shortstr("absent") + b"\x01"
+        declare_after = struct.pack(">HHH", 50, 10, 0) + _shortstr("after-error") + b"\x00"
+        # one write: the passive declare fails (404), the declare behind it must not run
+        s.sendall(
+            _frame(1, 1, passive_missing + struct.pack(">I", 0))
+            + _frame(1, 1, declare_after + struct.pack(">I", 0))
+        )
+        _ftype, _ch, payload = _recv_frame(s)
+        assert payload[:4] == struct.pack(">HH", 20, 40)  # channel.close
+        assert struct.unpack(">H", payload[4:6])[0] == 404
+    with connect(broker) as conn:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
+            conn.channel().queue_declare("after-error", passive=True)
+        assert exc.value.reply_code == 404

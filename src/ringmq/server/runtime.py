@@ -56,7 +56,8 @@ from ringmq.core.effects import (
     Unblock,
 )
 from ringmq.protocol import events as ev
-from ringmq.protocol.connection import ServerConnection
+from ringmq.protocol.channel import ChannelState
+from ringmq.protocol.connection import ConnectionState, ServerConnection
 from ringmq.protocol.handshake import TuneParams
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.configfile import ConfigError, FileConfig, load_config
@@ -465,6 +466,13 @@ class BrokerServer:
         now = self._now_ms()
         match event:
             case ev.Command(channel=ch, method=method, content=content):
+                # Frames parsed in the same read as an error that closed this channel (or
+                # the connection) are dropped, as RabbitMQ ignores everything after Close.
+                if (
+                    c.proto.state is not ConnectionState.OPEN
+                    or c.proto.channel_state(ch) is not ChannelState.OPEN
+                ):
+                    return []
                 try:
                     effects = self.broker.handle(c.conn_id, ch, method, content, now)
                 except AMQPError as err:
