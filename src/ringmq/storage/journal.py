@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from ringmq.storage.records import Record, frame, scan
+from ringmq.storage.records import HEADER, HEADER_SIZE, TYPE_CRC, Record, scan
 
 log = logging.getLogger(__name__)
 
@@ -180,10 +181,12 @@ class Journal:
         """
         if self._fd < 0 or self._size >= self.segment_bytes:
             self._open_next()
-        rec = frame(rtype, payload)
         offset = self._size
-        self._buf += rec
-        self._size += len(rec)
+        n = len(payload)
+        # inline `records.frame`: append header and payload to the buffer without a temp copy
+        self._buf += HEADER.pack(n, zlib.crc32(payload, TYPE_CRC[rtype]), rtype)
+        self._buf += payload
+        self._size += HEADER_SIZE + n
         if len(self._buf) >= _WRITE_CHUNK:
             self._write_out()
         return self._current, offset

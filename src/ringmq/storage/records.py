@@ -46,12 +46,12 @@ class RecordType(IntEnum):
 
 
 # crc32 of the single type byte, the starting value for crc32(payload)
-_TYPE_CRC: Final = tuple(zlib.crc32(bytes((t,))) for t in range(256))
+TYPE_CRC: Final = tuple(zlib.crc32(bytes((t,))) for t in range(256))
 
 
 def frame(rtype: int, payload: bytes | bytearray | memoryview) -> bytes:
     """Frame one record: header (length, crc32 over type+payload, type) and payload."""
-    crc = zlib.crc32(payload, _TYPE_CRC[rtype])
+    crc = zlib.crc32(payload, TYPE_CRC[rtype])
     return HEADER.pack(len(payload), crc, rtype) + bytes(payload)
 
 
@@ -68,7 +68,7 @@ def scan(data: bytes | bytearray | memoryview, start: int = 0) -> tuple[list[Rec
     end = len(view)
     unpack = HEADER.unpack_from
     crc32 = zlib.crc32
-    type_crc = _TYPE_CRC
+    type_crc = TYPE_CRC
     append = out.append
     while pos + HEADER_SIZE <= end:
         length, crc, rtype = unpack(view, pos)
@@ -136,43 +136,65 @@ class Entry:
 
 def encode_entry(entry: Entry) -> bytes:
     """Encode an entry; the body is embedded unless `entry.body_ref` is set."""
-    m = entry.message
+    return encode_message(
+        entry.queue,
+        entry.seq,
+        entry.message,
+        entry.delivery_count,
+        entry.expiry_ms,
+        entry.due_ms,
+        entry.redelivered,
+        entry.body_ref,
+    )
+
+
+def encode_message(
+    queue: str,
+    seq: int,
+    m: Message,
+    delivery_count: int = 0,
+    expiry_ms: int | None = None,
+    due_ms: int | None = None,
+    redelivered: bool = False,
+    body_ref: int = 0,
+) -> bytes:
+    """`encode_entry` without building an `Entry` (the publish hot path)."""
     exchange = m.exchange.encode()
     routing_key = m.routing_key.encode()
-    message_id = (m.message_id or "").encode()
-    queue = entry.queue.encode()
-    flags = 0
-    if entry.body_ref == 0:
+    message_id = m.message_id
+    mid = message_id.encode() if message_id is not None else b""
+    q = queue.encode()
+    flags = F_PERSISTENT if m.persistent else 0
+    if body_ref == 0:
         flags |= F_EMBEDDED
-    if entry.expiry_ms is not None:
+    if expiry_ms is not None:
         flags |= F_EXPIRY
-    if entry.due_ms is not None:
+    if due_ms is not None:
         flags |= F_DUE
     if m.expiration_ms is not None:
         flags |= F_EXPIRATION
-    if m.message_id is not None:
+    if message_id is not None:
         flags |= F_MESSAGE_ID
-    if m.persistent:
-        flags |= F_PERSISTENT
-    if entry.redelivered:
+    if redelivered:
         flags |= F_REDELIVERED
+    props = m.properties_bin
     head = _ENTRY.pack(
-        entry.seq,
+        seq,
         flags,
         m.priority & 0xFF,
-        entry.delivery_count,
+        delivery_count,
         m.timestamp_ms,
-        entry.expiry_ms or 0,
-        entry.due_ms or 0,
+        expiry_ms or 0,
+        due_ms or 0,
         m.expiration_ms or 0,
         len(exchange),
         len(routing_key),
-        len(message_id),
-        len(queue),
-        len(m.properties_bin),
+        len(mid),
+        len(q),
+        len(props),
     )
-    tail = m.body if entry.body_ref == 0 else _REF.pack(entry.body_ref)
-    return b"".join((head, queue, exchange, routing_key, message_id, m.properties_bin, tail))
+    tail = m.body if body_ref == 0 else _REF.pack(body_ref)
+    return b"".join((head, q, exchange, routing_key, mid, props, tail))
 
 
 def decode_entry(payload: bytes | memoryview) -> Entry:

@@ -76,6 +76,7 @@ from ringmq.storage.records import (
     encode_ack,
     encode_delivery,
     encode_entry,
+    encode_message,
     encode_purge,
     scan,
 )
@@ -529,8 +530,10 @@ class FileStore:
                 ref = self._bodies.put(message.body)
                 message.store_ref = ref
             self._refs.setdefault(queue, {})[seq] = ref
-        entry = Entry(queue, seq, message, delivery_count, expiry_ms, due_ms, body_ref=ref)
-        seg, _ = self._journal.append(RecordType.ENQUEUE, encode_entry(entry))
+        seg, _ = self._journal.append(
+            RecordType.ENQUEUE,
+            encode_message(queue, seq, message, delivery_count, expiry_ms, due_ms, False, ref),
+        )
         qindex[seq] = seg
         self._seg_live[seg] = self._seg_live.get(seg, 0) + 1
         self._seg_total[seg] = self._seg_total.get(seg, 0) + 1
