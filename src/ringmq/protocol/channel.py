@@ -45,7 +45,7 @@ class ChannelState(Enum):
 
 @dataclass(frozen=True, slots=True)
 class ExpectMethod:
-    pass
+    """Between commands. Only the ``EXPECT_METHOD`` singleton is used (tested by identity)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ class Channel:
     @property
     def mid_content(self) -> bool:
         """True while a content-bearing command is incomplete."""
-        return not isinstance(self.assembly, ExpectMethod)
+        return self.assembly is not EXPECT_METHOD
 
     def on_method(self, method: Method) -> tuple[Method, RawContent | None] | None:
         """Feed a method frame; returns a complete content-less command or None.
@@ -87,7 +87,7 @@ class Channel:
         Raises:
             AMQPError: UNEXPECTED_FRAME when a header or body was expected.
         """
-        if not isinstance(self.assembly, ExpectMethod):
+        if self.assembly is not EXPECT_METHOD:
             raise self._unexpected("method frame", method)
         if method.CONTENT:
             self.assembly = ExpectHeader(method)
