@@ -342,3 +342,28 @@ def test_refs_named_by_the_journal_are_never_reused(tmp_path: Path) -> None:
         (0, b"small"),
         (2, b"new body" * 5),
     ]
+
+
+def test_fsync_off_thread_while_the_owner_keeps_writing(tmp_path: Path) -> None:
+    # the server's pattern: flush() on the loop, fsync(point) in an executor, appends go on
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = FileStore.open(tmp_path, segment_bytes=4096)
+    s.recover()
+    released: list[int] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = []
+        for i in range(300):
+            s.enqueue("q", SeqId(i), msg(bytes(100)))
+            if i % 50 == 49:
+                s.ack("q", [SeqId(j) for j in range(i - 49, i - 20)])
+            if i % 25 == 24:
+                pending.append(pool.submit(s.fsync, s.flush()))
+        released = [f.result() for f in pending]
+    assert released == sorted(released)
+    assert s.durable_position == released[-1]
+    s.abandon()
+    state = FileStore.open(tmp_path).recover()
+    acked = {j for i in range(49, 300, 50) for j in range(i - 49, i - 20)}
+    # everything enqueued before the last flush+fsync (i <= 299) is there unless acked
+    assert [m.seq for m in state.queues["q"]] == [i for i in range(300) if i not in acked]
