@@ -5,9 +5,10 @@ Theory of operation: a ``BrokerTarget`` is a name, an AMQP URL and the pid of th
 listening on that URL's port (found through /proc/net/tcp and /proc/<pid>/fd, so RabbitMQ's
 beam.smp and an already-running ringmq are found the same way). ``ProcessStats`` samples
 /proc/<pid>/stat and /proc/<pid>/status: CPU seconds (utime+stime), VmRSS and VmHWM; it can
-reset VmHWM (``clear_refs`` 5) so a peak belongs to one scenario. ``RingmqProcess`` starts
-``ringmq serve`` on port 0 with a temporary data dir, learns the port from its log, and is
-the only process this module ever stops. Linux only.
+reset VmHWM (``clear_refs`` 5) so a peak belongs to one scenario, and it sums the threads'
+run-queue wait (schedstat), which shows how much a shared machine starved the broker.
+``RingmqProcess`` starts ``ringmq serve`` on port 0 with a temporary data dir, learns the port
+from its log, and is the only process this module ever stops. Linux only.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Sample:
     cpu_s: float
     rss_bytes: int
     hwm_bytes: int
+    runq_wait_s: float  # time its threads were runnable but waited for a CPU (schedstat)
 
 
 class ProcessStats:
@@ -99,7 +101,18 @@ class ProcessStats:
         }
         rss, hwm = kib.get("VmRSS", 0) * 1024, kib.get("VmHWM", 0) * 1024
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-        return Sample(cpu_s, rss, hwm)
+        return Sample(cpu_s, rss, hwm, self._runq_wait_s())
+
+    def _runq_wait_s(self) -> float:
+        # /proc/<pid>/task/<tid>/schedstat: on-CPU ns, run-queue wait ns, timeslices.
+        total = 0
+        try:
+            for task in Path(f"/proc/{self.pid}/task").iterdir():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    total += int((task / "schedstat").read_text().split()[1])
+        except OSError:
+            return 0.0
+        return total / 1e9
 
     def reset_peak(self) -> bool:
         """Reset VmHWM to the current RSS (Linux clear_refs 5); False when not permitted."""

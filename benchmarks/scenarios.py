@@ -115,7 +115,11 @@ METRICS: Final[dict[str, dict[str, bool]]] = {
     "f": {"deliveries_msg_s": True, "publish_msg_s": True},
     "g": {"latency_p50_ms": False, "latency_p99_ms": False, "achieved_msg_s": True},
 }
-COMMON_METRICS: Final[dict[str, bool]] = {"broker_cpu_s": False, "broker_peak_rss_mib": False}
+COMMON_METRICS: Final[dict[str, bool]] = {
+    "broker_cpu_s": False,
+    "broker_runq_wait_s": False,  # runnable but no CPU free: the machine, not the broker
+    "broker_peak_rss_mib": False,
+}
 
 
 def _topology(scenario: Scenario, tag: str) -> load.Topology:
@@ -221,6 +225,7 @@ def run_once(
         after = stats.sample()
         if before is not None and after is not None:
             metrics["broker_cpu_s"] = after.cpu_s - before.cpu_s
+            metrics["broker_runq_wait_s"] = after.runq_wait_s - before.runq_wait_s
             peak = max(stats.peak_rss_bytes, after.hwm_bytes if hwm_reset else 0)
             metrics["broker_peak_rss_mib"] = peak / _MIB
             if scenario.key == "e":

@@ -32,4 +32,5 @@ def test_process_stats_reads_cpu_and_memory_of_a_process() -> None:
     second = stats.sample()
     assert second is not None
     assert second.cpu_s >= first.cpu_s
+    assert second.runq_wait_s >= first.runq_wait_s >= 0.0
     assert brokers.ProcessStats(None).sample() is None
