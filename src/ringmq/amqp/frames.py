@@ -237,6 +237,8 @@ def encode_content_frames(
 def _append_body(parts: list[bytes], channel: int, body: bytes, frame_max: int) -> None:
     size = len(body)
     chunk = frame_max - FRAME_OVERHEAD if frame_max else size
+    if frame_max and chunk <= 0:
+        raise ValueError(f"frame_max {frame_max} leaves no room for a body frame payload")
     if size <= chunk:
         if size:
             parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, size), body, _END)

@@ -624,7 +624,7 @@ class ServerConnection:
         if self._state is S.AWAIT_HEADER:
             self._state = S.CLOSED
             return
-        reply_text = AMQPError(ReplyCode(code), text).reply_text
+        reply_text = _reply_text(code, text)
         self._close_code, self._close_text = int(code), reply_text
         self._send0(spec.ConnectionClose(int(code), reply_text, class_id, method_id))
         self._state = S.CLOSING
@@ -640,7 +640,7 @@ class ServerConnection:
         chan = self._channels.get(channel)
         if chan is None or chan.state is not ChannelState.OPEN or self._state is not S.OPEN:
             return
-        reply_text = AMQPError(ReplyCode(code), text).reply_text
+        reply_text = _reply_text(code, text)
         chan.state = ChannelState.CLOSING
         chan.assembly = Channel(channel).assembly
         self._write(
@@ -773,6 +773,14 @@ def _command(channel: int, method: Method, content: RawContent | None) -> Comman
     _set_method(command, method)
     _set_content(command, content)
     return command
+
+
+def _reply_text(code: int, text: str) -> str:
+    """RabbitMQ-style "CODE_NAME - text" (<= 255 bytes); codes outside ReplyCode keep text."""
+    try:
+        return AMQPError(ReplyCode(code), text).reply_text
+    except ValueError:
+        return text.encode("utf-8")[:255].decode("utf-8", "ignore")
 
 
 _Handler = Callable[[ServerConnection, Method, list[Event]], None]

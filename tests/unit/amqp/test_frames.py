@@ -244,3 +244,8 @@ def test_pamqp_frames_decode() -> None:
 def test_fast_deliver_rejects_long_names() -> None:
     with pytest.raises(ValueError, match="255"):
         encode_deliver(1, b"c" * 256, 1, False, b"", b"", b"\x00\x00", b"", 0)
+
+
+def test_frame_max_too_small_for_a_body() -> None:
+    with pytest.raises(ValueError, match="no room"):
+        encode_content_frames(1, spec.BasicDeliver(), b"\x00\x00", b"x", 8)

@@ -364,3 +364,13 @@ def test_heartbeat_disabled() -> None:
     assert not c.conn.heartbeat_due(10**9)
     assert not c.conn.peer_timed_out(0)
     assert not c.conn.peer_timed_out(10**9)
+
+
+def test_close_with_a_code_outside_the_enum_keeps_the_text() -> None:
+    c = Client()
+    c.handshake()
+    c.conn.close(599, "x" * 300)
+    [(_, close)] = c.methods()
+    assert isinstance(close, spec.ConnectionClose)
+    assert close.reply_code == 599
+    assert close.reply_text == "x" * 255
