@@ -1,6 +1,6 @@
 """A Spark driver for the kill -9 test: queue -> slow map -> ringmq sink, AvailableNow.
 
-Usage: python pipe_job.py AMQP_URL HTTP_URL IN OUT CONSUMER CHECKPOINT SLOW_MS PER_BATCH
+Usage: python pipe_job.py AMQP_URL HTTP_URL IN OUT CONSUMER CHECKPOINT SLOW_MS PER_BATCH LEASE_MS
 Prints "BATCH <id>" as batches complete and "DONE" at the end.
 """
 
@@ -11,7 +11,7 @@ import time
 
 
 def main(argv: list[str]) -> int:
-    amqp, http, src, dst, consumer, checkpoint, slow_ms, per_batch = argv
+    amqp, http, src, dst, consumer, checkpoint, slow_ms, per_batch, lease_ms = argv
     from pyspark.sql.functions import col, udf
     from pyspark.sql.types import BinaryType
 
@@ -30,6 +30,7 @@ def main(argv: list[str]) -> int:
         .options(url=amqp, httpUrl=http, queue=src, consumerName=consumer)
         .option("maxMessagesPerBatch", per_batch)
         .option("minMessagesPerPartition", "1")
+        .option("leaseMs", lease_ms)
         .load()
     )
     q = (

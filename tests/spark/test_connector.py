@@ -172,7 +172,7 @@ def _wait_group_gone(pgid: int, timeout: float) -> None:
 
 
 def test_kill9_driver_mid_batch_then_restart(env: Env, tmp_path: Path) -> None:
-    n, per_batch = 200, 40
+    n, per_batch = 120, 40
     env.declare("k-in")
     env.declare("k-out", **DEDUP)
     env.publish("k-in", _bodies(n, "k"))
@@ -188,8 +188,9 @@ def test_kill9_driver_mid_batch_then_restart(env: Env, tmp_path: Path) -> None:
         str(tmp_path / "ck"),
         "15",
         str(per_batch),
+        "300000",  # lease long enough to outlive the kill: the replay reads the held range
     ]
-    p = subprocess.Popen(job, env=python_env(), start_new_session=True, stdout=subprocess.PIPE)
+    p = subprocess.Popen(job, env=python_env(), start_new_session=True, stdout=subprocess.DEVNULL)
     try:
         # Kill as soon as part of the output is published, i.e. inside a batch.
         wait_until(lambda: env.info("k-out")["ready"] > 0 or p.poll() is not None, 300)
@@ -202,6 +203,7 @@ def test_kill9_driver_mid_batch_then_restart(env: Env, tmp_path: Path) -> None:
     assert 0 < published < n
     lease = env.info("k-in")["leases"][0]
     assert lease["held"] > 0  # the killed batch's range is still reserved
+    held_before = (lease["settled"], lease["next"])
     out = subprocess.run(job, env=python_env(), capture_output=True, timeout=400, check=False)
     assert out.returncode == 0, out.stderr.decode()[-3000:]
     bodies = env.bodies("k-out")
@@ -210,3 +212,7 @@ def test_kill9_driver_mid_batch_then_restart(env: Env, tmp_path: Path) -> None:
     assert 0 <= dropped <= per_batch  # duplicates came only from the replayed batch
     info = env.info("k-in")
     assert info["ready"] == 0
+    lease = info["leases"][0]
+    assert lease["expired"] == 0
+    assert lease["settled"] >= held_before[0]
+    assert lease["settled"] + lease["held"] == n
