@@ -24,6 +24,7 @@ class Item:
     failures: int = 0
     at_head: bool = False  # put back at the head (ring return, scheduled release)
     due: int = 0
+    level: int = 0  # priority level (0 without x-max-priority)
 
     @property
     def size(self) -> int:
@@ -40,6 +41,7 @@ class ModelConfig:
     ttl: int | None = None
     dlx: bool = False
     delivery_limit: int | None = None
+    max_priority: int = 0
 
     @property
     def counts_acquired(self) -> bool:
@@ -93,22 +95,31 @@ class ModelQueue:
             i += 1
         self.ready.insert(i, item)
 
+    def _pop_head(self) -> Item:
+        # The next delivery: the first item of the highest priority level present.
+        top = max(i.level for i in self.ready)
+        index = next(n for n, i in enumerate(self.ready) if i.level == top)
+        return self.ready.pop(index)
+
     def _drop_head(self) -> None:
-        item = self.ready.pop(0)
+        item = self._pop_head()
         self._forget(item)
         self.maxlen_dropped += 1
         self._die(item, "maxlen")
 
     def _ring_evict_head(self) -> None:
-        item = self.ready.pop(0)
+        item = self._pop_head()
         self._forget(item)
         self.ring_evicted += 1
 
     # --- operations -------------------------------------------------------------------------
 
-    def publish(self, body: bytes, key: Any, delay: int, ttl: int | None, now: int) -> str:
+    def publish(
+        self, body: bytes, key: Any, delay: int, ttl: int | None, now: int, priority: int = 0
+    ) -> str:
         self.seq += 1
         item = Item(self.seq, body, key if self.cfg.lvq else None, ttl)
+        item.level = min(priority, self.cfg.max_priority)
         if delay > 0:
             item.due = now + delay
             self.scheduled.append(item)
@@ -147,7 +158,7 @@ class ModelQueue:
                 candidates = self.ready + list(self.unacked.values())
                 if not candidates:
                     break
-                oldest = min(candidates, key=lambda i: i.seq)
+                oldest = min(candidates, key=lambda i: (i.level, i.seq))
                 if oldest.seq in self.unacked:
                     if action == "qpid-ring-strict":
                         self._forget(item)
@@ -175,7 +186,7 @@ class ModelQueue:
 
     def fetch(self, now: int, ack_required: bool = True) -> tuple[int, bytes, bool, int] | None:
         while self.ready:
-            item = self.ready.pop(0)
+            item = self._pop_head()
             item.at_head = False
             if item.expires is not None and now > item.expires:
                 self._forget(item)
@@ -240,11 +251,15 @@ class ModelQueue:
         for item in due:
             self.scheduled.remove(item)
             self._admit(item, now, head=True)
-        while self.ready and self.ready[0].expires is not None and now > self.ready[0].expires:
-            item = self.ready.pop(0)
-            self._forget(item)
-            self.expired += 1
-            self._die(item, "expired")
+        for level in sorted({i.level for i in self.ready}):
+            while True:
+                head = next((i for i in self.ready if i.level == level), None)
+                if head is None or head.expires is None or now <= head.expires:
+                    break
+                self.ready.remove(head)
+                self._forget(head)
+                self.expired += 1
+                self._die(head, "expired")
 
     def resize(self, max_count: int | None) -> None:
         self.cfg.max_count = max_count
@@ -259,9 +274,14 @@ class ModelQueue:
         self.ready.clear()
         return n
 
+    def delivery_order(self) -> list[Item]:
+        # Highest level first; within a level, list order (head returns, then by seq).
+        levels = sorted({i.level for i in self.ready}, reverse=True)
+        return [i for level in levels for i in self.ready if i.level == level]
+
     def snapshot(self) -> dict[str, Any]:
         return {
-            "ready": [(i.seq, i.body, i.redelivered) for i in self.ready],
+            "ready": [(i.seq, i.body, i.redelivered) for i in self.delivery_order()],
             "unacked": sorted(self.unacked),
             "scheduled": sorted(i.seq for i in self.scheduled),
             "ready_bytes": sum(i.size for i in self.ready),

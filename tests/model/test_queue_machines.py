@@ -51,10 +51,13 @@ class QueueMachine(RuleBasedStateMachine):
         msg = Message("", "q", b"", body, headers=headers or None, expiration_ms=ttl)
         return msg, body
 
-    def do_publish(self, size: int, key: Any, delay: int, ttl: int | None) -> None:
+    def do_publish(
+        self, size: int, key: Any, delay: int, ttl: int | None, priority: int = 0
+    ) -> None:
         msg, body = self._message(size, key, delay, ttl)
+        msg.priority = priority
         got = self.real.publish(msg, self.now)
-        want = self.model.publish(body, key, delay, ttl, self.now)
+        want = self.model.publish(body, key, delay, ttl, self.now, priority)
         assert got.value == want
 
     @rule(size=st.integers(0, 4), key=KEYS)
@@ -297,9 +300,46 @@ class ScheduledTtlDlxMachine(QueueMachine):
         self.do_publish(size, None, 0, ttl)
 
 
+class PriorityMachine(QueueMachine):
+    """x-max-priority with no limit, a ring, drop-head or a Qpid ring (lowest-priority oldest
+    evicted first)."""
+
+    @initialize(
+        levels=st.integers(1, 3),
+        family=st.sampled_from(["none", "ring", "drop-head", "qpid-ring"]),
+        bound=st.integers(1, 4),
+        ttl=st.none() | st.sampled_from([5, 40]),
+    )
+    def init(self, levels: int, family: str, bound: int, ttl: int | None) -> None:
+        args: dict[str, Any] = {"x-max-priority": levels, "x-dead-letter-exchange": "dlx"}
+        cfg = ModelConfig(max_priority=levels, dlx=True, ttl=ttl)
+        if ttl is not None:
+            args["x-message-ttl"] = ttl
+        if family == "ring":
+            args["x-ring-size"] = bound
+            cfg.action, cfg.max_count = "ring", bound
+        elif family == "drop-head":
+            args["x-max-length"] = bound
+            cfg.action, cfg.max_count = "drop-head", bound
+        elif family == "qpid-ring":
+            args["qpid.max_count"] = bound
+            args["qpid.policy_type"] = "ring"
+            cfg.action, cfg.max_count = "qpid-ring", bound
+        self.setup(args, cfg)
+
+    @rule(size=st.integers(0, 3), priority=st.integers(0, 5))
+    def publish_priority(self, size: int, priority: int) -> None:
+        self.do_publish(size, None, 0, None, priority)
+
+    @rule(priority=st.integers(0, 5), delay=st.sampled_from([1, 5]))
+    def publish_priority_scheduled(self, priority: int, delay: int) -> None:
+        self.do_publish(1, None, delay, None, priority)
+
+
 TestRing = RingMachine.TestCase
 TestDropHead = DropHeadMachine.TestCase
 TestRejectPublish = RejectPublishMachine.TestCase
 TestQpid = QpidMachine.TestCase
 TestLastValue = LastValueMachine.TestCase
 TestScheduledTtlDlx = ScheduledTtlDlxMachine.TestCase
+TestPriority = PriorityMachine.TestCase
