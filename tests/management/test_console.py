@@ -187,3 +187,75 @@ def test_console_lists_purges_and_edits_ring_size(
         if e["level"] == "SEVERE" and "401" not in e["message"]
     ]
     assert errors == []
+
+
+def test_console_shows_who_is_blocked_and_why(driver: Any) -> None:
+    """Connections page against the app over a real Broker and a runtime reporting a blocked
+    connection (a memory alarm is hard to raise on demand on a live server)."""
+    import threading
+    import time
+
+    import uvicorn
+    from selenium.webdriver.common.by import By
+
+    from ringmq.core.broker import Broker
+    from ringmq.management.app import create_app
+    from ringmq.management.port import ConnectionInfo
+
+    from .conftest import T0_MS, FakeRuntime
+
+    def conn(n: int, **kw: Any) -> ConnectionInfo:
+        return ConnectionInfo(
+            n,
+            f"127.0.0.1:{50000 + n} -> 127.0.0.1:5672",
+            "guest",
+            "/",
+            "127.0.0.1",
+            50000 + n,
+            "127.0.0.1",
+            5672,
+            T0_MS,
+            channels=1,
+            client_properties={"product": "pika", "version": "1.3.2"},
+            **kw,
+        )
+
+    runtime = FakeRuntime(
+        conns=[
+            conn(1),
+            conn(2, state="blocked", blocked_reason="memory alarm: 1.1 GiB used, watermark 1 GiB"),
+        ]
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(Broker(), runtime),
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT_S
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        driver.get(f"http://127.0.0.1:{port}/")
+        driver.execute_script("sessionStorage.setItem('ringmq.auth', btoa('guest:guest'))")
+        driver.get(f"http://127.0.0.1:{port}/#/connections")
+        _wait(driver, lambda d: "memory alarm" in d.find_element(By.ID, "c-table").text)
+        _wait(driver, lambda d: not d.find_element(By.ID, "login").is_displayed())
+        _wait(driver, lambda d: d.find_element(By.ID, "whoami").text == "guest")
+        text = driver.find_element(By.ID, "c-table").text
+        assert "blocked" in text
+        assert "running" in text
+        _shot(driver, "08-connections-blocked")
+        driver.get(f"http://127.0.0.1:{port}/#/overview")
+        # labels are upper-cased by CSS, and Selenium reports rendered text
+        _wait(driver, lambda d: "1\nBLOCKED" in d.find_element(By.ID, "ov-stats").text.upper())
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -52,6 +52,8 @@
   function poll(fn) { stopPolling(); lastRender = fn; fn(); timer = setInterval(fn, POLL_MS); }
   function route() {
     if (!creds()) return showLogin();
+    $("#login").hidden = true;
+    if (!$("#whoami").textContent) api("GET", "/whoami").then((me) => { $("#whoami").textContent = me.name; }).catch(() => {});
     const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
     const page = parts[0] || "overview";
     document.querySelectorAll("#nav a").forEach((a) =>
