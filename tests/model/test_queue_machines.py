@@ -266,6 +266,13 @@ class LastValueMachine(QueueMachine):
             cfg.action, cfg.max_count = "ring", ring
         self.setup(args, cfg)
 
+    @precondition(lambda self: "x-ring-size" in self.args)
+    @rule(size=st.integers(0, 5))
+    def resize(self, size: int) -> None:
+        self.args["x-ring-size"] = size
+        self.real.update_settings(resolve_queue_settings("q", self.args), self.now)
+        self.model.resize(size)
+
 
 class ScheduledTtlDlxMachine(QueueMachine):
     """Scheduled delivery, queue and message TTL, dead-lettering and the delivery limit."""
@@ -298,6 +305,13 @@ class ScheduledTtlDlxMachine(QueueMachine):
     @rule(size=st.integers(0, 3), ttl=st.sampled_from([0, 3, 30]))
     def publish_with_ttl(self, size: int, ttl: int) -> None:
         self.do_publish(size, None, 0, ttl)
+
+    @precondition(lambda self: "x-max-length" in self.args)
+    @rule(size=st.integers(0, 5))
+    def resize(self, size: int) -> None:
+        self.args["x-max-length"] = size
+        self.real.update_settings(resolve_queue_settings("q", self.args), self.now)
+        self.model.resize(size)
 
 
 class PriorityMachine(QueueMachine):
