@@ -8,6 +8,10 @@ Workloads (bounded in count; every backend does the same work):
 * recover: write R persistent 1 KiB messages, stop without a clean close, then time the open
   and the full recovery (every message back in memory, in order).
 
+For fairness the alternatives store and decode the same entry encoding as the journal's ENQUEUE
+record (`records.encode_message` / `decode_entry`); the journal side goes through the whole
+`FileStore` (index, refcounts, segment bookkeeping), the alternatives through a bare table.
+
 Usage: python benchmarks/storage_bench.py [--messages 100000] [--recover 200000]
                                           [--backends journal,sqlite,lmdb] [--dir /tmp/x]
 LMDB is measured only when the `lmdb` package is importable (it is not a ringmq dependency).
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ringmq.core.message import Message, SeqId
+from ringmq.storage.records import decode_entry, encode_message
 from ringmq.storage.store import FileStore
 
 BODY = bytes(range(256)) * 4  # 1 KiB
@@ -86,9 +91,8 @@ class SqliteBackend:
         self.file = path / "store.db"
         self.db = self._connect()
         self.db.execute(
-            "CREATE TABLE IF NOT EXISTS msg (queue TEXT, seq INTEGER, exchange TEXT, rk TEXT,"
-            " props BLOB, body BLOB, delivery_count INTEGER, PRIMARY KEY (queue, seq))"
-            " WITHOUT ROWID"
+            "CREATE TABLE IF NOT EXISTS msg (queue TEXT, seq INTEGER, entry BLOB,"
+            " PRIMARY KEY (queue, seq)) WITHOUT ROWID"
         )
         self.db.execute("BEGIN")
 
@@ -116,13 +120,10 @@ class SqliteBackend:
         self.db = self._connect()
         n = 0
         last = -1
-        for queue, seq, exchange, rk, props, body, count in self.db.execute(
-            "SELECT * FROM msg ORDER BY queue, seq"
-        ):
-            Message(exchange, rk, props, body, persistent=True)
+        for queue, seq, raw in self.db.execute("SELECT * FROM msg ORDER BY queue, seq"):
+            entry = decode_entry(raw)
             assert seq > last
-            assert queue == "q"
-            assert count >= 0
+            assert queue == entry.queue == "q"
             last = seq
             n += 1
         self.db.execute("BEGIN")
@@ -142,7 +143,7 @@ class LmdbBackend:
         self.txn = self.env.begin(write=True)
 
     def enqueue(self, seq: int, body: bytes) -> None:
-        self.txn.put(b"q\x00" + struct.pack(">Q", seq), PROPS + body)
+        self.txn.put(b"q\x00" + struct.pack(">Q", seq), _encoded(seq, body))
 
     def ack(self, seqs: list[int]) -> None:
         for s in seqs:
@@ -161,11 +162,17 @@ class LmdbBackend:
         n = 0
         with self.env.begin() as txn:
             for key, value in txn.cursor():
-                Message("", "q", bytes(value[:3]), bytes(value[3:]), persistent=True)
+                entry = decode_entry(value)
                 assert key[:2] == b"q\x00"
+                assert entry.queue == "q"
                 n += 1
         self.txn = self.env.begin(write=True)
         return n
+
+
+def _encoded(seq: int, body: bytes) -> bytes:
+    # the alternatives store exactly what the journal's ENQUEUE record holds
+    return encode_message("q", seq, Message("", "q", PROPS, body, persistent=True))
 
 
 BACKENDS: dict[str, Callable[[Path], Backend]] = {

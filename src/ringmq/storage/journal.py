@@ -35,6 +35,7 @@ from ringmq.storage.records import HEADER, HEADER_SIZE, TYPE_CRC, Record, scan
 
 log = logging.getLogger(__name__)
 
+_datasync = getattr(os, "fdatasync", os.fsync)
 DEFAULT_SEGMENT_BYTES: Final = 16 * 1024 * 1024
 _WRITE_CHUNK: Final = 1024 * 1024  # write the buffer out once it holds this much
 
@@ -52,7 +53,9 @@ def fsync_fds(fds: list[int]) -> None:
     """Fsync then close each descriptor (descriptors come from `Journal.flush`)."""
     try:
         for fd in fds:
-            os.fsync(fd)
+            # fdatasync still persists the size of an appended file (and a directory's
+            # entries) but skips pure timestamp updates
+            _datasync(fd)
     finally:
         for fd in fds:
             os.close(fd)
