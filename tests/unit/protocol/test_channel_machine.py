@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -137,3 +138,7 @@ class ChannelMachine(RuleBasedStateMachine):
 
 
 TestChannelMachine = ChannelMachine.TestCase
+# Bounded whatever the profile: this suite's budget is tight on shared CI cores.
+TestChannelMachine.settings = settings(
+    settings.default, max_examples=60, stateful_step_count=40, deadline=None
+)
