@@ -115,6 +115,15 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, int] | None = None  # AvailableNow stop positions
         self._latest: dict[str, Any] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles reader instances to executors: never ship the driver's connection.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
     def _c(self) -> StreamClient:
         if self._client is None:
             self._client = _client(self.options)
