@@ -103,7 +103,7 @@ class SqliteBackend:
         return db
 
     def enqueue(self, seq: int, body: bytes) -> None:
-        self.db.execute("INSERT INTO msg VALUES ('q', ?, '', 'q', ?, ?, 0)", (seq, PROPS, body))
+        self.db.execute("INSERT INTO msg VALUES ('q', ?, ?)", (seq, _encoded(seq, body)))
 
     def ack(self, seqs: list[int]) -> None:
         self.db.executemany("DELETE FROM msg WHERE queue='q' AND seq=?", [(s,) for s in seqs])

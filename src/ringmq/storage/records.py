@@ -21,8 +21,9 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
+from ringmq.amqp.tables import decode_table, encode_table
 from ringmq.core.message import Message, SeqId
 
 HEADER: Final = struct.Struct("<IIB")
@@ -114,6 +115,7 @@ F_EXPIRATION: Final = 0x08
 F_MESSAGE_ID: Final = 0x10
 F_PERSISTENT: Final = 0x20
 F_REDELIVERED: Final = 0x40
+F_HEADERS: Final = 0x80  # an AMQP field table (u32 length + entries) follows the message id
 
 
 @dataclass(slots=True)
@@ -177,6 +179,11 @@ def encode_message(
         flags |= F_MESSAGE_ID
     if redelivered:
         flags |= F_REDELIVERED
+    headers = m.headers
+    table = b""
+    if headers is not None:
+        flags |= F_HEADERS
+        table = encode_table(headers) if headers else b"\x00\x00\x00\x00"
     props = m.properties_bin
     head = _ENTRY.pack(
         seq,
@@ -194,7 +201,7 @@ def encode_message(
         len(props),
     )
     tail = m.body if body_ref == 0 else _REF.pack(body_ref)
-    return b"".join((head, q, exchange, routing_key, mid, props, tail))
+    return b"".join((head, q, exchange, routing_key, mid, table, props, tail))
 
 
 def decode_entry(payload: bytes | memoryview) -> Entry:
@@ -220,6 +227,9 @@ def decode_entry(payload: bytes | memoryview) -> Entry:
     c = b + n_exchange
     d = c + n_rk
     e = d + n_mid
+    headers: dict[str, Any] | None = None
+    if flags & F_HEADERS:
+        headers, e = decode_table(data, e)
     f = e + n_props
     if flags & F_EMBEDDED:
         body = data[f:]
@@ -232,11 +242,11 @@ def decode_entry(payload: bytes | memoryview) -> Entry:
         data[c:d].decode(),
         data[e:f],
         body,
-        None,
+        headers,
         priority,
         expiration_ms if flags & F_EXPIRATION else None,
         bool(flags & F_PERSISTENT),
-        data[d:e].decode() if flags & F_MESSAGE_ID else None,
+        data[d : d + n_mid].decode() if flags & F_MESSAGE_ID else None,
         timestamp_ms,
         body_ref,
     )

@@ -80,6 +80,10 @@ def test_scan_rejects_absurd_length() -> None:
     due=opt_ms,
     redelivered=st.booleans(),
     ref=st.integers(0, 2**64 - 1),
+    headers=st.none()
+    | st.dictionaries(
+        st.text(max_size=8), st.integers(-(2**31), 2**31 - 1) | st.booleans() | st.text(max_size=8)
+    ),
 )
 def test_entry_roundtrip(
     queue: str,
@@ -97,6 +101,7 @@ def test_entry_roundtrip(
     due: int | None,
     redelivered: bool,
     ref: int,
+    headers: dict[str, object] | None,
 ) -> None:
     msg = Message(
         exchange,
@@ -108,6 +113,7 @@ def test_entry_roundtrip(
         persistent=persistent,
         message_id=message_id,
         timestamp_ms=123,
+        headers=headers,
     )
     entry = Entry(queue, SeqId(seq), msg, count, expiry, due, redelivered, body_ref=ref)
     back = decode_entry(encode_entry(entry))
@@ -132,6 +138,7 @@ def test_entry_roundtrip(
         message_id,
         123,
     )
+    assert m.headers == headers
     if ref:
         assert back.body_ref == ref
         assert m.body == b""
