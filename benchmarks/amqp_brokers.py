@@ -183,6 +183,7 @@ class RingmqProcess:
         self.url = ""
 
     def start(self) -> str:
+        """Start (or restart, on the same data dir) and return the AMQP URL it listens on."""
         # With a profile path the broker runs under cProfile, which writes the file when
         # `ringmq serve` returns after SIGTERM.
         prefix = ["-m", "cProfile", "-o", str(self._profile)] if self._profile else []
@@ -191,11 +192,14 @@ class RingmqProcess:
             "--amqp-port", "0", "--http-port", "0",
             "--data-dir", str(self._dir / "data"),
         ]  # fmt: skip
-        with self.log_path.open("wb") as log:
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self._timeout
         while time.monotonic() < deadline:
-            text = self.log_path.read_text(errors="replace")
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                text = log.read().decode(errors="replace")
             for pattern in _LISTEN_PATTERNS:
                 found = pattern.search(text)
                 if found:
@@ -203,10 +207,17 @@ class RingmqProcess:
                     return self.url
             if self._proc.poll() is not None:
                 break
-            time.sleep(0.1)
-        self.stop()
+            time.sleep(0.02)
         tail = self.log_path.read_text(errors="replace")[-2000:]
+        self.stop()
         raise RuntimeError(f"ringmq serve did not report its AMQP port; log tail:\n{tail}")
+
+    def kill(self) -> None:
+        """SIGKILL the broker, keeping its data dir for a restart (crash recovery)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
+            self._proc = None
 
     @property
     def pid(self) -> int | None:
@@ -224,4 +235,4 @@ class RingmqProcess:
                 proc.kill()
                 proc.wait(timeout=5)
         self._proc = None
-        shutil.rmtree(self._dir / "data", ignore_errors=True)
+        shutil.rmtree(self._dir, ignore_errors=True)  # data and log

@@ -256,6 +256,8 @@ class AMQPClient(asyncio.Protocol):
 
     def add_consumer(self, consumer: Consumer) -> None:
         consumer.done = self._loop.create_future()
+        # A consumer failed by a channel close may never be awaited: retrieve its exception.
+        consumer.done.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._consumers[consumer.channel] = consumer
 
     def confirms(self, channel: int, *, record_latency: bool = True) -> Confirms:
