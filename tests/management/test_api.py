@@ -778,3 +778,107 @@ async def test_loopback_only_user_is_refused_from_a_remote_address(
         assert r.status_code == 401
         assert r.json()["reason"] == "User can only log in via localhost"
         assert (await c.get("/api/overview", auth=("ops", "pw"))).status_code == 200
+
+
+# -- users, vhosts, permissions (administrator only) ---------------------------------------------
+
+
+async def test_vhost_user_and_permission_lifecycle(client: httpx.AsyncClient) -> None:
+    assert (await client.put("/api/vhosts/staging", json={})).status_code == 201
+    assert (await client.put("/api/vhosts/staging", json={})).status_code == 204
+    assert "staging" in [v["name"] for v in (await client.get("/api/vhosts")).json()]
+    r = await client.put(
+        "/api/users/ops", json={"password": "s3cret", "tags": "management,policymaker"}
+    )
+    assert r.status_code == 201
+    assert (await client.get("/api/users/ops")).json()["tags"] == ["management", "policymaker"]
+    body = {"configure": "^ops\\.", "write": ".*", "read": ".*"}
+    assert (await client.put("/api/permissions/staging/ops", json=body)).status_code == 201
+    perm = (await client.get("/api/permissions/staging/ops")).json()
+    assert perm == {"user": "ops", "vhost": "staging", **body}
+    whoami = await client.get("/api/whoami", auth=("ops", "s3cret"))
+    assert whoami.json() == {"name": "ops", "tags": ["management", "policymaker"]}
+    # a management user may read but not administer
+    r = await client.put("/api/vhosts/other", json={}, auth=("ops", "s3cret"))
+    assert r.status_code == 401
+    assert r.json()["reason"] == "Not administrator user"
+    assert (await client.get("/api/vhosts/other")).status_code == 404
+    await client.put("/api/queues/staging/q", json={})
+    assert (await client.get("/api/queues/staging")).json()[0]["name"] == "q"
+    assert (await client.delete("/api/permissions/staging/ops")).status_code == 204
+    assert (await client.get("/api/permissions/staging/ops")).status_code == 404
+    assert (await client.delete("/api/users/ops")).status_code == 204
+    assert (await client.get("/api/whoami", auth=("ops", "s3cret"))).status_code == 401
+    assert (await client.delete("/api/vhosts/staging")).status_code == 204
+    assert (await client.get("/api/queues/staging")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/users/u", {"tags": "administrator"}),
+        ("/api/users/u", {"password": "a", "password_hash": "b"}),
+        ("/api/users/u", {"password_hash": "not base64!"}),
+        ("/api/users/u", {"password_hash": "AAAA", "hashing_algorithm": "md5"}),
+        ("/api/users/u", {"password": "x", "tags": 7}),
+        ("/api/permissions/%2F/guest", {"configure": "(", "write": ".*", "read": ".*"}),
+        ("/api/permissions/%2F/guest", {"configure": ".*"}),
+    ],
+)
+async def test_bad_user_and_permission_bodies_are_400(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any]
+) -> None:
+    before = (await client.get("/api/definitions")).json()
+    assert (await client.put(path, json=body)).status_code == 400
+    assert (await client.get("/api/definitions")).json() == before
+
+
+async def test_definitions_import_creates_vhosts_users_permissions(
+    client: httpx.AsyncClient, broker: Broker, runtime: FakeRuntime, clock: Clock
+) -> None:
+    from ringmq.core.auth import hash_password
+
+    doc = {
+        "vhosts": [{"name": "prod"}],
+        "users": [
+            {
+                "name": "app",
+                "password_hash": hash_password("pw"),
+                "tags": "management",
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+            }
+        ],
+        "permissions": [
+            {"user": "app", "vhost": "prod", "configure": ".*", "write": ".*", "read": ".*"}
+        ],
+        "queues": [{"name": "orders", "vhost": "prod", "durable": True, "arguments": {}}],
+    }
+    assert (await client.post("/api/definitions", json=doc)).status_code == 204
+    assert (await client.get("/api/whoami", auth=("app", "pw"))).json()["name"] == "app"
+    assert (await client.get("/api/queues/prod/orders")).status_code == 200
+    assert {"user": "app", "vhost": "prod", "configure": ".*", "write": ".*", "read": ".*"} in (
+        await client.get("/api/permissions")
+    ).json()
+    # re-importing the full export changes nothing, and guest stays loopback-only
+    export = (await client.get("/api/definitions")).json()
+    assert (await client.post("/api/definitions", json=export)).status_code == 204
+    assert (await client.get("/api/definitions")).json() == export
+    from ringmq.management.app import create_app
+
+    app = create_app(broker, runtime, background_rates=False, clock_ms=clock)
+    remote = httpx.ASGITransport(app=app, client=("192.0.2.7", 40000))
+    async with httpx.AsyncClient(transport=remote, base_url="http://testserver") as c:
+        assert (await c.get("/api/overview", auth=("guest", "guest"))).status_code == 401
+
+
+async def test_definitions_with_a_bad_user_change_nothing(client: httpx.AsyncClient) -> None:
+    before = (await client.get("/api/definitions")).json()
+    doc = {
+        "vhosts": [{"name": "prod"}],
+        "users": [{"name": "app", "password": "plain"}],
+        "queues": [{"name": "orders", "vhost": "prod"}],
+    }
+    r = await client.post("/api/definitions", json=doc)
+    assert r.status_code == 400
+    assert "password_hash" in r.json()["reason"]
+    assert (await client.get("/api/definitions")).json() == before

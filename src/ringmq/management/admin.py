@@ -128,6 +128,37 @@ class CoreAdmin:
     def permissions(self) -> list[PermissionInfo]:
         return [PermissionInfo(**p) for p in self.core.permissions()]
 
+    def add_vhost(self, name: str) -> bool:
+        return bool(self.core.add_vhost(name))
+
+    def delete_vhost(self, name: str, *, now_ms: int) -> None:
+        self.core.delete_vhost(name, now_ms=now_ms)
+
+    def add_user(
+        self, name: str, *, password: str | None, password_hash: str | None, tags: list[str]
+    ) -> None:
+        # The facade creates users without the loopback-only flag; keep RabbitMQ's rule
+        # (`loopback_users`, guest by default) across replacements and re-imports.
+        auth = self.broker.auth
+        old = auth.users.get(name)
+        loopback = (
+            old.loopback_only
+            if old is not None
+            else name in getattr(self.broker.config, "loopback_users", ())
+        )
+        self.core.add_user(name, password=password, password_hash=password_hash, tags=tuple(tags))
+        auth.users[name].loopback_only = loopback
+
+    def delete_user(self, name: str) -> bool:
+        return bool(self.core.delete_user(name))
+
+    def set_permissions(self, permission: PermissionInfo) -> None:
+        p = permission
+        self.core.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
+
+    def clear_permissions(self, user: str, vhost: str) -> bool:
+        return bool(self.core.clear_permissions(user, vhost))
+
     # -- queues -------------------------------------------------------------------------
 
     def _queue(self, d: dict[str, Any]) -> QueueInfo:

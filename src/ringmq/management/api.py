@@ -43,6 +43,7 @@ from ringmq.management.port import (
     BindingInfo,
     BrokerAdmin,
     ConnectionInfo,
+    PermissionInfo,
     PolicyInfo,
     QueueInfo,
     Runtime,
@@ -225,10 +226,15 @@ class Api:
             Route("/api/whoami", r(self.whoami), methods=["GET"]),
             Route("/api/ringmq/rates", r(self.rate_history), methods=["GET"]),
             Route("/api/vhosts", r(self.vhosts), methods=["GET"]),
-            Route("/api/vhosts/{vhost}", r(self.vhost), methods=["GET"]),
+            Route("/api/vhosts/{vhost}", r(self.vhost), methods=["GET", "PUT", "DELETE"]),
             Route("/api/users", r(self.users), methods=["GET"]),
-            Route("/api/users/{user}", r(self.user), methods=["GET"]),
+            Route("/api/users/{user}", r(self.user), methods=["GET", "PUT", "DELETE"]),
             Route("/api/permissions", r(self.permissions), methods=["GET"]),
+            Route(
+                "/api/permissions/{vhost}/{user}",
+                r(self.permission),
+                methods=["GET", "PUT", "DELETE"],
+            ),
             Route("/api/connections", r(self.connections), methods=["GET"]),
             Route("/api/connections/{name}", r(self.connection), methods=["GET", "DELETE"]),
             Route("/api/channels", r(self.channels), methods=["GET"]),
@@ -396,9 +402,24 @@ class Api:
     async def vhosts(self, request: Request) -> Response:
         return self._list(request, [self._vhost_json(v) for v in self.admin.vhosts()])
 
+    def _require_admin(self, request: Request) -> None:
+        # Users, vhosts and permissions are RabbitMQ's administrator-only operations.
+        if "administrator" not in self.authenticate(request).tags:
+            raise UnauthorizedError("Not administrator user")
+
     async def vhost(self, request: Request) -> Response:
+        if request.method == "PUT":
+            self._require_admin(request)
+            name = _param(request, "vhost")
+            await _body(request)  # description/tags are accepted and not kept
+            created = self.admin.add_vhost(name)
+            return _no_content(201 if created else 204)
         vhost = self._vhost(request)
         assert vhost is not None
+        if request.method == "DELETE":
+            self._require_admin(request)
+            self.admin.delete_vhost(vhost, now_ms=self.clock_ms())
+            return _no_content()
         return _json(self._vhost_json(vhost))
 
     async def users(self, request: Request) -> Response:
@@ -406,13 +427,47 @@ class Api:
 
     async def user(self, request: Request) -> Response:
         name = _param(request, "user")
-        for u in self.admin.users():
-            if u.name == name:
-                return _json(shapes.user(u))
-        raise NotFoundError(f"no user {name!r}")
+        existing = next((u for u in self.admin.users() if u.name == name), None)
+        if request.method == "GET":
+            if existing is None:
+                raise NotFoundError(f"no user {name!r}")
+            return _json(shapes.user(existing))
+        self._require_admin(request)
+        if request.method == "DELETE":
+            if existing is None or not self.admin.delete_user(name):
+                raise NotFoundError(f"no user {name!r}")
+            self._auth_cache.clear()
+            return _no_content()
+        body = await _body(request)
+        password, password_hash, tags = parse_user(body)
+        if not name:
+            raise BadRequestError("user name must not be empty")
+        self.admin.add_user(name, password=password, password_hash=password_hash, tags=tags)
+        self._auth_cache.clear()
+        return _no_content(201 if existing is None else 204)
 
     async def permissions(self, request: Request) -> Response:
         return self._list(request, [shapes.permission(p) for p in self.admin.permissions()])
+
+    async def permission(self, request: Request) -> Response:
+        vhost = self._vhost(request)
+        assert vhost is not None
+        user = _param(request, "user")
+        found = next(
+            (p for p in self.admin.permissions() if p.vhost == vhost and p.user == user), None
+        )
+        if request.method == "GET":
+            if found is None:
+                raise NotFoundError(f"no permissions for {user!r} in vhost {vhost!r}")
+            return _json(shapes.permission(found))
+        self._require_admin(request)
+        if request.method == "DELETE":
+            if found is None or not self.admin.clear_permissions(user, vhost):
+                raise NotFoundError(f"no permissions for {user!r} in vhost {vhost!r}")
+            return _no_content()
+        body = await _body(request)
+        self.admin.set_permissions(parse_permission(vhost, user, body))
+        return _no_content(201 if found is None else 204)
 
     # -- connections, channels, consumers ------------------------------------------------
 
@@ -760,6 +815,50 @@ class Api:
         body = await _body(request)
         definitions.import_(self.admin, body, vhost, now_ms=self.clock_ms())
         return _no_content()
+
+
+def parse_user(body: Mapping[str, Any]) -> tuple[str | None, str | None, list[str]]:
+    """(password, password_hash, tags) of a user body; RabbitMQ sends tags comma-separated."""
+    raw_tags = body.get("tags", "")
+    if isinstance(raw_tags, str):
+        tags = [t.strip() for t in raw_tags.split(",") if t.strip()]
+    elif isinstance(raw_tags, list) and all(isinstance(t, str) for t in raw_tags):
+        tags = list(raw_tags)
+    else:
+        raise BadRequestError("tags must be a comma-separated string or a list of strings")
+    algorithm = body.get("hashing_algorithm", "rabbit_password_hashing_sha256")
+    if algorithm != "rabbit_password_hashing_sha256":
+        raise BadRequestError(f"unsupported hashing_algorithm {algorithm!r}")
+    password = body.get("password")
+    password_hash = body.get("password_hash")
+    if password is not None and password_hash is not None:
+        raise BadRequestError("give password or password_hash, not both")
+    if password is None and password_hash is None:
+        raise BadRequestError("password or password_hash is required")
+    if password is not None:
+        password = _str(password, "password")
+    if password_hash is not None:
+        password_hash = _str(password_hash, "password_hash")
+        try:
+            raw = base64.b64decode(password_hash, validate=True)
+        except binascii.Error:
+            raise BadRequestError("password_hash is not base64") from None
+        if password_hash and len(raw) != 36:
+            raise BadRequestError("password_hash must be base64(4-byte salt + sha256)")
+    return password, password_hash, tags
+
+
+def parse_permission(vhost: str, user: str, body: Mapping[str, Any]) -> PermissionInfo:
+    """Validate `{"configure", "write", "read"}` (regular expressions)."""
+    fields = {}
+    for key in ("configure", "write", "read"):
+        value = _str(body.get(key), key)
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise BadRequestError(f"invalid {key} pattern {value!r}: {exc}") from None
+        fields[key] = value
+    return PermissionInfo(user=user, vhost=vhost, **fields)
 
 
 def parse_policy(vhost: str, name: str, body: Mapping[str, Any]) -> PolicyInfo:

@@ -2,10 +2,12 @@
 
 Export gathers users, vhosts, permissions, policies, queues, exchanges and bindings. Import
 is all-or-nothing at the HTTP level: the whole document is parsed and checked first (shapes,
-types, known vhosts, no conflicting redeclaration of an existing queue or exchange, bindings
-whose ends exist or are part of the document), and only then applied in dependency order
-(policies, exchanges, queues, bindings). Users and permissions are exported for reference;
-importing them is accepted only when they already match (ringmq keeps users in its config).
+types, vhosts that exist or are created by the document, valid password hashes and permission
+patterns, no conflicting redeclaration of an existing queue or exchange, bindings whose ends
+exist or are part of the document), and only then applied in dependency order (vhosts, users,
+permissions, policies, exchanges, queues, bindings). Users carry RabbitMQ's
+`rabbit_password_hashing_sha256` hashes, which ringmq uses too, so a RabbitMQ export imports
+as is. A per-vhost import (`/api/definitions/{vhost}`) takes only the vhost-scoped sections.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from ringmq import __version__
 from ringmq.management import shapes
 from ringmq.management.errors import BadRequestError
-from ringmq.management.port import BindingInfo, BrokerAdmin, PolicyInfo
+from ringmq.management.port import BindingInfo, BrokerAdmin, PermissionInfo, PolicyInfo
 
 _BUILT_IN_PREFIX = "amq."
 
@@ -84,7 +86,17 @@ def export(admin: BrokerAdmin, vhost: str | None = None) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
+class _User:
+    name: str
+    password_hash: str
+    tags: list[str]
+
+
+@dataclass(slots=True)
 class _Plan:
+    vhosts: list[str]
+    users: list[_User]
+    permissions: list[PermissionInfo]
     policies: list[PolicyInfo]
     exchanges: list[dict[str, Any]]
     queues: list[dict[str, Any]]
@@ -106,25 +118,52 @@ def _field(item: dict[str, Any], key: str, kind: type, where: str, default: Any 
 
 
 def _plan(admin: BrokerAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Plan:
-    from ringmq.management.api import EXCHANGE_TYPES, parse_policy
+    from ringmq.management.api import EXCHANGE_TYPES, parse_permission, parse_policy, parse_user
 
     known_vhosts = set(admin.vhosts())
+    new_vhosts: list[str] = []
+    users: list[_User] = []
+    permissions: list[PermissionInfo] = []
+    if only_vhost is None:
+        for v in _list(doc, "vhosts"):
+            name = _field(v, "name", str, "vhost")
+            if not name:
+                raise BadRequestError("definitions: empty vhost name")
+            if name not in known_vhosts:
+                new_vhosts.append(name)
+                known_vhosts.add(name)
+        user_names = {u.name for u in admin.users()}
+        for u in _list(doc, "users"):
+            name = _field(u, "name", str, "user")
+            where = f"user {name!r}"
+            if not name:
+                raise BadRequestError("definitions: empty user name")
+            if "password" in u:
+                raise BadRequestError(f"definitions: {where}: give password_hash, not password")
+            try:
+                _, password_hash, tags = parse_user({**u, "password_hash": u.get("password_hash")})
+            except BadRequestError as exc:
+                raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
+            users.append(_User(name, password_hash or "", tags))
+            user_names.add(name)
+        for p in _list(doc, "permissions"):
+            user = _field(p, "user", str, "permission")
+            vhost = _field(p, "vhost", str, "permission")
+            where = f"permission of {user!r} in {vhost!r}"
+            if user not in user_names:
+                raise BadRequestError(f"definitions: {where}: no such user")
+            if vhost not in known_vhosts:
+                raise BadRequestError(f"definitions: {where}: vhost does not exist")
+            try:
+                permissions.append(parse_permission(vhost, user, p))
+            except BadRequestError as exc:
+                raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
 
     def vhost_of(item: dict[str, Any], where: str) -> str:
         vhost = only_vhost if only_vhost is not None else item.get("vhost", "/")
         if not isinstance(vhost, str) or vhost not in known_vhosts:
             raise BadRequestError(f"definitions: {where}: vhost {vhost!r} does not exist")
         return vhost
-
-    for v in _list(doc, "vhosts"):
-        name = _field(v, "name", str, "vhost")
-        if name not in known_vhosts:
-            raise BadRequestError(f"definitions: creating vhost {name!r} is not supported")
-    users = {u.name: u for u in admin.users()}
-    for u in _list(doc, "users"):
-        name = _field(u, "name", str, "user")
-        if name not in users:
-            raise BadRequestError(f"definitions: creating user {name!r} is not supported")
 
     policies = []
     for p in _list(doc, "policies"):
@@ -202,7 +241,7 @@ def _plan(admin: BrokerAdmin, doc: dict[str, Any], only_vhost: str | None) -> _P
         if (vhost, binding.destination) not in dest_known:
             raise BadRequestError(f"definitions: {where}: no destination {dtype}")
         bindings.append(binding)
-    return _Plan(policies, exchanges, queues, bindings)
+    return _Plan(new_vhosts, users, permissions, policies, exchanges, queues, bindings)
 
 
 def import_(
@@ -210,6 +249,12 @@ def import_(
 ) -> dict[str, int]:
     """Check the whole document, then apply it; returns how many objects of each kind."""
     plan = _plan(admin, doc, vhost)
+    for name in plan.vhosts:
+        admin.add_vhost(name)
+    for u in plan.users:
+        admin.add_user(u.name, password=None, password_hash=u.password_hash, tags=u.tags)
+    for perm in plan.permissions:
+        admin.set_permissions(perm)
     for p in plan.policies:
         admin.set_policy(p, now_ms=now_ms)
     for x in plan.exchanges:
@@ -235,6 +280,9 @@ def import_(
     for b in plan.bindings:
         admin.bind(b, now_ms=now_ms)
     return {
+        "vhosts": len(plan.vhosts),
+        "users": len(plan.users),
+        "permissions": len(plan.permissions),
         "policies": len(plan.policies),
         "exchanges": len(plan.exchanges),
         "queues": len(plan.queues),
