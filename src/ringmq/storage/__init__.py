@@ -6,6 +6,7 @@ The core talks to this layer only through the `Store` port (`store.py`); paging 
 
 from __future__ import annotations
 
+from ringmq.storage.bodystore import DiskBodyStore
 from ringmq.storage.paging import BodySpill, PageQueue, Pager
 from ringmq.storage.records import Entry
 from ringmq.storage.store import (
@@ -22,6 +23,7 @@ from ringmq.storage.store import (
 __all__ = [
     "DEFAULT_EMBED_BELOW",
     "BodySpill",
+    "DiskBodyStore",
     "Entry",
     "FileStore",
     "MemoryStore",

@@ -1,0 +1,128 @@
+"""`DiskBodyStore`: the queue engine's `BodyStore` port backed by spill files.
+
+Theory of operation
+-------------------
+`ringmq.core.queue.Queue` keeps every entry's envelope (seq, state, size) in memory and, when a
+queue pages (Artemis PAGE, Qpid flow_to_disk, RabbitMQ lazy behaviour), hands the `Message` of
+an entry to its `BodyStore` with `page_out(queue, seq, message)`; it asks for it back with
+`page_in` (forget) or `peek` (keep, for browsing), and `discard`s it when the entry goes away
+unread. This class satisfies that Protocol structurally (no import from core.queue).
+
+Each paged message is written whole (routing fields, decoded headers, raw properties, body,
+`store_ref`) as one record into a reference-counted `MessageStore` of spill files; memory keeps
+only `(queue, seq) -> handle`. Files whose messages were all read back or discarded are deleted,
+sparse ones compacted (`reclaim`, run every `reclaim_every` operations). The directory is wiped
+when the store is created: paged data is transient (persistent messages are recovered from the
+journal by `Store.recover`, never from here).
+
+Random access by seq suits the engine's model (it decides order; any seq may be read back, e.g.
+a browse or an LVQ replacement). `PageQueue` (paging.py) is the sequential alternative for an
+engine that pages whole runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+from typing import Final
+
+from ringmq.core.message import Message, SeqId
+from ringmq.storage.msgstore import MessageStore
+from ringmq.storage.records import decode_entry, encode_message
+
+DEFAULT_SEGMENT_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_RECLAIM_EVERY: Final = 4096
+_STORE_REF: Final = struct.Struct("<Q")
+_NEVER: Final = 1 << 62  # spill files need no fsync before compaction deletes a source file
+
+
+class DiskBodyStore:
+    """Spill-file `BodyStore` (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        reclaim_every: int = DEFAULT_RECLAIM_EVERY,
+    ) -> None:
+        if directory.exists():
+            shutil.rmtree(directory)
+        self.directory = directory
+        self._store = MessageStore(directory, segment_bytes=segment_bytes)
+        self._handles: dict[tuple[str, int], int] = {}
+        self._reclaim_every = reclaim_every
+        self._ops = 0
+        self.bytes_out = 0
+        self.bytes_in = 0
+
+    def page_out(self, queue: str, seq: SeqId, message: Message) -> None:
+        """Write the message out; the caller drops its reference."""
+        key = (queue, seq)
+        old = self._handles.pop(key, None)
+        if old is not None:
+            self._store.decref(old)
+        record = _STORE_REF.pack(message.store_ref) + encode_message("", seq, message)
+        self._handles[key] = self._store.put(record)
+        self.bytes_out += len(record)
+        self._tick()
+
+    def _read(self, handle: int) -> Message:
+        raw = self._store.get(handle)
+        self.bytes_in += len(raw)
+        (store_ref,) = _STORE_REF.unpack_from(raw, 0)
+        message = decode_entry(memoryview(raw)[_STORE_REF.size :]).message
+        message.store_ref = store_ref
+        return message
+
+    def page_in(self, queue: str, seq: SeqId) -> Message:
+        """Read the message back and forget it. Raises KeyError when not paged."""
+        handle = self._handles.pop((queue, seq))
+        message = self._read(handle)
+        self._store.decref(handle)
+        self._tick()
+        return message
+
+    def peek(self, queue: str, seq: SeqId) -> Message:
+        """Read the message back and keep it paged. Raises KeyError when not paged."""
+        return self._read(self._handles[(queue, seq)])
+
+    def discard(self, queue: str, seq: SeqId) -> None:
+        """Forget a paged message (purged, evicted, expired); no-op when not paged."""
+        handle = self._handles.pop((queue, seq), None)
+        if handle is not None:
+            self._store.decref(handle)
+            self._tick()
+
+    def discard_queue(self, queue: str) -> int:
+        """Forget every paged message of a deleted queue; returns how many."""
+        keys = [k for k in self._handles if k[0] == queue]
+        for key in keys:
+            self._store.decref(self._handles.pop(key))
+        self.reclaim()
+        return len(keys)
+
+    def _tick(self) -> None:
+        self._ops += 1
+        if self._ops >= self._reclaim_every:
+            self._ops = 0
+            self.reclaim()
+
+    def reclaim(self) -> None:
+        """Delete spill files with nothing live and compact sparse ones."""
+        self._store.maintain(_NEVER, _NEVER)
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return key in self._handles
+
+    def files(self) -> int:
+        """Number of spill files on disk."""
+        return len(self._store.journal.segments)
+
+    def disk_bytes(self) -> int:
+        """Bytes of spill files on disk."""
+        return self._store.journal.disk_bytes()
