@@ -383,3 +383,26 @@ def test_commands_pipelined_after_a_channel_error_are_ignored(broker: BrokerThre
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
             conn.channel().queue_declare("after-error", passive=True)
         assert exc.value.reply_code == 404
+
+
+def test_publish_pipelined_with_channel_close_is_not_lost(broker: BrokerThread) -> None:
+    with connect(broker) as conn:
+        conn.channel().queue_declare("pipelined")
+    with socket.create_connection((broker.host, broker.port), timeout=5) as s:
+        _handshake(s)
+        s.sendall(_frame(1, 1, struct.pack(">HH", 20, 10) + _shortstr("")))
+        _recv_frame(s)  # open-ok
+        publish = (
+            _frame(
+                1,
+                1,
+                struct.pack(">HHH", 60, 40, 0) + _shortstr("") + _shortstr("pipelined") + b"\x00",
+            )
+            + _frame(2, 1, struct.pack(">HHQH", 60, 0, 2, 0))
+            + _frame(3, 1, b"ok")
+        )
+        close = _frame(1, 1, struct.pack(">HHH", 20, 40, 200) + _shortstr("bye") + b"\x00" * 4)
+        s.sendall(publish + close)  # one read batch: the publish comes before the close
+        assert _recv_frame(s)[2][:4] == struct.pack(">HH", 20, 41)  # close-ok
+    with connect(broker) as conn:
+        assert conn.channel().basic_get("pipelined", auto_ack=True)[2] == b"ok"

@@ -38,7 +38,6 @@ import os
 import signal
 import threading
 import traceback
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +55,7 @@ from ringmq.core.effects import (
     Unblock,
 )
 from ringmq.protocol import events as ev
-from ringmq.protocol.channel import ChannelState
-from ringmq.protocol.connection import ConnectionState, ServerConnection
+from ringmq.protocol.connection import ServerConnection
 from ringmq.protocol.handshake import TuneParams
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.configfile import ConfigError, FileConfig, load_config
@@ -68,6 +66,7 @@ from ringmq.server.transport import AMQPConnection
 log = logging.getLogger(__name__)
 
 _BasicDeliver = spec.BasicDeliver
+_Command = ev.Command
 
 _T = TypeVar("_T")
 
@@ -453,32 +452,46 @@ class BrokerServer:
     # -- events -> broker -------------------------------------------------------------------------
 
     def _on_events(self, c: AMQPConnection, events: list[ev.Event]) -> None:
-        # accept_login()/accept_open() return the events of bytes pipelined behind Start-Ok
-        # and Open; they join the same batch, in order
-        pending = deque(events)
-        while pending and c.conn_id in self._conns:
-            more = self._on_event(c, pending.popleft())
-            if more:
-                pending.extendleft(reversed(more))
-        self._dirty.add(c)
-
-    def _on_event(self, c: AMQPConnection, event: ev.Event) -> list[ev.Event]:
+        # One clock read per read batch: every event of the batch happened "now".
         now = self._now_ms()
-        match event:
-            case ev.Command(channel=ch, method=method, content=content):
-                # Frames parsed in the same read as an error that closed this channel (or
-                # the connection) are dropped, as RabbitMQ ignores everything after Close.
-                if (
-                    c.proto.state is not ConnectionState.OPEN
-                    or c.proto.channel_state(ch) is not ChannelState.OPEN
-                ):
-                    return []
+        handle = self.broker.handle
+        conn_id = c.conn_id
+        conns = self._conns
+        # Commands parsed in the same read behind one that failed are dropped, as RabbitMQ
+        # ignores everything after it sends Close: per channel for soft errors, all for hard.
+        failed: set[int] = set()
+        dead = False
+        i = 0
+        while i < len(events) and conn_id in conns:
+            event = events[i]
+            i += 1
+            if type(event) is _Command:  # hot path: publish, ack, ...
+                ch = event.channel
+                if dead or ch in failed:
+                    continue
                 try:
-                    effects = self.broker.handle(c.conn_id, ch, method, content, now)
+                    effects = handle(conn_id, ch, event.method, event.content, now)
                 except AMQPError as err:
                     c.proto.send_error(ch, err)
-                    return []
-                self.apply_effects(effects)
+                    if err.is_hard or ch == 0:
+                        dead = True
+                    else:
+                        failed.add(ch)
+                    continue
+                if effects:
+                    self.apply_effects(effects)
+                continue
+            # accept_login()/accept_open() return the events of bytes pipelined behind
+            # Start-Ok and Open; they join this batch, in order
+            more = self._on_event(c, event, now)
+            if more:
+                events[i:i] = more
+        self._dirty.add(c)
+
+    def _on_event(self, c: AMQPConnection, event: ev.Event, now: int) -> list[ev.Event]:
+        match event:
+            case ev.Command():
+                raise AssertionError("commands are handled by _on_events")
             case ev.LoginRequested():
                 try:
                     user = self.broker.check_login(event.mechanism, event.response, c.peer_loopback)
