@@ -971,17 +971,22 @@ class Queue:
     def ack(self, seqs: Iterable[SeqId]) -> None:
         """Acknowledge unacked messages. Unknown seqs (e.g. evicted by a Qpid ring) are no-ops."""
         unacked = self._unacked
-        c = self.counters
+        lvq = self._lvq if self._lvq_key is not None else None
+        n = nbytes = 0
         for seq in seqs:
             e = unacked.pop(seq, None)
             if e is None:
                 continue
             e.state = _GONE
-            if e.key is not None and self._lvq.get(e.key) is e:
-                del self._lvq[e.key]
-            c.unacked -= 1
-            c.unacked_bytes -= e.size
-            c.acknowledged += 1
+            n += 1
+            nbytes += e.size
+            if lvq is not None and e.key is not None and lvq.get(e.key) is e:
+                del lvq[e.key]
+        if n:
+            c = self.counters
+            c.unacked -= n
+            c.unacked_bytes -= nbytes
+            c.acknowledged += n
 
     def _take_unacked(self, seqs: Iterable[SeqId]) -> list[_Entry]:
         out: list[_Entry] = []
