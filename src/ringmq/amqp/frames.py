@@ -169,7 +169,9 @@ class FrameReader:
         if ftype == FRAME_METHOD:
             return MethodFrame(channel, decode_method(buf[start:end]))
         if ftype == FRAME_BODY:
-            with memoryview(buf) as view:
+            if size < 8192:  # small: a slice copy beats setting up a memoryview
+                return BodyFrame(channel, bytes(buf[start:end]))
+            with memoryview(buf) as view:  # large: copy once, not twice
                 return BodyFrame(channel, view[start:end].tobytes())
         if ftype == FRAME_HEADER:
             if size < 14:

@@ -249,3 +249,10 @@ def test_fast_deliver_rejects_long_names() -> None:
 def test_frame_max_too_small_for_a_body() -> None:
     with pytest.raises(ValueError, match="no room"):
         encode_content_frames(1, spec.BasicDeliver(), b"\x00\x00", b"x", 8)
+
+
+def test_large_body_frames() -> None:
+    body = bytes(range(256)) * 100  # 25600 bytes: one frame, above the small-copy threshold
+    data = encode_content_frames(1, spec.BasicPublish(), b"\x00\x00", body, 131072)
+    frames = _feed_three_ways(data[:-1] + data[-1:], frame_max=131072)
+    assert frames[-1] == BodyFrame(1, body)
