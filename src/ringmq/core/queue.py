@@ -951,16 +951,18 @@ class Queue:
                 continue
             break
         msg = e.msg
-        if msg is None or e.paged:
+        if msg is None:  # paged out (counters were moved above)
             msg = self._take_body(e)
-        e.deliveries += 1
+        deliveries = e.deliveries = e.deliveries + 1
         c.delivered += 1
-        if e.redelivered:
+        redelivered = e.redelivered
+        if redelivered:
             c.redelivered += 1
-        delivery = _new_delivery(Delivery, (e.seq, msg, e.redelivered, e.deliveries))
+        seq = e.seq
+        delivery = _new_delivery(Delivery, (seq, msg, redelivered, deliveries))
         if ack_required:
             e.state = _ACQUIRED
-            self._unacked[e.seq] = e
+            self._unacked[seq] = e
             c.unacked += 1
             c.unacked_bytes += e.size
         else:
