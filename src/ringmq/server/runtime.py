@@ -728,7 +728,11 @@ class BrokerServer:
         with self._batch():
             try:
                 reload_settings(self.broker, new, self._now_ms())
-            except Exception:
+            except (AMQPError, ValueError) as exc:
+                # e.g. a queue redeclared with other arguments (406): what came before stays
+                log.error("configuration reload stopped: %s", exc)
+                return False
+            except Exception:  # a reload must never take the broker down
                 log.exception("configuration reload failed")
                 return False
         log.info("configuration reloaded from %s", src)
@@ -829,7 +833,8 @@ def run(options: ServerOptions) -> int:
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(server.serve_forever(install_signals=True))
-    except (ConfigError, OSError, AMQPError) as exc:
+    except (ConfigError, OSError, AMQPError, ValueError) as exc:
+        # bad TLS files, a port in use, a declaration the core refuses, an invalid policy
         log.error("cannot start: %s", exc)
         return 1
     finally:
