@@ -232,3 +232,26 @@ def test_handshake_timeout(tmp_path: Path) -> None:
             assert s.recv(64) == b""
     finally:
         b.stop()
+
+
+def test_timeouts_follow_the_injected_clock(tmp_path: Path) -> None:
+    from ringmq.server.clock import FakeClock
+
+    clock = FakeClock()
+    b = BrokerThread(
+        ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
+        clock=clock,
+        broker=ScriptedBroker(),
+    )
+    b.start()
+    try:
+        with socket.create_connection((b.host, b.port), timeout=10) as s:
+            # silent client; real time passes but the fake clock does not: still connected
+            s.settimeout(1.5)
+            with pytest.raises(TimeoutError):
+                s.recv(64)
+            clock.advance(10_001)  # past the 10 s handshake timeout
+            s.settimeout(10)
+            assert s.recv(64) == b""
+    finally:
+        b.stop()
