@@ -36,5 +36,6 @@ clean:
 
 .PHONY: pipeline
 pipeline: $(STAMP)  # Spark example: ticks -> ring queue -> windowed aggregates -> LVQ dashboard
-	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[spark]'
+	$(BIN)/python -c 'import pyspark, pyarrow' 2>/dev/null || \
+		$(BIN)/uv pip install -q --python $(BIN)/python -e '.[spark]'
 	$(BIN)/python examples/stock_pipeline.py $(PIPELINE_ARGS)
