@@ -88,7 +88,8 @@ DEFAULT_EMBED_BELOW: Final = 4096
 """RabbitMQ's `queue_index_embed_msgs_below` default."""
 _PURGE_ALL: Final = (1 << 64) - 1
 _ROLL_DEAD_CURRENT_BYTES: Final = 1024 * 1024
-_COMPACT_LIVE_RATIO: Final = 0.25  # copy the oldest segment forward below this live share
+_COMPACT_LIVE_RATIO: Final = 0.25
+_COMPACT_QUIET_FLUSHES: Final = 8  # copy forward only once no ack touched it for this long
 
 
 def is_persistent(queue_durable: bool, message: Message) -> bool:
@@ -340,6 +341,8 @@ class FileStore:
         self._counts: dict[str, dict[int, int]] = {}
         self._seg_live: dict[int, int] = {}
         self._seg_total: dict[int, int] = {}  # ENQUEUE records written to each segment
+        self._seg_acked_at: dict[int, int] = {}  # segment -> flush count of its last ack
+        self._flushes = 0
         self._seg_deps: dict[int, set[int]] = {}  # seg -> older segs it must not outlive
         self._moved: dict[int, int] = {}  # seg copied forward -> position that makes it dead
         self._tx_seg: int | None = None
@@ -562,6 +565,7 @@ class FileStore:
         if seg is None:
             return None
         self._seg_live[seg] -= 1
+        self._seg_acked_at[seg] = self._flushes
         qrefs = self._refs.get(queue)
         if qrefs:
             ref = qrefs.pop(seq, None)
@@ -641,6 +645,7 @@ class FileStore:
         # bump first: anything appended by _maintain (copied-forward records) is covered by
         # this point and by no earlier one
         self._position += 1
+        self._flushes += 1
         if self._tx_seg is None:
             self._maintain()
         fds = self._bodies.journal.flush() + self._journal.flush() + self._defs.flush()
@@ -703,6 +708,7 @@ class FileStore:
             alive.discard(seg)
             self._seg_live.pop(seg, None)
             self._seg_total.pop(seg, None)
+            self._seg_acked_at.pop(seg, None)
             self._seg_deps.pop(seg, None)
             self._moved.pop(seg, None)
         self._maybe_copy_forward(current)
@@ -722,6 +728,10 @@ class FileStore:
             return
         if live > self._seg_total.get(oldest, 0) * _COMPACT_LIVE_RATIO:
             return
+        if self._flushes - self._seg_acked_at.get(oldest, -_COMPACT_QUIET_FLUSHES) < (
+            _COMPACT_QUIET_FLUSHES
+        ):
+            return  # still being acked (a draining queue): its entries are about to go anyway
         records, _ = _read_records(self._journal, oldest)
         for rec in records:
             if rec.rtype != RecordType.ENQUEUE:

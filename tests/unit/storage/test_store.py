@@ -137,9 +137,10 @@ def test_copy_forward_reclaims_segments_pinned_by_one_message(tmp_path: Path) ->
         s.ack("q", batch)
         seq += 40
         s.sync()
-    s.sync()
-    s.sync()
-    assert s.stats()["segments"] <= 4
+        # bounded: the pinned segment is copied forward once no ack has touched it for a
+        # few group commits (without that, every segment written would stay: ~60 of them)
+        assert s.stats()["segments"] <= 10
+    assert s.stats()["journal_bytes"] < 40 * 1024
     state = FileStore.open(tmp_path).recover()  # dirty reopen
     assert summary(state) == {"q": [(0, b"long lived", True, 3)]}
     assert state.next_seq["q"] == seq
