@@ -379,8 +379,11 @@ def test_address_full_block_sends_connection_blocked(broker_factory: BrokerFacto
             m, _, body = cch.basic_get("blk", auto_ack=True)
             if m is not None:
                 drained.append(body)
-        wait_until(lambda: seen("unblocked"))
-        assert events == ["blocked", "unblocked"]
+        wait_until(lambda: seen("unblocked") and events[-1] == "unblocked")
+        # depending on how far the drain got when reading resumed, the third publish may have
+        # filled the address again: blocked/unblocked always alternate and end unblocked
+        assert events[0::2] == ["blocked"] * (len(events) // 2)
+        assert events[1::2] == ["unblocked"] * (len(events) // 2)
         assert drained == [b"1", b"2", b"3"]
         ch.basic_publish("", "blk", b"after")  # read again: one message is below the limit
         wait_until(lambda: cch.queue_declare("blk", passive=True).method.message_count == 1)
