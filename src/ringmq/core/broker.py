@@ -57,7 +57,6 @@ import logging
 import random
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -1573,15 +1572,10 @@ class Broker:
         vh = self.vhosts.get(q.vhost)
         if vh is None:
             return
-        # Adapter: settings resolution drops the routing key when the DLX is the default
-        # exchange (""), so fall back to the declared argument.
-        fallback_rk = _as_str(q.arguments.get("x-dead-letter-routing-key"))
         for item in dead:
             dlx = vh.exchanges.get(item.exchange)
             if dlx is None:
                 continue
-            if item.routing_key is None and fallback_rk is not None:
-                item = replace(item, routing_key=fallback_rk)
             self._dead_letter(vh, dlx, item, now_ms)
 
     def _dead_letter(self, vh: VHost, dlx: Exchange, dead: DeadLetter, now_ms: int) -> None:

@@ -453,7 +453,9 @@ def resolve_queue_settings(
             if key not in merged:
                 merged[key] = value
                 sources[key] = source
-    if merged.get("dead_letter_routing_key") is not None and not merged.get("dead_letter_exchange"):
+    # "" (the default exchange) is a valid dead-letter exchange, as in RabbitMQ.
+    dlx = merged.get("dead_letter_exchange")
+    if merged.get("dead_letter_routing_key") is not None and dlx is None:
         merged.pop("dead_letter_routing_key")
         sources.pop("dead_letter_routing_key", None)
     if merged.get("lvq_key") and merged.get("max_priority"):

@@ -257,3 +257,11 @@ def test_integer_arguments_accept_exactly_ints_in_range(value: Any, arg: str) ->
         assert not ok
     else:
         assert ok
+
+
+def test_default_exchange_is_a_valid_dead_letter_exchange() -> None:
+    s = resolve_queue_settings(
+        "q", {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+    )
+    assert s.dead_letter_exchange == ""
+    assert s.dead_letter_routing_key == "dlq"
