@@ -387,3 +387,32 @@ def test_address_full_block_sends_connection_blocked(broker_factory: BrokerFacto
         assert drained == [b"1", b"2", b"3"]
         ch.basic_publish("", "blk", b"after")  # read again: one message is below the limit
         wait_until(lambda: cch.queue_declare("blk", passive=True).method.message_count == 1)
+
+
+def test_management_closes_a_connection_with_320(broker_factory: BrokerFactory) -> None:
+    httpx = pytest.importorskip("httpx")
+    from urllib.parse import quote
+
+    b = broker_factory(http_port=0)
+    base = f"http://127.0.0.1:{b.server.http_port}/api/connections"
+    conn = pika.BlockingConnection(params(b))
+    try:
+        (info,) = httpx.get(base, auth=("guest", "guest"), timeout=10).json()
+        r = httpx.delete(
+            f"{base}/{quote(info['name'], safe='')}",
+            auth=("guest", "guest"),
+            headers={"X-Reason": "maintenance"},
+            timeout=10,
+        )
+        assert r.status_code in {200, 204}
+
+        def drain() -> None:
+            for _ in range(100):
+                conn.process_data_events(0.05)
+
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as exc:
+            drain()
+        assert exc.value.reply_code == 320
+    finally:
+        if conn.is_open:
+            conn.close()
