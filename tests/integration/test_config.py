@@ -416,3 +416,17 @@ def test_management_closes_a_connection_with_320(broker_factory: BrokerFactory) 
     finally:
         if conn.is_open:
             conn.close()
+
+
+def test_max_connections(broker_factory: BrokerFactory) -> None:
+    b = broker_factory("[limits]\nmax_connections = 2\n")
+    with (
+        pika.BlockingConnection(params(b)),
+        pika.BlockingConnection(params(b)),
+        pytest.raises(pika.exceptions.AMQPConnectionError),
+    ):
+        pika.BlockingConnection(params(b))
+    # the slots are free again once those two are gone
+    wait_until(lambda: len(b.call(b.server.connections)) == 0)
+    with pika.BlockingConnection(params(b)) as conn:
+        conn.channel()
