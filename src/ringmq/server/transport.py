@@ -6,10 +6,12 @@ Theory of operation:
   calls the pure `Broker` and applies the effects it returns, possibly to *other* connections),
   then asks the runtime to flush: every connection that got output during the batch is written
   with exactly one `transport.write`.
-* Flow control has two independent reasons to stop reading: the broker's `Block` effect (memory
-  alarm; connection.blocked is sent first) and nothing else; and one reason to stop delivering:
-  the transport's write buffer crossing its high-water mark (`pause_writing`), which the runtime
-  reports to the broker with `set_writable(False)` so deliveries to this connection wait.
+* Flow control, both directions: reading stops on the broker's `Block` effect (an address
+  full under Artemis' BLOCK policy, or a memory alarm; connection.blocked is sent first to
+  clients that announced the capability) and resumes on `Unblock`. Delivering stops when the
+  transport's write buffer crosses its high-water mark (`pause_writing`): the runtime reports
+  it to the broker with `set_writable(False)`, so messages stay queued instead of piling up in
+  this process, and `resume_writing` lets them flow again.
 * Timers live in the runtime; this object only records what they need (`opened`, the time of
   connection, the last time bytes arrived or left).
 * Exceptions other than `AMQPError` raised while handling this connection's input are bugs: the
