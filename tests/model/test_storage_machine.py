@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -235,3 +236,5 @@ class StorageMachine(RuleBasedStateMachine):
 
 
 TestStorage = StorageMachine.TestCase
+# every step touches files: cap the example count of heavier profiles to keep the suite short
+TestStorage.settings = settings(max_examples=min(settings().max_examples, 120))
