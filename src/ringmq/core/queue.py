@@ -48,6 +48,8 @@ Public API (used by the broker layer)
 * `update_settings(settings, now_ms)`
 * `browse(after, now_ms) -> Delivery | None`
 * `list_scheduled()`, `purge_scheduled() -> int`, `deliver_scheduled_now(seqs, now_ms) -> int`
+* storage: `on_remove` (callback for engine-internal removals), `timing_of(msg, now_ms)`,
+  `restore(seq, msg, ...)` and `resume_seqs(next_seq)` (recovery)
 * `counters` (`QueueCounters`), `stats() -> dict`, `ready_count`, `unacked_count`,
   `message_count`, `over_limit`, `non_destructive`, `last_seq`
 * introspection (O(n), management and tests): `ready_view()`, `ready_seqs()`,
@@ -386,6 +388,10 @@ class Queue:
         self._gone = 0  # gone entries still sitting in lanes
         self._saw_expiry = False
         self._dead: list[DeadLetter] = []
+        self.on_remove: Callable[[SeqId], None] | None = None
+        """Storage hook: called with the seq of every message the engine removes by itself
+        (eviction, drop, LVQ replacement, expiry, purge, dead-lettering, no-ack fetch). `ack`
+        does not call it: the caller of `ack` knows the seqs. None (the default) costs nothing."""
         self._apply(settings)
 
     # --- configuration -------------------------------------------------------------------
@@ -836,6 +842,8 @@ class Queue:
     def _forget(self, e: _Entry) -> None:
         # The entry leaves the queue for good.
         e.state = _GONE
+        if self.on_remove is not None:
+            self.on_remove(e.seq)
         key = e.key
         if key is not None and self._lvq.get(key) is e:
             del self._lvq[key]
@@ -1038,6 +1046,8 @@ class Queue:
                 current = self._lvq.get(key)
                 if current is not None and current is not e:
                     e.state = _GONE  # combined with the newer value
+                    if self.on_remove is not None:
+                        self.on_remove(e.seq)
                     c.lvq_replaced += 1
                     continue
                 if current is e:
@@ -1127,7 +1137,10 @@ class Queue:
         c = self.counters
         c.scheduled -= 1
         c.scheduled_bytes -= e.size
-        return self._admit(e, now_ms, head=True)
+        outcome = self._admit(e, now_ms, head=True)
+        if outcome is not PublishOutcome.ENQUEUED and self.on_remove is not None:
+            self.on_remove(e.seq)  # refused or dropped (some paths skip `_forget`)
+        return outcome
 
     def next_deadline_ms(self) -> int | None:
         """Earliest time at which `tick` has work: a scheduled message due, or a head message
@@ -1202,6 +1215,8 @@ class Queue:
         for _, _, e in self._scheduled:
             if e.state == _SCHEDULED:
                 e.state = _GONE
+                if self.on_remove is not None:
+                    self.on_remove(e.seq)
                 n += 1
         self._scheduled.clear()
         c = self.counters
@@ -1222,6 +1237,71 @@ class Queue:
             e.state = _GONE  # leave the heap lazily; _release resets the state
             self._release(e, now_ms)
         return len(picked)
+
+    # --- storage: what a durable copy needs, and recovery -------------------------------------
+
+    def timing_of(self, msg: Message, now_ms: int) -> tuple[int | None, int | None]:
+        """`(expiry_ms, due_ms)` the engine gives `msg` published at `now_ms` (to persist)."""
+        headers = msg.headers
+        due = _schedule_due(headers, now_ms) if headers else None
+        if due is not None and due <= now_ms:
+            due = None
+        return self._expiry(msg, now_ms), due
+
+    def restore(
+        self,
+        seq: SeqId,
+        msg: Message,
+        *,
+        redelivered: bool,
+        delivery_count: int,
+        expiry_ms: int | None,
+        due_ms: int | None,
+    ) -> None:
+        """Put a recovered message back at the tail (recovery, in ascending seq order).
+
+        No limit is applied (what was stored fitted). A message with `due_ms` goes back to the
+        schedule, whatever its due time (`tick` releases overdue ones in batches). Call
+        `resume_seqs` afterwards so new publishes take higher seqs.
+        """
+        e = _Entry(seq, msg, len(msg.body))
+        e.redelivered = redelivered
+        e.deliveries = delivery_count
+        if self._max_priority:
+            e.level = min(max(msg.priority, 0), self._max_priority)
+        if self._lvq_key is not None and msg.headers:
+            e.key = msg.headers.get(self._lvq_key)
+        c = self.counters
+        c.added += 1
+        if self._index is not None:
+            self._index.append(e)
+        if due_ms is not None:
+            e.state = _SCHEDULED
+            heapq.heappush(self._scheduled, (due_ms, seq, e))
+            c.scheduled += 1
+            c.scheduled_bytes += e.size
+            return
+        if expiry_ms is not None:
+            e.expires_at = expiry_ms
+            self._saw_expiry = True
+            self._plain = False
+            self._bounded = None
+        if e.key is not None:
+            old = self._lvq.get(e.key)
+            if old is not None and old.state == _READY:
+                self._remove_ready(old)  # an older value that survived: the newer one wins
+            self._lvq[e.key] = e
+        self._lanes[e.level].tail.append(e)
+        if self._order is not None:
+            self._order_insert(e)
+        c.ready += 1
+        c.ready_bytes += e.size
+
+    def resume_seqs(self, next_seq: int) -> None:
+        """Issue seqs from `next_seq` on (never lower than what was issued already)."""
+        start = max(next_seq, self.last_seq + 1)
+        self._seq_counter = itertools.count(start)
+        self._next_seq = cast("Callable[[], SeqId]", self._seq_counter.__next__)
 
     # --- introspection for tests and management ----------------------------------------------
 
