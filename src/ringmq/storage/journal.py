@@ -76,6 +76,8 @@ class Journal:
             for p in directory.iterdir()
             if p.name.endswith(suffix) and p.name[: -len(suffix)].isdigit()
         )
+        # segment numbers are never reused (the store keys bookkeeping by them)
+        self._next_seg = (self._segments[-1] + 1) if self._segments else 1
         self._current = -1  # no segment open for appending until replay()/first append
         self._fd = -1
         self._size = 0  # bytes of the current segment, buffered ones included
@@ -151,7 +153,8 @@ class Journal:
 
     def _open_next(self) -> None:
         self._close_current()
-        seg = (self._segments[-1] + 1) if self._segments else 1
+        seg = self._next_seg
+        self._next_seg += 1
         self._fd = os.open(
             self.path(seg), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644
         )
