@@ -36,7 +36,14 @@ is applied), then applies settles and publishes in order. tx.rollback discards t
 returns every delivered-unacked message of the channel to its queue head (Artemis semantics,
 through `Queue.requeue` in consumption order). Their old delivery tags become unknown.
 
+Storage: `Broker(config, store=..., now_ms=...)` recovers durable definitions and persistent
+messages before serving, then writes through `ringmq.core.durability.Durability` (persistent
+publishes, deliveries, acks, engine removals via `Queue.on_remove`, definitions after the methods
+that change them; tx.commit is one store transaction synced before commit-ok). Without a store
+nothing is written.
+
 Public API (server/ and management/):
+  Broker(config, store=None, now_ms=0);  close();  definitions_changed();  durability
   check_login(mechanism, response, peer_loopback) -> user
   connection_opened(conn_id, user, vhost, peer, client_properties, now_ms)
   channel_opened / channel_closed(conn_id, channel, now_ms) -> effects
@@ -80,6 +87,7 @@ from ringmq.core.admin import Admin
 from ringmq.core.auth import Access, AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.consumers import Consumer, ConsumerSet
+from ringmq.core.durability import Durability, StorePort
 from ringmq.core.effects import Block, Effect, SendContent, SendMethod, Unblock
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message, SeqId
@@ -184,9 +192,15 @@ class Broker:
 
     Args:
         config: users, vhosts, permissions, policies, limits; defaults to guest/guest on "/".
+        store: where durable definitions and persistent messages go (`ringmq.storage`'s
+            `FileStore` or `MemoryStore`); None keeps everything in memory. Its contents are
+            recovered here, before the broker serves anything.
+        now_ms: wall time of the start (recovered TTLs and schedules are judged against it).
     """
 
-    def __init__(self, config: BrokerConfig | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig | None = None, store: StorePort | None = None, now_ms: int = 0
+    ) -> None:
         self.config = config = config or BrokerConfig()
         self.auth = AuthDB()
         self.policies = PolicyTable()
@@ -283,6 +297,11 @@ class Broker:
             spec.TxCommit: self._tx_commit,
             spec.TxRollback: self._tx_rollback,
         }
+        self._defs_dirty = False
+        self.durability: Durability | None = None
+        if store is not None:
+            self.durability = Durability(self, store)
+            self.durability.recover(now_ms)
 
     @property
     def admin(self) -> Admin:
@@ -297,6 +316,98 @@ class Broker:
     ) -> None:
         """Replace the Artemis address settings and re-apply every queue's settings."""
         self.admin.replace_address_settings(settings, now_ms=now_ms)
+
+    # ================================================================== durability
+    def definitions_changed(self) -> None:
+        """Write durable definitions that changed (management calls it after its edits)."""
+        self._defs_dirty = False
+        if self.durability is not None:
+            self.durability.sync_definitions()
+
+    def close(self) -> None:
+        """Shut down: sync and close the store (the next start is a clean one)."""
+        if self.durability is not None:
+            self.definitions_changed()
+            self.durability.store.close()
+
+    def restore_exchange(
+        self,
+        vhost: str,
+        name: str,
+        kind: ExchangeType,
+        *,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, Any],
+    ) -> None:
+        """Recreate a durable exchange (recovery)."""
+        vh = self.add_vhost(vhost)
+        routing_type = None
+        if kind is ExchangeType.DELAYED:
+            raw = _as_str(arguments.get("x-delayed-type"))
+            routing_type = ExchangeType(raw) if raw else ExchangeType.DIRECT
+        vh.exchanges[name] = Exchange(
+            name,
+            kind,
+            durable=True,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
+            routing_type=routing_type,
+        )
+        vh.invalidate()
+
+    def restore_queue(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        auto_delete: bool,
+        arguments: Mapping[str, Any],
+        now_ms: int,
+    ) -> None:
+        """Recreate a durable queue (recovery); one whose settings no longer validate is
+        skipped with a log line (its messages are dropped from the store)."""
+        self.add_vhost(vhost)
+        try:
+            self.declare_queue(
+                vhost,
+                name,
+                durable=True,
+                auto_delete=auto_delete,
+                arguments=arguments,
+                now_ms=now_ms,
+            )
+        except SettingsError as exc:
+            log.warning("stored queue %r in vhost %r refused at recovery: %s", name, vhost, exc)
+
+    def restore_binding(
+        self,
+        vhost: str,
+        source: str,
+        dest: tuple[str, str],
+        routing_key: str,
+        arguments: Mapping[str, Any],
+    ) -> None:
+        """Recreate a binding between durable objects (recovery); dangling ones are skipped."""
+        vh = self.vhosts.get(vhost)
+        if vh is None:
+            return
+        x = vh.exchanges.get(source)
+        kind, name = dest
+        present = vh.queues if kind == QUEUE else vh.exchanges
+        if x is None or name not in present:
+            return
+        try:
+            x.bind((kind, name), routing_key, arguments)
+        except ValueError:
+            log.warning("stored binding %s -> %s refused at recovery", source, name)
+        vh.invalidate()
+
+    def recovered_queue(self, q: QueueEntity, now_ms: int) -> None:
+        """Recovery put messages back into `q`: arm its timers (TTL, schedule)."""
+        self._timed[id(q)] = q
+        self._mark(q)
 
     # ================================================================== connection lifecycle
     def add_vhost(self, name: str) -> VHost:
@@ -380,6 +491,8 @@ class Broker:
         if session is not None:
             self._close_session(session, now_ms)
         self._flush(now_ms)
+        if self._defs_dirty:
+            self.definitions_changed()
         return out
 
     def connection_closed(self, conn_id: int, now_ms: int) -> list[Effect]:
@@ -404,6 +517,8 @@ class Broker:
                 if q is not None:
                     self._delete_queue(vh, q, now_ms)
         self._flush(now_ms)
+        if self._defs_dirty:
+            self.definitions_changed()
         return [e for e in out if e.conn_id != conn_id]
 
     def _close_session(self, session: Session, now_ms: int) -> None:
@@ -436,6 +551,8 @@ class Broker:
                 for consumer in session.consumers.values():
                     self._mark(consumer.queue)
             self._flush(now_ms)
+        if self._defs_dirty:
+            self.definitions_changed()
         return out
 
     # ================================================================== method dispatch
@@ -488,6 +605,8 @@ class Broker:
             ) from None
         if self._dirty:
             self._flush(now_ms)
+        if self._defs_dirty:
+            self.definitions_changed()
         return out
 
     def _reply(self, session: Session, method: Any) -> None:
@@ -575,6 +694,7 @@ class Broker:
             )
             vh.exchanges[name] = x
             vh.invalidate()
+            self._defs_dirty = self._defs_dirty or x.durable
         else:
             diff = x.equivalent(kind, m.durable, m.auto_delete, m.internal, args)
             if diff is not None:
@@ -618,6 +738,7 @@ class Broker:
 
     def _delete_exchange(self, vh: VHost, x: Exchange) -> None:
         vh.exchanges.pop(x.name, None)
+        self._defs_dirty = self._defs_dirty or x.durable
         x.bindings.clear()
         for source in vh.remove_dest((EXCHANGE, x.name)):
             self._maybe_auto_delete_exchange(vh, source)
@@ -639,6 +760,7 @@ class Broker:
         self._get_exchange(vh, m.destination)
         self._bind(src, (EXCHANGE, m.destination), m.routing_key, m.arguments)
         vh.invalidate()
+        self._defs_dirty = True
         if not m.no_wait:
             self._reply(s, spec.ExchangeBindOk())
 
@@ -654,6 +776,7 @@ class Broker:
         self._get_exchange(vh, m.destination)
         if src.unbind((EXCHANGE, m.destination), m.routing_key, m.arguments):
             vh.invalidate()
+            self._defs_dirty = True
             self._maybe_auto_delete_exchange(vh, src)
         if not m.no_wait:
             self._reply(s, spec.ExchangeUnbindOk())
@@ -731,6 +854,9 @@ class Broker:
         )
         vh.queues[name] = q
         vh.invalidate()
+        if durable and self.durability is not None:
+            self.durability.attach(q)
+            self._defs_dirty = True
         if settings.message_ttl_ms is not None or settings.expires_ms is not None:
             self._track_timers(q)
         if exclusive_owner is not None:
@@ -843,6 +969,7 @@ class Broker:
         x = self._get_exchange(vh, m.exchange)
         self._bind(x, (QUEUE, q.name), routing_key, m.arguments)
         vh.invalidate()
+        self._defs_dirty = self._defs_dirty or q.durable
         if not m.no_wait:
             self._reply(s, spec.QueueBindOk())
 
@@ -858,6 +985,7 @@ class Broker:
         x = self._get_exchange(vh, m.exchange)
         if x.unbind((QUEUE, q.name), m.routing_key, m.arguments):
             vh.invalidate()
+            self._defs_dirty = self._defs_dirty or q.durable
             self._maybe_auto_delete_exchange(vh, x)
         self._reply(s, spec.QueueUnbindOk())
 
@@ -903,6 +1031,9 @@ class Broker:
             return
         del vh.queues[q.name]
         q.deleted = True
+        if q.durable and self.durability is not None:
+            self.durability.queue_deleted(q)
+            self._defs_dirty = True
         for consumer in list(q.consumers.all):
             session = consumer.session
             session.consumers.pop(consumer.tag, None)
@@ -1159,7 +1290,9 @@ class Broker:
                 if outcome is PublishOutcome.SCHEDULED or msg.expiration_ms is not None:
                     self._timed[id(q)] = q
                 if msg.persistent and q.durable:
-                    stored = True
+                    dur = self.durability
+                    if dur is None or dur.published(q, msg, outcome, now_ms):
+                        stored = True
             dirty[id(q)] = q
             limit = q.settings.limit
             if (
@@ -1306,6 +1439,10 @@ class Broker:
         else:
             q.get += 1
         msg = d.message
+        if not m.no_ack and q.durable and self.durability is not None:
+            persisted = self.durability.persisted(q)
+            if persisted and d.seq in persisted:
+                self.durability.delivered(q, d.seq, d.delivery_count)
         tag = s.next_untracked_tag() if m.no_ack else s.track(Unacked(q, d.seq, None))
         self.stats["delivered"] += 1
         self._out.append(
@@ -1381,6 +1518,8 @@ class Broker:
             match kind:
                 case SettleKind.ACK:
                     engine.ack(seqs)
+                    if q.durable and self.durability is not None:
+                        self.durability.acked(q, seqs)
                 case SettleKind.REQUEUE:
                     engine.requeue(seqs, now_ms)
                 case SettleKind.REJECT:
@@ -1439,10 +1578,16 @@ class Broker:
         # 2. Apply settles in order, then publishes in order.
         settles, tx.settles = tx.settles, []
         tx.publishes = []
+        dur = self.durability
+        if dur is not None:
+            dur.store.tx_begin()  # replayed whole or not at all
         for kind, entries in settles:
             self._settle(entries, kind, now_ms)
         for p, x in routed:
             self._route_publish(vh, x, p.message, p.mandatory, s, now_ms)
+        if dur is not None:
+            dur.store.tx_commit()
+            dur.store.sync()  # commit-ok means durable (AMQP tx semantics)
         for consumer in s.consumers.values():
             self._mark(consumer.queue)
         self._reply(s, spec.TxCommitOk())
@@ -1501,6 +1646,8 @@ class Broker:
         deliver = spec.BasicDeliver
         budget = DISPATCH_BATCH
         no_ack_count = 0
+        dur = self.durability
+        persisted = dur.persisted(q) if dur is not None else None
         while engine.ready_count:
             if not budget:
                 self._backlog[id(q)] = q
@@ -1519,6 +1666,9 @@ class Broker:
                 no_ack_count += 1
             else:
                 tag = s.track(Unacked(q, d.seq, c))
+                if persisted and d.seq in persisted:
+                    assert dur is not None
+                    dur.delivered(q, d.seq, d.delivery_count)
             msg = d.message
             append(
                 SendContent(
@@ -1647,8 +1797,11 @@ class Broker:
             ):
                 continue
             if not target.deleted:
-                if target.queue.publish(new, now_ms) is PublishOutcome.SCHEDULED:
+                outcome = target.queue.publish(new, now_ms)
+                if outcome is PublishOutcome.SCHEDULED:
                     self._timed[id(target)] = target
+                if new.persistent and target.durable and self.durability is not None:
+                    self.durability.published(target, new, outcome, now_ms)
                 self._dirty[id(target)] = target
 
     # ================================================================== timers
@@ -1667,6 +1820,8 @@ class Broker:
         self._track_timers(q)
         self._mark(q)
         self._flush(now_ms)
+        if self._defs_dirty:
+            self.definitions_changed()
         return out
 
     def tick(self, now_ms: int) -> list[Effect]:
@@ -1704,6 +1859,8 @@ class Broker:
                 for msg in x.pop_due(now_ms):
                     self._route_publish(vh, x, _undelayed(msg), False, None, now_ms)
         self._flush(now_ms)
+        if self._defs_dirty:
+            self.definitions_changed()
         return out
 
     def next_deadline_ms(self) -> int | None:
