@@ -18,18 +18,26 @@ journal by `Store.recover`, never from here).
 Random access by seq suits the engine's model (it decides order; any seq may be read back, e.g.
 a browse or an LVQ replacement). `PageQueue` (paging.py) is the sequential alternative for an
 engine that pages whole runs.
+
+`DiskSpillStore` is that alternative wired to the engine's `SpillStore` port (a queue's paged
+tail: no per-message memory at all, only run files read back in order). `SpillDirectory` hands
+one to each queue under `<data-dir>/paging` and wipes the directory at start (transient).
 """
 
 from __future__ import annotations
 
 import shutil
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
 from ringmq.storage.msgstore import MessageStore
-from ringmq.storage.records import decode_entry, encode_message
+from ringmq.storage.paging import DEFAULT_RUN_BYTES, PageQueue
+from ringmq.storage.records import Entry, decode_entry, encode_message
+
+Spilled = tuple[SeqId, Message, int | None]  # the engine's SpillStore item (seq, msg, expiry)
 
 DEFAULT_SEGMENT_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_RECLAIM_EVERY: Final = 4096
@@ -126,3 +134,63 @@ class DiskBodyStore:
     def disk_bytes(self) -> int:
         """Bytes of spill files on disk."""
         return self._store.journal.disk_bytes()
+
+
+class DiskSpillStore:
+    """The engine's `SpillStore` port on a `PageQueue` (one directory of run files)."""
+
+    def __init__(self, directory: Path, *, run_bytes: int = DEFAULT_RUN_BYTES) -> None:
+        self.directory = directory
+        self._pages = PageQueue(directory, run_bytes=run_bytes)
+
+    @staticmethod
+    def _entries(items: Sequence[Spilled]) -> list[Entry]:
+        return [Entry("", seq, msg, expiry_ms=expires_at) for seq, msg, expires_at in items]
+
+    def push_back(self, items: Sequence[Spilled]) -> None:
+        """Append after everything spilled."""
+        self._pages.push_back(self._entries(items))
+
+    def push_front(self, items: Sequence[Spilled]) -> None:
+        """Insert a run before everything spilled."""
+        self._pages.push_front(self._entries(items))
+
+    def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
+        """Read the oldest items back in order (at least one when any is spilled)."""
+        return [
+            (e.seq, e.message, e.expiry_ms) for e in self._pages.pop_front(max_count, max_bytes)
+        ]
+
+    def clear(self) -> None:
+        """Forget everything (purge)."""
+        self._pages.clear()
+
+    def close(self) -> None:
+        """Forget everything and remove the directory (queue deleted)."""
+        self._pages.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+    def files(self) -> int:
+        """Run files on disk."""
+        return self._pages.files()
+
+
+class SpillDirectory:
+    """One `DiskSpillStore` per queue under one directory, wiped when created (transient)."""
+
+    def __init__(self, directory: Path, *, run_bytes: int = DEFAULT_RUN_BYTES) -> None:
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        self.directory = directory
+        self.run_bytes = run_bytes
+        self._next = 0
+
+    def __call__(self, vhost: str, queue: str) -> DiskSpillStore:
+        """A fresh store for a new queue (directory names are counters: names may hold any
+        character, and a redeclared queue never meets its predecessor's files)."""
+        self._next += 1
+        return DiskSpillStore(self.directory / f"q{self._next:08d}", run_bytes=self.run_bytes)

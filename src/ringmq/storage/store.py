@@ -417,15 +417,34 @@ class FileStore:
                     del qe[s]
                     self._depend(seg, ql.pop(s))
 
+        enqueue_type = RecordType.ENQUEUE
+        seg_total = self._seg_total
+        next_seq = self._next_seq
         for seg, rec in self._journal.replay():
-            if rec.rtype == RecordType.TX_BEGIN:
+            rtype = rec.rtype
+            if rtype == enqueue_type and tx is None:
+                # the common record, inlined (same as apply's ENQUEUE branch)
+                entry = decode_entry(rec.payload)
+                q, eseq = entry.queue, entry.seq
+                qe = entries.get(q)
+                if qe is None:
+                    qe = entries[q] = {}
+                    loc[q] = {}
+                qe[eseq] = entry
+                loc[q][eseq] = seg
+                seg_total[seg] = seg_total.get(seg, 0) + 1
+                if entry.body_ref:
+                    self._bodies.reserve_refs_below(entry.body_ref + 1)
+                if eseq >= next_seq.get(q, 0):
+                    next_seq[q] = eseq + 1
+            elif rtype == RecordType.TX_BEGIN:
                 # a BEGIN without COMMIT followed by another BEGIN cannot happen (one writer,
                 # contiguous transactions); treat the older one as committed, never drop data
                 if tx is not None:
                     for s, r in tx:
                         apply(s, r)
                 tx, tx_start = [], (seg, rec.offset)
-            elif rec.rtype == RecordType.TX_COMMIT:
+            elif rtype == RecordType.TX_COMMIT:
                 if tx is not None and tx_start is not None:
                     for s, r in tx:
                         apply(s, r)
@@ -442,10 +461,13 @@ class FileStore:
         state = RecoveredState(clean=self._clean, definitions=self._defs.all())
         shared: dict[int, Message] = {}
         lost = 0
+        seg_live = self._seg_live
+        dirty = not self._clean
         for q, qe in entries.items():
             out: list[RecoveredMessage] = []
             qindex = self._index.setdefault(q, {})
-            for seq in sorted(qe):
+            qloc = loc[q]
+            for seq in sorted(qe):  # copied-forward entries come out of seq order
                 entry = qe[seq]
                 msg = entry.message
                 if entry.body_ref:
@@ -462,20 +484,15 @@ class FileStore:
                         lost += 1
                         continue
                     self._refs.setdefault(q, {})[seq] = ref
-                seg = loc[q][seq]
+                seg = qloc[seq]
                 qindex[seq] = seg
-                self._seg_live[seg] = self._seg_live.get(seg, 0) + 1
-                if entry.delivery_count:
-                    self._counts.setdefault(q, {})[seq] = entry.delivery_count
-                redelivered = entry.delivery_count > 0 or not self._clean
+                seg_live[seg] = seg_live.get(seg, 0) + 1
+                count = entry.delivery_count
+                if count:
+                    self._counts.setdefault(q, {})[seq] = count
                 out.append(
                     RecoveredMessage(
-                        SeqId(seq),
-                        msg,
-                        redelivered,
-                        entry.delivery_count,
-                        entry.expiry_ms,
-                        entry.due_ms,
+                        SeqId(seq), msg, dirty or count > 0, count, entry.expiry_ms, entry.due_ms
                     )
                 )
             if out:
