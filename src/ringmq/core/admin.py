@@ -21,9 +21,10 @@ API (all names are stable):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
@@ -44,6 +45,24 @@ _HEAD_SCAN_MAX = 1000
 """Largest queue whose head_message_timestamp_ms is computed (it costs a scan)."""
 
 _ACK_MODES = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _writes_definitions(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    # After a call that may change durable definitions (even one that failed half-way),
+    # let the broker write what changed to its store (a no-op without a store).
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            admin = args[0]
+            assert isinstance(admin, Admin)
+            admin.broker.definitions_changed()
+
+    return wrapper
 
 
 class Admin:
@@ -101,6 +120,7 @@ class Admin:
         """Vhost names, sorted."""
         return sorted(self.broker.vhosts)
 
+    @_writes_definitions
     def add_vhost(self, name: str) -> bool:
         """Create a vhost; False when it existed."""
         if not name:
@@ -109,6 +129,7 @@ class Admin:
         self.broker.add_vhost(name)
         return not existed
 
+    @_writes_definitions
     def delete_vhost(self, name: str, *, now_ms: int) -> None:
         """Delete a vhost: its connections are closed (320) and its queues dropped."""
         vh = self._vh(name)
@@ -141,6 +162,7 @@ class Admin:
             return None
         return {"name": u.name, "tags": list(u.tags), "password_hash": u.password_hash}
 
+    @_writes_definitions
     def add_user(
         self,
         name: str,
@@ -154,6 +176,7 @@ class Admin:
             raise ValueError("user name must not be empty")
         self.broker.auth.add_user(name, password=password, password_hash=password_hash, tags=tags)
 
+    @_writes_definitions
     def delete_user(self, name: str) -> bool:
         """Delete a user and its permissions (open connections stay, as in RabbitMQ 3.x)."""
         return self.broker.auth.delete_user(name)
@@ -165,6 +188,7 @@ class Admin:
             for (u, v), p in sorted(self.broker.auth.permissions.items())
         ]
 
+    @_writes_definitions
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         """Grant permissions (ValueError-like re.error on a bad regex)."""
         if user not in self.broker.auth.users:
@@ -172,6 +196,7 @@ class Admin:
         self._vh(vhost)
         self.broker.auth.set_permissions(user, vhost, configure, write, read)
 
+    @_writes_definitions
     def clear_permissions(self, user: str, vhost: str) -> bool:
         """Remove a user's permissions in a vhost."""
         return self.broker.auth.clear_permissions(user, vhost)
@@ -252,6 +277,7 @@ class Admin:
         """One queue's snapshot (404 when missing)."""
         return self._queue_info(self._q(vhost, name))
 
+    @_writes_definitions
     def declare_queue(
         self,
         vhost: str,
@@ -287,6 +313,7 @@ class Admin:
             raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
         return True
 
+    @_writes_definitions
     def delete_queue(
         self,
         vhost: str,
@@ -438,6 +465,7 @@ class Admin:
                 )
         return out
 
+    @_writes_definitions
     def declare_exchange(
         self,
         vhost: str,
@@ -489,6 +517,7 @@ class Admin:
         vh.invalidate()
         return True
 
+    @_writes_definitions
     def delete_exchange(
         self, vhost: str, name: str, *, if_unused: bool = False, now_ms: int = 0
     ) -> None:
@@ -591,6 +620,7 @@ class Admin:
             dict(kw.get("arguments") or {}),
         )
 
+    @_writes_definitions
     def bind(
         self,
         binding: Any,
@@ -623,6 +653,7 @@ class Admin:
             raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
         vh.invalidate()
 
+    @_writes_definitions
     def unbind(
         self,
         binding: Any,
@@ -657,6 +688,7 @@ class Admin:
             for p in self.broker.policies.list(vhost)
         ]
 
+    @_writes_definitions
     def set_policy(self, policy: Any = None, *, now_ms: int = 0, **kw: Any) -> bool:
         """Create or replace a policy (a record with the `policies()` fields, or keywords);
         re-resolves and applies the settings of every queue in its vhost. True when created.
@@ -683,6 +715,7 @@ class Admin:
         self._reapply(vhost, now_ms)
         return not existed
 
+    @_writes_definitions
     def clear_policy(self, vhost: str, name: str, *, now_ms: int = 0) -> None:
         """Delete a policy (404 when missing) and re-apply settings in its vhost."""
         if not self.broker.policies.clear(name, vhost=vhost):

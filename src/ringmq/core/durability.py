@@ -341,6 +341,11 @@ class Durability:
         defs = state.definitions
         for value in defs.get(VHOST, {}).values():
             b.add_vhost(str(value["name"]))
+        stored_users = defs.get(USER, {})
+        default = b.config.default_user
+        if stored_users and not b.config.users and default not in stored_users:
+            # RabbitMQ creates the default user on a blank database only: deleted stays deleted.
+            b.auth.delete_user(default)
         for value in defs.get(USER, {}).values():
             b.auth.add_user(
                 str(value["name"]),

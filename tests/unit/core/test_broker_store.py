@@ -268,3 +268,18 @@ def test_queue_delete_drops_messages_and_new_seqs_continue(store_kind: str, tmp_
     ch = kit.open()
     assert [_get(kit, ch, "keep").body for _ in range(2)] == [b"k1", b"k2"]
     assert queue_key("/", "keep") == "/\x1fkeep"
+
+
+def test_management_edits_are_written_without_an_explicit_call(tmp_path: Path) -> None:
+    kit = StoreKit(FileStore.open(tmp_path / "data"))
+    admin = kit.broker.admin
+    admin.add_vhost("prod")
+    admin.add_user("bob", password="pw", tags=("administrator",))
+    admin.set_permissions("bob", "prod", ".*", ".*", ".*")
+    admin.delete_user("guest")
+    _file_restart(kit, tmp_path / "data", clean=False)
+    b = kit.broker
+    assert "prod" in b.vhosts
+    assert b.auth.permissions[("bob", "prod")].read == ".*"
+    assert b.check_login("PLAIN", b"\0bob\0pw", False) == "bob"
+    assert "guest" not in b.auth.users  # the default user is created on a blank store only
