@@ -32,12 +32,30 @@ Hot path: a plain queue's publish + fetch + ack is one entry object, one deque a
 one dict insert/pop and one `Delivery`; everything optional (priorities, schedules, LVQ, the
 browse index, the Qpid age order) is behind a single attribute test.
 
+Paging (bounded in-memory head). With a `SpillStore` (given by the broker when a data directory
+exists), a queue keeps at most `head_count` messages / `head_bytes` body bytes ready in memory
+(`set_memory_bound`, tightened by the broker under memory pressure). Past the bound, the rear of
+the lane's `tail` is pushed to the *front* of the spill and, while anything is spilled, new
+publishes are appended to the spill (through a small in-memory batch, `_spill_buf`) instead of
+the tail. Spilled messages are a suffix of the queue in seq order: every spilled seq is greater
+than every seq in memory (ready or unacked), because only never-delivered tail messages spill and
+requeued messages return to memory. Fetch pages a batch back in (`_refill`, read-ahead of half
+the bound) when memory falls to a quarter of the bound, so consumers see queue order through
+publish, requeue, page out and page in. Spilled messages are counted in `paged`/`paged_bytes`
+(hence in `message_count` and limits) but cost no memory per message: only a count. Spilling
+applies to single-lane queues without LVQ, non-destructive browsing, ring or flow-to-disk limits
+(those keep envelopes in memory; flow-to-disk pages bodies one by one through `BodyStore`).
+Without a spill store, or while the queue is short, nothing extra runs per message beyond one
+bound comparison.
+
 This module must not import server/, storage/ or asyncio. Bodies that leave memory go through
-the `BodyStore` port (`MemoryBodyStore` by default; the storage layer provides a real one).
+the `BodyStore` port (`MemoryBodyStore` by default; the storage layer provides a real one) or,
+for the spilled tail, the `SpillStore` port (`MemorySpillStore` here; storage has a disk one).
 
 Public API (used by the broker layer)
 -------------------------------------
-* `Queue(name, settings, *, body_store=None)`
+* `Queue(name, settings, *, body_store=None, spill=None)`
+* paging: `set_memory_bound(count, nbytes)`, `memory_bound`, `page_out()`, `spilled`, `close()`
 * `publish(msg, now_ms) -> PublishOutcome` (ENQUEUED, SCHEDULED, REJECTED: nack the publisher,
   DROPPED: accepted then discarded by policy, ack the publisher as RabbitMQ does)
 * `fetch(now_ms, ack_required=True) -> Delivery | None`
@@ -73,6 +91,8 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.settings import Counted, Limit, LimitAction, QueueSettings
 
 __all__ = [
+    "DEFAULT_HEAD_BYTES",
+    "DEFAULT_HEAD_COUNT",
     "SCHEDULED_RELEASE_BATCH",
     "SCHEDULE_HEADERS",
     "BodyStore",
@@ -80,10 +100,13 @@ __all__ = [
     "DeadLetterReason",
     "Delivery",
     "MemoryBodyStore",
+    "MemorySpillStore",
     "PublishOutcome",
     "Queue",
     "QueueCounters",
     "ScheduledMessage",
+    "SpillStore",
+    "Spilled",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,6 +118,15 @@ downtime does not starve live traffic; `next_deadline_ms` then reports "due now"
 SCHEDULE_HEADERS: Final = ("x-delay", "_AMQ_SCHED_DELIVERY")
 """`x-delay`: relative ms (RabbitMQ delayed-message plugin); `_AMQ_SCHED_DELIVERY`: absolute epoch
 ms (Artemis). When both are present the absolute time wins."""
+
+DEFAULT_HEAD_COUNT: Final = 2048
+"""Ready messages a queue keeps in memory before paging the rest (with a spill store)."""
+
+DEFAULT_HEAD_BYTES: Final = 8 * 1024 * 1024
+"""Ready body bytes a queue keeps in memory before paging the rest (with a spill store)."""
+
+_UNBOUNDED: Final = 1 << 62
+_SPILL_BATCH: Final = 128  # spilled publishes handed to the store together
 
 _COMPACT_MIN: Final = 256
 
@@ -195,6 +227,66 @@ class BodyStore(Protocol):
 
     def discard(self, queue: str, seq: SeqId) -> None:
         """Forget the message (purged, evicted)."""
+
+
+Spilled = tuple[SeqId, Message, int | None]
+"""One spilled message: (seq, message, expires_at epoch ms or None)."""
+
+
+class SpillStore(Protocol):
+    """Where a queue's paged tail lives: an ordered sequence of never-delivered messages.
+
+    The queue decides the order; the store keeps it: `push_back` appends after everything,
+    `push_front` inserts a run before everything, `pop_front` returns the oldest in order.
+    """
+
+    def push_back(self, items: Sequence[Spilled]) -> None:
+        """Append after everything spilled, in the given order."""
+
+    def push_front(self, items: Sequence[Spilled]) -> None:
+        """Insert before everything spilled, in the given order."""
+
+    def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
+        """Take up to `max_count` items (about `max_bytes` of bodies, at least one)."""
+        ...
+
+    def clear(self) -> None:
+        """Forget everything (purge); the store stays usable."""
+
+    def close(self) -> None:
+        """Forget everything and release files (queue deleted)."""
+
+
+class MemorySpillStore:
+    """`SpillStore` in a deque (tests; memory is not saved)."""
+
+    def __init__(self) -> None:
+        self.items: deque[Spilled] = deque()
+
+    def push_back(self, items: Sequence[Spilled]) -> None:
+        self.items.extend(items)
+
+    def push_front(self, items: Sequence[Spilled]) -> None:
+        self.items.extendleft(reversed(items))
+
+    def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
+        out: list[Spilled] = []
+        got = 0
+        items = self.items
+        while items and len(out) < max_count and (not out or got < max_bytes):
+            item = items.popleft()
+            out.append(item)
+            got += len(item[1].body)
+        return out
+
+    def clear(self) -> None:
+        self.items.clear()
+
+    def close(self) -> None:
+        self.items.clear()
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
 class MemoryBodyStore:
@@ -366,12 +458,27 @@ class Queue:
     """One queue's engine. See the module docstring for the theory of operation."""
 
     def __init__(
-        self, name: str, settings: QueueSettings, *, body_store: BodyStore | None = None
+        self,
+        name: str,
+        settings: QueueSettings,
+        *,
+        body_store: BodyStore | None = None,
+        spill: SpillStore | None = None,
     ) -> None:
         self.name = name
         self.settings = settings
         self.counters = QueueCounters()
         self._store: BodyStore = body_store if body_store is not None else MemoryBodyStore()
+        # Paged tail (see "Paging" in the module docstring).
+        self._spill = spill
+        self._spill_buf: list[Spilled] = []  # newest spilled items, not yet in the store
+        self._spilled = 0  # spilled messages (store + buffer)
+        self._spilled_bytes = 0
+        self._spill_stored = 0  # of which in the store
+        self._bound_n = DEFAULT_HEAD_COUNT
+        self._bound_b = DEFAULT_HEAD_BYTES
+        self._head_n = self._head_b = _UNBOUNDED  # effective bounds (unbounded: no paging)
+        self._low_n = self._low_b = 0  # refill when memory is at or below both
         # itertools.count: a C-level counter (the hot path avoids a Python-level increment).
         self._seq_counter = itertools.count(1)
         self._next_seq = cast("Callable[[], SeqId]", self._seq_counter.__next__)
@@ -440,6 +547,181 @@ class Queue:
             self._order = order
         elif not needs_order:
             self._order = None
+        self._apply_bound()
+
+    # --- paging --------------------------------------------------------------------------
+
+    def _spillable(self) -> bool:
+        # Single lane, no LVQ, no browse index, and no limit that needs envelopes in memory.
+        limit = self._limit
+        return (
+            self._spill is not None
+            and not self._max_priority
+            and self._lvq_key is None
+            and not self._non_destructive
+            and self._index is None
+            and (
+                limit is None
+                or limit.action
+                in (
+                    LimitAction.DROP_HEAD,
+                    LimitAction.REJECT_PUBLISH,
+                    LimitAction.REJECT_PUBLISH_DLX,
+                    LimitAction.DROP_NEW,
+                    LimitAction.BLOCK,
+                )
+            )
+        )
+
+    def _apply_bound(self) -> None:
+        if self._spillable():
+            self._head_n = max(1, self._bound_n)
+            self._head_b = max(1, self._bound_b)
+            self._low_n = self._head_n // 4
+            self._low_b = self._head_b // 4
+        else:
+            self._head_n = self._head_b = _UNBOUNDED
+            self._low_n = self._low_b = 0
+            if self._spilled:
+                self._unspill()
+
+    @property
+    def memory_bound(self) -> tuple[int, int]:
+        """The configured in-memory head bound: (ready messages, ready body bytes)."""
+        return self._bound_n, self._bound_b
+
+    @property
+    def spilled(self) -> int:
+        """Messages in the paged tail (part of `counters.paged`)."""
+        return self._spilled
+
+    def set_memory_bound(self, count: int, nbytes: int) -> None:
+        """Bound the ready messages held in memory; the rest pages (needs a spill store).
+
+        Lowering the bound pages the excess out at once (memory pressure); raising it lets
+        the next fetches page more back in.
+        """
+        self._bound_n = count
+        self._bound_b = nbytes
+        self._apply_bound()
+        self.page_out()
+
+    def page_out(self) -> int:
+        """Page the rear of the in-memory tail out until memory is within the bound.
+
+        Returns how many messages were paged. Only never-delivered messages at the tail move;
+        requeued ones stay in memory (they precede the spill).
+        """
+        c = self.counters
+        if c.ready <= self._head_n and c.ready_bytes <= self._head_b:
+            return 0
+        spill = self._spill
+        if spill is None:
+            return 0
+        tail = self._lane.tail
+        moved: list[Spilled] = []
+        n = nbytes = 0
+        while tail and (c.ready - n > self._head_n or c.ready_bytes - nbytes > self._head_b):
+            e = tail.pop()
+            if e.state != _READY:
+                self._gone = max(0, self._gone - 1)
+                continue
+            if e.paged or e.redelivered:
+                tail.append(e)  # cannot happen for spillable queues; keep it in place
+                break
+            msg = e.msg
+            assert msg is not None
+            # `e` is dropped (its state is left alone: a caller may still be looking at it);
+            # the message comes back as a new entry when paged in.
+            moved.append((e.seq, msg, e.expires_at))
+            n += 1
+            nbytes += e.size
+        if not moved:
+            return 0
+        moved.reverse()
+        spill.push_front(moved)
+        c.ready -= n
+        c.ready_bytes -= nbytes
+        c.paged += n
+        c.paged_bytes += nbytes
+        self._spilled += n
+        self._spilled_bytes += nbytes
+        self._spill_stored += n
+        return n
+
+    def _spill_push(self, seq: SeqId, msg: Message, size: int, expires_at: int | None) -> None:
+        # A new message while the spill is non-empty goes behind it.
+        buf = self._spill_buf
+        buf.append((seq, msg, expires_at))
+        c = self.counters
+        c.paged += 1
+        c.paged_bytes += size
+        c.added += 1
+        self._spilled += 1
+        self._spilled_bytes += size
+        if len(buf) >= _SPILL_BATCH:
+            spill = self._spill
+            assert spill is not None
+            spill.push_back(buf)
+            self._spill_stored += len(buf)
+            self._spill_buf = []
+
+    def _refill(self, max_count: int, max_bytes: int) -> int:
+        # Page the oldest spilled messages back into the tail (store first, then the buffer).
+        items: list[Spilled] = []
+        if self._spill_stored:
+            spill = self._spill
+            assert spill is not None
+            items = spill.pop_front(max_count, max_bytes)
+            self._spill_stored -= len(items)
+        if not self._spill_stored and len(items) < max_count and self._spill_buf:
+            buf = self._spill_buf
+            k = max_count - len(items)
+            items.extend(buf[:k])
+            del buf[:k]
+        tail = self._lane.tail
+        n = nbytes = 0
+        for seq, msg, expires_at in items:
+            size = len(msg.body)
+            e = _Entry(seq, msg, size)
+            e.expires_at = expires_at
+            tail.append(e)
+            n += 1
+            nbytes += size
+        c = self.counters
+        c.paged -= n
+        c.paged_bytes -= nbytes
+        c.ready += n
+        c.ready_bytes += nbytes
+        self._spilled -= n
+        self._spilled_bytes -= nbytes
+        return n
+
+    def _refill_batch(self) -> int:
+        return self._refill(max(1, self._head_n // 2), max(1, self._head_b // 2))
+
+    def _unspill(self) -> None:
+        # Bring every spilled message back into memory (settings change, O(n) introspection).
+        while self._spilled:
+            if not self._refill(_UNBOUNDED, _UNBOUNDED):
+                raise RuntimeError(f"queue {self.name}: spill store lost messages")
+
+    def _clear_spill(self) -> int:
+        n = self._spilled
+        if self._spill is not None:
+            self._spill.clear()
+        self._spill_buf = []
+        c = self.counters
+        c.paged -= n
+        c.paged_bytes -= self._spilled_bytes
+        self._spilled = self._spilled_bytes = self._spill_stored = 0
+        return n
+
+    def close(self) -> None:
+        """The queue is deleted: release its paged data."""
+        self._clear_spill()
+        if self._spill is not None:
+            self._spill.close()
 
     def update_settings(self, settings: QueueSettings, now_ms: int) -> None:
         """Apply new effective settings live (a policy or address-setting changed).
@@ -555,6 +837,9 @@ class Queue:
         seq = self._next_seq()
         if self._plain and msg.headers is None and msg.expiration_ms is None:
             # Fast path: no limit, TTL, LVQ, priority or schedule.
+            if self._spilled:
+                self._spill_push(seq, msg, len(msg.body), None)
+                return PublishOutcome.ENQUEUED
             e = _Entry(seq, msg, len(msg.body))
             self._lane.tail.append(e)
             c = self.counters
@@ -563,6 +848,8 @@ class Queue:
             c.added += 1
             if self._index is not None:
                 self._index.append(e)
+            if c.ready > self._head_n or c.ready_bytes > self._head_b:
+                self.page_out()
             return PublishOutcome.ENQUEUED
         bounded = self._bounded
         if bounded is not None and msg.headers is None and msg.expiration_ms is None:
@@ -605,13 +892,19 @@ class Queue:
             if action is LimitAction.REJECT_PUBLISH_DLX:
                 self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, 0)
             return PublishOutcome.REJECTED
-        e = _Entry(seq, msg, size)
-        self._lane.tail.append(e)
-        c.ready += 1
-        c.ready_bytes += size
-        c.added += 1
-        if self._index is not None:
-            self._index.append(e)
+        e: _Entry | None = None
+        if self._spilled:
+            self._spill_push(seq, msg, size, None)
+        else:
+            e = _Entry(seq, msg, size)
+            self._lane.tail.append(e)
+            c.ready += 1
+            c.ready_bytes += size
+            c.added += 1
+            if self._index is not None:
+                self._index.append(e)
+            if c.ready > self._head_n or c.ready_bytes > self._head_b:
+                self.page_out()
         if action is LimitAction.RING:
             if max_count is not None and c.ready + c.paged > max_count:
                 self._evict_head(now_ms, ring=True)
@@ -621,6 +914,10 @@ class Queue:
                 or (max_bytes is not None and c.ready_bytes + c.paged_bytes > max_bytes)
             ) and self._evict_head(now_ms, ring=False):
                 pass
+            # single lane: the new message is the last one, so it went only if all went
+            return PublishOutcome.ENQUEUED if c.ready + c.paged else PublishOutcome.DROPPED
+        if e is None:
+            return PublishOutcome.ENQUEUED
         return PublishOutcome.ENQUEUED if e.state == _READY else PublishOutcome.DROPPED
 
     def _expiry(self, msg: Message, now_ms: int) -> int | None:
@@ -682,6 +979,15 @@ class Queue:
             return PublishOutcome.REJECTED
         # Enqueue.
         e.state = _READY
+        if not head and self._spilled:
+            self._spill_push(e.seq, msg, e.size, e.expires_at)
+            if limit is not None and limit.action is LimitAction.DROP_HEAD:
+                while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
+                    pass
+                # single lane: the new message is the last one, so it went only if all went
+                c = self.counters
+                return PublishOutcome.ENQUEUED if c.ready + c.paged else PublishOutcome.DROPPED
+            return PublishOutcome.ENQUEUED
         lane = self._lanes[e.level]
         if head:
             lane.head.appendleft(e)
@@ -696,8 +1002,14 @@ class Queue:
             c.added += 1
         if self._index is not None and not head:
             self._index.append(e)
+        if c.ready > self._head_n or c.ready_bytes > self._head_b:
+            self.page_out()
         if limit is not None:
-            return self._enforce(limit, e, now_ms)
+            out = self._enforce(limit, e, now_ms)
+            if not head and self._head_n != _UNBOUNDED and limit.action is LimitAction.DROP_HEAD:
+                # paged queues have one lane and `e` is the newest: it went only if all went
+                return PublishOutcome.ENQUEUED if c.ready + c.paged else PublishOutcome.DROPPED
+            return out
         return PublishOutcome.ENQUEUED
 
     def _over(self, limit: Limit, extra_n: int, extra_b: int) -> bool:
@@ -860,7 +1172,12 @@ class Queue:
         else:
             e = self._lane.pop()
             if e is None:
-                return None
+                if not self._spilled:
+                    return None
+                self._refill_batch()
+                e = self._lane.pop()
+                if e is None:
+                    return None
         c = self.counters
         if e.paged:
             c.paged -= 1
@@ -934,6 +1251,8 @@ class Queue:
                     return None
             else:
                 # Single lane, inlined: usually a popleft from the tail.
+                if self._spilled and c.ready <= self._low_n and c.ready_bytes <= self._low_b:
+                    self._refill_batch()  # read ahead: page the next batch in
                 lane = self._lane
                 if lane.head or lane.returns:
                     e = lane.pop()
@@ -1068,6 +1387,8 @@ class Queue:
         if limit is not None and limit.action is LimitAction.DROP_HEAD:
             while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
                 pass
+        if c.ready > self._head_n or c.ready_bytes > self._head_b:
+            self.page_out()  # returned messages stay; the tail's rear makes room
 
     def reject(self, seqs: Iterable[SeqId], now_ms: int) -> None:
         """nack/reject with requeue=false: dead-letter (`rejected`) when a DLX is set, else drop."""
@@ -1091,6 +1412,7 @@ class Queue:
             lane.head.clear()
             lane.returns.clear()
             lane.tail.clear()
+        n += self._clear_spill()
         c = self.counters
         c.ready = c.ready_bytes = c.paged = c.paged_bytes = 0
         c.purged += n
@@ -1122,6 +1444,9 @@ class Queue:
         for lane in self._lanes:
             while True:
                 e = lane.peek()
+                if e is None and self._spilled:
+                    self._refill_batch()
+                    e = lane.peek()
                 if e is None or e.expires_at is None or now_ms <= e.expires_at:
                     break
                 lane.pop()
@@ -1155,6 +1480,9 @@ class Queue:
             return best
         for lane in self._lanes:
             e = lane.peek()
+            if e is None and self._spilled:
+                self._refill_batch()
+                e = lane.peek()
             if e is not None and e.expires_at is not None:
                 t = e.expires_at + 1
                 if best is None or t < best:
@@ -1180,11 +1508,13 @@ class Queue:
         """
         index = self._index
         if index is None:
+            self._unspill()  # the index needs every entry; paging stops while it exists
             live = [e for lane in self._lanes for e in lane.entries()]
             live.extend(self._unacked.values())
             live.extend(e for _, _, e in self._scheduled if e.state == _SCHEDULED)
             live.sort()
             index = self._index = live
+            self._apply_bound()
         elif len(index) > _COMPACT_MIN and len(index) > 2 * (self.message_count + 1):
             index = self._index = [e for e in index if e.state != _GONE]
         start = 0 if after is None else bisect_right(index, after, key=lambda x: x.seq)
@@ -1307,6 +1637,7 @@ class Queue:
 
     def ready_seqs(self) -> list[SeqId]:
         """Waiting messages' seqs in delivery order (O(n); tests and management only)."""
+        self._unspill()  # O(n) anyway; the next publish pages the excess out again
         out: list[SeqId] = []
         for lane in reversed(self._lanes):
             out.extend(e.seq for e in lane.entries())
@@ -1317,6 +1648,7 @@ class Queue:
 
         O(n); for tests, management "get messages" previews and debugging.
         """
+        self._unspill()  # O(n) anyway; the next publish pages the excess out again
         out: list[Delivery] = []
         for lane in reversed(self._lanes):
             for e in lane.entries():
@@ -1330,6 +1662,7 @@ class Queue:
 
     def ready_messages(self) -> list[Message]:
         """Waiting messages in delivery order (paged ones are peeked from the store)."""
+        self._unspill()  # O(n) anyway; the next publish pages the excess out again
         out: list[Message] = []
         for lane in reversed(self._lanes):
             out.extend(
