@@ -364,10 +364,6 @@ def test_exclusive_and_auto_delete_queues_go_away(broker: BrokerThread) -> None:
         assert exc.value.reply_code == 404
 
 
-@pytest.mark.xfail(
-    reason="the core Broker takes no Store yet: messages and definitions live in memory",
-    strict=True,
-)
 def test_restart_recovers_durable_queues_and_persistent_messages(
     broker_factory: Any, tmp_path: Any
 ) -> None:

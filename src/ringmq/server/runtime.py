@@ -58,6 +58,7 @@ from ringmq.protocol import events as ev
 from ringmq.protocol.connection import ServerConnection
 from ringmq.protocol.handshake import TuneParams
 from ringmq.server.clock import Clock, SystemClock
+from ringmq.server.commit import GroupCommit
 from ringmq.server.configfile import ConfigError, FileConfig, load_config
 from ringmq.server.listener import Listener, bind_http_socket, open_amqp_listener, tls_context
 from ringmq.server.setup import apply_declarations, broker_config, build_broker, reload_settings
@@ -177,6 +178,8 @@ class BrokerServer:
         self._stopping: asyncio.Event | None = None
         self._drained = asyncio.Event()
         self._stopped = False
+        self._commit: GroupCommit | None = None
+        """Group-commit fsync of the broker's store (None without a store)."""
         self.ready = threading.Event()
         """Set once every listener accepts connections (for threads waiting on start-up)."""
 
@@ -214,6 +217,14 @@ class BrokerServer:
             # effects of admin calls (management, config reload) reach clients in one batch
             self.broker.admin.emit = self._emit
             apply_declarations(self.broker, cfg, self.clock.wall_ms())
+        durability = getattr(self.broker, "durability", None)
+        if durability is not None and self._commit is None:
+            self._commit = GroupCommit(
+                self.broker,
+                durability.store,
+                self._loop,
+                lambda fn: self.run_batch(lambda: self.apply_effects(fn())),
+            )
 
         amqp = await open_amqp_listener(self._factory(tls=False), opts.host, opts.amqp_port)
         self._listeners.append(amqp)
@@ -286,6 +297,8 @@ class BrokerServer:
                     await asyncio.wait_for(self._http_task, timeout=5)
         for lst in self._listeners:
             lst.close()
+        if self._commit is not None:
+            await self._commit.close()
         close = getattr(self.broker, "close", None)
         if callable(close):
             close()
@@ -609,6 +622,8 @@ class BrokerServer:
         finally:
             self._in_batch -= 1
             if self._in_batch == 0:
+                if self._commit is not None:
+                    self._commit.after_batch()
                 self._flush()
                 self._arm_deadline()
 
@@ -692,6 +707,8 @@ class BrokerServer:
                         self._dirty.add(c)
                 except Exception:  # noqa: BLE001 - see data_received
                     self._internal_error(c)
+        if self._commit is not None:
+            self._commit.tick()
         if not self._stopped:
             self._arm_sweep()
 
