@@ -47,6 +47,9 @@ HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 _FRAME_HEAD: Final = struct.Struct(">BHI")
 _CONTENT_HEAD: Final = struct.Struct(">HHQ")
 _METHOD_HEAD: Final = struct.Struct(">BHIHH")
+_HEADER_HEAD: Final = struct.Struct(">BHIHHQ")
+_PUBLISH_CACHE_SIZE: Final = 256
+"""Distinct Basic.Publish argument lists remembered per connection (cleared when full)."""
 _END: Final = b"\xce"
 
 
@@ -113,13 +116,16 @@ class FrameReader:
         expect_protocol_header: return a ``ProtocolHeader`` before any frame.
     """
 
-    __slots__ = ("_buf", "_pos", "_want_header", "frame_max")
+    __slots__ = ("_buf", "_pos", "_publishes", "_want_header", "frame_max")
 
     def __init__(self, frame_max: int = FRAME_MIN_SIZE, *, expect_protocol_header: bool = False):
         self.frame_max = frame_max
         self._buf = bytearray()
         self._pos = 0
         self._want_header = expect_protocol_header
+        # Basic.Publish arguments (exchange, routing key, flags) as received -> the decoded,
+        # immutable method. A publisher repeats the same few, so decoding is one dict lookup.
+        self._publishes: dict[bytes, Method] = {}
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes (compacting what the last batch consumed)."""
@@ -132,6 +138,78 @@ class FrameReader:
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
         return len(self._buf) - self._pos
+
+    def next_publish(self) -> tuple[int, Method, RawContent] | None:
+        """Take a whole Basic.Publish command at once, or return ``None`` and take nothing.
+
+        The hot path for publishers: when the buffer holds, at the read position, a well-formed
+        Basic.Publish method frame, its basic-class content header and (unless the declared
+        size is 0) exactly one body frame of the declared size, all on one channel and within
+        ``frame_max``, this returns ``(channel, BasicPublish, RawContent)`` and consumes the
+        three frames. Anything else (another frame, a fragmented body, incomplete input, any
+        malformation) returns ``None`` without consuming, so ``next_frame()`` then parses and
+        reports it exactly as usual. Channel state is the caller's to check. Never raises.
+        """
+        buf = self._buf
+        pos = self._pos
+        n = len(buf)
+        if n - pos < 30 or self._want_header:
+            return None
+        ftype, channel, size, class_id, method_id = _METHOD_HEAD.unpack_from(buf, pos)
+        if ftype != FRAME_METHOD or class_id != 60 or method_id != 40:
+            return None
+        hpos = pos + 8 + size  # the content header frame
+        if hpos + 19 > n or buf[hpos - 1] != FRAME_END:
+            return None
+        htype, hchannel, hsize, hclass, _weight, body_size = _HEADER_HEAD.unpack_from(buf, hpos)
+        hend = hpos + 7 + hsize
+        if (
+            htype != FRAME_HEADER
+            or hchannel != channel
+            or hclass != 60
+            or hsize < 14
+            or hend >= n
+            or buf[hend] != FRAME_END
+        ):
+            return None
+        limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else -1
+        if limit >= 0 and (size > limit or hsize > limit):
+            return None
+        end = hend
+        if body_size:
+            bpos = hend + 1
+            if bpos + 7 > n:
+                return None
+            btype, bchannel, bsize = _FRAME_HEAD.unpack_from(buf, bpos)
+            end = bpos + 7 + bsize
+            if (
+                btype != FRAME_BODY
+                or bchannel != channel
+                or bsize != body_size
+                or (limit >= 0 and bsize > limit)
+                or end >= n
+                or buf[end] != FRAME_END
+            ):
+                return None
+            if bsize < 8192:
+                body = bytes(buf[bpos + 7 : end])
+            else:
+                with memoryview(buf) as view:
+                    body = view[bpos + 7 : end].tobytes()
+        else:
+            body = b""
+        args = bytes(buf[pos + 11 : hpos - 1])
+        method = self._publishes.get(args)
+        if method is None:
+            try:
+                method = decode_method(buf[pos + 7 : hpos - 1])
+            except AMQPError:
+                return None  # next_frame() reports it
+            if len(self._publishes) >= _PUBLISH_CACHE_SIZE:
+                self._publishes.clear()
+            self._publishes[args] = method
+        self._pos = end + 1
+        return channel, method, RawContent(60, body_size, bytes(buf[hpos + 19 : hend]), body)
 
     def next_frame(self) -> Frame | None:
         """Parse and return the next frame, or ``None`` if more data is needed.

@@ -65,7 +65,12 @@ from ringmq.amqp.frames import (
 )
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.spec import Method
-from ringmq.protocol.channel import DEFAULT_MAX_MESSAGE_SIZE, Channel, ChannelState
+from ringmq.protocol.channel import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    EXPECT_METHOD,
+    Channel,
+    ChannelState,
+)
 from ringmq.protocol.events import (
     ChannelClosed,
     ChannelOpened,
@@ -278,7 +283,27 @@ class ServerConnection:
 
     def _drain(self, events: list[Event]) -> None:
         reader = self._reader
+        channels = self._channels
         while self._state not in _PAUSED:
+            if self._state is S.OPEN:
+                # Hot path: a whole Basic.Publish (method, header, body) in one step, straight
+                # to a Command when its channel is open and between commands; otherwise its
+                # frames take the ordinary path, one by one, with the same outcome.
+                publish = reader.next_publish()
+                if publish is not None:
+                    number, method, content = publish
+                    chan = channels.get(number)
+                    limit = self.max_message_size
+                    if (
+                        chan is not None
+                        and chan.assembly is EXPECT_METHOD
+                        and chan.state is ChannelState.OPEN
+                        and (not limit or content.body_size <= limit)
+                    ):
+                        events.append(_command(number, method, content))
+                    else:
+                        self._replay_publish(number, method, content, events)
+                    continue
             try:
                 frame = reader.next_frame()
             except AMQPError as exc:
@@ -288,14 +313,32 @@ class ServerConnection:
                 return
             if frame is None:
                 return
-            try:
-                self._on_frame(frame, events)
-            except AMQPError as exc:
-                channel = 0 if isinstance(frame, ProtocolHeader) else frame.channel
-                self._fail(channel, exc, events)
-            except Exception:
-                log.exception("internal error handling a frame; closing the connection")
-                self._fail(0, AMQPError(ReplyCode.INTERNAL_ERROR, "internal error"), events)
+            self._handle_frame(frame, events)
+
+    def _handle_frame(self, frame: Frame, events: list[Event]) -> None:
+        try:
+            self._on_frame(frame, events)
+        except AMQPError as exc:
+            channel = 0 if isinstance(frame, ProtocolHeader) else frame.channel
+            self._fail(channel, exc, events)
+        except Exception:
+            log.exception("internal error handling a frame; closing the connection")
+            self._fail(0, AMQPError(ReplyCode.INTERNAL_ERROR, "internal error"), events)
+
+    def _replay_publish(
+        self, number: int, method: Method, content: RawContent, events: list[Event]
+    ) -> None:
+        """Feed a publish taken by ``next_publish`` through the per-frame path (rare cases)."""
+        frames: list[Frame] = [
+            MethodFrame(number, method),
+            HeaderFrame(number, content.class_id, content.body_size, content.properties_bin),
+        ]
+        if content.body_size:
+            frames.append(BodyFrame(number, content.body))
+        for frame in frames:
+            if self._state in _PAUSED:
+                return
+            self._handle_frame(frame, events)
 
     def _on_frame(self, frame: Frame, events: list[Event]) -> None:
         ftype = type(frame)
