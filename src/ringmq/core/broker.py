@@ -70,6 +70,7 @@ from typing import Any, Final
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import (
+    FLAG_CONTENT_TYPE,
     FLAG_DELIVERY_MODE,
     FLAG_EXPIRATION,
     FLAG_HEADERS,
@@ -92,7 +93,14 @@ from ringmq.core.effects import Block, Effect, SendContent, SendMethod, Unblock
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
-from ringmq.core.queue import DeadLetter, PublishOutcome, Queue
+from ringmq.core.queue import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_HEAD_COUNT,
+    DeadLetter,
+    PublishOutcome,
+    Queue,
+    SpillStore,
+)
 from ringmq.core.reservations import PublishDedup
 from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
 from ringmq.core.session import (
@@ -118,6 +126,27 @@ _NEEDS_DECODE: Final = (
     FLAG_HEADERS | FLAG_DELIVERY_MODE | FLAG_PRIORITY | FLAG_EXPIRATION | FLAG_MESSAGE_ID
 )
 _DECODE_ANY: Final = _NEEDS_DECODE | FLAG_REPLY_TO
+_FLAGS_CT_DM: Final = FLAG_CONTENT_TYPE | FLAG_DELIVERY_MODE
+
+
+def _only_delivery_mode(pb: bytes) -> int | None:
+    """The delivery mode of a property list holding only delivery_mode (and content_type).
+
+    None for any other property list (or a malformed one): the caller then decodes it fully,
+    which also reports malformations.
+    """
+    n = len(pb)
+    if n == 3 and pb[0] == 0x10 and pb[1] == 0:  # flags == FLAG_DELIVERY_MODE
+        return pb[2]
+    if n >= 4 and ((pb[0] << 8) | pb[1]) == _FLAGS_CT_DM and n == pb[2] + 4:
+        try:
+            str(pb[3:-1], "utf-8")  # content_type must be valid UTF-8, as decoding checks
+        except UnicodeDecodeError:
+            return None
+        return pb[-1]
+    return None
+
+
 _EXCLUSIVE_LOCKED: Final = (
     "cannot obtain exclusive access to locked queue '{q}' in vhost '{v}'. It could be originally "
     "declared on another connection or the exclusive property value does not match that of the "
@@ -187,6 +216,10 @@ def _as_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+_ALARM_KEYS: Final = {"memory": -1, "disk": -2}
+"""Resource alarms share `_blocking` with Artemis BLOCK queues (keyed by id(queue) > 0)."""
+
+
 class Broker:
     """The broker core (see the module docstring for the theory of operation).
 
@@ -218,6 +251,11 @@ class Broker:
         # Artemis address-full BLOCK: queue id -> blocked conn ids, conn id -> blocking queue ids
         self._blocked_by: dict[int, tuple[QueueEntity, set[int]]] = {}
         self._blocking: dict[int, set[int]] = {}
+        # Paging (bounded queue heads) and resource alarms (memory / disk): see enable_paging
+        self._spill_factory: Callable[[str, str], SpillStore] | None = None
+        self._head_bound = (DEFAULT_HEAD_COUNT, DEFAULT_HEAD_BYTES)
+        self._alarms: dict[str, str] = {}  # resource -> reason, while the alarm is on
+        self._address_fail: QueueEntity | None = None  # set by _route_publish (Artemis FAIL)
         self._timed: dict[int, QueueEntity] = {}
         self._unconfirmed: list[tuple[int, int, int]] = []
         self._holding: dict[int, tuple[VHost, Exchange]] = {}
@@ -843,7 +881,7 @@ class Broker:
         q = QueueEntity(
             name=name,
             vhost=vhost,
-            queue=Queue(name, settings),
+            queue=self._new_queue(vhost, name, settings),
             settings=settings,
             durable=durable,
             auto_delete=auto_delete,
@@ -1034,6 +1072,7 @@ class Broker:
         if q.durable and self.durability is not None:
             self.durability.queue_deleted(q)
             self._defs_dirty = True
+        q.queue.close()  # release its paged data
         for consumer in list(q.consumers.all):
             session = consumer.session
             session.consumers.pop(consumer.tag, None)
@@ -1202,6 +1241,11 @@ class Broker:
             # Hot path: no property the core needs; keep the header raw (STYLE: re-send as is).
             msg = Message(m.exchange, m.routing_key, pb, content.body, timestamp_ms=now_ms)
             props = None
+        elif (mode := _only_delivery_mode(pb)) is not None:
+            # Nearly as hot: clients set delivery_mode (and often content_type) on every publish.
+            msg = Message(m.exchange, m.routing_key, pb, content.body, timestamp_ms=now_ms)
+            msg.persistent = mode == 2
+            props = None
         else:
             msg, props = self._build_message(m.exchange, m.routing_key, content, now_ms)
         if props is not None and props.reply_to == REPLY_TO_QUEUE:
@@ -1210,12 +1254,23 @@ class Broker:
             props.reply_to = _REPLY_TO_PREFIX + s.reply_to_token
             msg.properties_bin = encode_properties(props)
         self.stats["published"] += 1
+        if self._alarms:
+            self._alarm_publish(s.conn_id)
         if s.mode is ChannelMode.TX:
             assert s.tx is not None
             s.tx.publishes.append(TxPublish(m.exchange, m.routing_key, m.mandatory, msg))
             return
         seq = s.next_publish_seq() if s.mode is ChannelMode.CONFIRM else 0
+        self._address_fail = None
         refused, stored = self._route_publish(vh, x, msg, m.mandatory, s, now_ms)
+        fail = self._pop_address_fail()
+        if fail is not None and not seq:
+            # Artemis FAIL without confirms: the producer's send fails (a channel error here);
+            # under confirms the nack below says it (RabbitMQ reject-publish stays silent).
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"queue {fail.name!r} in vhost {fail.vhost!r} is full (address-full-policy FAIL)",
+            )
         if seq:
             if refused:
                 self.stats["nacked"] += 1
@@ -1284,6 +1339,9 @@ class Broker:
             outcome = engine.publish(msg, now_ms)
             if outcome is PublishOutcome.REJECTED:
                 refused = True
+                limit = q.settings.limit
+                if limit is not None and limit.family == "address":
+                    self._address_fail = q
                 if msg.message_id is not None:
                     self.dedup.refused(vh.name, x, q, msg.message_id)
             else:
@@ -1303,6 +1361,104 @@ class Broker:
             ):
                 self._block(s.conn_id, q)
         return refused, stored
+
+    # --- paging and resource alarms ------------------------------------------------------
+
+    def _pop_address_fail(self) -> QueueEntity | None:
+        # The Artemis FAIL queue that refused the last routed publish, if any.
+        fail, self._address_fail = self._address_fail, None
+        return fail
+
+    def _new_queue(self, vhost: str, name: str, settings: QueueSettings) -> Queue:
+        factory = self._spill_factory
+        if factory is None:
+            return Queue(name, settings)
+        q = Queue(name, settings, spill=factory(vhost, name))
+        q.set_memory_bound(*self._head_bound)
+        return q
+
+    def enable_paging(
+        self,
+        spill_factory: Callable[[str, str], SpillStore],
+        head_count: int = DEFAULT_HEAD_COUNT,
+        head_bytes: int = DEFAULT_HEAD_BYTES,
+    ) -> None:
+        """Let every queue (existing and future) page beyond an in-memory head.
+
+        `spill_factory(vhost, queue)` returns a fresh `SpillStore` per queue (the server passes
+        `storage.bodystore.SpillDirectory`). Queues then keep at most `head_count` ready
+        messages / `head_bytes` ready body bytes in memory; see `set_memory_bound`.
+        """
+        self._spill_factory = spill_factory
+        self._head_bound = (head_count, head_bytes)
+        for vh in self.vhosts.values():
+            for q in vh.queues.values():
+                q.queue.set_spill(spill_factory(vh.name, q.name))
+                q.queue.set_memory_bound(head_count, head_bytes)
+
+    @property
+    def memory_bound(self) -> tuple[int, int]:
+        """The per-queue in-memory head bound in force: (messages, body bytes)."""
+        return self._head_bound
+
+    def set_memory_bound(self, head_count: int, head_bytes: int) -> int:
+        """Change every queue's in-memory bound (the server tightens it under memory
+        pressure); a lower bound pages the excess out at once. Returns messages paged out."""
+        self._head_bound = (head_count, head_bytes)
+        paged = 0
+        for vh in self.vhosts.values():
+            for q in vh.queues.values():
+                before = q.queue.spilled
+                q.queue.set_memory_bound(head_count, head_bytes)
+                paged += max(0, q.queue.spilled - before)
+        return paged
+
+    def memory_held_bytes(self) -> int:
+        """Message body bytes held in memory by all queues (paged bodies excluded); O(queues)."""
+        return sum(
+            q.queue.counters.memory_bytes for vh in self.vhosts.values() for q in vh.queues.values()
+        )
+
+    @property
+    def alarms(self) -> dict[str, str]:
+        """Resource alarms in force: resource ("memory", "disk") -> reason."""
+        return dict(self._alarms)
+
+    def set_alarm(self, resource: str, reason: str | None) -> list[Effect]:
+        """Raise (`reason` given) or clear (None) a resource alarm, as RabbitMQ's
+        memory/disk alarms: while any alarm is on, a connection that publishes is blocked
+        (connection.blocked, reading paused) right after that publish; consumers that do not
+        publish keep running. Clearing the last alarm unblocks them (unless an Artemis BLOCK
+        address still holds them)."""
+        out: list[Effect] = []
+        self._out = out
+        key = _ALARM_KEYS[resource]
+        if reason is not None:
+            self._alarms[resource] = reason
+            return out
+        if self._alarms.pop(resource, None) is None:
+            return out
+        for conn_id in sorted(self._blocking):
+            blocking = self._blocking[conn_id]
+            if key in blocking:
+                blocking.discard(key)
+                if not blocking:
+                    del self._blocking[conn_id]
+                    out.append(Unblock(conn_id))
+        return out
+
+    def _alarm_publish(self, conn_id: int) -> None:
+        # A publish while an alarm is on: block this connection (once per alarm).
+        blocking = self._blocking.setdefault(conn_id, set())
+        was_blocked = bool(blocking)
+        reasons = []
+        for resource, reason in sorted(self._alarms.items()):
+            key = _ALARM_KEYS[resource]
+            if key not in blocking:
+                blocking.add(key)
+                reasons.append(reason)
+        if reasons and not was_blocked:
+            self._out.append(Block(conn_id, "; ".join(reasons)))
 
     def _block(self, conn_id: int, q: QueueEntity) -> None:
         # Artemis address-full-policy BLOCK: stop reading from publishers to a full queue.

@@ -55,7 +55,8 @@ for the spilled tail, the `SpillStore` port (`MemorySpillStore` here; storage ha
 Public API (used by the broker layer)
 -------------------------------------
 * `Queue(name, settings, *, body_store=None, spill=None)`
-* paging: `set_memory_bound(count, nbytes)`, `memory_bound`, `page_out()`, `spilled`, `close()`
+* paging: `set_spill(store)`, `set_memory_bound(count, nbytes)`, `memory_bound`, `page_out()`,
+  `spilled`, `close()`
 * `publish(msg, now_ms) -> PublishOutcome` (ENQUEUED, SCHEDULED, REJECTED: nack the publisher,
   DROPPED: accepted then discarded by policy, ack the publisher as RabbitMQ does)
 * `fetch(now_ms, ack_required=True) -> Delivery | None`
@@ -594,6 +595,13 @@ class Queue:
     def spilled(self) -> int:
         """Messages in the paged tail (part of `counters.paged`)."""
         return self._spilled
+
+    def set_spill(self, spill: SpillStore) -> None:
+        """Give the queue a spill store (paging starts within the current bound)."""
+        if self._spill is None:
+            self._spill = spill
+            self._apply_bound()
+            self.page_out()
 
     def set_memory_bound(self, count: int, nbytes: int) -> None:
         """Bound the ready messages held in memory; the rest pages (needs a spill store).
@@ -1402,6 +1410,8 @@ class Queue:
 
     def purge(self) -> int:
         """Remove every waiting message (not unacked, not scheduled); returns how many."""
+        if self.on_remove is not None:
+            self._unspill()  # the storage layer must hear every removed seq
         n = 0
         for lane in self._lanes:
             for e in lane.entries():

@@ -1,0 +1,263 @@
+"""Paging: bounded in-memory heads, the paged tail on disk, resource alarms, Artemis FAIL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringmq.amqp import spec
+from ringmq.amqp.reply_codes import ReplyCode
+from ringmq.core.config import BrokerConfig
+from ringmq.core.effects import Block, Unblock
+from ringmq.core.message import Message
+from ringmq.core.queue import MemorySpillStore, PublishOutcome, Queue
+from ringmq.core.settings import resolve_queue_settings
+from ringmq.storage.bodystore import DiskSpillStore, SpillDirectory
+from tests.unit.core.test_broker_kit import Kit, bodies, delivered, methods
+
+
+def msg(body: bytes, **kw: Any) -> Message:
+    return Message("", "q", b"", body, **kw)
+
+
+def paged_queue(tmp_path: Path, args: dict[str, Any] | None = None, bound: int = 4) -> Queue:
+    q = Queue(
+        "q",
+        resolve_queue_settings("q", args or {}),
+        spill=DiskSpillStore(tmp_path / "q", run_bytes=256),
+    )
+    q.set_memory_bound(bound, 1 << 20)
+    return q
+
+
+def drain(q: Queue, ack: bool = True) -> list[bytes]:
+    out = []
+    while (d := q.fetch(0, ack_required=False)) is not None:
+        out.append(d.message.body)
+    return out
+
+
+def test_queue_pages_beyond_its_bound_and_drains_in_order(tmp_path: Path) -> None:
+    q = paged_queue(tmp_path)
+    for i in range(100):
+        assert q.publish(msg(b"%03d" % i), 0) is PublishOutcome.ENQUEUED
+    c = q.counters
+    assert c.ready == 4
+    assert c.paged == 96
+    assert q.spilled == 96
+    assert c.memory_bytes == 4 * 3
+    assert q.message_count == 100
+    assert q.stats()["ready"] == 100
+    assert any((tmp_path / "q").iterdir())
+    assert drain(q) == [b"%03d" % i for i in range(100)]
+    assert c.paged == c.ready == 0
+
+
+def test_no_spill_store_means_no_paging() -> None:
+    q = Queue("q", resolve_queue_settings("q", {}))
+    q.set_memory_bound(1, 1)
+    for i in range(10):
+        q.publish(msg(b"%d" % i), 0)
+    assert q.counters.paged == 0
+    assert q.counters.ready == 10
+
+
+def test_requeue_returns_to_original_position_ahead_of_the_paged_tail(tmp_path: Path) -> None:
+    q = paged_queue(tmp_path, bound=2)
+    for i in range(10):
+        q.publish(msg(b"%d" % i), 0)
+    first = q.fetch(0)
+    second = q.fetch(0)
+    assert first is not None
+    assert second is not None
+    q.requeue([second.seq, first.seq], 0)
+    got = q.fetch(0)
+    assert got is not None
+    assert (got.message.body, got.redelivered) == (b"0", True)
+    assert drain(q) == [b"1"] + [b"%d" % i for i in range(2, 10)]
+
+
+def test_lowering_the_bound_pages_out_at_once_and_raising_pages_back_in(tmp_path: Path) -> None:
+    q = paged_queue(tmp_path, bound=100)
+    for i in range(50):
+        q.publish(msg(b"%d" % i), 0)
+    assert q.counters.paged == 0
+    q.set_memory_bound(5, 1 << 20)
+    assert q.counters.ready == 5
+    assert q.counters.paged == 45
+    q.set_memory_bound(100, 1 << 20)
+    assert drain(q) == [b"%d" % i for i in range(50)]
+
+
+def test_byte_bound(tmp_path: Path) -> None:
+    q = paged_queue(tmp_path)
+    q.set_memory_bound(1000, 250)
+    for _ in range(10):
+        q.publish(msg(b"x" * 100), 0)
+    assert q.counters.ready_bytes <= 250
+    assert q.counters.paged_bytes + q.counters.ready_bytes == 1000
+
+
+def test_ttl_survives_paging(tmp_path: Path) -> None:
+    q = paged_queue(tmp_path, {"x-message-ttl": 10}, bound=2)
+    for i in range(6):
+        q.publish(msg(b"%d" % i), 0)
+    assert q.counters.paged == 4
+    q.tick(11)
+    assert q.message_count == 0
+    assert q.counters.expired == 6
+
+
+def test_drop_head_limit_counts_paged_messages(tmp_path: Path) -> None:
+    q = paged_queue(tmp_path, {"x-max-length": 5}, bound=2)
+    for i in range(12):
+        q.publish(msg(b"%d" % i), 0)
+    assert q.message_count == 5
+    assert drain(q) == [b"%d" % i for i in range(7, 12)]
+
+
+def test_purge_and_close_remove_paged_data(tmp_path: Path) -> None:
+    q = paged_queue(tmp_path, bound=2)
+    for i in range(300):
+        q.publish(msg(b"%d" % i * 10), 0)
+    assert q.purge() == 300
+    assert q.message_count == 0
+    assert q.counters.paged == 0
+    q.publish(msg(b"after"), 0)
+    assert drain(q) == [b"after"]
+    q.close()
+    assert not (tmp_path / "q").exists()
+
+
+def test_introspection_sees_paged_messages() -> None:
+    q = Queue("q", resolve_queue_settings("q", {}), spill=MemorySpillStore())
+    q.set_memory_bound(2, 1 << 20)
+    for i in range(5):
+        q.publish(msg(b"%d" % i), 0)
+    assert [m.body for m in q.ready_messages()] == [b"%d" % i for i in range(5)]
+    assert drain(q) == [b"%d" % i for i in range(5)]
+
+
+def test_ring_and_priority_queues_do_not_page() -> None:
+    for args in ({"x-ring-size": 100}, {"x-max-priority": 3}):
+        q = Queue("q", resolve_queue_settings("q", args), spill=MemorySpillStore())
+        q.set_memory_bound(1, 1)
+        for i in range(5):
+            q.publish(msg(b"%d" % i), 0)
+        assert q.counters.paged == 0, args
+
+
+# --- broker: paging switch, memory bound, resource alarms -----------------------------------
+
+
+def test_broker_pages_every_queue_and_tightens_under_pressure(tmp_path: Path) -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "before")
+    kit.broker.enable_paging(SpillDirectory(tmp_path / "paging"), 10, 1 << 20)
+    kit.declare(ch, "after")
+    for name in ("before", "after"):
+        for i in range(30):
+            kit.publish(ch, name, b"%d" % i)
+    vh = kit.broker.vhosts["/"]
+    assert [vh.queues[n].queue.counters.paged for n in ("before", "after")] == [20, 20]
+    assert kit.broker.memory_held_bytes() == 2 * sum(len(b"%d" % i) for i in range(10))
+    assert kit.broker.set_memory_bound(2, 1 << 20) == 16
+    assert kit.broker.memory_bound == (2, 1 << 20)
+    got = []
+    for _ in range(31):
+        got += [
+            d.body
+            for d in delivered(kit.call(ch, spec.BasicGet(queue="after", no_ack=True)))
+            if isinstance(d.method, spec.BasicGetOk)
+        ]
+    assert got == [b"%d" % i for i in range(30)]
+
+
+def test_memory_alarm_blocks_publishers_only_and_clears() -> None:
+    kit = Kit()
+    pub = kit.open()
+    sub = kit.open()
+    kit.declare(pub, "q")
+    kit.consume(sub, "q", no_ack=True)
+    assert kit.broker.set_alarm("memory", "memory alarm: 900 MiB used, watermark 800 MiB") == []
+    effects = kit.publish(pub, "q", b"a")
+    blocks = [e for e in effects if isinstance(e, Block)]
+    assert blocks == [Block(pub[0], "memory alarm: 900 MiB used, watermark 800 MiB")]
+    # the consumer got the message and is never blocked
+    assert b"a" in bodies(effects)
+    assert all(e.conn_id != sub[0] for e in effects if isinstance(e, Block))
+    # a second publish (already read) does not block twice
+    assert not [e for e in kit.publish(pub, "q", b"b") if isinstance(e, Block)]
+    # a disk alarm on top, then clearing memory keeps the connection blocked
+    kit.broker.set_alarm("disk", "disk alarm")
+    kit.publish(pub, "q", b"c")
+    assert kit.broker.set_alarm("memory", None) == []
+    assert kit.broker.set_alarm("disk", None) == [Unblock(pub[0])]
+    assert kit.broker.alarms == {}
+    assert not [e for e in kit.publish(pub, "q", b"d") if isinstance(e, Block)]
+
+
+def test_alarm_and_address_block_share_the_blocked_state() -> None:
+    cfg = BrokerConfig(
+        name_seed=7,
+        address_settings={"full": {"max-size-messages": 1, "address-full-policy": "BLOCK"}},
+    )
+    kit = Kit(cfg)
+    pub = kit.open()
+    kit.declare(pub, "full")
+    kit.broker.set_alarm("memory", "memory alarm")
+    effects = kit.publish(pub, "full", b"a")
+    assert len([e for e in effects if isinstance(e, Block)]) == 1
+    assert kit.broker.set_alarm("memory", None) == []  # the full address still blocks
+
+
+def test_artemis_fail_is_a_channel_error_without_confirms_and_a_nack_with() -> None:
+    cfg = BrokerConfig(
+        name_seed=7,
+        address_settings={"f": {"max-size-messages": 1, "address-full-policy": "FAIL"}},
+    )
+    kit = Kit(cfg)
+    ch = kit.open()
+    kit.declare(ch, "f")
+    kit.publish(ch, "f", b"1")
+    err = kit.error(ch, spec.BasicPublish(routing_key="f"), _content(b"2"))
+    assert err.code is ReplyCode.PRECONDITION_FAILED
+    assert "address-full-policy FAIL" in err.explanation
+    confirm = kit.open()
+    kit.call(confirm, spec.ConfirmSelect())
+    nacks = [m for m in methods(kit.publish(confirm, "f", b"3")) if isinstance(m, spec.BasicNack)]
+    assert len(nacks) == 1
+
+
+def _content(body: bytes) -> Any:
+    from ringmq.amqp.frames import RawContent
+    from ringmq.amqp.properties import BasicProperties, encode_properties
+
+    return RawContent(60, len(body), encode_properties(BasicProperties()), body)
+
+
+@pytest.mark.parametrize("policy", ["DROP", "PAGE"])
+def test_artemis_drop_and_page(policy: str, tmp_path: Path) -> None:
+    cfg = BrokerConfig(
+        name_seed=7,
+        address_settings={"a": {"max-size-messages": 2, "address-full-policy": policy}},
+    )
+    kit = Kit(cfg)
+    kit.broker.enable_paging(SpillDirectory(tmp_path / "paging"))
+    ch = kit.open()
+    kit.declare(ch, "a")
+    for i in range(5):
+        kit.publish(ch, "a", b"%d" % i)
+    q = kit.broker.vhosts["/"].queues["a"].queue
+    if policy == "DROP":
+        assert q.message_count == 2
+        assert q.counters.overflow_dropped == 3
+    else:
+        assert q.message_count == 5
+        assert q.counters.paged == 3  # bodies past the address size went to the body store
+        assert [d.message.body for d in iter(lambda: q.fetch(0, False), None)] == [
+            b"%d" % i for i in range(5)
+        ]
