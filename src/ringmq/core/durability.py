@@ -170,6 +170,7 @@ class Durability:
         self.broker = broker
         self.store = store
         self._persisted: dict[str, set[SeqId]] = {}
+        self._by_entity: dict[int, tuple[str, set[SeqId]]] = {}  # id(QueueEntity) -> key, seqs
         self._defs: dict[str, dict[str, Any]] = {kind: {} for kind in _KINDS}
         self.recovered_messages = 0
         self.clean = True
@@ -180,6 +181,7 @@ class Durability:
         """Start tracking a durable queue: engine removals of persisted seqs become ACKs."""
         key = queue_key(q.vhost, q.name)
         persisted = self._persisted.setdefault(key, set())
+        self._by_entity[id(q)] = (key, persisted)
         store = self.store
 
         def removed(seq: SeqId) -> None:
@@ -191,41 +193,44 @@ class Durability:
 
     def persisted(self, q: QueueEntity) -> set[SeqId] | None:
         """The persisted seqs of a durable queue (None for queues the store ignores)."""
-        if not q.durable:
-            return None
-        return self._persisted.get(queue_key(q.vhost, q.name))
+        entry = self._by_entity.get(id(q))
+        return entry[1] if entry is not None else None
 
     def published(self, q: QueueEntity, msg: Message, outcome: PublishOutcome, now_ms: int) -> bool:
         """After `q.queue.publish(msg)`: persist it when it stayed. Returns True if written."""
         if outcome is not PublishOutcome.ENQUEUED and outcome is not PublishOutcome.SCHEDULED:
             return False
-        persisted = self.persisted(q)
-        if persisted is None:
+        entry = self._by_entity.get(id(q))
+        if entry is None:
             return False
         engine = q.queue
         seq = engine.last_seq
         expiry_ms, due_ms = engine.timing_of(msg, now_ms)
-        self.store.enqueue(queue_key(q.vhost, q.name), seq, msg, expiry_ms=expiry_ms, due_ms=due_ms)
-        persisted.add(seq)
+        self.store.enqueue(entry[0], seq, msg, expiry_ms=expiry_ms, due_ms=due_ms)
+        entry[1].add(seq)
         return True
 
     def delivered(self, q: QueueEntity, seq: SeqId, delivery_count: int) -> None:
         """A persisted message was handed out with ack required."""
-        self.store.delivered(queue_key(q.vhost, q.name), seq, delivery_count)
+        entry = self._by_entity.get(id(q))
+        if entry is not None:
+            self.store.delivered(entry[0], seq, delivery_count)
 
     def acked(self, q: QueueEntity, seqs: Iterable[SeqId]) -> None:
         """Client acks of `q` (after `q.queue.ack(seqs)`)."""
-        persisted = self.persisted(q)
-        if not persisted:
+        entry = self._by_entity.get(id(q))
+        if entry is None or not entry[1]:
             return
+        persisted = entry[1]
         done = [s for s in seqs if s in persisted]
         if done:
             persisted.difference_update(done)
-            self.store.ack(queue_key(q.vhost, q.name), done)
+            self.store.ack(entry[0], done)
 
     def queue_deleted(self, q: QueueEntity) -> None:
         """A queue is gone: drop its messages from the store."""
         key = queue_key(q.vhost, q.name)
+        self._by_entity.pop(id(q), None)
         if self._persisted.pop(key, None) is not None:
             self.store.drop_queue(key)
         q.queue.on_remove = None
