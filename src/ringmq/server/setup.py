@@ -98,14 +98,14 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
 
 
 def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
-    """Create the core `Broker` for `config` over a `FileStore` in `data_dir`, recovered.
+    """Create the core `Broker` for `config` over a `FileStore` in `data_dir/store`, recovered.
 
     Durable definitions and persistent messages of the previous run come back before any
     listener opens; confirms of persistent messages wait for the group-commit fsync
     (`delay_persistent_confirms`, released by `server.commit.GroupCommit`).
     """
     started = time.monotonic()
-    store = FileStore.open(data_dir)
+    store = FileStore.open(data_dir / "store")
     config.delay_persistent_confirms = True
     broker = Broker(config, store=store, now_ms=now_ms)
     dur = broker.durability
