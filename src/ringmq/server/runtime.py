@@ -61,8 +61,10 @@ from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.commit import GroupCommit
 from ringmq.server.configfile import ConfigError, FileConfig, load_config
 from ringmq.server.listener import Listener, bind_http_socket, open_amqp_listener, tls_context
+from ringmq.server.memory import MemoryLimits, MemoryMonitor
 from ringmq.server.setup import apply_declarations, broker_config, build_broker, reload_settings
 from ringmq.server.transport import AMQPConnection
+from ringmq.storage.bodystore import SpillDirectory
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ class ServerOptions:
         http_port: management HTTP port; 0 picks a free one; None disables it.
         data_dir: directory for messages and definitions.
         config: the parsed configuration file (users, limits, declarations, TLS...).
+        memory: memory high watermark, free-disk limit and per-queue paging bounds.
         node: node name reported to management.
     """
 
@@ -99,6 +102,7 @@ class ServerOptions:
     http_port: int | None = DEFAULT_HTTP_PORT
     data_dir: Path = DEFAULT_DATA_DIR
     config: FileConfig = field(default_factory=FileConfig)
+    memory: MemoryLimits = field(default_factory=MemoryLimits)
     node: str = "ringmq@localhost"
 
 
@@ -109,6 +113,7 @@ def options_from(
     amqp_port: int | None = None,
     http_port: int | None = None,
     data_dir: Path | None = None,
+    memory: MemoryLimits | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -124,6 +129,7 @@ def options_from(
         http_port=None if http < 0 else http,
         data_dir=data_dir or listen.data_dir or DEFAULT_DATA_DIR,
         config=config,
+        memory=memory or MemoryLimits(),
     )
 
 
@@ -181,6 +187,8 @@ class BrokerServer:
         self._commit: GroupCommit | None = None
         """Group-commit fsync of the broker's store (None without a store)."""
         self.ready = threading.Event()
+        self.memory: MemoryMonitor | None = None
+        """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
         """Set once every listener accepts connections (for threads waiting on start-up)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -225,6 +233,7 @@ class BrokerServer:
                 self._loop,
                 lambda fn: self.run_batch(lambda: self.apply_effects(fn())),
             )
+        self._start_memory_monitor()
 
         amqp = await open_amqp_listener(self._factory(tls=False), opts.host, opts.amqp_port)
         self._listeners.append(amqp)
@@ -278,6 +287,8 @@ class BrokerServer:
         for t in (self._sweep_handle, self._reload_handle):
             if t is not None:
                 t.cancel()
+        if self.memory is not None:
+            self.memory.stop()
         self._deadline.cancel()
         conns = list(self._conns.values())
         with self._batch():
@@ -303,6 +314,28 @@ class BrokerServer:
         if callable(close):
             close()
         log.info("stopped")
+
+    def _start_memory_monitor(self) -> None:
+        # Paging under <data-dir>/paging (wiped: paged data is transient) and the periodic
+        # memory/disk check that tightens queue heads and raises alarms.
+        if self.memory is not None or not hasattr(self.broker, "memory_held_bytes"):
+            return
+        assert self._loop is not None
+        lim = self.options.memory
+        data_dir = self.options.data_dir
+        if lim.paging:
+            self.broker.enable_paging(
+                SpillDirectory(data_dir / "paging"), lim.head_count, lim.head_bytes
+            )
+        self.memory = MemoryMonitor(self.broker, lim, data_dir, self._emit)
+        self.memory.start(self._loop)
+        log.info(
+            "memory high watermark %d bytes, free disk limit %d bytes, queue head %d / %d bytes",
+            self.memory.governor.watermark_bytes,
+            lim.disk_free_limit,
+            lim.head_count,
+            lim.head_bytes,
+        )
 
     # -- management ----------------------------------------------------------------------------
 
