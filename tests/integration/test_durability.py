@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pika
 import pika.exceptions
 import pytest
@@ -120,3 +123,55 @@ def test_definitions_survive_a_restart(broker_factory: BrokerFactory, tmp_path: 
     policies = b2.call(lambda: b2.broker.admin.policies("/"))
     assert [p["name"] for p in policies] == ["cap"]
     assert [body for body, _r in drain(b2, "audit")] == [b"3", b"4"]
+
+
+def test_confirms_wait_for_the_fsync_and_are_grouped(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    b = broker_factory(data_dir=tmp_path / "d")
+    commit = b.server._commit
+    assert commit is not None
+    gate = threading.Event()
+    real_fsync = commit.store.fsync
+
+    def gated_fsync(point: Any) -> int:
+        gate.wait(30)
+        return int(real_fsync(point))
+
+    b.call(lambda: setattr(commit.store, "fsync", gated_fsync))
+    url = f"amqp://guest:guest@{b.host}:{b.port}/"
+
+    async def held() -> None:
+        connection = await aio_pika.connect(url)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            await channel.declare_queue("gq", durable=True)
+            msg = aio_pika.Message(b"held", delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+            confirm = asyncio.ensure_future(channel.default_exchange.publish(msg, "gq"))
+            done, _ = await asyncio.wait([confirm], timeout=0.3)
+            assert not done  # persistent: no confirm while the fsync has not completed
+            gate.set()
+            await asyncio.wait_for(confirm, 10)
+
+    try:
+        asyncio.run(held())
+    finally:
+        gate.set()
+        b.call(lambda: setattr(commit.store, "fsync", real_fsync))
+
+    async def burst() -> None:
+        connection = await aio_pika.connect(url)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            exchange = channel.default_exchange
+            msgs = [
+                aio_pika.Message(b"%d" % i, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+                for i in range(400)
+            ]
+            await asyncio.gather(*(exchange.publish(m, routing_key="gq") for m in msgs))
+
+    before = b.call(lambda: commit.syncs)
+    asyncio.run(burst())
+    syncs = b.call(lambda: commit.syncs) - before
+    assert 1 <= syncs < 400  # group commit: one fsync covers many confirms
+    assert b.call(lambda: b.broker.admin.queue("/", "gq")["messages_ready"]) == 401
