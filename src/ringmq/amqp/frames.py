@@ -375,6 +375,58 @@ def encode_deliver(
     return b"".join(parts)
 
 
+class DeliverParts:
+    """The constant parts of Basic.Deliver frames for one (channel, consumer, exchange, key).
+
+    ``encode(...)`` returns exactly what ``encode_deliver`` returns for the same arguments, but
+    the method frame around the delivery tag is assembled once, here, instead of per message.
+    """
+
+    __slots__ = ("_channel", "_head", "_tail")
+
+    def __init__(self, channel: int, consumer_tag: bytes, exchange: bytes, routing_key: bytes):
+        ctag_len = len(consumer_tag)
+        ex_len = len(exchange)
+        rk_len = len(routing_key)
+        if ctag_len > 255 or ex_len > 255 or rk_len > 255:
+            raise ValueError("consumer tag, exchange and routing key are limited to 255 bytes")
+        method_size = 4 + 1 + ctag_len + 9 + 1 + ex_len + 1 + rk_len
+        self._channel = channel
+        self._head = b"".join(
+            (
+                _METHOD_HEAD.pack(FRAME_METHOD, channel, method_size, 60, 60),
+                bytes((ctag_len,)),
+                consumer_tag,
+            )
+        )
+        self._tail = b"".join((bytes((ex_len,)), exchange, bytes((rk_len,)), routing_key, _END))
+
+    def encode(
+        self,
+        delivery_tag: int,
+        redelivered: bool,
+        properties_bin: bytes,
+        body: bytes,
+        frame_max: int,
+    ) -> bytes:
+        """Deliver + content header + body frames for one message, as one ``bytes``."""
+        channel = self._channel
+        size = len(body)
+        parts = [
+            self._head,
+            _DELIVER_FIXED.pack(delivery_tag, 1 if redelivered else 0),
+            self._tail,
+            _HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin), 60, 0, size),
+            properties_bin,
+            _END,
+        ]
+        if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
+            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, size), body, _END)
+        else:
+            _append_body(parts, channel, body, frame_max)
+        return b"".join(parts)
+
+
 __all__ = [
     "FRAME_BODY",
     "FRAME_END",
@@ -386,6 +438,7 @@ __all__ = [
     "HEARTBEAT_FRAME",
     "PROTOCOL_HEADER",
     "BodyFrame",
+    "DeliverParts",
     "Frame",
     "FrameReader",
     "HeaderFrame",

@@ -147,6 +147,44 @@ def _only_delivery_mode(pb: bytes) -> int | None:
     return None
 
 
+# One BasicDeliver and one SendContent are built per delivery. Setting their slots through the
+# descriptors skips the frozen dataclasses' __init__ (one object.__setattr__ per field), about
+# three times faster; the results are ordinary, equal, immutable instances.
+_object_new = object.__new__
+_DELIVER_SETTERS: Final = tuple(
+    vars(spec.BasicDeliver)[name].__set__
+    for name in ("consumer_tag", "delivery_tag", "redelivered", "exchange", "routing_key")
+)
+_SEND_CONTENT_SETTERS: Final = tuple(
+    vars(SendContent)[name].__set__ for name in ("conn_id", "channel", "method", "message")
+)
+
+
+def _new_deliver(
+    consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str
+) -> spec.BasicDeliver:
+    """``spec.BasicDeliver(...)``, faster (see above)."""
+    obj: spec.BasicDeliver = _object_new(spec.BasicDeliver)
+    set_tag, set_dtag, set_redelivered, set_exchange, set_rk = _DELIVER_SETTERS
+    set_tag(obj, consumer_tag)
+    set_dtag(obj, delivery_tag)
+    set_redelivered(obj, redelivered)
+    set_exchange(obj, exchange)
+    set_rk(obj, routing_key)
+    return obj
+
+
+def _new_send_content(conn_id: int, channel: int, method: Any, message: Message) -> SendContent:
+    """``SendContent(...)``, faster (see above)."""
+    obj: SendContent = _object_new(SendContent)
+    set_conn, set_channel, set_method, set_message = _SEND_CONTENT_SETTERS
+    set_conn(obj, conn_id)
+    set_channel(obj, channel)
+    set_method(obj, method)
+    set_message(obj, message)
+    return obj
+
+
 _EXCLUSIVE_LOCKED: Final = (
     "cannot obtain exclusive access to locked queue '{q}' in vhost '{v}'. It could be originally "
     "declared on another connection or the exclusive property value does not match that of the "
@@ -1799,7 +1837,8 @@ class Broker:
         pick = consumers.pick
         fetch = engine.fetch
         append = self._out.append
-        deliver = spec.BasicDeliver
+        deliver = _new_deliver
+        send = _new_send_content
         budget = DISPATCH_BATCH
         no_ack_count = 0
         dur = self.durability
@@ -1827,7 +1866,7 @@ class Broker:
                     dur.delivered(q, d.seq, d.delivery_count)
             msg = d.message
             append(
-                SendContent(
+                send(
                     s.conn_id,
                     s.channel,
                     deliver(c.tag, tag, d.redelivered, msg.exchange, msg.routing_key),

@@ -52,6 +52,7 @@ from ringmq.amqp.frames import (
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
     BodyFrame,
+    DeliverParts,
     Frame,
     FrameReader,
     HeaderFrame,
@@ -60,7 +61,6 @@ from ringmq.amqp.frames import (
     ProtocolHeader,
     RawContent,
     encode_content_frames,
-    encode_deliver,
     encode_method_frame,
 )
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
@@ -181,6 +181,9 @@ CLIENT_METHODS: Final[frozenset[type[Method]]] = frozenset(
 # States in which heartbeats have been negotiated and run.
 _TUNED: Final = (S.AWAIT_OPEN, S.OPENING, S.OPEN, S.CLOSING)
 
+_DELIVER_PARTS_CACHE_SIZE: Final = 1024
+"""Distinct (channel, consumer tag, exchange, routing key) deliver prefixes kept per connection."""
+
 _CONNECTION_CLASS: Final = 10
 _CHANNEL_CLASS: Final = 20
 
@@ -223,6 +226,7 @@ class ServerConnection:
         self._last_sent_ms: int | None = None
         self._recv_unseen = False
         self._sent_unseen = False
+        self._deliver_parts: dict[tuple[int, str, str, str], DeliverParts] = {}
 
     # ------------------------------------------------------------------------------ state
 
@@ -732,21 +736,26 @@ class ServerConnection:
         properties_bin: bytes,
         body: bytes,
     ) -> bool:
-        """Hot path for Basic.Deliver (same bytes as ``send_content`` with a BasicDeliver)."""
-        if not self._can_send(channel):
+        """Hot path for Basic.Deliver (same bytes as ``send_content`` with a BasicDeliver).
+
+        The encoded consumer tag, exchange and routing key are remembered per (channel,
+        consumer tag, exchange, routing key): a consumer sees the same few over and over.
+        """
+        if self._state is not S.OPEN:
             return False
-        self._out.append(
-            encode_deliver(
-                channel,
-                consumer_tag.encode(),
-                delivery_tag,
-                redelivered,
-                exchange.encode(),
-                routing_key.encode(),
-                properties_bin,
-                body,
-                self.tuned.frame_max,
+        chan = self._channels.get(channel)
+        if chan is None or chan.state is not ChannelState.OPEN:
+            return False
+        key = (channel, consumer_tag, exchange, routing_key)
+        parts = self._deliver_parts.get(key)
+        if parts is None:
+            if len(self._deliver_parts) >= _DELIVER_PARTS_CACHE_SIZE:
+                self._deliver_parts.clear()
+            parts = self._deliver_parts[key] = DeliverParts(
+                channel, consumer_tag.encode(), exchange.encode(), routing_key.encode()
             )
+        self._out.append(
+            parts.encode(delivery_tag, redelivered, properties_bin, body, self.tuned.frame_max)
         )
         return True
 
