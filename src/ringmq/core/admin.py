@@ -381,6 +381,9 @@ class Admin:
         if seqs:
             if ackmode == "ack_requeue_false":
                 engine.ack(seqs)
+                dur = self.broker.durability
+                if dur is not None and q.durable:
+                    dur.acked(q, seqs)
             else:
                 engine.requeue(seqs, now_ms, count_failure=False)
         self.broker._mark(q)

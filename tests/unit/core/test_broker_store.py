@@ -283,3 +283,17 @@ def test_management_edits_are_written_without_an_explicit_call(tmp_path: Path) -
     assert b.auth.permissions[("bob", "prod")].read == ".*"
     assert b.check_login("PLAIN", b"\0bob\0pw", False) == "bob"
     assert "guest" not in b.auth.users  # the default user is created on a blank store only
+
+
+def test_management_get_with_ack_removes_from_the_store(tmp_path: Path) -> None:
+    kit = StoreKit(FileStore.open(tmp_path / "data"))
+    ch = kit.open()
+    kit.declare(ch, "q", durable=True)
+    for i in range(3):
+        kit.publish(ch, "q", b"%d" % i, props=PERSISTENT)
+    got = kit.broker.admin.get_messages(
+        "/", "q", count=2, ackmode="ack_requeue_false", now_ms=kit.now
+    )
+    assert len(got) == 2
+    _file_restart(kit, tmp_path / "data", clean=False)
+    assert kit.broker.vhosts["/"].queues["q"].queue.message_count == 1
