@@ -6,12 +6,12 @@ STAMP   := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= dev
 export HYPOTHESIS_PROFILE
 
-.PHONY: install run test lint unit bench bench-engine spark-test clean
+.PHONY: install run test lint unit bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
-	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[test,lint]'
+	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[test,lint,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,8 +24,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
 
+# Everything: lint and types, the broker's tests, then the Spark tests (need Java 17).
 test: lint
 	$(BIN)/pytest -m "not spark" -q
+	@if command -v java >/dev/null 2>&1; then $(BIN)/pytest -m spark -q; \
+	else echo "SKIPPED: Spark tests (no java on PATH; Java 17 is needed)"; fi
+
+# The fast subset while developing: no Spark, no slow tests.
+unit: $(STAMP)
+	$(BIN)/pytest -m "not spark and not slow" -q
 
 bench: $(STAMP)  # BENCH_ARGS="--quick --rounds 1 --scenarios a,g" etc. (see docs/benchmarks.md)
 	@if [ -f benchmarks/engine_bench.py ]; then $(BIN)/python benchmarks/engine_bench.py; fi
