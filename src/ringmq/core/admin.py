@@ -342,7 +342,11 @@ class Admin:
 
     def purge_queue(self, vhost: str, name: str, *, now_ms: int = 0) -> int:
         """Remove every ready message; returns how many."""
-        return int(self._q(vhost, name).queue.purge())
+        q = self._q(vhost, name)
+        count = int(q.queue.purge())
+        if q.durable and self.broker.durability is not None:
+            self.broker.durability.purged(q)
+        return count
 
     def get_messages(
         self, vhost: str, name: str, *, count: int, ackmode: str, now_ms: int

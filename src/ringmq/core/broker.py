@@ -1072,6 +1072,8 @@ class Broker:
         self._check(s, Access.READ, "queue", qname)
         q = self._get_queue(s, qname)
         count = q.queue.purge()
+        if q.durable and self.durability is not None:
+            self.durability.purged(q)
         if not m.no_wait:
             self._reply(s, spec.QueuePurgeOk(message_count=int(count or 0)))
 

@@ -227,6 +227,20 @@ class Durability:
             persisted.difference_update(done)
             self.store.ack(entry[0], done)
 
+    def purged(self, q: QueueEntity) -> None:
+        """After `q.queue.purge()`: ack what the purge removed without telling `on_remove`
+        (the paged tail is dropped wholesale). Survivors are the unacked and scheduled ones."""
+        entry = self._by_entity.get(id(q))
+        if entry is None or not entry[1]:
+            return
+        engine = q.queue
+        alive = set(engine.unacked_seqs())
+        alive.update(m.seq for m in engine.list_scheduled())
+        gone = sorted(entry[1] - alive)
+        if gone:
+            entry[1].difference_update(gone)
+            self.store.ack(entry[0], gone)
+
     def queue_deleted(self, q: QueueEntity) -> None:
         """A queue is gone: drop its messages from the store."""
         key = queue_key(q.vhost, q.name)

@@ -12,6 +12,7 @@ from ringmq.amqp.properties import BasicProperties
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.durability import queue_key
+from ringmq.core.queue import MemorySpillStore
 from ringmq.storage import FileStore, MemoryStore
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
 
@@ -297,3 +298,26 @@ def test_management_get_with_ack_removes_from_the_store(tmp_path: Path) -> None:
     assert len(got) == 2
     _file_restart(kit, tmp_path / "data", clean=False)
     assert kit.broker.vhosts["/"].queues["q"].queue.message_count == 1
+
+
+@pytest.mark.parametrize("purge", [False, True])
+def test_paged_persistent_messages_recover_in_order_and_purge_drops_them(
+    tmp_path: Path, purge: bool
+) -> None:
+    kit = StoreKit(FileStore.open(tmp_path / "data"))
+    ch = kit.open()
+    kit.declare(ch, "q", durable=True)
+    engine = kit.broker.vhosts["/"].queues["q"].queue
+    engine.set_spill(MemorySpillStore())
+    engine.set_memory_bound(2, 1 << 20)
+    for i in range(10):
+        kit.publish(ch, "q", b"%d" % i, props=PERSISTENT)
+    assert engine.spilled > 0
+    if purge:
+        kit.call(ch, spec.QueuePurge(queue="q"))
+    _file_restart(kit, tmp_path / "data", clean=True)
+    ch = kit.open()
+    got = []
+    while (d := _get(kit, ch, "q")) is not None:
+        got.append(d.body)
+    assert got == ([] if purge else [b"%d" % i for i in range(10)])
