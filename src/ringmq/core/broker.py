@@ -96,6 +96,7 @@ from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.queue import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_HEAD_COUNT,
+    BodyStore,
     DeadLetter,
     PublishOutcome,
     Queue,
@@ -291,6 +292,7 @@ class Broker:
         self._blocking: dict[int, set[int]] = {}
         # Paging (bounded queue heads) and resource alarms (memory / disk): see enable_paging
         self._spill_factory: Callable[[str, str], SpillStore] | None = None
+        self._body_factory: Callable[[str, str], BodyStore] | None = None
         self._head_bound = (DEFAULT_HEAD_COUNT, DEFAULT_HEAD_BYTES)
         self._alarms: dict[str, str] = {}  # resource -> reason, while the alarm is on
         self._address_fail: QueueEntity | None = None  # set by _route_publish (Artemis FAIL)
@@ -1415,26 +1417,43 @@ class Broker:
             return Queue(name, settings)
         q = Queue(name, settings, spill=factory(vhost, name))
         q.set_memory_bound(*self._head_bound)
+        self._flow_to_disk(vhost, q)
         return q
+
+    def _flow_to_disk(self, vhost: str, q: Queue) -> None:
+        # Qpid flow_to_disk / Artemis PAGE limits page bodies one by one: give them disk.
+        limit = q.settings.limit
+        if (
+            self._body_factory is not None
+            and limit is not None
+            and limit.action is LimitAction.FLOW_TO_DISK
+        ):
+            q.set_body_store(self._body_factory(vhost, q.name))
 
     def enable_paging(
         self,
         spill_factory: Callable[[str, str], SpillStore],
         head_count: int = DEFAULT_HEAD_COUNT,
         head_bytes: int = DEFAULT_HEAD_BYTES,
+        body_store_factory: Callable[[str, str], BodyStore] | None = None,
     ) -> None:
         """Let every queue (existing and future) page beyond an in-memory head.
 
         `spill_factory(vhost, queue)` returns a fresh `SpillStore` per queue (the server passes
         `storage.bodystore.SpillDirectory`). Queues then keep at most `head_count` ready
         messages / `head_bytes` ready body bytes in memory; see `set_memory_bound`.
+        `body_store_factory(vhost, queue)`, when given, backs queues declared with a
+        flow-to-disk limit (Qpid flow_to_disk, Artemis PAGE), whose bodies past the limit are
+        written out one by one and read back on delivery.
         """
         self._spill_factory = spill_factory
+        self._body_factory = body_store_factory
         self._head_bound = (head_count, head_bytes)
         for vh in self.vhosts.values():
             for q in vh.queues.values():
                 q.queue.set_spill(spill_factory(vh.name, q.name))
                 q.queue.set_memory_bound(head_count, head_bytes)
+                self._flow_to_disk(vh.name, q.queue)
 
     @property
     def memory_bound(self) -> tuple[int, int]:

@@ -55,8 +55,8 @@ for the spilled tail, the `SpillStore` port (`MemorySpillStore` here; storage ha
 Public API (used by the broker layer)
 -------------------------------------
 * `Queue(name, settings, *, body_store=None, spill=None)`
-* paging: `set_spill(store)`, `set_memory_bound(count, nbytes)`, `memory_bound`, `page_out()`,
-  `spilled`, `close()`
+* paging: `set_spill(store)`, `set_body_store(store)`, `set_memory_bound(count, nbytes)`,
+  `memory_bound`, `page_out()`, `spilled`, `close()`
 * `publish(msg, now_ms) -> PublishOutcome` (ENQUEUED, SCHEDULED, REJECTED: nack the publisher,
   DROPPED: accepted then discarded by policy, ack the publisher as RabbitMQ does)
 * `fetch(now_ms, ack_required=True) -> Delivery | None`
@@ -724,11 +724,22 @@ class Queue:
         self._spilled = self._spilled_bytes = self._spill_stored = 0
         return n
 
+    def set_body_store(self, store: BodyStore) -> bool:
+        """Use `store` for bodies paged one by one (flow-to-disk limits). Refused (False)
+        while bodies are paged in the current store."""
+        if self.counters.paged != self._spilled:
+            return False
+        self._store = store
+        return True
+
     def close(self) -> None:
-        """The queue is deleted: release its paged data."""
+        """The queue is deleted: release its paged data (spilled tail and paged bodies)."""
         self._clear_spill()
         if self._spill is not None:
             self._spill.close()
+        close = getattr(self._store, "close", None)
+        if callable(close):
+            close()
 
     def update_settings(self, settings: QueueSettings, now_ms: int) -> None:
         """Apply new effective settings live (a policy or address-setting changed).

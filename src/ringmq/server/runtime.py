@@ -324,9 +324,8 @@ class BrokerServer:
         lim = self.options.memory
         data_dir = self.options.data_dir
         if lim.paging:
-            self.broker.enable_paging(
-                SpillDirectory(data_dir / "paging"), lim.head_count, lim.head_bytes
-            )
+            spill = SpillDirectory(data_dir / "paging")
+            self.broker.enable_paging(spill, lim.head_count, lim.head_bytes, spill.body_store)
         self.memory = MemoryMonitor(self.broker, lim, data_dir, self._emit)
         self.memory.start(self._loop)
         log.info(

@@ -103,6 +103,12 @@ class DiskBodyStore:
             self._store.decref(handle)
             self._tick()
 
+    def close(self) -> None:
+        """Forget everything and delete the spill files (the owning queue was deleted)."""
+        self._handles.clear()
+        self._store.journal.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
     def discard_queue(self, queue: str) -> int:
         """Forget every paged message of a deleted queue; returns how many."""
         keys = [k for k in self._handles if k[0] == queue]
@@ -194,3 +200,9 @@ class SpillDirectory:
         character, and a redeclared queue never meets its predecessor's files)."""
         self._next += 1
         return DiskSpillStore(self.directory / f"q{self._next:08d}", run_bytes=self.run_bytes)
+
+    def body_store(self, vhost: str, queue: str) -> DiskBodyStore:
+        """A fresh `DiskBodyStore` for a flow-to-disk queue (Qpid flow_to_disk, Artemis PAGE):
+        bodies over the queue's limit are written out one by one and read back on delivery."""
+        self._next += 1
+        return DiskBodyStore(self.directory / f"b{self._next:08d}", segment_bytes=4 * 1024 * 1024)

@@ -261,3 +261,24 @@ def test_artemis_drop_and_page(policy: str, tmp_path: Path) -> None:
         assert [d.message.body for d in iter(lambda: q.fetch(0, False), None)] == [
             b"%d" % i for i in range(5)
         ]
+
+
+def test_qpid_flow_to_disk_writes_bodies_to_disk_and_reads_them_back(tmp_path: Path) -> None:
+    kit = Kit()
+    spill = SpillDirectory(tmp_path / "paging")
+    kit.broker.enable_paging(spill, 2048, 1 << 20, spill.body_store)
+    ch = kit.open()
+    kit.declare(ch, "ftd", arguments={"qpid.policy_type": "flow_to_disk", "qpid.max_count": 3})
+    for i in range(10):
+        kit.publish(ch, "ftd", b"body-%d" % i)
+    q = kit.broker.vhosts["/"].queues["ftd"].queue
+    assert q.message_count == 10
+    assert q.counters.paged == 7
+    assert q.counters.memory_bytes == 3 * len(b"body-0")
+    body_dirs = [p for p in (tmp_path / "paging").iterdir() if p.name.startswith("b")]
+    assert len(body_dirs) == 1
+    assert [p for p in body_dirs[0].iterdir() if p.suffix == ".msg"], "spill files exist"
+    got = [d.message.body for d in iter(lambda: q.fetch(0, False), None)]
+    assert got == [b"body-%d" % i for i in range(10)]
+    kit.call(ch, spec.QueueDelete(queue="ftd"))
+    assert not [p for p in (tmp_path / "paging").iterdir() if p.name.startswith("b")]
