@@ -460,11 +460,17 @@ class BrokerServer:
         c.connected_mono = self.clock.monotonic()
 
     def data_received(self, c: AMQPConnection, data: bytes) -> None:
-        with self._batch():
-            try:
-                self._on_events(c, c.proto.receive_data(data))
-            except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
-                self._internal_error(c)
+        # `_batch()` written out: this runs once per socket read, the generator costs show.
+        self._in_batch += 1
+        try:
+            self._on_events(c, c.proto.receive_data(data))
+        except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
+            self._internal_error(c)
+        finally:
+            self._in_batch -= 1
+            if self._in_batch == 0:
+                self._flush()
+                self._arm_deadline()
 
     def connection_lost(self, c: AMQPConnection, exc: Exception | None) -> None:
         if exc is not None:
@@ -610,22 +616,26 @@ class BrokerServer:
             c = conns.get(e.conn_id)
             if c is None or c.closing:
                 continue  # the target went away meanwhile; the broker learns it separately
+            if type(e) is SendContent:
+                method = e.method
+                if type(method) is _BasicDeliver:
+                    # hot path: pre-encoded deliver header, no generic method encoding
+                    msg = e.message
+                    c.proto.send_deliver(
+                        e.channel,
+                        method.consumer_tag,
+                        method.delivery_tag,
+                        method.redelivered,
+                        method.exchange,
+                        method.routing_key,
+                        msg.properties_bin,
+                        msg.body,
+                    )
+                    dirty.add(c)
+                    continue
             match e:
                 case SendContent(channel=ch, method=method, message=msg):
-                    if type(method) is _BasicDeliver:
-                        # hot path: pre-encoded deliver header, no generic method encoding
-                        c.proto.send_deliver(
-                            ch,
-                            method.consumer_tag,
-                            method.delivery_tag,
-                            method.redelivered,
-                            method.exchange,
-                            method.routing_key,
-                            msg.properties_bin,
-                            msg.body,
-                        )
-                    else:
-                        c.proto.send_content(ch, method, msg.properties_bin, msg.body)
+                    c.proto.send_content(ch, method, msg.properties_bin, msg.body)
                 case SendMethod(channel=ch, method=method):
                     c.proto.send_method(ch, method)
                 case CloseChannel(channel=ch, code=code, text=text):
