@@ -88,7 +88,7 @@ from ringmq.core.admin import Admin
 from ringmq.core.auth import Access, AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.consumers import Consumer, ConsumerSet
-from ringmq.core.durability import Durability, StorePort
+from ringmq.core.durability import EXCHANGE_DEF, QUEUE_DEF, Durability, StorePort
 from ringmq.core.effects import Block, Effect, SendContent, SendMethod, Unblock
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message, SeqId
@@ -396,11 +396,32 @@ class Broker:
         self.admin.replace_address_settings(settings, now_ms=now_ms)
 
     # ================================================================== durability
-    def definitions_changed(self) -> None:
-        """Write durable definitions that changed (management calls it after its edits)."""
+    def definitions_changed(self, *, full: bool = True) -> None:
+        """Write durable definitions that changed (management calls it after its edits).
+
+        `full=False` (after AMQP methods) looks only at what `_touch` recorded."""
         self._defs_dirty = False
         if self.durability is not None:
-            self.durability.sync_definitions()
+            self.durability.sync_definitions(full=full)
+
+    def _touch_binding(
+        self,
+        vh: VHost,
+        x: Exchange,
+        dest: tuple[str, str],
+        routing_key: str,
+        arguments: Mapping[str, Any] | None,
+    ) -> None:
+        # One binding changed: write it after this call (when both ends are durable).
+        if self.durability is not None and x.durable:
+            self.durability.touch_binding(vh.name, x.name, dest, routing_key, arguments)
+            self._defs_dirty = True
+
+    def _touch(self, kind: str, vhost: str, name: str) -> None:
+        # A durable queue/exchange or an exchange's bindings changed: write it after this call.
+        if self.durability is not None:
+            self.durability.touch(kind, vhost, name)
+            self._defs_dirty = True
 
     def close(self) -> None:
         """Shut down: sync and close the store (the next start is a clean one)."""
@@ -570,7 +591,7 @@ class Broker:
             self._close_session(session, now_ms)
         self._flush(now_ms)
         if self._defs_dirty:
-            self.definitions_changed()
+            self.definitions_changed(full=False)
         return out
 
     def connection_closed(self, conn_id: int, now_ms: int) -> list[Effect]:
@@ -596,7 +617,7 @@ class Broker:
                     self._delete_queue(vh, q, now_ms)
         self._flush(now_ms)
         if self._defs_dirty:
-            self.definitions_changed()
+            self.definitions_changed(full=False)
         return [e for e in out if e.conn_id != conn_id]
 
     def _close_session(self, session: Session, now_ms: int) -> None:
@@ -630,7 +651,7 @@ class Broker:
                     self._mark(consumer.queue)
             self._flush(now_ms)
         if self._defs_dirty:
-            self.definitions_changed()
+            self.definitions_changed(full=False)
         return out
 
     # ================================================================== method dispatch
@@ -684,7 +705,7 @@ class Broker:
         if self._dirty:
             self._flush(now_ms)
         if self._defs_dirty:
-            self.definitions_changed()
+            self.definitions_changed(full=False)
         return out
 
     def _reply(self, session: Session, method: Any) -> None:
@@ -772,7 +793,8 @@ class Broker:
             )
             vh.exchanges[name] = x
             vh.invalidate()
-            self._defs_dirty = self._defs_dirty or x.durable
+            if x.durable:
+                self._touch(EXCHANGE_DEF, vh.name, name)
         else:
             diff = x.equivalent(kind, m.durable, m.auto_delete, m.internal, args)
             if diff is not None:
@@ -816,7 +838,8 @@ class Broker:
 
     def _delete_exchange(self, vh: VHost, x: Exchange) -> None:
         vh.exchanges.pop(x.name, None)
-        self._defs_dirty = self._defs_dirty or x.durable
+        if x.durable:
+            self._touch(EXCHANGE_DEF, vh.name, x.name)
         x.bindings.clear()
         for source in vh.remove_dest((EXCHANGE, x.name)):
             self._maybe_auto_delete_exchange(vh, source)
@@ -838,7 +861,7 @@ class Broker:
         self._get_exchange(vh, m.destination)
         self._bind(src, (EXCHANGE, m.destination), m.routing_key, m.arguments)
         vh.invalidate()
-        self._defs_dirty = True
+        self._touch_binding(vh, src, (EXCHANGE, m.destination), m.routing_key, m.arguments)
         if not m.no_wait:
             self._reply(s, spec.ExchangeBindOk())
 
@@ -854,7 +877,7 @@ class Broker:
         self._get_exchange(vh, m.destination)
         if src.unbind((EXCHANGE, m.destination), m.routing_key, m.arguments):
             vh.invalidate()
-            self._defs_dirty = True
+            self._touch_binding(vh, src, (EXCHANGE, m.destination), m.routing_key, m.arguments)
             self._maybe_auto_delete_exchange(vh, src)
         if not m.no_wait:
             self._reply(s, spec.ExchangeUnbindOk())
@@ -934,7 +957,7 @@ class Broker:
         vh.invalidate()
         if durable and self.durability is not None:
             self.durability.attach(q)
-            self._defs_dirty = True
+            self._touch(QUEUE_DEF, vhost, name)
         if settings.message_ttl_ms is not None or settings.expires_ms is not None:
             self._track_timers(q)
         if exclusive_owner is not None:
@@ -1047,7 +1070,8 @@ class Broker:
         x = self._get_exchange(vh, m.exchange)
         self._bind(x, (QUEUE, q.name), routing_key, m.arguments)
         vh.invalidate()
-        self._defs_dirty = self._defs_dirty or q.durable
+        if q.durable:
+            self._touch_binding(vh, x, (QUEUE, q.name), routing_key, m.arguments)
         if not m.no_wait:
             self._reply(s, spec.QueueBindOk())
 
@@ -1063,7 +1087,8 @@ class Broker:
         x = self._get_exchange(vh, m.exchange)
         if x.unbind((QUEUE, q.name), m.routing_key, m.arguments):
             vh.invalidate()
-            self._defs_dirty = self._defs_dirty or q.durable
+            if q.durable:
+                self._touch_binding(vh, x, (QUEUE, q.name), m.routing_key, m.arguments)
             self._maybe_auto_delete_exchange(vh, x)
         self._reply(s, spec.QueueUnbindOk())
 
@@ -1113,7 +1138,7 @@ class Broker:
         q.deleted = True
         if q.durable and self.durability is not None:
             self.durability.queue_deleted(q)
-            self._defs_dirty = True
+            self._touch(QUEUE_DEF, vh.name, q.name)
         q.queue.close()  # release its paged data
         for consumer in list(q.consumers.all):
             session = consumer.session
@@ -2037,7 +2062,7 @@ class Broker:
         self._mark(q)
         self._flush(now_ms)
         if self._defs_dirty:
-            self.definitions_changed()
+            self.definitions_changed(full=False)
         return out
 
     def tick(self, now_ms: int) -> list[Effect]:
@@ -2076,7 +2101,7 @@ class Broker:
                     self._route_publish(vh, x, _undelayed(msg), False, None, now_ms)
         self._flush(now_ms)
         if self._defs_dirty:
-            self.definitions_changed()
+            self.definitions_changed(full=False)
         return out
 
     def next_deadline_ms(self) -> int | None:

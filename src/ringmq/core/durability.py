@@ -42,7 +42,8 @@ from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
-    from ringmq.core.vhost import QueueEntity
+    from ringmq.core.exchange import Exchange
+    from ringmq.core.vhost import QueueEntity, VHost
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,12 @@ class Durability:
         self._persisted: dict[str, set[SeqId]] = {}
         self._by_entity: dict[int, tuple[str, set[SeqId]]] = {}  # id(QueueEntity) -> key, seqs
         self._defs: dict[str, dict[str, Any]] = {kind: {} for kind in _KINDS}
+        # binding keys by (vhost, source) and by (vhost, destination kind, destination)
+        self._by_source: dict[tuple[str, str], set[str]] = {}
+        self._by_dest: dict[tuple[str, str, str], set[str]] = {}
+        self._touched_q: set[tuple[str, str]] = set()
+        self._touched_x: set[tuple[str, str]] = set()
+        self._touched_b: list[tuple[str, str, tuple[str, str], str, dict[str, Any]]] = []
         self.recovered_messages = 0
         self.clean = True
 
@@ -251,10 +258,100 @@ class Durability:
 
     # --- definitions -----------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, dict[str, Any]]:
-        """Every durable definition of the broker, kind -> key -> JSON-able value."""
+    def touch_binding(
+        self,
+        vhost: str,
+        source: str,
+        dest: tuple[str, str],
+        routing_key: str,
+        arguments: Mapping[str, Any] | None,
+    ) -> None:
+        """One binding was added or removed (bind/unbind): the next incremental sync writes it."""
+        self._touched_b.append((vhost, source, dest, routing_key, dict(arguments or {})))
+
+    def touch(self, kind: str, vhost: str, name: str) -> None:
+        """A durable queue or exchange (`QUEUE_DEF`/`EXCHANGE_DEF`) was created or deleted, or
+        an exchange's bindings changed: the next incremental sync looks at it (and at the
+        bindings from it, or to it)."""
+        (self._touched_q if kind == QUEUE_DEF else self._touched_x).add((vhost, name))
+
+    @staticmethod
+    def _queue_def(vhost: str, q: QueueEntity | None) -> dict[str, Any] | None:
+        if q is None or not q.durable or q.exclusive_owner is not None:
+            return None
+        return {
+            "vhost": vhost,
+            "name": q.name,
+            "auto_delete": q.auto_delete,
+            "arguments": _args_json(q.arguments),
+        }
+
+    @staticmethod
+    def _exchange_def(vhost: str, x: Exchange | None) -> dict[str, Any] | None:
+        if x is None or not x.durable or not x.name or x.name.startswith("amq."):
+            return None  # the default and amq.* exchanges come with the vhost
+        return {
+            "vhost": vhost,
+            "name": x.name,
+            "type": x.type.value,
+            "auto_delete": x.auto_delete,
+            "internal": x.internal,
+            "arguments": _args_json(x.arguments),
+        }
+
+    @staticmethod
+    def _binding(
+        vh: VHost | None,
+        vhost: str,
+        source: str,
+        dest: tuple[str, str],
+        routing_key: str,
+        arguments: Mapping[str, Any],
+    ) -> tuple[str, dict[str, Any] | None]:
+        # (key, value) of one binding; value None unless it exists between durable objects.
+        kind, name = dest
+        args = _args_json(arguments)
+        key = json.dumps(
+            [vhost, source, kind, name, routing_key, args], separators=(",", ":"), sort_keys=True
+        )
+        if vh is None or not source:
+            return key, None
+        x = vh.exchanges.get(source)
+        if x is None or not x.durable or not x.has_binding(dest, routing_key, arguments):
+            return key, None
+        if kind == QUEUE:
+            q = vh.queues.get(name)
+            if q is None or not q.durable or q.exclusive_owner is not None:
+                return key, None
+        else:
+            d = vh.exchanges.get(name)
+            if d is None or not d.durable:
+                return key, None
+        value = {
+            "vhost": vhost,
+            "source": source,
+            "destination_type": kind,
+            "destination": name,
+            "routing_key": routing_key,
+            "arguments": args,
+        }
+        return key, value
+
+    def _bindings_from(self, vh: VHost, x: Exchange) -> dict[str, dict[str, Any]]:
+        # Bindings of a durable source to durable destinations (key -> value).
+        out: dict[str, dict[str, Any]] = {}
+        if not x.name or not x.durable:
+            return out
+        for b in x.bindings.values():
+            key, value = self._binding(vh, vh.name, x.name, b.dest, b.routing_key, b.arguments)
+            if value is not None:
+                out[key] = value
+        return out
+
+    def _small_defs(self) -> dict[str, dict[str, Any]]:
+        # vhosts, users, permissions, policies: few, changed by management; diffed whole.
         b = self.broker
-        defs: dict[str, dict[str, Any]] = {kind: {} for kind in _KINDS}
+        defs: dict[str, dict[str, Any]] = {VHOST: {}, USER: {}, PERMISSION: {}, POLICY: {}}
         for name in b.vhosts:
             defs[VHOST][name] = {"name": name}
         for user in b.auth.users.values():
@@ -281,73 +378,113 @@ class Durability:
                 "priority": pol.priority,
                 "definition": _args_json(pol.definition),
             }
-        for vh in b.vhosts.values():
-            durable_x = set()
-            for x in vh.exchanges.values():
-                if not x.durable:
-                    continue
-                durable_x.add(x.name)
-                if not x.name or x.name.startswith("amq."):
-                    continue  # created with the vhost
-                defs[EXCHANGE_DEF][f"{vh.name}{SEP}{x.name}"] = {
-                    "vhost": vh.name,
-                    "name": x.name,
-                    "type": x.type.value,
-                    "auto_delete": x.auto_delete,
-                    "internal": x.internal,
-                    "arguments": _args_json(x.arguments),
-                }
-            durable_q = set()
-            for q in vh.queues.values():
-                if not q.durable or q.exclusive_owner is not None:
-                    continue
-                durable_q.add(q.name)
-                defs[QUEUE_DEF][queue_key(vh.name, q.name)] = {
-                    "vhost": vh.name,
-                    "name": q.name,
-                    "auto_delete": q.auto_delete,
-                    "arguments": _args_json(q.arguments),
-                }
-            for x in vh.exchanges.values():
-                if not x.name or x.name not in durable_x:
-                    continue
-                for binding in x.bindings.values():
-                    kind, dest = binding.dest
-                    if (kind == QUEUE and dest not in durable_q) or (
-                        kind == EXCHANGE and dest not in durable_x
-                    ):
-                        continue
-                    value = {
-                        "vhost": vh.name,
-                        "source": x.name,
-                        "destination_type": kind,
-                        "destination": dest,
-                        "routing_key": binding.routing_key,
-                        "arguments": _args_json(binding.arguments),
-                    }
-                    key = json.dumps(
-                        [vh.name, x.name, kind, dest, binding.routing_key, value["arguments"]],
-                        separators=(",", ":"),
-                        sort_keys=True,
-                    )
-                    defs[BINDING][key] = value
         return defs
 
-    def sync_definitions(self) -> int:
-        """Write the definitions that changed since the last call; returns how many writes."""
-        now = self.snapshot()
-        store = self.store
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Every durable definition of the broker, kind -> key -> JSON-able value (O(all))."""
+        defs: dict[str, dict[str, Any]] = {kind: {} for kind in _KINDS} | self._small_defs()
+        for vh in self.broker.vhosts.values():
+            for x in vh.exchanges.values():
+                value = self._exchange_def(vh.name, x)
+                if value is not None:
+                    defs[EXCHANGE_DEF][f"{vh.name}{SEP}{x.name}"] = value
+                defs[BINDING].update(self._bindings_from(vh, x))
+            for q in vh.queues.values():
+                value = self._queue_def(vh.name, q)
+                if value is not None:
+                    defs[QUEUE_DEF][queue_key(vh.name, q.name)] = value
+        return defs
+
+    def _put(self, kind: str, key: str, value: dict[str, Any] | None) -> int:
+        # Write one definition if it changed (None: delete); keep the cache and the binding
+        # indexes in step. Returns the number of writes (0 or 1).
+        cache = self._defs[kind]
+        old = cache.get(key)
+        if value == old:
+            return 0
+        if kind == BINDING:
+            ref = old if value is None else value
+            assert ref is not None
+            src = (ref["vhost"], ref["source"])
+            dst = (ref["vhost"], ref["destination_type"], ref["destination"])
+            if value is None:
+                self._by_source.get(src, set()).discard(key)
+                self._by_dest.get(dst, set()).discard(key)
+            else:
+                self._by_source.setdefault(src, set()).add(key)
+                self._by_dest.setdefault(dst, set()).add(key)
+        if value is None:
+            del cache[key]
+            self.store.delete_definition(kind, key)
+        else:
+            cache[key] = value
+            self.store.put_definition(kind, key, value)
+        return 1
+
+    def sync_definitions(self, *, full: bool = True) -> int:
+        """Write the definitions that changed; returns how many writes.
+
+        `full` diffs a snapshot of everything (management edits, recovery). Otherwise only the
+        queues and exchanges passed to `touch` since the last sync, and the bindings from or to
+        them, are looked at (AMQP declares, binds and deletes: O(touched), not O(all)); the few
+        vhosts, users, permissions and policies are diffed whole either way.
+        """
         writes = 0
-        for kind in _KINDS:
-            old, new = self._defs[kind], now[kind]
+        if full:
+            now = self.snapshot()
+            for kind in _KINDS:
+                old, new = self._defs[kind], now[kind]
+                for key in old.keys() - new.keys():
+                    writes += self._put(kind, key, None)
+                for key, value in new.items():
+                    writes += self._put(kind, key, value)
+            self._touched_q.clear()
+            self._touched_x.clear()
+            self._touched_b.clear()
+            return writes
+        small = self._small_defs()
+        for kind, new in small.items():
+            for key in self._defs[kind].keys() - new.keys():
+                writes += self._put(kind, key, None)
             for key, value in new.items():
-                if old.get(key) != value:
-                    store.put_definition(kind, key, value)
-                    writes += 1
-            for key in old.keys() - new.keys():
-                store.delete_definition(kind, key)
-                writes += 1
-        self._defs = now
+                writes += self._put(kind, key, value)
+        vhosts = self.broker.vhosts
+        for vhost, name in self._touched_q:
+            vh = vhosts.get(vhost)
+            q = vh.queues.get(name) if vh is not None else None
+            writes += self._put(QUEUE_DEF, queue_key(vhost, name), self._queue_def(vhost, q))
+        for vhost, name in self._touched_x:
+            vh = vhosts.get(vhost)
+            x = vh.exchanges.get(name) if vh is not None else None
+            writes += self._put(EXCHANGE_DEF, f"{vhost}{SEP}{name}", self._exchange_def(vhost, x))
+        # bindings: the ones bound or unbound, and the stored ones from/to a created or deleted
+        # queue or exchange (a deleted object took its bindings with it)
+        keys: set[str] = set()
+        for touched, kind in ((self._touched_q, QUEUE), (self._touched_x, EXCHANGE)):
+            for vhost, name in touched:
+                keys.update(self._by_dest.get((vhost, kind, name), ()))
+                if kind == EXCHANGE:
+                    keys.update(self._by_source.get((vhost, name), ()))
+        for key in keys:
+            v = self._defs[BINDING].get(key)
+            if v is None:
+                continue
+            vhost = v["vhost"]
+            _, value = self._binding(
+                vhosts.get(vhost),
+                vhost,
+                v["source"],
+                (v["destination_type"], v["destination"]),
+                v["routing_key"],
+                _args_back(v["arguments"]),
+            )
+            writes += self._put(BINDING, key, value)
+        for vhost, source, dest, routing_key, args in self._touched_b:
+            key, value = self._binding(vhosts.get(vhost), vhost, source, dest, routing_key, args)
+            writes += self._put(BINDING, key, value)
+        self._touched_b.clear()
+        self._touched_q.clear()
+        self._touched_x.clear()
         return writes
 
     # --- recovery ---------------------------------------------------------------------------
@@ -419,6 +556,11 @@ class Durability:
             )
         self._restore_messages(state, now_ms)
         self._defs = {kind: dict(defs.get(kind, {})) for kind in _KINDS}
+        for key, ref in self._defs[BINDING].items():
+            src = (ref["vhost"], ref["source"])
+            self._by_source.setdefault(src, set()).add(key)
+            dst = (ref["vhost"], ref["destination_type"], ref["destination"])
+            self._by_dest.setdefault(dst, set()).add(key)
         self.sync_definitions()  # config-created users, vhosts... and anything refused above
 
     def _restore_messages(self, state: RecoveredPort, now_ms: int) -> None:

@@ -13,6 +13,7 @@ from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.durability import queue_key
 from ringmq.core.queue import MemorySpillStore
+from ringmq.core.routing import QUEUE
 from ringmq.storage import FileStore, MemoryStore
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
 
@@ -321,3 +322,42 @@ def test_paged_persistent_messages_recover_in_order_and_purge_drops_them(
     while (d := _get(kit, ch, "q")) is not None:
         got.append(d.body)
     assert got == ([] if purge else [b"%d" % i for i in range(10)])
+
+
+def test_incremental_definition_writes_match_a_full_snapshot(tmp_path: Path) -> None:
+    kit = StoreKit(FileStore.open(tmp_path / "data"))
+    ch = kit.open()
+    x = spec.ExchangeDeclare
+    kit.call(ch, x(exchange="src", type="topic", durable=True))
+    kit.call(ch, x(exchange="mid", type="fanout", durable=True))
+    kit.call(ch, x(exchange="auto", type="direct", durable=True, auto_delete=True))
+    kit.call(ch, x(exchange="flimsy", type="direct", durable=False))
+    for name in ("a", "b", "c"):
+        kit.declare(ch, name, durable=True)
+    kit.declare(ch, "t", durable=False)
+    kit.declare(ch, "mine", durable=True, exclusive=True)
+    bind = spec.QueueBind
+    kit.call(ch, bind(queue="a", exchange="src", routing_key="x.*"))
+    kit.call(ch, bind(queue="a", exchange="src", routing_key="y.#", arguments={"k": b"v"}))
+    kit.call(ch, bind(queue="b", exchange="mid"))
+    kit.call(ch, bind(queue="c", exchange="auto", routing_key="c"))
+    kit.call(ch, bind(queue="t", exchange="src", routing_key="#"))
+    kit.call(ch, bind(queue="mine", exchange="src", routing_key="#"))
+    kit.call(ch, bind(queue="b", exchange="flimsy", routing_key="f"))
+    kit.call(ch, spec.ExchangeBind(destination="mid", source="src", routing_key="m"))
+    kit.call(ch, spec.QueueUnbind(queue="a", exchange="src", routing_key="x.*"))
+    kit.call(ch, spec.QueueDelete(queue="c"))  # auto-delete exchange goes with its last binding
+    kit.call(ch, spec.ExchangeDelete(exchange="mid"))
+    dur = kit.broker.durability
+    assert dur is not None
+    assert dur._defs == dur.snapshot()
+    assert len(dur._defs["binding"]) == 1
+    assert "/\x1fauto" not in dur._defs["exchange"]
+    _file_restart(kit, tmp_path / "data", clean=False)
+    vh = kit.broker.vhosts["/"]
+    assert set(vh.exchanges) >= {"src"}
+    assert not {"mid", "auto", "flimsy"} & set(vh.exchanges)
+    assert set(vh.queues) == {"a", "b"}
+    assert [
+        (b.dest, b.routing_key, b.arguments) for b in vh.exchanges["src"].bindings.values()
+    ] == [((QUEUE, "a"), "y.#", {"k": b"v"})]
