@@ -50,19 +50,28 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _writes_definitions(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    # After a call that may change durable definitions (even one that failed half-way),
-    # let the broker write what changed to its store (a no-op without a store).
-    @functools.wraps(fn)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            admin = args[0]
-            assert isinstance(admin, Admin)
-            admin.broker.definitions_changed()
+def _definitions_writer(full: bool) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    # After a call that may change durable definitions (even one that failed half-way), let
+    # the broker write what changed to its store (a no-op without a store). Incremental for
+    # calls that go through the broker's own queue/exchange hooks (and for users, vhosts,
+    # permissions and policies, always diffed whole); `full` for the ones that bypass them.
+    def decorate(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(fn)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                admin = args[0]
+                assert isinstance(admin, Admin)
+                admin.broker.definitions_changed(full=full)
 
-    return wrapper
+        return wrapper
+
+    return decorate
+
+
+_writes_definitions = _definitions_writer(full=False)
+_writes_all_definitions = _definitions_writer(full=True)
 
 
 class Admin:
@@ -129,7 +138,7 @@ class Admin:
         self.broker.add_vhost(name)
         return not existed
 
-    @_writes_definitions
+    @_writes_all_definitions
     def delete_vhost(self, name: str, *, now_ms: int) -> None:
         """Delete a vhost: its connections are closed (320) and its queues dropped."""
         vh = self._vh(name)
@@ -472,7 +481,7 @@ class Admin:
                 )
         return out
 
-    @_writes_definitions
+    @_writes_all_definitions
     def declare_exchange(
         self,
         vhost: str,
@@ -627,7 +636,7 @@ class Admin:
             dict(kw.get("arguments") or {}),
         )
 
-    @_writes_definitions
+    @_writes_all_definitions
     def bind(
         self,
         binding: Any,
@@ -660,7 +669,7 @@ class Admin:
             raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
         vh.invalidate()
 
-    @_writes_definitions
+    @_writes_all_definitions
     def unbind(
         self,
         binding: Any,

@@ -12,11 +12,13 @@ only names the calls it makes, `StorePort`, so core/ imports nothing from storag
   engine drops by itself (ring eviction, drop-head, LVQ replacement, expiry, purge,
   dead-lettering, delivery limit, no-ack fetch) is acked in the store if it was persisted.
   Client acks go through `acked`; deliveries with ack required through `delivered`.
-* **definitions**: `sync_definitions` snapshots every durable definition (vhosts, users,
-  permissions, policies, durable exchanges, durable non-exclusive queues, bindings between
-  durable objects) and writes only the difference with the last snapshot. The broker calls it
-  after methods that change definitions; definitions change rarely, so a full snapshot is cheap
-  next to the I/O it saves.
+* **definitions** (vhosts, users, permissions, policies, durable exchanges, durable
+  non-exclusive queues, bindings between durable objects): a cache of what the store holds.
+  After an AMQP method the broker `touch`es the queues/exchanges it created or deleted and
+  `touch_binding`s what it bound or unbound; `sync_definitions(full=False)` writes only those
+  (plus the stored bindings from/to a touched object, and the few vhosts, users, permissions
+  and policies, diffed whole), so a declare costs O(1) whatever the number of queues.
+  `full=True` (management edits that bypass the hooks, recovery) diffs a whole snapshot.
 * **recovery** (`recover`): definitions first (vhosts, users, permissions, policies, exchanges,
   queues, bindings), then each queue's messages in seq order with their redelivered flags and
   delivery counts, scheduled ones back in the schedule with their due time.

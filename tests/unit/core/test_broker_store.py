@@ -361,3 +361,20 @@ def test_incremental_definition_writes_match_a_full_snapshot(tmp_path: Path) -> 
     assert [
         (b.dest, b.routing_key, b.arguments) for b in vh.exchanges["src"].bindings.values()
     ] == [((QUEUE, "a"), "y.#", {"k": b"v"})]
+
+
+def test_management_exchanges_queues_and_bindings_are_written(tmp_path: Path) -> None:
+    kit = StoreKit(FileStore.open(tmp_path / "data"))
+    admin = kit.broker.admin
+    admin.declare_exchange("/", "orders", type="topic")
+    admin.declare_queue("/", "billing")
+    admin.bind("/", "orders", "billing", destination_type="queue", routing_key="order.*")
+    admin.declare_queue("/", "gone")
+    admin.delete_queue("/", "gone")
+    dur = kit.broker.durability
+    assert dur is not None
+    assert dur._defs == dur.snapshot()
+    _file_restart(kit, tmp_path / "data", clean=False)
+    vh = kit.broker.vhosts["/"]
+    assert "gone" not in vh.queues
+    assert [q.name for q in vh.route(vh.exchanges["orders"], "order.new", None)] == ["billing"]
