@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import gc
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -556,7 +557,15 @@ class Durability:
                 str(value["routing_key"]),
                 _args_back(value.get("arguments")),
             )
-        self._restore_messages(state, now_ms)
+        # Millions of new long-lived objects: cyclic GC passes would rescan them all, again
+        # and again, for nothing (the store's replay does the same).
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._restore_messages(state, now_ms)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         self._defs = {kind: dict(defs.get(kind, {})) for kind in _KINDS}
         for key, ref in self._defs[BINDING].items():
             src = (ref["vhost"], ref["source"])
