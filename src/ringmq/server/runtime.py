@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import itertools
 import logging
@@ -885,8 +886,26 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+GC_THRESHOLDS: Final = (20_000, 20, 20)
+"""Cyclic-GC thresholds of a serving process (CPython's default is 700, 10, 10).
+
+Every message costs a few container allocations that reference counting frees, so the
+default makes the collector run every ~100 messages and, with a backlog of live messages,
+rescan the older generations often. Measured with the benchmark driver, scenario (f):
+about 355 -> 230 us of broker CPU per published message; (a) about 47 -> 40.
+"""
+
+
+def tune_gc() -> None:
+    """Collect cycles less often and never rescan what start-up created (`gc.freeze`)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def run(options: ServerOptions) -> int:
     """Run the broker in the foreground until SIGTERM/SIGINT; returns the exit status."""
+    tune_gc()
     server = BrokerServer(options)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
