@@ -139,6 +139,8 @@ def test_confirms_wait_for_the_fsync_and_are_grouped(
         return int(real_fsync(point))
 
     b.call(lambda: setattr(commit.store, "fsync", gated_fsync))
+    # no periodic sweep: confirms must come from the fsync started at the end of a read batch
+    b.call(lambda: b.server._sweep_handle.cancel() if b.server._sweep_handle else None)
     url = f"amqp://guest:guest@{b.host}:{b.port}/"
 
     async def held() -> None:

@@ -665,12 +665,14 @@ class BrokerServer:
         finally:
             self._in_batch -= 1
             if self._in_batch == 0:
-                if self._commit is not None:
-                    self._commit.after_batch()
                 self._flush()
                 self._arm_deadline()
 
     def _flush(self) -> None:
+        # End of a batch. Store first: its writes reach the OS before any reply that depends
+        # on them, and the group fsync for held confirms starts (server/commit.py).
+        if self._commit is not None:
+            self._commit.after_batch()
         dirty, self._dirty = self._dirty, set()
         for c in dirty:
             try:
