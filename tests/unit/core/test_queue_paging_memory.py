@@ -99,7 +99,8 @@ def test_monitor_blocks_publishers_and_tightens_heads(tmp_path: Path) -> None:
     assert q.counters.paged == 0
     r = _Readings()
     emitted: list[Any] = []
-    mon = _monitor(kit, MemoryLimits(high_watermark=100 * MiB), r, emitted)
+    limits = MemoryLimits(high_watermark=100 * MiB, head_count=2048, head_bytes=8 * MiB)
+    mon = _monitor(kit, limits, r, emitted)
     mon.check()
     assert kit.broker.memory_bound == (2048, 8 * MiB)
     r.rss = 70 * MiB  # past the paging ratio: heads shrink, the excess pages out now
