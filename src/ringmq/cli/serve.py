@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -30,9 +31,24 @@ def serve(
         typer.Option(help="TOML configuration or an Artemis broker.xml.", exists=True),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    memory_high_watermark: Annotated[
+        str | None,
+        typer.Option(
+            help="Block publishers past this memory use: a fraction of RAM (0.4, the default) "
+            "or a size (512MiB)."
+        ),
+    ] = None,
+    disk_free_limit: Annotated[
+        str | None,
+        typer.Option(help="Block publishers when free disk falls below this (default 50MB)."),
+    ] = None,
+    paging: Annotated[
+        bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
+    ] = True,
 ) -> None:
     """Run the AMQP 0-9-1 broker (and its management HTTP API) until SIGTERM/SIGINT."""
     from ringmq.server.configfile import ConfigError, FileConfig, load_config
+    from ringmq.server.memory import MemoryLimits, parse_size, parse_watermark
     from ringmq.server.runtime import options_from, run
 
     level = log_level.lower()
@@ -46,8 +62,21 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)
         raise typer.Exit(code=2) from None
+    limits = MemoryLimits(paging=paging)
+    try:
+        if memory_high_watermark is not None:
+            limits = replace(limits, high_watermark=parse_watermark(memory_high_watermark))
+        if disk_free_limit is not None:
+            limits = replace(limits, disk_free_limit=parse_size(disk_free_limit))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     options = options_from(
-        file_config, host=host, amqp_port=amqp_port, http_port=http_port, data_dir=data_dir
+        file_config,
+        host=host,
+        amqp_port=amqp_port,
+        http_port=http_port,
+        data_dir=data_dir,
+        memory=limits,
     )
     raise typer.Exit(code=run(options))
 
