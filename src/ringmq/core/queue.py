@@ -154,6 +154,14 @@ class PublishOutcome(Enum):
     Artemis DROP): the publisher is acked, as RabbitMQ does for drop-head."""
 
 
+# Module globals for the hot paths: reading an Enum member through its class costs about as
+# much as creating a small object; a global is a cached dict read.
+_ENQUEUED: Final = PublishOutcome.ENQUEUED
+_SCHEDULED_OUT: Final = PublishOutcome.SCHEDULED
+_REJECTED: Final = PublishOutcome.REJECTED
+_DROPPED: Final = PublishOutcome.DROPPED
+
+
 class DeadLetterReason(StrEnum):
     """RabbitMQ's `x-death` reasons."""
 
@@ -537,6 +545,31 @@ class Queue:
             )
             else None
         )
+        # Thresholds of the bounded fast path as plain ints (_UNBOUNDED: no such bound), so the
+        # hot path compares ints instead of reading the limit and its enum members.
+        self._reject_n = self._reject_b = self._evict_n = self._evict_b = _UNBOUNDED
+        self._reject_dlx = self._evict_ring = False
+        if self._bounded is not None:
+            assert limit is not None
+            max_n = _UNBOUNDED if limit.max_count is None else limit.max_count
+            max_b = _UNBOUNDED if limit.max_bytes is None else limit.max_bytes
+            if limit.action is LimitAction.RING:
+                self._evict_n = max_n  # Artemis rings count messages only
+                self._evict_ring = True
+            elif limit.action is LimitAction.DROP_HEAD:
+                self._evict_n, self._evict_b = max_n, max_b
+            else:
+                self._reject_n, self._reject_b = max_n, max_b
+                self._reject_dlx = limit.action is LimitAction.REJECT_PUBLISH_DLX
+        # LVQ fast path: the key is the only feature (no limit, TTL, priority or browsing).
+        self._lvq_fast = (
+            self._lvq_key is not None
+            and limit is None
+            and self._ttl is None
+            and not self._saw_expiry
+            and not self._max_priority
+            and not self._non_destructive
+        )
         needs_order = limit is not None and limit.action in (
             LimitAction.QPID_RING,
             LimitAction.QPID_RING_STRICT,
@@ -858,29 +891,34 @@ class Queue:
         in the schedule (SCHEDULED). Otherwise the limit decides (see `PublishOutcome`).
         """
         seq = self._next_seq()
-        if self._plain and msg.headers is None and msg.expiration_ms is None:
-            # Fast path: no limit, TTL, LVQ, priority or schedule.
-            if self._spilled:
-                self._spill_push(seq, msg, len(msg.body), None)
-                return PublishOutcome.ENQUEUED
-            e = _Entry(seq, msg, len(msg.body))
-            self._lane.tail.append(e)
-            c = self.counters
-            c.ready += 1
-            c.ready_bytes += e.size
-            c.added += 1
-            if self._index is not None:
-                self._index.append(e)
-            if c.ready > self._head_n or c.ready_bytes > self._head_b:
-                self.page_out()
-            return PublishOutcome.ENQUEUED
-        bounded = self._bounded
-        if bounded is not None and msg.headers is None and msg.expiration_ms is None:
-            return self._publish_bounded(bounded, seq, msg, now_ms)
+        headers = msg.headers
+        if msg.expiration_ms is None:
+            if headers is None:
+                if self._plain:
+                    # Fast path: no limit, TTL, LVQ, priority or schedule.
+                    if self._spilled:
+                        self._spill_push(seq, msg, len(msg.body), None)
+                        return _ENQUEUED
+                    e = _Entry(seq, msg, len(msg.body))
+                    self._lane.tail.append(e)
+                    c = self.counters
+                    c.ready += 1
+                    c.ready_bytes += e.size
+                    c.added += 1
+                    if self._index is not None:
+                        self._index.append(e)
+                    if c.ready > self._head_n or c.ready_bytes > self._head_b:
+                        self.page_out()
+                    return _ENQUEUED
+                if self._bounded is not None:
+                    return self._publish_bounded(seq, msg, now_ms)
+            elif (
+                self._lvq_fast and "x-delay" not in headers and "_AMQ_SCHED_DELIVERY" not in headers
+            ):
+                return self._publish_lvq(seq, msg, headers)
         e = _Entry(seq, msg, len(msg.body))
         if self._max_priority:
             e.level = min(max(msg.priority, 0), self._max_priority)
-        headers = msg.headers
         if headers:
             if self._lvq_key is not None:
                 e.key = headers.get(self._lvq_key)
@@ -894,28 +932,22 @@ class Queue:
                 c.added += 1
                 if self._index is not None:
                     self._index.append(e)
-                return PublishOutcome.SCHEDULED
+                return _SCHEDULED_OUT
         return self._admit(e, now_ms, head=False)
 
-    def _publish_bounded(
-        self, limit: Limit, seq: SeqId, msg: Message, now_ms: int
-    ) -> PublishOutcome:
+    def _publish_bounded(self, seq: SeqId, msg: Message, now_ms: int) -> PublishOutcome:
         # Fast path for a single-lane queue whose only feature is a ready-counted ring,
         # drop-head or reject limit (same rules as _admit + _enforce, without the options).
+        # The bounds are the ints precomputed by `_apply` (_UNBOUNDED where they do not apply).
         size = len(msg.body)
         c = self.counters
-        action = limit.action
-        max_count = limit.max_count
-        max_bytes = limit.max_bytes
-        if (action is LimitAction.REJECT_PUBLISH or action is LimitAction.REJECT_PUBLISH_DLX) and (
-            (max_count is not None and c.ready + c.paged >= max_count)
-            or (max_bytes is not None and c.ready_bytes + c.paged_bytes + size > max_bytes)
-        ):
+        n = c.ready + c.paged + 1  # counted messages and bytes once `msg` is in
+        nbytes = c.ready_bytes + c.paged_bytes + size
+        if n > self._reject_n or nbytes > self._reject_b:
             c.overflow_rejected += 1
-            if action is LimitAction.REJECT_PUBLISH_DLX:
+            if self._reject_dlx:
                 self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, 0)
-            return PublishOutcome.REJECTED
-        e: _Entry | None = None
+            return _REJECTED
         if self._spilled:
             self._spill_push(seq, msg, size, None)
         else:
@@ -927,21 +959,43 @@ class Queue:
             if self._index is not None:
                 self._index.append(e)
             if c.ready > self._head_n or c.ready_bytes > self._head_b:
-                self.page_out()
-        if action is LimitAction.RING:
-            if max_count is not None and c.ready + c.paged > max_count:
+                self.page_out()  # moves ready to paged: n and nbytes stay right
+        if n > self._evict_n or nbytes > self._evict_b:
+            if self._evict_ring:
+                # Artemis enforceRing: one eviction per add; the new message is the victim
+                # only when it is alone (single lane, it is the newest).
                 self._evict_head(now_ms, ring=True)
-        elif action is LimitAction.DROP_HEAD:
-            while (
-                (max_count is not None and c.ready + c.paged > max_count)
-                or (max_bytes is not None and c.ready_bytes + c.paged_bytes > max_bytes)
-            ) and self._evict_head(now_ms, ring=False):
-                pass
+            else:  # drop-head
+                while (
+                    c.ready + c.paged > self._evict_n
+                    or c.ready_bytes + c.paged_bytes > self._evict_b
+                ) and self._evict_head(now_ms, ring=False):
+                    pass
             # single lane: the new message is the last one, so it went only if all went
-            return PublishOutcome.ENQUEUED if c.ready + c.paged else PublishOutcome.DROPPED
-        if e is None:
-            return PublishOutcome.ENQUEUED
-        return PublishOutcome.ENQUEUED if e.state == _READY else PublishOutcome.DROPPED
+            return _ENQUEUED if c.ready + c.paged else _DROPPED
+        return _ENQUEUED
+
+    def _publish_lvq(self, seq: SeqId, msg: Message, headers: dict[str, Any]) -> PublishOutcome:
+        # Fast path for a last-value queue with no other feature (`_lvq_fast`): `_admit`
+        # without limits, TTL, priority lanes, schedule or paging (LVQs never spill).
+        key = headers.get(self._lvq_key) if self._lvq_key is not None else None
+        e = _Entry(seq, msg, len(msg.body))
+        c = self.counters
+        if key is not None:
+            e.key = key
+            lvq = self._lvq
+            old = lvq.get(key)
+            if old is not None and old.state == _READY:
+                self._remove_ready(old)
+                c.lvq_replaced += 1
+            lvq[key] = e
+        self._lane.tail.append(e)
+        c.ready += 1
+        c.ready_bytes += e.size
+        c.added += 1
+        if self._index is not None:
+            self._index.append(e)
+        return _ENQUEUED
 
     def _expiry(self, msg: Message, now_ms: int) -> int | None:
         ttl = self._ttl
@@ -960,6 +1014,7 @@ class Queue:
             self._saw_expiry = True  # per-message TTL seen: leave the fast paths for good
             self._plain = False
             self._bounded = None
+            self._lvq_fast = False
         limit = self._limit
         replaced: _Entry | None = None
         key = e.key
@@ -1641,6 +1696,7 @@ class Queue:
             self._saw_expiry = True
             self._plain = False
             self._bounded = None
+            self._lvq_fast = False
         if e.key is not None:
             old = self._lvq.get(e.key)
             if old is not None and old.state == _READY:
