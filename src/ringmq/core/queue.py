@@ -561,6 +561,13 @@ class Queue:
             else:
                 self._reject_n, self._reject_b = max_n, max_b
                 self._reject_dlx = limit.action is LimitAction.REJECT_PUBLISH_DLX
+        # Fetch fast path: one lane, no expiry to check, destructive consumers.
+        self._fetch_fast = (
+            self._ttl is None
+            and not self._saw_expiry
+            and not self._max_priority
+            and not self._non_destructive
+        )
         # LVQ fast path: the key is the only feature (no limit, TTL, priority or browsing).
         self._lvq_fast = (
             self._lvq_key is not None
@@ -1014,7 +1021,7 @@ class Queue:
             self._saw_expiry = True  # per-message TTL seen: leave the fast paths for good
             self._plain = False
             self._bounded = None
-            self._lvq_fast = False
+            self._lvq_fast = self._fetch_fast = False
         limit = self._limit
         replaced: _Entry | None = None
         key = e.key
@@ -1311,16 +1318,9 @@ class Queue:
 
     # --- consume -------------------------------------------------------------------------
 
-    def fetch(self, now_ms: int, ack_required: bool = True) -> Delivery | None:
-        """Take the next message (basic.get, or a push to a consumer with credit).
-
-        Expired messages met at the head are removed first (dead-lettered `expired`). With
-        `ack_required` the message stays unacked until `ack`/`requeue`/`reject`; without it
-        (no_ack) it is removed at once. On a non-destructive queue nothing is removed: this
-        returns the head, as `browse(None, now_ms)` does.
-        """
-        if self._non_destructive:
-            return self.browse(None, now_ms)
+    def _fetch_next(self, now_ms: int) -> _Entry | None:
+        # The general case of `fetch`: the next ready entry in delivery order, paging the
+        # spill in and expiring (dead-lettering) expired heads on the way; counters moved.
         c = self.counters
         while True:
             if self._max_priority:
@@ -1354,7 +1354,41 @@ class Queue:
             if expires_at is not None and now_ms > expires_at:
                 self._expire(e, now_ms)
                 continue
-            break
+            return e
+
+    def fetch(self, now_ms: int, ack_required: bool = True) -> Delivery | None:
+        """Take the next message (basic.get, or a push to a consumer with credit).
+
+        Expired messages met at the head are removed first (dead-lettered `expired`). With
+        `ack_required` the message stays unacked until `ack`/`requeue`/`reject`; without it
+        (no_ack) it is removed at once. On a non-destructive queue nothing is removed: this
+        returns the head, as `browse(None, now_ms)` does.
+        """
+        c = self.counters
+        lane = self._lane
+        if self._fetch_fast and not (lane.head or lane.returns or self._spilled):
+            # Fast path (single lane, no TTL, nothing put back or spilled): the first ready
+            # entry of the tail. Gone entries (LVQ replaced, evicted) are skipped lazily.
+            tail = lane.tail
+            while tail:
+                e = tail.popleft()
+                if e.state == _READY:
+                    break
+            else:
+                return None
+            if e.paged:
+                c.paged -= 1
+                c.paged_bytes -= e.size
+            else:
+                c.ready -= 1
+                c.ready_bytes -= e.size
+        else:
+            if self._non_destructive:
+                return self.browse(None, now_ms)
+            next_e = self._fetch_next(now_ms)
+            if next_e is None:
+                return None
+            e = next_e
         msg = e.msg
         if msg is None:  # paged out (counters were moved above)
             msg = self._take_body(e)
@@ -1696,7 +1730,7 @@ class Queue:
             self._saw_expiry = True
             self._plain = False
             self._bounded = None
-            self._lvq_fast = False
+            self._lvq_fast = self._fetch_fast = False
         if e.key is not None:
             old = self._lvq.get(e.key)
             if old is not None and old.state == _READY:
