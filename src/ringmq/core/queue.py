@@ -399,6 +399,10 @@ class _Entry:
         return self.seq < other.seq
 
 
+# The plain publish path builds entries field by field (every slot set, as in __init__).
+_new_entry: Final = object.__new__
+
+
 class _Lane:
     # One priority level's waiting messages (see the module docstring).
     __slots__ = ("head", "returns", "tail")
@@ -906,11 +910,19 @@ class Queue:
                     if self._spilled:
                         self._spill_push(seq, msg, len(msg.body), None)
                         return _ENQUEUED
-                    e = _Entry(seq, msg, len(msg.body))
+                    # `_Entry(seq, msg, size)` inlined: no Python-level __init__ frame.
+                    e = _new_entry(_Entry)
+                    e.seq = seq
+                    e.msg = msg
+                    e.size = size = len(msg.body)
+                    e.state = _READY
+                    e.redelivered = e.paged = False
+                    e.deliveries = e.failures = e.level = 0
+                    e.expires_at = e.key = None
                     self._lane.tail.append(e)
                     c = self.counters
                     c.ready += 1
-                    c.ready_bytes += e.size
+                    c.ready_bytes += size
                     c.added += 1
                     if self._index is not None:
                         self._index.append(e)
