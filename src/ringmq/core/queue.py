@@ -505,6 +505,7 @@ class Queue:
         self._scheduled: list[tuple[int, SeqId, _Entry]] = []
         self._lvq_key = settings.lvq_key
         self._lvq: dict[Any, _Entry] = {}
+        self._lvq_acks = self._lvq if self._lvq_key is not None else None  # for `ack`
         self._non_destructive = settings.non_destructive
         self._index: list[_Entry] | None = None  # browse index, built on first browse
         self._order: list[deque[_Entry]] | None = None  # Qpid age order per priority level
@@ -970,7 +971,14 @@ class Queue:
         if self._spilled:
             self._spill_push(seq, msg, size, None)
         else:
-            e = _Entry(seq, msg, size)
+            e = _new_entry(_Entry)  # `_Entry(seq, msg, size)` inlined, as in `publish`
+            e.seq = seq
+            e.msg = msg
+            e.size = size
+            e.state = _READY
+            e.redelivered = e.paged = False
+            e.deliveries = e.failures = e.level = 0
+            e.expires_at = e.key = None
             self._lane.tail.append(e)
             c.ready += 1
             c.ready_bytes += size
@@ -998,10 +1006,17 @@ class Queue:
         # Fast path for a last-value queue with no other feature (`_lvq_fast`): `_admit`
         # without limits, TTL, priority lanes, schedule or paging (LVQs never spill).
         key = headers.get(self._lvq_key) if self._lvq_key is not None else None
-        e = _Entry(seq, msg, len(msg.body))
+        e = _new_entry(_Entry)  # `_Entry(seq, msg, size)` inlined, as in `publish`
+        e.seq = seq
+        e.msg = msg
+        e.size = size = len(msg.body)
+        e.state = _READY
+        e.redelivered = e.paged = False
+        e.deliveries = e.failures = e.level = 0
+        e.expires_at = None
+        e.key = key
         c = self.counters
         if key is not None:
-            e.key = key
             lvq = self._lvq
             old = lvq.get(key)
             if old is not None and old.state == _READY:
@@ -1010,7 +1025,7 @@ class Queue:
             lvq[key] = e
         self._lane.tail.append(e)
         c.ready += 1
-        c.ready_bytes += e.size
+        c.ready_bytes += size
         c.added += 1
         if self._index is not None:
             self._index.append(e)
@@ -1424,7 +1439,7 @@ class Queue:
     def ack(self, seqs: Iterable[SeqId]) -> None:
         """Acknowledge unacked messages. Unknown seqs (e.g. evicted by a Qpid ring) are no-ops."""
         unacked = self._unacked
-        lvq = self._lvq if self._lvq_key is not None else None
+        lvq = self._lvq_acks
         n = nbytes = 0
         for seq in seqs:
             e = unacked.pop(seq, None)
