@@ -931,7 +931,52 @@ class Queue:
                         self.page_out()
                     return _ENQUEUED
                 if self._bounded is not None:
-                    return self._publish_bounded(seq, msg, now_ms)
+                    # Bounded fast path: a single-lane queue whose only feature is a
+                    # ready-counted ring, drop-head or reject limit (the rules of _admit +
+                    # _enforce without the options), bounds precomputed as ints by `_apply`
+                    # (_UNBOUNDED where they do not apply). Inlined: it runs per publish.
+                    size = len(msg.body)
+                    c = self.counters
+                    n = c.ready + c.paged + 1  # counted messages and bytes once `msg` is in
+                    nbytes = c.ready_bytes + c.paged_bytes + size
+                    if n > self._reject_n or nbytes > self._reject_b:
+                        c.overflow_rejected += 1
+                        if self._reject_dlx:
+                            self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, 0)
+                        return _REJECTED
+                    if self._spilled:
+                        self._spill_push(seq, msg, size, None)
+                    else:
+                        e = _new_entry(_Entry)  # `_Entry(seq, msg, size)`, as above
+                        e.seq = seq
+                        e.msg = msg
+                        e.size = size
+                        e.state = _READY
+                        e.redelivered = e.paged = False
+                        e.deliveries = e.failures = e.level = 0
+                        e.expires_at = e.key = None
+                        self._lane.tail.append(e)
+                        c.ready += 1
+                        c.ready_bytes += size
+                        c.added += 1
+                        if self._index is not None:
+                            self._index.append(e)
+                        if c.ready > self._head_n or c.ready_bytes > self._head_b:
+                            self.page_out()  # moves ready to paged: n and nbytes stay right
+                    if n > self._evict_n or nbytes > self._evict_b:
+                        if self._evict_ring:
+                            # Artemis enforceRing: one eviction per add; the new message
+                            # is the victim only when alone (single lane, it is the newest).
+                            self._evict_head(now_ms, ring=True)
+                        else:  # drop-head
+                            while (
+                                c.ready + c.paged > self._evict_n
+                                or c.ready_bytes + c.paged_bytes > self._evict_b
+                            ) and self._evict_head(now_ms, ring=False):
+                                pass
+                        # single lane: the new message is the last, so it went only if all went
+                        return _ENQUEUED if c.ready + c.paged else _DROPPED
+                    return _ENQUEUED
             elif (
                 self._lvq_fast and "x-delay" not in headers and "_AMQ_SCHED_DELIVERY" not in headers
             ):
@@ -954,53 +999,6 @@ class Queue:
                     self._index.append(e)
                 return _SCHEDULED_OUT
         return self._admit(e, now_ms, head=False)
-
-    def _publish_bounded(self, seq: SeqId, msg: Message, now_ms: int) -> PublishOutcome:
-        # Fast path for a single-lane queue whose only feature is a ready-counted ring,
-        # drop-head or reject limit (same rules as _admit + _enforce, without the options).
-        # The bounds are the ints precomputed by `_apply` (_UNBOUNDED where they do not apply).
-        size = len(msg.body)
-        c = self.counters
-        n = c.ready + c.paged + 1  # counted messages and bytes once `msg` is in
-        nbytes = c.ready_bytes + c.paged_bytes + size
-        if n > self._reject_n or nbytes > self._reject_b:
-            c.overflow_rejected += 1
-            if self._reject_dlx:
-                self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, 0)
-            return _REJECTED
-        if self._spilled:
-            self._spill_push(seq, msg, size, None)
-        else:
-            e = _new_entry(_Entry)  # `_Entry(seq, msg, size)` inlined, as in `publish`
-            e.seq = seq
-            e.msg = msg
-            e.size = size
-            e.state = _READY
-            e.redelivered = e.paged = False
-            e.deliveries = e.failures = e.level = 0
-            e.expires_at = e.key = None
-            self._lane.tail.append(e)
-            c.ready += 1
-            c.ready_bytes += size
-            c.added += 1
-            if self._index is not None:
-                self._index.append(e)
-            if c.ready > self._head_n or c.ready_bytes > self._head_b:
-                self.page_out()  # moves ready to paged: n and nbytes stay right
-        if n > self._evict_n or nbytes > self._evict_b:
-            if self._evict_ring:
-                # Artemis enforceRing: one eviction per add; the new message is the victim
-                # only when it is alone (single lane, it is the newest).
-                self._evict_head(now_ms, ring=True)
-            else:  # drop-head
-                while (
-                    c.ready + c.paged > self._evict_n
-                    or c.ready_bytes + c.paged_bytes > self._evict_b
-                ) and self._evict_head(now_ms, ring=False):
-                    pass
-            # single lane: the new message is the last one, so it went only if all went
-            return _ENQUEUED if c.ready + c.paged else _DROPPED
-        return _ENQUEUED
 
     def _publish_lvq(self, seq: SeqId, msg: Message, headers: dict[str, Any]) -> PublishOutcome:
         # Fast path for a last-value queue with no other feature (`_lvq_fast`): `_admit`
