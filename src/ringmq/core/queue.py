@@ -506,6 +506,7 @@ class Queue:
         self._lvq_key = settings.lvq_key
         self._lvq: dict[Any, _Entry] = {}
         self._lvq_acks = self._lvq if self._lvq_key is not None else None  # for `ack`
+        self._lvq_header: str = self._lvq_key or ""  # the key, typed for the fast path
         self._non_destructive = settings.non_destructive
         self._index: list[_Entry] | None = None  # browse index, built on first browse
         self._order: list[deque[_Entry]] | None = None  # Qpid age order per priority level
@@ -980,7 +981,33 @@ class Queue:
             elif (
                 self._lvq_fast and "x-delay" not in headers and "_AMQ_SCHED_DELIVERY" not in headers
             ):
-                return self._publish_lvq(seq, msg, headers)
+                # LVQ fast path: the key is the queue's only feature (`_lvq_fast`): `_admit`
+                # without limits, TTL, priority lanes, schedule or paging (LVQs never spill).
+                key = headers.get(self._lvq_header)
+                e = _new_entry(_Entry)  # `_Entry(seq, msg, size)`, as above
+                e.seq = seq
+                e.msg = msg
+                e.size = size = len(msg.body)
+                e.state = _READY
+                e.redelivered = e.paged = False
+                e.deliveries = e.failures = e.level = 0
+                e.expires_at = None
+                e.key = key
+                c = self.counters
+                if key is not None:
+                    lvq = self._lvq
+                    old = lvq.get(key)
+                    if old is not None and old.state == _READY:
+                        self._remove_ready(old)  # replaced by the newer value
+                        c.lvq_replaced += 1
+                    lvq[key] = e
+                self._lane.tail.append(e)
+                c.ready += 1
+                c.ready_bytes += size
+                c.added += 1
+                if self._index is not None:
+                    self._index.append(e)
+                return _ENQUEUED
         e = _Entry(seq, msg, len(msg.body))
         if self._max_priority:
             e.level = min(max(msg.priority, 0), self._max_priority)
@@ -999,35 +1026,6 @@ class Queue:
                     self._index.append(e)
                 return _SCHEDULED_OUT
         return self._admit(e, now_ms, head=False)
-
-    def _publish_lvq(self, seq: SeqId, msg: Message, headers: dict[str, Any]) -> PublishOutcome:
-        # Fast path for a last-value queue with no other feature (`_lvq_fast`): `_admit`
-        # without limits, TTL, priority lanes, schedule or paging (LVQs never spill).
-        key = headers.get(self._lvq_key) if self._lvq_key is not None else None
-        e = _new_entry(_Entry)  # `_Entry(seq, msg, size)` inlined, as in `publish`
-        e.seq = seq
-        e.msg = msg
-        e.size = size = len(msg.body)
-        e.state = _READY
-        e.redelivered = e.paged = False
-        e.deliveries = e.failures = e.level = 0
-        e.expires_at = None
-        e.key = key
-        c = self.counters
-        if key is not None:
-            lvq = self._lvq
-            old = lvq.get(key)
-            if old is not None and old.state == _READY:
-                self._remove_ready(old)
-                c.lvq_replaced += 1
-            lvq[key] = e
-        self._lane.tail.append(e)
-        c.ready += 1
-        c.ready_bytes += size
-        c.added += 1
-        if self._index is not None:
-            self._index.append(e)
-        return _ENQUEUED
 
     def _expiry(self, msg: Message, now_ms: int) -> int | None:
         ttl = self._ttl
