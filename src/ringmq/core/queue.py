@@ -30,7 +30,15 @@ itself the victim (Artemis `enforceRing`), and requeued messages are the first d
 
 Hot path: a plain queue's publish + fetch + ack is one entry object, one deque append/popleft,
 one dict insert/pop and one `Delivery`; everything optional (priorities, schedules, LVQ, the
-browse index, the Qpid age order) is behind a single attribute test.
+browse index, the Qpid age order) is behind a single attribute test. `_apply` precomputes what
+the fast paths test, once per settings change: `_plain` (no option at all), `_bounded` with its
+bounds as plain ints (`_reject_n/_b`, `_evict_n/_b`, `_UNBOUNDED` where a bound does not apply:
+a ready-counted ring, drop-head or reject limit is the only option), `_lvq_fast` (the LVQ key is
+the only option) and `_fetch_fast` (one lane, no TTL, destructive consumers). The first
+per-message expiry clears them for good (`_saw_expiry`). The publish fast paths are inlined in
+`publish` and build entries slot by slot (no `__init__` frame), outcomes are module globals
+(`_ENQUEUED`...: reading an Enum member costs about one small object here); anything unusual
+(a spill, a put-back message, a scheduling header, an eviction) leaves for the general code.
 
 Paging (bounded in-memory head). With a `SpillStore` (given by the broker when a data directory
 exists), a queue keeps at most `head_count` messages / `head_bytes` body bytes ready in memory
