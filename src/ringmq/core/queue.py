@@ -1444,21 +1444,16 @@ class Queue:
         """Acknowledge unacked messages. Unknown seqs (e.g. evicted by a Qpid ring) are no-ops."""
         unacked = self._unacked
         lvq = self._lvq_acks
-        n = nbytes = 0
+        c = self.counters
         for seq in seqs:
             e = unacked.pop(seq, None)
-            if e is None:
-                continue
-            e.state = _GONE
-            n += 1
-            nbytes += e.size
-            if lvq is not None and e.key is not None and lvq.get(e.key) is e:
-                del lvq[e.key]
-        if n:
-            c = self.counters
-            c.unacked -= n
-            c.unacked_bytes -= nbytes
-            c.acknowledged += n
+            if e is not None:
+                e.state = _GONE
+                c.unacked -= 1
+                c.unacked_bytes -= e.size
+                c.acknowledged += 1
+                if lvq is not None and e.key is not None and lvq.get(e.key) is e:
+                    del lvq[e.key]
 
     def _take_unacked(self, seqs: Iterable[SeqId]) -> list[_Entry]:
         out: list[_Entry] = []
