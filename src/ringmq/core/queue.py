@@ -375,7 +375,10 @@ class QueueCounters:
 
 
 class _Entry:
-    # One message in one queue: the per-queue state around the shared Message.
+    # One message in one queue: the per-queue state around the shared Message. No __init__:
+    # `_Entry()` then slot stores is the cheapest construction (no Python frame, no argument
+    # tuple); the publish fast paths do that inline, everything else calls `_new_entry`.
+    # Every slot is set before an entry is used.
     __slots__ = (
         "deliveries",
         "expires_at",
@@ -390,25 +393,33 @@ class _Entry:
         "state",
     )
 
-    def __init__(self, seq: SeqId, msg: Message | None, size: int) -> None:
-        self.seq = seq
-        self.msg = msg  # None while paged out
-        self.size = size
-        self.state = _READY
-        self.redelivered = False
-        self.deliveries = 0
-        self.failures = 0
-        self.expires_at: int | None = None
-        self.key: Any = None  # LVQ key value, None if not an LVQ message
-        self.level = 0
-        self.paged = False
+    seq: SeqId
+    msg: Message | None  # None while paged out
+    size: int
+    state: int
+    redelivered: bool
+    deliveries: int
+    failures: int
+    expires_at: int | None
+    key: Any  # LVQ key value, None if not an LVQ message
+    level: int
+    paged: bool
 
     def __lt__(self, other: _Entry) -> bool:
         return self.seq < other.seq
 
 
-# The plain publish path builds entries field by field (every slot set, as in __init__).
-_new_entry: Final = object.__new__
+def _new_entry(seq: SeqId, msg: Message | None, size: int) -> _Entry:
+    # A ready entry with default state (the publish fast paths inline this).
+    e = _Entry()
+    e.seq = seq
+    e.msg = msg
+    e.size = size
+    e.state = _READY
+    e.redelivered = e.paged = False
+    e.deliveries = e.failures = e.level = 0
+    e.expires_at = e.key = None
+    return e
 
 
 class _Lane:
@@ -748,7 +759,7 @@ class Queue:
         n = nbytes = 0
         for seq, msg, expires_at in items:
             size = len(msg.body)
-            e = _Entry(seq, msg, size)
+            e = _new_entry(seq, msg, size)
             e.expires_at = expires_at
             tail.append(e)
             n += 1
@@ -920,8 +931,7 @@ class Queue:
                     if self._spilled:
                         self._spill_push(seq, msg, len(msg.body), None)
                         return _ENQUEUED
-                    # `_Entry(seq, msg, size)` inlined: no Python-level __init__ frame.
-                    e = _new_entry(_Entry)
+                    e = _Entry()  # `_new_entry(seq, msg, size)` inlined
                     e.seq = seq
                     e.msg = msg
                     e.size = size = len(msg.body)
@@ -956,7 +966,7 @@ class Queue:
                     if self._spilled:
                         self._spill_push(seq, msg, size, None)
                     else:
-                        e = _new_entry(_Entry)  # `_Entry(seq, msg, size)`, as above
+                        e = _Entry()  # `_new_entry(seq, msg, size)` inlined
                         e.seq = seq
                         e.msg = msg
                         e.size = size
@@ -992,7 +1002,7 @@ class Queue:
                 # LVQ fast path: the key is the queue's only feature (`_lvq_fast`): `_admit`
                 # without limits, TTL, priority lanes, schedule or paging (LVQs never spill).
                 key = headers.get(self._lvq_header)
-                e = _new_entry(_Entry)  # `_Entry(seq, msg, size)`, as above
+                e = _Entry()  # `_new_entry(seq, msg, size)` inlined
                 e.seq = seq
                 e.msg = msg
                 e.size = size = len(msg.body)
@@ -1016,7 +1026,7 @@ class Queue:
                 if self._index is not None:
                     self._index.append(e)
                 return _ENQUEUED
-        e = _Entry(seq, msg, len(msg.body))
+        e = _new_entry(seq, msg, len(msg.body))
         if self._max_priority:
             e.level = min(max(msg.priority, 0), self._max_priority)
         if headers:
@@ -1734,7 +1744,7 @@ class Queue:
         schedule, whatever its due time (`tick` releases overdue ones in batches). Call
         `resume_seqs` afterwards so new publishes take higher seqs.
         """
-        e = _Entry(seq, msg, len(msg.body))
+        e = _new_entry(seq, msg, len(msg.body))
         e.redelivered = redelivered
         e.deliveries = delivery_count
         if self._max_priority:
