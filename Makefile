@@ -8,15 +8,25 @@ export HYPOTHESIS_PROFILE
 
 .PHONY: install run test lint unit bench clean
 
-$(STAMP): pyproject.toml
+RUN_STAMP := $(VENV)/.installed-run
+
+$(BIN)/uv:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
+
+# Everything the tests, lint and benchmarks need (the Spark extra included).
+$(STAMP): pyproject.toml | $(BIN)/uv
 	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[test,lint,spark]'
 	touch $(STAMP)
 
+# Only what the broker needs to run.
+$(RUN_STAMP): pyproject.toml | $(BIN)/uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -e .
+	touch $(RUN_STAMP)
+
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/ringmq serve
 
 lint: $(STAMP)

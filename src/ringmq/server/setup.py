@@ -111,10 +111,10 @@ def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
     dur = broker.durability
     assert dur is not None
     log.info(
-        "recovered %d persistent messages from %s after a %s stop in %.0f ms",
+        "recovered %d persistent messages from %s (%s) in %.0f ms",
         dur.recovered_messages,
         data_dir,
-        "clean" if dur.clean else "unclean",
+        "after a clean stop" if dur.clean else "no clean-stop marker: new or after a crash",
         (time.monotonic() - started) * 1000,
     )
     return broker
