@@ -1808,7 +1808,7 @@ class Broker:
                 _, n, nbytes = adds.get(id(q), (q, 0, 0))
                 adds[id(q)] = (q, n + 1, nbytes + p.message.size)
         for q, n, nbytes in adds.values():
-            reason = _would_refuse(q, n, nbytes)
+            reason = q.queue.would_refuse(n, nbytes)
             if reason is not None:
                 raise AMQPError(
                     ReplyCode.PRECONDITION_FAILED,
@@ -2136,26 +2136,3 @@ def _undelayed(msg: Message) -> Message:
         message_id=msg.message_id,
         timestamp_ms=msg.timestamp_ms,
     )
-
-
-def _would_refuse(q: QueueEntity, n: int, nbytes: int) -> str | None:
-    """Why `q` would refuse `n` more messages of `nbytes` in total under its limit, or None."""
-    limit = q.settings.limit
-    if limit is None or limit.action not in (
-        LimitAction.REJECT_PUBLISH,
-        LimitAction.REJECT_PUBLISH_DLX,
-    ):
-        return None
-    engine = q.queue
-    count = engine.ready_count
-    counts_acquired = str(getattr(limit.counts, "value", limit.counts)) != "ready"
-    if counts_acquired:
-        count += engine.unacked_count
-    if limit.max_count is not None and count + n > limit.max_count:
-        return f"would exceed its limit of {limit.max_count} messages"
-    if limit.max_bytes is not None:
-        c = engine.counters
-        used = c.ready_bytes + c.paged_bytes + (c.unacked_bytes if counts_acquired else 0)
-        if used + nbytes > limit.max_bytes:
-            return f"would exceed its limit of {limit.max_bytes} bytes"
-    return None

@@ -843,6 +843,25 @@ class Queue:
         """Messages delivered and not yet acknowledged."""
         return self.counters.unacked
 
+    def would_refuse(self, n: int, nbytes: int) -> str | None:
+        """Why a reject-publish limit would refuse `n` more messages of `nbytes` bytes in all.
+
+        None when they fit, or when the queue has no reject-type limit. Transactions ask this
+        for a whole commit before applying any of it; the counted set is the one `publish`
+        checks (ready + paged, plus acquired when the limit counts them).
+        """
+        limit = self.settings.limit
+        if limit is None or limit.action not in (
+            LimitAction.REJECT_PUBLISH,
+            LimitAction.REJECT_PUBLISH_DLX,
+        ):
+            return None
+        if self._over_count(limit, n):
+            return f"would exceed its limit of {limit.max_count} messages"
+        if self._over_bytes(limit, nbytes):
+            return f"would exceed its limit of {limit.max_bytes} bytes"
+        return None
+
     @property
     def message_count(self) -> int:
         """ready + delivering + scheduled + paged (Artemis `messageCount`)."""
@@ -1249,6 +1268,13 @@ class Queue:
             self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, oldest.deliveries)
             if limit.max_bytes is None or not self._over_bytes(limit, e.size):
                 return True
+
+    def _over_count(self, limit: Limit, extra_n: int) -> bool:
+        c = self.counters
+        n = c.ready + c.paged + extra_n
+        if limit.counts is Counted.READY_AND_ACQUIRED:
+            n += c.unacked
+        return limit.max_count is not None and n > limit.max_count
 
     def _over_bytes(self, limit: Limit, extra_b: int) -> bool:
         c = self.counters

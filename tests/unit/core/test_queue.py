@@ -585,3 +585,28 @@ def test_switching_to_a_qpid_ring_at_runtime_orders_existing_messages() -> None:
     assert q.unacked_count == 0
     q.ack([a.seq])
     assert q.counters.acknowledged == 0
+
+
+def test_would_refuse_counts_what_publish_counts() -> None:
+    # RabbitMQ reject-publish: ready messages only.
+    q = queue({"x-max-length": 2, "x-max-length-bytes": 10, "x-overflow": "reject-publish"})
+    q.publish(msg("abc"), 0)
+    take(q)  # unacked: not counted
+    q.publish(msg("def"), 0)
+    assert q.would_refuse(1, 3) is None
+    assert q.would_refuse(2, 2) == "would exceed its limit of 2 messages"
+    assert q.would_refuse(1, 8) == "would exceed its limit of 10 bytes"
+    assert q.publish(msg("g"), 0) is PublishOutcome.ENQUEUED
+    assert q.would_refuse(1, 0) is not None
+    assert q.publish(msg("h"), 0) is PublishOutcome.REJECTED
+
+
+def test_would_refuse_qpid_reject_counts_acquired_and_ignores_other_actions() -> None:
+    q = queue({"qpid.max_count": 2})  # qpid.policy_type reject (the default)
+    q.publish(msg("a"), 0)
+    take(q)
+    assert q.would_refuse(1, 1) is None
+    assert q.would_refuse(2, 2) == "would exceed its limit of 2 messages"
+    drop_head = queue({"x-max-length": 1})
+    drop_head.publish(msg("a"), 0)
+    assert drop_head.would_refuse(5, 5) is None
