@@ -2051,7 +2051,12 @@ class Broker:
         self._timed[id(q)] = q
 
     def settings_changed(self, q: QueueEntity, now_ms: int) -> list[Effect]:
-        """Call after changing `q.settings` (and `q.queue.update_settings`) from outside.
+        """Call after changing `q.settings` (and `q.queue.update_settings`) from outside."""
+        return self.queue_changed(q, now_ms)
+
+    def queue_changed(self, q: QueueEntity, now_ms: int) -> list[Effect]:
+        """Call after changing a queue outside the AMQP path: its settings, or messages put
+        back by a lease (Spark streams) or an admin call.
 
         Registers the queue's timers (TTL, x-expires) and dispatches what became deliverable.
         """

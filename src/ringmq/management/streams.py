@@ -123,10 +123,7 @@ class StreamService:
 
     def _kick(self, q: Any, now_ms: int) -> None:
         # Messages went back to the queue: let the broker dispatch them to waiting consumers.
-        mark = getattr(self.broker, "_mark", None)
-        if mark is not None:
-            mark(q)
-        effects = self.broker.tick(now_ms)
+        effects = self.broker.queue_changed(q, now_ms)
         if self.runtime is not None and effects:
             self.runtime.apply_effects(effects)
 
@@ -267,7 +264,7 @@ def _bounds(q: Any, *, head: bool = False) -> dict[str, Any]:
     c = engine.counters
     return {
         **({"head_seq": _head_seq(engine)} if head else {}),
-        "tail_seq": c.added,
+        "tail_seq": int(engine.last_seq),  # seqs have gaps: `added` is a count, not a seq
         "ready": engine.ready_count,
         "unacked": engine.unacked_count,
         "messages": engine.message_count,

@@ -134,3 +134,22 @@ def test_dedup_by_message_id_per_queue_and_exchange(live_broker: BrokerThread) -
         assert [r.body for r in c.browse_all("dq")] == [b"a", b"b", b"c", b"no-id", b"no-id"]
         assert len(c.browse_all("plain")) == 5
         assert [r.body for r in c.browse_all("fq")] == [b"a", b"b", b"c"]
+
+
+def test_tail_seq_covers_the_newest_message_after_refusals(live_broker: BrokerThread) -> None:
+    # Refused publishes take a seq too: tail_seq must be a seq, not a count of added messages,
+    # or a batch browse over [head_seq, tail_seq] would miss the newest message.
+    _, http = urls(live_broker)
+    _declare(live_broker, "qtail", {"x-max-length": 2, "x-overflow": "reject-publish"})
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", live_broker.port))
+    ch = conn.channel()
+    for body in (b"a", b"b", b"refused"):
+        ch.basic_publish("", "qtail", body)
+    ch.basic_get("qtail", auto_ack=True)  # a goes: room for one more
+    ch.basic_publish("", "qtail", b"c")
+    conn.close()
+    with StreamClient(http) as c:
+        info = c.info("qtail")
+        newest = c.browse_all("qtail")
+        assert [x.body for x in newest] == [b"b", b"c"]
+        assert info["tail_seq"] == newest[-1].seq
