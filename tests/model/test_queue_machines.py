@@ -77,9 +77,11 @@ class QueueMachine(RuleBasedStateMachine):
     def do_fetch(self, ack_required: bool) -> None:
         got = self.real.fetch(self.now, ack_required)
         want = self.model.fetch(self.now, ack_required)
-        assert (None if got is None else (*tuple(got[:1]), got.message.body, *tuple(got[2:]))) == (
-            want
-        )
+        assert (
+            None
+            if got is None
+            else (got.seq, got.message.body, got.redelivered, got.delivery_count)
+        ) == (want)
 
     def _pick(self, data: st.DataObject, min_size: int = 1) -> list[int]:
         unacked = list(self.model.unacked)
