@@ -21,7 +21,10 @@ only names the calls it makes, `StorePort`, so core/ imports nothing from storag
   `full=True` (management edits that bypass the hooks, recovery) diffs a whole snapshot.
 * **recovery** (`recover`): definitions first (vhosts, users, permissions, policies, exchanges,
   queues, bindings), then each queue's messages in seq order with their redelivered flags and
-  delivery counts, scheduled ones back in the schedule with their due time.
+  delivery counts, scheduled ones back in the schedule with their due time. A store that reads
+  messages lazily (`LazyRecoveredPort`) lets a pageable queue take only its in-memory head
+  (`Queue.memory_bound`); the rest stays on disk and is paged in as the queue drains
+  (`Queue.restore_spilled`), so recovery memory does not grow with the backlog.
 
 Store keys: a queue is `"<vhost>\\x1f<name>"`; definition keys use the same separator.
 Invariants: a seq is in a persisted set iff an ENQUEUE for it was written and no ACK yet; the
@@ -37,10 +40,10 @@ import gc
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from ringmq.core.message import Message, SeqId
-from ringmq.core.queue import PublishOutcome
+from ringmq.core.queue import PublishOutcome, SpillStore
 from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
 
 if TYPE_CHECKING:
@@ -71,6 +74,31 @@ class RecoveredMessagePort(Protocol):
     delivery_count: int
     expiry_ms: int | None
     due_ms: int | None
+
+
+class RecoveredTailPort(Protocol):
+    """The part of a recovered backlog left on disk (storage's `RecoveredTail`)."""
+
+    spill: SpillStore
+    count: int
+    nbytes: int
+    redelivered: bool
+    delivery_counts: dict[SeqId, int]
+    expiring: bool
+    below: SeqId
+
+
+@runtime_checkable
+class LazyRecoveredPort(Protocol):
+    """A recovered queue read from disk on demand (storage's `RecoveredQueue`)."""
+
+    seqs: list[int]
+
+    def __len__(self) -> int: ...
+
+    def split(
+        self, max_count: int, max_bytes: int
+    ) -> tuple[list[Any], RecoveredTailPort | None]: ...
 
 
 class RecoveredPort(Protocol):
@@ -589,7 +617,15 @@ class Durability:
                 continue
             persisted = self._persisted.setdefault(key, set())
             engine = found.queue
-            for m in messages:
+            tail: RecoveredTailPort | None = None
+            if isinstance(messages, LazyRecoveredPort) and engine.pageable:
+                # a long backlog: its head in memory, the rest paged in from the store
+                persisted.update(messages.seqs)  # type: ignore[arg-type]
+                head, tail = messages.split(*engine.memory_bound)
+                restore: Iterable[Any] = head
+            else:
+                restore = messages
+            for m in restore:
                 rm: RecoveredMessagePort = m
                 persisted.add(rm.seq)
                 engine.restore(
@@ -599,6 +635,16 @@ class Durability:
                     delivery_count=rm.delivery_count,
                     expiry_ms=rm.expiry_ms,
                     due_ms=rm.due_ms,
+                )
+            if tail is not None:
+                engine.restore_spilled(
+                    tail.spill,
+                    tail.count,
+                    tail.nbytes,
+                    redelivered=tail.redelivered,
+                    delivery_counts=tail.delivery_counts,
+                    expiring=tail.expiring,
+                    below=tail.below,
                 )
             self.recovered_messages += len(messages)
             b.recovered_queue(found, now_ms)

@@ -1853,7 +1853,8 @@ class Queue:
         seq below `below` get `redelivered` (or a delivery count from `delivery_counts`: then
         flagged redelivered). `expiring`: some of them carry an expiry time. Needs `pageable`.
         """
-        assert self.pageable and not self._spilled, "restore_spilled needs an empty, pageable queue"
+        assert self.pageable, "restore_spilled needs a pageable queue"
+        assert not self._spilled, "restore_spilled runs once, on a queue with nothing paged"
         self._spill = spill
         self._spilled = self._spill_stored = count
         self._spilled_bytes = nbytes

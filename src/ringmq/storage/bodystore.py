@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import shutil
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
 from ringmq.storage.msgstore import MessageStore
-from ringmq.storage.paging import DEFAULT_RUN_BYTES, PageQueue
+from ringmq.storage.paging import DEFAULT_RUN_BYTES, DurableCopies, PageQueue
 from ringmq.storage.records import Entry, decode_entry, encode_message
 
 Spilled = tuple[SeqId, Message, int | None]  # the engine's SpillStore item (seq, msg, expiry)
@@ -145,9 +145,24 @@ class DiskBodyStore:
 class DiskSpillStore:
     """The engine's `SpillStore` port on a `PageQueue` (one directory of run files)."""
 
-    def __init__(self, directory: Path, *, run_bytes: int = DEFAULT_RUN_BYTES) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        run_bytes: int = DEFAULT_RUN_BYTES,
+        copies: DurableCopies | None = None,
+    ) -> None:
         self.directory = directory
-        self._pages = PageQueue(directory, run_bytes=run_bytes)
+        self._pages = PageQueue(directory, run_bytes=run_bytes, copies=copies)
+
+    def restore(self, seqs: list[int]) -> None:
+        """Append journaled messages by seq (a recovered backlog; needs `copies`)."""
+        self._pages.restore(seqs)
+
+    @property
+    def pages(self) -> PageQueue:
+        """The underlying page queue (tests, metrics)."""
+        return self._pages
 
     @staticmethod
     def _entries(items: Sequence[Spilled]) -> list[Entry]:
@@ -185,21 +200,35 @@ class DiskSpillStore:
 
 
 class SpillDirectory:
-    """One `DiskSpillStore` per queue under one directory, wiped when created (transient)."""
+    """One `DiskSpillStore` per queue under one directory, wiped when created (transient).
 
-    def __init__(self, directory: Path, *, run_bytes: int = DEFAULT_RUN_BYTES) -> None:
+    `copies(vhost, queue)`, when given, returns a queue's journaled messages (or None for a
+    queue the store ignores): its persistent messages are then paged by reference.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        run_bytes: int = DEFAULT_RUN_BYTES,
+        copies: Callable[[str, str], DurableCopies | None] | None = None,
+    ) -> None:
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
         self.directory = directory
         self.run_bytes = run_bytes
+        self.copies = copies
         self._next = 0
 
     def __call__(self, vhost: str, queue: str) -> DiskSpillStore:
         """A fresh store for a new queue (directory names are counters: names may hold any
         character, and a redeclared queue never meets its predecessor's files)."""
         self._next += 1
-        return DiskSpillStore(self.directory / f"q{self._next:08d}", run_bytes=self.run_bytes)
+        copies = self.copies(vhost, queue) if self.copies is not None else None
+        return DiskSpillStore(
+            self.directory / f"q{self._next:08d}", run_bytes=self.run_bytes, copies=copies
+        )
 
     def body_store(self, vhost: str, queue: str) -> DiskBodyStore:
         """A fresh `DiskBodyStore` for a flow-to-disk queue (Qpid flow_to_disk, Artemis PAGE):

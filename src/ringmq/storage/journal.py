@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 _datasync = getattr(os, "fdatasync", os.fsync)
 DEFAULT_SEGMENT_BYTES: Final = 16 * 1024 * 1024
 _WRITE_CHUNK: Final = 1024 * 1024  # write the buffer out once it holds this much
+_MAX_READERS: Final = 8  # cached read descriptors (`pread`)
 
 
 def write_all(fd: int, data: bytes | bytearray) -> None:
@@ -86,6 +87,7 @@ class Journal:
         self._unsynced: list[int] = []  # dup'd fds of segments written since the last flush()
         self._dir_dirty = False
         self._replayed = False
+        self._readers: dict[int, int] = {}  # segment -> read-only fd (random reads, `pread`)
         self.bytes_written = 0
 
     # -- paths and listing -------------------------------------------------------------------
@@ -233,6 +235,28 @@ class Journal:
             f.seek(offset)
             return f.read(length)
 
+    def pread(self, seg: int, offset: int, length: int) -> bytes:
+        """Read up to `length` bytes of segment `seg` at `offset` through a cached descriptor.
+
+        Meant for many small random reads (paging in from the journal); buffered bytes of the
+        current segment are written out first. Returns fewer bytes at the end of the segment.
+        """
+        if seg == self._current and offset + length > self._flushed:
+            self._write_out()
+        fd = self._readers.get(seg)
+        if fd is None:
+            if len(self._readers) >= _MAX_READERS:
+                old, old_fd = next(iter(self._readers.items()))
+                del self._readers[old]
+                os.close(old_fd)
+            fd = self._readers[seg] = os.open(self.path(seg), os.O_RDONLY)
+        return os.pread(fd, length, offset)
+
+    def _close_reader(self, seg: int) -> None:
+        fd = self._readers.pop(seg, None)
+        if fd is not None:
+            os.close(fd)
+
     def read_segment(self, seg: int) -> bytes:
         """The whole content of a closed segment."""
         if seg == self._current:
@@ -244,6 +268,7 @@ class Journal:
         if seg == self._current:
             self._buf.clear()
             self.roll()
+        self._close_reader(seg)
         try:
             self.path(seg).unlink()
         except FileNotFoundError:
@@ -257,6 +282,8 @@ class Journal:
         for fd in self._unsynced:
             os.close(fd)
         self._unsynced = []
+        for seg in list(self._readers):
+            self._close_reader(seg)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -269,4 +296,26 @@ class Journal:
             os.close(self._fd)
             self._fd = -1
         self._current = -1
+        for seg in list(self._readers):
+            self._close_reader(seg)
         fsync_fds(fds)
+
+    def sizes(self) -> dict[int, int]:
+        """Segment -> size in bytes as on disk (buffered bytes included)."""
+        out: dict[int, int] = {}
+        for seg in self._segments:
+            if seg == self._current:
+                out[seg] = self._size
+            else:
+                try:
+                    out[seg] = self.path(seg).stat().st_size
+                except FileNotFoundError:
+                    out[seg] = -1
+        return out
+
+    def adopt(self) -> None:
+        """Skip `replay()`: the caller knows the segments' content (clean-stop recovery
+        terms). Appends start in a new segment, as after a replay."""
+        assert not self._replayed, "adopt() instead of replay(), once"
+        assert self._current == -1, "adopt() runs before any append"
+        self._replayed = True

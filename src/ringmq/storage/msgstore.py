@@ -22,9 +22,10 @@ This module does file I/O only through `Journal`; it never decides what is persi
 from __future__ import annotations
 
 import logging
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ringmq.storage.journal import DEFAULT_SEGMENT_BYTES, Journal
 from ringmq.storage.records import BODY_PREFIX, HEADER_SIZE, RecordType, decode_body_ref, scan
@@ -131,6 +132,41 @@ class MessageStore:
         """Current reference count (0 when unknown)."""
         loc = self._locs.get(ref)
         return loc.refs if loc is not None else 0
+
+    def length(self, ref: int) -> int:
+        """Byte length of a stored body. Raises KeyError for an unknown ref."""
+        return self._locs[ref].length
+
+    # -- clean-stop recovery terms -----------------------------------------------------------
+
+    def export(self) -> list[array[Any]]:
+        """The body index as columns: refs, files, offsets, lengths, refcounts."""
+        locs = self._locs
+        return [
+            array("Q", locs.keys()),
+            array("L", [loc.file for loc in locs.values()]),
+            array("L", [loc.offset for loc in locs.values()]),
+            array("L", [loc.length for loc in locs.values()]),
+            array("L", [loc.refs for loc in locs.values()]),
+        ]
+
+    def export_meta(self) -> dict[str, Any]:
+        """What `adopt` needs besides the columns."""
+        return {"next_ref": self._next_ref, "moved": sorted(self._moved)}
+
+    def adopt(self, meta: dict[str, Any], columns: list[array[Any]]) -> None:
+        """Instead of `replay()`: take the index `export` saved at a clean stop (the files are
+        known to be unchanged since). Copied-forward files are deleted at the next `maintain`.
+        """
+        refs, files, offsets, lengths, counts = columns
+        live = self._live
+        for ref, file, offset, length, count in zip(
+            refs, files, offsets, lengths, counts, strict=True
+        ):
+            self._locs[ref] = _Loc(file, offset, length, count)
+            live[file] = live.get(file, 0) + length
+        self._next_ref = max(self._next_ref, int(meta["next_ref"]))
+        self._moved = dict.fromkeys((int(f) for f in meta["moved"]), 0)
 
     def get(self, ref: int) -> bytes:
         """Read a body back. Raises KeyError for an unknown ref."""

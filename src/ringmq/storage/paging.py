@@ -20,6 +20,14 @@ head, page out of the head's rear, page in from the front) keeps queue order. Pa
 transient: `Pager` wipes its directory when it starts, so paged data never survives a restart
 (persistent messages are also in the journal and come back through `Store.recover`).
 
+**Persistent messages are not written twice.** Given `copies` (the store's view of one queue's
+journaled messages, `DurableCopies`), a paged message that is live in the journal is written as a
+small PAGED_REF record (seq and body size) instead of a whole PAGED record, and read back from
+the journal (`copies.read`, batched) when paged in. The store keeps a journal segment while any
+of its entries is live, and a paged message stays live until it is paged in and acked, so the
+reference always resolves (copy-forward only moves the entry; the store's index follows it).
+A recovered backlog is a *memory run*: just the list of its seqs (`restore`), no file at all.
+
 `BodySpill` is the Qpid `flow_to_disk` hand-off: bodies go out to shared, reference-counted
 spill files (`put` -> handle), the queue keeps the envelope, and `get(handle)` reads the body back
 at delivery; `release(handle)` frees it. Also wiped at start.
@@ -36,8 +44,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
+from ringmq.core.message import Message, SeqId
 from ringmq.storage.journal import write_all
 from ringmq.storage.msgstore import MessageStore
 from ringmq.storage.records import (
@@ -45,7 +54,9 @@ from ringmq.storage.records import (
     Entry,
     RecordType,
     decode_entry,
+    decode_paged_ref,
     encode_entry,
+    encode_paged_ref,
     frame,
     scan,
 )
@@ -64,6 +75,9 @@ def _encode_paged(entry: Entry) -> bytes:
     return _STORE_REF.pack(ref) + encode_entry(entry)
 
 
+_PLACEHOLDER: Final = Entry("", SeqId(0), Message("", "", b"", b""))
+
+
 def _decode_paged(payload: memoryview) -> Entry:
     (ref,) = _STORE_REF.unpack_from(payload, 0)
     entry = decode_entry(payload[_STORE_REF.size :])
@@ -71,15 +85,32 @@ def _decode_paged(payload: memoryview) -> Entry:
     return entry
 
 
+class DurableCopies(Protocol):
+    """One queue's messages that are live in the journal (`FileStore.copies(queue)`)."""
+
+    def holds(self, seq: int) -> bool:
+        """Whether `seq` has a live journal copy."""
+        ...
+
+    def size(self, seq: int) -> int:
+        """Body size of a live `seq`."""
+        ...
+
+    def read(self, seqs: Sequence[int]) -> list[Entry]:
+        """Read live entries back, in the given order."""
+        ...
+
+
 @dataclass(slots=True)
 class _Run:
-    path: Path
+    path: Path | None  # None: a memory run (`seqs`, read from the journal)
     count: int = 0  # records not yet read
     body_bytes: int = 0
     read_offset: int = 0
     written: int = 0  # bytes on disk
     fd: int = -1  # open for appending while this is the back run
     buf: bytearray | None = None
+    seqs: list[int] | None = None  # memory run: journaled seqs, read from `read_offset` on
 
 
 class PageQueue:
@@ -91,11 +122,13 @@ class PageQueue:
         *,
         run_bytes: int = DEFAULT_RUN_BYTES,
         read_bytes: int = DEFAULT_READ_BYTES,
+        copies: DurableCopies | None = None,
     ) -> None:
         self.directory = directory
         self.run_bytes = run_bytes
         self.read_bytes = read_bytes
-        directory.mkdir(parents=True, exist_ok=True)
+        self.copies = copies
+        self._made_dir = False
         self._runs: deque[_Run] = deque()
         self._next_name = 0
         self._count = 0
@@ -103,6 +136,7 @@ class PageQueue:
         self._tombstones: dict[int, int] = {}  # seq -> body size
         self.pages_written = 0
         self.pages_read = 0
+        self.refs_written = 0  # PAGED_REF records (persistent messages paged by reference)
 
     # -- sizes -------------------------------------------------------------------------------
 
@@ -121,6 +155,9 @@ class PageQueue:
     # -- writing -----------------------------------------------------------------------------
 
     def _new_run(self) -> _Run:
+        if not self._made_dir:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._made_dir = True
         self._next_name += 1
         path = self.directory / f"{self._next_name:010d}.page"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
@@ -142,15 +179,34 @@ class PageQueue:
 
     def _append(self, run: _Run, entry: Entry) -> None:
         assert run.buf is not None
-        run.buf += frame(RecordType.PAGED, _encode_paged(entry))
-        run.count += 1
         size = len(entry.message.body)
+        copies = self.copies
+        if copies is not None and copies.holds(entry.seq):
+            run.buf += frame(RecordType.PAGED_REF, encode_paged_ref(entry.seq, size))
+            self.refs_written += 1
+        else:
+            run.buf += frame(RecordType.PAGED, _encode_paged(entry))
+        run.count += 1
         run.body_bytes += size
         self._count += 1
         self._bytes += size
         self.pages_written += 1
         if len(run.buf) >= self.read_bytes:
             self._write_out(run)
+
+    def restore(self, seqs: list[int]) -> None:
+        """Append journaled messages by seq only (a recovered backlog), after everything
+        paged: a memory run, read back through `copies`."""
+        assert self.copies is not None, "restore() needs the journal copies"
+        if not seqs:
+            return
+        size = self.copies.size
+        nbytes = sum(size(s) for s in seqs)
+        if self._runs and self._runs[-1].fd >= 0:
+            self._seal(self._runs[-1])
+        self._runs.append(_Run(None, count=len(seqs), body_bytes=nbytes, seqs=seqs))
+        self._count += len(seqs)
+        self._bytes += nbytes
 
     def push_back(self, entries: Iterable[Entry]) -> None:
         """Append entries after everything already paged, in the given order."""
@@ -187,6 +243,12 @@ class PageQueue:
             if run.count == 0:
                 self._drop_run(self._runs.popleft())
                 continue
+            if run.seqs is not None:
+                got_bytes += self._pop_memory_run(run, out, max_count, max_bytes, got_bytes)
+                if max_bytes is not None and got_bytes >= max_bytes:
+                    break
+                continue
+            assert run.path is not None
             if run.fd >= 0:
                 self._write_out(run)
             with open(run.path, "rb") as f:
@@ -201,25 +263,74 @@ class PageQueue:
                 records, _ = scan(data)
                 if not records:
                     raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset}")
+            refs: list[tuple[int, int]] = []  # (index in out, seq) read from the journal below
             for rec in records:
-                entry = _decode_paged(rec.payload)
+                if rec.rtype == RecordType.PAGED_REF:
+                    seq, size = decode_paged_ref(rec.payload)
+                    entry = None
+                else:
+                    entry = _decode_paged(rec.payload)
+                    seq, size = entry.seq, len(entry.message.body)
                 run.read_offset += HEADER_SIZE + len(rec.payload)
                 run.count -= 1
-                size = len(entry.message.body)
                 run.body_bytes -= size
                 self._count -= 1
                 self._bytes -= size
                 self.pages_read += 1
-                if self._tombstones.pop(entry.seq, None) is None:
+                if self._tombstones.pop(seq, None) is None:
+                    if entry is None:
+                        refs.append((len(out), seq))
+                        entry = _PLACEHOLDER
                     out.append(entry)
                     got_bytes += size
                 if len(out) >= max_count or (max_bytes is not None and got_bytes >= max_bytes):
                     break
+            if refs:
+                self._resolve(out, refs)
             if max_bytes is not None and got_bytes >= max_bytes:
                 break
         while self._runs and self._runs[0].count == 0 and self._runs[0].fd < 0:
             self._drop_run(self._runs.popleft())
         return out
+
+    def _resolve(self, out: list[Entry], refs: list[tuple[int, int]]) -> None:
+        # PAGED_REF records: read the journal copies (one batched read) into their places.
+        assert self.copies is not None, "a page file holds references but no journal is given"
+        for (i, _), entry in zip(refs, self.copies.read([s for _, s in refs]), strict=True):
+            out[i] = entry
+
+    def _pop_memory_run(
+        self, run: _Run, out: list[Entry], max_count: int, max_bytes: int | None, got: int
+    ) -> int:
+        # Take the next seqs of a memory run (tombstones skipped); returns the bytes taken.
+        assert run.seqs is not None
+        assert self.copies is not None
+        size = self.copies.size
+        seqs = run.seqs
+        pos = run.read_offset
+        taken: list[int] = []
+        nbytes = 0
+        limit = max_count - len(out)
+        while pos < len(seqs) and len(taken) < limit:
+            seq = seqs[pos]
+            pos += 1
+            n = size(seq)
+            run.count -= 1
+            run.body_bytes -= n
+            self._count -= 1
+            self._bytes -= n
+            self.pages_read += 1
+            if self._tombstones.pop(seq, None) is not None:
+                continue
+            taken.append(seq)
+            nbytes += n
+            if max_bytes is not None and got + nbytes >= max_bytes:
+                break
+        run.read_offset = pos
+        if pos >= len(seqs):
+            run.seqs = []
+        out.extend(self.copies.read(taken))
+        return nbytes
 
     def discard(self, seq: int, size: int) -> None:
         """Remove a paged message out of order (it is skipped when read)."""
@@ -229,6 +340,8 @@ class PageQueue:
         if run.fd >= 0:
             os.close(run.fd)
             run.fd = -1
+        if run.path is None:
+            return
         try:
             run.path.unlink()
         except FileNotFoundError:
@@ -243,8 +356,8 @@ class PageQueue:
         self._tombstones.clear()
 
     def files(self) -> int:
-        """Number of run files (tests, metrics)."""
-        return len(self._runs)
+        """Number of run files (tests, metrics); memory runs are not files."""
+        return sum(1 for run in self._runs if run.path is not None)
 
 
 class BodySpill:

@@ -44,6 +44,7 @@ class RecordType(IntEnum):
     DEFINITION_PUT = 8
     DEFINITION_DELETE = 9
     PAGED = 10
+    PAGED_REF = 11
 
 
 # crc32 of the single type byte, the starting value for crc32(payload)
@@ -262,8 +263,47 @@ def decode_entry(payload: bytes | memoryview) -> Entry:
     )
 
 
+_TABLE_LEN: Final = struct.Struct(">I")  # AMQP field tables are big endian
+
+
+def entry_head(payload: bytes | memoryview) -> tuple[bytes, int, int, int, int | None, int, int]:
+    """The fields recovery needs from an ENQUEUE payload, without decoding the message.
+
+    Returns ``(queue as bytes, seq, flags, delivery_count, due_ms or None, body_ref, body size)``;
+    `body_ref` is 0 for an embedded body, whose size is then the rest of the payload (for a body
+    in the message store the size is that of the stored body, unknown here: -1).
+    """
+    (
+        seq,
+        flags,
+        _priority,
+        delivery_count,
+        _timestamp_ms,
+        _expiry_ms,
+        due_ms,
+        _expiration_ms,
+        n_exchange,
+        n_rk,
+        n_mid,
+        n_queue,
+        n_props,
+    ) = _ENTRY.unpack_from(payload, 0)
+    b = _ENTRY_SIZE + n_queue
+    e = b + n_exchange + n_rk + n_mid
+    if flags & F_HEADERS:
+        (n_table,) = _TABLE_LEN.unpack_from(payload, e)
+        e += 4 + n_table
+    f = e + n_props
+    queue = bytes(payload[_ENTRY_SIZE:b])
+    due = due_ms if flags & F_DUE else None
+    if flags & F_EMBEDDED:
+        return queue, seq, flags, delivery_count, due, 0, len(payload) - f
+    (ref,) = _REF.unpack_from(payload, f)
+    return queue, seq, flags, delivery_count, due, ref, -1
+
+
 # ---------------------------------------------------------------------------------------------
-# Small payloads: ACK, DELIVERY_COUNT, PURGE, BODY
+# Small payloads: ACK, DELIVERY_COUNT, PURGE, BODY, PAGED_REF
 
 _QLEN: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")
@@ -329,3 +369,17 @@ def decode_body_ref(payload: memoryview) -> int:
 
 
 BODY_PREFIX: Final = _U64.size
+
+
+_PAGED_REF: Final = struct.Struct("<QI")
+
+
+def encode_paged_ref(seq: int, size: int) -> bytes:
+    """PAGED_REF payload (page files): a paged message whose durable copy is in the journal."""
+    return _PAGED_REF.pack(seq, size)
+
+
+def decode_paged_ref(payload: memoryview) -> tuple[int, int]:
+    """Decode a PAGED_REF payload: (seq, body size)."""
+    seq, size = _PAGED_REF.unpack_from(payload, 0)
+    return seq, size

@@ -57,16 +57,25 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import Iterable, Mapping
+import shutil
+import zlib
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, overload
 
 from ringmq.core.message import Message, SeqId
+from ringmq.storage import terms
+from ringmq.storage.bodystore import DiskSpillStore
 from ringmq.storage.definitions import DefinitionLog
 from ringmq.storage.journal import DEFAULT_SEGMENT_BYTES, Journal, fsync_fds
 from ringmq.storage.msgstore import MessageStore
 from ringmq.storage.records import (
+    F_EXPIRY,
+    HEADER,
+    HEADER_SIZE,
+    TYPE_CRC,
     Entry,
     Record,
     RecordType,
@@ -79,6 +88,7 @@ from ringmq.storage.records import (
     encode_entry,
     encode_message,
     encode_purge,
+    entry_head,
     scan,
 )
 
@@ -90,6 +100,10 @@ _PURGE_ALL: Final = (1 << 64) - 1
 _ROLL_DEAD_CURRENT_BYTES: Final = 1024 * 1024
 _COMPACT_LIVE_RATIO: Final = 0.25
 _COMPACT_QUIET_FLUSHES: Final = 8  # copy forward only once no ack touched it for this long
+_SIZE_MASK: Final = 0xFFFFFFFF  # index locations: segment << 64 | offset << 32 | body size
+_READ_WINDOW: Final = 256 * 1024  # journal bytes read at once when paging entries back in
+_ITER_BATCH: Final = 1024
+_SHARED_CACHE_BYTES: Final = 16 * 1024 * 1024
 
 
 def is_persistent(queue_durable: bool, message: Message) -> bool:
@@ -130,8 +144,149 @@ class RecoveredState:
 
     clean: bool = True
     definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    queues: dict[str, list[RecoveredMessage]] = field(default_factory=dict)
+    queues: dict[str, Sequence[RecoveredMessage]] = field(default_factory=dict)
     next_seq: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RecoveredTail:
+    """The part of a recovered queue left on disk by `RecoveredQueue.split`.
+
+    Attributes:
+        spill: the queue's spill store, holding `count` messages (`nbytes` of bodies) as
+            references to their journal copies, in seq order; the engine pages them in.
+        redelivered: every one of them is to be flagged redelivered (dirty stop).
+        delivery_counts: seq -> recorded delivery count (> 0) for those that have one.
+        expiring: some of them may carry an expiry time.
+        below: every seq of the tail is below this.
+    """
+
+    spill: DiskSpillStore
+    count: int
+    nbytes: int
+    redelivered: bool
+    delivery_counts: dict[SeqId, int]
+    expiring: bool
+    below: SeqId
+
+
+class RecoveredQueue(Sequence[RecoveredMessage]):
+    """One queue's recovered messages in seq order, read from the journal on demand.
+
+    Nothing is held in memory but the seqs: iterating (or indexing) reads and decodes the
+    messages in batches, so a caller that keeps them all materialises the queue (as before),
+    while `split` keeps a bounded head and leaves the rest on disk for the engine to page in.
+    """
+
+    def __init__(
+        self, store: FileStore, queue: str, seqs: list[int], *, redeliver_all: bool
+    ) -> None:
+        self.store = store
+        self.queue = queue
+        self.seqs = seqs
+        self.redeliver_all = redeliver_all
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @overload
+    def __getitem__(self, i: int) -> RecoveredMessage: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[RecoveredMessage]: ...
+
+    def __getitem__(self, i: int | slice) -> RecoveredMessage | list[RecoveredMessage]:
+        if isinstance(i, slice):
+            return self._read(self.seqs[i])
+        return self._read([self.seqs[i]])[0]
+
+    def __iter__(self) -> Iterator[RecoveredMessage]:
+        seqs = self.seqs
+        for start in range(0, len(seqs), _ITER_BATCH):
+            yield from self._read(seqs[start : start + _ITER_BATCH])
+
+    def __repr__(self) -> str:
+        return f"RecoveredQueue({self.queue!r}, {len(self.seqs)} messages)"
+
+    def _read(self, seqs: Sequence[int]) -> list[RecoveredMessage]:
+        dirty = self.redeliver_all
+        return [
+            RecoveredMessage(
+                e.seq,
+                e.message,
+                dirty or e.delivery_count > 0,
+                e.delivery_count,
+                e.expiry_ms,
+                e.due_ms,
+            )
+            for e in self.store.read_entries(self.queue, seqs)
+        ]
+
+    def split(
+        self, max_count: int, max_bytes: int
+    ) -> tuple[list[RecoveredMessage], RecoveredTail | None]:
+        """Read the head (up to `max_count` messages / about `max_bytes` of bodies, plus every
+        scheduled message) and leave the rest in a spill store that reads it back from the
+        journal; `None` when everything fits."""
+        store = self.store
+        qi = store._index.get(self.queue, {})
+        due = store._due.get(self.queue, {})
+        seqs = self.seqs
+        head: list[int] = []
+        n = nbytes = 0
+        i = 0
+        while i < len(seqs):
+            s = seqs[i]
+            if s not in due:
+                if n >= max_count or nbytes >= max_bytes:
+                    break
+                n += 1
+                nbytes += qi[s] & _SIZE_MASK
+            head.append(s)
+            i += 1
+        rest = seqs[i:]
+        if due:
+            head.extend(s for s in rest if s in due)
+            rest = [s for s in rest if s not in due]
+        messages = self._read(head)
+        if not rest:
+            return messages, None
+        first = rest[0]
+        counts = {
+            SeqId(s): c
+            for s, c in store._counts.get(self.queue, {}).items()
+            if s >= first and s not in due
+        }
+        tail = RecoveredTail(
+            spill=store.spill_for(self.queue, rest),
+            count=len(rest),
+            nbytes=sum(qi[s] & _SIZE_MASK for s in rest),
+            redelivered=self.redeliver_all,
+            delivery_counts=counts,
+            expiring=self.queue in store._expiring,
+            below=SeqId(rest[-1] + 1),
+        )
+        return messages, tail
+
+
+class _QueueCopies:
+    """One queue's journaled messages as a page file sees them (`paging.DurableCopies`)."""
+
+    __slots__ = ("queue", "store")
+
+    def __init__(self, store: FileStore, queue: str) -> None:
+        self.store = store
+        self.queue = queue
+
+    def holds(self, seq: int) -> bool:
+        qi = self.store._index.get(self.queue)
+        return qi is not None and seq in qi
+
+    def size(self, seq: int) -> int:
+        return int(self.store._index[self.queue][seq] & _SIZE_MASK)
+
+    def read(self, seqs: Sequence[int]) -> list[Entry]:
+        return self.store.read_entries(self.queue, seqs)
 
 
 class Store(Protocol):
@@ -333,8 +488,14 @@ class FileStore:
         self._defs = DefinitionLog(directory / "definitions")
         self._position = 0
         self._durable = 0
-        # queue -> seq -> segment holding its live ENQUEUE
+        # queue -> seq -> location of its live ENQUEUE: segment << 64 | offset << 32 | body size
         self._index: dict[str, dict[int, int]] = {}
+        # queue -> seq -> due_ms (scheduled messages only)
+        self._due: dict[str, dict[int, int]] = {}
+        self._expiring: set[str] = set()  # queues that journaled a message with an expiry
+        self._shared: dict[int, Message] = {}  # large bodies read lately (`read_entries`)
+        self._shared_bytes = 0
+        self._spills = 0
         # queue -> seq -> shared-store ref (large bodies only)
         self._refs: dict[str, dict[int, int]] = {}
         # queue -> seq -> delivery count (only when > 0)
@@ -349,15 +510,24 @@ class FileStore:
         self._next_seq: dict[str, int] = {}
         clean_marker = directory / "CLEAN"
         self._clean = clean_marker.exists()
+        paging = directory / "paging"  # page files of recovered backlogs: transient
+        if paging.exists():
+            shutil.rmtree(paging)
+        self.used_terms = False
         # Replay allocates a few objects per message and no cycles; the cyclic GC would
         # rescan the growing heap again and again (a quarter of the replay time at 100k).
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            self._recovered: RecoveredState | None = self._replay()
+            self._recovered: RecoveredState | None = None
+            if self._clean:
+                self._recovered = self._load_terms()
+            if self._recovered is None:
+                self._recovered = self._replay()
         finally:
             if gc_was_enabled:
                 gc.enable()
+        terms.discard(directory)  # never usable again: the files change from now on
         if self._clean:
             clean_marker.unlink()
         # start appending in a fresh segment and make the marker removal durable
@@ -375,68 +545,91 @@ class FileStore:
     # -- replay ------------------------------------------------------------------------------
 
     def _replay(self) -> RecoveredState:
+        # Index every live entry by location only: no message is decoded or kept in memory
+        # (bodies are read back lazily, see `RecoveredQueue`).
         self._bodies.replay()
-        entries: dict[str, dict[int, Entry]] = {}
-        loc: dict[str, dict[int, int]] = {}
+        index = self._index
+        counts = self._counts
+        refs = self._refs
+        due = self._due
+        names: dict[bytes, str] = {}
         tx: list[tuple[int, Record]] | None = None
         tx_start: tuple[int, int] | None = None
+        seg_total = self._seg_total
+        next_seq = self._next_seq
+        expiring = self._expiring
+        bodies = self._bodies
+
+        def enqueue(seg: int, rec: Record) -> None:
+            qb, seq, flags, count, due_ms, ref, size = entry_head(rec.payload)
+            q = names.get(qb)
+            if q is None:
+                q = names[qb] = qb.decode()
+            qi = index.get(q)
+            if qi is None:
+                qi = index[q] = {}
+            qi[seq] = (seg << 64) | (rec.offset << 32) | (size & _SIZE_MASK)
+            seg_total[seg] = seg_total.get(seg, 0) + 1
+            if ref:
+                # never hand out a ref the journal mentions, even one whose body was lost
+                bodies.reserve_refs_below(ref + 1)
+                refs.setdefault(q, {})[seq] = ref
+            elif q in refs:
+                refs[q].pop(seq, None)
+            if count:
+                counts.setdefault(q, {})[seq] = count
+            elif q in counts:
+                counts[q].pop(seq, None)
+            if due_ms is not None:
+                due.setdefault(q, {})[seq] = due_ms
+            elif q in due:
+                due[q].pop(seq, None)
+            if flags & F_EXPIRY:
+                expiring.add(q)
+            if seq >= next_seq.get(q, 0):
+                next_seq[q] = seq + 1
+
+        def drop(seg: int, q: str, qi: dict[int, int], seqs: Iterable[int]) -> None:
+            qr, qc, qd = refs.get(q), counts.get(q), due.get(q)
+            for s in seqs:
+                loc = qi.pop(s, None)
+                if loc is None:
+                    continue
+                self._depend(seg, loc >> 64)
+                if qr:
+                    qr.pop(s, None)
+                if qc:
+                    qc.pop(s, None)
+                if qd:
+                    qd.pop(s, None)
 
         def apply(seg: int, rec: Record) -> None:
             rtype = rec.rtype
             if rtype == RecordType.ENQUEUE:
-                entry = decode_entry(rec.payload)
-                q, seq = entry.queue, entry.seq
-                entries.setdefault(q, {})[seq] = entry
-                self._seg_total[seg] = self._seg_total.get(seg, 0) + 1
-                if entry.body_ref:
-                    # never hand out a ref the journal mentions, even one whose body was lost
-                    self._bodies.reserve_refs_below(entry.body_ref + 1)
-                loc.setdefault(q, {})[seq] = seg
-                if seq + 1 > self._next_seq.get(q, 0):
-                    self._next_seq[q] = seq + 1
+                enqueue(seg, rec)
             elif rtype == RecordType.ACK:
                 q, seqs = decode_ack(rec.payload)
-                qe, ql = entries.get(q), loc.get(q)
-                if qe is None or ql is None:
-                    return
-                for s in seqs:
-                    if qe.pop(s, None) is not None:
-                        self._depend(seg, ql.pop(s))
+                qi = index.get(q)
+                if qi:
+                    drop(seg, q, qi, seqs)
             elif rtype == RecordType.DELIVERY_COUNT:
                 q, s, count = decode_delivery(rec.payload)
-                found = entries.get(q, {}).get(s)
-                if found is not None:
-                    found.delivery_count = count
-                    self._depend(seg, loc[q][s])
+                qi = index.get(q)
+                loc = qi.get(s) if qi else None
+                if loc is not None:
+                    counts.setdefault(q, {})[s] = count
+                    self._depend(seg, loc >> 64)
             elif rtype == RecordType.PURGE:
                 q, upto = decode_purge(rec.payload)
-                qe, ql = entries.get(q), loc.get(q)
-                if qe is None or ql is None:
-                    return
-                for s in [s for s in qe if s <= upto]:
-                    del qe[s]
-                    self._depend(seg, ql.pop(s))
+                qi = index.get(q)
+                if qi:
+                    drop(seg, q, qi, [s for s in qi if s <= upto])
 
         enqueue_type = RecordType.ENQUEUE
-        seg_total = self._seg_total
-        next_seq = self._next_seq
         for seg, rec in self._journal.replay():
             rtype = rec.rtype
             if rtype == enqueue_type and tx is None:
-                # the common record, inlined (same as apply's ENQUEUE branch)
-                entry = decode_entry(rec.payload)
-                q, eseq = entry.queue, entry.seq
-                qe = entries.get(q)
-                if qe is None:
-                    qe = entries[q] = {}
-                    loc[q] = {}
-                qe[eseq] = entry
-                loc[q][eseq] = seg
-                seg_total[seg] = seg_total.get(seg, 0) + 1
-                if entry.body_ref:
-                    self._bodies.reserve_refs_below(entry.body_ref + 1)
-                if eseq >= next_seq.get(q, 0):
-                    next_seq[q] = eseq + 1
+                enqueue(seg, rec)
             elif rtype == RecordType.TX_BEGIN:
                 # a BEGIN without COMMIT followed by another BEGIN cannot happen (one writer,
                 # contiguous transactions); treat the older one as committed, never drop data
@@ -457,51 +650,38 @@ class FileStore:
         if tx is not None and tx_start is not None:
             self._cut_torn_tx(*tx_start, len(tx))
 
-        # rebuild the live index, refcounts and per-segment live counts
-        state = RecoveredState(clean=self._clean, definitions=self._defs.all())
-        shared: dict[int, Message] = {}
+        # shared bodies: rebuild refcounts, learn the body sizes, drop entries without a body
         lost = 0
-        seg_live = self._seg_live
-        dirty = not self._clean
-        for q, qe in entries.items():
-            out: list[RecoveredMessage] = []
-            qindex = self._index.setdefault(q, {})
-            qloc = loc[q]
-            for seq in sorted(qe):  # copied-forward entries come out of seq order
-                entry = qe[seq]
-                msg = entry.message
-                if entry.body_ref:
-                    ref = entry.body_ref
-                    cached = shared.get(ref)
-                    if cached is not None:
-                        msg = cached
-                        self._bodies.incref(ref)
-                    elif self._bodies.incref(ref):
-                        msg.body = self._bodies.get(ref)
-                        shared[ref] = msg
-                    else:
-                        # the body never reached the disk: the enqueue was not confirmed
-                        lost += 1
-                        continue
-                    self._refs.setdefault(q, {})[seq] = ref
-                seg = qloc[seq]
-                qindex[seq] = seg
-                seg_live[seg] = seg_live.get(seg, 0) + 1
-                count = entry.delivery_count
-                if count:
-                    self._counts.setdefault(q, {})[seq] = count
-                out.append(
-                    RecoveredMessage(
-                        SeqId(seq), msg, dirty or count > 0, count, entry.expiry_ms, entry.due_ms
-                    )
-                )
-            if out:
-                state.queues[q] = out
+        for q, qr in refs.items():
+            qi = index[q]
+            for seq, ref in list(qr.items()):
+                if bodies.incref(ref):
+                    loc = qi[seq]
+                    qi[seq] = (loc & ~_SIZE_MASK) | (bodies.length(ref) & _SIZE_MASK)
+                else:
+                    # the body never reached the disk: the enqueue was not confirmed
+                    lost += 1
+                    del qi[seq], qr[seq]
+                    counts.get(q, {}).pop(seq, None)
+                    due.get(q, {}).pop(seq, None)
         if lost:
             log.warning(
                 "store %s: %d enqueues without their body were dropped", self.directory, lost
             )
-        self._bodies.sweep()
+        bodies.sweep()
+        seg_live = self._seg_live
+        for qi in index.values():
+            for loc in qi.values():
+                seg = loc >> 64
+                seg_live[seg] = seg_live.get(seg, 0) + 1
+        return self._recovered_state()
+
+    def _recovered_state(self) -> RecoveredState:
+        dirty = not self._clean
+        state = RecoveredState(clean=self._clean, definitions=self._defs.all())
+        for q, qi in self._index.items():
+            if qi:
+                state.queues[q] = RecoveredQueue(self, q, sorted(qi), redeliver_all=dirty)
         state.next_seq = dict(self._next_seq)
         return state
 
@@ -559,15 +739,19 @@ class FileStore:
                 ref = self._bodies.put(message.body)
                 message.store_ref = ref
             self._refs.setdefault(queue, {})[seq] = ref
-        seg, _ = self._journal.append(
+        seg, offset = self._journal.append(
             RecordType.ENQUEUE,
             encode_message(queue, seq, message, delivery_count, expiry_ms, due_ms, False, ref),
         )
-        qindex[seq] = seg
+        qindex[seq] = (seg << 64) | (offset << 32) | len(message.body)
         self._seg_live[seg] = self._seg_live.get(seg, 0) + 1
         self._seg_total[seg] = self._seg_total.get(seg, 0) + 1
         if delivery_count:
             self._counts.setdefault(queue, {})[seq] = delivery_count
+        if due_ms is not None:
+            self._due.setdefault(queue, {})[seq] = due_ms
+        if expiry_ms is not None:
+            self._expiring.add(queue)
         if seq + 1 > self._next_seq.get(queue, 0):
             self._next_seq[queue] = seq + 1
         self._position += 1
@@ -578,9 +762,10 @@ class FileStore:
         qindex = self._index.get(queue)
         if qindex is None:
             return None
-        seg = qindex.pop(seq, None)
-        if seg is None:
+        loc = qindex.pop(seq, None)
+        if loc is None:
             return None
+        seg: int = loc >> 64
         self._seg_live[seg] -= 1
         self._seg_acked_at[seg] = self._flushes
         qrefs = self._refs.get(queue)
@@ -591,7 +776,82 @@ class FileStore:
         qcounts = self._counts.get(queue)
         if qcounts:
             qcounts.pop(seq, None)
+        qdue = self._due.get(queue)
+        if qdue:
+            qdue.pop(seq, None)
         return seg
+
+    def read_entries(self, queue: str, seqs: Sequence[int]) -> list[Entry]:
+        """Read live entries of `queue` back from the journal, in the given order.
+
+        Large bodies are resolved from the message store; delivery counts are the current
+        ones. Consecutive entries are read in windows of the segment, not one by one. Raises
+        `LookupError` for a seq that is not live and `RuntimeError` for a damaged record.
+        """
+        qi = self._index.get(queue, {})
+        qcounts = self._counts.get(queue, {})
+        out: list[Entry] = []
+        buf = b""
+        buf_seg = -1
+        buf_off = 0
+        pread = self._journal.pread
+        shared = self._shared
+        for seq in seqs:
+            loc = qi.get(seq)
+            if loc is None:
+                raise LookupError(f"store {self.directory}: {queue!r} has no live seq {seq}")
+            seg = loc >> 64
+            off = (loc >> 32) & _SIZE_MASK
+            rel = off - buf_off
+            if seg != buf_seg or rel < 0 or rel + HEADER_SIZE > len(buf):
+                buf = pread(seg, off, _READ_WINDOW)
+                buf_seg, buf_off, rel = seg, off, 0
+            length, crc, rtype = HEADER.unpack_from(buf, rel) if len(buf) >= rel + 9 else (0, 0, 0)
+            end = rel + HEADER_SIZE + length
+            if end > len(buf):
+                buf = pread(seg, off, max(_READ_WINDOW, HEADER_SIZE + length))
+                buf_off, rel, end = off, 0, HEADER_SIZE + length
+            payload = memoryview(buf)[rel + HEADER_SIZE : end]
+            if (
+                rtype != RecordType.ENQUEUE
+                or len(payload) != length
+                or zlib.crc32(payload, TYPE_CRC[rtype]) != crc
+            ):
+                raise RuntimeError(f"journal segment {seg} offset {off}: damaged record")
+            entry = decode_entry(payload)
+            if entry.seq != seq or entry.queue != queue:
+                raise RuntimeError(f"journal segment {seg} offset {off}: not {queue!r} {seq}")
+            ref = entry.body_ref
+            if ref:
+                # one Message per shared body among those read lately (fan-out copies)
+                cached = shared.get(ref)
+                if cached is not None:
+                    entry.message = cached
+                else:
+                    body = entry.message.body = self._bodies.get(ref)
+                    if self._shared_bytes + len(body) > _SHARED_CACHE_BYTES:
+                        shared.clear()
+                        self._shared_bytes = 0
+                    shared[ref] = entry.message
+                    self._shared_bytes += len(body)
+            entry.delivery_count = qcounts.get(seq, 0)
+            out.append(entry)
+        return out
+
+    def copies(self, queue: str) -> _QueueCopies:
+        """`queue`'s journaled messages for a page file: a paged persistent message is then
+        written as a reference and read back from the journal (no second copy)."""
+        return _QueueCopies(self, queue)
+
+    def spill_for(self, queue: str, seqs: Sequence[int]) -> DiskSpillStore:
+        """A spill store for `queue` holding the live `seqs` (in order) as journal references;
+        its page files go to `<store>/paging` (wiped at open)."""
+        self._spills += 1
+        spill = DiskSpillStore(
+            self.directory / "paging" / f"q{self._spills:08d}", copies=self.copies(queue)
+        )
+        spill.restore(list(seqs))
+        return spill
 
     def ack(self, queue: str, seqs: Iterable[SeqId]) -> int:
         found: list[int] = []
@@ -609,12 +869,12 @@ class FileStore:
         return self._position
 
     def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int:
-        seg = self._index.get(queue, {}).get(seq)
-        if seg is not None:
+        loc = self._index.get(queue, {}).get(seq)
+        if loc is not None:
             at, _ = self._journal.append(
                 RecordType.DELIVERY_COUNT, encode_delivery(queue, seq, delivery_count)
             )
-            self._depend(at, seg)  # the count must not vanish while its ENQUEUE stays
+            self._depend(at, loc >> 64)  # the count must not vanish while its ENQUEUE stays
             self._counts.setdefault(queue, {})[seq] = delivery_count
         self._position += 1
         return self._position
@@ -629,6 +889,7 @@ class FileStore:
         self._index.pop(queue, None)
         self._refs.pop(queue, None)
         self._counts.pop(queue, None)
+        self._due.pop(queue, None)
         self._position += 1
         return self._position
 
@@ -684,6 +945,8 @@ class FileStore:
         self._journal.close()
         self._bodies.journal.close()
         self._defs.close()
+        if self._tx_seg is None:
+            self._write_terms()
         (self.directory / "CLEAN").write_bytes(b"")
         fsync_fds(self._fsync_dir_fds())
 
@@ -696,6 +959,91 @@ class FileStore:
         for journal in (self._journal, self._bodies.journal):
             journal.abandon()
         self._defs.abandon()
+
+    # -- recovery terms (clean stop) ---------------------------------------------------------
+
+    def _write_terms(self) -> None:
+        # Everything `_replay` would rebuild, as flat columns (see terms.py).
+        cols: list[array[Any]] = []
+        queues = []
+        for q, qi in self._index.items():
+            if not qi:
+                continue
+            seqs = sorted(qi)
+            locs = [qi[s] for s in seqs]
+            cols.append(array("Q", seqs))
+            cols.append(array("Q", [loc >> 32 for loc in locs]))  # segment << 32 | offset
+            cols.append(array("L", [loc & _SIZE_MASK for loc in locs]))
+            qc = self._counts.get(q, {})
+            cols.append(array("Q", qc.keys()))
+            cols.append(array("L", qc.values()))
+            qr = self._refs.get(q, {})
+            cols.append(array("Q", qr.keys()))
+            cols.append(array("Q", qr.values()))
+            qd = self._due.get(q, {})
+            cols.append(array("Q", qd.keys()))
+            cols.append(array("q", qd.values()))
+            queues.append(q)
+        bodies = self._bodies.export()
+        cols.extend(bodies)
+        meta = {
+            "journal": {str(k): v for k, v in self._journal.sizes().items()},
+            "msgstore": {str(k): v for k, v in self._bodies.journal.sizes().items()},
+            "seg_total": {str(k): v for k, v in self._seg_total.items()},
+            "seg_deps": {str(k): sorted(v) for k, v in self._seg_deps.items() if v},
+            "moved": sorted(self._moved),
+            "next_seq": self._next_seq,
+            "expiring": sorted(self._expiring),
+            "queues": queues,
+            "bodies": self._bodies.export_meta(),
+        }
+        terms.write(self.directory, meta, cols)
+
+    def _load_terms(self) -> RecoveredState | None:
+        # A clean stop: rebuild the index from the terms instead of replaying the journal,
+        # if (and only if) the terms are intact and describe exactly the files on disk.
+        got = terms.read(self.directory)
+        reason = got if isinstance(got, str) else None
+        if not isinstance(got, str):
+            meta, cols = got
+            if {str(k): v for k, v in self._journal.sizes().items()} != meta["journal"]:
+                reason = "journal segments differ from the recovery terms"
+            elif {str(k): v for k, v in self._bodies.journal.sizes().items()} != meta["msgstore"]:
+                reason = "message store files differ from the recovery terms"
+            elif len(cols) != 9 * len(meta["queues"]) + 5:
+                reason = "recovery terms: unexpected columns"
+        if reason is not None:
+            log.warning("store %s: %s; replaying the journal", self.directory, reason)
+            return None
+        self._journal.adopt()
+        self._bodies.journal.adopt()
+        it = iter(cols)
+        for q in meta["queues"]:
+            seqs, segoffs, sizes = next(it), next(it), next(it)
+            self._index[q] = dict(
+                zip(
+                    seqs,
+                    [(so << 32) | z for so, z in zip(segoffs, sizes, strict=True)],
+                    strict=True,
+                )
+            )
+            for target in (self._counts, self._refs, self._due):
+                keys, values = next(it), next(it)
+                if keys:
+                    target[q] = dict(zip(keys, values, strict=True))
+        self._bodies.adopt(meta["bodies"], [next(it) for _ in range(5)])
+        self._seg_total = {int(k): v for k, v in meta["seg_total"].items()}
+        self._seg_deps = {int(k): set(v) for k, v in meta["seg_deps"].items()}
+        self._moved = dict.fromkeys(meta["moved"], 0)
+        self._next_seq = {str(k): int(v) for k, v in meta["next_seq"].items()}
+        self._expiring = set(meta["expiring"])
+        seg_live = self._seg_live
+        for qi in self._index.values():
+            for loc in qi.values():
+                seg = loc >> 64
+                seg_live[seg] = seg_live.get(seg, 0) + 1
+        self.used_terms = True
+        return self._recovered_state()
 
     # -- space reclamation -------------------------------------------------------------------
 
@@ -754,11 +1102,12 @@ class FileStore:
             if rec.rtype != RecordType.ENQUEUE:
                 continue
             entry = decode_entry(rec.payload)
-            if self._index.get(entry.queue, {}).get(entry.seq) != oldest:
+            loc = self._index.get(entry.queue, {}).get(entry.seq)
+            if loc is None or loc >> 64 != oldest or (loc >> 32) & _SIZE_MASK != rec.offset:
                 continue
             entry.delivery_count = self._counts.get(entry.queue, {}).get(entry.seq, 0)
-            at, _ = self._journal.append(RecordType.ENQUEUE, encode_entry(entry))
-            self._index[entry.queue][entry.seq] = at
+            at, offset = self._journal.append(RecordType.ENQUEUE, encode_entry(entry))
+            self._index[entry.queue][entry.seq] = (at << 64) | (offset << 32) | (loc & _SIZE_MASK)
             self._seg_live[oldest] -= 1
             self._seg_live[at] = self._seg_live.get(at, 0) + 1
             self._seg_total[at] = self._seg_total.get(at, 0) + 1
