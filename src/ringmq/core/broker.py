@@ -221,24 +221,28 @@ _EQUIVALENCE_ARGS: Final = frozenset(
 _Handler = Callable[[Session, Any, RawContent | None, int], None]
 
 
+def _field_type(value: Any) -> str:
+    """The AMQP field-table type name RabbitMQ prints for `value` ('signedint', 'longstr')."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
 def _fmt_value(value: Any) -> str:
     """RabbitMQ's "the value '10' of type 'signedint'" for inequivalent-arg texts."""
     if value is None:
         return "none"
-    if isinstance(value, bool):
-        kind = "bool"
-    elif isinstance(value, int):
-        kind = "signedint" if -(2**31) <= value < 2**31 else "long"
-    elif isinstance(value, float):
-        kind = "double"
-    elif isinstance(value, str | bytes):
-        kind = "longstr"
-    elif isinstance(value, dict):
-        kind = "table"
-    elif isinstance(value, list):
-        kind = "array"
-    else:
-        kind = type(value).__name__
+    kind = _field_type(value)
     shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     if isinstance(shown, bool):
         shown = str(shown).lower()
@@ -725,6 +729,27 @@ class Broker:
             session.perm_generation = self.auth.generation
         session.perm_ok.add(key)
 
+    def _check_arg_exchange(
+        self, s: Session, args: dict[str, Any], key: str, kind: str, name: str
+    ) -> None:
+        """RabbitMQ's rule for an exchange named in a declare argument (DLX, AE).
+
+        Naming `x-dead-letter-exchange` on a queue or `alternate-exchange` on an exchange lets
+        the declarer's resource publish into that exchange later, so the declarer needs read on
+        the resource being declared and write on the named exchange (403 otherwise). A value that
+        is not a string is refused with 406 first, as RabbitMQ's `r_arg` does.
+        """
+        if key not in args:
+            return
+        target = _as_str(args[key])
+        if target is None:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"invalid type '{_field_type(args[key])}' for arg '{key}'",
+            )
+        self._check(s, Access.READ, kind, name)
+        self._check(s, Access.WRITE, "exchange", target)
+
     @staticmethod
     def _vhost(session: Session) -> VHost:
         return session.vhost
@@ -763,6 +788,7 @@ class Broker:
             ) from None
         self._check(s, Access.CONFIGURE, "exchange", name)
         args = dict(m.arguments or {})
+        self._check_arg_exchange(s, args, "alternate-exchange", "exchange", name)
         routing_type: ExchangeType | None = None
         if kind is ExchangeType.DELAYED:
             raw = _as_str(args.get("x-delayed-type"))
@@ -999,6 +1025,7 @@ class Broker:
         self._check(s, Access.CONFIGURE, "queue", name)
         existing = vh.queues.get(name)
         args = dict(m.arguments or {})
+        self._check_arg_exchange(s, args, "x-dead-letter-exchange", "queue", name)
         if existing is not None:
             q = existing
             if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:

@@ -74,6 +74,55 @@ def test_permission_regexes_refuse_with_rabbitmq_text() -> None:
     assert (err.class_id, err.method_id) == (50, 10)
 
 
+def _perm_kit(write: str, read: str) -> tuple[Kit, tuple[int, int]]:
+    cfg = BrokerConfig(
+        users=[UserConfig("u", password="p")],
+        permissions=[PermissionConfig("u", "/", configure=".*", write=write, read=read)],
+    )
+    k = Kit(cfg)
+    return k, k.channel(k.connect("u"))
+
+
+def test_dead_letter_exchange_on_declare_needs_write_on_it_and_read_on_the_queue() -> None:
+    k, ch = _perm_kit(write="^dlx-ok$", read="^q-")
+    k.declare(ch, "q-1", arguments={"x-dead-letter-exchange": "dlx-ok"})
+    err = k.error(ch, spec.QueueDeclare(queue="q-2", arguments={"x-dead-letter-exchange": "dlx"}))
+    assert err.code is ReplyCode.ACCESS_REFUSED
+    assert err.explanation == "write access to exchange 'dlx' in vhost '/' refused for user 'u'"
+    ch = k.channel(k.connect("u"))
+    args = {"x-dead-letter-exchange": "dlx-ok"}
+    err = k.error(ch, spec.QueueDeclare(queue="other", arguments=args))
+    assert err.code is ReplyCode.ACCESS_REFUSED
+    assert err.explanation == "read access to queue 'other' in vhost '/' refused for user 'u'"
+    # the default exchange as DLX is checked as amq.default
+    ch = k.channel(k.connect("u"))
+    err = k.error(ch, spec.QueueDeclare(queue="q-3", arguments={"x-dead-letter-exchange": ""}))
+    assert "exchange 'amq.default'" in err.explanation
+    ch = k.channel(k.connect("u"))
+    err = k.error(ch, spec.QueueDeclare(queue="q-4", arguments={"x-dead-letter-exchange": 5}))
+    assert err.code is ReplyCode.PRECONDITION_FAILED
+    assert err.explanation == "invalid type 'signedint' for arg 'x-dead-letter-exchange'"
+    assert "q-2" not in k.broker.vhosts["/"].queues
+
+
+def test_alternate_exchange_on_declare_needs_write_on_it_and_read_on_the_exchange() -> None:
+    k, ch = _perm_kit(write="^ae-ok$", read="^x-")
+    k.call(ch, spec.ExchangeDeclare(exchange="x-1", arguments={"alternate-exchange": "ae-ok"}))
+    decl = spec.ExchangeDeclare(exchange="x-2", arguments={"alternate-exchange": "ae"})
+    err = k.error(ch, decl)
+    assert err.code is ReplyCode.ACCESS_REFUSED
+    assert err.explanation == "write access to exchange 'ae' in vhost '/' refused for user 'u'"
+    assert (err.class_id, err.method_id) == (40, 10)
+    ch = k.channel(k.connect("u"))
+    decl = spec.ExchangeDeclare(exchange="y", arguments={"alternate-exchange": "ae-ok"})
+    err = k.error(ch, decl)
+    assert err.explanation == "read access to exchange 'y' in vhost '/' refused for user 'u'"
+    assert "x-2" not in k.broker.vhosts["/"].exchanges
+    # without the argument no read or write is needed
+    ch = k.channel(k.connect("u"))
+    k.call(ch, spec.ExchangeDeclare(exchange="plain"))
+
+
 # ---------------------------------------------------------------- queues
 def test_queue_declare_passive_and_reserved_names(kit: Kit) -> None:
     ch = kit.open()
