@@ -18,6 +18,7 @@ import http.client
 import json
 import socket
 import struct
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -33,7 +34,12 @@ from ringmq.amqp.frames import (
     encode_content_frames,
     encode_method_frame,
 )
-from ringmq.connector.records import Record, decode_records
+from ringmq.connector.records import (
+    PUBLISH_MEDIA_TYPE,
+    Record,
+    decode_records,
+    skip_published,
+)
 
 DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
 _FRAME_HEAD: Final = struct.Struct(">BHI")
@@ -50,6 +56,7 @@ class StreamAPIError(Exception):
     def __init__(self, status: int, text: str) -> None:
         super().__init__(f"HTTP {status}: {text}")
         self.status = status
+        self.text = text
 
 
 class PublishError(Exception):
@@ -118,11 +125,19 @@ class StreamClient:
         vhost, name = quote(self.vhost, safe=""), quote(queue, safe="")
         return f"{self.prefix}/api/streams/{vhost}/{name}{suffix}"
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
-        data = None if body is None else json.dumps(body).encode()
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> bytes:
+        data = raw if body is None else json.dumps(body).encode()
         headers = dict(self._headers)
         if data is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         for attempt in (0, 1):
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(
@@ -190,6 +205,54 @@ class StreamClient:
             path = self._path(queue, f"/read?consumer={c}&lo={a}&hi={b}")
             out += decode_records(self._request("GET", path))
         return out
+
+    def read_columns(self, queue: str, consumer: str, lo: int, hi: int) -> bytes:
+        """Positions `[lo, hi)` as one `application/x-ringmq-columns` body (at most 200 000)."""
+        c = quote(consumer, safe="")
+        path = self._path(queue, f"/read?consumer={c}&lo={lo}&hi={hi}&format=columns")
+        return self._request("GET", path)
+
+    def browse_columns(self, queue: str, after: int | None = None, limit: int = 1000) -> bytes:
+        """`browse` as one `application/x-ringmq-columns` body."""
+        q = f"/browse?format=columns&limit={limit}" + ("" if after is None else f"&after={after}")
+        return self._request("GET", self._path(queue, q))
+
+    def publish(self, exchange: str, body: bytes, *, retry_s: float = 60.0) -> dict[str, Any]:
+        """Bulk publish an `application/x-ringmq-publish` body (see `encode_publish`).
+
+        Returns once the broker confirmed every message (persistent ones on durable queues
+        synced). While the broker blocks publishers (memory alarm, Artemis BLOCK) it resumes
+        after the messages already taken, for up to `retry_s`.
+
+        Raises:
+            PublishError: a message was nacked (a queue refused it).
+            StreamAPIError: the broker refused the request (unknown exchange, permissions).
+        """
+        name = quote(exchange or "amq.default", safe="")
+        path = f"{self.prefix}/api/streams/{quote(self.vhost, safe='')}/{name}/publish"
+        done = 0
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                answer: dict[str, Any] = json.loads(
+                    self._request("POST", path, raw=body, content_type=PUBLISH_MEDIA_TYPE)
+                )
+            except StreamAPIError as exc:
+                if exc.status != 503 or time.monotonic() > deadline:
+                    raise
+                got = json.loads(exc.text)
+                taken = int(got.get("published", 0))
+                if got.get("nacked"):
+                    raise PublishError(f"{got['nacked']} messages nacked by the broker") from exc
+                done += taken
+                body = skip_published(body, taken)
+                time.sleep(0.2)
+                continue
+            if answer.get("nacked"):
+                first = done + int(answer.get("first_nacked") or 0)
+                raise PublishError(f"{answer['nacked']} messages nacked (first: {first})")
+            answer["published"] = done + int(answer["published"])
+            return answer
 
     def settle(self, queue: str, consumer: str, up_to: int) -> dict[str, Any]:
         """Delete every reserved message below position `up_to` (cumulative, idempotent)."""

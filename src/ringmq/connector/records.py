@@ -8,12 +8,16 @@ length, body length), then exchange, routing key, the raw AMQP basic properties 
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ringmq.amqp.properties import BasicProperties, decode_properties
 
 RECORD_HEAD: Final = struct.Struct(">QQBqBBII")
+PUBLISH_MEDIA_TYPE: Final = "application/x-ringmq-publish"
 _PROPERTY_NAMES: Final = (
     "content_type",
     "content_encoding",
@@ -95,3 +99,53 @@ def property_maps(props_bin: bytes) -> tuple[dict[str, str], dict[str, str], str
     headers = {str(k): _text(v) for k, v in (p.headers or {}).items()}
     other = {name: _text(v) for name in _PROPERTY_NAMES if (v := getattr(p, name)) is not None}
     return headers, other, p.message_id
+
+
+def _le(a: array[int]) -> bytes:
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a.tobytes()
+
+
+def encode_publish(messages: Iterable[tuple[str, bytes, bytes]]) -> bytes:
+    """An `application/x-ringmq-publish` body of (routing key, properties, body) messages.
+
+    Layout, little-endian: `u32 n`; `u32[n]` lengths of routing keys, properties and bodies;
+    then all routing keys, all properties (AMQP basic properties, flags and list) and all
+    bodies, each concatenated in order. The Spark sink builds the same layout from Arrow
+    buffers directly (`ringmq.connector.spark.sink`).
+    """
+    rks: list[bytes] = []
+    props: list[bytes] = []
+    bodies: list[bytes] = []
+    for rk, p, b in messages:
+        rks.append(rk.encode())
+        props.append(p)
+        bodies.append(b)
+    lens = [_le(array("I", map(len, col))) for col in (rks, props, bodies)]
+    return b"".join(
+        [struct.pack("<I", len(rks)), *lens, b"".join(rks), b"".join(props), b"".join(bodies)]
+    )
+
+
+def skip_published(body: bytes, k: int) -> bytes:
+    """The publish body without its first `k` messages (to resume after a partial publish)."""
+    (n,) = struct.unpack_from("<I", body, 0)
+    k = min(k, n)
+    if k == 0:
+        return body
+    cols: list[array[int]] = []
+    for c in range(3):
+        a: array[int] = array("I")
+        a.frombytes(body[4 + 4 * n * c : 4 + 4 * n * (c + 1)])
+        if sys.byteorder != "little":
+            a.byteswap()
+        cols.append(a)
+    off = 4 + 12 * n
+    parts: list[bytes] = []
+    for a in cols:
+        total, skip = sum(a), sum(a[:k])
+        parts.append(body[off + skip : off + total])
+        off += total
+    rest = [_le(a[k:]) for a in cols]
+    return b"".join([struct.pack("<I", n - k), *rest, *parts])

@@ -15,15 +15,37 @@ Range reads answer `application/x-ringmq-records`: a sequence of records, each
 `>QQBqBBII` = position, queue seq, flags (bit 0 redelivered), timestamp_ms, exchange length,
 routing-key length, properties length, body length; then exchange, routing key, the raw AMQP
 basic properties (flags + list, exactly as published) and the body. The connector decodes them
-(`ringmq.connector.records`).
+(`ringmq.connector.records`). With `format=columns`, reads and browses answer
+`application/x-ringmq-columns` instead: the same fields as little-endian column arrays followed
+by the four concatenated variable-length columns (`encode_columns`), which the connector maps
+straight into Arrow buffers without a per-message Python loop.
+
+Bulk publish (`POST /api/streams/{vhost}/{exchange}/publish`, body
+`application/x-ringmq-publish`, see `decode_publish`) goes through the broker exactly like an
+AMQP publish: the service opens an in-process *virtual connection* as the request's user
+(`Broker.connection_opened`, so vhost access is checked), a channel in confirm mode, and hands
+each message to `Broker.handle` as a `basic.publish` with its raw content, so routing, write
+permission on the exchange, `message_id` de-duplication, limits and persistence are the AMQP
+ones. Publishes run in slices of `PUBLISH_SLICE` messages, each one server batch (effects for
+real connections are applied; the group commit starts at the batch end), yielding to the loop
+between slices. The answer waits until the channel holds no confirm back, i.e. every persistent
+message routed to a durable queue is covered by an fsync: confirm semantics. Nacks (a queue
+refusing the message) are counted in the answer; a block (memory alarm, Artemis BLOCK) stops
+the request with 503 and the count already published, so the client resumes after it.
+
+Every endpoint checks the user's permissions in the vhost: read on the queue for the queue
+endpoints (as `basic.get` would), write on the exchange for publish (403 otherwise).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import struct
+import sys
+from array import array
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 from urllib.parse import unquote
@@ -32,6 +54,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ringmq.amqp import spec
+from ringmq.amqp.frames import RawContent
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.auth import Access
+from ringmq.core.effects import Block, Effect, SendMethod
 from ringmq.core.message import Message, SeqId
 from ringmq.core.reservations import (
     DEFAULT_LEASE_MS,
@@ -45,6 +72,14 @@ from ringmq.management.errors import HttpError, to_response
 log = logging.getLogger(__name__)
 
 RECORDS_MEDIA_TYPE: Final = "application/x-ringmq-records"
+COLUMNS_MEDIA_TYPE: Final = "application/x-ringmq-columns"
+PUBLISH_MEDIA_TYPE: Final = "application/x-ringmq-publish"
+PUBLISH_SLICE: Final = 2000
+"""Messages handed to the broker per server batch by a bulk publish."""
+MAX_PUBLISH: Final = 200_000
+"""Most messages in one bulk publish request."""
+CONFIRM_TIMEOUT_S: Final = 60.0
+_LITTLE: Final = sys.byteorder == "little"
 RECORD_HEAD: Final = struct.Struct(">QQBqBBII")
 EXPIRE_PERIOD_S: Final = 1.0
 MAX_READ: Final = 200_000
@@ -82,6 +117,128 @@ def encode_record(
     parts += (ex, rk, message.properties_bin, message.body)
 
 
+def _le(a: array[int]) -> bytes:
+    if not _LITTLE:
+        a.byteswap()
+    return a.tobytes()
+
+
+def encode_columns(rows: Iterable[tuple[int, int, bool, Message]]) -> bytes:
+    """The `application/x-ringmq-columns` encoding of (position, seq, redelivered, message).
+
+    Layout, little-endian: `u32 n`; `u64[n]` positions; `u64[n]` seqs; `u8[n]` flags (bit 0
+    redelivered); `i64[n]` timestamp_ms; `u32[n]` lengths of exchange, routing key, properties
+    and body (four arrays); then all exchanges, all routing keys, all properties (raw, as
+    published) and all bodies, each concatenated in row order.
+    """
+    pos: array[int] = array("Q")
+    seqs: array[int] = array("Q")
+    flags = bytearray()
+    ts: array[int] = array("q")
+    exs: list[bytes] = []
+    rks: list[bytes] = []
+    props: list[bytes] = []
+    bodies: list[bytes] = []
+    enc: dict[str, bytes] = {}
+    for p, sq, red, m in rows:
+        pos.append(p)
+        seqs.append(sq)
+        flags.append(1 if red else 0)
+        ts.append(m.timestamp_ms)
+        ex = enc.get(m.exchange)
+        if ex is None:
+            ex = enc[m.exchange] = m.exchange.encode()
+        rk = enc.get(m.routing_key)
+        if rk is None:
+            rk = m.routing_key.encode()
+            if len(enc) < 4096:
+                enc[m.routing_key] = rk
+        exs.append(ex)
+        rks.append(rk)
+        props.append(m.properties_bin)
+        bodies.append(m.body)
+    lens = [array("I", map(len, col)) for col in (exs, rks, props, bodies)]
+    return b"".join(
+        [
+            struct.pack("<I", len(pos)),
+            _le(pos),
+            _le(seqs),
+            bytes(flags),
+            _le(ts),
+            *(_le(a) for a in lens),
+            b"".join(exs),
+            b"".join(rks),
+            b"".join(props),
+            b"".join(bodies),
+        ]
+    )
+
+
+def decode_publish(data: bytes) -> list[tuple[str, bytes, bytes]]:
+    """(routing key, properties, body) of an `application/x-ringmq-publish` body.
+
+    Layout, little-endian: `u32 n`; `u32[n]` lengths of routing keys, properties and bodies
+    (three arrays); then all routing keys, all properties (AMQP basic properties: flags and
+    list, as in a content header) and all bodies, each concatenated in row order.
+
+    Raises:
+        StreamError: 400 when the body is malformed.
+    """
+    if len(data) < 4:
+        raise StreamError(400, "publish body too short")
+    (n,) = struct.unpack_from("<I", data, 0)
+    if n > MAX_PUBLISH:
+        raise StreamError(400, f"at most {MAX_PUBLISH} messages per publish request")
+    off = 4
+    cols: list[array[int]] = []
+    for _ in range(3):
+        a: array[int] = array("I")
+        if off + 4 * n > len(data):
+            raise StreamError(400, "publish body truncated")
+        a.frombytes(data[off : off + 4 * n])
+        if not _LITTLE:
+            a.byteswap()
+        cols.append(a)
+        off += 4 * n
+    rk_lens, p_lens, b_lens = cols
+    total = sum(rk_lens) + sum(p_lens) + sum(b_lens)
+    if off + total != len(data):
+        raise StreamError(400, "publish body length does not match its columns")
+    view = memoryview(data)
+    rk_at = off
+    p_at = rk_at + sum(rk_lens)
+    b_at = p_at + sum(p_lens)
+    out: list[tuple[str, bytes, bytes]] = []
+    try:
+        for rl, pl, bl in zip(rk_lens, p_lens, b_lens, strict=True):
+            rk = str(view[rk_at : rk_at + rl], "utf-8")
+            out.append((rk, bytes(view[p_at : p_at + pl]), bytes(view[b_at : b_at + bl])))
+            rk_at += rl
+            p_at += pl
+            b_at += bl
+    except UnicodeDecodeError:
+        raise StreamError(400, "routing key is not UTF-8") from None
+    return out
+
+
+class PublishResult:
+    """What a bulk publish did so far (indices are request positions)."""
+
+    __slots__ = ("blocked", "nacked", "published")
+
+    def __init__(self) -> None:
+        self.published = 0
+        self.nacked: list[int] = []
+        self.blocked: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "published": self.published,
+            "nacked": len(self.nacked),
+            "first_nacked": min(self.nacked) if self.nacked else None,
+        }
+
+
 class StreamService:
     """Reservation books per queue, on top of the core broker (see module docstring).
 
@@ -97,6 +254,8 @@ class StreamService:
         self.clock_ms = clock_ms
         self._books: dict[tuple[str, str], tuple[Any, Reservations[SeqId]]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        # Virtual connections of bulk publishes: negative ids never collide with the server's.
+        self._virtual_ids = itertools.count(-1, -1)
 
     # -- books --------------------------------------------------------------------------------
     def _entity(self, vhost: str, name: str) -> Any:
@@ -163,12 +322,17 @@ class StreamService:
             **_bounds(q),
         }
 
-    def read(self, vhost: str, name: str, consumer: str, lo: int, hi: int) -> bytes:
+    def read(
+        self, vhost: str, name: str, consumer: str, lo: int, hi: int, *, columns: bool = False
+    ) -> bytes:
         _, book = self.book(vhost, name)
         if hi - lo > MAX_READ:
             raise StreamError(400, f"range too large (at most {MAX_READ} positions)")
+        held = book.read(consumer, lo, hi, self.clock_ms())
+        if columns:
+            return encode_columns((e.pos, e.seq, e.redelivered, e.message) for e in held)
         parts: list[bytes] = []
-        for e in book.read(consumer, lo, hi, self.clock_ms()):
+        for e in held:
             encode_record(e.pos, e.seq, e.redelivered, e.message, parts)
         return b"".join(parts)
 
@@ -180,21 +344,29 @@ class StreamService:
         lease = book.lease(consumer)
         return {"deleted": deleted, "settled": 0 if lease is None else lease.settled, **_bounds(q)}
 
-    def browse(self, vhost: str, name: str, after: int | None, limit: int) -> bytes:
+    def browse(
+        self, vhost: str, name: str, after: int | None, limit: int, *, columns: bool = False
+    ) -> bytes:
         """Ready messages with seq > after, in seq order, without changing anything.
 
         Records carry the queue seq as both position and seq (a browse has no lease).
         """
         q = self._entity(vhost, name)
         now = self.clock_ms()
-        parts: list[bytes] = []
+        found: list[tuple[int, int, bool, Message]] = []
         cursor: SeqId | None = None if after is None else SeqId(after)
+        browse = q.queue.browse
         for _ in range(limit):
-            d = q.queue.browse(cursor, now)
+            d = browse(cursor, now)
             if d is None:
                 break
-            encode_record(d.seq, d.seq, d.redelivered, d.message, parts)
+            found.append((d.seq, d.seq, d.redelivered, d.message))
             cursor = d.seq
+        if columns:
+            return encode_columns(found)
+        parts: list[bytes] = []
+        for pos, seq, red, msg in found:
+            encode_record(pos, seq, red, msg, parts)
         return b"".join(parts)
 
     def drop(self, vhost: str, name: str, consumer: str) -> bool:
@@ -228,6 +400,94 @@ class StreamService:
                 for le in leases
             ],
         }
+
+    # -- permissions --------------------------------------------------------------------------
+    def check(self, user: str, vhost: str, access: Access, kind: str, name: str) -> None:
+        """Raise 403 unless `user` may `access` the resource in `vhost` (AMQP's rules)."""
+        auth = self.broker.auth
+        if vhost not in self.broker.vhosts:
+            raise StreamError(404, f"no vhost {vhost!r}")
+        try:
+            auth.check_vhost_access(user, vhost)
+            auth.check(user, vhost, access, kind, name)
+        except AMQPError as exc:
+            raise StreamError(403, exc.explanation) from None
+
+    # -- bulk publish -------------------------------------------------------------------------
+    def open_publisher(self, user: str, vhost: str) -> int:
+        """Open a virtual connection of `user` on `vhost` with channel 1 in confirm mode."""
+        if vhost not in self.broker.vhosts:
+            raise StreamError(404, f"no vhost {vhost!r}")
+        conn_id = next(self._virtual_ids)
+        now = self.clock_ms()
+        try:
+            self.broker.connection_opened(
+                conn_id, user, vhost, "http", {"product": "ringmq streams publish"}, now
+            )
+        except AMQPError as exc:
+            raise StreamError(403, exc.explanation) from None
+        self.broker.channel_opened(conn_id, 1, now)
+        self.broker.handle(conn_id, 1, spec.ConfirmSelect(), None, now)
+        return conn_id
+
+    def close_publisher(self, conn_id: int) -> None:
+        """Forget a virtual connection (effects for other connections are applied)."""
+        self._apply(conn_id, self.broker.connection_closed(conn_id, self.clock_ms()))
+
+    def publish_slice(
+        self,
+        conn_id: int,
+        exchange: str,
+        messages: list[tuple[str, bytes, bytes]],
+        start: int,
+        stop: int,
+        result: PublishResult,
+    ) -> None:
+        """Publish `messages[start:stop]` on the virtual connection (one server batch).
+
+        Raises:
+            StreamError: the broker refused a publish with a channel or connection error
+                (unknown exchange 404, permission 403, others 400); `result.published`
+                counts what went through before it.
+        """
+        handle = self.broker.handle
+        now = self.clock_ms()
+        for i in range(start, stop):
+            rk, props, body = messages[i]
+            content = RawContent(60, len(body), props, body)
+            method = spec.BasicPublish(exchange=exchange, routing_key=rk)
+            try:
+                effects = handle(conn_id, 1, method, content, now)
+            except AMQPError as exc:
+                code = {ReplyCode.NOT_FOUND: 404, ReplyCode.ACCESS_REFUSED: 403}.get(exc.code, 400)
+                raise StreamError(code, exc.explanation) from None
+            except (ValueError, IndexError, struct.error):
+                raise StreamError(400, f"message {i}: malformed properties") from None
+            result.published += 1
+            if effects:
+                self._apply(conn_id, effects, result)
+            if result.blocked is not None:
+                return
+
+    def confirms_held(self, conn_id: int) -> int:
+        """Publishes of the virtual connection still waiting for their fsync."""
+        conn = self.broker.conns.get(conn_id)
+        session = None if conn is None else conn.sessions.get(1)
+        return 0 if session is None else len(session.confirm_held)
+
+    def _apply(
+        self, conn_id: int, effects: list[Effect], result: PublishResult | None = None
+    ) -> None:
+        mine = [e for e in effects if e.conn_id == conn_id]
+        if result is not None:
+            for e in mine:
+                if isinstance(e, SendMethod) and isinstance(e.method, spec.BasicNack):
+                    result.nacked.append(int(e.method.delivery_tag) - 1)
+                elif isinstance(e, Block):
+                    result.blocked = e.reason
+        others = [e for e in effects if e.conn_id != conn_id] if mine else effects
+        if self.runtime is not None and others:
+            self.runtime.apply_effects(others)
 
     # -- background ---------------------------------------------------------------------------
     def ensure_started(self) -> None:
@@ -289,6 +549,22 @@ def _head_seq(engine: Any) -> int | None:
     return min(candidates) if candidates else None
 
 
+_ERRORS: Final = {
+    400: "bad_request",
+    403: "access_refused",
+    404: "not_found",
+    503: "unavailable",
+}
+
+
+def _columns(value: str | None) -> bool:
+    if value in (None, "records"):
+        return False
+    if value == "columns":
+        return True
+    raise StreamError(400, "format must be records or columns")
+
+
 def _consumer(value: Any) -> str:
     if not isinstance(value, str) or not value or len(value) > 255:
         raise StreamError(400, "consumer must be a non-empty string of at most 255 characters")
@@ -327,23 +603,28 @@ def routes(
                 raise ValueError("clock_ms is required without a runtime clock")
             clock_ms = clock.wall_ms
         svc = StreamService(broker, runtime, clock_ms)
+    default_user = str(getattr(getattr(broker, "config", None), "default_user", "guest"))
 
-    def endpoint(fn: Callable[[Request, str, str], Awaitable[Response]]) -> Handler:
+    def endpoint(
+        fn: Callable[[Request, str, str], Awaitable[Response]], *, publish: bool = False
+    ) -> Handler:
         async def handle(request: Request) -> Response:
             try:
                 api = getattr(request.app.state, "api", None)
-                if api is not None:
-                    api.authenticate(request)
+                # Without an authenticating app (bare routes in tests) the broker's default
+                # user acts, as for an unauthenticated loopback management call.
+                user = api.authenticate(request).name if api is not None else default_user
+                request.state.user = user
                 svc.ensure_started()
                 vhost = unquote(request.path_params["vhost"])
                 name = unquote(request.path_params["queue"])
+                if not publish:
+                    # Reading (and settling) a queue needs read permission, as basic.get does.
+                    svc.check(user, vhost, Access.READ, "queue", name)
                 return await fn(request, vhost, name)
             except StreamError as exc:
                 return JSONResponse(
-                    {
-                        "error": "bad_request" if exc.status == 400 else "not_found",
-                        "reason": exc.reason,
-                    },
+                    {"error": _ERRORS.get(exc.status, "bad_request"), "reason": exc.reason},
                     status_code=exc.status,
                 )
             except Exception as exc:
@@ -378,15 +659,63 @@ def routes(
         consumer = _consumer(p.get("consumer"))
         lo = _int(p.get("lo"), "lo", 0)
         hi = _int(p.get("hi"), "hi", lo)
-        data = svc.read(vhost, name, consumer, lo, hi)
-        return Response(data, media_type=RECORDS_MEDIA_TYPE)
+        cols = _columns(p.get("format"))
+        data = svc.read(vhost, name, consumer, lo, hi, columns=cols)
+        return Response(data, media_type=COLUMNS_MEDIA_TYPE if cols else RECORDS_MEDIA_TYPE)
 
     async def browse(request: Request, vhost: str, name: str) -> Response:
         p = request.query_params
         after = p.get("after")
         limit = _int(p.get("limit", 1000), "limit", 0, MAX_READ)
-        data = svc.browse(vhost, name, None if after is None else _int(after, "after", 0), limit)
-        return Response(data, media_type=RECORDS_MEDIA_TYPE)
+        cols = _columns(p.get("format"))
+        start = None if after is None else _int(after, "after", 0)
+        data = svc.browse(vhost, name, start, limit, columns=cols)
+        return Response(data, media_type=COLUMNS_MEDIA_TYPE if cols else RECORDS_MEDIA_TYPE)
+
+    async def publish(request: Request, vhost: str, exchange: str) -> Response:
+        # The path names the exchange; "amq.default" is the default exchange (RabbitMQ's API).
+        if exchange == "amq.default":
+            exchange = ""
+        user: str = request.state.user
+        svc.check(user, vhost, Access.WRITE, "exchange", exchange)
+        messages = decode_publish(await request.body())
+        result = PublishResult()
+        conn_id = svc._in_batch(lambda: svc.open_publisher(user, vhost))
+        try:
+            for a in range(0, len(messages), PUBLISH_SLICE):
+                b = min(len(messages), a + PUBLISH_SLICE)
+
+                def one_slice(a: int = a, b: int = b) -> None:
+                    svc.publish_slice(conn_id, exchange, messages, a, b, result)
+
+                svc._in_batch(one_slice)
+                if result.blocked is not None:
+                    break
+                await asyncio.sleep(0)  # let other connections and the fsync completion run
+            # Confirm semantics: persistent messages on durable queues are fsynced first.
+            deadline = asyncio.get_running_loop().time() + CONFIRM_TIMEOUT_S
+            while svc.confirms_held(conn_id):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise StreamError(503, "timed out waiting for the store to sync")
+                await asyncio.sleep(0.001)
+        except StreamError as exc:
+            if exc.status == 503:
+                raise
+            return JSONResponse(
+                {
+                    "error": _ERRORS.get(exc.status, "bad_request"),
+                    "reason": exc.reason,
+                    **result.as_json(),
+                },
+                status_code=exc.status,
+            )
+        finally:
+            svc._in_batch(lambda: svc.close_publisher(conn_id))
+        if result.blocked is not None:
+            return JSONResponse(
+                {"error": "blocked", "reason": result.blocked, **result.as_json()}, status_code=503
+            )
+        return JSONResponse(result.as_json())
 
     async def drop(request: Request, vhost: str, name: str) -> Response:
         consumer = _consumer(unquote(request.path_params["consumer"]))
@@ -401,6 +730,8 @@ def routes(
         Route(base + "/settle", endpoint(settle), methods=["POST"]),
         Route(base + "/browse", endpoint(browse), methods=["GET"]),
         Route(base + "/leases/{consumer}", endpoint(drop), methods=["DELETE"]),
+        # {queue} names the exchange here: the path parameter is shared with the queue routes.
+        Route(base + "/publish", endpoint(publish, publish=True), methods=["POST"]),
     ]
     return out
 

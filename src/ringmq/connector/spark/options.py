@@ -50,6 +50,8 @@ class Options:
     routing_key: str
     window: int
     message_id_prefix: str | None
+    publish_via: str = "amqp"
+    """Writer path: "http" (bulk publish endpoint) or "amqp" (confirmed AMQP publishes)."""
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> Options:
@@ -61,6 +63,10 @@ class Options:
         raw_queues = low.get("queues") or low.get("queue") or ""
         queues = tuple(q.strip() for q in raw_queues.split(",") if q.strip())
         max_bytes = low.get("maxbytesperbatch")
+        # The bulk HTTP publish is the default once the user names the management API.
+        via = (low.get("publishvia") or ("http" if low.get("httpurl") else "amqp")).lower()
+        if via not in ("http", "amqp"):
+            raise OptionError(f"option publishVia must be http or amqp, got {via!r}")
         return cls(
             url=url,
             http_url=http_url,
@@ -78,6 +84,7 @@ class Options:
             routing_key=low.get("routingkey", ""),
             window=_int(low, "publishwindow", 2000),
             message_id_prefix=low.get("messageidprefix") or None,
+            publish_via=via,
         )
 
     def require_queues(self) -> tuple[str, ...]:

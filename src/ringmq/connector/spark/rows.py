@@ -71,3 +71,143 @@ def to_batch(queue: str, records: Sequence[Record]) -> pa.RecordBatch:
     schema = arrow_schema()
     arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_MID_ONLY: Final = 0x0080  # property flags with only message_id set (AMQP basic properties)
+
+
+def _binary(kind: Any, n: int, lengths: Any, data: Any) -> Any:
+    """An Arrow binary/string array over `data` (the values concatenated) and u32 `lengths`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if n == 0:
+        return pa.array([], type=kind)
+    ends = pc.cumulative_sum(lengths.cast(pa.int32()))
+    offsets = pa.concat_arrays([pa.array([0], type=pa.int32()), ends])
+    return pa.Array.from_buffers(kind, n, [None, offsets.buffers()[1], data])
+
+
+def _property_columns(props: Any) -> tuple[Any, Any, Any]:
+    """(headers map, properties map, message_id) arrays from the raw properties column.
+
+    Messages without properties cost nothing per row; a message whose only property is
+    `message_id` (what the ringmq writer publishes) is sliced without decoding; anything else
+    goes through the AMQP properties decoder, memoised for repeated headers.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(props)
+    smap = pa.map_(pa.string(), pa.string())
+    if n == 0 or pc.all(pc.equal(props, pa.scalar(b"\x00\x00", pa.binary()))).as_py():
+        empty = pa.MapArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), n + 1),
+            pa.array([], type=pa.string()),
+            pa.array([], type=pa.string()),
+        )
+        return empty, empty, pa.nulls(n, pa.string())
+    h_off = [0]
+    h_keys: list[str] = []
+    h_vals: list[str] = []
+    p_off = [0]
+    p_keys: list[str] = []
+    p_vals: list[str] = []
+    ids: list[str | None] = []
+    memo: dict[bytes, tuple[dict[str, str], dict[str, str], str | None]] = {}
+    for raw in props.to_pylist():
+        if len(raw) >= 3 and raw[0] == 0 and raw[1] == _MID_ONLY and len(raw) == 3 + raw[2]:
+            mid = raw[3:].decode("utf-8", "replace")
+            p_keys.append("message_id")
+            p_vals.append(mid)
+            ids.append(mid)
+        else:
+            got = memo.get(raw)
+            if got is None:
+                got = property_maps(raw)
+                if len(memo) < 1024:
+                    memo[raw] = got
+            h, p, mid = got
+            h_keys += h.keys()
+            h_vals += h.values()
+            p_keys += p.keys()
+            p_vals += p.values()
+            ids.append(mid)
+        h_off.append(len(h_keys))
+        p_off.append(len(p_keys))
+    headers = pa.MapArray.from_arrays(
+        pa.array(h_off, type=pa.int32()),
+        pa.array(h_keys, type=pa.string()),
+        pa.array(h_vals, type=pa.string()),
+    )
+    other = pa.MapArray.from_arrays(
+        pa.array(p_off, type=pa.int32()),
+        pa.array(p_keys, type=pa.string()),
+        pa.array(p_vals, type=pa.string()),
+    )
+    return headers.cast(smap), other.cast(smap), pa.array(ids, type=pa.string())
+
+
+def columns_to_batch(queue: str, data: bytes) -> pa.RecordBatch:
+    """One Arrow record batch with `READ_SCHEMA`'s columns from an `x-ringmq-columns` body.
+
+    Fixed-width columns and the body, routing key and exchange are zero-copy views of `data`
+    (see `ringmq.management.streams.encode_columns` for the layout); only the properties are
+    looked at per row.
+
+    Raises:
+        ValueError: the body is truncated or inconsistent.
+    """
+    import struct
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(data) < 4:
+        raise ValueError("truncated columns")
+    (n,) = struct.unpack_from("<I", data, 0)
+    buf = pa.py_buffer(data)
+    off = 4
+
+    def take(width: int) -> Any:
+        nonlocal off
+        if off + width * n > len(data):
+            raise ValueError("truncated columns")
+        b = buf.slice(off, width * n)
+        off += width * n
+        return b
+
+    pos = pa.Array.from_buffers(pa.int64(), n, [None, take(8)])
+    seq = pa.Array.from_buffers(pa.int64(), n, [None, take(8)])
+    flags = pa.Array.from_buffers(pa.uint8(), n, [None, take(1)])
+    ts = pa.Array.from_buffers(pa.int64(), n, [None, take(8)])
+    lens = [pa.Array.from_buffers(pa.uint32(), n, [None, take(4)]) for _ in range(4)]
+    blobs = []
+    for ln in lens:
+        total = int(pc.sum(ln).as_py() or 0)
+        if off + total > len(data):
+            raise ValueError("truncated columns")
+        blobs.append(buf.slice(off, total))
+        off += total
+    if off != len(data):
+        raise ValueError("columns body has trailing bytes")
+    exchange = _binary(pa.string(), n, lens[0], blobs[0])
+    routing_key = _binary(pa.string(), n, lens[1], blobs[1])
+    props = _binary(pa.binary(), n, lens[2], blobs[2])
+    body = _binary(pa.binary(), n, lens[3], blobs[3])
+    headers, other, ids = _property_columns(props)
+    schema = arrow_schema()
+    arrays = [
+        pa.repeat(pa.scalar(queue, pa.string()), n),
+        pos,
+        seq,
+        body,
+        routing_key,
+        exchange,
+        headers,
+        other,
+        ids,
+        pc.not_equal(pc.bit_wise_and(flags, pa.scalar(1, pa.uint8())), pa.scalar(0, pa.uint8())),
+        pc.multiply(ts, 1000).cast(pa.timestamp("us", tz="UTC")),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -7,6 +7,10 @@ else one derived from the query id, batch id, partition id and row index for str
 the row's content and place for batch writes), so a replayed batch (same batch id after a
 restart) or a retried task publishes the same ids and a de-duplicating broker scope drops the
 copies. `commit`/`abort` run in another process on a fresh writer: they only log.
+
+With `publishVia=http` (the default when `httpUrl` is given) tasks post Arrow batches to the
+bulk publish endpoint instead (`bulk.py`): the broker routes, de-duplicates and confirms them
+exactly as AMQP publishes, without the per-row Python and AMQP framing.
 """
 
 from __future__ import annotations
@@ -79,21 +83,10 @@ def arrow_rows(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
 
 def publish_rows(options: Options, rows: Iterator[Any], *, streaming: bool) -> PublishedMessage:
     """Executor side: publish `rows` (Rows or dicts) with confirms; shared by every writer."""
-    from pyspark import TaskContext
-
     from ringmq.amqp.properties import BasicProperties, encode_properties
     from ringmq.connector.client import Publisher
 
-    ctx = TaskContext.get()
-    partition = ctx.partitionId() if ctx is not None else 0
-    if options.message_id_prefix:
-        prefix, content = options.message_id_prefix, not streaming
-    elif streaming and ctx is not None:
-        query = ctx.getLocalProperty("sql.streaming.queryId") or "query"
-        batch = ctx.getLocalProperty("streaming.sql.batchId") or "0"
-        prefix, content = f"{query}:{batch}", False
-    else:
-        prefix, content = "spark", True
+    partition, prefix, content = _task_ids(options, streaming=streaming)
     first: str | None = None
     last: str | None = None
 
@@ -133,6 +126,42 @@ def publish_rows(options: Options, rows: Iterator[Any], *, streaming: bool) -> P
     return PublishedMessage(partition, count, first, last)
 
 
+def _task_ids(options: Options, *, streaming: bool) -> tuple[int, str, bool]:
+    """(partition, message id prefix, whether ids hash the content) of the current task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    if options.message_id_prefix:
+        return partition, options.message_id_prefix, not streaming
+    if streaming and ctx is not None:
+        query = ctx.getLocalProperty("sql.streaming.queryId") or "query"
+        batch = ctx.getLocalProperty("streaming.sql.batchId") or "0"
+        return partition, f"{query}:{batch}", False
+    return partition, "spark", True
+
+
+def publish_arrow(options: Options, batches: Iterator[Any], *, streaming: bool) -> PublishedMessage:
+    """Executor side: Arrow batches to the broker, by the bulk HTTP path or by AMQP."""
+    if options.publish_via != "http":
+        return publish_rows(options, arrow_rows(batches), streaming=streaming)
+    from ringmq.connector.spark.bulk import (
+        content_ids,
+        publish_batches,
+        routing_keys,
+        sequential_ids,
+    )
+
+    partition, prefix, content = _task_ids(options, streaming=streaming)
+    ids = (
+        content_ids(prefix, partition, routing_keys(options))
+        if content
+        else sequential_ids(prefix, partition)
+    )
+    count, first, last = publish_batches(options, batches, ids)
+    return PublishedMessage(partition, count, first, last)
+
+
 class RingMQBatchWriter(DataSourceArrowWriter):
     """`df.write.format("ringmq")`: publish every row, confirmed, before the task succeeds.
 
@@ -143,7 +172,7 @@ class RingMQBatchWriter(DataSourceArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[Any]) -> PublishedMessage:
-        return publish_rows(self.options, arrow_rows(iterator), streaming=False)
+        return publish_arrow(self.options, iterator, streaming=False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         n = _count(messages)
@@ -164,8 +193,9 @@ class RingMQStreamWriter(_StreamBase):
         self.options = options
 
     def write(self, iterator: Iterator[Any]) -> PublishedMessage:
-        rows = iterator if _StreamBase is DataSourceStreamWriter else arrow_rows(iterator)
-        return publish_rows(self.options, rows, streaming=True)
+        if _StreamBase is DataSourceStreamWriter:  # Spark 4.0: Rows
+            return publish_rows(self.options, iterator, streaming=True)
+        return publish_arrow(self.options, iterator, streaming=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         n = _count(messages)

@@ -1,0 +1,270 @@
+"""The writer's bulk path: Arrow record batches straight into `/api/streams/.../publish` bodies.
+
+`encode_batch` lays an Arrow batch out in the `application/x-ringmq-publish` format (see
+`ringmq.connector.records.encode_publish`) from the columns' own buffers: bodies and routing
+keys are copied as whole buffers and their lengths computed with numpy, and the properties of
+the common row (only a `message_id`) are built with Arrow compute kernels. Rows that carry
+`headers` or `properties` columns take the per-row AMQP properties encoder. Message ids are the
+ones the AMQP path uses (`sink._id_for`), so both paths de-duplicate each other's copies.
+
+`publish_batches` groups rows by exchange, posts up to `BULK_ROWS` rows per request and
+overlaps encoding the next request with the broker ingesting the previous one (one sender
+thread, one HTTP connection).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ringmq.connector.spark.options import Options
+
+BULK_ROWS: Final = 50_000
+"""Most rows per publish request."""
+BULK_BYTES: Final = 32 * 1024 * 1024
+"""Most body bytes per publish request (at least one batch)."""
+_MID_ONLY_FLAGS: Final = b"\x00\x80"  # basic properties: only message_id present
+
+
+def _binary(arr: Any) -> Any:
+    """`arr` as a plain `binary` array without nulls (strings are cast, nulls are empty)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if not pa.types.is_binary(arr.type):
+        arr = arr.cast(pa.binary())
+    if arr.null_count:
+        arr = pc.fill_null(arr, pa.scalar(b"", pa.binary()))
+    return arr
+
+
+def _lengths_and_values(arr: Any) -> tuple[bytes, bytes]:
+    """(u32 little-endian lengths, concatenated values) of a binary array, sliced or not."""
+    import numpy as np
+
+    n = len(arr)
+    if n == 0:
+        return b"", b""
+    bufs = arr.buffers()
+    offs = np.frombuffer(bufs[1], dtype="<i4", count=arr.offset + n + 1)[arr.offset :]
+    lengths = np.diff(offs).astype("<u4").tobytes()
+    lo, hi = int(offs[0]), int(offs[-1])
+    data = b"" if bufs[2] is None or hi == lo else memoryview(bufs[2])[lo:hi].tobytes()
+    return lengths, data
+
+
+def _ids(batch: Any, ids: Callable[[Any, int], Any], start: int) -> Any:
+    """The message ids of the batch: the `message_id` column where set, else generated."""
+    import pyarrow.compute as pc
+
+    made = ids(batch, start)
+    if "message_id" not in batch.schema.names:
+        return made
+    given = batch.column("message_id")
+    return pc.coalesce(given.cast(made.type), made)
+
+
+def sequential_ids(prefix: str, partition: int) -> Callable[[Any, int], Any]:
+    """Ids `<prefix>:<partition>:<row index>` (streams: the same on replay and retry)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def make(batch: Any, start: int) -> Any:
+        idx = pa.array(range(start, start + batch.num_rows), type=pa.int64()).cast(pa.string())
+        head = pa.scalar(f"{prefix}:{partition}", pa.string())
+        return pc.binary_join_element_wise(head, idx, ":")
+
+    return make
+
+
+def content_ids(
+    prefix: str, partition: int, rks: Callable[[Any], list[str]]
+) -> Callable[[Any, int], Any]:
+    """Ids `<prefix>:<partition>:<row index>:<hash of routing key and body>` (batch writes)."""
+    import pyarrow as pa
+
+    def make(batch: Any, start: int) -> Any:
+        out: list[str] = []
+        bodies = _binary(batch.column("body")).to_pylist()
+        for i, (rk, body) in enumerate(zip(rks(batch), bodies, strict=True)):
+            h = hashlib.blake2b(digest_size=12)
+            h.update(rk.encode())
+            h.update(b"\x00")
+            h.update(body)
+            out.append(f"{prefix}:{partition}:{start + i}:{h.hexdigest()}")
+        return pa.array(out, type=pa.string())
+
+    return make
+
+
+def _mid_properties(ids: Any) -> Any:
+    """Basic properties holding only `message_id`, one per id (ids of at most 255 bytes)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    raw = _binary(ids)
+    lens = pc.binary_length(raw).to_numpy(zero_copy_only=False)
+    if len(lens) and int(lens.max()) > 255:
+        raise ValueError("message_id longer than 255 bytes")
+    one = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(1), len(raw), [None, pa.py_buffer(lens.astype(np.uint8).tobytes())]
+    ).cast(pa.binary())
+    flags = pa.scalar(_MID_ONLY_FLAGS, pa.binary())
+    return pc.binary_join_element_wise(flags, one, raw, pa.scalar(b"", pa.binary()))
+
+
+def _row_properties(batch: Any, ids: Any) -> Any:
+    """Per-row properties for batches with `headers` or `properties` columns."""
+    import pyarrow as pa
+
+    from ringmq.amqp.properties import BasicProperties, encode_properties
+    from ringmq.connector.spark.sink import _text
+
+    names = batch.schema.names
+    headers = batch.column("headers").to_pylist() if "headers" in names else None
+    extras = batch.column("properties").to_pylist() if "properties" in names else None
+    out: list[bytes] = []
+    for i, mid in enumerate(ids.to_pylist()):
+        h = headers[i] if headers is not None else None
+        if h is not None and not isinstance(h, dict):
+            h = dict(h)
+        extra = extras[i] if extras is not None else None
+        extra = {} if extra is None else dict(extra)
+        props = BasicProperties(
+            message_id=mid,
+            headers={str(k): _text(v) for k, v in h.items()} if h else None,
+            content_type=extra.get("content_type"),
+            correlation_id=extra.get("correlation_id"),
+            type=extra.get("type"),
+            app_id=extra.get("app_id"),
+            delivery_mode=int(extra["delivery_mode"]) if "delivery_mode" in extra else None,
+        )
+        out.append(encode_properties(props))
+    return pa.array(out, type=pa.binary())
+
+
+def routing_keys(options: Options) -> Callable[[Any], list[str]]:
+    """The rows' routing keys as Python strings (the `routing_key` column or the option)."""
+
+    def get(batch: Any) -> list[str]:
+        if "routing_key" in batch.schema.names:
+            col = batch.column("routing_key")
+            return [options.routing_key if v is None else str(v) for v in col.to_pylist()]
+        return [options.routing_key] * batch.num_rows
+
+    return get
+
+
+def encode_batch(
+    batch: pa.RecordBatch, options: Options, ids: Callable[[Any, int], Any], start: int
+) -> tuple[bytes, str | None, str | None]:
+    """(publish body, first id, last id) of the rows of `batch`, numbered from `start`."""
+    import struct
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    names = batch.schema.names
+    mids = _ids(batch, ids, start)
+    if "headers" in names or "properties" in names:
+        props = _row_properties(batch, mids)
+    else:
+        props = _mid_properties(mids)
+    if "routing_key" in names:
+        rk = _binary(
+            pc.fill_null(
+                batch.column("routing_key").cast(pa.string()),
+                pa.scalar(options.routing_key, pa.string()),
+            )
+        )
+        rk_lens, rk_data = _lengths_and_values(rk)
+    else:
+        one = options.routing_key.encode()
+        rk_lens, rk_data = struct.pack("<I", len(one)) * n, one * n
+    p_lens, p_data = _lengths_and_values(props)
+    b_lens, b_data = _lengths_and_values(_binary(batch.column("body")))
+    body = b"".join([struct.pack("<I", n), rk_lens, p_lens, b_lens, rk_data, p_data, b_data])
+    first = mids[0].as_py() if n else None
+    last = mids[n - 1].as_py() if n else None
+    return body, first, last
+
+
+def _by_exchange(batch: Any, default: str) -> Iterator[tuple[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "exchange" not in batch.schema.names:
+        yield default, batch
+        return
+    col = pc.fill_null(batch.column("exchange").cast(pa.string()), default)
+    values = pc.unique(col).to_pylist()
+    if len(values) == 1:
+        yield str(values[0]), batch
+        return
+    for v in values:
+        yield str(v), batch.filter(pc.equal(col, v))
+
+
+def publish_batches(
+    options: Options, batches: Iterator[Any], ids: Callable[[Any, int], Any]
+) -> tuple[int, str | None, str | None]:
+    """Publish every row through the streams API; (count, first id, last id).
+
+    Returns only after the broker confirmed every message; raises `PublishError` on a nack
+    and `StreamAPIError` on a refused request (the Spark task fails and is retried).
+    """
+    import pyarrow as pa
+
+    from ringmq.connector.client import StreamClient
+    from ringmq.connector.spark.options import http_with_credentials
+
+    client = StreamClient(
+        http_with_credentials(options.http_url, options.user, options.password), options.vhost
+    )
+    count = 0
+    first: str | None = None
+    last: str | None = None
+    pending: list[Any] = []
+    rows = 0
+    size = 0
+    sent: Future[dict[str, Any]] | None = None
+
+    with client, ThreadPoolExecutor(1, thread_name_prefix="ringmq-bulk") as pool:
+
+        def flush() -> None:
+            nonlocal count, first, last, pending, rows, size, sent
+            if not pending:
+                return
+            table = pa.Table.from_batches(pending).combine_chunks()
+            pending, rows, size = [], 0, 0
+            for whole in table.to_batches():
+                for exchange, part in _by_exchange(whole, options.exchange):
+                    body, a, b = encode_batch(part, options, ids, count)
+                    if sent is not None:
+                        sent.result()
+                    sent = pool.submit(client.publish, exchange, body)
+                    count += part.num_rows
+                    first = a if first is None else first
+                    last = b if b is not None else last
+
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            pending.append(batch)
+            rows += batch.num_rows
+            size += batch.column("body").nbytes
+            if rows >= BULK_ROWS or size >= BULK_BYTES:
+                flush()
+        flush()
+        if sent is not None:
+            sent.result()
+    return count, first, last
