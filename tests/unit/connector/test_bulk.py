@@ -1,0 +1,212 @@
+"""Bulk publish, columnar reads and permissions of the streams API against a running broker."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+pytest.importorskip("pyspark")
+pa = pytest.importorskip("pyarrow")
+
+from ringmq.amqp.properties import BasicProperties, encode_properties  # noqa: E402
+from ringmq.connector.client import PublishError, StreamAPIError, StreamClient  # noqa: E402
+from ringmq.connector.records import encode_publish, property_maps, skip_published  # noqa: E402
+from ringmq.connector.spark.options import Options  # noqa: E402
+from ringmq.connector.spark.rows import columns_to_batch, to_batch  # noqa: E402
+from ringmq.connector.spark.sink import arrow_rows, publish_arrow, publish_rows  # noqa: E402
+from ringmq.server.runtime import BrokerThread  # noqa: E402
+
+from .conftest import urls  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def _channel(b: BrokerThread) -> tuple[pika.BlockingConnection, object]:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+    return conn, conn.channel()
+
+
+def _mid(i: int) -> bytes:
+    return encode_properties(BasicProperties(message_id=f"m{i}"))
+
+
+def test_bulk_publish_routes_dedups_and_confirms(live_broker: BrokerThread) -> None:
+    _, http = urls(live_broker)
+    conn, ch = _channel(live_broker)
+    ch.queue_declare("plain")  # type: ignore[attr-defined]
+    ch.queue_declare("durable", durable=True)  # type: ignore[attr-defined]
+    ch.queue_declare(  # type: ignore[attr-defined]
+        "dedup", arguments={"x-message-deduplication-window-ms": 60_000}
+    )
+    ch.exchange_declare("fan", "fanout")  # type: ignore[attr-defined]
+    ch.queue_bind("plain", "fan")  # type: ignore[attr-defined]
+    ch.queue_bind("dedup", "fan")  # type: ignore[attr-defined]
+    ch.queue_declare(  # type: ignore[attr-defined]
+        "small", arguments={"x-max-length": 2, "x-overflow": "reject-publish"}
+    )
+    conn.close()
+    with StreamClient(http) as c:
+        body = encode_publish(("", _mid(i), b"b%d" % i) for i in range(10))
+        assert c.publish("fan", body)["published"] == 10
+        assert c.publish("fan", body)["published"] == 10  # a retry: dedup drops it there
+        assert c.info("plain")["ready"] == 20
+        assert c.info("dedup")["ready"] == 10
+        persistent = encode_properties(BasicProperties(delivery_mode=2))
+        n = 3000  # more than one slice of the endpoint
+        assert (
+            c.publish("", encode_publish(("durable", persistent, b"p") for _ in range(n)))[
+                "published"
+            ]
+            == n
+        )
+        got = c.browse_all("durable")
+        assert len(got) == n
+        assert property_maps(got[0].properties_bin)[1] == {"delivery_mode": "2"}
+        # a queue refusing messages: nacks fail the publish, as AMQP confirms do
+        with pytest.raises(PublishError, match="nacked"):
+            c.publish("", encode_publish(("small", b"\x00\x00", b"x") for _ in range(3)))
+        assert c.info("small")["ready"] == 2
+        with pytest.raises(StreamAPIError) as err:
+            c.publish("missing", encode_publish([("", b"\x00\x00", b"x")]))
+        assert err.value.status == 404
+        with pytest.raises(StreamAPIError) as err:
+            c._request("POST", "/api/streams/%2F/fan/publish", raw=b"\x05\x00\x00\x00")
+        assert err.value.status == 400
+
+
+def test_skip_published_resumes_after_k() -> None:
+    msgs = [(f"rk{i}", _mid(i), b"body%d" % i) for i in range(5)]
+    body = encode_publish(msgs)
+    assert skip_published(body, 0) == body
+    assert skip_published(body, 2) == encode_publish(msgs[2:])
+    assert skip_published(body, 5) == encode_publish([])
+
+
+def test_columns_match_records(live_broker: BrokerThread) -> None:
+    _, http = urls(live_broker)
+    conn, ch = _channel(live_broker)
+    ch.queue_declare("cols")  # type: ignore[attr-defined]
+    conn.close()
+    props = [
+        b"\x00\x00",
+        _mid(1),
+        encode_properties(BasicProperties(headers={"k": "v", "n": 3}, message_id="x")),
+        encode_properties(BasicProperties(content_type="text/plain", app_id="a")),
+    ]
+    with StreamClient(http) as c:
+        c.publish("", encode_publish(("cols", props[i % 4], b"m%d" % i) for i in range(40)))
+        c.reserve("cols", "r", 0, 30)
+        cols = columns_to_batch("cols", c.read_columns("cols", "r", 3, 27))
+        recs = to_batch("cols", c.read("cols", "r", 3, 27))
+        assert cols.num_rows == 24
+        assert cols.equals(recs)
+        browse_cols = columns_to_batch("cols", c.browse_columns("cols", None, 100))
+        assert browse_cols.equals(to_batch("cols", c.browse("cols", None, 100)))
+        assert browse_cols.column("body").to_pylist() == [b"m%d" % i for i in range(30, 40)]
+        empty = columns_to_batch("cols", c.read_columns("cols", "r", 30, 30))
+        assert empty.num_rows == 0
+    with pytest.raises(ValueError, match="truncated"):
+        columns_to_batch("q", b"\x02\x00\x00\x00" + b"\x00" * 10)
+
+
+def _admin(b: BrokerThread, fn: object) -> None:
+    b.call(fn)  # type: ignore[arg-type]
+
+
+def test_permissions(live_broker: BrokerThread) -> None:
+    _, http = urls(live_broker)
+    port = live_broker.server.http_port
+    conn, ch = _channel(live_broker)
+    ch.queue_declare("secret")  # type: ignore[attr-defined]
+    ch.queue_declare("open")  # type: ignore[attr-defined]
+    ch.exchange_declare("locked", "fanout")  # type: ignore[attr-defined]
+    conn.close()
+    admin = live_broker.broker.admin
+
+    def setup() -> None:
+        admin.add_user("reader", password="pw", tags=("management",))
+        admin.set_permissions("reader", "/", "", "^open$", "^open$")
+        admin.add_user("nobody", password="pw", tags=("management",))
+
+    _admin(live_broker, setup)
+    with StreamClient(http) as guest:
+        guest.publish(
+            "", encode_publish([("secret", b"\x00\x00", b"s"), ("open", b"\x00\x00", b"o")])
+        )
+    reader = StreamClient(f"http://reader:pw@127.0.0.1:{port}")
+    nobody = StreamClient(f"http://nobody:pw@127.0.0.1:{port}")
+    with reader, nobody:
+        assert reader.info("open")["ready"] == 1
+        assert [r.body for r in reader.browse("open")] == [b"o"]
+        for call in (
+            lambda: reader.info("secret"),
+            lambda: reader.browse("secret"),
+            lambda: reader.reserve("secret", "c", 0, 1),
+            lambda: reader.read("secret", "c", 0, 1),
+            lambda: reader.settle("secret", "c", 0),
+            lambda: nobody.info("open"),
+            lambda: reader.publish("locked", encode_publish([("", b"\x00\x00", b"x")])),
+            lambda: nobody.publish("", encode_publish([("open", b"\x00\x00", b"x")])),
+        ):
+            with pytest.raises(StreamAPIError) as err:
+                call()
+            assert err.value.status == 403, err.value
+        # the default exchange is "amq.default" for permissions, as in AMQP
+        with pytest.raises(StreamAPIError) as err:
+            reader.publish("", encode_publish([("open", b"\x00\x00", b"x")]))
+        assert err.value.status == 403
+
+        def admin_call() -> None:
+            admin.set_permissions("reader", "/", "", "^(open|amq.default)$", "^open$")
+
+        _admin(live_broker, admin_call)
+        assert reader.publish("", encode_publish([("open", b"\x00\x00", b"x")]))["published"] == 1
+        assert reader.info("open")["ready"] == 2
+
+
+def test_sink_http_path_matches_amqp_ids(live_broker: BrokerThread) -> None:
+    amqp, http = urls(live_broker)
+    conn, ch = _channel(live_broker)
+    ch.queue_declare("sink", arguments={"x-message-deduplication-window-ms": 60_000})  # type: ignore[attr-defined]
+    ch.queue_declare("other")  # type: ignore[attr-defined]
+    ch.exchange_declare("fx", "fanout")  # type: ignore[attr-defined]
+    ch.queue_bind("other", "fx")  # type: ignore[attr-defined]
+    conn.close()
+    smap = pa.map_(pa.string(), pa.string())
+    plain = pa.RecordBatch.from_pydict(
+        {"body": pa.array([b"a", b"b", b"c"]), "routing_key": pa.array([None, "sink", None])}
+    )
+    rich = pa.RecordBatch.from_pydict(
+        {
+            "body": pa.array(["d", "e"]),
+            "headers": pa.array([[("k", "1")], None], type=smap),
+            "message_id": pa.array([None, "fixed"]),
+            "exchange": pa.array([None, "fx"]),
+        }
+    )
+    via_amqp = Options.parse({"url": amqp, "routingKey": "sink"})
+    via_http = Options.parse({"url": amqp, "httpUrl": http, "routingKey": "sink"})
+    assert (via_amqp.publish_via, via_http.publish_via) == ("amqp", "http")
+    a = publish_rows(via_amqp, arrow_rows(iter([plain])), streaming=False)
+    h = publish_arrow(via_http, iter([plain]), streaming=False)
+    assert (a.count, h.count) == (3, 3)
+    assert (a.first_id, a.last_id) == (h.first_id, h.last_id)
+    with StreamClient(http) as c:
+        assert [r.body for r in c.browse_all("sink")] == [b"a", b"b", b"c"]  # copies dropped
+        r = publish_arrow(via_http, iter([rich]), streaming=False)
+        assert r.count == 2
+        got = c.browse_all("sink")
+        assert [x.body for x in got] == [b"a", b"b", b"c", b"d"]
+        headers, _, mid = property_maps(got[3].properties_bin)
+        assert headers == {"k": "1"}
+        assert mid is not None
+        assert mid.startswith("spark:0:")
+        fx = c.browse_all("other")
+        assert [x.body for x in fx] == [b"e"]
+        assert property_maps(fx[0].properties_bin)[2] == "fixed"
+        # streaming ids (no TaskContext: prefix from the option) are sequential row numbers
+        seq_opts = Options.parse(
+            {"url": amqp, "httpUrl": http, "routingKey": "other", "messageIdPrefix": "q:7"}
+        )
+        s = publish_arrow(seq_opts, iter([plain, plain]), streaming=True)
+        assert (s.count, s.first_id, s.last_id) == (6, "q:7:0:0", "q:7:0:5")
