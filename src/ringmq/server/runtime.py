@@ -63,9 +63,14 @@ from ringmq.server.commit import GroupCommit
 from ringmq.server.configfile import ConfigError, FileConfig, load_config
 from ringmq.server.listener import Listener, bind_http_socket, open_amqp_listener, tls_context
 from ringmq.server.memory import MemoryLimits, MemoryMonitor
-from ringmq.server.setup import apply_declarations, broker_config, build_broker, reload_settings
+from ringmq.server.setup import (
+    apply_declarations,
+    broker_config,
+    build_broker,
+    reload_settings,
+    spill_directory,
+)
 from ringmq.server.transport import AMQPConnection
-from ringmq.storage.bodystore import SpillDirectory
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +330,7 @@ class BrokerServer:
         lim = self.options.memory
         data_dir = self.options.data_dir
         if lim.paging:
-            spill = SpillDirectory(data_dir / "paging")
+            spill = spill_directory(self.broker, data_dir / "paging")
             self.broker.enable_paging(spill, lim.head_count, lim.head_bytes, spill.body_store)
         self.memory = MemoryMonitor(self.broker, lim, data_dir, self._emit)
         self.memory.start(self._loop)

@@ -20,12 +20,14 @@ from typing import Any
 
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
+from ringmq.core.durability import queue_key
 from ringmq.server.configfile import (
     AddressSetting,
     FileConfig,
     QueueSpec,
     queue_arguments,
 )
+from ringmq.storage.bodystore import SpillDirectory
 from ringmq.storage.store import FileStore
 
 log = logging.getLogger(__name__)
@@ -114,10 +116,32 @@ def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
         "recovered %d persistent messages from %s (%s) in %.0f ms",
         dur.recovered_messages,
         data_dir,
-        "after a clean stop" if dur.clean else "no clean-stop marker: new or after a crash",
+        (
+            "after a clean stop, from the recovery terms"
+            if store.used_terms
+            else "after a clean stop"
+        )
+        if dur.clean
+        else "no clean-stop marker: new or after a crash",
         (time.monotonic() - started) * 1000,
     )
     return broker
+
+
+def spill_directory(broker: Broker, directory: Path) -> SpillDirectory:
+    """The broker's paging directory (wiped: paged data is transient).
+
+    With a `FileStore`, a persistent message of a durable queue is paged as a reference to its
+    journal copy and read back from there (no second write).
+    """
+    dur = broker.durability
+    store = dur.store if dur is not None else None
+    if isinstance(store, FileStore):
+        fs = store
+        return SpillDirectory(
+            directory, copies=lambda vhost, name: fs.copies(queue_key(vhost, name))
+        )
+    return SpillDirectory(directory)
 
 
 def _declared_args(q: QueueSpec, cfg: FileConfig) -> dict[str, Any]:
