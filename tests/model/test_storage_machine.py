@@ -11,6 +11,10 @@ message-store file at a random byte *past what was synced*, and reopens:
 * a dirty restart flags every message redelivered; a clean restart flags exactly those with a
   recorded delivery;
 * a transaction comes back whole or not at all.
+
+A clean restart starts from the recovery terms written by `close()` (checked: no replay); a
+crash may find the terms of an earlier clean stop planted back in the directory (a stale
+snapshot), which must be ignored.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from hypothesis.stateful import (
 )
 
 from ringmq.core.message import Message, SeqId
+from ringmq.storage import terms
 from ringmq.storage.store import FileStore, RecoveredState
 
 QUEUES = ("a", "b")
@@ -59,6 +64,7 @@ class StorageMachine(RuleBasedStateMachine):
         self.txs: list[list[tuple[str, int]]] = []  # committed transactions' enqueues
         self.synced_sizes: dict[Path, int] = {}
         self.restarts = 0
+        self.old_terms: bytes | None = None  # the terms of an earlier clean stop
 
     def teardown(self) -> None:
         self.store.abandon()
@@ -165,13 +171,16 @@ class StorageMachine(RuleBasedStateMachine):
             with open(newest, "r+b") as f:
                 f.truncate(cut)
 
-    @rule(cut=st.booleans(), data=st.data())
-    def crash(self, cut: bool, data: st.DataObject) -> None:
+    @rule(cut=st.booleans(), stale_terms=st.booleans(), data=st.data())
+    def crash(self, cut: bool, stale_terms: bool, data: st.DataObject) -> None:
         self.store.abandon()
         if cut:
             self._cut_newest("journal", data)
             self._cut_newest("msgstore", data)
+        if stale_terms and self.old_terms is not None:
+            (self.dir / terms.NAME).write_bytes(self.old_terms)
         self.store = FileStore.open(self.dir, **OPTIONS)
+        assert not self.store.used_terms
         state = self.store.recover()
         assert not state.clean
         got = self._check_recovered(state)
@@ -182,7 +191,9 @@ class StorageMachine(RuleBasedStateMachine):
     @rule()
     def restart_clean(self) -> None:
         self.store.close()
+        self.old_terms = (self.dir / terms.NAME).read_bytes()
         self.store = FileStore.open(self.dir, **OPTIONS)
+        assert self.store.used_terms, "a clean stop is followed by a start from the terms"
         state = self.store.recover()
         assert state.clean
         got = self._check_recovered(state)

@@ -137,6 +137,7 @@ class PageQueue:
         self.pages_written = 0
         self.pages_read = 0
         self.refs_written = 0  # PAGED_REF records (persistent messages paged by reference)
+        self.bytes_paged = 0  # record bytes appended to page files
 
     # -- sizes -------------------------------------------------------------------------------
 
@@ -181,11 +182,13 @@ class PageQueue:
         assert run.buf is not None
         size = len(entry.message.body)
         copies = self.copies
+        before = len(run.buf)
         if copies is not None and copies.holds(entry.seq):
             run.buf += frame(RecordType.PAGED_REF, encode_paged_ref(entry.seq, size))
             self.refs_written += 1
         else:
             run.buf += frame(RecordType.PAGED, _encode_paged(entry))
+        self.bytes_paged += len(run.buf) - before
         run.count += 1
         run.body_bytes += size
         self._count += 1
