@@ -3,15 +3,18 @@
 Usage (from the repository root)::
 
     .venv/bin/python -m benchmarks.amqp_recovery [--count 1000000] [--body-size 1024]
-        [--no-verify] [--json FILE]
+        [--stop kill|clean|both] [--no-verify] [--json FILE]
 
 Theory of operation: the script starts its own ``ringmq serve`` (temporary data dir, port 0),
 declares a durable queue, publishes ``count`` persistent messages with publisher confirms
 (1000 in flight) and waits for every confirm, so every message is owed to the client. It then
-SIGKILLs the broker, restarts it on the same data dir, and measures the time from the restart
-to the AMQP port being logged and to a passive queue.declare reporting all ``count``
-messages. With verification (the default) it drains the queue and checks that exactly
-``count`` messages come back. RabbitMQ is not measured: this tool kills only what it started.
+SIGKILLs the broker (``--stop kill``), restarts it on the same data dir, and measures the time
+from the restart to the AMQP port being logged and to a passive queue.declare reporting all
+``count`` messages, and the restarted broker's RSS and peak RSS (VmHWM). ``--stop clean`` stops
+it with SIGTERM instead (a clean stop: recovery terms written); ``--stop both`` (the default)
+measures the kill first, then a clean stop and start of the recovered broker. With
+verification (the default) it finally drains the queue and checks that exactly ``count``
+messages come back. RabbitMQ is not measured: this tool stops only what it started.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -90,47 +95,89 @@ async def _drain(url: str, count: int, timeout_s: float) -> int:
         await client.close()
 
 
-def measure(count: int, body_size: int, verify: bool, timeout_s: float) -> dict[str, Any]:
+def _terminate(broker: RingmqProcess, timeout_s: float) -> float:
+    # A clean stop (SIGTERM) that keeps the data dir; returns the seconds it took.
+    pid = broker.pid
+    assert pid is not None
+    started = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+    deadline = started + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state == "Z":  # exited, not yet reaped
+            break
+        time.sleep(0.02)
+    took = time.monotonic() - started
+    broker.kill()  # reaps it (no signal is sent to an exited process)
+    return took
+
+
+def _restart(
+    broker: RingmqProcess, count: int, timeout_s: float, prefix: str
+) -> tuple[str, dict[str, Any]]:
+    # Start on the same data dir; time to the listener and to all messages; RSS.
+    restarted = time.monotonic()
+    url = broker.start()
+    listening_s = time.monotonic() - restarted
+    deadline = restarted + timeout_s
+    missing_since: float | None = None
+    depth, error = -1, ""
+    while time.monotonic() < deadline:
+        try:
+            depth, error = asyncio.run(_depth(url)), ""
+            missing_since = None
+        except client_mod.BrokerClosedError as exc:
+            depth, error = -1, str(exc)
+            missing_since = missing_since or time.monotonic()
+            if time.monotonic() - missing_since > _MISSING_GRACE_S:
+                break  # the queue did not come back: report, don't wait for the deadline
+        except (OSError, TimeoutError) as exc:
+            depth, error = -1, repr(exc)
+        if depth >= count:
+            break
+        time.sleep(0.05)
+    ready_s = time.monotonic() - restarted
+    sample = ProcessStats(broker.pid).sample()
+    return url, {
+        f"{prefix}restart_to_listening_s": round(listening_s, 3),
+        f"{prefix}restart_to_all_messages_s": round(ready_s, 3),
+        f"{prefix}depth_after_restart": depth,
+        f"{prefix}error": error,
+        f"{prefix}rss_after_recovery_mib": round(sample.rss_bytes / 2**20, 1) if sample else None,
+        f"{prefix}peak_rss_mib": round(sample.hwm_bytes / 2**20, 1) if sample else None,
+    }
+
+
+def measure(
+    count: int, body_size: int, verify: bool, timeout_s: float, stop: str = "both"
+) -> dict[str, Any]:
     broker = RingmqProcess(startup_timeout_s=timeout_s)
     try:
         url = broker.start()
         fill_rate = asyncio.run(_fill(url, count, body_size, timeout_s))
-        broker.kill()
-        restarted = time.monotonic()
-        url = broker.start()
-        listening_s = time.monotonic() - restarted
-        deadline = restarted + timeout_s
-        missing_since: float | None = None
-        depth, error = -1, ""
-        while time.monotonic() < deadline:
-            try:
-                depth, error = asyncio.run(_depth(url)), ""
-                missing_since = None
-            except client_mod.BrokerClosedError as exc:
-                depth, error = -1, str(exc)
-                missing_since = missing_since or time.monotonic()
-                if time.monotonic() - missing_since > _MISSING_GRACE_S:
-                    break  # the queue did not come back: report, don't wait for the deadline
-            except (OSError, TimeoutError) as exc:
-                depth, error = -1, repr(exc)
-            if depth >= count:
-                break
-            time.sleep(0.05)
-        ready_s = time.monotonic() - restarted
-        sample = ProcessStats(broker.pid).sample()
         result: dict[str, Any] = {
             "count": count,
             "body_size": body_size,
             "fill_confirmed_msg_s": round(fill_rate),
-            "restart_to_listening_s": round(listening_s, 3),
-            "restart_to_all_messages_s": round(ready_s, 3),
-            "depth_after_restart": depth,
-            "error": error,
-            "rss_after_recovery_mib": round(sample.rss_bytes / 2**20, 1) if sample else None,
         }
+        depths = []
+        if stop in ("kill", "both"):
+            broker.kill()
+            url, got = _restart(broker, count, timeout_s, "")
+            result.update(got)
+            depths.append(got["depth_after_restart"])
+        if stop in ("clean", "both"):
+            result["clean_stop_s"] = round(_terminate(broker, timeout_s), 3)
+            url, got = _restart(broker, count, timeout_s, "clean_")
+            result.update(got)
+            depths.append(got["clean_depth_after_restart"])
+        depth = min(depths)
         if verify and depth > 0:
             result["drained"] = asyncio.run(_drain(url, count, timeout_s))
-        result["ok"] = depth == count and result.get("drained", count) == count
+        result["ok"] = all(d == count for d in depths) and result.get("drained", count) == count
         return result
     finally:
         broker.stop()
@@ -140,11 +187,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ringmq crash-recovery time")
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--body-size", type=int, default=1024)
+    parser.add_argument(
+        "--stop",
+        choices=("kill", "clean", "both"),
+        default="both",
+        help="kill -9, clean stop (SIGTERM), or kill then clean stop",
+    )
     parser.add_argument("--no-verify", action="store_true", help="skip draining the queue")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    result = measure(args.count, args.body_size, not args.no_verify, args.timeout)
+    result = measure(args.count, args.body_size, not args.no_verify, args.timeout, args.stop)
     for key, value in result.items():
         print(f"{key}: {value}")
     if args.json:
