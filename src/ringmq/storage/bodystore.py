@@ -155,9 +155,9 @@ class DiskSpillStore:
         self.directory = directory
         self._pages = PageQueue(directory, run_bytes=run_bytes, copies=copies)
 
-    def restore(self, seqs: list[int]) -> None:
+    def restore(self, seqs: list[int], nbytes: int | None = None) -> None:
         """Append journaled messages by seq (a recovered backlog; needs `copies`)."""
-        self._pages.restore(seqs)
+        self._pages.restore(seqs, nbytes)
 
     @property
     def pages(self) -> PageQueue:

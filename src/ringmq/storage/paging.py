@@ -197,14 +197,16 @@ class PageQueue:
         if len(run.buf) >= self.read_bytes:
             self._write_out(run)
 
-    def restore(self, seqs: list[int]) -> None:
+    def restore(self, seqs: list[int], nbytes: int | None = None) -> None:
         """Append journaled messages by seq only (a recovered backlog), after everything
-        paged: a memory run, read back through `copies`."""
+        paged: a memory run, read back through `copies`. `nbytes`: their body bytes, when
+        the caller knows them."""
         assert self.copies is not None, "restore() needs the journal copies"
         if not seqs:
             return
-        size = self.copies.size
-        nbytes = sum(size(s) for s in seqs)
+        if nbytes is None:
+            size = self.copies.size
+            nbytes = sum(size(s) for s in seqs)
         if self._runs and self._runs[-1].fd >= 0:
             self._seal(self._runs[-1])
         self._runs.append(_Run(None, count=len(seqs), body_bytes=nbytes, seqs=seqs))

@@ -104,6 +104,12 @@ _SIZE_MASK: Final = 0xFFFFFFFF  # index locations: segment << 64 | offset << 32 
 _READ_WINDOW: Final = 256 * 1024  # journal bytes read at once when paging entries back in
 _ITER_BATCH: Final = 1024
 _SHARED_CACHE_BYTES: Final = 16 * 1024 * 1024
+_TERMS_FIELDS: Final = frozenset(
+    (
+        "journal", "msgstore", "seg_total", "seg_live", "seg_deps", "moved", "next_seq",
+        "expiring", "queues", "bodies",
+    )
+)  # fmt: skip
 
 
 def is_persistent(queue_durable: bool, message: Message) -> bool:
@@ -252,15 +258,16 @@ class RecoveredQueue(Sequence[RecoveredMessage]):
         if not rest:
             return messages, None
         first = rest[0]
+        rest_bytes = sum([qi[s] & _SIZE_MASK for s in rest])
         counts = {
             SeqId(s): c
             for s, c in store._counts.get(self.queue, {}).items()
             if s >= first and s not in due
         }
         tail = RecoveredTail(
-            spill=store.spill_for(self.queue, rest),
+            spill=store.spill_for(self.queue, rest, rest_bytes),
             count=len(rest),
-            nbytes=sum(qi[s] & _SIZE_MASK for s in rest),
+            nbytes=rest_bytes,
             redelivered=self.redeliver_all,
             delivery_counts=counts,
             expiring=self.queue in store._expiring,
@@ -843,14 +850,16 @@ class FileStore:
         written as a reference and read back from the journal (no second copy)."""
         return _QueueCopies(self, queue)
 
-    def spill_for(self, queue: str, seqs: Sequence[int]) -> DiskSpillStore:
+    def spill_for(
+        self, queue: str, seqs: Sequence[int], nbytes: int | None = None
+    ) -> DiskSpillStore:
         """A spill store for `queue` holding the live `seqs` (in order) as journal references;
         its page files go to `<store>/paging` (wiped at open)."""
         self._spills += 1
         spill = DiskSpillStore(
             self.directory / "paging" / f"q{self._spills:08d}", copies=self.copies(queue)
         )
-        spill.restore(list(seqs))
+        spill.restore(seqs if isinstance(seqs, list) else list(seqs), nbytes)
         return spill
 
     def ack(self, queue: str, seqs: Iterable[SeqId]) -> int:
@@ -990,6 +999,7 @@ class FileStore:
             "journal": {str(k): v for k, v in self._journal.sizes().items()},
             "msgstore": {str(k): v for k, v in self._bodies.journal.sizes().items()},
             "seg_total": {str(k): v for k, v in self._seg_total.items()},
+            "seg_live": {str(k): v for k, v in self._seg_live.items() if v},
             "seg_deps": {str(k): sorted(v) for k, v in self._seg_deps.items() if v},
             "moved": sorted(self._moved),
             "next_seq": self._next_seq,
@@ -1006,7 +1016,9 @@ class FileStore:
         reason = got if isinstance(got, str) else None
         if not isinstance(got, str):
             meta, cols = got
-            if {str(k): v for k, v in self._journal.sizes().items()} != meta["journal"]:
+            if not _TERMS_FIELDS <= meta.keys():
+                reason = "recovery terms: fields missing"
+            elif {str(k): v for k, v in self._journal.sizes().items()} != meta["journal"]:
                 reason = "journal segments differ from the recovery terms"
             elif {str(k): v for k, v in self._bodies.journal.sizes().items()} != meta["msgstore"]:
                 reason = "message store files differ from the recovery terms"
@@ -1037,11 +1049,7 @@ class FileStore:
         self._moved = dict.fromkeys(meta["moved"], 0)
         self._next_seq = {str(k): int(v) for k, v in meta["next_seq"].items()}
         self._expiring = set(meta["expiring"])
-        seg_live = self._seg_live
-        for qi in self._index.values():
-            for loc in qi.values():
-                seg = loc >> 64
-                seg_live[seg] = seg_live.get(seg, 0) + 1
+        self._seg_live = {int(k): v for k, v in meta["seg_live"].items()}
         self.used_terms = True
         return self._recovered_state()
 
