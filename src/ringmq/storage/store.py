@@ -1016,7 +1016,7 @@ class FileStore:
         reason = got if isinstance(got, str) else None
         if not isinstance(got, str):
             meta, cols = got
-            if not _TERMS_FIELDS <= meta.keys():
+            if not meta.keys() >= _TERMS_FIELDS:
                 reason = "recovery terms: fields missing"
             elif {str(k): v for k, v in self._journal.sizes().items()} != meta["journal"]:
                 reason = "journal segments differ from the recovery terms"
