@@ -29,11 +29,19 @@ int). Nothing is durable until a group commit covers it:
   with JSON-able values (kinds: vhost, user, permission, exchange, queue, binding, policy).
 * startup: ``state = FileStore.open(path).recover()`` once, before any write:
   ``state.definitions`` (kind -> key -> value), ``state.queues[queue]`` (messages in seq
-  order with `redelivered` and `delivery_count`), ``state.next_seq[queue]`` (first seq the
-  engine may use), ``state.clean``. After a dirty stop every recovered message is flagged
-  redelivered (RabbitMQ's `redeliver_seq_id` rule: we cannot prove it was never delivered);
-  after a clean stop only those with a delivery count > 0.
-* shutdown: ``store.close()`` (syncs, marks the stop clean).
+  order with `redelivered` and `delivery_count`; for `FileStore` a lazy `RecoveredQueue`
+  whose `split` reads a bounded head and leaves the rest in a spill store that pages it in from
+  the journal), ``state.next_seq[queue]`` (first seq the engine may use), ``state.clean``.
+  After a dirty stop every recovered message is flagged redelivered (RabbitMQ's
+  `redeliver_seq_id` rule: we cannot prove it was never delivered); after a clean stop only
+  those with a delivery count > 0.
+* shutdown: ``store.close()`` (syncs, writes the recovery terms, marks the stop clean).
+
+Index and recovery: the in-memory index holds, per live message, only its location
+(``segment << 64 | offset << 32 | body size``), delivery counts (> 0), shared-body refs and
+due times; messages are read back on demand (`read_entries`). A clean stop saves that index
+(`terms.py`); the next open adopts it when it is intact and the files are exactly those it
+describes, else replays the journal (decoding only record headers).
 
 Message bodies at or above `embed_below` bytes go to the shared `MessageStore` once per
 message (`Message.store_ref` is set on the shared `Message`, so fan-out to N durable queues
@@ -41,7 +49,8 @@ stores one body and N small index records); smaller ones are embedded in the ENQ
 
 FileStore layout (`docs/storage.md`): `journal/*.seg` (ENQUEUE, ACK, DELIVERY_COUNT, PURGE,
 TX_BEGIN, TX_COMMIT records), `msgstore/*.msg` (BODY records), `definitions/` (snapshot+log),
-`CLEAN` (present only between a clean close and the next open).
+`RECOVERY_TERMS` and `CLEAN` (present only between a clean close and the next open),
+`paging/` (page files of recovered backlogs, wiped at open).
 
 Space reclamation (`_maintain`, run at every `flush()`): a closed segment is deleted when none
 of its ENQUEUEs is live and no segment its ACK/PURGE/TX records depend on still exists (so an
