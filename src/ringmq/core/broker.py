@@ -18,7 +18,11 @@ Work per call:
    kept in the backlog and `next_deadline_ms` asks for an immediate `tick`), and drains the
    queue's dead letters, routing them to its dead-letter exchange with `x-death` headers (which
    may dirty more queues). Replies therefore always precede the deliveries they enable
-   (ConsumeOk before the first Deliver).
+   (ConsumeOk before the first Deliver). With `defer_dispatch` (set by the server) step 2 waits,
+   after a publish that only reached plain queues, for the next non-publish method or for
+   `dispatch_pending`, called once per read batch, so a batch of publishes is delivered in one
+   pass per queue. Queues whose contents depend on when messages leave (rings and other
+   limits, LVQ, priorities, browsing) still dispatch after every publish.
 
 Ownership: `VHost` owns exchanges, queues and route caching; `Session` owns a channel's tags,
 unacked map, prefetch, confirms and tx buffer; `ConsumerSet` picks consumers; the engine `Queue`
@@ -29,6 +33,12 @@ Publisher confirms: transient messages (and all messages unless
 `BrokerConfig.delay_persistent_confirms`) are confirmed within the same call. With that flag, a
 persistent message that reached a durable queue is held until the storage layer calls
 `confirm_stored(conn_id, channel, seqs)` after its fsync.
+
+Publisher flow (RabbitMQ's credit flow, in one thread): a publish that leaves a queue *with
+consumers* holding more than `FLOW_HIGH` ready messages records `flow_requests[conn_id] = queue`.
+The server takes these after each read (`take_flow`), stops reading that publisher's socket, and
+reads again once `flow_settled(queue)` (backlog at `FLOW_LOW` or below, no consumers left, or the
+queue gone) or when the consumers stop making progress. The core only reports; pausing is I/O.
 
 Transactions: publishes and settles are buffered; tx.commit first checks every reject-type limit
 for the whole batch (a queue that would refuse any message fails the commit with 406 and nothing
@@ -120,6 +130,11 @@ log = logging.getLogger(__name__)
 
 DISPATCH_BATCH: Final = 4096
 """Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""
+
+FLOW_HIGH: Final = 4096
+"""Ready backlog of a consumed queue above which its publisher is asked to pause (`flow`)."""
+FLOW_LOW: Final = 1024
+"""Ready backlog at or below which a paused publisher may read again."""
 
 REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
 _REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
@@ -303,6 +318,13 @@ class Broker:
         self._timed: dict[int, QueueEntity] = {}
         self._unconfirmed: list[tuple[int, int, int]] = []
         self._holding: dict[int, tuple[VHost, Exchange]] = {}
+        self.defer_dispatch = False
+        """When True, `handle` leaves dispatching after a publish to plain queues (no limit, LVQ,
+        priorities or browsing: nothing that depends on when a message leaves) to
+        `dispatch_pending`, which the server calls at the end of each read batch."""
+        self._eager = False  # a publish of this call reached a queue that must dispatch now
+        self.flow_requests: dict[int, QueueEntity] = {}
+        """Publishers (conn id) whose last publish left a consumed queue over FLOW_HIGH."""
         self.max_message_size = config.max_message_size
         self.stats: dict[str, int] = {
             "published": 0,
@@ -658,6 +680,28 @@ class Broker:
             self.definitions_changed(full=False)
         return out
 
+    # ================================================================== publisher flow
+    def take_flow(self) -> list[tuple[int, QueueEntity]]:
+        """Publishers to pause, with the queue they fill; clears the requests.
+
+        A connection that consumes itself is never returned: pausing its reads would also
+        stop its acks, and with them the draining it waits for.
+        """
+        requests = self.flow_requests
+        out: list[tuple[int, QueueEntity]] = []
+        for conn_id, q in requests.items():
+            conn = self.conns.get(conn_id)
+            if conn is None or any(s.consumers for s in conn.sessions.values()):
+                continue
+            out.append((conn_id, q))
+        requests.clear()
+        return out
+
+    @staticmethod
+    def flow_settled(q: QueueEntity) -> bool:
+        """True when a publisher paused for `q` may read again."""
+        return q.deleted or not q.consumers.all or q.queue.ready_count <= FLOW_LOW
+
     # ================================================================== method dispatch
     def handle(
         self,
@@ -706,10 +750,28 @@ class Broker:
                 class_id=method.CLASS_ID,
                 method_id=method.METHOD_ID,
             ) from None
-        if self._dirty:
+        if self._dirty and (
+            not self.defer_dispatch or self._eager or type(method) is not spec.BasicPublish
+        ):
+            self._eager = False
             self._flush(now_ms)
         if self._defs_dirty:
             self.definitions_changed(full=False)
+        return out
+
+    def dispatch_pending(self, now_ms: int) -> list[Effect]:
+        """Deliver what the `handle` calls of a read batch made deliverable (`defer_dispatch`).
+
+        One dispatch per queue per batch instead of one per publish: the queue hands out the
+        whole batch to its consumers in one pass.
+        """
+        out: list[Effect] = []
+        if self._dirty:
+            self._out = out
+            self._now_ms = now_ms
+            self._flush(now_ms)
+            if self._defs_dirty:
+                self.definitions_changed(full=False)
         return out
 
     def _reply(self, session: Session, method: Any) -> None:
@@ -1446,6 +1508,16 @@ class Broker:
                     if dur is None or dur.published(q, msg, outcome, now_ms):
                         stored = True
             dirty[id(q)] = q
+            st = q.settings
+            if (
+                st.limit is not None
+                or st.lvq_key is not None
+                or st.max_priority
+                or st.non_destructive
+            ):
+                self._eager = True  # e.g. a ring counts pending: deliver before the next publish
+            if s is not None and engine.ready_count > FLOW_HIGH and q.consumers.all:
+                self.flow_requests[s.conn_id] = q
             limit = q.settings.limit
             if (
                 limit is not None

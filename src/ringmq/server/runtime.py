@@ -19,6 +19,16 @@ per second (or per half heartbeat, whichever is shorter) for heartbeats, missed 
 (2 intervals, as RabbitMQ) and the 10 s handshake timeout; one poll of the config file's mtime
 when it asks for reloads (Artemis `configuration-file-refresh-period`).
 
+Publisher flow (RabbitMQ's credit flow, single-threaded): one thread both reads publishes and
+writes deliveries, so a fast publisher can fill a consumed queue faster than the loop gets to
+its consumers (their acks wait behind the publisher's reads) and the backlog grows until it
+pages. After each read the runtime takes the broker's `take_flow()` requests and pauses reading
+those publishers (`pause_reading("flow")`); after every batch a paused publisher reads again as
+soon as `Broker.flow_settled(queue)`. A check every `FLOW_CHECK_S` releases a publisher whose
+queue made no delivery since the last check (its consumers are stalled: pausing cannot help,
+and that queue asks for no flow again until it delivers) or that waited `FLOW_MAX_PAUSE_S`, so
+a slow consumer throttles a publisher but never stops it. No connection.blocked is sent.
+
 Errors: `AMQPError`s raised by the broker become Channel.Close or Connection.Close on that
 connection (soft/hard, as RabbitMQ). Any other exception is a bug: logged with its traceback,
 that connection alone is closed with 541 INTERNAL_ERROR and the broker keeps serving.
@@ -146,6 +156,21 @@ def _first(*values: int | None) -> int:
     raise ValueError("no value")
 
 
+FLOW_CHECK_S: Final = 0.02
+"""How often paused publishers are checked for stalled consumers and the pause limit."""
+FLOW_MAX_PAUSE_S: Final = 0.25
+"""Longest one flow pause lasts, whatever the queue's consumers do."""
+
+
+@dataclass(slots=True)
+class _FlowHold:
+    """Why a publisher is paused: the queue it fills and that queue's progress marks."""
+
+    queue: Any
+    since: float
+    deliver_mark: int
+
+
 @dataclass(slots=True)
 class _Timer:
     handle: asyncio.TimerHandle | None = None
@@ -180,6 +205,13 @@ class BrokerServer:
         self._ids = itertools.count(1)
         self._dirty: set[AMQPConnection] = set()
         self._in_batch = 0
+        self._flow_requests: dict[int, Any] = {}
+        """The broker's `flow_requests` (same dict); empty unless a publisher outruns consumers."""
+        self._flow_held: dict[AMQPConnection, _FlowHold] = {}
+        self._flow_stalled: dict[int, tuple[Any, int]] = {}
+        """id(queue) -> (queue, its deliver count when its consumers were found stalled)."""
+        self._flow_handle: asyncio.TimerHandle | None = None
+        self._dispatch_pending: Callable[[int], list[Effect]] | None = None
         self._listeners: list[Listener] = []
         self._deadline = _Timer()
         self._sweep_handle: asyncio.TimerHandle | None = None
@@ -231,6 +263,12 @@ class BrokerServer:
             # effects of admin calls (management, config reload) reach clients in one batch
             self.broker.admin.emit = self._emit
             apply_declarations(self.broker, cfg, self.clock.wall_ms())
+        flow = getattr(self.broker, "flow_requests", None)
+        if isinstance(flow, dict):
+            self._flow_requests = flow
+        if hasattr(self.broker, "dispatch_pending"):
+            self.broker.defer_dispatch = True  # one dispatch per read batch (_on_events)
+            self._dispatch_pending = self.broker.dispatch_pending
         durability = getattr(self.broker, "durability", None)
         if durability is not None and self._commit is None:
             self._commit = GroupCommit(
@@ -290,7 +328,7 @@ class BrokerServer:
         for lst in self._listeners:
             if lst.server is not None:
                 lst.close()
-        for t in (self._sweep_handle, self._reload_handle):
+        for t in (self._sweep_handle, self._reload_handle, self._flow_handle):
             if t is not None:
                 t.cancel()
         if self.memory is not None:
@@ -470,6 +508,8 @@ class BrokerServer:
         self._in_batch += 1
         try:
             self._on_events(c, c.proto.receive_data(data))
+            if self._flow_requests:
+                self._pause_publishers()
         except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
             self._internal_error(c)
         finally:
@@ -493,7 +533,56 @@ class BrokerServer:
             except Exception:  # noqa: BLE001 - see data_received
                 self._internal_error(c)
 
+    # -- publisher flow (see the module docstring) ------------------------------------------------
+
+    def _pause_publishers(self) -> None:
+        mono = self.clock.monotonic()
+        stalled = self._flow_stalled
+        for conn_id, q in self.broker.take_flow():
+            c = self._conns.get(conn_id)
+            if c is None or c.closing or c in self._flow_held:
+                continue
+            mark = stalled.get(id(q))
+            if mark is not None:
+                if mark[0] is q and mark[1] == q.deliver:
+                    continue  # its consumers were stalled and still are
+                del stalled[id(q)]
+            self._flow_held[c] = _FlowHold(q, mono, q.deliver)
+            c.pause_reading("flow")
+        if self._flow_held and self._flow_handle is None and self._loop is not None:
+            self._flow_handle = self._loop.call_later(FLOW_CHECK_S, self._flow_check)
+
+    def _release_settled(self) -> None:
+        # After every batch: reopen publishers whose queue drained (cheap: few are paused).
+        settled = self.broker.flow_settled
+        done = [c for c, hold in self._flow_held.items() if settled(hold.queue)]
+        if done:
+            mono = self.clock.monotonic()
+            for c in done:
+                del self._flow_held[c]
+                c.resume_reading(mono, reason="flow")
+
+    def _flow_check(self) -> None:
+        self._flow_handle = None
+        mono = self.clock.monotonic()
+        for c, hold in list(self._flow_held.items()):
+            q = hold.queue
+            stalled = q.deliver == hold.deliver_mark
+            if stalled or mono - hold.since >= FLOW_MAX_PAUSE_S:
+                if stalled:
+                    self._flow_stalled[id(q)] = (q, q.deliver)
+                del self._flow_held[c]
+                c.resume_reading(mono, reason="flow")
+            else:
+                hold.deliver_mark = q.deliver
+        for key, (q, _) in list(self._flow_stalled.items()):
+            if q.deleted:
+                del self._flow_stalled[key]
+        if self._flow_held and not self._stopped and self._loop is not None:
+            self._flow_handle = self._loop.call_later(FLOW_CHECK_S, self._flow_check)
+
     def _forget(self, c: AMQPConnection) -> None:
+        self._flow_held.pop(c, None)
         if self._conns.pop(c.conn_id, None) is None:
             return
         if self._stopped and not self._conns:
@@ -543,6 +632,10 @@ class BrokerServer:
             more = self._on_event(c, event, now)
             if more:
                 events[i:i] = more
+        if self._dispatch_pending is not None:
+            effects = self._dispatch_pending(now)
+            if effects:
+                self.apply_effects(effects)
         self._dirty.add(c)
 
     def _on_event(self, c: AMQPConnection, event: ev.Event, now: int) -> list[ev.Event]:
@@ -653,11 +746,11 @@ class BrokerServer:
                 case Block(reason=reason):
                     c.blocked_reason = reason
                     c.proto.send_blocked(reason)
-                    c.pause_reading()
+                    c.pause_reading("block")
                 case Unblock():
                     c.blocked_reason = None
                     c.proto.send_unblocked()
-                    c.resume_reading(self.clock.monotonic())
+                    c.resume_reading(self.clock.monotonic(), reason="block")
                 case _:
                     assert_never(e)
             dirty.add(c)
@@ -678,6 +771,8 @@ class BrokerServer:
         # on them, and the group fsync for held confirms starts (server/commit.py).
         if self._commit is not None:
             self._commit.after_batch()
+        if self._flow_held:
+            self._release_settled()
         dirty, self._dirty = self._dirty, set()
         for c in dirty:
             try:

@@ -12,6 +12,9 @@ Theory of operation:
   transport's write buffer crosses its high-water mark (`pause_writing`): the runtime reports
   it to the broker with `set_writable(False)`, so messages stay queued instead of piling up in
   this process, and `resume_writing` lets them flow again.
+* Publisher flow: the runtime also stops reading a publisher whose queue's consumers lag
+  behind (`pause_reading("flow")`); each reason is lifted separately, so a flow resume never
+  reopens a connection a `Block` closed.
 * Timers live in the runtime; this object only records what they need (`opened`, the time of
   connection, the last time bytes arrived or left).
 * Exceptions other than `AMQPError` raised while handling this connection's input are bugs: the
@@ -70,6 +73,7 @@ class AMQPConnection(asyncio.Protocol):
         self.read_resumed_mono = 0.0
         """When reading last resumed after a Block (heartbeat checks restart from there)."""
         self._reading_paused = False
+        self._pause_reasons: set[str] = set()
         self._writable = True
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
@@ -139,13 +143,24 @@ class AMQPConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None:
+    def pause_reading(self, reason: str = "block") -> None:
+        """Stop reading for `reason` ("block": alarms and BLOCK queues; "flow": publisher flow).
+
+        Reading resumes only when every reason that paused it has been lifted.
+        """
+        if self.transport is None:
+            return
+        was = bool(self._pause_reasons)
+        self._pause_reasons.add(reason)
+        if not was:
             self._reading_paused = True
             self.transport.pause_reading()
 
-    def resume_reading(self, now_mono: float = 0.0) -> None:
-        if self._reading_paused and self.transport is not None:
+    def resume_reading(self, now_mono: float = 0.0, reason: str = "block") -> None:
+        if reason not in self._pause_reasons or self.transport is None:
+            return
+        self._pause_reasons.discard(reason)
+        if not self._pause_reasons:
             self._reading_paused = False
             self.read_resumed_mono = now_mono
             if not self.transport.is_closing():
@@ -154,6 +169,11 @@ class AMQPConnection(asyncio.Protocol):
     @property
     def reading_paused(self) -> bool:
         return self._reading_paused
+
+    @property
+    def pause_reasons(self) -> frozenset[str]:
+        """Why reading is paused (empty while reading)."""
+        return frozenset(self._pause_reasons)
 
     @property
     def writable(self) -> bool:
