@@ -452,10 +452,15 @@ class StreamService:
         """
         handle = self.broker.handle
         now = self.clock_ms()
+        methods: dict[str, spec.BasicPublish] = {}  # frozen: one per routing key
         for i in range(start, stop):
             rk, props, body = messages[i]
             content = RawContent(60, len(body), props, body)
-            method = spec.BasicPublish(exchange=exchange, routing_key=rk)
+            method = methods.get(rk)
+            if method is None:
+                method = spec.BasicPublish(exchange=exchange, routing_key=rk)
+                if len(methods) < 1024:
+                    methods[rk] = method
             try:
                 effects = handle(conn_id, 1, method, content, now)
             except AMQPError as exc:

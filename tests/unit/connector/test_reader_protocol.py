@@ -132,3 +132,28 @@ def test_batch_reader_partitions_cover_the_queue(live_broker: BrokerThread) -> N
     assert len(parts) == 2
     got = [b for p in parts for batch in reader.read(p) for b in batch.column("body").to_pylist()]
     assert got == [b"%03d" % i for i in range(30)]
+
+
+def test_batches_above_one_reserve_call(
+    live_broker: BrokerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The broker reserves at most MAX_RESERVE_PER_CALL positions per request: larger batches
+    # are reserved in several calls (shrunk here to 7 so that a small queue shows it).
+    from ringmq.connector.spark import source
+
+    monkeypatch.setattr(source, "_RESERVE_CALL", 7)
+    amqp, http = urls(live_broker)
+    _setup(live_broker, "big-q", 30)
+    opts = Options.parse({"url": amqp, "httpUrl": http, "queue": "big-q", "consumerName": "big"})
+    reader = RingMQStreamReader(opts)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(25))
+    assert end == {"big-q": 25}
+    parts = reader.partitions(start, end)
+    assert _rows(reader, parts) == [b"%03d" % i for i in range(25)]
+    # the rest: fewer than asked, the loop stops at the short call
+    assert reader.latestOffset(end, ReadMaxRows(100)) == {"big-q": 30}
+    reader.stop()
+    with StreamClient(http) as c:
+        lease = c.info("big-q")["leases"][0]
+        assert (lease["settled"], lease["next"], lease["held"]) == (25, 30, 5)

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _UNBOUNDED = 100_000  # most positions reserved per queue and batch with ReadAllAvailable
+_RESERVE_CALL = 100_000  # positions per reserve request (the broker's MAX_RESERVE_PER_CALL)
 _READ_STEP = 50_000  # positions (or browsed messages) per HTTP request of a task
 
 
@@ -176,17 +177,10 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             s = int(start.get(q, 0))
             # Spark asks latestOffset(start=X) only after the batch ending at X committed.
             c.settle(q, self.consumer, s)
-            want = min(budget, _UNBOUNDED)
+            want = budget
             if self._target is not None:
                 want = max(0, min(want, self._target[q] - s))
-            r = c.reserve(
-                q,
-                self.consumer,
-                s,
-                want,
-                lease_ms=self.options.lease_ms,
-                max_bytes=self.options.max_bytes_per_batch,
-            )
+            r = self._reserve(q, s, want, self.options.max_bytes_per_batch)
             end[q] = int(r["end"])
             budget -= end[q] - s
             self._latest[q] = {
@@ -199,6 +193,29 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._position = end
         return self._offset(end)
 
+    def _reserve(self, q: str, start: int, want: int, max_bytes: int | None) -> dict[str, Any]:
+        """Reserve `[start, start + want)` in calls of at most `_RESERVE_CALL` positions.
+
+        Each call is one short step of the broker's loop; the loop stops at the first call
+        that comes back short (the queue ran dry, or `max_bytes` was reached).
+        """
+        c = self._c()
+        lease_ms = self.options.lease_ms
+        r = c.reserve(
+            q,
+            self.consumer,
+            start,
+            min(want, _RESERVE_CALL),
+            lease_ms=lease_ms,
+            max_bytes=max_bytes,
+        )
+        got = int(r["end"]) - start
+        while got < want and int(r["end"]) - int(r["start"]) == _RESERVE_CALL and max_bytes is None:
+            at = int(r["end"])
+            r = c.reserve(q, self.consumer, at, min(want - got, _RESERVE_CALL), lease_ms=lease_ms)
+            got = int(r["end"]) - start
+        return r
+
     def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API name
         """For progress: per queue the reservation head, ready depth, skipped and evicted."""
         return dict(self._latest)
@@ -207,12 +224,11 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Re-reserve `[start, end)` (refills after a lease expiry) and split it."""
         o = self.options
         out: list[RangePartition] = []
-        c = self._c()
         for q in self.queues:
             lo, hi = int(start.get(q, 0)), int(end.get(q, 0))
             if hi <= lo:
                 continue
-            c.reserve(q, self.consumer, lo, hi - lo, lease_ms=o.lease_ms)
+            self._reserve(q, lo, hi - lo, None)
             for a, b in split(lo, hi, o.partitions_per_range, o.min_messages_per_partition):
                 out.append(RangePartition(o, q, a, b))
         return out
