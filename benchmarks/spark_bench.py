@@ -9,7 +9,8 @@ messages (`--messages` is n):
 * publish: the rows into queues with the bulk publish endpoint (setup, reported);
 * ringmq -> Spark (browse): `read.format("ringmq")` into the `noop` sink (non-destructive);
 * ringmq -> Spark (stream): `readStream.format("ringmq")` with AvailableNow into `noop`
-  (reserve, parallel columnar range reads, settle), `maxMessagesPerBatch` 100 000;
+  (reserve, parallel columnar range reads, settle), one micro-batch per action
+  (`maxMessagesPerBatch` = the action's message count);
 * Spark -> ringmq (write, http): `df.write.format("ringmq")` with `httpUrl` (bulk publish,
   confirmed, message ids);
 * Spark -> ringmq (write, amqp): the same through AMQP publisher confirms;
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                     query = (
                         spark.readStream.format("ringmq")
                         .options(url=amqp, httpUrl=http, queue=q, consumerName=q)
-                        .options(maxMessagesPerBatch="100000", minMessagesPerPartition="1")
+                        .options(maxMessagesPerBatch=str(n), minMessagesPerPartition="1")
                         .load()
                         .writeStream.format("noop")
                         .option("checkpointLocation", str(work / f"ck-{q}"))
