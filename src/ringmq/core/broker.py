@@ -131,9 +131,9 @@ log = logging.getLogger(__name__)
 DISPATCH_BATCH: Final = 4096
 """Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""
 
-FLOW_HIGH: Final = 4096
+FLOW_HIGH: Final = 8192
 """Ready backlog of a consumed queue above which its publisher is asked to pause (`flow`)."""
-FLOW_LOW: Final = 1024
+FLOW_LOW: Final = 2048
 """Ready backlog at or below which a paused publisher may read again."""
 
 REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"

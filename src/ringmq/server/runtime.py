@@ -25,9 +25,10 @@ its consumers (their acks wait behind the publisher's reads) and the backlog gro
 pages. After each read the runtime takes the broker's `take_flow()` requests and pauses reading
 those publishers (`pause_reading("flow")`); after every batch a paused publisher reads again as
 soon as `Broker.flow_settled(queue)`. A check every `FLOW_CHECK_S` releases a publisher whose
-queue made no delivery since the last check (its consumers are stalled: pausing cannot help,
-and that queue asks for no flow again until it delivers) or that waited `FLOW_MAX_PAUSE_S`, so
-a slow consumer throttles a publisher but never stops it. No connection.blocked is sent.
+queue made no delivery for `FLOW_STALL_CHECKS` checks (its consumers are stalled: pausing
+cannot help, and that queue asks for no flow again until it delivers) or that waited
+`FLOW_MAX_PAUSE_S`, so a slow consumer throttles a publisher but never stops it. No
+connection.blocked is sent (RabbitMQ's flow state is silent too).
 
 Errors: `AMQPError`s raised by the broker become Channel.Close or Connection.Close on that
 connection (soft/hard, as RabbitMQ). Any other exception is a bug: logged with its traceback,
@@ -158,7 +159,10 @@ def _first(*values: int | None) -> int:
 
 FLOW_CHECK_S: Final = 0.02
 """How often paused publishers are checked for stalled consumers and the pause limit."""
-FLOW_MAX_PAUSE_S: Final = 0.25
+FLOW_STALL_CHECKS: Final = 5
+"""Consecutive checks without a delivery from the queue after which its consumers count as
+stalled (100 ms: longer than a consumer process waits for a CPU on a busy machine)."""
+FLOW_MAX_PAUSE_S: Final = 1.0
 """Longest one flow pause lasts, whatever the queue's consumers do."""
 
 
@@ -169,6 +173,7 @@ class _FlowHold:
     queue: Any
     since: float
     deliver_mark: int
+    idle_checks: int = 0
 
 
 @dataclass(slots=True)
@@ -211,6 +216,8 @@ class BrokerServer:
         self._flow_stalled: dict[int, tuple[Any, int]] = {}
         """id(queue) -> (queue, its deliver count when its consumers were found stalled)."""
         self._flow_handle: asyncio.TimerHandle | None = None
+        self.flow_stats: dict[str, int] = {"paused": 0, "settled": 0, "stalled": 0, "timeout": 0}
+        """Publisher flow pauses and how each ended (logged at shutdown)."""
         self._dispatch_pending: Callable[[int], list[Effect]] | None = None
         self._listeners: list[Listener] = []
         self._deadline = _Timer()
@@ -357,6 +364,12 @@ class BrokerServer:
         close = getattr(self.broker, "close", None)
         if callable(close):
             close()
+        if self.flow_stats["paused"]:
+            log.info(
+                "publisher flow: %(paused)d pauses (%(settled)d drained, %(stalled)d stalled "
+                "consumers, %(timeout)d at the limit)",
+                self.flow_stats,
+            )
         log.info("stopped")
 
     def _start_memory_monitor(self) -> None:
@@ -548,6 +561,7 @@ class BrokerServer:
                     continue  # its consumers were stalled and still are
                 del stalled[id(q)]
             self._flow_held[c] = _FlowHold(q, mono, q.deliver)
+            self.flow_stats["paused"] += 1
             c.pause_reading("flow")
         if self._flow_held and self._flow_handle is None and self._loop is not None:
             self._flow_handle = self._loop.call_later(FLOW_CHECK_S, self._flow_check)
@@ -558,6 +572,7 @@ class BrokerServer:
         done = [c for c, hold in self._flow_held.items() if settled(hold.queue)]
         if done:
             mono = self.clock.monotonic()
+            self.flow_stats["settled"] += len(done)
             for c in done:
                 del self._flow_held[c]
                 c.resume_reading(mono, reason="flow")
@@ -567,8 +582,13 @@ class BrokerServer:
         mono = self.clock.monotonic()
         for c, hold in list(self._flow_held.items()):
             q = hold.queue
-            stalled = q.deliver == hold.deliver_mark
+            if q.deliver == hold.deliver_mark:
+                hold.idle_checks += 1
+            else:
+                hold.idle_checks = 0
+            stalled = hold.idle_checks >= FLOW_STALL_CHECKS
             if stalled or mono - hold.since >= FLOW_MAX_PAUSE_S:
+                self.flow_stats["stalled" if stalled else "timeout"] += 1
                 if stalled:
                     self._flow_stalled[id(q)] = (q, q.deliver)
                 del self._flow_held[c]
