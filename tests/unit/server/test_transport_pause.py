@@ -43,7 +43,7 @@ def test_reading_resumes_only_when_every_reason_is_lifted() -> None:
     assert c.reading_paused
     assert t.calls == ["pause"]
     c.resume_reading(7.0, reason="block")
-    assert not c.reading_paused
+    assert c.pause_reasons == frozenset()
     assert t.calls == ["pause", "resume"]
     assert c.read_resumed_mono == 7.0
 
