@@ -84,6 +84,7 @@ from ringmq.storage.records import (
     F_EXPIRY,
     HEADER,
     HEADER_SIZE,
+    MAX_RECORD,
     TYPE_CRC,
     Entry,
     Record,
@@ -822,9 +823,11 @@ class FileStore:
             if seg != buf_seg or rel < 0 or rel + HEADER_SIZE > len(buf):
                 buf = pread(seg, off, _READ_WINDOW)
                 buf_seg, buf_off, rel = seg, off, 0
-            length, crc, rtype = HEADER.unpack_from(buf, rel) if len(buf) >= rel + 9 else (0, 0, 0)
+            if rel + HEADER_SIZE > len(buf):  # the segment ends before the record
+                raise RuntimeError(f"journal segment {seg} offset {off}: damaged record")
+            length, crc, rtype = HEADER.unpack_from(buf, rel)
             end = rel + HEADER_SIZE + length
-            if end > len(buf):
+            if end > len(buf) and length <= MAX_RECORD:
                 buf = pread(seg, off, max(_READ_WINDOW, HEADER_SIZE + length))
                 buf_off, rel, end = off, 0, HEADER_SIZE + length
             payload = memoryview(buf)[rel + HEADER_SIZE : end]
