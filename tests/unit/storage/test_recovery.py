@@ -338,3 +338,45 @@ def test_read_entries_detects_a_damaged_record(tmp_path: Path) -> None:
         f.write(b"XYZ")
     with pytest.raises(RuntimeError, match="damaged"):
         store.read_entries("q", [1])
+
+
+def test_broker_paging_writes_persistent_messages_by_reference(tmp_path: Path) -> None:
+    from ringmq.server.setup import spill_directory
+
+    store = FileStore.open(tmp_path / "store")
+    broker = Broker(BrokerConfig(), store=store, now_ms=0)
+    spill = spill_directory(broker, tmp_path / "paging")
+    made: dict[str, DiskSpillStore] = {}
+
+    def factory(vhost: str, name: str) -> DiskSpillStore:
+        made[name] = spill(vhost, name)
+        return made[name]
+
+    broker.enable_paging(factory, 16, 1 << 20)
+    q = broker.declare_queue("/", "durable", durable=True)
+    t = broker.declare_queue("/", "transient", durable=False)
+    dur = broker.durability
+    assert dur is not None
+    bodies = [bytes([48 + i % 10]) * 1024 for i in range(300)]
+    for entity in (q, t):
+        for body in bodies:
+            m = Message("", entity.name, PROPS, body, persistent=True)
+            outcome = entity.queue.publish(m, 0)
+            dur.published(entity, m, outcome, 0)
+        entity.queue.page_out()
+    assert q.queue.spilled > 250
+    assert t.queue.spilled > 250
+    spilled_bytes = sum(len(b) for b in bodies[16:])
+    transient, durable = made["transient"].pages, made["durable"].pages
+    assert transient.refs_written == 0
+    assert transient.bytes_paged > spilled_bytes / 2  # whole messages
+    # durable queue: references only, but for the newest of each batch of spilled publishes,
+    # pushed before its own `enqueue` reached the store
+    assert durable.refs_written > 250
+    assert durable.bytes_paged < spilled_bytes / 5
+    for entity in (q, t):
+        got = []
+        while (d := entity.queue.fetch(0)) is not None:
+            got.append(d.message.body)
+            entity.queue.ack([d.seq])
+        assert got == bodies
