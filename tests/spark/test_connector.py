@@ -82,6 +82,32 @@ def test_stream_read_write_available_now(env: Env, spark: Any, tmp_path: Path) -
     assert _json(src["latestOffset"])["s-in"]["skipped"] == 0
 
 
+def test_http_writer_batch_and_stream_dedup(env: Env, spark: Any, tmp_path: Path) -> None:
+    # The bulk publish path (httpUrl given): batch ids hash the content, so writing the same
+    # DataFrame again is dropped by a de-duplicating queue; a stream's ids follow the batch.
+    env.declare("h-out", **DEDUP)
+    env.declare("h-in")
+    rows = [(b, "h-out", {"n": str(i)}) for i, b in enumerate(_bodies(30, "h"))]
+    df = spark.createDataFrame(rows, "body binary, routing_key string, headers map<string,string>")
+    for _ in range(2):
+        df.write.format("ringmq").options(**env.options()).mode("append").save()
+    assert sorted(env.bodies("h-out")) == _bodies(30, "h")
+    env.publish("h-in", _bodies(70, "s"))
+    q = (
+        spark.readStream.format("ringmq")
+        .options(**env.options(queue="h-in", consumerName="hw"))
+        .option("maxMessagesPerBatch", 40)
+        .load()
+        .select("body")
+        .writeStream.format("ringmq")
+        .options(**env.options(routingKey="h-out", checkpointLocation=str(tmp_path / "ck")))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(300)
+    assert sorted(env.bodies("h-out")) == sorted(_bodies(30, "h") + _bodies(70, "s"))
+
+
 def test_restart_from_checkpoint_replays_the_reserved_range(
     env: Env, spark: Any, tmp_path: Path
 ) -> None:
