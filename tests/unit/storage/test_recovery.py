@@ -380,3 +380,52 @@ def test_broker_paging_writes_persistent_messages_by_reference(tmp_path: Path) -
             got.append(d.message.body)
             entity.queue.ack([d.seq])
         assert got == bodies
+
+
+def test_a_recovered_tail_keeps_order_through_publish_requeue_and_page_out(
+    tmp_path: Path,
+) -> None:
+    _backlog(tmp_path, 120, clean=True)
+    store = FileStore.open(tmp_path, segment_bytes=4096)
+    recovered = store.recover().queues["q"]
+    assert isinstance(recovered, RecoveredQueue)
+    engine = Queue("q", QueueSettings())
+    engine.set_memory_bound(10, 1 << 20)
+    head, tail = recovered.split(*engine.memory_bound)
+    assert tail is not None
+    for m in head:
+        engine.restore(
+            m.seq,
+            m.message,
+            redelivered=m.redelivered,
+            delivery_count=m.delivery_count,
+            expiry_ms=m.expiry_ms,
+            due_ms=m.due_ms,
+        )
+    engine.restore_spilled(
+        tail.spill,
+        tail.count,
+        tail.nbytes,
+        redelivered=tail.redelivered,
+        delivery_counts=tail.delivery_counts,
+        expiring=tail.expiring,
+        below=tail.below,
+    )
+    engine.resume_seqs(121)
+    for i in range(15):  # new publishes go behind the recovered tail
+        fresh = msg(f"new-{i}".encode())
+        engine.publish(fresh, 0)
+        store.enqueue("q", engine.last_seq, fresh)
+    first = [d.seq for _ in range(5) if (d := engine.fetch(0)) is not None]
+    assert first == [1, 3, 4, 5, 6]
+    engine.requeue([SeqId(3), SeqId(4)], 0)
+    engine.set_memory_bound(3, 1 << 20)  # memory pressure: the head's rear pages out
+    engine.set_memory_bound(10, 1 << 20)
+    seen: list[tuple[int, bool]] = []
+    while (d := engine.fetch(0)) is not None:
+        seen.append((d.seq, d.redelivered))
+        engine.ack([d.seq])
+    assert [seq for seq, _ in seen] == [3, 4, *range(7, 136)]
+    assert [seq for seq, red in seen if red] == [3, 4, 119]
+    assert engine.counters.paged == 0
+    assert sorted(engine.unacked_seqs()) == [1, 5, 6]
