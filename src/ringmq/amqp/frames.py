@@ -426,6 +426,33 @@ class DeliverParts:
             _append_body(parts, channel, body, frame_max)
         return b"".join(parts)
 
+    def encode_into(
+        self,
+        out: list[bytes],
+        delivery_tag: int,
+        redelivered: bool,
+        properties_bin: bytes,
+        body: bytes,
+        frame_max: int,
+    ) -> None:
+        """Append the pieces of ``encode(...)`` to ``out`` (joined per write, not per message)."""
+        channel = self._channel
+        size = len(body)
+        if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
+            out += (
+                self._head,
+                _DELIVER_FIXED.pack(delivery_tag, 1 if redelivered else 0),
+                self._tail,
+                _HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin), 60, 0, size),
+                properties_bin,
+                _END,
+                _FRAME_HEAD.pack(FRAME_BODY, channel, size),
+                body,
+                _END,
+            )
+        else:
+            out.append(self.encode(delivery_tag, redelivered, properties_bin, body, frame_max))
+
 
 __all__ = [
     "FRAME_BODY",

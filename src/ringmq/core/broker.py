@@ -1516,7 +1516,7 @@ class Broker:
                 or st.non_destructive
             ):
                 self._eager = True  # e.g. a ring counts pending: deliver before the next publish
-            if s is not None and engine.ready_count > FLOW_HIGH and q.consumers.all:
+            if s is not None and engine.counters.ready > FLOW_HIGH and q.consumers.all:
                 self.flow_requests[s.conn_id] = q
             limit = q.settings.limit
             if (
@@ -1988,7 +1988,8 @@ class Broker:
         no_ack_count = 0
         dur = self.durability
         persisted = dur.persisted(q) if dur is not None else None
-        while engine.ready_count:
+        counters = engine.counters  # ready_count = ready + paged, without the property call
+        while counters.ready or counters.paged:
             if not budget:
                 self._backlog[id(q)] = q
                 break

@@ -754,8 +754,8 @@ class ServerConnection:
             parts = self._deliver_parts[key] = DeliverParts(
                 channel, consumer_tag.encode(), exchange.encode(), routing_key.encode()
             )
-        self._out.append(
-            parts.encode(delivery_tag, redelivered, properties_bin, body, self.tuned.frame_max)
+        parts.encode_into(
+            self._out, delivery_tag, redelivered, properties_bin, body, self.tuned.frame_max
         )
         return True
 

@@ -46,6 +46,9 @@ def test_same_bytes_as_encode_deliver(
     )
     for _ in range(2):  # reusable
         assert parts.encode(delivery_tag, redelivered, properties_bin, body, frame_max) == expected
+    out: list[bytes] = [b"before"]
+    parts.encode_into(out, delivery_tag, redelivered, properties_bin, body, frame_max)
+    assert b"".join(out) == b"before" + expected
 
 
 def test_frames_parse_back() -> None:
