@@ -343,6 +343,7 @@ class Deduplicator(Generic[KeyT]):
         self.duplicates = 0
         self._seen: dict[KeyT, OrderedDict[str, int]] = {}
         self._windows: dict[KeyT, int] = {}
+        self._trimmed: dict[KeyT, int] = {}  # now_ms of the last time-based trim per scope
 
     def seen(self, scope: KeyT, message_id: str, now_ms: int) -> bool:
         """True if `message_id` was recorded in `scope` within the window (counts duplicates)."""
@@ -369,6 +370,31 @@ class Deduplicator(Generic[KeyT]):
         ids.move_to_end(message_id)
         self._trim(scope, ids, now_ms)
 
+    def check_and_record(self, scope: KeyT, message_id: str, now_ms: int, window_ms: int) -> bool:
+        """`seen` then, for a new id, `record` with `window_ms`, in one step (the publish path).
+
+        Expired ids are trimmed once per scope and `now_ms` (the broker handles a whole read
+        batch at one `now_ms`, so nothing more can have expired within it); the count bound is
+        kept at every insert. True when `message_id` is a duplicate (counted).
+        """
+        ids = self._seen.get(scope)
+        if ids is None:
+            ids = self._seen[scope] = OrderedDict()
+        same_window = self._windows.get(scope) == window_ms
+        if not same_window or self._trimmed.get(scope) != now_ms:
+            self._trim(scope, ids, now_ms)  # the scope's current window, as `seen` does
+            self._trimmed[scope] = now_ms
+        if message_id in ids:
+            self.duplicates += 1
+            return True
+        ids[message_id] = now_ms
+        if not same_window:
+            self._windows[scope] = window_ms
+            self._trim(scope, ids, now_ms)  # the new window, as `record` does
+        elif len(ids) > self.max_ids:
+            ids.popitem(last=False)
+        return False
+
     def discard(self, scope: KeyT, message_id: str) -> None:
         """Forget one id (its publish was refused after all, so a retry must get through)."""
         ids = self._seen.get(scope)
@@ -384,6 +410,7 @@ class Deduplicator(Generic[KeyT]):
         """Drop a scope (its queue or exchange was deleted)."""
         self._seen.pop(scope, None)
         self._windows.pop(scope, None)
+        self._trimmed.pop(scope, None)
 
     def _trim(self, scope: KeyT, ids: OrderedDict[str, int], now_ms: int) -> None:
         horizon = now_ms - self._windows.get(scope, self.window_ms)
@@ -481,13 +508,10 @@ class PublishDedup:
         now_ms: int,
     ) -> Sequence[QueueT]:
         """The queues that must get this message (empty: drop it as a duplicate)."""
-        ids = self.ids
+        check = self.ids.check_and_record
         xw = _window(exchange.arguments) if exchange.arguments else None
-        if xw is not None:
-            scope = ("exchange", vhost, exchange.name)
-            if ids.seen(scope, message_id, now_ms):
-                return ()
-            ids.record(scope, message_id, now_ms, window_ms=xw)
+        if xw is not None and check(("exchange", vhost, exchange.name), message_id, now_ms, xw):
+            return ()
         out: list[QueueT] | None = None
         for i, q in enumerate(queues):
             args = cast("_Declared", q).arguments
@@ -496,12 +520,10 @@ class PublishDedup:
                 if out is not None:
                     out.append(q)
                 continue
-            scope = ("queue", vhost, cast("_Declared", q).name)
-            if ids.seen(scope, message_id, now_ms):
+            if check(("queue", vhost, cast("_Declared", q).name), message_id, now_ms, qw):
                 if out is None:
                     out = list(queues[:i])
                 continue
-            ids.record(scope, message_id, now_ms, window_ms=qw)
             if out is not None:
                 out.append(q)
         return queues if out is None else out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 
 import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -321,3 +322,31 @@ def test_publish_dedup_scopes_and_refusal() -> None:
     assert d.admit("/", dx, [pq], "m2", 0) == [pq]
     assert d.admit("/", dx, [pq], "m2", 1) == ()
     assert d.admit("/", dx, [pq], "m2", 60) == [pq]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),  # scope
+            st.integers(0, 6),  # message id
+            st.integers(0, 40),  # time step
+            st.sampled_from([10, 25]),  # window
+        ),
+        max_size=60,
+    )
+)
+def test_check_and_record_matches_seen_then_record(
+    ops: list[tuple[str, int, int, int]],
+) -> None:
+    # The publish path's one-step call must answer as `seen` followed by `record` does.
+    fast: Deduplicator[str] = Deduplicator(window_ms=10, max_ids=4)
+    slow: Deduplicator[str] = Deduplicator(window_ms=10, max_ids=4)
+    now = 0
+    for scope, mid, step, window in ops:
+        now += step // 8  # often the same ms (one read batch), sometimes later
+        dup = slow.seen(scope, str(mid), now)
+        if not dup:
+            slow.record(scope, str(mid), now, window_ms=window)
+        assert fast.check_and_record(scope, str(mid), now, window) == dup
+        assert fast.duplicates == slow.duplicates
+        assert fast.size(scope) <= 4
