@@ -35,10 +35,11 @@ persistent message that reached a durable queue is held until the storage layer 
 `confirm_stored(conn_id, channel, seqs)` after its fsync.
 
 Publisher flow (RabbitMQ's credit flow, in one thread): a publish that leaves a queue *with
-consumers* holding more than `FLOW_HIGH` ready messages records `flow_requests[conn_id] = queue`.
-The server takes these after each read (`take_flow`), stops reading that publisher's socket, and
-reads again once `flow_settled(queue)` (backlog at `FLOW_LOW` or below, no consumers left, or the
-queue gone) or when the consumers stop making progress. The core only reports; pausing is I/O.
+consumers* holding more than `FLOW_HIGH` ready messages (or `FLOW_HIGH_BYTES`) records
+`flow_requests[conn_id] = queue`. The server takes these after each read (`take_flow`), stops
+reading that publisher's socket, and reads again once `flow_settled(queue)` (backlog at the low
+marks, no consumers left, or the queue gone) or when the consumers stop making progress. The
+core only reports; pausing is I/O.
 
 Transactions: publishes and settles are buffered; tx.commit first checks every reject-type limit
 for the whole batch (a queue that would refuse any message fails the commit with 406 and nothing
@@ -135,6 +136,10 @@ FLOW_HIGH: Final = 8192
 """Ready backlog of a consumed queue above which its publisher is asked to pause (`flow`)."""
 FLOW_LOW: Final = 2048
 """Ready backlog at or below which a paused publisher may read again."""
+FLOW_HIGH_BYTES: Final = 4 * 1024 * 1024
+"""The same high mark in ready body bytes (half the default in-memory queue head: no paging)."""
+FLOW_LOW_BYTES: Final = 1024 * 1024
+"""The same low mark in ready body bytes."""
 
 REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
 _REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
@@ -700,7 +705,10 @@ class Broker:
     @staticmethod
     def flow_settled(q: QueueEntity) -> bool:
         """True when a publisher paused for `q` may read again."""
-        return q.deleted or not q.consumers.all or q.queue.ready_count <= FLOW_LOW
+        if q.deleted or not q.consumers.all:
+            return True
+        counters = q.queue.counters
+        return q.queue.ready_count <= FLOW_LOW and counters.ready_bytes <= FLOW_LOW_BYTES
 
     # ================================================================== method dispatch
     def handle(
@@ -1516,7 +1524,12 @@ class Broker:
                 or st.non_destructive
             ):
                 self._eager = True  # e.g. a ring counts pending: deliver before the next publish
-            if s is not None and engine.counters.ready > FLOW_HIGH and q.consumers.all:
+            counters = engine.counters
+            if (
+                s is not None
+                and (counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES)
+                and q.consumers.all
+            ):
                 self.flow_requests[s.conn_id] = q
             limit = q.settings.limit
             if (
