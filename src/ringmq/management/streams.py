@@ -450,6 +450,12 @@ class StreamService:
                 (unknown exchange 404, permission 403, others 400); `result.published`
                 counts what went through before it.
         """
+        alarms: dict[str, str] = self.broker.alarms  # a property: a copy of the alarms
+        if alarms:
+            # A resource alarm blocks publishers: take nothing until it clears (AMQP would
+            # let one publish through and then block the connection).
+            result.blocked = "; ".join(sorted(alarms.values()))
+            return
         handle = self.broker.handle
         now = self.clock_ms()
         methods: dict[str, spec.BasicPublish] = {}  # frozen: one per routing key

@@ -210,3 +210,33 @@ def test_sink_http_path_matches_amqp_ids(live_broker: BrokerThread) -> None:
         )
         s = publish_arrow(seq_opts, iter([plain, plain]), streaming=True)
         assert (s.count, s.first_id, s.last_id) == (6, "q:7:0:0", "q:7:0:5")
+
+
+def test_bulk_publish_waits_out_a_resource_alarm(live_broker: BrokerThread) -> None:
+    import threading
+
+    _, http = urls(live_broker)
+    conn, ch = _channel(live_broker)
+    ch.queue_declare("alarmed")  # type: ignore[attr-defined]
+    conn.close()
+    broker = live_broker.broker
+    live_broker.call(lambda: broker.set_alarm("memory", "memory alarm (test)"))
+    answers: list[dict[str, object]] = []
+
+    def publish() -> None:
+        with StreamClient(http) as c:
+            body = encode_publish(("alarmed", _mid(i), b"%d" % i) for i in range(50))
+            answers.append(c.publish("", body, retry_s=30))
+
+    t = threading.Thread(target=publish)
+    t.start()
+    with StreamClient(http) as c:
+        # Refused (503) while the alarm is on: nothing gets in.
+        for _ in range(3):
+            t.join(0.3)
+            assert c.info("alarmed")["ready"] == 0
+        live_broker.call(lambda: broker.set_alarm("memory", None))
+        t.join(30)
+        assert not t.is_alive()
+        assert answers == [{"published": 50, "nacked": 0, "first_nacked": None}]
+        assert [r.body for r in c.browse_all("alarmed")] == [b"%d" % i for i in range(50)]
