@@ -104,6 +104,25 @@ class Entry(Generic[TagT]):
     tag: TagT
 
 
+_ENTRY_SETTERS: Final = tuple(
+    vars(Entry)[name].__set__ for name in ("pos", "seq", "message", "redelivered", "tag")
+)
+
+
+def _new_entry(pos: int, seq: SeqId, message: Message, redelivered: bool, tag: TagT) -> Entry[TagT]:
+    # An ordinary, equal, immutable Entry built through the slot descriptors: the frozen
+    # dataclass __init__ (one object.__setattr__ per field) costs several times more, once
+    # per reserved message.
+    e: Entry[TagT] = object.__new__(Entry)
+    set_pos, set_seq, set_message, set_redelivered, set_tag = _ENTRY_SETTERS
+    set_pos(e, pos)
+    set_seq(e, seq)
+    set_message(e, message)
+    set_redelivered(e, redelivered)
+    set_tag(e, tag)
+    return e
+
+
 @dataclass(frozen=True, slots=True)
 class ReserveResult:
     """Answer to `reserve`: the reserved range `[start, end)` and the lease's state."""
@@ -213,22 +232,41 @@ class Reservations(Generic[TagT]):
             # shorter, or a checkpoint newer than this broker's memory): never fill below start.
             lease.next_pos = start
         goal = start + min(max_messages, MAX_RESERVE_PER_CALL)
-        taken_bytes = sum(e.message.size for e in self._held_range(lease, start, goal))
-        while lease.next_pos < goal:
-            if max_bytes is not None and taken_bytes >= max_bytes and lease.next_pos > start:
+        taken_bytes = 0
+        if max_bytes is not None:
+            taken_bytes = sum(e.message.size for e in self._held_range(lease, start, goal))
+        # The hot loop (one step per reserved message) works on locals and writes the lease
+        # back once; for the engine it calls `fetch` directly (the tag is the seq).
+        queue: Any = self._queue
+        fetch = queue.engine.fetch if isinstance(queue, EngineAdapter) else None
+        take = queue.take
+        entries, positions = lease.entries, lease.positions
+        next_pos, last_seq, skipped = lease.next_pos, lease.last_seq, lease.skipped
+        while next_pos < goal:
+            if max_bytes is not None and taken_bytes >= max_bytes and next_pos > start:
                 break
-            got = self._queue.take(now_ms)
-            if got is None:
-                break
-            if lease.last_seq is not None and got.seq > lease.last_seq + 1:
-                lease.skipped += got.seq - lease.last_seq - 1
-            if lease.last_seq is None or got.seq > lease.last_seq:
-                lease.last_seq = got.seq
-            entry = Entry(lease.next_pos, got.seq, got.message, got.redelivered, got.tag)
-            lease.entries.append(entry)
-            lease.positions.append(entry.pos)
-            lease.next_pos += 1
-            taken_bytes += got.message.size
+            if fetch is not None:
+                d = fetch(now_ms, True)
+                if d is None:
+                    break
+                seq, message, redelivered = d.seq, d.message, d.redelivered
+                tag = cast("TagT", seq)  # EngineAdapter's tags are the seqs
+            else:
+                got = take(now_ms)
+                if got is None:
+                    break
+                seq, message, redelivered, tag = got.seq, got.message, got.redelivered, got.tag
+            if last_seq is None:
+                last_seq = seq
+            elif seq > last_seq:
+                skipped += seq - last_seq - 1
+                last_seq = seq
+            entries.append(_new_entry(next_pos, seq, message, redelivered, tag))
+            positions.append(next_pos)
+            next_pos += 1
+            if max_bytes is not None:
+                taken_bytes += message.size
+        lease.next_pos, lease.last_seq, lease.skipped = next_pos, last_seq, skipped
         end = max(start, min(goal, lease.next_pos))
         return ReserveResult(
             start, end, lease.settled, lease.next_pos, lease.skipped, lease.expired

@@ -350,3 +350,16 @@ def test_check_and_record_matches_seen_then_record(
         assert fast.check_and_record(scope, str(mid), now, window) == dup
         assert fast.duplicates == slow.duplicates
         assert fast.size(scope) <= 4
+
+
+def test_fast_entry_is_an_ordinary_frozen_entry() -> None:
+    import dataclasses
+
+    from ringmq.core.reservations import Entry, _new_entry
+
+    m = _msg(b"x")
+    fast = _new_entry(3, SeqId(7), m, True, 11)
+    assert fast == Entry(3, SeqId(7), m, True, 11)
+    assert hash(fast) == hash(Entry(3, SeqId(7), m, True, 11))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.pos = 4  # type: ignore[misc]
