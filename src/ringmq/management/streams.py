@@ -80,6 +80,7 @@ MAX_PUBLISH: Final = 200_000
 """Most messages in one bulk publish request."""
 CONFIRM_TIMEOUT_S: Final = 60.0
 _LITTLE: Final = sys.byteorder == "little"
+_BASIC_ACK: Final = spec.BasicAck
 RECORD_HEAD: Final = struct.Struct(">QQBqBBII")
 EXPIRE_PERIOD_S: Final = 1.0
 MAX_READ: Final = 200_000
@@ -476,6 +477,14 @@ class StreamService:
                 raise StreamError(400, f"message {i}: malformed properties") from None
             result.published += 1
             if effects:
+                e = effects[0]
+                if (
+                    len(effects) == 1
+                    and e.conn_id == conn_id
+                    and type(e) is SendMethod
+                    and type(e.method) is _BASIC_ACK
+                ):
+                    continue  # the common answer: this publish is confirmed
                 self._apply(conn_id, effects, result)
             if result.blocked is not None:
                 return
