@@ -177,3 +177,48 @@ def test_confirms_wait_for_the_fsync_and_are_grouped(
     syncs = b.call(lambda: commit.syncs) - before
     assert 1 <= syncs < 400  # group commit: one fsync covers many confirms
     assert b.call(lambda: b.broker.admin.queue("/", "gq")["messages_ready"]) == 401
+
+
+def test_delayed_exchange_keeps_persistent_held_messages_across_a_restart(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    # RabbitMQ's delayed-message plugin keeps held messages on disk: a durable x-delayed-message
+    # exchange's persistent messages come back after a restart and are released when due;
+    # transient ones, and those of a deleted exchange, do not.
+    data = tmp_path / "d"
+    b = broker_factory(data_dir=data)
+    with connect(b) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for name in ("dx", "gone"):
+            ch.exchange_declare(
+                name, "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"}
+            )
+            ch.queue_declare(f"{name}-q", durable=True)
+            ch.queue_bind(f"{name}-q", name, "k")
+        for i in range(3):
+            delay = {"x-delay": 300 + 100 * i}
+            props = pika.BasicProperties(delivery_mode=2, headers=delay)
+            ch.basic_publish("dx", "k", b"p%d" % i, props)
+            ch.basic_publish("dx", "k", b"t%d" % i, pika.BasicProperties(headers=delay))
+            ch.basic_publish("gone", "k", b"g%d" % i, props)
+        ch.exchange_delete("gone")
+        assert ch.queue_declare("dx-q", passive=True).method.message_count == 0  # still held
+    b.stop()
+    b2 = broker_factory(data_dir=data)
+    got: list[bytes] = []
+    with connect(b2) as conn:
+        ch = conn.channel()
+        for _ in range(100):  # released on the first tick at or after the due time
+            method, _props, body = ch.basic_get("dx-q", auto_ack=True)
+            if method is not None:
+                got.append(body)
+            elif len(got) == 3:
+                break
+            else:
+                conn.sleep(0.05)
+        assert ch.queue_declare("gone-q", passive=True).method.message_count == 0
+    assert got == [b"p0", b"p1", b"p2"]
+    b2.stop()
+    b3 = broker_factory(data_dir=data)  # released messages are not held again
+    assert drain(b3, "dx-q") == []

@@ -460,6 +460,11 @@ class Broker:
             self.definitions_changed()
             self.durability.store.close()
 
+    def restore_held(self, vh: VHost, x: Exchange, seq: int, msg: Message, due_ms: int) -> None:
+        """Recovery: delayed exchange `x` holds `msg` again (number `seq`) until `due_ms`."""
+        x.hold(msg, due_ms, seq)
+        self._holding[id(x)] = (vh, x)
+
     def restore_exchange(
         self,
         vhost: str,
@@ -1459,9 +1464,11 @@ class Broker:
         if x.type is ExchangeType.DELAYED:
             delay = (msg.headers or {}).get("x-delay")
             if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
-                x.hold(msg, now_ms + delay)
+                due = now_ms + delay
+                held = x.hold(msg, due)
                 self._holding[id(x)] = (vh, x)
-                return False, False
+                dur = self.durability
+                return False, dur is not None and dur.held(vh.name, x, held, msg, due)
         rk = msg.routing_key
         if x.name == "" and rk.startswith(_REPLY_TO_PREFIX):
             if self._deliver_reply(rk, msg):
@@ -2215,8 +2222,11 @@ class Broker:
                 del self._holding[key]
                 continue
             if due <= now_ms:
-                for msg in x.pop_due(now_ms):
+                released = x.take_due(now_ms)
+                for _, msg in released:
                     self._route_publish(vh, x, _undelayed(msg), False, None, now_ms)
+                if self.durability is not None:
+                    self.durability.released(vh.name, x, [n for n, _ in released])
         self._flush(now_ms)
         if self._defs_dirty:
             self.definitions_changed(full=False)

@@ -26,7 +26,13 @@ only names the calls it makes, `StorePort`, so core/ imports nothing from storag
   (`Queue.memory_bound`); the rest stays on disk and is paged in as the queue drains
   (`Queue.restore_spilled`), so recovery memory does not grow with the backlog.
 
-Store keys: a queue is `"<vhost>\\x1f<name>"`; definition keys use the same separator.
+* **delayed exchanges**: a persistent message held by a durable `x-delayed-message` exchange
+  is journaled under the exchange's own store key (`delayed_key`) with its due time, acked
+  when the exchange releases it (after it was routed, so a crash in between duplicates rather
+  than loses), and dropped with the exchange. Recovery holds it again.
+
+Store keys: a queue is `"<vhost>\\x1f<name>"`; definition keys use the same separator; a
+delayed exchange's held messages are `"\\x1fx-delayed\\x1f<vhost>\\x1f<name>"`.
 Invariants: a seq is in a persisted set iff an ENQUEUE for it was written and no ACK yet; the
 broker only writes while it owns the loop thread (no locks).
 """
@@ -148,6 +154,14 @@ class StorePort(Protocol):
 def queue_key(vhost: str, name: str) -> str:
     """The store's name for queue `name` of `vhost`."""
     return f"{vhost}{SEP}{name}"
+
+
+DELAYED_PREFIX: Final = f"{SEP}x-delayed{SEP}"
+
+
+def delayed_key(vhost: str, name: str) -> str:
+    """The store's name for the messages held by delayed exchange `name` of `vhost`."""
+    return f"{DELAYED_PREFIX}{vhost}{SEP}{name}"
 
 
 def _to_json(value: Any) -> Any:
@@ -286,6 +300,28 @@ class Durability:
         if self._persisted.pop(key, None) is not None:
             self.store.drop_queue(key)
         q.queue.on_remove = None
+
+    # --- delayed exchanges ------------------------------------------------------------------
+
+    def held(self, vhost: str, x: Exchange, seq: int, msg: Message, due_ms: int) -> bool:
+        """Delayed exchange `x` holds `msg` (its number `seq`) until `due_ms`: journal it when
+        the exchange is durable and the message persistent. Returns True if written."""
+        if not (x.durable and msg.persistent):
+            return False
+        key = delayed_key(vhost, x.name)
+        self.store.enqueue(key, SeqId(seq), msg, expiry_ms=None, due_ms=due_ms)
+        self._persisted.setdefault(key, set()).add(SeqId(seq))
+        return True
+
+    def released(self, vhost: str, x: Exchange, seqs: Iterable[int]) -> None:
+        """Delayed exchange `x` routed its held messages `seqs`: ack the journaled ones."""
+        persisted = self._persisted.get(delayed_key(vhost, x.name))
+        if not persisted:
+            return
+        done = [SeqId(s) for s in seqs if s in persisted]
+        if done:
+            persisted.difference_update(done)
+            self.store.ack(delayed_key(vhost, x.name), done)
 
     # --- definitions -----------------------------------------------------------------------
 
@@ -447,6 +483,8 @@ class Durability:
         if value is None:
             del cache[key]
             self.store.delete_definition(kind, key)
+            if kind == EXCHANGE_DEF and self._persisted.pop(DELAYED_PREFIX + key, None) is not None:
+                self.store.drop_queue(DELAYED_PREFIX + key)  # its held messages went with it
         else:
             cache[key] = value
             self.store.put_definition(kind, key, value)
@@ -610,6 +648,9 @@ class Durability:
                 if entity.durable:
                     queues[queue_key(vh.name, entity.name)] = entity
         for key, messages in state.queues.items():
+            if key.startswith(DELAYED_PREFIX):
+                self._restore_held(key, messages, now_ms)
+                continue
             found = queues.get(key)
             if found is None:
                 log.warning("dropping %d stored messages of unknown queue %r", len(messages), key)
@@ -649,6 +690,29 @@ class Durability:
             self.recovered_messages += len(messages)
             b.recovered_queue(found, now_ms)
         for key, next_seq in state.next_seq.items():
+            if key.startswith(DELAYED_PREFIX):
+                continue  # an exchange numbers on from its highest held message
             target = queues.get(key)
             if target is not None:
                 target.queue.resume_seqs(next_seq)
+
+    def _restore_held(self, key: str, messages: Iterable[Any], now_ms: int) -> None:
+        # A delayed exchange's journaled messages: held again with their due times (overdue
+        # ones are released by the broker's next tick).
+        b = self.broker
+        vhost, _, name = key[len(DELAYED_PREFIX) :].partition(SEP)
+        vh = b.vhosts.get(vhost)
+        x = vh.exchanges.get(name) if vh is not None else None
+        if vh is None or x is None or not x.durable or x.type is not ExchangeType.DELAYED:
+            log.warning("dropping stored messages held by unknown delayed exchange %r", key)
+            self.store.drop_queue(key)
+            return
+        persisted = self._persisted.setdefault(key, set())
+        n = 0
+        for m in messages:
+            rm: RecoveredMessagePort = m
+            persisted.add(rm.seq)
+            due = rm.due_ms if rm.due_ms is not None else now_ms
+            b.restore_held(vh, x, int(rm.seq), rm.message, due)
+            n += 1
+        self.recovered_messages += n

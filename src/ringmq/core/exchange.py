@@ -129,17 +129,34 @@ class Exchange:
         return self._table.route(routing_key, headers)
 
     # -- delayed messages (x-delayed-message) -------------------------------------------------
-    def hold(self, message: Message, due_ms: int) -> None:
-        """Keep `message` until `due_ms` (then `pop_due` returns it for routing)."""
-        self._held_order += 1
-        heapq.heappush(self._held, _Held(due_ms, self._held_order, message))
+    def hold(self, message: Message, due_ms: int, seq: int | None = None) -> int:
+        """Keep `message` until `due_ms` (then `take_due` returns it for routing).
+
+        Returns the held message's number (arrival order, 1, 2, ...): storage journals a held
+        message under it. `seq` restores a recovered message under its stored number; later
+        holds number on from the highest restored.
+        """
+        if seq is None:
+            self._held_order += 1
+            seq = self._held_order
+        elif seq > self._held_order:
+            self._held_order = seq
+        heapq.heappush(self._held, _Held(due_ms, seq, message))
+        return seq
+
+    def take_due(self, now_ms: int) -> list[tuple[int, Message]]:
+        """(number, message) of held messages whose time has come, in due order (ties:
+        arrival order)."""
+        out: list[tuple[int, Message]] = []
+        held = self._held
+        while held and held[0].due_ms <= now_ms:
+            h = heapq.heappop(held)
+            out.append((h.order, h.message))
+        return out
 
     def pop_due(self, now_ms: int) -> list[Message]:
         """Held messages whose time has come, in due order (ties: arrival order)."""
-        out: list[Message] = []
-        while self._held and self._held[0].due_ms <= now_ms:
-            out.append(heapq.heappop(self._held).message)
-        return out
+        return [m for _, m in self.take_due(now_ms)]
 
     def next_due_ms(self) -> int | None:
         """Earliest due time of a held message."""
