@@ -710,6 +710,8 @@ class BrokerServer:
         """Server-initiated Connection.Close; `text` is the explanation (no code prefix)."""
         if c.closing:
             return
+        if self._flow_held.pop(c, None) is not None:
+            c.resume_reading(self.clock.monotonic(), reason="flow")  # read its Close-Ok
         c.proto.close(code, text)
         if c.closing_since is None:
             c.closing_since = self.clock.monotonic()
@@ -731,8 +733,14 @@ class BrokerServer:
         """Queue the output of `effects` on their target connections (flushed at batch end)."""
         conns = self._conns
         dirty = self._dirty
+        last_id = -1
+        c: AMQPConnection | None = None
         for e in effects:
-            c = conns.get(e.conn_id)
+            if e.conn_id != last_id:  # runs of effects for one connection look it up once
+                last_id = e.conn_id
+                c = conns.get(last_id)
+                if c is not None:
+                    dirty.add(c)
             if c is None or c.closing:
                 continue  # the target went away meanwhile; the broker learns it separately
             if type(e) is SendContent:
@@ -750,7 +758,6 @@ class BrokerServer:
                         msg.properties_bin,
                         msg.body,
                     )
-                    dirty.add(c)
                     continue
             match e:
                 case SendContent(channel=ch, method=method, message=msg):
