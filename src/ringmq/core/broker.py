@@ -34,8 +34,8 @@ Publisher confirms: transient messages (and all messages unless
 persistent message that reached a durable queue is held until the storage layer calls
 `confirm_stored(conn_id, channel, seqs)` after its fsync.
 
-Publisher flow (RabbitMQ's credit flow, in one thread): a publish that leaves a queue *with
-consumers* holding more than `FLOW_HIGH` ready messages (or `FLOW_HIGH_BYTES`) records
+Publisher flow (RabbitMQ's credit flow, in one thread): a publish that leaves an unbounded
+queue *with consumers* holding more than `FLOW_HIGH` ready messages (or `FLOW_HIGH_BYTES`) records
 `flow_requests[conn_id] = queue`. The server takes these after each read (`take_flow`), stops
 reading that publisher's socket, and reads again once `flow_settled(queue)` (backlog at the low
 marks, no consumers left, or the queue gone) or when the consumers stop making progress. The
@@ -1536,6 +1536,9 @@ class Broker:
                 s is not None
                 and (counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES)
                 and q.consumers.all
+                and st.limit is None  # a ring or max-length queue applies its own overflow
+                and st.lvq_key is None
+                and not st.non_destructive  # browsers never drain it
             ):
                 self.flow_requests[s.conn_id] = q
             limit = q.settings.limit

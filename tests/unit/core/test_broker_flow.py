@@ -64,6 +64,31 @@ def test_queues_without_consumers_and_consuming_publishers_never_ask_for_flow() 
     assert k.broker.take_flow() == []
 
 
+def test_bounded_lvq_and_browsed_queues_apply_their_own_policy_instead_of_flow() -> None:
+    # A ring or max-length queue drops or refuses by its own rule, an LVQ replaces, browsers
+    # never drain: pausing the publisher would defeat the policy the user chose.
+    k = Kit()
+    cons = k.open()
+    k.call(cons, spec.BasicQos(prefetch_count=1))
+    args: dict[str, dict[str, object]] = {
+        "ring": {"x-ring-size": FLOW_HIGH * 4},
+        "maxlen": {"x-max-length": FLOW_HIGH * 4},
+        "lvq": {"x-last-value-key": "k"},
+        "browse": {"x-non-destructive": True},
+    }
+    for name, a in args.items():
+        k.declare(cons, name, arguments=a)
+        k.consume(cons, name, name)
+    pub = k.channel(k.connect())
+    for name in args:
+        _fill(k, pub, name, FLOW_HIGH + 10)
+        assert k.broker.take_flow() == [], name
+    k.declare(cons, "plain")
+    k.consume(cons, "plain", "plain")
+    _fill(k, pub, "plain", FLOW_HIGH + 10)
+    assert [q.name for _, q in k.broker.take_flow()] == ["plain"]
+
+
 def test_deferred_dispatch_delivers_a_batch_of_publishes_once_per_batch() -> None:
     k = Kit()
     k.broker.defer_dispatch = True
