@@ -98,3 +98,45 @@ def test_a_flooding_publisher_loses_and_reorders_nothing(broker: BrokerThread) -
     assert got == list(range(n))
     stats = _flow(broker)
     assert stats["paused"] == stats["settled"] + stats["stalled"] + stats["timeout"]
+
+
+def test_management_shows_a_held_publisher_in_flow_state(broker: BrokerThread) -> None:
+    # A consumer that keeps progressing, slowly: its publisher is held (up to FLOW_MAX_PAUSE_S
+    # at a time) and the connection list says "flow", as RabbitMQ's does.
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def slow_consumer() -> None:
+        with connect(broker) as conn:
+            ch = conn.channel()
+            ch.queue_declare("slow")
+            ch.basic_qos(prefetch_count=1)
+            ready.set()
+            deadline = time.monotonic() + 30
+            for method, _props, _body in ch.consume("slow", inactivity_timeout=0.1):
+                if method is not None:
+                    time.sleep(0.005)
+                    ch.basic_ack(method.delivery_tag)
+                if stop.is_set() or time.monotonic() > deadline:
+                    break
+            ch.cancel()
+
+    t = threading.Thread(target=slow_consumer, daemon=True)
+    t.start()
+    assert ready.wait(10)
+    states: set[str] = set()
+    with connect(broker) as conn:
+        ch = conn.channel()
+        for i in range(FLOW_HIGH + 4000):
+            ch.basic_publish("", "slow", b"%d" % i)
+
+        def seen_flow() -> bool:
+            states.update(c.state for c in broker.call(broker.server.connections))
+            return "flow" in states
+
+        try:
+            wait_until(seen_flow, timeout=20, interval=0.005)
+        finally:
+            stop.set()
+            t.join(30)
+    assert "flow" in states

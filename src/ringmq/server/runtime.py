@@ -447,7 +447,11 @@ class BrokerServer:
                     connected_at_ms=c.connected_at_ms,
                     state="closing"
                     if c.closing
-                    else ("blocked" if c.blocked_reason else "running"),
+                    else "blocked"
+                    if c.blocked_reason
+                    else "flow"  # RabbitMQ's name for a publisher held by credit flow
+                    if c in self._flow_held
+                    else "running",
                     blocked_reason=c.blocked_reason,
                     channels=c.channels,
                     client_properties=c.client_properties,
