@@ -279,7 +279,7 @@ def _as_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-_ALARM_KEYS: Final = {"memory": -1, "disk": -2}
+_ALARM_KEYS: Final = {"memory": -1, "disk": -2, "disk_write": -3}
 """Resource alarms share `_blocking` with Artemis BLOCK queues (keyed by id(queue) > 0)."""
 
 
@@ -1784,6 +1784,26 @@ class Broker:
             self._send_confirms(session, released)
         return out
 
+    def fail_unconfirmed(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
+        """Storage hook: the store could not make publishes `seqs` durable (write or fsync
+        failed); nack them (one basic.nack each) so the publisher may retry. Unknown seqs are
+        ignored."""
+        out: list[Effect] = []
+        self._out = out
+        conn = self.conns.get(conn_id)
+        s = conn.sessions.get(channel) if conn is not None else None
+        if s is None:
+            return out
+        held = s.confirm_held
+        failed = sorted(q for q in seqs if q in held)
+        for q in failed:
+            held.discard(q)
+            out.append(SendMethod(conn_id, channel, spec.BasicNack(delivery_tag=q)))
+        if failed:
+            self.stats["nacked"] += len(failed)
+            s.confirm_floor = (min(held) - 1) if held else s.publish_seq
+        return out
+
     # ================================================================== consuming and settling
     def _basic_get(self, s: Session, m: spec.BasicGet, _c: RawContent | None, now_ms: int) -> None:
         qname = self._queue_name(s, m.queue)
@@ -1942,6 +1962,13 @@ class Broker:
         tx.publishes = []
         dur = self.durability
         if dur is not None:
+            failure = getattr(dur.store, "failure", None)
+            if failure is not None:  # a disk write failed: commit-ok could not mean durable
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"tx.commit refused: the message store cannot write to disk ({failure}); "
+                    "nothing was committed",
+                )
             dur.store.tx_begin()  # replayed whole or not at all
         for kind, entries in settles:
             self._settle(entries, kind, now_ms)
@@ -1949,7 +1976,14 @@ class Broker:
             self._route_publish(vh, x, p.message, p.mandatory, s, now_ms)
         if dur is not None:
             dur.store.tx_commit()
-            dur.store.sync()  # commit-ok means durable (AMQP tx semantics)
+            try:
+                dur.store.sync()  # commit-ok means durable (AMQP tx semantics)
+            except OSError as exc:
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"tx.commit failed: the message store could not write to disk ({exc}); "
+                    "the transaction may be partly applied and is not durable",
+                ) from exc
         for consumer in s.consumers.values():
             self._mark(consumer.queue)
         self._reply(s, spec.TxCommitOk())
