@@ -55,6 +55,9 @@ class DefinitionLog:
         self._load()
         self._fd = os.open(self._log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._buf = bytearray()
+        self._written = os.fstat(self._fd).st_size  # bytes of the log known written
+        self.failure: OSError | None = None
+        """The last write error while buffered records wait for a retry (`flush`)."""
         # make the log's directory entry durable before anything relies on it
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
@@ -134,7 +137,17 @@ class DefinitionLog:
         """Write buffered records; return dup'd descriptors to fsync (empty when clean)."""
         if not self._buf:
             return []
-        write_all(self._fd, self._buf)
+        try:
+            write_all(self._fd, self._buf)
+        except OSError as exc:
+            # cut a partial write back so a retry appends the same records at the same place
+            if exc.filename is None:
+                exc.filename = str(self._log)
+            self.failure = exc
+            os.ftruncate(self._fd, self._written)
+            raise
+        self.failure = None
+        self._written += len(self._buf)
         self._buf.clear()
         return [os.dup(self._fd)]
 

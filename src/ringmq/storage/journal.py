@@ -18,12 +18,20 @@ Durability is split in two so the caller can group-commit and fsync off the even
 torn or corrupt tail (crc mismatch, short record) with a WARNING and goes on with the next
 segment, then starts a fresh segment for new appends (so recovered files are never appended to).
 
+Write failures (ENOSPC, EDQUOT, EIO from `write`): the file is cut back (`ftruncate`) to the
+last byte known written, the records stay in the buffer, `failure` holds the error and
+`flush()` raises it. Later appends only buffer (no roll, no write) until a `flush()` succeeds:
+it writes the same bytes at the same offsets, so the in-memory index stays exact and no later
+record ever sits behind a torn one. If even the cut fails the journal is `poisoned` and the
+store stops writing (see docs/storage.md, "Write failures").
+
 The journal knows nothing about queues: the store decides when a segment is dead and calls
 `delete()`. It imports nothing from core/ except through records.py.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import zlib
@@ -89,6 +97,10 @@ class Journal:
         self._replayed = False
         self._readers: dict[int, int] = {}  # segment -> read-only fd (random reads, `pread`)
         self.bytes_written = 0
+        self.failure: OSError | None = None
+        """The last write error while it is not yet written out again (buffered records wait)."""
+        self.poisoned = False
+        """A failed write could not be cut back: the segment's tail is unknown (never append)."""
 
     # -- paths and listing -------------------------------------------------------------------
 
@@ -176,10 +188,38 @@ class Journal:
 
     def _write_out(self) -> None:
         if self._buf:
-            write_all(self._fd, self._buf)
+            if self.poisoned:
+                raise OSError(
+                    errno.EIO,
+                    "journal tail unknown after a failed write",
+                    str(self.path(self._current)),
+                )
+            try:
+                write_all(self._fd, self._buf)
+            except OSError as exc:
+                if exc.filename is None:
+                    exc.filename = str(self.path(self._current))
+                self.failure = exc
+                try:
+                    os.ftruncate(self._fd, self._flushed)  # drop a partial write
+                except OSError:
+                    self.poisoned = True
+                raise
+            self.failure = None
             self._flushed += len(self._buf)
             self.bytes_written += len(self._buf)
             self._buf.clear()
+
+    def _try_write_out(self) -> bool:
+        # opportunistic write-out (buffer full, roll, reads): a failure is kept in `failure`
+        # for the next `flush()` to report; the records stay buffered
+        if self.failure is not None or self.poisoned:
+            return False
+        try:
+            self._write_out()
+        except OSError:
+            return False
+        return True
 
     def append(self, rtype: int, payload: bytes | bytearray | memoryview) -> tuple[int, int]:
         """Append one record; returns `(segment, offset)` where it starts.
@@ -187,7 +227,7 @@ class Journal:
         Rolls over to a new segment first when the current one is full. Not durable until a
         `flush()` and the fsync of its descriptors.
         """
-        if self._fd < 0 or self._size >= self.segment_bytes:
+        if self._fd < 0 or (self._size >= self.segment_bytes and self._try_write_out()):
             self._open_next()
         offset = self._size
         n = len(payload)
@@ -196,7 +236,7 @@ class Journal:
         self._buf += payload
         self._size += HEADER_SIZE + n
         if len(self._buf) >= _WRITE_CHUNK:
-            self._write_out()
+            self._try_write_out()
         return self._current, offset
 
     def roll(self) -> None:
@@ -206,12 +246,14 @@ class Journal:
             self._current = -1
 
     def flush(self) -> list[int]:
-        """Write buffered records to the OS; return dup'd descriptors that need an fsync."""
+        """Write buffered records to the OS; return dup'd descriptors that need an fsync.
+
+        Raises the write's OSError (records stay buffered, nothing is handed out)."""
+        if self._fd >= 0 and self._buf:
+            self._write_out()
         fds = self._unsynced
         self._unsynced = []
         if self._fd >= 0:
-            if self._buf or self._flushed:
-                self._write_out()
             fds.append(os.dup(self._fd))
         if self._dir_dirty:
             fds.append(os.open(self.directory, os.O_RDONLY))
@@ -229,8 +271,8 @@ class Journal:
         if seg == self._current and offset >= self._flushed:
             start = offset - self._flushed
             return bytes(self._buf[start : start + length])
-        if seg == self._current:
-            self._write_out()
+        if seg == self._current and not self._try_write_out():
+            return self._read_stitched(offset, length)
         with open(self.path(seg), "rb") as f:
             f.seek(offset)
             return f.read(length)
@@ -241,8 +283,8 @@ class Journal:
         Meant for many small random reads (paging in from the journal); buffered bytes of the
         current segment are written out first. Returns fewer bytes at the end of the segment.
         """
-        if seg == self._current and offset + length > self._flushed:
-            self._write_out()
+        if seg == self._current and offset + length > self._flushed and not self._try_write_out():
+            return self._read_stitched(offset, length)
         fd = self._readers.get(seg)
         if fd is None:
             if len(self._readers) >= _MAX_READERS:
@@ -252,6 +294,16 @@ class Journal:
             fd = self._readers[seg] = os.open(self.path(seg), os.O_RDONLY)
         return os.pread(fd, length, offset)
 
+    def _read_stitched(self, offset: int, length: int) -> bytes:
+        # the current segment while its buffer cannot be written: file part + buffered part
+        head = b""
+        if offset < self._flushed:
+            with open(self.path(self._current), "rb") as f:
+                f.seek(offset)
+                head = f.read(min(length, self._flushed - offset))
+        start = max(0, offset - self._flushed)
+        return head + bytes(self._buf[start : start + length - len(head)])
+
     def _close_reader(self, seg: int) -> None:
         fd = self._readers.pop(seg, None)
         if fd is not None:
@@ -259,8 +311,8 @@ class Journal:
 
     def read_segment(self, seg: int) -> bytes:
         """The whole content of a closed segment."""
-        if seg == self._current:
-            self._write_out()
+        if seg == self._current and not self._try_write_out():
+            return self._read_stitched(0, self._size)
         return self.path(seg).read_bytes()
 
     def delete(self, seg: int) -> None:

@@ -58,11 +58,21 @@ ACK never disappears before the ENQUEUE it cancels). When the oldest segment is 
 live entries are copied forward into the current segment and it is deleted once the copies are
 durable.
 
+Write failures (ENOSPC, EDQUOT, EIO; docs/storage.md, "Write failures"): a failed `write`
+is cut back to the last good byte and its records stay buffered; `flush()` raises the OSError
+and `failure` says so until a later `flush()` writes them (same bytes, same offsets), so
+nothing confirmed is touched and the failed tail is never counted as written. A failed `fsync`
+*fences* the store: the kernel may have dropped the dirty pages and a later fsync would not
+cover them, so from then on `flush()` raises, nothing more is written, and `close()` leaves no
+recovery terms: the next start replays the journal, whose checksums decide what survived.
+Everything an earlier fsync covered stays as it was.
+
 Single owner: all methods except `fsync` run on one thread (the loop). No locks.
 """
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
@@ -525,6 +535,8 @@ class FileStore:
         self._moved: dict[int, int] = {}  # seg copied forward -> position that makes it dead
         self._tx_seg: int | None = None
         self._next_seq: dict[str, int] = {}
+        self._fenced: OSError | None = None  # a failed fsync: nothing more is written
+        self._pending_fds: list[int] = []  # handed out by a flush that then failed
         clean_marker = directory / "CLEAN"
         self._clean = clean_marker.exists()
         paging = directory / "paging"  # page files of recovered backlogs: transient
@@ -728,6 +740,21 @@ class FileStore:
     @property
     def durable_position(self) -> int:
         return self._durable
+
+    @property
+    def failure(self) -> OSError | None:
+        """The write or fsync error the store is stuck on (None when healthy)."""
+        if self._fenced is not None:
+            return self._fenced
+        for j in (self._journal, self._bodies.journal):
+            if j.poisoned:
+                return j.failure or OSError(errno.EIO, "journal tail unknown", str(j.directory))
+        return self._journal.failure or self._bodies.journal.failure or self._defs.failure
+
+    @property
+    def fenced(self) -> bool:
+        """True after a failed fsync (or an uncuttable write): no more writes until restart."""
+        return self._fenced is not None or self._journal.poisoned or self._bodies.journal.poisoned
 
     def recover(self) -> RecoveredState:
         """Return (once) what the replay at open found."""
@@ -943,15 +970,32 @@ class FileStore:
     def flush(self) -> SyncPoint:
         # bump first: anything appended by _maintain (copied-forward records) is covered by
         # this point and by no earlier one
+        if self.fenced:
+            raise self.failure or OSError(errno.EIO, "store fenced")
         self._position += 1
         self._flushes += 1
-        if self._tx_seg is None:
+        if self._tx_seg is None and self.failure is None:
             self._maintain()
-        fds = self._bodies.journal.flush() + self._journal.flush() + self._defs.flush()
+        # bodies first (records refer to them); a failure keeps what was handed out so far
+        # for the next successful point, and leaves the rest buffered
+        fds, self._pending_fds = self._pending_fds, []
+        try:
+            fds += self._bodies.journal.flush()
+            fds += self._journal.flush()
+            fds += self._defs.flush()
+        except OSError:
+            self._pending_fds = fds
+            raise
         return SyncPoint(self._position, tuple(fds))
 
     def fsync(self, point: SyncPoint) -> int:
-        fsync_fds(list(point.fds))
+        try:
+            fsync_fds(list(point.fds))
+        except OSError as exc:
+            # the kernel may have dropped the dirty pages ("fsyncgate"): never trust a later
+            # fsync to cover them; stop writing (a plain store is atomic under the GIL)
+            self._fenced = exc
+            raise
         # a plain int store is atomic under the GIL; only ever moves forward
         if point.position > self._durable:
             self._durable = point.position
@@ -961,8 +1005,20 @@ class FileStore:
         return self.fsync(self.flush())
 
     def close(self) -> None:
-        """Sync, close files, and leave the CLEAN marker for a fast, exact next start."""
-        self.sync()
+        """Sync, close files, and leave the CLEAN marker for a fast, exact next start.
+
+        After a write failure that a last try cannot clear, or a fenced store: close without
+        writing anything more (no terms, no CLEAN): the next start replays the journal."""
+        if not self.fenced:
+            try:
+                self.sync()
+            except OSError as exc:
+                log.error(
+                    "store %s: final sync failed (%s); the next start replays", self.directory, exc
+                )
+        if self.failure is not None:
+            self.abandon()
+            return
         self._journal.close()
         self._bodies.journal.close()
         self._defs.close()
@@ -980,6 +1036,9 @@ class FileStore:
         for journal in (self._journal, self._bodies.journal):
             journal.abandon()
         self._defs.abandon()
+        for fd in self._pending_fds:
+            os.close(fd)
+        self._pending_fds = []
 
     # -- recovery terms (clean stop) ---------------------------------------------------------
 
