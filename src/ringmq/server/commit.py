@@ -19,12 +19,22 @@ rather than N (RabbitMQ's and Artemis' group commit). Writes without a waiting c
 deliveries) are handed to the OS at the end of the batch and made durable by the next group or by
 `tick()` (called from the server's periodic sweep), at most a sweep period later.
 
+Write failures (ENOSPC, EDQUOT, EIO...; docs/storage.md, "Write failures"): when `flush()` or
+the fsync raises, the group's confirms are never acked: `Broker.fail_unconfirmed` nacks them
+(the publisher may retry), one ERROR line names the path, the errno and what happens next, and
+the `disk_write` resource alarm blocks publishers (connection.blocked) while consumers go on.
+While the alarm is on, new held confirms are nacked at once without another write; `tick()`
+probes by flushing again (the store rewrites the failed records at the same offsets) and, once
+a flush and its fsync succeed, clears the alarm. A failed *fsync* fences the store: the alarm
+stays until restart.
+
 Only the loop thread calls these methods; the executor thread only runs `store.fsync`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -64,6 +74,10 @@ class GroupCommit:
         self._closed = False
         self.syncs = 0
         """fsyncs completed (for tests and metrics)."""
+        self.failure: str | None = None
+        """Why the last write or fsync failed, while the `disk_write` alarm is on."""
+        self.failed_groups = 0
+        """Groups whose confirms were nacked because the store could not write them."""
 
     def after_batch(self) -> None:
         """End of a batch: collect held confirms, start a group fsync or hand writes to the OS."""
@@ -72,21 +86,36 @@ class GroupCommit:
         held = self.broker.drain_unconfirmed()
         if held:
             self.waiting.extend(held)
+        if self.failure is not None:
+            # writes are failing: nack at once; only `tick()` tries the disk again
+            if self.waiting and self.in_flight is None:
+                group, self.waiting = self.waiting, []
+                self.loop.call_soon(self._nack, group)
+            return
         if self.in_flight is None and self.waiting:
             self._start()
         elif self.store.position > self._flushed:
-            self._flushed = self.store.flush().position
+            try:
+                self._flushed = self.store.flush().position
+            except OSError as exc:
+                self._failed(exc, [], fsync=False)
 
     def tick(self) -> None:
         """Periodic: make writes that no confirm waited for durable too."""
         if self._closed or self.in_flight is not None:
             return
-        if self.store.durable_position < self.store.position:
-            self._start()
+        if self.failure is not None and getattr(self.store, "fenced", False):
+            return  # a failed fsync: nothing is written until restart
+        if self.failure is not None or self.store.durable_position < self.store.position:
+            self._start()  # while failing: the probe that may clear the alarm
 
     def _start(self) -> None:
         group, self.waiting = self.waiting, []
-        point: SyncPoint = self.store.flush()
+        try:
+            point: SyncPoint = self.store.flush()
+        except OSError as exc:
+            self._failed(exc, group, fsync=False)
+            return
         self._flushed = point.position
         fut = self.loop.run_in_executor(self._executor, self.store.fsync, point)
         self.in_flight = fut
@@ -98,16 +127,68 @@ class GroupCommit:
             return
         exc = fut.exception() if not fut.cancelled() else None
         if fut.cancelled() or exc is not None:
-            # The data may not be on disk: never confirm it (clients see no ack, as with a
-            # crashed broker). Retry with the next group.
-            log.error("store fsync failed: %r; %d confirms withheld", exc, len(group))
-            self.waiting[:0] = group
+            # The data may not be on disk: never confirm it; nack the group.
+            if not isinstance(exc, OSError):
+                exc = OSError(f"fsync did not complete: {exc!r}")
+            self._failed(exc, group, fsync=True)
             return
         self.syncs += 1
+        if self.failure is not None:
+            log.warning(
+                "disk writes succeed again (%s earlier); unblocking publishers", self.failure
+            )
+            self.failure = None
+            self.release(lambda: self.broker.set_alarm("disk_write", None))
         if group:
             self.release(lambda: self._confirm(group))
         if self.waiting and self.in_flight is None:
             self._start()
+
+    def _failed(self, exc: OSError, group: list[tuple[int, int, int]], *, fsync: bool) -> None:
+        """A flush or fsync failed: nack `group`, raise the alarm (logged once per episode)."""
+        group = group + self.waiting  # confirms held meanwhile cannot be covered either
+        self.waiting = []
+        if group:
+            self.loop.call_soon(self._nack, group)
+        if self.failure is not None:
+            return
+        what = "fsync" if fsync else "write"
+        where = exc.filename or getattr(self.store, "directory", "the store")
+        fenced = bool(getattr(self.store, "fenced", False))
+        then = (
+            "no more persistent writes until restart (the kernel may have dropped the pages)"
+            if fenced
+            else "retrying every sweep"
+        )
+        self.failure = f"{what} failed: {where}: {exc.strerror or exc}"
+        log.error(
+            "disk %s failed on %s: errno %s (%s); %d confirms nacked, publishers blocked, %s",
+            what,
+            where,
+            errno.errorcode.get(exc.errno or 0, exc.errno),
+            exc.strerror or exc,
+            len(group),
+            then,
+        )
+        reason = f"disk alarm: {self.failure}"
+        self.loop.call_soon(self.release, lambda: self.broker.set_alarm("disk_write", reason))
+
+    def _nack(self, group: list[tuple[int, int, int]]) -> None:
+        self.failed_groups += 1
+        fail = getattr(self.broker, "fail_unconfirmed", None)
+        if fail is None:
+            return
+        by_channel: dict[tuple[int, int], list[int]] = {}
+        for conn_id, channel, seq in group:
+            by_channel.setdefault((conn_id, channel), []).append(seq)
+
+        def run() -> list[Effect]:
+            effects: list[Effect] = []
+            for (conn_id, channel), seqs in by_channel.items():
+                effects.extend(fail(conn_id, channel, seqs))
+            return effects
+
+        self.release(run)
 
     def _confirm(self, group: list[tuple[int, int, int]]) -> list[Effect]:
         by_channel: dict[tuple[int, int], list[int]] = {}
