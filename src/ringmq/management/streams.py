@@ -573,6 +573,7 @@ _ERRORS: Final = {
     400: "bad_request",
     403: "access_refused",
     404: "not_found",
+    500: "not_durable",
     503: "unavailable",
 }
 
@@ -712,12 +713,25 @@ def routes(
                 if result.blocked is not None:
                     break
                 await asyncio.sleep(0)  # let other connections and the fsync completion run
-            # Confirm semantics: persistent messages on durable queues are fsynced first.
-            deadline = asyncio.get_running_loop().time() + CONFIRM_TIMEOUT_S
+            # Confirm semantics: persistent messages on durable queues are fsynced first. A
+            # failed write or fsync nacks the held confirms (to this virtual connection, so we
+            # do not see them) and raises the disk_write alarm: fail the request then, as a
+            # nack fails an AMQP publisher (conservative: the failed group may be another's).
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + CONFIRM_TIMEOUT_S
+            held = svc.confirms_held(conn_id) > 0
+            store_failed = False
             while svc.confirms_held(conn_id):
-                if asyncio.get_running_loop().time() > deadline:
-                    raise StreamError(503, "timed out waiting for the store to sync")
+                store_failed = store_failed or "disk_write" in svc.broker.alarms
+                if loop.time() > deadline:
+                    raise StreamError(500, "timed out waiting for the store to sync")
                 await asyncio.sleep(0.001)
+            if held:
+                for _ in range(3):
+                    await asyncio.sleep(0)  # the alarm follows the nacks by a loop turn
+                store_failed = store_failed or "disk_write" in svc.broker.alarms
+            if store_failed:
+                raise StreamError(500, "the store could not make the messages durable")
         except StreamError as exc:
             if exc.status == 503:
                 raise

@@ -240,3 +240,31 @@ def test_bulk_publish_waits_out_a_resource_alarm(live_broker: BrokerThread) -> N
         assert not t.is_alive()
         assert answers == [{"published": 50, "nacked": 0, "first_nacked": None}]
         assert [r.body for r in c.browse_all("alarmed")] == [b"%d" % i for i in range(50)]
+
+
+def test_bulk_publish_fails_when_the_store_cannot_sync(
+    live_broker: BrokerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A failed fsync nacks the held confirms (the AMQP publisher sees basic.nack): the bulk
+    # publish must fail too rather than answer as if the messages were durable.
+    import errno
+    import os
+
+    from ringmq.storage import journal
+
+    _, http = urls(live_broker)
+    conn, ch = _channel(live_broker)
+    ch.queue_declare("dq", durable=True)  # type: ignore[attr-defined]
+    conn.close()
+    persistent = encode_properties(BasicProperties(delivery_mode=2))
+    with StreamClient(http) as c:
+        assert c.publish("", encode_publish([("dq", persistent, b"ok")]))["published"] == 1
+
+        def bad_fsync(fd: int) -> None:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        monkeypatch.setattr(journal, "_datasync", bad_fsync)
+        with pytest.raises(StreamAPIError) as err:
+            c.publish("", encode_publish([("dq", persistent, b"lost")]))
+        assert err.value.status == 500
+        assert "durable" in err.value.text
