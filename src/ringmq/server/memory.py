@@ -21,6 +21,11 @@ interpreter). Free disk comes from `os.statvfs(data_dir)`. It feeds the governor
 decision to the core `Broker`: `set_memory_bound` when the bound changes, `set_alarm` on
 transitions; the Block/Unblock effects go to the server's `emit`. Per-message paths do nothing.
 
+The disk alarm is also on while page files cannot be written (ENOSPC...: `paging.DiskHealth`
+of the broker's paging directory; the paged messages wait in memory meanwhile); it clears once a
+page write succeeds again. Store (journal) write failures raise their own `disk_write` alarm
+from the group commit (server/commit.py).
+
 Owned by the loop thread; no locks.
 """
 
@@ -30,6 +35,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import logging
 import os
 import re
@@ -295,6 +301,15 @@ class MemoryMonitor:
         self.disk_free: int | None = None
         self.rss: int | None = self._baseline or None
         self.peak_rss = self.rss or 0
+        self._disk_reason: str | None = None  # the disk alarm in force (free space or writes)
+        self._page_failure_logged: OSError | None = None
+
+    def page_write_failure(self) -> OSError | None:
+        """The page-file write error in force, if any (paging.DiskHealth of the broker's
+        paging directory: a thin adapter reading the spill factory the broker was given)."""
+        health = getattr(getattr(self.broker, "_spill_factory", None), "health", None)
+        failure = getattr(health, "failure", None)
+        return failure if isinstance(failure, OSError) else None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Measure now and then every `interval_s`."""
@@ -342,8 +357,23 @@ class MemoryMonitor:
         """One measurement, applied."""
         self.used = self.measure()
         self.disk_free = self._read_disk()
-        was_mem, was_disk = self.governor.memory_alarm, self.governor.disk_alarm
+        was_mem, was_disk = self.governor.memory_alarm, self._disk_reason
         d = self.governor.assess(self.used, self.disk_free)
+        page_failure = self.page_write_failure()
+        disk_now = d.disk_alarm
+        if page_failure is not None and disk_now is None:
+            disk_now = f"disk alarm: page file write failed: {page_failure}"
+        if (page_failure is None) != (self._page_failure_logged is None):
+            if page_failure is not None:
+                log.error(
+                    "disk write failed on %s: errno %s (%s); paged messages stay in memory, "
+                    "publishers blocked, retrying",
+                    page_failure.filename,
+                    errno.errorcode.get(page_failure.errno or 0, page_failure.errno),
+                    page_failure.strerror,
+                )
+            self._page_failure_logged = page_failure
+        self._disk_reason = disk_now
         broker = self.broker
         if d.head_bound != broker.memory_bound:
             paged = broker.set_memory_bound(*d.head_bound)
@@ -356,7 +386,7 @@ class MemoryMonitor:
         effects: list[Any] = []
         for resource, was, now in (
             ("memory", was_mem, d.memory_alarm),
-            ("disk", was_disk, d.disk_alarm),
+            ("disk", was_disk, disk_now),
         ):
             if (was is None) != (now is None):
                 if now is not None:
@@ -381,5 +411,6 @@ class MemoryMonitor:
             "disk_free": self.disk_free,
             "disk_free_limit": g.limits.disk_free_limit,
             "disk_free_alarm": g.disk_alarm is not None,
+            "disk_alarm": self._disk_reason,
             "queue_head_bound": list(self.broker.memory_bound),
         }

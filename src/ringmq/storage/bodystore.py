@@ -34,7 +34,7 @@ from typing import Final
 
 from ringmq.core.message import Message, SeqId
 from ringmq.storage.msgstore import MessageStore
-from ringmq.storage.paging import DEFAULT_RUN_BYTES, DurableCopies, PageQueue
+from ringmq.storage.paging import DEFAULT_RUN_BYTES, DiskHealth, DurableCopies, PageQueue
 from ringmq.storage.records import Entry, decode_entry, encode_message
 
 Spilled = tuple[SeqId, Message, int | None]  # the engine's SpillStore item (seq, msg, expiry)
@@ -151,9 +151,10 @@ class DiskSpillStore:
         *,
         run_bytes: int = DEFAULT_RUN_BYTES,
         copies: DurableCopies | None = None,
+        health: DiskHealth | None = None,
     ) -> None:
         self.directory = directory
-        self._pages = PageQueue(directory, run_bytes=run_bytes, copies=copies)
+        self._pages = PageQueue(directory, run_bytes=run_bytes, copies=copies, health=health)
 
     def restore(self, seqs: list[int], nbytes: int | None = None) -> None:
         """Append journaled messages by seq (a recovered backlog; needs `copies`)."""
@@ -220,6 +221,8 @@ class SpillDirectory:
         self.run_bytes = run_bytes
         self.copies = copies
         self._next = 0
+        self.health = DiskHealth()
+        """Page-file write errors of every queue here (the memory monitor's disk alarm)."""
 
     def __call__(self, vhost: str, queue: str) -> DiskSpillStore:
         """A fresh store for a new queue (directory names are counters: names may hold any
@@ -227,7 +230,10 @@ class SpillDirectory:
         self._next += 1
         copies = self.copies(vhost, queue) if self.copies is not None else None
         return DiskSpillStore(
-            self.directory / f"q{self._next:08d}", run_bytes=self.run_bytes, copies=copies
+            self.directory / f"q{self._next:08d}",
+            run_bytes=self.run_bytes,
+            copies=copies,
+            health=self.health,
         )
 
     def body_store(self, vhost: str, queue: str) -> DiskBodyStore:

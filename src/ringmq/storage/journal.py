@@ -240,8 +240,10 @@ class Journal:
         return self._current, offset
 
     def roll(self) -> None:
-        """Close the current segment; the next append starts a new one."""
-        if self._fd >= 0:
+        """Close the current segment; the next append starts a new one (not while writes
+        fail: the buffered records keep their offsets in the current segment)."""
+        if self._fd >= 0 and (not self._buf or self._try_write_out()):
+            # (while writes fail the current segment stays open: its records wait in the buffer)
             self._close_current()
             self._current = -1
 

@@ -33,6 +33,12 @@ spill files (`put` -> handle), the queue keeps the envelope, and `get(handle)` r
 at delivery; `release(handle)` frees it. Also wiped at start.
 
 Files only; no fsync (nothing here has to survive a crash). One owner thread.
+
+Write failures (ENOSPC...): a page file write that fails is cut back to its last good byte and
+its records stay in the run's buffer, i.e. in memory, over the queue's head bound: nothing is
+lost, reads stitch file and buffer, and writes are retried (at seal, at read, every
+`_RETRY_EVERY` appends). The shared `DiskHealth` holds the error until a write succeeds; the
+memory monitor turns it into the disk alarm that blocks publishers.
 """
 
 from __future__ import annotations
@@ -64,6 +70,24 @@ from ringmq.storage.records import (
 DEFAULT_RUN_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_READ_BYTES: Final = 512 * 1024
 _STORE_REF: Final = struct.Struct("<Q")
+
+
+_RETRY_EVERY: Final = 64  # appends between write retries while page writes fail
+
+
+class DiskHealth:
+    """The last page-file write error of a paging directory, until a write succeeds."""
+
+    def __init__(self) -> None:
+        self.failure: OSError | None = None
+        self.failures = 0
+
+    def failed(self, exc: OSError) -> None:
+        self.failure = exc
+        self.failures += 1
+
+    def ok(self) -> None:
+        self.failure = None
 
 
 def _encode_paged(entry: Entry) -> bytes:
@@ -111,6 +135,7 @@ class _Run:
     fd: int = -1  # open for appending while this is the back run
     buf: bytearray | None = None
     seqs: list[int] | None = None  # memory run: journaled seqs, read from `read_offset` on
+    stuck: bool = False  # a failed write could not be cut back: never write this run again
 
 
 class PageQueue:
@@ -123,11 +148,14 @@ class PageQueue:
         run_bytes: int = DEFAULT_RUN_BYTES,
         read_bytes: int = DEFAULT_READ_BYTES,
         copies: DurableCopies | None = None,
+        health: DiskHealth | None = None,
     ) -> None:
         self.directory = directory
         self.run_bytes = run_bytes
         self.read_bytes = read_bytes
         self.copies = copies
+        self.health = health or DiskHealth()
+        self._since_retry = 0
         self._made_dir = False
         self._runs: deque[_Run] = deque()
         self._next_name = 0
@@ -165,18 +193,50 @@ class PageQueue:
         return _Run(path, fd=fd, buf=bytearray())
 
     def _seal(self, run: _Run) -> None:
-        self._write_out(run)
+        if not self._write_out(run):
+            return  # stays open with its buffer (in memory) until a write succeeds
         if run.fd >= 0:
             os.close(run.fd)
             run.fd = -1
         run.buf = None
 
-    @staticmethod
-    def _write_out(run: _Run) -> None:
-        if run.buf:
+    def _write_out(self, run: _Run) -> bool:
+        """Write the run's buffer; False (records kept in memory) when the write fails."""
+        if not run.buf:
+            return True
+        if run.stuck:
+            return False
+        try:
             write_all(run.fd, run.buf)
-            run.written += len(run.buf)
-            run.buf.clear()
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = str(run.path)
+            self.health.failed(exc)
+            try:
+                os.ftruncate(run.fd, run.written)  # drop a partial write
+            except OSError:
+                run.stuck = True
+            return False
+        self.health.ok()
+        run.written += len(run.buf)
+        run.buf.clear()
+        return True
+
+    def _read(self, run: _Run, offset: int, n: int | None) -> bytes:
+        # `n` bytes (None: all) of a run from `offset`: its file, then what is still buffered
+        assert run.path is not None
+        if run.fd >= 0 and run.buf and not self._write_out(run):
+            with open(run.path, "rb") as f:
+                f.seek(offset)
+                avail = max(0, run.written - offset)
+                head = f.read(avail if n is None else min(n, avail))
+            start = max(0, offset - run.written)
+            buf = run.buf
+            tail = buf[start:] if n is None else buf[start : start + n - len(head)]
+            return head + bytes(tail)
+        with open(run.path, "rb") as f:
+            f.seek(offset)
+            return f.read() if n is None else f.read(n)
 
     def _append(self, run: _Run, entry: Entry) -> None:
         assert run.buf is not None
@@ -195,7 +255,13 @@ class PageQueue:
         self._bytes += size
         self.pages_written += 1
         if len(run.buf) >= self.read_bytes:
-            self._write_out(run)
+            if self.health.failure is None:
+                self._write_out(run)
+            else:
+                self._since_retry += 1
+                if self._since_retry >= _RETRY_EVERY:
+                    self._since_retry = 0
+                    self._write_out(run)
 
     def restore(self, seqs: list[int], nbytes: int | None = None) -> None:
         """Append journaled messages by seq only (a recovered backlog), after everything
@@ -254,17 +320,11 @@ class PageQueue:
                     break
                 continue
             assert run.path is not None
-            if run.fd >= 0:
-                self._write_out(run)
-            with open(run.path, "rb") as f:
-                f.seek(run.read_offset)
-                data = f.read(max(self.read_bytes, 64 * 1024))
+            data = self._read(run, run.read_offset, max(self.read_bytes, 64 * 1024))
             records, _ = scan(data)
             if not records:
                 # a single record larger than the read size: read exactly its length
-                with open(run.path, "rb") as f:
-                    f.seek(run.read_offset)
-                    data = f.read()
+                data = self._read(run, run.read_offset, None)
                 records, _ = scan(data)
                 if not records:
                     raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset}")
