@@ -14,9 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ringmq.amqp import spec
+from ringmq.amqp.reply_codes import ReplyCode
+from ringmq.core.config import BrokerConfig
 from ringmq.core.message import Message, SeqId
-from ringmq.storage import definitions, journal
+from ringmq.storage import definitions, journal, paging
+from ringmq.storage.records import Entry
 from ringmq.storage.store import FileStore, RecoveredState
+from tests.unit.core.test_broker_kit import of_type
+from tests.unit.core.test_broker_store import PERSISTENT, StoreKit
 
 
 def msg(body: bytes) -> Message:
@@ -29,6 +35,10 @@ def bodies(state: RecoveredState, queue: str = "q") -> list[bytes]:
 
 def failure_of(store: FileStore) -> OSError | None:
     return store.failure
+
+
+def failure_of_pages(health: paging.DiskHealth) -> OSError | None:
+    return health.failure
 
 
 class Disk:
@@ -226,3 +236,77 @@ def test_confirmed_survive_any_failure_pattern(
         store.close()
     finally:
         mp.undo()
+
+
+# -- the broker's side: nacks and tx.commit ----------------------------------------------------
+
+
+def test_failed_group_is_nacked_and_later_confirms_stay_exact(tmp_path: Path, disk: Disk) -> None:
+    store = FileStore.open(tmp_path / "data")
+    kit = StoreKit(store, BrokerConfig(name_seed=7, delay_persistent_confirms=True))
+    ch = kit.open()
+    kit.call(ch, spec.ConfirmSelect())
+    kit.declare(ch, "d", durable=True)
+    for body in (b"a", b"b"):
+        assert not of_type(kit.publish(ch, "d", body, props=PERSISTENT), spec.BasicAck)
+    held = kit.broker.drain_unconfirmed()
+    disk.full = True
+    with pytest.raises(OSError):
+        store.flush()
+    nacks = of_type(
+        kit.broker.fail_unconfirmed(ch[0], ch[1], [s for _c, _h, s in held]), spec.BasicNack
+    )
+    assert [(n.delivery_tag, n.multiple) for n in nacks] == [(1, False), (2, False)]
+    disk.full = False
+    kit.publish(ch, "d", b"c", props=PERSISTENT)
+    ((_c, _h, seq),) = kit.broker.drain_unconfirmed()
+    store.sync()
+    acks = of_type(kit.broker.confirm_stored(ch[0], ch[1], [seq]), spec.BasicAck)
+    assert [(a.delivery_tag, a.multiple) for a in acks] == [(3, False)]
+    kit.broker.close()
+
+
+def test_tx_commit_answers_a_channel_error_when_the_write_fails(tmp_path: Path, disk: Disk) -> None:
+    store = FileStore.open(tmp_path / "data")
+    kit = StoreKit(store)
+    ch = kit.open()
+    kit.declare(ch, "d", durable=True)
+    kit.call(ch, spec.TxSelect())
+    kit.publish(ch, "d", b"a", props=PERSISTENT)
+    disk.full = True
+    err = kit.error(ch, spec.TxCommit())  # the sync fails: no commit-ok
+    assert err.code is ReplyCode.PRECONDITION_FAILED
+    assert "disk" in err.explanation
+    ch2 = kit.channel(ch[0], 2)
+    kit.call(ch2, spec.TxSelect())
+    kit.publish(ch2, "d", b"b", props=PERSISTENT)
+    err = kit.error(ch2, spec.TxCommit())  # refused up front while the store is failing
+    assert err.code is ReplyCode.PRECONDITION_FAILED
+    assert "nothing was committed" in err.explanation
+
+
+# -- paging ------------------------------------------------------------------------------------
+
+
+def test_page_writes_failing_keep_messages_in_memory_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = Disk()
+    d.partial = 11
+    monkeypatch.setattr(paging, "write_all", d.write_all)
+    health = paging.DiskHealth()
+    pq = paging.PageQueue(tmp_path / "p", run_bytes=4096, read_bytes=512, health=health)
+    entries = [Entry("", SeqId(i), msg(b"%04d" % i * 20)) for i in range(1, 201)]
+    pq.push_back(entries[:50])
+    d.full = True
+    pq.push_back(entries[50:150])
+    pq.push_front([Entry("", SeqId(0), msg(b"front"))])
+    assert health.failure is not None
+    assert health.failure.errno == errno.ENOSPC
+    got = [e.seq for e in pq.pop_front(30)]  # reads stitch files and buffers
+    d.full = False
+    pq.push_back(entries[150:])
+    got += [e.seq for e in pq.pop_front(10_000)]
+    assert got == list(range(201))
+    assert failure_of_pages(health) is None  # a later write went through
+    assert d.failed_writes > 0
