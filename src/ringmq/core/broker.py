@@ -104,6 +104,7 @@ from ringmq.core.effects import Block, Effect, SendContent, SendMethod, Unblock
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
+from ringmq.core.propscan import scan_simple
 from ringmq.core.queue import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_HEAD_COUNT,
@@ -1414,6 +1415,13 @@ class Broker:
             # Nearly as hot: clients set delivery_mode (and often content_type) on every publish.
             msg = Message(m.exchange, m.routing_key, pb, content.body, timestamp_ms=now_ms)
             msg.persistent = mode == 2
+            props = None
+        elif (simple := scan_simple(pb)) is not None:
+            # message_id (and a few plain fields) without headers, priority, TTL or reply_to:
+            # read what the core needs from the raw bytes (core/propscan.py).
+            msg = Message(m.exchange, m.routing_key, pb, content.body, timestamp_ms=now_ms)
+            msg.persistent = simple[0] == 2
+            msg.message_id = simple[1]
             props = None
         else:
             msg, props = self._build_message(m.exchange, m.routing_key, content, now_ms)
