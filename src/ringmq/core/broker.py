@@ -74,7 +74,7 @@ import base64
 import logging
 import random
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -282,6 +282,26 @@ def _as_str(value: Any) -> str | None:
 
 _ALARM_KEYS: Final = {"memory": -1, "disk": -2, "disk_write": -3}
 """Resource alarms share `_blocking` with Artemis BLOCK queues (keyed by id(queue) > 0)."""
+
+
+class BatchPublished:
+    """What `Broker.publish_batch` did.
+
+    Attributes:
+        effects: the effects to apply, in order (confirms, deliveries, blocks...).
+        published: messages of the batch taken by the broker (routed, refused with a nack or
+            dropped as duplicates), from `start` on.
+        error: the channel or connection error the next message raised (None if none).
+        blocked: the last published message blocked the connection (a resource limit).
+    """
+
+    __slots__ = ("blocked", "effects", "error", "published")
+
+    def __init__(self, effects: list[Effect]) -> None:
+        self.effects = effects
+        self.published = 0
+        self.error: AMQPError | None = None
+        self.blocked = False
 
 
 class Broker:
@@ -1381,21 +1401,61 @@ class Broker:
             msg.expiration_ms = ttl
         return msg, props
 
-    def _basic_publish(
-        self, s: Session, m: spec.BasicPublish, content: RawContent | None, now_ms: int
-    ) -> None:
+    def _publish_exchange(self, s: Session, name: str) -> tuple[VHost, Exchange]:
+        """The exchange a publish on `s` names, checked: exists, not internal, writable."""
         vh = s.vhost
-        x = vh.exchanges.get(m.exchange)
+        x = vh.exchanges.get(name)
         if x is None:
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no exchange '{m.exchange}' in vhost '{vh.name}'")
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vh.name}'")
         if x.internal:
             raise AMQPError(
                 ReplyCode.ACCESS_REFUSED,
-                f"cannot publish to internal exchange '{m.exchange}' in vhost '{vh.name}'",
+                f"cannot publish to internal exchange '{name}' in vhost '{vh.name}'",
             )
-        if s.perm_generation != self.auth.generation or m.exchange not in s.write_ok:
-            self._check(s, Access.WRITE, "exchange", m.exchange)
-            s.write_ok.add(m.exchange)
+        if s.perm_generation != self.auth.generation or name not in s.write_ok:
+            self._check(s, Access.WRITE, "exchange", name)
+            s.write_ok.add(name)
+        return vh, x
+
+    def _publish_message(
+        self, s: Session, exchange: str, routing_key: str, pb: bytes, body: bytes, now_ms: int
+    ) -> Message:
+        """The message of one publish: size checked, the properties the core needs read."""
+        if len(body) > self.max_message_size:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"message size {len(body)} is larger than configured max size "
+                f"{self.max_message_size}",
+            )
+        if len(pb) >= 2 and not ((pb[0] << 8) | pb[1]) & _DECODE_ANY:
+            # Hot path: no property the core needs; keep the header raw (STYLE: re-send as is).
+            return Message(exchange, routing_key, pb, body, timestamp_ms=now_ms)
+        if (mode := _only_delivery_mode(pb)) is not None:
+            # Nearly as hot: clients set delivery_mode (and often content_type) on every publish.
+            msg = Message(exchange, routing_key, pb, body, timestamp_ms=now_ms)
+            msg.persistent = mode == 2
+            return msg
+        if (simple := scan_simple(pb)) is not None:
+            # message_id (and a few plain fields) without headers, priority, TTL or reply_to:
+            # read what the core needs from the raw bytes (core/propscan.py).
+            msg = Message(exchange, routing_key, pb, body, timestamp_ms=now_ms)
+            msg.persistent = simple[0] == 2
+            msg.message_id = simple[1]
+            return msg
+        msg, props = self._build_message(
+            exchange, routing_key, RawContent(60, len(body), pb, body), now_ms
+        )
+        if props is not None and props.reply_to == REPLY_TO_QUEUE:
+            if s.reply_to_token is None:
+                raise AMQPError(ReplyCode.PRECONDITION_FAILED, "fast reply consumer does not exist")
+            props.reply_to = _REPLY_TO_PREFIX + s.reply_to_token
+            msg.properties_bin = encode_properties(props)
+        return msg
+
+    def _basic_publish(
+        self, s: Session, m: spec.BasicPublish, content: RawContent | None, now_ms: int
+    ) -> None:
+        vh, x = self._publish_exchange(s, m.exchange)
         if content is None:
             raise AMQPError(ReplyCode.UNEXPECTED_FRAME, "basic.publish without content")
         if len(content.body) > self.max_message_size:
@@ -1406,30 +1466,9 @@ class Broker:
             )
         if m.immediate:
             raise AMQPError(ReplyCode.NOT_IMPLEMENTED, "immediate=true")
-        pb = content.properties_bin
-        if len(pb) >= 2 and not ((pb[0] << 8) | pb[1]) & _DECODE_ANY:
-            # Hot path: no property the core needs; keep the header raw (STYLE: re-send as is).
-            msg = Message(m.exchange, m.routing_key, pb, content.body, timestamp_ms=now_ms)
-            props = None
-        elif (mode := _only_delivery_mode(pb)) is not None:
-            # Nearly as hot: clients set delivery_mode (and often content_type) on every publish.
-            msg = Message(m.exchange, m.routing_key, pb, content.body, timestamp_ms=now_ms)
-            msg.persistent = mode == 2
-            props = None
-        elif (simple := scan_simple(pb)) is not None:
-            # message_id (and a few plain fields) without headers, priority, TTL or reply_to:
-            # read what the core needs from the raw bytes (core/propscan.py).
-            msg = Message(m.exchange, m.routing_key, pb, content.body, timestamp_ms=now_ms)
-            msg.persistent = simple[0] == 2
-            msg.message_id = simple[1]
-            props = None
-        else:
-            msg, props = self._build_message(m.exchange, m.routing_key, content, now_ms)
-        if props is not None and props.reply_to == REPLY_TO_QUEUE:
-            if s.reply_to_token is None:
-                raise AMQPError(ReplyCode.PRECONDITION_FAILED, "fast reply consumer does not exist")
-            props.reply_to = _REPLY_TO_PREFIX + s.reply_to_token
-            msg.properties_bin = encode_properties(props)
+        msg = self._publish_message(
+            s, m.exchange, m.routing_key, content.properties_bin, content.body, now_ms
+        )
         self.stats["published"] += 1
         if self._alarms:
             self._alarm_publish(s.conn_id)
@@ -1458,6 +1497,142 @@ class Broker:
                 self._unconfirmed.append((s.conn_id, s.channel, seq))
             else:
                 self._send_confirms(s, [seq])
+
+    def publish_batch(
+        self,
+        conn_id: int,
+        channel: int,
+        exchange: str,
+        messages: Sequence[tuple[str, bytes, bytes]],
+        start: int,
+        stop: int,
+        now_ms: int,
+    ) -> BatchPublished:
+        """Publish `messages[start:stop]` ((routing key, raw properties, body) each) to
+        `exchange` on an open channel, as that many `basic.publish` (mandatory and immediate
+        false) would, with one confirm step per batch.
+
+        Same semantics as one `handle(basic.publish)` per message: the exchange and write
+        permission are checked (once), each message is routed, de-duplicated by message_id,
+        subject to its queues' limits and overflow (a refusal nacks that message's publish
+        seq), persisted (its confirm held for the fsync under `delay_persistent_confirms`),
+        and counted against resource alarms. What differs: the acks of the batch's confirmed
+        publishes are coalesced and sent once at the end (a nack first sends the acks before
+        it, so the order on the channel is kept), and queues are dispatched once at the end
+        (as `defer_dispatch` does for a read batch; queues that must deliver before the next
+        publish, e.g. rings, still are at once).
+
+        The batch stops early at the first message whose publish raises (a channel or
+        connection error: `error` is set, `published` counts the messages before it; the
+        caller closes the channel) or that blocks the connection (`blocked`; that message is
+        published). Raises AMQPError only when the channel is not open.
+        """
+        session = self.conns[conn_id].sessions.get(channel)
+        if session is None:
+            raise AMQPError(
+                ReplyCode.CHANNEL_ERROR,
+                f"expected 'channel.open' on channel {channel}",
+                class_id=spec.BasicPublish.CLASS_ID,
+                method_id=spec.BasicPublish.METHOD_ID,
+            )
+        if session.mode is ChannelMode.TX:
+            return self._publish_batch_tx(conn_id, channel, exchange, messages, start, stop, now_ms)
+        out: list[Effect] = []
+        self._out = out
+        self._now_ms = now_ms
+        done = BatchPublished(out)
+        s = session
+        released: list[int] = []
+        try:
+            vh, x = self._publish_exchange(s, exchange)
+            confirm = s.mode is ChannelMode.CONFIRM
+            delay = self.config.delay_persistent_confirms
+            held = s.confirm_held
+            stats = self.stats
+            route = self._route_publish
+            build = self._publish_message
+            for i in range(start, stop):
+                rk, pb, body = messages[i]
+                msg = build(s, exchange, rk, pb, body, now_ms)
+                stats["published"] += 1
+                n_out = len(out)
+                if self._alarms:
+                    self._alarm_publish(conn_id)
+                seq = s.next_publish_seq() if confirm else 0
+                self._address_fail = None
+                refused, stored = route(vh, x, msg, False, s, now_ms)
+                fail = self._pop_address_fail()
+                if fail is not None and not seq:
+                    raise AMQPError(
+                        ReplyCode.PRECONDITION_FAILED,
+                        f"queue {fail.name!r} in vhost {fail.vhost!r} is full "
+                        "(address-full-policy FAIL)",
+                    )
+                if seq:
+                    if refused:
+                        if released:
+                            self._send_confirms(s, released)
+                            released = []
+                        stats["nacked"] += 1
+                        held.discard(seq)
+                        self._send_confirms(s, [], nack=seq)
+                    elif stored and delay:
+                        held.add(seq)
+                        self._unconfirmed.append((conn_id, channel, seq))
+                    else:
+                        released.append(seq)
+                done.published += 1
+                if self._eager and self._dirty:
+                    self._eager = False
+                    self._flush(now_ms)
+                if len(out) != n_out and any(
+                    type(e) is Block and e.conn_id == conn_id for e in out[n_out:]
+                ):
+                    done.blocked = True
+                    break
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id = spec.BasicPublish.CLASS_ID
+                exc.method_id = spec.BasicPublish.METHOD_ID
+            done.error = exc
+        if released:
+            self._send_confirms(s, released)
+        if self._dirty and (not self.defer_dispatch or self._eager):
+            self._eager = False
+            self._flush(now_ms)
+        if self._defs_dirty:
+            self.definitions_changed(full=False)
+        return done
+
+    def _publish_batch_tx(
+        self,
+        conn_id: int,
+        channel: int,
+        exchange: str,
+        messages: Sequence[tuple[str, bytes, bytes]],
+        start: int,
+        stop: int,
+        now_ms: int,
+    ) -> BatchPublished:
+        # A transactional channel only buffers publishes: nothing to batch, go one by one.
+        done = BatchPublished([])
+        methods: dict[str, spec.BasicPublish] = {}
+        for i in range(start, stop):
+            rk, pb, body = messages[i]
+            method = methods.get(rk)
+            if method is None:
+                method = methods[rk] = spec.BasicPublish(exchange=exchange, routing_key=rk)
+            try:
+                done.effects.extend(
+                    self.handle(
+                        conn_id, channel, method, RawContent(60, len(body), pb, body), now_ms
+                    )
+                )
+            except AMQPError as exc:
+                done.error = exc
+                break
+            done.published += 1
+        return done
 
     def _route_publish(
         self,
