@@ -24,14 +24,15 @@ Bulk publish (`POST /api/streams/{vhost}/{exchange}/publish`, body
 `application/x-ringmq-publish`, see `decode_publish`) goes through the broker exactly like an
 AMQP publish: the service opens an in-process *virtual connection* as the request's user
 (`Broker.connection_opened`, so vhost access is checked), a channel in confirm mode, and hands
-each message to `Broker.handle` as a `basic.publish` with its raw content, so routing, write
-permission on the exchange, `message_id` de-duplication, limits and persistence are the AMQP
-ones. Publishes run in slices of `PUBLISH_SLICE` messages, each one server batch (effects for
-real connections are applied; the group commit starts at the batch end), yielding to the loop
-between slices. The answer waits until the channel holds no confirm back, i.e. every persistent
-message routed to a durable queue is covered by an fsync: confirm semantics. Nacks (a queue
-refusing the message) are counted in the answer; a block (memory alarm, Artemis BLOCK) stops
-the request with 503 and the count already published, so the client resumes after it.
+each slice to `Broker.publish_batch`, which does for every message what a `basic.publish` with
+its raw content does (routing, write permission on the exchange, `message_id` de-duplication,
+limits, nacks and persistence are the AMQP ones) with one confirm step per slice. Publishes
+run in slices of `PUBLISH_SLICE` messages, each one server batch (effects for real connections
+are applied; the group commit starts at the batch end), yielding to the loop between slices.
+The answer waits until the channel holds no confirm back, i.e. every persistent message routed
+to a durable queue is covered by an fsync: confirm semantics. Nacks (a queue refusing the
+message) are counted in the answer; a block (memory alarm, Artemis BLOCK) stops the request
+with 503 and the count already published, so the client resumes after it.
 
 Every endpoint checks the user's permissions in the vhost: read on the queue for the queue
 endpoints (as `basic.get` would), write on the exchange for publish (403 otherwise).
@@ -55,7 +56,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ringmq.amqp import spec
-from ringmq.amqp.frames import RawContent
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.auth import Access
 from ringmq.core.effects import Block, Effect, SendMethod
@@ -457,37 +457,29 @@ class StreamService:
             # let one publish through and then block the connection).
             result.blocked = "; ".join(sorted(alarms.values()))
             return
-        handle = self.broker.handle
-        now = self.clock_ms()
-        methods: dict[str, spec.BasicPublish] = {}  # frozen: one per routing key
-        for i in range(start, stop):
-            rk, props, body = messages[i]
-            content = RawContent(60, len(body), props, body)
-            method = methods.get(rk)
-            if method is None:
-                method = spec.BasicPublish(exchange=exchange, routing_key=rk)
-                if len(methods) < 1024:
-                    methods[rk] = method
-            try:
-                effects = handle(conn_id, 1, method, content, now)
-            except AMQPError as exc:
-                code = {ReplyCode.NOT_FOUND: 404, ReplyCode.ACCESS_REFUSED: 403}.get(exc.code, 400)
-                raise StreamError(code, exc.explanation) from None
-            except (ValueError, IndexError, struct.error):
-                raise StreamError(400, f"message {i}: malformed properties") from None
-            result.published += 1
-            if effects:
-                e = effects[0]
-                if (
-                    len(effects) == 1
-                    and e.conn_id == conn_id
-                    and type(e) is SendMethod
-                    and type(e.method) is _BASIC_ACK
-                ):
-                    continue  # the common answer: this publish is confirmed
+        try:
+            done = self.broker.publish_batch(
+                conn_id, 1, exchange, messages, start, stop, self.clock_ms()
+            )
+        except (ValueError, IndexError, struct.error):
+            raise StreamError(400, f"messages {start}-{stop - 1}: malformed properties") from None
+        result.published += done.published
+        effects = done.effects
+        if effects:
+            e = effects[0]
+            if not (
+                len(effects) == 1
+                and e.conn_id == conn_id
+                and type(e) is SendMethod
+                and type(e.method) is _BASIC_ACK
+            ):  # one ack for the whole slice is the common answer
                 self._apply(conn_id, effects, result)
-            if result.blocked is not None:
-                return
+        if done.blocked and result.blocked is None:
+            result.blocked = "blocked"
+        exc = done.error
+        if exc is not None:
+            code = {ReplyCode.NOT_FOUND: 404, ReplyCode.ACCESS_REFUSED: 403}.get(exc.code, 400)
+            raise StreamError(code, exc.explanation)
 
     def confirms_held(self, conn_id: int) -> int:
         """Publishes of the virtual connection still waiting for their fsync."""
