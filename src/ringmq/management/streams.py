@@ -354,15 +354,11 @@ class StreamService:
         """
         q = self._entity(vhost, name)
         now = self.clock_ms()
-        found: list[tuple[int, int, bool, Message]] = []
         cursor: SeqId | None = None if after is None else SeqId(after)
-        browse = q.queue.browse
-        for _ in range(limit):
-            d = browse(cursor, now)
-            if d is None:
-                break
-            found.append((d.seq, d.seq, d.redelivered, d.message))
-            cursor = d.seq
+        found: list[tuple[int, int, bool, Message]] = [
+            (d.seq, d.seq, d.redelivered, d.message)
+            for d in q.queue.browse_many(cursor, limit, now)
+        ]
         if columns:
             return encode_columns(found)
         parts: list[bytes] = []
