@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT
+from ringmq.storage.paging import DiskHealth
 
 __all__ = [
     "DEFAULT_DISK_FREE_LIMIT",
@@ -287,8 +288,10 @@ class MemoryMonitor:
         total_ram: int | None = None,
         read_memory: Callable[[], int | None] = read_rss,
         read_disk: Callable[[], int | None] | None = None,
+        paging_health: DiskHealth | None = None,
     ) -> None:
         self.broker = broker
+        self.paging_health = paging_health
         self.governor = MemoryGovernor(limits, total_ram or total_memory())
         self.data_dir = data_dir
         self._emit = emit
@@ -305,11 +308,9 @@ class MemoryMonitor:
         self._page_failure_logged: OSError | None = None
 
     def page_write_failure(self) -> OSError | None:
-        """The page-file write error in force, if any (paging.DiskHealth of the broker's
-        paging directory: a thin adapter reading the spill factory the broker was given)."""
-        health = getattr(getattr(self.broker, "_spill_factory", None), "health", None)
-        failure = getattr(health, "failure", None)
-        return failure if isinstance(failure, OSError) else None
+        """The page-file write error in force, if any (the paging directory's `DiskHealth`)."""
+        health = self.paging_health
+        return health.failure if health is not None else None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Measure now and then every `interval_s`."""

@@ -380,10 +380,12 @@ class BrokerServer:
         assert self._loop is not None
         lim = self.options.memory
         data_dir = self.options.data_dir
+        health = None
         if lim.paging:
             spill = spill_directory(self.broker, data_dir / "paging")
             self.broker.enable_paging(spill, lim.head_count, lim.head_bytes, spill.body_store)
-        self.memory = MemoryMonitor(self.broker, lim, data_dir, self._emit)
+            health = spill.health
+        self.memory = MemoryMonitor(self.broker, lim, data_dir, self._emit, paging_health=health)
         self.memory.start(self._loop)
         log.info(
             "memory high watermark %d bytes, free disk limit %d bytes, queue head %d / %d bytes",

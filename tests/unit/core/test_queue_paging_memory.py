@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from ringmq.server.memory import (
     parse_watermark,
 )
 from ringmq.storage.bodystore import SpillDirectory
+from ringmq.storage.paging import DiskHealth
 from tests.unit.core.test_broker_kit import Kit
 
 MiB = 1024 * 1024
@@ -148,4 +150,35 @@ def test_monitor_disk_alarm_and_runtime_limit_change() -> None:
     mon.check()
     assert [e for e in kit.publish(ch, "q") if isinstance(e, Block)] != []
     mon.set_disk_free_limit(0)
+    assert emitted == [Unblock(ch[0])]
+
+
+def test_monitor_raises_the_disk_alarm_while_page_files_cannot_be_written() -> None:
+    # The paging directory's DiskHealth (set by a failed page-file write) blocks publishers
+    # like a low free-disk reading, with the write error as the reason, until a write succeeds.
+    kit = Kit()
+    r = _Readings()
+    emitted: list[Any] = []
+    health = DiskHealth()
+    mon = MemoryMonitor(
+        kit.broker,
+        MemoryLimits(),
+        Path("."),
+        emitted.extend,
+        total_ram=1 << 40,
+        read_memory=lambda: r.rss,
+        read_disk=lambda: r.disk,
+        paging_health=health,
+    )
+    ch = kit.open()
+    kit.declare(ch, "q")
+    mon.check()
+    assert kit.broker.alarms == {}
+    health.failed(OSError(errno.ENOSPC, "No space left on device", "paging/000001.run"))
+    mon.check()
+    assert "page file write failed" in kit.broker.alarms["disk"]
+    assert [e for e in kit.publish(ch, "q") if isinstance(e, Block)] != []
+    health.ok()
+    mon.check()
+    assert kit.broker.alarms == {}
     assert emitted == [Unblock(ch[0])]
