@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from ringmq.core.message import Message, SeqId
-from ringmq.core.queue import PublishOutcome, SpillStore
+from ringmq.core.queue import PublishOutcome, Queue, SpillStore
 from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
 
 if TYPE_CHECKING:
@@ -85,7 +85,9 @@ class RecoveredMessagePort(Protocol):
 class RecoveredTailPort(Protocol):
     """The part of a recovered backlog left on disk (storage's `RecoveredTail`)."""
 
-    spill: SpillStore
+    @property
+    def spill(self) -> SpillStore: ...  # read-only: storage's concrete spill store fits
+
     count: int
     nbytes: int
     redelivered: bool
@@ -154,6 +156,39 @@ class StorePort(Protocol):
 def queue_key(vhost: str, name: str) -> str:
     """The store's name for queue `name` of `vhost`."""
     return f"{vhost}{SEP}{name}"
+
+
+def restore_recovered(
+    engine: Queue,
+    head: Iterable[Any],
+    tail: RecoveredTailPort | None,
+    persisted: set[SeqId] | None = None,
+) -> None:
+    """Put recovered messages back into `engine`: `head` (`RecoveredMessagePort`s, in seq
+    order) in memory, then `tail` (if any) as its paged backlog. Each head seq joins
+    `persisted` before its restore, so an older LVQ value it replaces is acked in the store."""
+    for m in head:
+        rm: RecoveredMessagePort = m
+        if persisted is not None:
+            persisted.add(rm.seq)
+        engine.restore(
+            rm.seq,
+            rm.message,
+            redelivered=rm.redelivered,
+            delivery_count=rm.delivery_count,
+            expiry_ms=rm.expiry_ms,
+            due_ms=rm.due_ms,
+        )
+    if tail is not None:
+        engine.restore_spilled(
+            tail.spill,
+            tail.count,
+            tail.nbytes,
+            redelivered=tail.redelivered,
+            delivery_counts=tail.delivery_counts,
+            expiring=tail.expiring,
+            below=tail.below,
+        )
 
 
 DELAYED_PREFIX: Final = f"{SEP}x-delayed{SEP}"
@@ -666,27 +701,7 @@ class Durability:
                 restore: Iterable[Any] = head
             else:
                 restore = messages
-            for m in restore:
-                rm: RecoveredMessagePort = m
-                persisted.add(rm.seq)
-                engine.restore(
-                    rm.seq,
-                    rm.message,
-                    redelivered=rm.redelivered,
-                    delivery_count=rm.delivery_count,
-                    expiry_ms=rm.expiry_ms,
-                    due_ms=rm.due_ms,
-                )
-            if tail is not None:
-                engine.restore_spilled(
-                    tail.spill,
-                    tail.count,
-                    tail.nbytes,
-                    redelivered=tail.redelivered,
-                    delivery_counts=tail.delivery_counts,
-                    expiring=tail.expiring,
-                    below=tail.below,
-                )
+            restore_recovered(engine, restore, tail, persisted)
             self.recovered_messages += len(messages)
             b.recovered_queue(found, now_ms)
         for key, next_seq in state.next_seq.items():

@@ -12,6 +12,7 @@ import pytest
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
+from ringmq.core.durability import restore_recovered
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Queue
 from ringmq.core.settings import QueueSettings
@@ -197,24 +198,7 @@ def test_a_backlog_beyond_the_head_bound_stays_on_disk_and_drains_in_order(
     assert tail.nbytes == sum(len(f"body-{s}") for s in range(3, n + 1)) - sum(
         len(m.message.body) for m in head[1:]
     )
-    for m in head:
-        engine.restore(
-            m.seq,
-            m.message,
-            redelivered=m.redelivered,
-            delivery_count=m.delivery_count,
-            expiry_ms=m.expiry_ms,
-            due_ms=m.due_ms,
-        )
-    engine.restore_spilled(
-        tail.spill,
-        tail.count,
-        tail.nbytes,
-        redelivered=tail.redelivered,
-        delivery_counts=tail.delivery_counts,
-        expiring=tail.expiring,
-        below=tail.below,
-    )
+    restore_recovered(engine, head, tail)
     c = engine.counters
     assert c.ready == 20
     assert c.paged == tail.count
@@ -393,24 +377,7 @@ def test_a_recovered_tail_keeps_order_through_publish_requeue_and_page_out(
     engine.set_memory_bound(10, 1 << 20)
     head, tail = recovered.split(*engine.memory_bound)
     assert tail is not None
-    for m in head:
-        engine.restore(
-            m.seq,
-            m.message,
-            redelivered=m.redelivered,
-            delivery_count=m.delivery_count,
-            expiry_ms=m.expiry_ms,
-            due_ms=m.due_ms,
-        )
-    engine.restore_spilled(
-        tail.spill,
-        tail.count,
-        tail.nbytes,
-        redelivered=tail.redelivered,
-        delivery_counts=tail.delivery_counts,
-        expiring=tail.expiring,
-        below=tail.below,
-    )
+    restore_recovered(engine, head, tail)
     engine.resume_seqs(121)
     for i in range(15):  # new publishes go behind the recovered tail
         fresh = msg(f"new-{i}".encode())
