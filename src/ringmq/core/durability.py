@@ -350,13 +350,14 @@ class Durability:
 
     def released(self, vhost: str, x: Exchange, seqs: Iterable[int]) -> None:
         """Delayed exchange `x` routed its held messages `seqs`: ack the journaled ones."""
-        persisted = self._persisted.get(delayed_key(vhost, x.name))
+        key = delayed_key(vhost, x.name)
+        persisted = self._persisted.get(key)
         if not persisted:
             return
         done = [SeqId(s) for s in seqs if s in persisted]
         if done:
             persisted.difference_update(done)
-            self.store.ack(delayed_key(vhost, x.name), done)
+            self.store.ack(key, done)
 
     # --- definitions -----------------------------------------------------------------------
 

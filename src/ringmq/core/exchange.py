@@ -5,7 +5,7 @@ canonical list of its bindings (for listing, unbinding and auto-delete). It does
 queues: routing returns `Dest` tuples and the vhost resolves them (following e2e bindings and
 the alternate exchange). A delayed exchange (`x-delayed-message`) routes with the table of its
 `x-delayed-type`; messages carrying a positive `x-delay` header are held in a heap ordered by
-(due_ms, arrival) and released by `pop_due(now_ms)`. Pure: no I/O, no clock.
+(due_ms, arrival) and released by `take_due(now_ms)`. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -153,10 +153,6 @@ class Exchange:
             h = heapq.heappop(held)
             out.append((h.order, h.message))
         return out
-
-    def pop_due(self, now_ms: int) -> list[Message]:
-        """Held messages whose time has come, in due order (ties: arrival order)."""
-        return [m for _, m in self.take_due(now_ms)]
 
     def next_due_ms(self) -> int | None:
         """Earliest due time of a held message."""

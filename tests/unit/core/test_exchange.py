@@ -26,14 +26,12 @@ def test_delayed_exchange_releases_in_due_then_arrival_order() -> None:
         routing_type=ExchangeType.TOPIC,
     )
     msgs = [Message("d", "k", b"\x00\x00", bytes([i])) for i in range(3)]
-    x.hold(msgs[0], 200)
-    x.hold(msgs[1], 100)
-    x.hold(msgs[2], 100)
+    assert [x.hold(msgs[0], 200), x.hold(msgs[1], 100), x.hold(msgs[2], 100)] == [1, 2, 3]
     assert x.next_due_ms() == 100
-    assert x.pop_due(99) == []
-    assert x.pop_due(150) == [msgs[1], msgs[2]]
+    assert x.take_due(99) == []
+    assert x.take_due(150) == [(2, msgs[1]), (3, msgs[2])]
     assert x.held_count == 1
-    assert x.pop_due(1_000) == [msgs[0]]
+    assert x.take_due(1_000) == [(1, msgs[0])]
     assert x.next_due_ms() is None
     x.bind(("q", "a"), "a.#", None)
     assert x.route("a.b", None) == [("q", "a")]
