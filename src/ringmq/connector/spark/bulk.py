@@ -14,7 +14,6 @@ thread, one HTTP connection).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
@@ -91,14 +90,12 @@ def content_ids(
     import pyarrow as pa
 
     def make(batch: Any, start: int) -> Any:
+        from ringmq.connector.spark.sink import _digest
+
         out: list[str] = []
         bodies = _binary(batch.column("body")).to_pylist()
         for i, (rk, body) in enumerate(zip(rks(batch), bodies, strict=True)):
-            h = hashlib.blake2b(digest_size=12)
-            h.update(rk.encode())
-            h.update(b"\x00")
-            h.update(body)
-            out.append(f"{prefix}:{partition}:{start + i}:{h.hexdigest()}")
+            out.append(f"{prefix}:{partition}:{start + i}:{_digest(rk, body)}")
         return pa.array(out, type=pa.string())
 
     return make
@@ -125,8 +122,8 @@ def _row_properties(batch: Any, ids: Any) -> Any:
     """Per-row properties for batches with `headers` or `properties` columns."""
     import pyarrow as pa
 
-    from ringmq.amqp.properties import BasicProperties, encode_properties
-    from ringmq.connector.spark.sink import _text
+    from ringmq.amqp.properties import encode_properties
+    from ringmq.connector.spark.sink import _properties
 
     names = batch.schema.names
     headers = batch.column("headers").to_pylist() if "headers" in names else None
@@ -134,20 +131,8 @@ def _row_properties(batch: Any, ids: Any) -> Any:
     out: list[bytes] = []
     for i, mid in enumerate(ids.to_pylist()):
         h = headers[i] if headers is not None else None
-        if h is not None and not isinstance(h, dict):
-            h = dict(h)
         extra = extras[i] if extras is not None else None
-        extra = {} if extra is None else dict(extra)
-        props = BasicProperties(
-            message_id=mid,
-            headers={str(k): _text(v) for k, v in h.items()} if h else None,
-            content_type=extra.get("content_type"),
-            correlation_id=extra.get("correlation_id"),
-            type=extra.get("type"),
-            app_id=extra.get("app_id"),
-            delivery_mode=int(extra["delivery_mode"]) if "delivery_mode" in extra else None,
-        )
-        out.append(encode_properties(props))
+        out.append(encode_properties(_properties(mid, h, extra)))
     return pa.array(out, type=pa.binary())
 
 

@@ -65,14 +65,38 @@ def _body(v: Any) -> bytes:
     return str(v).encode()
 
 
-def _id_for(prefix: str, partition: int, index: int, rk: str, body: bytes, content: bool) -> str:
-    if not content:
-        return f"{prefix}:{partition}:{index}"
+def _digest(rk: str, body: bytes) -> str:
+    """The content part of a batch write's message id: a hash of routing key and body."""
     h = hashlib.blake2b(digest_size=12)
     h.update(rk.encode())
     h.update(b"\x00")
     h.update(body)
-    return f"{prefix}:{partition}:{index}:{h.hexdigest()}"
+    return h.hexdigest()
+
+
+def _id_for(prefix: str, partition: int, index: int, rk: str, body: bytes, content: bool) -> str:
+    if not content:
+        return f"{prefix}:{partition}:{index}"
+    return f"{prefix}:{partition}:{index}:{_digest(rk, body)}"
+
+
+def _properties(mid: str, headers: Any, extra: Any) -> Any:
+    """A row's `BasicProperties`: its message id, `headers` map and `properties` struct
+    (content_type, correlation_id, type, app_id, delivery_mode); maps may arrive as pairs."""
+    from ringmq.amqp.properties import BasicProperties
+
+    if headers is not None and not isinstance(headers, dict):
+        headers = dict(headers)
+    extra = {} if not extra else dict(extra)
+    return BasicProperties(
+        message_id=mid,
+        headers={str(k): _text(v) for k, v in headers.items()} if headers else None,
+        content_type=extra.get("content_type"),
+        correlation_id=extra.get("correlation_id"),
+        type=extra.get("type"),
+        app_id=extra.get("app_id"),
+        delivery_mode=int(extra["delivery_mode"]) if "delivery_mode" in extra else None,
+    )
 
 
 def arrow_rows(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
@@ -83,7 +107,7 @@ def arrow_rows(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
 
 def publish_rows(options: Options, rows: Iterator[Any], *, streaming: bool) -> PublishedMessage:
     """Executor side: publish `rows` (Rows or dicts) with confirms; shared by every writer."""
-    from ringmq.amqp.properties import BasicProperties, encode_properties
+    from ringmq.amqp.properties import encode_properties
     from ringmq.connector.client import Publisher
 
     partition, prefix, content = _task_ids(options, streaming=streaming)
@@ -101,21 +125,7 @@ def publish_rows(options: Options, rows: Iterator[Any], *, streaming: bool) -> P
             ex = options.exchange if ex is None else _text(ex)
             mid = d.get("message_id")
             mid = _id_for(prefix, partition, i, rk, body, content) if mid is None else _text(mid)
-            headers = d.get("headers")
-            if headers is not None and not isinstance(headers, dict):
-                headers = dict(headers)
-            extra = d.get("properties") or {}
-            if not isinstance(extra, dict):
-                extra = dict(extra)
-            props = BasicProperties(
-                message_id=mid,
-                headers={str(k): _text(v) for k, v in headers.items()} if headers else None,
-                content_type=extra.get("content_type"),
-                correlation_id=extra.get("correlation_id"),
-                type=extra.get("type"),
-                app_id=extra.get("app_id"),
-                delivery_mode=int(extra["delivery_mode"]) if "delivery_mode" in extra else None,
-            )
+            props = _properties(mid, d.get("headers"), d.get("properties"))
             if first is None:
                 first = mid
             last = mid
