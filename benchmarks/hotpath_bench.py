@@ -14,7 +14,12 @@ read; after each read the consumer acks (``multiple=true``) everything delivered
 ``--ack-every`` deliveries are outstanding, the way the load generator does. The figure printed
 is ``time.process_time()`` per message (publish + deliver + ack), the median of ``--rounds``.
 
+``--mode publish`` mirrors scenario (d) instead: no consumer, a queue with ``x-max-length=1000``
+(drop-head), so every publish past the first thousand drops the head; the figure is the CPU
+microseconds per publish.
+
     .venv/bin/python -m benchmarks.hotpath_bench [--messages 50000] [--size 16] [--profile F]
+    .venv/bin/python -m benchmarks.hotpath_bench --mode publish
 """
 
 from __future__ import annotations
@@ -94,8 +99,12 @@ def _connect(server: BrokerServer, conn_id: int, setup: bytes) -> tuple[AMQPConn
     return conn, transport
 
 
-def run_once(messages: int, size: int, batch: int, ack_every: int, prefetch: int) -> float:
+def run_once(
+    messages: int, size: int, batch: int, ack_every: int, prefetch: int, mode: str = "cycle"
+) -> float:
     """One run on a fresh broker; returns CPU microseconds per message."""
+    if mode == "publish":
+        return _run_publish(messages, size, batch)
     with tempfile.TemporaryDirectory() as tmp:
         broker = Broker(broker_config(FileConfig()))
         server = BrokerServer(
@@ -137,6 +146,34 @@ def run_once(messages: int, size: int, batch: int, ack_every: int, prefetch: int
         return elapsed * 1e6 / messages
 
 
+def _run_publish(messages: int, size: int, batch: int) -> float:
+    # Scenario (d): publishes into a drop-head queue of 1000 with no consumer.
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = Broker(broker_config(FileConfig()))
+        server = BrokerServer(
+            ServerOptions(amqp_port=0, http_port=None, data_dir=Path(tmp)), broker=broker
+        )
+        declare = spec.QueueDeclare(
+            queue=_QUEUE, arguments={"x-max-length": 1000, "x-overflow": "drop-head"}
+        )
+        producer, _ = _connect(server, 1, encode_method_frame(1, declare))
+        props = encode_properties(BasicProperties(delivery_mode=1))
+        one = encode_content_frames(
+            1, spec.BasicPublish(exchange="", routing_key=_QUEUE), props, b"x" * size, 131072
+        )
+        chunk = one * batch
+        sent = 0
+        start = time.process_time()
+        while sent < messages:
+            n = min(batch, messages - sent)
+            producer.data_received(chunk if n == batch else one * n)
+            sent += n
+        elapsed = time.process_time() - start
+        if broker.stats["published"] != messages:
+            raise RuntimeError(f"published {broker.stats['published']} of {messages}")
+        return elapsed * 1e6 / messages
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--messages", type=int, default=50_000)
@@ -146,19 +183,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefetch", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", help="write a cProfile of one extra run here")
+    ap.add_argument(
+        "--mode",
+        choices=("cycle", "publish"),
+        default="cycle",
+        help="cycle: publish+deliver+ack (a); publish: into a full drop-head queue (d)",
+    )
     args = ap.parse_args(argv)
-    results = [
-        run_once(args.messages, args.size, args.batch, args.ack_every, args.prefetch)
-        for _ in range(args.rounds)
-    ]
+    run = (args.messages, args.size, args.batch, args.ack_every, args.prefetch, args.mode)
+    results = [run_once(*run) for _ in range(args.rounds)]
+    what = f"ack every {args.ack_every}" if args.mode == "cycle" else "drop-head 1000, no consumer"
     print(
-        f"hotpath: {args.messages} x {args.size} B, batch {args.batch}, ack every "
-        f"{args.ack_every}: cpu_us_per_msg median {statistics.median(results):.2f} "
+        f"hotpath {args.mode}: {args.messages} x {args.size} B, batch {args.batch}, "
+        f"{what}: cpu_us_per_msg median {statistics.median(results):.2f} "
         f"(runs: {', '.join(f'{r:.2f}' for r in results)})"
     )
     if args.profile:
         prof = cProfile.Profile()
-        prof.runcall(run_once, args.messages, args.size, args.batch, args.ack_every, args.prefetch)
+        prof.runcall(run_once, *run)
         prof.dump_stats(args.profile)
     return 0
 
