@@ -149,6 +149,7 @@ _NEEDS_DECODE: Final = (
 )
 _DECODE_ANY: Final = _NEEDS_DECODE | FLAG_REPLY_TO
 _FLAGS_CT_DM: Final = FLAG_CONTENT_TYPE | FLAG_DELIVERY_MODE
+_REJECTED: Final = PublishOutcome.REJECTED
 
 
 def _only_delivery_mode(pb: bytes) -> int | None:
@@ -751,6 +752,19 @@ class Broker:
         protocol error; the caller closes the channel or connection and then reports it with
         `channel_closed` / `connection_closed`.
         """
+        if type(method) is spec.BasicPublish:
+            return self._handle_publish(conn_id, channel, method, content, now_ms)
+        return self._handle(conn_id, channel, method, content, now_ms)
+
+    def _handle(
+        self,
+        conn_id: int,
+        channel: int,
+        method: Any,
+        content: RawContent | None,
+        now_ms: int,
+    ) -> list[Effect]:
+        # Every method the generic way: look up its handler, map errors, flush.
         out: list[Effect] = []
         self._out = out
         self._now_ms = now_ms
@@ -788,6 +802,125 @@ class Broker:
             not self.defer_dispatch or self._eager or type(method) is not spec.BasicPublish
         ):
             self._eager = False
+            self._flush(now_ms)
+        if self._defs_dirty:
+            self.definitions_changed(full=False)
+        return out
+
+    def _handle_publish(
+        self,
+        conn_id: int,
+        channel: int,
+        m: spec.BasicPublish,
+        content: RawContent | None,
+        now_ms: int,
+    ) -> list[Effect]:
+        # `_handle` for one basic.publish: the same outcome, the common case done inline.
+        # The hot path of every publisher. It takes the publishes `_basic_publish` +
+        # `_route_publish` would handle without a detour: an open non-tx channel, an existing,
+        # writable (already checked) exchange that is not internal or delayed, a property list
+        # with nothing the core decodes but delivery_mode, at least one queue reached, no
+        # resource alarm. Everything else goes to `_handle`, before anything has changed.
+        s = self.conns[conn_id].sessions.get(channel)
+        if s is None or s.mode is ChannelMode.TX or content is None or m.immediate:
+            return self._handle(conn_id, channel, m, content, now_ms)
+        vh = s.vhost
+        name = m.exchange
+        x = vh.exchanges.get(name)
+        body = content.body
+        pb = content.properties_bin
+        if (
+            x is None
+            or x.internal
+            or s.perm_generation != self.auth.generation
+            or name not in s.write_ok
+            or len(body) > self.max_message_size
+            or self._alarms
+            or len(pb) < 2
+        ):
+            return self._handle(conn_id, channel, m, content, now_ms)
+        if not ((pb[0] << 8) | pb[1]) & _DECODE_ANY:
+            persistent = False
+        else:
+            mode = _only_delivery_mode(pb)
+            if mode is None:
+                return self._handle(conn_id, channel, m, content, now_ms)
+            persistent = mode == 2
+        rk = m.routing_key
+        if name == "":
+            # A queue name; reply-to pseudo queues ("amq." names) are never declared queues.
+            q0 = vh.queues.get(rk)
+            if q0 is None:
+                return self._handle(conn_id, channel, m, content, now_ms)
+            queues: tuple[QueueEntity, ...] = (q0,)
+        else:
+            if x.type is ExchangeType.DELAYED:
+                return self._handle(conn_id, channel, m, content, now_ms)
+            queues = vh.route(x, rk, None)
+            if not queues:
+                return self._handle(conn_id, channel, m, content, now_ms)
+        out: list[Effect] = []
+        self._out = out
+        self._now_ms = now_ms
+        msg = Message(name, rk, pb, body, timestamp_ms=now_ms)
+        if persistent:
+            msg.persistent = True
+        self.stats["published"] += 1
+        seq = s.next_publish_seq() if s.mode is ChannelMode.CONFIRM else 0
+        # `_route_publish`'s per-queue steps, for a message without headers (so never
+        # scheduled or sender-selected), TTL or message id.
+        refused = stored = False
+        fail: QueueEntity | None = None
+        dirty = self._dirty
+        for q in queues:
+            engine = q.queue
+            outcome = engine.publish(msg, now_ms)
+            if outcome is _REJECTED:
+                refused = True
+                limit = q.settings.limit
+                if limit is not None and limit.family == "address":
+                    fail = q
+            else:
+                if persistent and q.durable:
+                    dur = self.durability
+                    if dur is None or dur.published(q, msg, outcome, now_ms):
+                        stored = True
+            dirty[id(q)] = q
+            st = q.settings
+            limit = st.limit
+            if limit is None and st.lvq_key is None and not st.non_destructive:
+                if st.max_priority:
+                    self._eager = True
+                counters = engine.counters
+                if (
+                    counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES
+                ) and q.consumers.all:
+                    self.flow_requests[conn_id] = q
+            else:
+                self._eager = True  # a ring counts what waits: deliver before the next publish
+                if limit is not None and limit.action is LimitAction.BLOCK and engine.over_limit:
+                    self._block(conn_id, q)
+        if fail is not None and not seq:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"queue {fail.name!r} in vhost {fail.vhost!r} is full (address-full-policy FAIL)",
+                class_id=m.CLASS_ID,
+                method_id=m.METHOD_ID,
+            )
+        if seq:
+            if refused:
+                self.stats["nacked"] += 1
+                s.confirm_held.discard(seq)
+                self._send_confirms(s, [], nack=seq)
+            elif stored and self.config.delay_persistent_confirms:
+                s.confirm_held.add(seq)
+                self._unconfirmed.append((s.conn_id, s.channel, seq))
+            else:
+                self._send_confirms(s, [seq])
+        if self._eager and dirty:
+            self._eager = False
+            self._flush(now_ms)
+        elif dirty and not self.defer_dispatch:
             self._flush(now_ms)
         if self._defs_dirty:
             self.definitions_changed(full=False)
