@@ -89,6 +89,17 @@ def _handshake() -> bytes:
     return b"".join(frames)
 
 
+def _server(tmp: str) -> tuple[Broker, BrokerServer]:
+    broker = Broker(broker_config(FileConfig()))
+    server = BrokerServer(
+        ServerOptions(amqp_port=0, http_port=None, data_dir=Path(tmp)), broker=broker
+    )
+    # What `BrokerServer.start` sets up: one dispatch per read batch, as the server runs.
+    broker.defer_dispatch = True
+    server._dispatch_pending = broker.dispatch_pending
+    return broker, server
+
+
 def _connect(server: BrokerServer, conn_id: int, setup: bytes) -> tuple[AMQPConnection, _Transport]:
     conn = AMQPConnection(server, conn_id)
     transport = _Transport()
@@ -106,10 +117,7 @@ def run_once(
     if mode == "publish":
         return _run_publish(messages, size, batch)
     with tempfile.TemporaryDirectory() as tmp:
-        broker = Broker(broker_config(FileConfig()))
-        server = BrokerServer(
-            ServerOptions(amqp_port=0, http_port=None, data_dir=Path(tmp)), broker=broker
-        )
+        broker, server = _server(tmp)
         consumer, _ = _connect(
             server,
             1,
@@ -149,10 +157,7 @@ def run_once(
 def _run_publish(messages: int, size: int, batch: int) -> float:
     # Scenario (d): publishes into a drop-head queue of 1000 with no consumer.
     with tempfile.TemporaryDirectory() as tmp:
-        broker = Broker(broker_config(FileConfig()))
-        server = BrokerServer(
-            ServerOptions(amqp_port=0, http_port=None, data_dir=Path(tmp)), broker=broker
-        )
+        broker, server = _server(tmp)
         declare = spec.QueueDeclare(
             queue=_QUEUE, arguments={"x-max-length": 1000, "x-overflow": "drop-head"}
         )
