@@ -150,6 +150,8 @@ _NEEDS_DECODE: Final = (
 _DECODE_ANY: Final = _NEEDS_DECODE | FLAG_REPLY_TO
 _FLAGS_CT_DM: Final = FLAG_CONTENT_TYPE | FLAG_DELIVERY_MODE
 _REJECTED: Final = PublishOutcome.REJECTED
+_TX: Final = ChannelMode.TX
+_CONFIRM: Final = ChannelMode.CONFIRM
 
 
 def _only_delivery_mode(pb: bytes) -> int | None:
@@ -822,7 +824,7 @@ class Broker:
         # with nothing the core decodes but delivery_mode, at least one queue reached, no
         # resource alarm. Everything else goes to `_handle`, before anything has changed.
         s = self.conns[conn_id].sessions.get(channel)
-        if s is None or s.mode is ChannelMode.TX or content is None or m.immediate:
+        if s is None or s.mode is _TX or content is None or m.immediate:
             return self._handle(conn_id, channel, m, content, now_ms)
         vh = s.vhost
         name = m.exchange
@@ -839,8 +841,11 @@ class Broker:
             or len(pb) < 2
         ):
             return self._handle(conn_id, channel, m, content, now_ms)
-        if not ((pb[0] << 8) | pb[1]) & _DECODE_ANY:
+        flags = (pb[0] << 8) | pb[1]
+        if not flags & _DECODE_ANY:
             persistent = False
+        elif flags == FLAG_DELIVERY_MODE and len(pb) == 3:  # `_only_delivery_mode`'s first case
+            persistent = pb[2] == 2
         else:
             mode = _only_delivery_mode(pb)
             if mode is None:
@@ -862,11 +867,10 @@ class Broker:
         out: list[Effect] = []
         self._out = out
         self._now_ms = now_ms
-        msg = Message(name, rk, pb, body, timestamp_ms=now_ms)
-        if persistent:
-            msg.persistent = True
+        # Positional: no keyword matching (headers, priority, expiration, persistent, id, time).
+        msg = Message(name, rk, pb, body, None, 0, None, persistent, None, now_ms)
         self.stats["published"] += 1
-        seq = s.next_publish_seq() if s.mode is ChannelMode.CONFIRM else 0
+        seq = s.next_publish_seq() if s.mode is _CONFIRM else 0
         # `_route_publish`'s per-queue steps, for a message without headers (so never
         # scheduled or sender-selected), TTL or message id.
         refused = stored = False
