@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from ringmq.core.broker import Broker
-from ringmq.core.effects import SendContent
+from ringmq.core.effects import Deliver
 from ringmq.management.port import ConnectionInfo
 
 from .conftest import T0_MS, Clock, FakeRuntime, open_consumer
@@ -222,7 +222,7 @@ async def test_seed_ring_counts_unacked_deliveries(
     assert q["ring_size"] == 3
     assert q["consumers"] == 1
     assert q["counters"]["ring_evicted"] == 0
-    delivered = [e for e in runtime.applied if isinstance(e, SendContent) and e.conn_id == 1]
+    delivered = [e for e in runtime.applied if isinstance(e, Deliver) and e.conn_id == 1]
     assert [e.message.body for e in delivered] == [b"m0", b"m1", b"m2", b"m3"]
     consumers = (await client.get("/api/consumers")).json()
     assert consumers[0]["queue"] == {"name": "ring", "vhost": "/"}

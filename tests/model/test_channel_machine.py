@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ringmq.amqp import spec
-from ringmq.core.effects import SendContent
+from ringmq.core.effects import Deliver
 from tests.unit.core.test_broker_kit import Kit
 
 
@@ -70,7 +70,7 @@ class ChannelMachine(RuleBasedStateMachine):
         got = [
             (e.method.delivery_tag, int(e.message.body), e.method.redelivered)
             for e in effects
-            if isinstance(e, SendContent) and isinstance(e.method, spec.BasicDeliver)
+            if isinstance(e, Deliver)
         ]
         assert got == self.model.dispatch()
 

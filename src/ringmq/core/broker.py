@@ -100,7 +100,7 @@ from ringmq.core.auth import Access, AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.consumers import Consumer, ConsumerSet
 from ringmq.core.durability import EXCHANGE_DEF, QUEUE_DEF, Durability, StorePort
-from ringmq.core.effects import Block, Effect, SendContent, SendMethod, Unblock
+from ringmq.core.effects import Block, Deliver, Effect, SendContent, SendMethod, Unblock
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
@@ -170,44 +170,6 @@ def _only_delivery_mode(pb: bytes) -> int | None:
             return None
         return pb[-1]
     return None
-
-
-# One BasicDeliver and one SendContent are built per delivery. Setting their slots through the
-# descriptors skips the frozen dataclasses' __init__ (one object.__setattr__ per field), about
-# three times faster; the results are ordinary, equal, immutable instances.
-_object_new = object.__new__
-_DELIVER_SETTERS: Final = tuple(
-    vars(spec.BasicDeliver)[name].__set__
-    for name in ("consumer_tag", "delivery_tag", "redelivered", "exchange", "routing_key")
-)
-_SEND_CONTENT_SETTERS: Final = tuple(
-    vars(SendContent)[name].__set__ for name in ("conn_id", "channel", "method", "message")
-)
-
-
-def _new_deliver(
-    consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str
-) -> spec.BasicDeliver:
-    """``spec.BasicDeliver(...)``, faster (see above)."""
-    obj: spec.BasicDeliver = _object_new(spec.BasicDeliver)
-    set_tag, set_dtag, set_redelivered, set_exchange, set_rk = _DELIVER_SETTERS
-    set_tag(obj, consumer_tag)
-    set_dtag(obj, delivery_tag)
-    set_redelivered(obj, redelivered)
-    set_exchange(obj, exchange)
-    set_rk(obj, routing_key)
-    return obj
-
-
-def _new_send_content(conn_id: int, channel: int, method: Any, message: Message) -> SendContent:
-    """``SendContent(...)``, faster (see above)."""
-    obj: SendContent = _object_new(SendContent)
-    set_conn, set_channel, set_method, set_message = _SEND_CONTENT_SETTERS
-    set_conn(obj, conn_id)
-    set_channel(obj, channel)
-    set_method(obj, method)
-    set_message(obj, message)
-    return obj
 
 
 _EXCLUSIVE_LOCKED: Final = (
@@ -2359,8 +2321,6 @@ class Broker:
         pick = consumers.pick
         fetch = engine.fetch
         append = self._out.append
-        deliver = _new_deliver
-        send = _new_send_content
         budget = DISPATCH_BATCH
         no_ack_count = 0
         dur = self.durability
@@ -2387,15 +2347,7 @@ class Broker:
                 if persisted and d.seq in persisted:
                     assert dur is not None
                     dur.delivered(q, d.seq, d.delivery_count)
-            msg = d.message
-            append(
-                send(
-                    s.conn_id,
-                    s.channel,
-                    deliver(c.tag, tag, d.redelivered, msg.exchange, msg.routing_key),
-                    msg,
-                )
-            )
+            append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
             budget -= 1
         delivered = DISPATCH_BATCH - budget
         if delivered:
@@ -2419,15 +2371,7 @@ class Broker:
                     tag = s.next_untracked_tag()
                 else:
                     tag = s.track(Unacked(q, d.seq, c, browse=True))
-                msg = d.message
-                out.append(
-                    SendContent(
-                        s.conn_id,
-                        s.channel,
-                        spec.BasicDeliver(c.tag, tag, d.redelivered, msg.exchange, msg.routing_key),
-                        msg,
-                    )
-                )
+                out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
                 budget -= 1
         if not budget:
             self._backlog[id(q)] = q

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ringmq.amqp import spec
 from ringmq.core.message import Message
 
 
@@ -32,6 +33,34 @@ class SendContent:
     channel: int
     method: Any
     message: Message
+
+
+@dataclass(slots=True)
+class Deliver:
+    """Send basic.deliver of `message` to a consumer: method (exchange and routing key of the
+    message), header (properties_bin verbatim) and body frames.
+
+    The delivery hot path builds one per delivered message, so it is a plain slotted class
+    (a frozen dataclass's __init__ sets each field through object.__setattr__, several times
+    slower); treat it as immutable like the other effects. `SendContent` with a BasicDeliver
+    says the same thing and serves the rare deliveries whose routing key is not the message's
+    (direct reply-to).
+    """
+
+    conn_id: int
+    channel: int
+    consumer_tag: str
+    delivery_tag: int
+    redelivered: bool
+    message: Message
+
+    @property
+    def method(self) -> spec.BasicDeliver:
+        """The basic.deliver method this effect sends."""
+        m = self.message
+        return spec.BasicDeliver(
+            self.consumer_tag, self.delivery_tag, self.redelivered, m.exchange, m.routing_key
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,4 +99,4 @@ class Unblock:
     conn_id: int
 
 
-Effect = SendMethod | SendContent | CloseChannel | CloseConnection | Block | Unblock
+Effect = SendMethod | SendContent | Deliver | CloseChannel | CloseConnection | Block | Unblock

@@ -55,12 +55,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, assert_never
 
-from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.effects import (
     Block,
     CloseChannel,
     CloseConnection,
+    Deliver,
     Effect,
     SendContent,
     SendMethod,
@@ -85,7 +85,6 @@ from ringmq.server.transport import AMQPConnection
 
 log = logging.getLogger(__name__)
 
-_BasicDeliver = spec.BasicDeliver
 _Command = ev.Command
 
 _T = TypeVar("_T")
@@ -749,25 +748,25 @@ class BrokerServer:
                     dirty.add(c)
             if c is None or c.closing:
                 continue  # the target went away meanwhile; the broker learns it separately
-            if type(e) is SendContent:
-                method = e.method
-                if type(method) is _BasicDeliver:
-                    # hot path: pre-encoded deliver header, no generic method encoding
-                    msg = e.message
-                    c.proto.send_deliver(
-                        e.channel,
-                        method.consumer_tag,
-                        method.delivery_tag,
-                        method.redelivered,
-                        method.exchange,
-                        method.routing_key,
-                        msg.properties_bin,
-                        msg.body,
-                    )
-                    continue
+            if type(e) is Deliver:
+                # hot path: pre-encoded deliver header, no generic method encoding
+                msg = e.message
+                c.proto.send_deliver(
+                    e.channel,
+                    e.consumer_tag,
+                    e.delivery_tag,
+                    e.redelivered,
+                    msg.exchange,
+                    msg.routing_key,
+                    msg.properties_bin,
+                    msg.body,
+                )
+                continue
             match e:
                 case SendContent(channel=ch, method=method, message=msg):
                     c.proto.send_content(ch, method, msg.properties_bin, msg.body)
+                case Deliver():
+                    raise AssertionError("handled above")
                 case SendMethod(channel=ch, method=method):
                     c.proto.send_method(ch, method)
                 case CloseChannel(channel=ch, code=code, text=text):

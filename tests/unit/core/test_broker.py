@@ -11,7 +11,7 @@ from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.tables import encode_table
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
-from ringmq.core.effects import CloseConnection, SendContent, SendMethod
+from ringmq.core.effects import CloseConnection, Deliver, SendContent, SendMethod
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, methods, of_type
 
 
@@ -718,4 +718,4 @@ def test_connection_closed_filters_its_own_effects(kit: Kit) -> None:
     kit.declare(ch, "q")
     out = kit.broker.connection_closed(ch[0], kit.now)
     assert all(e.conn_id != ch[0] for e in out)
-    assert not any(isinstance(e, CloseConnection | SendContent) for e in out)
+    assert not any(isinstance(e, CloseConnection | SendContent | Deliver) for e in out)

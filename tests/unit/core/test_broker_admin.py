@@ -7,7 +7,7 @@ import pytest
 from ringmq.amqp import spec
 from ringmq.amqp.properties import BasicProperties
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
-from ringmq.core.effects import CloseConnection, SendContent, SendMethod
+from ringmq.core.effects import CloseConnection, Deliver, SendContent, SendMethod
 from tests.unit.core.test_broker_kit import Kit, bodies
 
 
@@ -137,7 +137,7 @@ def test_update_queue_and_scheduled_admin_ops() -> None:
     seen: list[object] = []
     admin.emit = seen.extend
     assert admin.deliver_scheduled_now("/", "ring", None, now_ms=kit.now) == 1
-    assert bodies([e for e in seen if isinstance(e, SendContent)]) == [b"later"]
+    assert bodies([e for e in seen if isinstance(e, SendContent | Deliver)]) == [b"later"]
 
 
 def test_queue_counters_follow_rabbitmq_message_stats() -> None:

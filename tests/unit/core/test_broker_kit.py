@@ -11,7 +11,7 @@ from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
-from ringmq.core.effects import Effect, SendContent, SendMethod
+from ringmq.core.effects import Deliver, Effect, SendContent, SendMethod
 
 CAPS = {"capabilities": {"consumer_cancel_notify": True, "publisher_confirms": True}}
 
@@ -91,8 +91,8 @@ class Kit:
 
 
 def methods(effects: list[Effect]) -> list[Any]:
-    """The methods of SendMethod/SendContent effects, in order."""
-    return [e.method for e in effects if isinstance(e, SendMethod | SendContent)]
+    """The methods of SendMethod/SendContent/Deliver effects, in order."""
+    return [e.method for e in effects if isinstance(e, SendMethod | SendContent | Deliver)]
 
 
 def delivered(effects: list[Effect]) -> list[Delivered]:
@@ -100,7 +100,7 @@ def delivered(effects: list[Effect]) -> list[Delivered]:
     return [
         Delivered(e.conn_id, e.channel, e.method, e.message.body, e.message.properties_bin)
         for e in effects
-        if isinstance(e, SendContent)
+        if isinstance(e, SendContent | Deliver)
     ]
 
 
