@@ -1032,6 +1032,18 @@ class Queue:
                         if c.ready > self._head_n or c.ready_bytes > self._head_b:
                             self.page_out()  # moves ready to paged: n and nbytes stay right
                     if n > self._evict_n or nbytes > self._evict_b:
+                        lane = self._lane
+                        if (
+                            not c.paged
+                            and not lane.head
+                            and not lane.returns
+                            and (self._evict_ring or self._dlx is None)
+                        ):
+                            # `_evict_head` inlined for the common case: every waiting
+                            # message is in memory in the lane's tail (nothing requeued or
+                            # paged) and a victim goes nowhere (a ring replaces; drop-head
+                            # without a DLX drops), so evicting is pop, count and forget.
+                            return self._evict_tail(c, lane.tail)
                         if self._evict_ring:
                             # Artemis enforceRing: one eviction per add; the new message
                             # is the victim only when alone (single lane, it is the newest).
@@ -1222,6 +1234,31 @@ class Queue:
             ):
                 pass  # decided before enqueueing (or, for BLOCK, by the broker)
         return PublishOutcome.ENQUEUED if e.state == _READY else PublishOutcome.DROPPED
+
+    def _evict_tail(self, c: QueueCounters, tail: deque[_Entry]) -> PublishOutcome:
+        # The bounded fast path's eviction when the lane is only its in-memory tail: a ring
+        # evicts one message per add (Artemis enforceRing), drop-head until within bounds;
+        # the new message, the last of the tail, is the victim only when it is alone.
+        on_remove = self.on_remove
+        ring = self._evict_ring
+        while tail:
+            e = tail[0]
+            if e.state != _READY:  # left behind lazily (as `_Lane.peek` skips them)
+                tail.popleft()
+                continue
+            if not ring and c.ready <= self._evict_n and c.ready_bytes <= self._evict_b:
+                break
+            tail.popleft()
+            c.ready -= 1
+            c.ready_bytes -= e.size
+            e.state = _GONE
+            if on_remove is not None:
+                on_remove(e.seq)
+            if ring:
+                c.ring_evicted += 1
+                break
+            c.maxlen_dropped += 1
+        return _ENQUEUED if c.ready else _DROPPED
 
     def _evict_head(self, now_ms: int, *, ring: bool) -> bool:
         # Remove the next message to be delivered: Artemis REPLACED (not dead-lettered) or
