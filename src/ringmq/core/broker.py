@@ -863,10 +863,22 @@ class Broker:
                 ) and q.consumers.all:
                     self.flow_requests[conn_id] = q
             else:
-                self._eager = True  # a ring counts what waits: deliver before the next publish
+                # A ring counts what waits: deliver before the next publish. Nothing to do now
+                # when this queue is the only dirty one and has no consumer, no dead letters
+                # to move and no blocked publisher (`_flush` would only mark it clean).
+                if (
+                    q.consumers.all
+                    or st.dead_letter_exchange is not None
+                    or len(dirty) > 1
+                    or self._blocked_by
+                ):
+                    self._eager = True
                 if limit is not None and limit.action is LimitAction.BLOCK and engine.over_limit:
                     self._block(conn_id, q)
         if fail is not None and not seq:
+            # As after `_route_publish`: a limited queue was published to, so the next command
+            # flushes (this error skips the flush below).
+            self._eager = True
             raise AMQPError(
                 ReplyCode.PRECONDITION_FAILED,
                 f"queue {fail.name!r} in vhost {fail.vhost!r} is full (address-full-policy FAIL)",
