@@ -107,6 +107,11 @@ class RawContent(NamedTuple):
     body: bytes
 
 
+# `RawContent(...)` goes through the named tuple's Python-level __new__; `next_publish` (once
+# per publish) builds it with tuple.__new__ directly, about twice as fast, the same tuple.
+_new_tuple: Final = tuple.__new__
+
+
 class FrameReader:
     """Incremental frame parser over a growing buffer (see the module docstring).
 
@@ -209,7 +214,8 @@ class FrameReader:
                 self._publishes.clear()
             self._publishes[args] = method
         self._pos = end + 1
-        return channel, method, RawContent(60, body_size, bytes(buf[hpos + 19 : hend]), body)
+        props = bytes(buf[hpos + 19 : hend])
+        return channel, method, _new_tuple(RawContent, (60, body_size, props, body))
 
     def next_frame(self) -> Frame | None:
         """Parse and return the next frame, or ``None`` if more data is needed.

@@ -304,7 +304,7 @@ class ServerConnection:
                         and chan.state is ChannelState.OPEN
                         and (not limit or content.body_size <= limit)
                     ):
-                        events.append(_command(number, method, content))
+                        events.append(Command(number, method, content))
                     else:
                         self._replay_publish(number, method, content, events)
                     continue
@@ -530,7 +530,7 @@ class ServerConnection:
         else:
             done = chan.on_header(cast(HeaderFrame, frame), self.max_message_size)
         if done is not None:
-            events.append(_command(number, done[0], done[1]))
+            events.append(Command(number, done[0], done[1]))
 
     def _open_channel(self, number: int, events: list[Event]) -> None:
         if number > self.tuned.channel_max:
@@ -808,23 +808,6 @@ class ServerConnection:
         if hb == 0 or self._state not in _TUNED:
             return False  # before Tune-Ok the server's handshake timeout applies
         return now_ms - self._last_recv_ms > 2 * hb * 1000
-
-
-# Command is built once per client command (every publish and ack). Setting its slots through
-# their descriptors skips the frozen dataclass __init__ (one object.__setattr__ per field),
-# which is about twice as fast; the result is an ordinary, equal, immutable Command.
-_new = object.__new__
-_set_channel = vars(Command)["channel"].__set__
-_set_method = vars(Command)["method"].__set__
-_set_content = vars(Command)["content"].__set__
-
-
-def _command(channel: int, method: Method, content: RawContent | None) -> Command:
-    command = _new(Command)
-    _set_channel(command, channel)
-    _set_method(command, method)
-    _set_content(command, content)
-    return command
 
 
 def _reply_text(code: int, text: str) -> str:
