@@ -2,11 +2,15 @@
 
 Theory of operation
 -------------------
-``FrameReader`` owns one ``bytearray`` of received-but-unparsed bytes and a read position.
-``feed(data)`` first drops the bytes consumed by the previous batch (one compaction per batch,
-never per frame) and appends; ``next_frame()`` parses one frame at the read position and returns
-it, or ``None`` when the buffer does not yet hold a whole frame ("need more data"). Parsing never
-raises for incomplete input, only ``AMQPError`` for a bad one:
+``FrameReader`` owns the received-but-unparsed bytes as one immutable ``bytes`` object and a
+read position. ``feed(data)`` replaces the buffer with the new read when the last batch consumed
+everything (the common case: no copy at all), else with the unconsumed rest joined to it; a
+frame that spans several reads is collected in a list and joined once, when it can be whole, so
+a slowly trickling frame costs linear, not quadratic, copying. Because the buffer is ``bytes``,
+every field cut out of it (body, properties, method arguments) is one slice, one copy.
+``next_frame()`` parses one frame at the read position and returns it, or ``None`` when the
+buffer does not yet hold a whole frame ("need more data"). Parsing never raises for incomplete
+input, only ``AMQPError`` for a bad one:
 
 * frame payload larger than ``frame_max - 8`` (RabbitMQ's check; 0 means unlimited), a frame-end
   octet other than 0xCE, an unknown frame type, a heartbeat with a payload or on a channel other
@@ -121,28 +125,74 @@ class FrameReader:
         expect_protocol_header: return a ``ProtocolHeader`` before any frame.
     """
 
-    __slots__ = ("_buf", "_pos", "_publishes", "_want_header", "frame_max")
+    __slots__ = (
+        "_buf",
+        "_need",
+        "_parts",
+        "_parts_len",
+        "_pos",
+        "_publishes",
+        "_want_header",
+        "frame_max",
+    )
 
     def __init__(self, frame_max: int = FRAME_MIN_SIZE, *, expect_protocol_header: bool = False):
         self.frame_max = frame_max
-        self._buf = bytearray()
+        self._buf = b""
         self._pos = 0
+        # A frame spanning reads: the pieces so far (its start first), their length, and the
+        # length at which the frame is whole; `_buf` is empty meanwhile.
+        self._parts: list[bytes] = []
+        self._parts_len = 0
+        self._need = 0
         self._want_header = expect_protocol_header
         # Basic.Publish arguments (exchange, routing key, flags) as received -> the decoded,
         # immutable method. A publisher repeats the same few, so decoding is one dict lookup.
         self._publishes: dict[bytes, Method] = {}
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Append received bytes (compacting what the last batch consumed)."""
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+        """Append received bytes (see the module docstring)."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        parts = self._parts
+        if parts:  # collecting a frame that spans reads
+            parts.append(data)
+            self._parts_len += len(data)
+            if self._parts_len >= self._need:
+                self._buf = b"".join(parts)
+                self._pos = 0
+                self._parts = []
+            return
+        buf = self._buf
+        pos = self._pos
+        if pos < len(buf):
+            rest = buf[pos:]
+            need = self._frame_need(rest)
+            if len(rest) + len(data) < need:
+                self._parts = [rest, data]
+                self._parts_len = len(rest) + len(data)
+                self._need = need
+                self._buf = b""
+                self._pos = 0
+                return
+            data = rest + data
+        self._buf = data
+        self._pos = 0
+
+    def _frame_need(self, rest: bytes) -> int:
+        # Bytes the frame starting `rest` needs to be whole; 0 when parsing can go on (or must
+        # fail) with what is there: too short to say, or a size that next_frame() refuses.
+        if self._want_header or len(rest) < 7:
+            return 0
+        size = int.from_bytes(rest[3:7], "big")
+        if self.frame_max and size > self.frame_max - FRAME_OVERHEAD:
+            return 0
+        return size + FRAME_OVERHEAD
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + (self._parts_len if self._parts else 0)
 
     def next_publish(self) -> tuple[int, Method, RawContent] | None:
         """Take a whole Basic.Publish command at once, or return ``None`` and take nothing.
@@ -196,14 +246,10 @@ class FrameReader:
                 or buf[end] != FRAME_END
             ):
                 return None
-            if bsize < 8192:
-                body = bytes(buf[bpos + 7 : end])
-            else:
-                with memoryview(buf) as view:
-                    body = view[bpos + 7 : end].tobytes()
+            body = buf[bpos + 7 : end]
         else:
             body = b""
-        args = bytes(buf[pos + 11 : hpos - 1])
+        args = buf[pos + 11 : hpos - 1]
         method = self._publishes.get(args)
         if method is None:
             try:
@@ -214,7 +260,7 @@ class FrameReader:
                 self._publishes.clear()
             self._publishes[args] = method
         self._pos = end + 1
-        props = bytes(buf[hpos + 19 : hend])
+        props = buf[hpos + 19 : hend]
         return channel, method, _new_tuple(RawContent, (60, body_size, props, body))
 
     def next_frame(self) -> Frame | None:
@@ -232,7 +278,7 @@ class FrameReader:
                 return None
             self._want_header = False
             self._pos = pos + 8
-            return ProtocolHeader(bytes(buf[pos : pos + 8]))
+            return ProtocolHeader(buf[pos : pos + 8])
         if avail < 7:
             return None
         ftype, channel, size = _FRAME_HEAD.unpack_from(buf, pos)
@@ -253,17 +299,14 @@ class FrameReader:
         if ftype == FRAME_METHOD:
             return MethodFrame(channel, decode_method(buf[start:end]))
         if ftype == FRAME_BODY:
-            if size < 8192:  # small: a slice copy beats setting up a memoryview
-                return BodyFrame(channel, bytes(buf[start:end]))
-            with memoryview(buf) as view:  # large: copy once, not twice
-                return BodyFrame(channel, view[start:end].tobytes())
+            return BodyFrame(channel, buf[start:end])
         if ftype == FRAME_HEADER:
             if size < 14:
                 raise AMQPError(
                     ReplyCode.FRAME_ERROR, f"content header frame too short ({size} bytes)"
                 )
             class_id, _weight, body_size = _CONTENT_HEAD.unpack_from(buf, start)
-            return HeaderFrame(channel, class_id, body_size, bytes(buf[start + 12 : end]))
+            return HeaderFrame(channel, class_id, body_size, buf[start + 12 : end])
         if ftype == FRAME_HEARTBEAT:
             if channel != 0 or size != 0:
                 raise AMQPError(

@@ -256,3 +256,23 @@ def test_large_body_frames() -> None:
     data = encode_content_frames(1, spec.BasicPublish(), b"\x00\x00", body, 131072)
     frames = _feed_three_ways(data[:-1] + data[-1:], frame_max=131072)
     assert frames[-1] == BodyFrame(1, body)
+
+
+def test_a_frame_trickling_in_is_joined_once_when_whole() -> None:
+    # A 64 KiB body frame fed 1 KiB at a time: the pieces are kept and joined once the frame
+    # can be whole (linear copying), not re-joined on every read.
+    frame = encode_frame(3, 1, b"y" * 65536)  # a body frame
+    reader = FrameReader(131072)
+    reader.feed(frame[:5])  # too short to know the frame's size: kept as is
+    assert reader.next_frame() is None
+    reader.feed(frame[5:1029])  # now the size is known
+    assert reader.next_frame() is None
+    for i in range(1029, len(frame) - 1, 1024):
+        reader.feed(frame[i : min(i + 1024, len(frame) - 1)])
+        assert reader.next_frame() is None
+        assert reader._buf == b""  # still collecting
+        assert reader.buffered == min(i + 1024, len(frame) - 1)
+    reader.feed(frame[-1:] + HEARTBEAT_FRAME)
+    assert reader.next_frame() == BodyFrame(1, b"y" * 65536)
+    assert reader.next_frame() == HeartbeatFrame(0)
+    assert reader.buffered == 0
