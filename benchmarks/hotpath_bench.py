@@ -100,6 +100,13 @@ def _server(tmp: str) -> tuple[Broker, BrokerServer]:
     return broker, server
 
 
+def _one_publish(size: int) -> bytes:
+    # One basic.publish (method, header, body frames) of `size` bytes to the queue.
+    props = encode_properties(BasicProperties(delivery_mode=1))
+    method = spec.BasicPublish(exchange="", routing_key=_QUEUE)
+    return encode_content_frames(1, method, props, b"x" * size, 131072)
+
+
 def _connect(server: BrokerServer, conn_id: int, setup: bytes) -> tuple[AMQPConnection, _Transport]:
     conn = AMQPConnection(server, conn_id)
     transport = _Transport()
@@ -126,10 +133,7 @@ def run_once(
             + encode_method_frame(1, spec.BasicConsume(queue=_QUEUE, consumer_tag="c1")),
         )
         producer, _ = _connect(server, 2, b"")
-        props = encode_properties(BasicProperties(delivery_mode=1))
-        one = encode_content_frames(
-            1, spec.BasicPublish(exchange="", routing_key=_QUEUE), props, b"x" * size, 131072
-        )
+        one = _one_publish(size)
         chunk = one * batch
         ack_head = struct.pack(">BHIHH", 1, 1, 13, 60, 80)
         stats = broker.stats
@@ -162,10 +166,7 @@ def _run_publish(messages: int, size: int, batch: int) -> float:
             queue=_QUEUE, arguments={"x-max-length": 1000, "x-overflow": "drop-head"}
         )
         producer, _ = _connect(server, 1, encode_method_frame(1, declare))
-        props = encode_properties(BasicProperties(delivery_mode=1))
-        one = encode_content_frames(
-            1, spec.BasicPublish(exchange="", routing_key=_QUEUE), props, b"x" * size, 131072
-        )
+        one = _one_publish(size)
         chunk = one * batch
         sent = 0
         start = time.process_time()

@@ -154,6 +154,16 @@ _TX: Final = ChannelMode.TX
 _CONFIRM: Final = ChannelMode.CONFIRM
 
 
+def _address_full(q: QueueEntity) -> AMQPError:
+    """Artemis FAIL without confirms: the producer's send fails (a channel error here)."""
+    return AMQPError(
+        ReplyCode.PRECONDITION_FAILED,
+        f"queue {q.name!r} in vhost {q.vhost!r} is full (address-full-policy FAIL)",
+        class_id=spec.BasicPublish.CLASS_ID,
+        method_id=spec.BasicPublish.METHOD_ID,
+    )
+
+
 def _only_delivery_mode(pb: bytes) -> int | None:
     """The delivery mode of a property list holding only delivery_mode (and content_type).
 
@@ -879,22 +889,9 @@ class Broker:
             # As after `_route_publish`: a limited queue was published to, so the next command
             # flushes (this error skips the flush below).
             self._eager = True
-            raise AMQPError(
-                ReplyCode.PRECONDITION_FAILED,
-                f"queue {fail.name!r} in vhost {fail.vhost!r} is full (address-full-policy FAIL)",
-                class_id=m.CLASS_ID,
-                method_id=m.METHOD_ID,
-            )
+            raise _address_full(fail)
         if seq:
-            if refused:
-                self.stats["nacked"] += 1
-                s.confirm_held.discard(seq)
-                self._send_confirms(s, [], nack=seq)
-            elif stored and self.config.delay_persistent_confirms:
-                s.confirm_held.add(seq)
-                self._unconfirmed.append((s.conn_id, s.channel, seq))
-            else:
-                self._send_confirms(s, [seq])
+            self._confirm_publish(s, seq, refused, stored)
         if self._eager and dirty:
             self._eager = False
             self._flush(now_ms)
@@ -1594,20 +1591,22 @@ class Broker:
         if fail is not None and not seq:
             # Artemis FAIL without confirms: the producer's send fails (a channel error here);
             # under confirms the nack below says it (RabbitMQ reject-publish stays silent).
-            raise AMQPError(
-                ReplyCode.PRECONDITION_FAILED,
-                f"queue {fail.name!r} in vhost {fail.vhost!r} is full (address-full-policy FAIL)",
-            )
+            raise _address_full(fail)
         if seq:
-            if refused:
-                self.stats["nacked"] += 1
-                s.confirm_held.discard(seq)
-                self._send_confirms(s, [], nack=seq)
-            elif stored and self.config.delay_persistent_confirms:
-                s.confirm_held.add(seq)
-                self._unconfirmed.append((s.conn_id, s.channel, seq))
-            else:
-                self._send_confirms(s, [seq])
+            self._confirm_publish(s, seq, refused, stored)
+
+    def _confirm_publish(self, s: Session, seq: int, refused: bool, stored: bool) -> None:
+        # The confirm of one publish on a confirm channel: nack when a queue refused it, held
+        # for the fsync when it was persisted (`delay_persistent_confirms`), else ack now.
+        if refused:
+            self.stats["nacked"] += 1
+            s.confirm_held.discard(seq)
+            self._send_confirms(s, [], nack=seq)
+        elif stored and self.config.delay_persistent_confirms:
+            s.confirm_held.add(seq)
+            self._unconfirmed.append((s.conn_id, s.channel, seq))
+        else:
+            self._send_confirms(s, [seq])
 
     def publish_batch(
         self,
@@ -1674,11 +1673,7 @@ class Broker:
                 refused, stored = route(vh, x, msg, False, s, now_ms)
                 fail = self._pop_address_fail()
                 if fail is not None and not seq:
-                    raise AMQPError(
-                        ReplyCode.PRECONDITION_FAILED,
-                        f"queue {fail.name!r} in vhost {fail.vhost!r} is full "
-                        "(address-full-policy FAIL)",
-                    )
+                    raise _address_full(fail)
                 if seq:
                     if refused:
                         if released:
