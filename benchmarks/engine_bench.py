@@ -8,6 +8,9 @@ Targets: <= 2 us for a plain queue, <= 3 us for the others, on one core.
 The cyclic garbage collector runs with the thresholds of a serving broker process
 (`ringmq.server.runtime.GC_THRESHOLDS`), as the engine does inside `ringmq serve`.
 
+A last row times publishing alone into a full drop-head queue (`x-max-length=1000`, no
+consumer): every publish evicts the head, the engine's share of benchmark scenario (d).
+
 To compare machines, it also prints the cost of a calibration loop (creating one small slotted
 object per iteration): the engine's cycle costs are best read as multiples of it.
 """
@@ -65,6 +68,22 @@ def _run_once(args: dict[str, Any], cycles: int) -> float:
     return elapsed / cycles * 1e6
 
 
+def _run_full_drop_head(cycles: int) -> float:
+    queue = Queue("bench", resolve_queue_settings("bench", {"x-max-length": 1000}))
+    msgs = _messages(False)
+    publish = queue.publish
+    for m in msgs:  # full: from here on every publish drops the head
+        publish(m, 0)
+    n = len(msgs)
+    start = time.process_time()
+    for i in range(cycles):
+        publish(msgs[i % n], 0)
+    elapsed = time.process_time() - start
+    if queue.counters.maxlen_dropped != cycles:
+        raise RuntimeError(f"dropped {queue.counters.maxlen_dropped} of {cycles}")
+    return elapsed / cycles * 1e6
+
+
 class _Probe:
     __slots__ = ("a", "b", "c")
 
@@ -96,6 +115,10 @@ def main() -> None:
         print(
             f"  {name:45s} {median:6.3f} us  (min {min(samples):.3f}; {median / calib:4.1f}x calib)"
         )
+    samples = [_run_full_drop_head(opts.cycles) for _ in range(opts.runs)]
+    median = statistics.median(samples)
+    name = "publish only, full drop-head (max-len 1000)"
+    print(f"  {name:45s} {median:6.3f} us  (min {min(samples):.3f}; {median / calib:4.1f}x calib)")
 
 
 if __name__ == "__main__":
