@@ -25,6 +25,12 @@ it writes the same bytes at the same offsets, so the in-memory index stays exact
 record ever sits behind a torn one. If even the cut fails the journal is `poisoned` and the
 store stops writing (see docs/storage.md, "Write failures").
 
+A new segment that cannot be created (no inode left, no descriptor: `open` fails) while the
+current one is open and healthy is not an error: the current segment grows past
+`segment_bytes` (one WARNING, then a retry every `_REOPEN_STEP` bytes) and a segment is started
+again once creation succeeds. Only an append with no segment open at all (after `roll()`) raises
+the `open` error.
+
 The journal knows nothing about queues: the store decides when a segment is dead and calls
 `delete()`. It imports nothing from core/ except through records.py.
 """
@@ -47,6 +53,7 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 DEFAULT_SEGMENT_BYTES: Final = 16 * 1024 * 1024
 _WRITE_CHUNK: Final = 1024 * 1024  # write the buffer out once it holds this much
 _MAX_READERS: Final = 8  # cached read descriptors (`pread`)
+_REOPEN_STEP: Final = 1024 * 1024  # after a failed segment creation, retry once per this much
 
 
 def write_all(fd: int, data: bytes | bytearray) -> None:
@@ -101,6 +108,9 @@ class Journal:
         """The last write error while it is not yet written out again (buffered records wait)."""
         self.poisoned = False
         """A failed write could not be cut back: the segment's tail is unknown (never append)."""
+        self.open_failure: OSError | None = None
+        """Why the last new segment could not be created (the current one grows meanwhile)."""
+        self._reopen_at = 0  # current-segment size at which to try a new segment again
 
     # -- paths and listing -------------------------------------------------------------------
 
@@ -166,12 +176,36 @@ class Journal:
     # -- appending ---------------------------------------------------------------------------
 
     def _open_next(self) -> None:
-        self._close_current()
         seg = self._next_seg
+        path = self.path(seg)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except OSError as exc:
+            if self._fd < 0 or self.failure is not None or self.poisoned:
+                raise
+            # Keep appending to the current segment (see the module docstring).
+            if self.open_failure is None:
+                log.warning(
+                    "cannot create journal segment %s (%s); segment %s grows meanwhile",
+                    path,
+                    exc.strerror or exc,
+                    self._current,
+                )
+            self.open_failure = exc
+            self._reopen_at = self._size + _REOPEN_STEP
+            return
+        try:
+            self._close_current()
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        if self.open_failure is not None:
+            log.warning("journal segments are created again (%s)", path)
+            self.open_failure = None
+            self._reopen_at = 0
         self._next_seg += 1
-        self._fd = os.open(
-            self.path(seg), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644
-        )
+        self._fd = fd
         self._segments.append(seg)
         self._current = seg
         self._size = 0
@@ -227,7 +261,11 @@ class Journal:
         Rolls over to a new segment first when the current one is full. Not durable until a
         `flush()` and the fsync of its descriptors.
         """
-        if self._fd < 0 or (self._size >= self.segment_bytes and self._try_write_out()):
+        if self._fd < 0 or (
+            self._size >= self.segment_bytes
+            and self._size >= self._reopen_at
+            and self._try_write_out()
+        ):
             self._open_next()
         offset = self._size
         n = len(payload)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -102,3 +103,65 @@ def test_delete_and_read(tmp_path: Path) -> None:
     j.append(1, b"z")
     j.close()
     assert _payloads(Journal(tmp_path)) == [bytes([1]) * 25, b"z"]
+
+
+def _open_failure(j: Journal) -> OSError | None:
+    return j.open_failure
+
+
+def test_a_segment_that_cannot_be_created_lets_the_current_one_grow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No inode left (ENOSPC from open(O_CREAT)): appends go on in the full segment, with one
+    # WARNING; segments are created again once open() works.
+    j = Journal(tmp_path, segment_bytes=100)
+    j.append(1, b"first")
+    real_open = os.open
+    failing = True
+
+    def open_(path: str | os.PathLike[str], flags: int, *args: int) -> int:
+        if failing and flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_)
+    caplog.set_level(logging.WARNING, logger="ringmq.storage.journal")
+    spots = [j.append(1, f"record-{i:02d}".encode()) for i in range(30)]
+    assert {seg for seg, _ in spots} == {1}  # all in the first segment, far past 100 bytes
+    failure = _open_failure(j)
+    assert failure is not None
+    assert failure.errno == errno.ENOSPC
+    assert sum("cannot create journal segment" in r.message for r in caplog.records) == 1
+    fsync_fds(j.flush())
+    failing = False
+    j._reopen_at = 0  # retry now rather than after another _REOPEN_STEP bytes
+    seg, _ = j.append(1, b"after")
+    assert seg == 2
+    assert _open_failure(j) is None
+    j.close()
+    monkeypatch.setattr(os, "open", real_open)
+    expected = [b"first", *(f"record-{i:02d}".encode() for i in range(30)), b"after"]
+    assert _payloads(Journal(tmp_path, segment_bytes=100)) == expected
+
+
+def test_an_append_with_no_segment_open_raises_the_open_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j = Journal(tmp_path, segment_bytes=100)
+    j.append(1, b"first")
+    j.roll()  # nothing open now
+    real_open = os.open
+
+    def open_(path: str | os.PathLike[str], flags: int, *args: int) -> int:
+        if flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_)
+    with pytest.raises(OSError) as info:
+        j.append(1, b"second")
+    assert info.value.errno == errno.ENOSPC
+    monkeypatch.setattr(os, "open", real_open)
+    j.append(1, b"second")  # works again once creation does
+    j.close()
+    assert _payloads(Journal(tmp_path)) == [b"first", b"second"]
