@@ -2369,10 +2369,17 @@ class Broker:
         budget = DISPATCH_BATCH
         for c in list(q.consumers.all):
             s = c.session
-            while budget and c.has_capacity():
-                d = engine.browse(c.cursor, now_ms)
-                if d is None:
-                    break
+            # What `has_capacity` allows, counted once: each tracked delivery below raises the
+            # consumer's and the channel's unacked count by one, as a check per message would.
+            want = budget if c.has_capacity() else 0
+            if want and not c.no_ack:
+                if c.prefetch:
+                    want = min(want, c.prefetch - c.unacked)
+                if s.global_prefetch:
+                    want = min(want, s.global_prefetch - s.global_unacked)
+            if want <= 0:
+                continue
+            for d in engine.browse_many(c.cursor, want, now_ms):
                 c.cursor = d.seq
                 if c.no_ack:
                     tag = s.next_untracked_tag()
@@ -2380,6 +2387,8 @@ class Broker:
                     tag = s.track(Unacked(q, d.seq, c, browse=True))
                 out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
                 budget -= 1
+            if not budget:
+                break
         if not budget:
             self._backlog[id(q)] = q
 
