@@ -1758,6 +1758,36 @@ class Queue:
             index = self._index = [e for e in index if e.state != _GONE]
         return index
 
+    def head_seq(self) -> SeqId | None:
+        """The lowest seq of a waiting (ready) or unacked message; None when there is none.
+
+        Scheduled messages do not count. Unlike `browse`, this builds no browse index (which
+        would page the whole queue in and stop paging it): spilled messages follow every
+        message in memory, so the spill matters only when memory holds none, and then one
+        read-ahead batch is paged in, as a fetch would.
+        """
+        best: SeqId | None = None
+        for _ in range(2):
+            for lane in self._lanes:
+                for e in lane.head:
+                    if e.state == _READY and (best is None or e.seq < best):
+                        best = e.seq
+                for e in lane.returns:
+                    if e.state == _READY and (best is None or e.seq < best):
+                        best = e.seq
+                for e in lane.tail:  # ascending seq: the first ready one is the lowest
+                    if e.state == _READY:
+                        if best is None or e.seq < best:
+                            best = e.seq
+                        break
+            if self._unacked:
+                low = min(self._unacked)
+                if best is None or low < best:
+                    best = low
+            if best is not None or not self._spilled or not self._refill_batch():
+                return best
+        return best
+
     def browse(self, after: SeqId | None, now_ms: int) -> Delivery | None:
         """The next waiting message with a seq greater than `after`, without removing it.
 

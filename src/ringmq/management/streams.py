@@ -527,7 +527,7 @@ class StreamService:
 
 
 def _bounds(q: Any, *, head: bool = False) -> dict[str, Any]:
-    # head_seq costs a scan (browse index, unacked seqs): only the info endpoint pays it.
+    # head_seq scans what is in memory (lanes, unacked): only the info endpoint pays it.
     engine = q.queue
     c = engine.counters
     return {
@@ -548,13 +548,10 @@ def _bounds(q: Any, *, head: bool = False) -> dict[str, Any]:
 
 
 def _head_seq(engine: Any) -> int | None:
-    # The lowest live seq: the first ready message in seq order, or the oldest unacked one.
-    d = engine.browse(None, 0)
-    unacked = engine.unacked_seqs() if engine.unacked_count else []
-    candidates = [int(min(unacked))] if unacked else []
-    if d is not None:
-        candidates.append(int(d.seq))
-    return min(candidates) if candidates else None
+    # The lowest live seq: the first ready message in seq order, or the oldest unacked one
+    # (without building the browse index, which would page the whole queue in for good).
+    seq = engine.head_seq()
+    return None if seq is None else int(seq)
 
 
 _ERRORS: Final = {

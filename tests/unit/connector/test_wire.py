@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pika
 import pytest
@@ -153,3 +154,30 @@ def test_tail_seq_covers_the_newest_message_after_refusals(live_broker: BrokerTh
         newest = c.browse_all("qtail")
         assert [x.body for x in newest] == [b"b", b"c"]
         assert info["tail_seq"] == newest[-1].seq
+
+
+def test_info_and_reserve_leave_a_paged_queue_paged(live_broker: BrokerThread) -> None:
+    # head_seq used to come from the browse index, which pages the whole queue in and stops
+    # paging it for good: a Spark query start (initialOffset, AvailableNow) did that.
+    amqp, http = urls(live_broker)
+    _declare(live_broker, "qpaged")
+    with Publisher(amqp) as pub:
+        pub.publish_many(
+            ("", "qpaged", b"\x00\x00", b"%05d" % i + b"x" * 1019) for i in range(12_000)
+        )
+
+    def engine() -> Any:
+        return live_broker.broker.vhosts["/"].queues["qpaged"].queue
+
+    spilled = live_broker.call(lambda: engine().spilled)
+    assert spilled > 0  # past the 8 MiB in-memory head
+    with StreamClient(http) as c:
+        info = c.info("qpaged")
+        assert info["head_seq"] == 1
+        assert info["ready"] == 12_000
+        r = c.reserve("qpaged", "spark", 0, 100)
+        assert r["end"] == 100
+        assert c.info("qpaged")["head_seq"] == 1  # the reserved (unacked) messages lead
+        assert c.read("qpaged", "spark", 0, 1)[0].body.startswith(b"00000")
+    assert live_broker.call(lambda: engine().spilled) == spilled
+    assert live_broker.call(lambda: engine()._index) is None
