@@ -57,7 +57,7 @@ def test_head_seq_equals_the_browse_definition(
     unacked: list[SeqId] = []
     for i, (op, a, b) in enumerate(ops):
         if op == "publish":
-            headers = {"k": str(i % 3)}
+            headers: dict[str, Any] = {"k": str(i % 3)}
             if i % 5 == 0:
                 headers["x-delay"] = 20  # scheduled: not a head
             body = f"m{i}".encode()
