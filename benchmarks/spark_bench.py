@@ -169,6 +169,18 @@ def main(argv: list[str] | None = None) -> int:
     res = Results(small, big)
     runs = iter(range(1_000_000))  # fresh output and checkpoint directories
 
+    def available_now(df: Any, n: int, what: str) -> None:
+        """Run the streaming `df` into `noop` with AvailableNow (fresh checkpoint); n rows read."""
+        query = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", str(work / f"ck-{next(runs)}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        got = sum(p["numInputRows"] for p in query.recentProgress)
+        assert got == n, f"{what} read {got} of {n}"
+
     def timed(
         size: int,
         path: str,
@@ -262,49 +274,25 @@ def main(argv: list[str] | None = None) -> int:
 
                 def stream(r: int, n: int) -> None:
                     q = f"bench-{size}-{n}-{r}"
-                    query = (
+                    df = (
                         spark.readStream.format("ringmq")
                         .options(url=amqp, httpUrl=http, queue=q, consumerName=q)
                         .options(maxMessagesPerBatch=str(n), minMessagesPerPartition="1")
                         .load()
-                        .writeStream.format("noop")
-                        .option("checkpointLocation", str(work / f"ck-{q}"))
-                        .trigger(availableNow=True)
-                        .start()
                     )
-                    query.awaitTermination()
-                    got = sum(p["numInputRows"] for p in query.recentProgress)
-                    assert got == n, f"stream read {got} of {n}"
+                    available_now(df, n, "stream")
 
                 schema = spark.read.parquet(same[small]).schema
 
                 def parquet_stream(r: int, n: int) -> None:
-                    query = (
-                        spark.readStream.schema(schema)
-                        .parquet(same[n])
-                        .writeStream.format("noop")
-                        .option("checkpointLocation", str(work / f"ck-parquet-{next(runs)}"))
-                        .trigger(availableNow=True)
-                        .start()
-                    )
-                    query.awaitTermination()
-                    got = sum(p["numInputRows"] for p in query.recentProgress)
-                    assert got == n, f"parquet stream read {got} of {n}"
+                    available_now(spark.readStream.schema(schema).parquet(same[n]), n, "parquet")
 
                 timed(size, "Parquet -> Spark (stream)", parquet_stream)
                 timed(size, "ringmq -> Spark (stream)", stream, "Parquet -> Spark (stream)")
                 if "floor" in paths:
 
                     def null_stream(r: int, n: int) -> None:
-                        query = (
-                            null_source(n, stream=True)
-                            .load()
-                            .writeStream.format("noop")
-                            .option("checkpointLocation", str(work / f"ck-null-{next(runs)}"))
-                            .trigger(availableNow=True)
-                            .start()
-                        )
-                        query.awaitTermination()
+                        available_now(null_source(n, stream=True).load(), n, "null stream")
 
                     timed(
                         size,
