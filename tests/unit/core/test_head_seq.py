@@ -12,16 +12,9 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import MemorySpillStore, Queue
 from ringmq.core.settings import resolve_queue_settings
 
-_ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("publish"), st.none() | st.integers(1, 50), st.integers(0, 3)),
-        st.tuples(st.just("fetch"), st.booleans(), st.just(0)),
-        st.tuples(st.just("ack"), st.integers(0, 5), st.just(0)),
-        st.tuples(st.just("requeue"), st.integers(0, 5), st.just(0)),
-        st.tuples(st.just("tick"), st.integers(0, 30), st.just(0)),
-    ),
-    max_size=80,
-)
+from .histories import queue_ops
+
+_ops = queue_ops(80)
 _args = st.sampled_from(
     [
         {},
