@@ -73,7 +73,8 @@ Public API (used by the broker layer)
 * `tick(now_ms)`, `next_deadline_ms() -> int | None`
 * `drain_dead_letters() -> list[DeadLetter]`
 * `update_settings(settings, now_ms)`
-* `browse(after, now_ms) -> Delivery | None`
+* `browse(after, now_ms) -> Delivery | None`, `browse_many(after, limit, now_ms)`,
+  `head_seq() -> SeqId | None` (lowest ready or unacked seq; builds no browse index)
 * `list_scheduled()`, `purge_scheduled() -> int`, `deliver_scheduled_now(seqs, now_ms) -> int`
 * storage: `on_remove` (callback for engine-internal removals), `timing_of(msg, now_ms)`,
   `restore(seq, msg, ...)` and `resume_seqs(next_seq)` (recovery)
