@@ -46,6 +46,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -56,20 +57,23 @@ from ringmq.core.message import Message, SeqId
 from ringmq.storage.journal import write_all
 from ringmq.storage.msgstore import MessageStore
 from ringmq.storage.records import (
+    HEADER,
     HEADER_SIZE,
+    MAX_RECORD,
+    TYPE_CRC,
     Entry,
     RecordType,
-    decode_entry,
+    decode_entry_at,
     decode_paged_ref,
     encode_entry,
     encode_paged_ref,
     frame,
-    scan,
 )
 
 DEFAULT_RUN_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_READ_BYTES: Final = 512 * 1024
 _STORE_REF: Final = struct.Struct("<Q")
+_PAGED_REF: Final = int(RecordType.PAGED_REF)
 
 
 _RETRY_EVERY: Final = 64  # appends between write retries while page writes fail
@@ -100,13 +104,6 @@ def _encode_paged(entry: Entry) -> bytes:
 
 
 _PLACEHOLDER: Final = Entry("", SeqId(0), Message("", "", b"", b""))
-
-
-def _decode_paged(payload: memoryview) -> Entry:
-    (ref,) = _STORE_REF.unpack_from(payload, 0)
-    entry = decode_entry(payload[_STORE_REF.size :])
-    entry.message.store_ref = ref
-    return entry
 
 
 class DurableCopies(Protocol):
@@ -321,42 +318,80 @@ class PageQueue:
                 continue
             assert run.path is not None
             data = self._read(run, run.read_offset, max(self.read_bytes, 64 * 1024))
-            records, _ = scan(data)
-            if not records:
+            took, used = self._take(run, data, out, max_count, max_bytes, got_bytes)
+            if not used:
                 # a single record larger than the read size: read exactly its length
                 data = self._read(run, run.read_offset, None)
-                records, _ = scan(data)
-                if not records:
+                took, used = self._take(run, data, out, max_count, max_bytes, got_bytes)
+                if not used:
                     raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset}")
-            refs: list[tuple[int, int]] = []  # (index in out, seq) read from the journal below
-            for rec in records:
-                if rec.rtype == RecordType.PAGED_REF:
-                    seq, size = decode_paged_ref(rec.payload)
-                    entry = None
-                else:
-                    entry = _decode_paged(rec.payload)
-                    seq, size = entry.seq, len(entry.message.body)
-                run.read_offset += HEADER_SIZE + len(rec.payload)
-                run.count -= 1
-                run.body_bytes -= size
-                self._count -= 1
-                self._bytes -= size
-                self.pages_read += 1
-                if self._tombstones.pop(seq, None) is None:
-                    if entry is None:
-                        refs.append((len(out), seq))
-                        entry = _PLACEHOLDER
-                    out.append(entry)
-                    got_bytes += size
-                if len(out) >= max_count or (max_bytes is not None and got_bytes >= max_bytes):
-                    break
-            if refs:
-                self._resolve(out, refs)
+            got_bytes += took
             if max_bytes is not None and got_bytes >= max_bytes:
                 break
         while self._runs and self._runs[0].count == 0 and self._runs[0].fd < 0:
             self._drop_run(self._runs.popleft())
         return out
+
+    def _take(
+        self,
+        run: _Run,
+        data: bytes,
+        out: list[Entry],
+        max_count: int,
+        max_bytes: int | None,
+        got: int,
+    ) -> tuple[int, int]:
+        """Decode the good records at the start of `data` (read at `run.read_offset`) into
+        `out`, stopping when `out` holds `max_count` or `got` plus the bodies taken reaches
+        `max_bytes`. Returns (body bytes taken, bytes of `data` consumed).
+
+        Frames are checked as `scan` checks them (length, crc32) and decoded in place in
+        `data`; the run's and the queue's counters are updated once for the chunk.
+        """
+        view = memoryview(data)
+        end = len(data)
+        unpack = HEADER.unpack_from
+        crc32 = zlib.crc32
+        type_crc = TYPE_CRC
+        tombstones = self._tombstones
+        append = out.append
+        refs: list[tuple[int, int]] = []  # (index in out, seq) read from the journal below
+        pos = records = read_bytes = took = 0
+        while pos + HEADER_SIZE <= end:
+            length, crc, rtype = unpack(data, pos)
+            at = pos + HEADER_SIZE
+            stop = at + length
+            if length > MAX_RECORD or stop > end or crc32(view[at:stop], type_crc[rtype]) != crc:
+                break
+            if rtype == _PAGED_REF:
+                seq, size = decode_paged_ref(view[at:stop])
+                entry = None
+            else:
+                (ref,) = _STORE_REF.unpack_from(data, at)
+                entry = decode_entry_at(data, at + _STORE_REF.size, stop)
+                entry.message.store_ref = ref
+                seq, size = entry.seq, len(entry.message.body)
+            pos = stop
+            records += 1
+            read_bytes += size
+            if tombstones and tombstones.pop(seq, None) is not None:
+                continue
+            if entry is None:
+                refs.append((len(out), seq))
+                entry = _PLACEHOLDER
+            append(entry)
+            took += size
+            if len(out) >= max_count or (max_bytes is not None and got + took >= max_bytes):
+                break
+        run.read_offset += pos
+        run.count -= records
+        run.body_bytes -= read_bytes
+        self._count -= records
+        self._bytes -= read_bytes
+        self.pages_read += records
+        if refs:
+            self._resolve(out, refs)
+        return took, pos
 
     def _resolve(self, out: list[Entry], refs: list[tuple[int, int]]) -> None:
         # PAGED_REF records: read the journal copies (one batched read) into their places.

@@ -208,6 +208,14 @@ def encode_message(
 def decode_entry(payload: bytes | memoryview) -> Entry:
     """Decode `encode_entry` output. Bodies stored by ref come back empty with `body_ref` set."""
     data = bytes(payload)
+    return decode_entry_at(data, 0, len(data))
+
+
+def decode_entry_at(data: bytes, start: int, end: int) -> Entry:
+    """`decode_entry` of the payload at `data[start:end]`, without copying it out first.
+
+    Page reads decode records in place in the chunk they read; only the fields are copied.
+    """
     (
         seq,
         flags,
@@ -222,8 +230,8 @@ def decode_entry(payload: bytes | memoryview) -> Entry:
         n_mid,
         n_queue,
         n_props,
-    ) = _ENTRY.unpack_from(data, 0)
-    a = _ENTRY_SIZE
+    ) = _ENTRY.unpack_from(data, start)
+    a = start + _ENTRY_SIZE
     b = a + n_queue
     c = b + n_exchange
     d = c + n_rk
@@ -233,7 +241,7 @@ def decode_entry(payload: bytes | memoryview) -> Entry:
         headers, e = decode_table(data, e)
     f = e + n_props
     if flags & F_EMBEDDED:
-        body = data[f:]
+        body = data[f:end]
         body_ref = 0
     else:
         body = b""
