@@ -183,6 +183,10 @@ class DiskSpillStore:
             (e.seq, e.message, e.expiry_ms) for e in self._pages.pop_front(max_count, max_bytes)
         ]
 
+    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
+        """Up to `limit` items with a seq above `after`, in order, read in place (a browse)."""
+        return [(e.seq, e.message, e.expiry_ms) for e in self._pages.peek_after(after, limit)]
+
     def clear(self) -> None:
         """Forget everything (purge)."""
         self._pages.clear()

@@ -74,6 +74,7 @@ DEFAULT_RUN_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_READ_BYTES: Final = 512 * 1024
 _STORE_REF: Final = struct.Struct("<Q")
 _PAGED_REF: Final = int(RecordType.PAGED_REF)
+_SEQ: Final = struct.Struct("<Q")  # the first field of an encoded entry
 
 
 _RETRY_EVERY: Final = 64  # appends between write retries while page writes fail
@@ -133,6 +134,7 @@ class _Run:
     buf: bytearray | None = None
     seqs: list[int] | None = None  # memory run: journaled seqs, read from `read_offset` on
     stuck: bool = False  # a failed write could not be cut back: never write this run again
+    last_seq: int = -1  # highest seq appended (runs hold increasing seqs): browses skip past it
 
 
 class PageQueue:
@@ -246,6 +248,7 @@ class PageQueue:
         else:
             run.buf += frame(RecordType.PAGED, _encode_paged(entry))
         self.bytes_paged += len(run.buf) - before
+        run.last_seq = entry.seq
         run.count += 1
         run.body_bytes += size
         self._count += 1
@@ -272,7 +275,9 @@ class PageQueue:
             nbytes = sum(size(s) for s in seqs)
         if self._runs and self._runs[-1].fd >= 0:
             self._seal(self._runs[-1])
-        self._runs.append(_Run(None, count=len(seqs), body_bytes=nbytes, seqs=seqs))
+        self._runs.append(
+            _Run(None, count=len(seqs), body_bytes=nbytes, seqs=seqs, last_seq=seqs[-1])
+        )
         self._count += len(seqs)
         self._bytes += nbytes
 
@@ -392,6 +397,68 @@ class PageQueue:
         if refs:
             self._resolve(out, refs)
         return took, pos
+
+    def peek_after(self, after: int | None, limit: int) -> list[Entry]:
+        """Up to `limit` paged entries with a seq above `after`, in order, without taking them
+        (a browse). Runs that end at or below `after` are skipped unread; tombstoned entries
+        are left out.
+
+        Raises:
+            RuntimeError: a page file is corrupt where the browse reads it.
+        """
+        out: list[Entry] = []
+        low = -1 if after is None else after
+        tombstones = self._tombstones
+        for run in self._runs:
+            if len(out) >= limit:
+                break
+            if run.count == 0 or run.last_seq <= low:
+                continue
+            if run.seqs is not None:
+                assert self.copies is not None
+                want = [
+                    s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones
+                ]
+                out.extend(self.copies.read(want[: limit - len(out)]))
+                continue
+            data = self._read(run, run.read_offset, None)
+            self._peek_records(run, data, low, out, limit)
+        return out
+
+    def _peek_records(
+        self, run: _Run, data: bytes, low: int, out: list[Entry], limit: int
+    ) -> None:
+        # The records of `data` (the unread rest of `run`) with seq > low into `out`.
+        view = memoryview(data)
+        end = len(data)
+        unpack = HEADER.unpack_from
+        crc32 = zlib.crc32
+        tombstones = self._tombstones
+        refs: list[tuple[int, int]] = []
+        pos = 0
+        while pos + HEADER_SIZE <= end and len(out) < limit:
+            length, crc, rtype = unpack(data, pos)
+            at = pos + HEADER_SIZE
+            stop = at + length
+            if length > MAX_RECORD or stop > end or crc32(view[at:stop], TYPE_CRC[rtype]) != crc:
+                raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset + pos}")
+            pos = stop
+            if rtype == _PAGED_REF:
+                seq, _ = decode_paged_ref(view[at:stop])
+            else:
+                (seq,) = _SEQ.unpack_from(data, at + _STORE_REF.size)
+            if seq <= low or seq in tombstones:
+                continue
+            if rtype == _PAGED_REF:
+                refs.append((len(out), seq))
+                out.append(_PLACEHOLDER)
+            else:
+                (ref,) = _STORE_REF.unpack_from(data, at)
+                entry = decode_entry_at(data, at + _STORE_REF.size, stop)
+                entry.message.store_ref = ref
+                out.append(entry)
+        if refs:
+            self._resolve(out, refs)
 
     def _resolve(self, out: list[Entry], refs: list[tuple[int, int]]) -> None:
         # PAGED_REF records: read the journal copies (one batched read) into their places.

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -219,3 +221,82 @@ def test_order_matches_a_deque(tmp_path_factory: pytest.TempPathFactory, ops: li
             assert got == want
         assert len(pq) == len(model)
     assert seqs(pq.pop_front(10_000)) == list(model)
+
+
+class _Copies:
+    """Journal copies for a PageQueue under test: entries held by seq."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, Entry] = {}
+
+    def holds(self, seq: int) -> bool:
+        return seq in self.entries
+
+    def size(self, seq: int) -> int:
+        return len(self.entries[seq].message.body)
+
+    def read(self, seqs: Sequence[int]) -> list[Entry]:
+        return [self.entries[s] for s in seqs]
+
+
+peek_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("back"), st.integers(1, 6), st.booleans()),  # True: journaled
+        st.tuples(st.just("front"), st.integers(1, 4), st.booleans()),
+        st.tuples(st.just("restore"), st.integers(1, 5), st.just(0)),
+        st.tuples(st.just("pop"), st.integers(1, 8), st.just(0)),
+        st.tuples(st.just("discard"), st.integers(0, 50), st.just(0)),
+        st.tuples(st.just("peek"), st.integers(0, 60), st.integers(0, 12)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=peek_ops)
+def test_peek_after_matches_the_model(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, Any]]
+) -> None:
+    """peek_after sees what pop_front would, from any cursor, and takes nothing."""
+    copies = _Copies()
+    pq = PageQueue(tmp_path_factory.mktemp("pq"), run_bytes=256, read_bytes=128, copies=copies)
+    model: list[int] = []  # paged seqs, increasing
+    front_next = 999_999
+    back_next = 1_000_000
+
+    def made(seqs_: list[int], journaled: bool) -> list[Entry]:
+        out = [entry(s) for s in seqs_]
+        if journaled:
+            copies.entries.update((e.seq, e) for e in out)
+        return out
+
+    for op, n, x in ops:
+        if op == "back" or op == "restore":
+            new = list(range(back_next, back_next + n))
+            back_next += n
+            if op == "back":
+                pq.push_back(made(new, bool(x)))
+            else:
+                made(new, True)
+                pq.restore(new)
+            model.extend(new)
+        elif op == "front":
+            new = list(range(front_next - n + 1, front_next + 1))
+            front_next -= n
+            pq.push_front(made(new, bool(x)))
+            model[:0] = new
+        elif op == "pop":
+            assert seqs(pq.pop_front(n)) == model[:n]
+            del model[:n]
+        elif op == "discard" and model:
+            seq = model.pop(n % len(model))
+            pq.discard(seq, len(f"m{seq}"))
+        elif op == "peek":
+            after = None if not model or n == 0 else model[n % len(model)] - n % 2
+            got = pq.peek_after(after, x)
+            want = [s for s in model if after is None or s > after][:x]
+            assert seqs(got) == want
+            assert [e.message.body for e in got] == [f"m{s}".encode() for s in want]
+        assert len(pq) == len(model)
+        assert seqs(pq.peek_after(None, 10_000)) == model  # a whole browse, any time
+    assert seqs(pq.pop_front(10_000)) == model
