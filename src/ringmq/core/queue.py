@@ -275,6 +275,10 @@ class SpillStore(Protocol):
         """Take up to `max_count` items (about `max_bytes` of bodies, at least one)."""
         ...
 
+    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
+        """Up to `limit` items with a seq above `after`, in order, leaving them in place."""
+        ...
+
     def clear(self) -> None:
         """Forget everything (purge); the store stays usable."""
 
@@ -302,6 +306,15 @@ class MemorySpillStore:
             item = items.popleft()
             out.append(item)
             got += len(item[1].body)
+        return out
+
+    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
+        out: list[Spilled] = []
+        for item in self.items:
+            if len(out) >= limit:
+                break
+            if after is None or item[0] > after:
+                out.append(item)
         return out
 
     def clear(self) -> None:
@@ -1788,6 +1801,71 @@ class Queue:
             if best is not None or not self._spilled or not self._refill_batch():
                 return best
         return best
+
+    def browse_ready(self, after: SeqId | None, limit: int, now_ms: int) -> list[Delivery]:
+        """`browse_many` for readers that must not stop a queue's paging (the streams API).
+
+        A pageable queue with a spill store is browsed without the browse index (building it
+        pages the whole queue in and stops paging it): the ready messages in memory, sorted
+        per call (at most the in-memory head), then the spilled tail, which follows every seq
+        in memory, read in place through `SpillStore.peek_after`; nothing is paged in. Any
+        other queue, or one whose index exists already, is browsed by `browse_many`.
+        """
+        if self._index is not None or not self._spillable():
+            return self.browse_many(after, limit, now_ms)
+        out: list[Delivery] = []
+        if limit <= 0:
+            return out
+        lane = self._lane
+        live = [
+            e
+            for e in itertools.chain(lane.head, lane.returns, lane.tail)
+            if e.state == _READY and (after is None or e.seq > after)
+        ]
+        live.sort()
+        peek = self._store.peek
+        for e in live:
+            exp = e.expires_at
+            if exp is not None and now_ms > exp:
+                continue
+            msg = e.msg if e.msg is not None else peek(self.name, e.seq)
+            out.append(Delivery(e.seq, msg, e.redelivered, e.deliveries + 1))
+            if len(out) >= limit:
+                return out
+        if not self._spilled:
+            return out
+        spill = self._spill
+        assert spill is not None
+        cursor: int | None = after
+        while self._spill_stored and len(out) < limit:
+            want = limit - len(out)
+            items = spill.peek_after(cursor, want)
+            self._browse_spilled(items, now_ms, out, limit)
+            if len(items) < want:
+                break
+            cursor = items[-1][0]
+        if len(out) < limit:
+            buf = [item for item in self._spill_buf if cursor is None or item[0] > cursor]
+            self._browse_spilled(buf, now_ms, out, limit)
+        return out
+
+    def _browse_spilled(
+        self, items: Iterable[Spilled], now_ms: int, out: list[Delivery], limit: int
+    ) -> None:
+        # Spilled messages as `_refill` would restore them: a recovered backlog keeps its
+        # stored flags and delivery counts; expired ones are skipped as browse skips them.
+        below = self._restored_below
+        for seq, msg, expires_at in items:
+            if len(out) >= limit:
+                return
+            if expires_at is not None and now_ms > expires_at:
+                continue
+            count = 0
+            redelivered = False
+            if seq < below:
+                count = self._restored_counts.get(seq, 0)
+                redelivered = self._restored_redelivered or count > 0
+            out.append(Delivery(seq, msg, redelivered, count + 1))
 
     def browse(self, after: SeqId | None, now_ms: int) -> Delivery | None:
         """The next waiting message with a seq greater than `after`, without removing it.

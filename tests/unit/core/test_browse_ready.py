@@ -1,0 +1,157 @@
+"""Queue.browse_ready: browse_many's answer, without the browse index (paging goes on)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ringmq.core.message import Message, SeqId
+from ringmq.core.queue import Delivery, MemorySpillStore, Queue
+from ringmq.core.settings import resolve_queue_settings
+
+from .histories import queue_ops
+
+_args = st.sampled_from(
+    [
+        {},
+        {"x-max-length": 6},
+        {"x-max-length": 5, "x-overflow": "reject-publish"},
+        {"x-max-priority": 3},  # not pageable: browse_many answers
+        {"x-ring-size": 4},
+        {"x-last-value-key": "k"},
+    ]
+)
+
+
+def _key(ds: list[Delivery]) -> list[tuple[Any, ...]]:
+    return [(d.seq, d.message.body, d.redelivered, d.delivery_count) for d in ds]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_args, queue_ops(80), st.integers(1, 6), st.booleans(), st.data())
+def test_browse_ready_equals_browse_many(
+    args: dict[str, Any],
+    ops: list[tuple[str, Any, int]],
+    bound: int,
+    paged: bool,
+    data: st.DataObject,
+) -> None:
+    q = Queue("q", resolve_queue_settings("q", args))
+    if paged:
+        q.set_spill(MemorySpillStore())
+        q.set_memory_bound(bound, 1 << 20)
+    now = 0
+    unacked: list[SeqId] = []
+    for i, (op, a, b) in enumerate(ops):
+        if op == "publish":
+            headers: dict[str, Any] = {"k": str(i % 3)}
+            if i % 5 == 0:
+                headers["x-delay"] = 20  # scheduled, then released at the head
+            msg = Message("", "q", b"", f"m{i}".encode(), headers, priority=b, expiration_ms=a)
+            q.publish(msg, now)
+        elif op == "fetch":
+            d = q.fetch(now, a)
+            if d is not None and a:
+                unacked.append(d.seq)
+        elif op == "ack" and unacked:
+            q.ack([unacked.pop(a % len(unacked))])
+        elif op == "requeue" and unacked:
+            q.requeue([unacked.pop(a % len(unacked))], now)
+        elif op == "tick":
+            now += a
+            q.tick(now)
+        if i % 4 == 0:
+            after = data.draw(st.none() | st.integers(0, i + 2).map(SeqId))
+            limit = data.draw(st.integers(0, 12))
+            pageable = paged and q.pageable
+            expected = copy.deepcopy(q).browse_many(after, limit, now)
+            spilled = q.spilled
+            assert _key(q.browse_ready(after, limit, now)) == _key(expected)
+            if pageable:
+                assert q._index is None  # paging goes on
+                assert q.spilled == spilled  # nothing paged in
+
+
+def test_a_paged_queue_is_browsed_to_its_end_and_stays_paged() -> None:
+    q = Queue("q", resolve_queue_settings("q", {}))
+    q.set_spill(MemorySpillStore())
+    q.set_memory_bound(4, 1 << 20)
+    for i in range(100):
+        q.publish(Message("", "q", b"", b"%d" % i), 0)
+    first = q.fetch(0, True)
+    assert first is not None
+    q.requeue([first.seq], 0)
+    assert q.spilled > 80
+    seen: list[Delivery] = []
+    after: SeqId | None = None
+    while page := q.browse_ready(after, 7, 0):
+        seen += page
+        after = page[-1].seq
+    assert [d.message.body for d in seen] == [b"%d" % i for i in range(100)]
+    assert [(d.redelivered, d.delivery_count) for d in seen[:2]] == [(True, 2), (False, 1)]
+    assert q._index is None
+    assert q.spilled > 80
+
+
+def test_requeued_and_released_messages_come_in_seq_order() -> None:
+    # Requeued messages wait in a heap (its list is not sorted) and released scheduled ones at
+    # the head of the lane: the in-memory part must be sorted by seq, as the index is.
+    q = Queue("q", resolve_queue_settings("q", {}))
+    q.set_spill(MemorySpillStore())
+    q.set_memory_bound(8, 1 << 20)
+    q.publish(Message("", "q", b"", b"later", {"x-delay": 10}), 0)  # seq 1, scheduled
+    for i in range(2, 8):
+        q.publish(Message("", "q", b"", b"%d" % i), 0)
+    for _ in range(4):  # seqs 2..5
+        assert q.fetch(0, True) is not None
+    for seq in (3, 5, 2, 4):  # the heap's list ends up [2, 4, 3, 5]
+        q.requeue([SeqId(seq)], 0)
+    q.tick(10)  # seq 1 is released at the head
+    expected = copy.deepcopy(q).browse_many(None, 100, 10)
+    assert [d.seq for d in expected] == [1, 2, 3, 4, 5, 6, 7]
+    assert _key(q.browse_ready(None, 100, 10)) == _key(expected)
+    assert _key(q.browse_ready(SeqId(3), 2, 10)) == _key(expected[3:5])
+
+
+def test_a_recovered_backlog_is_browsed_with_its_stored_flags() -> None:
+    # After a crash the backlog past the head stays in the spill with its stored flags; a
+    # browse must show them as consumers will get them (as browse_many, which pages in).
+    for redelivered in (True, False):
+        q = Queue("q", resolve_queue_settings("q", {}))
+        q.set_memory_bound(2, 1 << 20)
+        for seq in (1, 2):
+            msg = Message("", "q", b"", b"%d" % seq)
+            q.restore(
+                SeqId(seq),
+                msg,
+                redelivered=redelivered,
+                delivery_count=0,
+                expiry_ms=None,
+                due_ms=None,
+            )
+        spill = MemorySpillStore()
+        spill.push_back([(SeqId(s), Message("", "q", b"", b"%d" % s), None) for s in range(3, 9)])
+        q.restore_spilled(
+            spill,
+            6,
+            6,
+            redelivered=redelivered,
+            delivery_counts={SeqId(4): 3},
+            expiring=False,
+            below=SeqId(9),
+        )
+        q.resume_seqs(SeqId(9))
+        q.publish(Message("", "q", b"", b"9"), 0)  # a new message: not restored
+        expected = copy.deepcopy(q).browse_many(None, 100, 0)
+        assert [d.seq for d in expected] == list(range(1, 10))
+        got = q.browse_ready(None, 100, 0)
+        assert _key(got) == _key(expected)
+        assert (got[3].redelivered, got[3].delivery_count) == (True, 4)
+        assert got[8].redelivered is False
+        assert q._index is None
+        assert q.spilled == 7
+        fetched = [q.fetch(0, True) for _ in range(9)]
+        assert _key([d for d in fetched if d is not None]) == _key(got)
