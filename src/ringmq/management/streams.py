@@ -344,14 +344,15 @@ class StreamService:
     ) -> bytes:
         """Ready messages with seq > after, in seq order, without changing anything.
 
-        Records carry the queue seq as both position and seq (a browse has no lease).
+        Records carry the queue seq as both position and seq (a browse has no lease). A paged
+        queue is read in place and stays paged (`Queue.browse_ready`).
         """
         q = self._entity(vhost, name)
         now = self.clock_ms()
         cursor: SeqId | None = None if after is None else SeqId(after)
         found: list[tuple[int, int, bool, Message]] = [
             (d.seq, d.seq, d.redelivered, d.message)
-            for d in q.queue.browse_many(cursor, limit, now)
+            for d in q.queue.browse_ready(cursor, limit, now)
         ]
         if columns:
             return encode_columns(found)
