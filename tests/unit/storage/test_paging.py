@@ -300,3 +300,47 @@ def test_peek_after_matches_the_model(
         assert len(pq) == len(model)
         assert seqs(pq.peek_after(None, 10_000)) == model  # a whole browse, any time
     assert seqs(pq.pop_front(10_000)) == model
+
+
+def test_spilled_tuples_are_paged_as_entries_are(tmp_path: Path) -> None:
+    # DiskSpillStore hands the engine's (seq, message, expires_at) to push_back_spilled: the
+    # page files must be what push_back writes for the equivalent entries, byte for byte.
+    def messages() -> list[tuple[int, Message, int | None]]:
+        out: list[tuple[int, Message, int | None]] = []
+        for i in range(40):
+            m = Message(
+                "ex" if i % 2 else "",
+                f"rk{i}",
+                b"\x00\x80\x02m%d" % i,
+                b"b" * (i * 7),
+                {"i": i} if i % 3 == 0 else None,
+                i % 4,
+                500 if i % 5 == 0 else None,
+                i % 2 == 0,
+                f"id{i}" if i % 6 else None,
+                1_700_000_000_000 + i,
+            )
+            m.store_ref = i * 11
+            out.append((i + 1, m, 9_000 + i if i % 4 == 0 else None))
+        return out
+
+    copies = _Copies()
+    for seq, m, _ in messages()[::7]:  # some are live in the journal: PAGED_REF records
+        copies.entries[seq] = Entry("", SeqId(seq), m)
+    a = PageQueue(tmp_path / "a", run_bytes=700, read_bytes=300, copies=copies)
+    b = PageQueue(tmp_path / "b", run_bytes=700, read_bytes=300, copies=copies)
+    a.push_back(Entry("", SeqId(s), m, expiry_ms=x) for s, m, x in messages())
+    b.push_back_spilled(messages())
+    files_a = sorted((tmp_path / "a").iterdir())
+    files_b = sorted((tmp_path / "b").iterdir())
+    assert len(files_a) > 3
+    assert [f.name for f in files_a] == [f.name for f in files_b]
+    for fa, fb in zip(files_a, files_b, strict=True):
+        assert fa.read_bytes() == fb.read_bytes()
+    assert (a.refs_written, a.bytes_paged, len(a), a.body_bytes) == (
+        b.refs_written,
+        b.bytes_paged,
+        len(b),
+        b.body_bytes,
+    )
+    assert seqs(b.pop_front(100)) == list(range(1, 41))
