@@ -171,7 +171,7 @@ class DiskSpillStore:
 
     def push_back(self, items: Sequence[Spilled]) -> None:
         """Append after everything spilled."""
-        self._pages.push_back(self._entries(items))
+        self._pages.push_back_spilled(items)
 
     def push_front(self, items: Sequence[Spilled]) -> None:
         """Insert a run before everything spilled."""

@@ -66,14 +66,15 @@ from ringmq.storage.records import (
     decode_entry_at,
     decode_paged_ref,
     encode_entry,
+    encode_message,
     encode_paged_ref,
-    frame,
 )
 
 DEFAULT_RUN_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_READ_BYTES: Final = 512 * 1024
 _STORE_REF: Final = struct.Struct("<Q")
 _PAGED_REF: Final = int(RecordType.PAGED_REF)
+_PAGED: Final = int(RecordType.PAGED)
 _SEQ: Final = struct.Struct("<Q")  # the first field of an encoded entry
 
 
@@ -238,23 +239,28 @@ class PageQueue:
             return f.read() if n is None else f.read(n)
 
     def _append(self, run: _Run, entry: Entry) -> None:
-        assert run.buf is not None
         size = len(entry.message.body)
         copies = self.copies
-        before = len(run.buf)
         if copies is not None and copies.holds(entry.seq):
-            run.buf += frame(RecordType.PAGED_REF, encode_paged_ref(entry.seq, size))
+            self._add(run, _PAGED_REF, encode_paged_ref(entry.seq, size), entry.seq, size)
             self.refs_written += 1
         else:
-            run.buf += frame(RecordType.PAGED, _encode_paged(entry))
-        self.bytes_paged += len(run.buf) - before
-        run.last_seq = entry.seq
+            self._add(run, _PAGED, _encode_paged(entry), entry.seq, size)
+
+    def _add(self, run: _Run, rtype: int, payload: bytes, seq: int, size: int) -> None:
+        # Frame one record into the run's buffer (as records.frame does) and count it.
+        buf = run.buf
+        assert buf is not None
+        buf += HEADER.pack(len(payload), zlib.crc32(payload, TYPE_CRC[rtype]), rtype)
+        buf += payload
+        self.bytes_paged += HEADER_SIZE + len(payload)
+        run.last_seq = seq
         run.count += 1
         run.body_bytes += size
         self._count += 1
         self._bytes += size
         self.pages_written += 1
-        if len(run.buf) >= self.read_bytes:
+        if len(buf) >= self.read_bytes:
             if self.health.failure is None:
                 self._write_out(run)
             else:
@@ -291,6 +297,29 @@ class PageQueue:
                 run = self._new_run()
                 self._runs.append(run)
             self._append(run, entry)
+
+    def push_back_spilled(self, items: Iterable[tuple[int, Message, int | None]]) -> None:
+        """`push_back` of an engine's spilled messages, `(seq, message, expires_at)`, encoded
+        straight from them (what `push_back` writes for `Entry("", seq, message,
+        expiry_ms=expires_at)`, without building the entries)."""
+        run = self._runs[-1] if self._runs and self._runs[-1].fd >= 0 else None
+        copies = self.copies
+        ref_of = _STORE_REF.pack
+        for seq, message, expires_at in items:
+            if run is None or run.written + len(run.buf or b"") >= self.run_bytes:
+                if run is not None:
+                    self._seal(run)
+                run = self._new_run()
+                self._runs.append(run)
+            size = len(message.body)
+            if copies is not None and copies.holds(seq):
+                self._add(run, _PAGED_REF, encode_paged_ref(seq, size), seq, size)
+                self.refs_written += 1
+            else:
+                payload = encode_message(
+                    "", seq, message, 0, expires_at, prefix=ref_of(message.store_ref)
+                )
+                self._add(run, _PAGED, payload, seq, size)
 
     def push_front(self, entries: Sequence[Entry]) -> None:
         """Page out entries that precede everything already paged (given in queue order)."""
@@ -416,18 +445,14 @@ class PageQueue:
                 continue
             if run.seqs is not None:
                 assert self.copies is not None
-                want = [
-                    s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones
-                ]
+                want = [s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones]
                 out.extend(self.copies.read(want[: limit - len(out)]))
                 continue
             data = self._read(run, run.read_offset, None)
             self._peek_records(run, data, low, out, limit)
         return out
 
-    def _peek_records(
-        self, run: _Run, data: bytes, low: int, out: list[Entry], limit: int
-    ) -> None:
+    def _peek_records(self, run: _Run, data: bytes, low: int, out: list[Entry], limit: int) -> None:
         # The records of `data` (the unread rest of `run`) with seq > low into `out`.
         view = memoryview(data)
         end = len(data)

@@ -160,8 +160,11 @@ def encode_message(
     due_ms: int | None = None,
     redelivered: bool = False,
     body_ref: int = 0,
+    *,
+    prefix: bytes = b"",
 ) -> bytes:
-    """`encode_entry` without building an `Entry` (the publish hot path)."""
+    """`encode_entry` without building an `Entry` (the publish hot path); `prefix` goes
+    before the encoding in the same buffer (page files put the message's store ref there)."""
     exchange = m.exchange.encode()
     routing_key = m.routing_key.encode()
     message_id = m.message_id
@@ -202,7 +205,7 @@ def encode_message(
         len(props),
     )
     tail = m.body if body_ref == 0 else _REF.pack(body_ref)
-    return b"".join((head, q, exchange, routing_key, mid, table, props, tail))
+    return b"".join((prefix, head, q, exchange, routing_key, mid, table, props, tail))
 
 
 def decode_entry(payload: bytes | memoryview) -> Entry:
