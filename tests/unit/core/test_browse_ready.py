@@ -12,7 +12,7 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Delivery, MemorySpillStore, Queue
 from ringmq.core.settings import resolve_queue_settings
 
-from .histories import queue_ops
+from .histories import apply_op, queue_ops
 
 _args = st.sampled_from(
     [
@@ -45,24 +45,8 @@ def test_browse_ready_equals_browse_many(
         q.set_memory_bound(bound, 1 << 20)
     now = 0
     unacked: list[SeqId] = []
-    for i, (op, a, b) in enumerate(ops):
-        if op == "publish":
-            headers: dict[str, Any] = {"k": str(i % 3)}
-            if i % 5 == 0:
-                headers["x-delay"] = 20  # scheduled, then released at the head
-            msg = Message("", "q", b"", f"m{i}".encode(), headers, priority=b, expiration_ms=a)
-            q.publish(msg, now)
-        elif op == "fetch":
-            d = q.fetch(now, a)
-            if d is not None and a:
-                unacked.append(d.seq)
-        elif op == "ack" and unacked:
-            q.ack([unacked.pop(a % len(unacked))])
-        elif op == "requeue" and unacked:
-            q.requeue([unacked.pop(a % len(unacked))], now)
-        elif op == "tick":
-            now += a
-            q.tick(now)
+    for i, op in enumerate(ops):
+        now = apply_op(q, op, i, now, unacked)
         if i % 4 == 0:
             after = data.draw(st.none() | st.integers(0, i + 2).map(SeqId))
             limit = data.draw(st.integers(0, 12))

@@ -12,7 +12,7 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import MemorySpillStore, Queue
 from ringmq.core.settings import resolve_queue_settings
 
-from .histories import queue_ops
+from .histories import apply_op, queue_ops
 
 _ops = queue_ops(80)
 _args = st.sampled_from(
@@ -48,25 +48,8 @@ def test_head_seq_equals_the_browse_definition(
         q.set_memory_bound(bound, 1 << 20)
     now = 0
     unacked: list[SeqId] = []
-    for i, (op, a, b) in enumerate(ops):
-        if op == "publish":
-            headers: dict[str, Any] = {"k": str(i % 3)}
-            if i % 5 == 0:
-                headers["x-delay"] = 20  # scheduled: not a head
-            body = f"m{i}".encode()
-            msg = Message("", "q", b"", body, headers, priority=b, expiration_ms=a)
-            q.publish(msg, now)
-        elif op == "fetch":
-            d = q.fetch(now, a)
-            if d is not None and a:
-                unacked.append(d.seq)
-        elif op == "ack" and unacked:
-            q.ack([unacked.pop(a % len(unacked))])
-        elif op == "requeue" and unacked:
-            q.requeue([unacked.pop(a % len(unacked))], now)
-        elif op == "tick":
-            now += a
-            q.tick(now)
+    for i, op in enumerate(ops):
+        now = apply_op(q, op, i, now, unacked)
         # The oracle browses a copy: its browse index must not change the queue under test.
         expected = _by_browse(copy.deepcopy(q))
         spilled = q.spilled
