@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pika
@@ -156,21 +157,27 @@ def test_tail_seq_covers_the_newest_message_after_refusals(live_broker: BrokerTh
         assert info["tail_seq"] == newest[-1].seq
 
 
+def _paged_queue(b: BrokerThread, queue: str) -> Callable[[], Any]:
+    """Declare `queue`, fill it with 12 000 x 1 KiB (past the 8 MiB in-memory head, so most
+    of it is paged) and return a getter of its engine (call it on the broker's loop)."""
+    amqp, _ = urls(b)
+    _declare(b, queue)
+    with Publisher(amqp) as pub:
+        pub.publish_many(("", queue, b"\x00\x00", b"%05d" % i + b"x" * 1019) for i in range(12_000))
+
+    def engine() -> Any:
+        return b.broker.vhosts["/"].queues[queue].queue
+
+    assert b.call(lambda: engine().spilled) > 0
+    return engine
+
+
 def test_info_and_reserve_leave_a_paged_queue_paged(live_broker: BrokerThread) -> None:
     # head_seq used to come from the browse index, which pages the whole queue in and stops
     # paging it for good: a Spark query start (initialOffset, AvailableNow) did that.
-    amqp, http = urls(live_broker)
-    _declare(live_broker, "qpaged")
-    with Publisher(amqp) as pub:
-        pub.publish_many(
-            ("", "qpaged", b"\x00\x00", b"%05d" % i + b"x" * 1019) for i in range(12_000)
-        )
-
-    def engine() -> Any:
-        return live_broker.broker.vhosts["/"].queues["qpaged"].queue
-
+    _, http = urls(live_broker)
+    engine = _paged_queue(live_broker, "qpaged")
     spilled = live_broker.call(lambda: engine().spilled)
-    assert spilled > 0  # past the 8 MiB in-memory head
     with StreamClient(http) as c:
         info = c.info("qpaged")
         assert info["head_seq"] == 1
@@ -186,18 +193,9 @@ def test_info_and_reserve_leave_a_paged_queue_paged(live_broker: BrokerThread) -
 def test_browsing_a_paged_queue_leaves_it_paged(live_broker: BrokerThread) -> None:
     # The streams browse (Spark's batch read) reads the paged tail in place: building the
     # browse index would page the whole queue in and keep it in memory until a restart.
-    amqp, http = urls(live_broker)
-    _declare(live_broker, "qbrowse")
-    with Publisher(amqp) as pub:
-        pub.publish_many(
-            ("", "qbrowse", b"\x00\x00", b"%05d" % i + b"x" * 1019) for i in range(12_000)
-        )
-
-    def engine() -> Any:
-        return live_broker.broker.vhosts["/"].queues["qbrowse"].queue
-
+    _, http = urls(live_broker)
+    engine = _paged_queue(live_broker, "qbrowse")
     spilled = live_broker.call(lambda: engine().spilled)
-    assert spilled > 0
     with StreamClient(http) as c:
         got = c.browse_all("qbrowse", page=5_000)
         assert [r.body[:5] for r in got] == [b"%05d" % i for i in range(12_000)]
