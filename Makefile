@@ -46,6 +46,7 @@ unit: $(STAMP)
 
 bench: $(STAMP)  # BENCH_ARGS="--quick --rounds 1 --scenarios a,g" etc. (see docs/benchmarks.md)
 	@if [ -f benchmarks/engine_bench.py ]; then $(BIN)/python benchmarks/engine_bench.py; fi
+	$(BIN)/python benchmarks/paging_bench.py --runs 3
 	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
 
 clean:
