@@ -797,9 +797,7 @@ class Queue:
             e = _new_entry(seq, msg, size)
             e.expires_at = expires_at
             if seq < restored_below:  # recovered backlog: flags as stored
-                count = self._restored_counts.pop(seq, 0)
-                e.deliveries = count
-                e.redelivered = self._restored_redelivered or count > 0
+                e.deliveries, e.redelivered = self._recovered_state(seq, forget=True)
             tail.append(e)
             n += 1
             nbytes += size
@@ -1780,26 +1778,30 @@ class Queue:
         message in memory, so the spill matters only when memory holds none, and then one
         read-ahead batch is paged in, as a fetch would.
         """
+        best = self._lowest_in_memory()
+        if best is None and self._spilled and self._refill_batch():
+            best = self._lowest_in_memory()
+        return best
+
+    def _lowest_in_memory(self) -> SeqId | None:
+        # The lowest seq among the ready messages in memory and the unacked ones.
         best: SeqId | None = None
-        for _ in range(2):
-            for lane in self._lanes:
-                for e in lane.head:
-                    if e.state == _READY and (best is None or e.seq < best):
+        for lane in self._lanes:
+            for e in lane.head:
+                if e.state == _READY and (best is None or e.seq < best):
+                    best = e.seq
+            for e in lane.returns:
+                if e.state == _READY and (best is None or e.seq < best):
+                    best = e.seq
+            for e in lane.tail:  # ascending seq: the first ready one is the lowest
+                if e.state == _READY:
+                    if best is None or e.seq < best:
                         best = e.seq
-                for e in lane.returns:
-                    if e.state == _READY and (best is None or e.seq < best):
-                        best = e.seq
-                for e in lane.tail:  # ascending seq: the first ready one is the lowest
-                    if e.state == _READY:
-                        if best is None or e.seq < best:
-                            best = e.seq
-                        break
-            if self._unacked:
-                low = min(self._unacked)
-                if best is None or low < best:
-                    best = low
-            if best is not None or not self._spilled or not self._refill_batch():
-                return best
+                    break
+        if self._unacked:
+            low = min(self._unacked)
+            if best is None or low < best:
+                best = low
         return best
 
     def browse_ready(self, after: SeqId | None, limit: int, now_ms: int) -> list[Delivery]:
@@ -1823,16 +1825,8 @@ class Queue:
             if e.state == _READY and (after is None or e.seq > after)
         ]
         live.sort()
-        peek = self._store.peek
-        for e in live:
-            exp = e.expires_at
-            if exp is not None and now_ms > exp:
-                continue
-            msg = e.msg if e.msg is not None else peek(self.name, e.seq)
-            out.append(Delivery(e.seq, msg, e.redelivered, e.deliveries + 1))
-            if len(out) >= limit:
-                return out
-        if not self._spilled:
+        self._browse_from(live, 0, limit, now_ms, out)
+        if len(out) >= limit or not self._spilled:
             return out
         spill = self._spill
         assert spill is not None
@@ -1854,18 +1848,22 @@ class Queue:
     ) -> None:
         # Spilled messages as `_refill` would restore them: a recovered backlog keeps its
         # stored flags and delivery counts; expired ones are skipped as browse skips them.
-        below = self._restored_below
         for seq, msg, expires_at in items:
             if len(out) >= limit:
                 return
             if expires_at is not None and now_ms > expires_at:
                 continue
-            count = 0
-            redelivered = False
-            if seq < below:
-                count = self._restored_counts.get(seq, 0)
-                redelivered = self._restored_redelivered or count > 0
+            count, redelivered = self._recovered_state(seq, forget=False)
             out.append(Delivery(seq, msg, redelivered, count + 1))
+
+    def _recovered_state(self, seq: SeqId, *, forget: bool) -> tuple[int, bool]:
+        # (delivery count, redelivered) of a spilled message as recovery stored them; a
+        # message published since recovery has (0, False). `forget`: it is being paged in.
+        if seq >= self._restored_below:
+            return 0, False
+        counts = self._restored_counts
+        count = counts.pop(seq, 0) if forget else counts.get(seq, 0)
+        return count, self._restored_redelivered or count > 0
 
     def browse(self, after: SeqId | None, now_ms: int) -> Delivery | None:
         """The next waiting message with a seq greater than `after`, without removing it.
@@ -1897,11 +1895,18 @@ class Queue:
             return out
         index = self._browse_index()
         start = 0 if after is None else bisect_right(index, after, key=lambda x: x.seq)
+        return self._browse_from(index, start, limit, now_ms, out)
+
+    def _browse_from(
+        self, entries: list[_Entry], start: int, limit: int, now_ms: int, out: list[Delivery]
+    ) -> list[Delivery]:
+        # Deliveries of the ready, unexpired entries from `entries[start:]` (in seq order)
+        # appended to `out` until it holds `limit`; returns `out`.
         peek = self._store.peek
         name = self.name
         append = out.append
-        for i in range(start, len(index)):
-            e = index[i]
+        for i in range(start, len(entries)):
+            e = entries[i]
             if e.state != _READY:
                 continue
             exp = e.expires_at
