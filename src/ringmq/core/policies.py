@@ -27,6 +27,8 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
+from ringmq.core.wildcard import matches, most_specific_first
+
 __all__ = [
     "POLICY_KEYS",
     "AddressFullPolicy",
@@ -311,27 +313,6 @@ _ADDRESS_CHECKS: Final[dict[str, tuple[_Check, str]]] = {
 }
 
 
-def _words_match(pattern: list[str], words: list[str]) -> bool:
-    # `#` matches zero or more words, `*` exactly one (Artemis WildcardConfiguration).
-    if not pattern:
-        return not words
-    head, rest = pattern[0], pattern[1:]
-    if head == "#":
-        return any(_words_match(rest, words[i:]) for i in range(len(words) + 1))
-    if not words:
-        return False
-    return (head in ("*", words[0])) and _words_match(rest, words[1:])
-
-
-def _specificity(match: str) -> tuple[int, int, int, int]:
-    # More literal words beat `*`, which beats `#`; then the longer match string.
-    words = match.split(".")
-    literal = sum(1 for w in words if w not in ("#", "*"))
-    single = sum(1 for w in words if w == "*")
-    multi = sum(1 for w in words if w == "#")
-    return (literal, single, -multi, len(match))
-
-
 class AddressSettingsTable:
     """Artemis address-settings keyed by wildcard match strings."""
 
@@ -360,14 +341,8 @@ class AddressSettingsTable:
 
     def resolve(self, address: str) -> AddressSettings:
         """Merge every matching entry, most specific first; unset fields inherit."""
-        words = address.split(".")
-        matching = [
-            (match, value)
-            for match, value in self._entries.items()
-            if _words_match(match.split("."), words)
-        ]
-        matching.sort(key=lambda item: _specificity(item[0]), reverse=True)
+        ordered = most_specific_first(m for m in self._entries if matches(m, address))
         result = AddressSettings()
-        for _, value in matching:
-            result = result.merged_with(value)
+        for match in ordered:
+            result = result.merged_with(self._entries[match])
         return result

@@ -26,6 +26,8 @@ from xml.etree.ElementTree import Element
 import defusedxml.ElementTree as SafeET  # type: ignore[import-untyped]
 from defusedxml import DefusedXmlException
 
+from ringmq.core import wildcard
+
 DEFAULT_MAX_MESSAGE_SIZE: Final = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
 DEFAULT_HEARTBEAT_S: Final = 60
 DEFAULT_FRAME_MAX: Final = 131072
@@ -695,28 +697,8 @@ def _artemis_address_settings(core: Element, where: str) -> list[AddressSetting]
 
 
 def artemis_match(pattern: str, address: str) -> bool:
-    """Artemis wildcard match: words split on '.', `#` = zero or more words, `*` = one word."""
-    return _match_words(pattern.split("."), address.split("."))
-
-
-def _match_words(pat: list[str], words: list[str]) -> bool:
-    if not pat:
-        return not words
-    head, rest = pat[0], pat[1:]
-    if head == "#":
-        return any(_match_words(rest, words[i:]) for i in range(len(words) + 1))
-    if not words:
-        return False
-    if head in {"*", words[0]}:
-        return _match_words(rest, words[1:])
-    return False
-
-
-def _specificity(pattern: str) -> tuple[int, int, int]:
-    # Artemis prefers literal matches, then fewer wildcards, then longer patterns
-    words = pattern.split(".")
-    literal = int("#" not in words and "*" not in words)
-    return (literal, -sum(w in {"#", "*"} for w in words), len(words))
+    """Artemis wildcard match (`ringmq.core.wildcard.matches`)."""
+    return wildcard.matches(pattern, address)
 
 
 def resolve_address_settings(settings: tuple[AddressSetting, ...], address: str) -> AddressSetting:
@@ -725,11 +707,8 @@ def resolve_address_settings(settings: tuple[AddressSetting, ...], address: str)
     A field set by a more specific match wins; unset fields fall through to less specific ones
     (Artemis `AddressSettings.merge`).
     """
-    matching = sorted(
-        (s for s in settings if artemis_match(s.match, address)),
-        key=lambda s: _specificity(s.match),
-        reverse=True,
-    )
+    by_match = {s.match: s for s in settings if wildcard.matches(s.match, address)}
+    matching = [by_match[m] for m in wildcard.most_specific_first(by_match)]
     merged: dict[str, Any] = {}
     for s in matching:
         for fname in AddressSetting.__slots__:
