@@ -16,8 +16,9 @@ import pika
 import pika.exceptions
 import pytest
 
+from ringmq.server.memory import MemoryLimits
 from ringmq.server.runtime import BrokerThread
-from ringmq.storage import journal
+from ringmq.storage import journal, paging
 from tests.integration.conftest import BrokerFactory, wait_until
 
 pytestmark = pytest.mark.integration
@@ -133,3 +134,65 @@ def test_failing_disk_nacks_blocks_and_keeps_confirmed(
     else:  # acks after the fence were not written: those messages come back (redelivered)
         assert kept == confirmed
     assert set(left) <= set(confirmed) | {b"n1", b"n2"}
+
+
+def test_page_write_failure_on_a_recovered_backlog_raises_the_disk_alarm(
+    broker_factory: BrokerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovered backlog pages in the broker's one paging directory and reports to its one
+    disk-health source, so a failed page write blocks publishers as for any other queue."""
+    data = tmp_path / "data"
+    limits = MemoryLimits(head_count=64, head_bytes=64 * 1024, interval_s=0.05)
+    b = broker_factory(data_dir=data, memory=limits)
+    # 9.6 MiB: more than a recovering queue's default in-memory head (8 MiB), so recovery
+    # leaves the rest of the backlog on disk, in a spill store of its own
+    big = b"x" * 8192
+    with connect(b) as conn:
+        ch = conn.channel()
+        ch.queue_declare("dq", durable=True)
+        ch.confirm_delivery()
+        for i in range(1200):
+            ch.basic_publish("", "dq", b"%05d" % i + big, PERSISTENT)
+    b.stop()
+
+    b2 = broker_factory(data_dir=data, memory=limits)
+    assert b2.call(lambda: b2.broker.durability.recovered_messages) == 1200
+    assert b2.call(lambda: b2.broker.vhosts["/"].queues["dq"].queue.spilled) > 0
+    body = b"x" * 1024
+    assert not (data / "store" / "paging").exists()  # one paging directory: <data>/paging
+
+    def full_write(fd: int, data: bytes | bytearray) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(paging, "write_all", full_write)
+    events: list[str] = []
+    pub = connect(b2)  # left open: a blocked connection is not read
+    pub.add_on_connection_blocked_callback(lambda _c, _m: events.append("blocked"))
+    ch = pub.channel()
+    # Transient messages queue behind the paged tail whole (persistent ones would be paged as
+    # small journal references): 6 MiB of them fill a 4 MiB run and write it out.
+    # Stop once blocked: a blocked connection is not read, so more would fill the socket.
+    for i in range(6000):
+        ch.basic_publish("", "dq", b"n%05d" % i + body)
+        if i % 20 == 0:
+            pub.process_data_events(0)
+            if "blocked" in events:
+                break
+
+    def pub_saw_blocked() -> bool:
+        pub.process_data_events(0.01)
+        return "blocked" in events
+
+    wait_until(pub_saw_blocked)
+    assert "disk" in b2.call(lambda: b2.broker.alarms)
+    reasons = [i.blocked_reason for i in b2.call(b2.server.connections) if i.blocked_reason]
+    assert reasons and "page file write failed" in reasons[0]
+    b2.stop()  # closes the blocked connection from the broker's side
+
+    def pub_closed() -> bool:
+        if not pub.is_closed:
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                pub.process_data_events(0.01)
+        return bool(pub.is_closed)
+
+    wait_until(pub_closed)

@@ -379,12 +379,14 @@ class BrokerServer:
         assert self._loop is not None
         lim = self.options.memory
         data_dir = self.options.data_dir
-        health = None
+        # One paging directory and one disk-health source, whether or not live paging is on:
+        # a recovered backlog pages there too.
+        spill = spill_directory(self.broker, data_dir / "paging")
         if lim.paging:
-            spill = spill_directory(self.broker, data_dir / "paging")
             self.broker.enable_paging(spill, lim.head_count, lim.head_bytes, spill.body_store)
-            health = spill.health
-        self.memory = MemoryMonitor(self.broker, lim, data_dir, self._emit, paging_health=health)
+        self.memory = MemoryMonitor(
+            self.broker, lim, data_dir, self._emit, paging_health=spill.health
+        )
         self.memory.start(self._loop)
         log.info(
             "memory high watermark %d bytes, free disk limit %d bytes, queue head %d / %d bytes",

@@ -20,7 +20,6 @@ from typing import Any
 
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
-from ringmq.core.durability import queue_key
 from ringmq.server.configfile import (
     AddressSetting,
     FileConfig,
@@ -107,7 +106,7 @@ def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
     (`delay_persistent_confirms`, released by `server.commit.GroupCommit`).
     """
     started = time.monotonic()
-    store = FileStore.open(data_dir / "store")
+    store = FileStore.open(data_dir / "store", spill_directory=data_dir / "paging")
     config.delay_persistent_confirms = True
     broker = Broker(config, store=store, now_ms=now_ms)
     dur = broker.durability
@@ -129,18 +128,17 @@ def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
 
 
 def spill_directory(broker: Broker, directory: Path) -> SpillDirectory:
-    """The broker's paging directory (wiped: paged data is transient).
+    """The broker's paging directory: the `FileStore`'s own when it has one, or a new one at
+    `directory` (wiped: paged data is transient).
 
-    With a `FileStore`, a persistent message of a durable queue is paged as a reference to its
-    journal copy and read back from there (no second write).
+    With a `FileStore`, recovered backlogs and live paging share that one directory and its one
+    disk-health source (the memory monitor's disk alarm), and a persistent message of a durable
+    queue is paged as a reference to its journal copy (no second write).
     """
     dur = broker.durability
     store = dur.store if dur is not None else None
     if isinstance(store, FileStore):
-        fs = store
-        return SpillDirectory(
-            directory, copies=lambda vhost, name: fs.copies(queue_key(vhost, name))
-        )
+        return store.spills
     return SpillDirectory(directory)
 
 

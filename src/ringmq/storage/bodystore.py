@@ -242,6 +242,22 @@ class SpillDirectory:
             health=self.health,
         )
 
+    def restored(
+        self, copies: DurableCopies, seqs: list[int], nbytes: int | None = None
+    ) -> DiskSpillStore:
+        """A store holding a recovered backlog's live `seqs` (in order) as references to their
+        journal `copies`: it pages in this directory and reports to this directory's `health`,
+        like every other queue's."""
+        self._next += 1
+        spill = DiskSpillStore(
+            self.directory / f"q{self._next:08d}",
+            run_bytes=self.run_bytes,
+            copies=copies,
+            health=self.health,
+        )
+        spill.restore(seqs, nbytes)
+        return spill
+
     def body_store(self, vhost: str, queue: str) -> DiskBodyStore:
         """A fresh `DiskBodyStore` for a flow-to-disk queue (Qpid flow_to_disk, Artemis PAGE):
         bodies over the queue's limit are written out one by one and read back on delivery."""

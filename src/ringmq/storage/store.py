@@ -84,9 +84,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, overload
 
+from ringmq.core.durability import queue_key
 from ringmq.core.message import Message, SeqId
 from ringmq.storage import terms
-from ringmq.storage.bodystore import DiskSpillStore
+from ringmq.storage.bodystore import DiskSpillStore, SpillDirectory
 from ringmq.storage.definitions import DefinitionLog
 from ringmq.storage.journal import DEFAULT_SEGMENT_BYTES, Journal, fsync_fds
 from ringmq.storage.msgstore import MessageStore
@@ -502,10 +503,13 @@ class FileStore:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         msg_segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         embed_below: int = DEFAULT_EMBED_BELOW,
+        spill_directory: Path | None = None,
     ) -> None:
         """Open (creating if needed) a store directory and replay it.
 
         Prefer `FileStore.open`. The replayed state is kept until `recover()` takes it.
+        `spill_directory` (default `<directory>/paging`, wiped at open) is the broker's one
+        paging directory: recovered backlogs page there, and `spills` hands it to live paging.
         """
         self.directory = directory
         self.embed_below = embed_below
@@ -522,7 +526,6 @@ class FileStore:
         self._expiring: set[str] = set()  # queues that journaled a message with an expiry
         self._shared: dict[int, Message] = {}  # large bodies read lately (`read_entries`)
         self._shared_bytes = 0
-        self._spills = 0
         # queue -> seq -> shared-store ref (large bodies only)
         self._refs: dict[str, dict[int, int]] = {}
         # queue -> seq -> delivery count (only when > 0)
@@ -539,9 +542,15 @@ class FileStore:
         self._pending_fds: list[int] = []  # handed out by a flush that then failed
         clean_marker = directory / "CLEAN"
         self._clean = clean_marker.exists()
-        paging = directory / "paging"  # page files of recovered backlogs: transient
-        if paging.exists():
-            shutil.rmtree(paging)
+        # The paging directory: page files are transient, so it starts empty (SpillDirectory
+        # wipes it). Recovered backlogs and live paging share it and its disk-health source.
+        own = directory / "paging"
+        if spill_directory is not None and own.exists():
+            shutil.rmtree(own)  # left by a version that paged recovered backlogs here
+        self.spills = SpillDirectory(
+            spill_directory or own,
+            copies=lambda vhost, name: self.copies(queue_key(vhost, name)),
+        )
         self.used_terms = False
         # Replay allocates a few objects per message and no cycles; the cyclic GC would
         # rescan the growing heap again and again (a quarter of the replay time at 100k).
@@ -892,14 +901,11 @@ class FileStore:
     def spill_for(
         self, queue: str, seqs: Sequence[int], nbytes: int | None = None
     ) -> DiskSpillStore:
-        """A spill store for `queue` holding the live `seqs` (in order) as journal references;
-        its page files go to `<store>/paging` (wiped at open)."""
-        self._spills += 1
-        spill = DiskSpillStore(
-            self.directory / "paging" / f"q{self._spills:08d}", copies=self.copies(queue)
+        """A spill store for `queue` holding the live `seqs` (in order) as journal references,
+        in the store's paging directory (`spills`)."""
+        return self.spills.restored(
+            self.copies(queue), seqs if isinstance(seqs, list) else list(seqs), nbytes
         )
-        spill.restore(seqs if isinstance(seqs, list) else list(seqs), nbytes)
-        return spill
 
     def ack(self, queue: str, seqs: Iterable[SeqId]) -> int:
         found: list[int] = []
