@@ -186,7 +186,8 @@ def test_page_write_failure_on_a_recovered_backlog_raises_the_disk_alarm(
     wait_until(pub_saw_blocked)
     assert "disk" in b2.call(lambda: b2.broker.alarms)
     reasons = [i.blocked_reason for i in b2.call(b2.server.connections) if i.blocked_reason]
-    assert reasons and "page file write failed" in reasons[0]
+    assert reasons
+    assert "page file write failed" in reasons[0]
     b2.stop()  # closes the blocked connection from the broker's side
 
     def pub_closed() -> bool:
