@@ -33,6 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache  # the layer contracts in pyproject.toml
 
 # Everything: lint and types, the broker's tests, then the Spark tests (need Java 17).
 test: lint
