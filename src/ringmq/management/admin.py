@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError
+from ringmq.core.auth import Access
 from ringmq.core.effects import Effect
 from ringmq.core.settings import QueueSettings
 from ringmq.management.port import (
@@ -158,6 +159,17 @@ class CoreAdmin:
 
     def clear_permissions(self, user: str, vhost: str) -> bool:
         return bool(self.core.clear_permissions(user, vhost))
+
+    def has_vhost_access(self, user: str, vhost: str) -> bool:
+        try:
+            self.broker.auth.check_vhost_access(user, vhost)
+        except AMQPError:
+            return False
+        return True
+
+    def check_permission(self, user: str, vhost: str, access: Access, kind: str, name: str) -> None:
+        # The AMQP channel's own check (core.auth.AuthDB.check), not a second matcher.
+        self.broker.auth.check(user, vhost, access, kind, name)
 
     # -- queues -------------------------------------------------------------------------
 

@@ -30,7 +30,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ringmq import __version__
-from ringmq.management import definitions, paging, shapes
+from ringmq.management import authz, definitions, paging, shapes
+from ringmq.management.authz import MANAGEMENT_TAGS, NotAuthorisedError, Principal
 from ringmq.management.errors import (
     BadRequestError,
     HttpError,
@@ -53,7 +54,6 @@ from ringmq.management.rates import RateSampler
 
 log = logging.getLogger(__name__)
 
-MANAGEMENT_TAGS: Final = frozenset({"administrator", "management", "policymaker", "monitoring"})
 EXCHANGE_TYPES: Final = ("direct", "fanout", "topic", "headers")
 ACK_MODES: Final = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
 _AUTH_CACHE_MS: Final = 5_000
@@ -136,6 +136,11 @@ def _no_content(status: int = 204) -> Response:
     return Response(status_code=status)
 
 
+def _who(request: Request) -> Principal:
+    """The caller `Api.guard` authenticated for this request."""
+    return cast(Principal, request.state.principal)
+
+
 class Api:
     """Handlers of `/api/*` bound to one broker facade, one runtime and one rate sampler."""
 
@@ -205,11 +210,39 @@ class Api:
         totals[OVERVIEW_KEY] = overview
         self.sampler.sample(now, totals)
 
-    def _wrap(self, handler: Handler, *, auth: bool = True) -> Handler:
+    async def guard(self, request: Request, path: str) -> Principal | None:
+        """Apply the route's `authz` rule: authenticate, gate, body media type, permissions.
+
+        Returns the caller (None for a public route); handlers read it as
+        `request.state.principal`. A missing path vhost skips the vhost gate and the
+        permission checks so that the handler answers 404, as RabbitMQ does.
+        """
+        rule = authz.rule_for(path, request.method)
+        if rule is None:
+            raise NotAuthorisedError("no authorisation rule for this endpoint")
+        if rule.gate is authz.Gate.PUBLIC:
+            return None
+        principal = Principal(self.authenticate(request), self.admin)
+        request.state.principal = principal
+        params = cast(dict[str, str], request.path_params)
+        vhost = unquote(params["vhost"]) if "vhost" in params else None
+        if vhost is not None and vhost not in self.admin.vhosts():
+            vhost = None
+            checks: tuple[authz.Check, ...] = ()
+        else:
+            checks = rule.checks
+        principal.gate(rule.gate, vhost, rule.refusal)
+        if request.method in ("POST", "PUT", "DELETE", "PATCH"):
+            body = await request.body()
+            authz.check_media_type(rule, request.headers.get("content-type"), body)
+        if vhost is not None:
+            principal.check(vhost, checks, params, rule.refusal)
+        return principal
+
+    def _wrap(self, path: str, handler: Handler) -> Handler:
         async def endpoint(request: Request) -> Response:
             try:
-                if auth:
-                    self.authenticate(request)
+                await self.guard(request, path)
                 self.refresh_rates()
                 return await handler(request)
             except Exception as exc:
@@ -220,77 +253,55 @@ class Api:
         return endpoint
 
     def routes(self) -> list[Route]:
-        r = self._wrap
+        def r(path: str, handler: Handler, methods: list[str]) -> Route:
+            return Route(path, self._wrap(path, handler), methods=methods)
+
         return [
-            Route("/api/overview", r(self.overview), methods=["GET"]),
-            Route("/api/whoami", r(self.whoami), methods=["GET"]),
-            Route("/api/ringmq/rates", r(self.rate_history), methods=["GET"]),
-            Route("/api/vhosts", r(self.vhosts), methods=["GET"]),
-            Route("/api/vhosts/{vhost}", r(self.vhost), methods=["GET", "PUT", "DELETE"]),
-            Route("/api/users", r(self.users), methods=["GET"]),
-            Route("/api/users/{user}", r(self.user), methods=["GET", "PUT", "DELETE"]),
-            Route("/api/permissions", r(self.permissions), methods=["GET"]),
-            Route(
-                "/api/permissions/{vhost}/{user}",
-                r(self.permission),
-                methods=["GET", "PUT", "DELETE"],
-            ),
-            Route("/api/connections", r(self.connections), methods=["GET"]),
-            Route("/api/connections/{name}", r(self.connection), methods=["GET", "DELETE"]),
-            Route("/api/channels", r(self.channels), methods=["GET"]),
-            Route("/api/consumers", r(self.consumers), methods=["GET"]),
-            Route("/api/consumers/{vhost}", r(self.consumers), methods=["GET"]),
-            Route("/api/exchanges", r(self.exchanges), methods=["GET"]),
-            Route("/api/exchanges/{vhost}", r(self.exchanges), methods=["GET"]),
-            Route(
-                "/api/exchanges/{vhost}/{name}",
-                r(self.exchange),
-                methods=["GET", "PUT", "DELETE"],
-            ),
-            Route("/api/exchanges/{vhost}/{name}/publish", r(self.publish), methods=["POST"]),
-            Route(
-                "/api/exchanges/{vhost}/{name}/bindings/{side}",
-                r(self.exchange_bindings),
-                methods=["GET"],
-            ),
-            Route("/api/bindings", r(self.bindings), methods=["GET"]),
-            Route("/api/bindings/{vhost}", r(self.bindings), methods=["GET"]),
-            Route(
+            r("/api/overview", self.overview, ["GET"]),
+            r("/api/whoami", self.whoami, ["GET"]),
+            r("/api/ringmq/rates", self.rate_history, ["GET"]),
+            r("/api/vhosts", self.vhosts, ["GET"]),
+            r("/api/vhosts/{vhost}", self.vhost, ["GET", "PUT", "DELETE"]),
+            r("/api/users", self.users, ["GET"]),
+            r("/api/users/{user}", self.user, ["GET", "PUT", "DELETE"]),
+            r("/api/permissions", self.permissions, ["GET"]),
+            r("/api/permissions/{vhost}/{user}", self.permission, ["GET", "PUT", "DELETE"]),
+            r("/api/connections", self.connections, ["GET"]),
+            r("/api/connections/{name}", self.connection, ["GET", "DELETE"]),
+            r("/api/channels", self.channels, ["GET"]),
+            r("/api/consumers", self.consumers, ["GET"]),
+            r("/api/consumers/{vhost}", self.consumers, ["GET"]),
+            r("/api/exchanges", self.exchanges, ["GET"]),
+            r("/api/exchanges/{vhost}", self.exchanges, ["GET"]),
+            r("/api/exchanges/{vhost}/{name}", self.exchange, ["GET", "PUT", "DELETE"]),
+            r("/api/exchanges/{vhost}/{name}/publish", self.publish, ["POST"]),
+            r("/api/exchanges/{vhost}/{name}/bindings/{side}", self.exchange_bindings, ["GET"]),
+            r("/api/bindings", self.bindings, ["GET"]),
+            r("/api/bindings/{vhost}", self.bindings, ["GET"]),
+            r(
                 "/api/bindings/{vhost}/e/{source}/{kind}/{destination}",
-                r(self.binding_pair),
-                methods=["GET", "POST"],
+                self.binding_pair,
+                ["GET", "POST"],
             ),
-            Route(
+            r(
                 "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
-                r(self.binding_one),
-                methods=["GET", "DELETE"],
+                self.binding_one,
+                ["GET", "DELETE"],
             ),
-            Route("/api/queues", r(self.queues), methods=["GET"]),
-            Route("/api/queues/{vhost}", r(self.queues), methods=["GET"]),
-            Route("/api/queues/{vhost}/{name}", r(self.queue), methods=["GET", "PUT", "DELETE"]),
-            Route("/api/queues/{vhost}/{name}/bindings", r(self.queue_bindings), methods=["GET"]),
-            Route("/api/queues/{vhost}/{name}/contents", r(self.purge), methods=["DELETE"]),
-            Route("/api/queues/{vhost}/{name}/get", r(self.get), methods=["POST"]),
-            Route("/api/queues/{vhost}/{name}/settings", r(self.settings), methods=["PUT"]),
-            Route(
-                "/api/queues/{vhost}/{name}/scheduled",
-                r(self.scheduled),
-                methods=["GET", "DELETE"],
-            ),
-            Route(
-                "/api/queues/{vhost}/{name}/scheduled/deliver",
-                r(self.deliver_scheduled),
-                methods=["POST"],
-            ),
-            Route("/api/policies", r(self.policies), methods=["GET"]),
-            Route("/api/policies/{vhost}", r(self.policies), methods=["GET"]),
-            Route(
-                "/api/policies/{vhost}/{name}",
-                r(self.policy),
-                methods=["GET", "PUT", "DELETE"],
-            ),
-            Route("/api/definitions", r(self.definitions), methods=["GET", "POST"]),
-            Route("/api/definitions/{vhost}", r(self.definitions), methods=["GET", "POST"]),
+            r("/api/queues", self.queues, ["GET"]),
+            r("/api/queues/{vhost}", self.queues, ["GET"]),
+            r("/api/queues/{vhost}/{name}", self.queue, ["GET", "PUT", "DELETE"]),
+            r("/api/queues/{vhost}/{name}/bindings", self.queue_bindings, ["GET"]),
+            r("/api/queues/{vhost}/{name}/contents", self.purge, ["DELETE"]),
+            r("/api/queues/{vhost}/{name}/get", self.get, ["POST"]),
+            r("/api/queues/{vhost}/{name}/settings", self.settings, ["PUT"]),
+            r("/api/queues/{vhost}/{name}/scheduled", self.scheduled, ["GET", "DELETE"]),
+            r("/api/queues/{vhost}/{name}/scheduled/deliver", self.deliver_scheduled, ["POST"]),
+            r("/api/policies", self.policies, ["GET"]),
+            r("/api/policies/{vhost}", self.policies, ["GET"]),
+            r("/api/policies/{vhost}/{name}", self.policy, ["GET", "PUT", "DELETE"]),
+            r("/api/definitions", self.definitions, ["GET", "POST"]),
+            r("/api/definitions/{vhost}", self.definitions, ["GET", "POST"]),
         ]
 
     def _list(self, request: Request, items: list[dict[str, Any]]) -> JSONResponse:
@@ -313,7 +324,10 @@ class Api:
     # -- overview, vhosts, users ---------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        queues = self.admin.queues()
+        # Monitors see node-wide figures; other users the figures of their own vhosts and
+        # connections (RabbitMQ's overview for a management user).
+        who = _who(request)
+        queues = [q for q in self.admin.queues() if who.is_monitor or who.has_access(q.vhost)]
         totals = dict.fromkeys(shapes.DEPTH_NAMES, 0)
         scheduled = paged = 0
         for q in queues:
@@ -322,7 +336,7 @@ class Api:
             totals["messages_unacknowledged"] += q.messages_unacknowledged
             scheduled += q.messages_scheduled
             paged += q.messages_paged
-        rates = self.sampler.rates(OVERVIEW_KEY)
+        rates = self.sampler.rates(OVERVIEW_KEY) if who.is_monitor else {}
         queue_totals: dict[str, Any] = dict(totals)
         for name in shapes.DEPTH_NAMES:
             queue_totals[f"{name}_details"] = {"rate": rates.get(name, 0.0)}
@@ -333,7 +347,11 @@ class Api:
             for name, value in shapes.queue_totals(q).items():
                 overview_totals[name] = overview_totals.get(name, 0) + value
         # (queues were read once above; rates come from the sampler's own reads)
-        connections = self.runtime.connections()
+        connections = [c for c in self.runtime.connections() if who.sees_owner(c.user)]
+        owned = {c.conn_id for c in connections}
+        channels = [ch for ch in self.admin.channels() if who.is_monitor or ch.conn_id in owned]
+        consumers = [c for c in self.admin.consumers() if who.is_monitor or c.conn_id in owned]
+        exchanges = [x for x in self.admin.exchanges() if who.is_monitor or who.has_access(x.vhost)]
         node = self.runtime.node
         return _json(
             {
@@ -350,10 +368,10 @@ class Api:
                 "message_stats": shapes.message_stats(overview_totals, rates),
                 "queue_totals": queue_totals,
                 "object_totals": {
-                    "channels": len(self.admin.channels()),
+                    "channels": len(channels),
                     "connections": len(connections),
-                    "consumers": len(self.admin.consumers()),
-                    "exchanges": len(self.admin.exchanges()),
+                    "consumers": len(consumers),
+                    "exchanges": len(exchanges),
                     "queues": len(queues),
                 },
                 "blocked_connections": sum(
@@ -377,9 +395,10 @@ class Api:
         return _json({"name": u.name, "tags": list(u.tags)})
 
     async def rate_history(self, request: Request) -> Response:
+        # Node-wide rates: a monitor's figures; other users get an empty history.
         return _json(
             [{"t": t, **rates} for t, rates in self.sampler.history()]
-            if self.sampler.history_key == OVERVIEW_KEY
+            if self.sampler.history_key == OVERVIEW_KEY and _who(request).is_monitor
             else []
         )
 
@@ -400,16 +419,12 @@ class Api:
         }
 
     async def vhosts(self, request: Request) -> Response:
-        return self._list(request, [self._vhost_json(v) for v in self.admin.vhosts()])
-
-    def _require_admin(self, request: Request) -> None:
-        # Users, vhosts and permissions are RabbitMQ's administrator-only operations.
-        if "administrator" not in self.authenticate(request).tags:
-            raise UnauthorizedError("Not administrator user")
+        who = _who(request)
+        names = [v for v in self.admin.vhosts() if who.sees_vhost_name(v)]
+        return self._list(request, [self._vhost_json(v) for v in names])
 
     async def vhost(self, request: Request) -> Response:
         if request.method == "PUT":
-            self._require_admin(request)
             name = _param(request, "vhost")
             await _body(request)  # description/tags are accepted and not kept
             created = self.admin.add_vhost(name)
@@ -417,7 +432,6 @@ class Api:
         vhost = self._vhost(request)
         assert vhost is not None
         if request.method == "DELETE":
-            self._require_admin(request)
             self.admin.delete_vhost(vhost, now_ms=self.clock_ms())
             return _no_content()
         return _json(self._vhost_json(vhost))
@@ -432,7 +446,6 @@ class Api:
             if existing is None:
                 raise NotFoundError(f"no user {name!r}")
             return _json(shapes.user(existing))
-        self._require_admin(request)
         if request.method == "DELETE":
             if existing is None or not self.admin.delete_user(name):
                 raise NotFoundError(f"no user {name!r}")
@@ -460,7 +473,6 @@ class Api:
             if found is None:
                 raise NotFoundError(f"no permissions for {user!r} in vhost {vhost!r}")
             return _json(shapes.permission(found))
-        self._require_admin(request)
         if request.method == "DELETE":
             if found is None or not self.admin.clear_permissions(user, vhost):
                 raise NotFoundError(f"no permissions for {user!r} in vhost {vhost!r}")
@@ -473,13 +485,22 @@ class Api:
 
     async def connections(self, request: Request) -> Response:
         node = self.runtime.node
-        return self._list(request, [shapes.connection(c, node) for c in self.runtime.connections()])
+        who = _who(request)
+        return self._list(
+            request,
+            [
+                shapes.connection(c, node)
+                for c in self.runtime.connections()
+                if who.sees_owner(c.user)
+            ],
+        )
 
     async def connection(self, request: Request) -> Response:
         name = _param(request, "name")
         found = next((c for c in self.runtime.connections() if c.name == name), None)
         if found is None:
             raise NotFoundError(f"no connection {name!r}")
+        _who(request).require_owner(found.user, request.method)
         if request.method == "DELETE":
             reason = request.headers.get("x-reason", "Closed via management plugin")
             self.runtime.close_connection(name, reason)
@@ -489,10 +510,20 @@ class Api:
     async def channels(self, request: Request) -> Response:
         conns = self._connections_by_id()
         node = self.runtime.node
+        who = _who(request)
         return self._list(
             request,
-            [shapes.channel(ch, conns.get(ch.conn_id), node) for ch in self.admin.channels()],
+            [
+                shapes.channel(ch, conns.get(ch.conn_id), node)
+                for ch in self.admin.channels()
+                if self._owned(who, conns, ch.conn_id)
+            ],
         )
+
+    @staticmethod
+    def _owned(who: Principal, conns: dict[int, ConnectionInfo], conn_id: int) -> bool:
+        conn = conns.get(conn_id)
+        return who.is_monitor or (conn is not None and who.sees_owner(conn.user))
 
     async def consumers(self, request: Request) -> Response:
         vhost = self._vhost(request)
@@ -502,7 +533,8 @@ class Api:
             [
                 shapes.consumer(c, conns.get(c.conn_id))
                 for c in self.admin.consumers()
-                if vhost is None or c.vhost == vhost
+                if (vhost is None or c.vhost == vhost)
+                and self._owned(_who(request), conns, c.conn_id)
             ],
         )
 
@@ -515,8 +547,14 @@ class Api:
 
     async def exchanges(self, request: Request) -> Response:
         vhost = self._vhost(request)
+        who = _who(request)
         return self._list(
-            request, [shapes.exchange(x, self.sampler) for x in self.admin.exchanges(vhost)]
+            request,
+            [
+                shapes.exchange(x, self.sampler)
+                for x in self.admin.exchanges(vhost)
+                if who.sees_vhost(x.vhost)
+            ],
         )
 
     def _find_exchange(self, vhost: str, name: str) -> dict[str, Any]:
@@ -605,7 +643,11 @@ class Api:
 
     async def bindings(self, request: Request) -> Response:
         vhost = self._vhost(request)
-        return self._list(request, [shapes.binding(b) for b in self.admin.bindings(vhost)])
+        who = _who(request)
+        return self._list(
+            request,
+            [shapes.binding(b) for b in self.admin.bindings(vhost) if who.sees_vhost(b.vhost)],
+        )
 
     def _pair(self, request: Request) -> tuple[str, str, str, str]:
         vhost = self._vhost(request)
@@ -681,7 +723,11 @@ class Api:
 
     async def queues(self, request: Request) -> Response:
         vhost = self._vhost(request)
-        return self._list(request, [self._queue_json(q) for q in self.admin.queues(vhost)])
+        who = _who(request)
+        return self._list(
+            request,
+            [self._queue_json(q) for q in self.admin.queues(vhost) if who.sees_vhost(q.vhost)],
+        )
 
     async def queue(self, request: Request) -> Response:
         vhost, name = self._queue_path(request)
@@ -785,7 +831,11 @@ class Api:
 
     async def policies(self, request: Request) -> Response:
         vhost = self._vhost(request)
-        return self._list(request, [shapes.policy(p) for p in self.admin.policies(vhost)])
+        who = _who(request)
+        return self._list(
+            request,
+            [shapes.policy(p) for p in self.admin.policies(vhost) if who.sees_vhost(p.vhost)],
+        )
 
     async def policy(self, request: Request) -> Response:
         vhost = self._vhost(request)

@@ -136,7 +136,7 @@ def create_app(
 
     routes: list[Route | Mount] = [
         *api.routes(),
-        *streams.mount(broker, runtime),  # /api/streams: reservations for offset readers
+        *streams.mount(broker, runtime, api.guard),  # /api/streams: reservations for offset readers
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Mount("/", StaticFiles(directory=CONSOLE_DIR, html=True), name="console"),
     ]

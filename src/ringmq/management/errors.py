@@ -3,7 +3,13 @@
 Handlers raise these (or let the broker's `AMQPError`/`ValueError` through); `to_response`
 maps everything at one boundary in `api.py`:
 404 `{"error": "Object Not Found", "reason": "Not Found"}`, 400 `{"error": "bad_request"}`,
-401 `{"error": "not_authorized"}` with a Basic challenge.
+401 `{"error": "not_authorized"}` for missing or wrong credentials (authorisation refusals are
+`authz.NotAuthorisedError`, 401 `{"error": "not_authorised"}` as RabbitMQ spells them).
+
+No answer carries `WWW-Authenticate`: the API never invites the browser's Basic prompt, whose
+remembered credentials a browser would attach to any cross-site request (docs/management.md,
+"Cross-site requests"). Clients send credentials preemptively (curl -u, httpx, requests,
+rabbitmqadmin, the console's `Authorization` header all do).
 """
 
 from __future__ import annotations
@@ -58,9 +64,4 @@ def to_response(exc: Exception) -> JSONResponse:
         exc = BadRequestError(str(exc))
     elif not isinstance(exc, HttpError):
         exc = HttpError(f"{type(exc).__name__}: {exc}")
-    headers = {"WWW-Authenticate": 'Basic realm="RingMQ Management"'}
-    return JSONResponse(
-        {"error": exc.error, "reason": exc.reason},
-        status_code=exc.status,
-        headers=headers if exc.status == 401 else None,
-    )
+    return JSONResponse({"error": exc.error, "reason": exc.reason}, status_code=exc.status)

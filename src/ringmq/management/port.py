@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+from ringmq.core.auth import Access
 from ringmq.core.effects import Effect
 
 _T = TypeVar("_T")
@@ -245,6 +246,13 @@ class BrokerAdmin(Protocol):
     def delete_user(self, name: str) -> bool: ...
     def set_permissions(self, permission: PermissionInfo) -> None: ...
     def clear_permissions(self, user: str, vhost: str) -> bool: ...
+    def has_vhost_access(self, user: str, vhost: str) -> bool:
+        """The user has permissions in `vhost` (AMQP's vhost access check)."""
+        ...
+
+    def check_permission(self, user: str, vhost: str, access: Access, kind: str, name: str) -> None:
+        """Raise ACCESS_REFUSED unless `user` may `access` the resource (AMQP's check)."""
+        ...
 
     # queues
     def queues(self, vhost: str | None = None) -> list[QueueInfo]: ...

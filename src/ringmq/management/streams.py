@@ -34,8 +34,9 @@ to a durable queue is covered by an fsync: confirm semantics. Nacks (a queue ref
 message) are counted in the answer; a block (memory alarm, Artemis BLOCK) stops the request
 with 503 and the count already published, so the client resumes after it.
 
-Every endpoint checks the user's permissions in the vhost: read on the queue for the queue
-endpoints (as `basic.get` would), write on the exchange for publish (403 otherwise).
+Who may call each endpoint is the management API's table (`management.authz.RULES`, applied
+by `Api.guard` before a handler runs): read on the queue for the queue endpoints (as
+`basic.get` would), write on the exchange for publish, 403 otherwise.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from starlette.routing import Route
 
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
-from ringmq.core.auth import Access
 from ringmq.core.effects import Block, Effect, SendMethod
 from ringmq.core.message import Message, SeqId
 from ringmq.core.reservations import (
@@ -393,18 +393,6 @@ class StreamService:
             ],
         }
 
-    # -- permissions --------------------------------------------------------------------------
-    def check(self, user: str, vhost: str, access: Access, kind: str, name: str) -> None:
-        """Raise 403 unless `user` may `access` the resource in `vhost` (AMQP's rules)."""
-        auth = self.broker.auth
-        if vhost not in self.broker.vhosts:
-            raise StreamError(404, f"no vhost {vhost!r}")
-        try:
-            auth.check_vhost_access(user, vhost)
-            auth.check(user, vhost, access, kind, name)
-        except AMQPError as exc:
-            raise StreamError(403, exc.explanation) from None
-
     # -- bulk publish -------------------------------------------------------------------------
     def open_publisher(self, user: str, vhost: str) -> int:
         """Open a virtual connection of `user` on `vhost` with channel 1 in confirm mode."""
@@ -583,18 +571,23 @@ def _int(value: Any, what: str, minimum: int, maximum: int | None = None) -> int
     return int(value)
 
 
+Guard = Callable[[Request, str], Awaitable[Any]]
+"""`Api.guard`: authenticates a request and applies the route's authorisation rule."""
+
+
 def routes(
     broker: Any,
     runtime: Any,
+    guard: Guard,
     clock_ms: Callable[[], int] | None = None,
     *,
     service: StreamService | None = None,
 ) -> list[Route]:
     """Starlette routes of the streams API, to mount in the management app.
 
-    Requests are authenticated like the rest of the API when the app exposes
-    `app.state.api.authenticate(request)` (HTTP Basic against the broker's users). The clock
-    defaults to the runtime's (`runtime.clock.wall_ms`).
+    `guard(request, path)` authenticates each request and applies the path's rule of
+    `management.authz` (the caller is then `request.state.principal`). The clock defaults to
+    the runtime's (`runtime.clock.wall_ms`).
     """
     svc = service
     if svc is None:
@@ -604,24 +597,16 @@ def routes(
                 raise ValueError("clock_ms is required without a runtime clock")
             clock_ms = clock.wall_ms
         svc = StreamService(broker, runtime, clock_ms)
-    default_user = str(getattr(getattr(broker, "config", None), "default_user", "guest"))
 
-    def endpoint(
-        fn: Callable[[Request, str, str], Awaitable[Response]], *, publish: bool = False
-    ) -> Handler:
+    def endpoint(path: str, fn: Callable[[Request, str, str], Awaitable[Response]]) -> Handler:
         async def handle(request: Request) -> Response:
             try:
-                api = getattr(request.app.state, "api", None)
-                # Without an authenticating app (bare routes in tests) the broker's default
-                # user acts, as for an unauthenticated loopback management call.
-                user = api.authenticate(request).name if api is not None else default_user
-                request.state.user = user
+                await guard(request, path)
                 svc.ensure_started()
                 vhost = unquote(request.path_params["vhost"])
                 name = unquote(request.path_params["queue"])
-                if not publish:
-                    # Reading (and settling) a queue needs read permission, as basic.get does.
-                    svc.check(user, vhost, Access.READ, "queue", name)
+                if vhost not in broker.vhosts:
+                    raise StreamError(404, f"no vhost {vhost!r}")
                 return await fn(request, vhost, name)
             except StreamError as exc:
                 return JSONResponse(
@@ -677,8 +662,7 @@ def routes(
         # The path names the exchange; "amq.default" is the default exchange (RabbitMQ's API).
         if exchange == "amq.default":
             exchange = ""
-        user: str = request.state.user
-        svc.check(user, vhost, Access.WRITE, "exchange", exchange)
+        user: str = request.state.principal.name
         messages = decode_publish(await request.body())
         result = PublishResult()
         conn_id = svc._in_batch(lambda: svc.open_publisher(user, vhost))
@@ -737,24 +721,29 @@ def routes(
         return Response(status_code=204 if found else 404)
 
     base = "/api/streams/{vhost}/{queue}"
-    out = [
-        Route(base, endpoint(info), methods=["GET"]),
-        Route(base + "/reserve", endpoint(reserve), methods=["POST"]),
-        Route(base + "/read", endpoint(read), methods=["GET"]),
-        Route(base + "/settle", endpoint(settle), methods=["POST"]),
-        Route(base + "/browse", endpoint(browse), methods=["GET"]),
-        Route(base + "/leases/{consumer}", endpoint(drop), methods=["DELETE"]),
+
+    def route(
+        suffix: str, fn: Callable[[Request, str, str], Awaitable[Response]], method: str
+    ) -> Route:
+        return Route(base + suffix, endpoint(base + suffix, fn), methods=[method])
+
+    return [
+        route("", info, "GET"),
+        route("/reserve", reserve, "POST"),
+        route("/read", read, "GET"),
+        route("/settle", settle, "POST"),
+        route("/browse", browse, "GET"),
+        route("/leases/{consumer}", drop, "DELETE"),
         # {queue} names the exchange here: the path parameter is shared with the queue routes.
-        Route(base + "/publish", endpoint(publish, publish=True), methods=["POST"]),
+        route("/publish", publish, "POST"),
     ]
-    return out
 
 
-def mount(broker: Any, runtime: Any) -> list[Route]:
+def mount(broker: Any, runtime: Any, guard: Guard) -> list[Route]:
     """The streams routes for `create_app`, or none when `broker` is not the core broker.
 
     (Management tests may serve a `BrokerAdmin` fake without queues' engines or a clock.)
     """
     if not hasattr(broker, "tick") or not hasattr(getattr(runtime, "clock", None), "wall_ms"):
         return []
-    return routes(broker, runtime)
+    return routes(broker, runtime, guard)

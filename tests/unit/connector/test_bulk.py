@@ -70,7 +70,12 @@ def test_bulk_publish_routes_dedups_and_confirms(live_broker: BrokerThread) -> N
             c.publish("missing", encode_publish([("", b"\x00\x00", b"x")]))
         assert err.value.status == 404
         with pytest.raises(StreamAPIError) as err:
-            c._request("POST", "/api/streams/%2F/fan/publish", raw=b"\x05\x00\x00\x00")
+            c._request(
+                "POST",
+                "/api/streams/%2F/fan/publish",
+                raw=b"\x05\x00\x00\x00",
+                content_type="application/x-ringmq-publish",
+            )
         assert err.value.status == 400
 
 

@@ -15,13 +15,19 @@
   // -- API ---------------------------------------------------------------------------------
   function creds() { return sessionStorage.getItem("ringmq.auth"); }
   async function api(method, path, body) {
-    const headers = { Authorization: "Basic " + creds() };
+    // Credentials go in an explicit header (the API never sends a Basic challenge, so the
+    // browser never remembers them for cross-site requests); bodies are JSON only.
+    const headers = { Authorization: "Basic " + creds(), "X-Requested-With": "XMLHttpRequest" };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const res = await fetch("/api" + path, {
       method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    if (res.status === 401) { showLogin("Please sign in."); throw new Error("unauthorized"); }
     const text = await res.text();
-    const data = text ? JSON.parse(text) : null;
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+    // 401 "not_authorized": bad credentials; 401 "not_authorised": signed in, not allowed.
+    if (res.status === 401 && !(data && data.error === "not_authorised")) {
+      showLogin("Please sign in."); throw new Error("unauthorized");
+    }
     if (!res.ok) throw new Error((data && data.reason) || res.statusText);
     return data;
   }
