@@ -364,44 +364,21 @@ class Admin:
 
         "ack_requeue_true" and "reject_requeue_true" put them back (redelivered),
         "ack_requeue_false" removes them. Returns {exchange, routing_key, body, redelivered,
-        properties, message_count}.
+        properties, message_count}. (`begin_get` takes them in slices.)
         """
-        if ackmode not in _ACK_MODES:
-            raise ValueError(f"ackmode must be one of {', '.join(_ACK_MODES)}")
         if count < 1:
             raise ValueError("count must be at least 1")
-        q = self._q(vhost, name)
-        engine = q.queue
-        self._begin(now_ms)
-        got: list[dict[str, Any]] = []
-        seqs = []
-        for _ in range(count):
-            d = engine.fetch(now_ms, ack_required=True)
-            if d is None:
-                break
-            seqs.append(d.seq)
-            props = decode_properties(d.message.properties_bin)
-            got.append(
-                {
-                    "exchange": d.message.exchange,
-                    "routing_key": d.message.routing_key,
-                    "body": d.message.body,
-                    "redelivered": d.redelivered,
-                    "properties": {k: v for k, v in asdict(props).items() if v is not None},
-                    "message_count": engine.ready_count,
-                }
-            )
-        if seqs:
-            if ackmode == "ack_requeue_false":
-                engine.ack(seqs)
-                dur = self.broker.durability
-                if dur is not None and q.durable:
-                    dur.acked(q, seqs)
-            else:
-                engine.requeue(seqs, now_ms, count_failure=False)
-        self.broker._mark(q)
-        self._end(now_ms)
-        return got
+        get = self.begin_get(vhost, name, ackmode=ackmode)
+        try:
+            return get.fetch(count, now_ms)
+        finally:
+            get.finish(now_ms)
+
+    def begin_get(self, vhost: str, name: str, *, ackmode: str) -> MessageGet:
+        """A /get taken in slices (`MessageGet.fetch`), settled once by `MessageGet.finish`."""
+        if ackmode not in _ACK_MODES:
+            raise ValueError(f"ackmode must be one of {', '.join(_ACK_MODES)}")
+        return MessageGet(self, vhost, name, self._q(vhost, name), ackmode)
 
     def update_queue(
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int
@@ -837,3 +814,73 @@ class Admin:
                         }
                     )
         return out
+
+
+class MessageGet:
+    """One management /get, fetched in slices and settled once (RabbitMQ's `ackmode`).
+
+    Fetched messages stay unacknowledged in the queue (owned by no channel) until `finish`,
+    so a later slice never sees them again; the caller may yield to the event loop between
+    slices. `finish` requeues (redelivered) or acks them all; if the queue was deleted or
+    replaced in between, its messages went with it and there is nothing to settle.
+    """
+
+    def __init__(self, admin: Admin, vhost: str, name: str, q: QueueEntity, ackmode: str) -> None:
+        self.admin = admin
+        self.vhost = vhost
+        self.name = name
+        self.q = q
+        self.ackmode = ackmode
+        self.seqs: list[SeqId] = []
+        self.finished = False
+
+    def _alive(self) -> bool:
+        vh = self.admin.broker.vhosts.get(self.vhost)
+        return vh is not None and vh.queues.get(self.name) is self.q
+
+    def fetch(self, count: int, now_ms: int) -> list[dict[str, Any]]:
+        """Fetch up to `count` more messages (fewer when the queue runs out)."""
+        if self.finished or not self._alive():
+            return []
+        engine = self.q.queue
+        self.admin._begin(now_ms)
+        got: list[dict[str, Any]] = []
+        for _ in range(count):
+            d = engine.fetch(now_ms, ack_required=True)
+            if d is None:
+                break
+            self.seqs.append(d.seq)
+            props = decode_properties(d.message.properties_bin)
+            got.append(
+                {
+                    "exchange": d.message.exchange,
+                    "routing_key": d.message.routing_key,
+                    "body": d.message.body,
+                    "redelivered": d.redelivered,
+                    "properties": {k: v for k, v in asdict(props).items() if v is not None},
+                    "message_count": engine.ready_count,
+                }
+            )
+        self.admin.broker._mark(self.q)
+        self.admin._end(now_ms)
+        return got
+
+    def finish(self, now_ms: int) -> None:
+        """Settle every fetched message as the ack mode says (once; later calls do nothing)."""
+        if self.finished:
+            return
+        self.finished = True
+        seqs, self.seqs = self.seqs, []
+        if not seqs or not self._alive():
+            return
+        q, engine = self.q, self.q.queue
+        self.admin._begin(now_ms)
+        if self.ackmode == "ack_requeue_false":
+            engine.ack(seqs)
+            dur = self.admin.broker.durability
+            if dur is not None and q.durable:
+                dur.acked(q, seqs)
+        else:
+            engine.requeue(seqs, now_ms, count_failure=False)
+        self.admin.broker._mark(q)
+        self.admin._end(now_ms)

@@ -92,6 +92,19 @@ def settings_arguments(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _SlicedGet:
+    """The `MessageGet` port over the facade's `core.admin.MessageGet` (dicts to records)."""
+
+    def __init__(self, get: Any) -> None:
+        self.get = get
+
+    def fetch(self, count: int, now_ms: int) -> list[FetchedMessage]:
+        return [FetchedMessage(**m) for m in self.get.fetch(count, now_ms)]
+
+    def finish(self, now_ms: int) -> None:
+        self.get.finish(now_ms)
+
+
 class CoreAdmin:
     """`BrokerAdmin` over `Broker.admin` (see the module docstring)."""
 
@@ -309,6 +322,9 @@ class CoreAdmin:
     ) -> list[FetchedMessage]:
         got = self.core.get_messages(vhost, name, count=count, ackmode=ackmode, now_ms=now_ms)
         return [FetchedMessage(**m) for m in got]
+
+    def begin_get(self, vhost: str, name: str, *, ackmode: AckMode) -> _SlicedGet:
+        return _SlicedGet(self.core.begin_get(vhost, name, ackmode=ackmode))
 
     def update_queue(
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int

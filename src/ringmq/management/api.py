@@ -13,6 +13,7 @@ quoted while routing and handlers unquote the path parameters they read.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -57,6 +58,10 @@ log = logging.getLogger(__name__)
 EXCHANGE_TYPES: Final = ("direct", "fanout", "topic", "headers")
 ACK_MODES: Final = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
 _AUTH_CACHE_MS: Final = 5_000
+MAX_GET_COUNT: Final = 10_000
+"""Most messages one `POST /api/queues/{vhost}/{name}/get` may ask for (400 beyond)."""
+GET_SLICE: Final = 200
+"""Messages a get fetches and encodes between two yields to the event loop."""
 OVERVIEW_KEY: Final = "overview"
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -126,6 +131,11 @@ async def _body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequestError("request body must be a JSON object")
     return body
+
+
+def _dumps(data: Any) -> str:
+    # Starlette's JSONResponse encoding, for a body assembled piece by piece.
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _json(data: Any, status: int = 200) -> JSONResponse:
@@ -780,8 +790,8 @@ class Api:
         vhost, name = self._queue_path(request)
         body = await _body(request)
         count = _int(body.get("count"), "count", 1)
-        if count < 1:
-            raise BadRequestError("count must be at least 1")
+        if not 1 <= count <= MAX_GET_COUNT:
+            raise BadRequestError(f"count must be between 1 and {MAX_GET_COUNT}, got {count}")
         ackmode = _str(body.get("ackmode"), "ackmode", "ack_requeue_true")
         if ackmode not in ACK_MODES:
             raise BadRequestError(f"ackmode must be one of {', '.join(ACK_MODES)}")
@@ -791,10 +801,23 @@ class Api:
         truncate_raw = body.get("truncate")
         truncate = None if truncate_raw is None else _int(truncate_raw, "truncate")
         self._find_queue(vhost, name)
-        got = self.admin.get_messages(
-            vhost, name, count=count, ackmode=cast(AckMode, ackmode), now_ms=self.clock_ms()
-        )
-        return _json([shapes.fetched(m, encoding, truncate) for m in got])
+        # Fetch and encode in slices, yielding to the loop between them so that AMQP traffic
+        # keeps flowing during a large get; the messages are held until `finish` settles them.
+        session = self.admin.begin_get(vhost, name, ackmode=cast(AckMode, ackmode))
+        parts: list[str] = []
+        try:
+            left = count
+            while left > 0:
+                got = session.fetch(min(GET_SLICE, left), self.clock_ms())
+                parts.extend(_dumps(shapes.fetched(m, encoding, truncate)) for m in got)
+                left -= len(got)
+                if left > 0 and len(got) == GET_SLICE:
+                    await asyncio.sleep(0)
+                else:
+                    break
+        finally:
+            session.finish(self.clock_ms())
+        return Response("[" + ",".join(parts) + "]", media_type="application/json")
 
     async def settings(self, request: Request) -> Response:
         vhost, name = self._queue_path(request)

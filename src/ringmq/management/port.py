@@ -230,6 +230,18 @@ class ListenerInfo:
     port: int
 
 
+class MessageGet(Protocol):
+    """A /get in progress: messages fetched slice by slice are held until `finish`."""
+
+    def fetch(self, count: int, now_ms: int) -> list[FetchedMessage]:
+        """Up to `count` more messages (fewer when the queue runs out)."""
+        ...
+
+    def finish(self, now_ms: int) -> None:
+        """Settle everything fetched as the ack mode says (idempotent)."""
+        ...
+
+
 class BrokerAdmin(Protocol):
     """The synchronous management facade over the core (see module docstring)."""
 
@@ -277,6 +289,10 @@ class BrokerAdmin(Protocol):
     def get_messages(
         self, vhost: str, name: str, *, count: int, ackmode: AckMode, now_ms: int
     ) -> list[FetchedMessage]: ...
+    def begin_get(self, vhost: str, name: str, *, ackmode: AckMode) -> MessageGet:
+        """A /get taken in slices; raise NOT_FOUND for a missing queue."""
+        ...
+
     def update_queue(
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int
     ) -> QueueInfo: ...
