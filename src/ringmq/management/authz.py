@@ -54,6 +54,8 @@ class NotAuthorisedError(HttpError):
     def __init__(self, reason: str, status: int = 401) -> None:
         super().__init__(reason)
         self.status = status
+        if status == 403:  # the /api/streams contract (docs/spark.md)
+            self.error = "access_refused"
 
 
 class UnsupportedMediaTypeError(HttpError):
