@@ -440,3 +440,33 @@ def test_only_json_bodies_are_accepted(live: tuple[BrokerThread, str]) -> None:
     r = httpx.get(url + "/api/overview")
     assert r.status_code == 401
     assert "www-authenticate" not in r.headers
+
+
+def test_naming_a_dead_letter_or_alternate_exchange_needs_write_on_it(
+    live: tuple[BrokerThread, str],
+) -> None:
+    # As AMQP's declare: the declared resource will publish into the named exchange, so the
+    # declarer needs read on the resource and write on that exchange.
+    _, url = live
+    with httpx.Client(base_url=url, auth=("guest", "guest")) as admin:
+        admin.put("/api/users/declarer", json={"password": PASSWORD, "tags": "management"})
+        perm = {"configure": ".*", "write": r"^(q\..*|x\.mine)$", "read": ".*"}
+        assert admin.put("/api/permissions/%2F/declarer", json=perm).status_code == 201
+    auth = ("declarer", PASSWORD)
+    dlx = {"arguments": {"x-dead-letter-exchange": "x.open"}}
+    cases = [
+        ("/api/queues/%2F/q.dlx", dlx),
+        (
+            "/api/exchanges/%2F/x.ae",
+            {"type": "fanout", "arguments": {"alternate-exchange": "x.open"}},
+        ),
+        ("/api/queues/%2F/q.open/settings", {"dead-letter-exchange": "x.open"}),
+    ]
+    for path, body in cases:
+        r = httpx.put(url + path, json=body, auth=auth)
+        assert (r.status_code, r.json()["error"]) == (401, "not_authorised"), path
+        assert "write access to exchange 'x.open'" in r.json()["reason"], path
+    assert httpx.get(url + "/api/queues/%2F/q.dlx", auth=auth).status_code == 404
+    assert httpx.get(url + "/api/exchanges/%2F/x.ae", auth=auth).status_code == 404
+    r = httpx.put(url + "/api/queues/%2F/q.dlx", json={"arguments": {}}, auth=auth)
+    assert r.status_code == 201

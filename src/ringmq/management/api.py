@@ -242,11 +242,13 @@ class Api:
         else:
             checks = rule.checks
         principal.gate(rule.gate, vhost, rule.refusal)
+        body = b""
         if request.method in ("POST", "PUT", "DELETE", "PATCH"):
             body = await request.body()
             authz.check_media_type(rule, request.headers.get("content-type"), body)
         if vhost is not None:
-            principal.check(vhost, checks, params, rule.refusal)
+            named = authz.named_exchanges(rule, body) if checks else []
+            principal.check(vhost, checks, params, rule.refusal, named)
         return principal
 
     def _wrap(self, path: str, handler: Handler) -> Handler:

@@ -25,10 +25,11 @@ answer RabbitMQ's 401 `{"error": "not_authorised", "reason": ...}`; the ringmq-n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final
+from typing import Any, Final
 from urllib.parse import unquote
 
 from ringmq.amqp.reply_codes import AMQPError
@@ -109,6 +110,10 @@ class Rule:
     """The only media type a non-empty request body may have (else 415)."""
     refusal: int = 401
     """Status of a refused gate or check (401 as RabbitMQ; 403 for /api/streams)."""
+    publishes_to: tuple[str, ...] = ()
+    """Body fields (`arguments.x` for a declare argument) that name an exchange the declared
+    resource will publish into (DLX, AE): AMQP's rule then needs read on the resource (the
+    rule's first check) and write on that exchange."""
 
 
 def _c(access: Access, kind: str, param: str = "name") -> Check:
@@ -155,7 +160,14 @@ _r("/api/consumers/{vhost}", "GET", Gate.VHOST_VISIBLE)
 _r("/api/exchanges", "GET", Gate.ANY)
 _r("/api/exchanges/{vhost}", "GET", Gate.VHOST)
 _r("/api/exchanges/{vhost}/{name}", "GET", Gate.VHOST)
-_r("/api/exchanges/{vhost}/{name}", "PUT DELETE", Gate.VHOST, CONFIGURE_EXCHANGE)
+_r("/api/exchanges/{vhost}/{name}", "DELETE", Gate.VHOST, CONFIGURE_EXCHANGE)
+_r(
+    "/api/exchanges/{vhost}/{name}",
+    "PUT",
+    Gate.VHOST,
+    CONFIGURE_EXCHANGE,
+    publishes_to=("arguments.alternate-exchange",),
+)
 _r("/api/exchanges/{vhost}/{name}/publish", "POST", Gate.VHOST, WRITE_EXCHANGE)
 _r("/api/exchanges/{vhost}/{name}/bindings/{side}", "GET", Gate.VHOST)
 _r("/api/bindings", "GET", Gate.ANY)
@@ -167,11 +179,24 @@ _r("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}", "DELETE", Ga
 _r("/api/queues", "GET", Gate.ANY)
 _r("/api/queues/{vhost}", "GET", Gate.VHOST)
 _r("/api/queues/{vhost}/{name}", "GET", Gate.VHOST)
-_r("/api/queues/{vhost}/{name}", "PUT DELETE", Gate.VHOST, CONFIGURE_QUEUE)
+_r("/api/queues/{vhost}/{name}", "DELETE", Gate.VHOST, CONFIGURE_QUEUE)
+_r(
+    "/api/queues/{vhost}/{name}",
+    "PUT",
+    Gate.VHOST,
+    CONFIGURE_QUEUE,
+    publishes_to=("arguments.x-dead-letter-exchange",),
+)
 _r("/api/queues/{vhost}/{name}/bindings", "GET", Gate.VHOST)
 _r("/api/queues/{vhost}/{name}/contents", "DELETE", Gate.VHOST, READ_QUEUE)  # purge: read
 _r("/api/queues/{vhost}/{name}/get", "POST", Gate.VHOST, READ_QUEUE)
-_r("/api/queues/{vhost}/{name}/settings", "PUT", Gate.VHOST, CONFIGURE_QUEUE)
+_r(
+    "/api/queues/{vhost}/{name}/settings",
+    "PUT",
+    Gate.VHOST,
+    CONFIGURE_QUEUE,
+    publishes_to=("dead-letter-exchange", "dead_letter_exchange", "x-dead-letter-exchange"),
+)
 _r("/api/queues/{vhost}/{name}/scheduled", "GET DELETE", Gate.VHOST, READ_QUEUE)
 _r("/api/queues/{vhost}/{name}/scheduled/deliver", "POST", Gate.VHOST, READ_QUEUE)
 _r("/api/policies", "GET", Gate.POLICIES)
@@ -194,6 +219,25 @@ def rule_for(path: str, method: str) -> Rule | None:
     if found is None and method == "HEAD":
         found = RULES.get((path, "GET"))
     return found
+
+
+def named_exchanges(rule: Rule, body: bytes) -> list[str]:
+    """The exchanges a declare body names in the rule's `publishes_to` fields (strings only;
+    a body that is not a JSON object, or a non-string value, is left to the handler's 400)."""
+    if not rule.publishes_to or not body.strip():
+        return []
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return []
+    out = []
+    for path in rule.publishes_to:
+        value: Any = doc
+        for part in path.split(".", 1) if path.startswith("arguments.") else (path,):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, str):
+            out.append(value)
+    return out
 
 
 def check_media_type(rule: Rule, content_type: str | None, body: bytes) -> None:
@@ -277,16 +321,33 @@ class Principal:
             raise NotAuthorisedError(_GATE_REFUSAL[gate], refusal)
 
     def check(
-        self, vhost: str, checks: Iterable[Check], params: dict[str, str], refusal: int
+        self,
+        vhost: str,
+        checks: Iterable[Check],
+        params: dict[str, str],
+        refusal: int,
+        publishes_to: Iterable[str] = (),
     ) -> None:
-        """Apply the rule's permission checks with the broker's AMQP check."""
+        """Apply the rule's permission checks with the broker's AMQP check.
+
+        `publishes_to`: exchanges the declared resource (the first check's) will publish
+        into; each needs read on that resource and write on the exchange, as AMQP's declare.
+        """
+        resources = []
         for c in checks:
             raw = unquote(params[c.param])
             kind = c.kind
             if kind == "destination":
                 kind = "queue" if unquote(params.get("kind", "")) == "q" else "exchange"
             name = "" if kind == "exchange" and raw == "amq.default" else raw
-            try:
-                self.admin.check_permission(self.name, vhost, c.access, kind, name)
-            except AMQPError as exc:
-                raise NotAuthorisedError(exc.explanation, refusal) from None
+            resources.append((kind, name))
+            self._amqp_check(vhost, c.access, kind, name, refusal)
+        for exchange in publishes_to:
+            self._amqp_check(vhost, Access.READ, *resources[0], refusal)
+            self._amqp_check(vhost, Access.WRITE, "exchange", exchange, refusal)
+
+    def _amqp_check(self, vhost: str, access: Access, kind: str, name: str, refusal: int) -> None:
+        try:
+            self.admin.check_permission(self.name, vhost, access, kind, name)
+        except AMQPError as exc:
+            raise NotAuthorisedError(exc.explanation, refusal) from None
