@@ -2,10 +2,14 @@
 
 Theory of operation: every handler runs on the broker's event loop and calls the synchronous
 facade directly (the loop thread owns the core, so there are no locks and no awaits in the
-middle of a change). Each request is authenticated with HTTP Basic against the broker's users
-(`authenticate`), parsed and validated completely *before* the facade is called, so a bad
-request (400) or a missing object (404) never leaves the broker half-changed. Errors leave
-through one boundary (`_endpoint`), in RabbitMQ's `{"error", "reason"}` shape.
+middle of a change; the one exception is `get`, which holds what it fetched until it settles it
+and yields to the loop between slices of `GET_SLICE` messages). Each request is authenticated
+with HTTP Basic against the broker's users (`authenticate`) and authorised by its route's rule
+in `authz.RULES` (`guard`: tag gate, body media type, the AMQP permission checks) before the
+handler runs; handlers only filter listings with the caller's `authz.Principal`. A request is
+then parsed and validated completely *before* the facade is called, so a bad request (400) or a
+missing object (404) never leaves the broker half-changed. Errors leave through one boundary
+(`_wrap`), in RabbitMQ's `{"error", "reason"}` shape.
 
 Path segments arrive percent-encoded (`/api/queues/%2F/orders`): `app.py` keeps each segment
 quoted while routing and handlers unquote the path parameters they read.
