@@ -1103,9 +1103,14 @@ class Broker:
         self._not_default(m.destination)
         self._check(s, Access.WRITE, "exchange", m.destination)
         self._check(s, Access.READ, "exchange", m.source)
-        src = self._get_exchange(vh, m.source)
-        self._get_exchange(vh, m.destination)
-        if src.unbind((EXCHANGE, m.destination), m.routing_key, m.arguments):
+        # A missing source or destination is no error: the binding is gone either way
+        # (RabbitMQ's rabbit_binding:remove reports only an *absent* queue, never not_found).
+        src = vh.exchanges.get(m.source)
+        if (
+            src is not None
+            and m.destination in vh.exchanges
+            and src.unbind((EXCHANGE, m.destination), m.routing_key, m.arguments)
+        ):
             vh.invalidate()
             self._touch_binding(vh, src, (EXCHANGE, m.destination), m.routing_key, m.arguments)
             self._maybe_auto_delete_exchange(vh, src)
@@ -1314,12 +1319,18 @@ class Broker:
         self._not_default(m.exchange)
         self._check(s, Access.WRITE, "queue", qname)
         self._check(s, Access.READ, "exchange", m.exchange)
-        q = self._get_queue(s, qname)
-        x = self._get_exchange(vh, m.exchange)
-        if x.unbind((QUEUE, q.name), m.routing_key, m.arguments):
+        # A missing queue or exchange is no error: the binding is gone either way, so
+        # RabbitMQ answers unbind-ok (rabbit_binding:remove reports only an *absent* queue).
+        # As there, exclusivity is checked only when the binding exists.
+        q = vh.queues.get(qname)
+        x = vh.exchanges.get(m.exchange)
+        dest = (QUEUE, qname)
+        if q is not None and x is not None and x.has_binding(dest, m.routing_key, m.arguments):
+            self._get_queue(s, qname)  # 405 when another connection owns it exclusively
+            x.unbind(dest, m.routing_key, m.arguments)
             vh.invalidate()
             if q.durable:
-                self._touch_binding(vh, x, (QUEUE, q.name), m.routing_key, m.arguments)
+                self._touch_binding(vh, x, dest, m.routing_key, m.arguments)
             self._maybe_auto_delete_exchange(vh, x)
         self._reply(s, spec.QueueUnbindOk())
 

@@ -1,0 +1,60 @@
+"""RabbitMQ's exact replies where they are easy to get subtly wrong (issue 16, section 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringmq.amqp import spec
+from ringmq.amqp.reply_codes import ReplyCode
+from tests.unit.core.test_broker_kit import Kit, methods
+
+
+@pytest.fixture
+def kit() -> Kit:
+    return Kit()
+
+
+# ---------------------------------------------------------------- unbind of what is gone
+def test_queue_unbind_of_a_missing_queue_or_exchange_is_unbind_ok(kit: Kit) -> None:
+    ch = kit.open()
+    kit.call(ch, spec.ExchangeDeclare(exchange="x", type="direct"))
+    kit.declare(ch, "q")
+    kit.call(ch, spec.QueueBind(queue="q", exchange="x", routing_key="k"))
+    kit.call(ch, spec.QueueDelete(queue="q"))
+    # the queue is gone (and its binding with it): RabbitMQ still answers unbind-ok
+    got = kit.call(ch, spec.QueueUnbind(queue="q", exchange="x", routing_key="k"))
+    assert methods(got) == [spec.QueueUnbindOk()]
+    kit.declare(ch, "q2")
+    # the source exchange is missing: unbind-ok too (rabbit_binding:remove)
+    got = kit.call(ch, spec.QueueUnbind(queue="q2", exchange="nope", routing_key="k"))
+    assert methods(got) == [spec.QueueUnbindOk()]
+    # both missing
+    got = kit.call(ch, spec.QueueUnbind(queue="gone", exchange="nope", routing_key="k"))
+    assert methods(got) == [spec.QueueUnbindOk()]
+
+
+def test_exchange_unbind_of_a_missing_source_or_destination_is_unbind_ok(kit: Kit) -> None:
+    ch = kit.open()
+    kit.call(ch, spec.ExchangeDeclare(exchange="src", type="fanout"))
+    kit.call(ch, spec.ExchangeDeclare(exchange="dst", type="fanout"))
+    kit.call(ch, spec.ExchangeBind(destination="dst", source="src"))
+    kit.call(ch, spec.ExchangeDelete(exchange="dst"))
+    got = kit.call(ch, spec.ExchangeUnbind(destination="dst", source="src"))
+    assert methods(got) == [spec.ExchangeUnbindOk()]
+    got = kit.call(ch, spec.ExchangeUnbind(destination="src", source="missing"))
+    assert methods(got) == [spec.ExchangeUnbindOk()]
+
+
+def test_unbind_keeps_the_default_exchange_and_exclusive_rules(kit: Kit) -> None:
+    owner = kit.open()
+    kit.declare(owner, "mine", exclusive=True)
+    kit.call(owner, spec.QueueBind(queue="mine", exchange="amq.direct", routing_key="k"))
+    other = kit.open()
+    err = kit.error(other, spec.QueueUnbind(queue="mine", exchange="amq.direct", routing_key="k"))
+    assert err.code is ReplyCode.RESOURCE_LOCKED
+    other = kit.channel(other[0], 2)
+    # no such binding: nothing to check exclusivity against, as in RabbitMQ
+    got = kit.call(other, spec.QueueUnbind(queue="mine", exchange="amq.direct", routing_key="z"))
+    assert methods(got) == [spec.QueueUnbindOk()]
+    err = kit.error(other, spec.QueueUnbind(queue="gone", exchange="", routing_key="gone"))
+    assert err.code is ReplyCode.ACCESS_REFUSED
