@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import aio_pika
 import pika
+import pika.exceptions
 import pytest
 
 from ringmq.server.runtime import BrokerThread
@@ -53,3 +54,20 @@ async def test_aio_pika_unbind_after_queue_delete(broker: BrokerThread) -> None:
         await q.delete()
         await q.unbind(ex, routing_key="k")  # aio-pika's RPC close does this
         assert not ch.is_closed
+
+
+# ---------------------------------------------------------------- 2.2 channel_max
+def test_channel_max_counts_open_channels_with_rabbitmqs_530(broker: BrokerThread) -> None:
+    conn = connect(broker, channel_max=2)
+    try:
+        conn.channel(channel_number=5000)  # a number above channel_max is fine
+        conn.channel(channel_number=7)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as exc:
+            conn.channel(channel_number=9)
+        assert exc.value.reply_code == 530
+        assert exc.value.reply_text == (
+            "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)"
+        )
+    finally:
+        if conn.is_open:
+            conn.close()

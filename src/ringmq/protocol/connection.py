@@ -486,11 +486,12 @@ class ServerConnection:
         if chan is None:
             if isinstance(frame, MethodFrame):
                 method = frame.method
+                if isinstance(method, spec.ChannelCloseOk):
+                    return  # stray Close-Ok after a simultaneous close
+                self._check_channel_count()
                 if isinstance(method, spec.ChannelOpen):
                     self._open_channel(number, events)
                     return
-                if isinstance(method, spec.ChannelCloseOk):
-                    return  # stray Close-Ok after a simultaneous close
             raise AMQPError(
                 ReplyCode.CHANNEL_ERROR,
                 f"expected 'channel.open' on channel {number}",
@@ -532,14 +533,19 @@ class ServerConnection:
         if done is not None:
             events.append(Command(number, done[0], done[1]))
 
-    def _open_channel(self, number: int, events: list[Event]) -> None:
-        if number > self.tuned.channel_max:
+    def _check_channel_count(self) -> None:
+        # channel_max limits how many channels are open at once, not their numbers: any
+        # number 1..65535 is accepted (RabbitMQ's rabbit_reader:create_channel). A channel
+        # still closing counts until its Close-Ok, as its process does there; 0 is no limit.
+        limit = self.tuned.channel_max
+        if limit and len(self._channels) >= limit:
             raise AMQPError(
-                ReplyCode.CHANNEL_ERROR,
-                f"channel number {number} exceeds channel_max {self.tuned.channel_max}",
-                class_id=20,
-                method_id=10,
+                ReplyCode.NOT_ALLOWED,
+                f"number of channels opened ({len(self._channels)}) has reached the "
+                f"negotiated channel_max ({limit})",
             )
+
+    def _open_channel(self, number: int, events: list[Event]) -> None:
         self._channels[number] = Channel(number)
         self._write(encode_method_frame(number, spec.ChannelOpenOk()))
         events.append(ChannelOpened(number))

@@ -179,18 +179,33 @@ def test_custom_tune_offer() -> None:
     assert c.methods()[-1] == (0, spec.ConnectionTune(8, 8192, 0))
 
 
-def test_channel_number_above_channel_max() -> None:
+def test_channel_max_limits_open_channels_not_their_numbers() -> None:
     c = Client()
     c.send(PROTOCOL_HEADER)
     c.send(_start_ok())
     c.conn.accept_login()
-    c.send(m(0, spec.ConnectionTuneOk(4, 131072, 0)) + m(0, spec.ConnectionOpen("/")))
+    c.send(m(0, spec.ConnectionTuneOk(2, 131072, 0)) + m(0, spec.ConnectionOpen("/")))
     c.conn.accept_open()
     c.received()
-    assert c.send(m(4, spec.ChannelOpen())) == [ChannelOpened(4)]
-    [event] = c.send(m(5, spec.ChannelOpen()))
+    # any number is accepted (RabbitMQ): channel_max 2 still opens channel 65535
+    assert c.send(m(65535, spec.ChannelOpen())) == [ChannelOpened(65535)]
+    assert c.send(m(7, spec.ChannelOpen())) == [ChannelOpened(7)]
+    # a closed channel frees its place
+    c.send(m(7, spec.ChannelClose(200, "", 0, 0)))
+    assert c.send(m(3, spec.ChannelOpen())) == [ChannelOpened(3)]
+    c.received()
+    # the third open at once is NOT_ALLOWED, a connection error, as RabbitMQ words it
+    [event] = c.send(m(9, spec.ChannelOpen()))
     assert isinstance(event, ProtocolError)
-    assert event.reply_code == 504
+    assert (event.channel, event.reply_code) == (0, 530)
+    [(channel, close)] = c.methods()
+    assert channel == 0
+    assert close == spec.ConnectionClose(
+        530,
+        "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)",
+        0,
+        0,
+    )
 
 
 def test_frame_max_is_enforced_after_tune() -> None:
