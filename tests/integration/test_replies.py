@@ -71,3 +71,15 @@ def test_channel_max_counts_open_channels_with_rabbitmqs_530(broker: BrokerThrea
     finally:
         if conn.is_open:
             conn.close()
+
+
+# ---------------------------------------------------------------- 2.3 the default exchange
+def test_passive_declare_of_the_default_exchange_is_403(broker: BrokerThread) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
+            ch.exchange_declare("", passive=True)
+        assert exc.value.reply_code == 403
+        assert exc.value.reply_text == (
+            "ACCESS_REFUSED - operation not permitted on the default exchange"
+        )

@@ -977,13 +977,13 @@ class Broker:
     ) -> None:
         vh = self._vhost(s)
         name = m.exchange
+        # Even a passive declare of the default exchange is refused (RabbitMQ: 403).
+        self._not_default(name)
         if m.passive:
-            if name:  # the default exchange always exists
-                self._get_exchange(vh, name)
+            self._get_exchange(vh, name)
             if not m.no_wait:
                 self._reply(s, spec.ExchangeDeclareOk())
             return
-        self._not_default(name)
         try:
             kind = ExchangeType(m.type)
         except ValueError:

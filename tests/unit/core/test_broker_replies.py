@@ -58,3 +58,14 @@ def test_unbind_keeps_the_default_exchange_and_exclusive_rules(kit: Kit) -> None
     assert methods(got) == [spec.QueueUnbindOk()]
     err = kit.error(other, spec.QueueUnbind(queue="gone", exchange="", routing_key="gone"))
     assert err.code is ReplyCode.ACCESS_REFUSED
+
+
+# ---------------------------------------------------------------- default exchange
+def test_passive_declare_of_the_default_exchange_is_access_refused(kit: Kit) -> None:
+    ch = kit.open()
+    err = kit.error(ch, spec.ExchangeDeclare(exchange="", passive=True))
+    assert err.code is ReplyCode.ACCESS_REFUSED
+    assert err.reply_text == "ACCESS_REFUSED - operation not permitted on the default exchange"
+    ch = kit.channel(ch[0], 2)
+    got = kit.call(ch, spec.ExchangeDeclare(exchange="amq.direct", passive=True))
+    assert methods(got) == [spec.ExchangeDeclareOk()]
