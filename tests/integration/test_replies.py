@@ -6,11 +6,24 @@ are used only where no client can express the frames.
 
 from __future__ import annotations
 
+import importlib
+import socket
+from typing import Any
+
 import aio_pika
 import pika
 import pika.exceptions
 import pytest
 
+from ringmq.amqp import spec
+from ringmq.amqp.frames import (
+    PROTOCOL_HEADER,
+    Frame,
+    FrameReader,
+    MethodFrame,
+    encode_content_frames,
+    encode_method_frame,
+)
 from ringmq.server.runtime import BrokerThread
 
 pytestmark = pytest.mark.integration
@@ -22,6 +35,57 @@ def connect(b: BrokerThread, **kw: object) -> pika.BlockingConnection:
 
 def url(b: BrokerThread) -> str:
     return f"amqp://guest:guest@{b.host}:{b.port}/%2F"
+
+
+py_amqp: Any = importlib.import_module("amqp")  # untyped; keep mypy strict elsewhere
+
+
+class Raw:
+    """A socket speaking AMQP with the project's codec, for orderings no client exposes."""
+
+    def __init__(self, b: BrokerThread) -> None:
+        self.sock = socket.create_connection((b.host, b.port), timeout=5)
+        self.reader = FrameReader(0, expect_protocol_header=False)
+        self.pending: list[Frame] = []
+        self.sock.sendall(PROTOCOL_HEADER)
+        self.expect(spec.ConnectionStart)
+        caps = {"capabilities": {"consumer_cancel_notify": True, "publisher_confirms": True}}
+        self.send(0, spec.ConnectionStartOk(caps, "PLAIN", b"\x00guest\x00guest", "en_US"))
+        self.expect(spec.ConnectionTune)
+        self.send(0, spec.ConnectionTuneOk(2047, 131072, 0))
+        self.send(0, spec.ConnectionOpen("/"))
+        self.expect(spec.ConnectionOpenOk)
+
+    def send(self, channel: int, method: spec.Method) -> None:
+        self.sock.sendall(encode_method_frame(channel, method))
+
+    def publish(self, channel: int, method: spec.Method, props: bytes, body: bytes) -> None:
+        self.sock.sendall(encode_content_frames(channel, method, props, body, 131072))
+
+    def frame(self) -> Frame:
+        while not self.pending:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed by the broker")
+            self.reader.feed(data)
+            while (f := self.reader.next_frame()) is not None:
+                self.pending.append(f)
+        return self.pending.pop(0)
+
+    def method(self) -> spec.Method:
+        """The next method frame's method (content frames are skipped)."""
+        while True:
+            f = self.frame()
+            if isinstance(f, MethodFrame):
+                return f.method
+
+    def expect(self, kind: type) -> Any:
+        got = self.method()
+        assert isinstance(got, kind), got
+        return got
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 # ---------------------------------------------------------------- 2.1 unbind of what is gone
@@ -83,3 +147,37 @@ def test_passive_declare_of_the_default_exchange_is_403(broker: BrokerThread) ->
         assert exc.value.reply_text == (
             "ACCESS_REFUSED - operation not permitted on the default exchange"
         )
+
+
+# ---------------------------------------------------------------- 2.4 delete of a consumed queue
+def test_delete_ok_comes_before_the_cancel_on_the_wire(broker: BrokerThread) -> None:
+    raw = Raw(broker)
+    try:
+        raw.send(1, spec.ChannelOpen())
+        raw.expect(spec.ChannelOpenOk)
+        raw.send(1, spec.QueueDeclare(queue="consumed"))
+        raw.expect(spec.QueueDeclareOk)
+        raw.send(1, spec.BasicConsume(queue="consumed", consumer_tag="ctag"))
+        raw.expect(spec.BasicConsumeOk)
+        raw.send(1, spec.QueueDelete(queue="consumed"))
+        assert raw.method() == spec.QueueDeleteOk(message_count=0)
+        assert raw.method() == spec.BasicCancel(consumer_tag="ctag", no_wait=True)
+    finally:
+        raw.close()
+
+
+def test_py_amqp_deletes_a_queue_its_channel_consumes(broker: BrokerThread) -> None:
+    conn = py_amqp.Connection(host=f"{broker.host}:{broker.port}", connect_timeout=5)
+    conn.connect()
+    try:
+        ch = conn.channel()
+        ch.queue_declare("pyamqp_consumed")
+        ch.basic_publish(py_amqp.Message(b"m"), routing_key="pyamqp_consumed")
+        cancelled: list[str] = []
+        ch.basic_consume("pyamqp_consumed", callback=lambda msg: None, on_cancel=cancelled.append)
+        assert ch.queue_delete("pyamqp_consumed") == 0  # the message went to the consumer
+        conn.drain_events(timeout=5)
+        assert len(cancelled) == 1
+        ch.queue_declare("pyamqp_after")  # the channel still works
+    finally:
+        conn.close()

@@ -1368,9 +1368,12 @@ class Broker:
                     ReplyCode.PRECONDITION_FAILED, f"queue '{qname}' in vhost '{vh.name}' not empty"
                 )
             count = q.queue.ready_count
-            self._delete_queue(vh, q, now_ms)
+        # delete-ok goes before the basic.cancel of the queue's consumers, this channel's
+        # included (RabbitMQ's order; py-amqp fails a delete whose reply comes after a cancel)
         if not m.no_wait:
             self._reply(s, spec.QueueDeleteOk(message_count=count))
+        if q is not None:
+            self._delete_queue(vh, q, now_ms)
 
     def _delete_queue(self, vh: VHost, q: QueueEntity, now_ms: int) -> None:
         """Remove a queue: cancel its consumers (notifying them), drop its bindings."""

@@ -69,3 +69,21 @@ def test_passive_declare_of_the_default_exchange_is_access_refused(kit: Kit) -> 
     ch = kit.channel(ch[0], 2)
     got = kit.call(ch, spec.ExchangeDeclare(exchange="amq.direct", passive=True))
     assert methods(got) == [spec.ExchangeDeclareOk()]
+
+
+# ---------------------------------------------------------------- delete of a consumed queue
+def test_delete_ok_goes_before_the_cancel_of_the_same_channels_consumer(kit: Kit) -> None:
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.consume(ch, "q", tag="c1")
+    other = kit.open()
+    kit.consume(other, "q", tag="c2")
+    got = methods(kit.call(ch, spec.QueueDelete(queue="q")))
+    assert got[0] == spec.QueueDeleteOk(message_count=0)
+    assert sorted(m.consumer_tag for m in got[1:]) == ["c1", "c2"]
+    assert all(isinstance(m, spec.BasicCancel) for m in got[1:])
+    # no-wait: only the cancel
+    kit.declare(ch, "q")
+    kit.consume(ch, "q", tag="c3")
+    got = methods(kit.call(ch, spec.QueueDelete(queue="q", no_wait=True)))
+    assert got == [spec.BasicCancel(consumer_tag="c3", no_wait=True)]
