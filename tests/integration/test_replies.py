@@ -181,3 +181,51 @@ def test_py_amqp_deletes_a_queue_its_channel_consumes(broker: BrokerThread) -> N
         ch.queue_declare("pyamqp_after")  # the channel still works
     finally:
         conn.close()
+
+
+# ---------------------------------------------------------------- 2.5-2.7 expiry timing
+def test_ttl_zero_message_is_gone_by_its_confirm(broker: BrokerThread) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("ttl0")
+        zero = pika.BasicProperties(expiration="0")
+        for _ in range(20):
+            ch.basic_publish("", "ttl0", b"m", properties=zero)  # returns on the confirm
+            assert ch.queue_declare("ttl0", passive=True).method.message_count == 0
+            ch.basic_publish("", "ttl0", b"m", properties=zero)
+            assert ch.basic_get("ttl0", auto_ack=True) == (None, None, None)
+
+
+def test_get_ok_count_leaves_out_an_expired_message_behind_it(broker: BrokerThread) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("getcount")
+        ch.basic_publish("", "getcount", b"a")
+        ch.basic_publish("", "getcount", b"b", properties=pika.BasicProperties(expiration="0"))
+        method, _, body = ch.basic_get("getcount", auto_ack=True)
+        assert body == b"a"
+        assert method.message_count == 0
+
+
+def test_priority_queue_expires_only_at_its_head(broker: BrokerThread) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("prio_dlq")
+        args = {
+            "x-max-priority": 2,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "prio_dlq",
+        }
+        ch.queue_declare("prio_ttl", arguments=args)
+        ch.basic_publish("", "prio_ttl", b"a", properties=pika.BasicProperties(priority=2))
+        ch.basic_publish("", "prio_ttl", b"b", properties=pika.BasicProperties(expiration="1"))
+        conn.sleep(0.1)  # `b` is well past its 1 ms TTL, but not the head
+        assert ch.queue_declare("prio_ttl", passive=True).method.message_count == 2
+        assert ch.queue_declare("prio_dlq", passive=True).method.message_count == 0
+        method, _, body = ch.basic_get("prio_ttl", auto_ack=True)
+        assert (body, method.message_count) == (b"a", 0)  # `b` expired once exposed
+        _, _, dead = ch.basic_get("prio_dlq", auto_ack=True)
+        assert dead == b"b"

@@ -8,6 +8,7 @@ scheduled messages, TTL, dead-lettering and the delivery limit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,15 +252,23 @@ class ModelQueue:
         for item in due:
             self.scheduled.remove(item)
             self._admit(item, now, head=True)
-        for level in sorted({i.level for i in self.ready}):
-            while True:
-                head = next((i for i in self.ready if i.level == level), None)
-                if head is None or head.expires is None or now <= head.expires:
-                    break
-                self.ready.remove(head)
-                self._forget(head)
-                self.expired += 1
-                self._die(head, "expired")
+        self._expire_head(lambda expires: now > expires)
+
+    def drop_expired(self, now: int) -> None:
+        """RabbitMQ's drop_expired_msgs: expiry reached (`now >= expires`), at the head only."""
+        self._expire_head(lambda expires: now >= expires)
+
+    def _expire_head(self, expired: Callable[[int], bool]) -> None:
+        # Only the head of the whole queue (the next delivery) expires, never behind it.
+        while self.ready:
+            top = max(i.level for i in self.ready)
+            head = next(i for i in self.ready if i.level == top)
+            if head.expires is None or not expired(head.expires):
+                break
+            self.ready.remove(head)
+            self._forget(head)
+            self.expired += 1
+            self._die(head, "expired")
 
     def resize(self, max_count: int | None) -> None:
         self.cfg.max_count = max_count

@@ -130,6 +130,12 @@ class QueueMachine(RuleBasedStateMachine):
         self.model.tick(self.now)
 
     @rule()
+    def drop_expired(self) -> None:
+        """What the broker runs after a dispatch and after a basic.get."""
+        self.real.drop_expired(self.now)
+        self.model.drop_expired(self.now)
+
+    @rule()
     def purge(self) -> None:
         assert self.real.purge() == self.model.purge()
 

@@ -2114,6 +2114,8 @@ class Broker:
         q = self._get_queue(s, qname)
         q.last_used_ms = now_ms
         d = q.queue.fetch(now_ms, ack_required=not m.no_ack)
+        # RabbitMQ drops the expired heads the fetch exposed before it counts what is left
+        q.queue.drop_expired(now_ms)
         self._mark(q)
         if d is None:
             q.get_empty += 1
@@ -2330,6 +2332,9 @@ class Broker:
                     self._dispatch_browse(q, now_ms)
                 else:
                     self._dispatch(q, now_ms)
+            # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
+            # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
+            q.queue.drop_expired(now_ms)
             if st.dead_letter_exchange is not None:  # the engine dead-letters only with a DLX
                 self._drain_dead_letters(q, now_ms)
             if self._blocked_by and id(q) in self._blocked_by:

@@ -70,7 +70,7 @@ Public API (used by the broker layer)
 * `fetch(now_ms, ack_required=True) -> Delivery | None`
 * `ack(seqs)`, `requeue(seqs, now_ms, *, count_failure=True)`, `reject(seqs, now_ms)`,
   `purge() -> int`
-* `tick(now_ms)`, `next_deadline_ms() -> int | None`
+* `tick(now_ms)`, `next_deadline_ms() -> int | None`, `drop_expired(now_ms) -> int`
 * `drain_dead_letters() -> list[DeadLetter]`
 * `update_settings(settings, now_ms)`
 * `browse(after, now_ms) -> Delivery | None`, `browse_many(after, limit, now_ms)`,
@@ -1678,7 +1678,12 @@ class Queue:
 
     def tick(self, now_ms: int) -> None:
         """Release due scheduled messages (at most `SCHEDULED_RELEASE_BATCH`) to the head and
-        expire messages at the head of each lane (RabbitMQ expires only at the head)."""
+        expire the messages at the head of the queue whose time has passed.
+
+        Only the head of the whole queue expires (the next delivery: with priorities, the head
+        of the highest non-empty level), as in RabbitMQ: a message behind it keeps its place,
+        and counts toward limits, until it is the head, even past its expiry time.
+        """
         sched = self._scheduled
         released = 0
         while sched and released < SCHEDULED_RELEASE_BATCH:
@@ -1692,26 +1697,45 @@ class Queue:
             self._release(e, now_ms)
             released += 1
         if not self._plain:
-            self._expire_heads(now_ms)
+            self._expire_heads(now_ms, now_ms)
 
-    def _expire_heads(self, now_ms: int) -> None:
-        c = self.counters
-        for lane in self._lanes:
-            while True:
-                e = lane.peek()
-                if e is None and self._spilled:
-                    self._refill_batch()
-                    e = lane.peek()
-                if e is None or e.expires_at is None or now_ms <= e.expires_at:
-                    break
-                lane.pop()
-                if e.paged:
-                    c.paged -= 1
-                    c.paged_bytes -= e.size
-                else:
-                    c.ready -= 1
-                    c.ready_bytes -= e.size
-                self._expire(e, now_ms)
+    def drop_expired(self, now_ms: int) -> int:
+        """Expire the messages at the head whose expiry time has been reached by `now_ms`.
+
+        RabbitMQ's `drop_expired_msgs`, which its queue runs after an enqueue and after a
+        fetch (`Now >= Expiry`): the broker calls it once the dispatch that follows a publish
+        is done, and after a basic.get before it counts the messages left. So a message whose
+        TTL is 0 reaches only a consumer ready to take it at once, and the count a get reports
+        leaves out the expired messages its fetch exposed. Only the head of the whole queue is
+        examined (see `tick`). Returns how many expired; dead letters are queued as usual.
+        """
+        if not self._saw_expiry:
+            return 0
+        return self._expire_heads(now_ms + 1, now_ms)
+
+    def _peek_head(self) -> _Entry | None:
+        # The next delivery, left in place: the head of the highest non-empty level, paging
+        # the spill in when the (single) lane ran dry.
+        for lane in reversed(self._lanes):
+            e = lane.peek()
+            if e is not None:
+                return e
+        if self._spilled:
+            self._refill_batch()
+            return self._lane.peek()
+        return None
+
+    def _expire_heads(self, before: int, now_ms: int) -> int:
+        # Expire head entries whose expiry time is below `before` (`tick` passes `now_ms`: the
+        # strict "after its time" of `fetch`; `drop_expired` passes `now_ms + 1`).
+        n = 0
+        while True:
+            e = self._peek_head()
+            if e is None or e.expires_at is None or e.expires_at >= before:
+                return n
+            self._pop_ready()  # the same entry: moves the ready (or paged) counters
+            self._expire(e, now_ms)
+            n += 1
 
     def _release(self, e: _Entry, now_ms: int) -> PublishOutcome:
         c = self.counters
@@ -1733,15 +1757,11 @@ class Queue:
             best = sched[0][0]
         if self._plain:
             return best
-        for lane in self._lanes:
-            e = lane.peek()
-            if e is None and self._spilled:
-                self._refill_batch()
-                e = lane.peek()
-            if e is not None and e.expires_at is not None:
-                t = e.expires_at + 1
-                if best is None or t < best:
-                    best = t
+        e = self._peek_head()  # only the head of the whole queue expires (see `tick`)
+        if e is not None and e.expires_at is not None:
+            t = e.expires_at + 1
+            if best is None or t < best:
+                best = t
         return best
 
     # --- dead letters ----------------------------------------------------------------------

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ringmq.amqp import spec
+from ringmq.amqp.properties import BasicProperties, decode_properties
 from ringmq.amqp.reply_codes import ReplyCode
-from tests.unit.core.test_broker_kit import Kit, methods
+from tests.unit.core.test_broker_kit import Kit, bodies, delivered, methods, of_type
 
 
 @pytest.fixture
@@ -87,3 +88,78 @@ def test_delete_ok_goes_before_the_cancel_of_the_same_channels_consumer(kit: Kit
     kit.consume(ch, "q", tag="c3")
     got = methods(kit.call(ch, spec.QueueDelete(queue="q", no_wait=True)))
     assert got == [spec.BasicCancel(consumer_tag="c3", no_wait=True)]
+
+
+# ---------------------------------------------------------------- expiry as RabbitMQ times it
+def _expiring(ttl: str) -> BasicProperties:
+    return BasicProperties(expiration=ttl)
+
+
+def test_ttl_zero_message_on_an_idle_queue_is_gone_at_once(kit: Kit) -> None:
+    ch = kit.open()
+    kit.call(ch, spec.ConfirmSelect())
+    kit.declare(ch, "idle")
+    got = kit.publish(ch, "idle", b"m", props=_expiring("0"))
+    assert of_type(got, spec.BasicAck)  # confirmed, and already expired: no timer needed
+    [ok] = methods(kit.call(ch, spec.QueueDeclare(queue="idle", passive=True)))
+    assert ok.message_count == 0
+    kit.publish(ch, "idle", b"m", props=_expiring("0"))
+    assert methods(kit.call(ch, spec.BasicGet(queue="idle"))) == [spec.BasicGetEmpty()]
+    # the queue's own x-message-ttl = 0 (the inline publish path) behaves the same
+    kit.declare(ch, "qttl0", arguments={"x-message-ttl": 0})
+    kit.publish(ch, "qttl0", b"m")
+    assert methods(kit.call(ch, spec.BasicGet(queue="qttl0"))) == [spec.BasicGetEmpty()]
+
+
+def test_ttl_zero_message_reaches_a_consumer_ready_at_once(kit: Kit) -> None:
+    ch = kit.open()
+    kit.declare(ch, "live")
+    kit.consume(ch, "live", tag="c")
+    got = kit.publish(ch, "live", b"m", props=_expiring("0"))
+    assert bodies(got) == [b"m"]
+
+
+def test_get_ok_message_count_leaves_out_the_expired_heads_the_get_exposed(kit: Kit) -> None:
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.publish(ch, "q", b"a")
+    kit.publish(ch, "q", b"b", props=_expiring("0"))
+    [ok] = of_type(kit.call(ch, spec.BasicGet(queue="q", no_ack=True)), spec.BasicGetOk)
+    assert ok.message_count == 0
+    [decl] = methods(kit.call(ch, spec.QueueDeclare(queue="q", passive=True)))
+    assert decl.message_count == 0
+
+
+def test_priority_queue_keeps_a_lower_expired_message_until_the_head_leaves(kit: Kit) -> None:
+    ch = kit.open()
+    kit.declare(ch, "dlq")
+    args = {"x-max-priority": 2, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+    kit.declare(ch, "prio", arguments=args)
+    kit.publish(ch, "prio", b"a", props=BasicProperties(priority=2))
+    kit.publish(ch, "prio", b"b", props=_expiring("200"))
+    kit.tick(1_000)
+    [decl] = methods(kit.call(ch, spec.QueueDeclare(queue="prio", passive=True)))
+    assert decl.message_count == 2  # RabbitMQ keeps both until `a` is fetched
+    [ok] = of_type(kit.call(ch, spec.BasicGet(queue="prio", no_ack=True)), spec.BasicGetOk)
+    assert ok.message_count == 0
+    got = kit.call(ch, spec.BasicGet(queue="dlq", no_ack=True))
+    assert [d.body for d in delivered(got)] == [b"b"]
+
+
+def test_dead_letters_carry_the_last_death_headers(kit: Kit) -> None:
+    # deliberate (docs/semantics.md §13): newer RabbitMQ sets them, 3.10 does not
+    ch = kit.open()
+    kit.declare(ch, "dlq")
+    kit.declare(
+        ch, "work", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+    )
+    kit.publish(ch, "work", b"m")
+    [got] = delivered(kit.call(ch, spec.BasicGet(queue="work")))
+    kit.call(ch, spec.BasicReject(delivery_tag=got.method.delivery_tag, requeue=False))
+    [dead] = delivered(kit.call(ch, spec.BasicGet(queue="dlq", no_ack=True)))
+    headers = decode_properties(dead.properties_bin).headers or {}
+    assert {k: v for k, v in headers.items() if k.startswith("x-last-death")} == {
+        "x-last-death-reason": "rejected",
+        "x-last-death-queue": "work",
+        "x-last-death-exchange": "",
+    }
