@@ -229,3 +229,39 @@ def test_priority_queue_expires_only_at_its_head(broker: BrokerThread) -> None:
         assert (body, method.message_count) == (b"a", 0)  # `b` expired once exposed
         _, _, dead = ch.basic_get("prio_dlq", auto_ack=True)
         assert dead == b"b"
+
+
+# ---------------------------------------------------------------- 2.9 headers RabbitMQ refuses
+def test_continuation_flag_in_a_content_header_closes_the_connection(broker: BrokerThread) -> None:
+    raw = Raw(broker)
+    try:
+        raw.send(1, spec.ChannelOpen())
+        raw.expect(spec.ChannelOpenOk)
+        raw.send(1, spec.QueueDeclare(queue="contflag"))
+        raw.expect(spec.QueueDeclareOk)
+        raw.publish(1, spec.BasicPublish(routing_key="contflag"), b"\x00\x01", b"body")
+        close = raw.expect(spec.ConnectionClose)
+        assert close.reply_code == 501
+        assert "continuation" in close.reply_text
+    finally:
+        raw.close()
+    with connect(broker) as conn:  # nothing was stored that a peek could not decode
+        assert conn.channel().queue_declare("contflag", passive=True).method.message_count == 0
+
+
+def test_expiration_with_non_ascii_digits_is_406(broker: BrokerThread) -> None:
+    with connect(broker) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("exp_digits")
+        five = "\u0665"  # ARABIC-INDIC DIGIT FIVE
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as exc:
+            ch.basic_publish(
+                "", "exp_digits", b"m", properties=pika.BasicProperties(expiration=five)
+            )
+        assert exc.value.reply_code == 406
+        assert (
+            exc.value.reply_text == f"PRECONDITION_FAILED - invalid expiration '{five}': no_integer"
+        )
+        ch = conn.channel()
+        assert ch.queue_declare("exp_digits", passive=True).method.message_count == 0

@@ -35,8 +35,10 @@ FLAG_TYPE: Final = 0x0020
 FLAG_USER_ID: Final = 0x0010
 FLAG_APP_ID: Final = 0x0008
 FLAG_CLUSTER_ID: Final = 0x0004
-_FLAG_CONTINUATION: Final = 0x0001
-_FLAG_UNKNOWN: Final = 0x0002
+FLAGS_INVALID: Final = 0x0003
+"""The two low flag bits, never valid for the basic class: bit 1 names no property, and bit 0
+(continuation: another flags word follows) is refused because the class's 14 properties fit in
+one word (RabbitMQ's decoder reads no continuation word either, so such a header fails there)."""
 
 _U16: Final = struct.Struct(">H")
 _U64: Final = struct.Struct(">Q")
@@ -119,7 +121,7 @@ def decode_properties(data: Buffer) -> BasicProperties:
     """Decode flags + property list.
 
     Raises:
-        AMQPError: FRAME_ERROR when truncated, over-long or flagging unknown properties;
+        AMQPError: FRAME_ERROR when truncated, over-long or setting a bit of `FLAGS_INVALID`;
             SYNTAX_ERROR for invalid UTF-8 or bad header field types. Nothing else.
     """
     try:
@@ -133,17 +135,9 @@ def decode_properties(data: Buffer) -> BasicProperties:
 def _decode(data: Buffer) -> BasicProperties:
     (flags,) = _U16.unpack_from(data, 0)
     off = 2
-    if flags & _FLAG_UNKNOWN:
-        raise AMQPError(ReplyCode.FRAME_ERROR, "content header flags an unknown property")
-    if flags & _FLAG_CONTINUATION:
-        # More flag words follow; the basic class defines no property in them.
-        while True:
-            (more,) = _U16.unpack_from(data, off)
-            off += 2
-            if more & ~_FLAG_CONTINUATION:
-                raise AMQPError(ReplyCode.FRAME_ERROR, "content header flags an unknown property")
-            if not more & _FLAG_CONTINUATION:
-                break
+    if flags & FLAGS_INVALID:
+        bits = "continuation" if flags & 0x0001 else "unknown property"
+        raise AMQPError(ReplyCode.FRAME_ERROR, f"content header sets the {bits} flag bit")
     props = BasicProperties()
     if flags & 0xFFFC:
         n = len(data)
@@ -175,6 +169,7 @@ def _decode(data: Buffer) -> BasicProperties:
 
 __all__ = [
     "EMPTY_PROPERTIES",
+    "FLAGS_INVALID",
     "FLAG_APP_ID",
     "FLAG_CLUSTER_ID",
     "FLAG_CONTENT_ENCODING",

@@ -88,6 +88,7 @@ from ringmq.amqp.properties import (
     FLAG_MESSAGE_ID,
     FLAG_PRIORITY,
     FLAG_REPLY_TO,
+    FLAGS_INVALID,
     BasicProperties,
     decode_properties,
     encode_properties,
@@ -147,7 +148,9 @@ _REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
 _NEEDS_DECODE: Final = (
     FLAG_HEADERS | FLAG_DELIVERY_MODE | FLAG_PRIORITY | FLAG_EXPIRATION | FLAG_MESSAGE_ID
 )
-_DECODE_ANY: Final = _NEEDS_DECODE | FLAG_REPLY_TO
+_DECODE_ANY: Final = _NEEDS_DECODE | FLAG_REPLY_TO | FLAGS_INVALID
+"""Flags that send a publish's property list to the full decode. The invalid bits are there so
+that every publish path refuses such a header as the decode does (never stored, then unread)."""
 _FLAGS_CT_DM: Final = FLAG_CONTENT_TYPE | FLAG_DELIVERY_MODE
 _REJECTED: Final = PublishOutcome.REJECTED
 _TX: Final = ChannelMode.TX
@@ -180,6 +183,38 @@ def _only_delivery_mode(pb: bytes) -> int | None:
             return None
         return pb[-1]
     return None
+
+
+EXPIRATION_MAX_MS: Final = 4_294_967_295
+"""The largest per-message TTL RabbitMQ accepts (its MAX_EXPIRY_TIMER, 2^32 - 1 ms)."""
+
+
+def parse_expiration(text: str) -> int:
+    """The TTL in ms an `expiration` property sets, read as RabbitMQ reads it.
+
+    RabbitMQ's rabbit_basic:parse_expiration: an optional sign and ASCII digits with nothing
+    after (Erlang's string:to_integer, so no other Unicode digit, space or `_` that Python's
+    `int` would take), then 0 to `EXPIRATION_MAX_MS`. Anything else is 406 PRECONDITION_FAILED
+    with RabbitMQ's text: "invalid expiration '<text>': <reason>".
+    """
+    if text.isascii() and text.isdigit():  # the common case
+        n = int(text)
+        if n <= EXPIRATION_MAX_MS:
+            return n
+    start = 1 if text[:1] in ("+", "-") else 0
+    end = start
+    while end < len(text) and "0" <= text[end] <= "9":
+        end += 1
+    if end == start:
+        reason = "no_integer"
+    elif end < len(text):
+        reason = f'{{leftover_string,"{text[end:]}"}}'
+    else:
+        n = int(text)
+        if 0 <= n <= EXPIRATION_MAX_MS:
+            return n
+        reason = f"{{value_negative,{n}}}" if n < 0 else f"{{value_too_big,{n}}}"
+    raise AMQPError(ReplyCode.PRECONDITION_FAILED, f"invalid expiration '{text}': {reason}")
 
 
 _EXCLUSIVE_LOCKED: Final = (
@@ -1511,16 +1546,7 @@ class Broker:
         msg.persistent = props.delivery_mode == 2
         msg.message_id = props.message_id
         if props.expiration is not None:
-            try:
-                ttl = int(props.expiration)
-            except ValueError:
-                ttl = -1
-            if ttl < 0:
-                raise AMQPError(
-                    ReplyCode.PRECONDITION_FAILED,
-                    f"invalid expiration '{props.expiration}': no_integer",
-                )
-            msg.expiration_ms = ttl
+            msg.expiration_ms = parse_expiration(props.expiration)
         return msg, props
 
     def _publish_exchange(self, s: Session, name: str) -> tuple[VHost, Exchange]:

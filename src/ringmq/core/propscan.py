@@ -37,9 +37,10 @@ from ringmq.amqp.properties import (
     FLAG_TIMESTAMP,
     FLAG_TYPE,
     FLAG_USER_ID,
+    FLAGS_INVALID,
 )
 
-_NOT_SIMPLE: Final = FLAG_HEADERS | FLAG_PRIORITY | FLAG_EXPIRATION | FLAG_REPLY_TO | 0x0003
+_NOT_SIMPLE: Final = FLAG_HEADERS | FLAG_PRIORITY | FLAG_EXPIRATION | FLAG_REPLY_TO | FLAGS_INVALID
 """Flags that need the full decode (plus the continuation and unknown bits)."""
 
 # The simple fields in wire order: (flag, width) with width 0 = shortstr, else a fixed width.

@@ -119,8 +119,12 @@ def test_bad_input() -> None:
     with pytest.raises(AMQPError) as err:
         pr.decode_properties(b"\x00\x00\x00")  # trailing byte
     assert err.value.code is ReplyCode.FRAME_ERROR
-    # a continuation word with no further flags is accepted
-    assert pr.decode_properties(b"\x00\x01\x00\x00") == pr.BasicProperties()
+    # the continuation bit: the basic class has no second flags word (with one or without)
+    for raw in (b"\x00\x01", b"\x00\x01\x00\x00", b"\x80\x01\x01a"):
+        with pytest.raises(AMQPError) as err:
+            pr.decode_properties(raw)
+        assert err.value.code is ReplyCode.FRAME_ERROR
+        assert "continuation" in err.value.explanation
     with pytest.raises(ValueError, match="255"):
         pr.encode_properties(pr.BasicProperties(message_id="m" * 256))
     with pytest.raises(ValueError, match="octet"):

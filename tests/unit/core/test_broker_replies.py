@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties, decode_properties
+from ringmq.amqp.frames import RawContent
+from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.amqp.reply_codes import ReplyCode
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, methods, of_type
 
@@ -163,3 +164,58 @@ def test_dead_letters_carry_the_last_death_headers(kit: Kit) -> None:
         "x-last-death-queue": "work",
         "x-last-death-exchange": "",
     }
+
+
+# ---------------------------------------------------------------- headers RabbitMQ refuses
+@pytest.mark.parametrize(
+    "pb",
+    [b"\x00\x01", b"\x00\x01\x00\x00", b"\x80\x01\x0atext/plain", b"\x10\x01\x02", b"\x00\x02"],
+)
+def test_a_content_header_with_the_low_flag_bits_is_refused_on_every_path(
+    kit: Kit, pb: bytes
+) -> None:
+    ch = kit.open()
+    kit.declare(ch, "q")
+    err = kit.error(ch, spec.BasicPublish(routing_key="q"), RawContent(60, 1, pb, b"x"))
+    assert err.code is ReplyCode.FRAME_ERROR
+    ch = kit.open()  # the batch path (the protocol layer's publish batches)
+    done = kit.broker.publish_batch(ch[0], ch[1], "", [("q", pb, b"x")], 0, 1, kit.now)
+    assert done.published == 0
+    assert done.error is not None
+    assert done.error.code is ReplyCode.FRAME_ERROR
+    [decl] = methods(kit.call(ch, spec.QueueDeclare(queue="q", passive=True)))
+    assert decl.message_count == 0  # nothing stored that a later read could not decode
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("\u0665", "no_integer"),  # ARABIC-INDIC DIGIT FIVE: str.isdigit and int() take it
+        ("\uff15", "no_integer"),  # FULLWIDTH DIGIT FIVE
+        (" 5", "no_integer"),
+        ("", "no_integer"),
+        ("1_000", '{leftover_string,"_000"}'),
+        ("5 ", '{leftover_string," "}'),
+        ("-5", "{value_negative,-5}"),
+        ("4294967296", "{value_too_big,4294967296}"),
+    ],
+)
+def test_expiration_is_read_as_rabbitmq_reads_it(kit: Kit, text: str, reason: str) -> None:
+    ch = kit.open()
+    kit.declare(ch, "q")
+    err = kit.error(ch, spec.BasicPublish(routing_key="q"), _content(_expiring(text)))
+    assert err.code is ReplyCode.PRECONDITION_FAILED
+    assert err.reply_text == f"PRECONDITION_FAILED - invalid expiration '{text}': {reason}"
+
+
+def test_expiration_accepts_a_sign_and_the_largest_timer(kit: Kit) -> None:
+    ch = kit.open()
+    kit.declare(ch, "q")
+    for text in ("-0", "+5", "4294967295", "007"):
+        kit.call(ch, spec.BasicPublish(routing_key="q"), _content(_expiring(text)))
+    [decl] = methods(kit.call(ch, spec.QueueDeclare(queue="q", passive=True)))
+    assert decl.message_count == 3  # "-0" is a TTL of 0 on an idle queue: gone at once
+
+
+def _content(props: BasicProperties) -> RawContent:
+    return RawContent(60, 1, encode_properties(props), b"x")
