@@ -2139,6 +2139,11 @@ class Broker:
         self._check(s, Access.READ, "queue", qname)
         q = self._get_queue(s, qname)
         q.last_used_ms = now_ms
+        if id(q) in self._dirty:
+            # Publishes earlier in this read batch wait for `dispatch_pending`; RabbitMQ's queue
+            # handles them before this get: their consumers are served and, what nobody took,
+            # expired (a TTL 0 message) first.
+            self._flush(now_ms)
         d = q.queue.fetch(now_ms, ack_required=not m.no_ack)
         # RabbitMQ drops the expired heads the fetch exposed before it counts what is left
         q.queue.drop_expired(now_ms)

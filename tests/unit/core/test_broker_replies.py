@@ -219,3 +219,18 @@ def test_expiration_accepts_a_sign_and_the_largest_timer(kit: Kit) -> None:
 
 def _content(props: BasicProperties) -> RawContent:
     return RawContent(60, 1, encode_properties(props), b"x")
+
+
+def test_a_get_pipelined_after_a_ttl_zero_publish_finds_nothing(kit: Kit) -> None:
+    # the server defers dispatch to the end of a read batch: the get runs before that flush
+    kit.broker.defer_dispatch = True
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.publish(ch, "q", b"m", props=_expiring("0"))
+    assert methods(kit.call(ch, spec.BasicGet(queue="q"))) == [spec.BasicGetEmpty()]
+    # and a consumer ready at once is served before the pipelined get, as RabbitMQ's queue is
+    kit.consume(ch, "q", tag="c")
+    kit.publish(ch, "q", b"n", props=_expiring("0"))
+    got = kit.call(ch, spec.BasicGet(queue="q"))
+    assert [type(m) for m in methods(got)] == [spec.BasicDeliver, spec.BasicGetEmpty]
+    assert bodies(got) == [b"n"]
