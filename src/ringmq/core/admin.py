@@ -33,7 +33,7 @@ from ringmq.core.auth import verify_password
 from ringmq.core.effects import CloseConnection, Effect
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import SeqId
-from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
+from ringmq.core.routing import EXCHANGE, QUEUE, parse_exchange_type
 from ringmq.core.session import ChannelMode
 from ringmq.core.settings import SettingsError
 from ringmq.core.vhost import QueueEntity, VHost
@@ -500,18 +500,8 @@ class Admin:
             raise AMQPError(
                 ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange"
             )
-        try:
-            kind = ExchangeType(type)
-        except ValueError:
-            raise ValueError(f"unknown exchange type '{type}'") from None
+        kind, routing_type = parse_exchange_type(type, arguments)  # ValueErrors: 400
         args = dict(arguments or {})
-        routing_type = None
-        if kind is ExchangeType.DELAYED:
-            raw = args.get("x-delayed-type")
-            try:
-                routing_type = ExchangeType(raw if isinstance(raw, str) else "")
-            except ValueError:
-                raise ValueError("'x-delayed-type' must be an existing exchange type") from None
         x = vh.exchanges.get(name)
         if x is not None:
             diff = x.equivalent(kind, durable, auto_delete, internal, args)

@@ -115,7 +115,14 @@ from ringmq.core.queue import (
     SpillStore,
 )
 from ringmq.core.reservations import PublishDedup
-from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
+from ringmq.core.routing import (
+    EXCHANGE,
+    QUEUE,
+    DelayedTypeError,
+    ExchangeType,
+    ExchangeTypeError,
+    parse_exchange_type,
+)
 from ringmq.core.session import (
     ChannelMode,
     Conn,
@@ -985,26 +992,15 @@ class Broker:
             return
         self._not_default(name)
         try:
-            kind = ExchangeType(m.type)
-        except ValueError:
-            raise AMQPError(
-                ReplyCode.COMMAND_INVALID, f"unknown exchange type '{m.type}'"
-            ) from None
+            kind, routing_type = parse_exchange_type(m.type, m.arguments)
+        except ExchangeTypeError as exc:
+            raise AMQPError(ReplyCode.COMMAND_INVALID, str(exc)) from None
+        except DelayedTypeError as exc:
+            self._check(s, Access.CONFIGURE, "exchange", name)
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
         self._check(s, Access.CONFIGURE, "exchange", name)
         args = dict(m.arguments or {})
         self._check_arg_exchange(s, args, "alternate-exchange", "exchange", name)
-        routing_type: ExchangeType | None = None
-        if kind is ExchangeType.DELAYED:
-            raw = _as_str(args.get("x-delayed-type"))
-            try:
-                routing_type = ExchangeType(raw or "")
-            except ValueError:
-                routing_type = None
-            if routing_type is None or routing_type is ExchangeType.DELAYED:
-                raise AMQPError(
-                    ReplyCode.PRECONDITION_FAILED,
-                    "Invalid argument, 'x-delayed-type' must be an existing exchange type",
-                )
         x = vh.exchanges.get(name)
         if x is None:
             if name.startswith("amq."):

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ringmq import __version__
+from ringmq.core.routing import EXCHANGE_TYPE_NAMES, parse_exchange_type
 from ringmq.management import definitions, paging, shapes
 from ringmq.management.errors import (
     BadRequestError,
@@ -54,7 +55,7 @@ from ringmq.management.rates import RateSampler
 log = logging.getLogger(__name__)
 
 MANAGEMENT_TAGS: Final = frozenset({"administrator", "management", "policymaker", "monitoring"})
-EXCHANGE_TYPES: Final = ("direct", "fanout", "topic", "headers")
+EXCHANGE_TYPES: Final = EXCHANGE_TYPE_NAMES  # the broker's own list (core.routing)
 ACK_MODES: Final = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
 _AUTH_CACHE_MS: Final = 5_000
 OVERVIEW_KEY: Final = "overview"
@@ -543,8 +544,10 @@ class Api:
             # AMQP's rule (403 ACCESS_REFUSED on exchange.declare), as a bad request here.
             raise BadRequestError(f"ACCESS_REFUSED - exchange name {name!r} uses reserved 'amq.'")
         xtype = _str(body.get("type"), "type")
-        if xtype not in EXCHANGE_TYPES:
-            raise BadRequestError(f"unknown exchange type {xtype!r}")
+        try:
+            parse_exchange_type(xtype, _dict(body.get("arguments"), "arguments"))
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from None
         created = self.admin.declare_exchange(
             vhost,
             name,
