@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ringmq import __version__
-from ringmq.management import metrics, streams
+from ringmq.management import health, metrics, nodes, streams
 from ringmq.management.api import Api, wall_ms
 from ringmq.management.port import BrokerAdmin, Runtime
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
@@ -134,8 +134,11 @@ def create_app(
         )
         return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
 
+    probe = nodes.NodeProbe(broker, runtime)
     routes: list[Route | Mount] = [
         *api.routes(),
+        *nodes.routes(api, probe),  # /api/nodes (monitoring)
+        *health.routes(api, probe),  # /api/health/checks/*, /api/aliveness-test (any user)
         *streams.mount(broker, runtime),  # /api/streams: reservations for offset readers
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Mount("/", StaticFiles(directory=CONSOLE_DIR, html=True), name="console"),
