@@ -565,6 +565,7 @@ class Admin:
             exchange, routing_key, RawContent(60, len(body), pb, body), now_ms
         )
         before = b.stats["unroutable"]
+        b.stats["published"] += 1  # received, as a client's basic.publish counts
         b._route_publish(vh, x, msg, False, None, now_ms)
         routed = b.stats["unroutable"] == before
         self._end(now_ms)

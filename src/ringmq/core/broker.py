@@ -342,6 +342,14 @@ class Broker:
             "confirmed": 0,
             "nacked": 0,
             "dead_lettered": 0,
+            # churn, as rabbitmq_prometheus counts it (*_opened_total, queues_declared_total...)
+            "connections_opened": 0,
+            "connections_closed": 0,
+            "channels_opened": 0,
+            "channels_closed": 0,
+            "queues_declared": 0,
+            "queues_created": 0,
+            "queues_deleted": 0,
         }
         users = list(config.users)
         if not users:
@@ -609,12 +617,14 @@ class Broker:
         self.conns[conn_id] = Conn(
             conn_id, user, vhost, peer, dict(client_properties or {}), now_ms
         )
+        self.stats["connections_opened"] += 1
 
     def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
         """Create the core state of a newly opened channel (the server sends OpenOk)."""
         conn = self.conns[conn_id]
         session = Session(conn, channel, self.vhosts[conn.vhost])
         conn.sessions[channel] = session
+        self.stats["channels_opened"] += 1
         return []
 
     def channel_closed(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
@@ -627,6 +637,7 @@ class Broker:
             return out
         session = conn.sessions.pop(channel, None)
         if session is not None:
+            self.stats["channels_closed"] += 1
             self._close_session(session, now_ms)
         self._flush(now_ms)
         if self._defs_dirty:
@@ -641,6 +652,8 @@ class Broker:
         conn = self.conns.pop(conn_id, None)
         if conn is None:
             return out
+        self.stats["connections_closed"] += 1
+        self.stats["channels_closed"] += len(conn.sessions)
         for qid in self._blocking.pop(conn_id, ()):
             entry = self._blocked_by.get(qid)
             if entry is not None:
@@ -1181,6 +1194,7 @@ class Broker:
         )
         vh.queues[name] = q
         vh.invalidate()
+        self.stats["queues_created"] += 1
         if durable and self.durability is not None:
             self.durability.attach(q)
             self._touch(QUEUE_DEF, vhost, name)
@@ -1215,6 +1229,7 @@ class Broker:
                     ),
                 )
             return
+        self.stats["queues_declared"] += 1
         generated = name == ""
         if generated:
             name = self._gen_name("amq.gen-")
@@ -1363,6 +1378,7 @@ class Broker:
             return
         del vh.queues[q.name]
         q.deleted = True
+        self.stats["queues_deleted"] += 1
         if q.durable and self.durability is not None:
             self.durability.queue_deleted(q)
             self._touch(QUEUE_DEF, vh.name, q.name)

@@ -170,6 +170,7 @@ class CoreAdmin:
         d["message_bytes_ready"] += d["message_bytes_paged"]
         entity = self.broker.vhosts[d["vhost"]].queues.get(d["name"])
         if entity is not None:
+            d["messages_persistent"] = self._persistent(entity)
             d["effective_settings"] = {
                 **d["effective_settings"],
                 "sources": dict(entity.settings.sources),
@@ -201,6 +202,12 @@ class CoreAdmin:
         self._settings_cache[id(settings)] = (settings, out)
         return out
 
+    def _persistent(self, q: Any) -> int:
+        # the durability layer's set of the queue's journaled (persistent) live messages
+        dur = self.broker.durability
+        persisted = dur.persisted(q) if dur is not None else None
+        return len(persisted) if persisted else 0
+
     def _fast(self, q: Any) -> QueueInfo:
         """A listing record read straight from the engine's O(1) counters.
 
@@ -227,6 +234,7 @@ class CoreAdmin:
             message_bytes_unacknowledged=c.unacked_bytes,
             message_bytes_scheduled=c.scheduled_bytes,
             message_bytes_paged=c.paged_bytes,
+            messages_persistent=self._persistent(q),
             consumers=len(q.consumers),
             ring_size=st.ring_size,
             counters=QueueCounters(
