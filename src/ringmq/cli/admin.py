@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ringmq.cli.formats import format_ms, node_rows
+
 DEFAULT_URL: Final = "http://127.0.0.1:15672"
 DEFAULT_USER: Final = "guest"
 DEFAULT_PASSWORD: Final = "guest"  # noqa: S105 - RabbitMQ's well-known default, loopback only
@@ -144,8 +146,12 @@ def status(
     """Show the broker's overview: node, listeners, object and message totals, rates."""
     with _client(url, user, password) as c:
         o = c.request("GET", "/overview")
+        try:
+            node: dict[str, Any] = c.request("GET", f"/nodes/{_q(o['node'])}")
+        except ApiError:
+            node = {}  # a user without the monitoring tag sees the overview only
     if as_json:
-        _print_json(o)
+        _print_json({**o, "node_status": node} if node else o)
         return
     t, q = o["object_totals"], o["queue_totals"]
     stats = o.get("message_stats", {})
@@ -171,6 +177,8 @@ def status(
         ("deliver rate /s", stats.get("deliver_get_details", {}).get("rate", 0.0)),
     ):
         table.add_row(label, str(value))
+    for label, text in node_rows(node):
+        table.add_row(label, text)
     out.print(table)
 
 
@@ -551,7 +559,8 @@ def scheduled_list(
     if as_json:
         _print_json(rows)
     else:
-        _table("scheduled", [("seq", "seq"), ("due ms", "due_ms"), ("payload", "payload")], rows)
+        shown = [{**r, "due": format_ms(r.get("due_ms"))} for r in rows]
+        _table("scheduled", [("seq", "seq"), ("due", "due"), ("payload", "payload")], shown)
 
 
 @scheduled_app.command(name="purge")
