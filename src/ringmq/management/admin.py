@@ -26,11 +26,11 @@ Everything runs on the broker's loop thread; nothing here blocks or locks.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any, Final
 
-from ringmq.amqp.properties import BasicProperties, encode_properties
-from ringmq.amqp.reply_codes import AMQPError
+from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.effects import Effect
 from ringmq.core.settings import QueueSettings
 from ringmq.management.port import (
@@ -305,6 +305,34 @@ class CoreAdmin:
     ) -> list[FetchedMessage]:
         got = self.core.get_messages(vhost, name, count=count, ackmode=ackmode, now_ms=now_ms)
         return [FetchedMessage(**m) for m in got]
+
+    def browse_messages(
+        self, vhost: str, name: str, *, count: int, now_ms: int
+    ) -> list[FetchedMessage]:
+        """Up to `count` ready messages from the head, left in place: nothing is taken, nothing
+        is marked redelivered, a last-value queue keeps its newest value (the queue's browse,
+        which also leaves a paged tail on disk)."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        entity = self.broker.vhosts.get(vhost)
+        q = entity.queues.get(name) if entity is not None else None
+        if q is None or q.deleted:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
+        engine = q.queue
+        out = []
+        for d in engine.browse_ready(None, count, now_ms):
+            props = decode_properties(d.message.properties_bin)
+            out.append(
+                FetchedMessage(
+                    exchange=d.message.exchange,
+                    routing_key=d.message.routing_key,
+                    body=bytes(d.message.body),
+                    redelivered=d.redelivered,
+                    properties={k: v for k, v in asdict(props).items() if v is not None},
+                    message_count=engine.ready_count,
+                )
+            )
+        return out
 
     def update_queue(
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int

@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ringmq import __version__
-from ringmq.management import health, metrics, nodes, streams
+from ringmq.management import browse, health, metrics, nodes, streams
 from ringmq.management.api import Api, wall_ms
 from ringmq.management.port import BrokerAdmin, Runtime
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
@@ -177,6 +177,7 @@ def create_app(
         *api.routes(),
         *nodes.routes(api, probe),  # /api/nodes (monitoring)
         *health.routes(api, probe),  # /api/health/checks/*, /api/aliveness-test (any user)
+        *browse.routes(api),  # POST /api/queues/{vhost}/{name}/browse: peek in place
         *streams.mount(broker, runtime),  # /api/streams: reservations for offset readers
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/metrics/per-object", metrics_per_object, methods=["GET"]),

@@ -269,6 +269,12 @@ class BrokerAdmin(Protocol):
     def get_messages(
         self, vhost: str, name: str, *, count: int, ackmode: AckMode, now_ms: int
     ) -> list[FetchedMessage]: ...
+    def browse_messages(
+        self, vhost: str, name: str, *, count: int, now_ms: int
+    ) -> list[FetchedMessage]:
+        """Up to `count` ready messages from the head without taking them (the console's peek)."""
+        ...
+
     def update_queue(
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int
     ) -> QueueInfo: ...
