@@ -66,8 +66,18 @@
   $("#logout").addEventListener("click", () => { sessionStorage.removeItem("ringmq.auth"); showLogin(); });
 
   // -- routing -----------------------------------------------------------------------------
-  function stopPolling() { if (timer) clearInterval(timer); timer = null; }
-  function poll(fn) { stopPolling(); lastRender = fn; fn(); timer = setInterval(fn, POLL_MS); }
+  // Each page's poll belongs to one generation: a poll still in flight when the page changes
+  // finds its elements gone, so its late errors are dropped rather than reported.
+  let generation = 0;
+  function stopPolling() { if (timer) clearInterval(timer); timer = null; generation += 1; }
+  function poll(fn) {
+    stopPolling();
+    const mine = generation;
+    const run = () => Promise.resolve().then(fn).catch((e) => {
+      if (mine === generation && e.message !== "unauthorized") { toast(e.message); console.error(e); }
+    });
+    lastRender = run; run(); timer = setInterval(run, POLL_MS);
+  }
   function route() {
     if (!creds()) return showLogin();
     $("#login").hidden = true;
@@ -106,6 +116,7 @@
   }
   // Sortable, filterable table bound to rows of objects.
   function table(el, cols, rows, state, rowAttrs) {
+    if (!el) return;  // the page changed while its data was on the way
     let shown = rows;
     if (state.filter) {
       const f = state.filter.toLowerCase();
