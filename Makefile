@@ -26,8 +26,9 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/uv
 
 install: $(STAMP)
 
+# make run ARGS="--amqp-port 5673 --http-port 15673 --data-dir /var/lib/ringmq"
 run: $(RUN_STAMP)
-	$(BIN)/ringmq serve
+	$(BIN)/ringmq serve $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks tools

@@ -104,7 +104,13 @@ async def test_overview_shape(client: httpx.AsyncClient) -> None:
     assert o["queue_totals"]["messages_ready"] == 1
     assert o["message_stats"]["publish"] == 1
     assert {ln["protocol"] for ln in o["listeners"]} == {"amqp", "http"}
-    assert {t["name"] for t in o["exchange_types"]} == {"direct", "fanout", "topic", "headers"}
+    assert {t["name"] for t in o["exchange_types"]} == {
+        "direct",
+        "fanout",
+        "topic",
+        "headers",
+        "x-delayed-message",
+    }
 
 
 async def test_vhosts_users_permissions(client: httpx.AsyncClient) -> None:

@@ -45,7 +45,7 @@ class Case:
     template: str
     path: str
     gate: str
-    """public, any, vhost, vhost_visible, policies, policymaker or admin."""
+    """public, any, vhost, vhost_visible, policies, policymaker, monitor or admin."""
     perm: tuple[str, str] | None = None
     """(access, resource name) needed in vhost "/", as AMQP checks it."""
     body: Any = None
@@ -62,6 +62,8 @@ PUB = encode_publish([("q.open", b"\x00\x00", b"m")])
 
 CASES = [
     Case("GET", "/metrics", "/metrics", "public"),
+    Case("GET", "/metrics/per-object", "/metrics/per-object", "public"),
+    Case("GET", "/metrics/detailed", "/metrics/detailed?family=queue_coarse_metrics", "public"),
     Case("GET", "/api/overview", "/api/overview", "any"),
     Case("GET", "/api/whoami", "/api/whoami", "any"),
     Case("GET", "/api/ringmq/rates", "/api/ringmq/rates", "any"),
@@ -172,6 +174,29 @@ CASES = [
     Case("POST", "/api/definitions", "/api/definitions", "admin", body={}),
     Case("GET", "/api/definitions/{vhost}", "/api/definitions/%2F", "admin"),
     Case("POST", "/api/definitions/{vhost}", "/api/definitions/%2F", "admin", body={}),
+    Case("GET", "/api/nodes", "/api/nodes", "monitor"),
+    Case("GET", "/api/nodes/{name}", "/api/nodes/gone", "monitor"),
+    Case("GET", "/api/health/checks/alarms", "/api/health/checks/alarms", "any"),
+    Case("GET", "/api/health/checks/local-alarms", "/api/health/checks/local-alarms", "any"),
+    Case(
+        "GET",
+        "/api/health/checks/port-listener/{port}",
+        "/api/health/checks/port-listener/1",
+        "any",
+    ),
+    Case("GET", "/api/health/checks/virtual-hosts", "/api/health/checks/virtual-hosts", "any"),
+    Case("GET", "/api/aliveness-test/{vhost}", "/api/aliveness-test/%2F", "vhost_access"),
+    Case(
+        "POST",
+        Q + "/browse",
+        "/api/queues/%2F/q.open/browse",
+        "vhost",
+        ("read", "q.open"),
+        {"count": 1},
+    ),
+    Case(
+        "POST", Q + "/browse", "/api/queues/%2F/q.secret/browse", "vhost", ("read", "q.secret"), {}
+    ),
     Case("GET", ST, "/api/streams/%2F/q.open", "vhost", ("read", "q.open")),
     Case("GET", ST, "/api/streams/%2F/q.secret", "vhost", ("read", "q.secret")),
     Case(
@@ -243,6 +268,8 @@ def allowed(case: Case, user: str) -> bool:
     gate = {
         "any": True,
         "admin": admin,
+        "monitor": monitor,
+        "vhost_access": has_perms,
         "vhost": admin or has_perms,
         "vhost_visible": monitor or has_perms,
         "policies": admin or (tag == "policymaker" and has_perms),

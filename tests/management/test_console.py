@@ -259,3 +259,146 @@ def test_console_shows_who_is_blocked_and_why(driver: Any) -> None:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_console_operator_pages(live: tuple[BrokerThread, str], driver: Any) -> None:
+    """Feature tags, node figures, queue consumers/bindings/delete, peek in place with
+    properties, the exchange page, the admin page and the client-provided connection name."""
+    import pika
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    broker, url = live
+
+    def text(d: Any, id_: str) -> str:
+        return str(d.find_element(By.ID, id_).text)
+
+    with _api(url) as api:
+        api.put("/queues/%2F/lvq", json={"arguments": {"x-last-value-key": "sym"}})
+        api.put(
+            "/queues/%2F/capped", json={"arguments": {"x-max-length": 10, "x-message-ttl": 60000}}
+        )
+        api.put("/exchanges/%2F/prices", json={"type": "topic"}).raise_for_status()
+        api.post("/bindings/%2F/e/prices/q/capped", json={"routing_key": "eu.#"})
+        pub = {"routing_key": "lvq", "payload": "old", "properties": {"headers": {"sym": "A"}}}
+        api.post("/exchanges/%2F/amq.default/publish", json=pub).raise_for_status()
+
+        params = pika.ConnectionParameters(
+            broker.host, broker.port, client_properties={"connection_name": "pricing-feed"}
+        )
+        conn = pika.BlockingConnection(params)
+        try:
+            conn.channel().basic_consume("capped", lambda *a: None, consumer_tag="feed-1")
+
+            driver.get(url + "/")
+            driver.execute_script("sessionStorage.setItem('ringmq.auth', btoa('guest:guest'))")
+            # overview: node figures and alarms
+            driver.get(url + "/#/overview")
+            _wait(driver, lambda d: " of " in text(d, "ov-memory"))
+            assert text(driver, "ov-alarms") == "none"
+            assert "limit" in text(driver, "ov-disk")
+            _shot(driver, "09-overview-node")
+
+            # queues: the feature tags read the keys the API sends
+            driver.get(url + "/#/queues")
+
+            def features(name: str) -> str:
+                sel = f'tr[data-queue="{name}"] td[data-col="features"]'
+                return str(driver.find_element(By.CSS_SELECTOR, sel).text)
+
+            _wait(driver, lambda d: "LVQ" in features("lvq"))
+            _wait(driver, lambda d: "max-length" in features("capped"))
+            assert "TTL" in features("capped")
+            assert "ring" not in features("capped")
+
+            # queue page: consumers, bindings, no ring size on a plain queue, overflow shown
+            driver.get(url + "/#/queue/%2F/capped")
+            _wait(driver, lambda d: "feed-1" in text(d, "q-consumers"))
+            _wait(driver, lambda d: "eu.#" in text(d, "q-bindings"))
+            assert driver.find_elements(By.ID, "q-ring-size") == []
+            assert not driver.find_element(By.ID, "ring-editor").is_displayed()
+            _wait(driver, lambda d: text(d, "q-overflow") == "drop-head")
+            _shot(driver, "10-queue-consumers-bindings")
+
+            # peek browses in place: the LVQ shows its newest value after an update
+            driver.get(url + "/#/queue/%2F/lvq")
+            _wait(driver, lambda d: text(d, "q-messages") == "1")
+            driver.find_element(By.ID, "peek").click()
+            _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "pre.peeked").text == "old")
+            assert "sym" in driver.find_element(By.CSS_SELECTOR, "dl.props").text
+            q = api.get("/queues/%2F/lvq").json()
+            assert (q["messages_ready"], q["messages_unacknowledged"]) == (1, 0)
+            pub["payload"] = "new"
+            api.post("/exchanges/%2F/amq.default/publish", json=pub).raise_for_status()
+            driver.find_element(By.ID, "peek").click()
+            _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "pre.peeked").text == "new")
+            got = api.post("/queues/%2F/lvq/get", json={"count": 1, "ackmode": "ack_requeue_false"})
+            assert [(m["payload"], m["redelivered"]) for m in got.json()] == [("new", False)]
+            _shot(driver, "11-queue-peek-properties")
+
+            # exchange page: bindings, bind a queue, publish through it
+            driver.get(url + "/#/exchange/%2F/prices")
+            _wait(driver, lambda d: text(d, "x-type") == "topic")
+            _wait(driver, lambda d: "capped" in text(d, "x-bindings-out"))
+            driver.find_element(By.ID, "x-bind-queue").send_keys("lvq")
+            driver.find_element(By.ID, "x-bind-key").send_keys("us.*")
+            driver.find_element(By.ID, "x-bind").click()
+            _wait(driver, lambda d: "us.*" in text(d, "x-bindings-out"))
+            driver.find_element(By.ID, "x-publish-key").send_keys("eu.fr")
+            driver.find_element(By.ID, "x-publish-payload").send_keys("bonjour")
+            driver.find_element(By.ID, "x-publish").click()
+            _wait(driver, lambda d: text(d, "x-publish-result") == "routed")
+            _wait(driver, lambda d: api.get("/queues/%2F/capped").json()["messages"] == 1)
+            _shot(driver, "12-exchange")
+
+            # connections: the client-provided name
+            driver.get(url + "/#/connections")
+            _wait(driver, lambda d: "pricing-feed" in text(d, "c-table"))
+
+            # admin: a vhost, a user, its permissions, a policy
+            driver.get(url + "/#/admin")
+            _wait(driver, lambda d: "guest" in text(d, "a-users"))
+            driver.find_element(By.ID, "a-vhost-name").send_keys("staging")
+            driver.find_element(By.ID, "a-vhost-add").click()
+            _wait(driver, lambda d: "staging" in text(d, "a-vhosts"))
+            driver.find_element(By.ID, "a-user-name").send_keys("ops")
+            driver.find_element(By.ID, "a-user-password").send_keys("pw")
+            driver.find_element(By.ID, "a-user-tags").send_keys("monitoring")
+            driver.find_element(By.ID, "a-user-add").click()
+            _wait(driver, lambda d: "ops" in text(d, "a-users"))
+            driver.find_element(By.ID, "a-perm-user").send_keys("ops")
+            box = driver.find_element(By.ID, "a-perm-vhost")
+            box.clear()
+            box.send_keys("staging")
+            driver.find_element(By.ID, "a-perm-set").click()
+            _wait(driver, lambda d: "staging" in text(d, "a-perms"))
+            driver.find_element(By.ID, "a-pol-name").send_keys("rings")
+            driver.find_element(By.ID, "a-pol-pattern").send_keys("^ring\\.")
+            driver.find_element(By.ID, "a-pol-def").send_keys('{"ring-size": 3}')
+            Select(driver.find_element(By.ID, "a-pol-apply")).select_by_visible_text("queues")
+            driver.find_element(By.ID, "a-pol-set").click()
+            _wait(driver, lambda d: "rings" in text(d, "a-policies"))
+            _shot(driver, "13-admin")
+            assert any(u["name"] == "ops" for u in api.get("/users").json())
+            perms = [p for p in api.get("/permissions").json() if p["user"] == "ops"]
+            assert [(p["vhost"], p["configure"]) for p in perms] == [("staging", ".*")]
+            assert api.get("/policies/%2F/rings").json()["definition"] == {"ring-size": 3}
+            driver.find_element(By.CSS_SELECTOR, '[data-clear-policy="rings"]').click()
+            _wait(driver, lambda d: api.get("/policies/%2F/rings").status_code == 404)
+
+            # delete a queue from its page
+            driver.get(url + "/#/queue/%2F/lvq")
+            _wait(driver, lambda d: text(d, "q-messages") == "0")
+            driver.find_element(By.ID, "queue-delete").click()
+            _wait(driver, lambda d: d.switch_to.alert).accept()
+            _wait(driver, lambda d: d.current_url.endswith("#/queues"))
+            assert api.get("/queues/%2F/lvq").status_code == 404
+        finally:
+            conn.close()
+
+    errors = [
+        e["message"]
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE" and "401" not in e["message"] and "404" not in e["message"]
+    ]
+    assert errors == []

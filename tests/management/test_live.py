@@ -61,7 +61,7 @@ def test_management_publish_and_purge_reach_a_pika_consumer(
         assert len(conns) == 1
         assert conns[0]["channels"] == 1
         assert api.get("/channels").json()[0]["messages_unacknowledged"] == 4
-        metrics = httpx.get(f"http://127.0.0.1:{b.server.http_port}/metrics").text
+        metrics = httpx.get(f"http://127.0.0.1:{b.server.http_port}/metrics/per-object").text
         assert 'rabbitmq_queue_messages_unacked{vhost="/",queue="live"} 4' in metrics
         assert "rabbitmq_connections 1" in metrics
     finally:

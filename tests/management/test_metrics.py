@@ -6,6 +6,7 @@ import re
 
 import httpx
 
+from ringmq.core.broker import Broker
 from ringmq.management import metrics
 from ringmq.management.port import ConnectionInfo, QueueCounters, QueueInfo
 
@@ -117,9 +118,90 @@ async def test_metrics_endpoint_reads_the_broker(client: httpx.AsyncClient) -> N
             "/api/exchanges/%2F/amq.default/publish",
             json={"routing_key": "ring", "payload": p, "properties": {}},
         )
-    r = await client.get("/metrics")
+    r = await client.get("/metrics/per-object")
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
     _check_format(r.text)
     assert 'rabbitmq_queue_messages_ready{vhost="/",queue="ring"} 2' in r.text
     assert 'ringmq_queue_ring_evicted_total{vhost="/",queue="ring"} 1' in r.text
     assert 'ringmq_queue_ring_size{vhost="/",queue="ring"} 2' in r.text
+
+
+async def test_metrics_are_aggregated_by_default_as_rabbitmq_prometheus(
+    client: httpx.AsyncClient,
+) -> None:
+    for name in ("a", "b"):
+        await client.put(f"/api/queues/%2F/{name}", json={"arguments": {"x-ring-size": 5}})
+        for p in "xyz":
+            await client.post(
+                "/api/exchanges/%2F/amq.default/publish",
+                json={"routing_key": name, "payload": p, "properties": {}},
+            )
+    text = (await client.get("/metrics")).text
+    _check_format(text)
+    lines = text.splitlines()
+    assert "rabbitmq_queue_messages_ready 6" in lines
+    assert "rabbitmq_queue_messages_published_total 6" in lines
+    assert not any(ln.startswith("rabbitmq_queue_") and "{" in ln for ln in lines)
+    assert not any(ln.startswith("ringmq_queue_ring_size") for ln in lines)
+    assert 'rabbitmq_global_messages_received_total{protocol="amqp091"} 6' in lines
+    assert 'rabbitmq_global_messages_routed_total{protocol="amqp091"} 6' in lines
+    assert "rabbitmq_queues_created_total 2" in lines
+    assert "rabbitmq_queues_deleted_total 0" in lines
+    for family in (
+        "rabbitmq_build_info",
+        "rabbitmq_process_resident_memory_bytes",
+        "rabbitmq_resident_memory_limit_bytes",
+        "rabbitmq_disk_space_available_bytes",
+        "rabbitmq_disk_space_available_limit_bytes",
+        "rabbitmq_process_open_fds",
+        "rabbitmq_process_max_fds",
+        "rabbitmq_alarms_memory_used_watermark",
+        "rabbitmq_alarms_free_disk_space_watermark",
+        "rabbitmq_connections_opened_total",
+        "rabbitmq_channels_closed_total",
+        "rabbitmq_queues_declared_total",
+        "rabbitmq_erlang_uptime_seconds",
+        "rabbitmq_global_messages_delivered_total",
+        "rabbitmq_global_messages_acknowledged_total",
+        "rabbitmq_global_messages_confirmed_total",
+    ):
+        assert f"# TYPE {family} " in text, family
+    per_object = (await client.get("/metrics/per-object")).text
+    assert 'rabbitmq_queue_messages_ready{vhost="/",queue="a"} 3' in per_object
+    assert 'ringmq_queue_ring_size{vhost="/",queue="b"} 5' in per_object
+
+
+async def test_metrics_detailed_serves_the_families_asked_for(client: httpx.AsyncClient) -> None:
+    await client.put("/api/vhosts/other")
+    # an administrator acts in a vhost only with permissions there, as in RabbitMQ
+    all_perms = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert (await client.put("/api/permissions/other/guest", json=all_perms)).status_code == 201
+    await client.put("/api/queues/%2F/a", json={})
+    await client.put("/api/queues/other/b", json={})
+    text = (await client.get("/metrics/detailed")).text
+    assert "rabbitmq_detailed_" not in text
+    text = (
+        await client.get(
+            "/metrics/detailed",
+            params=[("family", "queue_coarse_metrics"), ("family", "queue_consumer_count")],
+        )
+    ).text
+    _check_format(text)
+    assert 'rabbitmq_detailed_queue_messages_ready{vhost="/",queue="a"} 0' in text
+    assert 'rabbitmq_detailed_queue_consumers{vhost="other",queue="b"} 0' in text
+    assert "rabbitmq_detailed_queue_messages_bytes" not in text
+    only = (
+        await client.get(
+            "/metrics/detailed", params={"family": "queue_coarse_metrics", "vhost": "other"}
+        )
+    ).text
+    assert 'queue="a"' not in only
+    assert 'queue="b"' in only
+    bad = await client.get("/metrics/detailed", params={"family": "nope"})
+    assert bad.status_code == 400
+
+
+async def test_alarm_gauges_follow_the_core(client: httpx.AsyncClient, broker: Broker) -> None:
+    assert "rabbitmq_alarms_memory_used_watermark 0" in (await client.get("/metrics")).text
+    broker.set_alarm("memory", "memory alarm: test")
+    assert "rabbitmq_alarms_memory_used_watermark 1" in (await client.get("/metrics")).text

@@ -2,10 +2,11 @@
 
 Every command talks HTTP to a running broker (`--url`, `--user`, `--password`, or the
 RINGMQ_URL / RINGMQ_USER / RINGMQ_PASSWORD environment variables): `status`, `list ...`,
-`declare ...`, `delete ...`, `purge queue`, `publish`, `get`, `update queue`, `policy ...`,
-`scheduled ...`, `definitions export|import`. Tables are drawn with rich; `--json` prints the
-API's JSON instead. Errors print the API's reason and exit with status 1 (2 when the broker
-cannot be reached).
+`declare ...`, `delete ...`, `purge queue`, `publish`, `get`, `update queue` (and the shared
+client, options and table drawing of cli/scheduled.py, cli/definitions.py and cli/access.py:
+`scheduled ...`, `policy ...`, `definitions export|import`, users, vhosts, permissions). Tables
+are drawn with rich; `--json` prints the API's JSON instead. Errors print the API's reason and
+exit with status 1 (2 when the broker cannot be reached).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Annotated, Any, Final
 from urllib.parse import quote
 
@@ -23,6 +23,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from ringmq.cli.formats import node_rows
 
 DEFAULT_URL: Final = "http://127.0.0.1:15672"
 DEFAULT_USER: Final = "guest"
@@ -144,8 +146,12 @@ def status(
     """Show the broker's overview: node, listeners, object and message totals, rates."""
     with _client(url, user, password) as c:
         o = c.request("GET", "/overview")
+        try:
+            node: dict[str, Any] = c.request("GET", f"/nodes/{_q(o['node'])}")
+        except ApiError:
+            node = {}  # a user without the monitoring tag sees the overview only
     if as_json:
-        _print_json(o)
+        _print_json({**o, "node_status": node} if node else o)
         return
     t, q = o["object_totals"], o["queue_totals"]
     stats = o.get("message_stats", {})
@@ -171,6 +177,8 @@ def status(
         ("deliver rate /s", stats.get("deliver_get_details", {}).get("rate", 0.0)),
     ):
         table.add_row(label, str(value))
+    for label, text in node_rows(node):
+        table.add_row(label, text)
     out.print(table)
 
 
@@ -531,158 +539,6 @@ def get(
     )
 
 
-# -- scheduled messages ---------------------------------------------------------------------------
-
-scheduled_app = typer.Typer(help="List, purge or deliver a queue's scheduled messages.")
-
-
-@scheduled_app.command(name="list")
-def scheduled_list(
-    queue: str,
-    vhost: Vhost = "/",
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-    as_json: AsJson = False,
-) -> None:
-    """List scheduled messages."""
-    with _client(url, user, password) as c:
-        rows = c.request("GET", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled")
-    if as_json:
-        _print_json(rows)
-    else:
-        _table("scheduled", [("seq", "seq"), ("due ms", "due_ms"), ("payload", "payload")], rows)
-
-
-@scheduled_app.command(name="purge")
-def scheduled_purge(
-    queue: str,
-    vhost: Vhost = "/",
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-) -> None:
-    """Drop every scheduled message of a queue."""
-    with _client(url, user, password) as c:
-        r = c.request("DELETE", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled")
-    out.print(f"purged {r['purged']} scheduled message(s)")
-
-
-@scheduled_app.command(name="deliver")
-def scheduled_deliver(
-    queue: str,
-    vhost: Vhost = "/",
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-) -> None:
-    """Deliver every scheduled message of a queue now."""
-    with _client(url, user, password) as c:
-        r = c.request("POST", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled/deliver", {})
-    out.print(f"delivered {r['delivered']} scheduled message(s) now")
-
-
-# -- policies and definitions ----------------------------------------------------------------------
-
-policy_app = typer.Typer(help="Set, clear or list policies.")
-
-
-@policy_app.command(name="set")
-def policy_set(
-    name: str,
-    pattern: str,
-    definition: Annotated[str, typer.Argument(help="JSON, e.g. '{\"ring-size\": 3}'.")],
-    priority: int = 0,
-    apply_to: Annotated[str, typer.Option(help="all, queues or exchanges.")] = "all",
-    vhost: Vhost = "/",
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-) -> None:
-    """Create or replace a policy."""
-    try:
-        parsed = json.loads(definition)
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}", param_hint="DEFINITION") from None
-    body = {"pattern": pattern, "definition": parsed, "priority": priority, "apply-to": apply_to}
-    with _client(url, user, password) as c:
-        c.request("PUT", f"/policies/{_q(vhost)}/{_q(name)}", body)
-    out.print(f"policy [bold]{name}[/bold] set")
-
-
-@policy_app.command(name="clear")
-def policy_clear(
-    name: str,
-    vhost: Vhost = "/",
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-) -> None:
-    """Delete a policy."""
-    with _client(url, user, password) as c:
-        c.request("DELETE", f"/policies/{_q(vhost)}/{_q(name)}")
-    out.print(f"policy [bold]{name}[/bold] cleared")
-
-
-@policy_app.command(name="list")
-def policy_list(
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-    as_json: AsJson = False,
-) -> None:
-    """List policies."""
-    with _client(url, user, password) as c:
-        rows = c.request("GET", "/policies")
-    if as_json:
-        _print_json(rows)
-    else:
-        _table("policies", _LISTS["policies"][1], rows)
-
-
-definitions_app = typer.Typer(help="Export or import definitions (RabbitMQ's JSON format).")
-
-
-@definitions_app.command(name="export")
-def definitions_export(
-    file: Annotated[Path | None, typer.Argument(help="Output file (default: stdout).")] = None,
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-) -> None:
-    """Export users, vhosts, permissions, policies, queues, exchanges and bindings."""
-    with _client(url, user, password) as c, _progress() as progress:
-        task = progress.add_task("exporting definitions", total=1)
-        doc = c.request("GET", "/definitions")
-        progress.advance(task)
-    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    if file is None:
-        sys.stdout.write(text)
-    else:
-        file.write_text(text, encoding="utf-8")
-        n = {k: len(doc.get(k, [])) for k in ("queues", "exchanges", "bindings", "policies")}
-        err.print(f"exported to {file}: " + ", ".join(f"{v} {k}" for k, v in n.items()))
-
-
-@definitions_app.command(name="import")
-def definitions_import(
-    file: Annotated[Path, typer.Argument(help="A definitions JSON file.", exists=True)],
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-) -> None:
-    """Import definitions (checked as a whole first: nothing is applied if any part is bad)."""
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}", param_hint="FILE") from None
-    with _client(url, user, password) as c, _progress() as progress:
-        task = progress.add_task("importing definitions", total=1)
-        c.request("POST", "/definitions", doc)
-        progress.advance(task)
-    out.print(f"imported {file}")
-
-
 def register(app: typer.Typer) -> None:
     """Add the management subcommands to the `ringmq` CLI."""
     app.command(name="status")(status)
@@ -693,6 +549,3 @@ def register(app: typer.Typer) -> None:
     app.add_typer(update_app, name="update")
     app.command(name="publish")(publish)
     app.command(name="get")(get)
-    app.add_typer(scheduled_app, name="scheduled")
-    app.add_typer(policy_app, name="policy")
-    app.add_typer(definitions_app, name="definitions")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from ringmq.server.configfile import MAX_PORT
 
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -17,11 +18,16 @@ def serve(
         str | None, typer.Option(help="Address to listen on (default 127.0.0.1).")
     ] = None,
     amqp_port: Annotated[
-        int | None, typer.Option(help="AMQP port (default 5672; 0 picks a free port).")
+        int | None,
+        typer.Option(help="AMQP port (default 5672; 0 picks a free port).", min=0, max=MAX_PORT),
     ] = None,
     http_port: Annotated[
         int | None,
-        typer.Option(help="Management HTTP port (default 15672; 0 picks a free port; -1 off)."),
+        typer.Option(
+            help="Management HTTP port (default 15672; 0 picks a free port; -1 off).",
+            min=-1,
+            max=MAX_PORT,
+        ),
     ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
@@ -45,8 +51,23 @@ def serve(
     paging: Annotated[
         bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
     ] = True,
+    # -- operator: where the log goes and how it looks --
+    log_file: Annotated[
+        Path | None,
+        typer.Option(help="Write the log to this file (rotated) instead of stderr."),
+    ] = None,
+    log_format: Annotated[
+        str, typer.Option(help="text (one line per record) or json (one object per line).")
+    ] = "text",
+    log_max_bytes: Annotated[
+        str, typer.Option(help="Rotate --log-file when it reaches this size (10MiB).")
+    ] = "10MiB",
+    log_backups: Annotated[
+        int, typer.Option(help="Rotated log files kept (ringmq.log.1 ...).", min=0)
+    ] = 5,
 ) -> None:
     """Run the AMQP 0-9-1 broker (and its management HTTP API) until SIGTERM/SIGINT."""
+    from ringmq.cli.logsetup import LOG_FORMATS, configure_logging
     from ringmq.server.configfile import ConfigError, FileConfig, load_config
     from ringmq.server.memory import MemoryLimits, parse_size, parse_watermark
     from ringmq.server.runtime import options_from, run
@@ -54,8 +75,16 @@ def serve(
     level = log_level.lower()
     if level not in _LOG_LEVELS:
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if log_format not in LOG_FORMATS:
+        raise typer.BadParameter(
+            f"unknown log format {log_format!r} (text or json)", param_hint="--log-format"
+        )
+    try:
+        rotate_at = parse_size(log_max_bytes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--log-max-bytes") from None
+    configure_logging(
+        level, log_file=log_file, log_format=log_format, max_bytes=rotate_at, backups=log_backups
     )
     try:
         file_config = load_config(config) if config is not None else FileConfig()

@@ -33,7 +33,7 @@ from ringmq.core.auth import verify_password
 from ringmq.core.effects import CloseConnection, Effect
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import SeqId
-from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
+from ringmq.core.routing import EXCHANGE, QUEUE, parse_exchange_type
 from ringmq.core.session import ChannelMode
 from ringmq.core.settings import SettingsError
 from ringmq.core.vhost import QueueEntity, VHost
@@ -477,18 +477,8 @@ class Admin:
             raise AMQPError(
                 ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange"
             )
-        try:
-            kind = ExchangeType(type)
-        except ValueError:
-            raise ValueError(f"unknown exchange type '{type}'") from None
+        kind, routing_type = parse_exchange_type(type, arguments)  # ValueErrors: 400
         args = dict(arguments or {})
-        routing_type = None
-        if kind is ExchangeType.DELAYED:
-            raw = args.get("x-delayed-type")
-            try:
-                routing_type = ExchangeType(raw if isinstance(raw, str) else "")
-            except ValueError:
-                raise ValueError("'x-delayed-type' must be an existing exchange type") from None
         x = vh.exchanges.get(name)
         if x is not None:
             diff = x.equivalent(kind, durable, auto_delete, internal, args)
@@ -552,6 +542,7 @@ class Admin:
             exchange, routing_key, RawContent(60, len(body), pb, body), now_ms
         )
         before = b.stats["unroutable"]
+        b.stats["published"] += 1  # received, as a client's basic.publish counts
         b._route_publish(vh, x, msg, False, None, now_ms)
         routed = b.stats["unroutable"] == before
         self._end(now_ms)

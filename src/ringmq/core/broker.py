@@ -116,7 +116,14 @@ from ringmq.core.queue import (
     SpillStore,
 )
 from ringmq.core.reservations import PublishDedup
-from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
+from ringmq.core.routing import (
+    EXCHANGE,
+    QUEUE,
+    DelayedTypeError,
+    ExchangeType,
+    ExchangeTypeError,
+    parse_exchange_type,
+)
 from ringmq.core.session import (
     ChannelMode,
     Conn,
@@ -370,6 +377,14 @@ class Broker:
             "confirmed": 0,
             "nacked": 0,
             "dead_lettered": 0,
+            # churn, as rabbitmq_prometheus counts it (*_opened_total, queues_declared_total...)
+            "connections_opened": 0,
+            "connections_closed": 0,
+            "channels_opened": 0,
+            "channels_closed": 0,
+            "queues_declared": 0,
+            "queues_created": 0,
+            "queues_deleted": 0,
         }
         users = list(config.users)
         if not users:
@@ -637,12 +652,14 @@ class Broker:
         self.conns[conn_id] = Conn(
             conn_id, user, vhost, peer, dict(client_properties or {}), now_ms
         )
+        self.stats["connections_opened"] += 1
 
     def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
         """Create the core state of a newly opened channel (the server sends OpenOk)."""
         conn = self.conns[conn_id]
         session = Session(conn, channel, self.vhosts[conn.vhost])
         conn.sessions[channel] = session
+        self.stats["channels_opened"] += 1
         return []
 
     def channel_closed(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
@@ -655,6 +672,7 @@ class Broker:
             return out
         session = conn.sessions.pop(channel, None)
         if session is not None:
+            self.stats["channels_closed"] += 1
             self._close_session(session, now_ms)
         self._flush(now_ms)
         if self._defs_dirty:
@@ -669,6 +687,8 @@ class Broker:
         conn = self.conns.pop(conn_id, None)
         if conn is None:
             return out
+        self.stats["connections_closed"] += 1
+        self.stats["channels_closed"] += len(conn.sessions)
         for qid in self._blocking.pop(conn_id, ()):
             entry = self._blocked_by.get(qid)
             if entry is not None:
@@ -1020,26 +1040,15 @@ class Broker:
                 self._reply(s, spec.ExchangeDeclareOk())
             return
         try:
-            kind = ExchangeType(m.type)
-        except ValueError:
-            raise AMQPError(
-                ReplyCode.COMMAND_INVALID, f"unknown exchange type '{m.type}'"
-            ) from None
+            kind, routing_type = parse_exchange_type(m.type, m.arguments)
+        except ExchangeTypeError as exc:
+            raise AMQPError(ReplyCode.COMMAND_INVALID, str(exc)) from None
+        except DelayedTypeError as exc:
+            self._check(s, Access.CONFIGURE, "exchange", name)
+            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
         self._check(s, Access.CONFIGURE, "exchange", name)
         args = dict(m.arguments or {})
         self._check_arg_exchange(s, args, "alternate-exchange", "exchange", name)
-        routing_type: ExchangeType | None = None
-        if kind is ExchangeType.DELAYED:
-            raw = _as_str(args.get("x-delayed-type"))
-            try:
-                routing_type = ExchangeType(raw or "")
-            except ValueError:
-                routing_type = None
-            if routing_type is None or routing_type is ExchangeType.DELAYED:
-                raise AMQPError(
-                    ReplyCode.PRECONDITION_FAILED,
-                    "Invalid argument, 'x-delayed-type' must be an existing exchange type",
-                )
         x = vh.exchanges.get(name)
         if x is None:
             if name.startswith("amq."):
@@ -1225,6 +1234,7 @@ class Broker:
         )
         vh.queues[name] = q
         vh.invalidate()
+        self.stats["queues_created"] += 1
         if durable and self.durability is not None:
             self.durability.attach(q)
             self._touch(QUEUE_DEF, vhost, name)
@@ -1259,6 +1269,7 @@ class Broker:
                     ),
                 )
             return
+        self.stats["queues_declared"] += 1
         generated = name == ""
         if generated:
             name = self._gen_name("amq.gen-")
@@ -1416,6 +1427,7 @@ class Broker:
             return
         del vh.queues[q.name]
         q.deleted = True
+        self.stats["queues_deleted"] += 1
         if q.durable and self.durability is not None:
             self.durability.queue_deleted(q)
             self._touch(QUEUE_DEF, vh.name, q.name)

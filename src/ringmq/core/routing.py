@@ -40,6 +40,45 @@ class ExchangeType(Enum):
     DELAYED = "x-delayed-message"
 
 
+class ExchangeTypeError(ValueError):
+    """An exchange declaration names a type the broker does not have."""
+
+
+class DelayedTypeError(ValueError):
+    """An `x-delayed-message` exchange without a valid `x-delayed-type` to route with."""
+
+
+EXCHANGE_TYPE_NAMES: Final = tuple(t.value for t in ExchangeType)
+"""Every exchange type the broker routes, by wire name (management lists these)."""
+
+
+def parse_exchange_type(
+    type_: str, arguments: Mapping[str, Any] | None
+) -> tuple[ExchangeType, ExchangeType | None]:
+    """The one check of a declared exchange type: `(kind, routing type of a delayed one)`.
+
+    Raises:
+        ExchangeTypeError: `type_` is not a known exchange type (AMQP 503 COMMAND_INVALID).
+        DelayedTypeError: `x-delayed-message` without an `x-delayed-type` naming a routing
+            type (direct, fanout, topic, headers) (AMQP 406 PRECONDITION_FAILED).
+    """
+    try:
+        kind = ExchangeType(type_)
+    except ValueError:
+        raise ExchangeTypeError(f"unknown exchange type '{type_}'") from None
+    if kind is not ExchangeType.DELAYED:
+        return kind, None
+    raw = (arguments or {}).get("x-delayed-type")
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    routing = next((t for t in ExchangeType if t.value == raw), None)
+    if routing is None or routing is ExchangeType.DELAYED:
+        raise DelayedTypeError(
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type"
+        )
+    return kind, routing
+
+
 def _args_key(args: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
     """A hashable, order-free identity for binding arguments (values by repr)."""
     if not args:

@@ -158,6 +158,10 @@ class QueueSettings:
 # --- argument validation -------------------------------------------------------------------
 
 
+IMPLEMENTED_QUEUE_TYPES: Final = frozenset({"classic"})
+"""`x-queue-type` values ringmq serves; `quorum` and `stream` are refused, not downgraded."""
+
+
 def _err(queue: str, arg: str, expected: str, value: Any) -> SettingsError:
     return SettingsError(
         f"invalid arg '{arg}' for queue '{queue}': expected {expected}, got {value!r}"
@@ -282,8 +286,15 @@ def _from_arguments(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
                     out["max_priority"] = prio
             case "x-single-active-consumer":
                 out["single_active_consumer"] = _bool_arg(name, arg, value)
+            case "x-queue-type":
+                kind = _str_arg(name, arg, value)
+                if kind not in IMPLEMENTED_QUEUE_TYPES:
+                    raise SettingsError(
+                        f"invalid arg 'x-queue-type' for queue '{name}': queue type "
+                        f"{kind!r} is not implemented by ringmq (only 'classic' queues are)"
+                    )
             case _:
-                pass  # RabbitMQ ignores unknown arguments (x-queue-type, x-queue-mode, ...)
+                pass  # RabbitMQ ignores unknown arguments (x-queue-mode, ...)
     if "dead_letter_routing_key" in out and "dead_letter_exchange" not in out:
         raise SettingsError(
             f"invalid arg 'x-dead-letter-routing-key' for queue '{name}': "

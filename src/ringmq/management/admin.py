@@ -26,11 +26,11 @@ Everything runs on the broker's loop thread; nothing here blocks or locks.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any, Final
 
-from ringmq.amqp.properties import BasicProperties, encode_properties
-from ringmq.amqp.reply_codes import AMQPError
+from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.auth import Access
 from ringmq.core.effects import Effect
 from ringmq.core.settings import QueueSettings
@@ -195,6 +195,7 @@ class CoreAdmin:
         d["message_bytes_ready"] += d["message_bytes_paged"]
         entity = self.broker.vhosts[d["vhost"]].queues.get(d["name"])
         if entity is not None:
+            d["messages_persistent"] = self._persistent(entity)
             d["effective_settings"] = {
                 **d["effective_settings"],
                 "sources": dict(entity.settings.sources),
@@ -226,6 +227,12 @@ class CoreAdmin:
         self._settings_cache[id(settings)] = (settings, out)
         return out
 
+    def _persistent(self, q: Any) -> int:
+        # the durability layer's set of the queue's journaled (persistent) live messages
+        dur = self.broker.durability
+        persisted = dur.persisted(q) if dur is not None else None
+        return len(persisted) if persisted else 0
+
     def _fast(self, q: Any) -> QueueInfo:
         """A listing record read straight from the engine's O(1) counters.
 
@@ -252,6 +259,7 @@ class CoreAdmin:
             message_bytes_unacknowledged=c.unacked_bytes,
             message_bytes_scheduled=c.scheduled_bytes,
             message_bytes_paged=c.paged_bytes,
+            messages_persistent=self._persistent(q),
             consumers=len(q.consumers),
             ring_size=st.ring_size,
             counters=QueueCounters(
@@ -325,6 +333,34 @@ class CoreAdmin:
 
     def begin_get(self, vhost: str, name: str, *, ackmode: AckMode) -> _SlicedGet:
         return _SlicedGet(self.core.begin_get(vhost, name, ackmode=ackmode))
+
+    def browse_messages(
+        self, vhost: str, name: str, *, count: int, now_ms: int
+    ) -> list[FetchedMessage]:
+        """Up to `count` ready messages from the head, left in place: nothing is taken, nothing
+        is marked redelivered, a last-value queue keeps its newest value (the queue's browse,
+        which also leaves a paged tail on disk)."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        entity = self.broker.vhosts.get(vhost)
+        q = entity.queues.get(name) if entity is not None else None
+        if q is None or q.deleted:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
+        engine = q.queue
+        out = []
+        for d in engine.browse_ready(None, count, now_ms):
+            props = decode_properties(d.message.properties_bin)
+            out.append(
+                FetchedMessage(
+                    exchange=d.message.exchange,
+                    routing_key=d.message.routing_key,
+                    body=bytes(d.message.body),
+                    redelivered=d.redelivered,
+                    properties={k: v for k, v in asdict(props).items() if v is not None},
+                    message_count=engine.ready_count,
+                )
+            )
+        return out
 
     def update_queue(
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int

@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ringmq import __version__
+from ringmq.core.routing import EXCHANGE_TYPE_NAMES, parse_exchange_type
 from ringmq.management import authz, definitions, paging, shapes
 from ringmq.management.authz import MANAGEMENT_TAGS, NotAuthorisedError, Principal
 from ringmq.management.errors import (
@@ -59,7 +60,7 @@ from ringmq.management.rates import RateSampler
 
 log = logging.getLogger(__name__)
 
-EXCHANGE_TYPES: Final = ("direct", "fanout", "topic", "headers")
+EXCHANGE_TYPES: Final = EXCHANGE_TYPE_NAMES  # the broker's own list (core.routing)
 ACK_MODES: Final = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
 _AUTH_CACHE_MS: Final = 5_000
 MAX_GET_COUNT: Final = 10_000
@@ -268,9 +269,13 @@ class Api:
 
         return endpoint
 
+    def route(self, path: str, handler: Handler, methods: list[str]) -> Route:
+        """A route behind the API's guard (its `authz` rule) and error boundary; endpoints
+        served from other modules (nodes, health checks, browse) are made with this."""
+        return Route(path, self._wrap(path, handler), methods=methods)
+
     def routes(self) -> list[Route]:
-        def r(path: str, handler: Handler, methods: list[str]) -> Route:
-            return Route(path, self._wrap(path, handler), methods=methods)
+        r = self.route
 
         return [
             r("/api/overview", self.overview, ["GET"]),
@@ -597,8 +602,10 @@ class Api:
             # AMQP's rule (403 ACCESS_REFUSED on exchange.declare), as a bad request here.
             raise BadRequestError(f"ACCESS_REFUSED - exchange name {name!r} uses reserved 'amq.'")
         xtype = _str(body.get("type"), "type")
-        if xtype not in EXCHANGE_TYPES:
-            raise BadRequestError(f"unknown exchange type {xtype!r}")
+        try:
+            parse_exchange_type(xtype, _dict(body.get("arguments"), "arguments"))
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from None
         created = self.admin.declare_exchange(
             vhost,
             name,

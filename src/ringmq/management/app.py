@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ringmq import __version__
-from ringmq.management import metrics, streams
+from ringmq.management import browse, health, metrics, nodes, streams
 from ringmq.management.api import Api, wall_ms
 from ringmq.management.port import BrokerAdmin, Runtime
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
@@ -121,23 +121,67 @@ def create_app(
     api = Api(admin, runtime, sampler, clock_ms)
     background = _Sampler(api, rate_interval_ms / 1000)
 
-    async def metrics_endpoint(request: Request) -> Response:
-        queues = admin.queues()
+    probe = nodes.NodeProbe(broker, runtime)
+
+    def node_metrics() -> metrics.NodeMetrics:
+        f = probe.read(clock_ms())
+        return metrics.NodeMetrics(
+            mem_used=f.mem_used,
+            mem_limit=f.mem_limit,
+            disk_free=f.disk_free,
+            disk_free_limit=f.disk_free_limit,
+            fd_used=f.fd_used,
+            fd_total=f.fd_total,
+            mem_alarm=f.mem_alarm,
+            disk_alarm=f.disk_free_alarm,
+            uptime_ms=f.uptime_ms,
+            started_at_ms=f.started_at_ms,
+            stats=dict(getattr(broker, "stats", {})),
+        )
+
+    def scrape(per_object: bool) -> Response:
         text = metrics.render(
-            queues,
+            admin.queues(),
             connections=runtime.connections(),
             consumers=admin.consumers(),
             channels=len(admin.channels()),
             exchanges=len(admin.exchanges()),
             node=runtime.node,
             version=__version__,
+            node_metrics=node_metrics(),
+            per_object=per_object,
         )
+        return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return scrape(per_object=False)  # rabbitmq_prometheus' default: aggregated
+
+    async def metrics_per_object(request: Request) -> Response:
+        return scrape(per_object=True)
+
+    async def metrics_detailed(request: Request) -> Response:
+        try:
+            text = metrics.render_detailed(
+                admin.queues(),
+                request.query_params.getlist("family"),
+                vhosts=request.query_params.getlist("vhost"),
+                node=runtime.node,
+                version=__version__,
+                stats=dict(getattr(broker, "stats", {})),
+            )
+        except ValueError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
         return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
 
     routes: list[Route | Mount] = [
         *api.routes(),
         *streams.mount(broker, runtime, api.guard),  # /api/streams: reservations for offset readers
+        *nodes.routes(api, probe),  # /api/nodes (monitoring)
+        *health.routes(api, probe),  # /api/health/checks/*, /api/aliveness-test (any user)
+        *browse.routes(api),  # POST /api/queues/{vhost}/{name}/browse: peek in place
         Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/metrics/per-object", metrics_per_object, methods=["GET"]),
+        Route("/metrics/detailed", metrics_detailed, methods=["GET"]),
         Mount("/", StaticFiles(directory=CONSOLE_DIR, html=True), name="console"),
     ]
 

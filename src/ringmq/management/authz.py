@@ -77,6 +77,11 @@ class Gate(Enum):
     """Administrator, monitoring, or access (`is_authorized_vhost_visible_for_monitoring`)."""
     POLICIES = "policies"
     """Administrator, or policymaker with access to the path's vhost (`..._policies`)."""
+    VHOST_ACCESS = "vhost_access"
+    """Permissions in the path's vhost, whatever the tags (the aliveness test, which declares,
+    publishes and gets there as the user would over AMQP)."""
+    MONITOR = "monitor"
+    """Administrator or monitoring (`is_authorized_monitor`): node-wide figures."""
     ADMIN = "admin"
     """Administrator (`is_authorized_admin`)."""
 
@@ -85,6 +90,8 @@ _GATE_REFUSAL: Final = {
     Gate.VHOST: "User not authorised to access virtual host",
     Gate.VHOST_VISIBLE: "User not authorised to access virtual host",
     Gate.POLICIES: "User not authorised to access object",
+    Gate.VHOST_ACCESS: "User not authorised to access virtual host",
+    Gate.MONITOR: "Not monitor user",
     Gate.ADMIN: "Not administrator user",
 }
 
@@ -140,7 +147,9 @@ def _r(path: str, methods: str, gate: Gate, checks: tuple[Check, ...] = (), **kw
 
 
 # -- the table --------------------------------------------------------------------------------
-_r("/metrics", "GET", Gate.PUBLIC)
+_r("/metrics", "GET", Gate.PUBLIC)  # Prometheus scrapes unauthenticated, as rabbitmq_prometheus
+_r("/metrics/per-object", "GET", Gate.PUBLIC)
+_r("/metrics/detailed", "GET", Gate.PUBLIC)
 _r("/", "GET HEAD", Gate.PUBLIC)  # the console's static files (Mount "/")
 _r("/api/overview", "GET", Gate.ANY)
 _r("/api/whoami", "GET", Gate.ANY)
@@ -190,6 +199,7 @@ _r(
 _r("/api/queues/{vhost}/{name}/bindings", "GET", Gate.VHOST)
 _r("/api/queues/{vhost}/{name}/contents", "DELETE", Gate.VHOST, READ_QUEUE)  # purge: read
 _r("/api/queues/{vhost}/{name}/get", "POST", Gate.VHOST, READ_QUEUE)
+_r("/api/queues/{vhost}/{name}/browse", "POST", Gate.VHOST, READ_QUEUE)  # peek in place
 _r(
     "/api/queues/{vhost}/{name}/settings",
     "PUT",
@@ -203,6 +213,11 @@ _r("/api/policies", "GET", Gate.POLICIES)
 _r("/api/policies/{vhost}", "GET", Gate.POLICIES)
 _r("/api/policies/{vhost}/{name}", "GET PUT DELETE", Gate.POLICIES)
 _r("/api/definitions", "GET POST", Gate.ADMIN)
+_r("/api/nodes", "GET", Gate.MONITOR)
+_r("/api/nodes/{name}", "GET", Gate.MONITOR)
+for _path in ("alarms", "local-alarms", "port-listener/{port}", "virtual-hosts"):
+    _r("/api/health/checks/" + _path, "GET", Gate.ANY)
+_r("/api/aliveness-test/{vhost}", "GET", Gate.VHOST_ACCESS)
 _r("/api/definitions/{vhost}", "GET POST", Gate.ADMIN)
 _STREAM = "/api/streams/{vhost}/{queue}"
 for _path in ("", "/read", "/browse"):
@@ -309,6 +324,10 @@ class Principal:
             return
         if gate is Gate.ADMIN:
             ok = self.is_admin
+        elif gate is Gate.MONITOR:
+            ok = self.is_monitor
+        elif gate is Gate.VHOST_ACCESS:
+            ok = vhost is None or self.has_access(vhost)
         elif gate is Gate.POLICIES:
             ok = self.is_admin or (
                 self.is_policymaker and (vhost is None or self.has_access(vhost))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringmq import __version__
+from ringmq.core.routing import parse_exchange_type
 from ringmq.management import shapes
 from ringmq.management.errors import BadRequestError
 from ringmq.management.port import BindingInfo, BrokerAdmin, PermissionInfo, PolicyInfo
@@ -118,7 +119,7 @@ def _field(item: dict[str, Any], key: str, kind: type, where: str, default: Any 
 
 
 def _plan(admin: BrokerAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Plan:
-    from ringmq.management.api import EXCHANGE_TYPES, parse_permission, parse_policy, parse_user
+    from ringmq.management.api import parse_permission, parse_policy, parse_user
 
     known_vhosts = set(admin.vhosts())
     new_vhosts: list[str] = []
@@ -184,8 +185,10 @@ def _plan(admin: BrokerAdmin, doc: dict[str, Any], only_vhost: str | None) -> _P
             "internal": _field(x, "internal", bool, where, False),
             "arguments": _field(x, "arguments", dict, where, {}),
         }
-        if spec["type"] not in EXCHANGE_TYPES:
-            raise BadRequestError(f"definitions: {where}: unknown type {spec['type']!r}")
+        try:
+            parse_exchange_type(spec["type"], spec["arguments"])
+        except ValueError as exc:
+            raise BadRequestError(f"definitions: {where}: {exc}") from None
         old = existing_x.get((spec["vhost"], spec["name"]))
         if old is not None and (old.type, old.durable, old.auto_delete, old.internal) != (
             spec["type"],

@@ -293,6 +293,12 @@ class BrokerAdmin(Protocol):
         """A /get taken in slices; raise NOT_FOUND for a missing queue."""
         ...
 
+    def browse_messages(
+        self, vhost: str, name: str, *, count: int, now_ms: int
+    ) -> list[FetchedMessage]:
+        """Up to `count` ready messages from the head without taking them (the console's peek)."""
+        ...
+
     def update_queue(
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int
     ) -> QueueInfo: ...

@@ -34,6 +34,8 @@ DEFAULT_FRAME_MAX: Final = 131072
 DEFAULT_CHANNEL_MAX: Final = 2047
 DEFAULT_AMQPS_PORT: Final = 5671
 DEFAULT_REFRESH_PERIOD_MS: Final = 5000  # Artemis configuration-file-refresh-period
+MAX_PORT: Final = 65535
+"""Ports above this do not exist (a larger number would wrap silently in bind())."""
 
 # Queue argument names for the engine's features (RabbitMQ's where one exists, x-* otherwise).
 ARG_RING_SIZE: Final = "x-ring-size"
@@ -239,12 +241,21 @@ class _Table:
             raise ConfigError(f"{self.where}: missing required key {key!r}")
         return v
 
-    def opt_int(self, key: str, default: int | None = None, *, minimum: int = 0) -> int | None:
+    def opt_int(
+        self,
+        key: str,
+        default: int | None = None,
+        *,
+        minimum: int = 0,
+        maximum: int | None = None,
+    ) -> int | None:
         v = self._get(key, (int,), "an integer")
         if v is None:
             return default
         if v < minimum:
             raise ConfigError(f"{self.where}.{key}: must be >= {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            raise ConfigError(f"{self.where}.{key}: must be <= {maximum}, got {v}")
         return int(v)
 
     def opt_bool(self, key: str, default: bool | None = None) -> bool | None:
@@ -319,8 +330,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         data_dir = t.opt_str("data_dir")
         listen = ListenSpec(
             host=t.opt_str("host"),
-            amqp_port=t.opt_int("amqp_port"),
-            http_port=t.opt_int("http_port", minimum=-1),
+            amqp_port=t.opt_int("amqp_port", maximum=MAX_PORT),
+            http_port=t.opt_int("http_port", minimum=-1, maximum=MAX_PORT),
             data_dir=Path(data_dir) if data_dir else None,
         )
         refresh = t.opt_int("config_refresh_period_ms", minimum=1)
@@ -347,7 +358,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             cert_file=Path(t.req_str("cert_file")),
             key_file=Path(t.req_str("key_file")),
             ca_file=Path(ca) if ca else None,
-            port=_req(t.opt_int("port", DEFAULT_AMQPS_PORT)),
+            port=_req(t.opt_int("port", DEFAULT_AMQPS_PORT, maximum=MAX_PORT)),
             verify_peer=bool(t.opt_bool("verify_peer", False)),
         )
         t.done()

@@ -10,6 +10,7 @@ it never touches established connections (the runtime closes those with 320).
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import ssl
 from collections.abc import Callable
@@ -65,18 +66,31 @@ async def open_amqp_listener(
     port: int,
     *,
     tls: ssl.SSLContext | None = None,
+    sock: socket.socket | None = None,
 ) -> Listener:
-    """Bind and start accepting AMQP (or AMQPS when `tls` is given) connections."""
+    """Bind and start accepting AMQP (or AMQPS when `tls` is given) connections.
+
+    With `sock` (bound by `bind_tcp_socket` before the store was opened), serve on it.
+    """
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        factory,
-        host=host,
-        port=port,
-        ssl=tls,
-        reuse_address=True,
-        backlog=1024,
-        ssl_handshake_timeout=10.0 if tls is not None else None,
-    )
+    if sock is not None:
+        server = await loop.create_server(
+            factory,
+            sock=sock,
+            ssl=tls,
+            backlog=1024,
+            ssl_handshake_timeout=10.0 if tls is not None else None,
+        )
+    else:
+        server = await loop.create_server(
+            factory,
+            host=host,
+            port=port,
+            ssl=tls,
+            reuse_address=True,
+            backlog=1024,
+            ssl_handshake_timeout=10.0 if tls is not None else None,
+        )
     bound = server.sockets[0].getsockname()
     return Listener(
         protocol="amqp/ssl" if tls is not None else "amqp",
@@ -86,17 +100,36 @@ async def open_amqp_listener(
     )
 
 
-def bind_http_socket(host: str, port: int) -> Listener:
-    """Bind the management HTTP socket now, so port 0 resolves before uvicorn starts."""
+class PortInUseError(OSError):
+    """A listener's port is taken; the message names the option that changes it."""
+
+
+def bind_tcp_socket(protocol: str, host: str, port: int, *, option: str) -> Listener:
+    """Bind and listen on `host:port` now (port 0 resolves here), not yet accepting.
+
+    Raises:
+        PortInUseError: the port is taken (the message names `option`, e.g. "--amqp-port").
+        OSError: any other bind failure.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(1024)
         sock.setblocking(False)
-    except OSError:
+    except OSError as exc:
         sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUseError(
+                f"{protocol} port {port} on {host} is already in use (another broker?); "
+                f"choose another with {option}"
+            ) from None
         raise
     bound = sock.getsockname()
-    return Listener(protocol="http", host=str(bound[0]), port=int(bound[1]), sock=sock)
+    return Listener(protocol=protocol, host=str(bound[0]), port=int(bound[1]), sock=sock)
+
+
+def bind_http_socket(host: str, port: int) -> Listener:
+    """Bind the management HTTP socket now, so port 0 resolves before uvicorn starts."""
+    return bind_tcp_socket("http", host, port, option="--http-port")

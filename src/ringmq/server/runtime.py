@@ -72,7 +72,14 @@ from ringmq.protocol.handshake import TuneParams
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.commit import GroupCommit
 from ringmq.server.configfile import ConfigError, FileConfig, load_config
-from ringmq.server.listener import Listener, bind_http_socket, open_amqp_listener, tls_context
+from ringmq.server.datadir import DataDirLock
+from ringmq.server.listener import (
+    Listener,
+    bind_http_socket,
+    bind_tcp_socket,
+    open_amqp_listener,
+    tls_context,
+)
 from ringmq.server.memory import MemoryLimits, MemoryMonitor
 from ringmq.server.setup import (
     apply_declarations,
@@ -231,6 +238,7 @@ class BrokerServer:
         self._commit: GroupCommit | None = None
         """Group-commit fsync of the broker's store (None without a store)."""
         self.ready = threading.Event()
+        self._data_lock: DataDirLock | None = None
         self.memory: MemoryMonitor | None = None
         """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
         """Set once every listener accepts connections (for threads waiting on start-up)."""
@@ -263,7 +271,15 @@ class BrokerServer:
         opts = self.options
         cfg = opts.config
         self.started_at_ms = self.clock.wall_ms()
-        opts.data_dir.mkdir(parents=True, exist_ok=True)
+        # lock the data directory and bind the ports before the store is opened, so a start
+        # that fails on either writes nothing into the directory
+        amqp_pre = bind_tcp_socket("amqp", opts.host, opts.amqp_port, option="--amqp-port")
+        self._listeners.append(amqp_pre)
+        http_pre = None
+        if opts.http_port is not None:
+            http_pre = bind_http_socket(opts.host, opts.http_port)
+            self._listeners.append(http_pre)
+        self._data_lock = DataDirLock.acquire(opts.data_dir)
         if self.broker is None:
             self.broker = build_broker(broker_config(cfg), opts.data_dir, self.clock.wall_ms())
             # effects of admin calls (management, config reload) reach clients in one batch
@@ -285,7 +301,11 @@ class BrokerServer:
             )
         self._start_memory_monitor()
 
-        amqp = await open_amqp_listener(self._factory(tls=False), opts.host, opts.amqp_port)
+        amqp = await open_amqp_listener(
+            self._factory(tls=False), opts.host, opts.amqp_port, sock=amqp_pre.sock
+        )
+        amqp_pre.sock = None  # the asyncio server owns it now
+        self._listeners.remove(amqp_pre)
         self._listeners.append(amqp)
         log.info("AMQP listening on %s:%d", amqp.host, amqp.port)
         if cfg.tls is not None:
@@ -295,8 +315,8 @@ class BrokerServer:
             )
             self._listeners.append(amqps)
             log.info("AMQPS listening on %s:%d", amqps.host, amqps.port)
-        if opts.http_port is not None:
-            await self._start_management(opts.host, opts.http_port)
+        if http_pre is not None:
+            await self._start_management(http_pre)
 
         self._arm_sweep()
         self._arm_deadline()
@@ -363,6 +383,8 @@ class BrokerServer:
         close = getattr(self.broker, "close", None)
         if callable(close):
             close()
+        if self._data_lock is not None:
+            self._data_lock.release()
         if self.flow_stats["paused"]:
             log.info(
                 "publisher flow: %(paused)d pauses (%(settled)d drained, %(stalled)d stalled "
@@ -398,7 +420,7 @@ class BrokerServer:
 
     # -- management ----------------------------------------------------------------------------
 
-    async def _start_management(self, host: str, port: int) -> None:
+    async def _start_management(self, lst: Listener) -> None:
         try:
             mod = importlib.import_module("ringmq.management.app")
         except ImportError:
@@ -409,8 +431,6 @@ class BrokerServer:
             return
         import uvicorn
 
-        lst = bind_http_socket(host, port)
-        self._listeners.append(lst)
         app = create_app(self.broker, self)
         config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
         server = uvicorn.Server(config)
@@ -617,6 +637,13 @@ class BrokerServer:
         self._dirty.discard(c)
         if c.opened:
             c.opened = False
+            log.info(
+                "connection closed: %s, user %r, vhost %r, name %r",
+                c.name,
+                c.user,
+                c.vhost,
+                _client_name(c.client_properties),
+            )
             try:
                 self.apply_effects(self.broker.connection_closed(c.conn_id, self._now_ms()))
             except Exception:
@@ -690,7 +717,13 @@ class BrokerServer:
                     return []
                 c.opened = True
                 c.vhost = vhost
-                log.info("accepted %s (user %r, vhost %r)", c.name, c.user, vhost)
+                log.info(
+                    "connection opened: %s, user %r, vhost %r, name %r",
+                    c.name,
+                    c.user,
+                    vhost,
+                    _client_name(c.client_properties),
+                )
                 return c.proto.accept_open()
             case ev.ChannelOpened(channel=ch):
                 c.channels += 1
@@ -939,6 +972,14 @@ def _explanation(code: int, text: str) -> str:
     # effects may carry a full RabbitMQ reply text; the protocol adds the "CODE_NAME - " prefix
     prefix = f"{ReplyCode(code).name} - "
     return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def _client_name(props: dict[str, Any]) -> str | None:
+    # the client-provided connection name (pika's client_properties["connection_name"])
+    name = props.get("connection_name")
+    if isinstance(name, bytes):
+        return name.decode(errors="replace")
+    return name if isinstance(name, str) else None
 
 
 def _mtime(path: Path) -> float | None:

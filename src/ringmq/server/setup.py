@@ -106,11 +106,15 @@ def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
     (`delay_persistent_confirms`, released by `server.commit.GroupCommit`).
     """
     started = time.monotonic()
+    fresh = not (data_dir / "store").exists()
     store = FileStore.open(data_dir / "store", spill_directory=data_dir / "paging")
     config.delay_persistent_confirms = True
     broker = Broker(config, store=store, now_ms=now_ms)
     dur = broker.durability
     assert dur is not None
+    if fresh:
+        log.info("new data directory %s: nothing to recover", data_dir)
+        return broker
     log.info(
         "recovered %d persistent messages from %s (%s) in %.0f ms",
         dur.recovered_messages,
@@ -121,7 +125,7 @@ def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
             else "after a clean stop"
         )
         if dur.clean
-        else "no clean-stop marker: new or after a crash",
+        else "no clean-stop marker: after a crash or a kill",
         (time.monotonic() - started) * 1000,
     )
     return broker

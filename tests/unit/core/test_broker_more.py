@@ -195,3 +195,14 @@ def test_single_active_consumer_prefers_the_highest_priority() -> None:
     assert delivered(kit.publish(ch, "sac"))[0].method.consumer_tag == "high"
     (cons,) = [c for c in kit.broker.admin.consumers() if c["active"]]
     assert cons["consumer_tag"] == "high"
+
+
+def test_queue_types_ringmq_does_not_implement_are_refused_not_downgraded() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "plain", arguments={"x-queue-type": "classic"})
+    for kind in ("quorum", "stream"):
+        err = kit.error(ch, spec.QueueDeclare(queue=kind, arguments={"x-queue-type": kind}))
+        assert err.code is ReplyCode.PRECONDITION_FAILED
+        assert f"queue type '{kind}' is not implemented" in err.explanation
+        ch = kit.open()

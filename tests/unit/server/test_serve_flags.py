@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -19,6 +20,9 @@ def _restore_root_logger() -> Any:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield
+    for h in root.handlers:
+        if h not in handlers:
+            h.close()
     root.handlers[:] = handlers
     root.setLevel(level)
 
@@ -59,4 +63,52 @@ def test_bad_watermark_is_a_clear_usage_error(monkeypatch: pytest.MonkeyPatch) -
     seen = _captured(monkeypatch)
     result = CliRunner().invoke(app, ["serve", "--memory-high-watermark", "lots"])
     assert result.exit_code == 2
+    assert "options" not in seen
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--amqp-port", "99999"), ("--amqp-port", "-1"), ("--http-port", "65536")]
+)
+def test_out_of_range_ports_are_refused_not_wrapped(
+    monkeypatch: pytest.MonkeyPatch, flag: str, value: str
+) -> None:
+    # 99999 used to reach bind() and silently become 34463 (99999 mod 65536)
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve", flag, value])
+    assert result.exit_code == 2
+    assert flag in result.output
+    assert "options" not in seen
+
+
+def test_port_bounds_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve", "--amqp-port", "65535", "--http-port", "-1"])
+    assert result.exit_code == 0, result.output
+    assert seen["options"].amqp_port == 65535
+    assert seen["options"].http_port is None
+
+
+def test_log_file_in_json_rotates(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    seen = _captured(monkeypatch)
+    log_file = tmp_path / "logs" / "ringmq.log"
+    args = ["serve", "--log-file", str(log_file), "--log-format", "json"]
+    result = CliRunner().invoke(app, [*args, "--log-max-bytes", "1KiB", "--log-backups", "2"])
+    assert result.exit_code == 0, result.output
+    assert "options" in seen
+    for i in range(60):
+        logging.getLogger("ringmq.test").warning("line %d with some padding to fill the file", i)
+    files = sorted(p.name for p in log_file.parent.iterdir())
+    assert files == ["ringmq.log", "ringmq.log.1", "ringmq.log.2"]
+    last = log_file.read_text().splitlines()[-1]
+    record = json.loads(last)
+    assert record["message"] == "line 59 with some padding to fill the file"
+    assert record["level"] == "WARNING"
+    assert record["logger"] == "ringmq.test"
+
+
+def test_unknown_log_format_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve", "--log-format", "xml"])
+    assert result.exit_code == 2
+    assert "--log-format" in result.output
     assert "options" not in seen

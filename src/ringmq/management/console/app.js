@@ -1,6 +1,8 @@
 // RingMQ web console: a hash-routed single page over the management HTTP API.
-// Views: overview (live rates), queues (sort/filter), queue (settings, counters, chart, peek,
-// purge, publish, ring size), exchanges + bindings, connections (who is blocked and why).
+// Views: overview (live rates, node figures, alarms), queues (sort/filter), queue (settings,
+// counters, chart, consumers, bindings, peek in place, purge, delete, publish, ring size),
+// exchanges + bindings, connections (who is blocked and why); pages.js adds the exchange page
+// and the admin page (users, vhosts, permissions, policies) through `window.RingMQ`.
 "use strict";
 (() => {
   const POLL_MS = 2000;
@@ -31,6 +33,22 @@
     if (!res.ok) throw new Error((data && data.reason) || res.statusText);
     return data;
   }
+  // For optional figures (a user without the monitoring tag gets 401 from /nodes): null, no logout.
+  async function apiMaybe(path) {
+    const res = await fetch("/api" + path, { headers: { Authorization: "Basic " + creds() } });
+    return res.ok ? res.json() : null;
+  }
+  const bytes = (n) => {
+    if (n == null) return "";
+    let v = Number(n); const units = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+    while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+    return i ? `${v.toFixed(1)} ${units[i]}` : `${v} B`;
+  };
+  const duration = (ms) => {
+    let s = Math.floor((ms || 0) / 1000); const d = Math.floor(s / 86400); s -= d * 86400;
+    const h = Math.floor(s / 3600); s -= h * 3600; const m = Math.floor(s / 60); s -= m * 60;
+    return (d ? `${d}d ` : "") + (d || h ? `${h}h ` : "") + (d || h || m ? `${m}m ` : "") + `${s}s`;
+  };
   function toast(msg) {
     const t = $("#toast"); t.textContent = msg; t.classList.add("show");
     setTimeout(() => t.classList.remove("show"), 2500);
@@ -54,8 +72,18 @@
   $("#logout").addEventListener("click", () => { sessionStorage.removeItem("ringmq.auth"); showLogin(); });
 
   // -- routing -----------------------------------------------------------------------------
-  function stopPolling() { if (timer) clearInterval(timer); timer = null; }
-  function poll(fn) { stopPolling(); lastRender = fn; fn(); timer = setInterval(fn, POLL_MS); }
+  // Each page's poll belongs to one generation: a poll still in flight when the page changes
+  // finds its elements gone, so its late errors are dropped rather than reported.
+  let generation = 0;
+  function stopPolling() { if (timer) clearInterval(timer); timer = null; generation += 1; }
+  function poll(fn) {
+    stopPolling();
+    const mine = generation;
+    const run = () => Promise.resolve().then(fn).catch((e) => {
+      if (mine === generation && e.message !== "unauthorized") { toast(e.message); console.error(e); }
+    });
+    lastRender = run; run(); timer = setInterval(run, POLL_MS);
+  }
   function route() {
     if (!creds()) return showLogin();
     $("#login").hidden = true;
@@ -63,10 +91,12 @@
     const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
     const page = parts[0] || "overview";
     document.querySelectorAll("#nav a").forEach((a) =>
-      a.classList.toggle("active", a.dataset.page === page || (page === "queue" && a.dataset.page === "queues")));
+      a.classList.toggle("active", a.dataset.page === page || (page === "queue" && a.dataset.page === "queues")
+        || (page === "exchange" && a.dataset.page === "exchanges")));
     chart = null;
     const views = { overview, queues, queue: () => queuePage(parts[1], parts[2]), exchanges, connections };
-    (views[page] || overview)();
+    const extra = window.RingMQ.views[page];
+    (extra ? () => extra(parts.slice(1)) : views[page] || overview)();
   }
   window.addEventListener("hashchange", route);
 
@@ -92,6 +122,7 @@
   }
   // Sortable, filterable table bound to rows of objects.
   function table(el, cols, rows, state, rowAttrs) {
+    if (!el) return;  // the page changed while its data was on the way
     let shown = rows;
     if (state.filter) {
       const f = state.filter.toLowerCase();
@@ -142,8 +173,16 @@
         <dt>Total</dt><dd>${num(q.messages)}</dd>
         <dt>Publish rate</dt><dd>${rate(rateValues(o.message_stats).publish)}</dd>
         <dt>Deliver rate</dt><dd>${rate(rateValues(o.message_stats).deliver_get)}</dd></dl>`;
+      const n = await apiMaybe(`/nodes/${enc(o.node)}`);
+      const alarms = n ? (n.alarms || []) : [];
+      const alarm = (on) => (on ? ` <span class="pill blocked">alarm</span>` : "");
       $("#ov-node").innerHTML = `<dl class="kv"><dt>Node</dt><dd>${esc(o.node)}</dd>
         <dt>Version</dt><dd>${esc(o.product_version)}</dd>
+        ${n ? `<dt>Uptime</dt><dd id="ov-uptime">${esc(duration(n.uptime))}</dd>
+        <dt>Memory</dt><dd id="ov-memory">${esc(bytes(n.mem_used))} of ${esc(bytes(n.mem_limit))}${alarm(n.mem_alarm)}</dd>
+        <dt>Disk free</dt><dd id="ov-disk">${esc(bytes(n.disk_free))} (limit ${esc(bytes(n.disk_free_limit))})${alarm(n.disk_free_alarm)}</dd>
+        <dt>File descriptors</dt><dd id="ov-fds">${num(n.fd_used)} of ${num(n.fd_total)}</dd>
+        <dt>Alarms</dt><dd id="ov-alarms">${alarms.length ? alarms.map((a) => `<span class="pill blocked">${esc(a.resource)}</span> ${esc(a.reason)}`).join("<br>") : "none"}</dd>` : ""}
         <dt>Listeners</dt><dd>${o.listeners.map((l) => esc(`${l.protocol} ${l.ip_address}:${l.port}`)).join("<br>")}</dd></dl>`;
       if (chart) chart.push(Date.now(), rateValues(o.message_stats));
     });
@@ -153,11 +192,14 @@
   const queueState = { filter: "", sort: "name", rev: false };
   function queueLink(q) { return `#/queue/${enc(q.vhost)}/${enc(q.name)}`; }
   function queueFeatures(q) {
+    // effective_settings carries the resolved QueueSettings field names (lvq_key, max_length...)
     const s = q.effective_settings || {}, out = [];
     if (q.ring_size >= 0) out.push(`<span class="pill ring">ring ${q.ring_size}</span>`);
-    if (s["x-last-value-key"] || s["last-value-key"]) out.push(`<span class="pill">LVQ</span>`);
-    if (s["x-max-length"] != null || s["max-length"] != null) out.push(`<span class="pill">max-length</span>`);
-    if (s["x-message-ttl"] != null || s["message-ttl"] != null) out.push(`<span class="pill">TTL</span>`);
+    if (s.lvq_key) out.push(`<span class="pill">LVQ</span>`);
+    if (s.max_length != null || s.max_length_bytes != null) out.push(`<span class="pill">max-length</span>`);
+    if (s.message_ttl_ms != null) out.push(`<span class="pill">TTL</span>`);
+    if (s.max_priority) out.push(`<span class="pill">priority</span>`);
+    if (s.dead_letter_exchange != null) out.push(`<span class="pill">DLX</span>`);
     if (q.policy) out.push(`<span class="pill">policy ${esc(q.policy)}</span>`);
     return out.join("");
   }
@@ -211,9 +253,10 @@
       <div id="q-stats"></div>${chartCard("Rates")}
       <div class="cols">
         <div class="card"><h2>Settings</h2><div id="q-settings"></div>
-          <div class="row" style="margin-top:12px"><label>Ring size <input id="ring-size" type="number" min="-1"></label>
+          <div id="ring-editor" hidden><div class="row" style="margin-top:12px"><label>Ring size <input id="ring-size" type="number" min="-1"></label>
           <button id="ring-size-save">Update ring size</button></div>
           <p class="muted">Lowering the ring size does not drop messages: new publishes evict from the head until the queue shrinks naturally.</p></div>
+          <div class="row" style="margin-top:12px"><button id="queue-delete" class="danger">Delete queue</button></div></div>
         <div class="card"><h2>Counters</h2><div id="q-counters"></div></div>
       </div>
       <div class="cols">
@@ -226,6 +269,10 @@
           <label>Headers (JSON) <input id="publish-headers" placeholder='{"_AMQ_SCHED_DELIVERY": 0}'></label>
           <button id="publish">Publish</button></div>
       </div>
+      <div class="cols">
+        <div class="card"><h2>Consumers</h2><div id="q-consumers"></div></div>
+        <div class="card"><h2>Bindings</h2><div id="q-bindings"></div></div>
+      </div>
       <div class="card"><h2>Scheduled messages</h2><div class="row"><span id="sched-count" class="muted"></span>
         <button id="sched-deliver" class="secondary">Deliver all now</button>
         <button id="sched-purge" class="danger">Purge scheduled</button></div><div id="sched-list"></div></div>`;
@@ -236,6 +283,11 @@
       try { await api("PUT", path + "/settings", { "ring-size": v }); toast(`Ring size set to ${v}`); lastRender(); }
       catch (e) { toast(e.message); }
     });
+    $("#queue-delete").addEventListener("click", async () => {
+      if (!confirm(`Delete queue ${name}? Its messages are lost.`)) return;
+      try { await api("DELETE", path); toast(`Queue ${name} deleted`); location.hash = "#/queues"; }
+      catch (e) { toast(e.message); }
+    });
     $("#purge").addEventListener("click", async () => {
       if (!confirm(`Purge all messages from ${name}?`)) return;
       try { await api("DELETE", path + "/contents"); toast("Queue purged"); lastRender(); }
@@ -243,11 +295,12 @@
     });
     $("#peek").addEventListener("click", async () => {
       try {
-        const msgs = await api("POST", path + "/get", { count: Number($("#peek-count").value) || 1,
-          ackmode: "ack_requeue_true", encoding: "auto", truncate: 50000 });
+        // browse in place: nothing is taken or redelivered (a peeked LVQ keeps its newest value)
+        const msgs = await api("POST", path + "/browse", { count: Number($("#peek-count").value) || 1,
+          encoding: "auto", truncate: 50000 });
         $("#peek-result").innerHTML = msgs.length ? msgs.map((m, i) => `<div><span class="muted">#${i + 1}
           rk=${esc(m.routing_key)} ${m.redelivered ? "redelivered" : ""} ${m.payload_bytes} bytes</span>
-          <pre class="peeked">${esc(m.payload)}</pre></div>`).join("") : `<p class="muted">Queue is empty.</p>`;
+          <pre class="peeked">${esc(m.payload)}</pre>${propsList(m.properties)}</div>`).join("") : `<p class="muted">Queue is empty.</p>`;
       } catch (e) { toast(e.message); }
     });
     $("#publish").addEventListener("click", async () => {
@@ -272,11 +325,14 @@
     poll(async () => {
       let q;
       try { q = await api("GET", path); } catch (e) { $("#q-stats").innerHTML = `<p class="error">${esc(e.message)}</p>`; return; }
+      const isRing = q.ring_size >= 0;
+      const s = q.effective_settings || {};
+      const limited = s.limit != null || s.max_length != null || s.max_length_bytes != null;
       $("#q-stats").innerHTML = statGrid([["Ready", num(q.messages_ready), "q-ready"],
         ["Unacked", num(q.messages_unacknowledged), "q-unacked"], ["Scheduled", num(q.messages_scheduled)],
         ["Paged", num(q.messages_paged)], ["Total", num(q.messages), "q-messages"], ["Consumers", num(q.consumers)],
-        ["Ring size", q.ring_size < 0 ? "none" : num(q.ring_size), "q-ring-size"]]);
-      const s = q.effective_settings || {};
+        ...(isRing ? [["Ring size", num(q.ring_size), "q-ring-size"]] : [])]);
+      $("#ring-editor").hidden = !isRing;
       $("#q-settings").innerHTML = `<dl class="kv"><dt>Durable</dt><dd>${q.durable}</dd>
         <dt>Auto-delete</dt><dd>${q.auto_delete}</dd><dt>Policy</dt><dd>${esc(q.policy || "none")}</dd>
         <dt>Arguments</dt><dd><pre>${esc(JSON.stringify(q.arguments, null, 1))}</pre></dd>
@@ -287,16 +343,30 @@
       $("#q-counters").innerHTML = `<dl class="kv">
         <dt>Published</dt><dd>${num(ms.publish || 0)}</dd><dt>Delivered / got</dt><dd>${num(ms.deliver_get || 0)}</dd>
         <dt>Acked</dt><dd>${num(ms.ack || 0)}</dd><dt>Redelivered</dt><dd>${num(ms.redeliver || 0)}</dd>
-        <dt>Ring evicted</dt><dd id="c-ring-evicted">${num(c.ring_evicted)}</dd>
-        <dt>LVQ replaced</dt><dd>${num(c.lvq_replaced)}</dd>
-        <dt>Overflow rejected</dt><dd>${num(c.overflow_rejected)}</dd>
+        ${isRing ? `<dt>Ring evicted</dt><dd id="c-ring-evicted">${num(c.ring_evicted)}</dd>` : ""}
+        ${s.lvq_key ? `<dt>LVQ replaced</dt><dd>${num(c.lvq_replaced)}</dd>` : ""}
+        ${limited ? `<dt>Overflow</dt><dd id="q-overflow">${esc(s.overflow || "")}</dd><dt>Overflow rejected</dt><dd>${num(c.overflow_rejected)}</dd>` : ""}
         <dt>Expired</dt><dd>${num(c.expired)}</dd>${dl || "<dt>Dead-lettered</dt><dd>0</dd>"}</dl>`;
       if (chart) chart.push(Date.now(), rateValues(q.message_stats));
+      const [consumers, bindings] = await Promise.all([api("GET", `/consumers/${enc(vhost)}`), api("GET", path + "/bindings")]);
+      const mine = consumers.filter((k) => k.queue && k.queue.name === name);
+      $("#q-consumers").innerHTML = mine.length ? `<table id="q-consumer-table"><thead><tr><th>Tag</th><th>Channel</th><th>Ack</th><th class="num">Prefetch</th></tr></thead><tbody>
+        ${mine.map((k) => `<tr><td>${esc(k.consumer_tag)}</td><td>${esc((k.channel_details || {}).name)}</td><td>${k.ack_required ? "manual" : "auto"}</td><td class="num">${num(k.prefetch_count)}</td></tr>`).join("")}</tbody></table>`
+        : `<p class="muted">No consumers.</p>`;
+      $("#q-bindings").innerHTML = `<table id="q-binding-table"><thead><tr><th>From exchange</th><th>Routing key</th><th>Arguments</th></tr></thead><tbody>
+        ${bindings.map((b) => `<tr><td>${b.source ? `<a href="#/exchange/${enc(vhost)}/${enc(b.source)}">${esc(b.source)}</a>` : "(AMQP default)"}</td><td>${esc(b.routing_key)}</td><td>${esc(JSON.stringify(b.arguments))}</td></tr>`).join("")}</tbody></table>`;
       const sched = await api("GET", path + "/scheduled");
       $("#sched-count").textContent = `${sched.length} waiting`;
       $("#sched-list").innerHTML = sched.length ? `<table><thead><tr><th>Seq</th><th>Due</th><th>Payload</th></tr></thead><tbody>
         ${sched.slice(0, 50).map((m) => `<tr><td>${m.seq}</td><td>${esc(new Date(m.due_ms).toLocaleString())}</td><td>${esc(m.payload.slice(0, 80))}</td></tr>`).join("")}</tbody></table>` : "";
     });
+  }
+
+  // Message properties (content type, headers, delivery mode...) under a peeked payload.
+  function propsList(p) {
+    const entries = Object.entries(p || {});
+    if (!entries.length) return "";
+    return `<dl class="kv props">${entries.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(typeof v === "object" ? JSON.stringify(v) : v)}</dd>`).join("")}</dl>`;
   }
 
   // Resolved settings as rows, each tagged with where it came from (argument/policy/address).
@@ -320,7 +390,7 @@
     poll(async () => {
       const [x, b] = await Promise.all([api("GET", "/exchanges"), api("GET", "/bindings")]);
       table($("#x-table"), [
-        { key: "name", label: "Name", html: (e) => esc(e.name || "(AMQP default)") },
+        { key: "name", label: "Name", html: (e) => `<a href="#/exchange/${enc(e.vhost)}/${enc(e.name || "amq.default")}">${esc(e.name || "(AMQP default)")}</a>` },
         { key: "vhost", label: "Vhost" }, { key: "type", label: "Type" },
         { key: "durable", label: "Durable" },
         { key: "in", label: "In", num: true, html: (e) => rate(((e.message_stats || {}).publish_in_details || {}).rate) },
@@ -342,7 +412,10 @@
     poll(async () => {
       const [c, ch] = await Promise.all([api("GET", "/connections"), api("GET", "/channels")]);
       table($("#c-table"), [
-        { key: "name", label: "Name" }, { key: "user", label: "User" }, { key: "vhost", label: "Vhost" },
+        { key: "name", label: "Name" },
+        { key: "client_name", label: "Client name", html: (r) => esc((r.client_properties || {}).connection_name || ""),
+          sortValue: (r) => (r.client_properties || {}).connection_name || "" },
+        { key: "user", label: "User" }, { key: "vhost", label: "Vhost" },
         { key: "state", label: "State", html: (r) => `<span class="pill ${r.state === "running" ? "running" : "blocked"}">${esc(r.state)}</span>` },
         { key: "blocked_reason", label: "Blocked because", html: (r) => esc(r.blocked_reason || "") },
         { key: "channels", label: "Channels", num: true },
@@ -363,6 +436,8 @@
     });
   }
 
+  window.RingMQ = { api, apiMaybe, $, esc, num, rate, enc, bytes, table, poll, toast, statGrid,
+    propsList, views: window.RingMQ ? window.RingMQ.views : {}, rerender: () => lastRender && lastRender() };
   if (creds()) api("GET", "/whoami").then((me) => { $("#whoami").textContent = me.name; route(); }).catch(() => {});
   else showLogin();
 })();

@@ -1,0 +1,182 @@
+"""`ringmq user|vhost|permission ...` and `ringmq list users|vhosts|permissions`.
+
+The same HTTP API and options as cli/admin.py (RabbitMQ's `rabbitmqctl add_user`,
+`add_vhost`, `set_permissions` over `/api/users`, `/api/vhosts`, `/api/permissions`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ringmq.cli.admin import (
+    DEFAULT_PASSWORD,
+    DEFAULT_URL,
+    DEFAULT_USER,
+    AsJson,
+    Password,
+    Url,
+    User,
+    _client,
+    _print_json,
+    _q,
+    _table,
+    list_app,
+    out,
+)
+
+user_app = typer.Typer(help="Add, change or delete users.")
+vhost_app = typer.Typer(help="Add or delete virtual hosts.")
+permission_app = typer.Typer(help="Set or clear a user's permissions in a virtual host.")
+
+Tags = Annotated[
+    str, typer.Option("--tags", help="Comma-separated: administrator, monitoring, management...")
+]
+InVhost = Annotated[str, typer.Option("--vhost", "-V", help="Virtual host.")]
+
+
+@list_app.command(name="users")
+def list_users(
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+    as_json: AsJson = False,
+) -> None:
+    """List users and their tags."""
+    with _client(url, user, password) as c:
+        rows = c.request("GET", "/users")
+    if as_json:
+        _print_json(rows)
+        return
+    shown = [
+        {**r, "tags": ",".join(r["tags"]) if isinstance(r["tags"], list) else r["tags"]}
+        for r in rows
+    ]
+    _table("users", [("name", "name"), ("tags", "tags")], shown)
+
+
+@list_app.command(name="vhosts")
+def list_vhosts(
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+    as_json: AsJson = False,
+) -> None:
+    """List virtual hosts with their message counts."""
+    with _client(url, user, password) as c:
+        rows = c.request("GET", "/vhosts")
+    if as_json:
+        _print_json(rows)
+    else:
+        _table("vhosts", [("name", "name"), ("messages", "messages")], rows)
+
+
+@list_app.command(name="permissions")
+def list_permissions(
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+    as_json: AsJson = False,
+) -> None:
+    """List every user's permissions per virtual host."""
+    with _client(url, user, password) as c:
+        rows = c.request("GET", "/permissions")
+    if as_json:
+        _print_json(rows)
+    else:
+        columns = [("user", "user"), ("vhost", "vhost"), ("configure", "configure")]
+        _table("permissions", [*columns, ("write", "write"), ("read", "read")], rows)
+
+
+@user_app.command(name="add")
+def user_add(
+    name: str,
+    new_password: Annotated[str, typer.Option("--new-password", help="The user's password.")],
+    tags: Tags = "",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Create a user, or change its password and tags."""
+    with _client(url, user, password) as c:
+        c.request("PUT", f"/users/{_q(name)}", {"password": new_password, "tags": tags})
+    out.print(f"user {name} set")
+
+
+@user_app.command(name="delete")
+def user_delete(
+    name: str,
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Delete a user (its permissions go with it)."""
+    with _client(url, user, password) as c:
+        c.request("DELETE", f"/users/{_q(name)}")
+    out.print(f"user {name} deleted")
+
+
+@vhost_app.command(name="add")
+def vhost_add(
+    name: str,
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Create a virtual host."""
+    with _client(url, user, password) as c:
+        c.request("PUT", f"/vhosts/{_q(name)}")
+    out.print(f"vhost {name} added")
+
+
+@vhost_app.command(name="delete")
+def vhost_delete(
+    name: str,
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Delete a virtual host: its connections are closed and its queues dropped."""
+    with _client(url, user, password) as c:
+        c.request("DELETE", f"/vhosts/{_q(name)}")
+    out.print(f"vhost {name} deleted")
+
+
+@permission_app.command(name="set")
+def permission_set(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    vhost: InVhost = "/",
+    configure: Annotated[str, typer.Option(help="Regex of names it may configure.")] = ".*",
+    write: Annotated[str, typer.Option(help="Regex of names it may write to.")] = ".*",
+    read: Annotated[str, typer.Option(help="Regex of names it may read from.")] = ".*",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Set a user's configure/write/read permissions in a virtual host."""
+    body = {"configure": configure, "write": write, "read": read}
+    with _client(url, user, password) as c:
+        c.request("PUT", f"/permissions/{_q(vhost)}/{_q(name)}", body)
+    out.print(f"permissions of {name} in {vhost} set")
+
+
+@permission_app.command(name="clear")
+def permission_clear(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    vhost: InVhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Remove a user's permissions in a virtual host."""
+    with _client(url, user, password) as c:
+        c.request("DELETE", f"/permissions/{_q(vhost)}/{_q(name)}")
+    out.print(f"permissions of {name} in {vhost} cleared")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `user`, `vhost` and `permission` (the `list` commands join cli/admin.py's group)."""
+    app.add_typer(user_app, name="user")
+    app.add_typer(vhost_app, name="vhost")
+    app.add_typer(permission_app, name="permission")
