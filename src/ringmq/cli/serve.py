@@ -42,6 +42,13 @@ def serve(
         str | None,
         typer.Option(help="Block publishers when free disk falls below this (default 50MB)."),
     ] = None,
+    max_message_size: Annotated[
+        str | None,
+        typer.Option(
+            help="Largest message body accepted, e.g. 16MiB (the default) or 1048576; larger "
+            "ones are refused with 406 at their content header. Overrides [limits]."
+        ),
+    ] = None,
     paging: Annotated[
         bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
     ] = True,
@@ -68,6 +75,13 @@ def serve(
             limits = replace(limits, high_watermark=parse_watermark(memory_high_watermark))
         if disk_free_limit is not None:
             limits = replace(limits, disk_free_limit=parse_size(disk_free_limit))
+        if max_message_size is not None:
+            size = parse_size(max_message_size)
+            if size < 1:
+                raise ValueError("--max-message-size must be at least 1 byte")
+            file_config = replace(
+                file_config, limits=replace(file_config.limits, max_message_size=size)
+            )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     options = options_from(

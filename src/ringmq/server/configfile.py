@@ -26,7 +26,7 @@ from xml.etree.ElementTree import Element
 import defusedxml.ElementTree as SafeET  # type: ignore[import-untyped]
 from defusedxml import DefusedXmlException
 
-DEFAULT_MAX_MESSAGE_SIZE: Final = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
+DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
 DEFAULT_HEARTBEAT_S: Final = 60
 DEFAULT_FRAME_MAX: Final = 131072
 DEFAULT_CHANNEL_MAX: Final = 2047

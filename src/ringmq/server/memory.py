@@ -15,7 +15,8 @@ flap on every reading.
 
 `MemoryMonitor` is the asyncio side (the only place here that reads the clock or the OS): every
 `interval_s` it measures memory cheaply, as the broker's own accounting of body bytes held in
-memory on top of the resident size measured at start-up, or the resident size read from
+memory plus the declared sizes of publishes still being received (`in_flight`), on top of the
+resident size measured at start-up, or the resident size read from
 `/proc/self/statm` when that is larger (it counts everything: envelopes, buffers, the
 interpreter). Free disk comes from `os.statvfs(data_dir)`. It feeds the governor and applies the
 decision to the core `Broker`: `set_memory_bound` when the bound changes, `set_alarm` on
@@ -276,6 +277,8 @@ class MemoryMonitor:
         data_dir: where free disk space is measured.
         emit: applies the broker's effects (the server's batch-and-flush).
         read_memory / read_disk: injectable readings (tests); default RSS and statvfs.
+        in_flight: declared body bytes of publishes being received (the server's connections),
+            counted on top of the bodies the queues hold.
     """
 
     def __init__(
@@ -289,8 +292,10 @@ class MemoryMonitor:
         read_memory: Callable[[], int | None] = read_rss,
         read_disk: Callable[[], int | None] | None = None,
         paging_health: DiskHealth | None = None,
+        in_flight: Callable[[], int] | None = None,
     ) -> None:
         self.broker = broker
+        self._in_flight = in_flight
         self.paging_health = paging_health
         self.governor = MemoryGovernor(limits, total_ram or total_memory())
         self.data_dir = data_dir
@@ -302,6 +307,8 @@ class MemoryMonitor:
         self._baseline = read_memory() or 0
         self.used = self._baseline
         self.disk_free: int | None = None
+        self.in_flight = 0
+        """Declared body bytes of partly received publishes at the last measurement."""
         self.rss: int | None = self._baseline or None
         self.peak_rss = self.rss or 0
         self._disk_reason: str | None = None  # the disk alarm in force (free space or writes)
@@ -347,7 +354,9 @@ class MemoryMonitor:
             _MALLOC_TRIM(0)  # while alarmed, give freed heap back so the alarm can clear
         rss = self._read_memory()
         held: int = self.broker.memory_held_bytes()
-        used = self._baseline + held
+        self.in_flight = self._in_flight() if self._in_flight is not None else 0
+        # declared, not yet received: what those publishes will hold once complete
+        used = self._baseline + held + self.in_flight
         if rss is not None:
             self.rss = rss
             self.peak_rss = max(self.peak_rss, rss)
@@ -405,6 +414,7 @@ class MemoryMonitor:
         g = self.governor
         return {
             "mem_used": self.used,
+            "mem_content_in_flight": self.in_flight,
             "mem_rss": self.rss,
             "mem_peak_rss": self.peak_rss,
             "mem_limit": g.watermark_bytes,

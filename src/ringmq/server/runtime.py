@@ -19,6 +19,12 @@ per second (or per half heartbeat, whichever is shorter) for heartbeats, missed 
 (2 intervals, as RabbitMQ) and the 10 s handshake timeout; one poll of the config file's mtime
 when it asks for reloads (Artemis `configuration-file-refresh-period`).
 
+Publishes in flight: each connection's `publish_check` runs the broker's exchange and write
+permission checks when a publish method arrives, before its body (a refused publish buffers
+nothing). The declared sizes of contents being received count toward the memory watermark
+(`content_in_flight`, read by the memory monitor), and while an alarm is on a connection with
+content in flight is blocked after its read, before the rest of the body is read.
+
 Publisher flow (RabbitMQ's credit flow, single-threaded): one thread both reads publishes and
 writes deliveries, so a fast publisher can fill a consumed queue faster than the loop gets to
 its consumers (their acks wait behind the publisher's reads) and the backlog grows until it
@@ -384,7 +390,14 @@ class BrokerServer:
             spill = spill_directory(self.broker, data_dir / "paging")
             self.broker.enable_paging(spill, lim.head_count, lim.head_bytes, spill.body_store)
             health = spill.health
-        self.memory = MemoryMonitor(self.broker, lim, data_dir, self._emit, paging_health=health)
+        self.memory = MemoryMonitor(
+            self.broker,
+            lim,
+            data_dir,
+            self._emit,
+            paging_health=health,
+            in_flight=self.content_in_flight,
+        )
         self.memory.start(self._loop)
         log.info(
             "memory high watermark %d bytes, free disk limit %d bytes, queue head %d / %d bytes",
@@ -520,6 +533,23 @@ class BrokerServer:
         self._conns[c.conn_id] = c
         c.connected_at_ms = self.clock.wall_ms()
         c.connected_mono = self.clock.monotonic()
+        check = getattr(self.broker, "check_publish", None)
+        if check is not None:
+            conn_id = c.conn_id
+            c.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
+
+    def content_in_flight(self) -> int:
+        """Body bytes of the contents being received, for the memory watermark.
+
+        A connection that reads counts the declared sizes (what it is about to make the broker
+        hold); a paused one (blocked, flow) only the bytes it sent so far, since no more arrive
+        until it reads again. Otherwise an alarm raised by declared sizes alone would hold its
+        own cause blocked forever.
+        """
+        return sum(
+            c.proto.content_received if c.reading_paused else c.proto.content_in_flight
+            for c in self._conns.values()
+        )
 
     def data_received(self, c: AMQPConnection, data: bytes) -> None:
         # `_batch()` written out: this runs once per socket read, the generator costs show.
@@ -528,6 +558,10 @@ class BrokerServer:
             self._on_events(c, c.proto.receive_data(data))
             if self._flow_requests:
                 self._pause_publishers()
+            if c.proto.content_in_flight and getattr(self.broker, "alarms", None):
+                # a body on its way while an alarm is on: stop reading it (RabbitMQ blocks
+                # at the publish method; the whole publish would block only once complete)
+                self.apply_effects(self.broker.block_for_alarms(c.conn_id))
         except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
             self._internal_error(c)
         finally:

@@ -60,3 +60,13 @@ def test_bad_watermark_is_a_clear_usage_error(monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(app, ["serve", "--memory-high-watermark", "lots"])
     assert result.exit_code == 2
     assert "options" not in seen
+
+
+def test_max_message_size_flag_overrides_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve", "--max-message-size", "1MiB"])
+    assert result.exit_code == 0, result.output
+    assert seen["options"].config.limits.max_message_size == 1024 * 1024
+    result = CliRunner().invoke(app, ["serve", "--max-message-size", "huge"])
+    assert result.exit_code != 0
+    assert "not a size" in result.output
