@@ -72,12 +72,14 @@ from ringmq.core.effects import (
     SendMethod,
     Unblock,
 )
+from ringmq.core.throttle import LoginGuard, LogLimiter
 from ringmq.protocol import events as ev
 from ringmq.protocol.connection import ServerConnection
 from ringmq.protocol.handshake import TuneParams
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.commit import GroupCommit
 from ringmq.server.configfile import ConfigError, FileConfig, load_config
+from ringmq.server.httpserve import uvicorn_config
 from ringmq.server.listener import Listener, bind_http_socket, open_amqp_listener, tls_context
 from ringmq.server.memory import MemoryLimits, MemoryMonitor
 from ringmq.server.setup import (
@@ -237,6 +239,9 @@ class BrokerServer:
         self._commit: GroupCommit | None = None
         """Group-commit fsync of the broker's store (None without a store)."""
         self.ready = threading.Event()
+        self.login_guard = LoginGuard()
+        """Failed logins per source address (AMQP and management HTTP share it)."""
+        self._max_conn_log = LogLimiter(10_000)
         self.memory: MemoryMonitor | None = None
         """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
         """Set once every listener accepts connections (for threads waiting on start-up)."""
@@ -291,13 +296,15 @@ class BrokerServer:
             )
         self._start_memory_monitor()
 
-        amqp = await open_amqp_listener(self._factory(tls=False), opts.host, opts.amqp_port)
+        amqp = await open_amqp_listener(
+            self._factory(tls=False), opts.host, opts.amqp_port, now_ms=self._now_ms
+        )
         self._listeners.append(amqp)
         log.info("AMQP listening on %s:%d", amqp.host, amqp.port)
         if cfg.tls is not None:
             ctx = tls_context(cfg.tls)
             amqps = await open_amqp_listener(
-                self._factory(tls=True), opts.host, cfg.tls.port, tls=ctx
+                self._factory(tls=True), opts.host, cfg.tls.port, tls=ctx, now_ms=self._now_ms
             )
             self._listeners.append(amqps)
             log.info("AMQPS listening on %s:%d", amqps.host, amqps.port)
@@ -338,7 +345,7 @@ class BrokerServer:
             return
         self._stopped = True
         for lst in self._listeners:
-            if lst.server is not None:
+            if lst.acceptor is not None:
                 lst.close()
         for t in (self._sweep_handle, self._reload_handle, self._flow_handle):
             if t is not None:
@@ -423,8 +430,8 @@ class BrokerServer:
         lst = bind_http_socket(host, port)
         self._listeners.append(lst)
         app = create_app(self.broker, self)
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-        server = uvicorn.Server(config)
+        timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
+        server = uvicorn.Server(uvicorn_config(app, request_timeout_s=timeout_s))
         self._http_server = server
         assert lst.sock is not None
         self._http_task = asyncio.create_task(self._serve_http(server, lst))
@@ -528,6 +535,13 @@ class BrokerServer:
         if self._stopped or (
             limits.max_connections is not None and len(self._conns) >= limits.max_connections
         ):
+            if not self._stopped and self._max_conn_log.admit(self._now_ms()) is not None:
+                log.warning(
+                    "refused connection from %s:%d: max_connections (%d) reached",
+                    c.peer[0],
+                    c.peer[1],
+                    limits.max_connections,
+                )
             c.abort()
             return
         self._conns[c.conn_id] = c
@@ -702,16 +716,16 @@ class BrokerServer:
             case ev.Command():
                 raise AssertionError("commands are handled by _on_events")
             case ev.LoginRequested():
-                try:
-                    user = self.broker.check_login(event.mechanism, event.response, c.peer_loopback)
-                except AMQPError as err:
-                    log.warning("login refused for %s: %s", c.name, err.reply_text)
-                    c.proto.reject_login(err.explanation)
+                # repeated failures from this address: the check waits (core.throttle)
+                delay = self.login_guard.before(c.peer[0], now)
+                if delay is None:
+                    c.proto.reject_login()
                     return []
-                c.user = user
-                c.auth_mechanism = event.mechanism
-                c.client_properties = dict(event.client_properties)
-                return c.proto.accept_login()
+                if delay and self._loop is not None:
+                    c.login_delay_ms = delay
+                    self._loop.call_later(delay / 1000, self._delayed_login, c, event)
+                    return []  # the machine stays AUTHENTICATING; later bytes wait
+                return self._login(c, event, now)
             case ev.OpenRequested(vhost=vhost):
                 try:
                     self.broker.connection_opened(
@@ -744,6 +758,32 @@ class BrokerServer:
             case _:
                 assert_never(event)
         return []
+
+    def _login(self, c: AMQPConnection, event: ev.LoginRequested, now: int) -> list[ev.Event]:
+        source = c.peer[0]
+        try:
+            user = self.broker.check_login(event.mechanism, event.response, c.peer_loopback)
+        except AMQPError as err:
+            self.login_guard.failed(source, event.username, "AMQP", err.explanation, now)
+            c.proto.reject_login(err.explanation)
+            return []
+        self.login_guard.succeeded(source)
+        c.user = user
+        c.auth_mechanism = event.mechanism
+        c.client_properties = dict(event.client_properties)
+        return c.proto.accept_login()
+
+    def _delayed_login(self, c: AMQPConnection, event: ev.LoginRequested) -> None:
+        if c.closing or self._conns.get(c.conn_id) is not c:
+            return  # the client gave up meanwhile
+        with self._batch():
+            try:
+                more = self._login(c, event, self._now_ms())
+                if more:
+                    self._on_events(c, more)
+            except Exception:  # noqa: BLE001 - see data_received
+                self._internal_error(c)
+            self._dirty.add(c)
 
     def _close_connection(self, c: AMQPConnection, code: int, text: str) -> None:
         """Server-initiated Connection.Close; `text` is the explanation (no code prefix)."""
@@ -888,6 +928,10 @@ class BrokerServer:
         mono = self.clock.monotonic()
         mono_ms = int(mono * 1000)
         handshake_s = self.options.config.limits.handshake_timeout_ms / 1000.0
+        for lst in self._listeners:
+            if lst.acceptor is not None:
+                lst.acceptor.flush_log()  # what the refusal log's rate limit suppressed
+        self.login_guard.flush_log(self._now_ms())
         with self._batch():
             for c in list(self._conns.values()):
                 if c.closing:
