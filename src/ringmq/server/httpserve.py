@@ -9,17 +9,22 @@ when a request begins (`cycle` changes). When it fires the connection is closed,
 listener closes a handshake that does not finish in time. A request whose head arrived is not
 limited by it (a slow upload or a long poll is the application's business).
 
-`uvicorn_config` builds the `uvicorn.Config` the runtime serves the management app with.
+`uvicorn_config` builds the `uvicorn.Config` the runtime serves the management app with: HTTPS
+when `[tls] https = true` (the AMQPS certificate and key), so Basic credentials never cross in
+clear.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ringmq.server.configfile import TLSSpec
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +77,26 @@ def request_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
     return type("RequestTimeoutH11", (_RequestTimeoutH11,), {"timeout_s": timeout_s})
 
 
-def uvicorn_config(app: Any, *, request_timeout_s: float) -> uvicorn.Config:
-    """The uvicorn configuration of the management server."""
+def uvicorn_config(
+    app: Any, *, request_timeout_s: float, tls: TLSSpec | None = None
+) -> uvicorn.Config:
+    """The uvicorn configuration of the management server; HTTPS with `tls`'s certificate
+    (and its CA and `verify_peer` for client certificates) when given."""
+    extra: dict[str, Any] = {}
+    if tls is not None:
+        extra = {
+            "ssl_certfile": str(tls.cert_file),
+            "ssl_keyfile": str(tls.key_file),
+            "ssl_ca_certs": str(tls.ca_file) if tls.ca_file is not None else None,
+            "ssl_cert_reqs": ssl.CERT_REQUIRED if tls.verify_peer else ssl.CERT_NONE,
+        }
     return uvicorn.Config(
         app,
         log_level="warning",
         lifespan="off",
         access_log=False,
         http=request_timeout_protocol(request_timeout_s),
+        **extra,
     )
 
 

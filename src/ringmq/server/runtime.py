@@ -112,9 +112,10 @@ class ServerOptions:
     """Where and how to run.
 
     Attributes:
-        host: address of every listener.
-        amqp_port: AMQP port; 0 picks a free one.
+        host: address of every listener without its own (`*_bind`).
+        amqp_port: AMQP port; 0 picks a free one; None: no plain AMQP listener (TLS only).
         http_port: management HTTP port; 0 picks a free one; None disables it.
+        amqp_bind / amqps_bind / http_bind: the address of that listener (None: `host`).
         data_dir: directory for messages and definitions.
         config: the parsed configuration file (users, limits, declarations, TLS...).
         memory: memory high watermark, free-disk limit and per-queue paging bounds.
@@ -122,8 +123,11 @@ class ServerOptions:
     """
 
     host: str = DEFAULT_HOST
-    amqp_port: int = DEFAULT_AMQP_PORT
+    amqp_port: int | None = DEFAULT_AMQP_PORT
     http_port: int | None = DEFAULT_HTTP_PORT
+    amqp_bind: str | None = None
+    amqps_bind: str | None = None
+    http_bind: str | None = None
     data_dir: Path = DEFAULT_DATA_DIR
     config: FileConfig = field(default_factory=FileConfig)
     memory: MemoryLimits = field(default_factory=MemoryLimits)
@@ -138,18 +142,31 @@ def options_from(
     http_port: int | None = None,
     data_dir: Path | None = None,
     memory: MemoryLimits | None = None,
+    amqp_bind: str | None = None,
+    amqps_bind: str | None = None,
+    http_bind: str | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
-    An http_port of -1 (either source) disables the management listener.
+    An http_port of -1 (either source) disables the management listener, an amqp_port of -1
+    the plain AMQP listener (only with TLS configured: some AMQP listener must remain).
+
+    Raises:
+        ConfigError: the plain AMQP listener is off and no `[tls]` is configured.
     """
     listen = config.listen
     http = http_port if http_port is not None else listen.http_port
     if http is None:
         http = DEFAULT_HTTP_PORT
+    amqp = _first(amqp_port, listen.amqp_port, DEFAULT_AMQP_PORT)
+    if amqp < 0 and config.tls is None:
+        raise ConfigError("the plain AMQP listener is off (amqp_port off) but [tls] is not set")
     return ServerOptions(
         host=host or listen.host or DEFAULT_HOST,
-        amqp_port=_first(amqp_port, listen.amqp_port, DEFAULT_AMQP_PORT),
+        amqp_port=None if amqp < 0 else amqp,
+        amqp_bind=amqp_bind or listen.amqp_bind,
+        amqps_bind=amqps_bind or listen.amqps_bind,
+        http_bind=http_bind or listen.http_bind,
         http_port=None if http < 0 else http,
         data_dir=data_dir or listen.data_dir or DEFAULT_DATA_DIR,
         config=config,
@@ -258,7 +275,11 @@ class BrokerServer:
 
     @property
     def http_port(self) -> int:
-        return self._port("http")
+        """The management port (HTTP or HTTPS)."""
+        for lst in self._listeners:
+            if lst.protocol in ("http", "https"):
+                return lst.port
+        raise LookupError("no http listener")
 
     def _port(self, protocol: str) -> int:
         for lst in self._listeners:
@@ -296,20 +317,30 @@ class BrokerServer:
             )
         self._start_memory_monitor()
 
-        amqp = await open_amqp_listener(
-            self._factory(tls=False), opts.host, opts.amqp_port, now_ms=self._now_ms
-        )
-        self._listeners.append(amqp)
-        log.info("AMQP listening on %s:%d", amqp.host, amqp.port)
+        if opts.amqp_port is not None:
+            amqp = await open_amqp_listener(
+                self._factory(tls=False),
+                opts.amqp_bind or opts.host,
+                opts.amqp_port,
+                now_ms=self._now_ms,
+            )
+            self._listeners.append(amqp)
+            log.info("AMQP listening on %s:%d", amqp.host, amqp.port)
+        else:
+            log.info("plain AMQP listener off (TLS only)")
         if cfg.tls is not None:
             ctx = tls_context(cfg.tls)
             amqps = await open_amqp_listener(
-                self._factory(tls=True), opts.host, cfg.tls.port, tls=ctx, now_ms=self._now_ms
+                self._factory(tls=True),
+                opts.amqps_bind or opts.host,
+                cfg.tls.port,
+                tls=ctx,
+                now_ms=self._now_ms,
             )
             self._listeners.append(amqps)
             log.info("AMQPS listening on %s:%d", amqps.host, amqps.port)
         if opts.http_port is not None:
-            await self._start_management(opts.host, opts.http_port)
+            await self._start_management(opts.http_bind or opts.host, opts.http_port)
 
         self._arm_sweep()
         self._arm_deadline()
@@ -427,15 +458,19 @@ class BrokerServer:
             return
         import uvicorn
 
+        tls = self.options.config.tls
+        https = tls if tls is not None and tls.https else None
         lst = bind_http_socket(host, port)
+        if https is not None:
+            lst.protocol = "https"
         self._listeners.append(lst)
         app = create_app(self.broker, self)
         timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
-        server = uvicorn.Server(uvicorn_config(app, request_timeout_s=timeout_s))
+        server = uvicorn.Server(uvicorn_config(app, request_timeout_s=timeout_s, tls=https))
         self._http_server = server
         assert lst.sock is not None
         self._http_task = asyncio.create_task(self._serve_http(server, lst))
-        log.info("HTTP listening on %s:%d", lst.host, lst.port)
+        log.info("%s listening on %s:%d", lst.protocol.upper(), lst.host, lst.port)
 
     async def _serve_http(self, server: Any, lst: Listener) -> None:
         # `_serve` skips uvicorn's own signal capture, which would swallow SIGINT/SIGTERM meant
@@ -1045,6 +1080,7 @@ class BrokerThread:
 
     @property
     def port(self) -> int:
+        """The plain AMQP port (LookupError when that listener is off)."""
         return self.server.amqp_port
 
     @property

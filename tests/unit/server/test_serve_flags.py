@@ -70,3 +70,24 @@ def test_max_message_size_flag_overrides_the_limit(monkeypatch: pytest.MonkeyPat
     result = CliRunner().invoke(app, ["serve", "--max-message-size", "huge"])
     assert result.exit_code != 0
     assert "not a size" in result.output
+
+
+def test_listener_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    seen = _captured(monkeypatch)
+    toml = tmp_path / "tls.toml"
+    toml.write_text('[tls]\ncert_file = "c.pem"\nkey_file = "k.pem"\nhttps = true\n')
+    args = ["serve", "--config", str(toml), "--amqp-port", "off", "--amqps-bind", "0.0.0.0"]
+    result = CliRunner().invoke(app, [*args, "--http-bind", "127.0.0.5"])
+    assert result.exit_code == 0, result.output
+    opts = seen["options"]
+    assert opts.amqp_port is None
+    assert (opts.amqps_bind, opts.http_bind, opts.amqp_bind) == ("0.0.0.0", "127.0.0.5", None)
+    assert opts.config.tls.https is True
+
+
+def test_plain_listener_off_without_tls_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve", "--amqp-port", "off"])
+    assert result.exit_code == 2
+    assert "[tls] is not set" in result.output
+    assert "options" not in seen
