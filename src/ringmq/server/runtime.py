@@ -607,7 +607,7 @@ class BrokerServer:
             self._on_events(c, c.proto.receive_data(data))
             if self._flow_requests:
                 self._pause_publishers()
-            if c.proto.content_in_flight and getattr(self.broker, "alarms", None):
+            if getattr(self.broker, "alarms", None) and c.proto.content_in_flight:
                 # a body on its way while an alarm is on: stop reading it (RabbitMQ blocks
                 # at the publish method; the whole publish would block only once complete)
                 self.apply_effects(self.broker.block_for_alarms(c.conn_id))
