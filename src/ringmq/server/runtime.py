@@ -23,7 +23,8 @@ Publishes in flight: each connection's `publish_check` runs the broker's exchang
 permission checks when a publish method arrives, before its body (a refused publish buffers
 nothing). The declared sizes of contents being received count toward the memory watermark
 (`content_in_flight`, read by the memory monitor), and while an alarm is on a connection with
-content in flight is blocked after its read, before the rest of the body is read.
+more than a frame of content in flight is blocked after its read, before the rest of the body
+is read.
 
 Publisher flow (RabbitMQ's credit flow, single-threaded): one thread both reads publishes and
 writes deliveries, so a fast publisher can fill a consumed queue faster than the loop gets to
@@ -607,9 +608,13 @@ class BrokerServer:
             self._on_events(c, c.proto.receive_data(data))
             if self._flow_requests:
                 self._pause_publishers()
-            if getattr(self.broker, "alarms", None) and c.proto.content_in_flight:
-                # a body on its way while an alarm is on: stop reading it (RabbitMQ blocks
-                # at the publish method; the whole publish would block only once complete)
+            if (
+                getattr(self.broker, "alarms", None)
+                and c.proto.content_in_flight > c.proto.frame_max
+            ):
+                # a large body on its way while an alarm is on: stop reading it (RabbitMQ
+                # blocks at the publish method). A body of one frame at most completes with
+                # its next frame and blocks the connection then, as any publish does.
                 self.apply_effects(self.broker.block_for_alarms(c.conn_id))
         except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
             self._internal_error(c)
