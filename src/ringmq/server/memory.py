@@ -40,12 +40,14 @@ import errno
 import logging
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT
+from ringmq.core.throttle import LogLimiter
 from ringmq.storage.paging import DiskHealth
 
 __all__ = [
@@ -70,6 +72,8 @@ DEFAULT_PAGING_RATIO: Final = 0.5
 """Past this fraction of the watermark queues page harder (RabbitMQ's older paging ratio)."""
 DEFAULT_DISK_FREE_LIMIT: Final = 50_000_000
 """Bytes of free disk under which publishers are blocked (RabbitMQ's 50 MB)."""
+ALARM_LOG_PERIOD_MS: Final = 5000
+"""At most one alarm raised/cleared line per this period (the rest are counted)."""
 CLEAR_RATIO: Final = 0.95
 """The memory alarm clears once usage is below this fraction of the watermark."""
 PRESSURE_DIVISOR: Final = 8
@@ -313,6 +317,7 @@ class MemoryMonitor:
         self.peak_rss = self.rss or 0
         self._disk_reason: str | None = None  # the disk alarm in force (free space or writes)
         self._page_failure_logged: OSError | None = None
+        self._alarm_log = LogLimiter(ALARM_LOG_PERIOD_MS)
 
     def page_write_failure(self) -> OSError | None:
         """The page-file write error in force, if any (the paging directory's `DiskHealth`)."""
@@ -347,6 +352,14 @@ class MemoryMonitor:
             log.exception("memory check failed")
         if self._loop is not None:
             self._handle = self._loop.call_later(self.governor.limits.interval_s, self.poll)
+
+    def check_in_flight(self) -> None:
+        """Check now: a large body was announced, and declared sizes can cross the watermark
+        long before the next periodic check (the server calls this once per new header)."""
+        try:
+            self.check()
+        except Exception:
+            log.exception("memory check failed")
 
     def measure(self) -> int:
         """Memory in use: the larger of RSS and (start-up RSS + bodies the queues hold)."""
@@ -399,10 +412,14 @@ class MemoryMonitor:
             ("disk", was_disk, disk_now),
         ):
             if (was is None) != (now is None):
-                if now is not None:
-                    log.warning("%s; blocking publishers", now)
-                else:
-                    log.warning("%s alarm cleared; unblocking publishers", resource)
+                # rate-limited: bodies in flight can make an alarm come and go every check
+                suppressed = self._alarm_log.admit(int(time.monotonic() * 1000))
+                if suppressed is not None:
+                    more = f" ({suppressed} alarm changes not logged)" if suppressed else ""
+                    if now is not None:
+                        log.warning("%s; blocking publishers%s", now, more)
+                    else:
+                        log.warning("%s alarm cleared; unblocking publishers%s", resource, more)
                 effects += broker.set_alarm(resource, now)
             elif now is not None and now != was:
                 broker.set_alarm(resource, now)  # refresh the reason shown for new blocks

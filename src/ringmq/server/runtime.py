@@ -608,14 +608,17 @@ class BrokerServer:
             self._on_events(c, c.proto.receive_data(data))
             if self._flow_requests:
                 self._pause_publishers()
-            if (
-                getattr(self.broker, "alarms", None)
-                and c.proto.content_in_flight > c.proto.frame_max
-            ):
-                # a large body on its way while an alarm is on: stop reading it (RabbitMQ
-                # blocks at the publish method). A body of one frame at most completes with
-                # its next frame and blocks the connection then, as any publish does.
-                self.apply_effects(self.broker.block_for_alarms(c.conn_id))
+            in_flight = c.proto.content_in_flight
+            if in_flight > c.proto.frame_max:
+                # a large body on its way: when a new one was announced, measure now (declared
+                # sizes may cross the watermark before the next periodic check); while an
+                # alarm is on stop reading it (RabbitMQ blocks at the publish method). A body
+                # of one frame at most completes with its next frame and blocks then.
+                if in_flight > c.in_flight_seen and self.memory is not None:
+                    self.memory.check_in_flight()
+                if getattr(self.broker, "alarms", None):
+                    self.apply_effects(self.broker.block_for_alarms(c.conn_id))
+            c.in_flight_seen = in_flight
         except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
             self._internal_error(c)
         finally:
