@@ -197,3 +197,44 @@ def test_page_write_failure_on_a_recovered_backlog_raises_the_disk_alarm(
         return bool(pub.is_closed)
 
     wait_until(pub_closed)
+
+
+def test_a_journal_segment_that_cannot_be_created_nacks_and_alarms(
+    broker_factory: BrokerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the first persistent publish creates the journal's first segment; with no descriptor
+    # left (EMFILE) that used to close the connection with 541 and a traceback
+    b = broker_factory(data_dir=tmp_path / "data")
+    refused: list[Path] = []
+    real_open_segment = journal.open_segment
+
+    def no_descriptor(path: Path, flags: int) -> int:
+        refused.append(path)
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    events: list[str] = []
+    pub = connect(b)
+    pub.add_on_connection_blocked_callback(lambda _c, _m: events.append("blocked"))
+    pub.add_on_connection_unblocked_callback(lambda _c, _m: events.append("unblocked"))
+    ch = pub.channel()
+    ch.queue_declare("dq", durable=True)
+    ch.confirm_delivery()
+    monkeypatch.setattr(journal, "open_segment", no_descriptor)
+    assert not publish_confirmed(ch, b"n1")  # nacked, the connection and channel stay open
+    assert refused
+    assert ch.is_open
+
+    def pub_saw(what: str) -> bool:
+        pub.process_data_events(0.01)
+        return what in events
+
+    assert not publish_confirmed(ch, b"n2")  # alarm on: nacked at once and blocked
+    wait_until(lambda: pub_saw("blocked"))
+    assert "disk_write" in b.call(lambda: b.broker.alarms)
+    (info,) = b.call(b.server.connections)
+    assert info.blocked_reason is not None
+    assert "Too many open files" in info.blocked_reason
+    monkeypatch.setattr(journal, "open_segment", real_open_segment)
+    wait_until(lambda: pub_saw("unblocked"))  # the periodic probe created the segment
+    assert publish_confirmed(ch, b"after")
+    pub.close()

@@ -15,11 +15,25 @@ _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 def serve(
     host: Annotated[
-        str | None, typer.Option(help="Address to listen on (default 127.0.0.1).")
+        str | None,
+        typer.Option(help="Address to listen on (default 127.0.0.1), unless a --*-bind says."),
     ] = None,
     amqp_port: Annotated[
-        int | None,
-        typer.Option(help="AMQP port (default 5672; 0 picks a free port).", min=0, max=MAX_PORT),
+        str | None,
+        typer.Option(
+            help="AMQP port (default 5672; 0 picks a free port; off: no plain AMQP listener, "
+            "only AMQPS, which needs [tls])."
+        ),
+    ] = None,
+    amqp_bind: Annotated[
+        str | None, typer.Option(help="Address of the plain AMQP listener (default --host).")
+    ] = None,
+    amqps_bind: Annotated[
+        str | None, typer.Option(help="Address of the AMQPS listener (default --host).")
+    ] = None,
+    http_bind: Annotated[
+        str | None,
+        typer.Option(help="Address of the management HTTP(S) listener (default --host)."),
     ] = None,
     http_port: Annotated[
         int | None,
@@ -48,6 +62,13 @@ def serve(
         str | None,
         typer.Option(help="Block publishers when free disk falls below this (default 50MB)."),
     ] = None,
+    max_message_size: Annotated[
+        str | None,
+        typer.Option(
+            help="Largest message body accepted, e.g. 16MiB (the default) or 1048576; larger "
+            "ones are refused with 406 at their content header. Overrides [limits]."
+        ),
+    ] = None,
     paging: Annotated[
         bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
     ] = True,
@@ -68,7 +89,7 @@ def serve(
 ) -> None:
     """Run the AMQP 0-9-1 broker (and its management HTTP API) until SIGTERM/SIGINT."""
     from ringmq.cli.logsetup import LOG_FORMATS, configure_logging
-    from ringmq.server.configfile import ConfigError, FileConfig, load_config
+    from ringmq.server.configfile import ConfigError, FileConfig, load_config, parse_port
     from ringmq.server.memory import MemoryLimits, parse_size, parse_watermark
     from ringmq.server.runtime import options_from, run
 
@@ -97,16 +118,36 @@ def serve(
             limits = replace(limits, high_watermark=parse_watermark(memory_high_watermark))
         if disk_free_limit is not None:
             limits = replace(limits, disk_free_limit=parse_size(disk_free_limit))
+        if max_message_size is not None:
+            size = parse_size(max_message_size)
+            if size < 1:
+                raise ValueError("--max-message-size must be at least 1 byte")
+            file_config = replace(
+                file_config, limits=replace(file_config.limits, max_message_size=size)
+            )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    options = options_from(
-        file_config,
-        host=host,
-        amqp_port=amqp_port,
-        http_port=http_port,
-        data_dir=data_dir,
-        memory=limits,
-    )
+    try:
+        amqp = parse_port(amqp_port) if amqp_port is not None else None
+    except ValueError:
+        raise typer.BadParameter(
+            f"{amqp_port!r} is not a port or 'off'", param_hint="--amqp-port"
+        ) from None
+    try:
+        options = options_from(
+            file_config,
+            host=host,
+            amqp_port=amqp,
+            http_port=http_port,
+            data_dir=data_dir,
+            memory=limits,
+            amqp_bind=amqp_bind,
+            amqps_bind=amqps_bind,
+            http_bind=http_bind,
+        )
+    except ConfigError as exc:
+        typer.echo(f"ringmq: {exc}", err=True)
+        raise typer.Exit(code=2) from None
     raise typer.Exit(code=run(options))
 
 

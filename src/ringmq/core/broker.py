@@ -1561,6 +1561,38 @@ class Broker:
             msg.expiration_ms = parse_expiration(props.expiration)
         return msg, props
 
+    def check_publish(self, conn_id: int, channel: int, method: Any) -> None:
+        """The checks of a basic.publish that need no content, run when its method arrives.
+
+        The exchange exists, is not internal and the user may write to it; `immediate` is
+        refused. The protocol layer calls it before the body is received, so a refused publish
+        costs no buffered body. Raises AMQPError (class and method ids of basic.publish);
+        `handle` repeats the checks (cached) when the whole command arrives.
+        """
+        conn = self.conns.get(conn_id)
+        s = conn.sessions.get(channel) if conn is not None else None
+        if s is None or type(method) is not spec.BasicPublish:
+            return  # `handle` reports these with the whole command
+        try:
+            self._publish_exchange(s, method.exchange)
+            if method.immediate:
+                raise AMQPError(ReplyCode.NOT_IMPLEMENTED, "immediate=true")
+        except AMQPError as exc:
+            exc.class_id, exc.method_id = method.CLASS_ID, method.METHOD_ID
+            raise
+
+    def block_for_alarms(self, conn_id: int) -> list[Effect]:
+        """Block `conn_id` as a publish would while a resource alarm is on (no-op otherwise).
+
+        For a connection with content in flight: its publish is not complete yet, but its body
+        is what the alarm is about (RabbitMQ blocks at the publish method).
+        """
+        out: list[Effect] = []
+        self._out = out
+        if self._alarms and conn_id in self.conns:
+            self._alarm_publish(conn_id)
+        return out
+
     def _publish_exchange(self, s: Session, name: str) -> tuple[VHost, Exchange]:
         """The exchange a publish on `s` names, checked: exists, not internal, writable."""
         vh = s.vhost

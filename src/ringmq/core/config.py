@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-DEFAULT_MAX_MESSAGE_SIZE: Final = 128 * 1024 * 1024
-"""RabbitMQ's default `max_message_size` (128 MiB)."""
+DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
+"""RabbitMQ's default `max_message_size` (16 MiB since 4.0; 128 MiB in 3.8-3.13)."""
 
 DEFAULT_VHOST: Final = "/"
 

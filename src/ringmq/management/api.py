@@ -68,6 +68,8 @@ MAX_GET_COUNT: Final = 10_000
 GET_SLICE: Final = 200
 """Messages a get fetches and encodes between two yields to the event loop."""
 OVERVIEW_KEY: Final = "overview"
+LOGIN_OUTCOME: Final = "ringmq.login_ok"
+"""ASGI scope key `authenticate` sets: True when the credentials were right, False when not."""
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -185,6 +187,7 @@ class Api:
         key = hashlib.sha256(f"{client}\0{token}".encode()).hexdigest()
         cached = self._auth_cache.get(key)
         if cached is not None and now - cached[0] < _AUTH_CACHE_MS:
+            request.scope[LOGIN_OUTCOME] = True
             return cached[1]
         try:
             username, sep, password = base64.b64decode(token).decode("utf-8").partition(":")
@@ -193,6 +196,9 @@ class Api:
         if not sep:
             raise UnauthorizedError("Not_Authorized")
         found = self.admin.authenticate(username, password)
+        # what the login throttle counts (management.app): wrong credentials only, not a
+        # refusal of a user who logged in (a missing tag or permission)
+        request.scope[LOGIN_OUTCOME] = found is not None
         if found is None:
             raise UnauthorizedError("Login failed")
         if not MANAGEMENT_TAGS.intersection(found.tags):

@@ -10,11 +10,16 @@ plot keeps moving even with uvicorn's lifespan off.
 RabbitMQ clients send the vhost "/" as `%2F`; ASGI servers decode `path`, which would turn
 `/api/queues/%2F/q` into `/api/queues///q`. `_RawPath` re-derives `path` from `raw_path`
 keeping each segment percent-encoded; handlers unquote the parameters they read.
+
+Logins: when the runtime offers a `login_guard` (`core.throttle.LoginGuard`, shared with the
+AMQP listener), `_LoginThrottle` slows repeated failed Basic logins per source address.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
 from collections.abc import Callable
@@ -30,8 +35,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ringmq import __version__
+from ringmq.core.throttle import LoginGuard
 from ringmq.management import browse, health, metrics, nodes, streams
-from ringmq.management.api import Api, wall_ms
+from ringmq.management.api import LOGIN_OUTCOME, Api, wall_ms
+from ringmq.management.errors import UnauthorizedError, to_response
 from ringmq.management.port import BrokerAdmin, Runtime
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
 
@@ -55,6 +62,58 @@ class _RawPath:
             scope = dict(scope)
             scope["path"] = "/".join(segments)
         await self.app(scope, receive, send)
+
+
+def _basic_user(header: bytes) -> str | None:
+    """The user name of a Basic `Authorization` header (None: not Basic credentials)."""
+    scheme, _, token = header.partition(b" ")
+    if scheme.lower() != b"basic" or not token:
+        return None
+    try:
+        return base64.b64decode(token).decode("utf-8").partition(":")[0]
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
+
+
+class _LoginThrottle:
+    """ASGI middleware: the login throttle (`core.throttle.LoginGuard`) for Basic credentials.
+
+    A request carrying Basic credentials from an address with repeated failures waits before
+    it is handled (or is refused unchecked); credentials `Api.authenticate` found wrong count as
+    a failed login of that user from that address, right ones as a success (a user refused for
+    a missing tag or permission logged in: that is no guess to slow down). It wraps the whole
+    app, so the API and `/api/streams` are covered.
+    """
+
+    def __init__(self, app: ASGIApp, guard: LoginGuard, clock_ms: Callable[[], int]) -> None:
+        self.app = app
+        self.guard = guard
+        self.clock_ms = clock_ms
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        user = None
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", ()):
+                if name == b"authorization":
+                    user = _basic_user(value)
+                    break
+        if user is None:
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        source = str(client[0]) if client else ""
+        delay = self.guard.before(source, self.clock_ms())
+        if delay is None:
+            await to_response(UnauthorizedError("Login failed"))(scope, receive, send)
+            return
+        if delay:
+            await asyncio.sleep(delay / 1000)
+        await self.app(scope, receive, send)
+        outcome = scope.get(LOGIN_OUTCOME)  # set by Api.authenticate when it checked them
+        if outcome is False:
+            self.guard.failed(source, user, "HTTP", "wrong credentials", self.clock_ms())
+        elif outcome is True:
+            self.guard.succeeded(source)
 
 
 class _Sampler:
@@ -204,6 +263,9 @@ def create_app(
                 background.ensure_started()
             await stack(scope, receive, send)
 
+        guard = getattr(runtime, "login_guard", None)
+        if isinstance(guard, LoginGuard):
+            return _RawPath(_LoginThrottle(with_sampler, guard, clock_ms))
         return _RawPath(with_sampler)
 
     app.build_middleware_stack = build  # type: ignore[method-assign]

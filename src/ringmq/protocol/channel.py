@@ -32,8 +32,8 @@ from ringmq.amqp.frames import BodyFrame, HeaderFrame, RawContent
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.spec import Method
 
-DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024
-"""RabbitMQ's default ``max_message_size`` (128 MiB)."""
+DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+"""RabbitMQ's default ``max_message_size`` (16 MiB since 4.0; 128 MiB in 3.8-3.13)."""
 
 
 class ChannelState(Enum):
@@ -75,6 +75,18 @@ class Channel:
     number: int
     state: ChannelState = ChannelState.OPEN
     assembly: Assembly = EXPECT_METHOD
+
+    @property
+    def content_in_flight(self) -> int:
+        """The declared body size of a content being received (0 between contents)."""
+        asm = self.assembly
+        return asm.body_size if isinstance(asm, ExpectBody) else 0
+
+    @property
+    def content_received(self) -> int:
+        """Body bytes received (and buffered) of a content being received."""
+        asm = self.assembly
+        return asm.body_size - asm.remaining if isinstance(asm, ExpectBody) else 0
 
     @property
     def mid_content(self) -> bool:

@@ -30,6 +30,12 @@ Connection.Close and end the connection at once (``ConnectionClosed``). Any othe
 bug: it is logged with its traceback and becomes INTERNAL_ERROR (541) for this connection only.
 ``receive_data`` therefore never raises.
 
+A Basic.Publish whose content has not fully arrived takes the per-frame path; when its method
+frame arrives, ``publish_check`` (the broker's exchange and write-permission checks) runs first,
+so a refused publish closes its channel before any of its body is buffered (the channel is then
+``CLOSING`` and drops the header and body frames that follow). ``content_in_flight`` is the
+declared size of the contents being received, for the server's memory accounting.
+
 The connection and channel classes are handled here; exchange, queue, basic, confirm and tx
 methods become ``Command`` events for the broker, with content assembled into ``RawContent``.
 Methods only a server may send (Deliver, Declare-Ok, ...) arriving from the client are
@@ -195,6 +201,9 @@ class ServerConnection:
         tune: what we offer in Connection.Tune (channel_max 2047, frame_max 131072,
             heartbeat 60 s by default).
         max_message_size: largest body accepted (406 PRECONDITION_FAILED above it); 0: no limit.
+        publish_check: called with (channel, method) when a content-bearing method (Basic.Publish)
+            arrives, before its header and body; an ``AMQPError`` it raises refuses the publish
+            at once (the channel closes and its header and body frames are dropped unbuffered).
         version: server version advertised in server-properties.
         cluster_name: ``cluster_name`` server property.
     """
@@ -204,12 +213,14 @@ class ServerConnection:
         tune: TuneParams | None = None,
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        publish_check: Callable[[int, Method], None] | None = None,
         version: str = VERSION,
         cluster_name: str = "ringmq",
     ) -> None:
         self.offered: Final = tune or TuneParams()
         self.tuned: TuneParams = self.offered
         self.max_message_size = max_message_size
+        self.publish_check = publish_check
         self._server_properties = server_properties(version, cluster_name)
         self._state = S.AWAIT_HEADER
         self._reader = FrameReader(FRAME_MIN_SIZE, expect_protocol_header=True)
@@ -256,6 +267,21 @@ class ServerConnection:
         """``OPEN``, ``CLOSING`` or None (absent) for a channel number."""
         chan = self._channels.get(channel)
         return chan.state if chan is not None else None
+
+    @property
+    def content_in_flight(self) -> int:
+        """Declared body bytes of the contents partly received on this connection's channels.
+
+        What their completion will hold in memory; the server counts it toward the memory
+        watermark and blocks a connection with content in flight while an alarm is on.
+        O(channels): read it per batch or per measurement, not per frame.
+        """
+        return sum(c.content_in_flight for c in self._channels.values())
+
+    @property
+    def content_received(self) -> int:
+        """Body bytes buffered so far of those contents (at most ``content_in_flight``)."""
+        return sum(c.content_received for c in self._channels.values())
 
     @property
     def open_channels(self) -> list[int]:
@@ -525,6 +551,9 @@ class ServerConnection:
                     class_id=method.CLASS_ID,
                     method_id=method.METHOD_ID,
                 )
+            if method.CONTENT and self.publish_check is not None:
+                # refuse before the body is buffered: the channel closes, its frames drop
+                self.publish_check(number, method)
             done = chan.on_method(method)
         elif ftype is BodyFrame:
             done = chan.on_body(cast(BodyFrame, frame))

@@ -28,7 +28,7 @@ from defusedxml import DefusedXmlException
 
 from ringmq.core import wildcard
 
-DEFAULT_MAX_MESSAGE_SIZE: Final = 128 * 1024 * 1024  # RabbitMQ's default max_message_size
+DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
 DEFAULT_HEARTBEAT_S: Final = 60
 DEFAULT_FRAME_MAX: Final = 131072
 DEFAULT_CHANNEL_MAX: Final = 2047
@@ -157,6 +157,8 @@ class TLSSpec:
     ca_file: Path | None = None
     port: int = DEFAULT_AMQPS_PORT
     verify_peer: bool = False
+    https: bool = False
+    """Serve the management API over HTTPS (on the HTTP port) with this certificate too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +167,13 @@ class ListenSpec:
 
     host: str | None = None
     amqp_port: int | None = None
+    """-1: no plain AMQP listener (RabbitMQ's `listeners.tcp = none`); needs [tls]."""
     http_port: int | None = None
     data_dir: Path | None = None
+    amqp_bind: str | None = None
+    amqps_bind: str | None = None
+    http_bind: str | None = None
+    """Per-protocol listen addresses (default: `host`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +195,34 @@ class FileConfig:
     bindings: tuple[BindingSpec, ...] = ()
     refresh_period_ms: int | None = None
     """Reload address-settings when the file changes, polled at this period (None: never)."""
+
+
+OFF_WORDS: Final = ("off", "none")
+
+
+def parse_port(text: str) -> int:
+    """A port from the command line or a file: a number, or "off"/"none" (-1: no listener)."""
+    if text.strip().lower() in OFF_WORDS:
+        return -1
+    port = int(text)
+    if not -1 <= port <= MAX_PORT:
+        raise ValueError(f"port {port} out of range")
+    return port
+
+
+def _port_or_off(t: _Table, key: str) -> int | None:
+    value = t._get(key, (int, str), 'a port number or "off"')
+    if value is None:
+        return None
+    if isinstance(value, int) and not -1 <= value <= MAX_PORT:
+        bound = f"<= {MAX_PORT}" if value > MAX_PORT else ">= -1"
+        raise ConfigError(f"{t.where}.{key}: must be {bound}, got {value}")
+    try:
+        return parse_port(str(value))
+    except ValueError:
+        raise ConfigError(
+            f'{t.where}.{key}: expected a port number or "off", got {value!r}'
+        ) from None
 
 
 def load_config(path: str | Path) -> FileConfig:
@@ -330,9 +365,12 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         data_dir = t.opt_str("data_dir")
         listen = ListenSpec(
             host=t.opt_str("host"),
-            amqp_port=t.opt_int("amqp_port", maximum=MAX_PORT),
-            http_port=t.opt_int("http_port", minimum=-1, maximum=MAX_PORT),
+            amqp_port=_port_or_off(t, "amqp_port"),
+            http_port=_port_or_off(t, "http_port"),
             data_dir=Path(data_dir) if data_dir else None,
+            amqp_bind=t.opt_str("amqp_bind"),
+            amqps_bind=t.opt_str("amqps_bind"),
+            http_bind=t.opt_str("http_bind"),
         )
         refresh = t.opt_int("config_refresh_period_ms", minimum=1)
         t.done()
@@ -360,6 +398,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             ca_file=Path(ca) if ca else None,
             port=_req(t.opt_int("port", DEFAULT_AMQPS_PORT, maximum=MAX_PORT)),
             verify_peer=bool(t.opt_bool("verify_peer", False)),
+            https=bool(t.opt_bool("https", False)),
         )
         t.done()
 

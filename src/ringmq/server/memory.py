@@ -15,7 +15,8 @@ flap on every reading.
 
 `MemoryMonitor` is the asyncio side (the only place here that reads the clock or the OS): every
 `interval_s` it measures memory cheaply, as the broker's own accounting of body bytes held in
-memory on top of the resident size measured at start-up, or the resident size read from
+memory plus the declared sizes of publishes still being received (`in_flight`), on top of the
+resident size measured at start-up, or the resident size read from
 `/proc/self/statm` when that is larger (it counts everything: envelopes, buffers, the
 interpreter). Free disk comes from `os.statvfs(data_dir)`. It feeds the governor and applies the
 decision to the core `Broker`: `set_memory_bound` when the bound changes, `set_alarm` on
@@ -39,12 +40,14 @@ import errno
 import logging
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT
+from ringmq.core.throttle import LogLimiter
 from ringmq.storage.paging import DiskHealth
 
 __all__ = [
@@ -69,6 +72,8 @@ DEFAULT_PAGING_RATIO: Final = 0.5
 """Past this fraction of the watermark queues page harder (RabbitMQ's older paging ratio)."""
 DEFAULT_DISK_FREE_LIMIT: Final = 50_000_000
 """Bytes of free disk under which publishers are blocked (RabbitMQ's 50 MB)."""
+ALARM_LOG_PERIOD_MS: Final = 5000
+"""At most one alarm raised/cleared line per this period (the rest are counted)."""
 CLEAR_RATIO: Final = 0.95
 """The memory alarm clears once usage is below this fraction of the watermark."""
 PRESSURE_DIVISOR: Final = 8
@@ -276,6 +281,8 @@ class MemoryMonitor:
         data_dir: where free disk space is measured.
         emit: applies the broker's effects (the server's batch-and-flush).
         read_memory / read_disk: injectable readings (tests); default RSS and statvfs.
+        in_flight: declared body bytes of publishes being received (the server's connections),
+            counted on top of the bodies the queues hold.
     """
 
     def __init__(
@@ -289,8 +296,10 @@ class MemoryMonitor:
         read_memory: Callable[[], int | None] = read_rss,
         read_disk: Callable[[], int | None] | None = None,
         paging_health: DiskHealth | None = None,
+        in_flight: Callable[[], int] | None = None,
     ) -> None:
         self.broker = broker
+        self._in_flight = in_flight
         self.paging_health = paging_health
         self.governor = MemoryGovernor(limits, total_ram or total_memory())
         self.data_dir = data_dir
@@ -302,10 +311,13 @@ class MemoryMonitor:
         self._baseline = read_memory() or 0
         self.used = self._baseline
         self.disk_free: int | None = None
+        self.in_flight = 0
+        """Declared body bytes of partly received publishes at the last measurement."""
         self.rss: int | None = self._baseline or None
         self.peak_rss = self.rss or 0
         self._disk_reason: str | None = None  # the disk alarm in force (free space or writes)
         self._page_failure_logged: OSError | None = None
+        self._alarm_log = LogLimiter(ALARM_LOG_PERIOD_MS)
 
     def page_write_failure(self) -> OSError | None:
         """The page-file write error in force, if any (the paging directory's `DiskHealth`)."""
@@ -341,13 +353,23 @@ class MemoryMonitor:
         if self._loop is not None:
             self._handle = self._loop.call_later(self.governor.limits.interval_s, self.poll)
 
+    def check_in_flight(self) -> None:
+        """Check now: a large body was announced, and declared sizes can cross the watermark
+        long before the next periodic check (the server calls this once per new header)."""
+        try:
+            self.check()
+        except Exception:
+            log.exception("memory check failed")
+
     def measure(self) -> int:
         """Memory in use: the larger of RSS and (start-up RSS + bodies the queues hold)."""
         if self.governor.memory_alarm is not None and _MALLOC_TRIM is not None:
             _MALLOC_TRIM(0)  # while alarmed, give freed heap back so the alarm can clear
         rss = self._read_memory()
         held: int = self.broker.memory_held_bytes()
-        used = self._baseline + held
+        self.in_flight = self._in_flight() if self._in_flight is not None else 0
+        # declared, not yet received: what those publishes will hold once complete
+        used = self._baseline + held + self.in_flight
         if rss is not None:
             self.rss = rss
             self.peak_rss = max(self.peak_rss, rss)
@@ -390,10 +412,14 @@ class MemoryMonitor:
             ("disk", was_disk, disk_now),
         ):
             if (was is None) != (now is None):
-                if now is not None:
-                    log.warning("%s; blocking publishers", now)
-                else:
-                    log.warning("%s alarm cleared; unblocking publishers", resource)
+                # rate-limited: bodies in flight can make an alarm come and go every check
+                suppressed = self._alarm_log.admit(int(time.monotonic() * 1000))
+                if suppressed is not None:
+                    more = f" ({suppressed} alarm changes not logged)" if suppressed else ""
+                    if now is not None:
+                        log.warning("%s; blocking publishers%s", now, more)
+                    else:
+                        log.warning("%s alarm cleared; unblocking publishers%s", resource, more)
                 effects += broker.set_alarm(resource, now)
             elif now is not None and now != was:
                 broker.set_alarm(resource, now)  # refresh the reason shown for new blocks
@@ -405,6 +431,7 @@ class MemoryMonitor:
         g = self.governor
         return {
             "mem_used": self.used,
+            "mem_content_in_flight": self.in_flight,
             "mem_rss": self.rss,
             "mem_peak_rss": self.peak_rss,
             "mem_limit": g.watermark_bytes,

@@ -19,6 +19,13 @@ per second (or per half heartbeat, whichever is shorter) for heartbeats, missed 
 (2 intervals, as RabbitMQ) and the 10 s handshake timeout; one poll of the config file's mtime
 when it asks for reloads (Artemis `configuration-file-refresh-period`).
 
+Publishes in flight: each connection's `publish_check` runs the broker's exchange and write
+permission checks when a publish method arrives, before its body (a refused publish buffers
+nothing). The declared sizes of contents being received count toward the memory watermark
+(`content_in_flight`, read by the memory monitor), and while an alarm is on a connection with
+more than a frame of content in flight is blocked after its read, before the rest of the body
+is read.
+
 Publisher flow (RabbitMQ's credit flow, single-threaded): one thread both reads publishes and
 writes deliveries, so a fast publisher can fill a consumed queue faster than the loop gets to
 its consumers (their acks wait behind the publisher's reads) and the backlog grows until it
@@ -66,6 +73,7 @@ from ringmq.core.effects import (
     SendMethod,
     Unblock,
 )
+from ringmq.core.throttle import LoginGuard, LogLimiter
 from ringmq.protocol import events as ev
 from ringmq.protocol.connection import ServerConnection
 from ringmq.protocol.handshake import TuneParams
@@ -73,10 +81,11 @@ from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.commit import GroupCommit
 from ringmq.server.configfile import ConfigError, FileConfig, load_config
 from ringmq.server.datadir import DataDirLock
+from ringmq.server.httpserve import uvicorn_config
 from ringmq.server.listener import (
     Listener,
     bind_http_socket,
-    bind_tcp_socket,
+    bind_socket,
     open_amqp_listener,
     tls_context,
 )
@@ -111,9 +120,10 @@ class ServerOptions:
     """Where and how to run.
 
     Attributes:
-        host: address of every listener.
-        amqp_port: AMQP port; 0 picks a free one.
+        host: address of every listener without its own (`*_bind`).
+        amqp_port: AMQP port; 0 picks a free one; None: no plain AMQP listener (TLS only).
         http_port: management HTTP port; 0 picks a free one; None disables it.
+        amqp_bind / amqps_bind / http_bind: the address of that listener (None: `host`).
         data_dir: directory for messages and definitions.
         config: the parsed configuration file (users, limits, declarations, TLS...).
         memory: memory high watermark, free-disk limit and per-queue paging bounds.
@@ -121,8 +131,11 @@ class ServerOptions:
     """
 
     host: str = DEFAULT_HOST
-    amqp_port: int = DEFAULT_AMQP_PORT
+    amqp_port: int | None = DEFAULT_AMQP_PORT
     http_port: int | None = DEFAULT_HTTP_PORT
+    amqp_bind: str | None = None
+    amqps_bind: str | None = None
+    http_bind: str | None = None
     data_dir: Path = DEFAULT_DATA_DIR
     config: FileConfig = field(default_factory=FileConfig)
     memory: MemoryLimits = field(default_factory=MemoryLimits)
@@ -137,18 +150,31 @@ def options_from(
     http_port: int | None = None,
     data_dir: Path | None = None,
     memory: MemoryLimits | None = None,
+    amqp_bind: str | None = None,
+    amqps_bind: str | None = None,
+    http_bind: str | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
-    An http_port of -1 (either source) disables the management listener.
+    An http_port of -1 (either source) disables the management listener, an amqp_port of -1
+    the plain AMQP listener (only with TLS configured: some AMQP listener must remain).
+
+    Raises:
+        ConfigError: the plain AMQP listener is off and no `[tls]` is configured.
     """
     listen = config.listen
     http = http_port if http_port is not None else listen.http_port
     if http is None:
         http = DEFAULT_HTTP_PORT
+    amqp = _first(amqp_port, listen.amqp_port, DEFAULT_AMQP_PORT)
+    if amqp < 0 and config.tls is None:
+        raise ConfigError("the plain AMQP listener is off (amqp_port off) but [tls] is not set")
     return ServerOptions(
         host=host or listen.host or DEFAULT_HOST,
-        amqp_port=_first(amqp_port, listen.amqp_port, DEFAULT_AMQP_PORT),
+        amqp_port=None if amqp < 0 else amqp,
+        amqp_bind=amqp_bind or listen.amqp_bind,
+        amqps_bind=amqps_bind or listen.amqps_bind,
+        http_bind=http_bind or listen.http_bind,
         http_port=None if http < 0 else http,
         data_dir=data_dir or listen.data_dir or DEFAULT_DATA_DIR,
         config=config,
@@ -239,6 +265,9 @@ class BrokerServer:
         """Group-commit fsync of the broker's store (None without a store)."""
         self.ready = threading.Event()
         self._data_lock: DataDirLock | None = None
+        self.login_guard = LoginGuard()
+        """Failed logins per source address (AMQP and management HTTP share it)."""
+        self._max_conn_log = LogLimiter(10_000)
         self.memory: MemoryMonitor | None = None
         """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
         """Set once every listener accepts connections (for threads waiting on start-up)."""
@@ -255,7 +284,11 @@ class BrokerServer:
 
     @property
     def http_port(self) -> int:
-        return self._port("http")
+        """The management port (HTTP or HTTPS)."""
+        for lst in self._listeners:
+            if lst.protocol in ("http", "https"):
+                return lst.port
+        raise LookupError("no http listener")
 
     def _port(self, protocol: str) -> int:
         for lst in self._listeners:
@@ -273,11 +306,19 @@ class BrokerServer:
         self.started_at_ms = self.clock.wall_ms()
         # lock the data directory and bind the ports before the store is opened, so a start
         # that fails on either writes nothing into the directory
-        amqp_pre = bind_tcp_socket("amqp", opts.host, opts.amqp_port, option="--amqp-port")
-        self._listeners.append(amqp_pre)
+        amqp_pre = None
+        if opts.amqp_port is not None:
+            amqp_pre = bind_socket(
+                opts.amqp_bind or opts.host,
+                opts.amqp_port,
+                "amqp",
+                backlog=1024,
+                option="--amqp-port",
+            )
+            self._listeners.append(amqp_pre)
         http_pre = None
         if opts.http_port is not None:
-            http_pre = bind_http_socket(opts.host, opts.http_port)
+            http_pre = bind_http_socket(opts.http_bind or opts.host, opts.http_port)
             self._listeners.append(http_pre)
         self._data_lock = DataDirLock.acquire(opts.data_dir)
         if self.broker is None:
@@ -301,17 +342,28 @@ class BrokerServer:
             )
         self._start_memory_monitor()
 
-        amqp = await open_amqp_listener(
-            self._factory(tls=False), opts.host, opts.amqp_port, sock=amqp_pre.sock
-        )
-        amqp_pre.sock = None  # the asyncio server owns it now
-        self._listeners.remove(amqp_pre)
-        self._listeners.append(amqp)
-        log.info("AMQP listening on %s:%d", amqp.host, amqp.port)
+        if amqp_pre is not None:
+            amqp = await open_amqp_listener(
+                self._factory(tls=False),
+                amqp_pre.host,
+                amqp_pre.port,
+                sock=amqp_pre.sock,
+                now_ms=self._now_ms,
+            )
+            amqp_pre.sock = None  # the acceptor owns it now
+            self._listeners.remove(amqp_pre)
+            self._listeners.append(amqp)
+            log.info("AMQP listening on %s:%d", amqp.host, amqp.port)
+        else:
+            log.info("plain AMQP listener off (TLS only)")
         if cfg.tls is not None:
             ctx = tls_context(cfg.tls)
             amqps = await open_amqp_listener(
-                self._factory(tls=True), opts.host, cfg.tls.port, tls=ctx
+                self._factory(tls=True),
+                opts.amqps_bind or opts.host,
+                cfg.tls.port,
+                tls=ctx,
+                now_ms=self._now_ms,
             )
             self._listeners.append(amqps)
             log.info("AMQPS listening on %s:%d", amqps.host, amqps.port)
@@ -352,7 +404,7 @@ class BrokerServer:
             return
         self._stopped = True
         for lst in self._listeners:
-            if lst.server is not None:
+            if lst.acceptor is not None:
                 lst.close()
         for t in (self._sweep_handle, self._reload_handle, self._flow_handle):
             if t is not None:
@@ -407,7 +459,12 @@ class BrokerServer:
         if lim.paging:
             self.broker.enable_paging(spill, lim.head_count, lim.head_bytes, spill.body_store)
         self.memory = MemoryMonitor(
-            self.broker, lim, data_dir, self._emit, paging_health=spill.health
+            self.broker,
+            lim,
+            data_dir,
+            self._emit,
+            paging_health=spill.health,
+            in_flight=self.content_in_flight,
         )
         self.memory.start(self._loop)
         log.info(
@@ -431,13 +488,17 @@ class BrokerServer:
             return
         import uvicorn
 
+        tls = self.options.config.tls
+        https = tls if tls is not None and tls.https else None
+        if https is not None:
+            lst.protocol = "https"
         app = create_app(self.broker, self)
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-        server = uvicorn.Server(config)
+        timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
+        server = uvicorn.Server(uvicorn_config(app, request_timeout_s=timeout_s, tls=https))
         self._http_server = server
         assert lst.sock is not None
         self._http_task = asyncio.create_task(self._serve_http(server, lst))
-        log.info("HTTP listening on %s:%d", lst.host, lst.port)
+        log.info("%s listening on %s:%d", lst.protocol.upper(), lst.host, lst.port)
 
     async def _serve_http(self, server: Any, lst: Listener) -> None:
         # `_serve` skips uvicorn's own signal capture, which would swallow SIGINT/SIGTERM meant
@@ -537,11 +598,35 @@ class BrokerServer:
         if self._stopped or (
             limits.max_connections is not None and len(self._conns) >= limits.max_connections
         ):
+            if not self._stopped and self._max_conn_log.admit(self._now_ms()) is not None:
+                log.warning(
+                    "refused connection from %s:%d: max_connections (%d) reached",
+                    c.peer[0],
+                    c.peer[1],
+                    limits.max_connections,
+                )
             c.abort()
             return
         self._conns[c.conn_id] = c
         c.connected_at_ms = self.clock.wall_ms()
         c.connected_mono = self.clock.monotonic()
+        check = getattr(self.broker, "check_publish", None)
+        if check is not None:
+            conn_id = c.conn_id
+            c.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
+
+    def content_in_flight(self) -> int:
+        """Body bytes of the contents being received, for the memory watermark.
+
+        A connection that reads counts the declared sizes (what it is about to make the broker
+        hold); a paused one (blocked, flow) only the bytes it sent so far, since no more arrive
+        until it reads again. Otherwise an alarm raised by declared sizes alone would hold its
+        own cause blocked forever.
+        """
+        return sum(
+            c.proto.content_received if c.reading_paused else c.proto.content_in_flight
+            for c in self._conns.values()
+        )
 
     def data_received(self, c: AMQPConnection, data: bytes) -> None:
         # `_batch()` written out: this runs once per socket read, the generator costs show.
@@ -550,6 +635,17 @@ class BrokerServer:
             self._on_events(c, c.proto.receive_data(data))
             if self._flow_requests:
                 self._pause_publishers()
+            in_flight = c.proto.content_in_flight
+            if in_flight > c.proto.frame_max:
+                # a large body on its way: when a new one was announced, measure now (declared
+                # sizes may cross the watermark before the next periodic check); while an
+                # alarm is on stop reading it (RabbitMQ blocks at the publish method). A body
+                # of one frame at most completes with its next frame and blocks then.
+                if in_flight > c.in_flight_seen and self.memory is not None:
+                    self.memory.check_in_flight()
+                if getattr(self.broker, "alarms", None):
+                    self.apply_effects(self.broker.block_for_alarms(c.conn_id))
+            c.in_flight_seen = in_flight
         except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
             self._internal_error(c)
         finally:
@@ -697,16 +793,16 @@ class BrokerServer:
             case ev.Command():
                 raise AssertionError("commands are handled by _on_events")
             case ev.LoginRequested():
-                try:
-                    user = self.broker.check_login(event.mechanism, event.response, c.peer_loopback)
-                except AMQPError as err:
-                    log.warning("login refused for %s: %s", c.name, err.reply_text)
-                    c.proto.reject_login(err.explanation)
+                # repeated failures from this address: the check waits (core.throttle)
+                delay = self.login_guard.before(c.peer[0], now)
+                if delay is None:
+                    c.proto.reject_login()
                     return []
-                c.user = user
-                c.auth_mechanism = event.mechanism
-                c.client_properties = dict(event.client_properties)
-                return c.proto.accept_login()
+                if delay and self._loop is not None:
+                    c.login_delay_ms = delay
+                    self._loop.call_later(delay / 1000, self._delayed_login, c, event)
+                    return []  # the machine stays AUTHENTICATING; later bytes wait
+                return self._login(c, event, now)
             case ev.OpenRequested(vhost=vhost):
                 try:
                     self.broker.connection_opened(
@@ -745,6 +841,32 @@ class BrokerServer:
             case _:
                 assert_never(event)
         return []
+
+    def _login(self, c: AMQPConnection, event: ev.LoginRequested, now: int) -> list[ev.Event]:
+        source = c.peer[0]
+        try:
+            user = self.broker.check_login(event.mechanism, event.response, c.peer_loopback)
+        except AMQPError as err:
+            self.login_guard.failed(source, event.username, "AMQP", err.explanation, now)
+            c.proto.reject_login(err.explanation)
+            return []
+        self.login_guard.succeeded(source)
+        c.user = user
+        c.auth_mechanism = event.mechanism
+        c.client_properties = dict(event.client_properties)
+        return c.proto.accept_login()
+
+    def _delayed_login(self, c: AMQPConnection, event: ev.LoginRequested) -> None:
+        if c.closing or self._conns.get(c.conn_id) is not c:
+            return  # the client gave up meanwhile
+        with self._batch():
+            try:
+                more = self._login(c, event, self._now_ms())
+                if more:
+                    self._on_events(c, more)
+            except Exception:  # noqa: BLE001 - see data_received
+                self._internal_error(c)
+            self._dirty.add(c)
 
     def _close_connection(self, c: AMQPConnection, code: int, text: str) -> None:
         """Server-initiated Connection.Close; `text` is the explanation (no code prefix)."""
@@ -889,6 +1011,10 @@ class BrokerServer:
         mono = self.clock.monotonic()
         mono_ms = int(mono * 1000)
         handshake_s = self.options.config.limits.handshake_timeout_ms / 1000.0
+        for lst in self._listeners:
+            if lst.acceptor is not None:
+                lst.acceptor.flush_log()  # what the refusal log's rate limit suppressed
+        self.login_guard.flush_log(self._now_ms())
         with self._batch():
             for c in list(self._conns.values()):
                 if c.closing:
@@ -1010,6 +1136,7 @@ class BrokerThread:
 
     @property
     def port(self) -> int:
+        """The plain AMQP port (LookupError when that listener is off)."""
         return self.server.amqp_port
 
     @property

@@ -70,6 +70,10 @@ class AMQPConnection(asyncio.Protocol):
         self.channels = 0
         self.blocked_reason: str | None = None
         self.closing_since: float | None = None
+        self.in_flight_seen = 0
+        """`proto.content_in_flight` after the previous read (a rise: a new large body)."""
+        self.login_delay_ms = 0
+        """How long the login throttle held this connection's credential check (0: not)."""
         self.read_resumed_mono = 0.0
         """When reading last resumed after a Block (heartbeat checks restart from there)."""
         self._reading_paused = False

@@ -28,8 +28,11 @@ store stops writing (see docs/storage.md, "Write failures").
 A new segment that cannot be created (no inode left, no descriptor: `open` fails) while the
 current one is open and healthy is not an error: the current segment grows past
 `segment_bytes` (one WARNING, then a retry every `_REOPEN_STEP` bytes) and a segment is started
-again once creation succeeds. Only an append with no segment open at all (after `roll()`) raises
-the `open` error.
+again once creation succeeds. With no segment open at all (at start-up, after `roll()`) the
+failed `open` is a write failure like any other: the segment number is taken (`_unopened`),
+records are buffered at their offsets in it, `failure` holds the error and `flush()` retries
+the `open` and raises while it fails, so the caller nacks and alarms exactly as for a failed
+write.
 
 The journal knows nothing about queues: the store decides when a segment is dead and calls
 `delete()`. It imports nothing from core/ except through records.py.
@@ -54,6 +57,12 @@ DEFAULT_SEGMENT_BYTES: Final = 16 * 1024 * 1024
 _WRITE_CHUNK: Final = 1024 * 1024  # write the buffer out once it holds this much
 _MAX_READERS: Final = 8  # cached read descriptors (`pread`)
 _REOPEN_STEP: Final = 1024 * 1024  # after a failed segment creation, retry once per this much
+
+
+def open_segment(path: Path, flags: int) -> int:
+    """Create a segment file for appending (the one place segments are created; tests make it
+    fail as a full descriptor table or inode table would)."""
+    return os.open(path, flags, 0o644)
 
 
 def write_all(fd: int, data: bytes | bytearray) -> None:
@@ -111,6 +120,7 @@ class Journal:
         self.open_failure: OSError | None = None
         """Why the last new segment could not be created (the current one grows meanwhile)."""
         self._reopen_at = 0  # current-segment size at which to try a new segment again
+        self._unopened = False  # `_current` is taken but its file could not be created yet
 
     # -- paths and listing -------------------------------------------------------------------
 
@@ -176,11 +186,16 @@ class Journal:
     # -- appending ---------------------------------------------------------------------------
 
     def _open_next(self) -> None:
+        if self._unopened:
+            return  # records wait in the buffer for `flush()` to create the segment
         seg = self._next_seg
         path = self.path(seg)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            fd = open_segment(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         except OSError as exc:
+            if self._fd < 0 and self.failure is None and not self.poisoned:
+                self._take_unopened(seg, exc)
+                return
             if self._fd < 0 or self.failure is not None or self.poisoned:
                 raise
             # Keep appending to the current segment (see the module docstring).
@@ -211,6 +226,36 @@ class Journal:
         self._size = 0
         self._flushed = 0
         self._dir_dirty = True
+
+    def _take_unopened(self, seg: int, exc: OSError) -> None:
+        # No segment open and none can be created: take its number anyway and buffer, as
+        # after a failed write (see the module docstring).
+        if exc.filename is None:
+            exc.filename = str(self.path(seg))
+        log.warning("cannot create journal segment %s (%s)", exc.filename, exc.strerror or exc)
+        self.failure = exc
+        self._unopened = True
+        self._next_seg += 1
+        self._segments.append(seg)
+        self._current = seg
+        self._size = 0
+        self._flushed = 0
+
+    def _create_unopened(self) -> None:
+        # `flush()`'s retry of the segment `_take_unopened` could not create
+        path = self.path(self._current)
+        try:
+            fd = open_segment(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = str(path)
+            self.failure = exc
+            raise
+        log.warning("journal segment %s created", path)
+        self._fd = fd
+        self._unopened = False
+        self._dir_dirty = True
+        self.failure = None  # the buffered records are written next, as after a failed write
 
     def _close_current(self) -> None:
         if self._fd < 0:
@@ -289,15 +334,21 @@ class Journal:
         """Write buffered records to the OS; return dup'd descriptors that need an fsync.
 
         Raises the write's OSError (records stay buffered, nothing is handed out)."""
+        if self._unopened:
+            self._create_unopened()
         if self._fd >= 0 and self._buf:
             self._write_out()
         fds = self._unsynced
         self._unsynced = []
-        if self._fd >= 0:
-            fds.append(os.dup(self._fd))
-        if self._dir_dirty:
-            fds.append(os.open(self.directory, os.O_RDONLY))
-            self._dir_dirty = False
+        try:
+            if self._fd >= 0:
+                fds.append(os.dup(self._fd))
+            if self._dir_dirty:
+                fds.append(os.open(self.directory, os.O_RDONLY))
+                self._dir_dirty = False
+        except OSError:
+            self._unsynced = fds  # no descriptor left (EMFILE): hand them out next time
+            raise
         return fds
 
     def sync(self) -> None:
@@ -359,6 +410,10 @@ class Journal:
         """Delete segment `seg` (closing it first if it is the current one)."""
         if seg == self._current:
             self._buf.clear()
+            if self._unopened:  # never created: nothing is pending for it any more
+                self._unopened = False
+                self.failure = None
+                self._current = -1
             self.roll()
         self._close_reader(seg)
         try:

@@ -67,7 +67,7 @@ def test_bad_watermark_is_a_clear_usage_error(monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--amqp-port", "99999"), ("--amqp-port", "-1"), ("--http-port", "65536")]
+    ("flag", "value"), [("--amqp-port", "99999"), ("--amqp-port", "-2"), ("--http-port", "65536")]
 )
 def test_out_of_range_ports_are_refused_not_wrapped(
     monkeypatch: pytest.MonkeyPatch, flag: str, value: str
@@ -111,4 +111,35 @@ def test_unknown_log_format_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) ->
     result = CliRunner().invoke(app, ["serve", "--log-format", "xml"])
     assert result.exit_code == 2
     assert "--log-format" in result.output
+    assert "options" not in seen
+
+
+def test_max_message_size_flag_overrides_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve", "--max-message-size", "1MiB"])
+    assert result.exit_code == 0, result.output
+    assert seen["options"].config.limits.max_message_size == 1024 * 1024
+    result = CliRunner().invoke(app, ["serve", "--max-message-size", "huge"])
+    assert result.exit_code != 0
+    assert "not a size" in result.output
+
+
+def test_listener_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    seen = _captured(monkeypatch)
+    toml = tmp_path / "tls.toml"
+    toml.write_text('[tls]\ncert_file = "c.pem"\nkey_file = "k.pem"\nhttps = true\n')
+    args = ["serve", "--config", str(toml), "--amqp-port", "off", "--amqps-bind", "0.0.0.0"]
+    result = CliRunner().invoke(app, [*args, "--http-bind", "127.0.0.5"])
+    assert result.exit_code == 0, result.output
+    opts = seen["options"]
+    assert opts.amqp_port is None
+    assert (opts.amqps_bind, opts.http_bind, opts.amqp_bind) == ("0.0.0.0", "127.0.0.5", None)
+    assert opts.config.tls.https is True
+
+
+def test_plain_listener_off_without_tls_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve", "--amqp-port", "off"])
+    assert result.exit_code == 2
+    assert "[tls] is not set" in result.output
     assert "options" not in seen

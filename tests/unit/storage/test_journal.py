@@ -144,7 +144,7 @@ def test_a_segment_that_cannot_be_created_lets_the_current_one_grow(
     assert _payloads(Journal(tmp_path, segment_bytes=100)) == expected
 
 
-def test_an_append_with_no_segment_open_raises_the_open_error(
+def test_an_append_with_no_segment_open_buffers_and_flush_raises_the_open_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     j = Journal(tmp_path, segment_bytes=100)
@@ -158,10 +158,19 @@ def test_an_append_with_no_segment_open_raises_the_open_error(
         return real_open(path, flags, *args)
 
     monkeypatch.setattr(os, "open", open_)
+    seg, offset = j.append(1, b"second")  # a write failure: buffered at its offset
+    assert (seg, offset) == (2, 0)
+    failure = j.failure
+    assert failure is not None
+    assert failure.errno == errno.ENOSPC
+    assert j.read(seg, offset, 64).endswith(b"second")  # reads see it meanwhile
     with pytest.raises(OSError) as info:
-        j.append(1, b"second")
+        j.flush()
     assert info.value.errno == errno.ENOSPC
     monkeypatch.setattr(os, "open", real_open)
-    j.append(1, b"second")  # works again once creation does
+    for fd in j.flush():  # the retry creates the segment and writes the record
+        os.close(fd)
+    assert j.failure is None
+    j.append(1, b"third")
     j.close()
-    assert _payloads(Journal(tmp_path)) == [b"first", b"second"]
+    assert _payloads(Journal(tmp_path)) == [b"first", b"second", b"third"]

@@ -310,3 +310,54 @@ def test_page_writes_failing_keep_messages_in_memory_in_order(
     assert got == list(range(201))
     assert failure_of_pages(health) is None  # a later write went through
     assert d.failed_writes > 0
+
+
+# -- a segment that cannot be created (EMFILE, ENOSPC, EACCES on open) -------------------------
+
+
+def test_a_segment_that_cannot_be_created_is_a_write_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # no segment is open before the first append: its creation failing used to raise out of
+    # the publish (541 and a traceback); now the records wait, flush() fails, the group is
+    # nacked, and the retry creates the segment and writes them at their offsets
+    real_open_segment = journal.open_segment
+    refusals: list[Path] = []
+
+    def no_descriptor(path: Path, flags: int) -> int:
+        refusals.append(path)
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    store = FileStore.open(tmp_path / "data")
+    kit = StoreKit(store, BrokerConfig(name_seed=7, delay_persistent_confirms=True))
+    ch = kit.open()
+    kit.call(ch, spec.ConfirmSelect())
+    kit.declare(ch, "d", durable=True)
+    monkeypatch.setattr(journal, "open_segment", no_descriptor)
+    for body in (b"a", b"b"):
+        assert not of_type(kit.publish(ch, "d", body, props=PERSISTENT), spec.BasicAck)
+    assert refusals  # the creation was tried
+    failure = failure_of(store)
+    assert failure is not None
+    assert failure.errno == errno.EMFILE
+    held = kit.broker.drain_unconfirmed()
+    with pytest.raises(OSError) as info:
+        store.flush()
+    assert info.value.errno == errno.EMFILE
+    nacks = of_type(
+        kit.broker.fail_unconfirmed(ch[0], ch[1], [s for _c, _h, s in held]), spec.BasicNack
+    )
+    assert [(n.delivery_tag, n.multiple) for n in nacks] == [(1, False), (2, False)]
+    # descriptors again: the retry creates the segment; later publishes are confirmed
+    monkeypatch.setattr(journal, "open_segment", real_open_segment)
+    store.sync()
+    assert failure_of(store) is None
+    kit.publish(ch, "d", b"c", props=PERSISTENT)
+    ((_c, _h, seq),) = kit.broker.drain_unconfirmed()
+    store.sync()
+    acks = of_type(kit.broker.confirm_stored(ch[0], ch[1], [seq]), spec.BasicAck)
+    assert [(a.delivery_tag, a.multiple) for a in acks] == [(3, False)]
+    kit.broker.close()
+    # the buffered records were written where the index said: all three recover
+    state = FileStore.open(tmp_path / "data").recover()
+    assert [bodies(state, q) for q in state.queues] == [[b"a", b"b", b"c"]]

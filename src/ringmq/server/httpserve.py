@@ -1,0 +1,103 @@
+"""The management HTTP server: uvicorn's configuration and its request-head timeout.
+
+Theory of operation: uvicorn's h11 protocol arms its keep-alive timer only after a response,
+and any received byte cancels it, so a connection that never sends a request, or sends part
+of one and stops (slowloris), is held forever, one descriptor each. `request_timeout_protocol`
+returns a subclass that gives every connection `timeout_s` to deliver a complete request head:
+the timer is armed when the connection is made and again after each response, and stopped
+when a request begins (`cycle` changes). When it fires the connection is closed, as the AMQP
+listener closes a handshake that does not finish in time. A request whose head arrived is not
+limited by it (a slow upload or a long poll is the application's business).
+
+`uvicorn_config` builds the `uvicorn.Config` the runtime serves the management app with: HTTPS
+when `[tls] https = true` (the AMQPS certificate and key), so Basic credentials never cross in
+clear.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ringmq.server.configfile import TLSSpec
+
+log = logging.getLogger(__name__)
+
+
+class _RequestTimeoutH11(H11Protocol):
+    timeout_s = 10.0
+    timed_out = 0  # class-wide count, for logs and tests
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        cycle = self.cycle
+        super().data_received(data)
+        if self.cycle is not cycle:
+            self._stop_head_timer()  # a request head arrived
+
+    def on_response_complete(self) -> None:
+        cycle = self.cycle
+        super().on_response_complete()
+        if self.cycle is cycle and not self.transport.is_closing():
+            self._arm_head_timer()  # (a pipelined request would have started a new cycle)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        self._stop_head_timer()
+        self._head_timer = self.loop.call_later(self.timeout_s, self._head_timeout)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            type(self).timed_out += 1
+            log.debug("HTTP connection from %s sent no complete request in time", self.client)
+            self.transport.close()
+
+
+def request_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a `timeout_s` limit on receiving each request head."""
+    return type("RequestTimeoutH11", (_RequestTimeoutH11,), {"timeout_s": timeout_s})
+
+
+def uvicorn_config(
+    app: Any, *, request_timeout_s: float, tls: TLSSpec | None = None
+) -> uvicorn.Config:
+    """The uvicorn configuration of the management server; HTTPS with `tls`'s certificate
+    (and its CA and `verify_peer` for client certificates) when given."""
+    extra: dict[str, Any] = {}
+    if tls is not None:
+        extra = {
+            "ssl_certfile": str(tls.cert_file),
+            "ssl_keyfile": str(tls.key_file),
+            "ssl_ca_certs": str(tls.ca_file) if tls.ca_file is not None else None,
+            "ssl_cert_reqs": ssl.CERT_REQUIRED if tls.verify_peer else ssl.CERT_NONE,
+        }
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        http=request_timeout_protocol(request_timeout_s),
+        **extra,
+    )
+
+
+__all__ = ["request_timeout_protocol", "uvicorn_config"]
