@@ -2188,14 +2188,23 @@ class Broker:
             engine = q.queue
             match kind:
                 case SettleKind.ACK:
-                    engine.ack(seqs)
-                    if q.durable and self.durability is not None:
-                        self.durability.acked(q, seqs)
+                    self.ack_seqs(q, seqs)
                 case SettleKind.REQUEUE:
                     engine.requeue(seqs, now_ms)
                 case SettleKind.REJECT:
                     engine.reject(seqs, now_ms)
             self._dirty[id(q)] = q
+
+    def ack_seqs(self, q: QueueEntity, seqs: list[SeqId]) -> None:
+        """Delete delivered-unacked messages of `q` and journal the persisted ones' ACKs.
+
+        The one ack path: AMQP basic.ack and the streams API's settle both end here; the
+        ACK records reach the OS at the end of the batch and are durable after the next
+        group fsync (server/commit.py).
+        """
+        q.queue.ack(seqs)
+        if q.durable and self.durability is not None:
+            self.durability.acked(q, seqs)
 
     # ================================================================== confirm and tx
     def _confirm_select(

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
@@ -483,13 +483,18 @@ class EngineAdapter:
 
     A reservation is a delivery with ack required, so the engine's counters show reserved
     messages as unacked ("delivering"); giving them back is a requeue that does not count as a
-    delivery failure (no `x-delivery-limit` penalty for an expired lease).
+    delivery failure (no `x-delivery-limit` penalty for an expired lease). A settle acks
+    through `ack` when given (the broker's `ack_seqs`, which also journals the ACKs of
+    persisted messages, as for an AMQP basic.ack), else straight on the engine.
     """
 
-    __slots__ = ("engine",)
+    __slots__ = ("_ack", "engine")
 
-    def __init__(self, engine: EngineQueue) -> None:
+    def __init__(
+        self, engine: EngineQueue, ack: Callable[[list[SeqId]], None] | None = None
+    ) -> None:
         self.engine = engine
+        self._ack = ack
 
     def take(self, now_ms: int) -> Taken[SeqId] | None:
         d = self.engine.fetch(now_ms, ack_required=True)
@@ -498,7 +503,10 @@ class EngineAdapter:
         return Taken(d.seq, d.seq, d.message, d.redelivered)
 
     def ack(self, tags: list[SeqId], now_ms: int) -> None:
-        self.engine.ack(tags)
+        if self._ack is not None:
+            self._ack(tags)
+        else:
+            self.engine.ack(tags)
 
     def requeue(self, tags: list[SeqId], now_ms: int) -> None:
         self.engine.requeue(tags, now_ms, count_failure=False)

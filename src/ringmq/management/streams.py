@@ -271,7 +271,9 @@ class StreamService:
             # A new queue under an old name: the old book's messages died with the old queue.
             if q.settings.non_destructive:
                 raise StreamError(400, f"queue {name!r} is non-destructive: use browse")
-            got = (q, Reservations(EngineAdapter(q.queue)))
+            broker = self.broker
+            adapter = EngineAdapter(q.queue, lambda seqs: broker.ack_seqs(q, seqs))
+            got = (q, Reservations(adapter))
             self._books[key] = got
         return got
 
@@ -516,6 +518,20 @@ class StreamService:
             self._timer.cancel()
             self._timer = None
 
+    async def durable(self) -> None:
+        """Wait for the fsync covering every store write so far (the runtime's group commit).
+
+        Raises:
+            StreamError: 500 when the store could not write or sync them.
+        """
+        until = getattr(self.runtime, "until_durable", None)
+        if until is None:
+            return
+        try:
+            await asyncio.wait_for(until(), CONFIRM_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise StreamError(500, f"the store could not make this durable: {exc}") from None
+
     def _in_batch(self, fn: Callable[[], Any]) -> Any:
         run_batch = getattr(self.runtime, "run_batch", None)
         return fn() if run_batch is None else run_batch(fn)
@@ -653,7 +669,9 @@ def routes(
 
     async def settle(request: Request, vhost: str, name: str) -> Response:
         body = await body_of(request)
-        return JSONResponse(svc._in_batch(lambda: svc.settle(vhost, name, body)))
+        answer = svc._in_batch(lambda: svc.settle(vhost, name, body))
+        await svc.durable()  # the ACKs are on disk before the reader hears "settled"
+        return JSONResponse(answer)
 
     async def read(request: Request, vhost: str, name: str) -> Response:
         p = request.query_params
