@@ -63,3 +63,56 @@ def test_settled_messages_stay_settled_after_restart(tmp_path: Path, how: str) -
         assert (info["messages"], info["ready"]) == (0, 0)
     finally:
         serve.kill()
+
+
+def _read(c: StreamClient, queue: str, consumer: str, lo: int, hi: int) -> list[tuple[int, bytes]]:
+    return [(r.pos, r.body) for r in c.read(queue, consumer, lo, hi)]
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_leases_keep_their_positions_across_restart(tmp_path: Path, how: str) -> None:
+    data = tmp_path / "data"
+    serve = Serve(data, tmp_path / "serve-0.log", http=True)
+    try:
+        _declare(serve, "lease-q")
+        _publish(serve, "lease-q", 1000)
+        with StreamClient(serve.http_url) as c:
+            assert c.reserve("lease-q", "a", 0, 200)["end"] == 200
+            assert c.reserve("lease-q", "b", 0, 200)["end"] == 200
+            assert c.reserve("lease-q", "a", 200, 100)["end"] == 300
+            c.settle("lease-q", "a", 50)
+            before = {
+                "a": _read(c, "lease-q", "a", 0, 300),
+                "b": _read(c, "lease-q", "b", 0, 200),
+            }
+        assert [p for p, _ in before["a"]] == list(range(50, 300))
+        serve = _restart(serve, how, data, tmp_path / "serve-1.log")
+        with StreamClient(serve.http_url) as c:
+            after = {
+                "a": _read(c, "lease-q", "a", 0, 300),
+                "b": _read(c, "lease-q", "b", 0, 200),
+            }
+            assert after == before  # the same message behind every position
+            info = c.info("lease-q")
+            assert info["ready"] == 1000 - 50 - 250 - 200
+            leases = {
+                le["consumer"]: (le["settled"], le["next"], le["held"]) for le in info["leases"]
+            }
+            assert leases == {"a": (50, 300, 250), "b": (0, 200, 200)}
+            # drain everything through the two leases: every message exactly once
+            got = [b for _, b in before["a"] + before["b"]]
+            c.settle("lease-q", "a", 300)
+            c.settle("lease-q", "b", 200)
+            start = 300
+            while True:
+                end = c.reserve("lease-q", "a", start, 400)["end"]
+                if end == start:
+                    break
+                got += [b for _, b in _read(c, "lease-q", "a", start, end)]
+                c.settle("lease-q", "a", end)
+                start = end
+            assert c.info("lease-q")["messages"] == 0
+        first_50 = set(range(50))  # settled before the restart, read then
+        assert sorted(got) == sorted(b"%d" % i for i in range(1000) if i not in first_50)
+    finally:
+        serve.kill()

@@ -126,6 +126,7 @@ from ringmq.core.session import (
     Unacked,
 )
 from ringmq.core.settings import LimitAction, QueueSettings, SettingsError, resolve_queue_settings
+from ringmq.core.streambooks import StreamBooks
 from ringmq.core.vhost import QueueEntity, VHost
 
 log = logging.getLogger(__name__)
@@ -403,6 +404,8 @@ class Broker:
             spec.TxRollback: self._tx_rollback,
         }
         self._defs_dirty = False
+        self.streams = StreamBooks(self)
+        """Reservation books of offset readers (the streams API), durable with the queues."""
         self.durability: Durability | None = None
         if store is not None:
             self.durability = Durability(self, store)

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import PublishOutcome, Queue, SpillStore
 from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
+from ringmq.core.streambooks import LEASE
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
@@ -668,6 +669,8 @@ class Durability:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        # Leases of the streams API last: they take their held messages back from the queues.
+        b.streams.recover(defs.get(LEASE, {}), now_ms)
         self._defs = {kind: dict(defs.get(kind, {})) for kind in _KINDS}
         for key, ref in self._defs[BINDING].items():
             src = (ref["vhost"], ref["source"])

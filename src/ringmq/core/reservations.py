@@ -342,6 +342,33 @@ class Reservations(Generic[TagT]):
         for name in list(self._leases):
             self.drop(name, now_ms)
 
+    def restore_lease(
+        self,
+        consumer: str,
+        *,
+        lease_ms: int,
+        deadline_ms: int,
+        settled: int,
+        next_pos: int,
+        skipped: int,
+        expired: int,
+        last_seq: int | None,
+    ) -> Lease[TagT]:
+        """Recreate a stored lease holding nothing (recovery fills its entries, in pos order,
+        with messages it took from the queue; `core.streambooks`)."""
+        lease: Lease[TagT] = Lease(
+            consumer=consumer,
+            lease_ms=lease_ms,
+            deadline_ms=deadline_ms,
+            settled=settled,
+            next_pos=max(next_pos, settled),
+            skipped=skipped,
+            expired=expired,
+            last_seq=last_seq,
+        )
+        self._leases[consumer] = lease
+        return lease
+
     # -- internals ----------------------------------------------------------------------------
     def _give_back(self, lease: Lease[TagT], now_ms: int) -> None:
         tags = [e.tag for e in lease.entries]
