@@ -13,6 +13,7 @@ import pika
 import pytest
 
 from ringmq.connector.client import Publisher, StreamClient
+from ringmq.connector.records import encode_publish
 from tests.serve import Serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -114,5 +115,41 @@ def test_leases_keep_their_positions_across_restart(tmp_path: Path, how: str) ->
             assert c.info("lease-q")["messages"] == 0
         first_50 = set(range(50))  # settled before the restart, read then
         assert sorted(got) == sorted(b"%d" % i for i in range(1000) if i not in first_50)
+    finally:
+        serve.kill()
+
+
+WINDOW = {"x-message-deduplication-window-ms": 600_000}
+
+
+def _with_id(i: int) -> tuple[str, bytes, bytes]:
+    mid = b"w-%d" % i  # properties: delivery-mode and message-id flags, then both values
+    return ("dd-q", b"\x10\x80\x02" + bytes((len(mid),)) + mid, b"%d" % i)
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+@pytest.mark.parametrize("scope", ["queue", "exchange"])
+def test_replayed_write_after_restart_is_deduplicated(tmp_path: Path, how: str, scope: str) -> None:
+    data = tmp_path / "data"
+    serve = Serve(data, tmp_path / "serve-0.log", http=True)
+    exchange = "dd-x" if scope == "exchange" else ""
+    try:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", serve.port))
+        ch = conn.channel()
+        ch.queue_declare("dd-q", durable=True, arguments=WINDOW if scope == "queue" else None)
+        if exchange:
+            ch.exchange_declare(exchange, "direct", durable=True, arguments=WINDOW)
+            ch.queue_bind("dd-q", exchange, "dd-q")
+        conn.close()
+        with StreamClient(serve.http_url) as c:
+            assert c.publish(exchange, encode_publish(map(_with_id, range(1000))))["published"]
+            assert c.reserve("dd-q", "job", 0, 400)["end"] == 400
+            c.settle("dd-q", "job", 400)  # consumed: only the window remembers these
+            assert c.info("dd-q")["messages"] == 600
+        serve = _restart(serve, how, data, tmp_path / "serve-1.log")
+        with StreamClient(serve.http_url) as c:
+            c.publish(exchange, encode_publish(map(_with_id, range(1100))))  # the write replayed
+            bodies = sorted(int(r.body) for r in c.browse_all("dd-q"))
+        assert bodies == list(range(400, 1100))  # only the 100 new ids got in
     finally:
         serve.kill()

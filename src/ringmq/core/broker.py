@@ -410,6 +410,8 @@ class Broker:
         if store is not None:
             self.durability = Durability(self, store)
             self.durability.recover(now_ms)
+            self.dedup.journal = self.durability.dedup_recorded
+            self.dedup.unjournal = self.durability.dedup_discarded
 
     @property
     def admin(self) -> Admin:

@@ -139,6 +139,14 @@ class StorePort(Protocol):
 
     def drop_queue(self, queue: str) -> int: ...
 
+    def dedup_record(self, scope: str, message_id: str, at_ms: int) -> int: ...
+
+    def dedup_discard(self, scope: str, message_id: str) -> int: ...
+
+    def dedup_due(self) -> bool: ...
+
+    def dedup_rewrite(self, window: Mapping[str, Iterable[tuple[str, int]]]) -> None: ...
+
     def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int: ...
 
     def delete_definition(self, kind: str, key: str) -> int: ...
@@ -336,6 +344,20 @@ class Durability:
         if self._persisted.pop(key, None) is not None:
             self.store.drop_queue(key)
         q.queue.on_remove = None
+
+    # --- de-duplication window -------------------------------------------------------------
+
+    def dedup_recorded(self, scope: str, message_id: str, at_ms: int) -> None:
+        """A durable scope accepted `message_id` (written before the message it let through,
+        so the same fsync covers both); the log is rewritten when it grew enough."""
+        store = self.store
+        store.dedup_record(scope, message_id, at_ms)
+        if store.dedup_due():
+            store.dedup_rewrite(self.broker.dedup.live())
+
+    def dedup_discarded(self, scope: str, message_id: str) -> None:
+        """A durable scope forgot `message_id` (the publish was refused)."""
+        self.store.dedup_discard(scope, message_id)
 
     # --- delayed exchanges ------------------------------------------------------------------
 
@@ -669,6 +691,9 @@ class Durability:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        # The de-duplication windows of durable scopes, trimmed, then stored again compacted.
+        b.dedup.restore(getattr(state, "dedup", {}), b.vhosts, now_ms)
+        self.store.dedup_rewrite(b.dedup.live())
         # Leases of the streams API last: they take their held messages back from the queues.
         b.streams.recover(defs.get(LEASE, {}), now_ms)
         self._defs = {kind: dict(defs.get(kind, {})) for kind in _KINDS}

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
@@ -460,6 +460,23 @@ class Deduplicator(Generic[KeyT]):
             ids.popitem(last=False)
         return False
 
+    def scopes(self) -> Iterator[tuple[KeyT, OrderedDict[str, int]]]:
+        """Every scope with the ids it remembers (oldest first); read-only."""
+        return iter(self._seen.items())
+
+    def restore(
+        self, scope: KeyT, ids: Iterable[tuple[str, int]], now_ms: int, window_ms: int
+    ) -> int:
+        """Remember `ids` (message_id, accepted at; oldest first) in `scope` with its window,
+        trimmed as at `now_ms` (recovery). Returns how many are kept."""
+        seen = self._seen.setdefault(scope, OrderedDict())
+        self._windows[scope] = window_ms
+        for mid, at in ids:
+            seen[mid] = at
+            seen.move_to_end(mid)
+        self._trim(scope, seen, now_ms)
+        return len(seen)
+
     def discard(self, scope: KeyT, message_id: str) -> None:
         """Forget one id (its publish was refused after all, so a retry must get through)."""
         ids = self._seen.get(scope)
@@ -543,6 +560,7 @@ DEDUP_WINDOW_ARG: Final = "x-message-deduplication-window-ms"
 """Queue or exchange argument turning on de-duplication by `message_id` for that scope."""
 
 _Scope = tuple[str, str, str]
+_SEP: Final = "\x1f"
 QueueT = TypeVar("QueueT")
 
 
@@ -567,10 +585,18 @@ class PublishDedup:
     the window (before routing: nothing is enqueued anywhere); a queue declared with it skips
     just that queue. Duplicates are confirmed to the publisher like accepted messages (the
     publisher's intent is already satisfied), never returned as unroutable.
+
+    Durable scopes (a durable queue or exchange) tell `journal` about every id they accept and
+    `unjournal` about every id they forget on a refusal (the broker's `Durability`, which
+    writes them to the store's dedup log before the message itself); `restore` rebuilds the
+    window from the store at recovery and `live` gives it back for a compaction of that log.
+    Store scope keys are `"<queue|exchange>\x1f<vhost>\x1f<name>"`.
     """
 
     def __init__(self, max_ids: int = DEFAULT_DEDUP_MAX_IDS) -> None:
         self.ids: Deduplicator[_Scope] = Deduplicator(max_ids=max_ids)
+        self.journal: Callable[[str, str, int], None] | None = None
+        self.unjournal: Callable[[str, str], None] | None = None
 
     def admit(
         self,
@@ -582,9 +608,14 @@ class PublishDedup:
     ) -> Sequence[QueueT]:
         """The queues that must get this message (empty: drop it as a duplicate)."""
         check = self.ids.check_and_record
+        journal = self.journal
         xw = _window(exchange.arguments) if exchange.arguments else None
-        if xw is not None and check(("exchange", vhost, exchange.name), message_id, now_ms, xw):
-            return ()
+        if xw is not None:
+            scope: _Scope = ("exchange", vhost, exchange.name)
+            if check(scope, message_id, now_ms, xw):
+                return ()
+            if journal is not None and getattr(exchange, "durable", False):
+                journal(_SEP.join(scope), message_id, now_ms)
         out: list[QueueT] | None = None
         for i, q in enumerate(queues):
             args = cast("_Declared", q).arguments
@@ -593,15 +624,46 @@ class PublishDedup:
                 if out is not None:
                     out.append(q)
                 continue
-            if check(("queue", vhost, cast("_Declared", q).name), message_id, now_ms, qw):
+            scope = ("queue", vhost, cast("_Declared", q).name)
+            if check(scope, message_id, now_ms, qw):
                 if out is None:
                     out = list(queues[:i])
                 continue
+            if journal is not None and getattr(q, "durable", False):
+                journal(_SEP.join(scope), message_id, now_ms)
             if out is not None:
                 out.append(q)
         return queues if out is None else out
 
     def refused(self, vhost: str, exchange: _Declared, queue: _Declared, message_id: str) -> None:
         """A queue refused the publish (overflow): a retry with the same id must pass."""
-        self.ids.discard(("queue", vhost, queue.name), message_id)
-        self.ids.discard(("exchange", vhost, exchange.name), message_id)
+        for scope, entity in (
+            (("queue", vhost, queue.name), queue),
+            (("exchange", vhost, exchange.name), exchange),
+        ):
+            if self.ids.size(scope) == 0:
+                continue
+            self.ids.discard(scope, message_id)
+            if self.unjournal is not None and getattr(entity, "durable", False):
+                self.unjournal(_SEP.join(scope), message_id)
+
+    def live(self) -> dict[str, list[tuple[str, int]]]:
+        """The remembered ids per store scope key, oldest first (for the store's compaction)."""
+        return {_SEP.join(scope): list(ids.items()) for scope, ids in self.ids.scopes()}
+
+    def restore(self, stored: Mapping[str, Mapping[str, int]], vhosts: Any, now_ms: int) -> int:
+        """Rebuild the windows of durable scopes from the store (recovery); ids of scopes
+        that no longer exist or lost their window argument are dropped, the rest trimmed to
+        the scope's window as at `now_ms`. Returns how many ids are remembered."""
+        n = 0
+        for key, ids in stored.items():
+            kind, _, rest = key.partition(_SEP)
+            vhost, _, name = rest.partition(_SEP)
+            vh = vhosts.get(vhost)
+            table = None if vh is None else (vh.queues if kind == "queue" else vh.exchanges)
+            entity = None if table is None else table.get(name)
+            w = _window(entity.arguments) if entity is not None and entity.arguments else None
+            if w is None:
+                continue
+            n += self.ids.restore((kind, vhost, name), ids.items(), now_ms, w)
+        return n
