@@ -1,7 +1,8 @@
 """A `ringmq serve` subprocess on a data dir, for tests that SIGKILL the broker.
 
-Ports are 0 (AMQP, and HTTP when asked) and read back from the broker's log, so tests run in
-parallel; `kill()` is a SIGKILL (no clean stop, no recovery terms), `stop()` a SIGTERM.
+Ports are 0 by default (AMQP, and HTTP when asked) and read back from the broker's log, so
+tests run in parallel; a restart may ask for the ports of the broker it replaces (clients keep
+their URLs); `kill()` is a SIGKILL (no clean stop, no recovery terms), `stop()` a SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ class Serve:
     """One `ringmq serve` subprocess on `data_dir`, its ports read from its log."""
 
     def __init__(
-        self, data_dir: Path, log_path: Path, *, http: bool = False, timeout_s: float = 60.0
+        self,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        http: bool = False,
+        amqp_port: int = 0,
+        http_port: int = 0,
+        timeout_s: float = 60.0,
     ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
@@ -34,9 +42,9 @@ class Serve:
             "--host",
             "127.0.0.1",
             "--amqp-port",
-            "0",
+            str(amqp_port),
             "--http-port",
-            "0" if http else "-1",
+            str(http_port) if http else "-1",
             "--data-dir",
             str(data_dir),
         ]
