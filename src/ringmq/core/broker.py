@@ -99,6 +99,7 @@ from ringmq.core.admin import Admin
 from ringmq.core.auth import Access, AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.consumers import Consumer, ConsumerSet
+from ringmq.core.dedup import PublishDedup
 from ringmq.core.durability import EXCHANGE_DEF, QUEUE_DEF, Durability, StorePort
 from ringmq.core.effects import Block, Deliver, Effect, SendContent, SendMethod, Unblock
 from ringmq.core.exchange import Exchange
@@ -114,7 +115,6 @@ from ringmq.core.queue import (
     Queue,
     SpillStore,
 )
-from ringmq.core.reservations import PublishDedup
 from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
 from ringmq.core.session import (
     ChannelMode,
@@ -306,7 +306,7 @@ class Broker:
         self._out: list[Effect] = []
         self._now_ms = 0
         self._reply_sessions: dict[str, tuple[Session, str]] = {}
-        self.dedup = PublishDedup()  # message_id de-duplication (core/reservations.py)
+        self.dedup = PublishDedup()  # message_id de-duplication (core/dedup.py)
         self._admin: Admin | None = None
         # Artemis address-full BLOCK: queue id -> blocked conn ids, conn id -> blocking queue ids
         self._blocked_by: dict[int, tuple[QueueEntity, set[int]]] = {}
@@ -1774,7 +1774,7 @@ class Broker:
             if hdrs and ("CC" in hdrs or "BCC" in hdrs):
                 queues, msg = self._sender_selected(vh, x, msg, queues)
             if msg.message_id is not None and queues:
-                # x-message-deduplication-window-ms (core/reservations.py): drop duplicates.
+                # x-message-deduplication-window-ms (core/dedup.py): drop duplicates.
                 queues = tuple(self.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
                 if not queues:
                     return False, False
