@@ -58,4 +58,4 @@ clean:
 pipeline: $(STAMP)  # Spark example: ticks -> ring queue -> windowed aggregates -> LVQ dashboard
 	$(BIN)/python -c 'import pyspark, pyarrow' 2>/dev/null || \
 		$(BIN)/uv pip install -q --python $(BIN)/python -e '.[spark]'
-	$(BIN)/python examples/stock_pipeline.py $(PIPELINE_ARGS)
+	$(BIN)/python examples/stock_pipeline.py $(if $(MASTER),--master $(MASTER)) $(PIPELINE_ARGS)

@@ -13,10 +13,6 @@ import contextlib
 import gc
 import os
 import random
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +22,8 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+
+from tests.serve import Serve
 
 pytestmark = [
     pytest.mark.integration,
@@ -37,55 +35,7 @@ pytestmark = [
 
 QUEUE = "crash-q"
 CYCLES = 8
-_LISTENING = re.compile(rb"AMQP listening on ([0-9.]+):(\d+)")
 _CLIENT_ERRORS = (pika.exceptions.AMQPError, OSError)
-
-
-class Serve:
-    """One `ringmq serve` subprocess on a data dir; its port read from its log."""
-
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        cmd = [
-            sys.executable,
-            "-m",
-            "ringmq",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--amqp-port",
-            "0",
-            "--http-port",
-            "-1",
-            "--data-dir",
-            str(data_dir),
-        ]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
-        self.port = self._wait_port(timeout_s=30.0)
-
-    def _wait_port(self, timeout_s: float) -> int:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            found = _LISTENING.search(self.log_path.read_bytes())
-            if found:
-                return int(found.group(2))
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        self.kill()
-        raise AssertionError("broker did not start:\n" + self.log_path.read_text(errors="replace"))
-
-    def params(self) -> pika.ConnectionParameters:
-        return pika.ConnectionParameters(
-            host="127.0.0.1", port=self.port, connection_attempts=1, socket_timeout=5
-        )
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self._log.close()
 
 
 class Ledger:
@@ -98,9 +48,15 @@ class Ledger:
         self.received: list[tuple[int, bool]] = []  # (id, redelivered) in reception order
 
 
+def _params(serve: Serve) -> pika.ConnectionParameters:
+    return pika.ConnectionParameters(
+        host="127.0.0.1", port=serve.port, connection_attempts=1, socket_timeout=5
+    )
+
+
 def _publisher(serve: Serve, ledger: Ledger, stop: threading.Event) -> None:
     with contextlib.suppress(*_CLIENT_ERRORS):
-        conn = pika.BlockingConnection(serve.params())
+        conn = pika.BlockingConnection(_params(serve))
         ch = conn.channel()
         ch.confirm_delivery()
         props = pika.BasicProperties(delivery_mode=2)
@@ -115,7 +71,7 @@ def _publisher(serve: Serve, ledger: Ledger, stop: threading.Event) -> None:
 
 def _consumer(serve: Serve, ledger: Ledger, stop: threading.Event) -> None:
     with contextlib.suppress(*_CLIENT_ERRORS):
-        conn = pika.BlockingConnection(serve.params())
+        conn = pika.BlockingConnection(_params(serve))
         ch = conn.channel()
         while not stop.is_set():
             method, _props, body = ch.basic_get(QUEUE, auto_ack=False)
@@ -146,7 +102,7 @@ def _load(serve: Serve, ledger: Ledger) -> Iterator[None]:
 
 
 def _declare(serve: Serve) -> None:
-    conn = pika.BlockingConnection(serve.params())
+    conn = pika.BlockingConnection(_params(serve))
     try:
         conn.channel().queue_declare(QUEUE, durable=True)
     finally:
@@ -154,7 +110,7 @@ def _declare(serve: Serve) -> None:
 
 
 def _drain(serve: Serve, ledger: Ledger) -> None:
-    conn = pika.BlockingConnection(serve.params())
+    conn = pika.BlockingConnection(_params(serve))
     try:
         ch = conn.channel()
         while True:

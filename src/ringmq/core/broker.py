@@ -100,6 +100,7 @@ from ringmq.core.admin import Admin
 from ringmq.core.auth import Access, AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.consumers import Consumer, ConsumerSet
+from ringmq.core.dedup import PublishDedup
 from ringmq.core.durability import EXCHANGE_DEF, QUEUE_DEF, Durability, StorePort
 from ringmq.core.effects import Block, Deliver, Effect, SendContent, SendMethod, Unblock
 from ringmq.core.exchange import Exchange
@@ -115,7 +116,6 @@ from ringmq.core.queue import (
     Queue,
     SpillStore,
 )
-from ringmq.core.reservations import PublishDedup
 from ringmq.core.routing import (
     EXCHANGE,
     QUEUE,
@@ -134,6 +134,7 @@ from ringmq.core.session import (
     Unacked,
 )
 from ringmq.core.settings import LimitAction, QueueSettings, SettingsError, resolve_queue_settings
+from ringmq.core.streambooks import StreamBooks
 from ringmq.core.vhost import QueueEntity, VHost
 
 log = logging.getLogger(__name__)
@@ -347,7 +348,7 @@ class Broker:
         self._out: list[Effect] = []
         self._now_ms = 0
         self._reply_sessions: dict[str, tuple[Session, str]] = {}
-        self.dedup = PublishDedup()  # message_id de-duplication (core/reservations.py)
+        self.dedup = PublishDedup()  # message_id de-duplication (core/dedup.py)
         self._admin: Admin | None = None
         # Artemis address-full BLOCK: queue id -> blocked conn ids, conn id -> blocking queue ids
         self._blocked_by: dict[int, tuple[QueueEntity, set[int]]] = {}
@@ -453,10 +454,14 @@ class Broker:
             spec.TxRollback: self._tx_rollback,
         }
         self._defs_dirty = False
+        self.streams = StreamBooks(self)
+        """Reservation books of offset readers (the streams API), durable with the queues."""
         self.durability: Durability | None = None
         if store is not None:
             self.durability = Durability(self, store)
             self.durability.recover(now_ms)
+            self.dedup.journal = self.durability.dedup_recorded
+            self.dedup.unjournal = self.durability.dedup_discarded
 
     @property
     def admin(self) -> Admin:
@@ -1853,7 +1858,7 @@ class Broker:
             if hdrs and ("CC" in hdrs or "BCC" in hdrs):
                 queues, msg = self._sender_selected(vh, x, msg, queues)
             if msg.message_id is not None and queues:
-                # x-message-deduplication-window-ms (core/reservations.py): drop duplicates.
+                # x-message-deduplication-window-ms (core/dedup.py): drop duplicates.
                 queues = tuple(self.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
                 if not queues:
                     return False, False
@@ -2279,14 +2284,23 @@ class Broker:
             engine = q.queue
             match kind:
                 case SettleKind.ACK:
-                    engine.ack(seqs)
-                    if q.durable and self.durability is not None:
-                        self.durability.acked(q, seqs)
+                    self.ack_seqs(q, seqs)
                 case SettleKind.REQUEUE:
                     engine.requeue(seqs, now_ms)
                 case SettleKind.REJECT:
                     engine.reject(seqs, now_ms)
             self._dirty[id(q)] = q
+
+    def ack_seqs(self, q: QueueEntity, seqs: list[SeqId]) -> None:
+        """Delete delivered-unacked messages of `q` and journal the persisted ones' ACKs.
+
+        The one ack path: AMQP basic.ack and the streams API's settle both end here; the
+        ACK records reach the OS at the end of the batch and are durable after the next
+        group fsync (server/commit.py).
+        """
+        q.queue.ack(seqs)
+        if q.durable and self.durability is not None:
+            self.durability.acked(q, seqs)
 
     # ================================================================== confirm and tx
     def _confirm_select(

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import PublishOutcome, Queue, SpillStore
 from ringmq.core.routing import EXCHANGE, QUEUE, ExchangeType
+from ringmq.core.streambooks import LEASE
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
@@ -137,6 +138,14 @@ class StorePort(Protocol):
     def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int: ...
 
     def drop_queue(self, queue: str) -> int: ...
+
+    def dedup_record(self, scope: str, message_id: str, at_ms: int) -> int: ...
+
+    def dedup_discard(self, scope: str, message_id: str) -> int: ...
+
+    def dedup_due(self) -> bool: ...
+
+    def dedup_rewrite(self, window: Mapping[str, Iterable[tuple[str, int]]]) -> None: ...
 
     def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int: ...
 
@@ -335,6 +344,20 @@ class Durability:
         if self._persisted.pop(key, None) is not None:
             self.store.drop_queue(key)
         q.queue.on_remove = None
+
+    # --- de-duplication window -------------------------------------------------------------
+
+    def dedup_recorded(self, scope: str, message_id: str, at_ms: int) -> None:
+        """A durable scope accepted `message_id` (written before the message it let through,
+        so the same fsync covers both); the log is rewritten when it grew enough."""
+        store = self.store
+        store.dedup_record(scope, message_id, at_ms)
+        if store.dedup_due():
+            store.dedup_rewrite(self.broker.dedup.live())
+
+    def dedup_discarded(self, scope: str, message_id: str) -> None:
+        """A durable scope forgot `message_id` (the publish was refused)."""
+        self.store.dedup_discard(scope, message_id)
 
     # --- delayed exchanges ------------------------------------------------------------------
 
@@ -668,6 +691,11 @@ class Durability:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        # The de-duplication windows of durable scopes, trimmed, then stored again compacted.
+        b.dedup.restore(getattr(state, "dedup", {}), b.vhosts, now_ms)
+        self.store.dedup_rewrite(b.dedup.live())
+        # Leases of the streams API last: they take their held messages back from the queues.
+        b.streams.recover(defs.get(LEASE, {}), now_ms)
         self._defs = {kind: dict(defs.get(kind, {})) for kind in _KINDS}
         for key, ref in self._defs[BINDING].items():
             src = (ref["vhost"], ref["source"])

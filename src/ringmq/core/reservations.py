@@ -1,4 +1,4 @@
-"""Named reservations, range reads, cumulative settle and publish de-duplication.
+"""Named reservations, range reads and cumulative settle.
 
 Theory of operation
 -------------------
@@ -39,16 +39,13 @@ at-least-once, nothing lost.
 never seen by the lease; the gap in queue seqs between consecutive reserved entries is counted in
 `Lease.skipped` so a reader can report it next to the queue's own eviction counters.
 
-*De-duplication* (`Deduplicator`) remembers published `message_id`s per scope (a queue or an
-exchange) for a time window and a bounded count; the broker asks `seen()` before routing and calls
-`record()` once the message was accepted, so a publisher's retry after a nack is not dropped.
+Publish de-duplication by `message_id` lives in `core.dedup`.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
@@ -56,8 +53,6 @@ from ringmq.core.message import Message, SeqId
 
 DEFAULT_LEASE_MS: Final = 60_000
 MAX_RESERVE_PER_CALL: Final = 100_000
-DEFAULT_DEDUP_WINDOW_MS: Final = 10 * 60_000
-DEFAULT_DEDUP_MAX_IDS: Final = 1_000_000
 
 TagT = TypeVar("TagT")
 
@@ -342,6 +337,33 @@ class Reservations(Generic[TagT]):
         for name in list(self._leases):
             self.drop(name, now_ms)
 
+    def restore_lease(
+        self,
+        consumer: str,
+        *,
+        lease_ms: int,
+        deadline_ms: int,
+        settled: int,
+        next_pos: int,
+        skipped: int,
+        expired: int,
+        last_seq: int | None,
+    ) -> Lease[TagT]:
+        """Recreate a stored lease holding nothing (recovery fills its entries, in pos order,
+        with messages it took from the queue; `core.streambooks`)."""
+        lease: Lease[TagT] = Lease(
+            consumer=consumer,
+            lease_ms=lease_ms,
+            deadline_ms=deadline_ms,
+            settled=settled,
+            next_pos=max(next_pos, settled),
+            skipped=skipped,
+            expired=expired,
+            last_seq=last_seq,
+        )
+        self._leases[consumer] = lease
+        return lease
+
     # -- internals ----------------------------------------------------------------------------
     def _give_back(self, lease: Lease[TagT], now_ms: int) -> None:
         tags = [e.tag for e in lease.entries]
@@ -358,105 +380,6 @@ class Reservations(Generic[TagT]):
         i = bisect.bisect_left(lease.positions, lo)
         j = bisect.bisect_left(lease.positions, hi)
         return iter(lease.entries[i:j])
-
-
-KeyT = TypeVar("KeyT", bound=Hashable)
-
-
-class Deduplicator(Generic[KeyT]):
-    """Remembers `message_id`s per scope for `window_ms`, at most `max_ids` per scope.
-
-    A scope is whatever the broker keys it by, e.g. `("queue", vhost, name)`. Oldest ids are
-    forgotten first (by time, then by count), so the guarantee is: a message id published again
-    within the window and within the last `max_ids` ids of its scope is reported as seen.
-    """
-
-    def __init__(
-        self, window_ms: int = DEFAULT_DEDUP_WINDOW_MS, max_ids: int = DEFAULT_DEDUP_MAX_IDS
-    ) -> None:
-        if window_ms <= 0 or max_ids <= 0:
-            raise ValueError("window_ms and max_ids must be > 0")
-        self.window_ms = window_ms
-        self.max_ids = max_ids
-        self.duplicates = 0
-        self._seen: dict[KeyT, OrderedDict[str, int]] = {}
-        self._windows: dict[KeyT, int] = {}
-        self._trimmed: dict[KeyT, int] = {}  # now_ms of the last time-based trim per scope
-
-    def seen(self, scope: KeyT, message_id: str, now_ms: int) -> bool:
-        """True if `message_id` was recorded in `scope` within the window (counts duplicates)."""
-        ids = self._seen.get(scope)
-        if ids is None:
-            return False
-        self._trim(scope, ids, now_ms)
-        if message_id in ids:
-            self.duplicates += 1
-            return True
-        return False
-
-    def record(
-        self, scope: KeyT, message_id: str, now_ms: int, *, window_ms: int | None = None
-    ) -> None:
-        """Remember that `message_id` was accepted in `scope` at `now_ms`.
-
-        `window_ms` sets this scope's own window (default: the deduplicator's).
-        """
-        ids = self._seen.setdefault(scope, OrderedDict())
-        if window_ms is not None:
-            self._windows[scope] = window_ms
-        ids[message_id] = now_ms
-        ids.move_to_end(message_id)
-        self._trim(scope, ids, now_ms)
-
-    def check_and_record(self, scope: KeyT, message_id: str, now_ms: int, window_ms: int) -> bool:
-        """`seen` then, for a new id, `record` with `window_ms`, in one step (the publish path).
-
-        Expired ids are trimmed once per scope and `now_ms` (the broker handles a whole read
-        batch at one `now_ms`, so nothing more can have expired within it); the count bound is
-        kept at every insert. True when `message_id` is a duplicate (counted).
-        """
-        ids = self._seen.get(scope)
-        if ids is None:
-            ids = self._seen[scope] = OrderedDict()
-        same_window = self._windows.get(scope) == window_ms
-        if not same_window or self._trimmed.get(scope) != now_ms:
-            self._trim(scope, ids, now_ms)  # the scope's current window, as `seen` does
-            self._trimmed[scope] = now_ms
-        if message_id in ids:
-            self.duplicates += 1
-            return True
-        ids[message_id] = now_ms
-        if not same_window:
-            self._windows[scope] = window_ms
-            self._trim(scope, ids, now_ms)  # the new window, as `record` does
-        elif len(ids) > self.max_ids:
-            ids.popitem(last=False)
-        return False
-
-    def discard(self, scope: KeyT, message_id: str) -> None:
-        """Forget one id (its publish was refused after all, so a retry must get through)."""
-        ids = self._seen.get(scope)
-        if ids is not None:
-            ids.pop(message_id, None)
-
-    def size(self, scope: KeyT) -> int:
-        """Ids currently remembered in `scope`."""
-        ids = self._seen.get(scope)
-        return 0 if ids is None else len(ids)
-
-    def forget(self, scope: KeyT) -> None:
-        """Drop a scope (its queue or exchange was deleted)."""
-        self._seen.pop(scope, None)
-        self._windows.pop(scope, None)
-        self._trimmed.pop(scope, None)
-
-    def _trim(self, scope: KeyT, ids: OrderedDict[str, int], now_ms: int) -> None:
-        horizon = now_ms - self._windows.get(scope, self.window_ms)
-        while ids:
-            oldest_id, at = next(iter(ids.items()))
-            if at > horizon and len(ids) <= self.max_ids:
-                break
-            del ids[oldest_id]
 
 
 class EngineQueue(Protocol):
@@ -483,13 +406,18 @@ class EngineAdapter:
 
     A reservation is a delivery with ack required, so the engine's counters show reserved
     messages as unacked ("delivering"); giving them back is a requeue that does not count as a
-    delivery failure (no `x-delivery-limit` penalty for an expired lease).
+    delivery failure (no `x-delivery-limit` penalty for an expired lease). A settle acks
+    through `ack` when given (the broker's `ack_seqs`, which also journals the ACKs of
+    persisted messages, as for an AMQP basic.ack), else straight on the engine.
     """
 
-    __slots__ = ("engine",)
+    __slots__ = ("_ack", "engine")
 
-    def __init__(self, engine: EngineQueue) -> None:
+    def __init__(
+        self, engine: EngineQueue, ack: Callable[[list[SeqId]], None] | None = None
+    ) -> None:
         self.engine = engine
+        self._ack = ack
 
     def take(self, now_ms: int) -> Taken[SeqId] | None:
         d = self.engine.fetch(now_ms, ack_required=True)
@@ -498,75 +426,10 @@ class EngineAdapter:
         return Taken(d.seq, d.seq, d.message, d.redelivered)
 
     def ack(self, tags: list[SeqId], now_ms: int) -> None:
-        self.engine.ack(tags)
+        if self._ack is not None:
+            self._ack(tags)
+        else:
+            self.engine.ack(tags)
 
     def requeue(self, tags: list[SeqId], now_ms: int) -> None:
         self.engine.requeue(tags, now_ms, count_failure=False)
-
-
-DEDUP_WINDOW_ARG: Final = "x-message-deduplication-window-ms"
-"""Queue or exchange argument turning on de-duplication by `message_id` for that scope."""
-
-_Scope = tuple[str, str, str]
-QueueT = TypeVar("QueueT")
-
-
-class _Declared(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def arguments(self) -> dict[str, Any]: ...
-
-
-def _window(arguments: dict[str, Any]) -> int | None:
-    w = arguments.get(DEDUP_WINDOW_ARG)
-    if isinstance(w, int) and not isinstance(w, bool) and w > 0:
-        return w
-    return None
-
-
-class PublishDedup:
-    """The broker's publish-path hook for `x-message-deduplication-window-ms`.
-
-    An exchange declared with the argument drops a publish whose `message_id` it accepted within
-    the window (before routing: nothing is enqueued anywhere); a queue declared with it skips
-    just that queue. Duplicates are confirmed to the publisher like accepted messages (the
-    publisher's intent is already satisfied), never returned as unroutable.
-    """
-
-    def __init__(self, max_ids: int = DEFAULT_DEDUP_MAX_IDS) -> None:
-        self.ids: Deduplicator[_Scope] = Deduplicator(max_ids=max_ids)
-
-    def admit(
-        self,
-        vhost: str,
-        exchange: _Declared,
-        queues: Sequence[QueueT],
-        message_id: str,
-        now_ms: int,
-    ) -> Sequence[QueueT]:
-        """The queues that must get this message (empty: drop it as a duplicate)."""
-        check = self.ids.check_and_record
-        xw = _window(exchange.arguments) if exchange.arguments else None
-        if xw is not None and check(("exchange", vhost, exchange.name), message_id, now_ms, xw):
-            return ()
-        out: list[QueueT] | None = None
-        for i, q in enumerate(queues):
-            args = cast("_Declared", q).arguments
-            qw = _window(args) if args else None
-            if qw is None:
-                if out is not None:
-                    out.append(q)
-                continue
-            if check(("queue", vhost, cast("_Declared", q).name), message_id, now_ms, qw):
-                if out is None:
-                    out = list(queues[:i])
-                continue
-            if out is not None:
-                out.append(q)
-        return queues if out is None else out
-
-    def refused(self, vhost: str, exchange: _Declared, queue: _Declared, message_id: str) -> None:
-        """A queue refused the publish (overflow): a retry with the same id must pass."""
-        self.ids.discard(("queue", vhost, queue.name), message_id)
-        self.ids.discard(("exchange", vhost, exchange.name), message_id)

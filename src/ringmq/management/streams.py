@@ -2,14 +2,19 @@
 
 Theory of operation
 -------------------
-`StreamService` keeps one `core.reservations.Reservations` book per live queue (created on
-first use, dropped when the queue is deleted) and exposes it under `/api/streams/...`
-(docs/spark.md is the wire reference). Every handler runs on the broker's event loop, like the
+`StreamService` exposes the broker's reservation books (`core.streambooks.StreamBooks`: one
+`core.reservations.Reservations` book per queue, created on first use, dropped with the queue,
+stored with a durable queue and recovered at start) under `/api/streams/...` (docs/spark.md is
+the wire reference). A reserve or a settle answers only once the group commit's fsync covers
+what it wrote (the lease, the settles' ACK records), as a publisher confirm does.
+
+Every handler runs on the broker's event loop, like the
 rest of management, so it calls the pure core directly without locks. Anything that can make
 messages ready again (a lease expiring, a consumer name dropped) is followed by a broker `tick`
 whose effects go out through the runtime, so waiting AMQP consumers get the returned messages.
 
-A loop timer (armed by the first request) expires leases once a second.
+A loop timer (armed when the routes are mounted on a running loop, else by the first request)
+expires leases once a second, recovered ones included.
 
 Range reads answer `application/x-ringmq-records`: a sequence of records, each
 `>QQBqBBII` = position, queue seq, flags (bit 0 redelivered), timestamp_ms, exchange length,
@@ -42,6 +47,7 @@ by `Api.guard` before a handler runs): read on the queue for the queue endpoints
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -63,7 +69,6 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.reservations import (
     DEFAULT_LEASE_MS,
     MAX_RESERVE_PER_CALL,
-    EngineAdapter,
     Lease,
     Reservations,
 )
@@ -247,7 +252,6 @@ class StreamService:
         self.broker = broker
         self.runtime = runtime
         self.clock_ms = clock_ms
-        self._books: dict[tuple[str, str], tuple[Any, Reservations[SeqId]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         # Virtual connections of bulk publishes: negative ids never collide with the server's.
         self._virtual_ids = itertools.count(-1, -1)
@@ -263,17 +267,14 @@ class StreamService:
         return q
 
     def book(self, vhost: str, name: str) -> tuple[Any, Reservations[SeqId]]:
-        """The queue entity and its reservation book (404 when the queue does not exist)."""
+        """The queue entity and its reservation book (404 when the queue does not exist).
+
+        The books are the broker's (`core.streambooks.StreamBooks`: durable with the queue).
+        """
         q = self._entity(vhost, name)
-        key = (vhost, name)
-        got = self._books.get(key)
-        if got is None or got[0] is not q:
-            # A new queue under an old name: the old book's messages died with the old queue.
-            if q.settings.non_destructive:
-                raise StreamError(400, f"queue {name!r} is non-destructive: use browse")
-            got = (q, Reservations(EngineAdapter(q.queue)))
-            self._books[key] = got
-        return got
+        if q.settings.non_destructive:
+            raise StreamError(400, f"queue {name!r} is non-destructive: use browse")
+        return q, self.broker.streams.book(q)
 
     def _kick(self, q: Any, now_ms: int) -> None:
         # Messages went back to the queue: let the broker dispatch them to waiting consumers.
@@ -284,15 +285,10 @@ class StreamService:
     def expire(self, now_ms: int) -> int:
         """Expire leases of every book; returns how many leases gave messages back."""
         n = 0
-        for key, (q, book) in list(self._books.items()):
-            if getattr(q, "deleted", False):
-                del self._books[key]
-                continue
-            gone = book.expire(now_ms)
-            if gone:
-                n += len(gone)
-                log.info("lease expired on %s/%s: %s", key[0], key[1], ", ".join(gone))
-                self._kick(q, now_ms)
+        for q, gone in self.broker.streams.expire(now_ms):
+            n += len(gone)
+            log.info("lease expired on %s/%s: %s", q.vhost, q.name, ", ".join(gone))
+            self._kick(q, now_ms)
         return n
 
     # -- operations (sync; each is one call on the loop) --------------------------------------
@@ -304,9 +300,11 @@ class StreamService:
         max_bytes = body.get("max_bytes")
         if max_bytes is not None:
             max_bytes = _int(max_bytes, "max_bytes", 1)
-        q, book = self.book(vhost, name)
+        q, _ = self.book(vhost, name)
         now = self.clock_ms()
-        r = book.reserve(consumer, start, max_messages, now, lease_ms=lease_ms, max_bytes=max_bytes)
+        r = self.broker.streams.reserve(
+            q, consumer, start, max_messages, now, lease_ms=lease_ms, max_bytes=max_bytes
+        )
         return {
             "start": r.start,
             "end": r.end,
@@ -335,7 +333,7 @@ class StreamService:
         consumer = _consumer(body.get("consumer"))
         up_to = _int(body.get("up_to"), "up_to", 0)
         q, book = self.book(vhost, name)
-        deleted = book.settle(consumer, up_to, self.clock_ms())
+        deleted = self.broker.streams.settle(q, consumer, up_to, self.clock_ms())
         lease = book.lease(consumer)
         return {"deleted": deleted, "settled": 0 if lease is None else lease.settled, **_bounds(q)}
 
@@ -362,17 +360,17 @@ class StreamService:
         return b"".join(parts)
 
     def drop(self, vhost: str, name: str, consumer: str) -> bool:
-        q, book = self.book(vhost, name)
+        q, _ = self.book(vhost, name)
         now = self.clock_ms()
-        found = book.drop(consumer, now)
+        found: bool = self.broker.streams.drop(q, consumer, now)
         if found:
             self._kick(q, now)
         return found
 
     def info(self, vhost: str, name: str) -> dict[str, Any]:
         q = self._entity(vhost, name)
-        got = self._books.get((vhost, name))
-        leases: Iterable[Lease[SeqId]] = got[1].leases() if got and got[0] is q else ()
+        book = self.broker.streams.existing(q)
+        leases: Iterable[Lease[SeqId]] = book.leases() if book is not None else ()
         return {
             "vhost": vhost,
             "name": name,
@@ -504,6 +502,20 @@ class StreamService:
             self._timer.cancel()
             self._timer = None
 
+    async def durable(self) -> None:
+        """Wait for the fsync covering every store write so far (the runtime's group commit).
+
+        Raises:
+            StreamError: 500 when the store could not write or sync them.
+        """
+        until = getattr(self.runtime, "until_durable", None)
+        if until is None:
+            return
+        try:
+            await asyncio.wait_for(until(), CONFIRM_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise StreamError(500, f"the store could not make this durable: {exc}") from None
+
     def _in_batch(self, fn: Callable[[], Any]) -> Any:
         run_batch = getattr(self.runtime, "run_batch", None)
         return fn() if run_batch is None else run_batch(fn)
@@ -597,6 +609,8 @@ def routes(
                 raise ValueError("clock_ms is required without a runtime clock")
             clock_ms = clock.wall_ms
         svc = StreamService(broker, runtime, clock_ms)
+        with contextlib.suppress(RuntimeError):  # no running loop (bare routes in tests)
+            svc.ensure_started()  # recovered leases expire even if no reader comes back
 
     def endpoint(path: str, fn: Callable[[Request, str, str], Awaitable[Response]]) -> Handler:
         async def handle(request: Request) -> Response:
@@ -634,11 +648,15 @@ def routes(
 
     async def reserve(request: Request, vhost: str, name: str) -> Response:
         body = await body_of(request)
-        return JSONResponse(svc._in_batch(lambda: svc.reserve(vhost, name, body)))
+        answer = svc._in_batch(lambda: svc.reserve(vhost, name, body))
+        await svc.durable()  # the lease (positions -> messages) is on disk before it is told
+        return JSONResponse(answer)
 
     async def settle(request: Request, vhost: str, name: str) -> Response:
         body = await body_of(request)
-        return JSONResponse(svc._in_batch(lambda: svc.settle(vhost, name, body)))
+        answer = svc._in_batch(lambda: svc.settle(vhost, name, body))
+        await svc.durable()  # the ACKs are on disk before the reader hears "settled"
+        return JSONResponse(answer)
 
     async def read(request: Request, vhost: str, name: str) -> Response:
         p = request.query_params

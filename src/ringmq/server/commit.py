@@ -19,6 +19,11 @@ rather than N (RabbitMQ's and Artemis' group commit). Writes without a waiting c
 deliveries) are handed to the OS at the end of the batch and made durable by the next group or by
 `tick()` (called from the server's periodic sweep), at most a sweep period later.
 
+Callers that answer only once their writes are durable (the streams API's reserve and settle,
+which have no confirm to hold) call `until_durable()`: a future resolved by the first fsync that
+covers the store's position at the call (one is started at once when none runs), or failed with
+the OSError when that flush or fsync fails.
+
 Write failures (ENOSPC, EDQUOT, EIO...; docs/storage.md, "Write failures"): when `flush()` or
 the fsync raises, the group's confirms are never acked: `Broker.fail_unconfirmed` nacks them
 (the publisher may retry), one ERROR line names the path, the errno and what happens next, and
@@ -78,6 +83,7 @@ class GroupCommit:
         """Why the last write or fsync failed, while the `disk_write` alarm is on."""
         self.failed_groups = 0
         """Groups whose confirms were nacked because the store could not write them."""
+        self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def after_batch(self) -> None:
         """End of a batch: collect held confirms, start a group fsync or hand writes to the OS."""
@@ -99,6 +105,35 @@ class GroupCommit:
                 self._flushed = self.store.flush().position
             except OSError as exc:
                 self._failed(exc, [], fsync=False)
+
+    def until_durable(self) -> asyncio.Future[None]:
+        """A future resolved once an fsync covers every write made so far (see module doc)."""
+        fut: asyncio.Future[None] = self.loop.create_future()
+        position = self.store.position
+        if self.store.durable_position >= position:
+            fut.set_result(None)
+            return fut
+        if self.failure is not None:
+            fut.set_exception(OSError(errno.EIO, self.failure))
+            return fut
+        self._durable_waiters.append((position, fut))
+        if self.in_flight is None:
+            self._start()
+        return fut
+
+    def _wake(self, durable: int, exc: OSError | None = None) -> None:
+        # Resolve the waiters an fsync up to `durable` covers (all of them, failed, on `exc`).
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        for position, fut in self._durable_waiters:
+            if fut.done():
+                continue
+            if exc is not None:
+                fut.set_exception(exc)
+            elif position <= durable:
+                fut.set_result(None)
+            else:
+                keep.append((position, fut))
+        self._durable_waiters = keep
 
     def tick(self) -> None:
         """Periodic: make writes that no confirm waited for durable too."""
@@ -133,6 +168,7 @@ class GroupCommit:
             self._failed(exc, group, fsync=True)
             return
         self.syncs += 1
+        self._wake(fut.result())
         if self.failure is not None:
             log.warning(
                 "disk writes succeed again (%s earlier); unblocking publishers", self.failure
@@ -141,13 +177,14 @@ class GroupCommit:
             self.release(lambda: self.broker.set_alarm("disk_write", None))
         if group:
             self.release(lambda: self._confirm(group))
-        if self.waiting and self.in_flight is None:
+        if (self.waiting or self._durable_waiters) and self.in_flight is None:
             self._start()
 
     def _failed(self, exc: OSError, group: list[tuple[int, int, int]], *, fsync: bool) -> None:
         """A flush or fsync failed: nack `group`, raise the alarm (logged once per episode)."""
         group = group + self.waiting  # confirms held meanwhile cannot be covered either
         self.waiting = []
+        self._wake(0, exc)
         if group:
             self.loop.call_soon(self._nack, group)
         if self.failure is not None:
@@ -208,4 +245,5 @@ class GroupCommit:
             except Exception:
                 log.debug("last fsync failed at shutdown", exc_info=True)
         self._closed = True
+        self._wake(0, OSError(errno.ESHUTDOWN, "broker shutting down"))
         self._executor.shutdown(wait=True)

@@ -574,6 +574,15 @@ class BrokerServer:
         with self._batch():
             return fn()
 
+    async def until_durable(self) -> None:
+        """Return once an fsync covers every store write made so far (no store: at once).
+
+        Raises:
+            OSError: the store could not write or sync them (server/commit.py).
+        """
+        if self._commit is not None:
+            await self._commit.until_durable()
+
     # -- connections ---------------------------------------------------------------------------
 
     def _factory(self, *, tls: bool) -> Callable[[], asyncio.Protocol]:

@@ -45,6 +45,8 @@ class RecordType(IntEnum):
     DEFINITION_DELETE = 9
     PAGED = 10
     PAGED_REF = 11
+    DEDUP_ADD = 12
+    DEDUP_DISCARD = 13
 
 
 # crc32 of the single type byte, the starting value for crc32(payload)

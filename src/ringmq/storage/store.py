@@ -79,6 +79,7 @@ import os
 import shutil
 import zlib
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,7 @@ from ringmq.core.durability import queue_key
 from ringmq.core.message import Message, SeqId
 from ringmq.storage import terms
 from ringmq.storage.bodystore import DiskSpillStore, SpillDirectory
+from ringmq.storage.dedup import DedupLog, Window
 from ringmq.storage.definitions import DefinitionLog
 from ringmq.storage.journal import DEFAULT_SEGMENT_BYTES, Journal, fsync_fds
 from ringmq.storage.msgstore import MessageStore
@@ -167,12 +169,14 @@ class RecoveredState:
         definitions: kind -> key -> value.
         queues: queue -> messages in seq order (only queues with messages).
         next_seq: queue -> first seq id the engine may use (above any seq ever journaled).
+        dedup: scope -> message_id -> accepted at (ms), oldest first (`dedup.py`).
     """
 
     clean: bool = True
     definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
     queues: dict[str, Sequence[RecoveredMessage]] = field(default_factory=dict)
     next_seq: dict[str, int] = field(default_factory=dict)
+    dedup: Window = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -355,6 +359,22 @@ class Store(Protocol):
         """Remove every message of `queue` (durable queue deleted)."""
         ...
 
+    def dedup_record(self, scope: str, message_id: str, at_ms: int) -> int:
+        """Journal an accepted id of a durable de-duplication scope (`dedup.py`)."""
+        ...
+
+    def dedup_discard(self, scope: str, message_id: str) -> int:
+        """Journal that an id was forgotten (its publish was refused after all)."""
+        ...
+
+    def dedup_due(self) -> bool:
+        """True when the dedup log should be rewritten with the live window."""
+        ...
+
+    def dedup_rewrite(self, window: Mapping[str, Iterable[tuple[str, int]]]) -> None:
+        """Replace the stored window with `window` (scope -> (id, at) oldest first)."""
+        ...
+
     def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int:
         """Create or replace a durable definition."""
         ...
@@ -408,6 +428,7 @@ class MemoryStore:
         self._queues: dict[str, dict[int, RecoveredMessage]] = {}
         self._next_seq: dict[str, int] = {}
         self._defs: dict[str, dict[str, Any]] = {}
+        self._dedup: Window = {}
 
     @property
     def position(self) -> int:
@@ -484,7 +505,24 @@ class MemoryStore:
             definitions={k: dict(v) for k, v in self._defs.items() if v},
             queues={q: [m[s] for s in sorted(m)] for q, m in self._queues.items() if m},
             next_seq=dict(self._next_seq),
+            dedup={scope: OrderedDict(ids) for scope, ids in self._dedup.items() if ids},
         )
+
+    def dedup_record(self, scope: str, message_id: str, at_ms: int) -> int:
+        ids = self._dedup.setdefault(scope, OrderedDict())
+        ids[message_id] = at_ms
+        ids.move_to_end(message_id)
+        return self._bump()
+
+    def dedup_discard(self, scope: str, message_id: str) -> int:
+        self._dedup.get(scope, OrderedDict()).pop(message_id, None)
+        return self._bump()
+
+    def dedup_due(self) -> bool:
+        return False
+
+    def dedup_rewrite(self, window: Mapping[str, Iterable[tuple[str, int]]]) -> None:
+        self._dedup = {scope: OrderedDict(ids) for scope, ids in window.items()}
 
     def close(self) -> None:
         self.sync()
@@ -517,6 +555,7 @@ class FileStore:
         self._journal = Journal(directory / "journal", segment_bytes=segment_bytes)
         self._bodies = MessageStore(directory / "msgstore", segment_bytes=msg_segment_bytes)
         self._defs = DefinitionLog(directory / "definitions")
+        self._dedup = DedupLog(directory / "dedup")
         self._position = 0
         self._durable = 0
         # queue -> seq -> location of its live ENQUEUE: segment << 64 | offset << 32 | body size
@@ -758,7 +797,12 @@ class FileStore:
         for j in (self._journal, self._bodies.journal):
             if j.poisoned:
                 return j.failure or OSError(errno.EIO, "journal tail unknown", str(j.directory))
-        return self._journal.failure or self._bodies.journal.failure or self._defs.failure
+        return (
+            self._journal.failure
+            or self._bodies.journal.failure
+            or self._defs.failure
+            or self._dedup.failure
+        )
 
     @property
     def fenced(self) -> bool:
@@ -770,6 +814,7 @@ class FileStore:
         state = self._recovered
         assert state is not None, "recover() is called once, right after open"
         self._recovered = None
+        state.dedup = self._dedup.recovered()
         return state
 
     def enqueue(
@@ -957,6 +1002,26 @@ class FileStore:
         self._position += 1
         return self._position
 
+    def dedup_record(self, scope: str, message_id: str, at_ms: int) -> int:
+        """`message_id` was accepted in de-duplication `scope` at `at_ms` (`dedup.py`)."""
+        self._dedup.record(scope, message_id, at_ms)
+        self._position += 1
+        return self._position
+
+    def dedup_discard(self, scope: str, message_id: str) -> int:
+        """Forget an id of `scope` (its publish was refused after all)."""
+        self._dedup.discard(scope, message_id)
+        self._position += 1
+        return self._position
+
+    def dedup_due(self) -> bool:
+        """True when the dedup log should be rewritten with the live window."""
+        return self._dedup.due()
+
+    def dedup_rewrite(self, window: Mapping[str, Iterable[tuple[str, int]]]) -> None:
+        """Replace the dedup log with the live window, durably (synchronous fsync)."""
+        self._dedup.rewrite(window)
+
     def definitions(self) -> dict[str, dict[str, Any]]:
         """Current durable definitions (kind -> key -> value)."""
         return self._defs.all()
@@ -989,6 +1054,7 @@ class FileStore:
             fds += self._bodies.journal.flush()
             fds += self._journal.flush()
             fds += self._defs.flush()
+            fds += self._dedup.flush()
         except OSError:
             self._pending_fds = fds
             raise
@@ -1028,6 +1094,7 @@ class FileStore:
         self._journal.close()
         self._bodies.journal.close()
         self._defs.close()
+        self._dedup.close()
         if self._tx_seg is None:
             self._write_terms()
         (self.directory / "CLEAN").write_bytes(b"")
@@ -1042,6 +1109,7 @@ class FileStore:
         for journal in (self._journal, self._bodies.journal):
             journal.abandon()
         self._defs.abandon()
+        self._dedup.abandon()
         for fd in self._pending_fds:
             os.close(fd)
         self._pending_fds = []

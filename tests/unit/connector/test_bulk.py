@@ -273,3 +273,21 @@ def test_bulk_publish_fails_when_the_store_cannot_sync(
             c.publish("", encode_publish([("dq", persistent, b"lost")]))
         assert err.value.status == 500
         assert "durable" in err.value.text
+
+
+@pytest.mark.parametrize("headers", [False, True])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_persistent_writer_option_sets_delivery_mode(headers: bool, persistent: bool) -> None:
+    from ringmq.amqp.properties import decode_properties
+    from ringmq.connector.spark.bulk import encode_batch, sequential_ids
+    from ringmq.management.streams import decode_publish
+
+    cols = {"body": pa.array([b"a", b"b"], pa.binary())}
+    if headers:
+        cols["headers"] = pa.array([[("k", "v")], None], pa.map_(pa.string(), pa.string()))
+    batch = pa.RecordBatch.from_pydict(cols)
+    opts = Options.parse({"routingKey": "rk", "persistent": str(persistent).lower()})
+    body, first, last = encode_batch(batch, opts, sequential_ids("q:1", 0), 0)
+    props = [decode_properties(p) for _, p, _ in decode_publish(body)]
+    assert [p.message_id for p in props] == [first, last] == ["q:1:0:0", "q:1:0:1"]
+    assert [p.delivery_mode for p in props] == [2 if persistent else None] * 2

@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from ringmq.core.dedup import Deduplicator
 from ringmq.core.message import Message, SeqId
-from ringmq.core.reservations import Deduplicator, Reservations, Taken
+from ringmq.core.reservations import Reservations, Taken
 
 
 def _msg(body: bytes) -> Message:
@@ -307,7 +308,7 @@ class _Named:
 
 
 def test_publish_dedup_scopes_and_refusal() -> None:
-    from ringmq.core.reservations import DEDUP_WINDOW_ARG, PublishDedup
+    from ringmq.core.dedup import DEDUP_WINDOW_ARG, PublishDedup
 
     d = PublishDedup()
     x = _Named("x", {})

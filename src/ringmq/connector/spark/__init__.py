@@ -87,8 +87,9 @@ def session(app_name: str = "ringmq", master: str = "local[2]", **conf: str) -> 
     """A SparkSession ready for the connector (environment prepared, format registered).
 
     Registration is explicit here too, so the format works even where the `pyspark_ringmq`
-    module is not on the workers' path. A `local` master binds the driver to 127.0.0.1 (Spark
-    otherwise picks the first non-loopback interface when the hostname resolves to loopback).
+    module is not on the workers' path. A `local` master, or a standalone master on
+    127.0.0.1/localhost, binds the driver to 127.0.0.1 (Spark otherwise picks the first
+    non-loopback interface when the hostname resolves to loopback).
     """
     prepare_environment()
     from pyspark.sql import SparkSession
@@ -99,7 +100,8 @@ def session(app_name: str = "ringmq", master: str = "local[2]", **conf: str) -> 
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
     }
-    if master.startswith("local"):
+    if master.startswith(("local", "spark://127.0.0.1:", "spark://localhost:")):
+        # A loopback cluster (tests, one machine) must reach the driver on loopback too.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         defaults["spark.driver.host"] = "127.0.0.1"
         defaults["spark.driver.bindAddress"] = "127.0.0.1"

@@ -28,6 +28,7 @@ BULK_ROWS: Final = 50_000
 BULK_BYTES: Final = 32 * 1024 * 1024
 """Most body bytes per publish request (at least one batch)."""
 _MID_ONLY_FLAGS: Final = b"\x00\x80"  # basic properties: only message_id present
+_PERSISTENT_MID_FLAGS: Final = b"\x10\x80\x02"  # delivery_mode (= 2) and message_id present
 
 
 def _binary(arr: Any) -> Any:
@@ -101,8 +102,9 @@ def content_ids(
     return make
 
 
-def _mid_properties(ids: Any) -> Any:
-    """Basic properties holding only `message_id`, one per id (ids of at most 255 bytes)."""
+def _mid_properties(ids: Any, persistent: bool = False) -> Any:
+    """Basic properties holding only `message_id` (and delivery_mode 2 when `persistent`),
+    one per id (ids of at most 255 bytes)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -114,11 +116,11 @@ def _mid_properties(ids: Any) -> Any:
     one = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(1), len(raw), [None, pa.py_buffer(lens.astype(np.uint8).tobytes())]
     ).cast(pa.binary())
-    flags = pa.scalar(_MID_ONLY_FLAGS, pa.binary())
+    flags = pa.scalar(_PERSISTENT_MID_FLAGS if persistent else _MID_ONLY_FLAGS, pa.binary())
     return pc.binary_join_element_wise(flags, one, raw, pa.scalar(b"", pa.binary()))
 
 
-def _row_properties(batch: Any, ids: Any) -> Any:
+def _row_properties(batch: Any, ids: Any, persistent: bool = False) -> Any:
     """Per-row properties for batches with `headers` or `properties` columns."""
     import pyarrow as pa
 
@@ -132,7 +134,7 @@ def _row_properties(batch: Any, ids: Any) -> Any:
     for i, mid in enumerate(ids.to_pylist()):
         h = headers[i] if headers is not None else None
         extra = extras[i] if extras is not None else None
-        out.append(encode_properties(_properties(mid, h, extra)))
+        out.append(encode_properties(_properties(mid, h, extra, persistent)))
     return pa.array(out, type=pa.binary())
 
 
@@ -161,9 +163,9 @@ def encode_batch(
     names = batch.schema.names
     mids = _ids(batch, ids, start)
     if "headers" in names or "properties" in names:
-        props = _row_properties(batch, mids)
+        props = _row_properties(batch, mids, options.persistent)
     else:
-        props = _mid_properties(mids)
+        props = _mid_properties(mids, options.persistent)
     if "routing_key" in names:
         rk = _binary(
             pc.fill_null(

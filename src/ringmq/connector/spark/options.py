@@ -52,6 +52,8 @@ class Options:
     message_id_prefix: str | None
     publish_via: str = "amqp"
     """Writer path: "http" (bulk publish endpoint) or "amqp" (confirmed AMQP publishes)."""
+    persistent: bool = False
+    """Writer: publish with delivery_mode 2 (stored by durable queues, survive a restart)."""
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> Options:
@@ -85,6 +87,7 @@ class Options:
             window=_int(low, "publishwindow", 2000),
             message_id_prefix=low.get("messageidprefix") or None,
             publish_via=via,
+            persistent=low.get("persistent", "false").strip().lower() in ("true", "1", "yes"),
         )
 
     def require_queues(self) -> tuple[str, ...]:

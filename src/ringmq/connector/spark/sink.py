@@ -80,9 +80,10 @@ def _id_for(prefix: str, partition: int, index: int, rk: str, body: bytes, conte
     return f"{prefix}:{partition}:{index}:{_digest(rk, body)}"
 
 
-def _properties(mid: str, headers: Any, extra: Any) -> Any:
+def _properties(mid: str, headers: Any, extra: Any, persistent: bool = False) -> Any:
     """A row's `BasicProperties`: its message id, `headers` map and `properties` struct
-    (content_type, correlation_id, type, app_id, delivery_mode); maps may arrive as pairs."""
+    (content_type, correlation_id, type, app_id, delivery_mode); maps may arrive as pairs.
+    `persistent` (the writer option) makes delivery_mode 2 unless the row sets one."""
     from ringmq.amqp.properties import BasicProperties
 
     if headers is not None and not isinstance(headers, dict):
@@ -95,7 +96,9 @@ def _properties(mid: str, headers: Any, extra: Any) -> Any:
         correlation_id=extra.get("correlation_id"),
         type=extra.get("type"),
         app_id=extra.get("app_id"),
-        delivery_mode=int(extra["delivery_mode"]) if "delivery_mode" in extra else None,
+        delivery_mode=(
+            int(extra["delivery_mode"]) if "delivery_mode" in extra else (2 if persistent else None)
+        ),
     )
 
 
@@ -125,7 +128,7 @@ def publish_rows(options: Options, rows: Iterator[Any], *, streaming: bool) -> P
             ex = options.exchange if ex is None else _text(ex)
             mid = d.get("message_id")
             mid = _id_for(prefix, partition, i, rk, body, content) if mid is None else _text(mid)
-            props = _properties(mid, d.get("headers"), d.get("properties"))
+            props = _properties(mid, d.get("headers"), d.get("properties"), options.persistent)
             if first is None:
                 first = mid
             last = mid

@@ -1,0 +1,92 @@
+"""A `ringmq serve` subprocess on a data dir, for tests that SIGKILL the broker.
+
+Ports are 0 by default (AMQP, and HTTP when asked) and read back from the broker's log, so
+tests run in parallel; a restart may ask for the ports of the broker it replaces (clients keep
+their URLs); `kill()` is a SIGKILL (no clean stop, no recovery terms), `stop()` a SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_AMQP = re.compile(rb"AMQP listening on ([0-9.]+):(\d+)")
+_HTTP = re.compile(rb"HTTP listening on ([0-9.]+):(\d+)")
+
+
+class Serve:
+    """One `ringmq serve` subprocess on `data_dir`, its ports read from its log."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        http: bool = False,
+        amqp_port: int = 0,
+        http_port: int = 0,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        cmd = [
+            sys.executable,
+            "-m",
+            "ringmq",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--amqp-port",
+            str(amqp_port),
+            "--http-port",
+            str(http_port) if http else "-1",
+            "--data-dir",
+            str(data_dir),
+        ]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.port = self._wait_port(_AMQP, timeout_s)
+        self.http_port = self._wait_port(_HTTP, timeout_s) if http else None
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    @property
+    def http_url(self) -> str:
+        assert self.http_port is not None, "started without http"
+        return f"http://guest:guest@127.0.0.1:{self.http_port}"
+
+    def _wait_port(self, pattern: re.Pattern[bytes], timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = pattern.search(self.log_path.read_bytes())
+            if found:
+                return int(found.group(2))
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.kill()
+        raise AssertionError("broker did not start:\n" + self.log_path.read_text(errors="replace"))
+
+    def kill(self) -> None:
+        """SIGKILL (a crash: nothing flushed that was not fsynced)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self._log.close()
+
+    def stop(self) -> None:
+        """SIGTERM: a clean stop (the store syncs and writes its recovery terms)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        self._log.close()
