@@ -10,9 +10,9 @@ depends on time takes `now_ms` (wall-clock epoch milliseconds, supplied by the s
   Artemis ring returns and released scheduled messages), then the smaller sequence number of its
   `returns` heap (RabbitMQ/Qpid requeues, which go back to their original position) and its
   `tail` deque (new messages, ascending seq). Removing a message from the middle (LVQ
-  replacement, Qpid ring eviction, purge of scheduled) marks its entry `_GONE`; lanes skip gone
+  replacement, Qpid ring eviction, purge of scheduled) marks its entry `GONE`; lanes skip gone
   entries lazily and are compacted when gone entries dominate.
-* **unacked messages** (`_unacked: dict[SeqId, _Entry]`): fetched with `ack_required`.
+* **unacked messages** (`_unacked: dict[SeqId, Entry]`): fetched with `ack_required`.
 * **scheduled messages**: a heap of `(due_ms, seq, entry)` beside the lanes (Artemis'
   scheduled-delivery handler): counted, not subject to any limit until released at the head.
 * **dead letters** waiting for the broker to route them (`drain_dead_letters`).
@@ -32,7 +32,7 @@ Hot path: a plain queue's publish + fetch + ack is one entry object, one deque a
 one dict insert/pop and one `Delivery`; everything optional (priorities, schedules, LVQ, the
 browse index, the Qpid age order) is behind a single attribute test. `_apply` precomputes what
 the fast paths test, once per settings change: `_plain` (no option at all), `_bounded` with its
-bounds as plain ints (`_reject_n/_b`, `_evict_n/_b`, `_UNBOUNDED` where a bound does not apply:
+bounds as plain ints (`_reject_n/_b`, `_evict_n/_b`, `UNBOUNDED` where a bound does not apply:
 a ready-counted ring, drop-head or reject limit is the only option), `_lvq_fast` (the LVQ key is
 the only option) and `_fetch_fast` (one lane, no TTL, destructive consumers). The first
 per-message expiry clears them for good (`_saw_expiry`). The publish fast paths are inlined in
@@ -92,75 +92,41 @@ import logging
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from enum import Enum, StrEnum
-from typing import Any, Final, Protocol, cast
+from dataclasses import replace
+from typing import Any, Final, cast
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.lanes import (
+    ACQUIRED,
+    COMPACT_MIN,
+    GONE,
+    READY,
+    SCHEDULED,
+    Entry,
+    Lane,
+    new_entry,
+)
+from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, Spilled, SpillStore
+from ringmq.core.queue.records import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_HEAD_COUNT,
+    SCHEDULED_RELEASE_BATCH,
+    UNBOUNDED,
+    DeadLetter,
+    DeadLetterReason,
+    Delivery,
+    PublishOutcome,
+    QueueCounters,
+    ScheduledMessage,
+)
+from ringmq.core.queue.scheduler import schedule_due
 from ringmq.core.settings import Counted, Limit, LimitAction, QueueSettings
 
-__all__ = [
-    "DEFAULT_HEAD_BYTES",
-    "DEFAULT_HEAD_COUNT",
-    "SCHEDULED_RELEASE_BATCH",
-    "SCHEDULE_HEADERS",
-    "BodyStore",
-    "DeadLetter",
-    "DeadLetterReason",
-    "Delivery",
-    "MemoryBodyStore",
-    "MemorySpillStore",
-    "PublishOutcome",
-    "Queue",
-    "QueueCounters",
-    "ScheduledMessage",
-    "SpillStore",
-    "Spilled",
-]
+__all__ = ["Queue"]
 
 log = logging.getLogger(__name__)
 
-SCHEDULED_RELEASE_BATCH: Final = 1000
-"""At most this many due scheduled messages are released per `tick`, so a backlog after
-downtime does not starve live traffic; `next_deadline_ms` then reports "due now"."""
-
-SCHEDULE_HEADERS: Final = ("x-delay", "_AMQ_SCHED_DELIVERY")
-"""`x-delay`: relative ms (RabbitMQ delayed-message plugin); `_AMQ_SCHED_DELIVERY`: absolute epoch
-ms (Artemis). When both are present the absolute time wins."""
-
-DEFAULT_HEAD_COUNT: Final = 16384
-"""Ready messages a queue keeps in memory before paging the rest (with a spill store).
-
-RabbitMQ keeps at most 2048; ringmq keeps more because paging a message out and back costs
-about 13 µs here, and a consumer that keeps up with a burst should not pay it. The byte bound
-still caps large messages, and the memory governor shrinks every head under pressure."""
-
-DEFAULT_HEAD_BYTES: Final = 8 * 1024 * 1024
-"""Ready body bytes a queue keeps in memory before paging the rest (with a spill store)."""
-
-_UNBOUNDED: Final = 1 << 62
-_SPILL_BATCH: Final = 128  # spilled publishes handed to the store together
-
-_COMPACT_MIN: Final = 256
-
-# Entry states (ints: compared on the hot path).
-_READY: Final = 0
-_ACQUIRED: Final = 1
-_SCHEDULED: Final = 2
-_GONE: Final = 3
-
-
-class PublishOutcome(Enum):
-    """What `Queue.publish` did with a message."""
-
-    ENQUEUED = "enqueued"
-    SCHEDULED = "scheduled"
-    REJECTED = "rejected"
-    """Refused by the limit (reject-publish(-dlx), Qpid reject / ring_strict / oversize,
-    Artemis FAIL): the broker nacks a confirming publisher."""
-    DROPPED = "dropped"
-    """Accepted and discarded by the policy at once (drop-head with the new message as victim,
-    Artemis DROP): the publisher is acked, as RabbitMQ does for drop-head."""
+SPILL_BATCH: Final = 128  # spilled publishes handed to the store together
 
 
 # Module globals for the hot paths: reading an Enum member through its class costs about as
@@ -170,348 +136,8 @@ _SCHEDULED_OUT: Final = PublishOutcome.SCHEDULED
 _REJECTED: Final = PublishOutcome.REJECTED
 _DROPPED: Final = PublishOutcome.DROPPED
 
-
-class DeadLetterReason(StrEnum):
-    """RabbitMQ's `x-death` reasons."""
-
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    MAXLEN = "maxlen"
-    DELIVERY_LIMIT = "delivery_limit"
-
-
-@dataclass(slots=True)
-class Delivery:
-    """A message handed out by `fetch` or `browse`; read-only by convention.
-
-    A slotted class rather than a tuple: the fetch path builds it with `object.__new__` and
-    four slot stores, cheaper than building a named tuple (measured in engine_bench).
-
-    Attributes:
-        seq: the message's sequence number in this queue (ack/requeue/reject by it).
-        message: the shared message.
-        redelivered: the message was delivered before and put back (AMQP `redelivered`).
-        delivery_count: deliveries of this message so far, this one included (1 on first).
-    """
-
-    seq: SeqId
-    message: Message
-    redelivered: bool
-    delivery_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A message the broker must dead-letter (build `x-death`, publish to `exchange`).
-
-    Attributes:
-        message: the original message.
-        reason: why it died.
-        queue: this queue's name.
-        exchange: the dead-letter exchange ("" is the default exchange).
-        routing_key: the dead-letter routing key, or None to keep the original routing key(s).
-        time_ms: when it died.
-        delivery_count: how many times it had been delivered.
-    """
-
-    message: Message
-    reason: DeadLetterReason
-    queue: str
-    exchange: str
-    routing_key: str | None
-    time_ms: int
-    delivery_count: int
-
-
-# `_new_delivery(Delivery)` then slot stores skips the Python-level __init__ on the hot path.
-_new_delivery: Final = object.__new__
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduledMessage:
-    """One entry of `Queue.list_scheduled()`."""
-
-    seq: SeqId
-    message: Message
-    due_ms: int
-
-
-class BodyStore(Protocol):
-    """Where message bodies go when a queue pages them out (flow_to_disk / PAGE)."""
-
-    def page_out(self, queue: str, seq: SeqId, message: Message) -> None:
-        """Take the message; the queue drops its reference."""
-
-    def page_in(self, queue: str, seq: SeqId) -> Message:
-        """Give the message back and forget it."""
-        ...
-
-    def peek(self, queue: str, seq: SeqId) -> Message:
-        """Read the message and keep it (browse)."""
-        ...
-
-    def discard(self, queue: str, seq: SeqId) -> None:
-        """Forget the message (purged, evicted)."""
-
-
-Spilled = tuple[SeqId, Message, int | None]
-"""One spilled message: (seq, message, expires_at epoch ms or None)."""
-
-
-class SpillStore(Protocol):
-    """Where a queue's paged tail lives: an ordered sequence of never-delivered messages.
-
-    The queue decides the order; the store keeps it: `push_back` appends after everything,
-    `push_front` inserts a run before everything, `pop_front` returns the oldest in order.
-    """
-
-    def push_back(self, items: Sequence[Spilled]) -> None:
-        """Append after everything spilled, in the given order."""
-
-    def push_front(self, items: Sequence[Spilled]) -> None:
-        """Insert before everything spilled, in the given order."""
-
-    def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
-        """Take up to `max_count` items (about `max_bytes` of bodies, at least one)."""
-        ...
-
-    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
-        """Up to `limit` items with a seq above `after`, in order, leaving them in place."""
-        ...
-
-    def clear(self) -> None:
-        """Forget everything (purge); the store stays usable."""
-
-    def close(self) -> None:
-        """Forget everything and release files (queue deleted)."""
-
-
-class MemorySpillStore:
-    """`SpillStore` in a deque (tests; memory is not saved)."""
-
-    def __init__(self) -> None:
-        self.items: deque[Spilled] = deque()
-
-    def push_back(self, items: Sequence[Spilled]) -> None:
-        self.items.extend(items)
-
-    def push_front(self, items: Sequence[Spilled]) -> None:
-        self.items.extendleft(reversed(items))
-
-    def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
-        out: list[Spilled] = []
-        got = 0
-        items = self.items
-        while items and len(out) < max_count and (not out or got < max_bytes):
-            item = items.popleft()
-            out.append(item)
-            got += len(item[1].body)
-        return out
-
-    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
-        out: list[Spilled] = []
-        for item in self.items:
-            if len(out) >= limit:
-                break
-            if after is None or item[0] > after:
-                out.append(item)
-        return out
-
-    def clear(self) -> None:
-        self.items.clear()
-
-    def close(self) -> None:
-        self.items.clear()
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-
-class MemoryBodyStore:
-    """Default `BodyStore`: a dict (paging is accounted for but bodies stay in RAM)."""
-
-    def __init__(self) -> None:
-        self._bodies: dict[tuple[str, SeqId], Message] = {}
-
-    def page_out(self, queue: str, seq: SeqId, message: Message) -> None:
-        self._bodies[(queue, seq)] = message
-
-    def page_in(self, queue: str, seq: SeqId) -> Message:
-        return self._bodies.pop((queue, seq))
-
-    def peek(self, queue: str, seq: SeqId) -> Message:
-        return self._bodies[(queue, seq)]
-
-    def discard(self, queue: str, seq: SeqId) -> None:
-        self._bodies.pop((queue, seq), None)
-
-    def __len__(self) -> int:
-        return len(self._bodies)
-
-
-@dataclass(slots=True)
-class QueueCounters:
-    """Per-queue counters; gauges first, then cumulative totals. All O(1) to read."""
-
-    ready: int = 0
-    ready_bytes: int = 0
-    unacked_bytes: int = 0
-    scheduled: int = 0
-    scheduled_bytes: int = 0
-    paged: int = 0
-    paged_bytes: int = 0
-    added: int = 0
-    delivered: int = 0
-    acknowledged: int = 0
-    redelivered: int = 0
-    requeued: int = 0
-    rejected: int = 0
-    expired: int = 0
-    ring_evicted: int = 0
-    lvq_replaced: int = 0
-    maxlen_dropped: int = 0
-    overflow_rejected: int = 0
-    overflow_dropped: int = 0
-    purged: int = 0
-    dead_lettered: dict[str, int] = field(default_factory=dict)
-    # The queue's unacked map (seq -> entry): `unacked` is its length, so the per-message
-    # fetch/ack paths keep no separate count.
-    unacked_map: dict[SeqId, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def unacked(self) -> int:
-        """Messages delivered and not yet acknowledged (Artemis `deliveringCount`)."""
-        return len(self.unacked_map)
-
-    @property
-    def message_count(self) -> int:
-        """Artemis `messageCount`: ready + delivering + scheduled + paged."""
-        return self.ready + self.unacked + self.scheduled + self.paged
-
-    @property
-    def message_bytes(self) -> int:
-        """Bytes of `message_count`'s messages (bodies)."""
-        return self.ready_bytes + self.unacked_bytes + self.scheduled_bytes + self.paged_bytes
-
-    @property
-    def memory_bytes(self) -> int:
-        """Body bytes held in memory by this queue (everything but paged bodies)."""
-        return self.ready_bytes + self.unacked_bytes + self.scheduled_bytes
-
-
-class _Entry:
-    # One message in one queue: the per-queue state around the shared Message. No __init__:
-    # `_Entry()` then slot stores is the cheapest construction (no Python frame, no argument
-    # tuple); the publish fast paths do that inline, everything else calls `_new_entry`.
-    # Every slot is set before an entry is used.
-    __slots__ = (
-        "deliveries",
-        "expires_at",
-        "failures",
-        "key",
-        "level",
-        "msg",
-        "paged",
-        "redelivered",
-        "seq",
-        "size",
-        "state",
-    )
-
-    seq: SeqId
-    msg: Message | None  # None while paged out
-    size: int
-    state: int
-    redelivered: bool
-    deliveries: int
-    failures: int
-    expires_at: int | None
-    key: Any  # LVQ key value, None if not an LVQ message
-    level: int
-    paged: bool
-
-    def __lt__(self, other: _Entry) -> bool:
-        return self.seq < other.seq
-
-
-def _new_entry(seq: SeqId, msg: Message | None, size: int) -> _Entry:
-    # A ready entry with default state (the publish fast paths inline this).
-    e = _Entry()
-    e.seq = seq
-    e.msg = msg
-    e.size = size
-    e.state = _READY
-    e.redelivered = e.paged = False
-    e.deliveries = e.failures = e.level = 0
-    e.expires_at = e.key = None
-    return e
-
-
-class _Lane:
-    # One priority level's waiting messages (see the module docstring).
-    __slots__ = ("head", "returns", "tail")
-
-    def __init__(self) -> None:
-        self.head: deque[_Entry] = deque()
-        self.returns: list[_Entry] = []
-        self.tail: deque[_Entry] = deque()
-
-    def peek(self) -> _Entry | None:
-        head = self.head
-        while head:
-            e = head[0]
-            if e.state == _READY:
-                return e
-            head.popleft()
-        returns = self.returns
-        while returns and returns[0].state != _READY:
-            heapq.heappop(returns)
-        tail = self.tail
-        while tail and tail[0].state != _READY:
-            tail.popleft()
-        if returns:
-            if tail and tail[0].seq < returns[0].seq:
-                return tail[0]
-            return returns[0]
-        return tail[0] if tail else None
-
-    def pop(self) -> _Entry | None:
-        e = self.peek()
-        if e is None:
-            return None
-        if self.head and self.head[0] is e:
-            self.head.popleft()
-        elif self.returns and self.returns[0] is e:
-            heapq.heappop(self.returns)
-        else:
-            self.tail.popleft()
-        return e
-
-    def compact(self) -> None:
-        self.head = deque(e for e in self.head if e.state == _READY)
-        self.returns = [e for e in self.returns if e.state == _READY]
-        heapq.heapify(self.returns)
-        self.tail = deque(e for e in self.tail if e.state == _READY)
-
-    def entries(self) -> list[_Entry]:
-        # In delivery order (head, then the merge of returns and tail by seq).
-        out = [e for e in self.head if e.state == _READY]
-        rest = sorted(
-            [e for e in self.returns if e.state == _READY]
-            + [e for e in self.tail if e.state == _READY]
-        )
-        return out + rest
-
-
-def _schedule_due(headers: dict[str, Any], now_ms: int) -> int | None:
-    # Absolute Artemis time wins over the relative RabbitMQ delay; malformed values are ignored.
-    absolute = headers.get("_AMQ_SCHED_DELIVERY")
-    if type(absolute) is int or type(absolute) is float:
-        return int(absolute)
-    delay = headers.get("x-delay")
-    if type(delay) is int or type(delay) is float:
-        return now_ms + int(delay)
-    return None
+# `new_delivery(Delivery)` then slot stores skips the Python-level __init__ on the hot path.
+new_delivery: Final = object.__new__
 
 
 class Queue:
@@ -542,23 +168,23 @@ class Queue:
         self._restored_counts: dict[SeqId, int] = {}
         self._bound_n = DEFAULT_HEAD_COUNT
         self._bound_b = DEFAULT_HEAD_BYTES
-        self._head_n = self._head_b = _UNBOUNDED  # effective bounds (unbounded: no paging)
+        self._head_n = self._head_b = UNBOUNDED  # effective bounds (unbounded: no paging)
         self._low_n = self._low_b = 0  # refill when memory is at or below both
         # itertools.count: a C-level counter (the hot path avoids a Python-level increment).
         self._seq_counter = itertools.count(1)
         self._next_seq = cast("Callable[[], SeqId]", self._seq_counter.__next__)
         self._max_priority = settings.max_priority or 0
-        self._lanes: list[_Lane] = [_Lane() for _ in range(self._max_priority + 1)]
+        self._lanes: list[Lane] = [Lane() for _ in range(self._max_priority + 1)]
         self._lane = self._lanes[0]
-        self._unacked: dict[SeqId, _Entry] = self.counters.unacked_map
-        self._scheduled: list[tuple[int, SeqId, _Entry]] = []
+        self._unacked: dict[SeqId, Entry] = self.counters.unacked_map
+        self._scheduled: list[tuple[int, SeqId, Entry]] = []
         self._lvq_key = settings.lvq_key
-        self._lvq: dict[Any, _Entry] = {}
+        self._lvq: dict[Any, Entry] = {}
         self._lvq_acks = self._lvq if self._lvq_key is not None else None  # for `ack`
         self._lvq_header: str = self._lvq_key or ""  # the key, typed for the fast path
         self._non_destructive = settings.non_destructive
-        self._index: list[_Entry] | None = None  # browse index, built on first browse
-        self._order: list[deque[_Entry]] | None = None  # Qpid age order per priority level
+        self._index: list[Entry] | None = None  # browse index, built on first browse
+        self._order: list[deque[Entry]] | None = None  # Qpid age order per priority level
         self._gone = 0  # gone entries still sitting in lanes
         self._saw_expiry = False
         self._dead: list[DeadLetter] = []
@@ -600,14 +226,14 @@ class Queue:
             )
             else None
         )
-        # Thresholds of the bounded fast path as plain ints (_UNBOUNDED: no such bound), so the
+        # Thresholds of the bounded fast path as plain ints (UNBOUNDED: no such bound), so the
         # hot path compares ints instead of reading the limit and its enum members.
-        self._reject_n = self._reject_b = self._evict_n = self._evict_b = _UNBOUNDED
+        self._reject_n = self._reject_b = self._evict_n = self._evict_b = UNBOUNDED
         self._reject_dlx = self._evict_ring = False
         if self._bounded is not None:
             assert limit is not None
-            max_n = _UNBOUNDED if limit.max_count is None else limit.max_count
-            max_b = _UNBOUNDED if limit.max_bytes is None else limit.max_bytes
+            max_n = UNBOUNDED if limit.max_count is None else limit.max_count
+            max_b = UNBOUNDED if limit.max_bytes is None else limit.max_bytes
             if limit.action is LimitAction.RING:
                 self._evict_n = max_n  # Artemis rings count messages only
                 self._evict_ring = True
@@ -640,7 +266,7 @@ class Queue:
             live = [e for lane in self._lanes for e in lane.entries()]
             live.extend(self._unacked.values())
             live.sort()
-            order: list[deque[_Entry]] = [deque() for _ in self._lanes]
+            order: list[deque[Entry]] = [deque() for _ in self._lanes]
             for e in live:
                 order[e.level].append(e)
             self._order = order
@@ -683,7 +309,7 @@ class Queue:
             self._low_n = self._head_n // 4
             self._low_b = self._head_b // 4
         else:
-            self._head_n = self._head_b = _UNBOUNDED
+            self._head_n = self._head_b = UNBOUNDED
             self._low_n = self._low_b = 0
             if self._spilled:
                 self._unspill()
@@ -733,7 +359,7 @@ class Queue:
         n = nbytes = 0
         while tail and (c.ready - n > self._head_n or c.ready_bytes - nbytes > self._head_b):
             e = tail.pop()
-            if e.state != _READY:
+            if e.state != READY:
                 self._gone = max(0, self._gone - 1)
                 continue
             if e.paged or e.redelivered:
@@ -769,7 +395,7 @@ class Queue:
         c.added += 1
         self._spilled += 1
         self._spilled_bytes += size
-        if len(buf) >= _SPILL_BATCH:
+        if len(buf) >= SPILL_BATCH:
             spill = self._spill
             assert spill is not None
             spill.push_back(buf)
@@ -794,7 +420,7 @@ class Queue:
         restored_below = self._restored_below
         for seq, msg, expires_at in items:
             size = len(msg.body)
-            e = _new_entry(seq, msg, size)
+            e = new_entry(seq, msg, size)
             e.expires_at = expires_at
             if seq < restored_below:  # recovered backlog: flags as stored
                 e.deliveries, e.redelivered = self._recovered_state(seq, forget=True)
@@ -819,7 +445,7 @@ class Queue:
     def _unspill(self) -> None:
         # Bring every spilled message back into memory (settings change, O(n) introspection).
         while self._spilled:
-            if not self._refill(_UNBOUNDED, _UNBOUNDED):
+            if not self._refill(UNBOUNDED, UNBOUNDED):
                 raise RuntimeError(f"queue {self.name}: spill store lost messages")
 
     def _clear_spill(self) -> int:
@@ -992,11 +618,11 @@ class Queue:
                     if self._spilled:
                         self._spill_push(seq, msg, len(msg.body), None)
                         return _ENQUEUED
-                    e = _Entry()  # `_new_entry(seq, msg, size)` inlined
+                    e = Entry()  # `new_entry(seq, msg, size)` inlined
                     e.seq = seq
                     e.msg = msg
                     e.size = size = len(msg.body)
-                    e.state = _READY
+                    e.state = READY
                     e.redelivered = e.paged = False
                     e.deliveries = e.failures = e.level = 0
                     e.expires_at = e.key = None
@@ -1014,7 +640,7 @@ class Queue:
                     # Bounded fast path: a single-lane queue whose only feature is a
                     # ready-counted ring, drop-head or reject limit (the rules of _admit +
                     # _enforce without the options), bounds precomputed as ints by `_apply`
-                    # (_UNBOUNDED where they do not apply). Inlined: it runs per publish.
+                    # (UNBOUNDED where they do not apply). Inlined: it runs per publish.
                     size = len(msg.body)
                     c = self.counters
                     n = c.ready + c.paged + 1  # counted messages and bytes once `msg` is in
@@ -1027,11 +653,11 @@ class Queue:
                     if self._spilled:
                         self._spill_push(seq, msg, size, None)
                     else:
-                        e = _Entry()  # `_new_entry(seq, msg, size)` inlined
+                        e = Entry()  # `new_entry(seq, msg, size)` inlined
                         e.seq = seq
                         e.msg = msg
                         e.size = size
-                        e.state = _READY
+                        e.state = READY
                         e.redelivered = e.paged = False
                         e.deliveries = e.failures = e.level = 0
                         e.expires_at = e.key = None
@@ -1075,11 +701,11 @@ class Queue:
                 # LVQ fast path: the key is the queue's only feature (`_lvq_fast`): `_admit`
                 # without limits, TTL, priority lanes, schedule or paging (LVQs never spill).
                 key = headers.get(self._lvq_header)
-                e = _Entry()  # `_new_entry(seq, msg, size)` inlined
+                e = Entry()  # `new_entry(seq, msg, size)` inlined
                 e.seq = seq
                 e.msg = msg
                 e.size = size = len(msg.body)
-                e.state = _READY
+                e.state = READY
                 e.redelivered = e.paged = False
                 e.deliveries = e.failures = e.level = 0
                 e.expires_at = None
@@ -1088,7 +714,7 @@ class Queue:
                 if key is not None:
                     lvq = self._lvq
                     old = lvq.get(key)
-                    if old is not None and old.state == _READY:
+                    if old is not None and old.state == READY:
                         self._remove_ready(old)  # replaced by the newer value
                         c.lvq_replaced += 1
                     lvq[key] = e
@@ -1099,15 +725,15 @@ class Queue:
                 if self._index is not None:
                     self._index.append(e)
                 return _ENQUEUED
-        e = _new_entry(seq, msg, len(msg.body))
+        e = new_entry(seq, msg, len(msg.body))
         if self._max_priority:
             e.level = min(max(msg.priority, 0), self._max_priority)
         if headers:
             if self._lvq_key is not None:
                 e.key = headers.get(self._lvq_key)
-            due = _schedule_due(headers, now_ms)
+            due = schedule_due(headers, now_ms)
             if due is not None and due > now_ms:
-                e.state = _SCHEDULED
+                e.state = SCHEDULED
                 heapq.heappush(self._scheduled, (due, seq, e))
                 c = self.counters
                 c.scheduled += 1
@@ -1125,11 +751,11 @@ class Queue:
             ttl = own if ttl is None else min(ttl, own)
         return None if ttl is None else now_ms + ttl
 
-    def _admit(self, e: _Entry, now_ms: int, *, head: bool) -> PublishOutcome:
+    def _admit(self, e: Entry, now_ms: int, *, head: bool) -> PublishOutcome:
         # Place a new (or released scheduled) entry, applying LVQ replacement and the limit.
         msg = e.msg
         assert msg is not None
-        e.state = _GONE  # until enqueued below
+        e.state = GONE  # until enqueued below
         expires_at = e.expires_at = self._expiry(msg, now_ms)
         if expires_at is not None and not self._saw_expiry:
             self._saw_expiry = True  # per-message TTL seen: leave the fast paths for good
@@ -1137,11 +763,11 @@ class Queue:
             self._bounded = None
             self._lvq_fast = self._fetch_fast = False
         limit = self._limit
-        replaced: _Entry | None = None
+        replaced: Entry | None = None
         key = e.key
         if key is not None:
             old = self._lvq.get(key)
-            if old is not None and old.state == _READY:
+            if old is not None and old.state == READY:
                 replaced = old
         if limit is not None:
             action = limit.action
@@ -1177,7 +803,7 @@ class Queue:
             self.counters.overflow_rejected += 1
             return PublishOutcome.REJECTED
         # Enqueue.
-        e.state = _READY
+        e.state = READY
         if not head and self._spilled:
             self._spill_push(e.seq, msg, e.size, e.expires_at)
             if limit is not None and limit.action is LimitAction.DROP_HEAD:
@@ -1205,7 +831,7 @@ class Queue:
             self.page_out()
         if limit is not None:
             out = self._enforce(limit, e, now_ms)
-            if not head and self._head_n != _UNBOUNDED and limit.action is LimitAction.DROP_HEAD:
+            if not head and self._head_n != UNBOUNDED and limit.action is LimitAction.DROP_HEAD:
                 # paged queues have one lane and `e` is the newest: it went only if all went
                 return PublishOutcome.ENQUEUED if c.ready + c.paged else PublishOutcome.DROPPED
             return out
@@ -1223,7 +849,7 @@ class Queue:
             limit.max_bytes is not None and b > limit.max_bytes
         )
 
-    def _enforce(self, limit: Limit, e: _Entry, now_ms: int) -> PublishOutcome:
+    def _enforce(self, limit: Limit, e: Entry, now_ms: int) -> PublishOutcome:
         # After adding `e` (at the tail or the head): the one place overflow actions live.
         match limit.action:
             case LimitAction.RING:
@@ -1234,7 +860,7 @@ class Queue:
                 while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
                     pass
             case LimitAction.FLOW_TO_DISK:
-                if self._over(limit, 0, 0) and e.state == _READY and not e.paged:
+                if self._over(limit, 0, 0) and e.state == READY and not e.paged:
                     self._page_out(e)
             case (
                 LimitAction.REJECT_PUBLISH
@@ -1245,9 +871,9 @@ class Queue:
                 | LimitAction.BLOCK
             ):
                 pass  # decided before enqueueing (or, for BLOCK, by the broker)
-        return PublishOutcome.ENQUEUED if e.state == _READY else PublishOutcome.DROPPED
+        return PublishOutcome.ENQUEUED if e.state == READY else PublishOutcome.DROPPED
 
-    def _evict_tail(self, c: QueueCounters, tail: deque[_Entry]) -> PublishOutcome:
+    def _evict_tail(self, c: QueueCounters, tail: deque[Entry]) -> PublishOutcome:
         # The bounded fast path's eviction when the lane is only its in-memory tail: a ring
         # evicts one message per add (Artemis enforceRing), drop-head until within bounds;
         # the new message, the last of the tail, is the victim only when it is alone.
@@ -1255,7 +881,7 @@ class Queue:
         ring = self._evict_ring
         while tail:
             e = tail[0]
-            if e.state != _READY:  # left behind lazily (as `_Lane.peek` skips them)
+            if e.state != READY:  # left behind lazily (as `Lane.peek` skips them)
                 tail.popleft()
                 continue
             if not ring and c.ready <= self._evict_n and c.ready_bytes <= self._evict_b:
@@ -1263,7 +889,7 @@ class Queue:
             tail.popleft()
             c.ready -= 1
             c.ready_bytes -= e.size
-            e.state = _GONE
+            e.state = GONE
             if on_remove is not None:
                 on_remove(e.seq)
             if ring:
@@ -1289,7 +915,7 @@ class Queue:
 
     # --- Qpid legacy ring ----------------------------------------------------------------
 
-    def _order_insert(self, e: _Entry) -> None:
+    def _order_insert(self, e: Entry) -> None:
         order = self._order
         assert order is not None
         dq = order[e.level]
@@ -1301,18 +927,18 @@ class Queue:
             dq.clear()
             dq.extend(items)
 
-    def _qpid_oldest(self) -> _Entry | None:
+    def _qpid_oldest(self) -> Entry | None:
         # Oldest enqueued message (ready or acquired), lowest priority first (Qpid ring order).
         order = self._order
         assert order is not None
         for dq in order:
-            while dq and dq[0].state not in (_READY, _ACQUIRED):
+            while dq and dq[0].state not in (READY, ACQUIRED):
                 dq.popleft()
             if dq:
                 return dq[0]
         return None
 
-    def _qpid_make_room(self, limit: Limit, e: _Entry, now_ms: int) -> bool:
+    def _qpid_make_room(self, limit: Limit, e: Entry, now_ms: int) -> bool:
         # Legacy RingQueuePolicy::checkLimit: if count+1 or bytes+size is over, evict the
         # oldest; keep evicting only while the bytes still do not fit (one eviction is enough
         # for the count bound). Strict mode refuses when the oldest is acquired.
@@ -1324,7 +950,7 @@ class Queue:
             oldest = self._qpid_oldest()
             if oldest is None:
                 return True
-            if oldest.state == _ACQUIRED:
+            if oldest.state == ACQUIRED:
                 if strict:
                     log.debug(
                         "queue %s: oldest message is acquired; ring_strict refuses", self.name
@@ -1363,7 +989,7 @@ class Queue:
 
     # --- removal helpers -----------------------------------------------------------------
 
-    def _remove_ready(self, e: _Entry) -> None:
+    def _remove_ready(self, e: Entry) -> None:
         # Remove a waiting entry from the middle of its lane (lazily).
         c = self.counters
         if e.paged:
@@ -1376,21 +1002,21 @@ class Queue:
             c.ready_bytes -= e.size
         self._forget(e)
         self._gone += 1
-        if self._gone > _COMPACT_MIN and self._gone > c.ready + c.paged:
+        if self._gone > COMPACT_MIN and self._gone > c.ready + c.paged:
             for lane in self._lanes:
                 lane.compact()
             self._gone = 0
 
-    def _forget(self, e: _Entry) -> None:
+    def _forget(self, e: Entry) -> None:
         # The entry leaves the queue for good.
-        e.state = _GONE
+        e.state = GONE
         if self.on_remove is not None:
             self.on_remove(e.seq)
         key = e.key
         if key is not None and self._lvq.get(key) is e:
             del self._lvq[key]
 
-    def _pop_ready(self) -> _Entry | None:
+    def _pop_ready(self) -> Entry | None:
         # Pop the next waiting entry in delivery order and update the ready counters.
         if self._max_priority:
             for lane in reversed(self._lanes):
@@ -1417,13 +1043,13 @@ class Queue:
             c.ready_bytes -= e.size
         return e
 
-    def _take_body(self, e: _Entry) -> Message:
+    def _take_body(self, e: Entry) -> Message:
         if e.msg is None:
             e.msg = self._store.page_in(self.name, e.seq)
         e.paged = False
         return e.msg
 
-    def _page_out(self, e: _Entry) -> None:
+    def _page_out(self, e: Entry) -> None:
         msg = e.msg
         assert msg is not None
         self._store.page_out(self.name, e.seq, msg)
@@ -1454,7 +1080,7 @@ class Queue:
             )
         )
 
-    def _expire(self, e: _Entry, now_ms: int) -> None:
+    def _expire(self, e: Entry, now_ms: int) -> None:
         # `e` was already popped from its lane (ready counters updated).
         msg = self._take_body(e)
         self._forget(e)
@@ -1463,7 +1089,7 @@ class Queue:
 
     # --- consume -------------------------------------------------------------------------
 
-    def _fetch_next(self, now_ms: int) -> _Entry | None:
+    def _fetch_next(self, now_ms: int) -> Entry | None:
         # The general case of `fetch`: the next ready entry in delivery order, paging the
         # spill in and expiring (dead-lettering) expired heads on the way; counters moved.
         c = self.counters
@@ -1484,7 +1110,7 @@ class Queue:
                     e = None
                     while tail:
                         x = tail.popleft()
-                        if x.state == _READY:
+                        if x.state == READY:
                             e = x
                             break
                 if e is None:
@@ -1517,7 +1143,7 @@ class Queue:
             tail = lane.tail
             while tail:
                 e = tail.popleft()
-                if e.state == _READY:
+                if e.state == READY:
                     break
             else:
                 return None
@@ -1543,13 +1169,13 @@ class Queue:
         if redelivered:
             c.redelivered += 1
         seq = e.seq
-        delivery = _new_delivery(Delivery)
+        delivery = new_delivery(Delivery)
         delivery.seq = seq
         delivery.message = msg
         delivery.redelivered = redelivered
         delivery.delivery_count = deliveries
         if ack_required:
-            e.state = _ACQUIRED
+            e.state = ACQUIRED
             self._unacked[seq] = e
             c.unacked_bytes += e.size
         else:
@@ -1565,14 +1191,14 @@ class Queue:
         for seq in seqs:
             e = unacked.pop(seq, None)
             if e is not None:
-                e.state = _GONE
+                e.state = GONE
                 c.unacked_bytes -= e.size
                 c.acknowledged += 1
                 if lvq is not None and e.key is not None and lvq.get(e.key) is e:
                     del lvq[e.key]
 
-    def _take_unacked(self, seqs: Iterable[SeqId]) -> list[_Entry]:
-        out: list[_Entry] = []
+    def _take_unacked(self, seqs: Iterable[SeqId]) -> list[Entry]:
+        out: list[Entry] = []
         c = self.counters
         unacked = self._unacked
         for seq in seqs:
@@ -1617,14 +1243,14 @@ class Queue:
             if key is not None:
                 current = self._lvq.get(key)
                 if current is not None and current is not e:
-                    e.state = _GONE  # combined with the newer value
+                    e.state = GONE  # combined with the newer value
                     if self.on_remove is not None:
                         self.on_remove(e.seq)
                     c.lvq_replaced += 1
                     continue
                 if current is e:
                     del self._lvq[key]  # the requeued copy is not replaced by later values
-            e.state = _READY
+            e.state = READY
             e.redelivered = True
             c.requeued += 1
             c.ready += 1
@@ -1688,7 +1314,7 @@ class Queue:
         released = 0
         while sched and released < SCHEDULED_RELEASE_BATCH:
             due, _seq, e = sched[0]
-            if e.state != _SCHEDULED:
+            if e.state != SCHEDULED:
                 heapq.heappop(sched)
                 continue
             if due > now_ms:
@@ -1713,7 +1339,7 @@ class Queue:
             return 0
         return self._expire_heads(now_ms + 1, now_ms)
 
-    def _peek_head(self) -> _Entry | None:
+    def _peek_head(self) -> Entry | None:
         # The next delivery, left in place: the head of the highest non-empty level, paging
         # the spill in when the (single) lane ran dry.
         for lane in reversed(self._lanes):
@@ -1737,7 +1363,7 @@ class Queue:
             self._expire(e, now_ms)
             n += 1
 
-    def _release(self, e: _Entry, now_ms: int) -> PublishOutcome:
+    def _release(self, e: Entry, now_ms: int) -> PublishOutcome:
         c = self.counters
         c.scheduled -= 1
         c.scheduled_bytes -= e.size
@@ -1751,7 +1377,7 @@ class Queue:
         expiring (a message expires strictly after `publish time + ttl`)."""
         best: int | None = None
         sched = self._scheduled
-        while sched and sched[0][2].state != _SCHEDULED:
+        while sched and sched[0][2].state != SCHEDULED:
             heapq.heappop(sched)
         if sched:
             best = sched[0][0]
@@ -1774,7 +1400,7 @@ class Queue:
 
     # --- browse (non-destructive reads) ------------------------------------------------------
 
-    def _browse_index(self) -> list[_Entry]:
+    def _browse_index(self) -> list[Entry]:
         # Every live entry in seq order, built on first use and kept up to date by publish and
         # removal (compacted here once mostly gone entries dominate).
         index = self._index
@@ -1782,12 +1408,12 @@ class Queue:
             self._unspill()  # the index needs every entry; paging stops while it exists
             live = [e for lane in self._lanes for e in lane.entries()]
             live.extend(self._unacked.values())
-            live.extend(e for _, _, e in self._scheduled if e.state == _SCHEDULED)
+            live.extend(e for _, _, e in self._scheduled if e.state == SCHEDULED)
             live.sort()
             index = self._index = live
             self._apply_bound()
-        elif len(index) > _COMPACT_MIN and len(index) > 2 * (self.message_count + 1):
-            index = self._index = [e for e in index if e.state != _GONE]
+        elif len(index) > COMPACT_MIN and len(index) > 2 * (self.message_count + 1):
+            index = self._index = [e for e in index if e.state != GONE]
         return index
 
     def head_seq(self) -> SeqId | None:
@@ -1808,13 +1434,13 @@ class Queue:
         best: SeqId | None = None
         for lane in self._lanes:
             for e in lane.head:
-                if e.state == _READY and (best is None or e.seq < best):
+                if e.state == READY and (best is None or e.seq < best):
                     best = e.seq
             for e in lane.returns:
-                if e.state == _READY and (best is None or e.seq < best):
+                if e.state == READY and (best is None or e.seq < best):
                     best = e.seq
             for e in lane.tail:  # ascending seq: the first ready one is the lowest
-                if e.state == _READY:
+                if e.state == READY:
                     if best is None or e.seq < best:
                         best = e.seq
                     break
@@ -1842,7 +1468,7 @@ class Queue:
         live = [
             e
             for e in itertools.chain(lane.head, lane.returns, lane.tail)
-            if e.state == _READY and (after is None or e.seq > after)
+            if e.state == READY and (after is None or e.seq > after)
         ]
         live.sort()
         self._browse_from(live, 0, limit, now_ms, out)
@@ -1896,7 +1522,7 @@ class Queue:
         start = 0 if after is None else bisect_right(index, after, key=lambda x: x.seq)
         for i in range(start, len(index)):
             e = index[i]
-            if e.state != _READY:
+            if e.state != READY:
                 continue
             if e.expires_at is not None and now_ms > e.expires_at:
                 continue
@@ -1918,7 +1544,7 @@ class Queue:
         return self._browse_from(index, start, limit, now_ms, out)
 
     def _browse_from(
-        self, entries: list[_Entry], start: int, limit: int, now_ms: int, out: list[Delivery]
+        self, entries: list[Entry], start: int, limit: int, now_ms: int, out: list[Delivery]
     ) -> list[Delivery]:
         # Deliveries of the ready, unexpired entries from `entries[start:]` (in seq order)
         # appended to `out` until it holds `limit`; returns `out`.
@@ -1927,7 +1553,7 @@ class Queue:
         append = out.append
         for i in range(start, len(entries)):
             e = entries[i]
-            if e.state != _READY:
+            if e.state != READY:
                 continue
             exp = e.expires_at
             if exp is not None and now_ms > exp:
@@ -1942,7 +1568,7 @@ class Queue:
 
     def list_scheduled(self) -> list[ScheduledMessage]:
         """Scheduled messages by due time (Artemis `listScheduledMessages`)."""
-        live = sorted((due, seq, e) for due, seq, e in self._scheduled if e.state == _SCHEDULED)
+        live = sorted((due, seq, e) for due, seq, e in self._scheduled if e.state == SCHEDULED)
         out = []
         for due, seq, e in live:
             assert e.msg is not None
@@ -1953,8 +1579,8 @@ class Queue:
         """Drop every scheduled message; returns how many."""
         n = 0
         for _, _, e in self._scheduled:
-            if e.state == _SCHEDULED:
-                e.state = _GONE
+            if e.state == SCHEDULED:
+                e.state = GONE
                 if self.on_remove is not None:
                     self.on_remove(e.seq)
                 n += 1
@@ -1971,10 +1597,10 @@ class Queue:
         picked = sorted(
             (due, seq, e)
             for due, seq, e in self._scheduled
-            if e.state == _SCHEDULED and (wanted is None or seq in wanted)
+            if e.state == SCHEDULED and (wanted is None or seq in wanted)
         )
         for _, _, e in picked:
-            e.state = _GONE  # leave the heap lazily; _release resets the state
+            e.state = GONE  # leave the heap lazily; _release resets the state
             self._release(e, now_ms)
         return len(picked)
 
@@ -1983,7 +1609,7 @@ class Queue:
     def timing_of(self, msg: Message, now_ms: int) -> tuple[int | None, int | None]:
         """`(expiry_ms, due_ms)` the engine gives `msg` published at `now_ms` (to persist)."""
         headers = msg.headers
-        due = _schedule_due(headers, now_ms) if headers else None
+        due = schedule_due(headers, now_ms) if headers else None
         if due is not None and due <= now_ms:
             due = None
         return self._expiry(msg, now_ms), due
@@ -2004,7 +1630,7 @@ class Queue:
         schedule, whatever its due time (`tick` releases overdue ones in batches). Call
         `resume_seqs` afterwards so new publishes take higher seqs.
         """
-        e = _new_entry(seq, msg, len(msg.body))
+        e = new_entry(seq, msg, len(msg.body))
         e.redelivered = redelivered
         e.deliveries = delivery_count
         if self._max_priority:
@@ -2016,7 +1642,7 @@ class Queue:
         if self._index is not None:
             self._index.append(e)
         if due_ms is not None:
-            e.state = _SCHEDULED
+            e.state = SCHEDULED
             heapq.heappush(self._scheduled, (due_ms, seq, e))
             c.scheduled += 1
             c.scheduled_bytes += e.size
@@ -2029,7 +1655,7 @@ class Queue:
             self._lvq_fast = self._fetch_fast = False
         if e.key is not None:
             old = self._lvq.get(e.key)
-            if old is not None and old.state == _READY:
+            if old is not None and old.state == READY:
                 self._remove_ready(old)  # an older value that survived: the newer one wins
             self._lvq[e.key] = e
         self._lanes[e.level].tail.append(e)

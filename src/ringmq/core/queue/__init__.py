@@ -1,0 +1,48 @@
+"""The queue engine, one package: `Queue` and the values and ports it uses.
+
+`engine.Queue` is the façade the broker calls (its module docstring has the theory of
+operation); the other modules each own one part: `lanes` (entries and per-priority lanes),
+`records` (outcomes, deliveries, dead letters, counters), `ports` (body and spill stores).
+"""
+
+from __future__ import annotations
+
+from ringmq.core.queue.engine import Queue
+from ringmq.core.queue.ports import (
+    BodyStore,
+    MemoryBodyStore,
+    MemorySpillStore,
+    Spilled,
+    SpillStore,
+)
+from ringmq.core.queue.records import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_HEAD_COUNT,
+    SCHEDULE_HEADERS,
+    SCHEDULED_RELEASE_BATCH,
+    DeadLetter,
+    DeadLetterReason,
+    Delivery,
+    PublishOutcome,
+    QueueCounters,
+    ScheduledMessage,
+)
+
+__all__ = [
+    "DEFAULT_HEAD_BYTES",
+    "DEFAULT_HEAD_COUNT",
+    "SCHEDULED_RELEASE_BATCH",
+    "SCHEDULE_HEADERS",
+    "BodyStore",
+    "DeadLetter",
+    "DeadLetterReason",
+    "Delivery",
+    "MemoryBodyStore",
+    "MemorySpillStore",
+    "PublishOutcome",
+    "Queue",
+    "QueueCounters",
+    "ScheduledMessage",
+    "SpillStore",
+    "Spilled",
+]
