@@ -13,8 +13,9 @@ depends on time takes `now_ms` (wall-clock epoch milliseconds, supplied by the s
   replacement, Qpid ring eviction, purge of scheduled) marks its entry `GONE`; lanes skip gone
   entries lazily and are compacted when gone entries dominate.
 * **unacked messages** (`_unacked: dict[SeqId, Entry]`): fetched with `ack_required`.
-* **scheduled messages**: a heap of `(due_ms, seq, entry)` beside the lanes (Artemis'
-  scheduled-delivery handler): counted, not subject to any limit until released at the head.
+* **scheduled messages** through its `Scheduler` (`scheduler.py`: a heap by due time beside the
+  lanes, Artemis' scheduled-delivery handler): counted, not subject to any limit until
+  released at the head.
 * **dead letters** waiting for the broker to route them (`drain_dead_letters`).
 * **counters**: `QueueCounters`, updated incrementally so reading them is O(1).
 
@@ -101,7 +102,6 @@ from ringmq.core.queue.lanes import (
     COMPACT_MIN,
     GONE,
     READY,
-    SCHEDULED,
     Entry,
     Lane,
     new_entry,
@@ -119,7 +119,7 @@ from ringmq.core.queue.records import (
     QueueCounters,
     ScheduledMessage,
 )
-from ringmq.core.queue.scheduler import schedule_due
+from ringmq.core.queue.scheduler import Scheduler, schedule_due
 from ringmq.core.settings import Counted, Limit, LimitAction, QueueSettings
 
 __all__ = ["Queue"]
@@ -177,7 +177,7 @@ class Queue:
         self._lanes: list[Lane] = [Lane() for _ in range(self._max_priority + 1)]
         self._lane = self._lanes[0]
         self._unacked: dict[SeqId, Entry] = self.counters.unacked_map
-        self._scheduled: list[tuple[int, SeqId, Entry]] = []
+        self._scheduler = Scheduler(self.counters)
         self._lvq_key = settings.lvq_key
         self._lvq: dict[Any, Entry] = {}
         self._lvq_acks = self._lvq if self._lvq_key is not None else None  # for `ack`
@@ -733,12 +733,8 @@ class Queue:
                 e.key = headers.get(self._lvq_key)
             due = schedule_due(headers, now_ms)
             if due is not None and due > now_ms:
-                e.state = SCHEDULED
-                heapq.heappush(self._scheduled, (due, seq, e))
-                c = self.counters
-                c.scheduled += 1
-                c.scheduled_bytes += e.size
-                c.added += 1
+                self._scheduler.add(due, e)
+                self.counters.added += 1
                 if self._index is not None:
                     self._index.append(e)
                 return _SCHEDULED_OUT
@@ -1310,18 +1306,12 @@ class Queue:
         of the highest non-empty level), as in RabbitMQ: a message behind it keeps its place,
         and counts toward limits, until it is the head, even past its expiry time.
         """
-        sched = self._scheduled
-        released = 0
-        while sched and released < SCHEDULED_RELEASE_BATCH:
-            due, _seq, e = sched[0]
-            if e.state != SCHEDULED:
-                heapq.heappop(sched)
-                continue
-            if due > now_ms:
+        pop_due = self._scheduler.pop_due
+        for _ in range(SCHEDULED_RELEASE_BATCH):
+            e = pop_due(now_ms)
+            if e is None:
                 break
-            heapq.heappop(sched)
             self._release(e, now_ms)
-            released += 1
         if not self._plain:
             self._expire_heads(now_ms, now_ms)
 
@@ -1364,9 +1354,7 @@ class Queue:
             n += 1
 
     def _release(self, e: Entry, now_ms: int) -> PublishOutcome:
-        c = self.counters
-        c.scheduled -= 1
-        c.scheduled_bytes -= e.size
+        # `e` left the schedule (uncounted there): admit it at the head.
         outcome = self._admit(e, now_ms, head=True)
         if outcome is not PublishOutcome.ENQUEUED and self.on_remove is not None:
             self.on_remove(e.seq)  # refused or dropped (some paths skip `_forget`)
@@ -1375,12 +1363,7 @@ class Queue:
     def next_deadline_ms(self) -> int | None:
         """Earliest time at which `tick` has work: a scheduled message due, or a head message
         expiring (a message expires strictly after `publish time + ttl`)."""
-        best: int | None = None
-        sched = self._scheduled
-        while sched and sched[0][2].state != SCHEDULED:
-            heapq.heappop(sched)
-        if sched:
-            best = sched[0][0]
+        best = self._scheduler.next_due_ms()
         if self._plain:
             return best
         e = self._peek_head()  # only the head of the whole queue expires (see `tick`)
@@ -1408,7 +1391,7 @@ class Queue:
             self._unspill()  # the index needs every entry; paging stops while it exists
             live = [e for lane in self._lanes for e in lane.entries()]
             live.extend(self._unacked.values())
-            live.extend(e for _, _, e in self._scheduled if e.state == SCHEDULED)
+            live.extend(self._scheduler.entries())
             live.sort()
             index = self._index = live
             self._apply_bound()
@@ -1568,39 +1551,19 @@ class Queue:
 
     def list_scheduled(self) -> list[ScheduledMessage]:
         """Scheduled messages by due time (Artemis `listScheduledMessages`)."""
-        live = sorted((due, seq, e) for due, seq, e in self._scheduled if e.state == SCHEDULED)
-        out = []
-        for due, seq, e in live:
-            assert e.msg is not None
-            out.append(ScheduledMessage(seq, e.msg, due))
-        return out
+        return self._scheduler.listing()
 
     def purge_scheduled(self) -> int:
         """Drop every scheduled message; returns how many."""
-        n = 0
-        for _, _, e in self._scheduled:
-            if e.state == SCHEDULED:
-                e.state = GONE
-                if self.on_remove is not None:
-                    self.on_remove(e.seq)
-                n += 1
-        self._scheduled.clear()
-        c = self.counters
-        c.scheduled = c.scheduled_bytes = 0
-        c.purged += n
+        n = self._scheduler.purge(self.on_remove)
+        self.counters.purged += n
         return n
 
     def deliver_scheduled_now(self, seqs: Iterable[SeqId] | None, now_ms: int) -> int:
         """Release the given scheduled messages (all when None) to the head now, under the
         queue's limit; returns how many were released (accepted or not)."""
-        wanted = None if seqs is None else set(seqs)
-        picked = sorted(
-            (due, seq, e)
-            for due, seq, e in self._scheduled
-            if e.state == SCHEDULED and (wanted is None or seq in wanted)
-        )
-        for _, _, e in picked:
-            e.state = GONE  # leave the heap lazily; _release resets the state
+        picked = self._scheduler.take(seqs)
+        for e in picked:
             self._release(e, now_ms)
         return len(picked)
 
@@ -1642,10 +1605,7 @@ class Queue:
         if self._index is not None:
             self._index.append(e)
         if due_ms is not None:
-            e.state = SCHEDULED
-            heapq.heappush(self._scheduled, (due_ms, seq, e))
-            c.scheduled += 1
-            c.scheduled_bytes += e.size
+            self._scheduler.add(due_ms, e)
             return
         if expiry_ms is not None:
             e.expires_at = expiry_ms
