@@ -43,19 +43,17 @@ per-message expiry clears them for good (`_saw_expiry`). The publish fast paths 
 
 Paging (bounded in-memory head). With a `SpillStore` (given by the broker when a data directory
 exists), a queue keeps at most `head_count` messages / `head_bytes` body bytes ready in memory
-(`set_memory_bound`, tightened by the broker under memory pressure). Past the bound, the rear of
-the lane's `tail` is pushed to the *front* of the spill and, while anything is spilled, new
-publishes are appended to the spill (through a small in-memory batch, `_spill_buf`) instead of
-the tail. Spilled messages are a suffix of the queue in seq order: every spilled seq is greater
-than every seq in memory (ready or unacked), because only never-delivered tail messages spill and
-requeued messages return to memory. Fetch pages a batch back in (`_refill`, read-ahead of half
-the bound) when memory falls to a quarter of the bound, so consumers see queue order through
-publish, requeue, page out and page in. Spilled messages are counted in `paged`/`paged_bytes`
-(hence in `message_count` and limits) but cost no memory per message: only a count. Spilling
-applies to single-lane queues without LVQ, non-destructive browsing, ring or flow-to-disk limits
-(those keep envelopes in memory; flow-to-disk pages bodies one by one through `BodyStore`).
-Without a spill store, or while the queue is short, nothing extra runs per message beyond one
-bound comparison.
+(`set_memory_bound`, tightened by the broker under memory pressure); its `PagedTail`
+(`paging.py`, which states the invariants) holds the rest, a suffix of the queue in seq order.
+Fetch pages a batch back in (read-ahead of half the bound) when memory falls to a quarter of
+the bound, so consumers see queue order through publish, requeue, page out and page in.
+Spilled messages are counted in `paged`/`paged_bytes` (hence in `message_count` and limits) but
+cost no memory per message: only a count. Spilling applies to single-lane queues without LVQ,
+non-destructive browsing, ring or flow-to-disk limits (those keep envelopes in memory;
+flow-to-disk pages bodies one by one through `BodyStore`). Without a spill store, or while the
+queue is short, nothing extra runs per message beyond one bound comparison; the publish fast
+paths test `counters.paged` before asking the paged tail, so a queue that is not paging reads
+no more attributes than when the paged tail lived in `Queue`.
 
 This module must not import server/, storage/ or asyncio. Bodies that leave memory go through
 the `BodyStore` port (`MemoryBodyStore` by default; the storage layer provides a real one) or,
@@ -106,10 +104,9 @@ from ringmq.core.queue.lanes import (
     Lane,
     new_entry,
 )
-from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, Spilled, SpillStore
+from ringmq.core.queue.paging import PagedTail
+from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, SpillStore
 from ringmq.core.queue.records import (
-    DEFAULT_HEAD_BYTES,
-    DEFAULT_HEAD_COUNT,
     SCHEDULED_RELEASE_BATCH,
     UNBOUNDED,
     DeadLetter,
@@ -125,8 +122,6 @@ from ringmq.core.settings import Counted, Limit, LimitAction, QueueSettings
 __all__ = ["Queue"]
 
 log = logging.getLogger(__name__)
-
-SPILL_BATCH: Final = 128  # spilled publishes handed to the store together
 
 
 # Module globals for the hot paths: reading an Enum member through its class costs about as
@@ -155,21 +150,10 @@ class Queue:
         self.settings = settings
         self.counters = QueueCounters()
         self._store: BodyStore = body_store if body_store is not None else MemoryBodyStore()
-        # Paged tail (see "Paging" in the module docstring).
-        self._spill = spill
-        self._spill_buf: list[Spilled] = []  # newest spilled items, not yet in the store
-        self._spilled = 0  # spilled messages (store + buffer)
-        self._spilled_bytes = 0
-        self._spill_stored = 0  # of which in the store
-        # Recovered backlog left in the spill (`restore_spilled`): spilled seqs below
-        # `_restored_below` came from the store, with these flags and delivery counts.
-        self._restored_below = 0
-        self._restored_redelivered = False
-        self._restored_counts: dict[SeqId, int] = {}
-        self._bound_n = DEFAULT_HEAD_COUNT
-        self._bound_b = DEFAULT_HEAD_BYTES
-        self._head_n = self._head_b = UNBOUNDED  # effective bounds (unbounded: no paging)
-        self._low_n = self._low_b = 0  # refill when memory is at or below both
+        # Paged tail (see "Paging" in the module docstring and paging.py).
+        self._paging = PagedTail(name, spill, self.counters)
+        # The hot paths' copy of the paged tail's effective bounds (`_apply_bound` keeps it).
+        self._head_n = self._head_b = UNBOUNDED
         # itertools.count: a C-level counter (the hot path avoids a Python-level increment).
         self._seq_counter = itertools.count(1)
         self._next_seq = cast("Callable[[], SeqId]", self._seq_counter.__next__)
@@ -277,7 +261,7 @@ class Queue:
     # --- paging --------------------------------------------------------------------------
 
     def _spillable(self) -> bool:
-        return self._spill is not None and self.pageable
+        return self._paging.spill is not None and self.pageable
 
     @property
     def pageable(self) -> bool:
@@ -303,31 +287,24 @@ class Queue:
         )
 
     def _apply_bound(self) -> None:
-        if self._spillable():
-            self._head_n = max(1, self._bound_n)
-            self._head_b = max(1, self._bound_b)
-            self._low_n = self._head_n // 4
-            self._low_b = self._head_b // 4
-        else:
-            self._head_n = self._head_b = UNBOUNDED
-            self._low_n = self._low_b = 0
-            if self._spilled:
-                self._unspill()
+        paging = self._paging
+        paging.set_active(self._spillable(), self._lane.tail)
+        self._head_n, self._head_b = paging.head_n, paging.head_b
 
     @property
     def memory_bound(self) -> tuple[int, int]:
         """The configured in-memory head bound: (ready messages, ready body bytes)."""
-        return self._bound_n, self._bound_b
+        return self._paging.bound_n, self._paging.bound_b
 
     @property
     def spilled(self) -> int:
         """Messages in the paged tail (part of `counters.paged`)."""
-        return self._spilled
+        return self._paging.spilled
 
     def set_spill(self, spill: SpillStore) -> None:
         """Give the queue a spill store (paging starts within the current bound)."""
-        if self._spill is None:
-            self._spill = spill
+        if self._paging.spill is None:
+            self._paging.spill = spill
             self._apply_bound()
             self.page_out()
 
@@ -337,8 +314,8 @@ class Queue:
         Lowering the bound pages the excess out at once (memory pressure); raising it lets
         the next fetches page more back in.
         """
-        self._bound_n = count
-        self._bound_b = nbytes
+        self._paging.bound_n = count
+        self._paging.bound_b = nbytes
         self._apply_bound()
         self.page_out()
 
@@ -348,132 +325,22 @@ class Queue:
         Returns how many messages were paged. Only never-delivered messages at the tail move;
         requeued ones stay in memory (they precede the spill).
         """
-        c = self.counters
-        if c.ready <= self._head_n and c.ready_bytes <= self._head_b:
-            return 0
-        spill = self._spill
-        if spill is None:
-            return 0
-        tail = self._lane.tail
-        moved: list[Spilled] = []
-        n = nbytes = 0
-        while tail and (c.ready - n > self._head_n or c.ready_bytes - nbytes > self._head_b):
-            e = tail.pop()
-            if e.state != READY:
-                self._gone = max(0, self._gone - 1)
-                continue
-            if e.paged or e.redelivered:
-                tail.append(e)  # cannot happen for spillable queues; keep it in place
-                break
-            msg = e.msg
-            assert msg is not None
-            # `e` is dropped (its state is left alone: a caller may still be looking at it);
-            # the message comes back as a new entry when paged in.
-            moved.append((e.seq, msg, e.expires_at))
-            n += 1
-            nbytes += e.size
-        if not moved:
-            return 0
-        moved.reverse()
-        spill.push_front(moved)
-        c.ready -= n
-        c.ready_bytes -= nbytes
-        c.paged += n
-        c.paged_bytes += nbytes
-        self._spilled += n
-        self._spilled_bytes += nbytes
-        self._spill_stored += n
-        return n
-
-    def _spill_push(self, seq: SeqId, msg: Message, size: int, expires_at: int | None) -> None:
-        # A new message while the spill is non-empty goes behind it.
-        buf = self._spill_buf
-        buf.append((seq, msg, expires_at))
-        c = self.counters
-        c.paged += 1
-        c.paged_bytes += size
-        c.added += 1
-        self._spilled += 1
-        self._spilled_bytes += size
-        if len(buf) >= SPILL_BATCH:
-            spill = self._spill
-            assert spill is not None
-            spill.push_back(buf)
-            self._spill_stored += len(buf)
-            self._spill_buf = []
-
-    def _refill(self, max_count: int, max_bytes: int) -> int:
-        # Page the oldest spilled messages back into the tail (store first, then the buffer).
-        items: list[Spilled] = []
-        if self._spill_stored:
-            spill = self._spill
-            assert spill is not None
-            items = spill.pop_front(max_count, max_bytes)
-            self._spill_stored -= len(items)
-        if not self._spill_stored and len(items) < max_count and self._spill_buf:
-            buf = self._spill_buf
-            k = max_count - len(items)
-            items.extend(buf[:k])
-            del buf[:k]
-        tail = self._lane.tail
-        n = nbytes = 0
-        restored_below = self._restored_below
-        for seq, msg, expires_at in items:
-            size = len(msg.body)
-            e = new_entry(seq, msg, size)
-            e.expires_at = expires_at
-            if seq < restored_below:  # recovered backlog: flags as stored
-                e.deliveries, e.redelivered = self._recovered_state(seq, forget=True)
-            tail.append(e)
-            n += 1
-            nbytes += size
-        c = self.counters
-        c.paged -= n
-        c.paged_bytes -= nbytes
-        c.ready += n
-        c.ready_bytes += nbytes
-        self._spilled -= n
-        self._spilled_bytes -= nbytes
-        if restored_below and not self._spilled:
-            self._restored_below = 0
-            self._restored_counts = {}
-        return n
-
-    def _refill_batch(self) -> int:
-        return self._refill(max(1, self._head_n // 2), max(1, self._head_b // 2))
-
-    def _unspill(self) -> None:
-        # Bring every spilled message back into memory (settings change, O(n) introspection).
-        while self._spilled:
-            if not self._refill(UNBOUNDED, UNBOUNDED):
-                raise RuntimeError(f"queue {self.name}: spill store lost messages")
-
-    def _clear_spill(self) -> int:
-        n = self._spilled
-        if self._spill is not None:
-            self._spill.clear()
-        self._spill_buf = []
-        c = self.counters
-        c.paged -= n
-        c.paged_bytes -= self._spilled_bytes
-        self._spilled = self._spilled_bytes = self._spill_stored = 0
-        self._restored_below = 0
-        self._restored_counts = {}
+        n, gone = self._paging.page_out(self._lane.tail)
+        if gone:
+            self._gone = max(0, self._gone - gone)
         return n
 
     def set_body_store(self, store: BodyStore) -> bool:
         """Use `store` for bodies paged one by one (flow-to-disk limits). Refused (False)
         while bodies are paged in the current store."""
-        if self.counters.paged != self._spilled:
+        if self.counters.paged != self._paging.spilled:
             return False
         self._store = store
         return True
 
     def close(self) -> None:
         """The queue is deleted: release its paged data (spilled tail and paged bodies)."""
-        self._clear_spill()
-        if self._spill is not None:
-            self._spill.close()
+        self._paging.close()
         close = getattr(self._store, "close", None)
         if callable(close):
             close()
@@ -615,8 +482,11 @@ class Queue:
             if headers is None:
                 if self._plain:
                     # Fast path: no limit, TTL, LVQ, priority or schedule.
-                    if self._spilled:
-                        self._spill_push(seq, msg, len(msg.body), None)
+                    c = self.counters
+                    # `c.paged` first: 0 unless paging, so the common case reads no more
+                    # attributes than before the paged tail had its own object.
+                    if c.paged and self._paging.spilled:
+                        self._paging.push(seq, msg, len(msg.body), None)
                         return _ENQUEUED
                     e = Entry()  # `new_entry(seq, msg, size)` inlined
                     e.seq = seq
@@ -627,7 +497,6 @@ class Queue:
                     e.deliveries = e.failures = e.level = 0
                     e.expires_at = e.key = None
                     self._lane.tail.append(e)
-                    c = self.counters
                     c.ready += 1
                     c.ready_bytes += size
                     c.added += 1
@@ -650,8 +519,8 @@ class Queue:
                         if self._reject_dlx:
                             self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, 0)
                         return _REJECTED
-                    if self._spilled:
-                        self._spill_push(seq, msg, size, None)
+                    if c.paged and self._paging.spilled:
+                        self._paging.push(seq, msg, size, None)
                     else:
                         e = Entry()  # `new_entry(seq, msg, size)` inlined
                         e.seq = seq
@@ -800,8 +669,8 @@ class Queue:
             return PublishOutcome.REJECTED
         # Enqueue.
         e.state = READY
-        if not head and self._spilled:
-            self._spill_push(e.seq, msg, e.size, e.expires_at)
+        if not head and self._paging.spilled:
+            self._paging.push(e.seq, msg, e.size, e.expires_at)
             if limit is not None and limit.action is LimitAction.DROP_HEAD:
                 while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
                     pass
@@ -1024,9 +893,9 @@ class Queue:
         else:
             e = self._lane.pop()
             if e is None:
-                if not self._spilled:
+                if not self._paging.spilled:
                     return None
-                self._refill_batch()
+                self._paging.refill_batch(self._lane.tail)
                 e = self._lane.pop()
                 if e is None:
                     return None
@@ -1096,8 +965,9 @@ class Queue:
                     return None
             else:
                 # Single lane, inlined: usually a popleft from the tail.
-                if self._spilled and c.ready <= self._low_n and c.ready_bytes <= self._low_b:
-                    self._refill_batch()  # read ahead: page the next batch in
+                paging = self._paging
+                if paging.spilled and c.ready <= paging.low_n and c.ready_bytes <= paging.low_b:
+                    paging.refill_batch(self._lane.tail)  # read ahead: page the next batch in
                 lane = self._lane
                 if lane.head or lane.returns:
                     e = lane.pop()
@@ -1133,7 +1003,9 @@ class Queue:
         """
         c = self.counters
         lane = self._lane
-        if self._fetch_fast and not (lane.head or lane.returns or self._spilled):
+        # `c.paged` stands for "anything spilled" here: it is 0 whenever nothing is (it also
+        # counts flow-to-disk bodies, which then take the general path, as spilled ones do).
+        if self._fetch_fast and not (lane.head or lane.returns or c.paged):
             # Fast path (single lane, no TTL, nothing put back or spilled): the first ready
             # entry of the tail. Gone entries (LVQ replaced, evicted) are skipped lazily.
             tail = lane.tail
@@ -1278,7 +1150,7 @@ class Queue:
     def purge(self) -> int:
         """Remove every waiting message (not unacked, not scheduled); returns how many."""
         if self.on_remove is not None:
-            self._unspill()  # the storage layer must hear every removed seq
+            self._paging.unspill(self._lane.tail)  # storage must hear every removed seq
         n = 0
         for lane in self._lanes:
             for e in lane.entries():
@@ -1289,7 +1161,7 @@ class Queue:
             lane.head.clear()
             lane.returns.clear()
             lane.tail.clear()
-        n += self._clear_spill()
+        n += self._paging.clear()
         c = self.counters
         c.ready = c.ready_bytes = c.paged = c.paged_bytes = 0
         c.purged += n
@@ -1336,8 +1208,8 @@ class Queue:
             e = lane.peek()
             if e is not None:
                 return e
-        if self._spilled:
-            self._refill_batch()
+        if self._paging.spilled:
+            self._paging.refill_batch(self._lane.tail)
             return self._lane.peek()
         return None
 
@@ -1388,7 +1260,7 @@ class Queue:
         # removal (compacted here once mostly gone entries dominate).
         index = self._index
         if index is None:
-            self._unspill()  # the index needs every entry; paging stops while it exists
+            self._paging.unspill(self._lane.tail)  # paging stops while the index exists
             live = [e for lane in self._lanes for e in lane.entries()]
             live.extend(self._unacked.values())
             live.extend(self._scheduler.entries())
@@ -1408,7 +1280,7 @@ class Queue:
         read-ahead batch is paged in, as a fetch would.
         """
         best = self._lowest_in_memory()
-        if best is None and self._spilled and self._refill_batch():
+        if best is None and self._paging.spilled and self._paging.refill_batch(self._lane.tail):
             best = self._lowest_in_memory()
         return best
 
@@ -1455,44 +1327,9 @@ class Queue:
         ]
         live.sort()
         self._browse_from(live, 0, limit, now_ms, out)
-        if len(out) >= limit or not self._spilled:
-            return out
-        spill = self._spill
-        assert spill is not None
-        cursor: int | None = after
-        while self._spill_stored and len(out) < limit:
-            want = limit - len(out)
-            items = spill.peek_after(cursor, want)
-            self._browse_spilled(items, now_ms, out, limit)
-            if len(items) < want:
-                break
-            cursor = items[-1][0]
-        if len(out) < limit:
-            buf = [item for item in self._spill_buf if cursor is None or item[0] > cursor]
-            self._browse_spilled(buf, now_ms, out, limit)
+        if len(out) < limit and self._paging.spilled:
+            self._paging.browse(after, limit, now_ms, out)
         return out
-
-    def _browse_spilled(
-        self, items: Iterable[Spilled], now_ms: int, out: list[Delivery], limit: int
-    ) -> None:
-        # Spilled messages as `_refill` would restore them: a recovered backlog keeps its
-        # stored flags and delivery counts; expired ones are skipped as browse skips them.
-        for seq, msg, expires_at in items:
-            if len(out) >= limit:
-                return
-            if expires_at is not None and now_ms > expires_at:
-                continue
-            count, redelivered = self._recovered_state(seq, forget=False)
-            out.append(Delivery(seq, msg, redelivered, count + 1))
-
-    def _recovered_state(self, seq: SeqId, *, forget: bool) -> tuple[int, bool]:
-        # (delivery count, redelivered) of a spilled message as recovery stored them; a
-        # message published since recovery has (0, False). `forget`: it is being paged in.
-        if seq >= self._restored_below:
-            return 0, False
-        counts = self._restored_counts
-        count = counts.pop(seq, 0) if forget else counts.get(seq, 0)
-        return count, self._restored_redelivered or count > 0
 
     def browse(self, after: SeqId | None, now_ms: int) -> Delivery | None:
         """The next waiting message with a seq greater than `after`, without removing it.
@@ -1644,17 +1481,14 @@ class Queue:
         flagged redelivered). `expiring`: some of them carry an expiry time. Needs `pageable`.
         """
         assert self.pageable, "restore_spilled needs a pageable queue"
-        assert not self._spilled, "restore_spilled runs once, on a queue with nothing paged"
-        self._spill = spill
-        self._spilled = self._spill_stored = count
-        self._spilled_bytes = nbytes
-        c = self.counters
-        c.paged += count
-        c.paged_bytes += nbytes
-        c.added += count
-        self._restored_below = below
-        self._restored_redelivered = redelivered
-        self._restored_counts = delivery_counts
+        self._paging.restore(
+            spill,
+            count,
+            nbytes,
+            redelivered=redelivered,
+            delivery_counts=delivery_counts,
+            below=below,
+        )
         if expiring and not self._saw_expiry:
             self._saw_expiry = True
             self._plain = False
@@ -1672,7 +1506,7 @@ class Queue:
 
     def ready_seqs(self) -> list[SeqId]:
         """Waiting messages' seqs in delivery order (O(n); tests and management only)."""
-        self._unspill()  # O(n) anyway; the next publish pages the excess out again
+        self._paging.unspill(self._lane.tail)  # O(n) anyway; publishes page out again
         out: list[SeqId] = []
         for lane in reversed(self._lanes):
             out.extend(e.seq for e in lane.entries())
@@ -1683,7 +1517,7 @@ class Queue:
 
         O(n); for tests, management "get messages" previews and debugging.
         """
-        self._unspill()  # O(n) anyway; the next publish pages the excess out again
+        self._paging.unspill(self._lane.tail)  # O(n) anyway; publishes page out again
         out: list[Delivery] = []
         for lane in reversed(self._lanes):
             for e in lane.entries():
@@ -1697,7 +1531,7 @@ class Queue:
 
     def ready_messages(self) -> list[Message]:
         """Waiting messages in delivery order (paged ones are peeked from the store)."""
-        self._unspill()  # O(n) anyway; the next publish pages the excess out again
+        self._paging.unspill(self._lane.tail)  # O(n) anyway; publishes page out again
         out: list[Message] = []
         for lane in reversed(self._lanes):
             out.extend(
