@@ -88,13 +88,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Final, cast
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue import browse
 from ringmq.core.queue.lanes import (
     ACQUIRED,
     COMPACT_MIN,
@@ -1255,20 +1255,22 @@ class Queue:
 
     # --- browse (non-destructive reads) ------------------------------------------------------
 
+    # The browse index (`self._index`, see browse.py) stays a Queue attribute: the publish
+    # fast paths append to it inline, one `is not None` test per publish when it does not exist.
+
     def _browse_index(self) -> list[Entry]:
-        # Every live entry in seq order, built on first use and kept up to date by publish and
-        # removal (compacted here once mostly gone entries dominate).
+        # Built on first use, kept up to date by publish, compacted once gone entries dominate.
         index = self._index
         if index is None:
             self._paging.unspill(self._lane.tail)  # paging stops while the index exists
-            live = [e for lane in self._lanes for e in lane.entries()]
-            live.extend(self._unacked.values())
-            live.extend(self._scheduler.entries())
-            live.sort()
-            index = self._index = live
+            index = self._index = browse.build_index(
+                self._lanes, self._unacked.values(), self._scheduler.entries()
+            )
             self._apply_bound()
-        elif len(index) > COMPACT_MIN and len(index) > 2 * (self.message_count + 1):
-            index = self._index = [e for e in index if e.state != GONE]
+        else:
+            compacted = browse.compact_index(index, self.counters.message_count)
+            if compacted is not None:
+                index = self._index = compacted
         return index
 
     def head_seq(self) -> SeqId | None:
@@ -1279,30 +1281,9 @@ class Queue:
         message in memory, so the spill matters only when memory holds none, and then one
         read-ahead batch is paged in, as a fetch would.
         """
-        best = self._lowest_in_memory()
+        best = browse.lowest_in_memory(self._lanes, self._unacked)
         if best is None and self._paging.spilled and self._paging.refill_batch(self._lane.tail):
-            best = self._lowest_in_memory()
-        return best
-
-    def _lowest_in_memory(self) -> SeqId | None:
-        # The lowest seq among the ready messages in memory and the unacked ones.
-        best: SeqId | None = None
-        for lane in self._lanes:
-            for e in lane.head:
-                if e.state == READY and (best is None or e.seq < best):
-                    best = e.seq
-            for e in lane.returns:
-                if e.state == READY and (best is None or e.seq < best):
-                    best = e.seq
-            for e in lane.tail:  # ascending seq: the first ready one is the lowest
-                if e.state == READY:
-                    if best is None or e.seq < best:
-                        best = e.seq
-                    break
-        if self._unacked:
-            low = min(self._unacked)
-            if best is None or low < best:
-                best = low
+            best = browse.lowest_in_memory(self._lanes, self._unacked)
         return best
 
     def browse_ready(self, after: SeqId | None, limit: int, now_ms: int) -> list[Delivery]:
@@ -1319,14 +1300,8 @@ class Queue:
         out: list[Delivery] = []
         if limit <= 0:
             return out
-        lane = self._lane
-        live = [
-            e
-            for e in itertools.chain(lane.head, lane.returns, lane.tail)
-            if e.state == READY and (after is None or e.seq > after)
-        ]
-        live.sort()
-        self._browse_from(live, 0, limit, now_ms, out)
+        live = browse.ready_in_memory(self._lane, after)
+        browse.deliveries(live, 0, limit, now_ms, out, self._store.peek, self.name)
         if len(out) < limit and self._paging.spilled:
             self._paging.browse(after, limit, now_ms, out)
         return out
@@ -1338,17 +1313,8 @@ class Queue:
         and changes no state: non-destructive consumers and read-only readers keep `after`
         as their cursor.
         """
-        index = self._browse_index()
-        start = 0 if after is None else bisect_right(index, after, key=lambda x: x.seq)
-        for i in range(start, len(index)):
-            e = index[i]
-            if e.state != READY:
-                continue
-            if e.expires_at is not None and now_ms > e.expires_at:
-                continue
-            msg = e.msg if e.msg is not None else self._store.peek(self.name, e.seq)
-            return Delivery(e.seq, msg, e.redelivered, e.deliveries + 1)
-        return None
+        out = self.browse_many(after, 1, now_ms)
+        return out[0] if out else None
 
     def browse_many(self, after: SeqId | None, limit: int, now_ms: int) -> list[Delivery]:
         """Up to `limit` waiting messages with seqs greater than `after`, in seq order.
@@ -1360,29 +1326,8 @@ class Queue:
         if limit <= 0:
             return out
         index = self._browse_index()
-        start = 0 if after is None else bisect_right(index, after, key=lambda x: x.seq)
-        return self._browse_from(index, start, limit, now_ms, out)
-
-    def _browse_from(
-        self, entries: list[Entry], start: int, limit: int, now_ms: int, out: list[Delivery]
-    ) -> list[Delivery]:
-        # Deliveries of the ready, unexpired entries from `entries[start:]` (in seq order)
-        # appended to `out` until it holds `limit`; returns `out`.
-        peek = self._store.peek
-        name = self.name
-        append = out.append
-        for i in range(start, len(entries)):
-            e = entries[i]
-            if e.state != READY:
-                continue
-            exp = e.expires_at
-            if exp is not None and now_ms > exp:
-                continue
-            msg = e.msg if e.msg is not None else peek(name, e.seq)
-            append(Delivery(e.seq, msg, e.redelivered, e.deliveries + 1))
-            if len(out) >= limit:
-                break
-        return out
+        start = browse.start_after(index, after)
+        return browse.deliveries(index, start, limit, now_ms, out, self._store.peek, self.name)
 
     # --- scheduled messages (admin) ----------------------------------------------------------
 
