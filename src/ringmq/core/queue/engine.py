@@ -104,6 +104,17 @@ from ringmq.core.queue.lanes import (
     Lane,
     new_entry,
 )
+from ringmq.core.queue.limits import (
+    FAST_ACTIONS,
+    PAGEABLE_ACTIONS,
+    QPID_ACTIONS,
+    FastBounds,
+    QpidOrder,
+    describe,
+    over,
+    over_bytes,
+    refusal,
+)
 from ringmq.core.queue.paging import PagedTail
 from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, SpillStore
 from ringmq.core.queue.records import (
@@ -168,7 +179,7 @@ class Queue:
         self._lvq_header: str = self._lvq_key or ""  # the key, typed for the fast path
         self._non_destructive = settings.non_destructive
         self._index: list[Entry] | None = None  # browse index, built on first browse
-        self._order: list[deque[Entry]] | None = None  # Qpid age order per priority level
+        self._order: QpidOrder | None = None  # Qpid legacy ring only
         self._gone = 0  # gone entries still sitting in lanes
         self._saw_expiry = False
         self._dead: list[DeadLetter] = []
@@ -201,31 +212,14 @@ class Queue:
             if simple
             and limit is not None
             and limit.counts is Counted.READY
-            and limit.action
-            in (
-                LimitAction.RING,
-                LimitAction.DROP_HEAD,
-                LimitAction.REJECT_PUBLISH,
-                LimitAction.REJECT_PUBLISH_DLX,
-            )
+            and limit.action in FAST_ACTIONS
             else None
         )
-        # Thresholds of the bounded fast path as plain ints (UNBOUNDED: no such bound), so the
-        # hot path compares ints instead of reading the limit and its enum members.
-        self._reject_n = self._reject_b = self._evict_n = self._evict_b = UNBOUNDED
-        self._reject_dlx = self._evict_ring = False
-        if self._bounded is not None:
-            assert limit is not None
-            max_n = UNBOUNDED if limit.max_count is None else limit.max_count
-            max_b = UNBOUNDED if limit.max_bytes is None else limit.max_bytes
-            if limit.action is LimitAction.RING:
-                self._evict_n = max_n  # Artemis rings count messages only
-                self._evict_ring = True
-            elif limit.action is LimitAction.DROP_HEAD:
-                self._evict_n, self._evict_b = max_n, max_b
-            else:
-                self._reject_n, self._reject_b = max_n, max_b
-                self._reject_dlx = limit.action is LimitAction.REJECT_PUBLISH_DLX
+        # The bounded fast path's thresholds, copied to attributes: the hot path reads them.
+        fast = FastBounds.of(self._bounded)
+        self._reject_n, self._reject_b = fast.reject_n, fast.reject_b
+        self._evict_n, self._evict_b = fast.evict_n, fast.evict_b
+        self._reject_dlx, self._evict_ring = fast.reject_dlx, fast.evict_ring
         # Fetch fast path: one lane, no expiry to check, destructive consumers.
         self._fetch_fast = (
             self._ttl is None
@@ -242,20 +236,12 @@ class Queue:
             and not self._max_priority
             and not self._non_destructive
         )
-        needs_order = limit is not None and limit.action in (
-            LimitAction.QPID_RING,
-            LimitAction.QPID_RING_STRICT,
-        )
-        if needs_order and self._order is None:
+        if limit is None or limit.action not in QPID_ACTIONS:
+            self._order = None
+        elif self._order is None:
             live = [e for lane in self._lanes for e in lane.entries()]
             live.extend(self._unacked.values())
-            live.sort()
-            order: list[deque[Entry]] = [deque() for _ in self._lanes]
-            for e in live:
-                order[e.level].append(e)
-            self._order = order
-        elif not needs_order:
-            self._order = None
+            self._order = QpidOrder(len(self._lanes), live)
         self._apply_bound()
 
     # --- paging --------------------------------------------------------------------------
@@ -273,17 +259,7 @@ class Queue:
             and self._lvq_key is None
             and not self._non_destructive
             and self._index is None
-            and (
-                limit is None
-                or limit.action
-                in (
-                    LimitAction.DROP_HEAD,
-                    LimitAction.REJECT_PUBLISH,
-                    LimitAction.REJECT_PUBLISH_DLX,
-                    LimitAction.DROP_NEW,
-                    LimitAction.BLOCK,
-                )
-            )
+            and (limit is None or limit.action in PAGEABLE_ACTIONS)
         )
 
     def _apply_bound(self) -> None:
@@ -362,7 +338,7 @@ class Queue:
         self._apply(settings)
         limit = self._limit
         if limit is not None and limit.action is LimitAction.DROP_HEAD:
-            while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
+            while over(limit, self.counters, 0, 0) and self._evict_head(now_ms, ring=False):
                 pass
 
     # --- read-only views -----------------------------------------------------------------
@@ -385,17 +361,7 @@ class Queue:
         for a whole commit before applying any of it; the counted set is the one `publish`
         checks (ready + paged, plus acquired when the limit counts them).
         """
-        limit = self.settings.limit
-        if limit is None or limit.action not in (
-            LimitAction.REJECT_PUBLISH,
-            LimitAction.REJECT_PUBLISH_DLX,
-        ):
-            return None
-        if self._over_count(limit, n):
-            return f"would exceed its limit of {limit.max_count} messages"
-        if self._over_bytes(limit, nbytes):
-            return f"would exceed its limit of {limit.max_bytes} bytes"
-        return None
+        return refusal(self.settings.limit, self.counters, n, nbytes)
 
     @property
     def message_count(self) -> int:
@@ -421,7 +387,7 @@ class Queue:
     def over_limit(self) -> bool:
         """The counted messages reach the limit (the broker blocks publishers under BLOCK)."""
         limit = self._limit
-        return limit is not None and self._over(limit, 1, 0)
+        return limit is not None and over(limit, self.counters, 1, 0)
 
     def __len__(self) -> int:
         return self.counters.message_count
@@ -457,15 +423,7 @@ class Queue:
             "overflow_dropped": c.overflow_dropped,
             "purged": c.purged,
             "dead_lettered": dict(c.dead_lettered),
-            "limit": None
-            if limit is None
-            else {
-                "family": limit.family,
-                "counts": str(limit.counts),
-                "max_count": limit.max_count,
-                "max_bytes": limit.max_bytes,
-                "action": str(limit.action),
-            },
+            "limit": describe(limit),
         }
 
     # --- publish -------------------------------------------------------------------------
@@ -639,10 +597,10 @@ class Queue:
             refused = False
             if action is LimitAction.REJECT_PUBLISH or action is LimitAction.REJECT_PUBLISH_DLX:
                 free_n, free_b = (1, replaced.size) if replaced is not None else (0, 0)
-                refused = self._over(limit, 1 - free_n, e.size - free_b)
+                refused = over(limit, self.counters, 1 - free_n, e.size - free_b)
             elif action is LimitAction.DROP_NEW:
                 free_n, free_b = (1, replaced.size) if replaced is not None else (0, 0)
-                if self._over(limit, 1 - free_n, e.size - free_b):
+                if over(limit, self.counters, 1 - free_n, e.size - free_b):
                     self.counters.overflow_dropped += 1
                     return PublishOutcome.DROPPED
             elif action is LimitAction.QPID_RING or action is LimitAction.QPID_RING_STRICT:
@@ -672,7 +630,7 @@ class Queue:
         if not head and self._paging.spilled:
             self._paging.push(e.seq, msg, e.size, e.expires_at)
             if limit is not None and limit.action is LimitAction.DROP_HEAD:
-                while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
+                while over(limit, self.counters, 0, 0) and self._evict_head(now_ms, ring=False):
                     pass
                 # single lane: the new message is the last one, so it went only if all went
                 c = self.counters
@@ -684,7 +642,7 @@ class Queue:
         else:
             lane.tail.append(e)
         if self._order is not None:
-            self._order_insert(e)
+            self._order.insert(e)
         c = self.counters
         c.ready += 1
         c.ready_bytes += e.size
@@ -702,30 +660,18 @@ class Queue:
             return out
         return PublishOutcome.ENQUEUED
 
-    def _over(self, limit: Limit, extra_n: int, extra_b: int) -> bool:
-        # Whether the counted set plus (extra_n, extra_b) exceeds the limit.
-        c = self.counters
-        n = c.ready + c.paged + extra_n
-        b = c.ready_bytes + c.paged_bytes + extra_b
-        if limit.counts is Counted.READY_AND_ACQUIRED:
-            n += c.unacked
-            b += c.unacked_bytes
-        return (limit.max_count is not None and n > limit.max_count) or (
-            limit.max_bytes is not None and b > limit.max_bytes
-        )
-
     def _enforce(self, limit: Limit, e: Entry, now_ms: int) -> PublishOutcome:
         # After adding `e` (at the tail or the head): the one place overflow actions live.
         match limit.action:
             case LimitAction.RING:
                 # Artemis enforceRing: one eviction per add, so a lowered size purges nothing.
-                if self._over(limit, 0, 0):
+                if over(limit, self.counters, 0, 0):
                     self._evict_head(now_ms, ring=True)
             case LimitAction.DROP_HEAD:
-                while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
+                while over(limit, self.counters, 0, 0) and self._evict_head(now_ms, ring=False):
                     pass
             case LimitAction.FLOW_TO_DISK:
-                if self._over(limit, 0, 0) and e.state == READY and not e.paged:
+                if over(limit, self.counters, 0, 0) and e.state == READY and not e.paged:
                     self._page_out(e)
             case (
                 LimitAction.REJECT_PUBLISH
@@ -780,39 +726,18 @@ class Queue:
 
     # --- Qpid legacy ring ----------------------------------------------------------------
 
-    def _order_insert(self, e: Entry) -> None:
-        order = self._order
-        assert order is not None
-        dq = order[e.level]
-        if not dq or dq[-1].seq < e.seq:
-            dq.append(e)
-        elif e not in dq:
-            # Released scheduled message with an old seq: keep the age order.
-            items = sorted([*dq, e])
-            dq.clear()
-            dq.extend(items)
-
-    def _qpid_oldest(self) -> Entry | None:
-        # Oldest enqueued message (ready or acquired), lowest priority first (Qpid ring order).
-        order = self._order
-        assert order is not None
-        for dq in order:
-            while dq and dq[0].state not in (READY, ACQUIRED):
-                dq.popleft()
-            if dq:
-                return dq[0]
-        return None
-
     def _qpid_make_room(self, limit: Limit, e: Entry, now_ms: int) -> bool:
         # Legacy RingQueuePolicy::checkLimit: if count+1 or bytes+size is over, evict the
         # oldest; keep evicting only while the bytes still do not fit (one eviction is enough
         # for the count bound). Strict mode refuses when the oldest is acquired.
-        if not self._over(limit, 1, e.size):
+        if not over(limit, self.counters, 1, e.size):
             return True
         strict = limit.action is LimitAction.QPID_RING_STRICT
         c = self.counters
+        order = self._order
+        assert order is not None
         while True:
-            oldest = self._qpid_oldest()
+            oldest = order.oldest()
             if oldest is None:
                 return True
             if oldest.state == ACQUIRED:
@@ -835,22 +760,8 @@ class Queue:
             c.ring_evicted += 1
             # Qpid reroutes ring-evicted messages to the queue's alternate exchange.
             self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, oldest.deliveries)
-            if limit.max_bytes is None or not self._over_bytes(limit, e.size):
+            if limit.max_bytes is None or not over_bytes(limit, self.counters, e.size):
                 return True
-
-    def _over_count(self, limit: Limit, extra_n: int) -> bool:
-        c = self.counters
-        n = c.ready + c.paged + extra_n
-        if limit.counts is Counted.READY_AND_ACQUIRED:
-            n += c.unacked
-        return limit.max_count is not None and n > limit.max_count
-
-    def _over_bytes(self, limit: Limit, extra_b: int) -> bool:
-        c = self.counters
-        b = c.ready_bytes + c.paged_bytes + extra_b
-        if limit.counts is Counted.READY_AND_ACQUIRED:
-            b += c.unacked_bytes
-        return limit.max_bytes is not None and b > limit.max_bytes
 
     # --- removal helpers -----------------------------------------------------------------
 
@@ -1127,12 +1038,12 @@ class Queue:
             if ring:
                 lane.head.appendleft(e)
                 assert limit is not None
-                if self._over(limit, 0, 0):
+                if over(limit, self.counters, 0, 0):
                     self._evict_head(now_ms, ring=True)
             else:
                 heapq.heappush(lane.returns, e)
         if limit is not None and limit.action is LimitAction.DROP_HEAD:
-            while self._over(limit, 0, 0) and self._evict_head(now_ms, ring=False):
+            while over(limit, self.counters, 0, 0) and self._evict_head(now_ms, ring=False):
                 pass
         if c.ready > self._head_n or c.ready_bytes > self._head_b:
             self.page_out()  # returned messages stay; the tail's rear makes room
@@ -1402,7 +1313,7 @@ class Queue:
             self._lvq[e.key] = e
         self._lanes[e.level].tail.append(e)
         if self._order is not None:
-            self._order_insert(e)
+            self._order.insert(e)
         c.ready += 1
         c.ready_bytes += e.size
 
