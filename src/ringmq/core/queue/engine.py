@@ -16,7 +16,8 @@ depends on time takes `now_ms` (wall-clock epoch milliseconds, supplied by the s
 * **scheduled messages** through its `Scheduler` (`scheduler.py`: a heap by due time beside the
   lanes, Artemis' scheduled-delivery handler): counted, not subject to any limit until
   released at the head.
-* **dead letters** waiting for the broker to route them (`drain_dead_letters`).
+* **dead letters** waiting for the broker to route them, in its `DeadLetters` outbox
+  (`deadletters.py`; `drain_dead_letters`).
 * **counters**: `QueueCounters`, updated incrementally so reading them is O(1).
 
 Invariants: every live entry is in exactly one of {a lane (READY), `_unacked` (ACQUIRED), the
@@ -95,6 +96,7 @@ from typing import Any, Final, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import browse
+from ringmq.core.queue.deadletters import DeadLetters
 from ringmq.core.queue.lanes import (
     ACQUIRED,
     COMPACT_MIN,
@@ -182,7 +184,7 @@ class Queue:
         self._order: QpidOrder | None = None  # Qpid legacy ring only
         self._gone = 0  # gone entries still sitting in lanes
         self._saw_expiry = False
-        self._dead: list[DeadLetter] = []
+        self._dead = DeadLetters(name, self.counters)
         self.on_remove: Callable[[SeqId], None] | None = None
         """Storage hook: called with the seq of every message the engine removes by itself
         (eviction, drop, LVQ replacement, expiry, purge, dead-lettering, no-ack fetch). `ack`
@@ -197,6 +199,7 @@ class Queue:
         self._limit: Limit | None = limit
         self._ttl = settings.message_ttl_ms
         self._dlx = settings.dead_letter_exchange
+        self._dead.target(self._dlx, settings.dead_letter_routing_key)
         self._delivery_limit = settings.delivery_limit
         # Fast-path flags: nothing optional configured, or only a simple ready-counted limit.
         simple = (
@@ -243,6 +246,13 @@ class Queue:
             live.extend(self._unacked.values())
             self._order = QpidOrder(len(self._lanes), live)
         self._apply_bound()
+
+    def _saw_expiry_now(self) -> None:
+        # A per-message expiry seen: leave the fast paths for good.
+        self._saw_expiry = True
+        self._plain = False
+        self._bounded = None
+        self._lvq_fast = self._fetch_fast = False
 
     # --- paging --------------------------------------------------------------------------
 
@@ -394,37 +404,9 @@ class Queue:
 
     def stats(self) -> dict[str, Any]:
         """A snapshot of every counter plus the limit (snake_case, for management)."""
-        c = self.counters
-        limit = self._limit
-        return {
-            "message_count": c.message_count,
-            "message_bytes": c.message_bytes,
-            "memory_bytes": c.memory_bytes,
-            "ready": c.ready + c.paged,
-            "ready_bytes": c.ready_bytes + c.paged_bytes,
-            "ready_in_memory": c.ready,
-            "delivering": c.unacked,
-            "delivering_bytes": c.unacked_bytes,
-            "scheduled": c.scheduled,
-            "scheduled_bytes": c.scheduled_bytes,
-            "paged": c.paged,
-            "paged_bytes": c.paged_bytes,
-            "added": c.added,
-            "delivered": c.delivered,
-            "acknowledged": c.acknowledged,
-            "redelivered": c.redelivered,
-            "requeued": c.requeued,
-            "rejected": c.rejected,
-            "expired": c.expired,
-            "ring_evicted": c.ring_evicted,
-            "lvq_replaced": c.lvq_replaced,
-            "maxlen_dropped": c.maxlen_dropped,
-            "overflow_rejected": c.overflow_rejected,
-            "overflow_dropped": c.overflow_dropped,
-            "purged": c.purged,
-            "dead_lettered": dict(c.dead_lettered),
-            "limit": describe(limit),
-        }
+        out = self.counters.snapshot()
+        out["limit"] = describe(self._limit)
+        return out
 
     # --- publish -------------------------------------------------------------------------
 
@@ -475,7 +457,7 @@ class Queue:
                     if n > self._reject_n or nbytes > self._reject_b:
                         c.overflow_rejected += 1
                         if self._reject_dlx:
-                            self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, 0)
+                            self._dead.add(msg, DeadLetterReason.MAXLEN, now_ms, 0)
                         return _REJECTED
                     if c.paged and self._paging.spilled:
                         self._paging.push(seq, msg, size, None)
@@ -581,10 +563,7 @@ class Queue:
         e.state = GONE  # until enqueued below
         expires_at = e.expires_at = self._expiry(msg, now_ms)
         if expires_at is not None and not self._saw_expiry:
-            self._saw_expiry = True  # per-message TTL seen: leave the fast paths for good
-            self._plain = False
-            self._bounded = None
-            self._lvq_fast = self._fetch_fast = False
+            self._saw_expiry_now()
         limit = self._limit
         replaced: Entry | None = None
         key = e.key
@@ -609,7 +588,7 @@ class Queue:
             if refused:
                 self.counters.overflow_rejected += 1
                 if action is LimitAction.REJECT_PUBLISH_DLX:
-                    self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, e.deliveries)
+                    self._dead.add(msg, DeadLetterReason.MAXLEN, now_ms, e.deliveries)
                 return PublishOutcome.REJECTED
         if replaced is not None:
             self._remove_ready(replaced)
@@ -721,7 +700,7 @@ class Queue:
             self.counters.ring_evicted += 1
         else:
             self.counters.maxlen_dropped += 1
-            self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, e.deliveries)
+            self._dead.add(msg, DeadLetterReason.MAXLEN, now_ms, e.deliveries)
         return True
 
     # --- Qpid legacy ring ----------------------------------------------------------------
@@ -759,7 +738,7 @@ class Queue:
                 self._remove_ready(oldest)
             c.ring_evicted += 1
             # Qpid reroutes ring-evicted messages to the queue's alternate exchange.
-            self._dead_letter(msg, DeadLetterReason.MAXLEN, now_ms, oldest.deliveries)
+            self._dead.add(msg, DeadLetterReason.MAXLEN, now_ms, oldest.deliveries)
             if limit.max_bytes is None or not over_bytes(limit, self.counters, e.size):
                 return True
 
@@ -837,31 +816,12 @@ class Queue:
         c.paged += 1
         c.paged_bytes += e.size
 
-    def _dead_letter(
-        self, msg: Message, reason: DeadLetterReason, now_ms: int, deliveries: int
-    ) -> None:
-        if self._dlx is None:
-            return
-        dead = self.counters.dead_lettered
-        dead[reason.value] = dead.get(reason.value, 0) + 1
-        self._dead.append(
-            DeadLetter(
-                msg,
-                reason,
-                self.name,
-                self._dlx,
-                self.settings.dead_letter_routing_key,
-                now_ms,
-                deliveries,
-            )
-        )
-
     def _expire(self, e: Entry, now_ms: int) -> None:
         # `e` was already popped from its lane (ready counters updated).
         msg = self._take_body(e)
         self._forget(e)
         self.counters.expired += 1
-        self._dead_letter(msg, DeadLetterReason.EXPIRED, now_ms, e.deliveries)
+        self._dead.add(msg, DeadLetterReason.EXPIRED, now_ms, e.deliveries)
 
     # --- consume -------------------------------------------------------------------------
 
@@ -1016,7 +976,7 @@ class Queue:
                 e.failures += 1
                 if dl is not None and e.failures > dl:
                     self._forget(e)
-                    self._dead_letter(msg, DeadLetterReason.DELIVERY_LIMIT, now_ms, e.deliveries)
+                    self._dead.add(msg, DeadLetterReason.DELIVERY_LIMIT, now_ms, e.deliveries)
                     continue
             key = e.key
             if key is not None:
@@ -1056,7 +1016,7 @@ class Queue:
             assert msg is not None
             self._forget(e)
             c.rejected += 1
-            self._dead_letter(msg, DeadLetterReason.REJECTED, now_ms, e.deliveries)
+            self._dead.add(msg, DeadLetterReason.REJECTED, now_ms, e.deliveries)
 
     def purge(self) -> int:
         """Remove every waiting message (not unacked, not scheduled); returns how many."""
@@ -1160,9 +1120,7 @@ class Queue:
 
     def drain_dead_letters(self) -> list[DeadLetter]:
         """Dead letters produced since the last call, in order; the broker routes them."""
-        out = self._dead
-        self._dead = []
-        return out
+        return self._dead.drain()
 
     # --- browse (non-destructive reads) ------------------------------------------------------
 
@@ -1302,10 +1260,7 @@ class Queue:
             return
         if expiry_ms is not None:
             e.expires_at = expiry_ms
-            self._saw_expiry = True
-            self._plain = False
-            self._bounded = None
-            self._lvq_fast = self._fetch_fast = False
+            self._saw_expiry_now()
         if e.key is not None:
             old = self._lvq.get(e.key)
             if old is not None and old.state == READY:
@@ -1346,10 +1301,7 @@ class Queue:
             below=below,
         )
         if expiring and not self._saw_expiry:
-            self._saw_expiry = True
-            self._plain = False
-            self._bounded = None
-            self._lvq_fast = self._fetch_fast = False
+            self._saw_expiry_now()
         self._apply_bound()
 
     def resume_seqs(self, next_seq: int) -> None:
@@ -1360,26 +1312,28 @@ class Queue:
 
     # --- introspection for tests and management ----------------------------------------------
 
+    def _ready_entries(self) -> list[Entry]:
+        # Waiting entries in delivery order, the whole queue in memory (O(n) anyway; the next
+        # publish pages the excess out again).
+        self._paging.unspill(self._lane.tail)
+        return [e for lane in reversed(self._lanes) for e in lane.entries()]
+
+    def _body(self, e: Entry) -> Message:
+        return e.msg if e.msg is not None else self._store.peek(self.name, e.seq)
+
     def ready_seqs(self) -> list[SeqId]:
         """Waiting messages' seqs in delivery order (O(n); tests and management only)."""
-        self._paging.unspill(self._lane.tail)  # O(n) anyway; publishes page out again
-        out: list[SeqId] = []
-        for lane in reversed(self._lanes):
-            out.extend(e.seq for e in lane.entries())
-        return out
+        return [e.seq for e in self._ready_entries()]
 
     def ready_view(self) -> list[Delivery]:
         """Waiting messages in delivery order as `Delivery` values (delivery_count: so far).
 
         O(n); for tests, management "get messages" previews and debugging.
         """
-        self._paging.unspill(self._lane.tail)  # O(n) anyway; publishes page out again
-        out: list[Delivery] = []
-        for lane in reversed(self._lanes):
-            for e in lane.entries():
-                msg = e.msg if e.msg is not None else self._store.peek(self.name, e.seq)
-                out.append(Delivery(e.seq, msg, e.redelivered, e.deliveries))
-        return out
+        return [
+            Delivery(e.seq, self._body(e), e.redelivered, e.deliveries)
+            for e in self._ready_entries()
+        ]
 
     def unacked_seqs(self) -> list[SeqId]:
         """Unacked seqs in delivery order."""
@@ -1387,11 +1341,4 @@ class Queue:
 
     def ready_messages(self) -> list[Message]:
         """Waiting messages in delivery order (paged ones are peeked from the store)."""
-        self._paging.unspill(self._lane.tail)  # O(n) anyway; publishes page out again
-        out: list[Message] = []
-        for lane in reversed(self._lanes):
-            out.extend(
-                e.msg if e.msg is not None else self._store.peek(self.name, e.seq)
-                for e in lane.entries()
-            )
-        return out
+        return [self._body(e) for e in self._ready_entries()]

@@ -170,3 +170,35 @@ class QueueCounters:
     def memory_bytes(self) -> int:
         """Body bytes held in memory by this queue (everything but paged bodies)."""
         return self.ready_bytes + self.unacked_bytes + self.scheduled_bytes
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every counter (snake_case, for management); ready includes paged."""
+        c = self
+        return {
+            "message_count": c.message_count,
+            "message_bytes": c.message_bytes,
+            "memory_bytes": c.memory_bytes,
+            "ready": c.ready + c.paged,
+            "ready_bytes": c.ready_bytes + c.paged_bytes,
+            "ready_in_memory": c.ready,
+            "delivering": c.unacked,
+            "delivering_bytes": c.unacked_bytes,
+            "scheduled": c.scheduled,
+            "scheduled_bytes": c.scheduled_bytes,
+            "paged": c.paged,
+            "paged_bytes": c.paged_bytes,
+            "added": c.added,
+            "delivered": c.delivered,
+            "acknowledged": c.acknowledged,
+            "redelivered": c.redelivered,
+            "requeued": c.requeued,
+            "rejected": c.rejected,
+            "expired": c.expired,
+            "ring_evicted": c.ring_evicted,
+            "lvq_replaced": c.lvq_replaced,
+            "maxlen_dropped": c.maxlen_dropped,
+            "overflow_rejected": c.overflow_rejected,
+            "overflow_dropped": c.overflow_dropped,
+            "purged": c.purged,
+            "dead_lettered": dict(c.dead_lettered),
+        }
