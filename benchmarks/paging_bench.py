@@ -19,12 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from ringmq.core import queue as engine
 from ringmq.core.message import Message, SeqId
-from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT
+from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT, paging
 from ringmq.storage.bodystore import DiskSpillStore
 
-SPILL_BATCH = engine._SPILL_BATCH  # spilled publishes the queue hands over together
+SPILL_BATCH = paging.SPILL_BATCH  # spilled publishes the queue hands over together
 
 
 def one_run(n: int, size: int) -> tuple[float, float]:

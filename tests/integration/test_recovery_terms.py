@@ -47,7 +47,7 @@ def test_clean_stop_then_start_from_the_terms_with_the_backlog_on_disk(
         ch.basic_nack(method.delivery_tag, requeue=True)  # delivered once: count 1
     engine = b.broker.vhosts["/"].queues["backlog"].queue
     assert engine.counters.paged >= COUNT - 500
-    assert engine._spill.pages.refs_written > 0  # paged by reference to the journal copy
+    assert engine._paging.spill.pages.refs_written > 0  # paged by reference to the journal copy
     b.stop()
     assert (data / "store" / terms.NAME).exists()
 

@@ -1,4 +1,4 @@
-"""Reservations over the real queue engine (core/queue.py) through `EngineAdapter`."""
+"""Reservations over the real queue engine (core/queue/) through `EngineAdapter`."""
 
 from __future__ import annotations
 

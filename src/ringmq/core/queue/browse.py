@@ -1,0 +1,121 @@
+"""Non-destructive reads: browsing a queue in seq order without taking anything.
+
+Theory of operation
+-------------------
+Browsing follows seq (publish) order, skips expired, unacked and scheduled messages, and changes
+no state: a non-destructive consumer or a read-only reader keeps the last seq it saw as its
+cursor. The *browse index* is every live entry of a queue in seq order (ready, unacked and
+scheduled), built on the first browse and then appended to by every publish; entries that leave
+are only marked GONE and skipped, and `compact` drops them once they dominate.
+
+The index is owned by the `Queue` (its publish fast paths append to it inline: one attribute
+test per publish when no index exists); this module holds the functions that build and read it,
+and the reads that need no index (`lowest_in_memory`, `ready_in_memory`), each given the state
+it reads explicitly. Bodies paged one by one are read in place through `peek`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.lanes import COMPACT_MIN, GONE, READY, Entry, Lane
+from ringmq.core.queue.records import Delivery
+
+__all__ = [
+    "build_index",
+    "compact_index",
+    "deliveries",
+    "lowest_in_memory",
+    "ready_in_memory",
+    "start_after",
+]
+
+Peek = Callable[[str, SeqId], Message]
+
+_seq_of: Final = lambda e: e.seq  # noqa: E731  (bisect key)
+
+
+def build_index(
+    lanes: list[Lane], unacked: Iterable[Entry], scheduled: Iterable[Entry]
+) -> list[Entry]:
+    """Every live entry in seq order."""
+    live = [e for lane in lanes for e in lane.entries()]
+    live.extend(unacked)
+    live.extend(scheduled)
+    live.sort()
+    return live
+
+
+def compact_index(index: list[Entry], live_count: int) -> list[Entry] | None:
+    """A copy of `index` without gone entries when they dominate it, else None."""
+    if len(index) > COMPACT_MIN and len(index) > 2 * (live_count + 1):
+        return [e for e in index if e.state != GONE]
+    return None
+
+
+def start_after(index: list[Entry], after: SeqId | None) -> int:
+    """The position of the first entry of `index` with a seq above `after`."""
+    return 0 if after is None else bisect_right(index, after, key=_seq_of)
+
+
+def deliveries(
+    entries: list[Entry],
+    start: int,
+    limit: int,
+    now_ms: int,
+    out: list[Delivery],
+    peek: Peek,
+    name: str,
+) -> list[Delivery]:
+    """Append to `out`, until it holds `limit`, deliveries of the ready, unexpired entries of
+    `entries[start:]` (in seq order); returns `out`."""
+    append = out.append
+    for i in range(start, len(entries)):
+        e = entries[i]
+        if e.state != READY:
+            continue
+        exp = e.expires_at
+        if exp is not None and now_ms > exp:
+            continue
+        msg = e.msg if e.msg is not None else peek(name, e.seq)
+        append(Delivery(e.seq, msg, e.redelivered, e.deliveries + 1))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def lowest_in_memory(lanes: list[Lane], unacked: dict[SeqId, Entry]) -> SeqId | None:
+    """The lowest seq among the ready entries in `lanes` and the `unacked` ones."""
+    best: SeqId | None = None
+    for lane in lanes:
+        for e in lane.head:
+            if e.state == READY and (best is None or e.seq < best):
+                best = e.seq
+        for e in lane.returns:
+            if e.state == READY and (best is None or e.seq < best):
+                best = e.seq
+        for e in lane.tail:  # ascending seq: the first ready one is the lowest
+            if e.state == READY:
+                if best is None or e.seq < best:
+                    best = e.seq
+                break
+    if unacked:
+        low = min(unacked)
+        if best is None or low < best:
+            best = low
+    return best
+
+
+def ready_in_memory(lane: Lane, after: SeqId | None) -> list[Entry]:
+    """The ready entries of `lane` with a seq above `after`, in seq order (sorted per call)."""
+    live = [
+        e
+        for e in itertools.chain(lane.head, lane.returns, lane.tail)
+        if e.state == READY and (after is None or e.seq > after)
+    ]
+    live.sort()
+    return live

@@ -1,0 +1,288 @@
+"""The paged tail: the part of a queue's backlog that lives in a `SpillStore`, not in memory.
+
+Theory of operation
+-------------------
+A `PagedTail` owns, for one queue, the spill store, the newest spilled items not yet handed to
+it (`_buf`, flushed every `SPILL_BATCH`), how many messages and bytes are spilled, the
+recovered-backlog flags (`restore`), and the in-memory bound (`bound_n`/`bound_b`, with the
+effective `head_*` bounds and the `low_*` read-ahead marks derived from it by `set_active`).
+
+The queue keeps at most `head_n` ready messages / `head_b` body bytes in memory. Past the bound,
+`page_out` moves the rear of the lane's tail to the *front* of the spill; while anything is
+spilled, new publishes go behind it (`push`). `refill` pages the oldest spilled messages back
+into the tail as new entries. Spilled messages are a suffix of the queue in seq order: every
+spilled seq is greater than every seq in memory (ready or unacked), because only
+never-delivered tail messages spill and requeued messages return to memory.
+
+Invariants: `spilled`/`spilled_bytes` count the store plus the buffer, `_stored` the store
+alone; the queue's `counters.paged`/`paged_bytes` include them (the paged tail moves those
+counters and `ready`/`ready_bytes` together, so `message_count` never changes by paging).
+Spilled seqs below `_restored_below` come from recovery and carry the stored redelivered flag
+and delivery counts. Inactive (`set_active(False)`): unbounded, nothing spilled.
+
+The queue passes its single lane's tail deque explicitly; the tail does not know lanes,
+limits or the browse index.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.lanes import READY, Entry, new_entry
+from ringmq.core.queue.ports import Spilled, SpillStore
+from ringmq.core.queue.records import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_HEAD_COUNT,
+    UNBOUNDED,
+    Delivery,
+    QueueCounters,
+)
+
+__all__ = ["SPILL_BATCH", "PagedTail"]
+
+SPILL_BATCH: Final = 128  # spilled publishes handed to the store together
+
+
+class PagedTail:
+    """One queue's paged tail (see the module docstring)."""
+
+    __slots__ = (
+        "_buf",
+        "_counters",
+        "_restored_below",
+        "_restored_counts",
+        "_restored_redelivered",
+        "_stored",
+        "bound_b",
+        "bound_n",
+        "head_b",
+        "head_n",
+        "low_b",
+        "low_n",
+        "name",
+        "spill",
+        "spilled",
+        "spilled_bytes",
+    )
+
+    def __init__(self, name: str, spill: SpillStore | None, counters: QueueCounters) -> None:
+        self.name = name
+        self.spill = spill
+        self._counters = counters
+        self._buf: list[Spilled] = []  # newest spilled items, not yet in the store
+        self.spilled = 0  # spilled messages (store + buffer)
+        self.spilled_bytes = 0
+        self._stored = 0  # of which in the store
+        # Recovered backlog left in the spill (`restore`): spilled seqs below
+        # `_restored_below` came from the store, with these flags and delivery counts.
+        self._restored_below = 0
+        self._restored_redelivered = False
+        self._restored_counts: dict[SeqId, int] = {}
+        self.bound_n = DEFAULT_HEAD_COUNT
+        self.bound_b = DEFAULT_HEAD_BYTES
+        self.head_n = self.head_b = UNBOUNDED  # effective bounds (unbounded: no paging)
+        self.low_n = self.low_b = 0  # refill when memory is at or below both
+
+    def set_active(self, active: bool, tail: deque[Entry]) -> None:
+        """Derive the effective bounds: from `bound_*` when the queue can page, else unbounded
+        (and everything spilled comes back into `tail`)."""
+        if active:
+            self.head_n = max(1, self.bound_n)
+            self.head_b = max(1, self.bound_b)
+            self.low_n = self.head_n // 4
+            self.low_b = self.head_b // 4
+        else:
+            self.head_n = self.head_b = UNBOUNDED
+            self.low_n = self.low_b = 0
+            if self.spilled:
+                self.unspill(tail)
+
+    def page_out(self, tail: deque[Entry]) -> tuple[int, int]:
+        """Move the rear of `tail` to the front of the spill until memory is within the bound.
+
+        Returns (messages paged, gone entries dropped from `tail` on the way). Only
+        never-delivered messages move; requeued ones stay in memory (they precede the spill).
+        """
+        c = self._counters
+        head_n, head_b = self.head_n, self.head_b
+        if c.ready <= head_n and c.ready_bytes <= head_b:
+            return 0, 0
+        spill = self.spill
+        if spill is None:
+            return 0, 0
+        moved: list[Spilled] = []
+        n = nbytes = gone = 0
+        while tail and (c.ready - n > head_n or c.ready_bytes - nbytes > head_b):
+            e = tail.pop()
+            if e.state != READY:
+                gone += 1
+                continue
+            if e.paged or e.redelivered:
+                tail.append(e)  # cannot happen for spillable queues; keep it in place
+                break
+            msg = e.msg
+            assert msg is not None
+            # `e` is dropped (its state is left alone: a caller may still be looking at it);
+            # the message comes back as a new entry when paged in.
+            moved.append((e.seq, msg, e.expires_at))
+            n += 1
+            nbytes += e.size
+        if not moved:
+            return 0, gone
+        moved.reverse()
+        spill.push_front(moved)
+        c.ready -= n
+        c.ready_bytes -= nbytes
+        c.paged += n
+        c.paged_bytes += nbytes
+        self.spilled += n
+        self.spilled_bytes += nbytes
+        self._stored += n
+        return n, gone
+
+    def push(self, seq: SeqId, msg: Message, size: int, expires_at: int | None) -> None:
+        """A new message while the spill is non-empty: it goes behind everything spilled."""
+        buf = self._buf
+        buf.append((seq, msg, expires_at))
+        c = self._counters
+        c.paged += 1
+        c.paged_bytes += size
+        c.added += 1
+        self.spilled += 1
+        self.spilled_bytes += size
+        if len(buf) >= SPILL_BATCH:
+            spill = self.spill
+            assert spill is not None
+            spill.push_back(buf)
+            self._stored += len(buf)
+            self._buf = []
+
+    def refill(self, tail: deque[Entry], max_count: int, max_bytes: int) -> int:
+        """Page the oldest spilled messages back into `tail` (store first, then the buffer);
+        returns how many."""
+        items: list[Spilled] = []
+        if self._stored:
+            spill = self.spill
+            assert spill is not None
+            items = spill.pop_front(max_count, max_bytes)
+            self._stored -= len(items)
+        if not self._stored and len(items) < max_count and self._buf:
+            buf = self._buf
+            k = max_count - len(items)
+            items.extend(buf[:k])
+            del buf[:k]
+        n = nbytes = 0
+        restored_below = self._restored_below
+        for seq, msg, expires_at in items:
+            size = len(msg.body)
+            e = new_entry(seq, msg, size)
+            e.expires_at = expires_at
+            if seq < restored_below:  # recovered backlog: flags as stored
+                e.deliveries, e.redelivered = self.recovered_state(seq, forget=True)
+            tail.append(e)
+            n += 1
+            nbytes += size
+        c = self._counters
+        c.paged -= n
+        c.paged_bytes -= nbytes
+        c.ready += n
+        c.ready_bytes += nbytes
+        self.spilled -= n
+        self.spilled_bytes -= nbytes
+        if restored_below and not self.spilled:
+            self._restored_below = 0
+            self._restored_counts = {}
+        return n
+
+    def refill_batch(self, tail: deque[Entry]) -> int:
+        """`refill` one read-ahead batch: half the bound."""
+        return self.refill(tail, max(1, self.head_n // 2), max(1, self.head_b // 2))
+
+    def unspill(self, tail: deque[Entry]) -> None:
+        """Bring every spilled message back into `tail` (settings change, O(n) reads)."""
+        while self.spilled:
+            if not self.refill(tail, UNBOUNDED, UNBOUNDED):
+                raise RuntimeError(f"queue {self.name}: spill store lost messages")
+
+    def clear(self) -> int:
+        """Forget everything spilled (purge); returns how many messages."""
+        n = self.spilled
+        if self.spill is not None:
+            self.spill.clear()
+        self._buf = []
+        c = self._counters
+        c.paged -= n
+        c.paged_bytes -= self.spilled_bytes
+        self.spilled = self.spilled_bytes = self._stored = 0
+        self._restored_below = 0
+        self._restored_counts = {}
+        return n
+
+    def close(self) -> None:
+        """The queue is deleted: forget everything and release the store."""
+        self.clear()
+        if self.spill is not None:
+            self.spill.close()
+
+    def restore(
+        self,
+        spill: SpillStore,
+        count: int,
+        nbytes: int,
+        *,
+        redelivered: bool,
+        delivery_counts: dict[SeqId, int],
+        below: SeqId,
+    ) -> None:
+        """Adopt a recovered backlog of `count` messages left in `spill` (see
+        `Queue.restore_spilled`)."""
+        assert not self.spilled, "restore_spilled runs once, on a queue with nothing paged"
+        self.spill = spill
+        self.spilled = self._stored = count
+        self.spilled_bytes = nbytes
+        c = self._counters
+        c.paged += count
+        c.paged_bytes += nbytes
+        c.added += count
+        self._restored_below = below
+        self._restored_redelivered = redelivered
+        self._restored_counts = delivery_counts
+
+    def recovered_state(self, seq: SeqId, *, forget: bool) -> tuple[int, bool]:
+        """(delivery count, redelivered) of a spilled message as recovery stored them; a
+        message published since recovery has (0, False). `forget`: it is being paged in."""
+        if seq >= self._restored_below:
+            return 0, False
+        counts = self._restored_counts
+        count = counts.pop(seq, 0) if forget else counts.get(seq, 0)
+        return count, self._restored_redelivered or count > 0
+
+    def browse(self, after: SeqId | None, limit: int, now_ms: int, out: list[Delivery]) -> None:
+        """Append to `out` (until it holds `limit`) the spilled messages with a seq above
+        `after`, in order, read in place (nothing is paged in); expired ones are skipped."""
+        spill = self.spill
+        assert spill is not None
+        cursor: int | None = after
+        while self._stored and len(out) < limit:
+            want = limit - len(out)
+            items = spill.peek_after(cursor, want)
+            self._browse(items, now_ms, out, limit)
+            if len(items) < want:
+                break
+            cursor = items[-1][0]
+        if len(out) < limit:
+            buf = [item for item in self._buf if cursor is None or item[0] > cursor]
+            self._browse(buf, now_ms, out, limit)
+
+    def _browse(self, items: list[Spilled], now_ms: int, out: list[Delivery], limit: int) -> None:
+        # Spilled messages as `refill` would restore them: a recovered backlog keeps its
+        # stored flags and delivery counts; expired ones are skipped as browse skips them.
+        for seq, msg, expires_at in items:
+            if len(out) >= limit:
+                return
+            if expires_at is not None and now_ms > expires_at:
+                continue
+            count, redelivered = self.recovered_state(seq, forget=False)
+            out.append(Delivery(seq, msg, redelivered, count + 1))

@@ -1,0 +1,129 @@
+"""The storage ports a queue pages through, and their in-memory implementations.
+
+`BodyStore` takes bodies paged one by one (flow-to-disk limits); `SpillStore` keeps a queue's
+paged tail in order. The storage layer provides disk implementations that satisfy these
+Protocols structurally; this module must not import storage/.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Protocol
+
+from ringmq.core.message import Message, SeqId
+
+__all__ = ["BodyStore", "MemoryBodyStore", "MemorySpillStore", "SpillStore", "Spilled"]
+
+
+class BodyStore(Protocol):
+    """Where message bodies go when a queue pages them out (flow_to_disk / PAGE)."""
+
+    def page_out(self, queue: str, seq: SeqId, message: Message) -> None:
+        """Take the message; the queue drops its reference."""
+
+    def page_in(self, queue: str, seq: SeqId) -> Message:
+        """Give the message back and forget it."""
+        ...
+
+    def peek(self, queue: str, seq: SeqId) -> Message:
+        """Read the message and keep it (browse)."""
+        ...
+
+    def discard(self, queue: str, seq: SeqId) -> None:
+        """Forget the message (purged, evicted)."""
+
+
+Spilled = tuple[SeqId, Message, int | None]
+"""One spilled message: (seq, message, expires_at epoch ms or None)."""
+
+
+class SpillStore(Protocol):
+    """Where a queue's paged tail lives: an ordered sequence of never-delivered messages.
+
+    The queue decides the order; the store keeps it: `push_back` appends after everything,
+    `push_front` inserts a run before everything, `pop_front` returns the oldest in order.
+    """
+
+    def push_back(self, items: Sequence[Spilled]) -> None:
+        """Append after everything spilled, in the given order."""
+
+    def push_front(self, items: Sequence[Spilled]) -> None:
+        """Insert before everything spilled, in the given order."""
+
+    def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
+        """Take up to `max_count` items (about `max_bytes` of bodies, at least one)."""
+        ...
+
+    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
+        """Up to `limit` items with a seq above `after`, in order, leaving them in place."""
+        ...
+
+    def clear(self) -> None:
+        """Forget everything (purge); the store stays usable."""
+
+    def close(self) -> None:
+        """Forget everything and release files (queue deleted)."""
+
+
+class MemorySpillStore:
+    """`SpillStore` in a deque (tests; memory is not saved)."""
+
+    def __init__(self) -> None:
+        self.items: deque[Spilled] = deque()
+
+    def push_back(self, items: Sequence[Spilled]) -> None:
+        self.items.extend(items)
+
+    def push_front(self, items: Sequence[Spilled]) -> None:
+        self.items.extendleft(reversed(items))
+
+    def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
+        out: list[Spilled] = []
+        got = 0
+        items = self.items
+        while items and len(out) < max_count and (not out or got < max_bytes):
+            item = items.popleft()
+            out.append(item)
+            got += len(item[1].body)
+        return out
+
+    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
+        out: list[Spilled] = []
+        for item in self.items:
+            if len(out) >= limit:
+                break
+            if after is None or item[0] > after:
+                out.append(item)
+        return out
+
+    def clear(self) -> None:
+        self.items.clear()
+
+    def close(self) -> None:
+        self.items.clear()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class MemoryBodyStore:
+    """Default `BodyStore`: a dict (paging is accounted for but bodies stay in RAM)."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[tuple[str, SeqId], Message] = {}
+
+    def page_out(self, queue: str, seq: SeqId, message: Message) -> None:
+        self._bodies[(queue, seq)] = message
+
+    def page_in(self, queue: str, seq: SeqId) -> Message:
+        return self._bodies.pop((queue, seq))
+
+    def peek(self, queue: str, seq: SeqId) -> Message:
+        return self._bodies[(queue, seq)]
+
+    def discard(self, queue: str, seq: SeqId) -> None:
+        self._bodies.pop((queue, seq), None)
+
+    def __len__(self) -> int:
+        return len(self._bodies)
