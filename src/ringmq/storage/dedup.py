@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
+from ringmq.storage.appendlog import AppendLog
 from ringmq.storage.journal import write_all
 from ringmq.storage.records import RecordType, frame, scan
 
@@ -64,11 +65,8 @@ class DedupLog:
         directory.mkdir(parents=True, exist_ok=True)
         self._log = directory / "log"
         self._window = self._load()
-        self._fd = os.open(self._log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._written = os.fstat(self._fd).st_size
-        self._base = self._written  # size at the last rewrite (or open)
-        self._buf = bytearray()
-        self.failure: OSError | None = None
+        self._file = AppendLog(self._log)
+        self._base = self._file.written  # size at the last rewrite (or open)
 
     def _load(self) -> Window:
         window: Window = {}
@@ -108,15 +106,17 @@ class DedupLog:
 
     def record(self, scope: str, message_id: str, at_ms: int) -> None:
         """`message_id` was accepted in `scope` at `at_ms`."""
-        self._buf += _add(scope, message_id, at_ms)
+        self._file.buf += _add(scope, message_id, at_ms)
 
     def discard(self, scope: str, message_id: str) -> None:
         """Forget one id (its publish was refused after all)."""
-        self._buf += _discard(scope, message_id)
+        self._file.buf += _discard(scope, message_id)
 
     def due(self) -> bool:
         """True when the log grew enough that the broker should `rewrite` it."""
-        return self._written + len(self._buf) - self._base > MIN_REWRITE_BYTES + self._base
+        return (
+            self._file.written + len(self._file.buf) - self._base > MIN_REWRITE_BYTES + self._base
+        )
 
     def rewrite(self, window: Mapping[str, Iterable[tuple[str, int]]]) -> None:
         """Replace the log with `window` (scope -> (id, accepted at) oldest first), durably.
@@ -140,39 +140,22 @@ class DedupLog:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-        os.close(self._fd)
-        self._fd = os.open(self._log, os.O_WRONLY | os.O_APPEND)
-        self._written = self._base = len(out)
-        self._buf.clear()
+        self._file.reopen()
+        self._base = self._file.written
+
+    @property
+    def failure(self) -> OSError | None:
+        """The last write error while buffered records wait for a retry (`flush`)."""
+        return self._file.failure
 
     def flush(self) -> list[int]:
         """Write buffered records; return dup'd descriptors to fsync (empty when clean)."""
-        if not self._buf:
-            return []
-        try:
-            write_all(self._fd, self._buf)
-        except OSError as exc:
-            # cut a partial write back so a retry appends the same records at the same place
-            if exc.filename is None:
-                exc.filename = str(self._log)
-            self.failure = exc
-            os.ftruncate(self._fd, self._written)
-            raise
-        self.failure = None
-        self._written += len(self._buf)
-        self._buf.clear()
-        return [os.dup(self._fd)]
+        return self._file.flush()
 
     def abandon(self) -> None:
         """Close without writing buffered records (simulated crash; tests)."""
-        self._buf.clear()
-        os.close(self._fd)
+        self._file.abandon()
 
     def close(self) -> None:
         """Flush, fsync and close."""
-        for fd in self.flush():
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.close(self._fd)
+        self._file.close()

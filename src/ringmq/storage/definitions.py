@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from ringmq.storage.journal import write_all
+from ringmq.storage.appendlog import AppendLog
 from ringmq.storage.records import RecordType, frame, scan
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,7 @@ class DefinitionLog:
         self._log = directory / "log"
         self._defs: dict[str, dict[str, Any]] = {}
         self._load()
-        self._fd = os.open(self._log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._buf = bytearray()
-        self._written = os.fstat(self._fd).st_size  # bytes of the log known written
-        self.failure: OSError | None = None
-        """The last write error while buffered records wait for a retry (`flush`)."""
+        self._file = AppendLog(self._log)
         # make the log's directory entry durable before anything relies on it
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
@@ -124,43 +120,28 @@ class DefinitionLog:
         """Create or replace a definition (value must be JSON-serialisable)."""
         value = dict(value) if isinstance(value, Mapping) else value
         doc = json.dumps({"kind": kind, "key": key, "value": value}, separators=(",", ":"))
-        self._buf += frame(RecordType.DEFINITION_PUT, doc.encode())
+        self._file.buf += frame(RecordType.DEFINITION_PUT, doc.encode())
         self._defs.setdefault(kind, {})[key] = value
 
     def delete(self, kind: str, key: str) -> None:
         """Remove a definition (no-op when absent, still journaled)."""
         doc = json.dumps({"kind": kind, "key": key}, separators=(",", ":"))
-        self._buf += frame(RecordType.DEFINITION_DELETE, doc.encode())
+        self._file.buf += frame(RecordType.DEFINITION_DELETE, doc.encode())
         self._defs.get(kind, {}).pop(key, None)
+
+    @property
+    def failure(self) -> OSError | None:
+        """The last write error while buffered records wait for a retry (`flush`)."""
+        return self._file.failure
 
     def flush(self) -> list[int]:
         """Write buffered records; return dup'd descriptors to fsync (empty when clean)."""
-        if not self._buf:
-            return []
-        try:
-            write_all(self._fd, self._buf)
-        except OSError as exc:
-            # cut a partial write back so a retry appends the same records at the same place
-            if exc.filename is None:
-                exc.filename = str(self._log)
-            self.failure = exc
-            os.ftruncate(self._fd, self._written)
-            raise
-        self.failure = None
-        self._written += len(self._buf)
-        self._buf.clear()
-        return [os.dup(self._fd)]
+        return self._file.flush()
 
     def abandon(self) -> None:
         """Close without writing buffered records (simulated crash; tests)."""
-        self._buf.clear()
-        os.close(self._fd)
+        self._file.abandon()
 
     def close(self) -> None:
         """Flush, fsync and close."""
-        for fd in self.flush():
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.close(self._fd)
+        self._file.close()

@@ -18,7 +18,7 @@ from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.message import Message, SeqId
-from ringmq.storage import definitions, journal, paging
+from ringmq.storage import appendlog, journal, paging
 from ringmq.storage.records import Entry
 from ringmq.storage.store import FileStore, RecoveredState
 from tests.unit.core.test_broker_kit import of_type
@@ -73,7 +73,7 @@ real_datasync = journal._datasync
 def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
     d = Disk()
     monkeypatch.setattr(journal, "write_all", d.write_all)
-    monkeypatch.setattr(definitions, "write_all", d.write_all)
+    monkeypatch.setattr(appendlog, "write_all", d.write_all)
     monkeypatch.setattr(journal, "_datasync", d.datasync)
     return d
 
