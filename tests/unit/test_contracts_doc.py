@@ -23,7 +23,7 @@ _BROKER_REF = re.compile(r"\bbroker\.([a-z_][A-Za-z0-9_]*)")
 
 
 def listed_imports() -> set[tuple[str, str]]:
-    out = set()
+    out: set[tuple[str, str]] = set()
     for line in CROSS.splitlines():
         m = re.match(r"- `(ringmq[\w.]*)`: (.*)", line)
         if m:
@@ -32,7 +32,7 @@ def listed_imports() -> set[tuple[str, str]]:
 
 
 def code_imports() -> set[tuple[str, str]]:
-    out = set()
+    out: set[tuple[str, str]] = set()
     for path in SRC.rglob("*.py"):
         parts = path.relative_to(SRC).parts
         if len(parts) < 2:
@@ -81,7 +81,7 @@ def test_listed_broker_names_exist() -> None:
 
 
 def test_server_and_management_reach_only_listed_broker_names() -> None:
-    used = set()
+    used: set[str] = set()
     for layer in ("server", "management"):
         for path in (SRC / layer).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
