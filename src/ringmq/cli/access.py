@@ -1,4 +1,5 @@
-"""`ringmq user|vhost|permission ...` and `ringmq list users|vhosts|permissions`.
+"""`ringmq user|vhost|permission ...` (`ringmq list users|vhosts|permissions` are `_LISTS` entries
+in cli/admin.py).
 
 The same HTTP API and options as cli/admin.py (RabbitMQ's `rabbitmqctl add_user`,
 `add_vhost`, `set_permissions` over `/api/users`, `/api/vhosts`, `/api/permissions`).
@@ -14,15 +15,11 @@ from ringmq.cli.admin import (
     DEFAULT_PASSWORD,
     DEFAULT_URL,
     DEFAULT_USER,
-    AsJson,
     Password,
     Url,
     User,
     _client,
-    _print_json,
     _q,
-    _table,
-    list_app,
     out,
 )
 
@@ -34,59 +31,6 @@ Tags = Annotated[
     str, typer.Option("--tags", help="Comma-separated: administrator, monitoring, management...")
 ]
 InVhost = Annotated[str, typer.Option("--vhost", "-V", help="Virtual host.")]
-
-
-@list_app.command(name="users")
-def list_users(
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-    as_json: AsJson = False,
-) -> None:
-    """List users and their tags."""
-    with _client(url, user, password) as c:
-        rows = c.request("GET", "/users")
-    if as_json:
-        _print_json(rows)
-        return
-    shown = [
-        {**r, "tags": ",".join(r["tags"]) if isinstance(r["tags"], list) else r["tags"]}
-        for r in rows
-    ]
-    _table("users", [("name", "name"), ("tags", "tags")], shown)
-
-
-@list_app.command(name="vhosts")
-def list_vhosts(
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-    as_json: AsJson = False,
-) -> None:
-    """List virtual hosts with their message counts."""
-    with _client(url, user, password) as c:
-        rows = c.request("GET", "/vhosts")
-    if as_json:
-        _print_json(rows)
-    else:
-        _table("vhosts", [("name", "name"), ("messages", "messages")], rows)
-
-
-@list_app.command(name="permissions")
-def list_permissions(
-    url: Url = DEFAULT_URL,
-    user: User = DEFAULT_USER,
-    password: Password = DEFAULT_PASSWORD,
-    as_json: AsJson = False,
-) -> None:
-    """List every user's permissions per virtual host."""
-    with _client(url, user, password) as c:
-        rows = c.request("GET", "/permissions")
-    if as_json:
-        _print_json(rows)
-    else:
-        columns = [("user", "user"), ("vhost", "vhost"), ("configure", "configure")]
-        _table("permissions", [*columns, ("write", "write"), ("read", "read")], rows)
 
 
 @user_app.command(name="add")

@@ -111,6 +111,8 @@ def _table(title: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]
             value: Any = row
             for part in key.split("."):
                 value = value.get(part) if isinstance(value, dict) else None
+            if isinstance(value, list):  # e.g. a user's tags
+                value = ",".join(str(v) for v in value)
             cells.append("" if value is None else str(value))
         table.add_row(*cells)
     out.print(table)
@@ -183,6 +185,18 @@ def status(
 
 
 _LISTS: Final[dict[str, tuple[str, list[tuple[str, str]]]]] = {
+    "users": ("/users", [("name", "name"), ("tags", "tags")]),
+    "vhosts": ("/vhosts", [("name", "name"), ("messages", "messages")]),
+    "permissions": (
+        "/permissions",
+        [
+            ("user", "user"),
+            ("vhost", "vhost"),
+            ("configure", "configure"),
+            ("write", "write"),
+            ("read", "read"),
+        ],
+    ),
     "queues": (
         "/queues",
         [
