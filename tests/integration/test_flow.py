@@ -8,7 +8,7 @@ import time
 import pika
 import pytest
 
-from ringmq.core.broker import FLOW_HIGH
+from ringmq.core.resources import FLOW_HIGH
 from ringmq.server.runtime import BrokerThread
 from tests.integration.conftest import wait_until
 

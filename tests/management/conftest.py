@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp import spec
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
@@ -90,6 +91,7 @@ def open_consumer(broker: Broker, queue: str, *, conn_id: int = 1, prefetch: int
     """A client connection with one channel consuming `queue` (ack required)."""
     broker.connection_opened(conn_id, "guest", "/", "127.0.0.1:5000", {}, T0_MS)
     broker.channel_opened(conn_id, 1, T0_MS)
+    amqp = Amqp091(broker)
     if prefetch:
-        broker.handle(conn_id, 1, spec.BasicQos(prefetch_count=prefetch), None, T0_MS)
-    broker.handle(conn_id, 1, spec.BasicConsume(queue=queue, consumer_tag="c1"), None, T0_MS)
+        amqp.handle(conn_id, 1, spec.BasicQos(prefetch_count=prefetch), None, T0_MS)
+    amqp.handle(conn_id, 1, spec.BasicConsume(queue=queue, consumer_tag="c1"), None, T0_MS)

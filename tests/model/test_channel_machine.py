@@ -68,7 +68,7 @@ class ChannelMachine(RuleBasedStateMachine):
 
     def check(self, effects: list[Any]) -> None:
         got = [
-            (e.method.delivery_tag, int(e.message.body), e.method.redelivered)
+            (e.delivery_tag, int(e.message.body), e.redelivered)
             for e in effects
             if isinstance(e, Deliver)
         ]

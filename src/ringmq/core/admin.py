@@ -3,7 +3,7 @@
 Theory of operation: `Admin` wraps one `Broker` and exposes management operations by vhost and
 name, without AMQP channels. Every call runs on the broker's loop thread (no locks). Reads return
 plain dicts whose keys match the management port's record fields (`QueueInfo(**d)` works);
-writes validate first and raise `AMQPError` (NOT_FOUND, PRECONDITION_FAILED, ACCESS_REFUSED...)
+writes validate first and raise `BrokerError` (NOT_FOUND, PRECONDITION_FAILED, ACCESS_REFUSED...)
 or `ValueError` (bad input) with nothing changed. Operations that affect clients (deleting a
 queue cancels its consumers; publishing or requeueing dispatches to them) produce effects; they
 are passed to `emit` when the server has set it, else kept in `pending` for `drain_effects()`.
@@ -26,14 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from ringmq.amqp.frames import RawContent
-from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
-from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.auth import verify_password
 from ringmq.core.effects import CloseConnection, Effect
+from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
-from ringmq.core.message import SeqId
-from ringmq.core.routing import EXCHANGE, QUEUE, parse_exchange_type
+from ringmq.core.message import FORM_AMQP091, SeqId, form, form_of
+from ringmq.core.routing import EXCHANGE, QUEUE
 from ringmq.core.session import ChannelMode
 from ringmq.core.settings import SettingsError
 from ringmq.core.vhost import QueueEntity, VHost
@@ -81,17 +79,17 @@ class Admin:
         self.broker = broker
         self.emit: Callable[[list[Effect]], None] | None = None
         self.pending: list[Effect] = []
+        self._out: list[Effect] = []
 
     # ---------------------------------------------------------------- effects plumbing
-    def _begin(self, now_ms: int) -> None:
-        b = self.broker
-        b._out = []
-        b._now_ms = now_ms
+    def begin(self, now_ms: int) -> None:
+        """Start a core call (its effects leave through `end`)."""
+        self._out = self.broker.begin(now_ms)
 
-    def _end(self, now_ms: int) -> None:
-        b = self.broker
-        b._flush(now_ms)
-        effects, b._out = b._out, []
+    def end(self, now_ms: int) -> None:
+        """End the call: flush, and hand its effects to `emit` (else keep them in `pending`)."""
+        self.broker.finish(now_ms)
+        effects, self._out = self._out, []
         if effects:
             if self.emit is not None:
                 self.emit(effects)
@@ -107,21 +105,21 @@ class Admin:
     def _vh(self, vhost: str) -> VHost:
         vh = self.broker.vhosts.get(vhost)
         if vh is None:
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no vhost '{vhost}'")
+            raise BrokerError(Condition.NOT_FOUND, f"no vhost '{vhost}'")
         return vh
 
     def _q(self, vhost: str, name: str) -> QueueEntity:
         vh = self._vh(vhost)
         q = vh.queues.get(name)
         if q is None:
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
+            raise BrokerError(Condition.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
         return q
 
     def _x(self, vhost: str, name: str) -> Exchange:
         vh = self._vh(vhost)
         x = vh.exchanges.get(name)
         if x is None:
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
+            raise BrokerError(Condition.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
         return x
 
     # ---------------------------------------------------------------- users and vhosts
@@ -142,20 +140,20 @@ class Admin:
     def delete_vhost(self, name: str, *, now_ms: int) -> None:
         """Delete a vhost: its connections are closed (320) and its queues dropped."""
         vh = self._vh(name)
-        self._begin(now_ms)
+        self.begin(now_ms)
         b = self.broker
         for conn in list(b.conns.values()):
             if conn.vhost == name:
-                b._out.append(
-                    CloseConnection(conn.conn_id, ReplyCode.CONNECTION_FORCED, "vhost deleted")
+                self._out.append(
+                    CloseConnection(conn.conn_id, Condition.CONNECTION_FORCED, "vhost deleted")
                 )
         for q in list(vh.queues.values()):
-            b._delete_queue(vh, q, now_ms)
+            b.topology.delete_queue(vh, q, now_ms)
         del b.vhosts[name]
         for user, vhost in list(b.auth.permissions):
             if vhost == name:
                 b.auth.clear_permissions(user, vhost)
-        self._end(now_ms)
+        self.end(now_ms)
 
     def users(self) -> list[dict[str, Any]]:
         """Users as {name, tags, password_hash}."""
@@ -201,7 +199,7 @@ class Admin:
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         """Grant permissions (ValueError-like re.error on a bad regex)."""
         if user not in self.broker.auth.users:
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no user '{user}'")
+            raise BrokerError(Condition.NOT_FOUND, f"no user '{user}'")
         self._vh(vhost)
         self.broker.auth.set_permissions(user, vhost, configure, write, read)
 
@@ -302,15 +300,15 @@ class Admin:
         if not name:
             raise ValueError("queue name must not be empty")
         if name.startswith("amq.") and name not in vh.queues:
-            raise AMQPError(
-                ReplyCode.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            raise BrokerError(
+                Condition.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
             )
         args = dict(arguments or {})
         q = vh.queues.get(name)
         if q is not None:
             if q.durable != durable or q.auto_delete != auto_delete or q.arguments != args:
-                raise AMQPError(
-                    ReplyCode.PRECONDITION_FAILED,
+                raise BrokerError(
+                    Condition.PRECONDITION_FAILED,
                     f"inequivalent arguments for queue '{name}' in vhost '{vhost}'",
                 )
             return False
@@ -319,7 +317,7 @@ class Admin:
                 vhost, name, durable=durable, auto_delete=auto_delete, arguments=args, now_ms=now_ms
             )
         except SettingsError as exc:
-            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
+            raise BrokerError(Condition.PRECONDITION_FAILED, str(exc)) from None
         return True
 
     @_writes_definitions
@@ -336,26 +334,22 @@ class Admin:
         vh = self._vh(vhost)
         q = self._q(vhost, name)
         if if_unused and q.consumers:
-            raise AMQPError(
-                ReplyCode.PRECONDITION_FAILED, f"queue '{name}' in vhost '{vhost}' in use"
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED, f"queue '{name}' in vhost '{vhost}' in use"
             )
         if if_empty and q.queue.ready_count:
-            raise AMQPError(
-                ReplyCode.PRECONDITION_FAILED, f"queue '{name}' in vhost '{vhost}' not empty"
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED, f"queue '{name}' in vhost '{vhost}' not empty"
             )
         count = q.queue.ready_count
-        self._begin(now_ms)
-        self.broker._delete_queue(vh, q, now_ms)
-        self._end(now_ms)
+        self.begin(now_ms)
+        self.broker.topology.delete_queue(vh, q, now_ms)
+        self.end(now_ms)
         return count
 
     def purge_queue(self, vhost: str, name: str, *, now_ms: int = 0) -> int:
         """Remove every ready message; returns how many."""
-        q = self._q(vhost, name)
-        count = int(q.queue.purge())
-        if q.durable and self.broker.durability is not None:
-            self.broker.durability.purged(q)
-        return count
+        return self.broker.topology.purge(self._q(vhost, name))
 
     def get_messages(
         self, vhost: str, name: str, *, count: int, ackmode: str, now_ms: int
@@ -394,28 +388,28 @@ class Admin:
         try:
             new = self.broker.resolve_settings(vhost, name, args)
         except SettingsError as exc:
-            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
-        self._begin(now_ms)
+            raise BrokerError(Condition.PRECONDITION_FAILED, str(exc)) from None
+        self.begin(now_ms)
         q.arguments = args
         q.settings = new
         q.queue.update_settings(new, now_ms)
-        self.broker._track_timers(q)
-        self.broker._mark(q)
-        self._end(now_ms)
+        self.broker.state.track_timers(q)
+        self.broker.state.mark(q)
+        self.end(now_ms)
         return self._queue_info(q)
 
     def scheduled(self, vhost: str, name: str) -> list[dict[str, Any]]:
         """Scheduled messages of a queue: {seq, due_ms, routing_key, body, properties}."""
         out = []
         for s in self._q(vhost, name).queue.list_scheduled():
-            props = decode_properties(s.message.properties_bin)
+            props = form_of(s.message).describe(s.message.properties_bin)
             out.append(
                 {
                     "seq": int(s.seq),
                     "due_ms": s.due_ms,
                     "routing_key": s.message.routing_key,
                     "body": s.message.body,
-                    "properties": {k: v for k, v in asdict(props).items() if v is not None},
+                    "properties": props,
                 }
             )
         return out
@@ -429,12 +423,12 @@ class Admin:
     ) -> int:
         """Release scheduled messages (all, or `seqs`) to the queue head now."""
         q = self._q(vhost, name)
-        self._begin(now_ms)
+        self.begin(now_ms)
         n = q.queue.deliver_scheduled_now(
             None if seqs is None else [SeqId(s) for s in seqs], now_ms
         )
-        self.broker._mark(q)
-        self._end(now_ms)
+        self.broker.state.mark(q)
+        self.end(now_ms)
         return int(n)
 
     # ---------------------------------------------------------------- exchanges and bindings
@@ -471,52 +465,30 @@ class Admin:
         arguments: Mapping[str, Any] | None = None,
         now_ms: int = 0,
     ) -> bool:
-        """Declare an exchange; True when created (406 when an inequivalent one exists)."""
-        vh = self._vh(vhost)
-        if not name:
-            raise AMQPError(
-                ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange"
-            )
-        kind, routing_type = parse_exchange_type(type, arguments)  # ValueErrors: 400
-        args = dict(arguments or {})
-        x = vh.exchanges.get(name)
-        if x is not None:
-            diff = x.equivalent(kind, durable, auto_delete, internal, args)
-            if diff is not None:
-                raise AMQPError(
-                    ReplyCode.PRECONDITION_FAILED,
-                    f"inequivalent arg '{diff}' for exchange '{name}' in vhost '{vhost}'",
-                )
-            return False
-        vh.exchanges[name] = Exchange(
+        """Declare an exchange; True when created (406 when an inequivalent one exists).
+
+        The rules are `Topology.declare_exchange`'s, as for a client's declare; the caller
+        has authorised the user."""
+        return self.broker.topology.declare_exchange(
+            self._vh(vhost),
             name,
-            kind,
+            type,
             durable=durable,
             auto_delete=auto_delete,
             internal=internal,
-            arguments=args,
-            routing_type=routing_type,
+            arguments=arguments,
         )
-        vh.invalidate()
-        return True
 
     @_writes_definitions
     def delete_exchange(
         self, vhost: str, name: str, *, if_unused: bool = False, now_ms: int = 0
     ) -> None:
-        """Delete an exchange (403 for the default and amq.* ones, 406 if used and if_unused)."""
+        """Delete an exchange (403 for the default and amq.* ones, 404 when missing, 406 if
+        used and if_unused)."""
         vh = self._vh(vhost)
-        if not name or name.startswith("amq."):
-            raise AMQPError(
-                ReplyCode.ACCESS_REFUSED,
-                f"deletion of system exchange '{name}' in vhost '{vhost}' not allowed",
-            )
-        x = self._x(vhost, name)
-        if if_unused and x.bindings:
-            raise AMQPError(
-                ReplyCode.PRECONDITION_FAILED, f"exchange '{name}' in vhost '{vhost}' in use"
-            )
-        self.broker._delete_exchange(vh, x)
+        if name and not name.startswith("amq."):
+            self._x(vhost, name)
+        self.broker.topology.delete_exchange(vh, name, if_unused=if_unused)
 
     def publish(
         self,
@@ -528,24 +500,20 @@ class Admin:
         *,
         now_ms: int,
     ) -> bool:
-        """Publish a message as the management API does; True when it was routed somewhere."""
+        """Publish a message as the management API does; True when it was routed somewhere.
+
+        `properties` are AMQP 0-9-1 basic properties by name, as RabbitMQ's API takes them
+        (ValueError for a bad one)."""
         vh = self._vh(vhost)
         x = self._x(vhost, exchange)
-        try:
-            props = BasicProperties(**dict(properties or {}))
-        except TypeError as exc:
-            raise ValueError(f"bad message properties: {exc}") from None
-        pb = encode_properties(props)
-        self._begin(now_ms)
+        msg = form(FORM_AMQP091).compose(exchange, routing_key, properties or {}, body, now_ms)
+        self.begin(now_ms)
         b = self.broker
-        msg, _ = b._build_message(
-            exchange, routing_key, RawContent(60, len(body), pb, body), now_ms
-        )
         before = b.stats["unroutable"]
-        b.stats["published"] += 1  # received, as a client's basic.publish counts
-        b._route_publish(vh, x, msg, False, None, now_ms)
+        b.stats["published"] += 1  # received, as a client's publish counts
+        b.publisher.route(vh, x, msg, False, None, now_ms)
         routed = b.stats["unroutable"] == before
-        self._end(now_ms)
+        self.end(now_ms)
         return routed
 
     def bindings(self, vhost: str | None = None) -> list[dict[str, Any]]:
@@ -619,8 +587,8 @@ class Admin:
         vhost, src, dst, dtype, rk, args = self._binding_parts(binding, source, destination, kw)
         vh = self._vh(vhost)
         if not src:
-            raise AMQPError(
-                ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange"
+            raise BrokerError(
+                Condition.ACCESS_REFUSED, "operation not permitted on the default exchange"
             )
         x = self._x(vhost, src)
         if dtype == "queue":
@@ -634,7 +602,7 @@ class Admin:
         try:
             x.bind(dest, rk, args)
         except ValueError as exc:
-            raise AMQPError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
+            raise BrokerError(Condition.PRECONDITION_FAILED, str(exc)) from None
         vh.invalidate()
 
     @_writes_all_definitions
@@ -653,9 +621,9 @@ class Admin:
         x = self._x(vhost, src)
         dest = (QUEUE if dtype == "queue" else EXCHANGE, dst)
         if not x.unbind(dest, rk, args):
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no binding {src} -> {dst} '{rk}'")
+            raise BrokerError(Condition.NOT_FOUND, f"no binding {src} -> {dst} '{rk}'")
         vh.invalidate()
-        self.broker._maybe_auto_delete_exchange(vh, x)
+        self.broker.topology.maybe_auto_delete_exchange(vh, x)
 
     # ---------------------------------------------------------------- policies
     def policies(self, vhost: str | None = None) -> list[dict[str, Any]]:
@@ -703,7 +671,7 @@ class Admin:
     def clear_policy(self, vhost: str, name: str, *, now_ms: int = 0) -> None:
         """Delete a policy (404 when missing) and re-apply settings in its vhost."""
         if not self.broker.policies.clear(name, vhost=vhost):
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no policy '{name}' in vhost '{vhost}'")
+            raise BrokerError(Condition.NOT_FOUND, f"no policy '{name}' in vhost '{vhost}'")
         self._reapply(vhost, now_ms)
 
     def replace_address_settings(
@@ -720,7 +688,7 @@ class Admin:
 
     def _reapply(self, vhost: str, now_ms: int) -> None:
         vh = self._vh(vhost)
-        self._begin(now_ms)
+        self.begin(now_ms)
         for q in vh.queues.values():
             try:
                 new = self.broker.resolve_settings(vhost, q.name, q.arguments)
@@ -729,10 +697,10 @@ class Admin:
             if new != q.settings:
                 q.settings = new
                 q.queue.update_settings(new, now_ms)
-                self.broker._track_timers(q)
-                self.broker._mark(q)
+                self.broker.state.track_timers(q)
+                self.broker.state.mark(q)
         vh.invalidate()
-        self._end(now_ms)
+        self.end(now_ms)
 
     # ---------------------------------------------------------------- sessions
     def connections(self) -> list[dict[str, Any]]:
@@ -755,7 +723,7 @@ class Admin:
         """Ask the server to close a connection with 320 CONNECTION_FORCED."""
         if conn_id not in self.broker.conns:
             return False
-        effect = CloseConnection(conn_id, ReplyCode.CONNECTION_FORCED, reason)
+        effect = CloseConnection(conn_id, Condition.CONNECTION_FORCED, reason)
         if self.emit is not None:
             self.emit([effect])
         else:
@@ -834,26 +802,26 @@ class MessageGet:
         if self.finished or not self._alive():
             return []
         engine = self.q.queue
-        self.admin._begin(now_ms)
+        self.admin.begin(now_ms)
         got: list[dict[str, Any]] = []
         for _ in range(count):
             d = engine.fetch(now_ms, ack_required=True)
             if d is None:
                 break
             self.seqs.append(d.seq)
-            props = decode_properties(d.message.properties_bin)
+            props = form_of(d.message).describe(d.message.properties_bin)
             got.append(
                 {
                     "exchange": d.message.exchange,
                     "routing_key": d.message.routing_key,
                     "body": d.message.body,
                     "redelivered": d.redelivered,
-                    "properties": {k: v for k, v in asdict(props).items() if v is not None},
+                    "properties": props,
                     "message_count": engine.ready_count,
                 }
             )
-        self.admin.broker._mark(self.q)
-        self.admin._end(now_ms)
+        self.admin.broker.state.mark(self.q)
+        self.admin.end(now_ms)
         return got
 
     def finish(self, now_ms: int) -> None:
@@ -865,7 +833,7 @@ class MessageGet:
         if not seqs or not self._alive():
             return
         q, engine = self.q, self.q.queue
-        self.admin._begin(now_ms)
+        self.admin.begin(now_ms)
         if self.ackmode == "ack_requeue_false":
             engine.ack(seqs)
             dur = self.admin.broker.durability
@@ -873,5 +841,5 @@ class MessageGet:
                 dur.acked(q, seqs)
         else:
             engine.requeue(seqs, now_ms, count_failure=False)
-        self.admin.broker._mark(q)
-        self.admin._end(now_ms)
+        self.admin.broker.state.mark(q)
+        self.admin.end(now_ms)

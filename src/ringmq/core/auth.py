@@ -6,8 +6,9 @@ Passwords are stored as RabbitMQ stores them (`rabbit_password_hashing_sha256`):
 Permission patterns are regular expressions searched (not anchored), as RabbitMQ does; an empty
 pattern grants nothing. Compiled patterns are cached per permission entry.
 
-Checks raise `AMQPError` with RabbitMQ's codes and texts: login failures are ACCESS_REFUSED
-(403), vhost access is NOT_ALLOWED (530), resource permissions are ACCESS_REFUSED.
+Checks raise `BrokerError` with RabbitMQ's conditions and texts: login failures are
+ACCESS_REFUSED (0-9-1 code 403), vhost access NOT_ALLOWED (530), resource permissions
+ACCESS_REFUSED.
 This module is pure: no I/O, no clock.
 """
 
@@ -21,7 +22,7 @@ import secrets
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.errors import BrokerError, Condition
 
 _SALT_BYTES = 4
 
@@ -154,8 +155,8 @@ class AuthDB:
             and (peer_loopback or not user.loopback_only)
         )
         if not ok or user is None:
-            raise AMQPError(
-                ReplyCode.ACCESS_REFUSED,
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {mechanism}. "
                 "For details see the broker logfile.",
             )
@@ -164,8 +165,8 @@ class AuthDB:
     def check_vhost_access(self, username: str, vhost: str) -> None:
         """Raise NOT_ALLOWED unless `username` has any permissions in `vhost`."""
         if (username, vhost) not in self.permissions:
-            raise AMQPError(
-                ReplyCode.NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{username}'"
+            raise BrokerError(
+                Condition.NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{username}'"
             )
 
     def check(self, username: str, vhost: str, access: Access, kind: str, name: str) -> None:
@@ -181,8 +182,8 @@ class AuthDB:
         perm = self.permissions.get((username, vhost))
         resource = name if name or kind != "exchange" else "amq.default"
         if perm is None or not perm.allows(access, resource):
-            raise AMQPError(
-                ReplyCode.ACCESS_REFUSED,
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
                 f"{access.value} access to {kind} '{resource}' in vhost '{vhost}' "
                 f"refused for user '{username}'",
             )

@@ -1,7 +1,10 @@
-"""Effects: what the pure core asks the server to do.
+"""Effects: what the pure core asks the server to do, in no protocol's words.
 
-`Broker` methods return lists of effects; the server applies them in order and writes each
-connection's output once per read batch. Effects are imperatives (STYLE §5).
+Core calls return lists of effects; the server applies them in order, through the adapter of
+each target connection's protocol (AMQP 0-9-1: `ringmq.adapters.amqp091.frames`), and writes
+each connection's output once per read batch. Effects are imperatives (STYLE §5). `conn_id`
+and `channel` name the connection and the session (an AMQP 0-9-1 channel, an AMQP 1.0
+session) the effect is for.
 """
 
 from __future__ import annotations
@@ -9,25 +12,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ringmq.amqp import spec
+from ringmq.core.errors import Condition
 from ringmq.core.message import Message
 
 
 @dataclass(frozen=True, slots=True)
 class SendMethod:
-    """Send a content-less method frame (e.g. QueueDeclareOk, BasicCancel) on a channel."""
+    """Send a protocol adapter's reply (`method`: a frame of the adapter's protocol, e.g. an
+    AMQP 0-9-1 queue.declare-ok), in order with the core's effects. The core never builds one:
+    adapters append their replies to the call's effects so that a reply precedes the
+    deliveries it enables."""
 
     conn_id: int
     channel: int
-    method: Any  # an ringmq.amqp.spec method dataclass
+    method: Any  # the adapter's frame type; the core never reads it
 
 
 @dataclass(frozen=True, slots=True)
 class SendContent:
-    """Send a content-bearing method (BasicDeliver, BasicGetOk, BasicReturn) with its message.
-
-    The server writes method, header (message.properties_bin verbatim) and body frames.
-    """
+    """Send an adapter's reply that carries a message (an AMQP 0-9-1 basic.get-ok)."""
 
     conn_id: int
     channel: int
@@ -37,14 +40,11 @@ class SendContent:
 
 @dataclass(slots=True)
 class Deliver:
-    """Send basic.deliver of `message` to a consumer: method (exchange and routing key of the
-    message), header (properties_bin verbatim) and body frames.
+    """Deliver `message` to a consumer (its exchange and routing key are the message's).
 
     The delivery hot path builds one per delivered message, so it is a plain slotted class
     (a frozen dataclass's __init__ sets each field through object.__setattr__, several times
-    slower); treat it as immutable like the other effects. `SendContent` with a BasicDeliver
-    says the same thing and serves the rare deliveries whose routing key is not the message's
-    (direct reply-to).
+    slower); treat it as immutable like the other effects.
     """
 
     conn_id: int
@@ -54,39 +54,63 @@ class Deliver:
     redelivered: bool
     message: Message
 
-    @property
-    def method(self) -> spec.BasicDeliver:
-        """The basic.deliver method this effect sends."""
-        m = self.message
-        return spec.BasicDeliver(
-            self.consumer_tag, self.delivery_tag, self.redelivered, m.exchange, m.routing_key
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class CloseChannel:
-    """Close a channel from the broker side (Channel.Close with this code and text)."""
+class DeliverReply:
+    """Deliver `message` to a direct reply-to consumer under the routing key it was published
+    with (`amq.rabbitmq.reply-to.<token>`), never tracked for acknowledgement."""
 
     conn_id: int
     channel: int
-    code: int
-    text: str
-    class_id: int = 0
-    method_id: int = 0
+    consumer_tag: str
+    delivery_tag: int
+    routing_key: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Return:
+    """Hand an unroutable mandatory publish back to its publisher (`reason`: "NO_ROUTE")."""
+
+    conn_id: int
+    channel: int
+    reason: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """Settle publishes for their publisher: accepted (`ok`) or refused, up to and including
+    publish sequence number `seq` when `multiple`, else that one."""
+
+    conn_id: int
+    channel: int
+    seq: int
+    multiple: bool
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CancelConsumer:
+    """Tell a consumer that the broker ended its subscription (its queue was deleted)."""
+
+    conn_id: int
+    channel: int
+    consumer_tag: str
 
 
 @dataclass(frozen=True, slots=True)
 class CloseConnection:
-    """Close a connection from the broker side (e.g. management, vhost deleted)."""
+    """Close a connection from the broker side (management, vhost deleted)."""
 
     conn_id: int
-    code: int
+    condition: Condition
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """Send connection.blocked and stop reading from this publishing connection."""
+    """Tell this publishing connection it is blocked and stop reading from it."""
 
     conn_id: int
     reason: str
@@ -94,9 +118,20 @@ class Block:
 
 @dataclass(frozen=True, slots=True)
 class Unblock:
-    """Send connection.unblocked and resume reading."""
+    """Tell the connection it is unblocked and resume reading."""
 
     conn_id: int
 
 
-Effect = SendMethod | SendContent | Deliver | CloseChannel | CloseConnection | Block | Unblock
+Effect = (
+    SendMethod
+    | SendContent
+    | Deliver
+    | DeliverReply
+    | Return
+    | Confirm
+    | CancelConsumer
+    | CloseConnection
+    | Block
+    | Unblock
+)

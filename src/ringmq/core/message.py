@@ -1,19 +1,31 @@
-"""Messages as the core sees them.
+"""Messages as the core sees them: one protocol-neutral container (RabbitMQ's `mc`).
 
-A `Message` is created once per publish by the broker layer and shared by every queue it is
+A `Message` is created once per publish by a protocol adapter and shared by every queue it is
 routed to (so a fan-out to ten queues holds one body). Queues never mutate it: per-queue state
 (sequence number, redelivered flag, delivery count, expiry) lives in the queue's own entry.
 
-The content header is kept raw (`properties_bin`, the AMQP property flags and list exactly as
-the publisher sent them) and re-sent verbatim on delivery. The few properties the core needs
-(headers for LVQ keys and delays, priority, expiration, delivery mode, message id) are decoded
-once by the broker layer, only when the property flags say they are present.
+Two parts:
+
+* the **protocol form** the message arrived in, kept raw: `properties_bin` in the encoding of
+  the protocol named by `form` (AMQP 0-9-1: the property flags and list exactly as the publisher
+  sent them) and `body`. A consumer of the same protocol gets them verbatim; a consumer of
+  another protocol converts them, lazily, when it reads the message (docs/dev/messages.md);
+* the **neutral fields** the engine reads, filled once by the adapter at publish, only from
+  what the form says is present: routing (exchange, routing key), `headers` (application
+  properties: LVQ keys, the headers exchange, delays, CC/BCC), `priority`, `expiration_ms`,
+  `persistent`, `message_id`, the broker's `timestamp_ms`.
+
+When the core itself changes a message (dead-lettering adds `x-death` headers and drops the
+expiration; sender-selected distribution removes BCC) it asks the message's `Form` for the new
+raw properties (`reheadered`): the adapter of each protocol registers its form with
+`register_form` when imported, so the engine never imports a protocol.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NewType
+from typing import Any, Final, NewType, Protocol
 
 SeqId = NewType("SeqId", int)
 """Per-queue, strictly increasing position of a message; requeues restore it."""
@@ -51,8 +63,94 @@ class Message:
     timestamp_ms: int = 0
     store_ref: int = field(default=0)
     """Identity in the shared message store once persisted (0: not stored)."""
+    form: int = field(default=0)
+    """The protocol form of `properties_bin` (`FORM_AMQP091`, ...): which `Form` reads it."""
 
     @property
     def size(self) -> int:
         """Body size in bytes: what byte limits count (RabbitMQ counts bodies only)."""
         return len(self.body)
+
+    def reheadered(
+        self,
+        headers: dict[str, Any],
+        *,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+        drop_expiration: bool = False,
+        timestamp_ms: int | None = None,
+    ) -> Message:
+        """A copy with `headers` as its headers (and optionally another exchange, routing key
+        and timestamp; `drop_expiration` removes the per-message TTL), re-encoded in its form."""
+        raw = form_of(self).reheadered(
+            self.properties_bin, headers, drop_expiration=drop_expiration
+        )
+        return Message(
+            self.exchange if exchange is None else exchange,
+            self.routing_key if routing_key is None else routing_key,
+            raw,
+            self.body,
+            headers=headers,
+            priority=self.priority,
+            expiration_ms=None if drop_expiration else self.expiration_ms,
+            persistent=self.persistent,
+            message_id=self.message_id,
+            timestamp_ms=self.timestamp_ms if timestamp_ms is None else timestamp_ms,
+            form=self.form,
+        )
+
+    def expiration_text(self) -> str | None:
+        """The per-message TTL as its publisher wrote it (for `x-death`'s
+        original-expiration), None when it has none."""
+        return form_of(self).expiration_text(self.properties_bin)
+
+
+FORM_AMQP091: Final = 0
+"""AMQP 0-9-1 basic properties (flags + property list), as on the wire."""
+
+
+class Form(Protocol):
+    """What the core asks of a protocol's raw message properties."""
+
+    def reheadered(self, raw: bytes, headers: dict[str, Any], *, drop_expiration: bool) -> bytes:
+        """`raw` with its headers replaced by `headers` (and its expiration removed)."""
+
+    def expiration_text(self, raw: bytes) -> str | None:
+        """The expiration property of `raw` as written, None when absent."""
+
+    def describe(self, raw: bytes) -> dict[str, Any]:
+        """The properties present in `raw`, by name (management listings)."""
+
+    def compose(
+        self,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, Any],
+        body: bytes,
+        now_ms: int,
+    ) -> Message:
+        """A message in this form from named properties (ValueError for a bad one)."""
+
+
+_FORMS: dict[int, Form] = {}
+
+
+def register_form(form_id: int, form: Form) -> None:
+    """Install the reader of a protocol form (each adapter calls it for its own, at import)."""
+    _FORMS[form_id] = form
+
+
+def form(form_id: int) -> Form:
+    """The registered `Form` `form_id`; one whose adapter was never imported is a wiring
+    defect (LookupError)."""
+    try:
+        return _FORMS[form_id]
+    except KeyError:
+        raise LookupError(
+            f"no reader registered for message form {form_id} (import its protocol adapter)"
+        ) from None
+
+
+def form_of(msg: Message) -> Form:
+    """The `Form` of `msg`."""
+    return form(msg.form)

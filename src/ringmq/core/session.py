@@ -1,6 +1,7 @@
 """Per-connection and per-channel state: delivery tags, unacked messages, prefetch, confirms, tx.
 
-Theory of operation: a `Session` is one open AMQP channel as the core sees it. It owns
+Theory of operation: a `Session` is one open session of a client connection as the core sees it
+(an AMQP 0-9-1 channel, an AMQP 1.0 session). It owns
 
 * the delivery-tag counter and the unacked map `tag -> Unacked` (insertion ordered by tag, with a
   deque of tags so `multiple=True` settles pop from the front in O(settled));
@@ -10,7 +11,8 @@ Theory of operation: a `Session` is one open AMQP channel as the core sees it. I
 * publisher confirms: the publish sequence counter, the set of confirms held back for the storage
   layer, and the "floor" under which every sequence number has been confirmed (to coalesce
   `multiple=True` acks);
-* the transaction buffer (publishes and settles applied at tx.commit).
+* the transaction buffer (publishes and settles applied at tx.commit);
+* the cache of its successful permission checks (`check`).
 
 It does not touch queues; the broker does, using what the session returns. `Conn` groups the
 sessions of one connection with its user, vhost, writability and exclusive queues.
@@ -24,10 +26,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
 
 if TYPE_CHECKING:
+    from ringmq.core.auth import Access, AuthDB
     from ringmq.core.consumers import Consumer
     from ringmq.core.vhost import QueueEntity, VHost
 
@@ -111,6 +114,22 @@ class Session:
         self.write_ok: set[str] = set()  # exchanges this channel may publish to (cached)
         self.perm_generation = 0
 
+    # -- permissions ----------------------------------------------------------------------
+    def check(self, auth: AuthDB, access: Access, kind: str, name: str) -> None:
+        """Check that the session's user has `access` to resource `kind` `name` (raises
+        ACCESS_REFUSED). Successful checks are cached per session; any permission change bumps
+        the generation and empties the cache."""
+        key = (access.value, kind, name)
+        if self.perm_generation == auth.generation and key in self.perm_ok:
+            return
+        conn = self.conn
+        auth.check(conn.user, conn.vhost, access, kind, name)
+        if self.perm_generation != auth.generation:
+            self.perm_ok.clear()
+            self.write_ok.clear()
+            self.perm_generation = auth.generation
+        self.perm_ok.add(key)
+
     # -- deliveries -----------------------------------------------------------------------
     def track(self, entry: Unacked) -> int:
         """Allocate the next delivery tag for an ack-required delivery and remember it."""
@@ -140,8 +159,8 @@ class Session:
         unacked = self.unacked
         if multiple:
             if delivery_tag != 0 and delivery_tag not in unacked:
-                raise AMQPError(
-                    ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}"
+                raise BrokerError(
+                    Condition.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}"
                 )
             upto = delivery_tag if delivery_tag else self.next_tag
             out: list[Unacked] = []
@@ -154,7 +173,7 @@ class Session:
             return out
         entry = unacked.pop(delivery_tag, None)
         if entry is None:
-            raise AMQPError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}")
+            raise BrokerError(Condition.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}")
         order = self._order
         while order and order[0] not in unacked:
             order.popleft()

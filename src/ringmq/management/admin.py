@@ -33,6 +33,7 @@ from ringmq.amqp.properties import BasicProperties, decode_properties, encode_pr
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.auth import Access
 from ringmq.core.effects import Effect
+from ringmq.core.errors import BrokerError
 from ringmq.core.settings import QueueSettings
 from ringmq.management.port import (
     AckMode,
@@ -176,7 +177,7 @@ class CoreAdmin:
     def has_vhost_access(self, user: str, vhost: str) -> bool:
         try:
             self.broker.auth.check_vhost_access(user, vhost)
-        except AMQPError:
+        except BrokerError:
             return False
         return True
 

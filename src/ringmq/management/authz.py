@@ -34,6 +34,7 @@ from urllib.parse import unquote
 
 from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.auth import Access
+from ringmq.core.errors import BrokerError
 from ringmq.management.errors import HttpError
 from ringmq.management.port import BrokerAdmin, UserInfo
 
@@ -368,5 +369,5 @@ class Principal:
     def _amqp_check(self, vhost: str, access: Access, kind: str, name: str, refusal: int) -> None:
         try:
             self.admin.check_permission(self.name, vhost, access, kind, name)
-        except AMQPError as exc:
+        except (AMQPError, BrokerError) as exc:
             raise NotAuthorisedError(exc.explanation, refusal) from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.errors import BrokerError, Condition
 
 
 class HttpError(Exception):
@@ -55,7 +56,12 @@ class MethodNotAllowedError(HttpError):
 
 def to_response(exc: Exception) -> JSONResponse:
     """The JSON answer for an error raised by a handler or by the broker facade."""
-    if isinstance(exc, AMQPError):
+    if isinstance(exc, BrokerError):
+        if exc.condition is Condition.NOT_FOUND:
+            exc = NotFoundError(exc.explanation)
+        else:
+            exc = BadRequestError(exc.text)
+    elif isinstance(exc, AMQPError):
         if exc.code == ReplyCode.NOT_FOUND:
             exc = NotFoundError(exc.explanation)
         else:

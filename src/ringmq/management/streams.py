@@ -62,9 +62,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ringmq.amqp import spec
+from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
-from ringmq.core.effects import Block, Effect, SendMethod
+from ringmq.core.effects import Block, Confirm, Effect
+from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message, SeqId
 from ringmq.core.reservations import (
     DEFAULT_LEASE_MS,
@@ -85,7 +86,6 @@ MAX_PUBLISH: Final = 200_000
 """Most messages in one bulk publish request."""
 CONFIRM_TIMEOUT_S: Final = 60.0
 _LITTLE: Final = sys.byteorder == "little"
-_BASIC_ACK: Final = spec.BasicAck
 RECORD_HEAD: Final = struct.Struct(">QQBqBBII")
 EXPIRE_PERIOD_S: Final = 1.0
 MAX_READ: Final = 200_000
@@ -250,6 +250,7 @@ class StreamService:
 
     def __init__(self, broker: Any, runtime: Any, clock_ms: Callable[[], int]) -> None:
         self.broker = broker
+        self.amqp091 = Amqp091(broker)
         self.runtime = runtime
         self.clock_ms = clock_ms
         self._timer: asyncio.TimerHandle | None = None
@@ -402,10 +403,12 @@ class StreamService:
             self.broker.connection_opened(
                 conn_id, user, vhost, "http", {"product": "ringmq streams publish"}, now
             )
-        except AMQPError as exc:
+        except BrokerError as exc:
             raise StreamError(403, exc.explanation) from None
         self.broker.channel_opened(conn_id, 1, now)
-        self.broker.handle(conn_id, 1, spec.ConfirmSelect(), None, now)
+        session = self.broker.session(conn_id, 1)
+        assert session is not None
+        self.broker.confirms.select(session)
         return conn_id
 
     def close_publisher(self, conn_id: int) -> None:
@@ -435,7 +438,7 @@ class StreamService:
             result.blocked = "; ".join(sorted(alarms.values()))
             return
         try:
-            done = self.broker.publish_batch(
+            done = self.amqp091.publish_batch(
                 conn_id, 1, exchange, messages, start, stop, self.clock_ms()
             )
         except (ValueError, IndexError, struct.error):
@@ -445,16 +448,13 @@ class StreamService:
         if effects:
             e = effects[0]
             if not (
-                len(effects) == 1
-                and e.conn_id == conn_id
-                and type(e) is SendMethod
-                and type(e.method) is _BASIC_ACK
+                len(effects) == 1 and e.conn_id == conn_id and type(e) is Confirm and e.ok
             ):  # one ack for the whole slice is the common answer
                 self._apply(conn_id, effects, result)
         if done.blocked and result.blocked is None:
             result.blocked = "blocked"
         exc = done.error
-        if exc is not None:
+        if isinstance(exc, AMQPError):
             code = {ReplyCode.NOT_FOUND: 404, ReplyCode.ACCESS_REFUSED: 403}.get(exc.code, 400)
             raise StreamError(code, exc.explanation)
 
@@ -470,8 +470,8 @@ class StreamService:
         mine = [e for e in effects if e.conn_id == conn_id]
         if result is not None:
             for e in mine:
-                if isinstance(e, SendMethod) and isinstance(e.method, spec.BasicNack):
-                    result.nacked.append(int(e.method.delivery_tag) - 1)
+                if isinstance(e, Confirm) and not e.ok:
+                    result.nacked.append(e.seq - 1)
                 elif isinstance(e, Block):
                     result.blocked = e.reason
         others = [e for e in effects if e.conn_id != conn_id] if mine else effects

@@ -62,13 +62,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, assert_never
 
+from ringmq.adapters.amqp091 import Amqp091, frame_of, reply_code
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.effects import (
     Block,
-    CloseChannel,
+    CancelConsumer,
     CloseConnection,
+    Confirm,
     Deliver,
+    DeliverReply,
     Effect,
+    Return,
     SendContent,
     SendMethod,
     Unblock,
@@ -229,7 +233,12 @@ class BrokerServer:
     """
 
     def __init__(
-        self, options: ServerOptions, *, clock: Clock | None = None, broker: Any = None
+        self,
+        options: ServerOptions,
+        *,
+        clock: Clock | None = None,
+        broker: Any = None,
+        amqp091: Any = None,
     ) -> None:
         self.options = options
         self.clock: Clock = clock or SystemClock()
@@ -237,6 +246,9 @@ class BrokerServer:
         self.started_at_ms = 0
         self.broker: Any = broker
         """The core `Broker`; built from the options at `start()` unless one is given."""
+        self.amqp091: Any = amqp091
+        """The AMQP 0-9-1 adapter over the broker (`adapters.amqp091.Amqp091`), made at
+        `start()` unless one is given."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conns: dict[int, AMQPConnection] = {}
         self._ids = itertools.count(1)
@@ -326,6 +338,8 @@ class BrokerServer:
             # effects of admin calls (management, config reload) reach clients in one batch
             self.broker.admin.emit = self._emit
             apply_declarations(self.broker, cfg, self.clock.wall_ms())
+        if self.amqp091 is None:
+            self.amqp091 = Amqp091(self.broker)
         flow = getattr(self.broker, "flow_requests", None)
         if isinstance(flow, dict):
             self._flow_requests = flow
@@ -619,10 +633,9 @@ class BrokerServer:
         self._conns[c.conn_id] = c
         c.connected_at_ms = self.clock.wall_ms()
         c.connected_mono = self.clock.monotonic()
-        check = getattr(self.broker, "check_publish", None)
-        if check is not None:
-            conn_id = c.conn_id
-            c.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
+        check = self.amqp091.check_publish
+        conn_id = c.conn_id
+        c.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
 
     def content_in_flight(self) -> int:
         """Body bytes of the contents being received, for the memory watermark.
@@ -759,7 +772,7 @@ class BrokerServer:
     def _on_events(self, c: AMQPConnection, events: list[ev.Event]) -> None:
         # One clock read per read batch: every event of the batch happened "now".
         now = self._now_ms()
-        handle = self.broker.handle
+        handle = self.amqp091.handle
         conn_id = c.conn_id
         conns = self._conns
         # Commands parsed in the same read behind one that failed are dropped, as RabbitMQ
@@ -814,7 +827,7 @@ class BrokerServer:
                 return self._login(c, event, now)
             case ev.OpenRequested(vhost=vhost):
                 try:
-                    self.broker.connection_opened(
+                    self.amqp091.connection_opened(
                         c.conn_id, c.user, vhost, c.peer, c.client_properties, now
                     )
                 except AMQPError as err:
@@ -854,7 +867,7 @@ class BrokerServer:
     def _login(self, c: AMQPConnection, event: ev.LoginRequested, now: int) -> list[ev.Event]:
         source = c.peer[0]
         try:
-            user = self.broker.check_login(event.mechanism, event.response, c.peer_loopback)
+            user = self.amqp091.check_login(event.mechanism, event.response, c.peer_loopback)
         except AMQPError as err:
             self.login_guard.failed(source, event.username, "AMQP", err.explanation, now)
             c.proto.reject_login(err.explanation)
@@ -935,11 +948,17 @@ class BrokerServer:
                     raise AssertionError("handled above")
                 case SendMethod(channel=ch, method=method):
                     c.proto.send_method(ch, method)
-                case CloseChannel(channel=ch, code=code, text=text):
-                    c.proto.close_channel(
-                        ch, code, _explanation(code, text), e.class_id, e.method_id
-                    )
-                case CloseConnection(code=code, text=text):
+                case Confirm() | Return() | CancelConsumer() | DeliverReply():
+                    frame = frame_of(e)
+                    if type(frame) is SendMethod:
+                        c.proto.send_method(frame.channel, frame.method)
+                    elif type(frame) is SendContent:
+                        msg = frame.message
+                        c.proto.send_content(
+                            frame.channel, frame.method, msg.properties_bin, msg.body
+                        )
+                case CloseConnection(condition=condition, text=text):
+                    code = reply_code(condition)
                     self._close_connection(c, code, _explanation(code, text))
                 case Block(reason=reason):
                     c.blocked_reason = reason
@@ -1132,9 +1151,14 @@ class BrokerThread:
     """
 
     def __init__(
-        self, options: ServerOptions, *, clock: Clock | None = None, broker: Any = None
+        self,
+        options: ServerOptions,
+        *,
+        clock: Clock | None = None,
+        broker: Any = None,
+        amqp091: Any = None,
     ) -> None:
-        self.server = BrokerServer(options, clock=clock, broker=broker)
+        self.server = BrokerServer(options, clock=clock, broker=broker, amqp091=amqp091)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ringmq.adapters.amqp091 import check_login
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
@@ -12,6 +13,7 @@ from ringmq.amqp.tables import encode_table
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
 from ringmq.core.effects import CloseConnection, Deliver, SendContent, SendMethod
+from ringmq.core.errors import BrokerError, Condition
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, methods, of_type
 
 
@@ -23,22 +25,22 @@ def kit() -> Kit:
 # ---------------------------------------------------------------- login and vhost access
 def test_plain_and_amqplain_login() -> None:
     b = Broker()
-    assert b.check_login("PLAIN", b"\x00guest\x00guest", True) == "guest"
+    assert check_login(b, "PLAIN", b"\x00guest\x00guest", True) == "guest"
     amqplain = encode_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
-    assert b.check_login("AMQPLAIN", amqplain, True) == "guest"
+    assert check_login(b, "AMQPLAIN", amqplain, True) == "guest"
 
 
 def test_bad_password_and_remote_guest_are_refused() -> None:
     b = Broker()
     with pytest.raises(AMQPError) as bad:
-        b.check_login("PLAIN", b"\x00guest\x00nope", True)
+        check_login(b, "PLAIN", b"\x00guest\x00nope", True)
     assert bad.value.code is ReplyCode.ACCESS_REFUSED
     assert "Login was refused using authentication mechanism PLAIN" in bad.value.reply_text
     with pytest.raises(AMQPError) as remote:
-        b.check_login("PLAIN", b"\x00guest\x00guest", False)
+        check_login(b, "PLAIN", b"\x00guest\x00guest", False)
     assert remote.value.code is ReplyCode.ACCESS_REFUSED
     with pytest.raises(AMQPError) as mech:
-        b.check_login("EXTERNAL", b"", True)
+        check_login(b, "EXTERNAL", b"", True)
     assert mech.value.code is ReplyCode.COMMAND_INVALID
 
 
@@ -49,15 +51,15 @@ def test_configured_user_logs_in_remotely_and_vhost_access_is_checked() -> None:
         permissions=[PermissionConfig("app", "prod")],
     )
     b = Broker(cfg)
-    assert b.check_login("PLAIN", b"\x00app\x00s3cret", False) == "app"
+    assert check_login(b, "PLAIN", b"\x00app\x00s3cret", False) == "app"
     b.connection_opened(1, "app", "prod", "10.0.0.1:5", {}, 0)
-    with pytest.raises(AMQPError) as denied:
+    with pytest.raises(BrokerError) as denied:
         b.connection_opened(2, "app", "/", "10.0.0.1:6", {}, 0)
-    assert denied.value.code is ReplyCode.NOT_ALLOWED
+    assert denied.value.condition is Condition.NOT_ALLOWED
     assert denied.value.explanation == "access to vhost '/' refused for user 'app'"
-    with pytest.raises(AMQPError) as missing:
+    with pytest.raises(BrokerError) as missing:
         b.connection_opened(3, "app", "nope", "10.0.0.1:7", {}, 0)
-    assert missing.value.code is ReplyCode.NOT_ALLOWED
+    assert missing.value.condition is Condition.NOT_ALLOWED
 
 
 def test_permission_regexes_refuse_with_rabbitmq_text() -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ringmq.adapters.amqp091 import as_frames
 from ringmq.amqp import spec
 from ringmq.amqp.properties import BasicProperties
-from ringmq.amqp.reply_codes import AMQPError, ReplyCode
-from ringmq.core.effects import CloseConnection, Deliver, SendContent, SendMethod
+from ringmq.core.effects import CloseConnection, Deliver, Effect, SendContent, SendMethod
+from ringmq.core.errors import BrokerError, Condition
 from tests.unit.core.test_broker_kit import Kit, bodies
 
 
@@ -16,18 +17,18 @@ def test_declare_list_and_snapshot_queues() -> None:
     admin = kit.broker.admin
     assert admin.declare_queue("/", "q", durable=True, arguments={"x-max-length": 5}, now_ms=0)
     assert not admin.declare_queue("/", "q", durable=True, arguments={"x-max-length": 5})
-    with pytest.raises(AMQPError) as exc:
+    with pytest.raises(BrokerError) as exc:
         admin.declare_queue("/", "q", durable=True, arguments={"x-max-length": 6})
-    assert exc.value.code is ReplyCode.PRECONDITION_FAILED
+    assert exc.value.condition is Condition.PRECONDITION_FAILED
     kit.publish(kit.open(), "q", b"abc")
     info = admin.queue("/", "q")
     assert info["messages_ready"] == 1
     assert info["message_bytes_ready"] == 3
     assert info["effective_settings"]["max_length"] == 5
     assert [q["name"] for q in admin.queues("/")] == ["q"]
-    with pytest.raises(AMQPError) as missing:
+    with pytest.raises(BrokerError) as missing:
         admin.queue("/", "nope")
-    assert missing.value.code is ReplyCode.NOT_FOUND
+    assert missing.value.condition is Condition.NOT_FOUND
 
 
 def test_exchanges_bindings_and_publish() -> None:
@@ -55,7 +56,7 @@ def test_exchanges_bindings_and_publish() -> None:
     got = admin.get_messages("/", "q", count=1, ackmode="ack_requeue_false", now_ms=0)
     assert got[0]["redelivered"] is True
     assert admin.queue("/", "q")["messages_ready"] == 0
-    with pytest.raises(AMQPError):
+    with pytest.raises(BrokerError):
         admin.delete_exchange("/", "amq.topic")
     admin.unbind("/", "logs", "q", destination_type="queue", routing_key="")
     admin.delete_exchange("/", "logs", if_unused=True)
@@ -68,10 +69,10 @@ def test_delete_queue_emits_cancel_through_emit_callback() -> None:
     kit.declare(ch, "q")
     kit.consume(ch, "q", "c")
     admin = kit.broker.admin
-    seen: list[object] = []
+    seen: list[Effect] = []
     admin.emit = seen.extend
     assert admin.delete_queue("/", "q", now_ms=0) == 0
-    assert [e.method for e in seen if isinstance(e, SendMethod)] == [
+    assert [e.method for e in as_frames(seen) if isinstance(e, SendMethod)] == [
         spec.BasicCancel(consumer_tag="c", no_wait=True)
     ]
     assert admin.close_connection(ch[0], "bye")
@@ -134,7 +135,7 @@ def test_update_queue_and_scheduled_admin_ops() -> None:
     (sched,) = admin.scheduled("/", "ring")
     assert sched["body"] == b"later"
     kit.consume(ch, "ring", "c", no_ack=True)
-    seen: list[object] = []
+    seen: list[Effect] = []
     admin.emit = seen.extend
     assert admin.deliver_scheduled_now("/", "ring", None, now_ms=kit.now) == 1
     assert bodies([e for e in seen if isinstance(e, SendContent | Deliver)]) == [b"later"]

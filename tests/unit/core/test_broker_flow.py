@@ -5,8 +5,8 @@ from __future__ import annotations
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, encode_properties
-from ringmq.core.broker import FLOW_HIGH, FLOW_LOW
 from ringmq.core.effects import Effect
+from ringmq.core.resources import FLOW_HIGH, FLOW_LOW
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered
 
 _PROPS = encode_properties(BasicProperties())

@@ -1,10 +1,12 @@
-"""A tiny in-process client for driving `Broker.handle` in tests (no tests of its own)."""
+"""A tiny in-process client for driving the broker through its AMQP 0-9-1 adapter in tests
+(no tests of its own)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ringmq.adapters.amqp091 import Amqp091, as_frames, deliver_method
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, encode_properties
@@ -30,8 +32,16 @@ class Kit:
 
     def __init__(self, config: BrokerConfig | None = None) -> None:
         self.broker = Broker(config or BrokerConfig(name_seed=7))
+        self._amqp: Amqp091 | None = None
         self.now = 1_000_000
         self._next_conn = 1
+
+    @property
+    def amqp(self) -> Amqp091:
+        """The AMQP 0-9-1 adapter over the current broker (subclasses replace the broker)."""
+        if self._amqp is None or self._amqp.broker is not self.broker:
+            self._amqp = Amqp091(self.broker)
+        return self._amqp
 
     def connect(self, user: str = "guest", vhost: str = "/", caps: bool = True) -> int:
         conn_id = self._next_conn
@@ -51,7 +61,7 @@ class Kit:
     def call(
         self, chan: tuple[int, int], method: Any, content: RawContent | None = None
     ) -> list[Effect]:
-        return self.broker.handle(chan[0], chan[1], method, content, self.now)
+        return as_frames(self.amqp.handle(chan[0], chan[1], method, content, self.now))
 
     def error(
         self, chan: tuple[int, int], method: Any, content: RawContent | None = None
@@ -87,19 +97,29 @@ class Kit:
 
     def tick(self, ms: int) -> list[Effect]:
         self.now += ms
-        return self.broker.tick(self.now)
+        return as_frames(self.broker.tick(self.now))
 
 
 def methods(effects: list[Effect]) -> list[Any]:
-    """The methods of SendMethod/SendContent/Deliver effects, in order."""
-    return [e.method for e in effects if isinstance(e, SendMethod | SendContent | Deliver)]
+    """The 0-9-1 methods of the effects that are frames, in order."""
+    return [
+        deliver_method(e) if isinstance(e, Deliver) else e.method
+        for e in as_frames(list(effects))
+        if isinstance(e, SendMethod | SendContent | Deliver)
+    ]
 
 
 def delivered(effects: list[Effect]) -> list[Delivered]:
     """Content-bearing effects as Delivered records."""
     return [
-        Delivered(e.conn_id, e.channel, e.method, e.message.body, e.message.properties_bin)
-        for e in effects
+        Delivered(
+            e.conn_id,
+            e.channel,
+            deliver_method(e) if isinstance(e, Deliver) else e.method,
+            e.message.body,
+            e.message.properties_bin,
+        )
+        for e in as_frames(list(effects))
         if isinstance(e, SendContent | Deliver)
     ]
 

@@ -7,7 +7,7 @@ import pytest
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
-from ringmq.amqp.reply_codes import ReplyCode
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, methods, of_type
 
 
@@ -179,9 +179,9 @@ def test_a_content_header_with_the_low_flag_bits_is_refused_on_every_path(
     err = kit.error(ch, spec.BasicPublish(routing_key="q"), RawContent(60, 1, pb, b"x"))
     assert err.code is ReplyCode.FRAME_ERROR
     ch = kit.open()  # the batch path (the protocol layer's publish batches)
-    done = kit.broker.publish_batch(ch[0], ch[1], "", [("q", pb, b"x")], 0, 1, kit.now)
+    done = kit.amqp.publish_batch(ch[0], ch[1], "", [("q", pb, b"x")], 0, 1, kit.now)
     assert done.published == 0
-    assert done.error is not None
+    assert isinstance(done.error, AMQPError)
     assert done.error.code is ReplyCode.FRAME_ERROR
     [decl] = methods(kit.call(ch, spec.QueueDeclare(queue="q", passive=True)))
     assert decl.message_count == 0  # nothing stored that a later read could not decode

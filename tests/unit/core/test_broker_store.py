@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ringmq.adapters.amqp091 import check_login
 from ringmq.amqp import spec
 from ringmq.amqp.properties import BasicProperties
 from ringmq.core.broker import Broker
@@ -183,7 +184,7 @@ def test_definitions_survive_and_deleted_ones_stay_deleted(store_kind: str, tmp_
     assert "alice" in b.auth.users
     assert b.auth.users["alice"].tags == ("monitoring",)
     assert b.auth.permissions[("alice", "/")].configure == "^a"
-    assert b.check_login("PLAIN", b"\0alice\0s3cret", True) == "alice"
+    assert check_login(b, "PLAIN", b"\0alice\0s3cret", True) == "alice"
     assert b.policies.get("cap") is not None
     ch = kit.open()
     kit.publish(ch, "a.error", b"e", exchange="logs", props=PERSISTENT)
@@ -283,7 +284,7 @@ def test_management_edits_are_written_without_an_explicit_call(tmp_path: Path) -
     b = kit.broker
     assert "prod" in b.vhosts
     assert b.auth.permissions[("bob", "prod")].read == ".*"
-    assert b.check_login("PLAIN", b"\0bob\0pw", False) == "bob"
+    assert check_login(b, "PLAIN", b"\0bob\0pw", False) == "bob"
     assert "guest" not in b.auth.users  # the default user is created on a blank store only
 
 

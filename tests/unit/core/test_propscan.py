@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ringmq.adapters.amqp091.propscan import scan_simple
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError
-from ringmq.core.propscan import scan_simple
 
 _short = st.text(max_size=20).filter(lambda s: len(s.encode()) <= 255)
 _props = st.builds(

@@ -7,10 +7,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ringmq.adapters.amqp091 import as_frames
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, encode_properties
-from ringmq.amqp.reply_codes import ReplyCode
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Block, Effect, SendMethod
 from tests.unit.core.test_broker_kit import Kit
@@ -68,7 +69,7 @@ def _encode(i: int, m: tuple[str, str | None, int | None, bool]) -> tuple[str, b
 def _acks(effects: list[Effect]) -> tuple[set[int], set[int]]:
     acked: set[int] = set()
     nacked: set[int] = set()
-    for e in effects:
+    for e in as_frames(effects):
         if isinstance(e, SendMethod):
             m = e.method
             if isinstance(m, spec.BasicNack):
@@ -99,7 +100,7 @@ def test_batch_equals_per_message(
     while a < len(messages):
         b = min(len(messages), a + cuts[k % len(cuts)])
         k += 1
-        done = two.broker.publish_batch(ch2[0], ch2[1], "", messages, a, b, two.now)
+        done = two.amqp.publish_batch(ch2[0], ch2[1], "", messages, a, b, two.now)
         assert done.error is None
         assert done.published == b - a
         batch += done.effects
@@ -127,15 +128,15 @@ def test_errors_stop_the_batch_and_report_the_count() -> None:
     big = b"x" * (kit.broker.max_message_size + 1)
     pb = encode_properties(BasicProperties())
     messages = [("plain", pb, b"a"), ("plain", pb, b"b"), ("plain", pb, big), ("plain", pb, b"c")]
-    done = kit.broker.publish_batch(ch[0], ch[1], "", messages, 0, 4, kit.now)
+    done = kit.amqp.publish_batch(ch[0], ch[1], "", messages, 0, 4, kit.now)
     assert done.published == 2
-    assert done.error is not None
+    assert isinstance(done.error, AMQPError)
     assert done.error.code == ReplyCode.PRECONDITION_FAILED
     assert done.error.class_id == spec.BasicPublish.CLASS_ID
     assert _acks(done.effects) == ({1, 2}, set())
-    missing = kit.broker.publish_batch(ch[0], ch[1], "nope", messages, 0, 1, kit.now)
+    missing = kit.amqp.publish_batch(ch[0], ch[1], "nope", messages, 0, 1, kit.now)
     assert missing.published == 0
-    assert missing.error is not None
+    assert isinstance(missing.error, AMQPError)
     assert missing.error.code == ReplyCode.NOT_FOUND
 
 
@@ -143,13 +144,13 @@ def test_without_confirms_and_in_tx() -> None:
     kit, ch = _setup(confirm=False)
     pb = encode_properties(BasicProperties(message_id="x"))
     messages = [("dedup", pb, b"1"), ("dedup", pb, b"2"), ("plain", pb, b"3")]
-    done = kit.broker.publish_batch(ch[0], ch[1], "", messages, 0, 3, kit.now)
+    done = kit.amqp.publish_batch(ch[0], ch[1], "", messages, 0, 3, kit.now)
     assert done.published == 3
-    assert not [e for e in done.effects if isinstance(e, SendMethod)]
+    assert not [e for e in as_frames(done.effects) if isinstance(e, SendMethod)]
     assert _contents(kit.broker)["dedup"] == [b"1"]
     kit2, ch2 = _setup(confirm=False)
     kit2.call(ch2, spec.TxSelect())
-    done = kit2.broker.publish_batch(ch2[0], ch2[1], "", messages, 0, 3, kit2.now)
+    done = kit2.amqp.publish_batch(ch2[0], ch2[1], "", messages, 0, 3, kit2.now)
     assert done.published == 3
     assert _contents(kit2.broker)["plain"] == []
     kit2.call(ch2, spec.TxCommit())
@@ -161,7 +162,7 @@ def test_blocking_limit_stops_after_the_blocking_message() -> None:
     pb = encode_properties(BasicProperties())
     kit.broker.set_alarm("memory", "memory alarm")
     messages = [("plain", pb, b"1"), ("plain", pb, b"2")]
-    done = kit.broker.publish_batch(ch[0], ch[1], "", messages, 0, 2, kit.now)
+    done = kit.amqp.publish_batch(ch[0], ch[1], "", messages, 0, 2, kit.now)
     # An alarm blocks the publishing connection right after its first publish.
     assert [e.conn_id for e in done.effects if isinstance(e, Block)] == [ch[0]]
     assert done.blocked

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ringmq.adapters.amqp091.message import only_delivery_mode as _only_delivery_mode
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
-from ringmq.core.broker import _only_delivery_mode
 
 _text = st.text(max_size=20).filter(lambda t: len(t.encode()) <= 255)
 

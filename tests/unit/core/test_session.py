@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import SeqId
 from ringmq.core.session import Conn, Session, Unacked
 
@@ -23,9 +23,9 @@ def test_tags_and_multiple_take() -> None:
     assert tags == [1, 2, 3, 4, 5]
     assert [e.seq for e in s.take(2, multiple=False)] == [1]
     assert [e.seq for e in s.take(3, multiple=True)] == [0, 2]
-    with pytest.raises(AMQPError) as exc:
+    with pytest.raises(BrokerError) as exc:
         s.take(3, multiple=False)
-    assert exc.value.code is ReplyCode.PRECONDITION_FAILED
+    assert exc.value.condition is Condition.PRECONDITION_FAILED
     assert [e.seq for e in s.take(0, multiple=True)] == [3, 4]
     assert s.unacked == {}
 

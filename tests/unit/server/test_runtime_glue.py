@@ -24,8 +24,9 @@ from ringmq.server.runtime import BrokerThread, ServerOptions
 
 
 class ScriptedBroker:
-    """Just enough broker: queue.declare echoes, passive declare of 'missing' is 404,
-    declare of 'boom' raises a bug, basic.publish to 'echo' delivers to every consumer."""
+    """Just enough broker (and AMQP 0-9-1 adapter): queue.declare echoes, passive declare of
+    'missing' is 404, declare of 'boom' raises a bug, basic.publish to 'echo' delivers to
+    every consumer."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -59,6 +60,9 @@ class ScriptedBroker:
 
     def set_writable(self, conn_id: int, writable: bool, now_ms: int) -> list[Effect]:
         return []
+
+    def check_publish(self, conn_id: int, channel: int, method: Any) -> None:
+        return None
 
     def handle(
         self, conn_id: int, channel: int, method: Any, content: Any, now_ms: int
@@ -109,6 +113,7 @@ def scripted(tmp_path: Path):
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
         broker=broker,
+        amqp091=broker,
     )
     b.start()
     yield b, broker
@@ -193,6 +198,7 @@ def test_shutdown_sends_320(tmp_path: Path) -> None:
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
         broker=broker,
+        amqp091=broker,
     )
     b.start()
     conn = connect(b)
@@ -223,7 +229,8 @@ def test_handshake_timeout(tmp_path: Path) -> None:
             data_dir=tmp_path,
             config=FileConfig(limits=LimitsSpec(handshake_timeout_ms=200)),
         ),
-        broker=ScriptedBroker(),
+        broker=(scripted_broker := ScriptedBroker()),
+        amqp091=scripted_broker,
     )
     b.start()
     try:
@@ -241,7 +248,8 @@ def test_timeouts_follow_the_injected_clock(tmp_path: Path) -> None:
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
         clock=clock,
-        broker=ScriptedBroker(),
+        broker=(scripted_broker := ScriptedBroker()),
+        amqp091=scripted_broker,
     )
     b.start()
     try:

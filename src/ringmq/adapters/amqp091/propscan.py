@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-The core keeps a message's basic properties raw (STYLE §4) and decodes them only when routing,
-TTL or priority needs a field. Most publishers set a few plain fields on every message
+The AMQP 0-9-1 adapter keeps a message's basic properties raw (STYLE §4) and decodes them only when
+routing, TTL or priority needs a field. Most publishers set a few plain fields on every message
 (delivery_mode, content_type, message_id, correlation_id, timestamp, app_id...) and none of
 headers, priority, expiration or reply_to. For such a property list the core needs only
 delivery_mode (persistence) and message_id (de-duplication), and building a whole

@@ -1,0 +1,341 @@
+"""The AMQP 0-9-1 adapter: a channel's commands as calls on the protocol-neutral core.
+
+Theory of operation
+-------------------
+The server's 0-9-1 connections (`protocol.connection.ServerConnection`) assemble commands;
+the server hands each one to `Amqp091.handle(conn_id, channel, method, content, now_ms)`,
+which runs one core call: `Broker.begin`, the method's handler (`methods.py`), then the flush
+(dispatch after a publish that reached only plain queues waits for the read batch's
+`dispatch_pending` when the server set `defer_dispatch`) and the durable definitions. It
+returns the call's effects in order: the core's own (neutral: `Deliver`, `Confirm`,
+`Return`...; `frames.py` says how each goes on the wire) and the handler's 0-9-1 replies.
+
+Errors: a core `BrokerError` becomes an `AMQPError` with the reply code of its condition
+(`errors.py`) and the class and method ids of the method that caused it; the server closes
+the channel (soft codes) or the connection (hard codes) and reports it back with
+`channel_closed` / `connection_closed`.
+
+The publish path: `handle` sends basic.publish to `_publish`, which does what the generic path
+does without the handler-table detour (same checks, same message building, the core's one
+pipeline); anything unusual (no session, a transactional channel, an unknown exchange, no
+content) takes the generic path, which reports it.
+
+`check_publish` runs a publish's checks when its method arrives, before its body (a refused
+publish costs no buffered body); `check_login` reads the PLAIN and AMQPLAIN responses of
+connection.start-ok; `publish_batch` publishes a batch of 0-9-1 messages (the streams API).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from ringmq.adapters.amqp091.errors import to_amqp
+from ringmq.adapters.amqp091.message import build
+from ringmq.adapters.amqp091.methods import HANDLERS
+from ringmq.amqp import spec
+from ringmq.amqp.frames import RawContent
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.amqp.tables import decode_table
+from ringmq.core.broker import Broker
+from ringmq.core.effects import Effect
+from ringmq.core.errors import BrokerError
+from ringmq.core.message import Message
+from ringmq.core.publish import BatchPublished
+from ringmq.core.session import ChannelMode, Session
+from ringmq.core.settings import SettingsError
+
+_PUBLISH: Final = spec.BasicPublish
+_PUBLISH_IDS: Final = (spec.BasicPublish.CLASS_ID, spec.BasicPublish.METHOD_ID)
+_TX: Final = ChannelMode.TX
+
+
+def check_login(broker: Broker, mechanism: str, response: bytes, peer_loopback: bool) -> str:
+    """Authenticate a connection.start-ok response; return the user name.
+
+    PLAIN is `\\0user\\0password`; AMQPLAIN is a field table without its length prefix
+    holding LOGIN and PASSWORD. Raises ACCESS_REFUSED on bad credentials (and for the
+    loopback-only default user from a remote peer), COMMAND_INVALID for an unknown mechanism.
+    """
+    if mechanism == "PLAIN":
+        parts = response.split(b"\x00")
+        if len(parts) != 3:
+            raise AMQPError(ReplyCode.ACCESS_REFUSED, "malformed PLAIN response")
+        user, password = parts[1], parts[2]
+    elif mechanism == "AMQPLAIN":
+        try:
+            table, _ = decode_table(struct.pack(">I", len(response)) + response, 0)
+        except AMQPError:
+            raise AMQPError(ReplyCode.ACCESS_REFUSED, "malformed AMQPLAIN response") from None
+        login, pw = table.get("LOGIN"), table.get("PASSWORD")
+        user = login.encode() if isinstance(login, str) else bytes(login or b"")
+        password = pw.encode() if isinstance(pw, str) else bytes(pw or b"")
+    else:
+        raise AMQPError(
+            ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'"
+        )
+    name = user.decode("utf-8", "replace")
+    try:
+        broker.auth.login(mechanism, name, password.decode("utf-8", "replace"), peer_loopback)
+    except BrokerError as exc:
+        raise to_amqp(exc) from None
+    return name
+
+
+class Amqp091:
+    """AMQP 0-9-1 commands on a `Broker` (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.state = broker.state
+
+    # ------------------------------------------------------------------ connections
+    def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
+        """Authenticate a connection.start-ok response (`check_login`)."""
+        return check_login(self.broker, mechanism, response, peer_loopback)
+
+    def connection_opened(
+        self,
+        conn_id: int,
+        user: str,
+        vhost: str,
+        peer: str,
+        client_properties: dict[str, Any],
+        now_ms: int,
+    ) -> None:
+        """Register a connection that opened `vhost` (AMQPError NOT_ALLOWED / ACCESS_REFUSED)."""
+        try:
+            self.broker.connection_opened(conn_id, user, vhost, peer, client_properties, now_ms)
+        except BrokerError as exc:
+            raise to_amqp(exc) from None
+
+    # ------------------------------------------------------------------ commands
+    def handle(
+        self,
+        conn_id: int,
+        channel: int,
+        method: Any,
+        content: RawContent | None,
+        now_ms: int,
+    ) -> list[Effect]:
+        """Apply one exchange/queue/basic/confirm/tx method received on an open channel.
+
+        Returns the effects to apply in order. Raises AMQPError (class_id/method_id set) on a
+        protocol error; the caller closes the channel or connection and then reports it with
+        `channel_closed` / `connection_closed`.
+        """
+        if type(method) is _PUBLISH:
+            return self._publish(conn_id, channel, method, content, now_ms)
+        return self._handle(conn_id, channel, method, content, now_ms)
+
+    def _handle(
+        self,
+        conn_id: int,
+        channel: int,
+        method: Any,
+        content: RawContent | None,
+        now_ms: int,
+    ) -> list[Effect]:
+        # Every method the generic way: look up its handler, map errors, flush.
+        broker = self.broker
+        state = self.state
+        out = state.begin(now_ms)
+        session = state.conns[conn_id].sessions.get(channel)
+        if session is None:
+            raise AMQPError(
+                ReplyCode.CHANNEL_ERROR,
+                f"expected 'channel.open' on channel {channel}",
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            )
+        handler = HANDLERS.get(type(method))
+        if handler is None:
+            raise AMQPError(
+                ReplyCode.COMMAND_INVALID,
+                f"method {getattr(method, 'NAME', type(method).__name__)} not handled by the core",
+                class_id=getattr(method, "CLASS_ID", 0),
+                method_id=getattr(method, "METHOD_ID", 0),
+            )
+        try:
+            handler(broker, session, method, content, now_ms)
+        except BrokerError as exc:
+            raise to_amqp(exc, method.CLASS_ID, method.METHOD_ID) from None
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id = method.CLASS_ID
+                exc.method_id = method.METHOD_ID
+            raise
+        except SettingsError as exc:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED,
+                str(exc),
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            ) from None
+        if state.dirty and (
+            not state.defer_dispatch or state.eager or type(method) is not _PUBLISH
+        ):
+            state.eager = False
+            broker.delivery.flush(now_ms)
+        if state.defs_dirty:
+            state.end()
+        return out
+
+    def _publish(
+        self,
+        conn_id: int,
+        channel: int,
+        m: spec.BasicPublish,
+        content: RawContent | None,
+        now_ms: int,
+    ) -> list[Effect]:
+        # `_handle` for one basic.publish without the handler-table detour: the hot path of
+        # every publisher. The same steps as `methods.basic_publish` on an open non-tx channel
+        # with content; the rest goes to `_handle`, before anything has changed.
+        s = self.state.conns[conn_id].sessions.get(channel)
+        if s is None or s.mode is _TX or content is None or m.immediate:
+            return self._handle(conn_id, channel, m, content, now_ms)
+        state = self.state
+        out = state.begin(now_ms)
+        publisher = self.broker.publisher
+        try:
+            vh, x = publisher.exchange_for(s, m.exchange)
+            body = content.body
+            if len(body) > publisher.max_message_size:
+                publisher.check_size(len(body))
+            msg = build(s, m.exchange, m.routing_key, content.properties_bin, body, now_ms)
+            publisher.publish(s, vh, x, msg, m.mandatory, now_ms)
+        except BrokerError as exc:
+            raise to_amqp(exc, *_PUBLISH_IDS) from None
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id, exc.method_id = _PUBLISH_IDS
+            raise
+        if state.dirty and (state.eager or not state.defer_dispatch):
+            state.eager = False
+            self.broker.delivery.flush(now_ms)
+        if state.defs_dirty:
+            state.end()
+        return out
+
+    def check_publish(self, conn_id: int, channel: int, method: Any) -> None:
+        """The checks of a basic.publish that need no content, run when its method arrives.
+
+        The exchange exists, is not internal and the user may write to it; `immediate` is
+        refused. The protocol layer calls it before the body is received, so a refused publish
+        costs no buffered body. Raises AMQPError (class and method ids of basic.publish);
+        `handle` repeats the checks (cached) when the whole command arrives.
+        """
+        s = self.broker.session(conn_id, channel)
+        if s is None or type(method) is not _PUBLISH:
+            return  # `handle` reports these with the whole command
+        try:
+            self.broker.publisher.exchange_for(s, method.exchange)
+        except BrokerError as exc:
+            raise to_amqp(exc, *_PUBLISH_IDS) from None
+        if method.immediate:
+            raise AMQPError(
+                ReplyCode.NOT_IMPLEMENTED,
+                "immediate=true",
+                class_id=_PUBLISH_IDS[0],
+                method_id=_PUBLISH_IDS[1],
+            )
+
+    # ------------------------------------------------------------------ batches
+    def publish_batch(
+        self,
+        conn_id: int,
+        channel: int,
+        exchange: str,
+        messages: Sequence[tuple[str, bytes, bytes]],
+        start: int,
+        stop: int,
+        now_ms: int,
+    ) -> BatchPublished:
+        """Publish `messages[start:stop]` ((routing key, raw properties, body) each) to
+        `exchange` on an open channel, as that many `basic.publish` (mandatory and immediate
+        false) would, with one confirm step per batch (`Publisher.publish_batch`).
+
+        The batch stops early at the first message whose publish raises (`error` is set, an
+        AMQPError; `published` counts the messages before it; the caller closes the channel)
+        or that blocks the connection (`blocked`). Raises AMQPError only when the channel is
+        not open.
+        """
+        s = self.broker.session(conn_id, channel)
+        if s is None:
+            raise AMQPError(
+                ReplyCode.CHANNEL_ERROR,
+                f"expected 'channel.open' on channel {channel}",
+                class_id=_PUBLISH_IDS[0],
+                method_id=_PUBLISH_IDS[1],
+            )
+        if s.mode is _TX:
+            return self._publish_batch_tx(conn_id, channel, exchange, messages, start, stop, now_ms)
+        failed: list[AMQPError] = []
+        done = self.broker.publish_batch(
+            conn_id,
+            channel,
+            exchange,
+            self._built(s, exchange, messages, start, stop, now_ms, failed),
+            now_ms,
+        )
+        if isinstance(done.error, BrokerError):
+            done.error = to_amqp(done.error, *_PUBLISH_IDS)
+        elif failed:
+            done.error = failed[0]
+        return done
+
+    def _built(
+        self,
+        s: Session,
+        exchange: str,
+        messages: Sequence[tuple[str, bytes, bytes]],
+        start: int,
+        stop: int,
+        now_ms: int,
+        failed: list[AMQPError],
+    ) -> Iterator[Message]:
+        # The batch's messages, built one at a time: one that is too large or malformed ends
+        # the batch there (a BrokerError raised here reaches the core's loop, which stops).
+        check_size = self.broker.publisher.check_size
+        for i in range(start, stop):
+            rk, pb, body = messages[i]
+            check_size(len(body))
+            try:
+                yield build(s, exchange, rk, pb, body, now_ms)
+            except AMQPError as exc:
+                if not exc.class_id:
+                    exc.class_id, exc.method_id = _PUBLISH_IDS
+                failed.append(exc)
+                return
+
+    def _publish_batch_tx(
+        self,
+        conn_id: int,
+        channel: int,
+        exchange: str,
+        messages: Sequence[tuple[str, bytes, bytes]],
+        start: int,
+        stop: int,
+        now_ms: int,
+    ) -> BatchPublished:
+        # A transactional channel only buffers publishes: nothing to batch, go one by one.
+        done = BatchPublished([])
+        methods: dict[str, spec.BasicPublish] = {}
+        for i in range(start, stop):
+            rk, pb, body = messages[i]
+            method = methods.get(rk)
+            if method is None:
+                method = methods[rk] = spec.BasicPublish(exchange=exchange, routing_key=rk)
+            try:
+                done.effects.extend(
+                    self.handle(
+                        conn_id, channel, method, RawContent(60, len(body), pb, body), now_ms
+                    )
+                )
+            except AMQPError as exc:
+                done.error = exc
+                break
+            done.published += 1
+        return done

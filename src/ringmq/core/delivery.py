@@ -1,0 +1,401 @@
+"""Delivery: subscriptions, gets, settlement, and the dispatch of dirty queues.
+
+Theory of operation
+-------------------
+`Delivery` owns the path of messages out of queues:
+
+* **subscribe** (`consume`): a consumer on a queue, with its no-ack mode, exclusivity,
+  `x-priority` and the session's prefetch as its credit; `cancel` ends it; `set_prefetch`
+  changes the session's credit (per consumer, or for the whole session: RabbitMQ's
+  basic.qos global flag). Direct reply-to (`amq.rabbitmq.reply-to`) consumers are
+  registered here too (`replies`: token -> session and tag) and served by `deliver_reply`.
+* **get** one message (`get`), acknowledged later or not.
+* **settle** deliveries (`settle`, `settle_entries`): accepted (ack), released (requeue: back
+  to its original position, redelivered) or rejected (dropped or dead-lettered), grouped per
+  queue in delivery order; `recover` requeues everything outstanding on a session.
+* **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
+  its consumers with capacity (bounded by prefetch credit and by `DISPATCH_BATCH` per call; a
+  queue that still has work goes to `State.backlog` and the broker asks for an immediate tick),
+  its expired heads are dropped, its dead letters routed (`DeadLetters`) and the publishers it
+  blocked released (`Resources.maybe_unblock`). Dead-lettering may dirty more queues: the flush
+  runs until nothing is dirty (bounded).
+
+Replies precede the deliveries they enable: an adapter appends its reply to `State.out`
+before the broker flushes. Deliveries are `effects.Deliver`, one per message (the hot path).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringmq.core.auth import Access
+from ringmq.core.consumers import Consumer
+from ringmq.core.deadletter import DeadLetters
+from ringmq.core.effects import Deliver, DeliverReply
+from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.message import Message, SeqId
+from ringmq.core.resources import Resources
+from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
+from ringmq.core.state import State
+from ringmq.core.topology import Topology
+from ringmq.core.vhost import QueueEntity
+
+DISPATCH_BATCH: Final = 4096
+"""Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""
+
+REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
+
+
+@dataclass(frozen=True, slots=True)
+class Got:
+    """One message taken by `Delivery.get`.
+
+    Attributes:
+        delivery_tag: its tag on the session (settle it with this unless taken no-ack).
+        redelivered: it was delivered before.
+        message: the message.
+        message_count: ready messages left in the queue.
+    """
+
+    delivery_tag: int
+    redelivered: bool
+    message: Message
+    message_count: int
+
+
+class Delivery:
+    """Consume, get, settle and dispatch (see the module docstring)."""
+
+    def __init__(
+        self, state: State, topology: Topology, resources: Resources, dead: DeadLetters
+    ) -> None:
+        self.state = state
+        self.topology = topology
+        self.resources = resources
+        self.dead = dead
+        self.replies: dict[str, tuple[Session, str]] = {}
+        """Direct reply-to consumers: token -> (session, consumer tag)."""
+
+    # ------------------------------------------------------------------ subscriptions
+    def set_prefetch(self, s: Session, count: int, *, session_wide: bool) -> None:
+        """Credit for new consumers of `s` (`session_wide`: a cap on all of its deliveries)."""
+        if session_wide:
+            s.global_prefetch = count
+        else:
+            s.prefetch_count = count
+        for consumer in s.consumers.values():
+            self.state.mark(consumer.queue)
+
+    def consume(
+        self,
+        s: Session,
+        queue: str,
+        tag: str,
+        *,
+        no_ack: bool,
+        exclusive: bool,
+        arguments: dict[str, Any],
+        now_ms: int,
+    ) -> None:
+        """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
+        empty name is the session's last declared queue)."""
+        if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
+            raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        if queue == REPLY_TO_QUEUE:
+            self._consume_reply_to(s, tag, no_ack)
+            return
+        queue = self.topology.queue_name(s, queue)
+        s.check(self.state.auth, Access.READ, "queue", queue)
+        q = self.topology.queue_for(s, queue)
+        if q.consumers and (exclusive or q.consumers.exclusive):
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
+                f"queue '{queue}' in vhost '{s.conn.vhost}' in exclusive use",
+            )
+        prio = arguments.get("x-priority", 0)
+        if isinstance(prio, bool) or not isinstance(prio, int):
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED, f"invalid x-priority {prio!r}: must be an integer"
+            )
+        consumer = Consumer(
+            tag=tag,
+            session=s,
+            queue=q,
+            no_ack=no_ack,
+            exclusive=exclusive,
+            priority=prio,
+            prefetch=s.prefetch_count,
+            arguments=arguments,
+        )
+        s.consumers[tag] = consumer
+        q.consumers.add(consumer)
+        q.had_consumer = True
+        q.last_used_ms = now_ms
+        self.state.mark(q)
+
+    def _consume_reply_to(self, s: Session, tag: str, no_ack: bool) -> None:
+        if not no_ack:
+            raise BrokerError(Condition.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+        if s.reply_to_token is not None:
+            raise BrokerError(Condition.PRECONDITION_FAILED, "reply consumer already set")
+        token = self.state.gen_name("")
+        s.reply_to_token = token
+        s.reply_tag = tag
+        self.replies[token] = (s, tag)
+
+    def cancel(self, s: Session, tag: str, now_ms: int) -> None:
+        """End subscription `tag` of `s` (an unknown tag is no error)."""
+        consumer = s.consumers.pop(tag, None)
+        if consumer is not None:
+            self.remove_consumer(consumer, now_ms)
+        elif s.reply_to_token is not None and s.reply_tag == tag:
+            self.replies.pop(s.reply_to_token, None)
+            s.reply_to_token = None
+
+    def remove_consumer(self, consumer: Consumer, now_ms: int) -> None:
+        """Take `consumer` off its queue (an auto-delete queue losing its last one goes)."""
+        q = consumer.queue
+        if not q.consumers.remove(consumer):
+            return
+        q.last_used_ms = now_ms
+        if q.auto_delete and not q.consumers and q.had_consumer and not q.deleted:
+            vh = self.state.vhosts.get(q.vhost)
+            if vh is not None:
+                self.topology.delete_queue(vh, q, now_ms)
+                return
+        self.state.mark(q)
+
+    def close_session(self, s: Session, now_ms: int) -> None:
+        """A session ends: its transaction's settles and its unacked deliveries go back
+        (in consumption order), its consumers and reply-to registration go."""
+        entries: list[Unacked] = []
+        if s.tx is not None:
+            for _kind, settled in s.tx.settles:
+                entries.extend(settled)
+            s.tx = None
+        entries.extend(s.take_all())
+        entries.sort(key=lambda e: e.tag)  # consumption order
+        self.settle_entries(entries, SettleKind.REQUEUE, now_ms)
+        for consumer in list(s.consumers.values()):
+            self.remove_consumer(consumer, now_ms)
+        s.consumers.clear()
+        if s.reply_to_token is not None:
+            self.replies.pop(s.reply_to_token, None)
+            s.reply_to_token = None
+
+    def deliver_reply(self, routing_key: str, msg: Message) -> bool:
+        """Deliver a publish to `amq.rabbitmq.reply-to.<token>` to its reply consumer;
+        False when no such consumer exists (the publish is then unroutable)."""
+        entry = self.replies.get(routing_key[len(REPLY_TO_PREFIX) :])
+        if entry is None:
+            return False
+        session, tag = entry
+        self.state.out.append(
+            DeliverReply(
+                session.conn_id,
+                session.channel,
+                tag,
+                session.next_untracked_tag(),
+                routing_key,
+                msg,
+            )
+        )
+        self.state.stats["delivered"] += 1
+        return True
+
+    # ------------------------------------------------------------------ get
+    def get(self, s: Session, queue: str, *, no_ack: bool, now_ms: int) -> Got | None:
+        """Take the next message of `queue` (None when none is ready)."""
+        state = self.state
+        queue = self.topology.queue_name(s, queue)
+        s.check(state.auth, Access.READ, "queue", queue)
+        q = self.topology.queue_for(s, queue)
+        q.last_used_ms = now_ms
+        if id(q) in state.dirty:
+            # Publishes earlier in this read batch wait for `dispatch_pending`; RabbitMQ's queue
+            # handles them before this get: their consumers are served and, what nobody took,
+            # expired (a TTL 0 message) first.
+            self.flush(now_ms)
+        d = q.queue.fetch(now_ms, ack_required=not no_ack)
+        # RabbitMQ drops the expired heads the fetch exposed before it counts what is left
+        q.queue.drop_expired(now_ms)
+        state.mark(q)
+        if d is None:
+            q.get_empty += 1
+            return None
+        if no_ack:
+            q.get_no_ack += 1
+        else:
+            q.get += 1
+        durability = state.durability
+        if not no_ack and q.durable and durability is not None:
+            persisted = durability.persisted(q)
+            if persisted and d.seq in persisted:
+                durability.delivered(q, d.seq, d.delivery_count)
+        tag = s.next_untracked_tag() if no_ack else s.track(Unacked(q, d.seq, None))
+        state.stats["delivered"] += 1
+        return Got(tag, d.redelivered, d.message, q.queue.ready_count)
+
+    # ------------------------------------------------------------------ settle
+    def settle(self, s: Session, tag: int, multiple: bool, kind: SettleKind, now_ms: int) -> None:
+        """Settle delivery `tag` of `s` (and every earlier one when `multiple`; tag 0 with
+        `multiple` is all). In a transaction the settle waits for the commit."""
+        entries = s.take(tag, multiple)
+        if s.mode is ChannelMode.TX:
+            assert s.tx is not None
+            s.tx.settles.append((kind, entries))
+            return
+        self.settle_entries(entries, kind, now_ms)
+        if s.global_prefetch:
+            for consumer in s.consumers.values():
+                self.state.mark(consumer.queue)
+
+    def recover(self, s: Session, now_ms: int) -> None:
+        """Requeue every outstanding delivery of `s` (basic.recover requeue=true)."""
+        self.settle_entries(s.take_all(), SettleKind.REQUEUE, now_ms)
+        for consumer in s.consumers.values():
+            self.state.mark(consumer.queue)
+
+    def settle_entries(self, entries: list[Unacked], kind: SettleKind, now_ms: int) -> None:
+        """Apply ack/requeue/reject to deliveries, grouped per queue, in delivery order."""
+        if not entries:
+            return
+        state = self.state
+        groups: dict[int, tuple[QueueEntity, list[SeqId]]] = {}
+        for e in entries:
+            q = e.queue
+            if e.browse or q.deleted:
+                if e.consumer is not None:
+                    state.mark(q)
+                continue
+            g = groups.get(id(q))
+            if g is None:
+                groups[id(q)] = (q, [e.seq])
+            else:
+                g[1].append(e.seq)
+        for q, seqs in groups.values():
+            engine = q.queue
+            match kind:
+                case SettleKind.ACK:
+                    self.ack_seqs(q, seqs)
+                case SettleKind.REQUEUE:
+                    engine.requeue(seqs, now_ms)
+                case SettleKind.REJECT:
+                    engine.reject(seqs, now_ms)
+            state.dirty[id(q)] = q
+
+    def ack_seqs(self, q: QueueEntity, seqs: list[SeqId]) -> None:
+        """Delete delivered-unacked messages of `q` and journal the persisted ones' ACKs.
+
+        The one ack path: every protocol's accept and the streams API's settle end here; the
+        ACK records reach the OS at the end of the batch and are durable after the next group
+        fsync (server/commit.py).
+        """
+        q.queue.ack(seqs)
+        durability = self.state.durability
+        if q.durable and durability is not None:
+            durability.acked(q, seqs)
+
+    # ------------------------------------------------------------------ dispatch
+    def flush(self, now_ms: int) -> None:
+        """Dispatch and drain dead letters of dirty queues until nothing changes (bounded)."""
+        state = self.state
+        dirty = state.dirty
+        blocked_by = self.resources.blocked_by
+        rounds = 0
+        while dirty and rounds < 10_000:
+            rounds += 1
+            _, q = dirty.popitem()
+            if q.deleted:
+                continue
+            st = q.settings
+            if st.message_ttl_ms is not None or st.expires_ms is not None:
+                state.timed[id(q)] = q
+            if q.consumers.all:
+                if st.non_destructive:
+                    self._dispatch_browse(q, now_ms)
+                else:
+                    self._dispatch(q, now_ms)
+            # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
+            # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
+            q.queue.drop_expired(now_ms)
+            if st.dead_letter_exchange is not None:  # the engine dead-letters only with a DLX
+                self.dead.drain(q, now_ms)
+            if blocked_by and id(q) in blocked_by:
+                self.resources.maybe_unblock(q)
+
+    def _dispatch(self, q: QueueEntity, now_ms: int) -> None:
+        # Hot path: locals only; one fetch + one tracked delivery + one effect per message.
+        engine = q.queue
+        consumers = q.consumers
+        pick = consumers.pick
+        fetch = engine.fetch
+        state = self.state
+        append = state.out.append
+        budget = DISPATCH_BATCH
+        no_ack_count = 0
+        dur = state.durability
+        persisted = dur.persisted(q) if dur is not None else None
+        counters = engine.counters  # ready_count = ready + paged, without the property call
+        while counters.ready or counters.paged:
+            if not budget:
+                state.backlog[id(q)] = q
+                break
+            c = pick()
+            if c is None:
+                break
+            no_ack = c.no_ack
+            d = fetch(now_ms, not no_ack)
+            if d is None:
+                break
+            s = c.session
+            if no_ack:
+                tag = s.next_tag
+                s.next_tag = tag + 1
+                no_ack_count += 1
+            else:
+                tag = s.track(Unacked(q, d.seq, c))
+                if persisted and d.seq in persisted:
+                    assert dur is not None
+                    dur.delivered(q, d.seq, d.delivery_count)
+            append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+            budget -= 1
+        delivered = DISPATCH_BATCH - budget
+        if delivered:
+            state.stats["delivered"] += delivered
+            q.deliver += delivered - no_ack_count
+            q.deliver_no_ack += no_ack_count
+
+    def _dispatch_browse(self, q: QueueEntity, now_ms: int) -> None:
+        # Non-destructive queues: every consumer reads the whole queue through its own cursor.
+        engine = q.queue
+        out = self.state.out
+        budget = DISPATCH_BATCH
+        for c in list(q.consumers.all):
+            s = c.session
+            # What `has_capacity` allows, counted once: each tracked delivery below raises the
+            # consumer's and the channel's unacked count by one, as a check per message would.
+            want = budget if c.has_capacity() else 0
+            if want and not c.no_ack:
+                if c.prefetch:
+                    want = min(want, c.prefetch - c.unacked)
+                if s.global_prefetch:
+                    want = min(want, s.global_prefetch - s.global_unacked)
+            if want <= 0:
+                continue
+            for d in engine.browse_many(c.cursor, want, now_ms):
+                c.cursor = d.seq
+                if c.no_ack:
+                    tag = s.next_untracked_tag()
+                else:
+                    tag = s.track(Unacked(q, d.seq, c, browse=True))
+                out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+                budget -= 1
+            if not budget:
+                break
+        if not budget:
+            self.state.backlog[id(q)] = q

@@ -1,0 +1,355 @@
+"""Publishing: the one pipeline every publish takes, from any protocol or the management API.
+
+Theory of operation
+-------------------
+A protocol adapter builds the `Message` (reading only what its protocol form says is present),
+checks the target with `exchange_for` (exists, not internal, the session may write to it;
+cached per session) and calls `publish`. The pipeline is:
+
+1. **classify**: count it; a publish while a resource alarm is on blocks its connection
+   (`Resources.alarm_publish`); a transactional session only buffers it (applied at commit);
+   a confirm session numbers it.
+2. **route** (`route`): a delayed exchange holds a message with a positive `x-delay` until it
+   is due (`holding`, visited by the broker's tick); a publish to `amq.rabbitmq.reply-to.*`
+   goes straight to its reply consumer; otherwise the vhost routes it (bindings, alternate
+   exchanges), widened by the CC and BCC headers (RabbitMQ sender-selected distribution: BCC
+   is removed before delivery) and narrowed by de-duplication on message id. Nothing reached:
+   counted unroutable, and handed back to a `mandatory` publisher (`Return`).
+3. **enqueue each** (`enqueue`): the per-queue step, the same for every path: the engine
+   decides (enqueued, scheduled, refused by a limit), persistent messages reaching durable
+   queues are journaled, the queue is marked dirty, and the step notes what the call must do
+   next: dispatch before the next publish (`State.eager`: a ring, a limit, LVQ, priorities,
+   browsing, or a TTL'd message), pause the publisher (RabbitMQ flow: a consumed plain queue
+   over `FLOW_HIGH`), block it (Artemis BLOCK), or fail it (Artemis FAIL, `address_full`).
+4. **confirm** (`Confirms.confirm_publish`): refused -> negative confirm; persisted under
+   delayed confirms -> held for the fsync; else confirmed now.
+
+`publish_batch` runs the same steps for a batch of messages with one confirm step and one
+dispatch per batch (the streams API's bulk publish).
+
+Hot path: an AMQP 0-9-1 publish to a plain queue is `publish` -> `route` -> `enqueue`, three
+calls; everything optional (headers, delays, dedup, CC/BCC, limits) is behind one test each.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from ringmq.core.auth import Access
+from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
+from ringmq.core.effects import Block, Effect, Return
+from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.exchange import Exchange
+from ringmq.core.message import Message
+from ringmq.core.queue import PublishOutcome
+from ringmq.core.resources import FLOW_HIGH, FLOW_HIGH_BYTES, Resources
+from ringmq.core.routing import ExchangeType
+from ringmq.core.session import ChannelMode, Session, TxPublish
+from ringmq.core.settings import LimitAction
+from ringmq.core.state import State
+from ringmq.core.texts import as_str
+from ringmq.core.transactions import Confirms
+from ringmq.core.vhost import QueueEntity, VHost
+
+_REJECTED: Final = PublishOutcome.REJECTED
+_SCHEDULED: Final = PublishOutcome.SCHEDULED
+_TX: Final = ChannelMode.TX
+_CONFIRM: Final = ChannelMode.CONFIRM
+
+
+def address_full(q: QueueEntity) -> BrokerError:
+    """Artemis address-full-policy FAIL: the producer's send fails."""
+    return BrokerError(
+        Condition.PRECONDITION_FAILED,
+        f"queue {q.name!r} in vhost {q.vhost!r} is full (address-full-policy FAIL)",
+    )
+
+
+class BatchPublished:
+    """What `Publisher.publish_batch` did.
+
+    Attributes:
+        effects: the effects to apply, in order (confirms, deliveries, blocks...).
+        published: messages of the batch taken by the broker (routed, refused with a negative
+            confirm or dropped as duplicates).
+        error: the error the next message raised (None if none): a `BrokerError` from the
+            core, which an adapter may replace with its protocol's; the caller closes the
+            session.
+        blocked: the last published message blocked the connection (a resource limit).
+    """
+
+    __slots__ = ("blocked", "effects", "error", "published")
+
+    def __init__(self, effects: list[Effect]) -> None:
+        self.effects = effects
+        self.published = 0
+        self.error: Exception | None = None
+        self.blocked = False
+
+
+class Publisher:
+    """The publish pipeline (see the module docstring)."""
+
+    def __init__(
+        self, state: State, resources: Resources, delivery: Delivery, confirms: Confirms
+    ) -> None:
+        self.state = state
+        self.resources = resources
+        self.delivery = delivery
+        self.confirms = confirms
+        self.max_message_size = state.config.max_message_size
+        self.holding: dict[int, tuple[VHost, Exchange]] = {}
+        """Delayed exchanges holding messages, by id (the broker's tick releases them)."""
+
+    # ------------------------------------------------------------------ checks
+    def exchange_for(self, s: Session, name: str) -> tuple[VHost, Exchange]:
+        """The exchange a publish on `s` names, checked: exists, not internal, writable."""
+        vh = s.vhost
+        x = vh.exchanges.get(name)
+        if x is None:
+            raise BrokerError(Condition.NOT_FOUND, f"no exchange '{name}' in vhost '{vh.name}'")
+        if x.internal:
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
+                f"cannot publish to internal exchange '{name}' in vhost '{vh.name}'",
+            )
+        auth = self.state.auth
+        if s.perm_generation != auth.generation or name not in s.write_ok:
+            s.check(auth, Access.WRITE, "exchange", name)
+            s.write_ok.add(name)
+        return vh, x
+
+    def check_size(self, size: int) -> None:
+        """Refuse a body over the configured `max_message_size` (406, RabbitMQ's text)."""
+        if size > self.max_message_size:
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED,
+                f"message size {size} is larger than configured max size {self.max_message_size}",
+            )
+
+    # ------------------------------------------------------------------ the pipeline
+    def publish(
+        self, s: Session, vh: VHost, x: Exchange, msg: Message, mandatory: bool, now_ms: int
+    ) -> None:
+        """Publish `msg` on session `s` to `x` (checked by `exchange_for`): steps 1 to 4."""
+        state = self.state
+        state.stats["published"] += 1
+        resources = self.resources
+        if resources.alarms_on:
+            resources.alarm_publish(s.conn_id)
+        mode = s.mode
+        if mode is _TX:
+            assert s.tx is not None
+            s.tx.publishes.append(TxPublish(x.name, msg.routing_key, mandatory, msg))
+            return
+        seq = s.next_publish_seq() if mode is _CONFIRM else 0
+        resources.address_fail = None
+        refused, stored = self.route(vh, x, msg, mandatory, s, now_ms)
+        fail = resources.pop_address_fail()
+        if fail is not None and not seq:
+            # Artemis FAIL without confirms: the producer's send fails (a session error);
+            # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
+            # A limited queue was published to: the next command flushes.
+            state.eager = True
+            raise address_full(fail)
+        if seq:
+            self.confirms.confirm_publish(s, seq, refused, stored)
+
+    def route(
+        self,
+        vh: VHost,
+        x: Exchange,
+        msg: Message,
+        mandatory: bool,
+        s: Session | None,
+        now_ms: int,
+    ) -> tuple[bool, bool]:
+        """Route one message and enqueue it; returns (refused by some queue, persisted)."""
+        rk = msg.routing_key
+        hdrs = msg.headers
+        if x.type is ExchangeType.DELAYED:
+            delay = (hdrs or {}).get("x-delay")
+            if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
+                due = now_ms + delay
+                held = x.hold(msg, due)
+                self.holding[id(x)] = (vh, x)
+                dur = self.state.durability
+                return False, dur is not None and dur.held(vh.name, x, held, msg, due)
+        if not x.name and rk.startswith(REPLY_TO_PREFIX):
+            if self.delivery.deliver_reply(rk, msg):
+                return False, False
+            queues: tuple[QueueEntity, ...] = ()
+        else:
+            queues = vh.route(x, rk, hdrs)
+            if hdrs and ("CC" in hdrs or "BCC" in hdrs):
+                queues, msg = self._sender_selected(vh, x, msg, queues)
+            if msg.message_id is not None and queues:
+                # x-message-deduplication-window-ms (core/dedup.py): drop duplicates.
+                queues = tuple(self.state.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
+                if not queues:
+                    return False, False
+        if not queues:
+            stats = self.state.stats
+            stats["unroutable"] += 1
+            if mandatory and s is not None:
+                stats["returned"] += 1
+                self.state.out.append(Return(s.conn_id, s.channel, "NO_ROUTE", msg))
+            return False, False
+        return self.enqueue(vh, x, queues, msg, s.conn_id if s is not None else None, now_ms)
+
+    def enqueue(
+        self,
+        vh: VHost,
+        x: Exchange,
+        queues: tuple[QueueEntity, ...],
+        msg: Message,
+        conn_id: int | None,
+        now_ms: int,
+    ) -> tuple[bool, bool]:
+        """The per-queue step of every publish (see step 3); returns (refused, persisted)."""
+        state = self.state
+        refused = stored = False
+        dirty = state.dirty
+        persistent = msg.persistent
+        for q in queues:
+            engine = q.queue
+            outcome = engine.publish(msg, now_ms)
+            if outcome is _REJECTED:
+                refused = True
+                limit = q.settings.limit
+                if limit is not None and limit.family == "address":
+                    self.resources.address_fail = q
+                if msg.message_id is not None:
+                    state.dedup.refused(vh.name, x, q, msg.message_id)
+            else:
+                if outcome is _SCHEDULED or msg.expiration_ms is not None:
+                    state.timed[id(q)] = q
+                if persistent and q.durable:
+                    dur = state.durability
+                    if dur is None or dur.published(q, msg, outcome, now_ms):
+                        stored = True
+            dirty[id(q)] = q
+            st = q.settings
+            limit = st.limit
+            if limit is None and st.lvq_key is None and not st.non_destructive:
+                if st.max_priority:
+                    state.eager = True
+                if conn_id is not None and q.consumers.all:
+                    counters = engine.counters
+                    if counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES:
+                        self.resources.flow_requests[conn_id] = q
+            else:
+                # A ring counts what waits: deliver before the next publish. Nothing to do now
+                # when this queue is the only dirty one and has no consumer, no dead letters
+                # to move, no blocked publisher and no message that may expire (the flush
+                # would only mark it clean).
+                if (
+                    q.consumers.all
+                    or st.dead_letter_exchange is not None
+                    or len(dirty) > 1
+                    or self.resources.blocked_by
+                    or msg.expiration_ms is not None
+                ):
+                    state.eager = True
+                if (
+                    conn_id is not None
+                    and limit is not None
+                    and limit.action is LimitAction.BLOCK
+                    and engine.over_limit
+                ):
+                    self.resources.block(conn_id, q)
+        return refused, stored
+
+    @staticmethod
+    def _sender_selected(
+        vh: VHost, x: Exchange, msg: Message, queues: tuple[QueueEntity, ...]
+    ) -> tuple[tuple[QueueEntity, ...], Message]:
+        """RabbitMQ sender-selected distribution: also route with the keys in the CC and BCC
+        headers (lists of strings); BCC is removed from the message before delivery."""
+        headers = msg.headers or {}
+        found = {id(q): q for q in queues}
+        for name in ("CC", "BCC"):
+            keys = headers.get(name)
+            if not isinstance(keys, list):
+                continue
+            for key in keys:
+                k = as_str(key)
+                if k is not None:
+                    for q in vh.route(x, k, headers):
+                        found.setdefault(id(q), q)
+        if "BCC" in headers:
+            msg = msg.reheadered({k: v for k, v in headers.items() if k != "BCC"})
+        return tuple(found.values()), msg
+
+    # ------------------------------------------------------------------ batches
+    def publish_batch(
+        self,
+        s: Session,
+        exchange: str,
+        messages: Iterable[Message],
+        flush: Callable[[int], None],
+        now_ms: int,
+    ) -> BatchPublished:
+        """Publish `messages` (built lazily: a message that fails to build stops the batch
+        there) to `exchange` on `s`, as that many publishes would, with one confirm step per
+        batch: the acks of confirmed publishes are coalesced and sent at the end (a refusal
+        first sends the acks before it, so the order on the session is kept).
+
+        The batch stops early at the first message whose publish raises (`error` is set,
+        `published` counts the messages before it) or that blocks the connection (`blocked`;
+        that message is published). `flush` is called with `now_ms` when a queue of the batch
+        must dispatch before the next publish (rings, limits).
+        """
+        state = self.state
+        done = BatchPublished(state.out)
+        out = done.effects
+        conn_id = s.conn_id
+        released: list[int] = []
+        try:
+            vh, x = self.exchange_for(s, exchange)
+            confirm = s.mode is _CONFIRM
+            delay = state.config.delay_persistent_confirms
+            held = s.confirm_held
+            stats = state.stats
+            resources = self.resources
+            confirms = self.confirms
+            for msg in messages:
+                stats["published"] += 1
+                n_out = len(out)
+                if resources.alarms_on:
+                    resources.alarm_publish(conn_id)
+                seq = s.next_publish_seq() if confirm else 0
+                resources.address_fail = None
+                refused, stored = self.route(vh, x, msg, False, s, now_ms)
+                fail = resources.pop_address_fail()
+                if fail is not None and not seq:
+                    raise address_full(fail)
+                if seq:
+                    if refused:
+                        if released:
+                            confirms.send(s, released)
+                            released = []
+                        stats["nacked"] += 1
+                        held.discard(seq)
+                        confirms.send(s, [], nack=seq)
+                    elif stored and delay:
+                        confirms.hold(s, seq)
+                    else:
+                        released.append(seq)
+                done.published += 1
+                if state.eager and state.dirty:
+                    state.eager = False
+                    flush(now_ms)
+                if len(out) != n_out and any(
+                    type(e) is Block and e.conn_id == conn_id for e in out[n_out:]
+                ):
+                    done.blocked = True
+                    break
+        except BrokerError as exc:
+            done.error = exc
+        if released:
+            self.confirms.send(s, released)
+        return done

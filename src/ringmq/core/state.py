@@ -1,0 +1,144 @@
+"""What the broker's owners share: the registry of vhosts and connections, and the call in
+progress.
+
+Theory of operation: the broker is split by ownership (topology, publish, delivery, dead
+letters, transactions and confirms, resources, timers; `broker.py` composes them). Each owner
+keeps its own state private and offers public steps to the others. What they all read is here,
+in one `State` object the broker creates and hands to each owner: the configuration, users and
+permissions, policies, vhosts, connections, counters and the storage glue (`durability`, None
+without a store).
+
+The call in progress is explicit too: every public entry point of the broker starts a call
+with `begin(now_ms)`, which gives a fresh effect list (`out`, appended to by every owner), and
+ends it with `end()`, which writes the durable definitions the call changed. Between calls
+`dirty` holds the queues the call touched (the delivery owner dispatches them on `flush`),
+`backlog` the queues that had more to deliver than one call may, and `eager` whether a publish
+of the call reached a queue that must dispatch before the next publish (a ring, a limit, LVQ,
+priorities, browsing). No owner writes another's private fields; they write these, through the
+names below.
+
+Pure: no I/O, no clock (`now_ms` is an argument of every call).
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from typing import TYPE_CHECKING
+
+from ringmq.core.auth import AuthDB
+from ringmq.core.config import BrokerConfig
+from ringmq.core.dedup import PublishDedup
+from ringmq.core.policies import AddressSettingsTable, PolicyTable
+
+if TYPE_CHECKING:
+    from ringmq.core.durability import Durability
+    from ringmq.core.effects import Effect
+    from ringmq.core.session import Conn
+    from ringmq.core.vhost import QueueEntity, VHost
+
+STAT_NAMES: tuple[str, ...] = (
+    "published",
+    "delivered",
+    "returned",
+    "unroutable",
+    "confirmed",
+    "nacked",
+    "dead_lettered",
+    # churn, as rabbitmq_prometheus counts it (*_opened_total, queues_declared_total...)
+    "connections_opened",
+    "connections_closed",
+    "channels_opened",
+    "channels_closed",
+    "queues_declared",
+    "queues_created",
+    "queues_deleted",
+)
+
+
+class State:
+    """The shared registry and the call in progress (see the module docstring)."""
+
+    __slots__ = (
+        "address_settings",
+        "auth",
+        "backlog",
+        "config",
+        "conns",
+        "dedup",
+        "defer_dispatch",
+        "defs_dirty",
+        "dirty",
+        "durability",
+        "eager",
+        "now_ms",
+        "out",
+        "policies",
+        "rng",
+        "stats",
+        "timed",
+        "vhosts",
+    )
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.auth = AuthDB()
+        self.policies = PolicyTable()
+        self.address_settings = AddressSettingsTable()
+        self.vhosts: dict[str, VHost] = {}
+        self.conns: dict[int, Conn] = {}
+        self.dedup = PublishDedup()  # message_id de-duplication (core/dedup.py)
+        self.durability: Durability | None = None
+        self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
+        self.out: list[Effect] = []
+        self.now_ms = 0
+        self.dirty: dict[int, QueueEntity] = {}
+        """Queues touched by the call, by id: dispatched and drained by `Delivery.flush`."""
+        self.backlog: dict[int, QueueEntity] = {}
+        """Queues with more to deliver than one call may (`DISPATCH_BATCH`)."""
+        self.timed: dict[int, QueueEntity] = {}
+        """Queues that ever had timer work (TTL, x-expires, schedules): what `tick` visits."""
+        self.eager = False
+        self.defer_dispatch = False
+        """When True, dispatching after a publish that reached only plain queues waits for the
+        end of the read batch (`Broker.dispatch_pending`)."""
+        self.defs_dirty = False
+        self.rng = random.Random(config.name_seed)  # noqa: S311 - names, not secrets
+
+    def gen_name(self, prefix: str) -> str:
+        """A fresh server-chosen name (`amq.gen-...` queues, `amq.ctag-...` consumer tags)."""
+        raw = self.rng.getrandbits(128).to_bytes(16, "big")
+        return prefix + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+    def begin(self, now_ms: int) -> list[Effect]:
+        """Start a call at `now_ms`: a fresh effect list every owner appends to."""
+        out: list[Effect] = []
+        self.out = out
+        self.now_ms = now_ms
+        return out
+
+    def mark(self, q: QueueEntity) -> None:
+        """`q` may have work (deliveries, dead letters, unblocking): visit it on the flush."""
+        if not q.deleted:
+            self.dirty[id(q)] = q
+
+    def track_timers(self, q: QueueEntity) -> None:
+        """Remember a queue that may have timer work (TTL, x-expires, scheduled messages)."""
+        self.timed[id(q)] = q
+
+    def touch(self, kind: str, vhost: str, name: str) -> None:
+        """A durable queue/exchange or an exchange's bindings changed: written after the call."""
+        if self.durability is not None:
+            self.durability.touch(kind, vhost, name)
+            self.defs_dirty = True
+
+    def end(self) -> None:
+        """End a call: write the durable definitions it changed."""
+        if self.defs_dirty:
+            self.sync_definitions(full=False)
+
+    def sync_definitions(self, *, full: bool = True) -> None:
+        """Write durable definitions that changed (`full=False`: only what `touch` recorded)."""
+        self.defs_dirty = False
+        if self.durability is not None:
+            self.durability.sync_definitions(full=full)

@@ -1,0 +1,98 @@
+"""Timers: queue TTLs, `x-expires`, scheduled messages and delayed exchanges.
+
+Theory of operation: only queues that ever had timer work (`State.timed`: a TTL, an
+`x-expires`, a scheduled or expiring message) and delayed exchanges holding messages
+(`Publisher.holding`) are visited, so a broker with many plain queues ticks in O(timed).
+`tick(now_ms)` runs each due queue's engine timers (expiry, release of scheduled messages),
+deletes queues whose `x-expires` passed, and routes the delayed messages now due (their delay
+consumed) through the publish pipeline; the broker flushes afterwards. `next_deadline_ms` is
+the earliest time any of that is due, or "now" while a dispatch is pending (`State.dirty`,
+`State.backlog`): the server arms one timer for it.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from ringmq.core.message import Message
+from ringmq.core.publish import Publisher
+from ringmq.core.state import State
+from ringmq.core.topology import Topology
+
+
+def undelayed(msg: Message) -> Message:
+    """The message a delayed exchange routes when due: same content, delay consumed."""
+    headers = dict(msg.headers or {})
+    headers.pop("x-delay", None)
+    return Message(
+        msg.exchange,
+        msg.routing_key,
+        msg.properties_bin,
+        msg.body,
+        headers=headers or None,
+        priority=msg.priority,
+        expiration_ms=msg.expiration_ms,
+        persistent=msg.persistent,
+        message_id=msg.message_id,
+        timestamp_ms=msg.timestamp_ms,
+        form=msg.form,
+    )
+
+
+class Timers:
+    """Runs the timer work of queues and delayed exchanges (see the module docstring)."""
+
+    def __init__(self, state: State, topology: Topology, publisher: Publisher) -> None:
+        self.state = state
+        self.topology = topology
+        self.publisher = publisher
+
+    def tick(self, now_ms: int) -> None:
+        """Run what is due at `now_ms` (the caller flushes)."""
+        state = self.state
+        if state.backlog:
+            for q in state.backlog.values():
+                state.mark(q)
+            state.backlog.clear()
+        timed = state.timed
+        for key, q in list(timed.items()):
+            if q.deleted:
+                del timed[key]
+                continue
+            deadline = q.queue.next_deadline_ms()
+            if deadline is not None and deadline <= now_ms:
+                q.queue.tick(now_ms)
+                state.mark(q)
+            expires = q.expires_at_ms()
+            if expires is not None and expires <= now_ms:
+                vh = state.vhosts.get(q.vhost)
+                if vh is not None:
+                    self.topology.delete_queue(vh, q, now_ms)
+        holding = self.publisher.holding
+        for key, (vh, x) in list(holding.items()):
+            due = x.next_due_ms()
+            if due is None or vh.exchanges.get(x.name) is not x:
+                del holding[key]
+                continue
+            if due <= now_ms:
+                released = x.take_due(now_ms)
+                for _, msg in released:
+                    self.publisher.route(vh, x, undelayed(msg), False, None, now_ms)
+                if state.durability is not None:
+                    state.durability.released(vh.name, x, [n for n, _ in released])
+
+    def next_deadline_ms(self) -> int | None:
+        """Earliest time `tick` has work (an immediate time when dispatch is pending)."""
+        state = self.state
+        if state.backlog or state.dirty:
+            return state.now_ms
+        best: int | None = None
+        for q in state.timed.values():
+            for t in (q.queue.next_deadline_ms(), q.expires_at_ms()):
+                if t is not None and (best is None or t < best):
+                    best = t
+        for _vh, x in self.publisher.holding.values():
+            t = x.next_due_ms()
+            if t is not None and (best is None or t < best):
+                best = t
+        return best

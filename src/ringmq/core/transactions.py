@@ -1,0 +1,217 @@
+"""Publisher confirms and transactions.
+
+Theory of operation
+-------------------
+**Confirms.** A session in confirm mode numbers its publishes (`Session.next_publish_seq`).
+`confirm_publish` settles one: refused by some queue -> a negative `Confirm`; persisted to a
+durable queue under `BrokerConfig.delay_persistent_confirms` -> held until the storage layer
+calls `confirm_stored` after the group-commit fsync covering it (`drain_unconfirmed` tells the
+server which are held; `fail_unconfirmed` refuses them when the write failed); otherwise
+confirmed at once. Consecutive confirms are coalesced into one `multiple` confirm when the
+session's confirmed floor moves past several (`Session.confirm_acks`), as RabbitMQ does.
+
+**Transactions** (AMQP tx, Artemis' rollback rule). Publishes and settles are buffered on the
+session. `commit` first routes every buffered publish and checks each reject-type limit for
+the whole batch (a queue that would refuse any message fails the commit with 406 and nothing
+is applied), then applies settles and publishes in order, as one store transaction synced
+before the commit is answered. `rollback` discards the buffer and returns every delivered
+unacked message of the session to its queue head in consumption order (Artemis: the ring keeps
+its tail); their old delivery tags become unknown.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ringmq.core.effects import Confirm
+from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.exchange import Exchange
+from ringmq.core.routing import ExchangeType
+from ringmq.core.session import ChannelMode, Session, SettleKind, TxPublish, TxState, Unacked
+from ringmq.core.state import State
+from ringmq.core.vhost import QueueEntity
+
+if TYPE_CHECKING:
+    from ringmq.core.delivery import Delivery
+    from ringmq.core.publish import Publisher
+
+
+class Confirms:
+    """Publisher confirms (see the module docstring)."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self._unconfirmed: list[tuple[int, int, int]] = []
+
+    def select(self, s: Session) -> None:
+        """Put `s` in confirm mode."""
+        if s.mode is ChannelMode.TX:
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED, "cannot switch from tx to confirm mode"
+            )
+        s.mode = ChannelMode.CONFIRM
+
+    def confirm_publish(self, s: Session, seq: int, refused: bool, stored: bool) -> None:
+        """Settle publish `seq` of `s`: refused, held for the fsync, or confirmed now."""
+        if refused:
+            self.state.stats["nacked"] += 1
+            s.confirm_held.discard(seq)
+            self.send(s, [], nack=seq)
+        elif stored and self.state.config.delay_persistent_confirms:
+            self.hold(s, seq)
+        else:
+            self.send(s, [seq])
+
+    def hold(self, s: Session, seq: int) -> None:
+        """Hold the confirm of publish `seq` until the store says it is durable."""
+        s.confirm_held.add(seq)
+        self._unconfirmed.append((s.conn_id, s.channel, seq))
+
+    def send(self, s: Session, released: list[int], nack: int = 0) -> None:
+        """Confirm the publishes `released` (coalesced), or refuse publish `nack`."""
+        out = self.state.out
+        if nack:
+            out.append(Confirm(s.conn_id, s.channel, nack, False, False))
+            if s.confirm_floor == nack - 1 and not s.confirm_held:
+                s.confirm_floor = nack
+            return
+        stats = self.state.stats
+        for tag, multiple in s.confirm_acks(released):
+            stats["confirmed"] += 1
+            out.append(Confirm(s.conn_id, s.channel, tag, multiple, True))
+
+    def drain_unconfirmed(self) -> list[tuple[int, int, int]]:
+        """(conn_id, channel, publish seq) of confirms held since the last call."""
+        out, self._unconfirmed = self._unconfirmed, []
+        return out
+
+    def _session(self, conn_id: int, channel: int) -> Session | None:
+        conn = self.state.conns.get(conn_id)
+        return conn.sessions.get(channel) if conn is not None else None
+
+    def confirm_stored(self, conn_id: int, channel: int, seqs: Iterable[int]) -> None:
+        """The publishes `seqs` of a confirm session are durable: confirm them (unknown seqs
+        are ignored)."""
+        s = self._session(conn_id, channel)
+        if s is None:
+            return
+        released = [q for q in seqs if q in s.confirm_held]
+        if released:
+            self.send(s, released)
+
+    def fail_unconfirmed(self, conn_id: int, channel: int, seqs: Iterable[int]) -> None:
+        """The store could not make publishes `seqs` durable: refuse each (unknown seqs are
+        ignored) so the publisher may retry."""
+        s = self._session(conn_id, channel)
+        if s is None:
+            return
+        held = s.confirm_held
+        failed = sorted(q for q in seqs if q in held)
+        out = self.state.out
+        for q in failed:
+            held.discard(q)
+            out.append(Confirm(conn_id, channel, q, False, False))
+        if failed:
+            self.state.stats["nacked"] += len(failed)
+            s.confirm_floor = (min(held) - 1) if held else s.publish_seq
+
+
+class Transactions:
+    """AMQP transactions with Artemis' rollback rule (see the module docstring)."""
+
+    def __init__(self, state: State, publisher: Publisher, delivery: Delivery) -> None:
+        self.state = state
+        self.publisher = publisher
+        self.delivery = delivery
+
+    @staticmethod
+    def select(s: Session) -> None:
+        """Put `s` in transactional mode."""
+        if s.mode is ChannelMode.CONFIRM:
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED, "cannot switch from confirm to tx mode"
+            )
+        if s.tx is None:
+            s.tx = TxState()
+        s.mode = ChannelMode.TX
+
+    @staticmethod
+    def _require_tx(s: Session) -> TxState:
+        if s.mode is not ChannelMode.TX or s.tx is None:
+            raise BrokerError(Condition.PRECONDITION_FAILED, "channel is not transactional")
+        return s.tx
+
+    def commit(self, s: Session, now_ms: int) -> None:
+        """Apply the buffered settles then publishes of `s`, all or nothing (see above)."""
+        tx = self._require_tx(s)
+        vh = s.vhost
+        # 1. Route everything first and check reject-type limits for the whole batch.
+        routed: list[tuple[TxPublish, Exchange]] = []
+        adds: dict[int, tuple[QueueEntity, int, int]] = {}
+        for p in tx.publishes:
+            x = vh.exchanges.get(p.exchange)
+            if x is None:
+                raise BrokerError(
+                    Condition.NOT_FOUND, f"no exchange '{p.exchange}' in vhost '{vh.name}'"
+                )
+            routed.append((p, x))
+            if x.type is ExchangeType.DELAYED:
+                continue
+            for q in vh.route(x, p.routing_key, p.message.headers):
+                _, n, nbytes = adds.get(id(q), (q, 0, 0))
+                adds[id(q)] = (q, n + 1, nbytes + p.message.size)
+        for q, n, nbytes in adds.values():
+            reason = q.queue.would_refuse(n, nbytes)
+            if reason is not None:
+                raise BrokerError(
+                    Condition.PRECONDITION_FAILED,
+                    f"tx.commit refused: queue '{q.name}' in vhost '{vh.name}' {reason}; "
+                    "nothing was committed",
+                )
+        # 2. Apply settles in order, then publishes in order.
+        settles, tx.settles = tx.settles, []
+        tx.publishes = []
+        dur = self.state.durability
+        if dur is not None:
+            failure = getattr(dur.store, "failure", None)
+            if failure is not None:  # a disk write failed: commit-ok could not mean durable
+                raise BrokerError(
+                    Condition.PRECONDITION_FAILED,
+                    f"tx.commit refused: the message store cannot write to disk ({failure}); "
+                    "nothing was committed",
+                )
+            dur.store.tx_begin()  # replayed whole or not at all
+        for kind, entries in settles:
+            self.delivery.settle_entries(entries, kind, now_ms)
+        for p, x in routed:
+            self.publisher.route(vh, x, p.message, p.mandatory, s, now_ms)
+        if dur is not None:
+            dur.store.tx_commit()
+            try:
+                dur.store.sync()  # commit-ok means durable (AMQP tx semantics)
+            except OSError as exc:
+                raise BrokerError(
+                    Condition.PRECONDITION_FAILED,
+                    f"tx.commit failed: the message store could not write to disk ({exc}); "
+                    "the transaction may be partly applied and is not durable",
+                ) from exc
+        for consumer in s.consumers.values():
+            self.state.mark(consumer.queue)
+
+    def rollback(self, s: Session, now_ms: int) -> None:
+        """Discard the buffer of `s`; every delivered-unacked message returns to its queue's
+        head in consumption order."""
+        tx = self._require_tx(s)
+        entries: list[Unacked] = []
+        for _kind, settled in tx.settles:
+            entries.extend(settled)
+        tx.settles = []
+        tx.publishes = []
+        entries.extend(s.take_all())
+        entries.sort(key=lambda e: e.tag)
+        self.delivery.settle_entries(entries, SettleKind.REQUEUE, now_ms)
+        for consumer in s.consumers.values():
+            self.state.mark(consumer.queue)
