@@ -12,7 +12,8 @@ progress, `state.py`):
 * `DeadLetters` (deadletter.py): dead letters routed with `x-death`;
 * `Confirms` and `Transactions` (transactions.py);
 * `Resources` (resources.py): paging bounds, alarms, Artemis BLOCK/FAIL, publisher flow;
-* `Timers` (timers.py): TTLs, `x-expires`, schedules and delayed exchanges (`tick`).
+* `Timers` (timers.py): TTLs, `x-expires`, schedules and delayed exchanges (`tick`);
+* `Restore` (restore.py): durable definitions recreated at recovery.
 
 The broker itself owns the lifecycle of connections and sessions, the configuration it starts
 from, and recovery from a store. Protocol adapters (`ringmq.adapters.amqp091` for AMQP 0-9-1)
@@ -53,6 +54,7 @@ from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.publish import BatchPublished, Publisher
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT, BodyStore, SpillStore
 from ringmq.core.resources import Resources
+from ringmq.core.restore import Restore
 from ringmq.core.routing import ExchangeType
 from ringmq.core.session import Conn, Session
 from ringmq.core.settings import QueueSettings
@@ -91,6 +93,7 @@ class Broker:
         self.publisher = Publisher(state, self.resources, self.delivery, self.confirms)
         self.transactions = Transactions(state, self.publisher, self.delivery)
         self.timers = Timers(state, self.topology, self.publisher)
+        self.restore = Restore(state, self.topology)
         self._admin: Admin | None = None
         self._load(config)
         self.streams = StreamBooks(self)
@@ -524,7 +527,7 @@ class Broker:
         arguments: Mapping[str, Any],
     ) -> None:
         """Recreate a durable exchange (recovery)."""
-        self.topology.restore_exchange(
+        self.restore.exchange(
             vhost, name, kind, auto_delete=auto_delete, internal=internal, arguments=arguments
         )
 
@@ -538,9 +541,7 @@ class Broker:
         now_ms: int,
     ) -> None:
         """Recreate a durable queue (recovery)."""
-        self.topology.restore_queue(
-            vhost, name, auto_delete=auto_delete, arguments=arguments, now_ms=now_ms
-        )
+        self.restore.queue(vhost, name, auto_delete=auto_delete, arguments=arguments, now_ms=now_ms)
 
     def restore_binding(
         self,
@@ -551,7 +552,7 @@ class Broker:
         arguments: Mapping[str, Any],
     ) -> None:
         """Recreate a binding between durable objects (recovery)."""
-        self.topology.restore_binding(vhost, source, dest, routing_key, arguments)
+        self.restore.binding(vhost, source, dest, routing_key, arguments)
 
     def recovered_queue(self, q: QueueEntity, now_ms: int) -> None:
         """Recovery put messages back into `q`: arm its timers (TTL, schedule)."""

@@ -5,7 +5,8 @@ Theory of operation
 `Topology` owns declaring, binding, unbinding, purging and deleting, with RabbitMQ's checks
 and texts, for every caller: the protocol adapters (on behalf of a client session, whose
 permissions are checked: pass it as `grant`), the management facade and config loading (which
-authorise the user themselves and pass no session), and recovery (`restore_*`). Each operation
+authorise the user themselves and pass no session); recovery recreates stored definitions
+without these checks (`restore.py`). Each operation
 validates everything before it changes anything, so a refused call leaves no half-done change.
 
 Rules kept here: the default exchange cannot be declared, bound or deleted; `amq.*` names are
@@ -22,7 +23,6 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -37,7 +37,6 @@ from ringmq.core.routing import (
     EXCHANGE,
     QUEUE,
     DelayedTypeError,
-    ExchangeType,
     ExchangeTypeError,
     parse_exchange_type,
 )
@@ -46,8 +45,6 @@ from ringmq.core.settings import QueueSettings, SettingsError, resolve_queue_set
 from ringmq.core.state import State
 from ringmq.core.texts import as_str, field_type, flag, fmt_value
 from ringmq.core.vhost import QueueEntity, VHost
-
-log = logging.getLogger(__name__)
 
 _EXCLUSIVE_LOCKED: Final = (
     "cannot obtain exclusive access to locked queue '{q}' in vhost '{v}'. It could be originally "
@@ -642,78 +639,3 @@ class Topology:
         state.dirty.pop(id(q), None)
         state.backlog.pop(id(q), None)
         self.resources.maybe_unblock(q)
-
-    # ------------------------------------------------------------------ recovery
-    def restore_exchange(
-        self,
-        vhost: str,
-        name: str,
-        kind: ExchangeType,
-        *,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        """Recreate a durable exchange (recovery)."""
-        vh = self.add_vhost(vhost)
-        routing_type = None
-        if kind is ExchangeType.DELAYED:
-            raw = as_str(arguments.get("x-delayed-type"))
-            routing_type = ExchangeType(raw) if raw else ExchangeType.DIRECT
-        vh.exchanges[name] = Exchange(
-            name,
-            kind,
-            durable=True,
-            auto_delete=auto_delete,
-            internal=internal,
-            arguments=arguments,
-            routing_type=routing_type,
-        )
-        vh.invalidate()
-
-    def restore_queue(
-        self,
-        vhost: str,
-        name: str,
-        *,
-        auto_delete: bool,
-        arguments: Mapping[str, Any],
-        now_ms: int,
-    ) -> None:
-        """Recreate a durable queue (recovery); one whose settings no longer validate is
-        skipped with a log line (its messages are dropped from the store)."""
-        self.add_vhost(vhost)
-        try:
-            self.create_queue(
-                vhost,
-                name,
-                durable=True,
-                auto_delete=auto_delete,
-                arguments=arguments,
-                now_ms=now_ms,
-            )
-        except SettingsError as exc:
-            log.warning("stored queue %r in vhost %r refused at recovery: %s", name, vhost, exc)
-
-    def restore_binding(
-        self,
-        vhost: str,
-        source: str,
-        dest: tuple[str, str],
-        routing_key: str,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        """Recreate a binding between durable objects (recovery); dangling ones are skipped."""
-        vh = self.state.vhosts.get(vhost)
-        if vh is None:
-            return
-        x = vh.exchanges.get(source)
-        kind, name = dest
-        present = vh.queues if kind == QUEUE else vh.exchanges
-        if x is None or name not in present:
-            return
-        try:
-            x.bind((kind, name), routing_key, arguments)
-        except ValueError:
-            log.warning("stored binding %s -> %s refused at recovery", source, name)
-        vh.invalidate()
