@@ -9,7 +9,7 @@ import httpx
 import pika
 import pytest
 
-from ringmq.management.api import GET_SLICE, MAX_GET_COUNT
+from ringmq.management.queues import GET_SLICE, MAX_GET_COUNT
 from ringmq.server.runtime import BrokerThread, ServerOptions
 
 pytestmark = pytest.mark.integration

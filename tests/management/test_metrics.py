@@ -8,7 +8,8 @@ import httpx
 
 from ringmq.core.broker import Broker
 from ringmq.management import metrics
-from ringmq.management.port import ConnectionInfo, QueueCounters, QueueInfo
+from ringmq.management.port import ConnectionInfo
+from ringmq.management.records import QueueCounters, QueueInfo
 
 _SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? -?\d+(\.\d+)?$')
 

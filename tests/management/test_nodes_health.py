@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from ringmq.core.broker import Broker
-from ringmq.management.port import PermissionInfo
+from ringmq.management.records import PermissionInfo
 from ringmq.server.runtime import BrokerThread, ServerOptions
 
 from .conftest import Clock

@@ -1,41 +1,63 @@
-"""`CoreAdmin`: the `BrokerAdmin` port over the core's own facade, `Broker.admin`.
+"""`CoreAdmin`: the one facade management calls to read and change the broker.
 
-Theory of operation: `ringmq.core.admin.Admin` (the broker helper's synchronous facade) does the
-work and returns plain dicts keyed like this port's records; this adapter turns them into the
-records, and adds the few things the HTTP layer promises that the facade leaves to its caller:
+Theory of operation: every management module (the HTTP API, definitions, authorisation,
+browse, health, nodes, metrics and the streams endpoints) reaches the broker only through this
+class; it is the single place under `management/` that touches core objects, and it touches
+only their public names (the list at the end of `docs/dev/contracts.md`). Calls return the
+plain records of `management.records` (or plain values: dicts, ints, `Message`s), never an
+engine object a caller could change.
+
+Most verbs go to the core's own facade, `Broker.admin` (`core.admin.Admin`), which returns
+dicts keyed like the records; this class turns them into records and adds what the HTTP layer
+promises and the core facade leaves to its caller:
 
 * publish properties are validated here (unknown or ill-typed property -> ValueError -> 400)
   before anything is routed;
 * `PUT .../settings` takes management names (`ring-size`, `max-length`, `message-ttl`, ...)
-  and maps them to the queue arguments the facade's live `update_queue` merges
-  (`x-ring-size`, ...), as Artemis' `updateQueue` changes the queue's own configuration;
-* `effective_settings` also says where each value came from (`sources`: argument, policy,
-  address-settings), read from the queue's resolved settings;
-* listings (`queues()`, read by /api/queues, rates and /metrics) are built straight from the
-  engine's O(1) counters of the public `QueueEntity` objects, because the facade's per-queue
-  snapshot also walks the ready messages for the head timestamp (O(depth)); GET of one queue
-  uses the facade's full snapshot. `test_admin.py` checks that both paths agree.
+  and maps them to the queue arguments the live `update_queue` merges (`x-ring-size`, ...), as
+  Artemis' `updateQueue` changes the queue's own configuration;
+* queue listings are built from the engine's O(1) counters (`management.queueinfo`);
+* the streams API's reservation books (`Broker.streams`) and its bulk publishes, which run on
+  an in-process *virtual connection* so that they are exactly AMQP publishes.
+
+Errors: `AMQPError` (NOT_FOUND -> 404, ACCESS_REFUSED -> 403 or 400, others -> 400) or
+`ValueError` (bad input -> 400); a failing call leaves the broker unchanged.
 
 Effects of admin calls (deliveries after a publish or a requeue, consumer cancels when a queue
-is deleted) leave through the facade's `emit` callback. The server sets it to its batch
+is deleted) leave through the core facade's `emit` callback. The server sets it to its batch
 writer; when nothing set it (tests, embedding), `CoreAdmin` routes them to
-`Runtime.apply_effects` inside `Runtime.run_batch`.
+`Runtime.apply_effects` inside `Runtime.run_batch`. Effects of the streams calls (messages
+made ready again) go to `Runtime.apply_effects` at once: those calls already run in a batch.
 
 Everything runs on the broker's loop thread; nothing here blocks or locks.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import asdict, fields
 from typing import Any, Final
 
+from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.auth import Access
+from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError
-from ringmq.core.settings import QueueSettings
-from ringmq.management.port import (
+from ringmq.core.message import Message, SeqId
+from ringmq.core.publish import BatchPublished
+from ringmq.core.reservations import Lease, Reservations
+from ringmq.core.vhost import QueueEntity
+from ringmq.management.port import Runtime
+from ringmq.management.queueinfo import (
+    SettingsView,
+    listing_record,
+    snapshot_record,
+    stream_bounds,
+)
+from ringmq.management.records import (
     AckMode,
     BindingInfo,
     ChannelInfo,
@@ -44,9 +66,7 @@ from ringmq.management.port import (
     FetchedMessage,
     PermissionInfo,
     PolicyInfo,
-    QueueCounters,
     QueueInfo,
-    Runtime,
     ScheduledInfo,
     UserInfo,
 )
@@ -65,6 +85,9 @@ SETTING_ARGUMENTS: Final = {
     "last-value-key": "x-last-value-key",
 }
 _PROPERTY_NAMES: Final = frozenset(f.name for f in fields(BasicProperties))
+
+Row = tuple[int, int, bool, Message]
+"""One message read by the streams API: (position, queue seq, redelivered, message)."""
 
 
 def _properties(raw: dict[str, Any]) -> dict[str, Any]:
@@ -93,28 +116,33 @@ def settings_arguments(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _SlicedGet:
-    """The `MessageGet` port over the facade's `core.admin.MessageGet` (dicts to records)."""
+class SlicedGet:
+    """A `/get` in progress: messages fetched slice by slice are held until `finish`."""
 
     def __init__(self, get: Any) -> None:
         self.get = get
 
     def fetch(self, count: int, now_ms: int) -> list[FetchedMessage]:
+        """Up to `count` more messages (fewer when the queue runs out)."""
         return [FetchedMessage(**m) for m in self.get.fetch(count, now_ms)]
 
     def finish(self, now_ms: int) -> None:
+        """Settle everything fetched as the ack mode says (idempotent)."""
         self.get.finish(now_ms)
 
 
 class CoreAdmin:
-    """`BrokerAdmin` over `Broker.admin` (see the module docstring)."""
+    """The management facade over the core `Broker` (see the module docstring)."""
 
-    def __init__(self, broker: Any, runtime: Runtime) -> None:
+    def __init__(self, broker: Broker, runtime: Runtime) -> None:
         self.broker = broker
         self.core = broker.admin
         self.runtime = runtime
-        self._settings_cache: dict[int, tuple[QueueSettings, dict[str, Any]]] = {}
-        self._queue_count = 0
+        self.amqp091 = Amqp091(broker)
+        """Bulk publishes carry AMQP 0-9-1 properties: the 0-9-1 adapter publishes them."""
+        self._settings = SettingsView()
+        # Virtual connections of bulk publishes: negative ids never collide with the server's.
+        self._virtual_ids = itertools.count(-1, -1)
         if self.core.emit is None:
             self.core.emit = self._emit
         # anything produced before we were attached
@@ -125,10 +153,23 @@ class CoreAdmin:
     def _emit(self, effects: list[Effect]) -> None:
         self.runtime.run_batch(lambda: self.runtime.apply_effects(effects))
 
-    # -- users, vhosts ------------------------------------------------------------------
+    # -- node -------------------------------------------------------------------------------
+
+    def alarms(self) -> dict[str, str]:
+        """Resource alarms in force: "memory", "disk", "disk_write" -> reason."""
+        return self.broker.alarms
+
+    def stats(self) -> dict[str, int]:
+        """The core's node-wide totals (connections opened, messages published, ...)."""
+        return dict(self.broker.stats)
+
+    # -- users, vhosts ----------------------------------------------------------------------
 
     def vhosts(self) -> list[str]:
         return list(self.core.vhosts())
+
+    def has_vhost(self, vhost: str) -> bool:
+        return vhost in self.broker.vhosts
 
     def users(self) -> list[UserInfo]:
         return [UserInfo(**u) for u in self.core.users()]
@@ -138,7 +179,7 @@ class CoreAdmin:
         if found is None:
             return None
         record = self.broker.auth.users.get(user)
-        return UserInfo(**found, loopback_only=bool(getattr(record, "loopback_only", False)))
+        return UserInfo(**found, loopback_only=record is not None and record.loopback_only)
 
     def permissions(self) -> list[PermissionInfo]:
         return [PermissionInfo(**p) for p in self.core.permissions()]
@@ -152,14 +193,12 @@ class CoreAdmin:
     def add_user(
         self, name: str, *, password: str | None, password_hash: str | None, tags: list[str]
     ) -> None:
-        # The facade creates users without the loopback-only flag; keep RabbitMQ's rule
+        # The core facade creates users without the loopback-only flag; keep RabbitMQ's rule
         # (`loopback_users`, guest by default) across replacements and re-imports.
         auth = self.broker.auth
         old = auth.users.get(name)
         loopback = (
-            old.loopback_only
-            if old is not None
-            else name in getattr(self.broker.config, "loopback_users", ())
+            old.loopback_only if old is not None else name in self.broker.config.loopback_users
         )
         self.core.add_user(name, password=password, password_hash=password_hash, tags=tuple(tags))
         auth.users[name].loopback_only = loopback
@@ -175,6 +214,7 @@ class CoreAdmin:
         return bool(self.core.clear_permissions(user, vhost))
 
     def has_vhost_access(self, user: str, vhost: str) -> bool:
+        """The user has permissions in `vhost` (AMQP's vhost access check)."""
         try:
             self.broker.auth.check_vhost_access(user, vhost)
         except BrokerError:
@@ -182,116 +222,49 @@ class CoreAdmin:
         return True
 
     def check_permission(self, user: str, vhost: str, access: Access, kind: str, name: str) -> None:
-        # The AMQP channel's own check (core.auth.AuthDB.check), not a second matcher.
+        """Raise ACCESS_REFUSED unless `user` may `access` the resource: the AMQP channel's
+        own check (`core.auth.AuthDB.check`), not a second matcher."""
         self.broker.auth.check(user, vhost, access, kind, name)
 
-    # -- queues -------------------------------------------------------------------------
+    # -- queues -----------------------------------------------------------------------------
 
-    def _queue(self, d: dict[str, Any]) -> QueueInfo:
-        """A record from the facade's full snapshot (one queue: head timestamp included)."""
-        d = dict(d)
-        d.pop("engine_stats", None)
-        d["counters"] = QueueCounters(**d["counters"])
-        # the facade reports ready bytes without the paged ones; ready messages include them
-        d["message_bytes_ready"] += d["message_bytes_paged"]
-        entity = self.broker.vhosts[d["vhost"]].queues.get(d["name"])
-        if entity is not None:
-            d["messages_persistent"] = self._persistent(entity)
-            d["effective_settings"] = {
-                **d["effective_settings"],
-                "sources": dict(entity.settings.sources),
-            }
-        return QueueInfo(**d)
+    def _entity(self, vhost: str, name: str) -> QueueEntity:
+        vh = self.broker.vhosts.get(vhost)
+        if vh is None:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no vhost {vhost!r}")
+        q = vh.queues.get(name)
+        if q is None or q.deleted:
+            raise AMQPError(ReplyCode.NOT_FOUND, f"no queue {name!r} in vhost {vhost!r}")
+        return q
 
-    def _settings(self, settings: QueueSettings) -> dict[str, Any]:
-        # Settings objects are frozen and replaced on change: render each one once.
-        hit = self._settings_cache.get(id(settings))
-        if hit is not None and hit[0] is settings:
-            return hit[1]
-        out: dict[str, Any] = {
-            f.name: (str(v) if hasattr(v, "value") else v)
-            for f in fields(settings)
-            if (v := getattr(settings, f.name)) is not None and f.name not in ("sources", "limit")
-        }
-        limit = settings.limit
-        if limit is not None:
-            out["limit"] = {
-                "family": limit.family,
-                "counts": str(limit.counts),
-                "max_count": limit.max_count,
-                "max_bytes": limit.max_bytes,
-                "action": str(limit.action),
-            }
-        out["sources"] = dict(settings.sources)
-        if len(self._settings_cache) > 4 * (self._queue_count + 64):
-            self._settings_cache.clear()
-        self._settings_cache[id(settings)] = (settings, out)
-        return out
-
-    def _persistent(self, q: Any) -> int:
+    def _persistent(self, q: QueueEntity) -> int:
         # the durability layer's set of the queue's journaled (persistent) live messages
         dur = self.broker.durability
         persisted = dur.persisted(q) if dur is not None else None
         return len(persisted) if persisted else 0
 
-    def _fast(self, q: Any) -> QueueInfo:
-        """A listing record read straight from the engine's O(1) counters.
-
-        The facade's snapshot also computes the head message's timestamp and the engine's
-        full stats, which costs O(depth) on deep queues; listings, rates and /metrics read
-        every queue, so they take this path (`head_message_timestamp` only on GET one queue).
-        """
-        c = q.queue.counters
-        st = q.settings
-        return QueueInfo(
-            vhost=q.vhost,
-            name=q.name,
-            durable=q.durable,
-            auto_delete=q.auto_delete,
-            exclusive=q.exclusive_owner is not None,
-            arguments=q.arguments,
-            policy=st.policy_name,
-            effective_settings=self._settings(st),
-            messages_ready=c.ready + c.paged,
-            messages_unacknowledged=c.unacked,
-            messages_scheduled=c.scheduled,
-            messages_paged=c.paged,
-            message_bytes_ready=c.ready_bytes + c.paged_bytes,
-            message_bytes_unacknowledged=c.unacked_bytes,
-            message_bytes_scheduled=c.scheduled_bytes,
-            message_bytes_paged=c.paged_bytes,
-            messages_persistent=self._persistent(q),
-            consumers=len(q.consumers),
-            ring_size=st.ring_size,
-            counters=QueueCounters(
-                publish=c.added + c.overflow_rejected,
-                deliver=q.deliver,
-                deliver_no_ack=q.deliver_no_ack,
-                get=q.get,
-                get_no_ack=q.get_no_ack,
-                get_empty=q.get_empty,
-                redeliver=c.redelivered,
-                ack=c.acknowledged,
-                ring_evicted=c.ring_evicted,
-                lvq_replaced=c.lvq_replaced,
-                overflow_rejected=c.overflow_rejected,
-                expired=c.expired,
-                dead_lettered=c.dead_lettered,
-            ),
-            exclusive_owner=None if q.exclusive_owner is None else str(q.exclusive_owner),
-        )
+    def _snapshot(self, d: dict[str, Any]) -> QueueInfo:
+        q = self.broker.vhosts[d["vhost"]].queues.get(d["name"])
+        return snapshot_record(d, q, self._persistent(q) if q is not None else 0)
 
     def queues(self, vhost: str | None = None) -> list[QueueInfo]:
+        """Every queue (of `vhost`), from the engine's O(1) counters (`queueinfo`)."""
         out: list[QueueInfo] = []
+        render = self._settings.render
         for vname, vh in sorted(self.broker.vhosts.items()):
             if vhost is not None and vname != vhost:
                 continue
-            out.extend(self._fast(q) for _, q in sorted(vh.queues.items()) if not q.deleted)
-        self._queue_count = len(out)
+            out.extend(
+                listing_record(q, render(q.settings), self._persistent(q))
+                for _, q in sorted(vh.queues.items())
+                if not q.deleted
+            )
+        self._settings.live_queues = len(out)
         return out
 
     def queue(self, vhost: str, name: str) -> QueueInfo:
-        return self._queue(self.core.queue(vhost, name))
+        """One queue's full snapshot (head message timestamp included)."""
+        return self._snapshot(self.core.queue(vhost, name))
 
     def declare_queue(
         self,
@@ -303,6 +276,7 @@ class CoreAdmin:
         arguments: dict[str, Any],
         now_ms: int,
     ) -> bool:
+        """Declare (or passively match) a queue; True when it was created."""
         return bool(
             self.core.declare_queue(
                 vhost,
@@ -332,8 +306,9 @@ class CoreAdmin:
         got = self.core.get_messages(vhost, name, count=count, ackmode=ackmode, now_ms=now_ms)
         return [FetchedMessage(**m) for m in got]
 
-    def begin_get(self, vhost: str, name: str, *, ackmode: AckMode) -> _SlicedGet:
-        return _SlicedGet(self.core.begin_get(vhost, name, ackmode=ackmode))
+    def begin_get(self, vhost: str, name: str, *, ackmode: AckMode) -> SlicedGet:
+        """A /get taken in slices; raise NOT_FOUND for a missing queue."""
+        return SlicedGet(self.core.begin_get(vhost, name, ackmode=ackmode))
 
     def browse_messages(
         self, vhost: str, name: str, *, count: int, now_ms: int
@@ -343,22 +318,18 @@ class CoreAdmin:
         which also leaves a paged tail on disk)."""
         if count < 1:
             raise ValueError("count must be at least 1")
-        entity = self.broker.vhosts.get(vhost)
-        q = entity.queues.get(name) if entity is not None else None
-        if q is None or q.deleted:
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
-        engine = q.queue
+        q = self._entity(vhost, name)
         out = []
-        for d in engine.browse_ready(None, count, now_ms):
-            props = decode_properties(d.message.properties_bin)
+        for _pos, _seq, redelivered, m in self.browse_ready(vhost, name, None, count, now_ms):
+            props = decode_properties(m.properties_bin)
             out.append(
                 FetchedMessage(
-                    exchange=d.message.exchange,
-                    routing_key=d.message.routing_key,
-                    body=bytes(d.message.body),
-                    redelivered=d.redelivered,
+                    exchange=m.exchange,
+                    routing_key=m.routing_key,
+                    body=bytes(m.body),
+                    redelivered=redelivered,
                     properties={k: v for k, v in asdict(props).items() if v is not None},
-                    message_count=engine.ready_count,
+                    message_count=q.queue.ready_count,
                 )
             )
         return out
@@ -367,7 +338,7 @@ class CoreAdmin:
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int
     ) -> QueueInfo:
         arguments = settings_arguments(settings)
-        return self._queue(self.core.update_queue(vhost, name, arguments, now_ms=now_ms))
+        return self._snapshot(self.core.update_queue(vhost, name, arguments, now_ms=now_ms))
 
     def scheduled(self, vhost: str, name: str) -> list[ScheduledInfo]:
         return [ScheduledInfo(**s) for s in self.core.scheduled(vhost, name)]
@@ -380,7 +351,7 @@ class CoreAdmin:
     ) -> int:
         return int(self.core.deliver_scheduled_now(vhost, name, seqs, now_ms=now_ms))
 
-    # -- exchanges and bindings ---------------------------------------------------------
+    # -- exchanges and bindings -------------------------------------------------------------
 
     def exchanges(self, vhost: str | None = None) -> list[ExchangeInfo]:
         return [ExchangeInfo(**x) for x in self.core.exchanges(vhost)]
@@ -435,7 +406,7 @@ class CoreAdmin:
     def unbind(self, binding: BindingInfo, *, now_ms: int) -> None:
         self.core.unbind(binding, now_ms=now_ms)
 
-    # -- policies -----------------------------------------------------------------------
+    # -- policies, sessions -----------------------------------------------------------------
 
     def policies(self, vhost: str | None = None) -> list[PolicyInfo]:
         return [PolicyInfo(**p) for p in self.core.policies(vhost)]
@@ -446,10 +417,152 @@ class CoreAdmin:
     def clear_policy(self, vhost: str, name: str, *, now_ms: int) -> None:
         self.core.clear_policy(vhost, name, now_ms=now_ms)
 
-    # -- sessions -----------------------------------------------------------------------
-
     def channels(self) -> list[ChannelInfo]:
         return [ChannelInfo(**c) for c in self.core.channels()]
 
     def consumers(self) -> list[ConsumerInfo]:
         return [ConsumerInfo(**c) for c in self.core.consumers()]
+
+    # -- offset readers: the streams API's reservation books --------------------------------
+
+    def _book(self, vhost: str, name: str) -> tuple[QueueEntity, Reservations[SeqId]]:
+        q = self._entity(vhost, name)
+        if q.settings.non_destructive:
+            raise AMQPError(
+                ReplyCode.PRECONDITION_FAILED, f"queue {name!r} is non-destructive: use browse"
+            )
+        return q, self.broker.streams.book(q)
+
+    def _kick(self, q: QueueEntity, now_ms: int) -> None:
+        # Messages went back to the queue: let the broker dispatch them to waiting consumers.
+        effects = self.broker.queue_changed(q, now_ms)
+        if effects:
+            self.runtime.apply_effects(effects)
+
+    def reserve(
+        self,
+        vhost: str,
+        name: str,
+        consumer: str,
+        start: int,
+        max_messages: int,
+        *,
+        lease_ms: int,
+        max_bytes: int | None,
+        now_ms: int,
+    ) -> dict[str, Any]:
+        """Reserve positions from `start` for `consumer` (its lease); the range and bounds."""
+        q, _ = self._book(vhost, name)
+        r = self.broker.streams.reserve(
+            q, consumer, start, max_messages, now_ms, lease_ms=lease_ms, max_bytes=max_bytes
+        )
+        return {
+            "start": r.start,
+            "end": r.end,
+            "settled": r.settled,
+            "next": r.next_pos,
+            "skipped": r.skipped,
+            "expired": r.expired,
+            **stream_bounds(q),
+        }
+
+    def read_reserved(
+        self, vhost: str, name: str, consumer: str, lo: int, hi: int, *, max_span: int, now_ms: int
+    ) -> list[Row]:
+        """The messages `consumer` holds at positions [lo, hi) (ValueError: a range wider than
+        `max_span`)."""
+        _, book = self._book(vhost, name)
+        if hi - lo > max_span:
+            raise ValueError(f"range too large (at most {max_span} positions)")
+        return [
+            (e.pos, e.seq, e.redelivered, e.message) for e in book.read(consumer, lo, hi, now_ms)
+        ]
+
+    def settle(
+        self, vhost: str, name: str, consumer: str, up_to: int, *, now_ms: int
+    ) -> dict[str, Any]:
+        """Settle `consumer`'s positions below `up_to` (the messages are deleted)."""
+        q, book = self._book(vhost, name)
+        deleted = self.broker.streams.settle(q, consumer, up_to, now_ms)
+        lease = book.lease(consumer)
+        return {
+            "deleted": deleted,
+            "settled": 0 if lease is None else lease.settled,
+            **stream_bounds(q),
+        }
+
+    def browse_ready(
+        self, vhost: str, name: str, after: int | None, limit: int, now_ms: int
+    ) -> list[Row]:
+        """Ready messages with seq > after, in seq order, left in place (a paged queue is read
+        where it is and stays paged: `Queue.browse_ready`); position = seq."""
+        q = self._entity(vhost, name)
+        cursor = None if after is None else SeqId(after)
+        return [
+            (d.seq, d.seq, d.redelivered, d.message)
+            for d in q.queue.browse_ready(cursor, limit, now_ms)
+        ]
+
+    def drop_lease(self, vhost: str, name: str, consumer: str, *, now_ms: int) -> bool:
+        """Forget `consumer`'s lease (its messages become ready again); False if unknown."""
+        q, _ = self._book(vhost, name)
+        found = self.broker.streams.drop(q, consumer, now_ms)
+        if found:
+            self._kick(q, now_ms)
+        return found
+
+    def stream_info(self, vhost: str, name: str) -> tuple[dict[str, Any], list[Lease[SeqId]]]:
+        """A queue's bounds (head included) and its leases."""
+        q = self._entity(vhost, name)
+        book = self.broker.streams.existing(q)
+        leases = list(book.leases()) if book is not None else []
+        return stream_bounds(q, head=True), leases
+
+    def expire_leases(self, now_ms: int) -> list[tuple[str, str, list[str]]]:
+        """Expire the leases of every book: (vhost, queue, consumers) of each that gave
+        messages back (the broker then dispatches them)."""
+        out = []
+        for q, gone in self.broker.streams.expire(now_ms):
+            out.append((q.vhost, q.name, gone))
+            self._kick(q, now_ms)
+        return out
+
+    # -- bulk publish on a virtual connection -----------------------------------------------
+
+    def open_publisher(self, user: str, vhost: str, *, now_ms: int) -> int:
+        """Open a virtual connection of `user` on `vhost`, session 1 in confirm mode (vhost
+        access checked as an AMQP login's: BrokerError)."""
+        conn_id = next(self._virtual_ids)
+        broker = self.broker
+        broker.connection_opened(
+            conn_id, user, vhost, "http", {"product": "ringmq streams publish"}, now_ms
+        )
+        broker.channel_opened(conn_id, 1, now_ms)
+        session = broker.session(conn_id, 1)
+        assert session is not None
+        broker.confirms.select(session)
+        return conn_id
+
+    def close_publisher(self, conn_id: int, *, now_ms: int) -> list[Effect]:
+        """Forget a virtual connection; the effects its close caused."""
+        return self.broker.connection_closed(conn_id, now_ms)
+
+    def publish_slice(
+        self,
+        conn_id: int,
+        exchange: str,
+        messages: Sequence[tuple[str, bytes, bytes]],
+        start: int,
+        stop: int,
+        *,
+        now_ms: int,
+    ) -> BatchPublished:
+        """`messages[start:stop]` as that many `basic.publish` on the virtual connection
+        (errors of the batch are AMQPErrors)."""
+        return self.amqp091.publish_batch(conn_id, 1, exchange, messages, start, stop, now_ms)
+
+    def confirms_held(self, conn_id: int) -> int:
+        """Publishes of a virtual connection still waiting for their fsync."""
+        conn = self.broker.conns.get(conn_id)
+        session = None if conn is None else conn.sessions.get(1)
+        return 0 if session is None else len(session.confirm_held)

@@ -2,10 +2,12 @@
 
 Theory of operation: `create_app(broker, runtime)` builds one Starlette app that the server
 serves with uvicorn on the broker's own event loop. Requests call the synchronous core through
-`BrokerAdmin` (`management.admin.CoreAdmin` over the core's `Broker.admin` facade), so no lock
-is needed. Rates come from counter samples taken lazily before a request when the last sample
-is older than the interval, plus a loop timer armed by the first request, so the console's live
-plot keeps moving even with uvicorn's lifespan off.
+the management facade (`management.admin.CoreAdmin`), so no lock is needed. This is where the
+routes are gathered: the API's node-wide ones and each resource family's (`topology`,
+`queues`, `access`, `sessions`, `definitions`, `nodes`, `health`, `browse`, `streams`).
+Rates come from counter samples taken lazily before a request when the last sample is older
+than the interval, plus a loop timer armed by the first request, so the console's live plot
+keeps moving even with uvicorn's lifespan off.
 
 RabbitMQ clients send the vhost "/" as `%2F`; ASGI servers decode `path`, which would turn
 `/api/queues/%2F/q` into `/api/queues///q`. `_RawPath` re-derives `path` from `raw_path`
@@ -35,12 +37,19 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ringmq import __version__
+from ringmq.core.broker import Broker
 from ringmq.core.throttle import LoginGuard
 from ringmq.management import browse, health, metrics, nodes, streams
+from ringmq.management.access import Access
+from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import LOGIN_OUTCOME, Api, wall_ms
+from ringmq.management.definitions import Definitions
 from ringmq.management.errors import UnauthorizedError, to_response
-from ringmq.management.port import BrokerAdmin, Runtime
+from ringmq.management.port import Runtime
+from ringmq.management.queues import Queues
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
+from ringmq.management.sessions import Sessions
+from ringmq.management.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -148,39 +157,29 @@ class _Sampler:
             self.handle = None
 
 
-def _as_admin(broker: Any, runtime: Runtime) -> BrokerAdmin:
-    # The core `Broker` offers its facade as `broker.admin`; anything else must already
-    # implement the port (tests may pass a `BrokerAdmin` directly).
-    if hasattr(broker, "admin") and hasattr(broker, "vhosts"):
-        from ringmq.management.admin import CoreAdmin
-
-        return CoreAdmin(broker, runtime)
-    return broker  # type: ignore[no-any-return]
-
-
 def create_app(
-    broker: Any,
+    broker: Broker,
     runtime: Runtime,
     *,
     rate_interval_ms: int = DEFAULT_INTERVAL_MS,
     background_rates: bool = True,
     clock_ms: Callable[[], int] = wall_ms,
 ) -> Starlette:
-    """The management ASGI app for a broker (the core `Broker` or a `BrokerAdmin`).
+    """The management ASGI app for a core broker.
 
     Args:
-        broker: the core broker (adapted with `CoreAdmin`) or any `BrokerAdmin`.
+        broker: the core broker (management reaches it through `CoreAdmin`).
         runtime: the server (`Runtime` port): connections, listeners, effect application.
         rate_interval_ms: how often counters are sampled for rates.
         background_rates: sample on a timer too (off in tests that drive `clock_ms`).
         clock_ms: wall clock in ms (tests pass a fake).
     """
-    admin = _as_admin(broker, runtime)
+    admin = CoreAdmin(broker, runtime)
     sampler = RateSampler(interval_ms=rate_interval_ms, history_key="overview")
     api = Api(admin, runtime, sampler, clock_ms)
     background = _Sampler(api, rate_interval_ms / 1000)
 
-    probe = nodes.NodeProbe(broker, runtime)
+    probe = nodes.NodeProbe(admin, runtime)
 
     def node_metrics() -> metrics.NodeMetrics:
         f = probe.read(clock_ms())
@@ -195,7 +194,7 @@ def create_app(
             disk_alarm=f.disk_free_alarm,
             uptime_ms=f.uptime_ms,
             started_at_ms=f.started_at_ms,
-            stats=dict(getattr(broker, "stats", {})),
+            stats=admin.stats(),
         )
 
     def scrape(per_object: bool) -> Response:
@@ -226,15 +225,20 @@ def create_app(
                 vhosts=request.query_params.getlist("vhost"),
                 node=runtime.node,
                 version=__version__,
-                stats=dict(getattr(broker, "stats", {})),
+                stats=admin.stats(),
             )
         except ValueError as exc:
             return PlainTextResponse(str(exc), status_code=400)
         return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
 
     routes: list[Route | Mount] = [
-        *api.routes(),
-        *streams.mount(broker, runtime, api.guard),  # /api/streams: reservations for offset readers
+        *api.routes(),  # /api/overview, /api/whoami, /api/ringmq/rates
+        *Topology(api).routes(),  # /api/exchanges, /api/bindings
+        *Queues(api).routes(),  # /api/queues
+        *Access(api).routes(),  # /api/vhosts, /api/users, /api/permissions, /api/policies
+        *Sessions(api).routes(),  # /api/connections, /api/channels, /api/consumers
+        *Definitions(api).routes(),  # /api/definitions
+        *streams.mount(admin, runtime, api.guard),  # /api/streams: reservations for offset readers
         *nodes.routes(api, probe),  # /api/nodes (monitoring)
         *health.routes(api, probe),  # /api/health/checks/*, /api/aliveness-test (any user)
         *browse.routes(api),  # POST /api/queues/{vhost}/{name}/browse: peek in place

@@ -10,7 +10,7 @@ exchange the path names). A route with no rule is refused, so an endpoint cannot
 without deciding who may call it (and `tests/management/test_authz_matrix.py` fails).
 
 Permission checks are the AMQP ones: `Principal.check` calls the broker's own check
-(`core.auth.AuthDB.check` through `BrokerAdmin.check_permission`), the one the AMQP channel
+(`core.auth.AuthDB.check` through `CoreAdmin.check_permission`), the one the AMQP channel
 uses for declare, publish, get and bind; nothing here matches a regular expression itself.
 
 What a handler may *see* in a listing is decided here too (`Principal.sees_vhost`,
@@ -35,8 +35,9 @@ from urllib.parse import unquote
 from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.auth import Access
 from ringmq.core.errors import BrokerError
+from ringmq.management.admin import CoreAdmin
 from ringmq.management.errors import HttpError
-from ringmq.management.port import BrokerAdmin, UserInfo
+from ringmq.management.records import UserInfo
 
 ADMINISTRATOR: Final = "administrator"
 MONITORING: Final = "monitoring"
@@ -272,7 +273,7 @@ class Principal:
     """An authenticated management user and what it may reach (see module docstring)."""
 
     user: UserInfo
-    admin: BrokerAdmin
+    admin: CoreAdmin
     _access: dict[str, bool] = field(default_factory=dict)
 
     @property

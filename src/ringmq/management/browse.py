@@ -12,7 +12,6 @@ user (the lead's authz table decides vhost access).
 from __future__ import annotations
 
 import json
-from typing import Any
 from urllib.parse import unquote
 
 from starlette.requests import Request
@@ -20,10 +19,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ringmq.management import shapes
+from ringmq.management.api import Api
 from ringmq.management.errors import BadRequestError
 
 
-def routes(api: Any) -> list[Route]:
+def routes(api: Api) -> list[Route]:
     async def browse(request: Request) -> Response:
         vhost = unquote(request.path_params["vhost"])
         name = unquote(request.path_params["name"])

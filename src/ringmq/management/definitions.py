@@ -8,6 +8,8 @@ exist or are part of the document), and only then applied in dependency order (v
 permissions, policies, exchanges, queues, bindings). Users carry RabbitMQ's
 `rabbit_password_hashing_sha256` hashes, which ringmq uses too, so a RabbitMQ export imports
 as is. A per-vhost import (`/api/definitions/{vhost}`) takes only the vhost-scoped sections.
+Users, permissions and policies are checked by the rules `PUT /api/users|permissions|policies`
+use (`params.parse_user|parse_permission|parse_policy`). Stateless.
 """
 
 from __future__ import annotations
@@ -15,16 +17,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
 from ringmq import __version__
 from ringmq.core.routing import parse_exchange_type
 from ringmq.management import shapes
+from ringmq.management.admin import CoreAdmin
+from ringmq.management.api import Resource
 from ringmq.management.errors import BadRequestError
-from ringmq.management.port import BindingInfo, BrokerAdmin, PermissionInfo, PolicyInfo
+from ringmq.management.params import (
+    json_body,
+    json_response,
+    no_content,
+    parse_permission,
+    parse_policy,
+    parse_user,
+)
+from ringmq.management.records import BindingInfo, PermissionInfo, PolicyInfo
 
 _BUILT_IN_PREFIX = "amq."
 
 
-def export(admin: BrokerAdmin, vhost: str | None = None) -> dict[str, Any]:
+def export(admin: CoreAdmin, vhost: str | None = None) -> dict[str, Any]:
     """The broker's definitions (or one vhost's, without users and vhosts)."""
 
     def strip(item: dict[str, Any]) -> dict[str, Any]:
@@ -118,9 +134,7 @@ def _field(item: dict[str, Any], key: str, kind: type, where: str, default: Any 
     return value
 
 
-def _plan(admin: BrokerAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Plan:
-    from ringmq.management.api import parse_permission, parse_policy, parse_user
-
+def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Plan:
     known_vhosts = set(admin.vhosts())
     new_vhosts: list[str] = []
     users: list[_User] = []
@@ -248,7 +262,7 @@ def _plan(admin: BrokerAdmin, doc: dict[str, Any], only_vhost: str | None) -> _P
 
 
 def import_(
-    admin: BrokerAdmin, doc: dict[str, Any], vhost: str | None = None, *, now_ms: int
+    admin: CoreAdmin, doc: dict[str, Any], vhost: str | None = None, *, now_ms: int
 ) -> dict[str, int]:
     """Check the whole document, then apply it; returns how many objects of each kind."""
     plan = _plan(admin, doc, vhost)
@@ -291,3 +305,22 @@ def import_(
         "queues": len(plan.queues),
         "bindings": len(plan.bindings),
     }
+
+
+class Definitions(Resource):
+    """`GET|POST /api/definitions[/{vhost}]`: export, import."""
+
+    def routes(self) -> list[Route]:
+        r = self.api.route
+        return [
+            r("/api/definitions", self.definitions, ["GET", "POST"]),
+            r("/api/definitions/{vhost}", self.definitions, ["GET", "POST"]),
+        ]
+
+    async def definitions(self, request: Request) -> Response:
+        vhost = self.api.vhost_of(request)
+        if request.method == "GET":
+            return json_response(export(self.admin, vhost))
+        body = await json_body(request)
+        import_(self.admin, body, vhost, now_ms=self.clock_ms())
+        return no_content()

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ringmq.management.api import Api
 from ringmq.management.errors import BadRequestError, NotFoundError
 from ringmq.management.nodes import ALARM_RESOURCES, NodeProbe
 
@@ -43,7 +44,7 @@ def _failed(reason: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"status": "failed", "reason": reason, **extra}, status_code=FAILURE_STATUS)
 
 
-def routes(api: Any, probe: NodeProbe) -> list[Route]:
+def routes(api: Api, probe: NodeProbe) -> list[Route]:
     """The health-check routes, wrapped by the API's error boundary (auth included)."""
     node = probe.runtime.node
 

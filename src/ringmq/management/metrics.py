@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from ringmq.management.port import ConnectionInfo, ConsumerInfo, QueueInfo
+from ringmq.management.port import ConnectionInfo
+from ringmq.management.records import ConsumerInfo, QueueInfo
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 RABBITMQ_COMPAT_VERSION: Final = "3.13.0"

@@ -31,6 +31,8 @@ from starlette.routing import Route
 
 from ringmq import __version__
 from ringmq.core.routing import EXCHANGE_TYPE_NAMES
+from ringmq.management.admin import CoreAdmin
+from ringmq.management.api import Api
 from ringmq.management.errors import NotFoundError
 from ringmq.management.port import Runtime
 
@@ -75,15 +77,14 @@ def max_fds() -> int:
 
 
 class NodeProbe:
-    """Reads the node's figures from the server (`runtime`) and the core (`broker`)."""
+    """Reads the node's figures from the server (`runtime`) and the core (the facade)."""
 
-    def __init__(self, broker: Any, runtime: Runtime) -> None:
-        self.broker = broker
+    def __init__(self, admin: CoreAdmin, runtime: Runtime) -> None:
+        self.admin = admin
         self.runtime = runtime
 
     def alarms(self) -> dict[str, str]:
-        alarms = getattr(self.broker, "alarms", None)
-        return dict(alarms) if isinstance(alarms, dict) else {}
+        return dict(self.admin.alarms())
 
     def read(self, now_ms: int) -> NodeFigures:
         monitor = getattr(self.runtime, "memory", None)
@@ -164,7 +165,7 @@ def _disk_free(path: Path) -> int:
         return 0
 
 
-def routes(api: Any, probe: NodeProbe) -> list[Route]:
+def routes(api: Api, probe: NodeProbe) -> list[Route]:
     """`/api/nodes` and `/api/nodes/{name}`, wrapped by the API's error boundary."""
 
     async def nodes(request: Request) -> Response:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import base64
 from typing import Any, Final
 
-from ringmq.management.port import (
+from ringmq.management.port import ConnectionInfo
+from ringmq.management.rates import RateSampler
+from ringmq.management.records import (
     BindingInfo,
     ChannelInfo,
-    ConnectionInfo,
     ConsumerInfo,
     ExchangeInfo,
     FetchedMessage,
@@ -25,7 +26,6 @@ from ringmq.management.port import (
     ScheduledInfo,
     UserInfo,
 )
-from ringmq.management.rates import RateSampler
 
 STAT_NAMES: Final = (
     "publish",

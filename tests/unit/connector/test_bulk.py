@@ -280,7 +280,7 @@ def test_bulk_publish_fails_when_the_store_cannot_sync(
 def test_persistent_writer_option_sets_delivery_mode(headers: bool, persistent: bool) -> None:
     from ringmq.amqp.properties import decode_properties
     from ringmq.connector.spark.bulk import encode_batch, sequential_ids
-    from ringmq.management.streams import decode_publish
+    from ringmq.management.streamwire import decode_publish
 
     cols = {"body": pa.array([b"a", b"b"], pa.binary())}
     if headers:

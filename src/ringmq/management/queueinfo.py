@@ -1,0 +1,144 @@
+"""Queue records read straight from the engine: the listing path of `admin.CoreAdmin`.
+
+Theory of operation: `/api/queues`, the rate sampler and `/metrics` read every queue on every
+call, so their records are built from the engine's O(1) counters (`Queue.counters`, the
+entity's AMQP-level totals, its resolved `QueueSettings`) and never walk the ready messages.
+The core facade's full snapshot (`core.admin.Admin.queue`), which also finds the head message's
+timestamp (O(depth)), serves GET of one queue only; `tests/management/test_admin.py` checks
+that both paths agree.
+
+Settings objects are frozen and replaced when they change, so `SettingsView` renders each one
+once and keeps the rendering keyed by identity, bounded by the number of live queues.
+Everything here reads; nothing changes the broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from ringmq.core.settings import QueueSettings
+from ringmq.core.vhost import QueueEntity
+from ringmq.management.records import QueueCounters, QueueInfo
+
+
+class SettingsView:
+    """`QueueInfo.effective_settings` of a `QueueSettings`: JSON values, with `sources`."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[QueueSettings, dict[str, Any]]] = {}
+        self.live_queues = 0
+        """How many queues the last listing held (bounds the cache)."""
+
+    def render(self, settings: QueueSettings) -> dict[str, Any]:
+        hit = self._cache.get(id(settings))
+        if hit is not None and hit[0] is settings:
+            return hit[1]
+        out: dict[str, Any] = {
+            f.name: (str(v) if hasattr(v, "value") else v)
+            for f in fields(settings)
+            if (v := getattr(settings, f.name)) is not None and f.name not in ("sources", "limit")
+        }
+        limit = settings.limit
+        if limit is not None:
+            out["limit"] = {
+                "family": limit.family,
+                "counts": str(limit.counts),
+                "max_count": limit.max_count,
+                "max_bytes": limit.max_bytes,
+                "action": str(limit.action),
+            }
+        out["sources"] = dict(settings.sources)
+        if len(self._cache) > 4 * (self.live_queues + 64):
+            self._cache.clear()
+        self._cache[id(settings)] = (settings, out)
+        return out
+
+
+def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) -> QueueInfo:
+    """A listing record from the engine's counters (`settings`: `SettingsView.render`;
+    `persistent`: the queue's journaled live messages)."""
+    c = q.queue.counters
+    st = q.settings
+    return QueueInfo(
+        vhost=q.vhost,
+        name=q.name,
+        durable=q.durable,
+        auto_delete=q.auto_delete,
+        exclusive=q.exclusive_owner is not None,
+        arguments=q.arguments,
+        policy=st.policy_name,
+        effective_settings=settings,
+        messages_ready=c.ready + c.paged,
+        messages_unacknowledged=c.unacked,
+        messages_scheduled=c.scheduled,
+        messages_paged=c.paged,
+        message_bytes_ready=c.ready_bytes + c.paged_bytes,
+        message_bytes_unacknowledged=c.unacked_bytes,
+        message_bytes_scheduled=c.scheduled_bytes,
+        message_bytes_paged=c.paged_bytes,
+        messages_persistent=persistent,
+        consumers=len(q.consumers),
+        ring_size=st.ring_size,
+        counters=QueueCounters(
+            publish=c.added + c.overflow_rejected,
+            deliver=q.deliver,
+            deliver_no_ack=q.deliver_no_ack,
+            get=q.get,
+            get_no_ack=q.get_no_ack,
+            get_empty=q.get_empty,
+            redeliver=c.redelivered,
+            ack=c.acknowledged,
+            ring_evicted=c.ring_evicted,
+            lvq_replaced=c.lvq_replaced,
+            overflow_rejected=c.overflow_rejected,
+            expired=c.expired,
+            dead_lettered=c.dead_lettered,
+        ),
+        exclusive_owner=None if q.exclusive_owner is None else str(q.exclusive_owner),
+    )
+
+
+def snapshot_record(d: dict[str, Any], q: QueueEntity | None, persistent: int) -> QueueInfo:
+    """A record from the core facade's full snapshot of one queue (head timestamp included)."""
+    d = dict(d)
+    d.pop("engine_stats", None)
+    d["counters"] = QueueCounters(**d["counters"])
+    # the facade reports ready bytes without the paged ones; ready messages include them
+    d["message_bytes_ready"] += d["message_bytes_paged"]
+    if q is not None:
+        d["messages_persistent"] = persistent
+        d["effective_settings"] = {**d["effective_settings"], "sources": dict(q.settings.sources)}
+    return QueueInfo(**d)
+
+
+def stream_bounds(q: QueueEntity, *, head: bool = False) -> dict[str, Any]:
+    """Where a queue's positions stand, as the streams API reports them.
+
+    `head_seq` scans what is in memory (lanes, unacked), so only the info endpoint asks for it.
+    """
+    engine = q.queue
+    c = engine.counters
+    out: dict[str, Any] = {}
+    if head:
+        # The lowest live seq: the first ready message in seq order, or the oldest unacked one
+        # (without building the browse index, which would page the whole queue in for good).
+        seq = engine.head_seq()
+        out["head_seq"] = None if seq is None else int(seq)
+    out.update(
+        {
+            "tail_seq": int(engine.last_seq),  # seqs have gaps: `added` is a count, not a seq
+            "ready": engine.ready_count,
+            "unacked": engine.unacked_count,
+            "messages": engine.message_count,
+            "evicted": {
+                "ring_evicted": c.ring_evicted,
+                "lvq_replaced": c.lvq_replaced,
+                "expired": c.expired,
+                "maxlen_dropped": c.maxlen_dropped,
+                "overflow_dropped": c.overflow_dropped,
+                "purged": c.purged,
+            },
+        }
+    )
+    return out
