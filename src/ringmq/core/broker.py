@@ -97,6 +97,7 @@ from ringmq.amqp.properties import (
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.tables import decode_table
 from ringmq.core.admin import Admin
+from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access, AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.consumers import Consumer, ConsumerSet
@@ -231,30 +232,7 @@ _EXCLUSIVE_LOCKED: Final = (
     "original declaration."
 )
 
-_EQUIVALENCE_ARGS: Final = frozenset(
-    {
-        "x-expires",
-        "x-message-ttl",
-        "x-dead-letter-exchange",
-        "x-dead-letter-routing-key",
-        "x-max-length",
-        "x-max-length-bytes",
-        "x-max-priority",
-        "x-overflow",
-        "x-single-active-consumer",
-        "x-queue-type",
-        "x-delivery-limit",
-        "x-ring-size",
-        "x-last-value-key",
-        "x-last-value",
-        "x-non-destructive",
-        "qpid.max_count",
-        "qpid.max_size",
-        "qpid.policy_type",
-        "qpid.last_value_queue_key",
-        "qpid.last_value_queue",
-    }
-)
+_EQUIVALENCE_ARGS: Final = EQUIVALENCE_ARGUMENTS  # the redeclare rows of QUEUE_ARGUMENTS
 """Queue arguments compared on redeclare (RabbitMQ compares only those with semantics)."""
 
 _Handler = Callable[[Session, Any, RawContent | None, int], None]
