@@ -72,7 +72,6 @@ log = logging.getLogger(__name__)
 VERSION: Final = "0.1.0"
 
 S = ConnectionState
-_PAUSED: Final = PAUSED
 
 
 class ServerConnection(ChannelTable, ConnectionMethods, Heartbeats):
@@ -157,7 +156,7 @@ class ServerConnection(ChannelTable, ConnectionMethods, Heartbeats):
     def _drain(self, events: list[Event]) -> None:
         reader = self._reader
         channels = self._channels
-        while self._state not in _PAUSED:
+        while self._state not in PAUSED:
             if self._state is S.OPEN:
                 # Hot path: a whole Basic.Publish (method, header, body) in one step, straight
                 # to a Command when its channel is open and between commands; otherwise its
@@ -209,7 +208,7 @@ class ServerConnection(ChannelTable, ConnectionMethods, Heartbeats):
         if content.body_size:
             frames.append(BodyFrame(number, content.body))
         for frame in frames:
-            if self._state in _PAUSED:
+            if self._state in PAUSED:
                 return
             self._handle_frame(frame, events)
 
