@@ -27,6 +27,7 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
+from ringmq.core.arguments import QUEUE_ARGUMENTS, ring_size, string
 from ringmq.core.wildcard import matches, most_specific_first
 
 __all__ = [
@@ -65,47 +66,23 @@ class AddressFullPolicy(StrEnum):
     FAIL = "FAIL"
 
 
-def _non_negative_int(value: Any) -> bool:
-    return type(value) is int and value >= 0
-
-
-def _positive_int(value: Any) -> bool:
-    return type(value) is int and value > 0
-
-
-def _any_int(value: Any) -> bool:
-    return type(value) is int
-
-
-def _ring_size(value: Any) -> bool:
-    return type(value) is int and value >= -1
-
-
-def _string(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _overflow(value: Any) -> bool:
-    return value in ("drop-head", "reject-publish", "reject-publish-dlx")
-
-
 _Check = Callable[[Any], bool]
 
 POLICY_KEYS: Final[dict[str, tuple[_Check, str]]] = {
-    # key: (validator, what it expects) -- RabbitMQ's policy validators, plus ring-size.
-    "max-length": (_non_negative_int, "a non-negative integer"),
-    "max-length-bytes": (_non_negative_int, "a non-negative integer"),
-    "overflow": (_overflow, "one of drop-head, reject-publish, reject-publish-dlx"),
-    "message-ttl": (_non_negative_int, "a non-negative integer"),
-    "expires": (_positive_int, "a positive integer"),
-    "dead-letter-exchange": (_string, "a string"),
-    "dead-letter-routing-key": (_string, "a string"),
-    "delivery-limit": (_any_int, "an integer (negative: unlimited)"),
-    "ring-size": (_ring_size, "an integer >= -1 (-1: no ring)"),
-    "alternate-exchange": (_string, "a string"),
+    # key: (validator, what it expects) -- RabbitMQ's policy validators, plus ring-size; the
+    # queue keys come from the queue-argument table, alternate-exchange is an exchange key.
+    **{
+        row.policy_key: (row.policy_check, row.policy_expected)
+        for row in QUEUE_ARGUMENTS
+        if row.policy_key is not None and row.policy_check is not None
+    },
+    "alternate-exchange": (string, "a string"),
 }
 """Policy keys ringmq understands, with their validators (RabbitMQ refuses unknown keys)."""
 
+_RABBIT_LIMIT_KEYS: Final = frozenset(
+    row.policy_key for row in QUEUE_ARGUMENTS if row.family == "rabbit" and row.policy_key
+)
 _QUEUE_ONLY: Final = frozenset(POLICY_KEYS) - {"alternate-exchange"}
 
 
@@ -128,7 +105,7 @@ def validate_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
         if not check(value):
             raise PolicyError(f"policy key {key!r} must be {expected}, got {value!r}")
         out[key] = value
-    rabbit = {"max-length", "max-length-bytes", "overflow"} & out.keys()
+    rabbit = _RABBIT_LIMIT_KEYS & out.keys()
     if "ring-size" in out and out["ring-size"] != -1 and rabbit:
         raise PolicyError(
             f"policy mixes limit families: ring-size with {', '.join(sorted(rabbit))}"
@@ -301,15 +278,15 @@ class AddressSettings:
 
 
 _ADDRESS_CHECKS: Final[dict[str, tuple[_Check, str]]] = {
-    "default_ring_size": (_ring_size, "an integer >= -1"),
-    "default_last_value_key": (_string, "a string"),
+    "default_ring_size": (ring_size, "an integer >= -1"),
+    "default_last_value_key": (string, "a string"),
     "default_non_destructive": (lambda v: type(v) is bool, "a boolean"),
     "address_full_policy": (
         lambda v: v in AddressFullPolicy.__members__,
         "one of PAGE, DROP, BLOCK, FAIL",
     ),
-    "max_size_bytes": (_ring_size, "an integer >= -1"),
-    "max_size_messages": (_ring_size, "an integer >= -1"),
+    "max_size_bytes": (ring_size, "an integer >= -1"),
+    "max_size_messages": (ring_size, "an integer >= -1"),
 }
 
 

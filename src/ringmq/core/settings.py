@@ -25,6 +25,10 @@ policy works, as in RabbitMQ), and the other families are ignored. Two families 
 source are refused. The result is one explicit `Limit`: what is counted (`Counted`), the count
 and byte bounds, and the overflow action (`LimitAction`). The queue engine reads only `Limit`.
 
+What each argument, policy key and address-setting default means (name, aliases, field,
+parser and error text, family) is declared once, in `ringmq.core.arguments.QUEUE_ARGUMENTS`;
+this module reads that table and owns only the resolution order and the limit families.
+
 This module is pure data; it imports nothing from the queue engine.
 """
 
@@ -35,10 +39,27 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
+from ringmq.core.arguments import (
+    ADDRESS_DEFAULTS,
+    ARTEMIS_LEGACY_LVQ_KEY,
+    BY_ARGUMENT,
+    IMPLEMENTED_QUEUE_TYPES,
+    MAX_PRIORITY,
+    QPID_LEGACY_LVQ_KEY,
+    QUEUE_ARGUMENTS,
+    UNSET,
+    Merge,
+    Overflow,
+    QpidPolicy,
+    QueueArgument,
+    SettingsError,
+)
 from ringmq.core.policies import AddressFullPolicy, AddressSettings
 
 __all__ = [
     "ARTEMIS_LEGACY_LVQ_KEY",
+    "IMPLEMENTED_QUEUE_TYPES",
+    "MAX_PRIORITY",
     "QPID_LEGACY_LVQ_KEY",
     "Counted",
     "Limit",
@@ -49,33 +70,6 @@ __all__ = [
     "SettingsError",
     "resolve_queue_settings",
 ]
-
-ARTEMIS_LEGACY_LVQ_KEY: Final = "_AMQ_LVQ_NAME"
-"""Key used by Artemis' legacy `last-value=true` queues (`x-last-value: true` here)."""
-QPID_LEGACY_LVQ_KEY: Final = "qpid.LVQ_key"
-"""Key used by Qpid's legacy `qpid.last_value_queue` flag."""
-MAX_PRIORITY: Final = 255
-
-
-class SettingsError(ValueError):
-    """An invalid queue argument or combination (AMQP: 406 PRECONDITION_FAILED)."""
-
-
-class Overflow(StrEnum):
-    """RabbitMQ `x-overflow`."""
-
-    DROP_HEAD = "drop-head"
-    REJECT_PUBLISH = "reject-publish"
-    REJECT_PUBLISH_DLX = "reject-publish-dlx"
-
-
-class QpidPolicy(StrEnum):
-    """Qpid C++ (0.10-0.18) `qpid.policy_type`."""
-
-    REJECT = "reject"
-    RING = "ring"
-    RING_STRICT = "ring_strict"
-    FLOW_TO_DISK = "flow_to_disk"
 
 
 class Counted(StrEnum):
@@ -155,146 +149,40 @@ class QueueSettings:
     """For each set field: "argument", "policy", "address-settings"."""
 
 
-# --- argument validation -------------------------------------------------------------------
-
-
-IMPLEMENTED_QUEUE_TYPES: Final = frozenset({"classic"})
-"""`x-queue-type` values ringmq serves; `quorum` and `stream` are refused, not downgraded."""
-
-
-def _err(queue: str, arg: str, expected: str, value: Any) -> SettingsError:
-    return SettingsError(
-        f"invalid arg '{arg}' for queue '{queue}': expected {expected}, got {value!r}"
-    )
-
-
-def _int_arg(queue: str, arg: str, value: Any, *, minimum: int) -> int:
-    # RabbitMQ checks the AMQP field type: a bool, float or string is not an integer.
-    if type(value) is not int:
-        raise _err(queue, arg, "an integer", value)
-    if value < minimum:
-        what = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
-        if minimum == 1:
-            what = "a positive integer"
-        raise _err(queue, arg, what, value)
-    return value
-
-
-def _qpid_int(queue: str, arg: str, value: Any) -> int:
-    # Qpid converts Variants: numeric strings are accepted (qpid-config sends them).
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return _int_arg(queue, arg, value, minimum=0)
-
-
-def _bool_arg(queue: str, arg: str, value: Any) -> bool:
-    if type(value) is not bool:
-        raise _err(queue, arg, "a boolean", value)
-    return value
-
-
-def _str_arg(queue: str, arg: str, value: Any) -> str:
-    if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            raise _err(queue, arg, "a UTF-8 string", value) from None
-    if not isinstance(value, str):
-        raise _err(queue, arg, "a string", value)
-    return value
+# --- the three sources ----------------------------------------------------------------------
+# Queue arguments, policy keys and address-setting defaults are read from one table,
+# `ringmq.core.arguments.QUEUE_ARGUMENTS`.
 
 
 _FAMILY_OF: Final[dict[str, str]] = {
-    "ring_size": "ring",
-    "max_length": "rabbit",
-    "max_length_bytes": "rabbit",
-    "overflow": "rabbit",
-    "qpid_max_count": "qpid",
-    "qpid_max_size": "qpid",
-    "qpid_policy": "qpid",
+    **{row.field: row.family for row in QUEUE_ARGUMENTS if row.field and row.family},
     "address_full_policy": "address",
     "address_max_size_bytes": "address",
     "address_max_size_messages": "address",
 }
 
 
+def _set(name: str, row: QueueArgument, value: Any, out: dict[str, Any]) -> None:
+    """Record a parsed value for `row.field` in `out`, by the row's merge rule."""
+    if value is UNSET or row.field is None or (row.off is not None and value == row.off):
+        return
+    match row.merge:
+        case Merge.SET:
+            out[row.field] = value
+        case Merge.SAME:
+            if out.get(row.field, value) != value:
+                raise SettingsError(f"queue '{name}' declares two different last-value keys")
+            out[row.field] = value
+        case Merge.KEEP:
+            out.setdefault(row.field, value)
+
+
 def _from_arguments(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for arg, value in args.items():
-        match arg:
-            case "x-ring-size":
-                size = _int_arg(name, arg, value, minimum=-1)
-                if size != -1:
-                    out["ring_size"] = size
-            case "x-max-length":
-                out["max_length"] = _int_arg(name, arg, value, minimum=0)
-            case "x-max-length-bytes":
-                out["max_length_bytes"] = _int_arg(name, arg, value, minimum=0)
-            case "x-overflow":
-                text = _str_arg(name, arg, value)
-                try:
-                    out["overflow"] = Overflow(text)
-                except ValueError:
-                    allowed = "one of " + ", ".join(o.value for o in Overflow)
-                    raise _err(name, arg, allowed, value) from None
-            case "qpid.max_count":
-                count = _qpid_int(name, arg, value)
-                if count:  # Qpid: 0 means no limit
-                    out["qpid_max_count"] = count
-            case "qpid.max_size":
-                size = _qpid_int(name, arg, value)
-                if size:
-                    out["qpid_max_size"] = size
-            case "qpid.policy_type":
-                text = _str_arg(name, arg, value).lower()
-                try:
-                    out["qpid_policy"] = QpidPolicy(text)
-                except ValueError:
-                    allowed = "one of " + ", ".join(p.value for p in QpidPolicy)
-                    raise _err(name, arg, allowed, value) from None
-            case "x-last-value-key" | "qpid.last_value_queue_key":
-                key = _str_arg(name, arg, value)
-                if not key:
-                    raise _err(name, arg, "a non-empty string", value)
-                if out.get("lvq_key", key) != key:
-                    raise SettingsError(f"queue '{name}' declares two different last-value keys")
-                out["lvq_key"] = key
-            case "x-last-value":
-                if _bool_arg(name, arg, value):
-                    out.setdefault("lvq_key", ARTEMIS_LEGACY_LVQ_KEY)
-            case "qpid.last_value_queue":
-                if value not in (0, False):
-                    out.setdefault("lvq_key", QPID_LEGACY_LVQ_KEY)
-            case "x-non-destructive":
-                out["non_destructive"] = _bool_arg(name, arg, value)
-            case "x-message-ttl":
-                out["message_ttl_ms"] = _int_arg(name, arg, value, minimum=0)
-            case "x-expires":
-                out["expires_ms"] = _int_arg(name, arg, value, minimum=1)
-            case "x-dead-letter-exchange":
-                out["dead_letter_exchange"] = _str_arg(name, arg, value)
-            case "x-dead-letter-routing-key":
-                out["dead_letter_routing_key"] = _str_arg(name, arg, value)
-            case "x-delivery-limit":
-                limit = _int_arg(name, arg, value, minimum=-(2**63))
-                out["delivery_limit"] = limit if limit >= 0 else None
-            case "x-max-priority":
-                prio = _int_arg(name, arg, value, minimum=0)
-                if prio > MAX_PRIORITY:
-                    raise _err(name, arg, f"an integer from 0 to {MAX_PRIORITY}", value)
-                if prio:
-                    out["max_priority"] = prio
-            case "x-single-active-consumer":
-                out["single_active_consumer"] = _bool_arg(name, arg, value)
-            case "x-queue-type":
-                kind = _str_arg(name, arg, value)
-                if kind not in IMPLEMENTED_QUEUE_TYPES:
-                    raise SettingsError(
-                        f"invalid arg 'x-queue-type' for queue '{name}': queue type "
-                        f"{kind!r} is not implemented by ringmq (only 'classic' queues are)"
-                    )
-            case _:
-                pass  # RabbitMQ ignores unknown arguments (x-queue-mode, ...)
+        row = BY_ARGUMENT.get(arg)
+        if row is not None:  # RabbitMQ ignores unknown arguments (x-queue-mode, ...)
+            _set(name, row, row.parse(name, arg, value), out)
     if "dead_letter_routing_key" in out and "dead_letter_exchange" not in out:
         raise SettingsError(
             f"invalid arg 'x-dead-letter-routing-key' for queue '{name}': "
@@ -303,50 +191,34 @@ def _from_arguments(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_POLICY_FIELDS: Final[dict[str, str]] = {
-    "ring-size": "ring_size",
-    "max-length": "max_length",
-    "max-length-bytes": "max_length_bytes",
-    "overflow": "overflow",
-    "message-ttl": "message_ttl_ms",
-    "expires": "expires_ms",
-    "dead-letter-exchange": "dead_letter_exchange",
-    "dead-letter-routing-key": "dead_letter_routing_key",
-    "delivery-limit": "delivery_limit",
+_POLICY_ROWS: Final[dict[str, QueueArgument]] = {
+    row.policy_key: row for row in QUEUE_ARGUMENTS if row.policy_key is not None
 }
 
 
 def _from_policy(name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in definition.items():
-        target = _POLICY_FIELDS.get(key)
-        if target is None:
+        row = _POLICY_ROWS.get(key)
+        if row is None:
             continue  # exchange keys (alternate-exchange) are not queue settings
-        if key == "overflow":
-            try:
-                out[target] = Overflow(value)
-            except ValueError:
-                raise SettingsError(f"policy for queue '{name}': bad overflow {value!r}") from None
-        elif key == "ring-size":
-            if type(value) is not int or value < -1:
-                raise SettingsError(f"policy for queue '{name}': bad ring-size {value!r}")
-            if value != -1:
-                out[target] = value
-        elif key == "delivery-limit":
-            out[target] = value if type(value) is int and value >= 0 else None
-        else:
-            out[target] = value
+        try:
+            converted = row.policy_value(value)
+        except ValueError:
+            raise SettingsError(f"policy for queue '{name}': bad {key} {value!r}") from None
+        _set(name, row, converted, out)
     return out
 
 
 def _from_address(settings: AddressSettings) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if settings.default_ring_size is not None and settings.default_ring_size != -1:
-        out["ring_size"] = settings.default_ring_size
-    if settings.default_last_value_key is not None:
-        out["lvq_key"] = settings.default_last_value_key
-    if settings.default_non_destructive is not None:
-        out["non_destructive"] = settings.default_non_destructive
+    for row in ADDRESS_DEFAULTS:
+        # the address-setting, if AddressSettings has it (default-last-value-queue is
+        # broker.xml's only: it becomes a declared argument there)
+        assert row.address_default is not None
+        value = getattr(settings, row.address_default.replace("-", "_"), None)
+        if value is not None and row.field is not None and value != row.off:
+            out[row.field] = value
     size_bytes = settings.max_size_bytes
     size_msgs = settings.max_size_messages
     if (size_bytes is not None and size_bytes >= 0) or (size_msgs is not None and size_msgs >= 0):

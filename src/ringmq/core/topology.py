@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access
 from ringmq.core.consumers import ConsumerSet
 from ringmq.core.durability import EXCHANGE_DEF, QUEUE_DEF
@@ -51,32 +52,6 @@ _EXCLUSIVE_LOCKED: Final = (
     "declared on another connection or the exclusive property value does not match that of the "
     "original declaration."
 )
-
-EQUIVALENCE_ARGS: Final = frozenset(
-    {
-        "x-expires",
-        "x-message-ttl",
-        "x-dead-letter-exchange",
-        "x-dead-letter-routing-key",
-        "x-max-length",
-        "x-max-length-bytes",
-        "x-max-priority",
-        "x-overflow",
-        "x-single-active-consumer",
-        "x-queue-type",
-        "x-delivery-limit",
-        "x-ring-size",
-        "x-last-value-key",
-        "x-last-value",
-        "x-non-destructive",
-        "qpid.max_count",
-        "qpid.max_size",
-        "qpid.policy_type",
-        "qpid.last_value_queue_key",
-        "qpid.last_value_queue",
-    }
-)
-"""Queue arguments compared on redeclare (RabbitMQ compares only those with semantics)."""
 
 
 def locked(q: str, vhost: str) -> BrokerError:
@@ -508,7 +483,7 @@ class Topology:
             raise fail("auto_delete", f"'{flag(auto_delete)}'", f"'{flag(q.auto_delete)}'")
         if args != q.arguments:
             # As RabbitMQ: only arguments with semantics are compared; others may differ.
-            for key in sorted((set(args) | set(q.arguments)) & EQUIVALENCE_ARGS):
+            for key in sorted((set(args) | set(q.arguments)) & EQUIVALENCE_ARGUMENTS):
                 got, cur = args.get(key), q.arguments.get(key)
                 if key == "x-queue-type":
                     got, cur = got or "classic", cur or "classic"

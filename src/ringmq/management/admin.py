@@ -42,6 +42,7 @@ from typing import Any, Final
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core import arguments
 from ringmq.core.auth import Access
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
@@ -71,19 +72,8 @@ from ringmq.management.records import (
     UserInfo,
 )
 
-SETTING_ARGUMENTS: Final = {
-    # PUT .../settings key -> the queue argument the core resolves
-    "ring-size": "x-ring-size",
-    "max-length": "x-max-length",
-    "max-length-bytes": "x-max-length-bytes",
-    "overflow": "x-overflow",
-    "message-ttl": "x-message-ttl",
-    "expires": "x-expires",
-    "dead-letter-exchange": "x-dead-letter-exchange",
-    "dead-letter-routing-key": "x-dead-letter-routing-key",
-    "delivery-limit": "x-delivery-limit",
-    "last-value-key": "x-last-value-key",
-}
+SETTING_ARGUMENTS: Final = arguments.SETTING_ARGUMENTS
+"""PUT .../settings key -> the queue argument the core resolves (the queue-argument table's)."""
 _PROPERTY_NAMES: Final = frozenset(f.name for f in fields(BasicProperties))
 
 Row = tuple[int, int, bool, Message]

@@ -26,7 +26,7 @@ from xml.etree.ElementTree import Element
 import defusedxml.ElementTree as SafeET  # type: ignore[import-untyped]
 from defusedxml import DefusedXmlException
 
-from ringmq.core import wildcard
+from ringmq.core import arguments, wildcard
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
 DEFAULT_HEARTBEAT_S: Final = 60
@@ -37,12 +37,12 @@ DEFAULT_REFRESH_PERIOD_MS: Final = 5000  # Artemis configuration-file-refresh-pe
 MAX_PORT: Final = 65535
 """Ports above this do not exist (a larger number would wrap silently in bind())."""
 
-# Queue argument names for the engine's features (RabbitMQ's where one exists, x-* otherwise).
-ARG_RING_SIZE: Final = "x-ring-size"
-ARG_LAST_VALUE_KEY: Final = "x-last-value-key"
-ARG_NON_DESTRUCTIVE: Final = "x-non-destructive"
-ARG_LAST_VALUE: Final = "x-last-value"  # Artemis' legacy last-value="true" (key _AMQ_LVQ_NAME)
-ARG_SINGLE_ACTIVE: Final = "x-single-active-consumer"
+# Queue argument names for broker.xml queue attributes (rows of the queue-argument table).
+ARG_RING_SIZE: Final = arguments.RING_SIZE.argument
+ARG_LAST_VALUE_KEY: Final = arguments.LAST_VALUE_KEY.argument
+ARG_NON_DESTRUCTIVE: Final = arguments.NON_DESTRUCTIVE.argument
+ARG_LAST_VALUE: Final = arguments.LAST_VALUE.argument  # Artemis' legacy last-value="true"
+ARG_SINGLE_ACTIVE: Final = arguments.SINGLE_ACTIVE_CONSUMER.argument
 
 
 class ConfigError(ValueError):
@@ -776,13 +776,11 @@ def queue_arguments(spec: QueueSpec, settings: tuple[AddressSetting, ...]) -> di
     if not settings:
         return args
     s = resolve_address_settings(settings, spec.address or spec.name)
-    if ARG_RING_SIZE not in args and s.default_ring_size is not None and s.default_ring_size >= 0:
-        args[ARG_RING_SIZE] = s.default_ring_size
-    if ARG_LAST_VALUE_KEY not in args:
-        if s.default_last_value_key:
-            args[ARG_LAST_VALUE_KEY] = s.default_last_value_key
-        elif s.default_last_value_queue and ARG_LAST_VALUE not in args:
-            args[ARG_LAST_VALUE] = True
-    if ARG_NON_DESTRUCTIVE not in args and s.default_non_destructive:
-        args[ARG_NON_DESTRUCTIVE] = True
+    for row in arguments.ADDRESS_DEFAULTS:  # table order: x-last-value-key before x-last-value
+        if row.argument in args or any(a in args for a in row.default_unless):
+            continue
+        assert row.address_default is not None
+        value = row.default_argument(getattr(s, row.address_default.replace("-", "_")))
+        if value is not None:
+            args[row.argument] = value
     return args
