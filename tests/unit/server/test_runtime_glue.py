@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pika
 import pika.exceptions
@@ -18,9 +18,11 @@ import pytest
 
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect, SendContent, SendMethod
 from ringmq.core.message import Message
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 
 class ScriptedBroker:
@@ -33,6 +35,36 @@ class ScriptedBroker:
         self.consumers: list[tuple[int, int, str]] = []
         self.deadline: int | None = None
         self.ticks = 0
+        # what the server reads of every broker, with nothing to do here
+        self.flow_requests: dict[int, Any] = {}
+        self.defer_dispatch = False
+        self.alarms: dict[str, str] = {}
+        self.memory_bound = (0, 0)
+
+    def as_broker(self) -> Broker:
+        return cast("Broker", self)
+
+    def dispatch_pending(self, now_ms: int) -> list[Effect]:
+        return []
+
+    def check_publish(self, conn_id: int, channel: int, method: Any) -> None:
+        pass
+
+    def take_flow(self) -> list[Any]:
+        return []
+
+    def memory_held_bytes(self) -> int:
+        return 0
+
+    def set_memory_bound(self, head_count: int, head_bytes: int) -> int:
+        self.memory_bound = (head_count, head_bytes)
+        return 0
+
+    def set_alarm(self, resource: str, reason: str | None) -> list[Effect]:
+        return []
+
+    def close(self) -> None:
+        pass
 
     def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
         user = response.split(b"\x00")[1].decode()
@@ -108,7 +140,7 @@ def scripted(tmp_path: Path):
     broker = ScriptedBroker()
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
-        broker=broker,
+        broker=broker.as_broker(),
     )
     b.start()
     yield b, broker
@@ -192,7 +224,7 @@ def test_shutdown_sends_320(tmp_path: Path) -> None:
     broker = ScriptedBroker()
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
-        broker=broker,
+        broker=broker.as_broker(),
     )
     b.start()
     conn = connect(b)
@@ -223,7 +255,7 @@ def test_handshake_timeout(tmp_path: Path) -> None:
             data_dir=tmp_path,
             config=FileConfig(limits=LimitsSpec(handshake_timeout_ms=200)),
         ),
-        broker=ScriptedBroker(),
+        broker=ScriptedBroker().as_broker(),
     )
     b.start()
     try:
@@ -241,7 +273,7 @@ def test_timeouts_follow_the_injected_clock(tmp_path: Path) -> None:
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
         clock=clock,
-        broker=ScriptedBroker(),
+        broker=ScriptedBroker().as_broker(),
     )
     b.start()
     try:
