@@ -189,8 +189,9 @@ def server(
     Args:
         options: where and how to run.
         clock: the time source (tests pass a `FakeClock`).
-        broker: serve this broker instead of opening the data directory's (tests); it has no
-            store and no paging directory then, and the file's declarations are not applied.
+        broker: serve this broker instead of opening the data directory's (tests, benchmarks):
+            the server then runs no group commit and sets up no paging directory for it, and
+            the file's declarations are not applied.
     """
     opener = open_core(options) if broker is None else _given(broker)
     return BrokerServer(options, opener, clock=clock, app_factory=management_app)
