@@ -103,6 +103,15 @@ def test_connection_open_and_close_are_logged_at_info(
         assert "user 'guest', vhost '/', name 'orders-worker'" in line
 
 
+def test_the_core_records_the_peer_as_host_port_text(broker: BrokerThread) -> None:
+    # core.session.Conn.peer is "peer address text (for listings)"; the server passed its
+    # (host, port) tuple until the broker was typed
+    with pika.BlockingConnection(pika.ConnectionParameters(broker.host, broker.port)) as conn:
+        host, port = conn._impl._transport._sock.getsockname()[:2]
+        peers = broker.call(lambda: [c.peer for c in broker.broker.conns.values()])
+    assert peers == [f"{host}:{port}"]
+
+
 def test_first_start_of_an_empty_directory_is_not_called_a_crash(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
