@@ -38,7 +38,7 @@ from ringmq.amqp.frames import PROTOCOL_HEADER, encode_content_frames, encode_me
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.broker import Broker
 from ringmq.server.configfile import FileConfig
-from ringmq.server.runtime import BrokerServer, ServerOptions
+from ringmq.server.runtime import BrokerServer, Core, ServerOptions
 from ringmq.server.setup import broker_config
 from ringmq.server.transport import AMQPConnection
 
@@ -91,12 +91,11 @@ def _handshake() -> bytes:
 
 def _server(tmp: str) -> tuple[Broker, BrokerServer]:
     broker = Broker(broker_config(FileConfig()))
+    core = Core(broker)
     server = BrokerServer(
-        ServerOptions(amqp_port=0, http_port=None, data_dir=Path(tmp)), broker=broker
+        ServerOptions(amqp_port=0, http_port=None, data_dir=Path(tmp)), lambda _emit, _now: core
     )
-    # What `BrokerServer.start` sets up: one dispatch per read batch, as the server runs.
-    broker.defer_dispatch = True
-    server._dispatch_pending = broker.dispatch_pending
+    server.attach(core)  # what `BrokerServer.start` builds around the broker, without sockets
     return broker, server
 
 
@@ -108,7 +107,7 @@ def _one_publish(size: int) -> bytes:
 
 
 def _connect(server: BrokerServer, conn_id: int, setup: bytes) -> tuple[AMQPConnection, _Transport]:
-    conn = AMQPConnection(server, conn_id)
+    conn = AMQPConnection(server.inbound, conn_id)
     transport = _Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(_handshake() + setup)

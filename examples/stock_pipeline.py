@@ -44,8 +44,9 @@ SYMBOLS = ("AAPL", "AMZN", "GOOG", "MSFT", "NVDA", "TSLA")
 
 
 def start_broker(data_dir: Path) -> tuple[Any, str, str]:
+    from ringmq.node import BrokerThread
     from ringmq.server.configfile import FileConfig
-    from ringmq.server.runtime import BrokerThread, ServerOptions
+    from ringmq.server.runtime import ServerOptions
 
     b = BrokerThread(
         ServerOptions(

@@ -12,7 +12,8 @@ import typer.testing
 from typer.testing import CliRunner
 
 from ringmq.cli import _register, app
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 Run = Callable[..., Any]
 

@@ -10,7 +10,7 @@ import pika
 import pytest
 from typer.testing import CliRunner
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 from .conftest import Run
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from ringmq.cli import admin
 from ringmq.cli.formats import format_ms, human_bytes, human_duration
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 from .conftest import Run
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from ringmq.node import BrokerThread
 from ringmq.server.configfile import FileConfig, parse_toml
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.server.runtime import ServerOptions
 
 BrokerFactory = Callable[..., BrokerThread]
 

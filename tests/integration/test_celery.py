@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

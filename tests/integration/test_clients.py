@@ -9,7 +9,7 @@ from typing import Any
 import aio_pika
 import pytest
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from ringmq.node import BrokerThread
 from ringmq.server.configfile import load_config
-from ringmq.server.runtime import BrokerThread
 from tests.integration.conftest import BrokerFactory, wait_until
 from tests.integration.test_errors import _frame, _recv_frame, _shortstr
 

@@ -11,13 +11,14 @@ import contextlib
 import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pika
 import pika.exceptions
 import pytest
 
+from ringmq.node import BrokerThread
 from ringmq.server.memory import MemoryLimits
-from ringmq.server.runtime import BrokerThread
 from ringmq.storage import journal, paging
 from tests.integration.conftest import BrokerFactory, wait_until
 
@@ -156,7 +157,8 @@ def test_page_write_failure_on_a_recovered_backlog_raises_the_disk_alarm(
     b.stop()
 
     b2 = broker_factory(data_dir=data, memory=limits)
-    assert b2.call(lambda: b2.broker.durability.recovered_messages) == 1200
+    broker2: Any = b2.broker
+    assert b2.call(lambda: broker2.durability.recovered_messages) == 1200
     assert b2.call(lambda: b2.broker.vhosts["/"].queues["dq"].queue.spilled) > 0
     body = b"x" * 1024
     assert not (data / "store" / "paging").exists()  # one paging directory: <data>/paging

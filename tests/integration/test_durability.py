@@ -13,7 +13,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 from tests.integration.conftest import BrokerFactory
 
 pytestmark = pytest.mark.integration
@@ -129,7 +129,7 @@ def test_confirms_wait_for_the_fsync_and_are_grouped(
     broker_factory: BrokerFactory, tmp_path: Path
 ) -> None:
     b = broker_factory(data_dir=tmp_path / "d")
-    commit = b.server._commit
+    commit = b.server.commit
     assert commit is not None
     gate = threading.Event()
     real_fsync = commit.store.fsync
@@ -140,7 +140,7 @@ def test_confirms_wait_for_the_fsync_and_are_grouped(
 
     b.call(lambda: setattr(commit.store, "fsync", gated_fsync))
     # no periodic sweep: confirms must come from the fsync started at the end of a read batch
-    b.call(lambda: b.server._sweep_handle.cancel() if b.server._sweep_handle else None)
+    b.call(b.server.timers.stop_sweep)
     url = f"amqp://guest:guest@{b.host}:{b.port}/"
 
     async def held() -> None:

@@ -11,7 +11,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 pytestmark = pytest.mark.integration
 

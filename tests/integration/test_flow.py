@@ -9,7 +9,7 @@ import pika
 import pytest
 
 from ringmq.core.resources import FLOW_HIGH
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration

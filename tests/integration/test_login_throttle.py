@@ -14,7 +14,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 from tests.integration.conftest import BrokerFactory
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def test_wrong_amqp_passwords_from_one_address_are_slowed_and_logged_rate_limite
     with caplog.at_level(logging.WARNING, logger="ringmq.core.throttle"):
         for _ in range(7):
             assert not _amqp_login(b, "wrong")
-    now = b.call(b.server._now_ms)
+    now = b.call(b.server.clock.wall_ms)
     assert b.call(lambda: guard.throttle.failures(LOOPBACK, now)) == 7
     # the first three were answered at once; each later one waited, doubling to the cap
     assert b.call(lambda: list(guard.delayed)) == [20, 40, 80, 80]
@@ -70,7 +70,7 @@ def test_wrong_http_passwords_share_the_throttle(broker_factory: BrokerFactory) 
     with httpx.Client() as http:
         for _ in range(5):
             assert http.get(url, auth=("guest", "nope")).status_code == 401
-        now = b.call(b.server._now_ms)
+        now = b.call(b.server.clock.wall_ms)
         assert b.call(lambda: guard.throttle.failures(LOOPBACK, now)) == 5
         assert b.call(lambda: list(guard.delayed)) == [20, 40]
         # a wrong AMQP password from the same address is held too: the same record

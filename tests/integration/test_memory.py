@@ -71,7 +71,7 @@ def test_free_disk_limit_blocks_publishers(broker_factory: BrokerFactory) -> Non
 
         wait_until(seen)
         (info,) = b.call(b.server.connections)
-        assert info.blocked_reason.startswith("disk alarm")
+        assert (info.blocked_reason or "").startswith("disk alarm")
         assert b.call(lambda: b.broker.alarms).keys() == {"disk"}
         pub.add_on_connection_unblocked_callback(lambda _c, _m: events.append("unblocked"))
         b.call(lambda: b.server.memory.set_disk_free_limit(0))  # type: ignore[union-attr]

@@ -10,11 +10,12 @@ from pathlib import Path
 import pika
 import pytest
 
+from ringmq.node import BrokerThread, build_broker, server
 from ringmq.server.configfile import ConfigError, parse_toml
 from ringmq.server.datadir import DataDirInUseError
 from ringmq.server.listener import PortInUseError
-from ringmq.server.runtime import BrokerServer, BrokerThread, ServerOptions
-from ringmq.server.setup import broker_config, build_broker
+from ringmq.server.runtime import ServerOptions
+from ringmq.server.setup import broker_config
 from tests.integration.conftest import BrokerFactory, wait_until
 
 pytestmark = pytest.mark.integration
@@ -29,7 +30,7 @@ def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 
 def _start(options: ServerOptions) -> None:
     # the start-up a refused broker gets no further than (serve_forever's stop() included)
-    asyncio.run(BrokerServer(options).serve_forever())
+    asyncio.run(server(options).serve_forever())
 
 
 def test_taken_amqp_port_names_the_option_and_writes_nothing(tmp_path: Path) -> None:
@@ -80,7 +81,7 @@ def test_config_file_ports_out_of_range_are_refused() -> None:
 def test_connection_open_and_close_are_logged_at_info(
     broker: BrokerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ringmq.server.runtime")
+    caplog.set_level(logging.INFO, logger="ringmq.server.inbound")
     params = pika.ConnectionParameters(
         broker.host, broker.port, client_properties={"connection_name": "orders-worker"}
     )
@@ -102,10 +103,19 @@ def test_connection_open_and_close_are_logged_at_info(
         assert "user 'guest', vhost '/', name 'orders-worker'" in line
 
 
+def test_the_core_records_the_peer_as_host_port_text(broker: BrokerThread) -> None:
+    # core.session.Conn.peer is "peer address text (for listings)"; the server passed its
+    # (host, port) tuple until the broker was typed
+    with pika.BlockingConnection(pika.ConnectionParameters(broker.host, broker.port)) as conn:
+        host, port = conn._impl._transport._sock.getsockname()[:2]
+        peers = broker.call(lambda: [c.peer for c in broker.broker.conns.values()])
+    assert peers == [f"{host}:{port}"]
+
+
 def test_first_start_of_an_empty_directory_is_not_called_a_crash(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ringmq.server.setup")
+    caplog.set_level(logging.INFO, logger="ringmq.node")
     cfg = parse_toml("")
     broker = build_broker(broker_config(cfg), tmp_path, 0)
     first = [r.getMessage() for r in caplog.records]

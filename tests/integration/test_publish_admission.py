@@ -21,8 +21,8 @@ from ringmq.amqp.frames import (
     encode_method_frame,
 )
 from ringmq.amqp.properties import BasicProperties, encode_properties
+from ringmq.node import BrokerThread
 from ringmq.server.memory import MemoryLimits
-from ringmq.server.runtime import BrokerThread
 from tests.integration.conftest import BrokerFactory, wait_until
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ from typing import Any
 import pika
 import pytest
 
+from ringmq.node import BrokerThread
 from ringmq.server.memory import MemoryLimits
-from ringmq.server.runtime import BrokerThread
 from ringmq.storage import terms
 from tests.integration.conftest import BrokerFactory
 
@@ -45,14 +45,14 @@ def test_clean_stop_then_start_from_the_terms_with_the_backlog_on_disk(
         method, _props, first = ch.basic_get("backlog", auto_ack=False)
         assert first == body(0)
         ch.basic_nack(method.delivery_tag, requeue=True)  # delivered once: count 1
-    engine = b.broker.vhosts["/"].queues["backlog"].queue
+    engine: Any = b.broker.vhosts["/"].queues["backlog"].queue
     assert engine.counters.paged >= COUNT - 500
     assert engine._paging.spill.pages.refs_written > 0  # paged by reference to the journal copy
     b.stop()
     assert (data / "store" / terms.NAME).exists()
 
     b2 = broker_factory(data_dir=data)
-    store = b2.broker.durability.store
+    store: Any = b2.broker.durability.store  # type: ignore[union-attr]
     assert store.used_terms
     assert not (data / "store" / terms.NAME).exists()
     engine = b2.broker.vhosts["/"].queues["backlog"].queue

@@ -24,7 +24,7 @@ from ringmq.amqp.frames import (
     encode_content_frames,
     encode_method_frame,
 )
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 pytestmark = pytest.mark.integration
 

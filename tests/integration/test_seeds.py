@@ -15,7 +15,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,9 @@ import httpx
 import pika
 import pytest
 
+from ringmq.node import BrokerThread
 from ringmq.server.configfile import ConfigError, parse_toml
-from ringmq.server.runtime import BrokerThread, options_from
+from ringmq.server.runtime import options_from
 from tests.integration.test_config import _self_signed
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 pytestmark = pytest.mark.integration
 

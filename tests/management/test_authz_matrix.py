@@ -22,7 +22,8 @@ import pytest
 from starlette.routing import Mount, Route
 
 from ringmq.connector.records import encode_publish
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 pytestmark = pytest.mark.integration
 
@@ -353,7 +354,8 @@ def test_matrix(live: tuple[BrokerThread, str], case: Case) -> None:
 
 def test_every_route_is_in_the_matrix(live: tuple[BrokerThread, str]) -> None:
     b, _ = live
-    app = b.server._http_server.config.app
+    assert b.server.http_server is not None
+    app: Any = b.server.http_server.config.app
     served: set[tuple[str, str]] = set()
     for route in app.routes:
         if isinstance(route, Mount):

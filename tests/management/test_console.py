@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

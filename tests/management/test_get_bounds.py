@@ -10,7 +10,8 @@ import pika
 import pytest
 
 from ringmq.management.queues import GET_SLICE, MAX_GET_COUNT
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 pytestmark = pytest.mark.integration
 

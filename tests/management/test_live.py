@@ -11,7 +11,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,8 @@ import pytest
 
 from ringmq.core.broker import Broker
 from ringmq.management.records import PermissionInfo
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 from .conftest import Clock
 

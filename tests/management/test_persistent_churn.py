@@ -9,7 +9,8 @@ import httpx
 import pika
 import pytest
 
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 AUTH = ("guest", "guest")
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 AUTH = ("guest", "guest")
 

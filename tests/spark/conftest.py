@@ -22,8 +22,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from ringmq.connector.client import Publisher, StreamClient
+from ringmq.node import BrokerThread
 from ringmq.server.configfile import FileConfig
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.server.runtime import ServerOptions
 
 
 class Env:

@@ -89,9 +89,10 @@ def serve(
 ) -> None:
     """Run the AMQP 0-9-1 broker (and its management HTTP API) until SIGTERM/SIGINT."""
     from ringmq.cli.logsetup import LOG_FORMATS, configure_logging
+    from ringmq.node import run
     from ringmq.server.configfile import ConfigError, FileConfig, load_config, parse_port
     from ringmq.server.memory import MemoryLimits, parse_size, parse_watermark
-    from ringmq.server.runtime import options_from, run
+    from ringmq.server.options import options_from
 
     level = log_level.lower()
     if level not in _LOG_LEVELS:

@@ -43,10 +43,14 @@ import errno
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ringmq.core.effects import Effect
-from ringmq.storage.store import Store, SyncPoint
+from ringmq.storage.store import SyncPoint
+
+if TYPE_CHECKING:
+    from ringmq.core.broker import Broker
+    from ringmq.storage.store import FileStore
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +59,17 @@ class GroupCommit:
     """Group-commit fsync for one broker and its store (see the module docstring).
 
     Args:
-        broker: the core `Broker` (`drain_unconfirmed`, `confirm_stored`).
-        store: its store.
+        broker: the core `Broker` (`drain_unconfirmed`, `confirm_stored`, `fail_unconfirmed`,
+            `set_alarm`).
+        store: its file store (`flush`, `fsync`, `fenced`, `directory`).
         loop: the broker's event loop.
         release: runs a function producing effects as one server batch (applies and flushes).
     """
 
     def __init__(
         self,
-        broker: Any,
-        store: Store,
+        broker: Broker,
+        store: FileStore,
         loop: asyncio.AbstractEventLoop,
         release: Callable[[Callable[[], list[Effect]]], None],
     ) -> None:
@@ -139,7 +144,7 @@ class GroupCommit:
         """Periodic: make writes that no confirm waited for durable too."""
         if self._closed or self.in_flight is not None:
             return
-        if self.failure is not None and getattr(self.store, "fenced", False):
+        if self.failure is not None and self.store.fenced:
             return  # a failed fsync: nothing is written until restart
         if self.failure is not None or self.store.durable_position < self.store.position:
             self._start()  # while failing: the probe that may clear the alarm
@@ -190,8 +195,8 @@ class GroupCommit:
         if self.failure is not None:
             return
         what = "fsync" if fsync else "write"
-        where = exc.filename or getattr(self.store, "directory", "the store")
-        fenced = bool(getattr(self.store, "fenced", False))
+        where = exc.filename or self.store.directory
+        fenced = self.store.fenced
         then = (
             "no more persistent writes until restart (the kernel may have dropped the pages)"
             if fenced
@@ -212,9 +217,7 @@ class GroupCommit:
 
     def _nack(self, group: list[tuple[int, int, int]]) -> None:
         self.failed_groups += 1
-        fail = getattr(self.broker, "fail_unconfirmed", None)
-        if fail is None:
-            return
+        fail = self.broker.fail_unconfirmed
         by_channel: dict[tuple[int, int], list[int]] = {}
         for conn_id, channel, seq in group:
             by_channel.setdefault((conn_id, channel), []).append(seq)

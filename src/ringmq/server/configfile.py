@@ -1,217 +1,91 @@
-"""Configuration files: TOML (ringmq's own schema) and Artemis `broker.xml`.
+"""Configuration files: `load_config` for TOML (ringmq's own schema) and Artemis `broker.xml`.
 
-Theory of operation: `load_config(path)` reads one file into a `FileConfig`, a tree of plain
-frozen dataclasses that knows nothing about the core. Both formats land in the same shape:
-
-* TOML: the schema documented in docs/configuration.md; unknown keys are errors naming their path.
-* Artemis `broker.xml` (namespaces `urn:activemq` and `urn:activemq:core`, or none): each
-  `<address>` with `<anycast>` queues becomes queues reached through the default exchange; a
-  `<multicast>` address becomes a fanout exchange named after the address with its queues bound
-  to it. Queue attributes (`ring-size`, `last-value-key`, `last-value`, `non-destructive`,
-  `exclusive`, `durable`...) become queue arguments; `<address-settings>` become
-  `AddressSetting` entries whose `match` keeps Artemis wildcards (`#` any words, `*` one word).
-
-Turning a `FileConfig` into the core's `BrokerConfig` and into declarations is `runtime.py`'s
-job; this module only parses and validates, so it is testable without a broker.
+Theory of operation: `load_config(path)` reads one file into a `FileConfig` (the records of
+`configspec.py`), a tree of plain frozen dataclasses that knows nothing about the core. An `.xml`
+file, or one starting with `<`, goes to the Artemis reader (`brokerxml.py`); anything else is
+TOML, read here: the schema documented in docs/configuration.md, where unknown keys are errors
+naming their path. This module only parses and validates, so it is testable without a broker;
+the names of `configspec.py` and `brokerxml.py` stay importable from here.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
-from xml.etree.ElementTree import Element
 
-import defusedxml.ElementTree as SafeET  # type: ignore[import-untyped]
-from defusedxml import DefusedXmlException
+from ringmq.server.brokerxml import parse_artemis_xml
+from ringmq.server.configspec import (
+    ARG_LAST_VALUE,
+    ARG_LAST_VALUE_KEY,
+    ARG_NON_DESTRUCTIVE,
+    ARG_RING_SIZE,
+    ARG_SINGLE_ACTIVE,
+    DEFAULT_AMQPS_PORT,
+    DEFAULT_CHANNEL_MAX,
+    DEFAULT_FRAME_MAX,
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_REFRESH_PERIOD_MS,
+    FULL_POLICIES,
+    MAX_PORT,
+    OFF_WORDS,
+    AddressSetting,
+    BindingSpec,
+    ConfigError,
+    ExchangeSpec,
+    FileConfig,
+    LimitsSpec,
+    ListenSpec,
+    PermissionSpec,
+    PolicySpec,
+    QueueSpec,
+    TLSSpec,
+    UserSpec,
+    artemis_match,
+    parse_port,
+    queue_arguments,
+    resolve_address_settings,
+)
 
-from ringmq.core import arguments, wildcard
-
-DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
-DEFAULT_HEARTBEAT_S: Final = 60
-DEFAULT_FRAME_MAX: Final = 131072
-DEFAULT_CHANNEL_MAX: Final = 2047
-DEFAULT_AMQPS_PORT: Final = 5671
-DEFAULT_REFRESH_PERIOD_MS: Final = 5000  # Artemis configuration-file-refresh-period
-MAX_PORT: Final = 65535
-"""Ports above this do not exist (a larger number would wrap silently in bind())."""
-
-# Queue argument names for broker.xml queue attributes (rows of the queue-argument table).
-ARG_RING_SIZE: Final = arguments.RING_SIZE.argument
-ARG_LAST_VALUE_KEY: Final = arguments.LAST_VALUE_KEY.argument
-ARG_NON_DESTRUCTIVE: Final = arguments.NON_DESTRUCTIVE.argument
-ARG_LAST_VALUE: Final = arguments.LAST_VALUE.argument  # Artemis' legacy last-value="true"
-ARG_SINGLE_ACTIVE: Final = arguments.SINGLE_ACTIVE_CONSUMER.argument
-
-
-class ConfigError(ValueError):
-    """A configuration file that cannot be used, with the offending path and key."""
-
-
-@dataclass(frozen=True, slots=True)
-class UserSpec:
-    """A user; exactly one of `password` (plain) and `password_hash` is set."""
-
-    name: str
-    password: str | None = None
-    password_hash: str | None = None
-    tags: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PermissionSpec:
-    """configure/write/read regexes of a user in a vhost (RabbitMQ semantics)."""
-
-    user: str
-    vhost: str = "/"
-    configure: str = ".*"
-    write: str = ".*"
-    read: str = ".*"
-
-
-@dataclass(frozen=True, slots=True)
-class PolicySpec:
-    """A RabbitMQ-style policy: regex on names, definition keys such as `max-length`."""
-
-    name: str
-    pattern: str
-    definition: dict[str, Any]
-    vhost: str = "/"
-    apply_to: str = "all"
-    priority: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class AddressSetting:
-    """An Artemis address-setting: defaults for queues whose address matches `match`.
-
-    `None` means "not set here", so a less specific match may supply it (Artemis merge rule).
-    """
-
-    match: str
-    default_ring_size: int | None = None
-    default_last_value_key: str | None = None
-    default_last_value_queue: bool | None = None
-    default_non_destructive: bool | None = None
-    default_exclusive_queue: bool | None = None
-    address_full_policy: str | None = None
-    max_size_bytes: int | None = None
-    max_size_messages: int | None = None
-    dead_letter_address: str | None = None
-    expiry_address: str | None = None
-    expiry_delay_ms: int | None = None
-    max_delivery_attempts: int | None = None
-    redelivery_delay_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ExchangeSpec:
-    name: str
-    type: str = "direct"
-    vhost: str = "/"
-    durable: bool = True
-    auto_delete: bool = False
-    internal: bool = False
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSpec:
-    name: str
-    vhost: str = "/"
-    durable: bool = True
-    exclusive: bool = False
-    auto_delete: bool = False
-    arguments: dict[str, Any] = field(default_factory=dict)
-    address: str | None = None
-    """Artemis address the queue lives on (used to match address-settings); None for TOML."""
-
-
-@dataclass(frozen=True, slots=True)
-class BindingSpec:
-    source: str
-    destination: str
-    vhost: str = "/"
-    destination_type: str = "queue"
-    routing_key: str = ""
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class LimitsSpec:
-    """Connection limits negotiated or enforced by the server."""
-
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-    heartbeat_s: int = DEFAULT_HEARTBEAT_S
-    frame_max: int = DEFAULT_FRAME_MAX
-    channel_max: int = DEFAULT_CHANNEL_MAX
-    max_connections: int | None = None
-    handshake_timeout_ms: int = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class TLSSpec:
-    cert_file: Path
-    key_file: Path
-    ca_file: Path | None = None
-    port: int = DEFAULT_AMQPS_PORT
-    verify_peer: bool = False
-    https: bool = False
-    """Serve the management API over HTTPS (on the HTTP port) with this certificate too."""
-
-
-@dataclass(frozen=True, slots=True)
-class ListenSpec:
-    """Listener settings a file may give; command-line options override them."""
-
-    host: str | None = None
-    amqp_port: int | None = None
-    """-1: no plain AMQP listener (RabbitMQ's `listeners.tcp = none`); needs [tls]."""
-    http_port: int | None = None
-    data_dir: Path | None = None
-    amqp_bind: str | None = None
-    amqps_bind: str | None = None
-    http_bind: str | None = None
-    """Per-protocol listen addresses (default: `host`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FileConfig:
-    """Everything one configuration file says."""
-
-    source: Path | None = None
-    kind: str = "empty"  # "toml", "artemis" or "empty"
-    listen: ListenSpec = ListenSpec()
-    limits: LimitsSpec = LimitsSpec()
-    tls: TLSSpec | None = None
-    users: tuple[UserSpec, ...] = ()
-    vhosts: tuple[str, ...] = ()
-    permissions: tuple[PermissionSpec, ...] = ()
-    policies: tuple[PolicySpec, ...] = ()
-    address_settings: tuple[AddressSetting, ...] = ()
-    exchanges: tuple[ExchangeSpec, ...] = ()
-    queues: tuple[QueueSpec, ...] = ()
-    bindings: tuple[BindingSpec, ...] = ()
-    refresh_period_ms: int | None = None
-    """Reload address-settings when the file changes, polled at this period (None: never)."""
-
-
-OFF_WORDS: Final = ("off", "none")
-
-
-def parse_port(text: str) -> int:
-    """A port from the command line or a file: a number, or "off"/"none" (-1: no listener)."""
-    if text.strip().lower() in OFF_WORDS:
-        return -1
-    port = int(text)
-    if not -1 <= port <= MAX_PORT:
-        raise ValueError(f"port {port} out of range")
-    return port
+__all__ = [
+    "ARG_LAST_VALUE",
+    "ARG_LAST_VALUE_KEY",
+    "ARG_NON_DESTRUCTIVE",
+    "ARG_RING_SIZE",
+    "ARG_SINGLE_ACTIVE",
+    "DEFAULT_AMQPS_PORT",
+    "DEFAULT_CHANNEL_MAX",
+    "DEFAULT_FRAME_MAX",
+    "DEFAULT_HEARTBEAT_S",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_REFRESH_PERIOD_MS",
+    "MAX_PORT",
+    "OFF_WORDS",
+    "AddressSetting",
+    "BindingSpec",
+    "ConfigError",
+    "ExchangeSpec",
+    "FileConfig",
+    "LimitsSpec",
+    "ListenSpec",
+    "PermissionSpec",
+    "PolicySpec",
+    "QueueSpec",
+    "TLSSpec",
+    "UserSpec",
+    "artemis_match",
+    "load_config",
+    "parse_artemis_xml",
+    "parse_port",
+    "parse_toml",
+    "queue_arguments",
+    "resolve_address_settings",
+]
 
 
 def _port_or_off(t: _Table, key: str) -> int | None:
-    value = t._get(key, (int, str), 'a port number or "off"')
+    value = t.value(key, (int, str), 'a port number or "off"')
     if value is None:
         return None
     if isinstance(value, int) and not -1 <= value <= MAX_PORT:
@@ -242,10 +116,6 @@ def load_config(path: str | Path) -> FileConfig:
     return parse_toml(data.decode("utf-8"), source=p)
 
 
-# ---------------------------------------------------------------------------------------------
-# TOML
-
-
 class _Table:
     """Typed access to one TOML table that remembers which keys were used."""
 
@@ -254,7 +124,7 @@ class _Table:
         self.where = where
         self._used: set[str] = set()
 
-    def _get(self, key: str, types: tuple[type, ...], what: str) -> Any:
+    def value(self, key: str, types: tuple[type, ...], what: str) -> Any:
         self._used.add(key)
         if key not in self._data:
             return None
@@ -267,7 +137,7 @@ class _Table:
         return value
 
     def opt_str(self, key: str, default: str | None = None) -> str | None:
-        v = self._get(key, (str,), "a string")
+        v = self.value(key, (str,), "a string")
         return default if v is None else str(v)
 
     def req_str(self, key: str) -> str:
@@ -284,7 +154,7 @@ class _Table:
         minimum: int = 0,
         maximum: int | None = None,
     ) -> int | None:
-        v = self._get(key, (int,), "an integer")
+        v = self.value(key, (int,), "an integer")
         if v is None:
             return default
         if v < minimum:
@@ -294,15 +164,15 @@ class _Table:
         return int(v)
 
     def opt_bool(self, key: str, default: bool | None = None) -> bool | None:
-        v = self._get(key, (bool,), "a boolean")
+        v = self.value(key, (bool,), "a boolean")
         return default if v is None else bool(v)
 
     def table(self, key: str) -> dict[str, Any]:
-        v = self._get(key, (dict,), "a table")
+        v = self.value(key, (dict,), "a table")
         return {} if v is None else dict(v)
 
     def str_list(self, key: str) -> tuple[str, ...]:
-        v = self._get(key, (list,), "a list of strings")
+        v = self.value(key, (list,), "a list of strings")
         if v is None:
             return ()
         if not all(isinstance(x, str) for x in v):
@@ -453,7 +323,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
     settings = []
     for t in _tables(doc, "address_settings", where):
         full = t.opt_str("address_full_policy")
-        if full is not None and full.upper() not in _FULL_POLICIES:
+        if full is not None and full.upper() not in FULL_POLICIES:
             raise ConfigError(f"{t.where}.address_full_policy: unknown value {full!r}")
         settings.append(
             AddressSetting(
@@ -542,245 +412,3 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
 def _req(v: int | None) -> int:
     assert v is not None  # every caller passes a default
     return v
-
-
-# ---------------------------------------------------------------------------------------------
-# Artemis broker.xml
-
-_FULL_POLICIES: Final = frozenset({"PAGE", "BLOCK", "FAIL", "DROP"})
-
-
-def _local(tag: str) -> str:
-    # "{urn:activemq:core}queue" -> "queue"; namespaces differ between broker.xml versions
-    return tag.rsplit("}", 1)[-1]
-
-
-def _name(el: Element) -> str | None:
-    # comments and processing instructions carry a function, not a string, as their tag
-    tag: object = el.tag
-    return _local(tag) if isinstance(tag, str) else None
-
-
-def _child(el: Element, name: str) -> Element | None:
-    for c in el:
-        if _name(c) == name:
-            return c
-    return None
-
-
-def _children(el: Element, name: str) -> list[Element]:
-    return [c for c in el if _name(c) == name]
-
-
-def _xml_bool(text: str, where: str) -> bool:
-    t = text.strip().lower()
-    if t in {"true", "1", "yes"}:
-        return True
-    if t in {"false", "0", "no"}:
-        return False
-    raise ConfigError(f"{where}: expected true or false, got {text!r}")
-
-
-def _xml_int(text: str, where: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ConfigError(f"{where}: expected an integer, got {text!r}") from None
-
-
-_SIZE_UNITS: Final = {
-    "": 1,
-    "B": 1,
-    "K": 1024,
-    "KB": 1024,
-    "KIB": 1024,
-    "M": 1024**2,
-    "MB": 1024**2,
-    "MIB": 1024**2,
-    "G": 1024**3,
-    "GB": 1024**3,
-    "GIB": 1024**3,
-}
-
-
-def _xml_size(text: str, where: str) -> int:
-    # Artemis accepts byte notation such as "10M", "10MB" or "10MiB" for size settings
-    t = text.strip().upper()
-    num = t.rstrip("KMGIB")
-    unit = t[len(num) :]
-    if unit not in _SIZE_UNITS or not num.strip().lstrip("-").isdigit():
-        raise ConfigError(f"{where}: bad size {text!r}")
-    return int(num) * _SIZE_UNITS[unit]
-
-
-def _text(el: Element | None) -> str | None:
-    if el is None or el.text is None:
-        return None
-    return el.text.strip()
-
-
-def parse_artemis_xml(data: bytes | str, *, source: Path | None = None) -> FileConfig:
-    """Parse the `<addresses>` and `<address-settings>` sections of an Artemis broker.xml."""
-    where = str(source) if source else "<broker.xml>"
-    try:
-        root = SafeET.fromstring(data)
-    except SafeET.ParseError as exc:
-        raise ConfigError(f"{where}: malformed XML: {exc}") from exc
-    except DefusedXmlException as exc:
-        # entity declarations and external references are refused (billion laughs, XXE)
-        raise ConfigError(f"{where}: forbidden XML construct: {exc}") from exc
-    # <configuration><core>...</core></configuration>, or a bare <core> element
-    core = root if _local(root.tag) == "core" else _child(root, "core")
-    if core is None:
-        raise ConfigError(f"{where}: no <core> element")
-
-    refresh = DEFAULT_REFRESH_PERIOD_MS
-    if (r := _text(_child(core, "configuration-file-refresh-period"))) is not None:
-        refresh = _xml_int(r, f"{where}: configuration-file-refresh-period")
-
-    settings = _artemis_address_settings(core, where)
-    exchanges: list[ExchangeSpec] = []
-    queues: list[QueueSpec] = []
-    bindings: list[BindingSpec] = []
-    addresses = _child(core, "addresses")
-    for addr in _children(addresses, "address") if addresses is not None else []:
-        name = addr.get("name")
-        if not name:
-            raise ConfigError(f"{where}: <address> without a name")
-        anycast = _child(addr, "anycast")
-        multicast = _child(addr, "multicast")
-        if anycast is not None:
-            queues.extend(_artemis_queue(q, name, where) for q in _children(anycast, "queue"))
-        if multicast is not None:
-            exchanges.append(ExchangeSpec(name=name, type="fanout", durable=True))
-            for q in _children(multicast, "queue"):
-                spec = _artemis_queue(q, name, where)
-                queues.append(spec)
-                bindings.append(BindingSpec(source=name, destination=spec.name))
-    return FileConfig(
-        source=source,
-        kind="artemis",
-        address_settings=tuple(settings),
-        exchanges=tuple(exchanges),
-        queues=tuple(queues),
-        bindings=tuple(bindings),
-        refresh_period_ms=refresh if refresh > 0 else None,
-    )
-
-
-def _artemis_queue(q: Element, address: str, where: str) -> QueueSpec:
-    name = q.get("name")
-    if not name:
-        raise ConfigError(f"{where}: <queue> without a name on address {address!r}")
-    w = f"{where}: queue {name!r}"
-    args: dict[str, Any] = {}
-    durable = True
-    exclusive = False
-    if (d := _text(_child(q, "durable"))) is not None:
-        durable = _xml_bool(d, f"{w} <durable>")
-    if (ring := q.get("ring-size")) is not None:
-        size = _xml_int(ring, f"{w} ring-size")
-        if size >= 0:
-            args[ARG_RING_SIZE] = size
-    if (key := q.get("last-value-key")) is not None:
-        args[ARG_LAST_VALUE_KEY] = key
-    elif (lv := q.get("last-value")) is not None and _xml_bool(lv, f"{w} last-value"):
-        args[ARG_LAST_VALUE] = True
-    if (nd := q.get("non-destructive")) is not None and _xml_bool(nd, f"{w} non-destructive"):
-        args[ARG_NON_DESTRUCTIVE] = True
-    if (ex := q.get("exclusive")) is not None and _xml_bool(ex, f"{w} exclusive"):
-        # Artemis' exclusive queue = one active consumer at a time (RabbitMQ's SAC), not a
-        # connection-exclusive AMQP queue
-        args[ARG_SINGLE_ACTIVE] = True
-    return QueueSpec(
-        name=name, durable=durable, exclusive=exclusive, arguments=args, address=address
-    )
-
-
-_SETTING_FIELDS: Final[dict[str, tuple[str, str]]] = {
-    # element name -> (AddressSetting field, value kind)
-    "default-ring-size": ("default_ring_size", "int"),
-    "default-last-value-key": ("default_last_value_key", "str"),
-    "default-last-value-queue": ("default_last_value_queue", "bool"),
-    "default-non-destructive": ("default_non_destructive", "bool"),
-    "default-exclusive-queue": ("default_exclusive_queue", "bool"),
-    "address-full-policy": ("address_full_policy", "policy"),
-    "max-size-bytes": ("max_size_bytes", "size"),
-    "max-size-messages": ("max_size_messages", "int"),
-    "dead-letter-address": ("dead_letter_address", "str"),
-    "expiry-address": ("expiry_address", "str"),
-    "expiry-delay": ("expiry_delay_ms", "int"),
-    "max-delivery-attempts": ("max_delivery_attempts", "int"),
-    "redelivery-delay": ("redelivery_delay_ms", "int"),
-}
-
-
-def _artemis_address_settings(core: Element, where: str) -> list[AddressSetting]:
-    out: list[AddressSetting] = []
-    section = _child(core, "address-settings")
-    for s in _children(section, "address-setting") if section is not None else []:
-        match = s.get("match")
-        if match is None:
-            raise ConfigError(f"{where}: <address-setting> without match")
-        values: dict[str, Any] = {}
-        for el in s:
-            tag = _name(el)
-            if tag is None or tag not in _SETTING_FIELDS:
-                continue  # the many Artemis settings this broker has no use for
-            fname, kind = _SETTING_FIELDS[tag]
-            text = el.text.strip() if el.text else ""
-            w = f"{where}: address-setting {match!r} <{tag}>"
-            if kind == "int":
-                values[fname] = _xml_int(text, w)
-            elif kind == "size":
-                values[fname] = _xml_size(text, w)
-            elif kind == "bool":
-                values[fname] = _xml_bool(text, w)
-            elif kind == "policy":
-                if text.upper() not in _FULL_POLICIES:
-                    raise ConfigError(f"{w}: unknown policy {text!r}")
-                values[fname] = text.upper()
-            else:
-                values[fname] = text
-        out.append(AddressSetting(match=match, **values))
-    return out
-
-
-def artemis_match(pattern: str, address: str) -> bool:
-    """Artemis wildcard match (`ringmq.core.wildcard.matches`)."""
-    return wildcard.matches(pattern, address)
-
-
-def resolve_address_settings(settings: tuple[AddressSetting, ...], address: str) -> AddressSetting:
-    """Merge every setting whose `match` covers `address`, the most specific first.
-
-    A field set by a more specific match wins; unset fields fall through to less specific ones
-    (Artemis `AddressSettings.merge`).
-    """
-    by_match = {s.match: s for s in settings if wildcard.matches(s.match, address)}
-    matching = [by_match[m] for m in wildcard.most_specific_first(by_match)]
-    merged: dict[str, Any] = {}
-    for s in matching:
-        for fname in AddressSetting.__slots__:
-            if fname == "match":
-                continue
-            value = getattr(s, fname)
-            if value is not None and fname not in merged:
-                merged[fname] = value
-    return AddressSetting(match=address, **merged)
-
-
-def queue_arguments(spec: QueueSpec, settings: tuple[AddressSetting, ...]) -> dict[str, Any]:
-    """Arguments to declare `spec` with: its own, then address-setting defaults (Artemis order)."""
-    args = dict(spec.arguments)
-    if not settings:
-        return args
-    s = resolve_address_settings(settings, spec.address or spec.name)
-    for row in arguments.ADDRESS_DEFAULTS:  # table order: x-last-value-key before x-last-value
-        if row.argument in args or any(a in args for a in row.default_unless):
-            continue
-        assert row.address_default is not None
-        value = row.default_argument(getattr(s, row.address_default.replace("-", "_")))
-        if value is not None:
-            args[row.argument] = value
-    return args

@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import Any
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, TypeAlias
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -27,6 +28,17 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from ringmq.server.configfile import TLSSpec
 
 log = logging.getLogger(__name__)
+
+ASGIMessage: TypeAlias = MutableMapping[str, Any]
+ASGIApp: TypeAlias = Callable[
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[ASGIMessage]],
+        Callable[[ASGIMessage], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
+"""An ASGI 3 application (scope, receive, send): what the management app is to the server."""
 
 
 class _RequestTimeoutH11(H11Protocol):
@@ -78,7 +90,7 @@ def request_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
 
 
 def uvicorn_config(
-    app: Any, *, request_timeout_s: float, tls: TLSSpec | None = None
+    app: ASGIApp, *, request_timeout_s: float, tls: TLSSpec | None = None
 ) -> uvicorn.Config:
     """The uvicorn configuration of the management server; HTTPS with `tls`'s certificate
     (and its CA and `verify_peer` for client certificates) when given."""
@@ -100,4 +112,4 @@ def uvicorn_config(
     )
 
 
-__all__ = ["request_timeout_protocol", "uvicorn_config"]
+__all__ = ["ASGIApp", "request_timeout_protocol", "uvicorn_config"]

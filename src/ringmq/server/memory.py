@@ -44,11 +44,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from ringmq.core.effects import Effect
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT
 from ringmq.core.throttle import LogLimiter
 from ringmq.storage.paging import DiskHealth
+
+if TYPE_CHECKING:
+    from ringmq.core.broker import Broker
 
 __all__ = [
     "DEFAULT_DISK_FREE_LIMIT",
@@ -287,10 +291,10 @@ class MemoryMonitor:
 
     def __init__(
         self,
-        broker: Any,
+        broker: Broker,
         limits: MemoryLimits,
         data_dir: Path,
-        emit: Callable[[list[Any]], None],
+        emit: Callable[[list[Effect]], None],
         *,
         total_ram: int | None = None,
         read_memory: Callable[[], int | None] = read_rss,
@@ -406,7 +410,7 @@ class MemoryMonitor:
                 d.head_bound[1],
                 paged,
             )
-        effects: list[Any] = []
+        effects: list[Effect] = []
         for resource, was, now in (
             ("memory", was_mem, d.memory_alarm),
             ("disk", was_disk, disk_now),

@@ -1,12 +1,12 @@
-"""From a parsed `FileConfig` to a running core: `BrokerConfig`, the broker, its declarations.
+"""From a parsed `FileConfig` to the core: its `BrokerConfig`, its declarations, its reloads.
 
 Theory of operation: `broker_config` translates the file's users, vhosts, permissions, policies,
-address-settings and message-size limit into the core's `BrokerConfig` (plain data).
-`build_broker` creates the `Broker` (with its store under the data directory when the storage
-layer offers one). `apply_declarations` declares the file's exchanges, queues and bindings
-through the broker's admin API, exactly as a client's declare would (same validation, same 406 on
-a mismatching redeclare). `reload_settings` replaces the address-settings of a running broker
-and declares what is new (Artemis' config reload; queues removed from the file stay).
+address-settings and message-size limit into the core's `BrokerConfig` (plain data). Creating
+the `Broker` over its store is the composition root's job (`ringmq.node`). `apply_declarations`
+declares the file's exchanges, queues and bindings through the broker's admin API, exactly as a
+client's declare would (same validation, same 406 on a mismatching redeclare).
+`reload_settings` replaces the address-settings of a running broker and declares what is new
+(Artemis' config reload; queues removed from the file stay).
 
 Runs on the loop thread; pure translation apart from the calls into the broker.
 """
@@ -14,20 +14,18 @@ Runs on the loop thread; pure translation apart from the calls into the broker.
 from __future__ import annotations
 
 import logging
-import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
-from ringmq.server.configfile import (
+from ringmq.server.configspec import (
     AddressSetting,
     FileConfig,
     QueueSpec,
     queue_arguments,
 )
-from ringmq.storage.bodystore import SpillDirectory
-from ringmq.storage.store import FileStore
+
+if TYPE_CHECKING:
+    from ringmq.core.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -96,54 +94,6 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
         address_settings=core_address_settings(cfg.address_settings),
         max_message_size=cfg.limits.max_message_size,
     )
-
-
-def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
-    """Create the core `Broker` for `config` over a `FileStore` in `data_dir/store`, recovered.
-
-    Durable definitions and persistent messages of the previous run come back before any
-    listener opens; confirms of persistent messages wait for the group-commit fsync
-    (`delay_persistent_confirms`, released by `server.commit.GroupCommit`).
-    """
-    started = time.monotonic()
-    fresh = not (data_dir / "store").exists()
-    store = FileStore.open(data_dir / "store", spill_directory=data_dir / "paging")
-    config.delay_persistent_confirms = True
-    broker = Broker(config, store=store, now_ms=now_ms)
-    dur = broker.durability
-    assert dur is not None
-    if fresh:
-        log.info("new data directory %s: nothing to recover", data_dir)
-        return broker
-    log.info(
-        "recovered %d persistent messages from %s (%s) in %.0f ms",
-        dur.recovered_messages,
-        data_dir,
-        (
-            "after a clean stop, from the recovery terms"
-            if store.used_terms
-            else "after a clean stop"
-        )
-        if dur.clean
-        else "no clean-stop marker: after a crash or a kill",
-        (time.monotonic() - started) * 1000,
-    )
-    return broker
-
-
-def spill_directory(broker: Broker, directory: Path) -> SpillDirectory:
-    """The broker's paging directory: the `FileStore`'s own when it has one, or a new one at
-    `directory` (wiped: paged data is transient).
-
-    With a `FileStore`, recovered backlogs and live paging share that one directory and its one
-    disk-health source (the memory monitor's disk alarm), and a persistent message of a durable
-    queue is paged as a reference to its journal copy (no second write).
-    """
-    dur = broker.durability
-    store = dur.store if dur is not None else None
-    if isinstance(store, FileStore):
-        return store.spills
-    return SpillDirectory(directory)
 
 
 def _declared_args(q: QueueSpec, cfg: FileConfig) -> dict[str, Any]:

@@ -2,23 +2,24 @@
 
 Theory of operation:
 
-* `data_received` feeds the sans-IO `ServerConnection`, hands each event to the runtime (which
-  calls the pure `Broker` and applies the effects it returns, possibly to *other* connections),
-  then asks the runtime to flush: every connection that got output during the batch is written
-  with exactly one `transport.write`.
+* `data_received` hands the bytes to its owner (`ConnectionHost`, in the server `Inbound`),
+  which feeds the sans-IO `ServerConnection`, calls the pure `Broker` for each event and
+  applies the effects it returns (possibly to *other* connections), then flushes: every
+  connection that got output during the batch is written with exactly one `transport.write`.
+  This module knows its owner only through that protocol (it imports no other server module).
 * Flow control, both directions: reading stops on the broker's `Block` effect (an address
   full under Artemis' BLOCK policy, or a memory alarm; connection.blocked is sent first to
   clients that announced the capability) and resumes on `Unblock`. Delivering stops when the
-  transport's write buffer crosses its high-water mark (`pause_writing`): the runtime reports
+  transport's write buffer crosses its high-water mark (`pause_writing`): the owner reports
   it to the broker with `set_writable(False)`, so messages stay queued instead of piling up in
   this process, and `resume_writing` lets them flow again.
-* Publisher flow: the runtime also stops reading a publisher whose queue's consumers lag
+* Publisher flow: the server also stops reading a publisher whose queue's consumers lag
   behind (`pause_reading("flow")`); each reason is lifted separately, so a flow resume never
   reopens a connection a `Block` closed.
-* Timers live in the runtime; this object only records what they need (`opened`, the time of
+* Timers live in server/timers.py; this object only records what they need (`opened`, the time of
   connection, the last time bytes arrived or left).
 * Exceptions other than `AMQPError` raised while handling this connection's input are bugs: the
-  runtime logs them with the traceback and closes only this connection with 541.
+  server logs them with the traceback and closes only this connection with 541.
 
 Owned by the loop thread; never touched from elsewhere.
 """
@@ -27,13 +28,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from ringmq.protocol.connection import ServerConnection
-    from ringmq.server.runtime import BrokerServer
 
 log = logging.getLogger(__name__)
+
+
+class ConnectionHost(Protocol):
+    """What a connection calls on its owner (the server's `Inbound`)."""
+
+    def new_protocol_connection(self) -> ServerConnection: ...
+    def connection_made(self, c: AMQPConnection) -> None: ...
+    def data_received(self, c: AMQPConnection, data: bytes) -> None: ...
+    def connection_lost(self, c: AMQPConnection, exc: Exception | None) -> None: ...
+    def writable_changed(self, c: AMQPConnection, writable: bool) -> None: ...
 
 
 class AMQPConnection(asyncio.Protocol):
@@ -49,11 +59,11 @@ class AMQPConnection(asyncio.Protocol):
         user / vhost: filled in by the handshake.
     """
 
-    def __init__(self, runtime: BrokerServer, conn_id: int, *, tls: bool = False) -> None:
-        self.runtime = runtime
+    def __init__(self, owner: ConnectionHost, conn_id: int, *, tls: bool = False) -> None:
+        self.owner = owner
         self.conn_id = conn_id
         self.tls = tls
-        self.proto: ServerConnection = runtime.new_protocol_connection()
+        self.proto: ServerConnection = owner.new_protocol_connection()
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("", 0)
         self.sock_name: tuple[str, int] = ("", 0)
@@ -91,35 +101,40 @@ class AMQPConnection(asyncio.Protocol):
         self.sock_name = (str(sock[0]), int(sock[1]))
         # a large high-water mark: deliveries are batched; pause only on real backlog
         self.transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
-        self.runtime.connection_made(self)
+        self.owner.connection_made(self)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
         self.recv_oct += len(data)
-        self.runtime.data_received(self, data)
+        self.owner.data_received(self, data)
 
     def eof_received(self) -> bool | None:
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.runtime.connection_lost(self, exc)
+        self.owner.connection_lost(self, exc)
 
     def pause_writing(self) -> None:
         self._writable = False
-        self.runtime.writable_changed(self, False)
+        self.owner.writable_changed(self, False)
 
     def resume_writing(self) -> None:
         self._writable = True
-        self.runtime.writable_changed(self, True)
+        self.owner.writable_changed(self, True)
 
-    # -- used by the runtime --------------------------------------------------------------------
+    # -- used by the server -----------------------------------------------------------------------
 
     @property
     def name(self) -> str:
         """RabbitMQ's connection name: "peer_host:peer_port -> local_host:local_port"."""
         return f"{self.peer[0]}:{self.peer[1]} -> {self.sock_name[0]}:{self.sock_name[1]}"
+
+    @property
+    def peer_address(self) -> str:
+        """The client's "host:port" (what the core records as the connection's peer)."""
+        return f"{self.peer[0]}:{self.peer[1]}"
 
     @property
     def peer_loopback(self) -> bool:

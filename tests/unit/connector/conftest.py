@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from ringmq.node import BrokerThread
 from ringmq.server.configfile import FileConfig
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.server.runtime import ServerOptions
 
 
 @pytest.fixture

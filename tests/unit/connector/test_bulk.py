@@ -14,7 +14,7 @@ from ringmq.connector.records import encode_publish, property_maps, skip_publish
 from ringmq.connector.spark.options import Options  # noqa: E402
 from ringmq.connector.spark.rows import columns_to_batch, to_batch  # noqa: E402
 from ringmq.connector.spark.sink import arrow_rows, publish_arrow, publish_rows  # noqa: E402
-from ringmq.server.runtime import BrokerThread  # noqa: E402
+from ringmq.node import BrokerThread  # noqa: E402
 
 from .conftest import urls  # noqa: E402
 

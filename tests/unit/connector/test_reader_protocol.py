@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from ringmq.connector.client import Publisher, StreamClient
 from ringmq.connector.spark.options import Options
 from ringmq.connector.spark.source import RingMQBatchReader, RingMQStreamReader
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 from .conftest import urls
 

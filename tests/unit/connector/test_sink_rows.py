@@ -13,7 +13,7 @@ from ringmq.connector.client import StreamClient
 from ringmq.connector.records import property_maps
 from ringmq.connector.spark.options import Options
 from ringmq.connector.spark.sink import arrow_rows, publish_rows
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 from .conftest import urls
 

@@ -12,7 +12,7 @@ import pytest
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.connector.client import Publisher, StreamAPIError, StreamClient
 from ringmq.connector.records import property_maps
-from ringmq.server.runtime import BrokerThread
+from ringmq.node import BrokerThread
 
 from .conftest import urls
 

@@ -10,23 +10,25 @@ from __future__ import annotations
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pika
 import pika.exceptions
 import pytest
 
+from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect, SendContent, SendMethod
 from ringmq.core.message import Message
-from ringmq.server.runtime import BrokerThread, ServerOptions
+from ringmq.node import BrokerThread
+from ringmq.server.runtime import ServerOptions
 
 
 class ScriptedBroker:
-    """Just enough broker (and AMQP 0-9-1 adapter): queue.declare echoes, passive declare of
-    'missing' is 404, declare of 'boom' raises a bug, basic.publish to 'echo' delivers to
-    every consumer."""
+    """Just enough broker: queue.declare echoes, passive declare of 'missing' is 404,
+    declare of 'boom' raises a bug, basic.publish to 'echo' delivers to every consumer."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -34,6 +36,39 @@ class ScriptedBroker:
         self.consumers: list[tuple[int, int, str]] = []
         self.deadline: int | None = None
         self.ticks = 0
+        # what the server reads of every broker, with nothing to do here
+        self.flow_requests: dict[int, Any] = {}
+        self.defer_dispatch = False
+        self.alarms: dict[str, str] = {}
+        self.memory_bound = (0, 0)
+
+    def as_broker(self) -> Broker:
+        return cast("Broker", self)
+
+    def as_amqp091(self) -> Amqp091:
+        return cast("Amqp091", self)
+
+    def dispatch_pending(self, now_ms: int) -> list[Effect]:
+        return []
+
+    def check_publish(self, conn_id: int, channel: int, method: Any) -> None:
+        pass
+
+    def take_flow(self) -> list[Any]:
+        return []
+
+    def memory_held_bytes(self) -> int:
+        return 0
+
+    def set_memory_bound(self, head_count: int, head_bytes: int) -> int:
+        self.memory_bound = (head_count, head_bytes)
+        return 0
+
+    def set_alarm(self, resource: str, reason: str | None) -> list[Effect]:
+        return []
+
+    def close(self) -> None:
+        pass
 
     def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
         user = response.split(b"\x00")[1].decode()
@@ -60,9 +95,6 @@ class ScriptedBroker:
 
     def set_writable(self, conn_id: int, writable: bool, now_ms: int) -> list[Effect]:
         return []
-
-    def check_publish(self, conn_id: int, channel: int, method: Any) -> None:
-        return None
 
     def handle(
         self, conn_id: int, channel: int, method: Any, content: Any, now_ms: int
@@ -112,8 +144,8 @@ def scripted(tmp_path: Path):
     broker = ScriptedBroker()
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
-        broker=broker,
-        amqp091=broker,
+        broker=broker.as_broker(),
+        amqp091=broker.as_amqp091(),
     )
     b.start()
     yield b, broker
@@ -197,8 +229,8 @@ def test_shutdown_sends_320(tmp_path: Path) -> None:
     broker = ScriptedBroker()
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
-        broker=broker,
-        amqp091=broker,
+        broker=broker.as_broker(),
+        amqp091=broker.as_amqp091(),
     )
     b.start()
     conn = connect(b)
@@ -229,8 +261,8 @@ def test_handshake_timeout(tmp_path: Path) -> None:
             data_dir=tmp_path,
             config=FileConfig(limits=LimitsSpec(handshake_timeout_ms=200)),
         ),
-        broker=(scripted_broker := ScriptedBroker()),
-        amqp091=scripted_broker,
+        broker=(scripted := ScriptedBroker()).as_broker(),
+        amqp091=scripted.as_amqp091(),
     )
     b.start()
     try:
@@ -248,8 +280,8 @@ def test_timeouts_follow_the_injected_clock(tmp_path: Path) -> None:
     b = BrokerThread(
         ServerOptions(host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path),
         clock=clock,
-        broker=(scripted_broker := ScriptedBroker()),
-        amqp091=scripted_broker,
+        broker=(scripted := ScriptedBroker()).as_broker(),
+        amqp091=scripted.as_amqp091(),
     )
     b.start()
     try:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from ringmq import node
 from ringmq.cli import _register, app
 from ringmq.server import runtime
 from ringmq.server.memory import MemoryLimits
@@ -34,7 +35,7 @@ def _captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         seen["options"] = options
         return 0
 
-    monkeypatch.setattr(runtime, "run", fake_run)
+    monkeypatch.setattr(node, "run", fake_run)
     return seen
 
 

@@ -325,7 +325,7 @@ def test_read_entries_detects_a_damaged_record(tmp_path: Path) -> None:
 
 
 def test_broker_paging_writes_persistent_messages_by_reference(tmp_path: Path) -> None:
-    from ringmq.server.setup import spill_directory
+    from ringmq.node import spill_directory
 
     store = FileStore.open(tmp_path / "store")
     broker = Broker(BrokerConfig(), store=store, now_ms=0)

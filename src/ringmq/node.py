@@ -1,0 +1,233 @@
+"""The composition root: the one place that wires a ringmq node.
+
+Theory of operation: a node is a broker, its store, its paging directory, the asyncio server
+around them and the management app beside it. Each layer is built knowing only the ones below
+it; this module alone knows them all and puts them together:
+
+* `open_core(options)` is the server's `OpenCore`. The server calls it once the data directory
+  is locked and the ports are bound. It opens the `FileStore` under `<data-dir>/store`, recovers
+  the `Broker` over it (durable definitions and persistent messages of the previous run come
+  back before any listener opens; confirms of persistent messages wait for the group commit),
+  points the broker's admin effects at the server's batch (`emit`), declares the configuration
+  file's exchanges, queues and bindings, and hands back the `Core`: the broker, the store and
+  the store's one paging directory, whose disk health the memory monitor reads.
+* `management_app` is the server's `AppFactory`: the management ASGI app over the broker and a
+  `ManagementRuntime`, management's `Runtime` port adapted from the server's own records.
+* `server(options)` builds a `BrokerServer` from both; `BrokerThread` runs one on a thread
+  (tests, embedding) and `run` in the foreground (`ringmq serve`).
+
+`server/` imports nothing of `management/` (an import-linter contract says so); only this
+module imports both. Nothing here runs per message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import fields
+from pathlib import Path
+from typing import TypeVar
+
+from ringmq.adapters.amqp091 import Amqp091
+from ringmq.core.broker import Broker
+from ringmq.core.config import BrokerConfig
+from ringmq.core.effects import Effect
+from ringmq.core.throttle import LoginGuard
+from ringmq.management.app import create_app
+from ringmq.management.port import ConnectionInfo, ListenerInfo
+from ringmq.server.clock import Clock, SystemClock
+from ringmq.server.httpserve import ASGIApp
+from ringmq.server.memory import MemoryMonitor
+from ringmq.server.options import ServerOptions
+from ringmq.server.runtime import BrokerServer, Core, Emit, OpenCore
+from ringmq.server.setup import apply_declarations, broker_config
+from ringmq.server.thread import ServerThread, run_server
+from ringmq.storage.bodystore import SpillDirectory
+from ringmq.storage.store import FileStore
+
+__all__ = [
+    "BrokerThread",
+    "ManagementRuntime",
+    "build_broker",
+    "management_app",
+    "open_core",
+    "run",
+    "server",
+    "spill_directory",
+]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_CLOCK: Clock = SystemClock()  # how long recovery took (logged)
+
+
+def build_broker(config: BrokerConfig, data_dir: Path, now_ms: int) -> Broker:
+    """Create the core `Broker` for `config` over a `FileStore` in `data_dir/store`, recovered.
+
+    Durable definitions and persistent messages of the previous run come back before any
+    listener opens; confirms of persistent messages wait for the group-commit fsync
+    (`delay_persistent_confirms`, released by `server.commit.GroupCommit`).
+    """
+    started = _CLOCK.monotonic()
+    fresh = not (data_dir / "store").exists()
+    store = FileStore.open(data_dir / "store", spill_directory=data_dir / "paging")
+    config.delay_persistent_confirms = True
+    broker = Broker(config, store=store, now_ms=now_ms)
+    dur = broker.durability
+    assert dur is not None
+    if fresh:
+        log.info("new data directory %s: nothing to recover", data_dir)
+        return broker
+    log.info(
+        "recovered %d persistent messages from %s (%s) in %.0f ms",
+        dur.recovered_messages,
+        data_dir,
+        (
+            "after a clean stop, from the recovery terms"
+            if store.used_terms
+            else "after a clean stop"
+        )
+        if dur.clean
+        else "no clean-stop marker: after a crash or a kill",
+        (_CLOCK.monotonic() - started) * 1000,
+    )
+    return broker
+
+
+def spill_directory(broker: Broker, directory: Path) -> SpillDirectory:
+    """The broker's paging directory: the `FileStore`'s own when it has one, or a new one at
+    `directory` (wiped: paged data is transient).
+
+    With a `FileStore`, recovered backlogs and live paging share that one directory and its one
+    disk-health source (the memory monitor's disk alarm), and a persistent message of a durable
+    queue is paged as a reference to its journal copy (no second write).
+    """
+    dur = broker.durability
+    store = dur.store if dur is not None else None
+    if isinstance(store, FileStore):
+        return store.spills
+    return SpillDirectory(directory)
+
+
+def open_core(options: ServerOptions) -> OpenCore:
+    """The server's `OpenCore` for `options` (see the module docstring)."""
+
+    def open_(emit: Emit, now_ms: int) -> Core:
+        cfg = options.config
+        broker = build_broker(broker_config(cfg), options.data_dir, now_ms)
+        # effects of admin calls (management, config reload) reach clients in one batch
+        broker.admin.emit = emit
+        apply_declarations(broker, cfg, now_ms)
+        dur = broker.durability
+        store = dur.store if dur is not None else None
+        return Core(
+            broker,
+            store=store if isinstance(store, FileStore) else None,
+            spill=spill_directory(broker, options.data_dir / "paging"),
+        )
+
+    return open_
+
+
+class ManagementRuntime:
+    """Management's `Runtime` port over a running `BrokerServer`.
+
+    The server's records (`ConnectionStatus`, `ListenerStatus`) become management's
+    (`ConnectionInfo`, `ListenerInfo`); batches, effects and durability go straight through.
+    """
+
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.node = server.node
+        self.started_at_ms = server.started_at_ms
+        self.clock: Clock = server.clock
+
+    @property
+    def options(self) -> ServerOptions:
+        return self.server.options
+
+    @property
+    def memory(self) -> MemoryMonitor | None:
+        return self.server.memory
+
+    @property
+    def login_guard(self) -> LoginGuard:
+        return self.server.login_guard
+
+    def connections(self) -> list[ConnectionInfo]:
+        return [
+            ConnectionInfo(**{f.name: getattr(s, f.name) for f in fields(s)})
+            for s in self.server.connections()
+        ]
+
+    def close_connection(self, name: str, reason: str) -> bool:
+        return self.server.close_connection(name, reason)
+
+    def listeners(self) -> list[ListenerInfo]:
+        return [ListenerInfo(s.protocol, s.ip_address, s.port) for s in self.server.listeners()]
+
+    def run_batch(self, fn: Callable[[], _T]) -> _T:
+        return self.server.run_batch(fn)
+
+    def apply_effects(self, effects: Iterable[Effect]) -> None:
+        self.server.apply_effects(effects)
+
+    async def until_durable(self) -> None:
+        await self.server.until_durable()
+
+
+def management_app(server: BrokerServer) -> ASGIApp:
+    """The server's `AppFactory`: the management app over its broker and runtime."""
+    return create_app(server.broker, ManagementRuntime(server))
+
+
+def server(
+    options: ServerOptions,
+    *,
+    clock: Clock | None = None,
+    broker: Broker | None = None,
+    amqp091: Amqp091 | None = None,
+) -> BrokerServer:
+    """A wired `BrokerServer` for `options`.
+
+    Args:
+        options: where and how to run.
+        clock: the time source (tests pass a `FakeClock`).
+        broker: serve this broker instead of opening the data directory's (tests, benchmarks):
+            the server then runs no group commit and sets up no paging directory for it, and
+            the file's declarations are not applied.
+        amqp091: with `broker`, the AMQP 0-9-1 adapter to serve it through (a test double).
+    """
+    opener = open_core(options) if broker is None else _given(broker, amqp091)
+    return BrokerServer(options, opener, clock=clock, app_factory=management_app)
+
+
+def _given(broker: Broker, amqp091: Amqp091 | None) -> OpenCore:
+    def open_(emit: Emit, now_ms: int) -> Core:
+        return Core(broker, amqp091=amqp091)
+
+    return open_
+
+
+class BrokerThread(ServerThread):
+    """A wired broker on its own event loop in a daemon thread (tests, embedding).
+
+    `start()` returns once the listeners accept connections; `call(fn)` runs `fn` on the loop
+    thread (the only thread allowed to touch the broker) and returns its result.
+    """
+
+    def __init__(
+        self,
+        options: ServerOptions,
+        *,
+        clock: Clock | None = None,
+        broker: Broker | None = None,
+        amqp091: Amqp091 | None = None,
+    ) -> None:
+        super().__init__(server(options, clock=clock, broker=broker, amqp091=amqp091))
+
+
+def run(options: ServerOptions) -> int:
+    """Run a node in the foreground until SIGTERM/SIGINT; returns the exit status."""
+    return run_server(server(options))

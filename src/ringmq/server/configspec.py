@@ -1,0 +1,242 @@
+"""The configuration file's shape: plain frozen dataclasses that know nothing about the core.
+
+Theory of operation: `FileConfig` is everything one configuration file says, whichever format it
+came in (the TOML reader in `configfile.py`, the Artemis `broker.xml` reader in `brokerxml.py`).
+The records are immutable; readers validate before building them, so a `FileConfig` is always
+usable. `resolve_address_settings` and `queue_arguments` apply Artemis' address-settings merge
+rule to them (the one wildcard matcher, `ringmq.core.wildcard`). Turning a `FileConfig` into the
+core's `BrokerConfig` and into declarations is `setup.py`'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ringmq.core import arguments, wildcard
+
+DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
+DEFAULT_HEARTBEAT_S: Final = 60
+DEFAULT_FRAME_MAX: Final = 131072
+DEFAULT_CHANNEL_MAX: Final = 2047
+DEFAULT_AMQPS_PORT: Final = 5671
+DEFAULT_REFRESH_PERIOD_MS: Final = 5000  # Artemis configuration-file-refresh-period
+MAX_PORT: Final = 65535
+"""Ports above this do not exist (a larger number would wrap silently in bind())."""
+
+# Queue argument names for broker.xml queue attributes (rows of the queue-argument table).
+ARG_RING_SIZE: Final = arguments.RING_SIZE.argument
+ARG_LAST_VALUE_KEY: Final = arguments.LAST_VALUE_KEY.argument
+ARG_NON_DESTRUCTIVE: Final = arguments.NON_DESTRUCTIVE.argument
+ARG_LAST_VALUE: Final = arguments.LAST_VALUE.argument  # Artemis' legacy last-value="true"
+ARG_SINGLE_ACTIVE: Final = arguments.SINGLE_ACTIVE_CONSUMER.argument
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used, with the offending path and key."""
+
+
+@dataclass(frozen=True, slots=True)
+class UserSpec:
+    """A user; exactly one of `password` (plain) and `password_hash` is set."""
+
+    name: str
+    password: str | None = None
+    password_hash: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionSpec:
+    """configure/write/read regexes of a user in a vhost (RabbitMQ semantics)."""
+
+    user: str
+    vhost: str = "/"
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """A RabbitMQ-style policy: regex on names, definition keys such as `max-length`."""
+
+    name: str
+    pattern: str
+    definition: dict[str, Any]
+    vhost: str = "/"
+    apply_to: str = "all"
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AddressSetting:
+    """An Artemis address-setting: defaults for queues whose address matches `match`.
+
+    `None` means "not set here", so a less specific match may supply it (Artemis merge rule).
+    """
+
+    match: str
+    default_ring_size: int | None = None
+    default_last_value_key: str | None = None
+    default_last_value_queue: bool | None = None
+    default_non_destructive: bool | None = None
+    default_exclusive_queue: bool | None = None
+    address_full_policy: str | None = None
+    max_size_bytes: int | None = None
+    max_size_messages: int | None = None
+    dead_letter_address: str | None = None
+    expiry_address: str | None = None
+    expiry_delay_ms: int | None = None
+    max_delivery_attempts: int | None = None
+    redelivery_delay_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeSpec:
+    name: str
+    type: str = "direct"
+    vhost: str = "/"
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    name: str
+    vhost: str = "/"
+    durable: bool = True
+    exclusive: bool = False
+    auto_delete: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+    address: str | None = None
+    """Artemis address the queue lives on (used to match address-settings); None for TOML."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindingSpec:
+    source: str
+    destination: str
+    vhost: str = "/"
+    destination_type: str = "queue"
+    routing_key: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsSpec:
+    """Connection limits negotiated or enforced by the server."""
+
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S
+    frame_max: int = DEFAULT_FRAME_MAX
+    channel_max: int = DEFAULT_CHANNEL_MAX
+    max_connections: int | None = None
+    handshake_timeout_ms: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TLSSpec:
+    cert_file: Path
+    key_file: Path
+    ca_file: Path | None = None
+    port: int = DEFAULT_AMQPS_PORT
+    verify_peer: bool = False
+    https: bool = False
+    """Serve the management API over HTTPS (on the HTTP port) with this certificate too."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenSpec:
+    """Listener settings a file may give; command-line options override them."""
+
+    host: str | None = None
+    amqp_port: int | None = None
+    """-1: no plain AMQP listener (RabbitMQ's `listeners.tcp = none`); needs [tls]."""
+    http_port: int | None = None
+    data_dir: Path | None = None
+    amqp_bind: str | None = None
+    amqps_bind: str | None = None
+    http_bind: str | None = None
+    """Per-protocol listen addresses (default: `host`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileConfig:
+    """Everything one configuration file says."""
+
+    source: Path | None = None
+    kind: str = "empty"  # "toml", "artemis" or "empty"
+    listen: ListenSpec = ListenSpec()
+    limits: LimitsSpec = LimitsSpec()
+    tls: TLSSpec | None = None
+    users: tuple[UserSpec, ...] = ()
+    vhosts: tuple[str, ...] = ()
+    permissions: tuple[PermissionSpec, ...] = ()
+    policies: tuple[PolicySpec, ...] = ()
+    address_settings: tuple[AddressSetting, ...] = ()
+    exchanges: tuple[ExchangeSpec, ...] = ()
+    queues: tuple[QueueSpec, ...] = ()
+    bindings: tuple[BindingSpec, ...] = ()
+    refresh_period_ms: int | None = None
+    """Reload address-settings when the file changes, polled at this period (None: never)."""
+
+
+OFF_WORDS: Final = ("off", "none")
+
+
+def parse_port(text: str) -> int:
+    """A port from the command line or a file: a number, or "off"/"none" (-1: no listener)."""
+    if text.strip().lower() in OFF_WORDS:
+        return -1
+    port = int(text)
+    if not -1 <= port <= MAX_PORT:
+        raise ValueError(f"port {port} out of range")
+    return port
+
+
+FULL_POLICIES: Final = frozenset({"PAGE", "BLOCK", "FAIL", "DROP"})
+"""Artemis' address-full-policy values."""
+
+
+def artemis_match(pattern: str, address: str) -> bool:
+    """Artemis wildcard match (`ringmq.core.wildcard.matches`)."""
+    return wildcard.matches(pattern, address)
+
+
+def resolve_address_settings(settings: tuple[AddressSetting, ...], address: str) -> AddressSetting:
+    """Merge every setting whose `match` covers `address`, the most specific first.
+
+    A field set by a more specific match wins; unset fields fall through to less specific ones
+    (Artemis `AddressSettings.merge`).
+    """
+    by_match = {s.match: s for s in settings if wildcard.matches(s.match, address)}
+    matching = [by_match[m] for m in wildcard.most_specific_first(by_match)]
+    merged: dict[str, Any] = {}
+    for s in matching:
+        for fname in AddressSetting.__slots__:
+            if fname == "match":
+                continue
+            value = getattr(s, fname)
+            if value is not None and fname not in merged:
+                merged[fname] = value
+    return AddressSetting(match=address, **merged)
+
+
+def queue_arguments(spec: QueueSpec, settings: tuple[AddressSetting, ...]) -> dict[str, Any]:
+    """Arguments to declare `spec` with: its own, then address-setting defaults (Artemis order)."""
+    args = dict(spec.arguments)
+    if not settings:
+        return args
+    s = resolve_address_settings(settings, spec.address or spec.name)
+    for row in arguments.ADDRESS_DEFAULTS:  # table order: x-last-value-key before x-last-value
+        if row.argument in args or any(a in args for a in row.default_unless):
+            continue
+        assert row.address_default is not None
+        value = row.default_argument(getattr(s, row.address_default.replace("-", "_")))
+        if value is not None:
+            args[row.argument] = value
+    return args

@@ -1,0 +1,354 @@
+"""What a client's bytes become: protocol events turned into the broker's AMQP 0-9-1 calls.
+
+Theory of operation: `Inbound` is the owner of every `AMQPConnection` (its `ConnectionHost`).
+Input flows
+
+    socket bytes -> AMQPConnection.data_received -> ServerConnection.receive_data -> events
+    -> Broker calls (with now_ms from the Clock) -> effects -> Connections.apply
+
+and the whole read is one batch of `Connections`, flushed (one write per connection) when it
+ends. This module is the only place in the server that calls the broker's AMQP 0-9-1 handling:
+`check_login`, `connection_opened`, `channel_opened`, `channel_closed`, `check_publish`,
+`handle` and `connection_closed`; a protocol adapter in front of the core replaces these calls
+here and nowhere else.
+
+Publishes in flight: each connection's `publish_check` runs the broker's exchange and write
+permission checks when a publish method arrives, before its body (a refused publish buffers
+nothing). The declared sizes of contents being received count toward the memory watermark
+(`Connections.content_in_flight`, read by the memory monitor), and while an alarm is on a
+connection with more than a frame of content in flight is blocked after its read, before the
+rest of the body is read. After each read the broker's publisher-flow requests pause the
+publishers concerned (server/flow.py).
+
+Logins: repeated failures from one address delay the next credential check (`LoginGuard`,
+shared with management's HTTP logins); the connection's machine waits in AUTHENTICATING.
+
+Errors: `AMQPError`s raised by the broker become Channel.Close or Connection.Close on that
+connection (soft/hard, as RabbitMQ); commands parsed in the same read behind one that failed
+are dropped. Any other exception is a bug: logged with its traceback, that connection alone is
+closed with 541 INTERNAL_ERROR and the broker keeps serving.
+
+Owned by the loop thread; no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, assert_never
+
+from ringmq.adapters.amqp091 import Amqp091
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.throttle import LoginGuard, LogLimiter
+from ringmq.protocol import events as ev
+from ringmq.protocol.connection import ServerConnection
+from ringmq.protocol.handshake import TuneParams
+from ringmq.server.clock import Clock
+from ringmq.server.configspec import LimitsSpec
+from ringmq.server.connections import Connections
+from ringmq.server.flow import PublisherFlow
+from ringmq.server.transport import AMQPConnection
+
+if TYPE_CHECKING:
+    from ringmq.core.broker import Broker
+    from ringmq.server.memory import MemoryMonitor
+
+log = logging.getLogger(__name__)
+
+_Command = ev.Command
+
+
+class Inbound:
+    """Connection events to broker calls (see the module docstring).
+
+    Args:
+        broker: the core broker.
+        amqp091: the AMQP 0-9-1 adapter over it (the commands of 0-9-1 connections).
+        clock: the server's clock.
+        limits: the connection limits of the configuration.
+        conns: the live connections and their output.
+        flow: publisher flow.
+        login_guard: failed logins per source address.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        amqp091: Amqp091,
+        clock: Clock,
+        limits: LimitsSpec,
+        conns: Connections,
+        flow: PublisherFlow,
+        login_guard: LoginGuard,
+    ) -> None:
+        self.broker = broker
+        self.amqp091 = amqp091
+        self.clock = clock
+        self.limits = limits
+        self.conns = conns
+        self.flow = flow
+        self.login_guard = login_guard
+        self.memory: MemoryMonitor | None = None
+        """The memory monitor, once the server started it (large bodies are measured at once)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """Set by the server once it runs (delayed logins need it)."""
+        self._ids = itertools.count(1)
+        self._max_conn_log = LogLimiter(10_000)
+        # one dispatch per read batch (on_events), bound once: the read path calls it per read
+        broker.defer_dispatch = True
+        self._dispatch_pending = broker.dispatch_pending
+
+    def protocol_factory(self, *, tls: bool) -> Callable[[], asyncio.Protocol]:
+        """What a listener calls for each accepted socket."""
+
+        def make() -> asyncio.Protocol:
+            return AMQPConnection(self, next(self._ids), tls=tls)
+
+        return make
+
+    def _now_ms(self) -> int:
+        return self.clock.wall_ms()
+
+    # -- ConnectionHost (called by AMQPConnection) -------------------------------------------------
+
+    def new_protocol_connection(self) -> ServerConnection:
+        limits = self.limits
+        return ServerConnection(
+            TuneParams(
+                channel_max=limits.channel_max,
+                frame_max=limits.frame_max,
+                heartbeat_s=limits.heartbeat_s,
+            ),
+            max_message_size=limits.max_message_size,
+        )
+
+    def connection_made(self, c: AMQPConnection) -> None:
+        limits = self.limits
+        conns = self.conns
+        if conns.stopped or (
+            limits.max_connections is not None and len(conns.table) >= limits.max_connections
+        ):
+            if not conns.stopped and self._max_conn_log.admit(self._now_ms()) is not None:
+                log.warning(
+                    "refused connection from %s:%d: max_connections (%d) reached",
+                    c.peer[0],
+                    c.peer[1],
+                    limits.max_connections,
+                )
+            c.abort()
+            return
+        conns.table[c.conn_id] = c
+        c.connected_at_ms = self.clock.wall_ms()
+        c.connected_mono = self.clock.monotonic()
+        check = self.amqp091.check_publish
+        conn_id = c.conn_id
+        c.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
+
+    def data_received(self, c: AMQPConnection, data: bytes) -> None:
+        # `Connections.batch()` written out: this runs once per socket read, the generator
+        # costs show.
+        conns = self.conns
+        conns.depth += 1
+        try:
+            self.on_events(c, c.proto.receive_data(data))
+            if self.flow.requests:
+                self.flow.pause()
+            in_flight = c.proto.content_in_flight
+            if in_flight > c.proto.frame_max:
+                # a large body on its way: when a new one was announced, measure now (declared
+                # sizes may cross the watermark before the next periodic check); while an
+                # alarm is on stop reading it (RabbitMQ blocks at the publish method). A body
+                # of one frame at most completes with its next frame and blocks then.
+                if in_flight > c.in_flight_seen and self.memory is not None:
+                    self.memory.check_in_flight()
+                if self.broker.alarms:
+                    conns.apply(self.broker.block_for_alarms(c.conn_id))
+            c.in_flight_seen = in_flight
+        except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
+            self.internal_error(c)
+        finally:
+            conns.depth -= 1
+            if conns.depth == 0:
+                conns.flush()
+
+    def connection_lost(self, c: AMQPConnection, exc: Exception | None) -> None:
+        if exc is not None:
+            log.debug("connection %s lost: %s", c.name, exc)
+        with self.conns.batch():
+            self.forget(c)
+
+    def writable_changed(self, c: AMQPConnection, writable: bool) -> None:
+        if not c.opened or c.closing:
+            return
+        with self.conns.batch():
+            try:
+                self.conns.apply(self.broker.set_writable(c.conn_id, writable, self._now_ms()))
+            except Exception:  # noqa: BLE001 - see data_received
+                self.internal_error(c)
+
+    # -- events -> broker --------------------------------------------------------------------------
+
+    def on_events(self, c: AMQPConnection, events: list[ev.Event]) -> None:
+        """Hand one read's events to the broker and apply what it returns (inside a batch)."""
+        # One clock read per read batch: every event of the batch happened "now".
+        now = self._now_ms()
+        handle = self.amqp091.handle
+        conn_id = c.conn_id
+        table = self.conns.table
+        apply = self.conns.apply
+        # Commands parsed in the same read behind one that failed are dropped, as RabbitMQ
+        # ignores everything after it sends Close: per channel for soft errors, all for hard.
+        failed: set[int] = set()
+        dead = False
+        i = 0
+        while i < len(events) and conn_id in table:
+            event = events[i]
+            i += 1
+            if type(event) is _Command:  # hot path: publish, ack, ...
+                ch = event.channel
+                if dead or ch in failed:
+                    continue
+                try:
+                    effects = handle(conn_id, ch, event.method, event.content, now)
+                except AMQPError as err:
+                    c.proto.send_error(ch, err)
+                    if err.is_hard or ch == 0:
+                        dead = True
+                    else:
+                        failed.add(ch)
+                    continue
+                if effects:
+                    apply(effects)
+                continue
+            # accept_login()/accept_open() return the events of bytes pipelined behind
+            # Start-Ok and Open; they join this batch, in order
+            more = self._on_event(c, event, now)
+            if more:
+                events[i:i] = more
+        effects = self._dispatch_pending(now)
+        if effects:
+            apply(effects)
+        self.conns.dirty.add(c)
+
+    def _on_event(self, c: AMQPConnection, event: ev.Event, now: int) -> list[ev.Event]:
+        broker = self.broker
+        match event:
+            case ev.Command():
+                raise AssertionError("commands are handled by on_events")
+            case ev.LoginRequested():
+                # repeated failures from this address: the check waits (core.throttle)
+                delay = self.login_guard.before(c.peer[0], now)
+                if delay is None:
+                    c.proto.reject_login()
+                    return []
+                if delay and self.loop is not None:
+                    c.login_delay_ms = delay
+                    self.loop.call_later(delay / 1000, self._delayed_login, c, event)
+                    return []  # the machine stays AUTHENTICATING; later bytes wait
+                return self._login(c, event, now)
+            case ev.OpenRequested(vhost=vhost):
+                try:
+                    self.amqp091.connection_opened(
+                        c.conn_id, c.user, vhost, c.peer_address, c.client_properties, now
+                    )
+                except AMQPError as err:
+                    c.proto.close(err.code, err.explanation, err.class_id, err.method_id)
+                    return []
+                c.opened = True
+                c.vhost = vhost
+                log.info(
+                    "connection opened: %s, user %r, vhost %r, name %r",
+                    c.name,
+                    c.user,
+                    vhost,
+                    _client_name(c.client_properties),
+                )
+                return c.proto.accept_open()
+            case ev.ChannelOpened(channel=ch):
+                c.channels += 1
+                self.conns.apply(broker.channel_opened(c.conn_id, ch, now))
+            case ev.ChannelClosed(channel=ch):
+                # client-initiated close, or its Close-Ok to ours: either way the broker
+                # requeues the channel's unacked messages and drops its consumers now
+                c.channels = max(0, c.channels - 1)
+                self.conns.apply(broker.channel_closed(c.conn_id, ch, now))
+            case ev.SecretUpdated():
+                pass  # nothing here expires with a secret; Update-Secret-Ok is already queued
+            case ev.ProtocolError(channel=ch, reply_code=code, reply_text=text):
+                log.info("closing %s channel %d: %s", c.name, ch, text)
+                if code == ReplyCode.INTERNAL_ERROR:
+                    log.error("protocol layer internal error on %s", c.name)
+            case ev.ConnectionClosed():
+                c.close_transport()
+                self.forget(c)
+            case _:
+                assert_never(event)
+        return []
+
+    def _login(self, c: AMQPConnection, event: ev.LoginRequested, now: int) -> list[ev.Event]:
+        source = c.peer[0]
+        try:
+            user = self.amqp091.check_login(event.mechanism, event.response, c.peer_loopback)
+        except AMQPError as err:
+            self.login_guard.failed(source, event.username, "AMQP", err.explanation, now)
+            c.proto.reject_login(err.explanation)
+            return []
+        self.login_guard.succeeded(source)
+        c.user = user
+        c.auth_mechanism = event.mechanism
+        c.client_properties = dict(event.client_properties)
+        return c.proto.accept_login()
+
+    def _delayed_login(self, c: AMQPConnection, event: ev.LoginRequested) -> None:
+        if c.closing or self.conns.table.get(c.conn_id) is not c:
+            return  # the client gave up meanwhile
+        with self.conns.batch():
+            try:
+                more = self._login(c, event, self._now_ms())
+                if more:
+                    self.on_events(c, more)
+            except Exception:  # noqa: BLE001 - see data_received
+                self.internal_error(c)
+            self.conns.dirty.add(c)
+
+    # -- the end of a connection -------------------------------------------------------------------
+
+    def forget(self, c: AMQPConnection) -> None:
+        """`c` is gone: drop it and let the broker clean up after it (inside a batch)."""
+        if not self.conns.remove(c):
+            return
+        if c.opened:
+            c.opened = False
+            log.info(
+                "connection closed: %s, user %r, vhost %r, name %r",
+                c.name,
+                c.user,
+                c.vhost,
+                _client_name(c.client_properties),
+            )
+            try:
+                self.conns.apply(self.broker.connection_closed(c.conn_id, self._now_ms()))
+            except Exception:
+                log.exception("broker failed to clean up connection %s", c.name)
+
+    def internal_error(self, c: AMQPConnection) -> None:
+        """A bug while handling `c`: log it, close `c` alone with 541."""
+        log.error("internal error on connection %s\n%s", c.name, traceback.format_exc())
+        try:
+            self.conns.close(c, ReplyCode.INTERNAL_ERROR, "internal error")
+            c.close_transport()
+        except Exception:
+            log.exception("could not close %s cleanly", c.name)
+            c.abort()
+        self.forget(c)
+
+
+def _client_name(props: dict[str, Any]) -> str | None:
+    # the client-provided connection name (pika's client_properties["connection_name"])
+    name = props.get("connection_name")
+    if isinstance(name, bytes):
+        return name.decode(errors="replace")
+    return name if isinstance(name, str) else None

@@ -1,0 +1,93 @@
+"""Where and how a server runs: `ServerOptions` and their defaults, from the command line and file.
+
+Plain data: `options_from` merges command-line values over the configuration file's `[server]`
+table over the defaults; nothing here opens a socket or reads the clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from ringmq.server.configspec import ConfigError, FileConfig
+from ringmq.server.memory import MemoryLimits
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_AMQP_PORT: Final = 5672
+DEFAULT_HTTP_PORT: Final = 15672
+DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """Where and how to run.
+
+    Attributes:
+        host: address of every listener without its own (`*_bind`).
+        amqp_port: AMQP port; 0 picks a free one; None: no plain AMQP listener (TLS only).
+        http_port: management HTTP port; 0 picks a free one; None disables it.
+        amqp_bind / amqps_bind / http_bind: the address of that listener (None: `host`).
+        data_dir: directory for messages and definitions.
+        config: the parsed configuration file (users, limits, declarations, TLS...).
+        memory: memory high watermark, free-disk limit and per-queue paging bounds.
+        node: node name reported to management.
+    """
+
+    host: str = DEFAULT_HOST
+    amqp_port: int | None = DEFAULT_AMQP_PORT
+    http_port: int | None = DEFAULT_HTTP_PORT
+    amqp_bind: str | None = None
+    amqps_bind: str | None = None
+    http_bind: str | None = None
+    data_dir: Path = DEFAULT_DATA_DIR
+    config: FileConfig = field(default_factory=FileConfig)
+    memory: MemoryLimits = field(default_factory=MemoryLimits)
+    node: str = "ringmq@localhost"
+
+
+def options_from(
+    config: FileConfig,
+    *,
+    host: str | None = None,
+    amqp_port: int | None = None,
+    http_port: int | None = None,
+    data_dir: Path | None = None,
+    memory: MemoryLimits | None = None,
+    amqp_bind: str | None = None,
+    amqps_bind: str | None = None,
+    http_bind: str | None = None,
+) -> ServerOptions:
+    """Command-line values win over the file's `[server]` table, which wins over defaults.
+
+    An http_port of -1 (either source) disables the management listener, an amqp_port of -1
+    the plain AMQP listener (only with TLS configured: some AMQP listener must remain).
+
+    Raises:
+        ConfigError: the plain AMQP listener is off and no `[tls]` is configured.
+    """
+    listen = config.listen
+    http = http_port if http_port is not None else listen.http_port
+    if http is None:
+        http = DEFAULT_HTTP_PORT
+    amqp = _first(amqp_port, listen.amqp_port, DEFAULT_AMQP_PORT)
+    if amqp < 0 and config.tls is None:
+        raise ConfigError("the plain AMQP listener is off (amqp_port off) but [tls] is not set")
+    return ServerOptions(
+        host=host or listen.host or DEFAULT_HOST,
+        amqp_port=None if amqp < 0 else amqp,
+        amqp_bind=amqp_bind or listen.amqp_bind,
+        amqps_bind=amqps_bind or listen.amqps_bind,
+        http_bind=http_bind or listen.http_bind,
+        http_port=None if http < 0 else http,
+        data_dir=data_dir or listen.data_dir or DEFAULT_DATA_DIR,
+        config=config,
+        memory=memory or MemoryLimits(),
+    )
+
+
+def _first(*values: int | None) -> int:
+    for v in values:
+        if v is not None:
+            return v
+    raise ValueError("no value")

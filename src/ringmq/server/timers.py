@@ -1,0 +1,182 @@
+"""The server's timers: the broker's deadline, and the sweep of heartbeats and timeouts.
+
+Theory of operation: one `loop.call_at` for the broker's `next_deadline_ms()` (TTL expiry,
+scheduled messages, delayed exchanges), re-armed after every batch (`arm_deadline`, the
+`Connections.after_flush` hook) when the deadline changed; its firing runs `Broker.tick` as one
+batch. One sweep per second (or per half heartbeat, whichever is shorter) for heartbeats,
+missed heartbeats (2 intervals, as RabbitMQ), the 10 s handshake timeout, clients that never
+answer our Connection.Close, the rate-limited logs of refused connections and failed logins, and
+the group commit's periodic fsync.
+
+Owns the two timer handles; reads the connections' table and closes through `Inbound` (the
+broker learns of a dropped connection there). Owned by the loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from ringmq.core.throttle import LoginGuard
+from ringmq.server.clock import Clock
+from ringmq.server.configspec import LimitsSpec
+from ringmq.server.connections import Connections
+from ringmq.server.inbound import Inbound
+from ringmq.server.listener import Listener
+
+if TYPE_CHECKING:
+    from ringmq.core.broker import Broker
+
+log = logging.getLogger(__name__)
+
+CLOSE_OK_TIMEOUT_S: Final = 3.0
+"""A client that does not answer our Connection.Close within this time is disconnected."""
+
+
+@dataclass(slots=True)
+class _Deadline:
+    handle: asyncio.TimerHandle | None = None
+    due_ms: int | None = None
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        self.handle = None
+        self.due_ms = None
+
+
+class Timers:
+    """Deadline timer and periodic sweep of one server (see the module docstring).
+
+    Args:
+        broker: the core broker (`next_deadline_ms`, `tick`).
+        clock: the server's clock.
+        limits: the connection limits (heartbeat, handshake timeout).
+        conns: the live connections.
+        inbound: drops connections (and tells the broker).
+        listeners: the server's listeners (their refusal logs are flushed by the sweep).
+        login_guard: failed logins per address (its log is flushed by the sweep).
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        clock: Clock,
+        limits: LimitsSpec,
+        conns: Connections,
+        inbound: Inbound,
+        listeners: Sequence[Listener],
+        login_guard: LoginGuard,
+    ) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.limits = limits
+        self.conns = conns
+        self.inbound = inbound
+        self.listeners = listeners
+        self.login_guard = login_guard
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopped = False
+        self._deadline = _Deadline()
+        self._sweep_handle: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._arm_sweep()
+        self.arm_deadline()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.stop_sweep()
+        self._deadline.cancel()
+
+    def stop_sweep(self) -> None:
+        """Cancel the periodic sweep (shutdown; tests that drive the group commit alone)."""
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+            self._sweep_handle = None
+
+    # -- the broker's deadline ---------------------------------------------------------------------
+
+    def arm_deadline(self) -> None:
+        """Arm the timer for the broker's next deadline, if it changed (after every batch)."""
+        if self.stopped or self.loop is None:
+            return
+        due = self.broker.next_deadline_ms()
+        deadline = self._deadline
+        if due == deadline.due_ms:
+            return
+        deadline.cancel()
+        if due is None:
+            return
+        delay_s = max(0.0, (due - self.clock.wall_ms()) / 1000.0)
+        deadline.due_ms = due
+        deadline.handle = self.loop.call_at(self.loop.time() + delay_s, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._deadline.handle = None
+        self._deadline.due_ms = None
+        with self.conns.batch():
+            try:
+                self.conns.apply(self.broker.tick(self.clock.wall_ms()))
+            except Exception:
+                log.exception("broker tick failed")
+
+    # -- the sweep ---------------------------------------------------------------------------------
+
+    def _sweep_period_s(self) -> float:
+        # A client may negotiate heartbeats as short as 1 s; sending is due after half an
+        # interval, so sweep twice a second whenever heartbeats can be on at all.
+        return 0.5 if self.limits.heartbeat_s > 0 else 1.0
+
+    def _arm_sweep(self) -> None:
+        assert self.loop is not None
+        self._sweep_handle = self.loop.call_later(self._sweep_period_s(), self._sweep)
+
+    def _sweep(self) -> None:
+        """Heartbeats, missed heartbeats and the handshake timeout."""
+        mono = self.clock.monotonic()
+        mono_ms = int(mono * 1000)
+        handshake_s = self.limits.handshake_timeout_ms / 1000.0
+        for lst in self.listeners:
+            if lst.acceptor is not None:
+                lst.acceptor.flush_log()  # what the refusal log's rate limit suppressed
+        self.login_guard.flush_log(self.clock.wall_ms())
+        inbound = self.inbound
+        with self.conns.batch():
+            for c in list(self.conns.table.values()):
+                if c.closing:
+                    continue
+                try:
+                    if not c.opened and mono - c.connected_mono > handshake_s:
+                        log.info("handshake timeout on %s", c.name)
+                        c.abort()
+                        inbound.forget(c)
+                        continue
+                    # While blocked we do not read, so the client's heartbeats go unseen
+                    # (RabbitMQ pauses its heartbeat monitor the same way); after resuming,
+                    # give the client two intervals before judging it.
+                    judged = not c.reading_paused and (
+                        mono - c.read_resumed_mono >= 2 * c.proto.heartbeat_s
+                    )
+                    if judged and c.proto.peer_timed_out(mono_ms):
+                        log.info("missed heartbeats from %s, closing", c.name)
+                        c.abort()
+                        inbound.forget(c)
+                        continue
+                    if c.closing_since is not None and mono - c.closing_since > CLOSE_OK_TIMEOUT_S:
+                        c.abort()  # the client never answered our Connection.Close
+                        inbound.forget(c)
+                        continue
+                    if c.proto.heartbeat_due(mono_ms):
+                        c.proto.send_heartbeat()
+                        self.conns.dirty.add(c)
+                except Exception:  # noqa: BLE001 - a bug must cost one connection
+                    inbound.internal_error(c)
+        if self.conns.commit is not None:
+            self.conns.commit.tick()
+        if not self.stopped:
+            self._arm_sweep()
