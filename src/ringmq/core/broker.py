@@ -6,7 +6,8 @@ Theory of operation
 owners of the core, each in its own module, around one shared `State` (registry and call in
 progress, `state.py`):
 
-* `Topology` (topology.py): vhosts, exchanges, queues, bindings; declare, bind, purge, delete;
+* `Exchanges` (exchanges.py): vhosts, exchanges and exchange bindings;
+* `Topology` (topology.py): queues and their bindings; declare, bind, purge, delete;
 * `Publisher` (publish.py): the one publish pipeline (classify, route, enqueue each, confirm);
 * `Delivery` (delivery.py): consume, get, settle, and the dispatch of dirty queues (`flush`);
 * `DeadLetters` (deadletter.py): dead letters routed with `x-death`;
@@ -49,6 +50,7 @@ from ringmq.core.durability import Durability, StorePort
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
+from ringmq.core.exchanges import Exchanges
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.publish import BatchPublished, Publisher
@@ -86,7 +88,8 @@ class Broker:
         config = config or BrokerConfig()
         self.state = state = State(config)
         self.resources = Resources(state)
-        self.topology = Topology(state, self.resources)
+        self.exchanges = Exchanges(state)
+        self.topology = Topology(state, self.resources, self.exchanges)
         self.dead_letters = DeadLetters(state)
         self.delivery = Delivery(state, self.topology, self.resources, self.dead_letters)
         self.confirms = Confirms(state)
@@ -126,7 +129,7 @@ class Broker:
                     u.name, password_hash=u.password_hash, tags=u.tags, loopback_only=loopback_only
                 )
         for name in {DEFAULT_VHOST, *config.vhosts}:
-            self.topology.add_vhost(name)
+            self.exchanges.add_vhost(name)
         if config.permissions:
             for p in config.permissions:
                 auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
@@ -277,7 +280,7 @@ class Broker:
     # ================================================================== connections
     def add_vhost(self, name: str) -> VHost:
         """Create a vhost with the standard exchanges (idempotent)."""
-        return self.topology.add_vhost(name)
+        return self.exchanges.add_vhost(name)
 
     def connection_opened(
         self,

@@ -44,7 +44,7 @@ class Restore:
         arguments: Mapping[str, Any],
     ) -> None:
         """Recreate a durable exchange (recovery)."""
-        vh = self.topology.add_vhost(vhost)
+        vh = self.topology.exchanges.add_vhost(vhost)
         routing_type = None
         if kind is ExchangeType.DELAYED:
             raw = as_str(arguments.get("x-delayed-type"))
@@ -71,7 +71,7 @@ class Restore:
     ) -> None:
         """Recreate a durable queue (recovery); one whose settings no longer validate is
         skipped with a log line (its messages are dropped from the store)."""
-        self.topology.add_vhost(vhost)
+        self.topology.exchanges.add_vhost(vhost)
         try:
             self.topology.create_queue(
                 vhost,

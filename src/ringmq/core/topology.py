@@ -1,22 +1,22 @@
-"""Topology: vhosts, exchanges, queues and bindings; the one implementation of their rules.
+"""Topology: queues and their bindings; the one implementation of their rules.
 
 Theory of operation
 -------------------
-`Topology` owns declaring, binding, unbinding, purging and deleting, with RabbitMQ's checks
-and texts, for every caller: the protocol adapters (on behalf of a client session, whose
-permissions are checked: pass it as `grant`), the management facade and config loading (which
-authorise the user themselves and pass no session); recovery recreates stored definitions
-without these checks (`restore.py`). Each operation
-validates everything before it changes anything, so a refused call leaves no half-done change.
+`Topology` owns declaring, binding, unbinding, purging and deleting queues, with RabbitMQ's
+checks and texts, for every caller: the protocol adapters (on behalf of a client session,
+whose permissions are checked), the management facade and config loading (which authorise the
+user themselves); exchanges are `exchanges.Exchanges`' and recovery recreates stored
+definitions without these checks (`restore.py`). Each operation validates everything before it
+changes anything, so a refused call leaves no half-done change.
 
-Rules kept here: the default exchange cannot be declared, bound or deleted; `amq.*` names are
-reserved for new exchanges and queues; a redeclare must be equivalent (exchange: type, flags,
-arguments; queue: flags and the arguments with semantics, as RabbitMQ compares them); a queue
-owned exclusively by another connection is locked (405); naming a dead-letter or alternate
-exchange in a declare needs write permission on it. Changes to durable objects are recorded
-(`State.touch`) and written at the end of the call. Deleting a queue cancels its consumers
-(`CancelConsumer` effects to the sessions that asked for such notices), drops its bindings and
-auto-deletes exchanges left without any.
+Rules kept here: `amq.*` names are reserved for new queues; a redeclare must be equivalent
+(flags and the arguments with semantics, as RabbitMQ compares them: the table of
+`core.arguments`); a queue owned exclusively by another connection is locked (405); naming a
+dead-letter exchange in a declare needs write permission on it; an empty queue name means the
+session's last declared queue (0-9-1's rule, harmless elsewhere). Changes to durable objects
+are recorded (`State.touch`) and written at the end of the call. Deleting a queue cancels its
+consumers (`CancelConsumer` effects to the sessions that asked for such notices), drops its
+bindings and auto-deletes exchanges left without any.
 
 Pure: no I/O, no clock.
 """
@@ -29,22 +29,18 @@ from typing import Any, Final
 from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access
 from ringmq.core.consumers import ConsumerSet
-from ringmq.core.durability import EXCHANGE_DEF, QUEUE_DEF
+from ringmq.core.durability import QUEUE_DEF
 from ringmq.core.effects import CancelConsumer
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.exchange import Exchange
+from ringmq.core.exchanges import Exchanges, not_default
 from ringmq.core.resources import Resources
 from ringmq.core.routing import (
-    EXCHANGE,
     QUEUE,
-    DelayedTypeError,
-    ExchangeTypeError,
-    parse_exchange_type,
 )
 from ringmq.core.session import Session
 from ringmq.core.settings import QueueSettings, SettingsError, resolve_queue_settings
 from ringmq.core.state import State
-from ringmq.core.texts import as_str, field_type, flag, fmt_value
+from ringmq.core.texts import flag, fmt_value
 from ringmq.core.vhost import QueueEntity, VHost
 
 _EXCLUSIVE_LOCKED: Final = (
@@ -59,55 +55,19 @@ def locked(q: str, vhost: str) -> BrokerError:
     return BrokerError(Condition.RESOURCE_LOCKED, _EXCLUSIVE_LOCKED.format(q=q, v=vhost))
 
 
-def _not_default(name: str) -> None:
-    if name == "":
-        raise BrokerError(
-            Condition.ACCESS_REFUSED, "operation not permitted on the default exchange"
-        )
-
-
 def _settings_error(exc: SettingsError) -> BrokerError:
     return BrokerError(Condition.PRECONDITION_FAILED, str(exc))
 
 
 class Topology:
-    """Declare, bind, purge and delete (see the module docstring)."""
+    """Queues and their bindings (see the module docstring)."""
 
-    def __init__(self, state: State, resources: Resources) -> None:
+    def __init__(self, state: State, resources: Resources, exchanges: Exchanges) -> None:
         self.state = state
         self.resources = resources
+        self.exchanges = exchanges
 
     # ------------------------------------------------------------------ lookups
-    def add_vhost(self, name: str) -> VHost:
-        """Create a vhost with the standard exchanges (idempotent)."""
-        vhosts = self.state.vhosts
-        vh = vhosts.get(name)
-        if vh is None:
-            vh = VHost(name, alternate_of=self._alternate_policy)
-            vhosts[name] = vh
-        return vh
-
-    def _alternate_policy(self, vhost: str, exchange: Exchange) -> str | None:
-        pol = self.state.policies.match(exchange.name, "exchange", vhost=vhost)
-        if pol is None:
-            return None
-        return as_str(pol.definition.get("alternate-exchange"))
-
-    def vhost(self, name: str) -> VHost:
-        """The vhost `name` (NOT_FOUND when missing)."""
-        vh = self.state.vhosts.get(name)
-        if vh is None:
-            raise BrokerError(Condition.NOT_FOUND, f"no vhost '{name}'")
-        return vh
-
-    @staticmethod
-    def exchange(vh: VHost, name: str) -> Exchange:
-        """Exchange `name` of `vh` (NOT_FOUND when missing)."""
-        x = vh.exchanges.get(name)
-        if x is None:
-            raise BrokerError(Condition.NOT_FOUND, f"no exchange '{name}' in vhost '{vh.name}'")
-        return x
-
     @staticmethod
     def queue(vh: VHost, name: str) -> QueueEntity:
         """Queue `name` of `vh` (NOT_FOUND when missing), whoever owns it."""
@@ -136,215 +96,6 @@ class Topology:
         if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
             raise locked(name, vh.name)
         return q
-
-    def _check_arg_exchange(
-        self, s: Session, args: Mapping[str, Any], key: str, kind: str, name: str
-    ) -> None:
-        """RabbitMQ's rule for an exchange named in a declare argument (DLX, AE).
-
-        Naming `x-dead-letter-exchange` on a queue or `alternate-exchange` on an exchange lets
-        the declarer's resource publish into that exchange later, so the declarer needs read on
-        the resource being declared and write on the named exchange (403 otherwise). A value that
-        is not a string is refused with 406 first, as RabbitMQ's `r_arg` does.
-        """
-        if key not in args:
-            return
-        target = as_str(args[key])
-        if target is None:
-            raise BrokerError(
-                Condition.PRECONDITION_FAILED,
-                f"invalid type '{field_type(args[key])}' for arg '{key}'",
-            )
-        auth = self.state.auth
-        s.check(auth, Access.READ, kind, name)
-        s.check(auth, Access.WRITE, "exchange", target)
-
-    # ------------------------------------------------------------------ exchanges
-    def declare_exchange(
-        self,
-        vh: VHost,
-        name: str,
-        type_name: str,
-        *,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any] | None,
-        passive: bool = False,
-        grant: Session | None = None,
-    ) -> bool:
-        """Declare exchange `name` (`passive`: only check it exists); True when created.
-
-        With `grant`, the session's user needs configure on it (and write on a named
-        alternate exchange)."""
-        # Even a passive declare of the default exchange is refused (RabbitMQ: 403).
-        _not_default(name)
-        if passive:
-            self.exchange(vh, name)
-            return False
-        auth = self.state.auth
-        try:
-            kind, routing_type = parse_exchange_type(type_name, arguments)
-        except ExchangeTypeError as exc:
-            raise BrokerError(Condition.COMMAND_INVALID, str(exc)) from None
-        except DelayedTypeError as exc:
-            if grant is not None:
-                grant.check(auth, Access.CONFIGURE, "exchange", name)
-            raise BrokerError(Condition.PRECONDITION_FAILED, str(exc)) from None
-        args = dict(arguments or {})
-        if grant is not None:
-            grant.check(auth, Access.CONFIGURE, "exchange", name)
-            self._check_arg_exchange(grant, args, "alternate-exchange", "exchange", name)
-        x = vh.exchanges.get(name)
-        if x is not None:
-            diff = x.equivalent(kind, durable, auto_delete, internal, args)
-            if diff is None:
-                return False
-            given = {"durable": durable, "auto_delete": auto_delete, "internal": internal}
-            if diff == "type":
-                got, cur = f"'{kind.value}'", f"'{x.type.value}'"
-            elif diff in given:
-                got, cur = f"'{flag(given[diff])}'", f"'{flag(getattr(x, diff))}'"
-            else:
-                got, cur = fmt_value(args.get(diff)), fmt_value(x.arguments.get(diff))
-            raise BrokerError(
-                Condition.PRECONDITION_FAILED,
-                f"inequivalent arg '{diff}' for exchange '{name}' in vhost '{vh.name}': "
-                f"received {got} but current is {cur}",
-            )
-        if name.startswith("amq."):
-            raise BrokerError(
-                Condition.ACCESS_REFUSED,
-                f"exchange name '{name}' contains reserved prefix 'amq.*'",
-            )
-        x = Exchange(
-            name,
-            kind,
-            durable=durable,
-            auto_delete=auto_delete,
-            internal=internal,
-            arguments=args,
-            routing_type=routing_type,
-        )
-        vh.exchanges[name] = x
-        vh.invalidate()
-        if x.durable:
-            self.state.touch(EXCHANGE_DEF, vh.name, name)
-        return True
-
-    def delete_exchange(
-        self, vh: VHost, name: str, *, if_unused: bool, grant: Session | None = None
-    ) -> None:
-        """Delete exchange `name` (403 for the default and `amq.*` ones; 406 when bound and
-        `if_unused`). A missing exchange is no error for a session (as RabbitMQ); the
-        management facade checks existence first."""
-        _not_default(name)
-        if name.startswith("amq."):
-            raise BrokerError(
-                Condition.ACCESS_REFUSED,
-                f"deletion of system exchange '{name}' in vhost '{vh.name}' not allowed",
-            )
-        if grant is not None:
-            grant.check(self.state.auth, Access.CONFIGURE, "exchange", name)
-        x = vh.exchanges.get(name)
-        if x is not None:
-            if if_unused and x.bindings:
-                raise BrokerError(
-                    Condition.PRECONDITION_FAILED,
-                    f"exchange '{name}' in vhost '{vh.name}' in use",
-                )
-            self.remove_exchange(vh, x)
-
-    def remove_exchange(self, vh: VHost, x: Exchange) -> None:
-        """Remove `x`, its bindings and the bindings to it (no checks)."""
-        vh.exchanges.pop(x.name, None)
-        if x.durable:
-            self.state.touch(EXCHANGE_DEF, vh.name, x.name)
-        x.bindings.clear()
-        for source in vh.remove_dest((EXCHANGE, x.name)):
-            self.maybe_auto_delete_exchange(vh, source)
-        vh.invalidate()
-
-    def maybe_auto_delete_exchange(self, vh: VHost, x: Exchange) -> None:
-        """Remove auto-delete exchange `x` when its last binding went."""
-        if x.auto_delete and not x.bindings and vh.exchanges.get(x.name) is x:
-            self.remove_exchange(vh, x)
-
-    def _touch_binding(
-        self,
-        vh: VHost,
-        x: Exchange,
-        dest: tuple[str, str],
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-    ) -> None:
-        # One binding changed: write it after this call (when both ends are durable).
-        state = self.state
-        if state.durability is not None and x.durable:
-            state.durability.touch_binding(vh.name, x.name, dest, routing_key, arguments)
-            state.defs_dirty = True
-
-    @staticmethod
-    def _bind(
-        src: Exchange, dest: tuple[str, str], routing_key: str, args: Mapping[str, Any] | None
-    ) -> None:
-        try:
-            src.bind(dest, routing_key, args)
-        except ValueError as exc:
-            raise BrokerError(Condition.PRECONDITION_FAILED, str(exc)) from None
-
-    def bind_exchange(
-        self,
-        vh: VHost,
-        source: str,
-        destination: str,
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-        *,
-        grant: Session | None = None,
-    ) -> None:
-        """Bind exchange `destination` to exchange `source` (write on the destination, read
-        on the source for a session)."""
-        _not_default(source)
-        _not_default(destination)
-        if grant is not None:
-            auth = self.state.auth
-            grant.check(auth, Access.WRITE, "exchange", destination)
-            grant.check(auth, Access.READ, "exchange", source)
-        src = self.exchange(vh, source)
-        self.exchange(vh, destination)
-        self._bind(src, (EXCHANGE, destination), routing_key, arguments)
-        vh.invalidate()
-        self._touch_binding(vh, src, (EXCHANGE, destination), routing_key, arguments)
-
-    def unbind_exchange(
-        self,
-        vh: VHost,
-        source: str,
-        destination: str,
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-        *,
-        grant: Session | None = None,
-    ) -> None:
-        """Remove an exchange-to-exchange binding; a missing end or binding is no error (the
-        binding is gone either way: RabbitMQ's rabbit_binding:remove reports only an absent
-        queue, never not_found)."""
-        _not_default(source)
-        _not_default(destination)
-        if grant is not None:
-            auth = self.state.auth
-            grant.check(auth, Access.WRITE, "exchange", destination)
-            grant.check(auth, Access.READ, "exchange", source)
-        src = vh.exchanges.get(source)
-        if (
-            src is not None
-            and destination in vh.exchanges
-            and src.unbind((EXCHANGE, destination), routing_key, arguments)
-        ):
-            vh.invalidate()
-            self._touch_binding(vh, src, (EXCHANGE, destination), routing_key, arguments)
-            self.maybe_auto_delete_exchange(vh, src)
 
     # ------------------------------------------------------------------ queues
     def resolve_settings(
@@ -428,7 +179,7 @@ class Topology:
         s.check(state.auth, Access.CONFIGURE, "queue", name)
         existing = vh.queues.get(name)
         args = dict(arguments or {})
-        self._check_arg_exchange(s, args, "x-dead-letter-exchange", "queue", name)
+        self.exchanges.check_arg_exchange(s, args, "x-dead-letter-exchange", "queue", name)
         if existing is not None:
             q = existing
             if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
@@ -503,16 +254,16 @@ class Topology:
         vh = s.vhost
         qname = self.queue_name(s, queue)
         routing_key = routing_key or (qname if not queue else "")
-        _not_default(exchange)
+        not_default(exchange)
         auth = self.state.auth
         s.check(auth, Access.WRITE, "queue", qname)
         s.check(auth, Access.READ, "exchange", exchange)
         q = self.queue_for(s, qname)
-        x = self.exchange(vh, exchange)
-        self._bind(x, (QUEUE, q.name), routing_key, arguments)
+        x = self.exchanges.exchange(vh, exchange)
+        self.exchanges.bind(x, (QUEUE, q.name), routing_key, arguments)
         vh.invalidate()
         if q.durable:
-            self._touch_binding(vh, x, (QUEUE, q.name), routing_key, arguments)
+            self.exchanges.touch_binding(vh, x, (QUEUE, q.name), routing_key, arguments)
 
     def unbind_queue(
         self,
@@ -527,7 +278,7 @@ class Topology:
         only when the binding exists."""
         vh = s.vhost
         qname = self.queue_name(s, queue)
-        _not_default(exchange)
+        not_default(exchange)
         auth = self.state.auth
         s.check(auth, Access.WRITE, "queue", qname)
         s.check(auth, Access.READ, "exchange", exchange)
@@ -539,8 +290,8 @@ class Topology:
             x.unbind(dest, routing_key, arguments)
             vh.invalidate()
             if q.durable:
-                self._touch_binding(vh, x, dest, routing_key, arguments)
-            self.maybe_auto_delete_exchange(vh, x)
+                self.exchanges.touch_binding(vh, x, dest, routing_key, arguments)
+            self.exchanges.maybe_auto_delete_exchange(vh, x)
 
     def purge(self, q: QueueEntity) -> int:
         """Remove every ready message of `q`; returns how many."""
@@ -610,7 +361,7 @@ class Topology:
             if conn is not None:
                 conn.exclusive_queues.discard(q.name)
         for source in vh.remove_dest((QUEUE, q.name)):
-            self.maybe_auto_delete_exchange(vh, source)
+            self.exchanges.maybe_auto_delete_exchange(vh, source)
         state.dirty.pop(id(q), None)
         state.backlog.pop(id(q), None)
         self.resources.maybe_unblock(q)

@@ -39,7 +39,7 @@ def _reply(b: Broker, s: Session, method: object) -> None:
 def exchange_declare(
     b: Broker, s: Session, m: spec.ExchangeDeclare, _c: RawContent | None, now_ms: int
 ) -> None:
-    b.topology.declare_exchange(
+    b.exchanges.declare_exchange(
         s.vhost,
         m.exchange,
         m.type,
@@ -57,7 +57,7 @@ def exchange_declare(
 def exchange_delete(
     b: Broker, s: Session, m: spec.ExchangeDelete, _c: RawContent | None, now_ms: int
 ) -> None:
-    b.topology.delete_exchange(s.vhost, m.exchange, if_unused=m.if_unused, grant=s)
+    b.exchanges.delete_exchange(s.vhost, m.exchange, if_unused=m.if_unused, grant=s)
     if not m.no_wait:
         _reply(b, s, spec.ExchangeDeleteOk())
 
@@ -65,7 +65,7 @@ def exchange_delete(
 def exchange_bind(
     b: Broker, s: Session, m: spec.ExchangeBind, _c: RawContent | None, now_ms: int
 ) -> None:
-    b.topology.bind_exchange(s.vhost, m.source, m.destination, m.routing_key, m.arguments, grant=s)
+    b.exchanges.bind_exchange(s.vhost, m.source, m.destination, m.routing_key, m.arguments, grant=s)
     if not m.no_wait:
         _reply(b, s, spec.ExchangeBindOk())
 
@@ -73,7 +73,7 @@ def exchange_bind(
 def exchange_unbind(
     b: Broker, s: Session, m: spec.ExchangeUnbind, _c: RawContent | None, now_ms: int
 ) -> None:
-    b.topology.unbind_exchange(
+    b.exchanges.unbind_exchange(
         s.vhost, m.source, m.destination, m.routing_key, m.arguments, grant=s
     )
     if not m.no_wait:
