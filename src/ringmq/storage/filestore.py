@@ -219,7 +219,9 @@ class FileStore:
     ) -> int:
         index = self.index
         qindex = index.locations.get(queue)
-        if qindex is not None and seq in qindex:  # re-enqueue of a live seq: replace it
+        if qindex is None:
+            qindex = index.locations[queue] = {}
+        elif seq in qindex:  # re-enqueue of a live seq: the new record replaces the old one
             index.forget(queue, seq)
         ref = 0
         size = len(message.body)
@@ -228,11 +230,29 @@ class FileStore:
             if ref == 0 or not self._bodies.incref(ref):
                 ref = self._bodies.put(message.body)
                 message.store_ref = ref
+            index.refs.setdefault(queue, {})[seq] = ref
         seg, offset = self._journal.append(
             RecordType.ENQUEUE,
             encode_message(queue, seq, message, delivery_count, expiry_ms, due_ms, False, ref),
         )
-        index.add(queue, seq, seg, offset, size, ref, delivery_count, due_ms, expiry_ms is not None)
+        # The index entry is written here, not through a StoreIndex method: this is the
+        # publish hot path, and that call measured ~2% of a 1 KiB enqueue+flush (4.46 against
+        # 4.36 us CPU per op, store before the split alternated in one process, tmpfs, no
+        # fsync). Same fields as `replay` fills.
+        qindex[seq] = (seg << 64) | (offset << 32) | size
+        seg_live = index.seg_live
+        seg_live[seg] = seg_live.get(seg, 0) + 1
+        seg_total = index.seg_total
+        seg_total[seg] = seg_total.get(seg, 0) + 1
+        if delivery_count:
+            index.counts.setdefault(queue, {})[seq] = delivery_count
+        if due_ms is not None:
+            index.due.setdefault(queue, {})[seq] = due_ms
+        if expiry_ms is not None:
+            index.expiring.add(queue)
+        next_seq = index.next_seq
+        if seq + 1 > next_seq.get(queue, 0):
+            next_seq[queue] = seq + 1
         self._position += 1
         return self._position
 
@@ -346,7 +366,7 @@ class FileStore:
         if self.fenced:
             raise self.failure or OSError(errno.EIO, "store fenced")
         self._position += 1
-        self.index.flushed()
+        self.index.flushes += 1  # the clock of seg_acked_at
         if self._tx_seg is None and self.failure is None:
             self._maintain()
         # bodies first (records refer to them); a failure keeps what was handed out so far

@@ -24,6 +24,9 @@ The index is rebuilt at open either by replaying the journal (`replay.py`) or, a
 stop, from the recovery terms written by `save_terms` (`terms.py` is the file format):
 `load_terms` adopts them only if they are intact and describe exactly the files on disk.
 
+Mutated only by its `FileStore` (and `replay.py` at open): through the methods here, except
+on the publish hot path, where `FileStore.enqueue` writes a new entry's fields inline and
+`flush` advances `flushes` (the clock of `seg_acked_at`); see the comment there.
 One owner thread (the store's); file I/O only through `terms`, `Journal` and `MessageStore`.
 """
 
@@ -86,38 +89,6 @@ class StoreIndex:
         self.flushes = 0
 
     # -- entries -----------------------------------------------------------------------------
-
-    def add(
-        self,
-        queue: str,
-        seq: int,
-        seg: int,
-        offset: int,
-        size: int,
-        ref: int,
-        delivery_count: int,
-        due_ms: int | None,
-        expiring: bool,
-    ) -> None:
-        """A new ENQUEUE of `queue`/`seq` was appended at `seg`/`offset` (the seq not live)."""
-        qindex = self.locations.get(queue)
-        if qindex is None:
-            qindex = self.locations[queue] = {}
-        qindex[seq] = (seg << 64) | (offset << 32) | size
-        if ref:
-            self.refs.setdefault(queue, {})[seq] = ref
-        seg_live = self.seg_live
-        seg_live[seg] = seg_live.get(seg, 0) + 1
-        seg_total = self.seg_total
-        seg_total[seg] = seg_total.get(seg, 0) + 1
-        if delivery_count:
-            self.counts.setdefault(queue, {})[seq] = delivery_count
-        if due_ms is not None:
-            self.due.setdefault(queue, {})[seq] = due_ms
-        if expiring:
-            self.expiring.add(queue)
-        if seq + 1 > self.next_seq.get(queue, 0):
-            self.next_seq[queue] = seq + 1
 
     def forget(self, queue: str, seq: int) -> int | None:
         """Drop a live entry (its shared body released); returns its segment, None if unknown."""
@@ -187,10 +158,6 @@ class StoreIndex:
     def moved_at(self, seg: int, position: int) -> None:
         """Segment `seg` was copied forward; it is dead once `position` is durable."""
         self.moved[seg] = position
-
-    def flushed(self) -> None:
-        """One more store flush (the clock of `seg_acked_at`)."""
-        self.flushes += 1
 
     def dropped_segment(self, seg: int) -> None:
         """Segment `seg` was deleted: forget its accounting."""
