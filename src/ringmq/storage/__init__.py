@@ -6,8 +6,9 @@ The core talks to this layer only through the `Store` port (`store.py`); paging 
 
 from __future__ import annotations
 
+from ringmq.storage.bodyspill import BodySpill
 from ringmq.storage.bodystore import DiskBodyStore
-from ringmq.storage.paging import BodySpill, PageQueue, Pager
+from ringmq.storage.paging import PageQueue, Pager
 from ringmq.storage.records import Entry
 from ringmq.storage.store import (
     DEFAULT_EMBED_BELOW,

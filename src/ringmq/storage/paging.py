@@ -28,9 +28,8 @@ of its entries is live, and a paged message stays live until it is paged in and 
 reference always resolves (copy-forward only moves the entry; the store's index follows it).
 A recovered backlog is a *memory run*: just the list of its seqs (`restore`), no file at all.
 
-`BodySpill` is the Qpid `flow_to_disk` hand-off: bodies go out to shared, reference-counted
-spill files (`put` -> handle), the queue keeps the envelope, and `get(handle)` reads the body back
-at delivery; `release(handle)` frees it. Also wiped at start.
+`Pager` is the broker's paging directory: one `PageQueue` per queue and one `BodySpill`
+(`bodyspill.py`, the Qpid `flow_to_disk` body hand-off), all wiped at start.
 
 Files only; no fsync (nothing here has to survive a crash). One owner thread.
 
@@ -54,8 +53,8 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from ringmq.core.message import Message, SeqId
+from ringmq.storage.bodyspill import BodySpill as BodySpill  # re-exported: the pager holds one
 from ringmq.storage.journal import write_all
-from ringmq.storage.msgstore import MessageStore
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -556,46 +555,6 @@ class PageQueue:
     def files(self) -> int:
         """Number of run files (tests, metrics); memory runs are not files."""
         return sum(1 for run in self._runs if run.path is not None)
-
-
-class BodySpill:
-    """Qpid flow_to_disk body hand-off: bodies out to disk, read back on delivery."""
-
-    def __init__(self, directory: Path, *, segment_bytes: int = 16 * 1024 * 1024) -> None:
-        self._store = MessageStore(directory, segment_bytes=segment_bytes)
-        self._puts = 0
-
-    def put(self, body: bytes) -> int:
-        """Write a body out; returns a handle holding one reference."""
-        self._puts += 1
-        if self._puts % 1024 == 0:
-            self.reclaim()
-        return self._store.put(body)
-
-    def get(self, handle: int) -> bytes:
-        """Read a body back (KeyError when released)."""
-        return self._store.get(handle)
-
-    def retain(self, handle: int) -> None:
-        """Add a reference (the same body held by another queue)."""
-        if not self._store.incref(handle):
-            raise KeyError(handle)
-
-    def release(self, handle: int) -> None:
-        """Drop a reference; the space is reclaimed when none remain."""
-        self._store.decref(handle)
-
-    def reclaim(self) -> None:
-        """Delete spill files with no live body (compaction needs no fsync here)."""
-        big = 1 << 62
-        self._store.maintain(big, big)
-
-    def __len__(self) -> int:
-        return len(self._store)
-
-    def files(self) -> int:
-        """Number of spill files."""
-        return len(self._store.journal.segments)
 
 
 class Pager:

@@ -351,9 +351,9 @@ def test_incremental_definition_writes_match_a_full_snapshot(tmp_path: Path) -> 
     kit.call(ch, spec.ExchangeDelete(exchange="mid"))
     dur = kit.broker.durability
     assert dur is not None
-    assert dur._defs == dur.snapshot()
-    assert len(dur._defs["binding"]) == 1
-    assert "/\x1fauto" not in dur._defs["exchange"]
+    assert dur.definitions.cache == dur.snapshot()
+    assert len(dur.definitions.cache["binding"]) == 1
+    assert "/\x1fauto" not in dur.definitions.cache["exchange"]
     _file_restart(kit, tmp_path / "data", clean=False)
     vh = kit.broker.vhosts["/"]
     assert set(vh.exchanges) >= {"src"}
@@ -374,7 +374,7 @@ def test_management_exchanges_queues_and_bindings_are_written(tmp_path: Path) ->
     admin.delete_queue("/", "gone")
     dur = kit.broker.durability
     assert dur is not None
-    assert dur._defs == dur.snapshot()
+    assert dur.definitions.cache == dur.snapshot()
     _file_restart(kit, tmp_path / "data", clean=False)
     vh = kit.broker.vhosts["/"]
     assert "gone" not in vh.queues
