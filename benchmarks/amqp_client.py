@@ -170,10 +170,11 @@ class AMQPClient(asyncio.Protocol):
         _, client = await asyncio.wait_for(
             loop.create_connection(cls, target.host, target.port), timeout_s
         )
-        await asyncio.wait_for(client._handshake(target), timeout_s)
+        await asyncio.wait_for(client.handshake(target), timeout_s)
         return client
 
-    async def _handshake(self, target: AMQPURL) -> None:
+    async def handshake(self, target: AMQPURL) -> None:
+        """Open the connection: start-ok, tune-ok, open (`connect` calls it)."""
         start = self.expect_any(0, frozenset((wire.CONNECTION_START,)))
         self.write(wire.PROTOCOL_HEADER)
         await start
