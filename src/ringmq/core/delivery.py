@@ -10,9 +10,10 @@ Theory of operation
   basic.qos global flag). Direct reply-to (`amq.rabbitmq.reply-to`) consumers are
   registered here too (`replies`: token -> session and tag) and served by `deliver_reply`.
 * **get** one message (`get`), acknowledged later or not.
-* **settle** deliveries (`settle`, `settle_entries`): accepted (ack), released (requeue: back
-  to its original position, redelivered) or rejected (dropped or dead-lettered), grouped per
-  queue in delivery order; `recover` requeues everything outstanding on a session.
+* **settle** deliveries (`settle`, `settle_entries`): accepted (ack), modified (requeue: back
+  to its original position, redelivered, counted as a failed delivery), released (back, not
+  counted) or rejected (dropped or dead-lettered), grouped per queue in delivery order;
+  `recover` requeues everything outstanding on a session.
 * **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
   its consumers with capacity (bounded by prefetch credit and by `DISPATCH_BATCH` per call; a
   queue that still has work goes to `State.backlog` and the broker asks for an immediate tick),
@@ -284,6 +285,8 @@ class Delivery:
                     self.ack_seqs(q, seqs)
                 case SettleKind.REQUEUE:
                     engine.requeue(seqs, now_ms)
+                case SettleKind.RELEASE:
+                    engine.requeue(seqs, now_ms, count_failure=False)
                 case SettleKind.REJECT:
                     engine.reject(seqs, now_ms)
             state.dirty[id(q)] = q

@@ -56,11 +56,14 @@ class Unacked:
 
 
 class SettleKind(Enum):
-    """What to do with settled deliveries."""
+    """What to do with settled deliveries (AMQP 1.0's outcomes; 0-9-1 uses three of them)."""
 
-    ACK = "ack"
-    REQUEUE = "requeue"
-    REJECT = "reject"  # drop or dead-letter (reason "rejected")
+    ACK = "ack"  # accepted: delete
+    REQUEUE = (
+        "requeue"  # modified, delivery failed: back to its position, counted (x-delivery-limit)
+    )
+    RELEASE = "release"  # released: back to its position, not counted as a failed delivery
+    REJECT = "reject"  # rejected: drop or dead-letter (reason "rejected")
 
 
 @dataclass(slots=True)

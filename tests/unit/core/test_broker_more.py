@@ -7,6 +7,7 @@ from ringmq.amqp.properties import BasicProperties, decode_properties
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Block, Unblock
+from ringmq.core.session import SettleKind
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
 
 
@@ -206,3 +207,26 @@ def test_queue_types_ringmq_does_not_implement_are_refused_not_downgraded() -> N
         assert err.code is ReplyCode.PRECONDITION_FAILED
         assert f"queue type '{kind}' is not implemented" in err.explanation
         ch = kit.open()
+
+
+def test_a_released_delivery_goes_back_without_counting_a_failed_delivery() -> None:
+    # AMQP 1.0's released outcome (SettleKind.RELEASE) against modified (REQUEUE): with
+    # x-delivery-limit 1, one failed delivery is allowed; releases are never failures.
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q", arguments={"x-delivery-limit": 1})
+    kit.publish(ch, "q", b"m")
+    broker = kit.broker
+    session = broker.session(*ch)
+    assert session is not None
+    q = broker.vhosts["/"].queues["q"]
+    for _ in range(3):
+        got = broker.delivery.get(session, "q", no_ack=False, now_ms=kit.now)
+        assert got is not None
+        broker.delivery.settle(session, got.delivery_tag, False, SettleKind.RELEASE, kit.now)
+    assert q.queue.ready_count == 1  # three releases: still there
+    for expected_ready in (1, 0):
+        got = broker.delivery.get(session, "q", no_ack=False, now_ms=kit.now)
+        assert got is not None
+        broker.delivery.settle(session, got.delivery_tag, False, SettleKind.REQUEUE, kit.now)
+        assert q.queue.ready_count == expected_ready  # the second failure is over the limit
