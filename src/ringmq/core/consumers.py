@@ -37,6 +37,7 @@ class Consumer:
         unacked: deliveries outstanding to it.
         arguments: the consume arguments.
         cursor: for non-destructive queues, the last seq browsed (None: from the head).
+        credit, drain: link credit and drain mode (AMQP 1.0), see below.
     """
 
     tag: str
@@ -49,11 +50,19 @@ class Consumer:
     unacked: int = 0
     arguments: dict[str, Any] = field(default_factory=dict)
     cursor: SeqId | None = None
+    credit: int | None = None
+    """Link credit (AMQP 1.0 flow): deliveries it may still take; None: no credit, prefetch
+    alone bounds it (AMQP 0-9-1)."""
+    drain: bool = False
+    """The receiver asked to drain: credit it cannot use now is given back (`Drained`)."""
 
     def has_capacity(self) -> bool:
         """True when a message may be delivered to it now."""
         session = self.session
         if not session.conn.writable:
+            return False
+        credit = self.credit
+        if credit is not None and credit <= 0:
             return False
         if self.no_ack:
             return True

@@ -5,9 +5,11 @@ Theory of operation
 `Delivery` owns the path of messages out of queues:
 
 * **subscribe** (`consume`): a consumer on a queue, with its no-ack mode, exclusivity,
-  `x-priority` and the session's prefetch as its credit; `cancel` ends it; `set_prefetch`
-  changes the session's credit (per consumer, or for the whole session: RabbitMQ's
-  basic.qos global flag). Direct reply-to (`amq.rabbitmq.reply-to`) consumers are
+  `x-priority` and the session's prefetch as its window; `cancel` ends it; `set_prefetch`
+  changes the window (per consumer, or for the whole session: RabbitMQ's basic.qos global
+  flag); `flow` gives a consumer link credit (AMQP 1.0: each delivery spends one; with drain,
+  credit no ready message can use is given back at the end of the call, `Drained`). Direct
+  reply-to (`amq.rabbitmq.reply-to`) consumers are
   registered here too (`replies`: token -> session and tag) and served by `deliver_reply`.
 * **get** one message (`get`), acknowledged later or not.
 * **settle** deliveries (`settle`, `settle_entries`): accepted (ack), modified (requeue: back
@@ -35,7 +37,7 @@ from typing import Any, Final
 from ringmq.core.auth import Access
 from ringmq.core.consumers import Consumer
 from ringmq.core.deadletter import DeadLetters
-from ringmq.core.effects import Deliver, DeliverReply
+from ringmq.core.effects import Deliver, DeliverReply, Drained
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
 from ringmq.core.resources import Resources
@@ -80,6 +82,8 @@ class Delivery:
         self.dead = dead
         self.replies: dict[str, tuple[Session, str]] = {}
         """Direct reply-to consumers: token -> (session, consumer tag)."""
+        self.draining: dict[int, Consumer] = {}
+        """Consumers asked to drain their credit (by id): checked after each flush."""
 
     # ------------------------------------------------------------------ subscriptions
     def set_prefetch(self, s: Session, count: int, *, session_wide: bool) -> None:
@@ -90,6 +94,39 @@ class Delivery:
             s.prefetch_count = count
         for consumer in s.consumers.values():
             self.state.mark(consumer.queue)
+
+    def flow(self, s: Session, tag: str, *, credit: int | None, drain: bool) -> None:
+        """Set the link credit of consumer `tag` of `s` (AMQP 1.0 flow; None: back to prefetch
+        alone). With `drain`, credit that no ready message can use by the end of this call is
+        given back with a `Drained` effect."""
+        consumer = s.consumers.get(tag)
+        if consumer is None:
+            raise BrokerError(Condition.NOT_FOUND, f"no consumer '{tag}' on this session")
+        if credit is not None and credit < 0:
+            raise BrokerError(Condition.PRECONDITION_FAILED, f"invalid credit {credit}")
+        consumer.credit = credit
+        consumer.drain = drain and credit is not None
+        if consumer.drain:
+            self.draining[id(consumer)] = consumer
+        else:
+            self.draining.pop(id(consumer), None)
+        self.state.mark(consumer.queue)
+
+    def _drain(self) -> None:
+        # After a flush: draining consumers whose queue has nothing more for them give their
+        # unused credit back.
+        out = self.state.out
+        for key, c in list(self.draining.items()):
+            q = c.queue
+            left = c.credit or 0
+            if q.deleted or c.session.consumers.get(c.tag) is not c:
+                del self.draining[key]
+            elif left <= 0 or not q.queue.ready_count:
+                del self.draining[key]
+                c.drain = False
+                c.credit = 0
+                s = c.session
+                out.append(Drained(s.conn_id, s.channel, c.tag, left))
 
     def consume(
         self,
@@ -330,6 +367,8 @@ class Delivery:
                 self.dead.drain(q, now_ms)
             if blocked_by and id(q) in blocked_by:
                 self.resources.maybe_unblock(q)
+        if self.draining:
+            self._drain()
 
     def _dispatch(self, q: QueueEntity, now_ms: int) -> None:
         # Hot path: locals only; one fetch + one tracked delivery + one effect per message.
@@ -367,6 +406,8 @@ class Delivery:
                     dur.delivered(q, d.seq, d.delivery_count)
             append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
             budget -= 1
+            if c.credit is not None:
+                c.credit -= 1
         delivered = DISPATCH_BATCH - budget
         if delivered:
             state.stats["delivered"] += delivered
@@ -383,6 +424,8 @@ class Delivery:
             # What `has_capacity` allows, counted once: each tracked delivery below raises the
             # consumer's and the channel's unacked count by one, as a check per message would.
             want = budget if c.has_capacity() else 0
+            if want and c.credit is not None:
+                want = min(want, c.credit)
             if want and not c.no_ack:
                 if c.prefetch:
                     want = min(want, c.prefetch - c.unacked)
@@ -398,6 +441,8 @@ class Delivery:
                     tag = s.track(Unacked(q, d.seq, c, browse=True))
                 out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
                 budget -= 1
+                if c.credit is not None:
+                    c.credit -= 1
             if not budget:
                 break
         if not budget:

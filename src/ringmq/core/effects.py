@@ -100,6 +100,17 @@ class CancelConsumer:
 
 
 @dataclass(frozen=True, slots=True)
+class Drained:
+    """A draining consumer had `credit` left that no message could use: it is spent (AMQP 1.0
+    flow with drain: the sender advances its delivery count and echoes a flow)."""
+
+    conn_id: int
+    channel: int
+    consumer_tag: str
+    credit: int
+
+
+@dataclass(frozen=True, slots=True)
 class CloseConnection:
     """Close a connection from the broker side (management, vhost deleted)."""
 
@@ -131,6 +142,7 @@ Effect = (
     | Return
     | Confirm
     | CancelConsumer
+    | Drained
     | CloseConnection
     | Block
     | Unblock

@@ -33,6 +33,7 @@ from ringmq.core.effects import (
     Confirm,
     Deliver,
     DeliverReply,
+    Drained,
     Effect,
     Return,
     SendContent,
@@ -122,6 +123,8 @@ class Connections:
                         c.proto.send_content(
                             frame.channel, frame.method, fm.properties_bin, fm.body
                         )
+                case Drained():
+                    pass  # link credit is AMQP 1.0's: no 0-9-1 consumer has any to give back
                 case CloseConnection(condition=condition, text=text):
                     code = reply_code(condition)
                     self.close(c, code, _explanation(code, text))

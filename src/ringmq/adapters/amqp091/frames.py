@@ -41,7 +41,8 @@ def reply_code(condition: Condition) -> ReplyCode:
 
 def frame_of(e: Effect) -> SendMethod | SendContent | None:
     """The 0-9-1 frame of a neutral effect that is one (None for the others: deliveries,
-    closes, blocks, which the server writes itself)."""
+    closes, blocks, which the server writes itself; `Drained`, which 0-9-1 consumers never
+    cause: they have no link credit)."""
     match e:
         case Confirm(conn_id=c, channel=ch, seq=seq, multiple=multiple, ok=ok):
             if ok:
