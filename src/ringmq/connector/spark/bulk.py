@@ -5,7 +5,7 @@
 keys are copied as whole buffers and their lengths computed with numpy, and the properties of
 the common row (only a `message_id`) are built with Arrow compute kernels. Rows that carry
 `headers` or `properties` columns take the per-row AMQP properties encoder. Message ids are the
-ones the AMQP path uses (`sink._id_for`), so both paths de-duplicate each other's copies.
+ones the AMQP path uses (`writerows.digest`), so both paths de-duplicate each other's copies.
 
 `publish_batches` groups rows by exchange, posts up to `BULK_ROWS` rows per request and
 overlaps encoding the next request with the broker ingesting the previous one (one sender
@@ -91,12 +91,12 @@ def content_ids(
     import pyarrow as pa
 
     def make(batch: Any, start: int) -> Any:
-        from ringmq.connector.spark.sink import _digest
+        from ringmq.connector.spark.writerows import digest
 
         out: list[str] = []
         bodies = _binary(batch.column("body")).to_pylist()
         for i, (rk, body) in enumerate(zip(rks(batch), bodies, strict=True)):
-            out.append(f"{prefix}:{partition}:{start + i}:{_digest(rk, body)}")
+            out.append(f"{prefix}:{partition}:{start + i}:{digest(rk, body)}")
         return pa.array(out, type=pa.string())
 
     return make
@@ -125,7 +125,7 @@ def _row_properties(batch: Any, ids: Any, persistent: bool = False) -> Any:
     import pyarrow as pa
 
     from ringmq.amqp.properties import encode_properties
-    from ringmq.connector.spark.sink import _properties
+    from ringmq.connector.spark.writerows import row_properties
 
     names = batch.schema.names
     headers = batch.column("headers").to_pylist() if "headers" in names else None
@@ -134,7 +134,7 @@ def _row_properties(batch: Any, ids: Any, persistent: bool = False) -> Any:
     for i, mid in enumerate(ids.to_pylist()):
         h = headers[i] if headers is not None else None
         extra = extras[i] if extras is not None else None
-        out.append(encode_properties(_properties(mid, h, extra, persistent)))
+        out.append(encode_properties(row_properties(mid, h, extra, persistent)))
     return pa.array(out, type=pa.binary())
 
 

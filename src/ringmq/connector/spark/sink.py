@@ -15,7 +15,6 @@ exactly as AMQP publishes, without the per-row Python and AMQP framing.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ except ImportError:  # pragma: no cover - Spark 4.0
     _StreamBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
 
 from ringmq.connector.spark.options import Options
+from ringmq.connector.spark.writerows import digest, row_properties, text
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,6 @@ def _count(messages: list[WriterCommitMessage | None]) -> int:
     return sum(m.count for m in messages if isinstance(m, PublishedMessage))
 
 
-def _text(v: Any) -> str:
-    if isinstance(v, bytes | bytearray):
-        return bytes(v).decode("utf-8", "replace")
-    return str(v)
-
-
 def _body(v: Any) -> bytes:
     if v is None:
         return b""
@@ -65,41 +59,10 @@ def _body(v: Any) -> bytes:
     return str(v).encode()
 
 
-def _digest(rk: str, body: bytes) -> str:
-    """The content part of a batch write's message id: a hash of routing key and body."""
-    h = hashlib.blake2b(digest_size=12)
-    h.update(rk.encode())
-    h.update(b"\x00")
-    h.update(body)
-    return h.hexdigest()
-
-
 def _id_for(prefix: str, partition: int, index: int, rk: str, body: bytes, content: bool) -> str:
     if not content:
         return f"{prefix}:{partition}:{index}"
-    return f"{prefix}:{partition}:{index}:{_digest(rk, body)}"
-
-
-def _properties(mid: str, headers: Any, extra: Any, persistent: bool = False) -> Any:
-    """A row's `BasicProperties`: its message id, `headers` map and `properties` struct
-    (content_type, correlation_id, type, app_id, delivery_mode); maps may arrive as pairs.
-    `persistent` (the writer option) makes delivery_mode 2 unless the row sets one."""
-    from ringmq.amqp.properties import BasicProperties
-
-    if headers is not None and not isinstance(headers, dict):
-        headers = dict(headers)
-    extra = {} if not extra else dict(extra)
-    return BasicProperties(
-        message_id=mid,
-        headers={str(k): _text(v) for k, v in headers.items()} if headers else None,
-        content_type=extra.get("content_type"),
-        correlation_id=extra.get("correlation_id"),
-        type=extra.get("type"),
-        app_id=extra.get("app_id"),
-        delivery_mode=(
-            int(extra["delivery_mode"]) if "delivery_mode" in extra else (2 if persistent else None)
-        ),
-    )
+    return f"{prefix}:{partition}:{index}:{digest(rk, body)}"
 
 
 def arrow_rows(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
@@ -123,12 +86,12 @@ def publish_rows(options: Options, rows: Iterator[Any], *, streaming: bool) -> P
             d = row if isinstance(row, dict) else row.asDict()
             body = _body(d.get("body"))
             rk = d.get("routing_key")
-            rk = options.routing_key if rk is None else _text(rk)
+            rk = options.routing_key if rk is None else text(rk)
             ex = d.get("exchange")
-            ex = options.exchange if ex is None else _text(ex)
+            ex = options.exchange if ex is None else text(ex)
             mid = d.get("message_id")
-            mid = _id_for(prefix, partition, i, rk, body, content) if mid is None else _text(mid)
-            props = _properties(mid, d.get("headers"), d.get("properties"), options.persistent)
+            mid = _id_for(prefix, partition, i, rk, body, content) if mid is None else text(mid)
+            props = row_properties(mid, d.get("headers"), d.get("properties"), options.persistent)
             if first is None:
                 first = mid
             last = mid
