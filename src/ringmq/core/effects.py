@@ -80,14 +80,16 @@ class Return:
 
 @dataclass(frozen=True, slots=True)
 class Confirm:
-    """Settle publishes for their publisher: accepted (`ok`) or refused, up to and including
-    publish sequence number `seq` when `multiple`, else that one."""
+    """Settle publishes for their publisher: accepted (`ok`) or refused (`reason`:
+    "overflow", "address-full", "store-failed"), up to and including publish sequence number
+    `seq` when `multiple`, else that one."""
 
     conn_id: int
     channel: int
     seq: int
     multiple: bool
     ok: bool
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,8 @@ cached per session) and calls `publish`. The pipeline is:
    next: dispatch before the next publish (`State.eager`: a ring, a limit, LVQ, priorities,
    browsing, or a TTL'd message), pause the publisher (RabbitMQ flow: a consumed plain queue
    over `FLOW_HIGH`), block it (Artemis BLOCK), or fail it (Artemis FAIL, `address_full`).
-4. **confirm** (`Confirms.confirm_publish`): refused -> negative confirm; persisted under
+4. **confirm** (`Confirms.confirm_publish`): refused -> negative confirm with the reason
+   (`OVERFLOW`, `ADDRESS_FULL`; the store's failure: `STORE_FAILED`); persisted under
    delayed confirms -> held for the fsync; else confirmed now.
 
 `publish_batch` runs the same steps for a batch of messages with one confirm step and one
@@ -53,6 +54,11 @@ from ringmq.core.state import State
 from ringmq.core.texts import as_str
 from ringmq.core.transactions import Confirms
 from ringmq.core.vhost import QueueEntity, VHost
+
+OVERFLOW: Final = "overflow"
+"""A queue's limit refused the message (RabbitMQ reject-publish, Qpid reject, a full ring)."""
+ADDRESS_FULL: Final = "address-full"
+"""An Artemis address-full-policy FAIL or BLOCK limit refused it."""
 
 _REJECTED: Final = PublishOutcome.REJECTED
 _SCHEDULED: Final = PublishOutcome.SCHEDULED
@@ -166,8 +172,9 @@ class Publisher:
         mandatory: bool,
         s: Session | None,
         now_ms: int,
-    ) -> tuple[bool, bool]:
-        """Route one message and enqueue it; returns (refused by some queue, persisted)."""
+    ) -> tuple[str | None, bool]:
+        """Route one message and enqueue it; returns (why some queue refused it, or None;
+        persisted)."""
         rk = msg.routing_key
         hdrs = msg.headers
         if x.type is ExchangeType.DELAYED:
@@ -177,10 +184,10 @@ class Publisher:
                 held = x.hold(msg, due)
                 self.holding[id(x)] = (vh, x)
                 dur = self.state.durability
-                return False, dur is not None and dur.held(vh.name, x, held, msg, due)
+                return None, dur is not None and dur.held(vh.name, x, held, msg, due)
         if not x.name and rk.startswith(REPLY_TO_PREFIX):
             if self.delivery.deliver_reply(rk, msg):
-                return False, False
+                return None, False
             queues: tuple[QueueEntity, ...] = ()
         else:
             queues = vh.route(x, rk, hdrs)
@@ -190,14 +197,14 @@ class Publisher:
                 # x-message-deduplication-window-ms (core/dedup.py): drop duplicates.
                 queues = tuple(self.state.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
                 if not queues:
-                    return False, False
+                    return None, False
         if not queues:
             stats = self.state.stats
             stats["unroutable"] += 1
             if mandatory and s is not None:
                 stats["returned"] += 1
                 self.state.out.append(Return(s.conn_id, s.channel, "NO_ROUTE", msg))
-            return False, False
+            return None, False
         return self.enqueue(vh, x, queues, msg, s.conn_id if s is not None else None, now_ms)
 
     def enqueue(
@@ -208,20 +215,24 @@ class Publisher:
         msg: Message,
         conn_id: int | None,
         now_ms: int,
-    ) -> tuple[bool, bool]:
-        """The per-queue step of every publish (see step 3); returns (refused, persisted)."""
+    ) -> tuple[str | None, bool]:
+        """The per-queue step of every publish (see step 3); returns (why a queue refused it:
+        `OVERFLOW` or `ADDRESS_FULL`, else None; persisted)."""
         state = self.state
-        refused = stored = False
+        refused: str | None = None
+        stored = False
         dirty = state.dirty
         persistent = msg.persistent
         for q in queues:
             engine = q.queue
             outcome = engine.publish(msg, now_ms)
             if outcome is _REJECTED:
-                refused = True
                 limit = q.settings.limit
                 if limit is not None and limit.family == "address":
                     self.resources.address_fail = q
+                    refused = ADDRESS_FULL
+                else:
+                    refused = OVERFLOW
                 if msg.message_id is not None:
                     state.dedup.refused(vh.name, x, q, msg.message_id)
             else:
@@ -334,7 +345,7 @@ class Publisher:
                             released = []
                         stats["nacked"] += 1
                         held.discard(seq)
-                        confirms.send(s, [], nack=seq)
+                        confirms.send(s, [], nack=seq, reason=refused)
                     elif stored and delay:
                         confirms.hold(s, seq)
                     else:

@@ -24,7 +24,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ringmq.core.effects import Confirm
 from ringmq.core.errors import BrokerError, Condition
@@ -37,6 +37,10 @@ from ringmq.core.vhost import QueueEntity
 if TYPE_CHECKING:
     from ringmq.core.delivery import Delivery
     from ringmq.core.publish import Publisher
+
+
+STORE_FAILED: Final = "store-failed"
+"""The store could not make a persisted publish durable (a write or fsync failed)."""
 
 
 class Confirms:
@@ -54,12 +58,12 @@ class Confirms:
             )
         s.mode = ChannelMode.CONFIRM
 
-    def confirm_publish(self, s: Session, seq: int, refused: bool, stored: bool) -> None:
-        """Settle publish `seq` of `s`: refused, held for the fsync, or confirmed now."""
+    def confirm_publish(self, s: Session, seq: int, refused: str | None, stored: bool) -> None:
+        """Settle publish `seq` of `s`: refused (why), held for the fsync, or confirmed now."""
         if refused:
             self.state.stats["nacked"] += 1
             s.confirm_held.discard(seq)
-            self.send(s, [], nack=seq)
+            self.send(s, [], nack=seq, reason=refused)
         elif stored and self.state.config.delay_persistent_confirms:
             self.hold(s, seq)
         else:
@@ -70,11 +74,13 @@ class Confirms:
         s.confirm_held.add(seq)
         self._unconfirmed.append((s.conn_id, s.channel, seq))
 
-    def send(self, s: Session, released: list[int], nack: int = 0) -> None:
-        """Confirm the publishes `released` (coalesced), or refuse publish `nack`."""
+    def send(
+        self, s: Session, released: list[int], nack: int = 0, reason: str | None = None
+    ) -> None:
+        """Confirm the publishes `released` (coalesced), or refuse publish `nack` (`reason`)."""
         out = self.state.out
         if nack:
-            out.append(Confirm(s.conn_id, s.channel, nack, False, False))
+            out.append(Confirm(s.conn_id, s.channel, nack, False, False, reason))
             if s.confirm_floor == nack - 1 and not s.confirm_held:
                 s.confirm_floor = nack
             return
@@ -113,7 +119,7 @@ class Confirms:
         out = self.state.out
         for q in failed:
             held.discard(q)
-            out.append(Confirm(conn_id, channel, q, False, False))
+            out.append(Confirm(conn_id, channel, q, False, False, STORE_FAILED))
         if failed:
             self.state.stats["nacked"] += len(failed)
             s.confirm_floor = (min(held) - 1) if held else s.publish_seq

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties, decode_properties
+from ringmq.amqp.frames import RawContent
+from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
-from ringmq.core.effects import Block, Unblock
+from ringmq.core.effects import Block, Confirm, Unblock
 from ringmq.core.session import SettleKind
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
 
@@ -230,3 +231,19 @@ def test_a_released_delivery_goes_back_without_counting_a_failed_delivery() -> N
         assert got is not None
         broker.delivery.settle(session, got.delivery_tag, False, SettleKind.REQUEUE, kit.now)
         assert q.queue.ready_count == expected_ready  # the second failure is over the limit
+
+
+def test_a_refused_publish_is_confirmed_negatively_with_the_reason() -> None:
+    address_settings = {"full.fail": {"address-full-policy": "FAIL", "max-size-messages": 1}}
+    kit = Kit(BrokerConfig(name_seed=7, address_settings=address_settings))
+    ch = kit.open()
+    kit.declare(ch, "capped", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    kit.declare(ch, "full.fail")
+    kit.call(ch, spec.ConfirmSelect())
+    reasons = []
+    for queue in ("capped", "capped", "full.fail", "full.fail"):
+        pb = encode_properties(BasicProperties())
+        method = spec.BasicPublish(exchange="", routing_key=queue)
+        effects = kit.amqp.handle(ch[0], ch[1], method, RawContent(60, 1, pb, b"x"), kit.now)
+        reasons += [(e.ok, e.reason) for e in effects if isinstance(e, Confirm)]
+    assert reasons == [(True, None), (False, "overflow"), (True, None), (False, "address-full")]
