@@ -10,8 +10,12 @@ are only marked GONE and skipped, and `compact` drops them once they dominate.
 
 The index is owned by the `Queue` (its publish fast paths append to it inline: one attribute
 test per publish when no index exists); this module holds the functions that build and read it,
-and the reads that need no index (`lowest_in_memory`, `ready_in_memory`), each given the state
-it reads explicitly. Bodies paged one by one are read in place through `peek`.
+and the reads that need no index (`head_seq`, `ready_without_index`), each given the state it
+reads explicitly (the index, or the queue's `Contents`). Building the index pages the whole
+queue in and stops its paging (`Queue.pageable`), so readers that must not stop a queue's
+paging (the streams API, `head_seq`) use the index-free reads: the ready messages in memory,
+then the spilled tail, which follows every seq in memory, read in place. Bodies paged one by
+one are read in place through `peek`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.lanes import COMPACT_MIN, GONE, READY, Entry, Lane
 from ringmq.core.queue.records import Delivery
 
@@ -29,8 +34,10 @@ __all__ = [
     "build_index",
     "compact_index",
     "deliveries",
+    "head_seq",
     "lowest_in_memory",
     "ready_in_memory",
+    "ready_without_index",
     "start_after",
 ]
 
@@ -119,3 +126,30 @@ def ready_in_memory(lane: Lane, after: SeqId | None) -> list[Entry]:
     ]
     live.sort()
     return live
+
+
+def head_seq(contents: Contents) -> SeqId | None:
+    """The lowest seq of a ready or unacked message (see `Queue.head_seq`): spilled messages
+    follow every message in memory, so the spill matters only when memory holds none, and
+    then one read-ahead batch is paged in, as a fetch would."""
+    best = lowest_in_memory(contents.lanes, contents.unacked)
+    paging = contents.paging
+    if best is None and paging.spilled and paging.refill_batch(contents.lane.tail):
+        best = lowest_in_memory(contents.lanes, contents.unacked)
+    return best
+
+
+def ready_without_index(
+    contents: Contents, after: SeqId | None, limit: int, now_ms: int
+) -> list[Delivery]:
+    """Up to `limit` ready messages of a single-lane queue with seqs above `after`, in seq
+    order, without the browse index: those in memory (sorted per call), then the spilled
+    tail read in place through `SpillStore.peek_after`; nothing is paged in."""
+    out: list[Delivery] = []
+    if limit <= 0:
+        return out
+    live = ready_in_memory(contents.lane, after)
+    deliveries(live, 0, limit, now_ms, out, contents.store.peek, contents.name)
+    if len(out) < limit and contents.paging.spilled:
+        contents.paging.browse(after, limit, now_ms, out)
+    return out
