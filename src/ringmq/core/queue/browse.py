@@ -6,7 +6,9 @@ Browsing follows seq (publish) order, skips expired, unacked and scheduled messa
 no state: a non-destructive consumer or a read-only reader keeps the last seq it saw as its
 cursor. The *browse index* is every live entry of a queue in seq order (ready, unacked and
 scheduled), built on the first browse and then appended to by every publish; entries that leave
-are only marked GONE and skipped, and `compact` drops them once they dominate.
+are only marked GONE and skipped, and `compact` drops them once they dominate. Reading `limit`
+messages after a cursor (`Queue.browse_many`) gives exactly what `limit` calls of `browse` give
+when each starts after the previous answer's seq (stopping at the first None).
 
 The index is owned by the `Queue` (its publish fast paths append to it inline: one attribute
 test per publish when no index exists); this module holds the functions that build and read it,
@@ -46,12 +48,9 @@ Peek = Callable[[str, SeqId], Message]
 _seq_of: Final = lambda e: e.seq  # noqa: E731  (bisect key)
 
 
-def build_index(
-    lanes: list[Lane], unacked: Iterable[Entry], scheduled: Iterable[Entry]
-) -> list[Entry]:
-    """Every live entry in seq order."""
-    live = [e for lane in lanes for e in lane.entries()]
-    live.extend(unacked)
+def build_index(contents: Contents, scheduled: Iterable[Entry]) -> list[Entry]:
+    """Every live entry in seq order: ready and unacked (`contents`) and `scheduled`."""
+    live = contents.live_entries()
     live.extend(scheduled)
     live.sort()
     return live

@@ -230,6 +230,21 @@ class Contents:
             self._gone = max(0, self._gone - gone)
         return n
 
+    def set_store(self, store: BodyStore) -> bool:
+        """Use `store` for bodies paged one by one; refused (False) while bodies are paged in
+        the current one."""
+        if self.counters.paged != self.paging.spilled:
+            return False
+        self.store = store
+        return True
+
+    def close(self) -> None:
+        """The queue is deleted: release the spilled tail and the paged bodies."""
+        self.paging.close()
+        close = getattr(self.store, "close", None)
+        if callable(close):
+            close()
+
     def unspill(self) -> None:
         """Bring every spilled message back into memory (O(n) reads, the browse index)."""
         self.paging.unspill(self.lane.tail)

@@ -14,9 +14,16 @@ and keeps the public API:
   enqueue) and eviction (ring, drop-head, the Qpid ring and its age order);
 * `Settlement` (settle.py): requeue and reject of unacked messages, the delivery limit;
 * `Expiry` (expiry.py): the TTL and expiring the head;
-* `Scheduler` (scheduler.py): scheduled messages by due time (Artemis' scheduled delivery);
+* `Scheduler` (scheduler.py): scheduled messages by due time (Artemis' scheduled delivery),
+  released through `Overflow.release`;
 * `DeadLetters` (deadletters.py): the outbox the broker drains (`drain_dead_letters`);
 * `QueueCounters` (records.py), updated incrementally so reading them is O(1).
+
+`Queue` subclasses `QueueViews` (views.py), which holds the read-only surface (counts, stats,
+O(n) listings) over the counters, `Contents` and `Scheduler` handed to its `__init__`. The
+collaborators are given each other explicitly (`Overflow` gets `Contents`, `DeadLetters` and
+`Expiry`; `Settlement` gets `Overflow`...) and expose what the others read as public names;
+none reads another's (or `Queue`'s) private attributes.
 
 Invariants: every live entry is in exactly one of {a lane or the paged tail (READY), the
 unacked map (ACQUIRED), the schedule (SCHEDULED)}; counters equal the sums over those sets;
@@ -34,56 +41,27 @@ bounded and LVQ fast paths), `fetch` (its fast path) and `ack` stay inlined here
 aliases of the owners' containers (`_lanes`, `_lane`, `_unacked`, `_lvq`, `_paging`: set once,
 never rebound by their owner) and of the bound methods they call there (`_remove_ready`,
 `_take_body`, `_evict_tail`: an instance attribute read, no extra hop). `_apply` precomputes
-what they test, once per settings change: `_plain` (no option at all), `_bounded` with its
-bounds as plain ints (`_reject_n/_b`, `_evict_n/_b`, `UNBOUNDED` where a bound does not apply:
-a ready-counted ring, drop-head or reject limit is the only option), `_lvq_fast` (the LVQ key
-is the only option) and `_fetch_fast` (one lane, no TTL, destructive consumers); the paged
-tail's effective bounds are copied to `_head_n/_b` when they change (`_apply_bound`). The first
-per-message expiry clears the fast paths for good (`_saw_expiry`). Outcomes are module globals
+what they test, once per settings change (the rules are limits.py's `FastPaths` and
+`FastBounds`): `_plain` (no option at all), `_bounded` with its bounds as plain ints
+(`_reject_n/_b`, `_evict_n/_b`, `UNBOUNDED` where a bound does not apply: a ready-counted ring,
+drop-head or reject limit is the only option), `_lvq_fast` (the LVQ key is the only option)
+and `_fetch_fast` (one lane, no TTL, destructive consumers); the paged tail's effective bounds
+are copied to `_head_n/_b` when they change (`_apply_bound`). The plain and bounded publish
+paths share one inlined enqueue (the plain path pays one local-variable test for it). The first
+message with an expiry time clears the fast paths for good (`Expiry.on_first` calls
+`_saw_expiry_now`). Outcomes are module globals
 (`_ENQUEUED`...: reading an Enum member costs about one small object here). Anything unusual
 (a spill, a put-back message, a scheduling header, an eviction other than the tail's, a TTL)
 leaves for the owners' general code. The browse index (`_index`, browse.py) is a `Queue`
 attribute for the same reason: the publish fast paths append to it inline.
 
 Paging (bounded in-memory head). With a `SpillStore` (given by the broker when a data directory
-exists), a queue keeps at most `head_count` messages / `head_bytes` body bytes ready in memory
-(`set_memory_bound`, tightened by the broker under memory pressure); its `PagedTail`
-(`paging.py`, which states the invariants) holds the rest, a suffix of the queue in seq order.
-Fetch pages a batch back in (read-ahead of half the bound) when memory falls to a quarter of
-the bound, so consumers see queue order through publish, requeue, page out and page in.
-Spilled messages are counted in `paged`/`paged_bytes` (hence in `message_count` and limits) but
-cost no memory per message: only a count. Spilling applies to single-lane queues without LVQ,
-non-destructive browsing, ring or flow-to-disk limits (`pageable`; those keep envelopes in
-memory; flow-to-disk pages bodies one by one through `BodyStore`). The publish fast paths test
-`counters.paged` (0 unless something is paged) before asking the paged tail.
-
-This package must not import server/, storage/ or asyncio. Bodies that leave memory go through
-the `BodyStore` port (`MemoryBodyStore` by default; the storage layer provides a real one) or,
-for the spilled tail, the `SpillStore` port (`MemorySpillStore` here; storage has a disk one).
-
-Public API (used by the broker layer)
--------------------------------------
-* `Queue(name, settings, *, body_store=None, spill=None)`
-* paging: `set_spill(store)`, `set_body_store(store)`, `set_memory_bound(count, nbytes)`,
-  `memory_bound`, `page_out()`, `spilled`, `pageable`, `close()`
-* `publish(msg, now_ms) -> PublishOutcome` (ENQUEUED, SCHEDULED, REJECTED: nack the publisher,
-  DROPPED: accepted then discarded by policy, ack the publisher as RabbitMQ does)
-* `fetch(now_ms, ack_required=True) -> Delivery | None`
-* `ack(seqs)`, `requeue(seqs, now_ms, *, count_failure=True)`, `reject(seqs, now_ms)`,
-  `purge() -> int`
-* `tick(now_ms)`, `next_deadline_ms() -> int | None`, `drop_expired(now_ms) -> int`
-* `drain_dead_letters() -> list[DeadLetter]`
-* `update_settings(settings, now_ms)`, `would_refuse(n, nbytes)`
-* `browse(after, now_ms) -> Delivery | None`, `browse_many(after, limit, now_ms)`,
-  `browse_ready(after, limit, now_ms)`, `head_seq() -> SeqId | None` (lowest ready or unacked
-  seq; builds no browse index)
-* `list_scheduled()`, `purge_scheduled() -> int`, `deliver_scheduled_now(seqs, now_ms) -> int`
-* storage: `on_remove` (callback for engine-internal removals), `timing_of(msg, now_ms)`,
-  `restore(seq, msg, ...)`, `restore_spilled(...)` and `resume_seqs(next_seq)` (recovery)
-* `counters` (`QueueCounters`), `stats() -> dict`, `ready_count`, `unacked_count`,
-  `message_count`, `over_limit`, `non_destructive`, `last_seq`
-* introspection (O(n), management and tests): `ready_view()`, `ready_seqs()`,
-  `ready_messages()`, `unacked_seqs()`
+exists), a `pageable` queue (single lane, no LVQ, no browse index, no limit that needs
+envelopes in memory) keeps at most `head_count` messages / `head_bytes` body bytes ready in
+memory (`set_memory_bound`, tightened by the broker under memory pressure); the `PagedTail`
+(paging.py states its theory and invariants) holds the rest, a suffix of the queue in seq
+order, counted in `paged`/`paged_bytes`. The publish fast paths test `counters.paged` (0 unless
+something is paged) before asking the paged tail.
 """
 
 from __future__ import annotations
@@ -91,7 +69,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import browse
@@ -99,28 +77,20 @@ from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.deadletters import DeadLetters
 from ringmq.core.queue.expiry import Expiry
 from ringmq.core.queue.lanes import ACQUIRED, GONE, READY, Entry, new_entry
-from ringmq.core.queue.limits import (
-    FAST_ACTIONS,
-    PAGEABLE_ACTIONS,
-    FastBounds,
-    describe,
-    over,
-    refusal,
-)
+from ringmq.core.queue.limits import PAGEABLE_ACTIONS, FastBounds, FastPaths
 from ringmq.core.queue.overflow import Overflow
 from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, SpillStore
 from ringmq.core.queue.records import (
-    SCHEDULED_RELEASE_BATCH,
     DeadLetter,
     DeadLetterReason,
     Delivery,
     PublishOutcome,
     QueueCounters,
-    ScheduledMessage,
 )
-from ringmq.core.queue.scheduler import Scheduler, schedule_due
+from ringmq.core.queue.scheduler import Scheduler, future_due
 from ringmq.core.queue.settle import Settlement
-from ringmq.core.settings import Counted, LimitAction, QueueSettings
+from ringmq.core.queue.views import QueueViews
+from ringmq.core.settings import LimitAction, QueueSettings
 
 __all__ = ["Queue"]
 
@@ -136,7 +106,7 @@ _DROPPED: Final = PublishOutcome.DROPPED
 new_delivery: Final = object.__new__
 
 
-class Queue:
+class Queue(QueueViews):
     """One queue's engine. See the module docstring for the theory of operation."""
 
     def __init__(
@@ -148,24 +118,20 @@ class Queue:
         spill: SpillStore | None = None,
     ) -> None:
         self.name = name
-        self.settings = settings
-        self.counters = c = QueueCounters()
+        c = QueueCounters()
         self._max_priority = settings.max_priority or 0
         store = body_store if body_store is not None else MemoryBodyStore()
         self._contents = contents = Contents(name, c, self._max_priority + 1, store, spill)
-        self._dead = DeadLetters(name, c)
         self._scheduler = Scheduler(c)
-        self._overflow = Overflow(contents, self._dead)
-        self._settle = Settlement(contents, self._overflow, self._dead)
-        self._expiry = Expiry(contents, self._dead)
+        super().__init__(settings, c, contents, self._scheduler)
+        self._dead = dead = DeadLetters(name, c)
+        self._expiry = Expiry(contents, dead, self._saw_expiry_now)
+        self._overflow = Overflow(contents, dead, self._expiry)
+        self._settle = Settlement(contents, self._overflow, dead)
         # Hot-path aliases of the owners' containers and steps (see the module docstring).
-        self._lanes = contents.lanes
-        self._lane = contents.lane
-        self._unacked = contents.unacked
-        self._lvq = contents.lvq
-        self._paging = contents.paging
-        self._remove_ready = contents.remove_ready
-        self._take_body = contents.take_body
+        self._lanes, self._lane, self._unacked = contents.lanes, contents.lane, contents.unacked
+        self._lvq, self._paging = contents.lvq, contents.paging
+        self._remove_ready, self._take_body = contents.remove_ready, contents.take_body
         self._evict_tail = self._overflow.evict_tail
         self._head_n, self._head_b = self._paging.head_n, self._paging.head_b  # `_apply_bound`
         # itertools.count: a C-level counter (the hot path avoids a Python-level increment).
@@ -176,7 +142,6 @@ class Queue:
         self._lvq_header: str = self._lvq_key or ""  # the key, typed for the fast path
         self._non_destructive = settings.non_destructive
         self._index: list[Entry] | None = None  # browse index, built on first browse
-        self._saw_expiry = False
         self._apply(settings)
 
     @property
@@ -194,60 +159,30 @@ class Queue:
 
     def _apply(self, settings: QueueSettings) -> None:
         self.settings = settings
-        limit = settings.limit
-        ttl = self._expiry.ttl = settings.message_ttl_ms
+        self._expiry.ttl = settings.message_ttl_ms
         self._dlx = settings.dead_letter_exchange
         self._dead.target(self._dlx, settings.dead_letter_routing_key)
         self._settle.delivery_limit = settings.delivery_limit
-        # Fast-path flags: nothing optional configured, or only a simple ready-counted limit.
-        simple = (
-            ttl is None
-            and not self._saw_expiry
-            and self._lvq_key is None
-            and not self._max_priority
-            and not self._non_destructive
-        )
-        self._plain = simple and limit is None
-        self._bounded = (
-            limit
-            if simple
-            and limit is not None
-            and limit.counts is Counted.READY
-            and limit.action in FAST_ACTIONS
-            else None
-        )
-        # The bounded fast path's thresholds, copied to attributes: the hot path reads them.
+        # What the fast paths test, copied to attributes (limits.py: `FastPaths`, `FastBounds`).
+        paths = FastPaths.of(settings, self._expiry.seen)
+        self._plain, self._bounded = paths.plain, paths.bounded
+        self._fetch_fast, self._lvq_fast = paths.fetch, paths.lvq
         fast = FastBounds.of(self._bounded)
         self._reject_n, self._reject_b = fast.reject_n, fast.reject_b
         self._evict_n, self._evict_b = fast.evict_n, fast.evict_b
         self._reject_dlx, self._evict_ring = fast.reject_dlx, fast.evict_ring
-        self._overflow.configure(limit, fast)
-        # Fetch fast path: one lane, no expiry to check, destructive consumers.
-        self._fetch_fast = (
-            ttl is None
-            and not self._saw_expiry
-            and not self._max_priority
-            and not self._non_destructive
-        )
-        # LVQ fast path: the key is the only feature (no limit, TTL, priority or browsing).
-        self._lvq_fast = self._lvq_key is not None and limit is None and self._fetch_fast
+        self._overflow.configure(settings.limit, fast)
         self._apply_bound()
 
     def _saw_expiry_now(self) -> None:
-        # A per-message expiry seen: leave the fast paths for good.
-        self._saw_expiry = True
-        self._plain = False
+        # `Expiry.on_first`: a message with an expiry time; leave the fast paths for good.
+        self._plain = self._lvq_fast = self._fetch_fast = False
         self._bounded = None
-        self._lvq_fast = self._fetch_fast = False
 
     def update_settings(self, settings: QueueSettings, now_ms: int) -> None:
-        """Apply new effective settings live (a policy or address-setting changed).
-
-        `max_priority`, the LVQ key and `non_destructive` are structural and keep their
-        declared values. A lowered `drop-head` limit drops (or dead-letters) at once, as
-        RabbitMQ does; a lowered ring size purges nothing (Artemis); reject limits and Qpid
-        limits apply to the next publish. TTL changes apply to messages enqueued afterwards.
-        """
+        """Apply new effective settings live (a policy or address-setting changed); the
+        priority levels, LVQ key and browsing stay as declared. What a changed limit does at
+        once is overflow.py's rule; a changed TTL applies to messages enqueued afterwards."""
         settings = replace(
             settings,
             max_priority=self.settings.max_priority,
@@ -279,16 +214,6 @@ class Queue:
         paging.set_active(paging.spill is not None and self.pageable, self._lane.tail)
         self._head_n, self._head_b = paging.head_n, paging.head_b
 
-    @property
-    def memory_bound(self) -> tuple[int, int]:
-        """The configured in-memory head bound: (ready messages, ready body bytes)."""
-        return self._paging.bound_n, self._paging.bound_b
-
-    @property
-    def spilled(self) -> int:
-        """Messages in the paged tail (part of `counters.paged`)."""
-        return self._paging.spilled
-
     def set_spill(self, spill: SpillStore) -> None:
         """Give the queue a spill store (paging starts within the current bound)."""
         if self._paging.spill is None:
@@ -297,95 +222,33 @@ class Queue:
             self.page_out()
 
     def set_memory_bound(self, count: int, nbytes: int) -> None:
-        """Bound the ready messages held in memory; the rest pages (needs a spill store).
-
-        Lowering the bound pages the excess out at once (memory pressure); raising it lets
-        the next fetches page more back in.
-        """
+        """Bound the ready messages held in memory; the rest pages (needs a spill store). A
+        lower bound pages the excess out at once; a higher one lets fetches page more in."""
         self._paging.bound_n = count
         self._paging.bound_b = nbytes
         self._apply_bound()
         self.page_out()
 
     def page_out(self) -> int:
-        """Page the rear of the in-memory tail out until memory is within the bound.
-
-        Returns how many messages were paged. Only never-delivered messages at the tail move;
-        requeued ones stay in memory (they precede the spill).
-        """
+        """Page the rear of the in-memory tail out until memory is within the bound; returns
+        how many messages moved (never-delivered ones only: requeued ones precede the spill)."""
         return self._contents.page_out()
 
     def set_body_store(self, store: BodyStore) -> bool:
         """Use `store` for bodies paged one by one (flow-to-disk limits). Refused (False)
         while bodies are paged in the current store."""
-        if self.counters.paged != self._paging.spilled:
-            return False
-        self._contents.store = store
-        return True
+        return self._contents.set_store(store)
 
     def close(self) -> None:
         """The queue is deleted: release its paged data (spilled tail and paged bodies)."""
-        self._paging.close()
-        close = getattr(self._contents.store, "close", None)
-        if callable(close):
-            close()
-
-    # --- read-only views -----------------------------------------------------------------
-
-    @property
-    def ready_count(self) -> int:
-        """Messages that can be fetched now (ready + paged)."""
-        c = self.counters
-        return c.ready + c.paged
-
-    @property
-    def unacked_count(self) -> int:
-        """Messages delivered and not yet acknowledged."""
-        return self.counters.unacked
-
-    @property
-    def message_count(self) -> int:
-        """ready + delivering + scheduled + paged (Artemis `messageCount`)."""
-        return self.counters.message_count
-
-    def __len__(self) -> int:
-        return self.counters.message_count
+        self._contents.close()
 
     @property
     def last_seq(self) -> SeqId:
-        """The highest seq issued so far (0 before the first publish).
-
-        Every publish takes a seq, refused ones included, so seqs have gaps; `counters.added`
-        is not a seq.
-        """
+        """The highest seq issued so far (0 before the first publish; refused publishes take
+        a seq too, so seqs have gaps; `counters.added` is not a seq)."""
         # repr is "count(N)" (step 1): read N without copying the C counter.
         return SeqId(int(repr(self._seq_counter)[6:-1]) - 1)
-
-    @property
-    def non_destructive(self) -> bool:
-        """Consumers must `browse` (with a per-consumer cursor) instead of `fetch`."""
-        return self._non_destructive
-
-    @property
-    def over_limit(self) -> bool:
-        """The counted messages reach the limit (the broker blocks publishers under BLOCK)."""
-        limit = self.settings.limit
-        return limit is not None and over(limit, self.counters, 1, 0)
-
-    def would_refuse(self, n: int, nbytes: int) -> str | None:
-        """Why a reject-publish limit would refuse `n` more messages of `nbytes` bytes in all.
-
-        None when they fit, or when the queue has no reject-type limit. Transactions ask this
-        for a whole commit before applying any of it; the counted set is the one `publish`
-        checks (ready + paged, plus acquired when the limit counts them).
-        """
-        return refusal(self.settings.limit, self.counters, n, nbytes)
-
-    def stats(self) -> dict[str, Any]:
-        """A snapshot of every counter plus the limit (snake_case, for management)."""
-        out = self.counters.snapshot()
-        out["limit"] = describe(self.settings.limit)
-        return out
 
     # --- publish -------------------------------------------------------------------------
 
@@ -399,46 +262,24 @@ class Queue:
         headers = msg.headers
         if msg.expiration_ms is None:
             if headers is None:
-                if self._plain:
-                    # Fast path: no limit, TTL, LVQ, priority or schedule.
+                plain = self._plain
+                if plain or self._bounded is not None:
+                    # Plain and bounded fast paths: no TTL, LVQ, priority, schedule or browsing;
+                    # bounded: a ready-counted ring, drop-head or reject limit is the only
+                    # option (`Overflow.admit` + `enforce` without the options), its bounds
+                    # precomputed as ints by `_apply` (UNBOUNDED where they do not apply).
                     c = self.counters
+                    size = len(msg.body)
+                    if not plain:  # counted messages and bytes once `msg` is in
+                        n = c.ready + c.paged + 1
+                        nbytes = c.ready_bytes + c.paged_bytes + size
+                        if n > self._reject_n or nbytes > self._reject_b:
+                            c.overflow_rejected += 1
+                            if self._reject_dlx:
+                                self._dead.add(msg, DeadLetterReason.MAXLEN, now_ms, 0)
+                            return _REJECTED
                     # `c.paged` first: 0 unless paging, so the common case reads no more
                     # attributes than before the paged tail had its own object.
-                    if c.paged and self._paging.spilled:
-                        self._paging.push(seq, msg, len(msg.body), None)
-                        return _ENQUEUED
-                    e = Entry()  # `new_entry(seq, msg, size)` inlined
-                    e.seq = seq
-                    e.msg = msg
-                    e.size = size = len(msg.body)
-                    e.state = READY
-                    e.redelivered = e.paged = False
-                    e.deliveries = e.failures = e.level = 0
-                    e.expires_at = e.key = None
-                    self._lane.tail.append(e)
-                    c.ready += 1
-                    c.ready_bytes += size
-                    c.added += 1
-                    if self._index is not None:
-                        self._index.append(e)
-                    if c.ready > self._head_n or c.ready_bytes > self._head_b:
-                        self.page_out()
-                    return _ENQUEUED
-                if self._bounded is not None:
-                    # Bounded fast path: a single-lane queue whose only feature is a
-                    # ready-counted ring, drop-head or reject limit (the rules of
-                    # `Overflow.admit` + `enforce` without the options), bounds precomputed
-                    # as ints by `_apply` (UNBOUNDED where they do not apply). Inlined: it
-                    # runs per publish.
-                    size = len(msg.body)
-                    c = self.counters
-                    n = c.ready + c.paged + 1  # counted messages and bytes once `msg` is in
-                    nbytes = c.ready_bytes + c.paged_bytes + size
-                    if n > self._reject_n or nbytes > self._reject_b:
-                        c.overflow_rejected += 1
-                        if self._reject_dlx:
-                            self._dead.add(msg, DeadLetterReason.MAXLEN, now_ms, 0)
-                        return _REJECTED
                     if c.paged and self._paging.spilled:
                         self._paging.push(seq, msg, size, None)
                     else:
@@ -458,27 +299,27 @@ class Queue:
                             self._index.append(e)
                         if c.ready > self._head_n or c.ready_bytes > self._head_b:
                             self.page_out()  # moves ready to paged: n and nbytes stay right
-                    if n > self._evict_n or nbytes > self._evict_b:
-                        lane = self._lane
-                        if (
-                            not c.paged
-                            and not lane.head
-                            and not lane.returns
-                            and (self._evict_ring or self._dlx is None)
-                        ):
-                            # Every waiting message is in memory in the lane's tail (nothing
-                            # requeued or paged) and a victim goes nowhere (a ring replaces;
-                            # drop-head without a DLX drops): evicting is pop, count, forget.
-                            return self._evict_tail(c, lane.tail)
-                        if self._evict_ring:
-                            # Artemis enforceRing: one eviction per add; the new message
-                            # is the victim only when alone (single lane, it is the newest).
-                            self._overflow.evict_head(now_ms, ring=True)
-                        else:  # drop-head (the bounds above are the limit's)
-                            self._overflow.drop_head(now_ms)
-                        # single lane: the new message is the last, so it went only if all went
-                        return _ENQUEUED if c.ready + c.paged else _DROPPED
-                    return _ENQUEUED
+                    if plain or (n <= self._evict_n and nbytes <= self._evict_b):
+                        return _ENQUEUED
+                    lane = self._lane
+                    if (
+                        not c.paged
+                        and not lane.head
+                        and not lane.returns
+                        and (self._evict_ring or self._dlx is None)
+                    ):
+                        # Every waiting message is in memory in the lane's tail (nothing
+                        # requeued or paged) and a victim goes nowhere (a ring replaces;
+                        # drop-head without a DLX drops): evicting is pop, count, forget.
+                        return self._evict_tail(c, lane.tail)
+                    if self._evict_ring:
+                        # Artemis enforceRing: one eviction per add; the new message is the
+                        # victim only when alone (single lane, it is the newest).
+                        self._overflow.evict_head(now_ms, ring=True)
+                    else:  # drop-head (the bounds above are the limit's)
+                        self._overflow.drop_head(now_ms)
+                    # single lane: the new message is the last, so it went only if all went
+                    return _ENQUEUED if c.ready + c.paged else _DROPPED
             elif (
                 self._lvq_fast and "x-delay" not in headers and "_AMQ_SCHED_DELIVERY" not in headers
             ):
@@ -509,28 +350,25 @@ class Queue:
                 if self._index is not None:
                     self._index.append(e)
                 return _ENQUEUED
-        e = new_entry(seq, msg, len(msg.body))
-        if self._max_priority:
-            e.level = min(max(msg.priority, 0), self._max_priority)
+        e = self._entry(seq, msg)
         if headers:
-            if self._lvq_key is not None:
-                e.key = headers.get(self._lvq_key)
-            due = schedule_due(headers, now_ms)
-            if due is not None and due > now_ms:
+            due = future_due(headers, now_ms)
+            if due is not None:
                 self._scheduler.add(due, e)
                 self.counters.added += 1
                 if self._index is not None:
                     self._index.append(e)
                 return _SCHEDULED_OUT
-        return self._admit(e, now_ms, head=False)
+        return self._overflow.admit(e, now_ms, head=False, index=self._index)
 
-    def _admit(self, e: Entry, now_ms: int, *, head: bool) -> PublishOutcome:
-        # Place a new (or released scheduled) entry: its expiry, then `Overflow.admit`.
-        assert e.msg is not None
-        expires_at = e.expires_at = self._expiry.expires_at(e.msg, now_ms)
-        if expires_at is not None and not self._saw_expiry:
-            self._saw_expiry_now()
-        return self._overflow.admit(e, now_ms, head=head, index=self._index)
+    def _entry(self, seq: SeqId, msg: Message) -> Entry:
+        # A new entry for `msg` with its priority level and LVQ key.
+        e = new_entry(seq, msg, len(msg.body))
+        if self._max_priority:
+            e.level = min(max(msg.priority, 0), self._max_priority)
+        if self._lvq_key is not None and msg.headers:
+            e.key = msg.headers.get(self._lvq_key)
+        return e
 
     # --- consume and settle --------------------------------------------------------------
 
@@ -607,14 +445,9 @@ class Queue:
                     del lvq[e.key]
 
     def requeue(self, seqs: Sequence[SeqId], now_ms: int, *, count_failure: bool = True) -> None:
-        """Put unacked messages back (nack/reject requeue, recover, cancel, close, rollback).
-
-        `seqs` are in consumption order. Each returning message is marked redelivered and, if
-        `count_failure`, counts one failed delivery: past `delivery_limit` it is dead-lettered
-        (`delivery_limit`) instead. Ring queues (Artemis) put them back at the head in reverse
-        consumption order, all others at their original position by seq (RabbitMQ, Qpid); LVQ
-        and limit rules in settle.py.
-        """
+        """Put unacked messages back (nack/reject requeue, recover, cancel, close, rollback);
+        `seqs` in consumption order. `count_failure`: each counts one failed delivery against
+        the delivery limit. Placement, LVQ and limit rules: settle.py."""
         self._settle.requeue(seqs, now_ms, count_failure=count_failure)
 
     def reject(self, seqs: Iterable[SeqId], now_ms: int) -> None:
@@ -629,42 +462,22 @@ class Queue:
         """Dead letters produced since the last call, in order; the broker routes them."""
         return self._dead.drain()
 
-    # --- time ----------------------------------------------------------------------------
+    # --- time (scheduler.py, expiry.py) ------------------------------------------------
 
     def tick(self, now_ms: int) -> None:
         """Release due scheduled messages (at most `SCHEDULED_RELEASE_BATCH`) to the head and
         expire the messages at the head of the queue whose time has passed (expiry.py: only
         the head of the whole queue expires, as in RabbitMQ)."""
-        pop_due = self._scheduler.pop_due
-        for _ in range(SCHEDULED_RELEASE_BATCH):
-            e = pop_due(now_ms)
-            if e is None:
-                break
-            self._release(e, now_ms)
+        self._scheduler.release_due(now_ms, self._overflow.release)
         if not self._plain:
             self._expiry.expire_heads(now_ms, now_ms)
 
     def drop_expired(self, now_ms: int) -> int:
-        """Expire the messages at the head whose expiry time has been reached by `now_ms`.
-
-        RabbitMQ's `drop_expired_msgs`, which its queue runs after an enqueue and after a
-        fetch (`Now >= Expiry`): the broker calls it once the dispatch that follows a publish
-        is done, and after a basic.get before it counts the messages left. So a message whose
-        TTL is 0 reaches only a consumer ready to take it at once, and the count a get reports
-        leaves out the expired messages its fetch exposed. Only the head of the whole queue is
-        examined (see `tick`). Returns how many expired; dead letters are queued as usual.
-        """
-        if not self._saw_expiry:
+        """Expire the messages at the head whose expiry time has been reached by `now_ms`
+        (RabbitMQ's `drop_expired_msgs`, see expiry.py); returns how many expired."""
+        if not self._expiry.seen:
             return 0
         return self._expiry.expire_heads(now_ms + 1, now_ms)
-
-    def _release(self, e: Entry, now_ms: int) -> PublishOutcome:
-        # `e` left the schedule (uncounted there): admit it at the head.
-        outcome = self._admit(e, now_ms, head=True)
-        on_remove = self._contents.on_remove
-        if outcome is not PublishOutcome.ENQUEUED and on_remove is not None:
-            on_remove(e.seq)  # refused or dropped (some paths skip `forget`)
-        return outcome
 
     def next_deadline_ms(self) -> int | None:
         """Earliest time at which `tick` has work: a scheduled message due, or a head message
@@ -677,6 +490,15 @@ class Queue:
             best = t
         return best
 
+    def purge_scheduled(self) -> int:
+        """Drop every scheduled message; returns how many."""
+        return self._scheduler.purge(self._contents.on_remove)
+
+    def deliver_scheduled_now(self, seqs: Iterable[SeqId] | None, now_ms: int) -> int:
+        """Release the given scheduled messages (all when None) to the head now, under the
+        queue's limit; returns how many were released (accepted or not)."""
+        return self._scheduler.release_now(seqs, now_ms, self._overflow.release)
+
     # --- browse (non-destructive reads; browse.py) -------------------------------------------
 
     def _browse_index(self) -> list[Entry]:
@@ -684,9 +506,7 @@ class Queue:
         index = self._index
         if index is None:
             self._contents.unspill()  # paging stops while the index exists
-            index = self._index = browse.build_index(
-                self._lanes, self._unacked.values(), self._scheduler.entries()
-            )
+            index = self._index = browse.build_index(self._contents, self._scheduler.entries())
             self._apply_bound()
         else:
             compacted = browse.compact_index(index, self.counters.message_count)
@@ -694,42 +514,22 @@ class Queue:
                 index = self._index = compacted
         return index
 
-    def head_seq(self) -> SeqId | None:
-        """The lowest seq of a waiting (ready) or unacked message; None when there is none.
-
-        Scheduled messages do not count. Unlike `browse`, this builds no browse index (which
-        would page the whole queue in and stop paging it).
-        """
-        return browse.head_seq(self._contents)
-
     def browse_ready(self, after: SeqId | None, limit: int, now_ms: int) -> list[Delivery]:
-        """`browse_many` for readers that must not stop a queue's paging (the streams API).
-
-        A pageable queue with a spill store is browsed without the browse index (building it
-        pages the whole queue in and stops paging it; `browse.ready_without_index`: nothing is
-        paged in). Any other queue, or one whose index exists already, is browsed by
-        `browse_many`.
-        """
+        """`browse_many` for readers that must not stop a queue's paging (the streams API): a
+        paging queue is read without the browse index (`browse.ready_without_index`)."""
         if self._index is not None or self._paging.spill is None or not self.pageable:
             return self.browse_many(after, limit, now_ms)
         return browse.ready_without_index(self._contents, after, limit, now_ms)
 
     def browse(self, after: SeqId | None, now_ms: int) -> Delivery | None:
-        """The next waiting message with a seq greater than `after`, without removing it.
-
-        Browsing follows seq (publish) order, skips expired, unacked and scheduled messages,
-        and changes no state: non-destructive consumers and read-only readers keep `after`
-        as their cursor.
-        """
+        """The next waiting message with a seq greater than `after`, without removing it
+        (browse.py: seq order, expired, unacked and scheduled messages skipped)."""
         out = self.browse_many(after, 1, now_ms)
         return out[0] if out else None
 
     def browse_many(self, after: SeqId | None, limit: int, now_ms: int) -> list[Delivery]:
-        """Up to `limit` waiting messages with seqs greater than `after`, in seq order.
-
-        Exactly what `limit` calls of `browse` give when each starts after the previous
-        answer's seq (stopping at the first None), in one bisect and one pass over the index.
-        """
+        """Up to `limit` waiting messages with seqs greater than `after`, in seq order: what
+        `limit` chained calls of `browse` give, in one bisect and one pass over the index."""
         out: list[Delivery] = []
         if limit <= 0:
             return out
@@ -738,34 +538,11 @@ class Queue:
         peek = self._contents.store.peek
         return browse.deliveries(index, start, limit, now_ms, out, peek, self.name)
 
-    # --- scheduled messages (admin; scheduler.py) ---------------------------------------------
-
-    def list_scheduled(self) -> list[ScheduledMessage]:
-        """Scheduled messages by due time (Artemis `listScheduledMessages`)."""
-        return self._scheduler.listing()
-
-    def purge_scheduled(self) -> int:
-        """Drop every scheduled message; returns how many."""
-        n = self._scheduler.purge(self._contents.on_remove)
-        self.counters.purged += n
-        return n
-
-    def deliver_scheduled_now(self, seqs: Iterable[SeqId] | None, now_ms: int) -> int:
-        """Release the given scheduled messages (all when None) to the head now, under the
-        queue's limit; returns how many were released (accepted or not)."""
-        picked = self._scheduler.take(seqs)
-        for e in picked:
-            self._release(e, now_ms)
-        return len(picked)
-
     # --- storage: what a durable copy needs, and recovery -------------------------------------
 
     def timing_of(self, msg: Message, now_ms: int) -> tuple[int | None, int | None]:
         """`(expiry_ms, due_ms)` the engine gives `msg` published at `now_ms` (to persist)."""
-        headers = msg.headers
-        due = schedule_due(headers, now_ms) if headers else None
-        if due is not None and due <= now_ms:
-            due = None
+        due = future_due(msg.headers, now_ms) if msg.headers else None
         return self._expiry.expires_at(msg, now_ms), due
 
     def restore(
@@ -778,19 +555,12 @@ class Queue:
         expiry_ms: int | None,
         due_ms: int | None,
     ) -> None:
-        """Put a recovered message back at the tail (recovery, in ascending seq order).
-
-        No limit is applied (what was stored fitted). A message with `due_ms` goes back to the
-        schedule, whatever its due time (`tick` releases overdue ones in batches). Call
-        `resume_seqs` afterwards so new publishes take higher seqs.
-        """
-        e = new_entry(seq, msg, len(msg.body))
+        """Put a recovered message back at the tail (in ascending seq order; no limit: what
+        was stored fitted), or with `due_ms` in the schedule, whatever its due time (`tick`
+        releases overdue ones in batches). Then `resume_seqs` so new seqs are higher."""
+        e = self._entry(seq, msg)
         e.redelivered = redelivered
         e.deliveries = delivery_count
-        if self._max_priority:
-            e.level = min(max(msg.priority, 0), self._max_priority)
-        if self._lvq_key is not None and msg.headers:
-            e.key = msg.headers.get(self._lvq_key)
         self.counters.added += 1
         if self._index is not None:
             self._index.append(e)
@@ -799,7 +569,7 @@ class Queue:
             return
         if expiry_ms is not None:
             e.expires_at = expiry_ms
-            self._saw_expiry_now()
+            self._expiry.note()
         self._contents.restore_ready(e)
         self._overflow.track(e)
 
@@ -814,25 +584,15 @@ class Queue:
         expiring: bool,
         below: SeqId,
     ) -> None:
-        """Recovery of a long backlog: the rest of it stays on disk in `spill`.
-
-        Call after `restore` put the head in memory (every seq in `spill` is above every
-        restored one, in seq order); the queue then pages it in as it drains, as if it had
-        paged it out itself, and uses `spill` for later paging too. Paged-in messages with a
-        seq below `below` get `redelivered` (or a delivery count from `delivery_counts`: then
-        flagged redelivered). `expiring`: some of them carry an expiry time. Needs `pageable`.
-        """
+        """Recovery of a long backlog whose rest stays on disk in `spill` (after `restore`
+        put the head in memory; `PagedTail.restore` states the rest). `expiring`: some of them
+        carry an expiry time. Needs `pageable`."""
         assert self.pageable, "restore_spilled needs a pageable queue"
         self._paging.restore(
-            spill,
-            count,
-            nbytes,
-            redelivered=redelivered,
-            delivery_counts=delivery_counts,
-            below=below,
+            spill, count, nbytes, redelivered=redelivered, counts=delivery_counts, below=below
         )
-        if expiring and not self._saw_expiry:
-            self._saw_expiry_now()
+        if expiring:
+            self._expiry.note()
         self._apply_bound()
 
     def resume_seqs(self, next_seq: int) -> None:
@@ -840,29 +600,3 @@ class Queue:
         start = max(next_seq, self.last_seq + 1)
         self._seq_counter = itertools.count(start)
         self._next_seq = cast("Callable[[], SeqId]", self._seq_counter.__next__)
-
-    # --- introspection for tests and management (O(n); contents.py) -------------------------
-
-    def ready_seqs(self) -> list[SeqId]:
-        """Waiting messages' seqs in delivery order (O(n); tests and management only)."""
-        return [e.seq for e in self._contents.ready_entries()]
-
-    def ready_view(self) -> list[Delivery]:
-        """Waiting messages in delivery order as `Delivery` values (delivery_count: so far).
-
-        O(n); for tests, management "get messages" previews and debugging.
-        """
-        body = self._contents.body
-        return [
-            Delivery(e.seq, body(e), e.redelivered, e.deliveries)
-            for e in self._contents.ready_entries()
-        ]
-
-    def unacked_seqs(self) -> list[SeqId]:
-        """Unacked seqs in delivery order."""
-        return list(self._unacked)
-
-    def ready_messages(self) -> list[Message]:
-        """Waiting messages in delivery order (paged ones are peeked from the store)."""
-        body = self._contents.body
-        return [body(e) for e in self._contents.ready_entries()]

@@ -11,11 +11,20 @@ even past its expiry time. A message expires strictly after its time on the cons
 (`take_live`, used by `fetch`, and `tick`), and at its time in `drop_expired` (RabbitMQ's
 `Now >= Expiry` after an enqueue or a fetch). An expired message is dead-lettered `expired`.
 
-The queue's fast paths skip all of this while no message has an expiry time (no TTL set, and
-no per-message expiration seen so far: `Queue._saw_expiry`).
+`drop_expired` is RabbitMQ's `drop_expired_msgs`, which its queue runs after an enqueue and
+after a fetch: the broker calls it once the dispatch that follows a publish is done, and after
+a basic.get before it counts the messages left. So a message whose TTL is 0 reaches only a
+consumer ready to take it at once, and the count a get reports leaves out the expired messages
+its fetch exposed.
+
+`seen` says whether any message of the queue ever had an expiry time (`stamp`, `note`): the
+queue's fast paths check no expiry, so the first one calls `on_first` (`Queue` leaves its fast
+paths for good) and `drop_expired` does nothing until then.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from ringmq.core.message import Message
 from ringmq.core.queue.contents import Contents
@@ -29,12 +38,27 @@ __all__ = ["Expiry"]
 class Expiry:
     """One queue's message expiry (see the module docstring)."""
 
-    __slots__ = ("_contents", "_dead", "ttl")
+    __slots__ = ("_contents", "_dead", "_on_first", "seen", "ttl")
 
-    def __init__(self, contents: Contents, dead: DeadLetters) -> None:
+    def __init__(self, contents: Contents, dead: DeadLetters, on_first: Callable[[], None]) -> None:
         self._contents = contents
         self._dead = dead
+        self._on_first = on_first
         self.ttl: int | None = None
+        self.seen = False
+
+    def note(self) -> None:
+        """A message with an expiry time joined the queue (`seen`; `on_first` the first time)."""
+        if not self.seen:
+            self.seen = True
+            self._on_first()
+
+    def stamp(self, e: Entry, now_ms: int) -> None:
+        """Give a new (or released scheduled) entry its expiry time."""
+        assert e.msg is not None
+        expires_at = e.expires_at = self.expires_at(e.msg, now_ms)
+        if expires_at is not None and not self.seen:
+            self.note()
 
     def expires_at(self, msg: Message, now_ms: int) -> int | None:
         """The expiry time of `msg` enqueued at `now_ms` (None: never)."""

@@ -6,9 +6,10 @@ Theory of operation
 Qpid legacy ring's age order (`QpidOrder`, only under a Qpid ring limit) and every step that
 acts on the limit:
 
-* `admit` places a new entry (or a released scheduled one, at the head): LVQ replacement, the
-  refusals decided before enqueueing (reject-publish(-dlx), drop-new, Qpid oversize and
-  ring_strict), the enqueue itself (into the paged tail when it is not empty), then `enforce`;
+* `admit` places a new entry (or, `release`, a scheduled one at the head): its expiry time
+  (`Expiry.stamp`), LVQ replacement, the refusals decided before enqueueing (reject-publish
+  (-dlx), drop-new, Qpid oversize and ring_strict), the enqueue itself (into the paged tail
+  when it is not empty), then `enforce`;
 * `enforce`, the one `match` over the actions that act after adding. Adding at the tail or at
   the head uses the same rule: add first, then evict from the *delivery head* while over the
   limit, so a message returning to a full ring is itself the victim (Artemis `enforceRing`),
@@ -21,6 +22,11 @@ acts on the limit:
 
 The counted set and its comparisons are limits.py's (`over`, `over_bytes`); the containers
 and the removal steps are `Contents`'; dead letters go to the queue's `DeadLetters`.
+
+A changed limit (`configure`, from `Queue.update_settings`) acts at once only for drop-head,
+which drops (or dead-letters) down to the new bound, as RabbitMQ does; a lowered ring size
+purges nothing (Artemis: one eviction per add); reject, drop-new and Qpid limits apply to the
+next publish.
 
 Invariants: `order` is not None exactly when the limit is a Qpid ring, and then holds every
 ready or acquired entry (limits.py); after `admit` or `enforce` returns, a RING, DROP_HEAD or
@@ -35,6 +41,7 @@ from collections import deque
 
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.deadletters import DeadLetters
+from ringmq.core.queue.expiry import Expiry
 from ringmq.core.queue.lanes import ACQUIRED, GONE, READY, Entry
 from ringmq.core.queue.limits import QPID_ACTIONS, FastBounds, QpidOrder, over, over_bytes
 from ringmq.core.queue.records import (
@@ -56,12 +63,13 @@ _DROPPED = PublishOutcome.DROPPED
 class Overflow:
     """One queue's limit enforcement (see the module docstring)."""
 
-    __slots__ = ("_contents", "_counters", "_dead", "bounds", "limit", "order")
+    __slots__ = ("_contents", "_counters", "_dead", "_expiry", "bounds", "limit", "order")
 
-    def __init__(self, contents: Contents, dead: DeadLetters) -> None:
+    def __init__(self, contents: Contents, dead: DeadLetters, expiry: Expiry) -> None:
         self._contents = contents
         self._counters = contents.counters
         self._dead = dead
+        self._expiry = expiry
         self.limit: Limit | None = None
         self.bounds = FastBounds()
         self.order: QpidOrder | None = None  # Qpid legacy ring only
@@ -85,10 +93,11 @@ class Overflow:
     def admit(
         self, e: Entry, now_ms: int, *, head: bool, index: list[Entry] | None
     ) -> PublishOutcome:
-        """Place a new (or released scheduled) entry whose expiry is set, applying LVQ
-        replacement and the limit; `index` is the queue's browse index, if built."""
+        """Place a new entry (at the tail; `head`: a released scheduled one), applying its
+        expiry, LVQ replacement and the limit; `index` is the queue's browse index, if built."""
         msg = e.msg
         assert msg is not None
+        self._expiry.stamp(e, now_ms)
         contents = self._contents
         c = self._counters
         lvq = contents.lvq
@@ -160,6 +169,14 @@ class Overflow:
                 return PublishOutcome.ENQUEUED if c.ready + c.paged else PublishOutcome.DROPPED
             return out
         return PublishOutcome.ENQUEUED
+
+    def release(self, e: Entry, now_ms: int) -> PublishOutcome:
+        """Admit `e`, which left the schedule (uncounted there), at the head."""
+        outcome = self.admit(e, now_ms, head=True, index=None)
+        on_remove = self._contents.on_remove
+        if outcome is not PublishOutcome.ENQUEUED and on_remove is not None:
+            on_remove(e.seq)  # refused or dropped (some paths skip `forget`)
+        return outcome
 
     def enforce(self, limit: Limit, e: Entry, now_ms: int) -> PublishOutcome:
         """After adding `e` (at the tail or the head): the one place overflow actions live."""

@@ -20,8 +20,10 @@ counters and `ready`/`ready_bytes` together, so `message_count` never changes by
 Spilled seqs below `_restored_below` come from recovery and carry the stored redelivered flag
 and delivery counts. Inactive (`set_active(False)`): unbounded, nothing spilled.
 
-The queue passes its single lane's tail deque explicitly; the tail does not know lanes,
-limits or the browse index.
+Consumers page a batch back in (`refill_batch`: read-ahead of half the bound) when memory falls
+to a quarter of the bound (`low_*`; `Contents.pop_next`), so they see queue order through
+publish, requeue, page out and page in. `Contents` passes its single lane's tail deque
+explicitly; the tail does not know lanes, limits or the browse index.
 """
 
 from __future__ import annotations
@@ -233,11 +235,17 @@ class PagedTail:
         nbytes: int,
         *,
         redelivered: bool,
-        delivery_counts: dict[SeqId, int],
+        counts: dict[SeqId, int],
         below: SeqId,
     ) -> None:
-        """Adopt a recovered backlog of `count` messages left in `spill` (see
-        `Queue.restore_spilled`)."""
+        """Adopt a recovered backlog of `count` messages (`nbytes` body bytes) left in `spill`.
+
+        Called after the queue's `restore` put the head in memory: every seq in `spill` is
+        above every restored one, in seq order. The queue then pages it in as it drains, as if
+        it had paged it out itself, and uses `spill` for later paging too. Paged-in messages
+        with a seq below `below` get `redelivered` (or a delivery count from `counts`: then
+        flagged redelivered).
+        """
         assert not self.spilled, "restore_spilled runs once, on a queue with nothing paged"
         self.spill = spill
         self.spilled = self._stored = count
@@ -248,7 +256,7 @@ class PagedTail:
         c.added += count
         self._restored_below = below
         self._restored_redelivered = redelivered
-        self._restored_counts = delivery_counts
+        self._restored_counts = counts
 
     def recovered_state(self, seq: SeqId, *, forget: bool) -> tuple[int, bool]:
         """(delivery count, redelivered) of a spilled message as recovery stored them; a
