@@ -97,6 +97,7 @@ class Overflow:
         expiry, LVQ replacement and the limit; `index` is the queue's browse index, if built."""
         msg = e.msg
         assert msg is not None
+        e.state = GONE  # until enqueued below (a refused entry has left the queue)
         self._expiry.stamp(e, now_ms)
         contents = self._contents
         c = self._counters
