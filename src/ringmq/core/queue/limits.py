@@ -11,10 +11,10 @@ of the queue's inlined fast paths a configuration allows (`FastPaths`). The over
 themselves (evict, drop, dead-letter) change lanes: they are `Overflow`'s (overflow.py, one
 `match` in `enforce`).
 
-`QpidOrder` owns the age order the legacy Qpid ring evicts by: per priority level, the queue's
-entries (ready or acquired) in seq order. Invariant: every READY or ACQUIRED entry of the queue
-is in the deque of its level, in ascending seq; entries that leave are dropped lazily from the
-front (`oldest`).
+`QpidOrder` (held by `Overflow` under a Qpid ring limit) is the age order the legacy Qpid ring
+evicts by: per priority level, the queue's entries (ready or acquired) in seq order.
+Invariant: every READY or ACQUIRED entry of the queue is in the deque of its level, in
+ascending seq; entries that leave are dropped lazily from the front (`oldest`).
 """
 
 from __future__ import annotations
