@@ -49,11 +49,12 @@ and `_fetch_fast` (one lane, no TTL, destructive consumers); the paged tail's ef
 are copied to `_head_n/_b` when they change (`_apply_bound`). The plain and bounded publish
 paths share one inlined enqueue (the plain path pays one local-variable test for it). The first
 message with an expiry time clears the fast paths for good (`Expiry.on_first` calls
-`_saw_expiry_now`). Outcomes are module globals
-(`_ENQUEUED`...: reading an Enum member costs about one small object here). Anything unusual
-(a spill, a put-back message, a scheduling header, an eviction other than the tail's, a TTL)
-leaves for the owners' general code. The browse index (`_index`, browse.py) is a `Queue`
-attribute for the same reason: the publish fast paths append to it inline.
+`_saw_expiry_now`). Outcomes are module globals (`_ENQUEUED`...: reading an Enum member costs
+about one small object here). Anything unusual (a spill, a put-back message, a scheduling
+header, an eviction other than the tail's, a TTL) leaves for the owners' general code. The
+browse index (`_index`, browse.py) is a `Queue` attribute for the same reason: the publish fast
+paths append to it inline. With this shape, `engine_bench.py` alternated with the single-class
+engine it replaced shows every scenario level (within the run-to-run noise).
 
 Paging (bounded in-memory head). With a `SpillStore` (given by the broker when a data directory
 exists), a `pageable` queue (single lane, no LVQ, no browse index, no limit that needs
