@@ -16,12 +16,15 @@ and the reads that need no index (`head_seq`, `ready_without_index`), each given
 reads explicitly (the index, or the queue's `Contents`). Building the index pages the whole
 queue in and stops its paging (`Queue.pageable`), so readers that must not stop a queue's
 paging (the streams API, `head_seq`) use the index-free reads: the ready messages in memory,
-then the spilled tail, which follows every seq in memory, read in place. Bodies paged one by
-one are read in place through `peek`.
+merged by seq with the spilled tail read in place. The spill continues the lane's tail only
+(paging.py): a message released from the schedule to the head, or requeued after that, can
+have a higher seq than spilled ones, so the spill is read whenever `Contents.spill_floor`
+does not rule it out. Bodies paged one by one are read in place through `peek`.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
@@ -128,12 +131,17 @@ def ready_in_memory(lane: Lane, after: SeqId | None) -> list[Entry]:
 
 
 def head_seq(contents: Contents) -> SeqId | None:
-    """The lowest seq of a ready or unacked message (see `Queue.head_seq`): spilled messages
-    follow every message in memory, so the spill matters only when memory holds none, and
-    then one read-ahead batch is paged in, as a fetch would."""
+    """The lowest seq of a ready or unacked message (see `Queue.head_seq`): the spill matters
+    only when it may hold a seq below the lowest in memory (`Contents.spill_floor`: never while
+    the tail holds a ready message), and then one read-ahead batch is paged in, as a fetch
+    would, which brings the spill's first message into the tail."""
     best = lowest_in_memory(contents.lanes, contents.unacked)
     paging = contents.paging
-    if best is None and paging.spilled and paging.refill_batch(contents.lane.tail):
+    if (
+        paging.spilled
+        and (best is None or contents.spill_floor() < best)
+        and paging.refill_batch(contents.lane.tail)
+    ):
         best = lowest_in_memory(contents.lanes, contents.unacked)
     return best
 
@@ -142,13 +150,18 @@ def ready_without_index(
     contents: Contents, after: SeqId | None, limit: int, now_ms: int
 ) -> list[Delivery]:
     """Up to `limit` ready messages of a single-lane queue with seqs above `after`, in seq
-    order, without the browse index: those in memory (sorted per call), then the spilled
-    tail read in place through `SpillStore.peek_after`; nothing is paged in."""
+    order, without the browse index: those in memory (sorted per call), merged with the
+    spilled tail read in place through `SpillStore.peek_after` unless `spill_floor` shows that
+    none of it comes before the last answer; nothing is paged in."""
     out: list[Delivery] = []
     if limit <= 0:
         return out
     live = ready_in_memory(contents.lane, after)
     deliveries(live, 0, limit, now_ms, out, contents.store.peek, contents.name)
-    if len(out) < limit and contents.paging.spilled:
-        contents.paging.browse(after, limit, now_ms, out)
+    paging = contents.paging
+    if paging.spilled and (len(out) < limit or contents.spill_floor() < out[-1].seq):
+        spilled: list[Delivery] = []
+        paging.browse(after, limit, now_ms, spilled)
+        if spilled:
+            out = list(itertools.islice(heapq.merge(out, spilled, key=_seq_of), limit))
     return out

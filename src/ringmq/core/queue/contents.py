@@ -140,14 +140,10 @@ class Contents:
             else:
                 return None
         else:
-            e = self.lane.pop()
+            e = self.peek_lane()
             if e is None:
-                if not self.paging.spilled:
-                    return None
-                self.paging.refill_batch(self.lane.tail)
-                e = self.lane.pop()
-                if e is None:
-                    return None
+                return None
+            self.lane.take(e)
         self._uncount(e)
         return e
 
@@ -162,7 +158,9 @@ class Contents:
             paging.refill_batch(self.lane.tail)
         lane = self.lane
         if lane.head or lane.returns:
-            e = lane.pop()
+            e = self.peek_lane()
+            if e is not None:
+                lane.take(e)
         else:
             tail = lane.tail
             e = None
@@ -185,16 +183,39 @@ class Contents:
             c.ready_bytes -= e.size
 
     def peek_head(self) -> Entry | None:
-        """The next delivery, left in place: the head of the highest non-empty level, paging
-        the spill in when the (single) lane ran dry."""
+        """The next delivery, left in place: the head of the highest non-empty level (a
+        single lane pages the spill in when it may come first: `peek_lane`)."""
+        if len(self.lanes) == 1:
+            return self.peek_lane()
         for lane in reversed(self.lanes):
             e = lane.peek()
             if e is not None:
                 return e
-        if self.paging.spilled:
-            self.paging.refill_batch(self.lane.tail)
-            return self.lane.peek()
         return None
+
+    def peek_lane(self) -> Entry | None:
+        """The single lane's next delivery, left in place, the spill taken as the rest of its
+        tail: the lane serves its head, then the lower seq of its returns and its tail, and
+        when the tail is drained a spilled message may be that lower seq (a requeued message
+        released from the schedule can follow it), so one read-ahead batch is paged in first
+        whenever the spill may precede the lane's answer (`spill_floor`)."""
+        lane = self.lane
+        e = lane.peek()
+        paging = self.paging
+        if paging.spilled and (e is None or (not lane.head and self.spill_floor() < e.seq)):
+            paging.refill_batch(lane.tail)
+            e = lane.peek()
+        return e
+
+    def spill_floor(self) -> SeqId:
+        """A seq no spilled message is below: the spill continues the single lane's tail (every
+        spilled seq is above the tail's last one) and none is below `paging.floor` (paging.py).
+        Entries in the lane's head or returns, and unacked ones, may be above it."""
+        floor = self.paging.floor
+        tail = self.lane.tail
+        if tail and tail[-1].seq >= floor:
+            return SeqId(tail[-1].seq + 1)
+        return SeqId(floor)
 
     # --- bodies and paging ---------------------------------------------------------------
 

@@ -232,7 +232,7 @@ class Queue(QueueViews):
 
     def page_out(self) -> int:
         """Page the rear of the in-memory tail out until memory is within the bound; returns
-        how many messages moved (never-delivered ones only: requeued ones precede the spill)."""
+        how many messages moved (never-delivered ones from the tail's rear only: paging.py)."""
         return self._contents.page_out()
 
     def set_body_store(self, store: BodyStore) -> bool:

@@ -109,7 +109,8 @@ class QueueViews:
         """The lowest seq of a waiting (ready) or unacked message; None when there is none.
 
         Scheduled messages do not count. Unlike `browse`, this builds no browse index: when
-        memory holds no message, one read-ahead batch is paged in, as a fetch would.
+        the spilled tail may hold a lower seq than memory (browse.py), one read-ahead batch is
+        paged in, as a fetch would.
         """
         return browse.head_seq(self._view_contents)
 
