@@ -139,3 +139,21 @@ def test_a_recovered_backlog_is_browsed_with_its_stored_flags() -> None:
         assert q.spilled == 7
         fetched = [q.fetch(0, True) for _ in range(9)]
         assert _key([d for d in fetched if d is not None]) == _key(got)
+
+
+def test_a_message_released_at_the_head_above_the_spill_is_browsed_in_seq_order() -> None:
+    # The spill continues the tail, not everything in memory: seq 3, released at the head,
+    # is in memory while seqs 1 and 2 are spilled.
+    q = Queue("q", resolve_queue_settings("q", {}))
+    q.set_spill(MemorySpillStore())
+    q.set_memory_bound(1, 1 << 20)
+    for body, headers in ((b"a", None), (b"b", None), (b"c", {"x-delay": 20})):
+        q.publish(Message("", "q", b"", body, headers), 0)
+    q.tick(20)
+    assert q.spilled == 2
+    expected = copy.deepcopy(q).browse_many(None, 3, 20)
+    assert [d.seq for d in expected] == [1, 2, 3]
+    for limit in (1, 2, 3):
+        assert _key(q.browse_ready(None, limit, 20)) == _key(expected[:limit])
+    assert _key(q.browse_ready(SeqId(1), 3, 20)) == _key(expected[1:])
+    assert q.spilled == 2

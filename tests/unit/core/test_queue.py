@@ -17,6 +17,7 @@ from ringmq.core.queue import (
     PublishOutcome,
     Queue,
 )
+from ringmq.core.queue.lanes import GONE
 from ringmq.core.settings import resolve_queue_settings
 
 
@@ -460,6 +461,19 @@ def test_scheduled_release_obeys_reject_publish() -> None:
     assert bodies(q) == ["A"]
     assert dead(q) == [("S", "maxlen")]
     assert q.counters.overflow_rejected == 1
+
+
+def test_scheduled_release_refused_leaves_the_queue_for_good() -> None:
+    # A released message the limit refuses leaves the queue (GONE), so the browse index, which
+    # holds it since it was scheduled, treats it as removed (and compaction drops it).
+    q = queue({"x-max-length": 1, "x-overflow": "reject-publish"})
+    assert q.browse_many(None, 1, 0) == []  # builds the browse index
+    q.publish(msg("S", **{"x-delay": 10}), 0)
+    q.publish(msg("A"), 0)
+    q.tick(10)
+    assert q.counters.overflow_rejected == 1
+    assert q._index is not None
+    assert [e.seq for e in q._index if e.state != GONE] == [SeqId(2)]
 
 
 def test_scheduled_ttl_starts_when_released() -> None:

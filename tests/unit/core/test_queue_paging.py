@@ -282,3 +282,22 @@ def test_qpid_flow_to_disk_writes_bodies_to_disk_and_reads_them_back(tmp_path: P
     assert got == [b"body-%d" % i for i in range(10)]
     kit.call(ch, spec.QueueDelete(queue="ftd"))
     assert not [p for p in (tmp_path / "paging").iterdir() if p.name.startswith("b")]
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_a_requeued_released_message_keeps_its_seq_position_against_the_paged_tail(
+    paged: bool, tmp_path: Path
+) -> None:
+    # A scheduled message released at the head has a seq above the spilled ones; requeued,
+    # it goes back by seq, after them, whether the tail is paged or not.
+    q = paged_queue(tmp_path, bound=1) if paged else Queue("q", resolve_queue_settings("q", {}))
+    q.publish(msg(b"b"), 0)
+    q.publish(msg(b"c"), 0)
+    q.publish(msg(b"a", headers={"x-delay": 20}), 0)
+    q.tick(20)
+    first = q.fetch(20)
+    assert first is not None
+    assert first.message.body == b"a"  # released at the head
+    q.requeue([first.seq], 20)
+    assert q.spilled == (2 if paged else 0)
+    assert drain(q) == [b"b", b"c", b"a"]

@@ -6,22 +6,32 @@ Browsing follows seq (publish) order, skips expired, unacked and scheduled messa
 no state: a non-destructive consumer or a read-only reader keeps the last seq it saw as its
 cursor. The *browse index* is every live entry of a queue in seq order (ready, unacked and
 scheduled), built on the first browse and then appended to by every publish; entries that leave
-are only marked GONE and skipped, and `compact` drops them once they dominate.
+are only marked GONE and skipped, and `compact` drops them once they dominate. Reading `limit`
+messages after a cursor (`Queue.browse_many`) gives exactly what `limit` calls of `browse` give
+when each starts after the previous answer's seq (stopping at the first None).
 
 The index is owned by the `Queue` (its publish fast paths append to it inline: one attribute
 test per publish when no index exists); this module holds the functions that build and read it,
-and the reads that need no index (`lowest_in_memory`, `ready_in_memory`), each given the state
-it reads explicitly. Bodies paged one by one are read in place through `peek`.
+and the reads that need no index (`head_seq`, `ready_without_index`), each given the state it
+reads explicitly (the index, or the queue's `Contents`). Building the index pages the whole
+queue in and stops its paging (`Queue.pageable`), so readers that must not stop a queue's
+paging (the streams API, `head_seq`) use the index-free reads: the ready messages in memory,
+merged by seq with the spilled tail read in place. The spill continues the lane's tail only
+(paging.py): a message released from the schedule to the head, or requeued after that, can
+have a higher seq than spilled ones, so the spill is read whenever `Contents.spill_floor`
+does not rule it out. Bodies paged one by one are read in place through `peek`.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.lanes import COMPACT_MIN, GONE, READY, Entry, Lane
 from ringmq.core.queue.records import Delivery
 
@@ -29,8 +39,10 @@ __all__ = [
     "build_index",
     "compact_index",
     "deliveries",
+    "head_seq",
     "lowest_in_memory",
     "ready_in_memory",
+    "ready_without_index",
     "start_after",
 ]
 
@@ -39,12 +51,9 @@ Peek = Callable[[str, SeqId], Message]
 _seq_of: Final = lambda e: e.seq  # noqa: E731  (bisect key)
 
 
-def build_index(
-    lanes: list[Lane], unacked: Iterable[Entry], scheduled: Iterable[Entry]
-) -> list[Entry]:
-    """Every live entry in seq order."""
-    live = [e for lane in lanes for e in lane.entries()]
-    live.extend(unacked)
+def build_index(contents: Contents, scheduled: Iterable[Entry]) -> list[Entry]:
+    """Every live entry in seq order: ready and unacked (`contents`) and `scheduled`."""
+    live = contents.live_entries()
     live.extend(scheduled)
     live.sort()
     return live
@@ -119,3 +128,40 @@ def ready_in_memory(lane: Lane, after: SeqId | None) -> list[Entry]:
     ]
     live.sort()
     return live
+
+
+def head_seq(contents: Contents) -> SeqId | None:
+    """The lowest seq of a ready or unacked message (see `Queue.head_seq`): the spill matters
+    only when it may hold a seq below the lowest in memory (`Contents.spill_floor`: never while
+    the tail holds a ready message), and then one read-ahead batch is paged in, as a fetch
+    would, which brings the spill's first message into the tail."""
+    best = lowest_in_memory(contents.lanes, contents.unacked)
+    paging = contents.paging
+    if (
+        paging.spilled
+        and (best is None or contents.spill_floor() < best)
+        and paging.refill_batch(contents.lane.tail)
+    ):
+        best = lowest_in_memory(contents.lanes, contents.unacked)
+    return best
+
+
+def ready_without_index(
+    contents: Contents, after: SeqId | None, limit: int, now_ms: int
+) -> list[Delivery]:
+    """Up to `limit` ready messages of a single-lane queue with seqs above `after`, in seq
+    order, without the browse index: those in memory (sorted per call), merged with the
+    spilled tail read in place through `SpillStore.peek_after` unless `spill_floor` shows that
+    none of it comes before the last answer; nothing is paged in."""
+    out: list[Delivery] = []
+    if limit <= 0:
+        return out
+    live = ready_in_memory(contents.lane, after)
+    deliveries(live, 0, limit, now_ms, out, contents.store.peek, contents.name)
+    paging = contents.paging
+    if paging.spilled and (len(out) < limit or contents.spill_floor() < out[-1].seq):
+        spilled: list[Delivery] = []
+        paging.browse(after, limit, now_ms, spilled)
+        if spilled:
+            out = list(itertools.islice(heapq.merge(out, spilled, key=_seq_of), limit))
+    return out

@@ -115,15 +115,18 @@ class Lane:
 
     def pop(self) -> Entry | None:
         e = self.peek()
-        if e is None:
-            return None
+        if e is not None:
+            self.take(e)
+        return e
+
+    def take(self, e: Entry) -> None:
+        # Remove `e`, the entry `peek` just returned, from the front of its container.
         if self.head and self.head[0] is e:
             self.head.popleft()
         elif self.returns and self.returns[0] is e:
             heapq.heappop(self.returns)
         else:
             self.tail.popleft()
-        return e
 
     def compact(self) -> None:
         self.head = deque(e for e in self.head if e.state == READY)

@@ -6,14 +6,15 @@ A queue has at most one `settings.Limit` (what is counted, count and byte bounds
 This module holds the rules that read it: whether the counted set (ready + paged, plus
 acquired when the limit counts them) with some extra messages would exceed it (`over`,
 `over_count`, `over_bytes`), the reason a reject-publish limit gives (`refusal`), and the
-plain-int thresholds the queue's bounded publish fast path compares (`FastBounds`). The
-overflow actions themselves (evict, drop, dead-letter) change lanes, so they stay in the queue
-(`Queue._enforce`, one `match`).
+plain-int thresholds the queue's bounded publish fast path compares (`FastBounds`), and which
+of the queue's inlined fast paths a configuration allows (`FastPaths`). The overflow actions
+themselves (evict, drop, dead-letter) change lanes: they are `Overflow`'s (overflow.py, one
+`match` in `enforce`).
 
-`QpidOrder` owns the age order the legacy Qpid ring evicts by: per priority level, the queue's
-entries (ready or acquired) in seq order. Invariant: every READY or ACQUIRED entry of the queue
-is in the deque of its level, in ascending seq; entries that leave are dropped lazily from the
-front (`oldest`).
+`QpidOrder` (held by `Overflow` under a Qpid ring limit) is the age order the legacy Qpid ring
+evicts by: per priority level, the queue's entries (ready or acquired) in seq order.
+Invariant: every READY or ACQUIRED entry of the queue is in the deque of its level, in
+ascending seq; entries that leave are dropped lazily from the front (`oldest`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from typing import Any, Final
 
 from ringmq.core.queue.lanes import ACQUIRED, READY, Entry
 from ringmq.core.queue.records import UNBOUNDED, QueueCounters
-from ringmq.core.settings import Counted, Limit, LimitAction
+from ringmq.core.settings import Counted, Limit, LimitAction, QueueSettings
 
 __all__ = [
     "FAST_ACTIONS",
     "PAGEABLE_ACTIONS",
     "QPID_ACTIONS",
     "FastBounds",
+    "FastPaths",
     "QpidOrder",
     "describe",
     "over",
@@ -89,6 +91,44 @@ class FastBounds:
             reject_n=max_n,
             reject_b=max_b,
             reject_dlx=limit.action is LimitAction.REJECT_PUBLISH_DLX,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FastPaths:
+    """Which of `Queue`'s inlined fast paths a configuration allows (see engine.py)."""
+
+    plain: bool
+    """Publish: no limit, TTL, LVQ, priority or browsing (the plain publish path)."""
+    bounded: Limit | None
+    """Publish: the limit, when a ready-counted `FAST_ACTIONS` limit is the only option."""
+    fetch: bool
+    """Fetch: one lane, no expiry to check, destructive consumers."""
+    lvq: bool
+    """Publish: the LVQ key is the only option."""
+
+    @classmethod
+    def of(cls, settings: QueueSettings, saw_expiry: bool) -> FastPaths:
+        """The fast paths of `settings`; none that checks no expiry once a message had one."""
+        limit = settings.limit
+        fetch = (
+            settings.message_ttl_ms is None
+            and not saw_expiry
+            and not settings.max_priority
+            and not settings.non_destructive
+        )
+        simple = fetch and settings.lvq_key is None
+        bounded = (
+            simple
+            and limit is not None
+            and limit.counts is Counted.READY
+            and limit.action in FAST_ACTIONS
+        )
+        return cls(
+            plain=simple and limit is None,
+            bounded=limit if bounded else None,
+            fetch=fetch,
+            lvq=settings.lvq_key is not None and limit is None and fetch,
         )
 
 

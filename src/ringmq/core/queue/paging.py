@@ -10,18 +10,26 @@ effective `head_*` bounds and the `low_*` read-ahead marks derived from it by `s
 The queue keeps at most `head_n` ready messages / `head_b` body bytes in memory. Past the bound,
 `page_out` moves the rear of the lane's tail to the *front* of the spill; while anything is
 spilled, new publishes go behind it (`push`). `refill` pages the oldest spilled messages back
-into the tail as new entries. Spilled messages are a suffix of the queue in seq order: every
-spilled seq is greater than every seq in memory (ready or unacked), because only
-never-delivered tail messages spill and requeued messages return to memory.
+into the tail as new entries. The spill continues the lane's *tail* in seq order: every spilled
+seq is greater than every seq in the tail, because only never-delivered messages from the
+tail's rear spill and new ones go behind them. It does not follow everything in memory: a
+scheduled message released at the head (then perhaps unacked, or requeued into the lane's
+returns) can have a higher seq than spilled ones. `floor` is a seq no spilled message is below
+(the spill's first seq after `page_out`, the one after the last paged in after `refill`), so a
+reader that needs the lowest seq learns from memory alone whether the spill can hold it
+(`Contents.spill_floor`, the one place that combines the two).
 
 Invariants: `spilled`/`spilled_bytes` count the store plus the buffer, `_stored` the store
-alone; the queue's `counters.paged`/`paged_bytes` include them (the paged tail moves those
-counters and `ready`/`ready_bytes` together, so `message_count` never changes by paging).
+alone; every spilled seq is above every seq in the lane's tail and at least `floor`; the
+queue's `counters.paged`/`paged_bytes` include them (the paged tail moves those counters and
+`ready`/`ready_bytes` together, so `message_count` never changes by paging).
 Spilled seqs below `_restored_below` come from recovery and carry the stored redelivered flag
 and delivery counts. Inactive (`set_active(False)`): unbounded, nothing spilled.
 
-The queue passes its single lane's tail deque explicitly; the tail does not know lanes,
-limits or the browse index.
+Consumers page a batch back in (`refill_batch`: read-ahead of half the bound) when memory falls
+to a quarter of the bound (`low_*`; `Contents.pop_next`), so they see queue order through
+publish, requeue, page out and page in. `Contents` passes its single lane's tail deque
+explicitly; the tail does not know lanes, limits or the browse index.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ class PagedTail:
         "_stored",
         "bound_b",
         "bound_n",
+        "floor",
         "head_b",
         "head_n",
         "low_b",
@@ -75,6 +84,7 @@ class PagedTail:
         self.spilled = 0  # spilled messages (store + buffer)
         self.spilled_bytes = 0
         self._stored = 0  # of which in the store
+        self.floor = 0  # no spilled seq is below it (a lower bound, exact after `page_out`)
         # Recovered backlog left in the spill (`restore`): spilled seqs below
         # `_restored_below` came from the store, with these flags and delivery counts.
         self._restored_below = 0
@@ -103,7 +113,7 @@ class PagedTail:
         """Move the rear of `tail` to the front of the spill until memory is within the bound.
 
         Returns (messages paged, gone entries dropped from `tail` on the way). Only
-        never-delivered messages move; requeued ones stay in memory (they precede the spill).
+        never-delivered messages move; requeued ones stay in memory (in the lane's returns).
         """
         c = self._counters
         head_n, head_b = self.head_n, self.head_b
@@ -133,6 +143,7 @@ class PagedTail:
             return 0, gone
         moved.reverse()
         spill.push_front(moved)
+        self.floor = moved[0][0]  # the tail's rear went before the spill: its first seq now
         c.ready -= n
         c.ready_bytes -= nbytes
         c.paged += n
@@ -173,6 +184,8 @@ class PagedTail:
             k = max_count - len(items)
             items.extend(buf[:k])
             del buf[:k]
+        if items:
+            self.floor = items[-1][0] + 1  # what stays spilled follows what came back
         n = nbytes = 0
         restored_below = self._restored_below
         for seq, msg, expires_at in items:
@@ -216,6 +229,7 @@ class PagedTail:
         c.paged -= n
         c.paged_bytes -= self.spilled_bytes
         self.spilled = self.spilled_bytes = self._stored = 0
+        self.floor = 0
         self._restored_below = 0
         self._restored_counts = {}
         return n
@@ -233,22 +247,29 @@ class PagedTail:
         nbytes: int,
         *,
         redelivered: bool,
-        delivery_counts: dict[SeqId, int],
+        counts: dict[SeqId, int],
         below: SeqId,
     ) -> None:
-        """Adopt a recovered backlog of `count` messages left in `spill` (see
-        `Queue.restore_spilled`)."""
+        """Adopt a recovered backlog of `count` messages (`nbytes` body bytes) left in `spill`.
+
+        Called after the queue's `restore` put the head in memory: every seq in `spill` is
+        above every restored one, in seq order. The queue then pages it in as it drains, as if
+        it had paged it out itself, and uses `spill` for later paging too. Paged-in messages
+        with a seq below `below` get `redelivered` (or a delivery count from `counts`: then
+        flagged redelivered).
+        """
         assert not self.spilled, "restore_spilled runs once, on a queue with nothing paged"
         self.spill = spill
         self.spilled = self._stored = count
         self.spilled_bytes = nbytes
+        self.floor = 0  # unknown; the backlog follows the restored tail (`Contents.spill_floor`)
         c = self._counters
         c.paged += count
         c.paged_bytes += nbytes
         c.added += count
         self._restored_below = below
         self._restored_redelivered = redelivered
-        self._restored_counts = delivery_counts
+        self._restored_counts = counts
 
     def recovered_state(self, seq: SeqId, *, forget: bool) -> tuple[int, bool]:
         """(delivery count, redelivered) of a spilled message as recovery stored them; a

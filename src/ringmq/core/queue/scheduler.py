@@ -10,8 +10,9 @@ keeps) and is subject to no limit until the queue releases it to the head of its
 taken) is dropped when it reaches the top of the heap.
 
 Invariants: `counters.scheduled` equals the number of SCHEDULED entries in the heap, and
-`scheduled_bytes` the sum of their sizes. The scheduler never touches lanes or limits: the queue
-admits what it releases.
+`scheduled_bytes` the sum of their sizes. The scheduler never touches lanes or limits: what it
+releases (`release_due`, `release_now`) goes to the `release` step it is given
+(`Overflow.release`, which admits it at the head under the limit).
 """
 
 from __future__ import annotations
@@ -22,9 +23,17 @@ from typing import Any
 
 from ringmq.core.message import SeqId
 from ringmq.core.queue.lanes import GONE, SCHEDULED, Entry
-from ringmq.core.queue.records import QueueCounters, ScheduledMessage
+from ringmq.core.queue.records import (
+    SCHEDULED_RELEASE_BATCH,
+    PublishOutcome,
+    QueueCounters,
+    ScheduledMessage,
+)
 
-__all__ = ["Scheduler", "schedule_due"]
+__all__ = ["Release", "Scheduler", "future_due", "schedule_due"]
+
+Release = Callable[[Entry, int], PublishOutcome]
+"""Where released entries go: `(entry, now_ms) -> outcome` (`Overflow.release`)."""
 
 
 def schedule_due(headers: dict[str, Any], now_ms: int) -> int | None:
@@ -39,6 +48,13 @@ def schedule_due(headers: dict[str, Any], now_ms: int) -> int | None:
     if type(delay) is int or type(delay) is float:
         return now_ms + int(delay)
     return None
+
+
+def future_due(headers: dict[str, Any], now_ms: int) -> int | None:
+    """The due time `headers` ask for if it is after `now_ms` (the message is scheduled),
+    else None (it is enqueued at once)."""
+    due = schedule_due(headers, now_ms)
+    return due if due is not None and due > now_ms else None
 
 
 class Scheduler:
@@ -94,8 +110,26 @@ class Scheduler:
             out.append(ScheduledMessage(seq, e.msg, due))
         return out
 
+    def release_due(self, now_ms: int, release: Release) -> None:
+        """Release the entries due at `now_ms`, at most `SCHEDULED_RELEASE_BATCH` of them
+        (a backlog after downtime does not starve live traffic)."""
+        for _ in range(SCHEDULED_RELEASE_BATCH):
+            e = self.pop_due(now_ms)
+            if e is None:
+                return
+            release(e, now_ms)
+
+    def release_now(self, seqs: Iterable[SeqId] | None, now_ms: int, release: Release) -> int:
+        """Release the given scheduled entries (all when None) now, by due time; returns how
+        many were released (accepted or not)."""
+        picked = self.take(seqs)
+        for e in picked:
+            release(e, now_ms)
+        return len(picked)
+
     def purge(self, on_remove: Callable[[SeqId], None] | None) -> int:
-        """Drop every scheduled entry (GONE, reported to `on_remove`); returns how many."""
+        """Drop every scheduled entry (GONE, reported to `on_remove`, counted `purged`);
+        returns how many."""
         n = 0
         for _, _, e in self._heap:
             if e.state == SCHEDULED:
@@ -106,6 +140,7 @@ class Scheduler:
         self._heap.clear()
         c = self._counters
         c.scheduled = c.scheduled_bytes = 0
+        c.purged += n
         return n
 
     def take(self, seqs: Iterable[SeqId] | None) -> list[Entry]:
