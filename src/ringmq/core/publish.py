@@ -63,6 +63,8 @@ ADDRESS_FULL: Final = "address-full"
 _REJECTED: Final = PublishOutcome.REJECTED
 _SCHEDULED: Final = PublishOutcome.SCHEDULED
 _TX: Final = ChannelMode.TX
+_DELAYED: Final = ExchangeType.DELAYED
+_BLOCK: Final = LimitAction.BLOCK
 _CONFIRM: Final = ChannelMode.CONFIRM
 
 
@@ -152,15 +154,30 @@ class Publisher:
             s.tx.publishes.append(TxPublish(x.name, msg.routing_key, mandatory, msg))
             return
         seq = s.next_publish_seq() if mode is _CONFIRM else 0
-        resources.address_fail = None
-        refused, stored = self.route(vh, x, msg, mandatory, s, now_ms)
-        fail = resources.pop_address_fail()
-        if fail is not None and not seq:
+        # A guard in front of `route` for the common publish (no headers, no message id, not
+        # delayed, at least one queue reached): the same `enqueue` step without the call and
+        # its tests (benchmarks/hotpath_bench.py --profile). Anything else routes in full.
+        queues: tuple[QueueEntity, ...] = ()
+        if msg.headers is None and msg.message_id is None and x.type is not _DELAYED:
+            rk = msg.routing_key
+            if x.name:
+                queues = vh.route(x, rk, None)
+            else:  # the default exchange: the queue of that name (reply-to names are none)
+                q0 = vh.queues.get(rk)
+                if q0 is not None:
+                    queues = (q0,)
+        if queues:
+            refused, stored = self.enqueue(vh, x, queues, msg, s.conn_id, now_ms)
+        else:
+            refused, stored = self.route(vh, x, msg, mandatory, s, now_ms)
+        if refused is ADDRESS_FULL and not seq:
             # Artemis FAIL without confirms: the producer's send fails (a session error);
             # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
             # A limited queue was published to: the next command flushes.
-            state.eager = True
-            raise address_full(fail)
+            fail = resources.pop_address_fail()
+            if fail is not None:
+                state.eager = True
+                raise address_full(fail)
         if seq:
             self.confirms.confirm_publish(s, seq, refused, stored)
 
@@ -230,8 +247,8 @@ class Publisher:
                 limit = q.settings.limit
                 if limit is not None and limit.family == "address":
                     self.resources.address_fail = q
-                    refused = ADDRESS_FULL
-                else:
+                    refused = ADDRESS_FULL  # it decides: the producer's send fails
+                elif refused is None:
                     refused = OVERFLOW
                 if msg.message_id is not None:
                     state.dedup.refused(vh.name, x, q, msg.message_id)
@@ -266,10 +283,10 @@ class Publisher:
                 ):
                     state.eager = True
                 if (
-                    conn_id is not None
-                    and limit is not None
-                    and limit.action is LimitAction.BLOCK
+                    limit is not None
+                    and limit.action is _BLOCK
                     and engine.over_limit
+                    and conn_id is not None
                 ):
                     self.resources.block(conn_id, q)
         return refused, stored
