@@ -77,6 +77,8 @@ class ConsumerSet:
 
     def __init__(self, single_active: bool = False) -> None:
         self.single_active = single_active
+        self.credited = False
+        """Some consumer of the queue was ever given link credit (dispatch then counts it)."""
         self.all: list[Consumer] = []
         self._groups: list[tuple[int, list[Consumer]]] = []  # by priority, highest first
         self._rr: dict[int, int] = {}

@@ -105,6 +105,8 @@ class Delivery:
         if credit is not None and credit < 0:
             raise BrokerError(Condition.PRECONDITION_FAILED, f"invalid credit {credit}")
         consumer.credit = credit
+        if credit is not None:
+            consumer.queue.consumers.credited = True
         consumer.drain = drain and credit is not None
         if consumer.drain:
             self.draining[id(consumer)] = consumer
@@ -383,6 +385,7 @@ class Delivery:
         dur = state.durability
         persisted = dur.persisted(q) if dur is not None else None
         counters = engine.counters  # ready_count = ready + paged, without the property call
+        credited = consumers.credited  # link credit is counted only where some was given
         while counters.ready or counters.paged:
             if not budget:
                 state.backlog[id(q)] = q
@@ -406,7 +409,7 @@ class Delivery:
                     dur.delivered(q, d.seq, d.delivery_count)
             append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
             budget -= 1
-            if c.credit is not None:
+            if credited and c.credit is not None:
                 c.credit -= 1
         delivered = DISPATCH_BATCH - budget
         if delivered:
