@@ -250,8 +250,14 @@ class Broker:
         state = self.state
         if not state.dirty:
             return []
-        out = state.begin(now_ms)
-        self.finish(now_ms)
+        # `begin` + `finish`, inline: the server calls this once per read batch.
+        out: list[Effect] = []
+        state.out = out
+        state.now_ms = now_ms
+        state.eager = False
+        self.delivery.flush(now_ms)
+        if state.defs_dirty:
+            state.end()
         return out
 
     def queue_changed(self, q: QueueEntity, now_ms: int) -> list[Effect]:
