@@ -24,6 +24,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
@@ -48,6 +49,19 @@ _EXCLUSIVE_LOCKED: Final = (
     "declared on another connection or the exclusive property value does not match that of the "
     "original declaration."
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What a queue declare answers (plain values, as every protocol reports them)."""
+
+    name: str
+    message_count: int
+    consumer_count: int
+
+
+def _declared(q: QueueEntity) -> Declared:
+    return Declared(q.name, q.queue.ready_count, len(q.consumers))
 
 
 def locked(q: str, vhost: str) -> BrokerError:
@@ -164,7 +178,7 @@ class Topology:
         auto_delete: bool,
         arguments: Mapping[str, Any] | None,
         now_ms: int,
-    ) -> QueueEntity:
+    ) -> Declared:
         """Declare a queue for session `s` (an empty name gets a server-chosen `amq.gen-`
         name); an existing one must be equivalent. The session's last declared queue is set."""
         state = self.state
@@ -200,15 +214,15 @@ class Topology:
             except SettingsError as exc:
                 raise _settings_error(exc) from None
         s.last_queue = name
-        return q
+        return _declared(q)
 
-    def declare_queue_passive(self, s: Session, name: str, now_ms: int) -> QueueEntity:
+    def declare_queue_passive(self, s: Session, name: str, now_ms: int) -> Declared:
         """The queue a passive declare names (NOT_FOUND / RESOURCE_LOCKED); it becomes the
         session's last declared queue."""
         q = self.queue_for(s, self.queue_name(s, name))
         q.last_used_ms = now_ms
         s.last_queue = q.name
-        return q
+        return _declared(q)
 
     @staticmethod
     def _assert_equivalent(
@@ -322,20 +336,26 @@ class Topology:
 
     def delete_for(
         self, s: Session, queue: str, *, if_unused: bool, if_empty: bool
-    ) -> tuple[QueueEntity | None, int]:
+    ) -> tuple[str, int]:
         """The checks of a queue delete by session `s` (configure permission; locked when
-        another connection owns it); returns the queue (None if missing: no error) and its
-        ready count. The caller replies, then calls `delete_queue` (RabbitMQ sends delete-ok
-        before the cancels of the queue's consumers)."""
+        another connection owns it); returns the queue's name ("" when it does not exist: no
+        error) and its ready count. The caller replies, then calls `delete_named` (RabbitMQ
+        sends delete-ok before the cancels of the queue's consumers)."""
         vh = s.vhost
         qname = self.queue_name(s, queue)
         s.check(self.state.auth, Access.CONFIGURE, "queue", qname)
         q = vh.queues.get(qname)
         if q is None:
-            return None, 0
+            return "", 0
         if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
             raise locked(qname, vh.name)
-        return q, self.check_delete(vh, q, if_unused=if_unused, if_empty=if_empty)
+        return qname, self.check_delete(vh, q, if_unused=if_unused, if_empty=if_empty)
+
+    def delete_named(self, s: Session, name: str, now_ms: int) -> None:
+        """Delete queue `name` of the session's vhost (checked by `delete_for`)."""
+        q = s.vhost.queues.get(name)
+        if q is not None:
+            self.delete_queue(s.vhost, q, now_ms)
 
     def delete_queue(self, vh: VHost, q: QueueEntity, now_ms: int) -> None:
         """Remove a queue: cancel its consumers (notifying them), drop its bindings."""

@@ -107,7 +107,7 @@ def queue_declare(
             b,
             s,
             spec.QueueDeclareOk(
-                queue=q.name, message_count=q.queue.ready_count, consumer_count=len(q.consumers)
+                queue=q.name, message_count=q.message_count, consumer_count=q.consumer_count
             ),
         )
 
@@ -139,13 +139,13 @@ def queue_delete(
     b: Broker, s: Session, m: spec.QueueDelete, _c: RawContent | None, now_ms: int
 ) -> None:
     topology = b.topology
-    q, count = topology.delete_for(s, m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+    name, count = topology.delete_for(s, m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
     # delete-ok goes before the basic.cancel of the queue's consumers, this channel's
     # included (RabbitMQ's order; py-amqp fails a delete whose reply comes after a cancel)
     if not m.no_wait:
         _reply(b, s, spec.QueueDeleteOk(message_count=count))
-    if q is not None:
-        topology.delete_queue(s.vhost, q, now_ms)
+    if name:
+        topology.delete_named(s, name, now_ms)
 
 
 # ---------------------------------------------------------------------- consumers
