@@ -55,6 +55,12 @@ from ringmq.core.texts import as_str
 from ringmq.core.transactions import Confirms
 from ringmq.core.vhost import QueueEntity, VHost
 
+ACCEPTED: Final = "accepted"
+"""Every queue the publish reached took it."""
+BUFFERED: Final = "buffered"
+"""A transaction holds the publish until its commit."""
+UNROUTABLE: Final = "unroutable"
+"""No queue took the publish (it was returned to a mandatory publisher)."""
 OVERFLOW: Final = "overflow"
 """A queue's limit refused the message (RabbitMQ reject-publish, Qpid reject, a full ring)."""
 ADDRESS_FULL: Final = "address-full"
@@ -141,8 +147,14 @@ class Publisher:
     # ------------------------------------------------------------------ the pipeline
     def publish(
         self, s: Session, vh: VHost, x: Exchange, msg: Message, mandatory: bool, now_ms: int
-    ) -> None:
-        """Publish `msg` on session `s` to `x` (checked by `exchange_for`): steps 1 to 4."""
+    ) -> str:
+        """Publish `msg` on session `s` to `x` (checked by `exchange_for`): steps 1 to 4.
+
+        Returns the outcome: `ACCEPTED` (every queue reached took it; a confirm session's
+        confirm may still wait for the fsync), `BUFFERED` (a transaction holds it),
+        `UNROUTABLE` (no queue), or why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`), for
+        adapters whose protocol settles each publish (AMQP 1.0 accepted / released /
+        rejected)."""
         state = self.state
         state.stats["published"] += 1
         resources = self.resources
@@ -152,7 +164,7 @@ class Publisher:
         if mode is _TX:
             assert s.tx is not None
             s.tx.publishes.append(TxPublish(x.name, msg.routing_key, mandatory, msg))
-            return
+            return BUFFERED
         seq = s.next_publish_seq() if mode is _CONFIRM else 0
         # A guard in front of `route` for the common publish (no headers, no message id, not
         # delayed, at least one queue reached): the same `enqueue` step without the call and
@@ -166,10 +178,15 @@ class Publisher:
                 q0 = vh.queues.get(rk)
                 if q0 is not None:
                     queues = (q0,)
+        outcome = ACCEPTED
         if queues:
             refused, stored = self.enqueue(vh, x, queues, msg, s.conn_id, now_ms)
         else:
+            stats = state.stats
+            unroutable = stats["unroutable"]
             refused, stored = self.route(vh, x, msg, mandatory, s, now_ms)
+            if stats["unroutable"] != unroutable:
+                outcome = UNROUTABLE
         if refused is ADDRESS_FULL and not seq:
             # Artemis FAIL without confirms: the producer's send fails (a session error);
             # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
@@ -180,6 +197,7 @@ class Publisher:
                 raise address_full(fail)
         if seq:
             self.confirms.confirm_publish(s, seq, refused, stored)
+        return refused or outcome
 
     def route(
         self,

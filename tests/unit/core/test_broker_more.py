@@ -247,3 +247,30 @@ def test_a_refused_publish_is_confirmed_negatively_with_the_reason() -> None:
         effects = kit.amqp.handle(ch[0], ch[1], method, RawContent(60, 1, pb, b"x"), kit.now)
         reasons += [(e.ok, e.reason) for e in effects if isinstance(e, Confirm)]
     assert reasons == [(True, None), (False, "overflow"), (True, None), (False, "address-full")]
+
+
+def test_the_publish_pipeline_answers_each_publish_with_its_outcome() -> None:
+    from ringmq.core.message import Message
+
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "capped", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    broker = kit.broker
+    session = broker.session(*ch)
+    assert session is not None
+    publisher = broker.publisher
+
+    def publish(exchange: str, rk: str) -> str:
+        vh, x = publisher.exchange_for(session, exchange)
+        msg = Message(exchange, rk, b"\x00\x00", b"x", timestamp_ms=kit.now)
+        broker.begin(kit.now)
+        outcome = publisher.publish(session, vh, x, msg, False, kit.now)
+        broker.finish(kit.now)
+        return outcome
+
+    assert publish("", "capped") == "accepted"
+    assert publish("", "capped") == "overflow"
+    assert publish("", "nowhere") == "unroutable"
+    assert publish("amq.direct", "nowhere") == "unroutable"
+    kit.call(ch, spec.TxSelect())
+    assert publish("", "capped") == "buffered"
