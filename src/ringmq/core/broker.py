@@ -49,7 +49,6 @@ from ringmq.core.delivery import Delivery
 from ringmq.core.durability import Durability, StorePort
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.exchange import Exchange
 from ringmq.core.exchanges import Exchanges
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
@@ -57,7 +56,6 @@ from ringmq.core.publish import BatchPublished, Publisher
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT, BodyStore, SpillStore
 from ringmq.core.resources import Resources
 from ringmq.core.restore import Restore
-from ringmq.core.routing import ExchangeType
 from ringmq.core.session import Conn, Session
 from ringmq.core.settings import QueueSettings
 from ringmq.core.state import State
@@ -96,7 +94,7 @@ class Broker:
         self.publisher = Publisher(state, self.resources, self.delivery, self.confirms)
         self.transactions = Transactions(state, self.publisher, self.delivery)
         self.timers = Timers(state, self.topology, self.publisher)
-        self.restore = Restore(state, self.topology)
+        self.restore = Restore(state, self.topology, self.publisher)
         self._admin: Admin | None = None
         self._load(config)
         self.streams = StreamBooks(self)
@@ -519,49 +517,6 @@ class Broker:
             arguments=arguments,
             now_ms=now_ms,
         )
-
-    def restore_held(self, vh: VHost, x: Exchange, seq: int, msg: Message, due_ms: int) -> None:
-        """Recovery: delayed exchange `x` holds `msg` again (number `seq`) until `due_ms`."""
-        x.hold(msg, due_ms, seq)
-        self.publisher.holding[id(x)] = (vh, x)
-
-    def restore_exchange(
-        self,
-        vhost: str,
-        name: str,
-        kind: ExchangeType,
-        *,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        """Recreate a durable exchange (recovery)."""
-        self.restore.exchange(
-            vhost, name, kind, auto_delete=auto_delete, internal=internal, arguments=arguments
-        )
-
-    def restore_queue(
-        self,
-        vhost: str,
-        name: str,
-        *,
-        auto_delete: bool,
-        arguments: Mapping[str, Any],
-        now_ms: int,
-    ) -> None:
-        """Recreate a durable queue (recovery)."""
-        self.restore.queue(vhost, name, auto_delete=auto_delete, arguments=arguments, now_ms=now_ms)
-
-    def restore_binding(
-        self,
-        vhost: str,
-        source: str,
-        dest: tuple[str, str],
-        routing_key: str,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        """Recreate a binding between durable objects (recovery)."""
-        self.restore.binding(vhost, source, dest, routing_key, arguments)
 
     def recovered_queue(self, q: QueueEntity, now_ms: int) -> None:
         """Recovery put messages back into `q`: arm its timers (TTL, schedule)."""

@@ -14,7 +14,7 @@ the store's recovered state (`storeport.RecoveredPort`) and calls, in this order
    in-memory head (`Queue.memory_bound`); the rest stays on disk and is paged in as the queue
    drains (`Queue.restore_spilled`), so recovery memory does not grow with the backlog.
    Messages of an unknown queue are dropped from the store (logged); a delayed exchange's held
-   messages are held again (`restore_held`), overdue ones released by the next tick.
+   messages are held again (`Restore.held`), overdue ones released by the next tick.
    Every restored seq joins the persisted set of its store key (`track`) before its restore,
    so an older LVQ value it replaces is acked in the store.
 
@@ -93,7 +93,7 @@ def restore_definitions(b: Broker, defs: Mapping[str, Mapping[str, Any]], now_ms
         except ValueError:
             log.warning("stored policy %r refused at recovery", value.get("name"))
     for value in defs.get(EXCHANGE_DEF, {}).values():
-        b.restore_exchange(
+        b.restore.exchange(
             str(value["vhost"]),
             str(value["name"]),
             ExchangeType(value["type"]),
@@ -102,7 +102,7 @@ def restore_definitions(b: Broker, defs: Mapping[str, Mapping[str, Any]], now_ms
             arguments=args_back(value.get("arguments")),
         )
     for value in defs.get(QUEUE_DEF, {}).values():
-        b.restore_queue(
+        b.restore.queue(
             str(value["vhost"]),
             str(value["name"]),
             auto_delete=bool(value.get("auto_delete", False)),
@@ -110,7 +110,7 @@ def restore_definitions(b: Broker, defs: Mapping[str, Mapping[str, Any]], now_ms
             now_ms=now_ms,
         )
     for value in defs.get(BINDING, {}).values():
-        b.restore_binding(
+        b.restore.binding(
             str(value["vhost"]),
             str(value["source"]),
             (str(value["destination_type"]), str(value["destination"])),
@@ -221,6 +221,6 @@ def restore_held(
         rm: RecoveredMessagePort = m
         persisted.add(rm.seq)
         due = rm.due_ms if rm.due_ms is not None else now_ms
-        b.restore_held(vh, x, int(rm.seq), rm.message, due)
+        b.restore.held(vh, x, int(rm.seq), rm.message, due)
         n += 1
     return n

@@ -17,11 +17,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringmq.core.exchange import Exchange
+from ringmq.core.message import Message
+from ringmq.core.publish import Publisher
 from ringmq.core.routing import QUEUE, ExchangeType
 from ringmq.core.settings import SettingsError
 from ringmq.core.state import State
 from ringmq.core.texts import as_str
 from ringmq.core.topology import Topology
+from ringmq.core.vhost import VHost
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +32,15 @@ log = logging.getLogger(__name__)
 class Restore:
     """Recreates stored definitions (see the module docstring)."""
 
-    def __init__(self, state: State, topology: Topology) -> None:
+    def __init__(self, state: State, topology: Topology, publisher: Publisher) -> None:
         self.state = state
         self.topology = topology
+        self.publisher = publisher
+
+    def held(self, vh: VHost, x: Exchange, seq: int, msg: Message, due_ms: int) -> None:
+        """Delayed exchange `x` holds `msg` again (number `seq`) until `due_ms`."""
+        x.hold(msg, due_ms, seq)
+        self.publisher.holding[id(x)] = (vh, x)
 
     def exchange(
         self,
