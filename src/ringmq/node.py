@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import fields
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,7 +33,6 @@ from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
 from ringmq.core.throttle import LoginGuard
 from ringmq.management.app import create_app
-from ringmq.management.port import ConnectionInfo, ListenerInfo
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.httpserve import ASGIApp
 from ringmq.server.memory import MemoryMonitor
@@ -42,6 +40,7 @@ from ringmq.server.options import ServerOptions
 from ringmq.server.runtime import BrokerServer, Core, Emit, OpenCore
 from ringmq.server.setup import apply_declarations, broker_config
 from ringmq.server.thread import ServerThread, run_server
+from ringmq.status import ConnectionInfo, ListenerInfo
 from ringmq.storage.bodystore import SpillDirectory
 from ringmq.storage.store import FileStore
 
@@ -133,8 +132,8 @@ def open_core(options: ServerOptions) -> OpenCore:
 class ManagementRuntime:
     """Management's `Runtime` port over a running `BrokerServer`.
 
-    The server's records (`ConnectionStatus`, `ListenerStatus`) become management's
-    (`ConnectionInfo`, `ListenerInfo`); batches, effects and durability go straight through.
+    Connections and listeners are the server's records (`ringmq.status`, which management's
+    port names too); batches, effects and durability go straight through.
     """
 
     def __init__(self, server: BrokerServer) -> None:
@@ -156,16 +155,13 @@ class ManagementRuntime:
         return self.server.login_guard
 
     def connections(self) -> list[ConnectionInfo]:
-        return [
-            ConnectionInfo(**{f.name: getattr(s, f.name) for f in fields(s)})
-            for s in self.server.connections()
-        ]
+        return self.server.connections()
 
     def close_connection(self, name: str, reason: str) -> bool:
         return self.server.close_connection(name, reason)
 
     def listeners(self) -> list[ListenerInfo]:
-        return [ListenerInfo(s.protocol, s.ip_address, s.port) for s in self.server.listeners()]
+        return self.server.listeners()
 
     def run_batch(self, fn: Callable[[], _T]) -> _T:
         return self.server.run_batch(fn)

@@ -10,46 +10,14 @@ tests (`tests/management/conftest.FakeRuntime`) depend on these names alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from ringmq.core.effects import Effect
+from ringmq.status import ConnectionInfo, ListenerInfo
+
+__all__ = ["ConnectionInfo", "ListenerInfo", "Runtime"]
 
 _T = TypeVar("_T")
-
-
-@dataclass(slots=True)
-class ConnectionInfo:
-    """A live client connection, as the server sees it."""
-
-    conn_id: int
-    name: str
-    """RabbitMQ style: "127.0.0.1:53210 -> 127.0.0.1:5672"."""
-    user: str
-    vhost: str
-    peer_host: str
-    peer_port: int
-    host: str
-    port: int
-    connected_at_ms: int
-    state: str = "running"
-    """running, blocking (alarm raised, not yet published), blocked, closing."""
-    blocked_reason: str | None = None
-    channels: int = 0
-    client_properties: dict[str, Any] = field(default_factory=dict)
-    recv_oct: int = 0
-    send_oct: int = 0
-    heartbeat_s: int = 0
-    frame_max: int = 0
-    channel_max: int = 0
-    auth_mechanism: str = "PLAIN"
-
-
-@dataclass(slots=True)
-class ListenerInfo:
-    protocol: str
-    ip_address: str
-    port: int
 
 
 class Runtime(Protocol):

@@ -20,7 +20,7 @@ server/memory.py).
 Management calls come in through the `Runtime` port methods below (`connections()`,
 `listeners()`, `close_connection()`, `run_batch()`, `apply_effects()`): each runs as one batch,
 so the effects it causes reach clients at once. The records they return are the server's own
-(`ConnectionStatus`, `ListenerStatus`); the composition root adapts them to management's.
+(`ringmq.status`: `ConnectionInfo`, `ListenerInfo`, the records management shows as they are).
 
 Shutdown: stop accepting, send Connection.Close 320 CONNECTION_FORCED to every client, give them
 a moment to answer, close the sockets, then stop the management server, wait for the last
@@ -35,8 +35,8 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 import uvicorn
 
@@ -70,6 +70,7 @@ from ringmq.server.options import (
 )
 from ringmq.server.reload import ConfigReload
 from ringmq.server.timers import CLOSE_OK_TIMEOUT_S, Timers
+from ringmq.status import ConnectionInfo, ListenerInfo
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
@@ -87,9 +88,7 @@ __all__ = [
     "SHUTDOWN_GRACE_S",
     "AppFactory",
     "BrokerServer",
-    "ConnectionStatus",
     "Core",
-    "ListenerStatus",
     "OpenCore",
     "ServerOptions",
     "new_event_loop",
@@ -127,40 +126,6 @@ OpenCore: TypeAlias = Callable[[Emit, int], Core]
 """`(emit, now_ms) -> Core`: builds the core; `emit` applies effects of admin calls as a batch."""
 AppFactory: TypeAlias = Callable[["BrokerServer"], ASGIApp]
 """Builds the management app over a started server (its broker and its `Runtime` port)."""
-
-
-@dataclass(slots=True)
-class ConnectionStatus:
-    """A live client connection, as the server sees it (management's `ConnectionInfo`)."""
-
-    conn_id: int
-    name: str
-    user: str
-    vhost: str
-    peer_host: str
-    peer_port: int
-    host: str
-    port: int
-    connected_at_ms: int
-    state: str = "running"
-    blocked_reason: str | None = None
-    channels: int = 0
-    client_properties: dict[str, Any] = field(default_factory=dict)
-    recv_oct: int = 0
-    send_oct: int = 0
-    heartbeat_s: int = 0
-    frame_max: int = 0
-    channel_max: int = 0
-    auth_mechanism: str = "PLAIN"
-
-
-@dataclass(frozen=True, slots=True)
-class ListenerStatus:
-    """A listening socket, as management's `ListenerInfo` names it."""
-
-    protocol: str
-    ip_address: str
-    port: int
 
 
 class BrokerServer:
@@ -469,14 +434,14 @@ class BrokerServer:
 
     # -- Runtime port (management, through the composition root) -----------------------------------
 
-    def connections(self) -> list[ConnectionStatus]:
+    def connections(self) -> list[ConnectionInfo]:
         held = self.flow.held
         out = []
         for c in self.conns.table.values():
             if not c.opened:
                 continue
             out.append(
-                ConnectionStatus(
+                ConnectionInfo(
                     conn_id=c.conn_id,
                     name=c.name,
                     user=c.user,
@@ -515,8 +480,8 @@ class BrokerServer:
             self.conns.close(c, ReplyCode.CONNECTION_FORCED, reason)
         return True
 
-    def listeners(self) -> list[ListenerStatus]:
-        return [ListenerStatus(lst.protocol, lst.host, lst.port) for lst in self._listeners]
+    def listeners(self) -> list[ListenerInfo]:
+        return [ListenerInfo(lst.protocol, lst.host, lst.port) for lst in self._listeners]
 
     def emit(self, effects: list[Effect]) -> None:
         """Apply effects produced outside a client read (admin calls, alarms) as one batch."""
