@@ -1,0 +1,190 @@
+"""What the server asks of a client connection in a protocol other than AMQP 0-9-1.
+
+Theory of operation: the server owns the socket; everything else about a connection of AMQP
+1.0, STOMP or MQTT is one `Handler`, sans-IO, made by that protocol's adapter for each accepted
+socket (`HandlerFactory`). The server drives it, all on the loop thread:
+
+    socket bytes -> Handler.receive_data(data, now_ms) -> core calls -> effects (any connection)
+    -> the server applies them: an effect for a Handler connection -> Handler.apply(effect)
+    -> once per batch: Handler.data_to_send() -> one transport.write
+
+* `receive_data` decodes, runs the protocol's machine and calls the core (the owners of
+  `ringmq.core.broker.Broker`, as `adapters/amqp091` does); it returns the core's effects, in
+  order, for every connection they concern (a publish may deliver to consumers elsewhere). The
+  handler's own protocol replies are queued in its output directly, or come back through
+  `apply` when they are core effects for this connection (its deliveries, confirms, ...): the
+  server applies a call's effects in order, so replies and deliveries keep their order as long
+  as the handler queues its direct replies before returning.
+* After each read batch the server calls `Broker.dispatch_pending(now_ms)` and applies what it
+  returns (the server sets `defer_dispatch`, so a plain publish's dispatch waits for it).
+* `tick` runs from the server's periodic sweep (twice a second): heartbeats and keep-alive,
+  idle timeouts, anything the protocol times out.
+* `close` is a close the server starts (shutdown, an operator, a bug on this connection): queue
+  the protocol's close or error frame. `closed` turns true once the handler wants the socket
+  closed (after its close handshake, or at once for protocols without one): the server writes
+  what `data_to_send` still has and closes the socket.
+* `connection_lost` is the end, however it came: release the connection's core state
+  (`Broker.connection_closed`, which requeues unsettled deliveries) and return the effects.
+  It is called exactly once, and only for a handler whose `opened` was true at some point.
+* Errors: a protocol error or a refused core call is answered in the protocol's own terms on
+  this connection (AMQP 1.0 error conditions, a STOMP ERROR frame, an MQTT reason code or
+  disconnect) by the handler itself. An exception escaping a handler method is a defect: the
+  server logs it, calls `close(Condition.INTERNAL_ERROR, ...)`, closes the socket and drops
+  the connection; the broker keeps serving.
+* Flow: `Block` / `Unblock` effects also pause and resume reading the socket (the server does
+  that before handing the effect to `apply`); a handler with a way to tell its client (AMQP 1.0
+  link credit) may do so in `apply`.
+
+Logins go through `HandlerContext.login`, which applies the shared failed-login throttle
+(`core.throttle.LoginGuard`, also used by AMQP 0-9-1 and the management API).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ringmq.core.effects import Effect
+from ringmq.core.errors import BrokerError, Condition
+
+if TYPE_CHECKING:
+    from ringmq.core.broker import Broker
+    from ringmq.core.throttle import LoginGuard
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Both ends of an accepted socket."""
+
+    host: str
+    port: int
+    local_host: str
+    local_port: int
+    tls: bool = False
+
+    @property
+    def address(self) -> str:
+        """The client's "host:port" (what the core records as the connection's peer)."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def loopback(self) -> bool:
+        """The client connects from this machine (the default user is loopback-only)."""
+        h = self.host
+        return h.startswith("127.") or h in {"::1", "::ffff:127.0.0.1", "localhost"}
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerLimits:
+    """The configured connection limits a handler applies in its protocol's terms."""
+
+    max_message_size: int
+    """Largest message body accepted (bytes)."""
+    frame_max: int
+    """Largest frame the broker offers (AMQP 1.0 max-frame-size; STOMP/MQTT frame limit)."""
+    channel_max: int
+    """Most sessions (AMQP 1.0 channel-max)."""
+    heartbeat_s: int
+    """The heartbeat / idle timeout the broker offers (0: off)."""
+
+
+@dataclass(slots=True)
+class HandlerInfo:
+    """What management shows of a handler's connection (`/api/connections`)."""
+
+    protocol: str
+    """As RabbitMQ names it: "AMQP 1.0", "STOMP 1.2", "MQTT 3.1.1", "MQTT 5.0"."""
+    user: str = ""
+    vhost: str = ""
+    auth_mechanism: str = ""
+    client_properties: dict[str, Any] = field(default_factory=dict)
+    """Client-provided properties; MQTT and STOMP put their client id under "client_id"."""
+    channels: int = 0
+    """Open sessions (AMQP 1.0 sessions; 1 for STOMP and MQTT once connected)."""
+    heartbeat_s: int = 0
+    frame_max: int = 0
+    channel_max: int = 0
+
+
+class Handler(Protocol):
+    """One client connection of an adapter protocol (see the module docstring)."""
+
+    @property
+    def opened(self) -> bool:
+        """True once the core knows the connection (`Broker.connection_opened` succeeded)."""
+
+    @property
+    def closed(self) -> bool:
+        """True once the socket should be closed (after flushing `data_to_send`)."""
+
+    def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
+        """Take bytes read from the socket; return the core's effects (any connection)."""
+
+    def apply(self, effect: Effect) -> None:
+        """Queue the frames of a core effect for this connection."""
+
+    def data_to_send(self) -> bytes:
+        """Everything queued for the client since the last call (b"" when nothing)."""
+
+    def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
+        """The periodic sweep: heartbeats, keep-alive and timeouts (`mono_ms` is monotonic)."""
+
+    def close(self, condition: Condition, text: str) -> None:
+        """A close the server starts: queue the protocol's close/error frame."""
+
+    def connection_lost(self, now_ms: int) -> list[Effect]:
+        """The socket is gone: release the connection's core state; return the effects."""
+
+    def info(self) -> HandlerInfo:
+        """The connection as management shows it."""
+
+
+Login = Callable[[str, str, str, int], str]
+"""`login(mechanism, user, password, now_ms) -> user`: checks credentials through the shared
+throttle; raises `BrokerError(ACCESS_REFUSED)` for bad credentials, a loopback-only user from
+another host, or an address throttled after repeated failures."""
+
+
+@dataclass(slots=True)
+class HandlerContext:
+    """What a protocol adapter gets to build the handler of one accepted socket."""
+
+    broker: Broker
+    conn_id: int
+    """The connection's id in the core (every effect for it carries it)."""
+    peer: Peer
+    limits: HandlerLimits
+    login: Login
+    node: str = "ringmq@localhost"
+    """The node name (AMQP 1.0 container id, STOMP `server` header)."""
+
+
+HandlerFactory = Callable[[HandlerContext], Handler]
+"""Builds the handler of one accepted socket of a protocol."""
+
+
+def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> Login:
+    """The `HandlerContext.login` of a connection from `peer`, speaking `protocol`.
+
+    Repeated failures from one address are throttled as for AMQP 0-9-1 and HTTP
+    (`core.throttle.LoginGuard`); where AMQP 0-9-1 delays the check, the protocols behind a
+    `Handler` refuse it at once ("too many failed logins, retry later"), so no handler waits.
+    """
+
+    def login(mechanism: str, user: str, password: str, now_ms: int) -> str:
+        delay = guard.before(peer.host, now_ms)
+        if delay is None or delay > 0:
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
+                f"too many failed logins from {peer.host}, retry later",
+            )
+        try:
+            broker.auth.login(mechanism, user, password, peer.loopback)
+        except BrokerError as exc:
+            guard.failed(peer.host, user, protocol, exc.explanation, now_ms)
+            raise
+        guard.succeeded(peer.host)
+        return user
+
+    return login
