@@ -132,7 +132,7 @@ def decode(buf: Buffer, off: int = 0) -> tuple[Any, int]:
         return _value(buf, off, 0)
     except DecodeError:
         raise
-    except (struct.error, IndexError, UnicodeDecodeError, TypeError, ValueError) as exc:
+    except (struct.error, IndexError, TypeError, ValueError, OverflowError) as exc:
         raise DecodeError(f"malformed AMQP 1.0 value at offset {off}: {exc}") from None
 
 
@@ -194,7 +194,10 @@ def _raw(n: int, wrap: Callable[[bytes], Any]) -> Decoder:
 
 
 def _char(buf: Buffer, off: int, depth: int) -> tuple[Any, int]:
-    return Char(chr(_I.unpack_from(buf, off)[0])), off + 4
+    code = _I.unpack_from(buf, off)[0]
+    if code > 0x10FFFF:
+        raise DecodeError(f"char U+{code:X} beyond Unicode")
+    return Char(chr(code)), off + 4
 
 
 def _uuid(buf: Buffer, off: int, depth: int) -> tuple[Any, int]:

@@ -141,6 +141,7 @@ def test_every_truncation_is_a_decode_error(v: Any) -> None:
 @example(b"\xc1\x03\x02\xc0\x01\x00\x40")  # an empty list as a map key: unhashable
 @example(b"\xa1\x01\xff")  # not UTF-8
 @example(b"\x56\x02")  # boolean of 2
+@example(b"s\x80\x00\x00\x00")  # a char beyond Unicode
 def test_random_bytes_only_decode_error(data: bytes) -> None:
     try:
         decode_all(data)

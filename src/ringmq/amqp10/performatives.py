@@ -1,0 +1,559 @@
+"""AMQP 1.0 performatives and the composite types they carry, as frozen slotted dataclasses.
+
+Every composite type of the spec (the frame bodies of part 2, the SASL frames of part 5, the
+error, the delivery states and termini of part 3, the transaction types of part 4) with its
+fields named as the spec names them, in snake_case, in the spec's order and with its defaults;
+``composite.py`` encodes and decodes them from the field kinds given here. `decode_performative`
+reads a frame body.
+
+The receiver-side hot paths are specialised: `encode_transfer` and `encode_disposition` build
+the same bytes as the generic path from precomputed pieces, and `Transfer.encode` and
+`Disposition.encode` take them whenever their fields allow.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringmq.amqp10.codec import Buffer, decode, encode
+from ringmq.amqp10.composite import (
+    BY_CODE,
+    Composite,
+    composite,
+    decode_composite,
+    from_fields,
+)
+from ringmq.amqp10.types import DecodeError
+
+# Spec constants.
+ROLE_SENDER: Final = False
+ROLE_RECEIVER: Final = True
+SND_UNSETTLED: Final = 0
+SND_SETTLED: Final = 1
+SND_MIXED: Final = 2
+RCV_FIRST: Final = 0
+RCV_SECOND: Final = 1
+SASL_OK: Final = 0
+SASL_AUTH: Final = 1
+SASL_SYS: Final = 2
+SASL_SYS_PERM: Final = 3
+SASL_SYS_TEMP: Final = 4
+UINT_MAX: Final = 4294967295
+MIN_MAX_FRAME_SIZE: Final = 512
+"""The max-frame-size every peer must accept (part 2, 2.7.1)."""
+
+# ---------------------------------------------------------------------------------------------
+# Part 2: the connection, session and link performatives.
+
+
+@composite(
+    0x10,
+    "amqp:open:list",
+    ("string!", "string", "uint", "ushort", "uint") + ("symbols",) * 4 + ("map",),
+)
+@dataclass(frozen=True, slots=True)
+class Open(Composite):
+    """Negotiate connection parameters (part 2, 2.7.1)."""
+
+    container_id: str = ""
+    hostname: str | None = None
+    max_frame_size: int = UINT_MAX
+    channel_max: int = 65535
+    idle_time_out: int | None = None
+    outgoing_locales: tuple[str, ...] | None = None
+    incoming_locales: tuple[str, ...] | None = None
+    offered_capabilities: tuple[str, ...] | None = None
+    desired_capabilities: tuple[str, ...] | None = None
+    properties: dict[Any, Any] | None = None
+
+
+@composite(
+    0x11,
+    "amqp:begin:list",
+    ("ushort", "uint!", "uint!", "uint!", "uint", "symbols", "symbols", "map"),
+)
+@dataclass(frozen=True, slots=True)
+class Begin(Composite):
+    """Begin a session on a channel (2.7.2)."""
+
+    remote_channel: int | None = None
+    next_outgoing_id: int = 0
+    incoming_window: int = 0
+    outgoing_window: int = 0
+    handle_max: int = UINT_MAX
+    offered_capabilities: tuple[str, ...] | None = None
+    desired_capabilities: tuple[str, ...] | None = None
+    properties: dict[Any, Any] | None = None
+
+
+@composite(
+    0x12,
+    "amqp:attach:list",
+    (
+        "string!",
+        "uint!",
+        "bool!",
+        "ubyte",
+        "ubyte",
+        "source",
+        "target",
+        "map",
+        "bool",
+        "uint",
+        "ulong",
+        "symbols",
+        "symbols",
+        "map",
+    ),
+)
+@dataclass(frozen=True, slots=True)
+class Attach(Composite):
+    """Attach a link to a session (2.7.3); ``role`` False: sender, True: receiver."""
+
+    name: str = ""
+    handle: int = 0
+    role: bool = ROLE_SENDER
+    snd_settle_mode: int = SND_MIXED
+    rcv_settle_mode: int = RCV_FIRST
+    source: Source | None = None
+    target: Target | Coordinator | None = None
+    unsettled: dict[Any, Any] | None = None
+    incomplete_unsettled: bool = False
+    initial_delivery_count: int | None = None
+    max_message_size: int | None = None
+    offered_capabilities: tuple[str, ...] | None = None
+    desired_capabilities: tuple[str, ...] | None = None
+    properties: dict[Any, Any] | None = None
+
+
+@composite(
+    0x13,
+    "amqp:flow:list",
+    ("uint", "uint!", "uint!", "uint!", "uint", "uint", "uint", "uint", "bool", "bool", "map"),
+)
+@dataclass(frozen=True, slots=True)
+class Flow(Composite):
+    """Update session and link flow state (2.7.4)."""
+
+    next_incoming_id: int | None = None
+    incoming_window: int = 0
+    next_outgoing_id: int = 0
+    outgoing_window: int = 0
+    handle: int | None = None
+    delivery_count: int | None = None
+    link_credit: int | None = None
+    available: int | None = None
+    drain: bool = False
+    echo: bool = False
+    properties: dict[Any, Any] | None = None
+
+
+@composite(
+    0x14,
+    "amqp:transfer:list",
+    ("uint!", "uint", "binary", "uint", "bool", "bool", "ubyte", "state", "bool", "bool", "bool"),
+)
+@dataclass(frozen=True, slots=True)
+class Transfer(Composite):
+    """Transfer (part of) a message over a link (2.7.5); the payload follows it."""
+
+    handle: int = 0
+    delivery_id: int | None = None
+    delivery_tag: bytes | None = None
+    message_format: int | None = None
+    settled: bool | None = None
+    more: bool = False
+    rcv_settle_mode: int | None = None
+    state: DeliveryState | None = None
+    resume: bool = False
+    aborted: bool = False
+    batchable: bool = False
+
+    def encode(self) -> bytes:
+        """The encoded transfer (the receiver-side hot path: see `encode_transfer`)."""
+        if (
+            self.rcv_settle_mode is None
+            and self.state is None
+            and not (self.resume or self.aborted or self.batchable)
+            and self.delivery_id is not None
+            and self.delivery_tag is not None
+            and self.message_format is not None
+            and self.settled is not None
+        ):
+            return encode_transfer(
+                self.handle,
+                self.delivery_id,
+                self.delivery_tag,
+                self.message_format,
+                self.settled,
+                self.more,
+            )
+        return encode(self.described())
+
+
+@composite(0x15, "amqp:disposition:list", ("bool!", "uint!", "uint", "bool", "state", "bool"))
+@dataclass(frozen=True, slots=True)
+class Disposition(Composite):
+    """Inform the peer of delivery state changes (2.7.6)."""
+
+    role: bool = ROLE_SENDER
+    first: int = 0
+    last: int | None = None
+    settled: bool = False
+    state: DeliveryState | None = None
+    batchable: bool = False
+
+    def encode(self) -> bytes:
+        """The encoded disposition (hot path: `encode_disposition` for the plain outcomes)."""
+        if not self.batchable and (self.state is None or type(self.state) in _PLAIN_STATES):
+            return encode_disposition(self.role, self.first, self.last, self.settled, self.state)
+        return encode(self.described())
+
+
+@composite(0x16, "amqp:detach:list", ("uint!", "bool", "error"))
+@dataclass(frozen=True, slots=True)
+class Detach(Composite):
+    """Detach a link endpoint from the session (2.7.7)."""
+
+    handle: int = 0
+    closed: bool = False
+    error: Error | None = None
+
+
+@composite(0x17, "amqp:end:list", ("error",))
+@dataclass(frozen=True, slots=True)
+class End(Composite):
+    """End the session (2.7.8)."""
+
+    error: Error | None = None
+
+
+@composite(0x18, "amqp:close:list", ("error",))
+@dataclass(frozen=True, slots=True)
+class Close(Composite):
+    """Signal a connection close (2.7.9)."""
+
+    error: Error | None = None
+
+
+@composite(0x1D, "amqp:error:list", ("symbol!", "string", "map"))
+@dataclass(frozen=True, slots=True)
+class Error(Composite):
+    """Details of an error (2.8.14): a condition symbol such as ``amqp:not-found``."""
+
+    condition: str = ""
+    description: str | None = None
+    info: dict[Any, Any] | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 5: SASL.
+
+
+@composite(0x40, "amqp:sasl-mechanisms:list", ("symbols!",))
+@dataclass(frozen=True, slots=True)
+class SaslMechanisms(Composite):
+    """The server's supported SASL mechanisms (part 5, 5.3.3.1)."""
+
+    sasl_server_mechanisms: tuple[str, ...] = ()
+
+
+@composite(0x41, "amqp:sasl-init:list", ("symbol!", "binary", "string"))
+@dataclass(frozen=True, slots=True)
+class SaslInit(Composite):
+    """The client's chosen mechanism and initial response (5.3.3.2)."""
+
+    mechanism: str = ""
+    initial_response: bytes | None = None
+    hostname: str | None = None
+
+
+@composite(0x42, "amqp:sasl-challenge:list", ("binary!",))
+@dataclass(frozen=True, slots=True)
+class SaslChallenge(Composite):
+    """A security challenge (5.3.3.3)."""
+
+    challenge: bytes = b""
+
+
+@composite(0x43, "amqp:sasl-response:list", ("binary!",))
+@dataclass(frozen=True, slots=True)
+class SaslResponse(Composite):
+    """A security response (5.3.3.4)."""
+
+    response: bytes = b""
+
+
+@composite(0x44, "amqp:sasl-outcome:list", ("ubyte!", "binary"))
+@dataclass(frozen=True, slots=True)
+class SaslOutcome(Composite):
+    """The SASL outcome (5.3.3.5); ``code`` 0 is ok."""
+
+    code: int = SASL_OK
+    additional_data: bytes | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 3: delivery states and termini.
+
+
+@composite(0x23, "amqp:received:list", ("uint!", "ulong!"))
+@dataclass(frozen=True, slots=True)
+class Received(Composite):
+    """The delivery state of a partly received message (part 3, 3.4.1)."""
+
+    section_number: int = 0
+    section_offset: int = 0
+
+
+@composite(0x24, "amqp:accepted:list", ())
+@dataclass(frozen=True, slots=True)
+class Accepted(Composite):
+    """The accepted outcome (3.4.2)."""
+
+
+@composite(0x25, "amqp:rejected:list", ("error",))
+@dataclass(frozen=True, slots=True)
+class Rejected(Composite):
+    """The rejected outcome (3.4.3), with the reason."""
+
+    error: Error | None = None
+
+
+@composite(0x26, "amqp:released:list", ())
+@dataclass(frozen=True, slots=True)
+class Released(Composite):
+    """The released outcome (3.4.4): not processed, may be redelivered."""
+
+
+@composite(0x27, "amqp:modified:list", ("bool", "bool", "map"))
+@dataclass(frozen=True, slots=True)
+class Modified(Composite):
+    """The modified outcome (3.4.5)."""
+
+    delivery_failed: bool | None = None
+    undeliverable_here: bool | None = None
+    message_annotations: dict[Any, Any] | None = None
+
+
+@composite(
+    0x28,
+    "amqp:source:list",
+    (
+        "string",
+        "uint",
+        "symbol",
+        "uint",
+        "bool",
+        "map",
+        "symbol",
+        "map",
+        "outcome",
+        "symbols",
+        "symbols",
+    ),
+)
+@dataclass(frozen=True, slots=True)
+class Source(Composite):
+    """The source terminus of a link (3.5.3)."""
+
+    address: str | None = None
+    durable: int = 0
+    expiry_policy: str = "session-end"
+    timeout: int = 0
+    dynamic: bool = False
+    dynamic_node_properties: dict[Any, Any] | None = None
+    distribution_mode: str | None = None
+    filter: dict[Any, Any] | None = None
+    default_outcome: Outcome | None = None
+    outcomes: tuple[str, ...] | None = None
+    capabilities: tuple[str, ...] | None = None
+
+
+@composite(0x29, "amqp:target:list", ("string", "uint", "symbol", "uint", "bool", "map", "symbols"))
+@dataclass(frozen=True, slots=True)
+class Target(Composite):
+    """The target terminus of a link (3.5.4)."""
+
+    address: str | None = None
+    durable: int = 0
+    expiry_policy: str = "session-end"
+    timeout: int = 0
+    dynamic: bool = False
+    dynamic_node_properties: dict[Any, Any] | None = None
+    capabilities: tuple[str, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 4: transactions.
+
+
+@composite(0x30, "amqp:coordinator:list", ("symbols",))
+@dataclass(frozen=True, slots=True)
+class Coordinator(Composite):
+    """The target of a transaction controller's link (part 4, 4.5.1)."""
+
+    capabilities: tuple[str, ...] | None = None
+
+
+@composite(0x31, "amqp:declare:list", ("any",))
+@dataclass(frozen=True, slots=True)
+class Declare(Composite):
+    """Declare a transaction (4.5.2)."""
+
+    global_id: Any = None
+
+
+@composite(0x32, "amqp:discharge:list", ("binary!", "bool"))
+@dataclass(frozen=True, slots=True)
+class Discharge(Composite):
+    """Commit (``fail`` false) or roll back a transaction (4.5.3)."""
+
+    txn_id: bytes = b""
+    fail: bool | None = None
+
+
+@composite(0x33, "amqp:declared:list", ("binary!",))
+@dataclass(frozen=True, slots=True)
+class Declared(Composite):
+    """The outcome of a successful Declare (4.5.4): the transaction id."""
+
+    txn_id: bytes = b""
+
+
+@composite(0x34, "amqp:transactional-state:list", ("binary!", "outcome"))
+@dataclass(frozen=True, slots=True)
+class TransactionalState(Composite):
+    """The state of a delivery within a transaction (4.5.5)."""
+
+    txn_id: bytes = b""
+    outcome: Outcome | None = None
+
+
+Outcome = Accepted | Rejected | Released | Modified | Declared
+DeliveryState = Received | Outcome | TransactionalState
+Performative = Open | Begin | Attach | Flow | Transfer | Disposition | Detach | End | Close
+SaslPerformative = SaslMechanisms | SaslInit | SaslChallenge | SaslResponse | SaslOutcome
+
+_OUTCOMES: Final = (Accepted, Rejected, Released, Modified, Declared)
+_STATES: Final = (Received, *_OUTCOMES, TransactionalState)
+FRAME_BODIES: Final = (Open, Begin, Attach, Flow, Transfer, Disposition, Detach, End, Close)
+SASL_BODIES: Final = (SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome)
+ALL_COMPOSITES: Final = tuple(BY_CODE.values())
+
+
+def decode_performative(body: Buffer) -> tuple[Performative | SaslPerformative, int]:
+    """Decode a frame body: the performative and the offset where its payload starts.
+
+    Raises:
+        DecodeError: as ``composite.decode_composite``, or a composite that is no frame body.
+    """
+    if len(body) > 3 and body[0] == 0 and body[1] == 0x53:
+        # The common form (descriptor as a small ulong): no Described built on the way.
+        cls = _BODIES_BY_CODE.get(body[2])
+        if cls is not None:
+            items, end = decode(body, 3)
+            return from_fields(cls, items), end  # type: ignore[return-value]
+    got, end = decode_composite(body)
+    if not isinstance(got, FRAME_BODIES + SASL_BODIES):
+        raise DecodeError(f"{type(got).__name__} is not a frame body")
+    return got, end
+
+
+_BODIES_BY_CODE: Final[dict[int, type[Composite]]] = {
+    cls.DESCRIPTOR: cls for cls in FRAME_BODIES + SASL_BODIES
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The hot paths: Transfer and Disposition built from precomputed bytes.
+
+_I: Final = struct.Struct(">I")
+_TRANSFER_HEAD: Final = b"\x00\x53\x14"
+_DISPOSITION_HEAD: Final = b"\x00\x53\x15"
+_TAG_MAX_SMALL: Final = 255
+
+
+def _uint(v: int) -> bytes:
+    if v == 0:
+        return b"\x43"
+    if v < 256:
+        return bytes((0x52, v))
+    return b"\x70" + _I.pack(v)
+
+
+_SMALL_UINTS: Final = tuple(_uint(v) for v in range(256))
+
+
+def encode_transfer(
+    handle: int,
+    delivery_id: int,
+    delivery_tag: bytes,
+    message_format: int = 0,
+    settled: bool = False,
+    more: bool = False,
+) -> bytes:
+    """The encoded body of a first Transfer (what a receiver link sends per message).
+
+    Byte for byte what ``Transfer(handle, delivery_id, delivery_tag, message_format, settled,
+    more).described()`` encodes, built without the generic path: the descriptor and the
+    booleans are constants, the uints below 256 come from a table.
+    """
+    u = _SMALL_UINTS
+    n = len(delivery_tag)
+    body = b"".join(
+        (
+            u[handle] if handle < 256 else _uint(handle),
+            u[delivery_id] if delivery_id < 256 else _uint(delivery_id),
+            bytes((0xA0, n)) if n < 256 else b"\xb0" + _I.pack(n),
+            delivery_tag,
+            u[message_format] if message_format < 256 else _uint(message_format),
+            _SETTLED_MORE[settled, more],
+        )
+    )
+    return _list_bytes(_TRANSFER_HEAD, 6 if more else 5, body)
+
+
+_SETTLED_MORE: Final = {
+    (False, False): b"\x42",
+    (True, False): b"\x41",
+    (False, True): b"\x42\x41",
+    (True, True): b"\x41\x41",
+}
+
+
+def _list_bytes(head: bytes, count: int, body: bytes) -> bytes:
+    n = len(body) + 1
+    if n < 256:
+        return head + bytes((0xC0, n, count)) + body
+    return head + b"\xd0" + struct.pack(">II", n + 3, count) + body
+
+
+_PLAIN_STATES: Final = (Accepted, Released)
+_STATE_BYTES: Final[dict[type, bytes]] = {
+    Accepted: b"\x00\x53\x24\x45",
+    Released: b"\x00\x53\x26\x45",
+}
+
+
+def encode_disposition(
+    role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None
+) -> bytes:
+    """The encoded body of a Disposition; states other than accepted and released take the
+    generic encoder."""
+    u = _SMALL_UINTS
+    body = (b"\x41" if role else b"\x42") + (u[first] if first < 256 else _uint(first))
+    count = 2
+    if last is not None or settled or state is not None:
+        body += b"\x40" if last is None else (u[last] if last < 256 else _uint(last))
+        count = 3
+    if settled or state is not None:
+        body += b"\x41" if settled else b"\x40"
+        count = 4
+    if state is not None:
+        raw = _STATE_BYTES.get(type(state))
+        body += raw if raw is not None else encode(state.described())
+        count = 5
+    return _list_bytes(_DISPOSITION_HEAD, count, body)
