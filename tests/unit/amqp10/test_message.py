@@ -109,6 +109,14 @@ def test_build_fills_the_neutral_fields() -> None:
     assert (m.exchange, m.routing_key, m.timestamp_ms) == ("x", "rk", NOW)
 
 
+@pytest.mark.parametrize(
+    ("message_id", "text"),
+    [("m", "m"), (ULong(5), "5"), (b"\x01", None), ("x" * 256, None)],
+)
+def test_message_id_is_the_091_message_id(message_id: Any, text: str | None) -> None:
+    assert _msg(_data(properties=Properties(message_id=message_id))).message_id == text
+
+
 def test_absolute_expiry_time_when_no_ttl() -> None:
     m = _msg(_data(properties=Properties(absolute_expiry_time=Timestamp(NOW + 4000))))
     assert m.expiration_ms == 4000

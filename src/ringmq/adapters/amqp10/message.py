@@ -16,7 +16,8 @@ the body is stepped over, never decoded) and keeps it raw in the core's `Message
 
 The neutral fields come from docs/dev/messages.md §2: ``persistent`` from header durable,
 ``priority``, ``expiration_ms`` from header ttl or else properties absolute-expiry-time
-(counted from arrival), ``message_id`` as text (§3), ``headers`` from application-properties
+(counted from arrival), ``message_id`` as the text a 0-9-1 consumer gets as its message_id
+(§3: none for a binary or over-long id), ``headers`` from application-properties
 and the ``x-*`` message-annotations (``x-cc`` as ``CC``), plus what the engine schedules by:
 ``x-opt-delivery-time`` as ``_AMQ_SCHED_DELIVERY`` and ``x-opt-delivery-delay`` as ``x-delay``.
 
@@ -44,6 +45,7 @@ from ringmq.adapters.amqp10.convert import (
     header_bytes,
     id_text,
     neutral,
+    shortstr,
     to_amqp091,
 )
 from ringmq.amqp10 import sections as sec
@@ -95,7 +97,8 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
     p = sc.properties
     if p is not None:
         if p.message_id is not None:
-            msg.message_id = id_text(p.message_id)
+            text = id_text(p.message_id)  # the 0-9-1 message_id it becomes (§3), or none
+            msg.message_id = text if text is not None and shortstr(text) is not None else None
         if msg.expiration_ms is None and p.absolute_expiry_time is not None:
             msg.expiration_ms = max(0, int(p.absolute_expiry_time) - now_ms)
     msg.headers = neutral_headers(sc.message_annotations, sc.application_properties)
