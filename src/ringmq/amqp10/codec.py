@@ -378,6 +378,56 @@ ZERO_WIDTH_ARRAY_MAX: Final = 256
 such an array costs no bytes per element, so its count alone would bound the work."""
 _ZERO_WIDTH: Final = frozenset({NULL, TRUE, FALSE, UINT0, ULONG0, LIST0})
 
+
+def skip(buf: Buffer, off: int) -> int:
+    """The offset just after the value at ``buf[off:]``, found without decoding it (the sizes
+    of variable-width and compound values are in their headers).
+
+    Raises:
+        DecodeError: an invalid constructor, or a value that runs past the end of ``buf``.
+    """
+    return _skip(buf, off, 0)
+
+
+def _skip(buf: Buffer, off: int, depth: int) -> int:
+    if depth >= MAX_DEPTH:
+        raise DecodeError("descriptors nested too deeply")
+    try:
+        end = off
+        while (code := buf[end]) == DESCRIBED:  # 0x00 descriptor [0x00 descriptor ...] value
+            end = _skip(buf, end + 1, depth + 1)
+        width = _WIDTH[code]
+        if width < 0:
+            raise DecodeError(f"invalid constructor 0x{code:02x} at offset {end}")
+        if width == _SIZE8:
+            end += 2 + buf[end + 1]
+        elif width == _SIZE32:
+            end += 5 + _I.unpack_from(buf, end + 1)[0]
+        else:
+            end += 1 + width
+    except (struct.error, IndexError):
+        raise DecodeError(f"truncated AMQP 1.0 value at offset {off}") from None
+    if end > len(buf):
+        raise DecodeError(f"truncated AMQP 1.0 value at offset {off}")
+    return end
+
+
+_SIZE8: Final = 100
+_SIZE32: Final = 101
+_WIDTH: Final[list[int]] = [-1] * 256
+for _codes, _w in (
+    ((NULL, TRUE, FALSE, UINT0, ULONG0, LIST0), 0),
+    ((UBYTE, BYTE, SMALLUINT, SMALLULONG, SMALLINT, SMALLLONG, BOOLEAN), 1),
+    ((USHORT, SHORT), 2),
+    ((UINT, INT, FLOAT, CHAR, DECIMAL32), 4),
+    ((ULONG, LONG, DOUBLE, TIMESTAMP, DECIMAL64), 8),
+    ((UUID, DECIMAL128), 16),
+    ((VBIN8, STR8, SYM8, LIST8, MAP8, ARRAY8), _SIZE8),
+    ((VBIN32, STR32, SYM32, LIST32, MAP32, ARRAY32), _SIZE32),
+):
+    for _c in _codes:
+        _WIDTH[_c] = _w
+
 # ---------------------------------------------------------------------------------------------
 # Encoding
 
