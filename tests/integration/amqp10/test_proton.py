@@ -195,7 +195,8 @@ def test_v2_addresses(conn: BlockingConnection, broker: BrokerThread, ch: Any) -
     ch.queue_bind("v2q", "v2x", "k")
     conn.create_sender("/exchanges/v2x/k").send(Message(body="via exchange"))
     conn.create_sender("/queues/v2q").send(Message(body="via queue"))
-    assert drain_all(conn, "/queues/v2q") == ["via exchange", "via queue"]
+    conn.create_sender("/exchanges/v2x").send(Message(body="via subject", subject="k"))
+    assert drain_all(conn, "/queues/v2q") == ["via exchange", "via queue", "via subject"]
     with pytest.raises(LinkDetached):
         conn.create_receiver("/queues/missing")
 

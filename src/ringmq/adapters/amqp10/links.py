@@ -43,6 +43,7 @@ from ringmq.adapters.amqp10.errors import REFUSAL_TEXTS, REFUSALS, condition_of
 from ringmq.adapters.amqp10.transactions import Coordinator
 from ringmq.amqp10 import conditions as c
 from ringmq.amqp10 import performatives as p
+from ringmq.amqp10 import sections
 from ringmq.amqp10.connection import error
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.errors import BrokerError
@@ -349,9 +350,12 @@ class Links:
                     self._ensure_queue(s, node.name, now_ms)
             exchange = node.exchange
             rk = node.routing_key
+            if rk is None:  # /exchanges/:x: the message's subject is its routing key
+                props = sections.scan(ev.payload).properties
+                rk = (props.subject if props is not None else None) or ""
             vh, x = publisher.exchange_for(s, exchange)
             publisher.check_size(len(ev.payload))
-            msg = m10.build(ev.payload, exchange=exchange, routing_key=rk or "", now_ms=now_ms)
+            msg = m10.build(ev.payload, exchange=exchange, routing_key=rk, now_ms=now_ms)
             outcome = publisher.publish(s, vh, x, msg, False, now_ms)
         except RefusalError as exc:
             self._refused(ev, exc.condition, exc.description)
