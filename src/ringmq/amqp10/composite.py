@@ -183,16 +183,27 @@ def _check(*types: type) -> Callable[[Any], Any]:
     return conv
 
 
+def _number(lo: int, hi: int) -> Callable[[Any], Any]:
+    # Any integer type in range: peers send a wider type than the field's now and then (a
+    # long for a uint); out of range, or a boolean, it is malformed.
+    def conv(v: Any) -> Any:
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise DecodeError(f"{v!r} where an integer in [{lo}, {hi}] was expected")
+        return v
+
+    return conv
+
+
 def _symbols_in(v: Any) -> Any:
     return symbols(v)
 
 
 _FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
-    "uint": _check(int),
-    "ulong": _check(int),
-    "ushort": _check(int),
-    "ubyte": _check(int),
-    "timestamp": _check(int),
+    "uint": _number(0, 2**32 - 1),
+    "ulong": _number(0, 2**64 - 1),
+    "ushort": _number(0, 2**16 - 1),
+    "ubyte": _number(0, 2**8 - 1),
+    "timestamp": _number(-(2**63), 2**63 - 1),
     "bool": _check(bool),
     "string": _check(str),
     "symbol": _check(str),

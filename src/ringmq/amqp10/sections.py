@@ -50,6 +50,8 @@ _NAMES: Final[dict[str, int]] = {
     "amqp:amqp-value:*": AMQP_VALUE,
     "amqp:footer:map": FOOTER,
 }
+_LISTS: Final = frozenset({0x45, 0xC0, 0xD0})
+_MAPS: Final = frozenset({0x40, 0xC1, 0xD1})  # a map, or null for an absent one
 _ULONGS: Final = {code: ULong(code) for code in range(HEADER, FOOTER + 1)}
 
 
@@ -149,14 +151,11 @@ def _section_code(buf: Buffer, off: int) -> tuple[int, int]:
     if buf[off + 1] == 0x53:  # smallulong: the usual form
         return buf[off + 2], off + 3
     descriptor, pos = decode(buf, off + 1)
-    code = (
-        int(descriptor)
-        if isinstance(descriptor, int)
-        else _NAMES.get(descriptor, -1)
-        if type(descriptor) is Symbol
-        else -1
-    )
-    return code, pos
+    if type(descriptor) is ULong:
+        return int(descriptor), pos
+    if type(descriptor) is Symbol:
+        return _NAMES.get(descriptor, -1), pos
+    raise DecodeError(f"a section descriptor is a ulong or a symbol, not {descriptor!r}")
 
 
 def _map(value: Any, what: str) -> dict[Any, Any] | None:
@@ -189,6 +188,8 @@ def scan(payload: Buffer) -> Scan:
                 if body_code and code != body_code:
                     raise DecodeError("a message body of several kinds of section")
                 end = skip(payload, pos)
+                if code == AMQP_SEQUENCE and payload[pos] not in _LISTS:
+                    raise DecodeError("an amqp-sequence section holds a list")
                 if body_start < 0:
                     body_start, body_code = off, code
                     if code == DATA and payload[pos] in (0xA0, 0xB0):
@@ -203,6 +204,8 @@ def scan(payload: Buffer) -> Scan:
                 header = from_fields(Header, value)
                 header_end = annotations_start = end
             elif code == DELIVERY_ANNOTATIONS:
+                if payload[pos] not in _MAPS:
+                    raise DecodeError("delivery-annotations: a map expected")
                 end = skip(payload, pos)
                 annotations_start = end
             elif code == MESSAGE_ANNOTATIONS:
@@ -215,6 +218,8 @@ def scan(payload: Buffer) -> Scan:
                 value, end = decode(payload, pos)
                 ap = _map(value, "application-properties")
             elif code == FOOTER:
+                if payload[pos] not in _MAPS:
+                    raise DecodeError("footer: a map expected")
                 end = skip(payload, pos)
             else:
                 raise DecodeError(f"unknown message section 0x{code:02x}")

@@ -12,6 +12,8 @@ from typing import Any
 import pika.spec
 import proton
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pamqp import decode as pdecode
 from pamqp.commands import Basic
 
@@ -37,6 +39,7 @@ from ringmq.amqp10.types import (
     UShort,
 )
 from ringmq.core.message import Message, amqp091_content, converted, form_of
+from tests.unit.amqp10.strategies import SCALARS, VALUES
 
 NOW = 1_000_000
 
@@ -609,3 +612,70 @@ def test_the_091_delivery_path_converts_10_messages() -> None:
     assert sent[1] == (b"\x10\x00\x02", b"plain")  # a 0-9-1 message: verbatim
     assert sent[1][0] is m091.properties_bin
     assert sent[2] == sent[0]
+
+
+# --- any well-formed message converts without error -------------------------------------------
+
+_ANY_MAP = st.dictionaries(
+    st.one_of(st.text(max_size=8), st.text(max_size=8).map(Symbol), *SCALARS.values()),
+    VALUES,
+    max_size=4,
+)
+
+
+@given(
+    ap=st.none() | _ANY_MAP,
+    ma=st.none() | _ANY_MAP,
+    message_id=st.none() | VALUES.filter(lambda v: not isinstance(v, (list, dict))),
+    aet=st.none() | st.integers(-(2**63), 2**63 - 1).map(Timestamp),
+    count=st.integers(0, 3),
+)
+def test_any_message_converts(ap: Any, ma: Any, message_id: Any, aet: Any, count: int) -> None:
+    m = Message10(
+        header=Header(durable=True),
+        message_annotations=ma,
+        properties=Properties(message_id=message_id, absolute_expiry_time=aet),
+        application_properties=ap,
+        body=((sec.DATA, b"x"),),
+    )
+    try:
+        msg = _msg(m)
+    except DecodeError:
+        return  # unhashable keys and the like are caught by the decoder
+    pb, body = amqp091_content(msg)
+    _pamqp(pb)
+    assert body == b"x"
+    decode_message(payload_for_amqp10(msg, first_acquirer=False, delivery_count=count))
+    if msg.headers:
+        again = msg.reheadered(dict(msg.headers) | {"x-death": [{"count": 1}]})
+        amqp091_content(again)
+
+
+_RICH = bytes(
+    proton.Message(
+        body=b"payload",
+        inferred=True,
+        durable=True,
+        priority=4,
+        ttl=1.0,
+        id=uuid.UUID(int=3),
+        address="q",
+        correlation_id=proton.ulong(1),
+        creation_time=5.0,
+        properties={"a": proton.ubyte(1), "b": [1, 2]},
+        annotations={proton.symbol("x-opt-delivery-time"): proton.timestamp(7)},
+        instructions={proton.symbol("x-da"): 1},
+    ).encode()
+)
+
+
+@given(st.integers(0, len(_RICH) - 1), st.integers(0, 255))
+def test_a_corrupted_payload_is_a_decode_error_or_converts(at: int, byte: int) -> None:
+    payload = _RICH[:at] + bytes((byte,)) + _RICH[at + 1 :]
+    try:
+        msg = build(payload, exchange="", routing_key="q", now_ms=0)
+        address_of(payload)
+    except DecodeError:
+        return
+    _pamqp(amqp091_content(msg)[0])
+    decode_message(payload_for_amqp10(msg, first_acquirer=False, delivery_count=1))

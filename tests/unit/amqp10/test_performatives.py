@@ -109,7 +109,10 @@ def test_disposition_hot_path_is_the_generic_encoding(
     ("value", "match"),
     [
         (Described(ULong(0x10), []), "mandatory field container_id"),
-        (Described(ULong(0x14), ["x"]), "str where int"),
+        (Described(ULong(0x14), ["x"]), "'x' where an integer"),
+        (Described(ULong(0x14), [-1]), "-1 where an integer in"),
+        (Described(ULong(0x14), [True]), "True where an integer"),
+        (Described(ULong(0x11), [ULong(70000)]), "70000 where an integer in \\[0, 65535\\]"),
         (Described(ULong(0x14), [UInt(0), None, [1]]), "list where bytes"),
         (Described(ULong(0x99), []), "unknown descriptor"),
         (Described(Symbol("amqp:nothing:list"), []), "unknown descriptor"),

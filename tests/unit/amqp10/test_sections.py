@@ -158,6 +158,10 @@ def _section(code: int, value: Any) -> bytes:
         (_section(sec.APPLICATION_PROPERTIES, [1]), "a map expected"),
         (_section(sec.HEADER, ["not a bool"]), "str where bool"),
         (_section(sec.DATA, b"abc")[:-1], "truncated"),
+        (_section(sec.AMQP_SEQUENCE, b"x"), "amqp-sequence section holds a list"),
+        (_section(sec.DELIVERY_ANNOTATIONS, b"x"), "a map expected"),
+        (_section(sec.DATA, b"x") + _section(sec.FOOTER, [1]), "a map expected"),
+        (b"\x00\x50\x70\x45" + _section(sec.DATA, b"x"), "a ulong or a symbol"),
     ],
 )
 def test_malformed(payload: bytes, match: str) -> None:

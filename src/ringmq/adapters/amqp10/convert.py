@@ -45,6 +45,8 @@ from ringmq.amqp10.types import (
 )
 
 LONG_MAX: Final = 2**63 - 1
+TIMESTAMP_MAX_MS: Final = 253_402_300_799_999
+"""The last millisecond of year 9999: later 1.0 timestamps have no 0-9-1 (or Python) form."""
 URN_UUID: Final = "urn:uuid:"
 AMQP10_TYPE: Final = "amqp-1.0"
 """The 0-9-1 `type` of a converted message whose body is not one data section (§3)."""
@@ -94,7 +96,7 @@ def to_091(v: Any) -> tuple[str, Any] | None:
     if t is ULong:
         return ("l", int(v)) if v <= LONG_MAX else None
     if t is Timestamp:
-        return ("T", v // 1000) if v >= 0 else None
+        return ("T", v // 1000) if 0 <= v <= TIMESTAMP_MAX_MS else None
     if t is str or t is Symbol:
         return "S", v.encode()
     if t is bytes:
@@ -289,10 +291,6 @@ def neutral(v: Any) -> Any:
 
 def carried(v: Any) -> bool:
     """Whether a 1.0 value has a 0-9-1 type (§5)."""
-    if type(v) is ULong:
-        return bool(v <= LONG_MAX)
-    if type(v) is Timestamp:
-        return bool(v >= 0)
     return to_091(v) is not None
 
 
@@ -350,7 +348,7 @@ def to_amqp091(
             props.content_type = shortstr(p.content_type)
         if p.content_encoding is not None:
             props.content_encoding = shortstr(p.content_encoding)
-        if p.creation_time is not None and p.creation_time >= 0:
+        if p.creation_time is not None and 0 <= p.creation_time <= TIMESTAMP_MAX_MS:
             props.timestamp = p.creation_time // 1000
         if p.group_id is not None:
             props.app_id = shortstr(p.group_id)

@@ -10,7 +10,8 @@ the body is stepped over, never decoded) and keeps it raw in the core's `Message
 * ``properties_bin``: the sections before the body as received (header, message-annotations,
   properties, application-properties), less the delivery-annotations (they are for one hop
   only) and less the header's ``first-acquirer`` and ``delivery-count`` (per-delivery state
-  the broker owns: a header carrying them is re-encoded without them, which is rare);
+  the broker owns: a header carrying them, or whose descriptor is not in the usual
+  ``smallulong`` form, is re-encoded without them, which is rare);
 * ``body``: the body sections and the footer, exactly as received, so `Message.size` is the
   length of the encoded body sections.
 
@@ -38,7 +39,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final, cast
 
-from ringmq.adapters.amqp091.message import AMQP091_FORM, from_properties
+from ringmq.adapters.amqp091.message import AMQP091_FORM, EXPIRATION_MAX_MS, from_properties
 from ringmq.adapters.amqp10.convert import (
     carried,
     from_amqp091,
@@ -79,7 +80,9 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
         payload = bytes(payload)
     sc = scan(payload)
     h = sc.header
-    if h is not None and (h.first_acquirer or h.delivery_count):
+    if h is not None and (
+        h.first_acquirer or h.delivery_count or payload[:3] != _HEADER_PREFIX
+    ):  # delivery state to drop, or a header in a long form: re-encoded, as the rest expects
         head = header_bytes((h.durable, h.priority, h.ttl), False, 0)
         pb = head + payload[sc.annotations_start : sc.body_start]
     elif sc.annotations_start != sc.header_end:  # delivery-annotations: left out
@@ -100,7 +103,9 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
             text = id_text(p.message_id)  # the 0-9-1 message_id it becomes (§3), or none
             msg.message_id = text if text is not None and shortstr(text) is not None else None
         if msg.expiration_ms is None and p.absolute_expiry_time is not None:
-            msg.expiration_ms = max(0, int(p.absolute_expiry_time) - now_ms)
+            left = max(0, int(p.absolute_expiry_time) - now_ms)
+            # past the longest TTL a queue takes (2^32 - 1 ms, as 0-9-1's): no expiry at all
+            msg.expiration_ms = left if left <= EXPIRATION_MAX_MS else None
     msg.headers = neutral_headers(sc.message_annotations, sc.application_properties)
     return msg
 
