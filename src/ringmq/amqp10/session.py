@@ -279,19 +279,69 @@ class Session:
     # ------------------------------------------------------------------ transfers in
     def transfer(self, t: Any, payload: bytes, out: list[Event]) -> None:
         """One transfer frame from the peer: window and credit, then the message's assembly."""
-        self.incoming_left -= 1
-        if self.incoming_left < 0:
+        left = self.incoming_left - 1
+        if left < 0:
             raise c.SessionError(
                 self.channel, c.WINDOW_VIOLATION, "transfer beyond the incoming window"
             )
+        self.incoming_left = left
         self.next_incoming_id = (self.next_incoming_id + 1) % SERIAL
-        link = self._link(t.handle)
-        if not link.receiving:
-            raise c.SessionError(
-                self.channel, c.ERRANT_LINK, f"transfer on link {link.handle}, a receiving link"
-            )
+        link = self.links.get(t.handle)
+        if link is None or not link.receiving:
+            self._errant(t.handle, link)
+        assert link is not None
         if link.detaching:
             return
+        if link.first is None and not t.more and not t.aborted:
+            # the common case: a whole message in one frame
+            did = t.delivery_id
+            if did is None:
+                raise c.SessionError(
+                    self.channel, c.NOT_ALLOWED, "first transfer of a delivery without an id"
+                )
+            link.delivery_count = (link.delivery_count + 1) % SERIAL
+            link.credit -= 1
+            if len(payload) > link.max_message_size:
+                self._too_large(link)
+            out.append(
+                MessageReceived(
+                    self.channel,
+                    link.handle,
+                    did,
+                    t.delivery_tag or b"",
+                    bool(t.settled),
+                    payload,
+                    t.state,
+                    t.message_format or 0,
+                )
+            )
+        else:
+            self._assemble(link, t, payload, out)
+        if left < WINDOW // 2:
+            self.incoming_left = WINDOW
+            self.send(self.channel, self._flow(), b"")
+        if link.credit < RECEIVE_CREDIT // 2 and not link.paused:
+            link.credit = RECEIVE_CREDIT
+            self.send(self.channel, self._flow(link), b"")
+
+    def _errant(self, handle: Any, link: Link | None) -> None:
+        if link is None:
+            raise c.SessionError(self.channel, c.UNATTACHED_HANDLE, f"no link {handle}")
+        raise c.SessionError(
+            self.channel, c.ERRANT_LINK, f"transfer on link {link.handle}, a receiving link"
+        )
+
+    def _too_large(self, link: Link) -> None:
+        self._reset(link)
+        raise c.LinkError(
+            self.channel,
+            link.handle,
+            c.MESSAGE_SIZE_EXCEEDED,
+            f"message larger than {link.max_message_size} bytes",
+        )
+
+    def _assemble(self, link: Link, t: Any, payload: bytes, out: list[Event]) -> None:
+        # A message in several frames (more=true), or aborted.
         if link.first is None:
             if t.delivery_id is None:
                 raise c.SessionError(
@@ -302,39 +352,27 @@ class Session:
             link.credit -= 1
         if t.aborted:
             self._reset(link)
-        else:
-            link.size += len(payload)
-            if link.size > link.max_message_size:
-                self._reset(link)
-                raise c.LinkError(
+            return
+        link.size += len(payload)
+        if link.size > link.max_message_size:
+            self._too_large(link)
+        link.parts.append(payload)
+        if not t.more:
+            first = link.first
+            body = link.parts[0] if len(link.parts) == 1 else b"".join(link.parts)
+            self._reset(link)
+            out.append(
+                MessageReceived(
                     self.channel,
                     link.handle,
-                    c.MESSAGE_SIZE_EXCEEDED,
-                    f"message larger than {link.max_message_size} bytes",
+                    int(first.delivery_id),
+                    bytes(first.delivery_tag or b""),
+                    bool(first.settled) or bool(t.settled),
+                    body,
+                    first.state,
+                    int(first.message_format or 0),
                 )
-            link.parts.append(payload)
-            if not t.more:
-                first = link.first
-                body = link.parts[0] if len(link.parts) == 1 else b"".join(link.parts)
-                self._reset(link)
-                out.append(
-                    MessageReceived(
-                        self.channel,
-                        link.handle,
-                        int(first.delivery_id),
-                        bytes(first.delivery_tag or b""),
-                        bool(first.settled) or bool(t.settled),
-                        body,
-                        first.state,
-                        int(first.message_format or 0),
-                    )
-                )
-        if self.incoming_left < WINDOW // 2:
-            self.incoming_left = WINDOW
-            self.send(self.channel, self._flow(), b"")
-        if link.credit < RECEIVE_CREDIT // 2 and not link.paused:
-            link.credit = RECEIVE_CREDIT
-            self.send(self.channel, self._flow(link), b"")
+            )
 
     @staticmethod
     def _reset(link: Link) -> None:

@@ -134,9 +134,9 @@ class Amqp10Handler:
                 if self._opened:
                     links.session_begun(e.channel, now_ms)
             case ev.SessionEnded():
-                links.session_ended(e.channel)
-                if self._opened:
-                    out += self.broker.channel_closed(self.conn_id, e.channel, now_ms)
+                for channel in links.session_ended(e.channel):
+                    if self._opened:
+                        out += self.broker.channel_closed(self.conn_id, channel, now_ms)
             case ev.Authenticate():
                 events += self.conn.sasl_outcome(self._login(e, now_ms))
             case ev.Opened():

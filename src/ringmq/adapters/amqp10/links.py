@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from ringmq.amqp10.events import CreditGranted, LinkAttaching, MessageReceived, Settled
     from ringmq.core.broker import Broker
 
+CONFIRM_CHANNEL_BASE: Final = 1 << 16
+"""Core session numbers of the confirm-mode twin of each session (above every ushort)."""
 SETTLED: Final = 1
 """sender-settle-mode `settled`: the broker's deliveries are pre-settled (at most once)."""
 EXPIRY_NEVER: Final = "never"
@@ -100,13 +102,16 @@ class LinkSession:
     """The links of one session and what they wait for."""
 
     core: Session
+    """Consumers and pre-settled publishes (no confirms)."""
+    confirm: Session
+    """Unsettled publishes: a core session in confirm mode (channel + `CONFIRM_CHANNEL_BASE`)."""
     ins: dict[int, InLink] = field(default_factory=dict)
     outs: dict[int, OutLink] = field(default_factory=dict)
     by_tag: dict[str, OutLink] = field(default_factory=dict)
     unsettled: dict[int, tuple[int, OutLink]] = field(default_factory=dict)
     """The broker's unsettled deliveries: delivery id -> (core delivery tag, link)."""
-    confirms: dict[int, int | None] = field(default_factory=dict)
-    """Publishes waiting for their confirm: publish number -> delivery id (None: pre-settled)."""
+    confirms: dict[int, int] = field(default_factory=dict)
+    """Unsettled publishes waiting for their confirm: publish number -> delivery id."""
     unroutable: set[int] = field(default_factory=set)
     """Publish numbers that reached no queue (released when confirmed)."""
 
@@ -146,17 +151,22 @@ class Links:
 
     # ------------------------------------------------------------------ sessions
     def session_begun(self, channel: int, now_ms: int) -> None:
-        """A session began: its core session, in confirm mode."""
+        """A session began: its core sessions, plain and in confirm mode."""
         b = self.broker
         b.channel_opened(self.conn_id, channel, now_ms)
+        b.channel_opened(self.conn_id, CONFIRM_CHANNEL_BASE + channel, now_ms)
         s = b.session(self.conn_id, channel)
+        confirm = b.session(self.conn_id, CONFIRM_CHANNEL_BASE + channel)
         assert s is not None
-        b.confirms.select(s)
-        self.sessions[channel] = LinkSession(s)
+        assert confirm is not None
+        b.confirms.select(confirm)
+        self.sessions[channel] = LinkSession(s, confirm)
 
-    def session_ended(self, channel: int) -> None:
-        """Forget a session's links (the core's channel close returns what was unsettled)."""
+    def session_ended(self, channel: int) -> list[int]:
+        """Forget a session's links; returns its core sessions, for the caller to close (the
+        core's channel close returns what was unsettled)."""
         self.sessions.pop(channel, None)
+        return [channel, CONFIRM_CHANNEL_BASE + channel]
 
     # ------------------------------------------------------------------ attach
     def attach(self, ev: LinkAttaching, now_ms: int) -> None:
@@ -333,7 +343,7 @@ class Links:
         if link.coordinator:
             self.txn.control(ev, now_ms)
             return
-        s = ls.core
+        s = ls.core if ev.settled else ls.confirm
         b = self.broker
         publisher = b.publisher
         try:
@@ -372,10 +382,12 @@ class Links:
                 done = p.TransactionalState(txn_id=txn_id, outcome=_ACCEPTED)
                 self.conn.settle(ev.channel, ev.delivery_id, ev.delivery_id, done)
             return
+        if ev.settled:
+            return  # at most once: no outcome to send
         seq = s.publish_seq
         if outcome == "unroutable":
             ls.unroutable.add(seq)
-        ls.confirms[seq] = None if ev.settled else ev.delivery_id
+        ls.confirms[seq] = ev.delivery_id
 
     def _refused(self, ev: MessageReceived, condition: str, description: str) -> None:
         if not ev.settled:
@@ -385,14 +397,21 @@ class Links:
     def confirmed(
         self, channel: int, seq: int, multiple: bool, ok: bool, reason: str | None
     ) -> None:
-        """A `Confirm`: settle the publishes it names with their outcome."""
+        """A `Confirm` (for the confirm-mode twin of session `channel`): settle the publishes it
+        names with their outcome."""
+        channel -= CONFIRM_CHANNEL_BASE
         ls = self.sessions.get(channel)
         if ls is None:
             return
         confirms = ls.confirms
-        seqs = (
-            [q for q in confirms if q <= seq] if multiple else [q for q in (seq,) if q in confirms]
-        )
+        if multiple:
+            seqs = []
+            for q in confirms:  # in publish order
+                if q > seq:
+                    break
+                seqs.append(q)
+        else:
+            seqs = [seq] if seq in confirms else []
         run_first = run_last = -1
         run_state: Any = None
         conn = self.conn
@@ -401,8 +420,6 @@ class Links:
             released = q in ls.unroutable
             if released:
                 ls.unroutable.discard(q)
-            if did is None:
-                continue
             if not ok:
                 why = reason or "overflow"
                 state: Any = p.Rejected(
@@ -485,11 +502,15 @@ class Links:
         first, last = ev.first, ev.last
         ids = self._ids(ls, first, last)
         s = ls.core
-        settle = self.broker.delivery.settle
+        # One settle of the whole range, grouped per queue (a 0-9-1 ack with multiple=true).
+        entries = []
+        take = s.take
+        held = s.unacked
         for d in ids:
             tag, _link = unsettled.pop(d)
-            if tag in s.unacked:
-                settle(s, tag, False, kind, now_ms)
+            if tag in held:
+                entries += take(tag, False)
+        self.broker.delivery.settle_entries(entries, kind, now_ms)
         if not ev.settled:
             self.conn.settle(ev.channel, first, last, ev.state, receiving=False)
 

@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from ringmq.amqp10.events import MessageReceived
     from ringmq.core.broker import Broker
 
-TX_CHANNEL_BASE: Final = 1 << 16
-"""Core session numbers of transactions: above every AMQP 1.0 channel (a ushort)."""
+TX_CHANNEL_BASE: Final = 1 << 17
+"""Core session numbers of transactions: above every AMQP 1.0 channel and its confirm twin."""
 _AMQP_VALUE: Final = 0x77
 
 
