@@ -45,6 +45,7 @@ from ringmq.core.errors import BrokerError, Condition
 log = logging.getLogger(__name__)
 
 PROTOCOL: Final = "AMQP 1.0"
+_MESSAGE: Final = ev.MessageReceived
 DEFAULT_VHOST: Final = "/"
 
 
@@ -106,7 +107,14 @@ class Amqp10Handler:
                 e = events[i]
                 i += 1
                 try:
-                    self._event(e, now_ms, out, events)
+                    if type(e) is _MESSAGE:  # a run of messages: one core call
+                        j = i
+                        while j < len(events) and type(events[j]) is _MESSAGE:
+                            j += 1
+                        self._messages(events[i - 1 : j], now_ms, out)
+                        i = j
+                    else:
+                        self._event(e, now_ms, out, events)
                 except BrokerError as exc:
                     # A refusal no narrower scope answers: the connection closes with it.
                     conn.close(condition_of(exc.condition), exc.text)
@@ -117,11 +125,6 @@ class Amqp10Handler:
     def _event(self, e: ev.Event, now_ms: int, out: list[Effect], events: list[ev.Event]) -> None:
         links = self.links
         match e:
-            case ev.MessageReceived():
-                out += self._call(now_ms, links.message, e, now_ms, publish=True)
-                ended = links.txn.ended
-                while ended:  # discharged transactions: their core sessions close
-                    out += self.broker.channel_closed(self.conn_id, ended.pop(), now_ms)
             case ev.Settled():
                 out += self._call(now_ms, links.settled, e, now_ms)
             case ev.CreditGranted():
@@ -141,6 +144,13 @@ class Amqp10Handler:
                 events += self.conn.sasl_outcome(self._login(e, now_ms))
             case ev.Opened():
                 self._open(e, now_ms)
+
+    def _messages(self, batch: list[Any], now_ms: int, out: list[Effect]) -> None:
+        links = self.links
+        out += self._call(now_ms, links.messages, batch, now_ms, publish=True)
+        ended = links.txn.ended
+        while ended:  # discharged transactions: their core sessions close
+            out += self.broker.channel_closed(self.conn_id, ended.pop(), now_ms)
 
     def _call(
         self, now_ms: int, step: Callable[..., None], *args: Any, publish: bool = False

@@ -332,6 +332,12 @@ class Links:
                 b.topology.delete_queue(s.vhost, q, now_ms)
 
     # ------------------------------------------------------------------ publish
+    def messages(self, batch: list[MessageReceived], now_ms: int) -> None:
+        """Publish the messages of one read, in order (`message` each)."""
+        message = self.message
+        for ev in batch:
+            message(ev, now_ms)
+
     def message(self, ev: MessageReceived, now_ms: int) -> None:
         """Publish a message the peer sent; its outcome comes with the confirm (or now)."""
         ls = self.sessions.get(ev.channel)
