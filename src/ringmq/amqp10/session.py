@@ -182,9 +182,10 @@ class Session:
 
     def refuse_attach(self, attach: Any, error: Any) -> None:
         """Answer the peer's attach with a link that is not there (null source or target)
-        followed by a closing detach with `error` (2.6.3)."""
+        followed by a closing detach with `error` (2.6.3); the link waits for the peer's detach."""
         receiving = attach.role == ROLE_SENDER
         handle = attach.handle
+        self.links[handle] = Link(handle, str(attach.name), receiving, detaching=True)
         self.send(
             self.channel,
             p.Attach(

@@ -103,3 +103,32 @@ def test_refused_attach_carries_the_condition(broker: BrokerThread) -> None:
         assert "amqp:not-found" in str(exc.value)
     finally:
         c.close()
+
+
+def test_permissions_are_checked_on_attach(broker: BrokerThread) -> None:
+    def add_user() -> None:
+        auth = broker.broker.auth
+        auth.add_user("reader", password="pw")
+        # may read 'open.*' queues, write nothing, create nothing
+        auth.set_permissions("reader", "/", configure="^$", write="^$", read="^open")
+
+    broker.call(add_user)
+    admin = BlockingConnection(f"amqp://guest:guest@127.0.0.1:{broker.port}", timeout=5)
+    admin.create_sender("open-q").send(Message(body="x"))
+    admin.create_sender("closed-q").send(Message(body="y"))
+    admin.close()
+    c = BlockingConnection(f"amqp://reader:pw@127.0.0.1:{broker.port}", timeout=5)
+    try:
+        rcv = c.create_receiver("open-q")
+        assert rcv.receive(timeout=5).body == "x"
+        rcv.accept()
+        for attach in (
+            lambda: c.create_receiver("closed-q"),  # read
+            lambda: c.create_sender("open-q"),  # write on the default exchange
+            lambda: c.create_receiver("new-q"),  # configure: the queue would be created
+        ):
+            with pytest.raises(LinkDetached) as exc:
+                attach()
+            assert "amqp:unauthorized-access" in str(exc.value)
+    finally:
+        c.close()

@@ -397,3 +397,17 @@ def test_random_bytes_give_events_or_a_close(data: bytes) -> None:
     events = peer.send(data)
     assert all(isinstance(e, ev.Event.__args__) for e in events)
     peer.read()  # whatever the broker answered decodes
+
+
+def test_a_refused_attach_waits_for_the_peers_detach() -> None:
+    peer = opened()
+    a = p.Attach(name="r", handle=0, role=p.ROLE_RECEIVER, source=p.Source("nope"))
+    peer.send(encode_frame(1, a))
+    peer.conn.refuse_attach(1, a, "amqp:not-found", "no queue")
+    attach, detach = peer.read()
+    assert attach.source is None
+    assert detach.error is not None
+    assert detach.error.condition == "amqp:not-found"
+    assert peer.send(encode_frame(1, p.Detach(handle=0, closed=True))) == []
+    assert peer.read() == []  # the session goes on
+    attach_receiver(peer)  # and the handle is free again
