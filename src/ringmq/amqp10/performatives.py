@@ -155,9 +155,13 @@ class Flow(Composite):
     "amqp:transfer:list",
     ("uint!", "uint", "binary", "uint", "bool", "bool", "ubyte", "state", "bool", "bool", "bool"),
 )
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Transfer(Composite):
-    """Transfer (part of) a message over a link (2.7.5); the payload follows it."""
+    """Transfer (part of) a message over a link (2.7.5); the payload follows it.
+
+    The receiving hot path builds one per frame, so it is a plain slotted class (a frozen
+    dataclass's __init__ sets each of its eleven fields through object.__setattr__, five times
+    slower; `core.effects.Deliver` does the same); treat it as immutable like the others."""
 
     handle: int = 0
     delivery_id: int | None = None
@@ -451,6 +455,10 @@ def decode_performative(body: Buffer) -> tuple[Performative | SaslPerformative, 
         DecodeError: as ``composite.decode_composite``, or a composite that is no frame body.
     """
     if len(body) > 3 and body[0] == 0 and body[1] == 0x53:
+        if body[2] == 0x14:  # a Transfer: the receiving hot path
+            fast = _transfer(body)
+            if fast is not None:
+                return fast
         # The common form (descriptor as a small ulong): no Described built on the way.
         cls = _BODIES_BY_CODE.get(body[2])
         if cls is not None:
@@ -460,6 +468,54 @@ def decode_performative(body: Buffer) -> tuple[Performative | SaslPerformative, 
     if not isinstance(got, FRAME_BODIES + SASL_BODIES):
         raise DecodeError(f"{type(got).__name__} is not a frame body")
     return got, end
+
+
+def _transfer(body: Buffer) -> tuple[Transfer, int] | None:
+    """A Transfer in the forms senders use (a list8 of at most its first six fields, each a
+    uint, binary or boolean constructor or null), read without the generic decoder; None for
+    any other form (the generic path decodes it, or says why it is malformed)."""
+    if len(body) < 6 or body[3] != 0xC0:
+        return None
+    end = 5 + body[4]
+    count = body[5]
+    if count > 6 or end > len(body):
+        return None
+    fields: list[Any] = [None] * 6
+    off = 6
+    try:
+        for i in range(count):
+            code = body[off]
+            if code == 0x40:
+                off += 1
+            elif i == 2:  # delivery-tag: binary
+                if code != 0xA0:
+                    return None
+                n = body[off + 1]
+                fields[2] = bytes(body[off + 2 : off + 2 + n])
+                off += 2 + n
+            elif i >= 4:  # settled, more: boolean
+                if code == 0x41 or code == 0x42:
+                    fields[i] = code == 0x41
+                    off += 1
+                else:
+                    return None
+            elif code == 0x43:
+                fields[i] = 0
+                off += 1
+            elif code == 0x52:
+                fields[i] = body[off + 1]
+                off += 2
+            elif code == 0x70:
+                fields[i] = _I.unpack_from(body, off + 1)[0]
+                off += 5
+            else:
+                return None
+    except (IndexError, struct.error):
+        return None
+    if off != end or fields[0] is None:
+        return None
+    handle, did, tag, fmt, settled, more = fields
+    return Transfer(handle, did, tag, fmt, settled, bool(more)), end
 
 
 _BODIES_BY_CODE: Final[dict[int, type[Composite]]] = {
