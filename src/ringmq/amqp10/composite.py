@@ -52,6 +52,8 @@ class Composite:
     """The kind of each field, in order."""
     WRITERS: ClassVar[tuple[tuple[str, Callable[[Any], Any], Any, bool], ...]]
     """Per field: name, to-wire conversion, default, mandatory."""
+    MANDATORY: ClassVar[tuple[int, ...]]
+    """The positions of the mandatory fields."""
     READERS: ClassVar[tuple[tuple[Callable[[Any], Any], Any], ...]]
     """Per field: from-wire check, default (`MISSING` for a mandatory field)."""
 
@@ -138,6 +140,7 @@ def composite(code: int, name: str, kinds: tuple[str, ...]) -> Callable[[type[An
             (_FROM_WIRE[k.rstrip("!")], MISSING if k.endswith("!") else f.default)
             for f, k in zip(flds, kinds, strict=True)
         )
+        cls.MANDATORY = tuple(i for i, k in enumerate(kinds) if k.endswith("!"))
         CODES[code] = ULong(code)
         BY_CODE[code] = cls
         BY_NAME[name] = cls
@@ -183,10 +186,13 @@ def _check(*types: type) -> Callable[[Any], Any]:
     return conv
 
 
-def _number(lo: int, hi: int) -> Callable[[Any], Any]:
-    # Any integer type in range: peers send a wider type than the field's now and then (a
-    # long for a uint); out of range, or a boolean, it is malformed.
+def _number(exact: type, lo: int, hi: int) -> Callable[[Any], Any]:
+    # The field's own type is in range by construction (the common case: one test). Any other
+    # integer type in range is taken too: peers send a wider type than the field's now and
+    # then (a long for a uint); out of range, or a boolean, it is malformed.
     def conv(v: Any) -> Any:
+        if type(v) is exact:
+            return v
         if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
             raise DecodeError(f"{v!r} where an integer in [{lo}, {hi}] was expected")
         return v
@@ -194,17 +200,23 @@ def _number(lo: int, hi: int) -> Callable[[Any], Any]:
     return conv
 
 
+def _boolean(v: Any) -> Any:
+    if v is True or v is False:
+        return v
+    raise DecodeError(f"{type(v).__name__} where bool was expected")
+
+
 def _symbols_in(v: Any) -> Any:
     return symbols(v)
 
 
 _FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
-    "uint": _number(0, 2**32 - 1),
-    "ulong": _number(0, 2**64 - 1),
-    "ushort": _number(0, 2**16 - 1),
-    "ubyte": _number(0, 2**8 - 1),
-    "timestamp": _number(-(2**63), 2**63 - 1),
-    "bool": _check(bool),
+    "uint": _number(UInt, 0, 2**32 - 1),
+    "ulong": _number(ULong, 0, 2**64 - 1),
+    "ushort": _number(UShort, 0, 2**16 - 1),
+    "ubyte": _number(UByte, 0, 2**8 - 1),
+    "timestamp": _number(Timestamp, -(2**63), 2**63 - 1),
+    "bool": _boolean,
     "string": _check(str),
     "symbol": _check(str),
     "binary": _check(bytes),
@@ -237,9 +249,9 @@ def from_fields(cls: type[Composite], items: Any) -> Composite:
         # Fewer: the rest are null. More: fields of a later version of the spec, ignored.
         items = (items + [None] * k)[:k]
     args = [d if x is None else conv(x) for (conv, d), x in zip(readers, items, strict=True)]
-    if MISSING in args:
-        name = cls.WRITERS[args.index(MISSING)][0]
-        raise DecodeError(f"{cls.NAME}: mandatory field {name} is null")
+    for i in cls.MANDATORY:
+        if args[i] is MISSING:
+            raise DecodeError(f"{cls.NAME}: mandatory field {cls.WRITERS[i][0]} is null")
     return cls(*args)
 
 

@@ -459,6 +459,10 @@ def decode_performative(body: Buffer) -> tuple[Performative | SaslPerformative, 
             fast = _transfer(body)
             if fast is not None:
                 return fast
+        elif body[2] == 0x15:  # a Disposition: how receivers settle, one per batch or message
+            settle = _disposition(body)
+            if settle is not None:
+                return settle
         # The common form (descriptor as a small ulong): no Described built on the way.
         cls = _BODIES_BY_CODE.get(body[2])
         if cls is not None:
@@ -516,6 +520,62 @@ def _transfer(body: Buffer) -> tuple[Transfer, int] | None:
         return None
     handle, did, tag, fmt, settled, more = fields
     return Transfer(handle, did, tag, fmt, settled, bool(more)), end
+
+
+_ACCEPTED: Final = Accepted()
+_RELEASED: Final = Released()
+_PLAIN_STATE_AT: Final[dict[bytes, Composite]] = {
+    b"\x00\x53\x24\x45": _ACCEPTED,
+    b"\x00\x53\x26\x45": _RELEASED,
+}
+
+
+def _disposition(body: Buffer) -> tuple[Disposition, int] | None:
+    """A Disposition in the forms receivers use (a list8: role, first, last, settled, and an
+    accepted or released state, each field a plain constructor or null), read without the
+    generic decoder; None for any other form (the generic path decodes it, or says why it is
+    malformed)."""
+    if len(body) < 6 or body[3] != 0xC0:
+        return None
+    end = 5 + body[4]
+    count = body[5]
+    if count > 5 or end > len(body):
+        return None
+    fields: list[Any] = [None] * 5
+    off = 6
+    try:
+        for i in range(count):
+            code = body[off]
+            if code == 0x40:
+                off += 1
+            elif i == 0 or i == 3:  # role, settled: boolean
+                if code != 0x41 and code != 0x42:
+                    return None
+                fields[i] = code == 0x41
+                off += 1
+            elif i == 4:  # state: accepted or released, the constant forms
+                state = _PLAIN_STATE_AT.get(bytes(body[off : off + 4]))
+                if state is None:
+                    return None
+                fields[4] = state
+                off += 4
+            elif code == 0x43:  # first, last: uint
+                fields[i] = 0
+                off += 1
+            elif code == 0x52:
+                fields[i] = body[off + 1]
+                off += 2
+            elif code == 0x70:
+                fields[i] = _I.unpack_from(body, off + 1)[0]
+                off += 5
+            else:
+                return None
+    except (IndexError, struct.error):
+        return None
+    role, first, last, settled, state = fields
+    if off != end or role is None or first is None:
+        return None
+    return Disposition(role, first, last, bool(settled), state), end
 
 
 _BODIES_BY_CODE: Final[dict[int, type[Composite]]] = {

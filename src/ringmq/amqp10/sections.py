@@ -116,6 +116,12 @@ class Message10:
     footer: dict[Any, Any] | None = None
 
 
+_NO_PROPERTIES: Final = Properties()
+_HEADERS: Final[dict[bytes, Composite]] = {}
+_HEADERS_MAX: Final = 256
+"""Decoded header sections by their encoding (immutable, so shared); cleared when full."""
+
+
 class Scan(NamedTuple):
     """What `scan` found in a payload (offsets are into the payload).
 
@@ -200,8 +206,17 @@ def scan(payload: Buffer) -> Scan:
                     data = None  # several data sections
                 body_end = end
             elif code == HEADER:
-                value, end = decode(payload, pos)
-                header = from_fields(Header, value)
+                # Publishers repeat a few headers (durable, a priority...): one decode each.
+                end = skip(payload, pos)
+                raw = payload[pos:end]
+                if type(raw) is not bytes:
+                    raw = bytes(raw)
+                header = _HEADERS.get(raw)
+                if header is None:
+                    header = from_fields(Header, decode(raw)[0])
+                    if len(_HEADERS) >= _HEADERS_MAX:
+                        _HEADERS.clear()
+                    _HEADERS[raw] = header
                 header_end = annotations_start = end
             elif code == DELIVERY_ANNOTATIONS:
                 if payload[pos] not in _MAPS:
@@ -212,8 +227,11 @@ def scan(payload: Buffer) -> Scan:
                 value, end = decode(payload, pos)
                 ma = _map(value, "message-annotations")
             elif code == PROPERTIES:
-                value, end = decode(payload, pos)
-                props = from_fields(Properties, value)
+                if payload[pos] == 0x45:  # list0: proton sends an empty one by default
+                    props, end = _NO_PROPERTIES, pos + 1
+                else:
+                    value, end = decode(payload, pos)
+                    props = from_fields(Properties, value)
             elif code == APPLICATION_PROPERTIES:
                 value, end = decode(payload, pos)
                 ap = _map(value, "application-properties")

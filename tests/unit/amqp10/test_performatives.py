@@ -105,6 +105,38 @@ def test_disposition_hot_path_is_the_generic_encoding(
     assert pf.decode_performative(d.encode())[0] == d
 
 
+@given(
+    role=st.booleans(),
+    first=st.integers(0, 2**32 - 1),
+    last=st.none() | st.integers(0, 2**32 - 1),
+    settled=st.booleans(),
+    state=st.sampled_from(
+        [None, pf.Accepted(), pf.Released(), pf.Modified(True), pf.Received(1, 2)]
+    ),
+    batchable=st.booleans(),
+    cut=st.none() | st.integers(0, 40),
+)
+def test_disposition_fast_path_agrees_with_the_generic_decoder(
+    role: bool,
+    first: int,
+    last: int | None,
+    settled: bool,
+    state: Any,
+    batchable: bool,
+    cut: int | None,
+) -> None:
+    body = pf.Disposition(role, first, last, settled, state, batchable).encode()
+    if cut is not None:
+        body = body[: min(cut, len(body) - 1)]
+    try:
+        want = decode_composite(body)
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            pf.decode_performative(body)
+    else:
+        assert pf.decode_performative(body) == want
+
+
 @pytest.mark.parametrize(
     ("value", "match"),
     [
