@@ -34,6 +34,7 @@ consumes, as RabbitMQ checks them on attach.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -47,6 +48,7 @@ from ringmq.amqp10 import sections
 from ringmq.amqp10.connection import error
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.errors import BrokerError
+from ringmq.core.publish import UNROUTABLE
 from ringmq.core.session import Session, SettleKind
 
 if TYPE_CHECKING:
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
 
 CONFIRM_CHANNEL_BASE: Final = 1 << 16
 """Core session numbers of the confirm-mode twin of each session (above every ushort)."""
+log = logging.getLogger(__name__)
+
 SETTLED: Final = 1
 """sender-settle-mode `settled`: the broker's deliveries are pre-settled (at most once)."""
 EXPIRY_NEVER: Final = "never"
@@ -194,6 +198,8 @@ class Links:
             return
         if target is None:
             raise RefusalError(c.INVALID_FIELD, "a sender needs a target")
+        if target.dynamic:
+            raise RefusalError(c.NOT_IMPLEMENTED, "dynamic targets (a sender's temporary node)")
         node: Node | None = None
         if target.address is not None:
             node = self._node(str(target.address), _caps(target.capabilities))
@@ -210,6 +216,8 @@ class Links:
         source = a.source
         if source is None:
             raise RefusalError(c.INVALID_FIELD, "a receiver needs a source")
+        if source.distribution_mode == "copy":
+            raise RefusalError(c.NOT_IMPLEMENTED, "distribution mode copy (browsing)")
         s = ls.core
         b = self.broker
         caps = _caps(source.capabilities)
@@ -237,8 +245,6 @@ class Links:
                     raise RefusalError(
                         c.INVALID_FIELD, f"a receiver's source must be a queue, not {address!r}"
                     )
-        if source.distribution_mode == "copy":
-            raise RefusalError(c.NOT_IMPLEMENTED, "distribution mode copy (browsing)")
         self._serial += 1
         tag = f"amqp10-{ev.handle}-{self._serial}"
         settled = a.snd_settle_mode == SETTLED
@@ -326,10 +332,14 @@ class Links:
         entries = [e for t in tags for e in s.take(t, False)]
         b.delivery.cancel(s, link.tag, now_ms)
         b.delivery.settle_entries(entries, SettleKind.REQUEUE, now_ms)
-        if closed and link.delete_on_close:
-            q = s.vhost.queues.get(link.queue)
-            if q is not None:
-                b.topology.delete_queue(s.vhost, q, now_ms)
+        if closed and link.delete_on_close:  # unsubscribe (configure permission checked)
+            try:
+                name, _n = b.topology.delete_for(s, link.queue, if_unused=False, if_empty=False)
+            except BrokerError as exc:  # the detach is answered already: the queue stays
+                log.info("AMQP 1.0 unsubscribe of %r refused: %s", link.queue, exc.text)
+                return
+            if name:
+                b.topology.delete_named(s, name, now_ms)
 
     # ------------------------------------------------------------------ publish
     def messages(self, batch: list[MessageReceived], now_ms: int) -> None:
@@ -391,7 +401,7 @@ class Links:
         if ev.settled:
             return  # at most once: no outcome to send
         seq = s.publish_seq
-        if outcome == "unroutable":
+        if outcome == UNROUTABLE:
             ls.unroutable.add(seq)
         ls.confirms[seq] = ev.delivery_id
 
