@@ -6,9 +6,10 @@ fields named as the spec names them, in snake_case, in the spec's order and with
 ``composite.py`` encodes and decodes them from the field kinds given here. `decode_performative`
 reads a frame body.
 
-The receiver-side hot paths are specialised: `encode_transfer` and `encode_disposition` build
-the same bytes as the generic path from precomputed pieces, and `Transfer.encode` and
-`Disposition.encode` take them whenever their fields allow.
+The per-message performatives have fast paths: `Transfer.encode` and `Disposition.encode`
+use ``hotpath.py``'s byte builders whenever their fields allow, and `decode_performative` reads
+a Transfer or a Disposition in the forms peers send without the generic decoder (the same
+values: the tests compare them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from ringmq.amqp10.composite import (
     decode_composite,
     from_fields,
 )
+from ringmq.amqp10.hotpath import (
+    ACCEPTED_BYTES,
+    ACCEPTED_CODE,
+    RELEASED_BYTES,
+    RELEASED_CODE,
+    disposition_body,
+    disposition_fields,
+)
+from ringmq.amqp10.hotpath import encode_transfer as encode_transfer
 from ringmq.amqp10.types import DecodeError
 
 # Spec constants.
@@ -522,154 +532,35 @@ def _transfer(body: Buffer) -> tuple[Transfer, int] | None:
     return Transfer(handle, did, tag, fmt, settled, bool(more)), end
 
 
-_ACCEPTED: Final = Accepted()
-_RELEASED: Final = Released()
-_PLAIN_STATE_AT: Final[dict[bytes, Composite]] = {
-    b"\x00\x53\x24\x45": _ACCEPTED,
-    b"\x00\x53\x26\x45": _RELEASED,
-}
+_STATE_OF: Final[dict[int, DeliveryState]] = {ACCEPTED_CODE: Accepted(), RELEASED_CODE: Released()}
+_STATE_BYTES: Final[dict[type, bytes]] = {Accepted: ACCEPTED_BYTES, Released: RELEASED_BYTES}
+_PLAIN_STATES: Final = (Accepted, Released)
 
 
 def _disposition(body: Buffer) -> tuple[Disposition, int] | None:
-    """A Disposition in the forms receivers use (a list8: role, first, last, settled, and an
-    accepted or released state, each field a plain constructor or null), read without the
-    generic decoder; None for any other form (the generic path decodes it, or says why it is
-    malformed)."""
-    if len(body) < 6 or body[3] != 0xC0:
+    # `hotpath.disposition_fields` reads the forms receivers send; None: the generic path.
+    got = disposition_fields(body)
+    if got is None:
         return None
-    end = 5 + body[4]
-    count = body[5]
-    if count > 5 or end > len(body):
-        return None
-    fields: list[Any] = [None] * 5
-    off = 6
-    try:
-        for i in range(count):
-            code = body[off]
-            if code == 0x40:
-                off += 1
-            elif i == 0 or i == 3:  # role, settled: boolean
-                if code != 0x41 and code != 0x42:
-                    return None
-                fields[i] = code == 0x41
-                off += 1
-            elif i == 4:  # state: accepted or released, the constant forms
-                state = _PLAIN_STATE_AT.get(bytes(body[off : off + 4]))
-                if state is None:
-                    return None
-                fields[4] = state
-                off += 4
-            elif code == 0x43:  # first, last: uint
-                fields[i] = 0
-                off += 1
-            elif code == 0x52:
-                fields[i] = body[off + 1]
-                off += 2
-            elif code == 0x70:
-                fields[i] = _I.unpack_from(body, off + 1)[0]
-                off += 5
-            else:
-                return None
-    except (IndexError, struct.error):
-        return None
-    role, first, last, settled, state = fields
-    if off != end or role is None or first is None:
-        return None
-    return Disposition(role, first, last, bool(settled), state), end
+    role, first, last, settled, code, end = got
+    return Disposition(role, first, last, settled, None if code is None else _STATE_OF[code]), end
+
+
+def encode_disposition(
+    role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None
+) -> bytes:
+    """The encoded body of a Disposition, built by ``hotpath.disposition_body`` (states other
+    than accepted and released are encoded by the generic encoder first)."""
+    raw = None
+    if state is not None:
+        raw = _STATE_BYTES.get(type(state))
+        if raw is None:
+            raw = encode(state.described())
+    return disposition_body(role, first, last, settled, raw)
 
 
 _BODIES_BY_CODE: Final[dict[int, type[Composite]]] = {
     cls.DESCRIPTOR: cls for cls in FRAME_BODIES + SASL_BODIES
 }
 
-
-# ---------------------------------------------------------------------------------------------
-# The hot paths: Transfer and Disposition built from precomputed bytes.
-
 _I: Final = struct.Struct(">I")
-_TRANSFER_HEAD: Final = b"\x00\x53\x14"
-_DISPOSITION_HEAD: Final = b"\x00\x53\x15"
-_TAG_MAX_SMALL: Final = 255
-
-
-def _uint(v: int) -> bytes:
-    if v == 0:
-        return b"\x43"
-    if v < 256:
-        return bytes((0x52, v))
-    return b"\x70" + _I.pack(v)
-
-
-_SMALL_UINTS: Final = tuple(_uint(v) for v in range(256))
-
-
-def encode_transfer(
-    handle: int,
-    delivery_id: int,
-    delivery_tag: bytes,
-    message_format: int = 0,
-    settled: bool = False,
-    more: bool = False,
-) -> bytes:
-    """The encoded body of a first Transfer (what a receiver link sends per message).
-
-    Byte for byte what ``Transfer(handle, delivery_id, delivery_tag, message_format, settled,
-    more).described()`` encodes, built without the generic path: the descriptor and the
-    booleans are constants, the uints below 256 come from a table.
-    """
-    u = _SMALL_UINTS
-    n = len(delivery_tag)
-    body = b"".join(
-        (
-            u[handle] if handle < 256 else _uint(handle),
-            u[delivery_id] if delivery_id < 256 else _uint(delivery_id),
-            bytes((0xA0, n)) if n < 256 else b"\xb0" + _I.pack(n),
-            delivery_tag,
-            u[message_format] if message_format < 256 else _uint(message_format),
-            _SETTLED_MORE[settled, more],
-        )
-    )
-    return _list_bytes(_TRANSFER_HEAD, 6 if more else 5, body)
-
-
-_SETTLED_MORE: Final = {
-    (False, False): b"\x42",
-    (True, False): b"\x41",
-    (False, True): b"\x42\x41",
-    (True, True): b"\x41\x41",
-}
-
-
-def _list_bytes(head: bytes, count: int, body: bytes) -> bytes:
-    n = len(body) + 1
-    if n < 256:
-        return head + bytes((0xC0, n, count)) + body
-    return head + b"\xd0" + struct.pack(">II", n + 3, count) + body
-
-
-_PLAIN_STATES: Final = (Accepted, Released)
-_STATE_BYTES: Final[dict[type, bytes]] = {
-    Accepted: b"\x00\x53\x24\x45",
-    Released: b"\x00\x53\x26\x45",
-}
-
-
-def encode_disposition(
-    role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None
-) -> bytes:
-    """The encoded body of a Disposition; states other than accepted and released take the
-    generic encoder."""
-    u = _SMALL_UINTS
-    body = (b"\x41" if role else b"\x42") + (u[first] if first < 256 else _uint(first))
-    count = 2
-    if last is not None or settled or state is not None:
-        body += b"\x40" if last is None else (u[last] if last < 256 else _uint(last))
-        count = 3
-    if settled or state is not None:
-        body += b"\x41" if settled else b"\x40"
-        count = 4
-    if state is not None:
-        raw = _STATE_BYTES.get(type(state))
-        body += raw if raw is not None else encode(state.described())
-        count = 5
-    return _list_bytes(_DISPOSITION_HEAD, count, body)
