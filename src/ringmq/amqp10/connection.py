@@ -441,11 +441,11 @@ class Connection:
         if s is not None and not s.ending:
             s.settle(first, last, state, receiving=receiving)
 
-    def drained(self, channel: int, handle: int, credit: int) -> None:
-        """A draining link's unused `credit` is spent (advance and echo, 2.6.7)."""
+    def drained(self, channel: int, handle: int) -> None:
+        """A draining link's unused credit is spent (advance and echo, 2.6.7)."""
         s = self.sessions.get(channel)
         if s is not None and not s.ending:
-            s.drained(handle, credit)
+            s.drained(handle)
 
     def pause_incoming(self, paused: bool) -> None:
         """Withhold (or give again) the credit of every link the broker receives on."""

@@ -231,10 +231,9 @@ class Session:
         """The peer's flow: the session window, and a link's credit or state."""
         if flow.next_incoming_id is None:
             self.remote_incoming = int(flow.incoming_window)
-        else:
-            self.remote_incoming = (
-                int(flow.next_incoming_id) + int(flow.incoming_window) - self.next_outgoing_id
-            )
+        else:  # serial arithmetic (2.5.6): transfer ids wrap at 2**32
+            room = (flow.next_incoming_id + flow.incoming_window - self.next_outgoing_id) % SERIAL
+            self.remote_incoming = room if room < SERIAL // 2 else 0
         self._resend()
         if flow.handle is None:
             if flow.echo:
@@ -257,13 +256,13 @@ class Session:
         if flow.echo and not link.drain:
             self.send(self.channel, self._flow(link), b"")
 
-    def drained(self, handle: int, credit: int) -> None:
-        """A draining link used up `credit` without messages: advance its delivery count and
-        echo the flow (2.6.7)."""
+    def drained(self, handle: int) -> None:
+        """A draining link has no message for its credit: the credit is spent, its delivery
+        count advances by it, and the flow is echoed (2.6.7)."""
         link = self.links.get(handle)
         if link is None or link.detaching:
             return
-        link.delivery_count = (link.delivery_count + max(credit, link.credit)) % SERIAL
+        link.delivery_count = (link.delivery_count + max(link.credit, 0)) % SERIAL
         link.credit = 0
         self.send(self.channel, self._flow(link), b"")
         link.drain = False

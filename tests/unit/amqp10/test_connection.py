@@ -311,7 +311,7 @@ def test_credit_drain_and_echo() -> None:
     drain = p.Flow(next_incoming_id=1, incoming_window=100, handle=0, delivery_count=1,
                    link_credit=2, drain=True)  # fmt: skip
     assert peer.send(encode_frame(1, drain)) == [ev.CreditGranted(1, 0, 2, True)]
-    peer.conn.drained(1, 0, 2)
+    peer.conn.drained(1, 0)
     (echo,) = peer.read()
     assert (echo.delivery_count, echo.link_credit, echo.drain) == (3, 0, True)
 
@@ -411,3 +411,17 @@ def test_a_refused_attach_waits_for_the_peers_detach() -> None:
     assert peer.send(encode_frame(1, p.Detach(handle=0, closed=True))) == []
     assert peer.read() == []  # the session goes on
     attach_receiver(peer)  # and the handle is free again
+
+
+def test_the_window_counts_in_serial_numbers() -> None:
+    peer = opened()
+    attach_receiver(peer)
+    # a flow whose ids are behind the broker's (in flight) or wrapped around 2**32
+    peer.send(encode_frame(1, p.Flow(next_incoming_id=2**32 - 1, incoming_window=2)))
+    peer.conn.send_transfer(1, 0, b"a", b"1", True)  # room: (2**32 - 1 + 2 - 0) mod 2**32 = 1
+    peer.conn.send_transfer(1, 0, b"b", b"2", True)
+    assert [f.delivery_tag for f in peer.read()] == [b"a"]
+    peer.send(encode_frame(1, p.Flow(next_incoming_id=1, incoming_window=0)))  # closed
+    assert peer.read() == []
+    peer.send(encode_frame(1, p.Flow(next_incoming_id=1, incoming_window=1)))
+    assert [f.delivery_tag for f in peer.read()] == [b"b"]

@@ -219,7 +219,7 @@ class Amqp10Handler:
                     effect.channel, effect.seq, effect.multiple, effect.ok, effect.reason
                 )
             case Drained():
-                links.drained(effect.channel, effect.consumer_tag, effect.credit)
+                links.drained(effect.channel, effect.consumer_tag)
             case CancelConsumer():
                 links.cancelled(effect.channel, effect.consumer_tag)
             case Block():

@@ -481,12 +481,13 @@ class Links:
             return
         self.broker.delivery.flow(ls.core, link.tag, credit=ev.credit, drain=ev.drain)
 
-    def drained(self, channel: int, tag: str, credit: int) -> None:
-        """A `Drained`: the consumer's unused credit is spent."""
+    def drained(self, channel: int, tag: str) -> None:
+        """A `Drained`: the consumer's unused credit is spent (the machine counts it on the
+        wire: the core's count is the same once the deliveries before it are sent)."""
         ls = self.sessions.get(channel)
         link = ls.by_tag.get(tag) if ls is not None else None
         if link is not None:
-            self.conn.drained(channel, link.handle, credit)
+            self.conn.drained(channel, link.handle)
 
     def cancelled(self, channel: int, tag: str) -> None:
         """A `CancelConsumer`: its queue was deleted; the link is detached."""
