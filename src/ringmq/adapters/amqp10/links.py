@@ -87,6 +87,9 @@ class InLink:
     """Where its messages go (None: anonymous relay, each message's `to`)."""
     coordinator: bool = False
     """A transaction controller's link (declare and discharge)."""
+    exchange: str = ""
+    routing_key: str | None = None
+    """`node`'s exchange and routing key, read once (None: each message's subject)."""
 
 
 @dataclass(slots=True)
@@ -210,7 +213,10 @@ class Links:
                 self.broker.topology.queue_for(s, node.name)
             self.broker.publisher.exchange_for(s, node.exchange)
         self.conn.attach(ev.channel, a, source=a.source, target=target)
-        ls.ins[ev.handle] = InLink(ev.handle, node)
+        link = InLink(ev.handle, node)
+        if node is not None:
+            link.exchange, link.routing_key = node.exchange, node.routing_key
+        ls.ins[ev.handle] = link
 
     def _attach_out(self, ls: LinkSession, ev: LinkAttaching, a: Any, now_ms: int) -> None:
         source = a.source
@@ -363,7 +369,7 @@ class Links:
         b = self.broker
         publisher = b.publisher
         try:
-            txs = self.txn.session(ev.state)
+            txs = None if ev.state is None else self.txn.session(ev.state)
             if txs is not None:
                 s = txs
             node = link.node
@@ -374,8 +380,9 @@ class Links:
                 node = self._node(to, ())
                 if node.kind is Kind.ANYCAST and node.name not in s.vhost.queues:
                     self._ensure_queue(s, node.name, now_ms)
-            exchange = node.exchange
-            rk = node.routing_key
+                exchange, rk = node.exchange, node.routing_key
+            else:
+                exchange, rk = link.exchange, link.routing_key
             if rk is None:  # /exchanges/:x: the message's subject is its routing key
                 props = sections.scan(ev.payload).properties
                 rk = (props.subject if props is not None else None) or ""
