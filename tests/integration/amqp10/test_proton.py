@@ -223,3 +223,15 @@ def test_unroutable_is_released_and_full_queue_rejects(
     with pytest.raises(SendException) as full:
         snd.send(Message(body="2"))
     assert full.value.state == Delivery.REJECTED
+
+
+def test_a_deleted_queue_detaches_its_receivers(
+    conn: BlockingConnection, broker: BrokerThread, ch: Any
+) -> None:
+    ch.queue_declare("doomed")
+    rcv = conn.create_receiver("/queues/doomed", credit=5)
+    ch.queue_delete("doomed")
+    with pytest.raises(LinkDetached) as exc:
+        rcv.receive(timeout=5)
+    assert "amqp:resource-deleted" in str(exc.value)
+    conn.create_sender("still-open").send(Message(body="the session goes on"))

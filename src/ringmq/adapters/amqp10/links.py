@@ -484,8 +484,8 @@ class Links:
         """The peer's flow on a consumer link: the core consumer's credit."""
         ls = self.sessions.get(ev.channel)
         link = ls.outs.get(ev.handle) if ls is not None else None
-        if ls is None or link is None:
-            return
+        if ls is None or link is None or link.tag not in ls.core.consumers:
+            return  # a consumer the broker ended (its queue went): its detach is on the way
         self.broker.delivery.flow(ls.core, link.tag, credit=ev.credit, drain=ev.drain)
 
     def drained(self, channel: int, tag: str) -> None:
