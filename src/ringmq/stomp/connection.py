@@ -199,13 +199,20 @@ class StompConnection:
         if receipt is not None:
             self.send(Command.RECEIPT, {"receipt-id": receipt})
 
-    def fail(self, message: str, detail: str = "", *, frame: Frame | None = None) -> None:
-        """Queue an ERROR (`message`, the body `detail`, the `receipt-id` of `frame`'s
-        `receipt`) and close the connection."""
+    def fail(
+        self,
+        message: str,
+        detail: str = "",
+        *,
+        frame: Frame | None = None,
+        receipt_id: str | None = None,
+    ) -> None:
+        """Queue an ERROR (`message`, the body `detail`, as `receipt-id` the `receipt` of
+        `frame` or `receipt_id`) and close the connection."""
         if self.phase is Phase.CLOSED:
             return
         headers = {"message": message.replace("\n", " ")}
-        receipt = frame.headers.get("receipt") if frame is not None else None
+        receipt = frame.headers.get("receipt") if frame is not None else receipt_id
         if receipt is not None:
             headers["receipt-id"] = receipt
         body = (detail or message).encode()

@@ -5,9 +5,9 @@ octet; every line ends with LF or CR LF (1.2 names CR LF, and 1.0/1.1 clients se
 client may send bare end-of-lines between frames: heart-beats, which `FrameReader` skips. The
 body is read by its `content-length` when present (it may then carry NULs) and up to the first
 NUL otherwise. Header values are escaped in 1.1 (`\\\\`, `\\n`, `\\c`) and 1.2 (also `\\r`),
-never in CONNECT (STOMP) and CONNECTED frames nor in 1.0; an undefined escape is a frame error. When a
-header repeats, the first occurrence wins (1.2). Limits (`FrameLimits`) bound the header
-section and the body; a frame over a limit is refused before its bytes are buffered.
+never in CONNECT (STOMP) and CONNECTED frames nor in 1.0; an undefined escape is a frame
+error. When a header repeats, the first occurrence wins (1.2). Limits (`FrameLimits`) bound
+the header section and the body; a frame over a limit is refused before its bytes are buffered.
 
 `FrameReader.feed` appends to a buffer; `next_frame` returns a `Frame`, None when it needs more
 bytes, or raises `FrameError`; consumed bytes are dropped once per batch (`compact`). Pure: no
