@@ -13,6 +13,9 @@ from the frame as RabbitMQ reads them (`durable` / `persistent`, `auto-delete`, 
   `durable-subscription-name` (or `activemq.subscriptionName`): the durable queue
   `<client-id>.<name>` bound to the address.
 
+A SUBSCRIBE to an existing queue that gives no queue parameter uses the queue as it is (RabbitMQ
+redeclares it, and refuses the subscription when the queue has arguments the frame lacks).
+
 Every other subscription to a topic, exchange or multicast address gets an exclusive,
 auto-delete queue of its own, `stomp-subscription-<random>` (RabbitMQ's prefix, so a policy
 matching `^stomp-` reaches them).
@@ -60,6 +63,14 @@ def _typed(name: str, text: str) -> Any:
 def queue_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
     """The `x-*` queue arguments a frame's headers carry."""
     return {k: _typed(k, v) for k, v in headers.items() if k in BY_ARGUMENT}
+
+
+_PARAMS = frozenset({"durable", "persistent", "auto-delete", "exclusive"})
+
+
+def _queue_params(headers: Mapping[str, str]) -> bool:
+    # The frame says something about the queue (then it is declared, and must be equivalent).
+    return any(k in _PARAMS or k in BY_ARGUMENT for k in headers)
 
 
 class Subscriber:
@@ -153,6 +164,8 @@ class Subscriber:
         (name, whether it is a durable subscription's queue)."""
         match dest.kind:
             case Kind.QUEUE | Kind.ANYCAST:
+                if dest.name in s.vhost.queues and not _queue_params(headers):
+                    return dest.name, False  # an existing queue, used as it is
                 return self._declare(s, dest.name, headers, now_ms, durable=True), False
             case Kind.AMQ_QUEUE:
                 return dest.name, False
