@@ -464,3 +464,30 @@ def test_server_close_sends_an_error() -> None:
     (f,) = kit.read(h)
     assert f.command == "ERROR"
     assert h.closed
+
+
+def test_refused_send_with_receipt_is_an_error_with_its_receipt_id() -> None:
+    kit = Kit()
+    h = kit.connect()
+    kit.frame(
+        h,
+        "SEND",
+        b"1",
+        destination="/queue/full",
+        x_max_length="1",
+        x_overflow="reject-publish",
+        receipt="ok",
+    )
+    assert [f.command for f in kit.read(h)] == ["RECEIPT"]
+    (f,) = kit.frame(h, "SEND", b"2", destination="/queue/full", receipt="r2")
+    assert f.command == "ERROR"
+    assert f.headers["receipt-id"] == "r2"
+    assert ready(kit, "full") == 1
+
+
+def test_header_a_0_9_1_property_cannot_carry_is_an_error() -> None:
+    kit = Kit()
+    h = kit.connect()
+    (f,) = kit.frame(h, "SEND", b"", destination="/queue/q", content_type="x" * 300)
+    assert f.command == "ERROR"
+    assert "content_type" in f.body.decode()

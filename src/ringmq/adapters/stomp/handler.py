@@ -186,7 +186,6 @@ class StompHandler:
         out = broker.begin(now_ms)
         try:
             receipt_now = run(self, frame, now_ms)
-            broker.finish(now_ms)
         except BrokerError as exc:
             self.conn.fail(exc.text, exc.text, frame=frame)
             return out
@@ -194,6 +193,14 @@ class StompHandler:
             text = f"{Condition.PRECONDITION_FAILED.label} - {exc}"
             self.conn.fail(text, text, frame=frame)
             return out
+        state = broker.state
+        # As the 0-9-1 publish path: a SEND's dispatch waits for the read batch's
+        # `dispatch_pending` when the server defers it; anything else flushes now.
+        if state.dirty and (not state.defer_dispatch or state.eager or command != Command.SEND):
+            state.eager = False
+            broker.delivery.flush(now_ms)
+        if state.defs_dirty:
+            state.end()
         if receipt_now:
             self.conn.receipt(frame)
         while self._closing:

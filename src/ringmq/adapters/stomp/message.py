@@ -29,6 +29,7 @@ arguments) are not carried.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Final
 
 from ringmq.adapters.amqp091.message import build
@@ -140,7 +141,10 @@ def build_message(
     now_ms: int,
 ) -> Message:
     """The core message of a SEND on session `s`, in the AMQP 0-9-1 form."""
-    pb = encode_properties(properties_of(headers, now_ms))
+    try:
+        pb = encode_properties(properties_of(headers, now_ms))
+    except (ValueError, struct.error) as exc:  # a value AMQP 0-9-1 cannot carry
+        raise BrokerError(Condition.PRECONDITION_FAILED, f"invalid message header: {exc}") from None
     return build(s, exchange, routing_key, pb, body, now_ms)
 
 
