@@ -491,3 +491,15 @@ def test_header_a_0_9_1_property_cannot_carry_is_an_error() -> None:
     (f,) = kit.frame(h, "SEND", b"", destination="/queue/q", content_type="x" * 300)
     assert f.command == "ERROR"
     assert "content_type" in f.body.decode()
+
+
+def test_an_error_ends_the_subscriptions_at_once_so_nothing_is_lost() -> None:
+    kit = Kit()
+    h = kit.connect()
+    kit.frame(h, "SUBSCRIBE", destination="/queue/q", id="s")  # auto ack
+    kit.frame(h, "ACK", id="1-1")  # ERROR: the connection is over
+    assert h.closed
+    p = kit.connect()
+    kit.frame(p, "SEND", b"kept", destination="/queue/q")
+    assert ready(kit, "q") == 1  # not delivered to the closing connection
+    assert h.connection_lost(kit.now) == []

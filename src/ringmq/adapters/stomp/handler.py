@@ -16,6 +16,10 @@ all or nothing). ACK and NACK inside a transaction are held by the handler: COMM
 after the transaction's SENDs, ABORT returns those messages to their queues' heads, last
 acquired first (the seed's rollback rule).
 
+The end: when the connection closes from this side (ERROR, DISCONNECT, missed heart-beats)
+its core state is released at once (subscriptions end, unacknowledged messages go back), so no
+delivery goes to a socket about to close; `connection_lost` releases it otherwise.
+
 Message ids: a MESSAGE's `message-id` (and 1.2 `ack`) is `<channel>-<delivery tag>` of the
 subscription's core session, so ACK/NACK name their delivery without a table.
 
@@ -94,6 +98,7 @@ class StompHandler:
         self.dialects = dialects or Dialects()
         self.subscriber = Subscriber(ctx.broker, self.dialects)
         self._opened = False
+        self._released = False
         self._info = HandlerInfo(protocol="STOMP")
         self._next_channel = PUBLISH_CHANNEL + 1
         self._subs: dict[str, Subscription] = {}
@@ -127,7 +132,18 @@ class StompHandler:
             out.extend(self._frame(frame, now_ms))
             if conn.closed:
                 break
+        if conn.closed:
+            out.extend(self._release(now_ms))
         return out
+
+    def _release(self, now_ms: int) -> list[Effect]:
+        # The connection is over (ERROR, DISCONNECT, missed heart-beats): its subscriptions end
+        # now, so no message is handed to a socket about to close (an auto-ack delivery would
+        # be lost); `connection_lost` then has nothing left to do.
+        if not self._opened or self._released:
+            return []
+        self._released = True
+        return self.broker.connection_closed(self.conn_id, now_ms)
 
     def apply(self, effect: Effect) -> None:
         """Queue the frames of a core effect for this connection."""
@@ -154,7 +170,7 @@ class StompHandler:
     def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
         """Heart-beats both ways."""
         self.conn.tick(mono_ms)
-        return []
+        return self._release(now_ms) if self.conn.closed else []
 
     def close(self, condition: Condition, text: str) -> None:
         """A close the server starts: an ERROR frame, then the socket closes."""
@@ -162,10 +178,7 @@ class StompHandler:
 
     def connection_lost(self, now_ms: int) -> list[Effect]:
         """Release the connection's core state (unacked messages go back to their queues)."""
-        if not self._opened:
-            return []
-        self._opened = False
-        return self.broker.connection_closed(self.conn_id, now_ms)
+        return self._release(now_ms)
 
     def info(self) -> HandlerInfo:
         """The connection as management shows it."""
