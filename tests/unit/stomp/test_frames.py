@@ -159,3 +159,19 @@ def test_random_bytes_yield_frames_or_frame_errors(data: bytes) -> None:
         read_all(data, chunk=3, max_body=64, max_header_bytes=64, max_headers=4)
     except FrameError:
         pass
+
+
+@given(
+    headers=st.dictionaries(header_text.filter(bool), header_text, max_size=5),
+    body=st.binary(max_size=30),
+)
+def test_stomp_py_reads_what_we_write(headers: dict[str, str], body: bytes) -> None:
+    # stomp.py's frame parser as an oracle for 1.2 escaping and content-length bodies
+    stomp_utils = pytest.importorskip("stomp.utils")
+    hdrs = {k: v for k, v in headers.items() if k != "content-length"}
+    hdrs["content-length"] = str(len(body))
+    wire = encode("MESSAGE", hdrs, body, V1_2)
+    parsed = stomp_utils.parse_frame(wire[:-1])
+    assert parsed.cmd == "MESSAGE"
+    assert parsed.headers == hdrs
+    assert parsed.body == body
