@@ -145,14 +145,18 @@ def encode(
 ) -> bytes:
     """One frame as bytes (headers escaped for `version`, except in CONNECTED)."""
     items = headers.items() if isinstance(headers, dict) else headers
-    lines = [command]
-    if command in _UNESCAPED_COMMANDS:
-        lines.extend(f"{k}:{v}" for k, v in items)
-    else:
+    text = "".join([f"{command}\n", *[f"{k}:{v}\n" for k, v in items], "\n"])
+    if command not in _UNESCAPED_COMMANDS and (
+        text.count(":") != len(items)
+        or text.count("\n") != len(items) + 2
+        or "\\" in text
+        or "\r" in text
+    ):
+        # Something to escape (rare): escape each name and value.
+        lines = [command]
         lines.extend(f"{escape(k, version)}:{escape(v, version)}" for k, v in items)
-    lines.append("")
-    lines.append("")
-    return "\n".join(lines).encode() + body + b"\x00"
+        text = "\n".join([*lines, "", ""])
+    return text.encode() + body + b"\x00"
 
 
 # ---------------------------------------------------------------------- reading
@@ -202,28 +206,29 @@ class FrameReader:
         if pos >= end:
             return None
         limits = self.limits
-        # The header section ends at the first empty line.
-        lines: list[bytes] = []
-        cur = pos
-        while True:
-            nl = buf.find(b"\n", cur)
-            if nl < 0:
-                if end - pos > limits.max_header_bytes:
-                    raise FrameError("header too long", "the header section is over the limit")
-                return None
-            line = bytes(buf[cur:nl])
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            cur = nl + 1
-            if cur - pos > limits.max_header_bytes:
+        # The header section ends at the first empty line ("\n\n", or "\n\r\n" with CR LF).
+        lf = buf.find(b"\n\n", pos, pos + limits.max_header_bytes + 2)
+        crlf = buf.find(b"\n\r\n", pos, lf + 1 if lf >= 0 else pos + limits.max_header_bytes + 3)
+        if lf < 0 and crlf < 0:
+            if end - pos > limits.max_header_bytes:
                 raise FrameError("header too long", "the header section is over the limit")
-            if not line:
-                break
-            lines.append(line)
-            if len(lines) > limits.max_headers + 1:
-                raise FrameError("too many headers", f"more than {limits.max_headers} headers")
+            return None
+        if crlf >= 0 and (lf < 0 or crlf < lf):
+            head_end, body_start = crlf, crlf + 3
+        else:
+            head_end, body_start = lf, lf + 2
+        if head_end - pos > limits.max_header_bytes:
+            raise FrameError("header too long", "the header section is over the limit")
+        try:
+            block = buf[pos:head_end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise FrameError("malformed frame", "the header section is not UTF-8") from None
+        if "\r" in block:
+            block = block.replace("\r\n", "\n").removesuffix("\r")
+        lines = block.split("\n")
+        if len(lines) > limits.max_headers + 1:
+            raise FrameError("too many headers", f"more than {limits.max_headers} headers")
         command, headers = self._head(lines)
-        body_start = cur
         length_text = headers.get("content-length")
         if length_text is not None:
             if not length_text.isascii() or not length_text.isdigit():
@@ -255,12 +260,8 @@ class FrameReader:
         self._pos = body_end + 1
         return Frame(command, headers, bytes(buf[body_start:body_end]))
 
-    def _head(self, lines: list[bytes]) -> tuple[str, dict[str, str]]:
-        # The command line and the headers, decoded (UTF-8) and unescaped.
-        try:
-            text = [line.decode("utf-8") for line in lines]
-        except UnicodeDecodeError:
-            raise FrameError("malformed frame", "the header section is not UTF-8") from None
+    def _head(self, text: list[str]) -> tuple[str, dict[str, str]]:
+        # The command line and the headers, unescaped.
         command = text[0]
         if command not in CLIENT_COMMANDS:
             if command in Command.__members__:
@@ -272,7 +273,9 @@ class FrameReader:
             name, sep, value = line.partition(":")
             if not sep:
                 raise FrameError("malformed header", f"header line without ':': {line[:64]!r}")
-            name = unescape(name, version)
+            if "\\" in line:
+                name = unescape(name, version)
+                value = unescape(value, version)
             if name not in headers:
-                headers[name] = unescape(value, version)
+                headers[name] = value
         return command, headers

@@ -58,6 +58,8 @@ PUBLISH_CHANNEL: Final = 1
 ACK_MODES: Final = ("auto", "client", "client-individual")
 TEMP_QUEUE: Final = "/temp-queue/"
 REPLY_QUEUE: Final = "/reply-queue/"
+_DEST_CACHE: Final = 1000
+"""Most destinations read once and kept per connection."""
 
 
 @dataclass(slots=True)
@@ -108,6 +110,7 @@ class StompHandler:
         """Receipt ids of SENDs waiting for their confirm, by publish sequence number."""
         self._temps: dict[str, str] = {}
         """Temp queue label -> its queue's name."""
+        self._dests: dict[str, Destination] = {}
         self._closing: list[int] = []
         """Core sessions to close once the current call ends."""
         self.client_id = ""
@@ -286,7 +289,14 @@ class StompHandler:
         return self._session(channel)
 
     def _destination(self, frame: Frame, s: Session) -> Destination:
-        return self.subscriber.destination(frame.get("destination") or "", frame.headers, s)
+        # RabbitMQ's destinations depend on nothing but their text: read once per connection.
+        text = frame.get("destination") or ""
+        dest = self._dests.get(text)
+        if dest is None:
+            dest = self.subscriber.destination(text, frame.headers, s)
+            if dest.rabbit and len(self._dests) < _DEST_CACHE:
+                self._dests[text] = dest
+        return dest
 
     def _send(self, frame: Frame, now_ms: int) -> bool:
         tx_name = frame.get("transaction")

@@ -83,6 +83,12 @@ NOT_CARRIED: Final = frozenset(
 )
 """SEND headers that do not become message headers (frame-level, properties, queue args)."""
 
+_EMPTY: Final = encode_properties(BasicProperties())
+_FRAME_ONLY: Final = frozenset(
+    {"destination", "receipt", "transaction", "content-length", "message-id", "destination-type"}
+)
+"""SEND headers that carry nothing into the message: such a SEND has no properties."""
+
 _FRAME_HEADERS: Final = frozenset(
     {"destination", "message-id", "subscription", "ack", "content-length", "redelivered"}
 )
@@ -141,6 +147,8 @@ def build_message(
     now_ms: int,
 ) -> Message:
     """The core message of a SEND on session `s`, in the AMQP 0-9-1 form."""
+    if headers.keys() <= _FRAME_ONLY:  # nothing to carry: the empty property list
+        return build(s, exchange, routing_key, _EMPTY, body, now_ms)
     try:
         pb = encode_properties(properties_of(headers, now_ms))
     except (ValueError, struct.error) as exc:  # a value AMQP 0-9-1 cannot carry
@@ -162,6 +170,8 @@ def _text(value: Any) -> str | None:
 def message_headers(msg: Message) -> dict[str, str]:
     """The MESSAGE headers a message's properties give (see the module docstring)."""
     if msg.form == FORM_AMQP091:
+        if msg.properties_bin == _EMPTY:
+            return {}
         props = decode_properties(msg.properties_bin)
     else:  # another protocol's form, described in 0-9-1 names
         props = BasicProperties(**form_of(msg).describe(msg.properties_bin))
