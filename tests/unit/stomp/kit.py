@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ringmq.adapters.handler import HandlerContext, HandlerLimits, Peer, make_login
@@ -82,7 +83,7 @@ class Kit:
         self.handlers[conn_id] = h
         return h
 
-    def apply(self, effects: list[Effect]) -> None:
+    def apply(self, effects: Sequence[Effect]) -> None:
         for e in effects:
             target = getattr(e, "conn_id", None)
             h = self.handlers.get(target) if target is not None else None

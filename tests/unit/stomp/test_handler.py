@@ -503,3 +503,28 @@ def test_an_error_ends_the_subscriptions_at_once_so_nothing_is_lost() -> None:
     kit.frame(p, "SEND", b"kept", destination="/queue/q")
     assert ready(kit, "q") == 1  # not delivered to the closing connection
     assert h.connection_lost(kit.now) == []
+
+
+def test_disconnect_receipt_waits_for_the_receipts_of_earlier_sends() -> None:
+    from ringmq.core.effects import Confirm
+    from ringmq.stomp import encode
+
+    kit = Kit()
+    h = kit.connect()
+    effects = h.receive_data(
+        encode("SEND", {"destination": "/queue/q", "receipt": "r1"}, b"x", "1.2"), kit.now
+    )
+    held = [e for e in effects if isinstance(e, Confirm)]  # as if waiting for the fsync
+    assert held
+    kit.apply([e for e in effects if not isinstance(e, Confirm)])
+    kit.feed(h, encode("DISCONNECT", {"receipt": "bye"}, b"", "1.2"))
+    assert kit.read(h) == []
+    assert not closed(h)
+    kit.feed(h, encode("SEND", {"destination": "/queue/q"}, b"ignored", "1.2"))
+    kit.apply(held)
+    assert [(f.command, f.headers["receipt-id"]) for f in kit.read(h)] == [
+        ("RECEIPT", "r1"),
+        ("RECEIPT", "bye"),
+    ]
+    assert closed(h)
+    assert ready(kit, "q") == 1

@@ -111,6 +111,8 @@ class StompHandler:
         self._temps: dict[str, str] = {}
         """Temp queue label -> its queue's name."""
         self._dests: dict[str, Destination] = {}
+        self._leaving: Frame | None = None
+        """A DISCONNECT waiting for the receipts of earlier SENDs."""
         self._closing: list[int] = []
         """Core sessions to close once the current call ends."""
         self.client_id = ""
@@ -129,6 +131,8 @@ class StompHandler:
     def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
         """Run every whole frame received; return the core's effects."""
         conn = self.conn
+        if self._leaving is not None:
+            return []  # after DISCONNECT: nothing more is read
         conn.receive_data(data)
         out: list[Effect] = []
         while (frame := conn.next_frame()) is not None:
@@ -195,7 +199,10 @@ class StompHandler:
             self._connect(frame, now_ms)
             return []
         if command == Command.DISCONNECT:
-            self.conn.disconnect(frame)
+            if self._receipts:  # its RECEIPT follows those of the SENDs before it
+                self._leaving = frame
+            else:
+                self.conn.disconnect(frame)
             return []
         run = self._COMMANDS[command]
         broker = self.broker
@@ -502,6 +509,8 @@ class StompHandler:
             receipt = receipts.pop(seq, None)
             if receipt is not None:
                 self.conn.send(Command.RECEIPT, {"receipt-id": receipt})
+        if not receipts and self._leaving is not None:
+            self.conn.disconnect(self._leaving)  # the DISCONNECT that waited for them
 
 
 def _delivery(ident: str) -> tuple[int, int]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
-from ringmq.adapters.amqp091.message import build
+from ringmq.adapters.amqp091.message import PROPERTY_NAMES, build
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.core.arguments import BY_ARGUMENT
 from ringmq.core.errors import BrokerError, Condition
@@ -174,7 +174,8 @@ def message_headers(msg: Message) -> dict[str, str]:
             return {}
         props = decode_properties(msg.properties_bin)
     else:  # another protocol's form, described in 0-9-1 names
-        props = BasicProperties(**form_of(msg).describe(msg.properties_bin))
+        described = form_of(msg).describe(msg.properties_bin)
+        props = BasicProperties(**{k: v for k, v in described.items() if k in PROPERTY_NAMES})
     out: dict[str, str] = {}
     for header, attr in _PROPERTY_HEADERS.items():
         value = getattr(props, attr)
