@@ -8,6 +8,7 @@ import queue
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -328,3 +329,45 @@ def test_wrong_password_is_refused(broker: BrokerThread) -> None:
     with pytest.raises(stomp.exception.ConnectFailedException):
         conn.connect("guest", "wrong", wait=True)
     wait_until(lambda: not inbox.errors.empty())
+
+
+def test_persistent_sends_survive_a_restart(
+    broker_factory: BrokerFactory, tmp_path: Path, clients: list[Any]
+) -> None:
+    data = tmp_path / "d"
+    b = broker_factory(data_dir=data, stomp_port=0)
+    c, inbox = client(b)
+    for i in range(20):
+        headers = {"persistent": "true", "priority": "1"} if i % 2 == 0 else {}
+        c.send("/queue/kept", b"m%d" % i, headers={**headers, "receipt": f"r{i}"})
+    for i in range(20):
+        inbox.receipt(f"r{i}")  # each after its confirm
+    c.disconnect()
+    b.stop()
+    b2 = broker_factory(data_dir=data, stomp_port=0)
+    c2, inbox2 = client(b2)
+    clients.append(c2)
+    c2.subscribe("/queue/kept", id="s")
+    got = [inbox2.next() for _ in range(10)]
+    assert [m.body for m in got] == [b"m%d" % i for i in range(0, 20, 2)]
+    assert {m.headers["persistent"] for m in got} == {"true"}
+    assert inbox2.none_within(0.3)  # the transient ones are gone
+
+
+def test_server_heartbeats_reach_the_client(broker: BrokerThread) -> None:
+    conn = stomp.Connection12(
+        [("127.0.0.1", broker.port_of("stomp"))], vhost="/", heartbeats=(0, 2000)
+    )
+    beats: queue.Queue[bool] = queue.Queue()
+
+    class Beats(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_heartbeat(self) -> None:
+            beats.put(True)
+
+    conn.set_listener("beats", Beats())
+    conn.connect("guest", "guest", wait=True)
+    try:
+        assert beats.get(timeout=5)  # an EOL within a period and a half (2 s) of silence
+        assert conn.is_connected()
+    finally:
+        conn.disconnect()

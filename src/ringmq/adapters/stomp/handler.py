@@ -111,6 +111,9 @@ class StompHandler:
         self._temps: dict[str, str] = {}
         """Temp queue label -> its queue's name."""
         self._dests: dict[str, Destination] = {}
+        self._confirmed_upto = 0
+        """Every SEND of the publish session up to this sequence number is confirmed."""
+        self._confirmed_above: set[int] = set()
         self._leaving: Frame | None = None
         """A DISCONNECT waiting for the receipts of earlier SENDs."""
         self._closing: list[int] = []
@@ -492,23 +495,34 @@ class StompHandler:
         self.conn.send(Command.MESSAGE, headers, msg.body)
 
     def _confirmed(self, c: Confirm) -> None:
-        receipts = self._receipts
-        if not receipts:
+        # Receipts go out in order, each once every SEND up to it is confirmed: a RECEIPT
+        # means that SEND and every earlier one are taken (on disk for persistent messages
+        # under delayed confirms), whatever order the core confirms them in.
+        if c.channel != PUBLISH_CHANNEL:
             return
         if not c.ok:
-            receipt = receipts.pop(c.seq, None)
+            receipt = self._receipts.get(c.seq)
             if receipt is not None:
                 self.conn.fail(
                     "message refused",
                     f"the broker refused the message ({c.reason or 'refused'})",
                     receipt_id=receipt,
                 )
-            return
-        done = [seq for seq in receipts if seq <= c.seq] if c.multiple else [c.seq]
-        for seq in sorted(done):
-            receipt = receipts.pop(seq, None)
-            if receipt is not None:
-                self.conn.send(Command.RECEIPT, {"receipt-id": receipt})
+                return
+        if c.multiple:
+            self._confirmed_upto = max(self._confirmed_upto, c.seq)
+        else:
+            self._confirmed_above.add(c.seq)
+        above = self._confirmed_above
+        while self._confirmed_upto + 1 in above:
+            self._confirmed_upto += 1
+            above.discard(self._confirmed_upto)
+        receipts = self._receipts
+        while receipts:
+            seq = next(iter(receipts))  # the oldest: SEND sequence numbers only grow
+            if seq > self._confirmed_upto:
+                break
+            self.conn.send(Command.RECEIPT, {"receipt-id": receipts.pop(seq)})
         if not receipts and self._leaving is not None:
             self.conn.disconnect(self._leaving)  # the DISCONNECT that waited for them
 
