@@ -528,3 +528,20 @@ def test_disconnect_receipt_waits_for_the_receipts_of_earlier_sends() -> None:
     ]
     assert closed(h)
     assert ready(kit, "q") == 1
+
+
+def test_receipts_go_out_in_order_whatever_order_the_confirms_come_in() -> None:
+    from ringmq.core.effects import Confirm
+    from ringmq.stomp import encode
+
+    kit = Kit()
+    h = kit.connect()
+    for rid in ("r1", "r2", "r3"):
+        frame = encode("SEND", {"destination": "/queue/q", "receipt": rid}, b"x", "1.2")
+        kit.apply([e for e in h.receive_data(frame, kit.now) if not isinstance(e, Confirm)])
+    h.apply(Confirm(h.conn_id, 1, 2, False, True))  # the second before the first
+    assert kit.read(h) == []
+    h.apply(Confirm(h.conn_id, 1, 1, False, True))
+    assert [f.headers["receipt-id"] for f in kit.read(h)] == ["r1", "r2"]
+    h.apply(Confirm(h.conn_id, 1, 3, True, True))
+    assert [f.headers["receipt-id"] for f in kit.read(h)] == ["r3"]
