@@ -545,3 +545,16 @@ def test_receipts_go_out_in_order_whatever_order_the_confirms_come_in() -> None:
     assert [f.headers["receipt-id"] for f in kit.read(h)] == ["r1", "r2"]
     h.apply(Confirm(h.conn_id, 1, 3, True, True))
     assert [f.headers["receipt-id"] for f in kit.read(h)] == ["r3"]
+
+
+def test_expiry_both_ways() -> None:
+    kit = Kit()
+    h = kit.connect()
+    kit.frame(h, "SUBSCRIBE", destination="queue://work", id="a")
+    kit.frame(h, "SUBSCRIBE", destination="/queue/rabbit", id="r")
+    kit.read(h)
+    (m,) = kit.frame(h, "SEND", b"", destination="work", expires=str(kit.now + 5000))
+    assert (m.headers["expiration"], m.headers["expires"]) == ("5000", str(kit.now + 5000))
+    (m,) = kit.frame(h, "SEND", b"", destination="/queue/rabbit", expiration="700")
+    assert m.headers["expiration"] == "700"
+    assert "expires" not in m.headers

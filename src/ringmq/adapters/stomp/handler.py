@@ -491,6 +491,9 @@ class StompHandler:
             headers["ack"] = ident
         for name, value in message_headers(msg).items():
             headers.setdefault(name, value)
+        if msg.expiration_ms is not None and not sub.destination.rabbit:
+            # Artemis clients read the expiry as epoch ms (JMS expiration)
+            headers.setdefault("expires", str(msg.timestamp_ms + msg.expiration_ms))
         headers["content-length"] = str(len(msg.body))
         self.conn.send(Command.MESSAGE, headers, msg.body)
 
