@@ -8,8 +8,9 @@ frame as one core call (`Broker.begin`, owner calls, `Broker.finish`) and answer
 RECEIPT when asked, ERROR (then close) when the frame or the core refuses it.
 
 Core sessions: the connection opens one core session for its plain SENDs (channel 1, in
-confirm mode, so that the RECEIPT of a SEND follows the core's confirm: after the fsync for a
-persistent message under delayed confirms, as RabbitMQ does), one per subscription (so that
+confirm mode from the first SEND that asks a RECEIPT, so that a SEND's RECEIPT follows the
+core's confirms of it and of every SEND before it: after the fsync for a persistent message
+under delayed confirms, as RabbitMQ does), one per subscription (so that
 `prefetch-count` and the cumulative ACK of `ack:client` are per subscription), and one per open
 transaction (in the core's transactional mode, buffering the transaction's SENDs until COMMIT,
 all or nothing). ACK and NACK inside a transaction are held by the handler: COMMIT applies them
@@ -101,6 +102,9 @@ class StompHandler:
         self.subscriber = Subscriber(ctx.broker, self.dialects)
         self._opened = False
         self._released = False
+        self._publishing: Session
+        """The core session of SENDs outside transactions (set at CONNECT)."""
+        self._confirming = False
         self._info = HandlerInfo(protocol="STOMP")
         self._next_channel = PUBLISH_CHANNEL + 1
         self._subs: dict[str, Subscription] = {}
@@ -111,6 +115,8 @@ class StompHandler:
         self._temps: dict[str, str] = {}
         """Temp queue label -> its queue's name."""
         self._dests: dict[str, Destination] = {}
+        self._written: dict[tuple[str, str, bool], str] = {}
+        """MESSAGE destinations by (exchange, routing key, RabbitMQ dialect)."""
         self._confirmed_upto = 0
         """Every SEND of the publish session up to this sequence number is confirmed."""
         self._confirmed_above: set[int] = set()
@@ -253,7 +259,7 @@ class StompHandler:
             return
         self._opened = True
         self.broker.channel_opened(self.conn_id, PUBLISH_CHANNEL, now_ms)
-        self.broker.confirms.select(self._session(PUBLISH_CHANNEL))
+        self._publishing = self._session(PUBLISH_CHANNEL)
         conn = self.conn
         self._info = HandlerInfo(
             protocol=f"STOMP {conn.version}",
@@ -310,7 +316,17 @@ class StompHandler:
 
     def _send(self, frame: Frame, now_ms: int) -> bool:
         tx_name = frame.get("transaction")
-        s = self._session(self._tx(tx_name).channel if tx_name else PUBLISH_CHANNEL)
+        receipt = frame.get("receipt")
+        if tx_name:
+            s = self._session(self._tx(tx_name).channel)
+        else:
+            s = self._publishing
+            if receipt is not None and not self._confirming:
+                # Confirm mode from the first SEND that asks a receipt on: its RECEIPT waits
+                # for its confirm (and every later SEND is numbered); SENDs without receipts
+                # before it cost no confirm at all.
+                self.broker.confirms.select(s)
+                self._confirming = True
         dest = self._destination(frame, s)
         if dest.kind is Kind.TEMP_QUEUE:
             raise BrokerError(Condition.NOT_FOUND, "SEND to a /temp-queue/ destination")
@@ -326,7 +342,6 @@ class StompHandler:
         publisher.check_size(len(frame.body))
         msg = build_message(s, dest.exchange, dest.routing_key, headers, frame.body, now_ms)
         publisher.publish(s, vh, x, msg, False, now_ms)
-        receipt = frame.get("receipt")
         if receipt is None or tx_name:
             return True
         self._receipts[s.publish_seq] = receipt  # sent with the confirm
@@ -392,7 +407,7 @@ class StompHandler:
             "durable-subscription-name" in h or "activemq.subscriptionName" in h
         )
         if sub.durable and forget:
-            self.subscriber.delete_queue(self._session(PUBLISH_CHANNEL), sub.queue, now_ms)
+            self.subscriber.delete_queue(self._publishing, sub.queue, now_ms)
         self._closing.append(sub.channel)  # its unacked messages go back
         return True
 
@@ -479,11 +494,15 @@ class StompHandler:
             return  # delivered to a subscription ended in this batch: it is requeued
         msg = d.message
         ident = f"{d.channel}-{d.delivery_tag}"
+        key = (msg.exchange, msg.routing_key, sub.destination.rabbit)
+        destination = self._written.get(key)
+        if destination is None:
+            destination = message_destination(*key)
+            if len(self._written) < _DEST_CACHE:
+                self._written[key] = destination
         headers = {
             "subscription": sub.id,
-            "destination": message_destination(
-                msg.exchange, msg.routing_key, sub.destination.rabbit
-            ),
+            "destination": destination,
             "message-id": ident,
             "redelivered": "true" if d.redelivered else "false",
         }
