@@ -558,3 +558,15 @@ def test_expiry_both_ways() -> None:
     (m,) = kit.frame(h, "SEND", b"", destination="/queue/rabbit", expiration="700")
     assert m.headers["expiration"] == "700"
     assert "expires" not in m.headers
+
+
+def test_artemis_consumer_window_size_zero_is_one_at_a_time() -> None:
+    kit = Kit()
+    h = kit.connect()
+    for b in (b"1", b"2"):
+        kit.frame(h, "SEND", b, destination="queue://w")
+    got = kit.frame(
+        h, "SUBSCRIBE", destination="queue://w", id="s", ack="client", consumer_window_size="0"
+    )
+    assert bodies(got) == [b"1"]
+    assert bodies(kit.frame(h, "ACK", id=got[0].headers["ack"])) == [b"2"]

@@ -372,7 +372,7 @@ class StompHandler:
         ack = frame.get("ack", "auto") or "auto"
         if ack not in ACK_MODES:
             raise BrokerError(Condition.PRECONDITION_FAILED, f"invalid ack mode '{ack}'")
-        prefetch_text = frame.get("prefetch-count", "0") or "0"
+        prefetch_text = frame.get("prefetch-count") or _window_prefetch(frame)
         if not prefetch_text.isdigit():
             raise BrokerError(
                 Condition.PRECONDITION_FAILED, f"invalid prefetch-count '{prefetch_text}'"
@@ -547,6 +547,13 @@ class StompHandler:
             self.conn.send(Command.RECEIPT, {"receipt-id": receipts.pop(seq)})
         if not receipts and self._leaving is not None:
             self.conn.disconnect(self._leaving)  # the DISCONNECT that waited for them
+
+
+def _window_prefetch(frame: Frame) -> str:
+    # Artemis' consumer-window-size (bytes) as a prefetch: -1 (no flow control) and any byte
+    # window are unlimited; 0 (no buffering) is one message at a time.
+    window = (frame.get("consumer-window-size") or "").strip()
+    return "1" if window == "0" else "0"
 
 
 def _delivery(ident: str) -> tuple[int, int]:
