@@ -371,3 +371,25 @@ def test_server_heartbeats_reach_the_client(broker: BrokerThread) -> None:
         assert conn.is_connected()
     finally:
         conn.disconnect()
+
+
+def test_stomp_over_tls(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    from tests.integration.test_config import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    b = broker_factory(
+        f'[tls]\ncert_file = "{cert}"\nkey_file = "{key}"\nport = 0\nstomp_port = 0\n',
+        stomp_port=0,
+    )
+    port = b.port_of("stomp/ssl")
+    conn = stomp.Connection12([("127.0.0.1", port)], vhost="/", auto_decode=False)
+    conn.set_ssl(for_hosts=[("127.0.0.1", port)], ca_certs=str(cert))
+    inbox = Inbox()
+    conn.set_listener("inbox", inbox)
+    conn.connect("guest", "guest", wait=True)
+    try:
+        conn.subscribe("/queue/secure", id="s")
+        conn.send("/queue/secure", b"over tls")
+        assert inbox.next().body == b"over tls"
+    finally:
+        conn.disconnect()
