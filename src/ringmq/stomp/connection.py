@@ -10,7 +10,8 @@ messages) is its owner's business (`ringmq.adapters.stomp`); this machine knows 
 Phases: `AWAIT_CONNECT` (only CONNECT or STOMP) -> `CONNECTING` (the owner checks the login,
 then `accept` sends CONNECTED, or `fail` sends ERROR) -> `OPEN` (every other client command)
 -> `CLOSED` (after DISCONNECT, an ERROR, or a missed heart-beat; everything received is then
-dropped). Every ERROR closes the connection, as the specification says.
+dropped). Every ERROR closes the connection, as the specification says; so does a client that
+sends no CONNECT within `CONNECT_TIMEOUT_MS`.
 
 Negotiation: the version is the highest of `accept-version` that ringmq serves (1.0 without
 the header); none in common is an ERROR carrying the served versions. Heart-beating: the
@@ -44,6 +45,8 @@ from ringmq.stomp.frames import (
 
 MIN_HEARTBEAT_MS: Final = 2000
 """The shortest heart-beat period ringmq agrees to (its sweep runs twice a second)."""
+CONNECT_TIMEOUT_MS: Final = 10_000
+"""How long a new connection may take to send its CONNECT (AMQP's handshake timeout)."""
 _SEND_EARLY_MS: Final = 600
 """Send a heart-beat this much before it is due: the sweep may come up to a period late."""
 
@@ -120,6 +123,7 @@ class StompConnection:
         self._sent = False
         self._last_rx: int | None = None
         self._last_tx: int | None = None
+        self._born: int | None = None
 
     # ------------------------------------------------------------------ input
     @property
@@ -238,7 +242,13 @@ class StompConnection:
         return out
 
     def tick(self, mono_ms: int) -> None:
-        """The periodic sweep: heart-beats out, and the client's heart-beats checked."""
+        """The periodic sweep: heart-beats out, the client's heart-beats checked, and a client
+        that sends no CONNECT within `CONNECT_TIMEOUT_MS` refused."""
+        if self._born is None:
+            self._born = mono_ms
+        if self.phase is Phase.AWAIT_CONNECT and mono_ms - self._born > CONNECT_TIMEOUT_MS:
+            self.fail("connection not established", "no CONNECT frame in time")
+            return
         if self._received or self._last_rx is None:
             self._last_rx = mono_ms
             self._received = False

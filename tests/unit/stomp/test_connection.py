@@ -162,3 +162,16 @@ def test_random_bytes_after_connect_never_raise(data: bytes) -> None:
     while c.next_frame() is not None:
         pass
     c.data_to_send()
+
+
+def test_no_connect_in_time_is_refused() -> None:
+    from ringmq.stomp.connection import CONNECT_TIMEOUT_MS
+
+    c = StompConnection()
+    c.tick(1000)
+    c.receive_data(b"CONN")  # a partial frame does not count
+    c.tick(1000 + CONNECT_TIMEOUT_MS)
+    assert c.phase is Phase.AWAIT_CONNECT
+    c.tick(1001 + CONNECT_TIMEOUT_MS)
+    assert c.data_to_send().startswith(b"ERROR\n")
+    assert c.closed
