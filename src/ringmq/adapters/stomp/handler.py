@@ -39,6 +39,7 @@ from ringmq import __version__
 from ringmq.adapters.handler import HandlerContext, HandlerFactory, HandlerInfo
 from ringmq.adapters.stomp.destinations import Destination, Dialects, Kind, message_destination
 from ringmq.adapters.stomp.message import build_message, message_headers
+from ringmq.adapters.stomp.receipts import Receipts
 from ringmq.adapters.stomp.subscribe import Subscriber, truthy
 from ringmq.core.effects import (
     CancelConsumer,
@@ -110,16 +111,13 @@ class StompHandler:
         self._subs: dict[str, Subscription] = {}
         self._by_channel: dict[int, Subscription] = {}
         self._txs: dict[str, Transaction] = {}
-        self._receipts: dict[int, str] = {}
-        """Receipt ids of SENDs waiting for their confirm, by publish sequence number."""
+        self._receipts = Receipts()
+        """SENDs waiting for their confirm to be answered."""
         self._temps: dict[str, str] = {}
         """Temp queue label -> its queue's name."""
         self._dests: dict[str, Destination] = {}
         self._written: dict[tuple[str, str, bool], str] = {}
         """MESSAGE destinations by (exchange, routing key, RabbitMQ dialect)."""
-        self._confirmed_upto = 0
-        """Every SEND of the publish session up to this sequence number is confirmed."""
-        self._confirmed_above: set[int] = set()
         self._leaving: Frame | None = None
         """A DISCONNECT waiting for the receipts of earlier SENDs."""
         self._closing: list[int] = []
@@ -344,7 +342,7 @@ class StompHandler:
         publisher.publish(s, vh, x, msg, False, now_ms)
         if receipt is None or tx_name:
             return True
-        self._receipts[s.publish_seq] = receipt  # sent with the confirm
+        self._receipts.expect(s.publish_seq, receipt)  # answered with the confirm
         return False
 
     def _temp_queue(self, reply_to: str, now_ms: int) -> str:
@@ -517,35 +515,19 @@ class StompHandler:
         self.conn.send(Command.MESSAGE, headers, msg.body)
 
     def _confirmed(self, c: Confirm) -> None:
-        # Receipts go out in order, each once every SEND up to it is confirmed: a RECEIPT
-        # means that SEND and every earlier one are taken (on disk for persistent messages
-        # under delayed confirms), whatever order the core confirms them in.
+        # Receipts go out in order, each once every SEND up to it is confirmed (receipts.py).
         if c.channel != PUBLISH_CHANNEL:
             return
-        if not c.ok:
-            receipt = self._receipts.get(c.seq)
-            if receipt is not None:
-                self.conn.fail(
-                    "message refused",
-                    f"the broker refused the message ({c.reason or 'refused'})",
-                    receipt_id=receipt,
-                )
-                return
-        if c.multiple:
-            self._confirmed_upto = max(self._confirmed_upto, c.seq)
-        else:
-            self._confirmed_above.add(c.seq)
-        above = self._confirmed_above
-        while self._confirmed_upto + 1 in above:
-            self._confirmed_upto += 1
-            above.discard(self._confirmed_upto)
-        receipts = self._receipts
-        while receipts:
-            seq = next(iter(receipts))  # the oldest: SEND sequence numbers only grow
-            if seq > self._confirmed_upto:
-                break
-            self.conn.send(Command.RECEIPT, {"receipt-id": receipts.pop(seq)})
-        if not receipts and self._leaving is not None:
+        if not c.ok and (receipt := self._receipts.refused(c.seq)) is not None:
+            self.conn.fail(
+                "message refused",
+                f"the broker refused the message ({c.reason or 'refused'})",
+                receipt_id=receipt,
+            )
+            return
+        for receipt in self._receipts.confirmed(c.seq, c.multiple):
+            self.conn.send(Command.RECEIPT, {"receipt-id": receipt})
+        if not self._receipts and self._leaving is not None:
             self.conn.disconnect(self._leaving)  # the DISCONNECT that waited for them
 
 
