@@ -280,7 +280,7 @@ class StompHandler:
     def _vhost(self, host: str | None) -> str:
         # RabbitMQ: the `host` header names the vhost, "/" without one. Clients that fill it
         # with the host they dialled (stomp.py does) get "/" when no vhost has that name.
-        if host is None:
+        if not host:
             return "/"
         if host in self.broker.vhosts:
             return host
