@@ -570,3 +570,13 @@ def test_artemis_consumer_window_size_zero_is_one_at_a_time() -> None:
     )
     assert bodies(got) == [b"1"]
     assert bodies(kit.frame(h, "ACK", id=got[0].headers["ack"])) == [b"2"]
+
+
+def test_non_ascii_digits_are_refused_not_crashed_on() -> None:
+    kit = Kit()
+    h = kit.connect("1.1")
+    (f,) = kit.frame(h, "ACK", message_id="\u00b2-1", subscription="s")
+    assert f.command == "ERROR"
+    h = kit.connect()
+    (f,) = kit.frame(h, "SUBSCRIBE", destination="/queue/q", id="s", prefetch_count="\u00b2")
+    assert f.command == "ERROR"

@@ -371,7 +371,7 @@ class StompHandler:
         if ack not in ACK_MODES:
             raise BrokerError(Condition.PRECONDITION_FAILED, f"invalid ack mode '{ack}'")
         prefetch_text = frame.get("prefetch-count") or _window_prefetch(frame)
-        if not prefetch_text.isdigit():
+        if not (prefetch_text.isascii() and prefetch_text.isdigit()):
             raise BrokerError(
                 Condition.PRECONDITION_FAILED, f"invalid prefetch-count '{prefetch_text}'"
             )
@@ -541,7 +541,7 @@ def _window_prefetch(frame: Frame) -> str:
 def _delivery(ident: str) -> tuple[int, int]:
     # "<channel>-<delivery tag>", as `_message` writes it.
     channel, sep, tag = ident.partition("-")
-    if not sep or not channel.isdigit() or not tag.isdigit():
+    if not (sep and ident.isascii() and channel.isdigit() and tag.isdigit()):
         raise BrokerError(Condition.PRECONDITION_FAILED, f"unknown message id '{ident}'")
     return int(channel), int(tag)
 
