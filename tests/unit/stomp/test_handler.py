@@ -580,3 +580,19 @@ def test_non_ascii_digits_are_refused_not_crashed_on() -> None:
     h = kit.connect()
     (f,) = kit.frame(h, "SUBSCRIBE", destination="/queue/q", id="s", prefetch_count="\u00b2")
     assert f.command == "ERROR"
+
+
+def test_a_message_whose_0_9_1_properties_cannot_be_read_still_reaches_stomp() -> None:
+    from ringmq.core.effects import Deliver
+    from ringmq.core.message import Message
+
+    kit = Kit()
+    h = kit.connect()
+    kit.frame(h, "SUBSCRIBE", destination="/queue/q", id="s")
+    kit.read(h)
+    channel = next(iter(h._by_channel))
+    raw = b"\x80\x00\x05ab"  # content_type said 5 bytes long, 2 there: stored raw by 0-9-1
+    h.apply(Deliver(h.conn_id, channel, "s", 1, False, Message("", "q", raw, b"body")))
+    (m,) = kit.read(h)
+    assert m.body == b"body"
+    assert m.headers["destination"] == "/queue/q"

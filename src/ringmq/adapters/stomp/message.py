@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from ringmq.adapters.amqp091.message import PROPERTY_NAMES, build
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
+from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.arguments import BY_ARGUMENT
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import FORM_AMQP091, Message, form_of
@@ -172,7 +173,12 @@ def message_headers(msg: Message) -> dict[str, str]:
     if msg.form == FORM_AMQP091:
         if msg.properties_bin == _EMPTY:
             return {}
-        props = decode_properties(msg.properties_bin)
+        try:
+            props = decode_properties(msg.properties_bin)
+        except AMQPError:
+            # A 0-9-1 publish whose property list the core never had to read is stored raw
+            # (re-sent verbatim to 0-9-1 consumers); unreadable, it gives no STOMP header.
+            return {}
     else:  # another protocol's form, described in 0-9-1 names
         described = form_of(msg).describe(msg.properties_bin)
         props = BasicProperties(**{k: v for k, v in described.items() if k in PROPERTY_NAMES})
