@@ -4,20 +4,23 @@ Theory of operation
 -------------------
 `StompHandler` is the `adapters.handler.Handler` of a STOMP socket. Its `StompConnection`
 (`ringmq.stomp`) turns bytes into client frames under STOMP's rules; the handler runs each
-frame as one core call (`Broker.begin`, owner calls, `Broker.finish`) and answers it:
-RECEIPT when asked, ERROR (then close) when the frame or the core refuses it.
+frame as one core call (`Broker.begin`, owner calls, then the flush: a SEND's waits for the
+read batch's `dispatch_pending` as a 0-9-1 publish does) and answers it: RECEIPT when asked,
+ERROR (then close) when the frame or the core refuses it.
 
 Core sessions: the connection opens one core session for its plain SENDs (channel 1, in
 confirm mode from the first SEND that asks a RECEIPT, so that a SEND's RECEIPT follows the
 core's confirms of it and of every SEND before it: after the fsync for a persistent message
-under delayed confirms, as RabbitMQ does), one per subscription (so that
+under delayed confirms, as RabbitMQ does; `receipts.py` orders them), one per subscription
+(so that
 `prefetch-count` and the cumulative ACK of `ack:client` are per subscription), and one per open
 transaction (in the core's transactional mode, buffering the transaction's SENDs until COMMIT,
 all or nothing). ACK and NACK inside a transaction are held by the handler: COMMIT applies them
 after the transaction's SENDs, ABORT returns those messages to their queues' heads, last
 acquired first (the seed's rollback rule).
 
-The end: when the connection closes from this side (ERROR, DISCONNECT, missed heart-beats)
+The end: a DISCONNECT waits for the receipts of the SENDs before it. When the connection
+closes from this side (ERROR, DISCONNECT, missed heart-beats)
 its core state is released at once (subscriptions end, unacknowledged messages go back), so no
 delivery goes to a socket about to close; `connection_lost` releases it otherwise.
 
@@ -217,6 +220,7 @@ class StompHandler:
         try:
             receipt_now = run(self, frame, now_ms)
         except BrokerError as exc:
+            log.debug("STOMP connection %d: %s refused: %s", self.conn_id, command, exc.text)
             self.conn.fail(exc.text, exc.text, frame=frame)
             return out
         except SettingsError as exc:
