@@ -21,8 +21,11 @@ cy is 0) and `sy` likewise from cx, so both sides agree on `sx` and `sy`. `tick(
 nearly `sx`, and closes the connection when nothing was received for twice `sy`.
 
 Each command's required headers are a table per version (`REQUIRED`); a frame without one is an
-ERROR. A frame's `receipt` header is answered by `receipt(frame)` once its owner has done the
-work, or by `fail` as the ERROR's `receipt-id`.
+ERROR. The machine also keeps STOMP's names: open subscriptions (id -> ack mode, ids unique,
+`ACK_MODES` only; UNSUBSCRIBE names an open one) and open transactions (BEGIN names a new one;
+COMMIT, ABORT and any frame's `transaction` header an open one). A frame's `receipt` header
+is answered by `receipt(frame)` once its owner has done the work, or by `fail` as the ERROR's
+`receipt-id`.
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ REQUIRED: Final[dict[str, dict[str, tuple[str, ...]]]] = {
 `destination`: checked apart)."""
 
 _CONNECTS: Final = frozenset({Command.CONNECT, Command.STOMP})
+ACK_MODES: Final = ("auto", "client", "client-individual")
+"""SUBSCRIBE's `ack` header ("auto" when absent)."""
 
 
 def negotiate(accept_version: str | None) -> str | None:
@@ -118,6 +123,10 @@ class StompConnection:
         """The heart-beat period the server keeps (0: none)."""
         self.expect_every_ms = 0
         """The heart-beat period the client promised (0: none checked)."""
+        self.subscriptions: dict[str, str] = {}
+        """Open subscriptions: id -> ack mode."""
+        self.transactions: set[str] = set()
+        """Open transactions."""
         self._out: list[bytes] = []
         self._received = False
         self._sent = False
@@ -182,6 +191,34 @@ class StompConnection:
                 raise FrameError(f"missing '{name}' header", f"{command} needs a '{name}' header")
         if command == Command.UNSUBSCRIBE and "id" not in headers and "destination" not in headers:
             raise FrameError("missing 'id' header", "UNSUBSCRIBE needs an 'id' header")
+        self._bookkeeping(command, headers)
+
+    def _bookkeeping(self, command: str, headers: dict[str, str]) -> None:
+        # Subscriptions and transactions as STOMP names them: ids unique while open, ack modes
+        # the three the specification defines, transactions named by BEGIN until COMMIT/ABORT.
+        tx = headers.get("transaction")
+        transactions = self.transactions
+        if command == Command.BEGIN:
+            if tx in transactions:
+                raise FrameError("transaction already open", f"transaction '{tx}' is open")
+            transactions.add(tx or "")
+            return
+        if tx is not None and tx not in transactions:
+            raise FrameError("unknown transaction", f"no transaction '{tx}' is open")
+        if command in (Command.COMMIT, Command.ABORT):
+            transactions.discard(tx or "")
+        elif command == Command.SUBSCRIBE:
+            sub = headers.get("id") or headers.get("destination") or ""
+            ack = headers.get("ack") or "auto"
+            if sub in self.subscriptions:
+                raise FrameError("duplicate subscription", f"subscription '{sub}' exists")
+            if ack not in ACK_MODES:
+                raise FrameError("invalid ack mode", f"ack mode '{ack}'")
+            self.subscriptions[sub] = ack
+        elif command == Command.UNSUBSCRIBE:
+            sub = headers.get("id") or headers.get("destination") or ""
+            if self.subscriptions.pop(sub, None) is None:
+                raise FrameError("unknown subscription", f"no subscription '{sub}'")
 
     # ------------------------------------------------------------------ replies
     def accept(self, headers: dict[str, str]) -> None:

@@ -175,3 +175,49 @@ def test_no_connect_in_time_is_refused() -> None:
     c.tick(1001 + CONNECT_TIMEOUT_MS)
     assert c.data_to_send().startswith(b"ERROR\n")
     assert c.closed
+
+
+@pytest.mark.parametrize(
+    ("frames", "message"),
+    [
+        (
+            [b"SUBSCRIBE\ndestination:q\nid:1\n\n", b"SUBSCRIBE\ndestination:r\nid:1\n\n"],
+            "duplicate subscription",
+        ),
+        ([b"SUBSCRIBE\ndestination:q\nid:1\nack:sometimes\n\n"], "invalid ack mode"),
+        ([b"UNSUBSCRIBE\nid:9\n\n"], "unknown subscription"),
+        ([b"BEGIN\ntransaction:t\n\n", b"BEGIN\ntransaction:t\n\n"], "transaction already open"),
+        ([b"COMMIT\ntransaction:t\n\n"], "unknown transaction"),
+        ([b"SEND\ndestination:q\ntransaction:t\n\n"], "unknown transaction"),
+        (
+            [b"BEGIN\ntransaction:t\n\n", b"ABORT\ntransaction:t\n\n", b"ABORT\ntransaction:t\n\n"],
+            "unknown transaction",
+        ),
+    ],
+)
+def test_subscription_and_transaction_names(frames: list[bytes], message: str) -> None:
+    c = connected()
+    for f in frames:
+        c.receive_data(f + b"\x00")
+        while c.next_frame() is not None:
+            pass
+    (err,) = parse_server(c.data_to_send())
+    assert err.command == "ERROR"
+    assert err.headers["message"] == message
+    assert c.closed
+
+
+def test_names_are_reusable_once_closed() -> None:
+    c = connected()
+    for f in (
+        b"SUBSCRIBE\ndestination:q\nid:1\n\n",
+        b"UNSUBSCRIBE\nid:1\n\n",
+        b"SUBSCRIBE\ndestination:q\nid:1\n\n",
+        b"BEGIN\ntransaction:t\n\n",
+        b"COMMIT\ntransaction:t\n\n",
+        b"BEGIN\ntransaction:t\n\n",
+    ):
+        c.receive_data(f + b"\x00")
+        assert c.next_frame() is not None
+    assert c.subscriptions == {"1": "auto"}
+    assert c.transactions == {"t"}
