@@ -203,6 +203,20 @@ class Publisher:
             self.confirms.confirm_publish(s, seq, refused, stored)
         return refused or outcome
 
+    def publish_without_session(self, vh: VHost, x: Exchange, msg: Message, now_ms: int) -> str:
+        """Publish `msg` to `x` for a caller with no session (the management API, which
+        authorised its user): counted, routed and enqueued as a client's publish (steps 1 to
+        3), with no confirm, return or publisher flow. Returns `ACCEPTED`, `UNROUTABLE`, or
+        why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`)."""
+        stats = self.state.stats
+        stats["published"] += 1  # received, as a client's publish counts
+        unroutable = stats["unroutable"]
+        refused, _ = self.route(vh, x, msg, False, None, now_ms)
+        self.resources.pop_address_fail()  # no producer to fail: the outcome says it
+        if refused is not None:
+            return refused
+        return UNROUTABLE if stats["unroutable"] != unroutable else ACCEPTED
+
     def route(
         self,
         vh: VHost,

@@ -9,6 +9,7 @@ from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Block, Confirm, Unblock
 from ringmq.core.session import SettleKind
+from tests.facade import admin_over
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
 
 
@@ -195,8 +196,8 @@ def test_single_active_consumer_prefers_the_highest_priority() -> None:
     kit.consume(ch, "sac", "low", no_ack=True)
     kit.consume(ch, "sac", "high", no_ack=True, arguments={"x-priority": 5})
     assert delivered(kit.publish(ch, "sac"))[0].method.consumer_tag == "high"
-    (cons,) = [c for c in kit.broker.admin.consumers() if c["active"]]
-    assert cons["consumer_tag"] == "high"
+    (cons,) = [c for c in admin_over(kit.broker).consumers() if c.active]
+    assert cons.consumer_tag == "high"
 
 
 def test_queue_types_ringmq_does_not_implement_are_refused_not_downgraded() -> None:
