@@ -237,6 +237,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             host=t.opt_str("host"),
             amqp_port=_port_or_off(t, "amqp_port"),
             http_port=_port_or_off(t, "http_port"),
+            stomp_port=_port_or_off(t, "stomp_port"),
+            mqtt_port=_port_or_off(t, "mqtt_port"),
             data_dir=Path(data_dir) if data_dir else None,
             amqp_bind=t.opt_str("amqp_bind"),
             amqps_bind=t.opt_str("amqps_bind"),
@@ -269,6 +271,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             port=_req(t.opt_int("port", DEFAULT_AMQPS_PORT, maximum=MAX_PORT)),
             verify_peer=bool(t.opt_bool("verify_peer", False)),
             https=bool(t.opt_bool("https", False)),
+            stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
+            mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
         )
         t.done()
 
