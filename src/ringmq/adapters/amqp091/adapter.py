@@ -163,8 +163,9 @@ class Amqp091:
                 vh, x = publisher.exchange_for(s, name)
             if len(body) > publisher.max_message_size:
                 publisher.check_size(len(body))
-            flags = ((pb[0] << 8) | pb[1]) if len(pb) >= 2 else -1
-            if flags >= 0 and not flags & DECODE_ANY:
+            # A list too short to hold its flags takes `build`, which refuses it.
+            flags = ((pb[0] << 8) | pb[1]) if len(pb) >= 2 else DECODE_ANY
+            if not flags & DECODE_ANY:
                 # Positional: no keyword matching (headers, priority, expiration, persistent,
                 # id, time).
                 msg = Message(
