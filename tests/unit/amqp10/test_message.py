@@ -679,3 +679,58 @@ def test_a_corrupted_payload_is_a_decode_error_or_converts(at: int, byte: int) -
         return
     _pamqp(amqp091_content(msg)[0])
     decode_message(payload_for_amqp10(msg, first_acquirer=False, delivery_count=1))
+
+
+# --- §6: Artemis' annotations and ringmq's features -------------------------------------------
+
+
+def test_artemis_annotations_and_properties() -> None:
+    from ringmq.core.queue.scheduler import schedule_due
+
+    m = _msg(
+        _data(
+            message_annotations={
+                "x-opt-delivery-time": Timestamp(NOW + 50),
+                "x-opt-delivery-delay": 10_000,
+                "x-opt-jms-dest": UByte(0),
+                "x-opt-jms-msg-type": UByte(5),
+                "x-opt-jms-reply-to": "/queues/r",
+            },
+            application_properties={"_AMQ_LVQ_NAME": "k"},
+        )
+    )
+    assert m.headers is not None
+    assert schedule_due(m.headers, NOW) == NOW + 50  # the time wins over the delay (Artemis)
+    props, _, letters = _to_091(
+        _data(
+            message_annotations={"x-opt-jms-dest": UByte(0), "x-opt-jms-reply-to": "/queues/r"},
+            application_properties={"_AMQ_SCHED_DELIVERY": NOW + 7, "_AMQ_LVQ_NAME": "k"},
+        )
+    )
+    assert props.headers == {
+        "_AMQ_SCHED_DELIVERY": NOW + 7,
+        "_AMQ_LVQ_NAME": "k",
+        "x-opt-jms-dest": 0,
+        "x-opt-jms-reply-to": "/queues/r",
+    }
+    assert letters["x-opt-jms-dest"] == "B"  # back to Qpid JMS as the ubyte it sent
+    only_delay = _msg(_data(message_annotations={"x-opt-delivery-delay": 300}))
+    assert only_delay.headers is not None
+    assert schedule_due(only_delay.headers, NOW) == NOW + 300
+    in_ap = _msg(_data(application_properties={"_AMQ_SCHED_DELIVERY": NOW + 9}))
+    assert in_ap.headers is not None
+    assert schedule_due(in_ap.headers, NOW) == NOW + 9
+
+
+def test_091_correlation_id_urn_uuid_and_back() -> None:
+    u = uuid.UUID(int=77)
+    p = _proton(_from_091(pika.spec.BasicProperties(correlation_id=f"urn:uuid:{u}")))
+    assert p.correlation_id == u
+    back = _msg(
+        decode_message(
+            sec.encode_message(
+                Message10(properties=Properties(correlation_id=u), body=((sec.DATA, b"body"),))
+            )
+        )
+    )
+    assert _pamqp(amqp091_content(back)[0]).correlation_id == f"urn:uuid:{u}"
