@@ -176,15 +176,19 @@ def payload_for_amqp10(msg: Message, *, first_acquirer: bool, delivery_count: in
         else:
             fields = (False, None, None)
         return header_bytes(fields, first_acquirer, delivery_count) + pb + msg.body
-    fields, rest, payload0 = converted(msg, FORM_AMQP10)
+    fields, payload, header_len = converted(msg, FORM_AMQP10)
     if not delivery_count:
-        return bytes(payload0)
+        return bytes(payload)
+    rest = payload[header_len:]
     return header_bytes(fields, first_acquirer, delivery_count) + bytes(rest)
 
 
-def _from_amqp091(msg: Message) -> tuple[tuple[bool, int | None, int | None], bytes, bytes]:
+def _from_amqp091(msg: Message) -> tuple[tuple[bool, int | None, int | None], bytes, int]:
+    # Cached on the message: the first delivery's payload (one copy of the body), with the
+    # header's fields and length for a redelivery's header.
     fields, rest = from_amqp091(msg.properties_bin, msg.body, msg.expiration_ms)
-    return fields, rest, header_bytes(fields, False, 0) + rest
+    head = header_bytes(fields, False, 0)
+    return fields, head + rest, len(head)
 
 
 def _to_amqp091(msg: Message) -> tuple[bytes, bytes]:
