@@ -717,6 +717,9 @@ def test_artemis_annotations_and_properties() -> None:
     only_delay = _msg(_data(message_annotations={"x-opt-delivery-delay": 300}))
     assert only_delay.headers is not None
     assert schedule_due(only_delay.headers, NOW) == NOW + 300
+    huge = _msg(_data(message_annotations={"x-opt-delivery-delay": 2**63 - 1}))
+    assert huge.headers is not None
+    assert huge.headers["x-delay"] == 2**62  # arrival + delay stays a 64-bit time
     in_ap = _msg(_data(application_properties={"_AMQ_SCHED_DELIVERY": NOW + 9}))
     assert in_ap.headers is not None
     assert schedule_due(in_ap.headers, NOW) == NOW + 9

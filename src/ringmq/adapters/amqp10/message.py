@@ -66,6 +66,8 @@ FORM_AMQP10: Final = 1
 """AMQP 1.0: the encoded sections before the body, and the body sections (module docstring)."""
 
 _HEADER_PREFIX: Final = b"\x00\x53\x70"
+_DELAY_MAX_MS: Final = 2**62
+"""The longest x-opt-delivery-delay taken as it is (146 million years); longer is this."""
 _INT_MIN: Final = -(2**31)
 _INT_MAX: Final = 2**31 - 1
 
@@ -128,7 +130,8 @@ def neutral_headers(ma: dict[Any, Any] | None, ap: dict[Any, Any] | None) -> dic
             headers["_AMQ_SCHED_DELIVERY"] = int(when)
         delay = ma.get("x-opt-delivery-delay")
         if isinstance(delay, int) and not isinstance(delay, bool):
-            headers["x-delay"] = int(delay)
+            # bounded so that arrival + delay stays a 64-bit time (the journal's due_ms)
+            headers["x-delay"] = min(int(delay), _DELAY_MAX_MS)
     return headers or None
 
 
