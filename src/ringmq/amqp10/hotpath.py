@@ -153,3 +153,82 @@ def disposition_fields(
         (None if state_code is None else int(state_code)),
         end,
     )
+
+
+_FLOW_HEAD: Final = b"\x00\x53\x13"
+_UINT_FIELDS: Final = 8  # next-incoming-id ... available; then drain, echo, properties
+
+
+def flow_body(
+    next_incoming_id: int | None,
+    incoming_window: int,
+    next_outgoing_id: int,
+    outgoing_window: int,
+    handle: int | None,
+    delivery_count: int | None,
+    link_credit: int | None,
+    available: int | None,
+    drain: bool,
+    echo: bool,
+) -> bytes:
+    """The encoded body of a Flow without properties: byte for byte what the generic path
+    writes (null for an absent field and for a false drain or echo, trailing nulls left out)."""
+    u = _SMALL_UINTS
+    parts = [
+        b"\x40" if v is None else (u[v] if v < 256 else _uint(v))
+        for v in (
+            next_incoming_id,
+            incoming_window,
+            next_outgoing_id,
+            outgoing_window,
+            handle,
+            delivery_count,
+            link_credit,
+            available,
+        )
+    ]
+    parts += (b"\x41" if drain else b"\x40", b"\x41" if echo else b"\x40")
+    count = 10
+    while count > 4 and parts[count - 1] == b"\x40":
+        count -= 1
+    return _list_bytes(_FLOW_HEAD, count, b"".join(parts[:count]))
+
+
+def flow_fields(body: Buffer) -> tuple[list[int | bool | None], int] | None:
+    """The ten fields before properties of a Flow in the form peers send (a list8 of uint,
+    boolean or null constructors, no properties), with the offset after it; None for any
+    other form: the generic decoder reads it, or says why it is malformed."""
+    if len(body) < 6 or body[0] != 0 or body[1] != 0x53 or body[2] != 0x13 or body[3] != 0xC0:
+        return None
+    end = 5 + body[4]
+    count = body[5]
+    if count > 10 or end > len(body):
+        return None
+    fields: list[int | bool | None] = [None] * 10
+    off = 6
+    try:
+        for i in range(count):
+            code = body[off]
+            if code == 0x40:
+                off += 1
+            elif i >= _UINT_FIELDS:  # drain, echo: boolean
+                if code != 0x41 and code != 0x42:
+                    return None
+                fields[i] = code == 0x41
+                off += 1
+            elif code == 0x43:
+                fields[i] = 0
+                off += 1
+            elif code == 0x52:
+                fields[i] = body[off + 1]
+                off += 2
+            elif code == 0x70:
+                fields[i] = _I.unpack_from(body, off + 1)[0]
+                off += 5
+            else:
+                return None
+    except (IndexError, struct.error):
+        return None
+    if off != end or fields[1] is None or fields[2] is None or fields[3] is None:
+        return None  # a mandatory window or id missing: the generic path says so
+    return fields, end

@@ -33,6 +33,8 @@ from ringmq.amqp10.hotpath import (
     RELEASED_CODE,
     disposition_body,
     disposition_fields,
+    flow_body,
+    flow_fields,
 )
 from ringmq.amqp10.hotpath import encode_transfer as encode_transfer
 from ringmq.amqp10.types import DecodeError
@@ -158,6 +160,23 @@ class Flow(Composite):
     drain: bool = False
     echo: bool = False
     properties: dict[Any, Any] | None = None
+
+    def encode(self) -> bytes:
+        """The encoded flow (without properties: ``hotpath.flow_body``)."""
+        if self.properties is None:
+            return flow_body(
+                self.next_incoming_id,
+                self.incoming_window,
+                self.next_outgoing_id,
+                self.outgoing_window,
+                self.handle,
+                self.delivery_count,
+                self.link_credit,
+                self.available,
+                self.drain,
+                self.echo,
+            )
+        return encode(self.described())
 
 
 @composite(
@@ -473,6 +492,13 @@ def decode_performative(body: Buffer) -> tuple[Performative | SaslPerformative, 
             settle = _disposition(body)
             if settle is not None:
                 return settle
+        elif body[2] == 0x13:  # a Flow: credit, every few messages per receiver
+            flow = flow_fields(body)
+            if flow is not None:
+                f, end = flow
+                f[8] = bool(f[8])  # drain and echo: null means false
+                f[9] = bool(f[9])
+                return Flow(*f), end  # type: ignore[arg-type]
         # The common form (descriptor as a small ulong): no Described built on the way.
         cls = _BODIES_BY_CODE.get(body[2])
         if cls is not None:

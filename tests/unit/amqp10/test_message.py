@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -679,3 +680,144 @@ def test_a_corrupted_payload_is_a_decode_error_or_converts(at: int, byte: int) -
         return
     _pamqp(amqp091_content(msg)[0])
     decode_message(payload_for_amqp10(msg, first_acquirer=False, delivery_count=1))
+
+
+# --- §6: Artemis' annotations and ringmq's features -------------------------------------------
+
+
+def test_artemis_annotations_and_properties() -> None:
+    from ringmq.core.queue.scheduler import schedule_due
+
+    m = _msg(
+        _data(
+            message_annotations={
+                "x-opt-delivery-time": Timestamp(NOW + 50),
+                "x-opt-delivery-delay": 10_000,
+                "x-opt-jms-dest": UByte(0),
+                "x-opt-jms-msg-type": UByte(5),
+                "x-opt-jms-reply-to": "/queues/r",
+            },
+            application_properties={"_AMQ_LVQ_NAME": "k"},
+        )
+    )
+    assert m.headers is not None
+    assert schedule_due(m.headers, NOW) == NOW + 50  # the time wins over the delay (Artemis)
+    props, _, letters = _to_091(
+        _data(
+            message_annotations={"x-opt-jms-dest": UByte(0), "x-opt-jms-reply-to": "/queues/r"},
+            application_properties={"_AMQ_SCHED_DELIVERY": NOW + 7, "_AMQ_LVQ_NAME": "k"},
+        )
+    )
+    assert props.headers == {
+        "_AMQ_SCHED_DELIVERY": NOW + 7,
+        "_AMQ_LVQ_NAME": "k",
+        "x-opt-jms-dest": 0,
+        "x-opt-jms-reply-to": "/queues/r",
+    }
+    assert letters["x-opt-jms-dest"] == "B"  # back to Qpid JMS as the ubyte it sent
+    only_delay = _msg(_data(message_annotations={"x-opt-delivery-delay": 300}))
+    assert only_delay.headers is not None
+    assert schedule_due(only_delay.headers, NOW) == NOW + 300
+    huge = _msg(_data(message_annotations={"x-opt-delivery-delay": 2**63 - 1}))
+    assert huge.headers is not None
+    assert huge.headers["x-delay"] == 2**62  # arrival + delay stays a 64-bit time
+    in_ap = _msg(_data(application_properties={"_AMQ_SCHED_DELIVERY": NOW + 9}))
+    assert in_ap.headers is not None
+    assert schedule_due(in_ap.headers, NOW) == NOW + 9
+
+
+def test_091_correlation_id_urn_uuid_and_back() -> None:
+    u = uuid.UUID(int=77)
+    p = _proton(_from_091(pika.spec.BasicProperties(correlation_id=f"urn:uuid:{u}")))
+    assert p.correlation_id == u
+    back = _msg(
+        decode_message(
+            sec.encode_message(
+                Message10(properties=Properties(correlation_id=u), body=((sec.DATA, b"body"),))
+            )
+        )
+    )
+    assert _pamqp(amqp091_content(back)[0]).correlation_id == f"urn:uuid:{u}"
+
+
+# --- 0-9-1 to 1.0 and back: what §3-§5 keep ---------------------------------------------------
+
+
+def _props091() -> st.SearchStrategy[Any]:
+    from tests.unit.amqp.strategies import properties, tables
+
+    return st.builds(
+        lambda p, headers, expiration, timestamp: replace(
+            p, headers=headers, expiration=expiration, timestamp=timestamp
+        ),
+        properties(simple=True),
+        st.none() | tables().filter(lambda t: "x-basic-type" not in t),
+        st.none() | st.integers(0, 2**32 - 1).map(str),
+        st.none() | st.integers(0, 253_402_300_799),
+    )
+
+
+_DROPPED = object()
+
+
+def _kept(v: Any) -> Any:
+    """A 0-9-1 header value as it comes back from 1.0 (§5): decimals are not carried, bytes
+    and strings are compared as the table decoder gives them."""
+    from decimal import Decimal
+
+    from tests.unit.amqp.strategies import normalise
+
+    if isinstance(v, Decimal):
+        return _DROPPED
+    if isinstance(v, dict):
+        return {
+            k: x
+            for k, x in ((k, _kept(x)) for k, x in v.items())
+            if x is not _DROPPED and "\x00" not in k
+        }
+    if isinstance(v, list):
+        return [x for x in map(_kept, v) if x is not _DROPPED]
+    return normalise(v)
+
+
+@given(
+    props=_props091(),
+    body=st.binary(max_size=40),
+)
+def test_091_to_10_and_back(props: Any, body: bytes) -> None:
+    from ringmq.adapters.amqp10.convert import id_value
+    from ringmq.amqp.properties import decode_properties, encode_properties
+    from tests.unit.amqp.strategies import normalise
+
+    m = decoded("x", "rk", encode_properties(props), body, NOW)
+    back = build(
+        payload_for_amqp10(m, first_acquirer=True, delivery_count=0),
+        exchange="x",
+        routing_key="rk",
+        now_ms=NOW,
+    )
+    pb, got_body = amqp091_content(back)
+    got = decode_properties(pb)
+    assert got_body == body
+    assert got.delivery_mode == (2 if props.delivery_mode == 2 else 1)
+    for name in ("priority", "expiration", "user_id", "reply_to", "app_id"):
+        assert getattr(got, name) == getattr(props, name), name
+    for name in ("content_type", "content_encoding"):
+        assert getattr(got, name) == getattr(props, name), name
+    for name in ("message_id", "correlation_id"):
+        sent = getattr(props, name)
+        as_id = None if sent is None else id_value(sent)
+        want = f"urn:uuid:{as_id}" if isinstance(as_id, uuid.UUID) else sent
+        assert getattr(got, name) == want, name
+    assert got.timestamp == props.timestamp
+    assert (got.type, got.cluster_id) == (None, None)  # type: an annotation; cluster_id: none
+    want_headers: dict[str, Any] = {}
+    for k, v in (props.headers or {}).items():
+        kept = _kept(v)
+        if "\x00" in k or kept is _DROPPED:
+            continue
+        if k.startswith("x-") or not isinstance(v, dict | list):
+            want_headers[k] = kept
+    if props.type is not None:
+        want_headers["x-basic-type"] = props.type
+    assert normalise(got.headers or {}) == want_headers

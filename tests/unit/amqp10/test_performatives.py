@@ -137,6 +137,35 @@ def test_disposition_fast_path_agrees_with_the_generic_decoder(
         assert pf.decode_performative(body) == want
 
 
+_U32 = st.integers(0, 2**32 - 1)
+
+
+@given(
+    fields=st.tuples(
+        st.none() | _U32, _U32, _U32, _U32, *([st.none() | _U32] * 4), st.booleans(), st.booleans()
+    ),
+    properties=st.none() | st.just({"k": 1}),
+    cut=st.none() | st.integers(0, 60),
+)
+def test_flow_fast_paths_agree_with_the_generic_ones(
+    fields: tuple[Any, ...], properties: Any, cut: int | None
+) -> None:
+    flow = pf.Flow(*fields, properties)  # type: ignore[call-arg]
+    body = flow.encode()
+    assert body == encode(flow.described())
+    if cut is not None:
+        body = body[: min(cut, len(body) - 1)]
+    try:
+        want = decode_composite(body)
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            pf.decode_performative(body)
+    else:
+        got = pf.decode_performative(body)
+        assert got == want
+        assert type(got[0].drain) is bool  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("value", "match"),
     [

@@ -66,6 +66,8 @@ FORM_AMQP10: Final = 1
 """AMQP 1.0: the encoded sections before the body, and the body sections (module docstring)."""
 
 _HEADER_PREFIX: Final = b"\x00\x53\x70"
+_DELAY_MAX_MS: Final = 2**62
+"""The longest x-opt-delivery-delay taken as it is (146 million years); longer is this."""
 _INT_MIN: Final = -(2**31)
 _INT_MAX: Final = 2**31 - 1
 
@@ -128,7 +130,8 @@ def neutral_headers(ma: dict[Any, Any] | None, ap: dict[Any, Any] | None) -> dic
             headers["_AMQ_SCHED_DELIVERY"] = int(when)
         delay = ma.get("x-opt-delivery-delay")
         if isinstance(delay, int) and not isinstance(delay, bool):
-            headers["x-delay"] = int(delay)
+            # bounded so that arrival + delay stays a 64-bit time (the journal's due_ms)
+            headers["x-delay"] = min(int(delay), _DELAY_MAX_MS)
     return headers or None
 
 
@@ -176,15 +179,19 @@ def payload_for_amqp10(msg: Message, *, first_acquirer: bool, delivery_count: in
         else:
             fields = (False, None, None)
         return header_bytes(fields, first_acquirer, delivery_count) + pb + msg.body
-    fields, rest, payload0 = converted(msg, FORM_AMQP10)
+    fields, payload, header_len = converted(msg, FORM_AMQP10)
     if not delivery_count:
-        return bytes(payload0)
+        return bytes(payload)
+    rest = payload[header_len:]
     return header_bytes(fields, first_acquirer, delivery_count) + bytes(rest)
 
 
-def _from_amqp091(msg: Message) -> tuple[tuple[bool, int | None, int | None], bytes, bytes]:
+def _from_amqp091(msg: Message) -> tuple[tuple[bool, int | None, int | None], bytes, int]:
+    # Cached on the message: the first delivery's payload (one copy of the body), with the
+    # header's fields and length for a redelivery's header.
     fields, rest = from_amqp091(msg.properties_bin, msg.body, msg.expiration_ms)
-    return fields, rest, header_bytes(fields, False, 0) + rest
+    head = header_bytes(fields, False, 0)
+    return fields, head + rest, len(head)
 
 
 def _to_amqp091(msg: Message) -> tuple[bytes, bytes]:
