@@ -15,6 +15,7 @@ from proton import Message, symbol
 from proton.utils import BlockingConnection
 
 from ringmq.node import BrokerThread
+from tests.facade import admin_of
 
 pytestmark = pytest.mark.integration
 
@@ -128,8 +129,8 @@ def test_scheduled_delivery_time(conn: BlockingConnection, broker: BrokerThread)
     snd.send(Message(body="now"))
     rcv = conn.create_receiver("sched", credit=10)
     assert rcv.receive(timeout=5).body == "now"
-    info: dict[str, Any] = broker.call(lambda: broker.broker.admin.queue("/", "sched"))
-    assert info["messages_scheduled"] == 1
+    info = broker.call(lambda: admin_of(broker).queue("/", "sched"))
+    assert info.messages_scheduled == 1
     m = rcv.receive(timeout=5)
     assert m.body == "later"
     assert time.time() * 1000 >= due_ms

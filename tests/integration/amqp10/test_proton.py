@@ -18,6 +18,7 @@ from proton._utils import Fetcher
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached, SendException
 
 from ringmq.node import BrokerThread
+from tests.facade import admin_of
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -36,8 +37,11 @@ def fetcher(rcv: BlockingReceiver) -> Fetcher:
 
 
 def queue_info(b: BrokerThread, queue: str) -> dict[str, Any]:
-    info: dict[str, Any] = b.call(lambda: b.broker.admin.queue("/", queue))
-    return info
+    info = b.call(lambda: admin_of(b).queue("/", queue))
+    return {
+        "messages_ready": info.messages_ready,
+        "messages_unacknowledged": info.messages_unacknowledged,
+    }
 
 
 @pytest.fixture

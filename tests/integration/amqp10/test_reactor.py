@@ -11,13 +11,14 @@ from proton.handlers import MessagingHandler, TransactionHandler
 from proton.reactor import Container
 
 from ringmq.node import BrokerThread
+from tests.facade import admin_of
 
 pytestmark = pytest.mark.integration
 
 
 def ready(b: BrokerThread, queue: str) -> int:
-    info: dict[str, Any] = b.call(lambda: b.broker.admin.queue("/", queue))
-    return int(info["messages_ready"])
+    info = b.call(lambda: admin_of(b).queue("/", queue))
+    return int(info.messages_ready)
 
 
 class TxSend(MessagingHandler, TransactionHandler):
