@@ -1,0 +1,787 @@
+"""One MQTT client connection on the core: the `Handler` the server drives.
+
+Theory of operation
+-------------------
+`MqttHandler` pairs the sans-IO machine (`ringmq.mqtt.MqttConnection`: packets, packet ids,
+keep-alive) with the core. Each read batch is one core call: `Broker.begin`, the packets'
+work on the owners (the connection's one core session, channel 1, in confirm mode), then
+the flush; the effects go back to the server, which hands this connection's own (deliveries,
+confirms) to `apply`.
+
+* CONNECT: login through `HandlerContext.login` (`vhost:user` picks the vhost, else "/"),
+  the core connection and session, client id takeover (`sessions.Registry.live`), the
+  session (clean or resumed: its queues, their bindings, the saved QoS 2 state), CONNACK.
+* PUBLISH from the client: routed through `amq.topic` (`topics.to_routing_key`), stored as
+  an AMQP 0-9-1 message (`message.incoming`); a retained one is also put in the vhost's
+  retained store. QoS 1/2 publishes are acknowledged (PUBACK / PUBREC) when the core's
+  `Confirm` for them comes back, i.e. after the fsync for persistent messages.
+* SUBSCRIBE: each filter is a binding of the session's queue for its QoS (0, or 1 and 2) to
+  `amq.topic`, with the options in the binding's arguments; a shared subscription consumes
+  its group's one queue. SUBACK, then the retained messages that match.
+* Deliveries (`apply(Deliver)`): the subscriptions that match the topic (MQTT's rule, with
+  `$` topics, which the exchange does not know) give the QoS, subscription ids, no-local and
+  retain-as-published; a QoS 1/2 delivery is settled in the core on PUBACK / PUBREC. What is
+  delivered at QoS 0 from an acknowledged queue, or dropped (no matching subscription, too
+  large for the client) is settled at the start of the next call (`apply` makes no core call).
+* The end (`connection_lost`): the will (unless the client said DISCONNECT), published now
+  or held for its delay; a persistent session's in-memory part saved, a clean one's queues
+  deleted; the core connection closed (unacknowledged deliveries go back to their queues).
+
+Errors: a protocol violation is answered by the machine (DISCONNECT with a reason code in
+5.0, a closed socket in 3.1.1); a refused core call on a QoS 1/2 publish is a PUBACK/PUBREC
+reason code in 5.0 and a closed connection in 3.1.1 (which has no way to refuse one).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from ringmq.adapters.handler import HandlerContext, HandlerInfo
+from ringmq.adapters.mqtt.message import (
+    EXCHANGE,
+    PUBLISHER_HEADER,
+    incoming,
+    outgoing_properties,
+    published_qos,
+    retained_topic,
+)
+from ringmq.adapters.mqtt.sessions import (
+    PendingWill,
+    SavedSession,
+    Sub,
+    queue_name,
+    registry_of,
+    retained_matching,
+    retained_queue,
+    shared_queue_name,
+)
+from ringmq.adapters.mqtt.topics import (
+    TopicError,
+    check_filter,
+    check_topic_name,
+    from_routing_key,
+    matches,
+    parse_shared,
+    to_routing_key,
+)
+from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
+from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.message import Message
+from ringmq.core.session import Session, SettleKind
+from ringmq.core.settings import SettingsError
+from ringmq.mqtt import MqttConnection, MQTTError, Properties, Reason, Stage, State, Violation
+from ringmq.mqtt.packets import (
+    V5,
+    Auth,
+    ConnAck,
+    Connect,
+    Disconnect,
+    PubAck,
+    Publish,
+    PubRec,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+)
+
+if TYPE_CHECKING:
+    from ringmq.core.vhost import QueueEntity
+
+log = logging.getLogger(__name__)
+
+CHANNEL: Final = 1
+TAG_QOS0: Final = "mqtt-qos0"
+TAG_QOS1: Final = "mqtt-qos1"
+TAG_SHARE: Final = "mqtt-share/"
+DEFAULT_INFLIGHT: Final = 100
+"""Unacknowledged QoS 1/2 deliveries to a 3.1.1 client (5.0: its Receive Maximum)."""
+TOPIC_ALIAS_MAXIMUM: Final = 64
+NEVER_EXPIRES: Final = 0xFFFFFFFF
+_MQTT_MAX_PACKET: Final = 268_435_460
+
+_REFUSED: Final = {
+    "overflow": Reason.QUOTA_EXCEEDED,
+    "address-full": Reason.QUOTA_EXCEEDED,
+}
+_CLOSE: Final = {
+    Condition.CONNECTION_FORCED: Reason.ADMINISTRATIVE_ACTION,
+    Condition.ACCESS_REFUSED: Reason.NOT_AUTHORIZED,
+    Condition.NOT_ALLOWED: Reason.NOT_AUTHORIZED,
+}
+
+
+def _reason_of(exc: BrokerError) -> Reason:
+    # A refused core call as a 5.0 reason code.
+    match exc.condition:
+        case Condition.ACCESS_REFUSED | Condition.NOT_ALLOWED:
+            return Reason.NOT_AUTHORIZED
+        case Condition.PRECONDITION_FAILED if "message size" in exc.explanation:
+            return Reason.PACKET_TOO_LARGE
+        case Condition.RESOURCE_LOCKED:
+            return Reason.QUOTA_EXCEEDED
+        case _:
+            return Reason.IMPLEMENTATION_SPECIFIC_ERROR
+
+
+class MqttHandler:
+    """One MQTT connection (see the module docstring)."""
+
+    def __init__(self, ctx: HandlerContext) -> None:
+        self.ctx = ctx
+        self.broker = ctx.broker
+        self.conn_id = ctx.conn_id
+        self.registry = registry_of(ctx.broker)
+        self.max_packet_size = min(ctx.limits.max_message_size + 65536, _MQTT_MAX_PACKET)
+        self.machine = MqttConnection(
+            max_packet_size=self.max_packet_size, topic_alias_maximum=TOPIC_ALIAS_MAXIMUM
+        )
+        self._opened = False
+        self._released = False
+        self.client_id = ""
+        self.vhost = "/"
+        self.user = ""
+        self.version = 4
+        self.persistent = False
+        self.expiry_s = 0
+        self.session: Session | None = None
+        self.subs: dict[str, Sub] = {}
+        self.shared: dict[str, Sub] = {}
+        self.will: Publish | None = None
+        self.will_delay_s = 0
+        self.graceful = False
+        self.taken_over = False
+        self.inflight = DEFAULT_INFLIGHT
+        self.confirms: dict[int, int] = {}  # publish seq -> packet id (QoS 1/2 publishes)
+        self.out_tags: dict[int, int] = {}  # outbound packet id -> delivery tag (0: none)
+        self.to_settle: list[int] = []  # delivery tags to ack at the next call
+        self.no_ack_tags: set[str] = set()
+        self.now_ms = 0
+
+    # ------------------------------------------------------------------ Handler
+    @property
+    def opened(self) -> bool:
+        return self._opened
+
+    @property
+    def closed(self) -> bool:
+        return self.machine.state is State.CLOSED
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.vhost, self.client_id)
+
+    def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
+        """Take socket bytes: run every whole packet, one core call for the batch."""
+        self.now_ms = now_ms
+        m = self.machine
+        m.feed(data, now_ms)
+        out = self.broker.begin(now_ms)
+        self._settle_pending(now_ms)
+        while (event := m.next_event()) is not None:
+            try:
+                self._event(event, out, now_ms)
+            except MQTTError as exc:
+                self._disconnect(exc.reason, exc.text)
+            except BrokerError as exc:
+                self._disconnect(_reason_of(exc), exc.explanation)
+        self._finish(now_ms)
+        return out
+
+    def apply(self, effect: Effect) -> None:
+        """Queue the packets of a core effect for this connection."""
+        match effect:
+            case Deliver():
+                self._deliver(effect)
+            case Confirm():
+                self._confirmed(effect)
+            case CloseConnection():
+                reason = Reason.SESSION_TAKEN_OVER if self.taken_over else None
+                self.machine.close(
+                    reason or _CLOSE.get(effect.condition, Reason.UNSPECIFIED_ERROR), effect.text
+                )
+            case CancelConsumer():
+                self._cancelled(effect.consumer_tag)
+            case _:
+                pass  # no MQTT form (returns, reply-to, blocks: flow is the socket's)
+
+    def data_to_send(self) -> bytes:
+        return self.machine.data_to_send()
+
+    def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
+        """Keep-alive, the acknowledgements `apply` left, and wills whose delay is over."""
+        self.now_ms = now_ms
+        if not self._opened or self._released:
+            return []
+        out = self.broker.begin(now_ms)
+        self._settle_pending(now_ms)
+        self._fire_wills(now_ms)
+        if self.machine.keep_alive_expired(now_ms):
+            self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+        self._finish(now_ms)
+        return out
+
+    def close(self, condition: Condition, text: str) -> None:
+        reason = _CLOSE.get(condition, Reason.IMPLEMENTATION_SPECIFIC_ERROR)
+        if condition is Condition.CONNECTION_FORCED and "shutdown" in text.lower():
+            reason = Reason.SERVER_SHUTTING_DOWN
+        self.machine.close(reason, text)
+
+    def connection_lost(self, now_ms: int) -> list[Effect]:
+        if not self._opened or self._released:
+            return []
+        return self._release(now_ms)
+
+    def info(self) -> HandlerInfo:
+        proto = {3: "MQTT 3.1", 4: "MQTT 3.1.1", 5: "MQTT 5.0"}.get(self.version, "MQTT")
+        return HandlerInfo(
+            protocol=proto,
+            user=self.user,
+            vhost=self.vhost,
+            auth_mechanism="PLAIN" if self.user else "",
+            client_properties={"client_id": self.client_id, "clean_session": not self.persistent},
+            channels=1 if self._opened and not self._released else 0,
+            heartbeat_s=self.machine.keep_alive_s,
+            frame_max=self.max_packet_size,
+        )
+
+    # ------------------------------------------------------------------ the call
+    def _finish(self, now_ms: int) -> None:
+        state = self.broker.state
+        if state.dirty and (not state.defer_dispatch or state.eager):
+            state.eager = False
+            self.broker.delivery.flush(now_ms)
+        if state.defs_dirty:
+            state.end()
+
+    def _whole(self, effects: list[Effect], out: list[Effect]) -> None:
+        # A whole core call ran inside ours (it began its own effect list): keep its effects
+        # and make ours current again.
+        out.extend(effects)
+        self.broker.state.out = out
+
+    def _event(self, event: object, out: list[Effect], now_ms: int) -> None:
+        match event:
+            case Publish():
+                self._publish(event, now_ms)
+            case PubAck() | PubRec():
+                tag = self.out_tags.pop(event.packet_id, 0)
+                if tag:
+                    self._settle(tag, now_ms)
+            case Subscribe():
+                self._subscribe(event, now_ms)
+            case Unsubscribe():
+                self._unsubscribe(event, now_ms)
+            case Connect():
+                self._connect(event, out, now_ms)
+            case Disconnect():
+                self._client_disconnect(event)
+            case Auth():
+                raise MQTTError(Reason.PROTOCOL_ERROR, "AUTH without an authentication method")
+            case Violation():
+                log.info("MQTT connection %s: %s", self.conn_id, event.text)
+            case _:
+                raise MQTTError(Reason.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")
+
+    def _disconnect(self, reason: Reason, text: str) -> None:
+        log.info("MQTT connection %s closed: %s (%s)", self.conn_id, text, reason.name)
+        self.machine.close(reason, text)
+
+    # ------------------------------------------------------------------ CONNECT
+    def _connect(self, c: Connect, out: list[Effect], now_ms: int) -> None:
+        m = self.machine
+        v5 = c.protocol_level == V5
+        self.version = c.protocol_level
+        props = c.properties or Properties()
+        if props.authentication_method is not None:
+            m.refuse(Reason.BAD_AUTHENTICATION_METHOD, "enhanced authentication not supported")
+            return
+        cid = c.client_id
+        assigned = None
+        if not cid:
+            if not c.clean_start and not v5:
+                m.refuse(Reason.CLIENT_IDENTIFIER_NOT_VALID, "empty client id, clean session 0")
+                return
+            cid = assigned = self.broker.state.gen_name("mqtt-")
+        if c.will is not None:
+            try:
+                check_topic_name(c.will.topic)
+            except TopicError as exc:
+                m.refuse(Reason.TOPIC_NAME_INVALID, str(exc))
+                return
+        if c.username is None:
+            m.refuse(Reason.BAD_USER_NAME_OR_PASSWORD, "a user name is required")
+            return
+        vhost, user = self._vhost_user(c.username)
+        password = (c.password or b"").decode("utf-8", "replace")
+        try:
+            self.ctx.login("PLAIN", user, password, now_ms)
+        except BrokerError as exc:
+            m.refuse(Reason.BAD_USER_NAME_OR_PASSWORD, exc.explanation)
+            return
+        client_props = {"client_id": cid, "protocol": f"MQTT {self.version}"}
+        try:
+            self.broker.connection_opened(
+                self.conn_id, user, vhost, self.ctx.peer.address, client_props, now_ms
+            )
+        except BrokerError as exc:
+            m.refuse(Reason.NOT_AUTHORIZED, exc.explanation)
+            return
+        self._opened = True
+        self.client_id, self.vhost, self.user = cid, vhost, user
+        self.broker.channel_opened(self.conn_id, CHANNEL, now_ms)
+        s = self.session = self.broker.session(self.conn_id, CHANNEL)
+        assert s is not None
+        self.broker.confirms.select(s)
+        if c.will is not None:
+            try:
+                self.broker.publisher.exchange_for(s, EXCHANGE)
+            except BrokerError as exc:
+                self._refuse_opened(Reason.NOT_AUTHORIZED, exc.explanation, out, now_ms)
+                return
+            w = c.will
+            self.will = Publish(w.topic, w.payload, w.qos, w.retain, properties=w.properties)
+            if w.properties is not None:
+                self.will_delay_s = w.properties.will_delay_interval or 0
+                w.properties.will_delay_interval = None
+        if v5:
+            self.expiry_s = props.session_expiry_interval or 0
+            self.persistent = self.expiry_s > 0
+            self.inflight = props.receive_maximum or 0xFFFF
+        else:
+            self.persistent = not c.clean_start
+            self.expiry_s = NEVER_EXPIRES if self.persistent else 0
+        self._take_over(out, now_ms)
+        self.registry.wills.pop(self.key, None)  # back before the will's delay: no will
+        if c.clean_start:
+            self._discard_session(now_ms)
+        present = not c.clean_start and self._session_exists()
+        ack = ConnAck(Reason.SUCCESS, present)
+        if v5:
+            ack.properties = Properties(
+                assigned_client_identifier=assigned,
+                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
+                maximum_packet_size=self.max_packet_size,
+                retain_available=1,
+                wildcard_subscription_available=1,
+                subscription_identifier_available=1,
+                shared_subscription_available=1,
+            )
+        m.accept(ack)
+        self.registry.live[self.key] = self
+        try:
+            self._resume(present, now_ms)
+        except (BrokerError, SettingsError) as exc:
+            self._disconnect(Reason.IMPLEMENTATION_SPECIFIC_ERROR, f"session not resumed: {exc}")
+
+    def _vhost_user(self, username: str) -> tuple[str, str]:
+        # RabbitMQ: "vhost:user" names the vhost; a plain name uses the default vhost.
+        vhost, sep, user = username.partition(":")
+        if sep and vhost in self.broker.vhosts:
+            return vhost, user
+        return "/", username
+
+    def _refuse_opened(self, reason: Reason, text: str, out: list[Effect], now_ms: int) -> None:
+        # Refuse a CONNECT after the core connection opened: close that too.
+        self.machine.refuse(reason, text)
+        self._released = True
+        self._whole(self.broker.connection_closed(self.conn_id, now_ms), out)
+
+    def _take_over(self, out: list[Effect], now_ms: int) -> None:
+        # §3.1.4-3: a second connection with a client id in use closes the first.
+        old = self.registry.live.get(self.key)
+        if old is None or old is self or not isinstance(old, MqttHandler):
+            return
+        old.taken_over = True
+        if not old._released:  # noqa: SLF001 - the same class
+            self._whole(old._release(now_ms), out)  # noqa: SLF001 - the same class
+        out.append(CloseConnection(old.conn_id, Condition.CONNECTION_FORCED, "session taken over"))
+
+    def _session_exists(self) -> bool:
+        vh = self.broker.vhosts[self.vhost]
+        if self.key in self.registry.saved:
+            return True
+        return any(queue_name(self.client_id, qos) in vh.queues for qos in (0, 1))
+
+    def _discard_session(self, now_ms: int) -> None:
+        # A clean start: whatever the client id left behind goes (queues, saved state).
+        self.registry.saved.pop(self.key, None)
+        vh = self.broker.vhosts[self.vhost]
+        for qos in (0, 1):
+            q = vh.queues.get(queue_name(self.client_id, qos))
+            if q is not None and q.exclusive_owner is None:
+                self.broker.topology.delete_queue(vh, q, now_ms)
+
+    def _resume(self, present: bool, now_ms: int) -> None:
+        # A resumed session: its subscriptions (saved, or read back from its queues'
+        # bindings after a restart), its consumers, its QoS 2 state.
+        if not present:
+            return
+        saved = self.registry.saved.pop(self.key, None) or SavedSession()
+        vh = self.broker.vhosts[self.vhost]
+        subs = saved.subs
+        if not subs:
+            for qos in (0, 1):
+                name = queue_name(self.client_id, qos)
+                if name in vh.queues:
+                    for x, rk, args in vh.bindings_to(("q", name)):
+                        if x.name == EXCHANGE:
+                            f = from_routing_key(rk)
+                            subs[f] = Sub.from_binding(f, args, qos)
+        self.subs = subs
+        for qos in (0, 1):
+            if queue_name(self.client_id, qos) in vh.queues:
+                self._session_queue(qos, now_ms)
+        for full, sub in saved.shared.items():
+            self._subscribe_shared(full, sub, now_ms)
+        self.machine.qos2_in = set(saved.qos2_in)
+        for pid in sorted(saved.pubrel_out):
+            self.machine.resend_pubrel(pid)
+
+    def _client_disconnect(self, d: Disconnect) -> None:
+        self.graceful = d.reason_code != Reason.DISCONNECT_WITH_WILL
+        props = d.properties
+        if props is not None and props.session_expiry_interval is not None:
+            if not self.persistent and props.session_expiry_interval > 0:
+                self.graceful = False  # §3.14.2.2.2: a protocol error
+                return
+            if props.session_expiry_interval == 0:
+                self.persistent = False
+
+    # ------------------------------------------------------------------ the end
+    def _release(self, now_ms: int) -> list[Effect]:
+        # The connection is over (lost, or taken over): will, session, core connection.
+        self._released = True
+        out = self.broker.begin(now_ms)
+        self._settle_pending(now_ms)
+        if self.will is not None and not self.graceful:
+            self._publish_will(now_ms)
+        if self.persistent:
+            m = self.machine
+            self.registry.saved[self.key] = SavedSession(
+                self.subs,
+                self.shared,
+                set(m.qos2_in),
+                {pid for pid, st in m.outbound.items() if st is Stage.AWAIT_PUBCOMP},
+            )
+        else:
+            self._discard_session(now_ms)
+        self.broker.finish(now_ms)
+        if self.registry.live.get(self.key) is self:
+            del self.registry.live[self.key]
+        closed = self.broker.connection_closed(self.conn_id, now_ms)
+        mine = self.conn_id
+        return [e for e in out if e.conn_id != mine] + closed
+
+    def _publish_will(self, now_ms: int) -> None:
+        will = self.will
+        s = self.session
+        assert will is not None
+        assert s is not None
+        try:
+            vh, x = self.broker.publisher.exchange_for(s, EXCHANGE)
+            msg = incoming(s, will, to_routing_key(will.topic), now_ms)
+        except BrokerError as exc:
+            log.info("MQTT will of %r not published: %s", self.client_id, exc.explanation)
+            return
+        if self.will_delay_s and self.persistent:
+            delay_s = min(self.will_delay_s, self.expiry_s)
+            self.registry.wills[self.key] = PendingWill(now_ms + delay_s * 1000, msg, will.retain)
+            return
+        if will.retain:
+            self._retain(will, msg, now_ms)
+        self.broker.publisher.publish(s, vh, x, msg, False, now_ms)
+
+    def _fire_wills(self, now_ms: int) -> None:
+        # Wills whose delay is over, published from whichever connection ticks first.
+        s = self.session
+        if s is None or not self.registry.wills:
+            return
+        for vhost, will in self.registry.due_wills(now_ms):
+            vh = self.broker.vhosts.get(vhost)
+            x = vh.exchanges.get(EXCHANGE) if vh is not None else None
+            if vh is None or x is None:
+                continue
+            if will.retained:
+                q = retained_queue(self.broker, vhost, now_ms)
+                self.broker.publisher.enqueue(vh, x, (q,), will.message, None, now_ms)
+            self.broker.publisher.publish(s, vh, x, will.message, False, now_ms)
+
+    # ------------------------------------------------------------------ PUBLISH (client)
+    def _publish(self, p: Publish, now_ms: int) -> None:
+        m = self.machine
+        s = self.session
+        assert s is not None
+        try:
+            check_topic_name(p.topic)
+        except TopicError as exc:
+            raise MQTTError(Reason.TOPIC_NAME_INVALID, str(exc)) from None
+        publisher = self.broker.publisher
+        try:
+            vh, x = publisher.exchange_for(s, EXCHANGE)
+            publisher.check_size(len(p.payload))
+            msg = incoming(
+                s,
+                p,
+                to_routing_key(p.topic),
+                now_ms,
+                publisher=self.client_id if self._no_local else None,
+            )
+            if p.retain:
+                self._retain(p, msg, now_ms)
+            publisher.publish(s, vh, x, msg, False, now_ms)
+        except BrokerError as exc:
+            if p.qos and self.version == V5:
+                m.settle_publish(p.packet_id, _reason_of(exc))
+                return
+            raise
+        if p.qos:
+            self.confirms[s.publish_seq] = p.packet_id
+
+    def _retain(self, p: Publish, msg: Message, now_ms: int) -> None:
+        # The retained store keeps the last message per topic, durably whatever its QoS.
+        s = self.session
+        assert s is not None
+        vh = s.vhost
+        x = vh.exchanges[EXCHANGE]
+        stored = msg if msg.persistent else incoming(s, p, msg.routing_key, now_ms, persistent=True)
+        q = retained_queue(self.broker, self.vhost, now_ms)
+        self.broker.publisher.enqueue(vh, x, (q,), stored, s.conn_id, now_ms)
+
+    def _confirmed(self, c: Confirm) -> None:
+        confirms = self.confirms
+        if c.multiple:
+            seqs = [q for q in confirms if q <= c.seq]
+        else:
+            seqs = [c.seq] if c.seq in confirms else []
+        for seq in seqs:
+            pid = confirms.pop(seq)
+            if c.ok:
+                self.machine.settle_publish(pid)
+            elif self.version == V5:
+                reason = _REFUSED.get(c.reason or "", Reason.IMPLEMENTATION_SPECIFIC_ERROR)
+                self.machine.settle_publish(pid, reason)
+            else:  # 3.1.1 cannot refuse a publish: close, the client publishes it again
+                self._disconnect(Reason.UNSPECIFIED_ERROR, f"publish refused: {c.reason}")
+                return
+
+    # ------------------------------------------------------------------ SUBSCRIBE
+    @property
+    def _no_local(self) -> bool:
+        return any(sub.no_local for sub in self.subs.values())
+
+    def _subscribe(self, p: Subscribe, now_ms: int) -> None:
+        v5 = self.version == V5
+        sub_id = None
+        if p.properties is not None and p.properties.subscription_identifiers:
+            sub_id = p.properties.subscription_identifiers[0]
+        codes: list[int] = []
+        retained: list[tuple[Sub, bool]] = []
+        for entry in p.subscriptions:
+            f = entry.topic_filter
+            try:
+                shared = parse_shared(f)
+                if shared is None:
+                    check_filter(f)
+                elif entry.no_local:
+                    raise MQTTError(Reason.PROTOCOL_ERROR, "no-local on a shared subscription")
+                sub = Sub(
+                    shared[1] if shared else f,
+                    entry.qos,
+                    entry.no_local,
+                    entry.retain_as_published,
+                    entry.retain_handling,
+                    sub_id,
+                    shared[0] if shared else None,
+                )
+                if shared is not None:
+                    self._subscribe_shared(f, sub, now_ms)
+                else:
+                    existed = self._subscribe_plain(sub, now_ms)
+                    retained.append((sub, existed))
+                codes.append(entry.qos)
+            except TopicError:
+                codes.append(Reason.TOPIC_FILTER_INVALID if v5 else 0x80)
+            except (BrokerError, SettingsError) as exc:
+                log.info("MQTT subscribe %r refused: %s", f, exc)
+                refused = isinstance(exc, BrokerError) and exc.condition in (
+                    Condition.ACCESS_REFUSED,
+                    Condition.NOT_ALLOWED,
+                )
+                codes.append(
+                    (Reason.NOT_AUTHORIZED if refused else Reason.UNSPECIFIED_ERROR) if v5 else 0x80
+                )
+        self.machine.send(SubAck(p.packet_id, codes))
+        for sub, existed in retained:
+            if sub.retain_handling == 0 or (sub.retain_handling == 1 and not existed):
+                self._send_retained(sub, now_ms)
+
+    def _session_queue(self, qos: int, now_ms: int) -> QueueEntity:
+        # The session's queue for QoS 0 or for QoS 1/2: declared and consumed on first use.
+        s = self.session
+        assert s is not None
+        name = queue_name(self.client_id, qos)
+        tag = TAG_QOS0 if qos == 0 else TAG_QOS1
+        vh = s.vhost
+        q = vh.queues.get(name)
+        topology = self.broker.topology
+        if q is None:
+            args: dict[str, object] = {}
+            if self.persistent and self.expiry_s != NEVER_EXPIRES:
+                args["x-expires"] = self.expiry_s * 1000
+            topology.declare_queue(
+                s,
+                name,
+                durable=self.persistent,
+                exclusive=not self.persistent,
+                auto_delete=False,
+                arguments=args,
+                now_ms=now_ms,
+            )
+            q = topology.queue_for(s, name)
+        if tag not in s.consumers:
+            self._consume(name, tag, no_ack=qos == 0, now_ms=now_ms)
+        return q
+
+    def _consume(self, queue: str, tag: str, *, no_ack: bool, now_ms: int) -> None:
+        s = self.session
+        assert s is not None
+        delivery = self.broker.delivery
+        if not no_ack:
+            delivery.set_prefetch(s, self.inflight, session_wide=False)
+        else:
+            self.no_ack_tags.add(tag)
+        delivery.consume(s, queue, tag, no_ack=no_ack, exclusive=False, arguments={}, now_ms=now_ms)
+
+    def _subscribe_plain(self, sub: Sub, now_ms: int) -> bool:
+        s = self.session
+        assert s is not None
+        topology = self.broker.topology
+        q = self._session_queue(sub.queue_qos, now_ms)
+        rk = to_routing_key(sub.topic_filter)
+        old = self.subs.get(sub.topic_filter)
+        args = sub.binding_args()
+        if old is not None:
+            old_q = queue_name(self.client_id, old.queue_qos)
+            if old_q != q.name or old.binding_args() != args:
+                topology.unbind_queue(s, old_q, EXCHANGE, rk, old.binding_args())
+        topology.bind_queue(s, q.name, EXCHANGE, rk, args)
+        self.subs[sub.topic_filter] = sub
+        return old is not None
+
+    def _subscribe_shared(self, full: str, sub: Sub, now_ms: int) -> None:
+        s = self.session
+        assert s is not None
+        assert sub.group is not None
+        topology = self.broker.topology
+        name = shared_queue_name(sub.group, sub.topic_filter)
+        if name not in s.vhost.queues:
+            topology.declare_queue(
+                s,
+                name,
+                durable=self.persistent,
+                exclusive=False,
+                auto_delete=not self.persistent,
+                arguments={},
+                now_ms=now_ms,
+            )
+        topology.bind_queue(s, name, EXCHANGE, to_routing_key(sub.topic_filter), {})
+        tag = TAG_SHARE + full
+        if tag in s.consumers:
+            self.broker.delivery.cancel(s, tag, now_ms)
+            self.no_ack_tags.discard(tag)
+        self.shared[full] = sub
+        self._consume(name, tag, no_ack=sub.qos == 0, now_ms=now_ms)
+
+    def _send_retained(self, sub: Sub, now_ms: int) -> None:
+        for topic, msg in retained_matching(self.broker, self.vhost, sub.topic_filter, now_ms):
+            qos = min(published_qos(msg), sub.qos)
+            props = None
+            if self.version == V5:
+                props = outgoing_properties(msg, now_ms)
+                if sub.identifier is not None:
+                    props.subscription_identifiers = [sub.identifier]
+            p = Publish(topic, msg.body, qos, True, False, 0, props)
+            if self.machine.send_publish(p) and qos:
+                self.out_tags[p.packet_id] = 0
+
+    def _unsubscribe(self, p: Unsubscribe, now_ms: int) -> None:
+        s = self.session
+        assert s is not None
+        codes: list[int] = []
+        for f in p.topic_filters:
+            found = False
+            if f in self.shared:
+                del self.shared[f]
+                self.broker.delivery.cancel(s, TAG_SHARE + f, now_ms)
+                found = True
+            elif f in self.subs:
+                sub = self.subs.pop(f)
+                name = queue_name(self.client_id, sub.queue_qos)
+                self.broker.topology.unbind_queue(
+                    s, name, EXCHANGE, to_routing_key(f), sub.binding_args()
+                )
+                found = True
+            codes.append(Reason.SUCCESS if found else Reason.NO_SUBSCRIPTION_EXISTED)
+        self.machine.send(UnsubAck(p.packet_id, codes if self.version == V5 else []))
+
+    def _cancelled(self, tag: str) -> None:
+        # The broker deleted a queue this session consumed: its subscriptions are gone.
+        if tag.startswith(TAG_SHARE):
+            self.shared.pop(tag[len(TAG_SHARE) :], None)
+        elif tag in (TAG_QOS0, TAG_QOS1):
+            qq = 0 if tag == TAG_QOS0 else 1
+            self.subs = {f: sub for f, sub in self.subs.items() if sub.queue_qos != qq}
+
+    # ------------------------------------------------------------------ deliveries
+    def _deliver(self, d: Deliver) -> None:
+        msg = d.message
+        tag = d.consumer_tag
+        acked = tag not in self.no_ack_tags
+        topic = retained_topic(msg) or from_routing_key(msg.routing_key)
+        if tag.startswith(TAG_SHARE):
+            one = self.shared.get(tag[len(TAG_SHARE) :])
+            subs = [one] if one is not None and matches(one.topic_filter, topic) else []
+        else:
+            qq = 0 if tag == TAG_QOS0 else 1
+            subs = [
+                sub
+                for sub in self.subs.values()
+                if sub.queue_qos == qq and matches(sub.topic_filter, topic)
+            ]
+            if subs and msg.headers and msg.headers.get(PUBLISHER_HEADER) == self.client_id:
+                subs = [sub for sub in subs if not sub.no_local]
+        if not subs:
+            if acked:
+                self.to_settle.append(d.delivery_tag)
+            return
+        qos = min(published_qos(msg), max(sub.qos for sub in subs))
+        retain = retained_topic(msg) is not None and any(sub.retain_as_published for sub in subs)
+        props = None
+        if self.version == V5:
+            props = outgoing_properties(msg, self.now_ms)
+            props.subscription_identifiers = sorted(
+                {sub.identifier for sub in subs if sub.identifier is not None}
+            )
+        p = Publish(topic, msg.body, qos, retain, d.redelivered and qos > 0, 0, props)
+        sent = self.machine.send_publish(p)
+        if sent and qos:
+            self.out_tags[p.packet_id] = d.delivery_tag if acked else 0
+        elif acked:
+            self.to_settle.append(d.delivery_tag)
+
+    def _settle(self, tag: int, now_ms: int) -> None:
+        s = self.session
+        if s is None or (self._released and self.broker.session(self.conn_id, CHANNEL) is None):
+            return
+        try:
+            self.broker.delivery.settle(s, tag, False, SettleKind.ACK, now_ms)
+        except BrokerError:
+            pass  # already settled (the queue went away)
+
+    def _settle_pending(self, now_ms: int) -> None:
+        if self.to_settle:
+            tags, self.to_settle = self.to_settle, []
+            for tag in tags:
+                self._settle(tag, now_ms)

@@ -1,0 +1,192 @@
+"""The MQTT adapter on a real in-process broker: connect, publish, subscribe, sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ringmq.mqtt import V5, V311
+from ringmq.mqtt.packets import (
+    ConnAck,
+    Disconnect,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    Subscription,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+)
+from ringmq.mqtt.properties import Properties
+from tests.unit.mqtt.kit import Net
+
+
+def pubs(packets: Sequence[object]) -> list[Publish]:
+    return [p for p in packets if isinstance(p, Publish)]
+
+
+def test_connect_subscribe_publish_qos0_and_qos1() -> None:
+    net = Net()
+    sub, ack = net.connect("sub")
+    assert ack.reason_code == 0
+    assert not ack.session_present
+    got = sub.send(Subscribe(1, [Subscription("a/+", 1), Subscription("b/#", 0)]))
+    assert got == [SubAck(1, [1, 0])]
+    pub, _ = net.connect("pub")
+    assert pub.send(Publish("a/x", b"one", 1, packet_id=7)) == [PubAck(7)]
+    pub.send(Publish("b/c/d", b"two", 0))
+    delivered = pubs(sub.read())
+    assert [(p.topic, p.payload, p.qos) for p in delivered] == [
+        ("a/x", b"one", 1),
+        ("b/c/d", b"two", 0),
+    ]
+    sub.send(PubAck(delivered[0].packet_id))
+    q = net.broker.vhosts["/"].queues["mqtt-subscription-subqos1"]
+    assert q.queue.message_count == 0
+
+
+def test_bad_password_is_refused_with_connack_code() -> None:
+    net = Net()
+    c = net.open(V311)
+    from ringmq.mqtt.packets import Connect
+
+    got = c.send(Connect(V311, "x", True, 60, "guest", b"nope"))
+    assert got == [ConnAck(4)]
+    assert c.handler.closed
+    assert not c.handler.opened
+
+
+def test_persistent_session_keeps_messages_while_offline() -> None:
+    net = Net()
+    sub, _ = net.connect("dev", clean=False)
+    sub.send(Subscribe(1, [Subscription("t", 1)]))
+    sub.send(Disconnect())
+    sub.lose()
+    pub, _ = net.connect("pub")
+    pub.send(Publish("t", b"m1", 1, packet_id=1))
+    sub2, ack = net.connect("dev", clean=False)
+    assert ack.session_present
+    got = pubs(sub2.read())
+    assert [(p.topic, p.payload) for p in got] == [("t", b"m1")]
+
+
+def test_retained_message_is_sent_on_subscribe_and_cleared_by_empty_payload() -> None:
+    net = Net()
+    pub, _ = net.connect("pub")
+    pub.send(Publish("r/1", b"kept", 0, retain=True))
+    sub, _ = net.connect("sub")
+    got = sub.send(Subscribe(1, [Subscription("r/#", 1)]))
+    assert isinstance(got[0], SubAck)
+    assert [(p.topic, p.payload, p.retain) for p in pubs(got)] == [("r/1", b"kept", True)]
+    pub.send(Publish("r/1", b"", 0, retain=True))
+    sub.read()
+    other, _ = net.connect("other")
+    assert pubs(other.send(Subscribe(1, [Subscription("r/#", 0)]))) == []
+
+
+def test_will_is_published_when_the_connection_is_lost() -> None:
+    net = Net()
+    sub, _ = net.connect("sub")
+    sub.send(Subscribe(1, [Subscription("will/#", 0)]))
+    dying, _ = net.connect("dying", will=Will("will/dying", b"gone", 0))
+    dying.lose()
+    assert [(p.topic, p.payload) for p in pubs(sub.read())] == [("will/dying", b"gone")]
+    polite, _ = net.connect("polite", will=Will("will/polite", b"gone", 0))
+    polite.send(Disconnect())
+    polite.lose()
+    assert pubs(sub.read()) == []
+
+
+def test_qos2_both_ways() -> None:
+    net = Net()
+    sub, _ = net.connect("sub")
+    sub.send(Subscribe(1, [Subscription("q2", 2)]))
+    pub, _ = net.connect("pub")
+    assert pub.send(Publish("q2", b"x", 2, packet_id=5)) == [PubRec(5)]
+    # a repeat before PUBREL is not published again
+    assert pub.send(Publish("q2", b"x", 2, dup=True, packet_id=5)) == [PubRec(5)]
+    assert pub.send(PubRel(5)) == [PubComp(5)]
+    got = pubs(sub.read())
+    assert [(p.payload, p.qos) for p in got] == [(b"x", 2)]
+    pid = got[0].packet_id
+    assert sub.send(PubRec(pid)) == [PubRel(pid)]
+    assert sub.send(PubComp(pid)) == []
+
+
+def test_mqtt5_properties_and_subscription_identifier() -> None:
+    net = Net()
+    sub, ack = net.connect("sub", V5)
+    assert ack.properties is not None
+    assert ack.properties.topic_alias_maximum
+    sub.send(Subscribe(1, [Subscription("p/#", 1)], Properties(subscription_identifiers=[42])))
+    pub, _ = net.connect("pub", V5)
+    props = Properties(
+        content_type="text/plain",
+        response_topic="reply/here",
+        correlation_data=b"\x00\x01",
+        user_properties=[("k", "v")],
+        message_expiry_interval=30,
+        topic_alias=3,
+    )
+    pub.send(Publish("p/1", b"hello", 1, packet_id=1, properties=props))
+    pub.send(Publish("", b"again", 0, properties=Properties(topic_alias=3)))
+    got = pubs(sub.read())
+    assert [(p.topic, p.payload) for p in got] == [("p/1", b"hello"), ("p/1", b"again")]
+    p = got[0].properties
+    assert p is not None
+    assert p.content_type == "text/plain"
+    assert p.response_topic == "reply/here"
+    assert p.correlation_data == b"\x00\x01"
+    assert ("k", "v") in p.user_properties
+    assert p.subscription_identifiers == [42]
+    assert p.message_expiry_interval == 30
+
+
+def test_dollar_topics_not_matched_by_leading_wildcard() -> None:
+    net = Net()
+    sub, _ = net.connect("sub")
+    sub.send(Subscribe(1, [Subscription("#", 0), Subscription("$SYS/x", 0)]))
+    pub, _ = net.connect("pub")
+    pub.send(Publish("$SYS/y", b"hidden", 0))
+    pub.send(Publish("$SYS/x", b"seen", 0))
+    assert [p.payload for p in pubs(sub.read())] == [b"seen"]
+
+
+def test_unsubscribe_and_invalid_filter() -> None:
+    net = Net()
+    sub, _ = net.connect("sub", V5)
+    got = sub.send(Subscribe(1, [Subscription("a/#/b", 0), Subscription("ok", 0)]))
+    assert isinstance(got[0], SubAck)
+    assert got[0].reason_codes == [0x8F, 0]
+    got = sub.send(Unsubscribe(2, ["ok", "never"]))
+    assert isinstance(got[0], UnsubAck)
+    assert got[0].reason_codes == [0, 0x11]
+
+
+def test_shared_subscription_spreads_messages() -> None:
+    net = Net()
+    a, _ = net.connect("a", V5)
+    b, _ = net.connect("b", V5)
+    for c in (a, b):
+        c.send(Subscribe(1, [Subscription("$share/g/s/#", 0)]))
+    pub, _ = net.connect("pub", V5)
+    for i in range(4):
+        pub.send(Publish("s/x", b"%d" % i, 0))
+    got_a, got_b = pubs(a.read()), pubs(b.read())
+    assert len(got_a) + len(got_b) == 4
+    assert got_a
+    assert got_b
+
+
+def test_takeover_closes_the_old_connection() -> None:
+    net = Net()
+    old, _ = net.connect("same", V5)
+    _new, ack = net.connect("same", V5)
+    assert ack.reason_code == 0
+    got = old.read()
+    assert isinstance(got[-1], Disconnect)
+    assert got[-1].reason_code == 0x8E
+    assert old.handler.closed
