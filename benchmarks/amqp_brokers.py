@@ -189,7 +189,7 @@ class RingmqProcess:
         prefix = ["-m", "cProfile", "-o", str(self._profile)] if self._profile else []
         cmd = [
             sys.executable, *prefix, "-m", "ringmq", "serve",
-            "--amqp-port", "0", "--http-port", "0",
+            "--amqp-port", "0", "--http-port", "0", "--stomp-port", "off", "--mqtt-port", "off",
             "--data-dir", str(self._dir / "data"),
         ]  # fmt: skip
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0

@@ -58,6 +58,10 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
         "0",
         "--http-port",
         "0",
+        "--stomp-port",
+        "off",
+        "--mqtt-port",
+        "off",
         "--data-dir",
         str(data_dir),
     ]

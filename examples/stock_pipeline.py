@@ -74,6 +74,7 @@ class ServeProcess:
     def _start(self) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "ringmq", "serve", "--host", "127.0.0.1"]
         cmd += ["--amqp-port", str(self.ports[0]), "--http-port", str(self.ports[1])]
+        cmd += ["--stomp-port", "off", "--mqtt-port", "off"]
         cmd += ["--data-dir", str(self.data_dir)]
         log = (self.data_dir.parent / "broker.log").open("ab")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 _AMQP = re.compile(rb"AMQP listening on ([0-9.]+):(\d+)")
 _HTTP = re.compile(rb"HTTP listening on ([0-9.]+):(\d+)")
+_STOMP = re.compile(rb"STOMP listening on ([0-9.]+):(\d+)")
+_MQTT = re.compile(rb"MQTT listening on ([0-9.]+):(\d+)")
 
 
 class Serve:
@@ -30,6 +32,8 @@ class Serve:
         http: bool = False,
         amqp_port: int = 0,
         http_port: int = 0,
+        stomp: bool = False,
+        mqtt: bool = False,
         timeout_s: float = 60.0,
     ) -> None:
         self.log_path = log_path
@@ -45,12 +49,18 @@ class Serve:
             str(amqp_port),
             "--http-port",
             str(http_port) if http else "-1",
+            "--stomp-port",
+            "0" if stomp else "off",
+            "--mqtt-port",
+            "0" if mqtt else "off",
             "--data-dir",
             str(data_dir),
         ]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
         self.port = self._wait_port(_AMQP, timeout_s)
         self.http_port = self._wait_port(_HTTP, timeout_s) if http else None
+        self.stomp_port = self._wait_port(_STOMP, timeout_s) if stomp else None
+        self.mqtt_port = self._wait_port(_MQTT, timeout_s) if mqtt else None
 
     @property
     def amqp_url(self) -> str:

@@ -23,11 +23,12 @@ module imports both. Nothing here runs per message.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
+from ringmq.adapters.handler import HandlerFactory
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
@@ -109,6 +110,12 @@ def spill_directory(broker: Broker, directory: Path) -> SpillDirectory:
     return SpillDirectory(directory)
 
 
+PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {}
+"""The adapter protocols a node serves beside AMQP 0-9-1, by key ("amqp10", "stomp", "mqtt"):
+each one's `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each
+(AMQP 1.0 shares the AMQP port)."""
+
+
 def open_core(options: ServerOptions) -> OpenCore:
     """The server's `OpenCore` for `options` (see the module docstring)."""
 
@@ -184,6 +191,7 @@ def server(
     clock: Clock | None = None,
     broker: Broker | None = None,
     amqp091: Amqp091 | None = None,
+    handlers: Mapping[str, HandlerFactory] | None = None,
 ) -> BrokerServer:
     """A wired `BrokerServer` for `options`.
 
@@ -194,9 +202,16 @@ def server(
             the server then runs no group commit and sets up no paging directory for it, and
             the file's declarations are not applied.
         amqp091: with `broker`, the AMQP 0-9-1 adapter to serve it through (a test double).
+        handlers: the adapter protocols to serve (default `PROTOCOL_HANDLERS`).
     """
     opener = open_core(options) if broker is None else _given(broker, amqp091)
-    return BrokerServer(options, opener, clock=clock, app_factory=management_app)
+    return BrokerServer(
+        options,
+        opener,
+        clock=clock,
+        app_factory=management_app,
+        handlers=PROTOCOL_HANDLERS if handlers is None else handlers,
+    )
 
 
 def _given(broker: Broker, amqp091: Amqp091 | None) -> OpenCore:
@@ -220,8 +235,11 @@ class BrokerThread(ServerThread):
         clock: Clock | None = None,
         broker: Broker | None = None,
         amqp091: Amqp091 | None = None,
+        handlers: Mapping[str, HandlerFactory] | None = None,
     ) -> None:
-        super().__init__(server(options, clock=clock, broker=broker, amqp091=amqp091))
+        super().__init__(
+            server(options, clock=clock, broker=broker, amqp091=amqp091, handlers=handlers)
+        )
 
 
 def run(options: ServerOptions) -> int:

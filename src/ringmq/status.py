@@ -36,11 +36,15 @@ class ConnectionInfo:
     frame_max: int = 0
     channel_max: int = 0
     auth_mechanism: str = "PLAIN"
+    protocol: str = "AMQP 0-9-1"
+    """As RabbitMQ names it: "AMQP 0-9-1", "AMQP 1.0", "STOMP 1.2", "MQTT 3.1.1"..."""
+    ssl: bool = False
 
 
 @dataclass(slots=True)
 class ListenerInfo:
-    """A listening socket: its protocol (RabbitMQ's names: amqp, amqp/ssl, http) and address."""
+    """A listening socket: its protocol (RabbitMQ's names: amqp, amqp/ssl, stomp, mqtt, http)
+    and address."""
 
     protocol: str
     ip_address: str

@@ -36,6 +36,8 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
             host="127.0.0.1",
             amqp_port=0,
             http_port=opts.pop("http_port", None),
+            stomp_port=opts.pop("stomp_port", 0),
+            mqtt_port=opts.pop("mqtt_port", 0),
             data_dir=data_dir or tmp_path / f"data{len(started)}",
             config=config or FileConfig(),
             **opts,

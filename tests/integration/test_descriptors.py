@@ -22,7 +22,20 @@ from tests.integration.conftest import BrokerFactory
 pytestmark = pytest.mark.integration
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-SERVE = (sys.executable, "-m", "ringmq", "serve", "--amqp-port", "0", "--http-port", "-1")
+SERVE = (
+    sys.executable,
+    "-m",
+    "ringmq",
+    "serve",
+    "--amqp-port",
+    "0",
+    "--http-port",
+    "-1",
+    "--stomp-port",
+    "off",
+    "--mqtt-port",
+    "off",
+)
 
 
 def _closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:

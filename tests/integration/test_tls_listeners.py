@@ -31,7 +31,13 @@ def tls_only(tmp_path: Path) -> Iterator[tuple[BrokerThread, Path]]:
         f'[server]\namqp_port = "off"\namqps_bind = "{AMQPS_HOST}"\n'
     )
     options = options_from(
-        config, host="127.0.0.1", http_port=0, http_bind=HTTPS_HOST, data_dir=tmp_path / "data"
+        config,
+        host="127.0.0.1",
+        http_port=0,
+        http_bind=HTTPS_HOST,
+        data_dir=tmp_path / "data",
+        stomp_port=-1,
+        mqtt_port=-1,
     )
     b = BrokerThread(options)
     b.start()

@@ -43,6 +43,14 @@ def serve(
             max=MAX_PORT,
         ),
     ] = None,
+    stomp_port: Annotated[
+        str | None,
+        typer.Option(help="STOMP port (default 61613; 0 picks a free port; off: no listener)."),
+    ] = None,
+    mqtt_port: Annotated[
+        str | None,
+        typer.Option(help="MQTT port (default 1883; 0 picks a free port; off: no listener)."),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
     ] = None,
@@ -87,10 +95,10 @@ def serve(
         int, typer.Option(help="Rotated log files kept (ringmq.log.1 ...).", min=0)
     ] = 5,
 ) -> None:
-    """Run the AMQP 0-9-1 broker (and its management HTTP API) until SIGTERM/SIGINT."""
+    """Run the broker (AMQP, STOMP, MQTT and the management HTTP API) until SIGTERM/SIGINT."""
     from ringmq.cli.logsetup import LOG_FORMATS, configure_logging
     from ringmq.node import run
-    from ringmq.server.configfile import ConfigError, FileConfig, load_config, parse_port
+    from ringmq.server.configfile import ConfigError, FileConfig, load_config
     from ringmq.server.memory import MemoryLimits, parse_size, parse_watermark
     from ringmq.server.options import options_from
 
@@ -128,12 +136,9 @@ def serve(
             )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    try:
-        amqp = parse_port(amqp_port) if amqp_port is not None else None
-    except ValueError:
-        raise typer.BadParameter(
-            f"{amqp_port!r} is not a port or 'off'", param_hint="--amqp-port"
-        ) from None
+    amqp = _port_option(amqp_port, "--amqp-port")
+    stomp = _port_option(stomp_port, "--stomp-port")
+    mqtt = _port_option(mqtt_port, "--mqtt-port")
     try:
         options = options_from(
             file_config,
@@ -145,11 +150,25 @@ def serve(
             amqp_bind=amqp_bind,
             amqps_bind=amqps_bind,
             http_bind=http_bind,
+            stomp_port=stomp,
+            mqtt_port=mqtt,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)
         raise typer.Exit(code=2) from None
     raise typer.Exit(code=run(options))
+
+
+def _port_option(text: str | None, option: str) -> int | None:
+    # a port option's value: a number, "off"/"none" (-1), or None when not given
+    from ringmq.server.configfile import parse_port
+
+    if text is None:
+        return None
+    try:
+        return parse_port(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a port or 'off'", param_hint=option) from None
 
 
 def register(app: typer.Typer) -> None:

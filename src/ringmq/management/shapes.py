@@ -233,7 +233,7 @@ def connection(c: ConnectionInfo, node: str) -> dict[str, Any]:
         "name": c.name,
         "node": node,
         "type": "network",
-        "protocol": "AMQP 0-9-1",
+        "protocol": c.protocol,
         "user": c.user,
         "vhost": c.vhost,
         "host": c.host,
@@ -251,7 +251,7 @@ def connection(c: ConnectionInfo, node: str) -> dict[str, Any]:
         "frame_max": c.frame_max,
         "channel_max": c.channel_max,
         "auth_mechanism": c.auth_mechanism,
-        "ssl": False,
+        "ssl": c.ssl,
     }
 
 

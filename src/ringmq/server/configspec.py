@@ -157,6 +157,10 @@ class ListenSpec:
     amqp_port: int | None = None
     """-1: no plain AMQP listener (RabbitMQ's `listeners.tcp = none`); needs [tls]."""
     http_port: int | None = None
+    stomp_port: int | None = None
+    """-1: no STOMP listener."""
+    mqtt_port: int | None = None
+    """-1: no MQTT listener."""
     data_dir: Path | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None

@@ -10,9 +10,16 @@ re-arms the broker's deadline timer. So a publish fanned out to 100 consumers on
 costs 20 writes, not 100. Batches nest (`batch()`, or `depth` on the read path); only the
 outermost one flushes.
 
-Owns: the table of live connections (`table`, conn_id -> AMQPConnection), the dirty set, the
-batch depth, whether the server is stopping (`stopped`, `drained`), and the server-initiated
-Connection.Close (`close`). Makes no call into the broker: the effects arrive from the callers.
+Connections of every protocol share the table. An AMQP 0-9-1 connection's effects become frames
+here, through the 0-9-1 adapter; the connection of an adapter protocol (AMQP 1.0, STOMP, MQTT:
+`ClientConnection.handler` set) gets each effect through its `Handler.apply`, after the server's
+own part (`Block`/`Unblock` pause and resume reading, `CloseConnection` closes). A handler that
+has finished (`Handler.closed`) has its socket closed once its output is written.
+
+Owns: the table of live connections (`table`, conn_id -> ClientConnection), the dirty set, the
+batch depth, whether the server is stopping (`stopped`, `drained`), admission (`admit`) and the
+server-initiated close (`close`). Makes no call into the broker: the effects arrive from the
+callers.
 Owned by the loop thread; no locks.
 """
 
@@ -25,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, assert_never
 
 from ringmq.adapters.amqp091 import frame_of, reply_code
+from ringmq.adapters.handler import Handler
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.effects import (
     Block,
@@ -40,12 +48,15 @@ from ringmq.core.effects import (
     SendMethod,
     Unblock,
 )
+from ringmq.core.errors import Condition
+from ringmq.core.throttle import LogLimiter
 from ringmq.server.clock import Clock
+from ringmq.server.configspec import LimitsSpec
 from ringmq.server.flow import PublisherFlow
+from ringmq.server.transport import AMQPConnection, ClientConnection
 
 if TYPE_CHECKING:
     from ringmq.server.commit import GroupCommit
-    from ringmq.server.transport import AMQPConnection
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +74,13 @@ class Connections:
         table: the connection table, shared with `flow` (empty at start).
     """
 
-    def __init__(self, clock: Clock, flow: PublisherFlow, table: dict[int, AMQPConnection]) -> None:
+    def __init__(
+        self, clock: Clock, flow: PublisherFlow, table: dict[int, ClientConnection]
+    ) -> None:
         self.clock = clock
         self.flow = flow
         self.table = table
-        self.dirty: set[AMQPConnection] = set()
+        self.dirty: set[ClientConnection] = set()
         self.depth = 0
         """Batches open (nested); the outermost one flushes when it ends."""
         self.commit: GroupCommit | None = None
@@ -77,25 +90,56 @@ class Connections:
         self.stopped = False
         self.drained = asyncio.Event()
         """Set once the server is stopping and the last connection is gone."""
+        self._max_conn_log = LogLimiter(10_000)
+
+    def admit(self, c: ClientConnection, limits: LimitsSpec) -> bool:
+        """Enter a new connection in the table, or abort it (stopping, `max_connections`)."""
+        if self.stopped or (
+            limits.max_connections is not None and len(self.table) >= limits.max_connections
+        ):
+            if not self.stopped and self._max_conn_log.admit(self.clock.wall_ms()) is not None:
+                log.warning(
+                    "refused connection from %s:%d: max_connections (%d) reached",
+                    c.peer[0],
+                    c.peer[1],
+                    limits.max_connections,
+                )
+            c.abort()
+            return False
+        self.table[c.conn_id] = c
+        c.connected_at_ms = self.clock.wall_ms()
+        c.connected_mono = self.clock.monotonic()
+        return True
 
     def apply(self, effects: Iterable[Effect]) -> None:
         """Queue the output of `effects` on their target connections (flushed at batch end)."""
         conns = self.table
         dirty = self.dirty
         last_id = -1
-        c: AMQPConnection | None = None
+        c: ClientConnection | None = None
+        a: AMQPConnection | None = None  # c, when it speaks AMQP 0-9-1
+        h: Handler | None = None  # c's handler, when it speaks another protocol
         for e in effects:
             if e.conn_id != last_id:  # runs of effects for one connection look it up once
                 last_id = e.conn_id
                 c = conns.get(last_id)
+                a = h = None
                 if c is not None:
                     dirty.add(c)
+                    if type(c) is AMQPConnection:
+                        a = c
+                    else:
+                        h = c.handler
             if c is None or c.closing:
                 continue  # the target went away meanwhile; the broker learns it separately
+            if a is None:
+                if h is not None:
+                    self._to_handler(c, h, e)
+                continue
             if type(e) is Deliver:
                 # hot path: pre-encoded deliver header, no generic method encoding
                 msg = e.message
-                c.proto.send_deliver(
+                a.proto.send_deliver(
                     e.channel,
                     e.consumer_tag,
                     e.delivery_tag,
@@ -108,37 +152,56 @@ class Connections:
                 continue
             match e:
                 case SendContent(channel=ch, method=method, message=msg):
-                    c.proto.send_content(ch, method, msg.properties_bin, msg.body)
+                    a.proto.send_content(ch, method, msg.properties_bin, msg.body)
                 case Deliver():
                     raise AssertionError("handled above")
                 case SendMethod(channel=ch, method=method):
-                    c.proto.send_method(ch, method)
+                    a.proto.send_method(ch, method)
                 case Confirm() | Return() | CancelConsumer() | DeliverReply():
                     # the core's neutral effects, as this connection's protocol frames
                     frame = frame_of(e)
                     if type(frame) is SendMethod:
-                        c.proto.send_method(frame.channel, frame.method)
+                        a.proto.send_method(frame.channel, frame.method)
                     elif type(frame) is SendContent:
                         fm = frame.message
-                        c.proto.send_content(
+                        a.proto.send_content(
                             frame.channel, frame.method, fm.properties_bin, fm.body
                         )
                 case Drained():
                     pass  # link credit is AMQP 1.0's: no 0-9-1 consumer has any to give back
                 case CloseConnection(condition=condition, text=text):
-                    code = reply_code(condition)
-                    self.close(c, code, _explanation(code, text))
+                    self.close(c, condition, text)
                 case Block(reason=reason):
-                    c.blocked_reason = reason
-                    c.proto.send_blocked(reason)
-                    c.pause_reading("block")
+                    a.proto.send_blocked(reason)
+                    self._block(c, reason)
                 case Unblock():
-                    c.blocked_reason = None
-                    c.proto.send_unblocked()
-                    c.resume_reading(self.clock.monotonic(), reason="block")
+                    a.proto.send_unblocked()
+                    self._unblock(c)
                 case _:
                     assert_never(e)
             dirty.add(c)
+
+    def _to_handler(self, c: ClientConnection, h: Handler, e: Effect) -> None:
+        # An effect for an adapter protocol's connection: the server's part, then the handler's.
+        match e:
+            case CloseConnection(condition=condition, text=text):
+                self.close(c, condition, text)
+                return
+            case Block(reason=reason):
+                self._block(c, reason)
+            case Unblock():
+                self._unblock(c)
+            case _:
+                pass
+        h.apply(e)
+
+    def _block(self, c: ClientConnection, reason: str) -> None:
+        c.blocked_reason = reason
+        c.pause_reading("block")
+
+    def _unblock(self, c: ClientConnection) -> None:
+        c.blocked_reason = None
+        c.resume_reading(self.clock.monotonic(), reason="block")
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -161,22 +224,30 @@ class Connections:
         for c in dirty:
             try:
                 c.flush()
+                h = c.handler
+                if h is not None and h.closed:
+                    c.close_transport()  # its connection_lost tells the broker
             except Exception:
                 log.exception("write to %s failed", c.name)
                 c.abort()
         self.after_flush()
 
-    def close(self, c: AMQPConnection, code: int, text: str) -> None:
-        """Server-initiated Connection.Close; `text` is the explanation (no code prefix)."""
+    def close(self, c: ClientConnection, condition: Condition, text: str) -> None:
+        """Server-initiated close (AMQP 0-9-1 Connection.Close with the condition's reply code;
+        the handler's own close otherwise); `text` is the explanation."""
         if c.closing:
             return
         self.flow.release(c)  # read its Close-Ok
-        c.proto.close(code, text)
+        if type(c) is AMQPConnection:
+            code = reply_code(condition)
+            c.proto.close(code, _explanation(code, text))
+        elif c.handler is not None:
+            c.handler.close(condition, text)
         if c.closing_since is None:
             c.closing_since = self.clock.monotonic()
         self.dirty.add(c)
 
-    def remove(self, c: AMQPConnection) -> bool:
+    def remove(self, c: ClientConnection) -> bool:
         """Drop `c` from the table; False when it was not there (already removed)."""
         self.flow.forget(c)
         if self.table.pop(c.conn_id, None) is None:
@@ -186,7 +257,7 @@ class Connections:
         self.dirty.discard(c)
         return True
 
-    def named(self, name: str) -> AMQPConnection | None:
+    def named(self, name: str) -> ClientConnection | None:
         """The connection RabbitMQ would call `name` ("peer -> local")."""
         for c in self.table.values():
             if c.name == name:
@@ -204,6 +275,7 @@ class Connections:
         return sum(
             c.proto.content_received if c.reading_paused else c.proto.content_in_flight
             for c in self.table.values()
+            if type(c) is AMQPConnection
         )
 
 

@@ -28,7 +28,7 @@ from ringmq.server.clock import Clock
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
     from ringmq.core.vhost import QueueEntity
-    from ringmq.server.transport import AMQPConnection
+    from ringmq.server.transport import ClientConnection
 
 FLOW_CHECK_S: Final = 0.02
 """How often paused publishers are checked for stalled consumers and the pause limit."""
@@ -58,13 +58,13 @@ class PublisherFlow:
         table: the server's live connections by id (read only).
     """
 
-    def __init__(self, broker: Broker, clock: Clock, table: Mapping[int, AMQPConnection]) -> None:
+    def __init__(self, broker: Broker, clock: Clock, table: Mapping[int, ClientConnection]) -> None:
         self.broker = broker
         self.clock = clock
         self.table = table
         self.requests = broker.flow_requests
         """The broker's `flow_requests` (same dict); empty unless a publisher outruns consumers."""
-        self.held: dict[AMQPConnection, FlowHold] = {}
+        self.held: dict[ClientConnection, FlowHold] = {}
         self.stalled: dict[int, tuple[QueueEntity, int]] = {}
         """id(queue) -> (queue, its deliver count when its consumers were found stalled)."""
         self.stats: dict[str, int] = {"paused": 0, "settled": 0, "stalled": 0, "timeout": 0}
@@ -104,12 +104,12 @@ class PublisherFlow:
                 del self.held[c]
                 c.resume_reading(mono, reason="flow")
 
-    def release(self, c: AMQPConnection) -> None:
+    def release(self, c: ClientConnection) -> None:
         """Let `c` read again at once (the server closes it and must read its Close-Ok)."""
         if self.held.pop(c, None) is not None:
             c.resume_reading(self.clock.monotonic(), reason="flow")
 
-    def forget(self, c: AMQPConnection) -> None:
+    def forget(self, c: ClientConnection) -> None:
         """`c` is gone."""
         self.held.pop(c, None)
 

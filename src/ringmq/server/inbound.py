@@ -37,12 +37,13 @@ import asyncio
 import itertools
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
 
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
-from ringmq.core.throttle import LoginGuard, LogLimiter
+from ringmq.core.errors import Condition
+from ringmq.core.throttle import LoginGuard
 from ringmq.protocol import events as ev
 from ringmq.protocol.connection import ServerConnection
 from ringmq.protocol.handshake import TuneParams
@@ -95,8 +96,8 @@ class Inbound:
         """The memory monitor, once the server started it (large bodies are measured at once)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         """Set by the server once it runs (delayed logins need it)."""
-        self._ids = itertools.count(1)
-        self._max_conn_log = LogLimiter(10_000)
+        self.ids: Iterator[int] = itertools.count(1)
+        """Connection ids, shared with the other protocols' connections (`server.handlers`)."""
         # one dispatch per read batch (on_events), bound once: the read path calls it per read
         broker.defer_dispatch = True
         self._dispatch_pending = broker.dispatch_pending
@@ -105,7 +106,7 @@ class Inbound:
         """What a listener calls for each accepted socket."""
 
         def make() -> asyncio.Protocol:
-            return AMQPConnection(self, next(self._ids), tls=tls)
+            return AMQPConnection(self, next(self.ids), tls=tls)
 
         return make
 
@@ -126,23 +127,8 @@ class Inbound:
         )
 
     def connection_made(self, c: AMQPConnection) -> None:
-        limits = self.limits
-        conns = self.conns
-        if conns.stopped or (
-            limits.max_connections is not None and len(conns.table) >= limits.max_connections
-        ):
-            if not conns.stopped and self._max_conn_log.admit(self._now_ms()) is not None:
-                log.warning(
-                    "refused connection from %s:%d: max_connections (%d) reached",
-                    c.peer[0],
-                    c.peer[1],
-                    limits.max_connections,
-                )
-            c.abort()
+        if not self.conns.admit(c, self.limits):
             return
-        conns.table[c.conn_id] = c
-        c.connected_at_ms = self.clock.wall_ms()
-        c.connected_mono = self.clock.monotonic()
         check = self.amqp091.check_publish
         conn_id = c.conn_id
         c.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
@@ -338,7 +324,7 @@ class Inbound:
         """A bug while handling `c`: log it, close `c` alone with 541."""
         log.error("internal error on connection %s\n%s", c.name, traceback.format_exc())
         try:
-            self.conns.close(c, ReplyCode.INTERNAL_ERROR, "internal error")
+            self.conns.close(c, Condition.INTERNAL_ERROR, "internal error")
             c.close_transport()
         except Exception:
             log.exception("could not close %s cleanly", c.name)

@@ -216,14 +216,17 @@ async def open_amqp_listener(
     tls: ssl.SSLContext | None = None,
     sock: socket.socket | None = None,
     now_ms: Callable[[], int] | None = None,
+    protocol: str | None = None,
 ) -> Listener:
-    """Start accepting AMQP (or AMQPS when `tls` is given) connections.
+    """Start accepting AMQP (or AMQPS when `tls` is given) connections, or those of
+    `protocol` ("stomp", "mqtt": the listener's name in management, as RabbitMQ's).
 
     With `sock` (bound by `bind_socket` before the store was opened), serve on it; otherwise
     bind `host:port` now.
     """
     loop = asyncio.get_running_loop()
-    protocol = "amqp/ssl" if tls is not None else "amqp"
+    if protocol is None:
+        protocol = "amqp/ssl" if tls is not None else "amqp"
     if sock is None:
         lst = bind_socket(host, port, protocol, backlog=1024)
     else:

@@ -12,6 +12,8 @@ the management app, if any. `server/` imports nothing of `management/`.
 Around the core, `attach` builds the server's parts, each in its own module and each owning one
 thing: `Connections` (the table, effects applied to connections, one write per batch),
 `Inbound` (protocol events to the broker's AMQP 0-9-1 calls, the only place that makes them),
+`Handlers` (the connections of the adapter protocols, AMQP 1.0, STOMP and MQTT, each a sans-IO
+`Handler` built by the adapter's factory that the composition root wires in `handlers`),
 `PublisherFlow` (pausing publishers that outrun their consumers), `Timers` (the broker's
 deadline; heartbeats and timeouts), `ConfigReload` (the config file's refresh), `GroupCommit`
 (the store's group fsync, server/commit.py) and `MemoryMonitor` (memory and disk alarms,
@@ -34,21 +36,23 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 import uvicorn
 
 from ringmq.adapters.amqp091 import Amqp091
-from ringmq.amqp.reply_codes import ReplyCode
+from ringmq.adapters.handler import HandlerFactory
 from ringmq.core.effects import Effect
+from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.commit import GroupCommit
 from ringmq.server.connections import Connections
 from ringmq.server.datadir import DataDirLock
 from ringmq.server.flow import PublisherFlow
+from ringmq.server.handlers import AmqpPortSniffer, Handlers
 from ringmq.server.httpserve import ASGIApp, uvicorn_config
 from ringmq.server.inbound import Inbound
 from ringmq.server.listener import (
@@ -70,11 +74,11 @@ from ringmq.server.options import (
 )
 from ringmq.server.reload import ConfigReload
 from ringmq.server.timers import CLOSE_OK_TIMEOUT_S, Timers
+from ringmq.server.transport import AMQPConnection, ClientConnection
 from ringmq.status import ConnectionInfo, ListenerInfo
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
-    from ringmq.server.transport import AMQPConnection
     from ringmq.storage.bodystore import SpillDirectory
     from ringmq.storage.store import FileStore
 
@@ -139,12 +143,16 @@ class BrokerServer:
         open_core: builds the core once the data directory is locked (see `OpenCore`).
         clock: the time source (tests pass a `FakeClock`).
         app_factory: builds the management app; None: no management server.
+        handlers: the adapter protocols wired in, by key ("amqp10", "stomp", "mqtt"): each one's
+            `HandlerFactory`. A protocol missing here gets no listener (AMQP 1.0: the AMQP port
+            serves 0-9-1 alone).
     """
 
     broker: Broker
     """The core broker (set by `attach`, at `start()`)."""
     conns: Connections
     inbound: Inbound
+    handlers: Handlers
     flow: PublisherFlow
     timers: Timers
     reloader: ConfigReload
@@ -157,8 +165,10 @@ class BrokerServer:
         *,
         clock: Clock | None = None,
         app_factory: AppFactory | None = None,
+        handlers: Mapping[str, HandlerFactory] | None = None,
     ) -> None:
         self.options = options
+        self.handler_factories: dict[str, HandlerFactory] = dict(handlers or {})
         self.clock: Clock = clock or SystemClock()
         self.node = options.node
         self.started_at_ms = 0
@@ -186,7 +196,7 @@ class BrokerServer:
         """Build the server's parts around `core.broker` (`start()` does; benchmarks too)."""
         broker = core.broker
         self.broker = broker
-        table: dict[int, AMQPConnection] = {}
+        table: dict[int, ClientConnection] = {}
         self.flow = PublisherFlow(broker, self.clock, table)
         self.conns = Connections(self.clock, self.flow, table)
         limits = self.options.config.limits
@@ -194,8 +204,26 @@ class BrokerServer:
         self.inbound = Inbound(
             broker, amqp091, self.clock, limits, self.conns, self.flow, self.login_guard
         )
+        self.handlers = Handlers(
+            broker,
+            self.handler_factories,
+            self.clock,
+            limits,
+            self.conns,
+            self.flow,
+            self.login_guard,
+            self.inbound.ids,
+            self.options.node,
+        )
         self.timers = Timers(
-            broker, self.clock, limits, self.conns, self.inbound, self._listeners, self.login_guard
+            broker,
+            self.clock,
+            limits,
+            self.conns,
+            self.inbound,
+            self.handlers,
+            self._listeners,
+            self.login_guard,
         )
         self.conns.after_flush = self.timers.arm_deadline
         self.reloader = ConfigReload(broker, self.options.config, self.conns)
@@ -206,11 +234,11 @@ class BrokerServer:
 
     @property
     def amqp_port(self) -> int:
-        return self._port("amqp")
+        return self.port_of("amqp")
 
     @property
     def amqps_port(self) -> int:
-        return self._port("amqp/ssl")
+        return self.port_of("amqp/ssl")
 
     @property
     def http_port(self) -> int:
@@ -220,7 +248,9 @@ class BrokerServer:
                 return lst.port
         raise LookupError("no http listener")
 
-    def _port(self, protocol: str) -> int:
+    def port_of(self, protocol: str) -> int:
+        """The port of the listener of `protocol` ("amqp", "amqp/ssl", "stomp", "mqtt",
+        "http"); LookupError when there is none."""
         for lst in self._listeners:
             if lst.protocol == protocol:
                 return lst.port
@@ -252,6 +282,15 @@ class BrokerServer:
                 option="--amqp-port",
             )
             self._listeners.append(amqp_pre)
+        extra_pre: list[Listener] = []
+        for key, port, option in (
+            ("stomp", opts.stomp_port, "--stomp-port"),
+            ("mqtt", opts.mqtt_port, "--mqtt-port"),
+        ):
+            if port is not None and key in self.handler_factories:
+                pre = bind_socket(opts.host, port, key, backlog=1024, option=option)
+                self._listeners.append(pre)
+                extra_pre.append(pre)
         http_pre = None
         if opts.http_port is not None:
             http_pre = bind_http_socket(opts.http_bind or opts.host, opts.http_port)
@@ -274,7 +313,7 @@ class BrokerServer:
 
         if amqp_pre is not None:
             amqp = await open_amqp_listener(
-                self.inbound.protocol_factory(tls=False),
+                self._amqp_factory(tls=False),
                 amqp_pre.host,
                 amqp_pre.port,
                 sock=amqp_pre.sock,
@@ -289,7 +328,7 @@ class BrokerServer:
         if cfg.tls is not None:
             ctx = tls_context(cfg.tls)
             amqps = await open_amqp_listener(
-                self.inbound.protocol_factory(tls=True),
+                self._amqp_factory(tls=True),
                 opts.amqps_bind or opts.host,
                 cfg.tls.port,
                 tls=ctx,
@@ -297,12 +336,38 @@ class BrokerServer:
             )
             self._listeners.append(amqps)
             log.info("AMQPS listening on %s:%d", amqps.host, amqps.port)
+        for pre in extra_pre:
+            lst = await open_amqp_listener(
+                self.handlers.protocol_factory(pre.protocol, tls=False),
+                pre.host,
+                pre.port,
+                sock=pre.sock,
+                now_ms=self.clock.wall_ms,
+                protocol=pre.protocol,
+            )
+            pre.sock = None
+            self._listeners.remove(pre)
+            self._listeners.append(lst)
+            log.info("%s listening on %s:%d", pre.protocol.upper(), lst.host, lst.port)
         if http_pre is not None:
             self._start_management(http_pre)
 
         self.timers.start(loop)
         self.reloader.start(loop)
         self.ready.set()
+
+    def _amqp_factory(self, *, tls: bool) -> Callable[[], asyncio.Protocol]:
+        # The AMQP port's connections: 0-9-1 alone, or told from 1.0 by the protocol header
+        amqp091 = self.inbound.protocol_factory(tls=tls)
+        if "amqp10" not in self.handler_factories:
+            return amqp091
+        amqp10 = self.handlers.protocol_factory("amqp10", tls=tls)
+        timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
+
+        def make() -> asyncio.Protocol:
+            return AmqpPortSniffer(amqp091, amqp10, timeout_s)
+
+        return make
 
     async def serve_forever(self, *, install_signals: bool = False) -> None:
         """Start, run until `request_stop()` (or SIGTERM/SIGINT), then stop cleanly."""
@@ -366,14 +431,14 @@ class BrokerServer:
             self.memory.stop()
         with conns.batch():
             for c in list(conns.table.values()):
-                conns.close(c, ReplyCode.CONNECTION_FORCED, reason)
+                conns.close(c, Condition.CONNECTION_FORCED, reason)
         # give clients a moment to answer Close-Ok, then drop whatever is left
         if conns.table:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(conns.drained.wait(), SHUTDOWN_GRACE_S)
         for c in list(conns.table.values()):
             c.abort()
-            self.inbound.forget(c)
+            self.timers.forget(c)
 
     def _start_memory_monitor(
         self, loop: asyncio.AbstractEventLoop, spill: SpillDirectory | None
@@ -440,35 +505,49 @@ class BrokerServer:
         for c in self.conns.table.values():
             if not c.opened:
                 continue
-            out.append(
-                ConnectionInfo(
-                    conn_id=c.conn_id,
-                    name=c.name,
-                    user=c.user,
-                    vhost=c.vhost,
-                    peer_host=c.peer[0],
-                    peer_port=c.peer[1],
-                    host=c.sock_name[0],
-                    port=c.sock_name[1],
-                    connected_at_ms=c.connected_at_ms,
-                    state="closing"
-                    if c.closing
-                    else "blocked"
-                    if c.blocked_reason
-                    else "flow"  # RabbitMQ's name for a publisher held by credit flow
-                    if c in held
-                    else "running",
-                    blocked_reason=c.blocked_reason,
-                    channels=c.channels,
-                    client_properties=c.client_properties,
-                    recv_oct=c.recv_oct,
-                    send_oct=c.send_oct,
-                    heartbeat_s=c.proto.heartbeat_s,
-                    frame_max=c.proto.frame_max,
-                    channel_max=c.proto.channel_max,
-                    auth_mechanism=c.auth_mechanism,
-                )
+            info = ConnectionInfo(
+                conn_id=c.conn_id,
+                name=c.name,
+                user="",
+                vhost="",
+                peer_host=c.peer[0],
+                peer_port=c.peer[1],
+                host=c.sock_name[0],
+                port=c.sock_name[1],
+                connected_at_ms=c.connected_at_ms,
+                state="closing"
+                if c.closing
+                else "blocked"
+                if c.blocked_reason
+                else "flow"  # RabbitMQ's name for a publisher held by credit flow
+                if c in held
+                else "running",
+                blocked_reason=c.blocked_reason,
+                recv_oct=c.recv_oct,
+                send_oct=c.send_oct,
+                ssl=c.tls,
             )
+            if type(c) is AMQPConnection:
+                info.user = c.user
+                info.vhost = c.vhost
+                info.channels = c.channels
+                info.client_properties = c.client_properties
+                info.heartbeat_s = c.proto.heartbeat_s
+                info.frame_max = c.proto.frame_max
+                info.channel_max = c.proto.channel_max
+                info.auth_mechanism = c.auth_mechanism
+            elif c.handler is not None:
+                h = c.handler.info()
+                info.protocol = h.protocol
+                info.user = h.user
+                info.vhost = h.vhost
+                info.channels = h.channels
+                info.client_properties = h.client_properties
+                info.heartbeat_s = h.heartbeat_s
+                info.frame_max = h.frame_max
+                info.channel_max = h.channel_max
+                info.auth_mechanism = h.auth_mechanism
+            out.append(info)
         return out
 
     def close_connection(self, name: str, reason: str) -> bool:
@@ -477,7 +556,7 @@ class BrokerServer:
         if c is None:
             return False
         with self.conns.batch():
-            self.conns.close(c, ReplyCode.CONNECTION_FORCED, reason)
+            self.conns.close(c, Condition.CONNECTION_FORCED, reason)
         return True
 
     def listeners(self) -> list[ListenerInfo]:

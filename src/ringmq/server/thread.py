@@ -49,6 +49,10 @@ class ServerThread:
         """The plain AMQP port (LookupError when that listener is off)."""
         return self.server.amqp_port
 
+    def port_of(self, protocol: str) -> int:
+        """The port of the listener of `protocol` ("amqp", "stomp", "mqtt", "http"...)."""
+        return self.server.port_of(protocol)
+
     @property
     def broker(self) -> Broker:
         return self.server.broker

@@ -8,8 +8,11 @@ missed heartbeats (2 intervals, as RabbitMQ), the 10 s handshake timeout, client
 answer our Connection.Close, the rate-limited logs of refused connections and failed logins, and
 the group commit's periodic fsync.
 
-Owns the two timer handles; reads the connections' table and closes through `Inbound` (the
-broker learns of a dropped connection there). Owned by the loop thread.
+The connections of the adapter protocols (AMQP 1.0, STOMP, MQTT) share the handshake timeout and
+the close timeout; their heartbeats and keep-alive are their handler's (`Handlers.tick`).
+
+Owns the two timer handles; reads the connections' table and closes through `Inbound` or
+`Handlers` (the broker learns of a dropped connection there). Owned by the loop thread.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from ringmq.core.throttle import LoginGuard
 from ringmq.server.clock import Clock
 from ringmq.server.configspec import LimitsSpec
 from ringmq.server.connections import Connections
+from ringmq.server.handlers import Handlers
 from ringmq.server.inbound import Inbound
 from ringmq.server.listener import Listener
+from ringmq.server.transport import AMQPConnection, ClientConnection
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
@@ -56,7 +61,8 @@ class Timers:
         clock: the server's clock.
         limits: the connection limits (heartbeat, handshake timeout).
         conns: the live connections.
-        inbound: drops connections (and tells the broker).
+        inbound: drops AMQP 0-9-1 connections (and tells the broker).
+        handlers: the other protocols' connections (their sweep, and dropping them).
         listeners: the server's listeners (their refusal logs are flushed by the sweep).
         login_guard: failed logins per address (its log is flushed by the sweep).
     """
@@ -68,6 +74,7 @@ class Timers:
         limits: LimitsSpec,
         conns: Connections,
         inbound: Inbound,
+        handlers: Handlers,
         listeners: Sequence[Listener],
         login_guard: LoginGuard,
     ) -> None:
@@ -76,6 +83,7 @@ class Timers:
         self.limits = limits
         self.conns = conns
         self.inbound = inbound
+        self.handlers = handlers
         self.listeners = listeners
         self.login_guard = login_guard
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -125,6 +133,27 @@ class Timers:
             except Exception:
                 log.exception("broker tick failed")
 
+    def forget(self, c: ClientConnection) -> None:
+        """`c` is gone: drop it through the owner of its protocol (inside a batch)."""
+        if type(c) is AMQPConnection:
+            self.inbound.forget(c)
+        else:
+            self.handlers.forget(c)
+
+    def _heartbeats(self, c: AMQPConnection, mono: float, mono_ms: int) -> None:
+        # While blocked we do not read, so the client's heartbeats go unseen (RabbitMQ pauses
+        # its heartbeat monitor the same way); after resuming, give the client two intervals
+        # before judging it.
+        judged = not c.reading_paused and (mono - c.read_resumed_mono >= 2 * c.proto.heartbeat_s)
+        if judged and c.proto.peer_timed_out(mono_ms):
+            log.info("missed heartbeats from %s, closing", c.name)
+            c.abort()
+            self.inbound.forget(c)
+            return
+        if c.proto.heartbeat_due(mono_ms):
+            c.proto.send_heartbeat()
+            self.conns.dirty.add(c)
+
     # -- the sweep ---------------------------------------------------------------------------------
 
     def _sweep_period_s(self) -> float:
@@ -145,7 +174,6 @@ class Timers:
             if lst.acceptor is not None:
                 lst.acceptor.flush_log()  # what the refusal log's rate limit suppressed
         self.login_guard.flush_log(self.clock.wall_ms())
-        inbound = self.inbound
         with self.conns.batch():
             for c in list(self.conns.table.values()):
                 if c.closing:
@@ -154,28 +182,21 @@ class Timers:
                     if not c.opened and mono - c.connected_mono > handshake_s:
                         log.info("handshake timeout on %s", c.name)
                         c.abort()
-                        inbound.forget(c)
-                        continue
-                    # While blocked we do not read, so the client's heartbeats go unseen
-                    # (RabbitMQ pauses its heartbeat monitor the same way); after resuming,
-                    # give the client two intervals before judging it.
-                    judged = not c.reading_paused and (
-                        mono - c.read_resumed_mono >= 2 * c.proto.heartbeat_s
-                    )
-                    if judged and c.proto.peer_timed_out(mono_ms):
-                        log.info("missed heartbeats from %s, closing", c.name)
-                        c.abort()
-                        inbound.forget(c)
+                        self.forget(c)
                         continue
                     if c.closing_since is not None and mono - c.closing_since > CLOSE_OK_TIMEOUT_S:
-                        c.abort()  # the client never answered our Connection.Close
-                        inbound.forget(c)
+                        c.abort()  # the client never answered our close
+                        self.forget(c)
                         continue
-                    if c.proto.heartbeat_due(mono_ms):
-                        c.proto.send_heartbeat()
-                        self.conns.dirty.add(c)
+                    if type(c) is AMQPConnection:
+                        self._heartbeats(c, mono, mono_ms)
+                    else:
+                        self.handlers.tick(c, mono_ms)
                 except Exception:  # noqa: BLE001 - a bug must cost one connection
-                    inbound.internal_error(c)
+                    if type(c) is AMQPConnection:
+                        self.inbound.internal_error(c)
+                    else:
+                        self.handlers.internal_error(c)
         if self.conns.commit is not None:
             self.conns.commit.tick()
         if not self.stopped:

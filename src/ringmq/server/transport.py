@@ -1,4 +1,4 @@
-"""One asyncio protocol per AMQP connection: bytes in, events to the broker, bytes out.
+"""One asyncio protocol per client connection: bytes in, events to the broker, bytes out.
 
 Theory of operation:
 
@@ -21,6 +21,11 @@ Theory of operation:
 * Exceptions other than `AMQPError` raised while handling this connection's input are bugs: the
   server logs them with the traceback and closes only this connection with 541.
 
+`ClientConnection` is what every protocol's connection shares (the socket, its two ends, the
+pause reasons, the byte counters, one write per flush); `AMQPConnection` is an AMQP 0-9-1
+connection over the sans-IO `ServerConnection`; the connections of the adapter protocols
+(AMQP 1.0, STOMP, MQTT) are `server.handlers.HandlerConnection`.
+
 Owned by the loop thread; never touched from elsewhere.
 """
 
@@ -31,13 +36,14 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
+    from ringmq.adapters.handler import Handler
     from ringmq.protocol.connection import ServerConnection
 
 log = logging.getLogger(__name__)
 
 
 class ConnectionHost(Protocol):
-    """What a connection calls on its owner (the server's `Inbound`)."""
+    """What an AMQP 0-9-1 connection calls on its owner (the server's `Inbound`)."""
 
     def new_protocol_connection(self) -> ServerConnection: ...
     def connection_made(self, c: AMQPConnection) -> None: ...
@@ -46,53 +52,41 @@ class ConnectionHost(Protocol):
     def writable_changed(self, c: AMQPConnection, writable: bool) -> None: ...
 
 
-class AMQPConnection(asyncio.Protocol):
-    """The server side of one client connection.
+class ClientConnection(asyncio.Protocol):
+    """The server side of one client connection, whatever its protocol.
 
     Attributes:
         conn_id: broker-wide connection id (also the core's `conn_id`).
-        proto: the sans-IO connection state machine.
         peer: (host, port) of the client.
         sock_name: (host, port) of the local end.
-        opened: True once Connection.Open was accepted (the core knows the connection).
+        opened: True once the client logged in and the core knows the connection.
         closing: True once the transport is being closed; no more input is processed.
-        user / vhost: filled in by the handshake.
+        handler: the adapter's `Handler` of a non-0-9-1 connection (None for AMQP 0-9-1).
     """
 
-    def __init__(self, owner: ConnectionHost, conn_id: int, *, tls: bool = False) -> None:
-        self.owner = owner
+    handler: Handler | None = None
+
+    def __init__(self, conn_id: int, *, tls: bool = False) -> None:
         self.conn_id = conn_id
         self.tls = tls
-        self.proto: ServerConnection = owner.new_protocol_connection()
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("", 0)
         self.sock_name: tuple[str, int] = ("", 0)
         self.opened = False
         self.closing = False
-        self.user = ""
-        self.vhost = ""
-        self.auth_mechanism = ""
-        self.client_properties: dict[str, Any] = {}
         self.connected_at_ms = 0
         self.connected_mono = 0.0
         self.recv_oct = 0
         self.send_oct = 0
-        self.channels = 0
         self.blocked_reason: str | None = None
         self.closing_since: float | None = None
-        self.in_flight_seen = 0
-        """`proto.content_in_flight` after the previous read (a rise: a new large body)."""
-        self.login_delay_ms = 0
-        """How long the login throttle held this connection's credential check (0: not)."""
         self.read_resumed_mono = 0.0
         """When reading last resumed after a Block (heartbeat checks restart from there)."""
         self._reading_paused = False
         self._pause_reasons: set[str] = set()
         self._writable = True
 
-    # -- asyncio.Protocol -----------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def _take_transport(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it
         self.transport = cast("asyncio.Transport", transport)
         peer = transport.get_extra_info("peername") or ("", 0)
@@ -101,28 +95,9 @@ class AMQPConnection(asyncio.Protocol):
         self.sock_name = (str(sock[0]), int(sock[1]))
         # a large high-water mark: deliveries are batched; pause only on real backlog
         self.transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
-        self.owner.connection_made(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        self.recv_oct += len(data)
-        self.owner.data_received(self, data)
 
     def eof_received(self) -> bool | None:
         return False  # close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.owner.connection_lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self._writable = False
-        self.owner.writable_changed(self, False)
-
-    def resume_writing(self) -> None:
-        self._writable = True
-        self.owner.writable_changed(self, True)
 
     # -- used by the server -----------------------------------------------------------------------
 
@@ -141,11 +116,15 @@ class AMQPConnection(asyncio.Protocol):
         host = self.peer[0]
         return host.startswith("127.") or host in {"::1", "::ffff:127.0.0.1"}
 
+    def output(self) -> bytes:
+        """Everything the connection's protocol has queued for the client."""
+        raise NotImplementedError
+
     def flush(self) -> None:
-        """Write everything the state machine has queued, in one `transport.write`."""
+        """Write everything the protocol has queued, in one `transport.write`."""
         if self.transport is None or self.transport.is_closing():
             return
-        data = self.proto.data_to_send()
+        data = self.output()
         if data:
             self.send_oct += len(data)
             self.transport.write(data)
@@ -197,3 +176,53 @@ class AMQPConnection(asyncio.Protocol):
     @property
     def writable(self) -> bool:
         return self._writable
+
+
+class AMQPConnection(ClientConnection):
+    """The server side of one AMQP 0-9-1 connection.
+
+    Attributes:
+        proto: the sans-IO connection state machine.
+        user / vhost: filled in by the handshake.
+    """
+
+    def __init__(self, owner: ConnectionHost, conn_id: int, *, tls: bool = False) -> None:
+        super().__init__(conn_id, tls=tls)
+        self.owner = owner
+        self.proto: ServerConnection = owner.new_protocol_connection()
+        self.user = ""
+        self.vhost = ""
+        self.auth_mechanism = ""
+        self.client_properties: dict[str, Any] = {}
+        self.channels = 0
+        self.in_flight_seen = 0
+        """`proto.content_in_flight` after the previous read (a rise: a new large body)."""
+        self.login_delay_ms = 0
+        """How long the login throttle held this connection's credential check (0: not)."""
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._take_transport(transport)
+        self.owner.connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.recv_oct += len(data)
+        self.owner.data_received(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.owner.connection_lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self._writable = False
+        self.owner.writable_changed(self, False)
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        self.owner.writable_changed(self, True)
+
+    def output(self) -> bytes:
+        return self.proto.data_to_send()

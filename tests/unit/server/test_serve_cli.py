@@ -35,6 +35,15 @@ def test_command_line_beats_file_beats_defaults() -> None:
     assert (o.host, o.amqp_port, o.http_port, o.data_dir) == ("127.0.0.2", 0, None, Path("d"))
 
 
+def test_stomp_and_mqtt_ports_default_to_theirs_and_can_be_turned_off() -> None:
+    o = options_from(FileConfig())
+    assert (o.stomp_port, o.mqtt_port) == (61613, 1883)
+    o = options_from(parse_toml('[server]\nstomp_port = 0\nmqtt_port = "off"\n'))
+    assert (o.stomp_port, o.mqtt_port) == (0, None)
+    o = options_from(FileConfig(), stomp_port=-1, mqtt_port=1884)
+    assert (o.stomp_port, o.mqtt_port) == (None, 1884)
+
+
 def test_file_can_disable_http() -> None:
     assert options_from(parse_toml("[server]\nhttp_port = -1\n")).http_port is None
 
