@@ -70,20 +70,26 @@ from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message
 from ringmq.core.session import Session, SettleKind
 from ringmq.core.settings import SettingsError
-from ringmq.mqtt import MqttConnection, MQTTError, Properties, Reason, Stage, State, Violation
-from ringmq.mqtt.packets import (
+from ringmq.mqtt import (
     V5,
     Auth,
     ConnAck,
     Connect,
     Disconnect,
+    MqttConnection,
+    MQTTError,
+    Properties,
     PubAck,
     Publish,
     PubRec,
+    Reason,
+    Stage,
+    State,
     SubAck,
     Subscribe,
     UnsubAck,
     Unsubscribe,
+    Violation,
 )
 
 if TYPE_CHECKING:
@@ -196,11 +202,8 @@ class MqttHandler:
                 self._deliver(effect)
             case Confirm():
                 self._confirmed(effect)
-            case CloseConnection():
-                reason = Reason.SESSION_TAKEN_OVER if self.taken_over else None
-                self.machine.close(
-                    reason or _CLOSE.get(effect.condition, Reason.UNSPECIFIED_ERROR), effect.text
-                )
+            case CloseConnection():  # the server calls `close` for these; direct drivers may not
+                self.close(effect.condition, effect.text)
             case CancelConsumer():
                 self._cancelled(effect.consumer_tag)
             case _:
@@ -224,7 +227,9 @@ class MqttHandler:
 
     def close(self, condition: Condition, text: str) -> None:
         reason = _CLOSE.get(condition, Reason.IMPLEMENTATION_SPECIFIC_ERROR)
-        if condition is Condition.CONNECTION_FORCED and "shutdown" in text.lower():
+        if self.taken_over:
+            reason = Reason.SESSION_TAKEN_OVER
+        elif condition is Condition.CONNECTION_FORCED and "shut" in text.lower():
             reason = Reason.SERVER_SHUTTING_DOWN
         self.machine.close(reason, text)
 

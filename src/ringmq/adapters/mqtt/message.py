@@ -32,8 +32,7 @@ from ringmq.adapters.amqp091.message import build
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.core.message import Message
 from ringmq.core.session import Session
-from ringmq.mqtt.packets import Publish
-from ringmq.mqtt.properties import Properties
+from ringmq.mqtt import Properties, Publish
 
 EXCHANGE: Final = "amq.topic"
 QOS_HEADER: Final = "x-mqtt-publish-qos"
