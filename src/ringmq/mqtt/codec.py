@@ -132,6 +132,10 @@ class PacketReader:
         """Bytes received but not yet returned as packets."""
         return len(self._buf) - self._pos
 
+    def first_byte(self) -> int | None:
+        """The first byte of the next packet, None before it arrives."""
+        return self._buf[self._pos] if self._pos < len(self._buf) else None
+
     def next_packet(self) -> tuple[int, bytes] | None:
         """The next whole packet as (first byte, body after the remaining length), or None."""
         buf, pos = self._buf, self._pos

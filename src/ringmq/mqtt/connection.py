@@ -130,6 +130,12 @@ class MqttConnection:
         """The next packet for the application, a `Violation`, or None (need more bytes)."""
         while self.state is not State.CLOSED:
             try:
+                if self.state is State.AWAIT_CONNECT and self._reader.first_byte() not in (
+                    None,
+                    0x10,
+                ):
+                    # Not MQTT at all (or not CONNECT first): no need to wait for a body.
+                    raise MQTTError(Reason.PROTOCOL_ERROR, "the first packet must be CONNECT")
                 got = self._reader.next_packet()
                 if got is None:
                     return None

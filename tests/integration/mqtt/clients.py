@@ -7,12 +7,22 @@ import threading
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from paho.mqtt.properties import Properties
+from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from ringmq.node import BrokerThread
 
 TIMEOUT_S = 5.0
+
+
+def properties(packet_type: int, **values: object) -> Any:
+    """paho's `Properties` for a packet type, with the named properties set."""
+    props = Properties(packet_type)  # type: ignore[no-untyped-call]
+    for k, v in values.items():
+        setattr(props, k, v)
+    return props
 
 
 class Paho:
@@ -34,7 +44,7 @@ class Paho:
     ) -> None:
         self.v5 = v5
         self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
+            CallbackAPIVersion.VERSION2,
             client_id=client_id,
             protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
             clean_session=None if v5 else clean,
@@ -76,7 +86,7 @@ class Paho:
     def connect(self) -> None:
         kwargs: dict[str, Any] = {}
         if self.v5:
-            props = Properties(PacketTypes.CONNECT)
+            props = properties(PacketTypes.CONNECT)
             if self._expiry is not None:
                 props.SessionExpiryInterval = self._expiry
             kwargs = {"clean_start": self._clean, "properties": props}
@@ -88,10 +98,10 @@ class Paho:
     def subscribe(self, topic: str, qos: int = 0, **kw: Any) -> list[Any]:
         self.subscribed.clear()
         if self.v5 and kw:
-            opts = mqtt.SubscribeOptions(qos=qos, **kw.pop("options", {}))
+            opts = SubscribeOptions(qos=qos, **kw.pop("options", {}))
             self.client.subscribe(topic, options=opts, **kw)
         elif self.v5:
-            self.client.subscribe(topic, options=mqtt.SubscribeOptions(qos=qos))
+            self.client.subscribe(topic, options=SubscribeOptions(qos=qos))
         else:
             self.client.subscribe(topic, qos)
         assert self.subscribed.wait(TIMEOUT_S), "no SUBACK"
