@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Final
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.adapters.mqtt.message import (
     EXCHANGE,
-    PUBLISHER_HEADER,
     incoming,
     outgoing_properties,
     published_qos,
@@ -54,14 +53,13 @@ from ringmq.adapters.mqtt.sessions import (
     registry_of,
     retained_matching,
     retained_queue,
-    shared_queue_name,
 )
+from ringmq.adapters.mqtt.subscriptions import NEVER_EXPIRES, Subscriptions
 from ringmq.adapters.mqtt.topics import (
     TopicError,
     check_filter,
     check_topic_name,
     from_routing_key,
-    matches,
     parse_shared,
     to_routing_key,
 )
@@ -93,18 +91,14 @@ from ringmq.mqtt import (
 )
 
 if TYPE_CHECKING:
-    from ringmq.core.vhost import QueueEntity
+    pass
 
 log = logging.getLogger(__name__)
 
 CHANNEL: Final = 1
-TAG_QOS0: Final = "mqtt-qos0"
-TAG_QOS1: Final = "mqtt-qos1"
-TAG_SHARE: Final = "mqtt-share/"
 DEFAULT_INFLIGHT: Final = 100
 """Unacknowledged QoS 1/2 deliveries to a 3.1.1 client (5.0: its Receive Maximum)."""
 TOPIC_ALIAS_MAXIMUM: Final = 64
-NEVER_EXPIRES: Final = 0xFFFFFFFF
 _MQTT_MAX_PACKET: Final = 268_435_460
 
 _REFUSED: Final = {
@@ -152,8 +146,7 @@ class MqttHandler:
         self.persistent = False
         self.expiry_s = 0
         self.session: Session | None = None
-        self.subs: dict[str, Sub] = {}
-        self.shared: dict[str, Sub] = {}
+        self.subs: Subscriptions  # from the CONNECT on
         self.will: Publish | None = None
         self.will_delay_s = 0
         self.graceful = False
@@ -162,7 +155,6 @@ class MqttHandler:
         self.confirms: dict[int, int] = {}  # publish seq -> packet id (QoS 1/2 publishes)
         self.out_tags: dict[int, int] = {}  # outbound packet id -> delivery tag (0: none)
         self.to_settle: list[int] = []  # delivery tags to ack at the next call
-        self.no_ack_tags: set[str] = set()
         self.now_ms = 0
 
     # ------------------------------------------------------------------ Handler
@@ -205,7 +197,7 @@ class MqttHandler:
             case CloseConnection():  # the server calls `close` for these; direct drivers may not
                 self.close(effect.condition, effect.text)
             case CancelConsumer():
-                self._cancelled(effect.consumer_tag)
+                self.subs.cancelled(effect.consumer_tag)
             case _:
                 pass  # no MQTT form (returns, reply-to, blocks: flow is the socket's)
 
@@ -357,6 +349,14 @@ class MqttHandler:
         else:
             self.persistent = not c.clean_start
             self.expiry_s = NEVER_EXPIRES if self.persistent else 0
+        self.subs = Subscriptions(
+            self.broker,
+            s,
+            cid,
+            persistent=self.persistent,
+            expiry_s=self.expiry_s,
+            inflight=self.inflight,
+        )
         self._take_over(out, now_ms)
         self.registry.wills.pop(self.key, None)  # back before the will's delay: no will
         if c.clean_start:
@@ -419,27 +419,11 @@ class MqttHandler:
                 self.broker.topology.delete_queue(vh, q, now_ms)
 
     def _resume(self, present: bool, now_ms: int) -> None:
-        # A resumed session: its subscriptions (saved, or read back from its queues'
-        # bindings after a restart), its consumers, its QoS 2 state.
+        # A resumed session: its subscriptions and consumers, its QoS 2 state.
         if not present:
             return
         saved = self.registry.saved.pop(self.key, None) or SavedSession()
-        vh = self.broker.vhosts[self.vhost]
-        subs = saved.subs
-        if not subs:
-            for qos in (0, 1):
-                name = queue_name(self.client_id, qos)
-                if name in vh.queues:
-                    for x, rk, args in vh.bindings_to(("q", name)):
-                        if x.name == EXCHANGE:
-                            f = from_routing_key(rk)
-                            subs[f] = Sub.from_binding(f, args, qos)
-        self.subs = subs
-        for qos in (0, 1):
-            if queue_name(self.client_id, qos) in vh.queues:
-                self._session_queue(qos, now_ms)
-        for full, sub in saved.shared.items():
-            self._subscribe_shared(full, sub, now_ms)
+        self.subs.restore(saved.subs, saved.shared, now_ms)
         self.machine.qos2_in = set(saved.qos2_in)
         for pid in sorted(saved.pubrel_out):
             self.machine.resend_pubrel(pid)
@@ -465,8 +449,8 @@ class MqttHandler:
         if self.persistent:
             m = self.machine
             self.registry.saved[self.key] = SavedSession(
-                self.subs,
-                self.shared,
+                self.subs.plain,
+                self.subs.shared,
                 set(m.qos2_in),
                 {pid for pid, st in m.outbound.items() if st is Stage.AWAIT_PUBCOMP},
             )
@@ -531,7 +515,7 @@ class MqttHandler:
                 p,
                 to_routing_key(p.topic),
                 now_ms,
-                publisher=self.client_id if self._no_local else None,
+                publisher=self.client_id if self.subs.no_local else None,
             )
             if p.retain:
                 self._retain(p, msg, now_ms)
@@ -572,10 +556,6 @@ class MqttHandler:
                 return
 
     # ------------------------------------------------------------------ SUBSCRIBE
-    @property
-    def _no_local(self) -> bool:
-        return any(sub.no_local for sub in self.subs.values())
-
     def _subscribe(self, p: Subscribe, now_ms: int) -> None:
         v5 = self.version == V5
         sub_id = None
@@ -601,10 +581,9 @@ class MqttHandler:
                     shared[0] if shared else None,
                 )
                 if shared is not None:
-                    self._subscribe_shared(f, sub, now_ms)
+                    self.subs.add_shared(f, sub, now_ms)
                 else:
-                    existed = self._subscribe_plain(sub, now_ms)
-                    retained.append((sub, existed))
+                    retained.append((sub, self.subs.add_plain(sub, now_ms)))
                 codes.append(entry.qos)
             except TopicError:
                 codes.append(Reason.TOPIC_FILTER_INVALID if v5 else 0x80)
@@ -622,83 +601,6 @@ class MqttHandler:
             if sub.retain_handling == 0 or (sub.retain_handling == 1 and not existed):
                 self._send_retained(sub, now_ms)
 
-    def _session_queue(self, qos: int, now_ms: int) -> QueueEntity:
-        # The session's queue for QoS 0 or for QoS 1/2: declared and consumed on first use.
-        s = self.session
-        assert s is not None
-        name = queue_name(self.client_id, qos)
-        tag = TAG_QOS0 if qos == 0 else TAG_QOS1
-        vh = s.vhost
-        q = vh.queues.get(name)
-        topology = self.broker.topology
-        if q is None:
-            args: dict[str, object] = {}
-            if self.persistent and self.expiry_s != NEVER_EXPIRES:
-                args["x-expires"] = self.expiry_s * 1000
-            topology.declare_queue(
-                s,
-                name,
-                durable=self.persistent,
-                exclusive=not self.persistent,
-                auto_delete=False,
-                arguments=args,
-                now_ms=now_ms,
-            )
-            q = topology.queue_for(s, name)
-        if tag not in s.consumers:
-            self._consume(name, tag, no_ack=qos == 0, now_ms=now_ms)
-        return q
-
-    def _consume(self, queue: str, tag: str, *, no_ack: bool, now_ms: int) -> None:
-        s = self.session
-        assert s is not None
-        delivery = self.broker.delivery
-        if not no_ack:
-            delivery.set_prefetch(s, self.inflight, session_wide=False)
-        else:
-            self.no_ack_tags.add(tag)
-        delivery.consume(s, queue, tag, no_ack=no_ack, exclusive=False, arguments={}, now_ms=now_ms)
-
-    def _subscribe_plain(self, sub: Sub, now_ms: int) -> bool:
-        s = self.session
-        assert s is not None
-        topology = self.broker.topology
-        q = self._session_queue(sub.queue_qos, now_ms)
-        rk = to_routing_key(sub.topic_filter)
-        old = self.subs.get(sub.topic_filter)
-        args = sub.binding_args()
-        if old is not None:
-            old_q = queue_name(self.client_id, old.queue_qos)
-            if old_q != q.name or old.binding_args() != args:
-                topology.unbind_queue(s, old_q, EXCHANGE, rk, old.binding_args())
-        topology.bind_queue(s, q.name, EXCHANGE, rk, args)
-        self.subs[sub.topic_filter] = sub
-        return old is not None
-
-    def _subscribe_shared(self, full: str, sub: Sub, now_ms: int) -> None:
-        s = self.session
-        assert s is not None
-        assert sub.group is not None
-        topology = self.broker.topology
-        name = shared_queue_name(sub.group, sub.topic_filter)
-        if name not in s.vhost.queues:
-            topology.declare_queue(
-                s,
-                name,
-                durable=self.persistent,
-                exclusive=False,
-                auto_delete=not self.persistent,
-                arguments={},
-                now_ms=now_ms,
-            )
-        topology.bind_queue(s, name, EXCHANGE, to_routing_key(sub.topic_filter), {})
-        tag = TAG_SHARE + full
-        if tag in s.consumers:
-            self.broker.delivery.cancel(s, tag, now_ms)
-            self.no_ack_tags.discard(tag)
-        self.shared[full] = sub
-        self._consume(name, tag, no_ack=sub.qos == 0, now_ms=now_ms)
-
     def _send_retained(self, sub: Sub, now_ms: int) -> None:
         for topic, msg in retained_matching(self.broker, self.vhost, sub.topic_filter, now_ms):
             qos = min(published_qos(msg), sub.qos)
@@ -712,51 +614,18 @@ class MqttHandler:
                 self.out_tags[p.packet_id] = 0
 
     def _unsubscribe(self, p: Unsubscribe, now_ms: int) -> None:
-        s = self.session
-        assert s is not None
-        codes: list[int] = []
-        for f in p.topic_filters:
-            found = False
-            if f in self.shared:
-                del self.shared[f]
-                self.broker.delivery.cancel(s, TAG_SHARE + f, now_ms)
-                found = True
-            elif f in self.subs:
-                sub = self.subs.pop(f)
-                name = queue_name(self.client_id, sub.queue_qos)
-                self.broker.topology.unbind_queue(
-                    s, name, EXCHANGE, to_routing_key(f), sub.binding_args()
-                )
-                found = True
-            codes.append(Reason.SUCCESS if found else Reason.NO_SUBSCRIPTION_EXISTED)
+        codes: list[int] = [
+            Reason.SUCCESS if self.subs.remove(f, now_ms) else Reason.NO_SUBSCRIPTION_EXISTED
+            for f in p.topic_filters
+        ]
         self.machine.send(UnsubAck(p.packet_id, codes if self.version == V5 else []))
-
-    def _cancelled(self, tag: str) -> None:
-        # The broker deleted a queue this session consumed: its subscriptions are gone.
-        if tag.startswith(TAG_SHARE):
-            self.shared.pop(tag[len(TAG_SHARE) :], None)
-        elif tag in (TAG_QOS0, TAG_QOS1):
-            qq = 0 if tag == TAG_QOS0 else 1
-            self.subs = {f: sub for f, sub in self.subs.items() if sub.queue_qos != qq}
 
     # ------------------------------------------------------------------ deliveries
     def _deliver(self, d: Deliver) -> None:
         msg = d.message
-        tag = d.consumer_tag
-        acked = tag not in self.no_ack_tags
+        acked = self.subs.acked(d.consumer_tag)
         topic = retained_topic(msg) or from_routing_key(msg.routing_key)
-        if tag.startswith(TAG_SHARE):
-            one = self.shared.get(tag[len(TAG_SHARE) :])
-            subs = [one] if one is not None and matches(one.topic_filter, topic) else []
-        else:
-            qq = 0 if tag == TAG_QOS0 else 1
-            subs = [
-                sub
-                for sub in self.subs.values()
-                if sub.queue_qos == qq and matches(sub.topic_filter, topic)
-            ]
-            if subs and msg.headers and msg.headers.get(PUBLISHER_HEADER) == self.client_id:
-                subs = [sub for sub in subs if not sub.no_local]
+        subs = self.subs.matching(d.consumer_tag, topic, msg)
         if not subs:
             if acked:
                 self.to_settle.append(d.delivery_tag)
