@@ -26,11 +26,12 @@ def properties(packet_type: int, **values: object) -> Any:
 
 
 class Paho:
-    """One paho client in its own network thread, with what it received in a queue."""
+    """One paho client in its own network thread, with what it received in a queue (`b`: a
+    broker thread, or the MQTT port of a broker in another process)."""
 
     def __init__(
         self,
-        b: BrokerThread,
+        b: BrokerThread | int,
         client_id: str,
         *,
         v5: bool = False,
@@ -66,7 +67,7 @@ class Paho:
         self._clean = clean
         self.dropped = False
         self._expiry = session_expiry
-        self.port = b.port_of("mqtt")
+        self.port = b if isinstance(b, int) else b.port_of("mqtt")
         if connect:
             self.connect()
 

@@ -17,7 +17,7 @@ MakePaho = Callable[..., Paho]
 def paho() -> Iterator[MakePaho]:
     made: list[Paho] = []
 
-    def make(b: BrokerThread, client_id: str, **kw: Any) -> Paho:
+    def make(b: BrokerThread | int, client_id: str, **kw: Any) -> Paho:
         c = Paho(b, client_id, **kw)
         made.append(c)
         return c
