@@ -190,3 +190,40 @@ def test_takeover_closes_the_old_connection() -> None:
     assert isinstance(got[-1], Disconnect)
     assert got[-1].reason_code == 0x8E
     assert old.handler.closed
+
+
+def test_unacknowledged_qos2_goes_again_under_its_packet_id_after_reconnect() -> None:
+    net = Net()
+    dev, _ = net.connect("dev", clean=False)
+    dev.send(Subscribe(1, [Subscription("x", 2), Subscription("y", 1)]))
+    pub, _ = net.connect("pub")
+    pub.send(Publish("y", b"before", 1, packet_id=1))
+    (before,) = pubs(dev.read())
+    dev.send(PubAck(before.packet_id))
+    pub.send(Publish("x", b"once", 2, packet_id=2), PubRel(2))
+    first = pubs(dev.read())
+    assert [(p.payload, p.dup) for p in first] == [(b"once", False)]
+    assert first[0].packet_id != 1  # a fresh connection would start from 1
+    dev.lose()  # before PUBREC: the message is the broker's still
+    again, ack = net.connect("dev", clean=False)
+    assert ack.session_present
+    second = pubs(again.read())
+    assert [(p.payload, p.dup, p.packet_id) for p in second] == [
+        (b"once", True, first[0].packet_id)
+    ]
+
+
+def test_keep_alive_timeout_closes_and_publishes_the_will() -> None:
+    net = Net()
+    sub, _ = net.connect("sub", keep_alive=0)
+    sub.send(Subscribe(1, [Subscription("w", 0)]))
+    dev, _ = net.connect("dev", V5, will=Will("w", b"timeout"), keep_alive=2)
+    net.tick(3000)
+    assert not dev.handler.closed
+    net.tick(100)  # 1.5 x 2 s without a packet
+    got = dev.read()
+    assert isinstance(got[-1], Disconnect)
+    assert got[-1].reason_code == 0x8D
+    assert dev.handler.closed
+    dev.lose()
+    assert [p.payload for p in pubs(sub.read())] == [b"timeout"]

@@ -154,6 +154,8 @@ class MqttHandler:
         self.inflight = DEFAULT_INFLIGHT
         self.confirms: dict[int, int] = {}  # publish seq -> packet id (QoS 1/2 publishes)
         self.out_tags: dict[int, int] = {}  # outbound packet id -> delivery tag (0: none)
+        self.out_keys: dict[int, tuple[str, int]] = {}  # packet id -> (queue, seq) sent
+        self.resend_ids: dict[tuple[str, int], int] = {}  # a resumed session's packet ids
         self.to_settle: list[int] = []  # delivery tags to ack at the next call
         self.now_ms = 0
 
@@ -263,6 +265,7 @@ class MqttHandler:
             case Publish():
                 self._publish(event, now_ms)
             case PubAck() | PubRec():
+                self.out_keys.pop(event.packet_id, None)
                 tag = self.out_tags.pop(event.packet_id, 0)
                 if tag:
                     self._settle(tag, now_ms)
@@ -425,6 +428,7 @@ class MqttHandler:
         saved = self.registry.saved.pop(self.key, None) or SavedSession()
         self.subs.restore(saved.subs, saved.shared, now_ms)
         self.machine.qos2_in = set(saved.qos2_in)
+        self.resend_ids = dict(saved.resend_ids)
         for pid in sorted(saved.pubrel_out):
             self.machine.resend_pubrel(pid)
 
@@ -453,6 +457,7 @@ class MqttHandler:
                 self.subs.shared,
                 set(m.qos2_in),
                 {pid for pid, st in m.outbound.items() if st is Stage.AWAIT_PUBCOMP},
+                {key: pid for pid, key in self.out_keys.items() if pid in m.outbound},
             )
         else:
             self._discard_session(now_ms)
@@ -638,12 +643,26 @@ class MqttHandler:
             props.subscription_identifiers = sorted(
                 {sub.identifier for sub in subs if sub.identifier is not None}
             )
-        p = Publish(topic, msg.body, qos, retain, d.redelivered and qos > 0, 0, props)
+        # A message sent before in this session and not acknowledged goes again under its
+        # packet identifier (§4.4): the client recognises a QoS 2 message it already has.
+        key = self._queue_key(d.delivery_tag) if qos and acked else None
+        pid = self.resend_ids.pop(key, 0) if key is not None and d.redelivered else 0
+        if pid in self.machine.outbound:
+            pid = 0
+        p = Publish(topic, msg.body, qos, retain, d.redelivered and qos > 0, pid, props)
         sent = self.machine.send_publish(p)
         if sent and qos:
             self.out_tags[p.packet_id] = d.delivery_tag if acked else 0
+            if key is not None:
+                self.out_keys[p.packet_id] = key
         elif acked:
             self.to_settle.append(d.delivery_tag)
+
+    def _queue_key(self, tag: int) -> tuple[str, int] | None:
+        # (queue, seq) of an acknowledged delivery: what names a message across connections.
+        s = self.session
+        entry = s.unacked.get(tag) if s is not None else None
+        return (entry.queue.name, entry.seq) if entry is not None else None
 
     def _settle(self, tag: int, now_ms: int) -> None:
         s = self.session

@@ -8,10 +8,10 @@ all on the loop thread. It owns:
 * `live`: the connection that holds each client id (per vhost, as RabbitMQ scopes them); a
   new CONNECT with a held id takes the session over (§3.1.4: the old connection is closed);
 * `saved`: the parts of a persistent session that are not in the queues, kept between its
-  connections: subscription options, shared subscriptions, and the QoS 2 packet ids in
-  flight (inbound PUBREC sent, outbound PUBREL sent). These live in memory only; after a
-  broker restart a session is rebuilt from its queues and their bindings (`Sub.from_binding`:
-  the binding arguments carry each subscription's options);
+  connections: subscription options, shared subscriptions, and the packet ids in flight
+  (inbound PUBREC sent, outbound PUBREL sent, outbound publishes not acknowledged). These
+  live in memory only; after a broker restart a session is rebuilt from its queues and their
+  bindings (`Sub.from_binding`: the binding arguments carry each subscription's options);
 * `wills`: wills waiting out their 5.0 Will Delay Interval, published by `due_wills` from
   any MQTT connection's periodic tick, cancelled when the client comes back first.
 
@@ -106,6 +106,9 @@ class SavedSession:
     shared: dict[str, Sub] = field(default_factory=dict)
     qos2_in: set[int] = field(default_factory=set)
     pubrel_out: set[int] = field(default_factory=set)
+    resend_ids: dict[tuple[str, int], int] = field(default_factory=dict)
+    """The packet ids of messages sent and not acknowledged, by (queue, seq): they go again
+    under the same ids when the session resumes."""
 
 
 @dataclass(slots=True)
