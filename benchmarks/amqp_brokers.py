@@ -173,7 +173,11 @@ class RingmqProcess:
     """``ringmq serve`` on ephemeral ports with a temporary data dir, stopped by ``stop``."""
 
     def __init__(
-        self, *, startup_timeout_s: float = 30.0, profile_path: Path | None = None
+        self,
+        *,
+        startup_timeout_s: float = 30.0,
+        profile_path: Path | None = None,
+        protocols: tuple[str, ...] = (),
     ) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="ringmq-bench-"))
         self.log_path = self._dir / "ringmq.log"
@@ -181,6 +185,9 @@ class RingmqProcess:
         self._profile = profile_path
         self._proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.protocols = protocols
+        """Other listeners to open ("stomp", "mqtt"), on free ports: `ports` says which."""
+        self.ports: dict[str, int] = {}
 
     def start(self) -> str:
         """Start (or restart, on the same data dir) and return the AMQP URL it listens on."""
@@ -189,7 +196,9 @@ class RingmqProcess:
         prefix = ["-m", "cProfile", "-o", str(self._profile)] if self._profile else []
         cmd = [
             sys.executable, *prefix, "-m", "ringmq", "serve",
-            "--amqp-port", "0", "--http-port", "0", "--stomp-port", "off", "--mqtt-port", "off",
+            "--amqp-port", "0", "--http-port", "0",
+            "--stomp-port", "0" if "stomp" in self.protocols else "off",
+            "--mqtt-port", "0" if "mqtt" in self.protocols else "off",
             "--data-dir", str(self._dir / "data"),
         ]  # fmt: skip
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -200,9 +209,14 @@ class RingmqProcess:
             with self.log_path.open("rb") as log:
                 log.seek(offset)
                 text = log.read().decode(errors="replace")
+            others = {
+                p: re.search(rf"{p.upper()} listening on [0-9.]+:(\d+)", text)
+                for p in self.protocols
+            }
             for pattern in _LISTEN_PATTERNS:
                 found = pattern.search(text)
-                if found:
+                if found and all(others.values()):
+                    self.ports = {p: int(m.group(1)) for p, m in others.items() if m}
                     self.url = f"amqp://guest:guest@{found.group(1)}:{found.group(2)}/"
                     return self.url
             if self._proc.poll() is not None:

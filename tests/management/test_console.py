@@ -352,9 +352,10 @@ def test_console_operator_pages(live: tuple[BrokerThread, str], driver: Any) -> 
             _wait(driver, lambda d: api.get("/queues/%2F/capped").json()["messages"] == 1)
             _shot(driver, "12-exchange")
 
-            # connections: the client-provided name
+            # connections: the client-provided name and the protocol
             driver.get(url + "/#/connections")
             _wait(driver, lambda d: "pricing-feed" in text(d, "c-table"))
+            _wait(driver, lambda d: "AMQP 0-9-1" in text(d, "c-table"))
 
             # admin: a vhost, a user, its permissions, a policy
             driver.get(url + "/#/admin")

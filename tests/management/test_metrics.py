@@ -87,11 +87,25 @@ def test_render_names_types_and_values() -> None:
         "rabbitmq_queues 1",
         "ringmq_exchanges 7",
         "ringmq_connections_blocked 1",
+        'ringmq_connections_by_protocol{protocol="AMQP 0-9-1"} 1',
     ):
         assert sample in text.splitlines(), sample
     assert declared["ringmq_queue_ring_evicted_total"] == "counter"
     assert declared["rabbitmq_queue_messages_ready"] == "gauge"
     assert all(k.endswith("_total") for k, v in declared.items() if v == "counter")
+
+
+def test_connections_are_counted_per_protocol() -> None:
+    def conn(conn_id: int, protocol: str) -> ConnectionInfo:
+        info = ConnectionInfo(conn_id, f"c{conn_id}", "u", "/", "127.0.0.1", 1, "127.0.0.1", 2, 0)
+        info.protocol = protocol
+        return info
+
+    conns = [conn(1, "AMQP 0-9-1"), conn(2, "STOMP 1.2"), conn(3, "STOMP 1.2")]
+    lines = metrics.render([], connections=conns).splitlines()
+    assert 'ringmq_connections_by_protocol{protocol="AMQP 0-9-1"} 1' in lines
+    assert 'ringmq_connections_by_protocol{protocol="STOMP 1.2"} 2' in lines
+    assert "rabbitmq_connections 3" in lines
 
 
 def test_label_values_are_escaped() -> None:

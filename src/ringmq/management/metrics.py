@@ -398,6 +398,14 @@ def render(
     ):
         _header(lines, name, kind, help_text)
         lines.append(f"{name} {total}")
+    by_protocol: dict[str, int] = {}
+    for conn in conn_list:
+        by_protocol[conn.protocol] = by_protocol.get(conn.protocol, 0) + 1
+    _header(lines, "ringmq_connections_by_protocol", "gauge", "Connections open, by protocol")
+    lines.extend(
+        f'ringmq_connections_by_protocol{{protocol="{_escape(p)}"}} {n}'
+        for p, n in sorted(by_protocol.items())
+    )
     for (name, kind, help_text, _value), rows in zip(_QUEUE_FAMILIES, per_family, strict=True):
         if rows or per_object:
             _header(lines, name, kind, help_text)
