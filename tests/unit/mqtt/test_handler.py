@@ -227,3 +227,28 @@ def test_keep_alive_timeout_closes_and_publishes_the_will() -> None:
     assert dev.handler.closed
     dev.lose()
     assert [p.payload for p in pubs(sub.read())] == [b"timeout"]
+
+
+def test_session_expiry_is_the_queues_x_expires() -> None:
+    net = Net()
+    dev, _ = net.connect("dev", V5, clean=False, props=Properties(session_expiry_interval=2))
+    dev.send(Subscribe(1, [Subscription("t", 1)]))
+    queues = net.broker.vhosts["/"].queues
+    q = queues["mqtt-subscription-devqos1"]
+    assert q.durable
+    assert q.arguments["x-expires"] == 2000
+    dev.lose()
+    net.now_ms += 2001
+    net.route(net.broker.tick(net.now_ms))
+    assert "mqtt-subscription-devqos1" not in queues
+    _again, ack = net.connect("dev", V5, clean=False, props=Properties(session_expiry_interval=2))
+    assert not ack.session_present
+
+
+def test_disconnect_with_session_expiry_0_ends_the_session() -> None:
+    net = Net()
+    dev, _ = net.connect("dev", V5, clean=False, props=Properties(session_expiry_interval=60))
+    dev.send(Subscribe(1, [Subscription("t", 1)]))
+    dev.send(Disconnect(0, Properties(session_expiry_interval=0)))
+    dev.lose()
+    assert "mqtt-subscription-devqos1" not in net.broker.vhosts["/"].queues

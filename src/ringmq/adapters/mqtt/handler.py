@@ -364,7 +364,7 @@ class MqttHandler:
         self.registry.wills.pop(self.key, None)  # back before the will's delay: no will
         if c.clean_start:
             self._discard_session(now_ms)
-        present = not c.clean_start and self._session_exists()
+        present = not c.clean_start and self._session_exists(now_ms)
         ack = ConnAck(Reason.SUCCESS, present)
         if v5:
             ack.properties = Properties(
@@ -406,9 +406,9 @@ class MqttHandler:
             self._whole(old._release(now_ms), out)  # noqa: SLF001 - the same class
         out.append(CloseConnection(old.conn_id, Condition.CONNECTION_FORCED, "session taken over"))
 
-    def _session_exists(self) -> bool:
+    def _session_exists(self, now_ms: int) -> bool:
         vh = self.broker.vhosts[self.vhost]
-        if self.key in self.registry.saved:
+        if self.registry.saved_session(self.key, now_ms) is not None:
             return True
         return any(queue_name(self.client_id, qos) in vh.queues for qos in (0, 1))
 
@@ -458,6 +458,7 @@ class MqttHandler:
                 set(m.qos2_in),
                 {pid for pid, st in m.outbound.items() if st is Stage.AWAIT_PUBCOMP},
                 {key: pid for pid, key in self.out_keys.items() if pid in m.outbound},
+                None if self.expiry_s == NEVER_EXPIRES else now_ms + self.expiry_s * 1000,
             )
         else:
             self._discard_session(now_ms)

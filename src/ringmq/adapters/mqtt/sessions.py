@@ -107,6 +107,8 @@ class SavedSession:
     qos2_in: set[int] = field(default_factory=set)
     pubrel_out: set[int] = field(default_factory=set)
     resend_ids: dict[tuple[str, int], int] = field(default_factory=dict)
+    expires_ms: int | None = None
+    """When the session ends if the client does not come back (None: never)."""
     """The packet ids of messages sent and not acknowledged, by (queue, seq): they go again
     under the same ids when the session resumes."""
 
@@ -127,6 +129,14 @@ class Registry:
         self.live: dict[tuple[str, str], Any] = {}
         self.saved: dict[tuple[str, str], SavedSession] = {}
         self.wills: dict[tuple[str, str], PendingWill] = {}
+
+    def saved_session(self, key: tuple[str, str], now_ms: int) -> SavedSession | None:
+        """The saved part of session `key` unless it expired (5.0 Session Expiry Interval)."""
+        saved = self.saved.get(key)
+        if saved is not None and saved.expires_ms is not None and saved.expires_ms <= now_ms:
+            del self.saved[key]
+            return None
+        return saved
 
     def due_wills(self, now_ms: int) -> list[tuple[str, PendingWill]]:
         """Take the wills whose delay is over: (vhost, will) each."""
