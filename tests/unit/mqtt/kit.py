@@ -60,10 +60,12 @@ class Net:
             h = self.handlers.get(e.conn_id)
             if h is not None:
                 h.apply(e)
-        for e in self.broker.dispatch_pending(self.now_ms):
-            h = self.handlers.get(e.conn_id)
-            if h is not None:
-                h.apply(e)
+        # What the server's immediate deadline does after a batch that left queues dirty.
+        while more := self.broker.dispatch_pending(self.now_ms):
+            for e in more:
+                h = self.handlers.get(e.conn_id)
+                if h is not None:
+                    h.apply(e)
 
     def tick(self, ms: int = 0) -> None:
         self.now_ms += ms

@@ -252,3 +252,14 @@ def test_disconnect_with_session_expiry_0_ends_the_session() -> None:
     dev.send(Disconnect(0, Properties(session_expiry_interval=0)))
     dev.lose()
     assert "mqtt-subscription-devqos1" not in net.broker.vhosts["/"].queues
+
+
+def test_qos0_messages_on_a_qos1_subscription_do_not_hold_its_window() -> None:
+    net = Net()
+    sub, _ = net.connect("sub")  # 3.1.1: 100 unacknowledged deliveries at most
+    sub.send(Subscribe(1, [Subscription("f", 1)]))
+    pub, _ = net.connect("pub")
+    pub.send(*(Publish("f", b"%d" % i, 0) for i in range(250)))
+    got = pubs(sub.read())
+    assert [p.payload for p in got] == [b"%d" % i for i in range(250)]
+    assert {p.qos for p in got} == {0}

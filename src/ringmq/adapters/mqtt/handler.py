@@ -22,7 +22,9 @@ confirms) to `apply`.
   `$` topics, which the exchange does not know) give the QoS, subscription ids, no-local and
   retain-as-published; a QoS 1/2 delivery is settled in the core on PUBACK / PUBREC. What is
   delivered at QoS 0 from an acknowledged queue, or dropped (no matching subscription, too
-  large for the client) is settled at the start of the next call (`apply` makes no core call).
+  large for the client), is acknowledged in the core at once, from `apply`: the one core call
+  `apply` makes, an ack, which adds no effect; the queue it marks is dispatched by the
+  server's next dispatch (the deadline it re-arms after every batch is immediate then).
 * The end (`connection_lost`): the will (unless the client said DISCONNECT), published now
   or held for its delay; a persistent session's in-memory part saved, a clean one's queues
   deleted; the core connection closed (unacknowledged deliveries go back to their queues).
@@ -156,7 +158,6 @@ class MqttHandler:
         self.out_tags: dict[int, int] = {}  # outbound packet id -> delivery tag (0: none)
         self.out_keys: dict[int, tuple[str, int]] = {}  # packet id -> (queue, seq) sent
         self.resend_ids: dict[tuple[str, int], int] = {}  # a resumed session's packet ids
-        self.to_settle: list[int] = []  # delivery tags to ack at the next call
         self.now_ms = 0
 
     # ------------------------------------------------------------------ Handler
@@ -178,7 +179,6 @@ class MqttHandler:
         m = self.machine
         m.feed(data, now_ms)
         out = self.broker.begin(now_ms)
-        self._settle_pending(now_ms)
         while (event := m.next_event()) is not None:
             try:
                 self._event(event, out, now_ms)
@@ -212,7 +212,6 @@ class MqttHandler:
         if not self._opened or self._released:
             return []
         out = self.broker.begin(now_ms)
-        self._settle_pending(now_ms)
         self._fire_wills(now_ms)
         if self.machine.keep_alive_expired(now_ms):
             self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
@@ -447,7 +446,6 @@ class MqttHandler:
         # The connection is over (lost, or taken over): will, session, core connection.
         self._released = True
         out = self.broker.begin(now_ms)
-        self._settle_pending(now_ms)
         if self.will is not None and not self.graceful:
             self._publish_will(now_ms)
         if self.persistent:
@@ -634,7 +632,7 @@ class MqttHandler:
         subs = self.subs.matching(d.consumer_tag, topic, msg)
         if not subs:
             if acked:
-                self.to_settle.append(d.delivery_tag)
+                self._settle(d.delivery_tag, self.now_ms)
             return
         qos = min(published_qos(msg), max(sub.qos for sub in subs))
         retain = retained_topic(msg) is not None and any(sub.retain_as_published for sub in subs)
@@ -657,7 +655,7 @@ class MqttHandler:
             if key is not None:
                 self.out_keys[p.packet_id] = key
         elif acked:
-            self.to_settle.append(d.delivery_tag)
+            self._settle(d.delivery_tag, self.now_ms)
 
     def _queue_key(self, tag: int) -> tuple[str, int] | None:
         # (queue, seq) of an acknowledged delivery: what names a message across connections.
@@ -673,9 +671,3 @@ class MqttHandler:
             self.broker.delivery.settle(s, tag, False, SettleKind.ACK, now_ms)
         except BrokerError:
             pass  # already settled (the queue went away)
-
-    def _settle_pending(self, now_ms: int) -> None:
-        if self.to_settle:
-            tags, self.to_settle = self.to_settle, []
-            for tag in tags:
-                self._settle(tag, now_ms)
