@@ -207,7 +207,7 @@ class MqttHandler:
         return self.machine.data_to_send()
 
     def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
-        """Keep-alive, the acknowledgements `apply` left, and wills whose delay is over."""
+        """Keep-alive, and the wills whose delay is over."""
         self.now_ms = now_ms
         if not self._opened or self._released:
             return []

@@ -75,7 +75,7 @@ def incoming(
     bp = BasicProperties(headers=headers, delivery_mode=2 if durable else 1)
     props = p.properties
     if props is not None:
-        headers.update({k: v for k, v in props.user_properties if k not in _OURS})
+        headers.update({k: v for k, v in props.user_properties if k not in _OURS and _shortstr(k)})
         if props.payload_format_indicator is not None:
             headers[PFI_HEADER] = props.payload_format_indicator
         if props.message_expiry_interval is not None:
