@@ -88,3 +88,17 @@ def test_qos_of_a_message_from_another_protocol() -> None:
     )
     assert published_qos(plain) == 0
     assert published_qos(durable) == 1
+
+
+def test_the_plain_publish_shortcut_gives_what_the_full_path_gives() -> None:
+    s = _session()
+    for qos in (0, 1, 2):
+        fast = incoming(s, Publish("a/b", b"p", qos), "a.b", 5)
+        full = incoming(s, Publish("a/b", b"p", qos), "a.b", 5, persistent=qos > 0)
+        assert fast.properties_bin == full.properties_bin
+        assert (fast.headers, fast.persistent, fast.expiration_ms, fast.message_id) == (
+            full.headers,
+            full.persistent,
+            full.expiration_ms,
+            full.message_id,
+        )

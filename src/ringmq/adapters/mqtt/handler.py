@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 `MqttHandler` pairs the sans-IO machine (`ringmq.mqtt.MqttConnection`: packets, packet ids,
 keep-alive) with the core. Each read batch is one core call: `Broker.begin`, the packets'
-work on the owners (the connection's one core session, channel 1, in confirm mode), then
-the flush; the effects go back to the server, which hands this connection's own (deliveries,
-confirms) to `apply`.
+work on the owners (the connection's two core sessions: channel 1 for its subscriptions and
+QoS 0 publishes, channel 2 in confirm mode for QoS 1/2 publishes), then the flush; the
+effects go back to the server, which hands this connection's own (deliveries, confirms) to
+`apply`.
 
 * CONNECT: login through `HandlerContext.login` (`vhost:user` picks the vhost, else "/"),
   the core connection and session, client id takeover (`sessions.Registry.live`), the
@@ -98,6 +99,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHANNEL: Final = 1
+"""The core session of subscriptions, QoS 0 publishes and wills."""
+CONFIRM_CHANNEL: Final = 2
+"""The core session of QoS 1/2 publishes, in confirm mode (QoS 0 ones need no confirm)."""
 DEFAULT_INFLIGHT: Final = 100
 """Unacknowledged QoS 1/2 deliveries to a 3.1.1 client (5.0: its Receive Maximum)."""
 TOPIC_ALIAS_MAXIMUM: Final = 64
@@ -148,6 +152,7 @@ class MqttHandler:
         self.persistent = False
         self.expiry_s = 0
         self.session: Session | None = None
+        self.confirming: Session | None = None
         self.subs: Subscriptions  # from the CONNECT on
         self.will: Publish | None = None
         self.will_delay_s = 0
@@ -330,9 +335,12 @@ class MqttHandler:
         self._opened = True
         self.client_id, self.vhost, self.user = cid, vhost, user
         self.broker.channel_opened(self.conn_id, CHANNEL, now_ms)
+        self.broker.channel_opened(self.conn_id, CONFIRM_CHANNEL, now_ms)
         s = self.session = self.broker.session(self.conn_id, CHANNEL)
+        self.confirming = self.broker.session(self.conn_id, CONFIRM_CHANNEL)
         assert s is not None
-        self.broker.confirms.select(s)
+        assert self.confirming is not None
+        self.broker.confirms.select(self.confirming)
         if c.will is not None:
             try:
                 self.broker.publisher.exchange_for(s, EXCHANGE)
@@ -504,7 +512,7 @@ class MqttHandler:
     # ------------------------------------------------------------------ PUBLISH (client)
     def _publish(self, p: Publish, now_ms: int) -> None:
         m = self.machine
-        s = self.session
+        s = self.confirming if p.qos else self.session
         assert s is not None
         try:
             check_topic_name(p.topic)

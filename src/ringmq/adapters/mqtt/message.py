@@ -52,6 +52,14 @@ def _shortstr(text: str) -> bool:
     return len(text.encode("utf-8")) <= 255
 
 
+_NO_PROPERTIES: Final = Properties()
+_PLAIN: Final = tuple(
+    encode_properties(BasicProperties(headers={QOS_HEADER: qos}, delivery_mode=2 if qos else 1))
+    for qos in range(3)
+)
+"""The property list of a publish with nothing but its QoS, by QoS (the common case)."""
+
+
 def incoming(
     s: Session,
     p: Publish,
@@ -66,6 +74,19 @@ def incoming(
     `publisher` marks the message with its client id (for the client's no-local
     subscriptions); `persistent` overrides QoS > 0 (the retained store keeps every message).
     """
+    props = p.properties
+    if (
+        (props is None or props == _NO_PROPERTIES)
+        and not p.retain
+        and publisher is None
+        and persistent is None
+    ):
+        # Nothing but the QoS: the cached property list, and the neutral fields it sets
+        # (its one header and its delivery mode), without encoding and decoding it again.
+        msg = Message(EXCHANGE, routing_key, _PLAIN[p.qos], p.payload, timestamp_ms=now_ms)
+        msg.headers = {QOS_HEADER: p.qos}
+        msg.persistent = p.qos > 0
+        return msg
     headers: dict[str, Any] = {QOS_HEADER: p.qos}
     if p.retain:
         headers[RETAIN_HEADER] = p.topic
@@ -73,7 +94,6 @@ def incoming(
         headers[PUBLISHER_HEADER] = publisher
     durable = p.qos > 0 if persistent is None else persistent
     bp = BasicProperties(headers=headers, delivery_mode=2 if durable else 1)
-    props = p.properties
     if props is not None:
         headers.update({k: v for k, v in props.user_properties if k not in _OURS and _shortstr(k)})
         if props.payload_format_indicator is not None:
