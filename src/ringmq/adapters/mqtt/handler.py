@@ -38,9 +38,10 @@ reason code in 5.0 and a closed connection in 3.1.1 (which has no way to refuse 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
+from ringmq.adapters.mqtt.errors import CLOSE, REFUSED, reason_of
 from ringmq.adapters.mqtt.message import (
     EXCHANGE,
     incoming,
@@ -49,13 +50,11 @@ from ringmq.adapters.mqtt.message import (
     retained_topic,
 )
 from ringmq.adapters.mqtt.sessions import (
-    PendingWill,
     SavedSession,
     Sub,
     queue_name,
     registry_of,
     retained_matching,
-    retained_queue,
 )
 from ringmq.adapters.mqtt.subscriptions import NEVER_EXPIRES, Subscriptions
 from ringmq.adapters.mqtt.topics import (
@@ -66,9 +65,9 @@ from ringmq.adapters.mqtt.topics import (
     parse_shared,
     to_routing_key,
 )
+from ringmq.adapters.mqtt.wills import publish_due_wills, publish_will, store_retained
 from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.message import Message
 from ringmq.core.session import Session, SettleKind
 from ringmq.core.settings import SettingsError
 from ringmq.mqtt import (
@@ -93,9 +92,6 @@ from ringmq.mqtt import (
     Violation,
 )
 
-if TYPE_CHECKING:
-    pass
-
 log = logging.getLogger(__name__)
 
 CHANNEL: Final = 1
@@ -106,29 +102,6 @@ DEFAULT_INFLIGHT: Final = 100
 """Unacknowledged QoS 1/2 deliveries to a 3.1.1 client (5.0: its Receive Maximum)."""
 TOPIC_ALIAS_MAXIMUM: Final = 64
 _MQTT_MAX_PACKET: Final = 268_435_460
-
-_REFUSED: Final = {
-    "overflow": Reason.QUOTA_EXCEEDED,
-    "address-full": Reason.QUOTA_EXCEEDED,
-}
-_CLOSE: Final = {
-    Condition.CONNECTION_FORCED: Reason.ADMINISTRATIVE_ACTION,
-    Condition.ACCESS_REFUSED: Reason.NOT_AUTHORIZED,
-    Condition.NOT_ALLOWED: Reason.NOT_AUTHORIZED,
-}
-
-
-def _reason_of(exc: BrokerError) -> Reason:
-    # A refused core call as a 5.0 reason code.
-    match exc.condition:
-        case Condition.ACCESS_REFUSED | Condition.NOT_ALLOWED:
-            return Reason.NOT_AUTHORIZED
-        case Condition.PRECONDITION_FAILED if "message size" in exc.explanation:
-            return Reason.PACKET_TOO_LARGE
-        case Condition.RESOURCE_LOCKED:
-            return Reason.QUOTA_EXCEEDED
-        case _:
-            return Reason.IMPLEMENTATION_SPECIFIC_ERROR
 
 
 class MqttHandler:
@@ -190,7 +163,7 @@ class MqttHandler:
             except MQTTError as exc:
                 self._disconnect(exc.reason, exc.text)
             except BrokerError as exc:
-                self._disconnect(_reason_of(exc), exc.explanation)
+                self._disconnect(reason_of(exc), exc.explanation)
         self._finish(now_ms)
         return out
 
@@ -217,14 +190,15 @@ class MqttHandler:
         if not self._opened or self._released:
             return []
         out = self.broker.begin(now_ms)
-        self._fire_wills(now_ms)
+        if self.registry.wills and self.session is not None:
+            publish_due_wills(self.broker, self.registry, self.session, now_ms)
         if self.machine.keep_alive_expired(now_ms):
             self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         self._finish(now_ms)
         return out
 
     def close(self, condition: Condition, text: str) -> None:
-        reason = _CLOSE.get(condition, Reason.IMPLEMENTATION_SPECIFIC_ERROR)
+        reason = CLOSE.get(condition, Reason.IMPLEMENTATION_SPECIFIC_ERROR)
         if self.taken_over:
             reason = Reason.SESSION_TAKEN_OVER
         elif condition is Condition.CONNECTION_FORCED and "shut" in text.lower():
@@ -455,7 +429,11 @@ class MqttHandler:
         self._released = True
         out = self.broker.begin(now_ms)
         if self.will is not None and not self.graceful:
-            self._publish_will(now_ms)
+            assert self.session is not None
+            delay_s = min(self.will_delay_s, self.expiry_s) if self.persistent else 0
+            publish_will(
+                self.broker, self.registry, self.session, self.key, self.will, delay_s, now_ms
+            )
         if self.persistent:
             m = self.machine
             self.registry.saved[self.key] = SavedSession(
@@ -474,40 +452,6 @@ class MqttHandler:
         closed = self.broker.connection_closed(self.conn_id, now_ms)
         mine = self.conn_id
         return [e for e in out if e.conn_id != mine] + closed
-
-    def _publish_will(self, now_ms: int) -> None:
-        will = self.will
-        s = self.session
-        assert will is not None
-        assert s is not None
-        try:
-            vh, x = self.broker.publisher.exchange_for(s, EXCHANGE)
-            msg = incoming(s, will, to_routing_key(will.topic), now_ms)
-        except BrokerError as exc:
-            log.info("MQTT will of %r not published: %s", self.client_id, exc.explanation)
-            return
-        if self.will_delay_s and self.persistent:
-            delay_s = min(self.will_delay_s, self.expiry_s)
-            self.registry.wills[self.key] = PendingWill(now_ms + delay_s * 1000, msg, will.retain)
-            return
-        if will.retain:
-            self._retain(will, msg, now_ms)
-        self.broker.publisher.publish(s, vh, x, msg, False, now_ms)
-
-    def _fire_wills(self, now_ms: int) -> None:
-        # Wills whose delay is over, published from whichever connection ticks first.
-        s = self.session
-        if s is None or not self.registry.wills:
-            return
-        for vhost, will in self.registry.due_wills(now_ms):
-            vh = self.broker.vhosts.get(vhost)
-            x = vh.exchanges.get(EXCHANGE) if vh is not None else None
-            if vh is None or x is None:
-                continue
-            if will.retained:
-                q = retained_queue(self.broker, vhost, now_ms)
-                self.broker.publisher.enqueue(vh, x, (q,), will.message, None, now_ms)
-            self.broker.publisher.publish(s, vh, x, will.message, False, now_ms)
 
     # ------------------------------------------------------------------ PUBLISH (client)
     def _publish(self, p: Publish, now_ms: int) -> None:
@@ -530,25 +474,15 @@ class MqttHandler:
                 publisher=self.client_id if self.subs.no_local else None,
             )
             if p.retain:
-                self._retain(p, msg, now_ms)
+                store_retained(self.broker, s, p, msg, now_ms)
             publisher.publish(s, vh, x, msg, False, now_ms)
         except BrokerError as exc:
             if p.qos and self.version == V5:
-                m.settle_publish(p.packet_id, _reason_of(exc))
+                m.settle_publish(p.packet_id, reason_of(exc))
                 return
             raise
         if p.qos:
             self.confirms[s.publish_seq] = p.packet_id
-
-    def _retain(self, p: Publish, msg: Message, now_ms: int) -> None:
-        # The retained store keeps the last message per topic, durably whatever its QoS.
-        s = self.session
-        assert s is not None
-        vh = s.vhost
-        x = vh.exchanges[EXCHANGE]
-        stored = msg if msg.persistent else incoming(s, p, msg.routing_key, now_ms, persistent=True)
-        q = retained_queue(self.broker, self.vhost, now_ms)
-        self.broker.publisher.enqueue(vh, x, (q,), stored, s.conn_id, now_ms)
 
     def _confirmed(self, c: Confirm) -> None:
         confirms = self.confirms
@@ -561,7 +495,7 @@ class MqttHandler:
             if c.ok:
                 self.machine.settle_publish(pid)
             elif self.version == V5:
-                reason = _REFUSED.get(c.reason or "", Reason.IMPLEMENTATION_SPECIFIC_ERROR)
+                reason = REFUSED.get(c.reason or "", Reason.IMPLEMENTATION_SPECIFIC_ERROR)
                 self.machine.settle_publish(pid, reason)
             else:  # 3.1.1 cannot refuse a publish: close, the client publishes it again
                 self._disconnect(Reason.UNSPECIFIED_ERROR, f"publish refused: {c.reason}")
