@@ -263,3 +263,38 @@ def test_qos0_messages_on_a_qos1_subscription_do_not_hold_its_window() -> None:
     got = pubs(sub.read())
     assert [p.payload for p in got] == [b"%d" % i for i in range(250)]
     assert {p.qos for p in got} == {0}
+
+
+def test_receive_maximum_bounds_unacknowledged_deliveries() -> None:
+    net = Net()
+    sub, _ = net.connect("sub", V5, props=Properties(receive_maximum=2))
+    sub.send(Subscribe(1, [Subscription("r", 1)]))
+    pub, _ = net.connect("pub", V5)
+    for i in range(5):
+        pub.send(Publish("r", b"%d" % i, 1, packet_id=i + 1))
+    first = pubs(sub.read())
+    assert [p.payload for p in first] == [b"0", b"1"]
+    more = pubs(sub.send(PubAck(first[0].packet_id)))
+    assert [p.payload for p in more] == [b"2"]
+
+
+def test_no_local_and_retain_as_published() -> None:
+    net = Net()
+    me, _ = net.connect("me", V5)
+    me.send(
+        Subscribe(
+            1,
+            [
+                Subscription("loop/#", 0, no_local=True),
+                Subscription("keep/#", 0, retain_as_published=True),
+            ],
+        )
+    )
+    got = pubs(me.send(Publish("loop/a", b"mine", 0), Publish("keep/a", b"kept", 0, retain=True)))
+    other, _ = net.connect("other", V5)
+    other.send(Publish("loop/a", b"theirs", 0))
+    got += pubs(me.read())
+    assert [(p.topic, p.payload, p.retain) for p in got] == [
+        ("keep/a", b"kept", True),
+        ("loop/a", b"theirs", False),
+    ]
