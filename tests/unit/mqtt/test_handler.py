@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ringmq.core.broker import Broker
+from ringmq.core.config import BrokerConfig, PermissionConfig, UserConfig
 from ringmq.mqtt import V5, V311
 from ringmq.mqtt.packets import (
     ConnAck,
@@ -298,3 +300,21 @@ def test_no_local_and_retain_as_published() -> None:
         ("keep/a", b"kept", True),
         ("loop/a", b"theirs", False),
     ]
+
+
+def test_vhost_from_the_user_name_and_permissions() -> None:
+    cfg = BrokerConfig(
+        users=[UserConfig("dev", password="pw")],
+        vhosts=["/", "plant"],
+        permissions=[PermissionConfig("dev", "plant", write="^amq\\.topic$", read=".*")],
+    )
+    net = Net(Broker(cfg))
+    c, ack = net.connect("d1", V5, user="plant:dev", password=b"pw")
+    assert ack.reason_code == 0
+    assert c.handler.info().vhost == "plant"
+    # configure is allowed (".*") but not write on the session queue: the SUBSCRIBE is refused
+    got = c.send(Subscribe(1, [Subscription("a", 1)]))
+    assert isinstance(got[0], SubAck)
+    assert got[0].reason_codes == [0x87]
+    _, refused = net.connect("d2", V5, user="dev", password=b"pw")  # no access to "/"
+    assert refused.reason_code == 0x87
