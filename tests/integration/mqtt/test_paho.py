@@ -188,3 +188,15 @@ def test_message_expiry(broker: BrokerThread, paho: MakePaho) -> None:
     p: Any = m.properties
     assert 0 < p.MessageExpiryInterval <= 600
     assert again.nothing()
+
+
+def test_a_second_connection_takes_the_session_over(broker: BrokerThread, paho: MakePaho) -> None:
+    first = paho(broker, "same-id", v5=True, clean=False, session_expiry=60)
+    first.subscribe("over/#", 1)
+    second = paho(broker, "same-id", v5=True, clean=False, session_expiry=60)
+    assert first.disconnected.wait(5)
+    assert first.reason == 0x8E  # session taken over
+    first.client.loop_stop()  # paho would reconnect and take it back
+    assert second.session_present
+    paho(broker, "pub").publish("over/x", b"to the new one", 1)
+    assert second.get().payload == b"to the new one"
