@@ -318,3 +318,39 @@ def test_vhost_from_the_user_name_and_permissions() -> None:
     assert got[0].reason_codes == [0x87]
     _, refused = net.connect("d2", V5, user="dev", password=b"pw")  # no access to "/"
     assert refused.reason_code == 0x87
+
+
+def test_retain_handling() -> None:
+    net = Net()
+    pub, _ = net.connect("pub", V5)
+    pub.send(Publish("rh/x", b"r", 0, retain=True))
+    sub, _ = net.connect("sub", V5)
+    assert pubs(sub.send(Subscribe(1, [Subscription("rh/#", 0, retain_handling=2)]))) == []
+    assert pubs(sub.send(Subscribe(2, [Subscription("rh/+", 0, retain_handling=1)]))) != []
+    # 1: only for a new subscription; this one exists now
+    assert pubs(sub.send(Subscribe(3, [Subscription("rh/+", 0, retain_handling=1)]))) == []
+    assert pubs(sub.send(Subscribe(4, [Subscription("rh/+", 0, retain_handling=0)]))) != []
+
+
+def test_a_refused_qos1_publish_gets_its_reason_code() -> None:
+    net = Net()
+    net.broker.admin.set_policy(
+        vhost="/",
+        name="small",
+        pattern="^mqtt-subscription-",
+        definition={"max-length": 1, "overflow": "reject-publish"},
+        apply_to="queues",
+    )
+    slow, _ = net.connect("slow", V5, clean=False, props=Properties(session_expiry_interval=60))
+    slow.send(Subscribe(1, [Subscription("full", 1)]))
+    slow.lose()  # offline: its queue keeps one message and refuses the next
+    pub, _ = net.connect("pub", V5)
+    first = pub.send(Publish("full", b"1", 1, packet_id=1))
+    second = pub.send(Publish("full", b"2", 1, packet_id=2))
+    assert isinstance(first[0], PubAck)
+    assert first[0].reason_code == 0
+    assert isinstance(second[0], PubAck)
+    assert second[0].reason_code == 0x97  # quota exceeded
+    old, _ = net.connect("old", V311)  # 3.1.1 has no way to refuse: the connection closes
+    assert old.send(Publish("full", b"3", 1, packet_id=1)) == []
+    assert old.handler.closed
