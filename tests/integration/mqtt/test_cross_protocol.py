@@ -9,6 +9,7 @@ import pika
 import pytest
 
 from ringmq.node import BrokerThread
+from tests.integration.conftest import BrokerFactory
 from tests.integration.mqtt.conftest import MakePaho
 from tests.integration.mqtt.test_paho import publish_props
 
@@ -104,3 +105,19 @@ def test_a_policy_makes_subscriber_queues_rings(broker: BrokerThread, paho: Make
     again = paho(broker, "slow", clean=False)
     assert [again.get().payload for _ in range(3)] == [b"7", b"8", b"9"]
     assert again.nothing()
+
+
+def test_management_lists_mqtt_connections_with_their_client_id(
+    broker_factory: BrokerFactory, paho: MakePaho
+) -> None:
+    httpx = pytest.importorskip("httpx")
+    b = broker_factory(http_port=0)
+    paho(b, "meter-17", v5=True)
+    paho(b, "meter-18")
+    conns = httpx.get(
+        f"http://127.0.0.1:{b.server.http_port}/api/connections",
+        auth=("guest", "guest"),
+        timeout=10,
+    ).json()
+    seen = {(c["client_properties"].get("client_id"), c["protocol"]) for c in conns}
+    assert seen == {("meter-17", "MQTT 5.0"), ("meter-18", "MQTT 3.1.1")}
