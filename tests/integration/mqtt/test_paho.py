@@ -200,3 +200,20 @@ def test_a_second_connection_takes_the_session_over(broker: BrokerThread, paho: 
     assert second.session_present
     paho(broker, "pub").publish("over/x", b"to the new one", 1)
     assert second.get().payload == b"to the new one"
+
+
+def test_shared_subscription_of_a_persistent_session_across_restart(
+    broker_factory: BrokerFactory, paho: MakePaho, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    b1 = broker_factory(data_dir=data)
+    w = paho(b1, "worker-1", v5=True, clean=False, session_expiry=600)
+    w.subscribe("$share/pool/work/#", 1)
+    w.disconnect()
+    b1.stop()
+    b2 = broker_factory(data_dir=data)
+    paho(b2, "boss", v5=True).publish("work/item", b"job 1", 1)
+    again = paho(b2, "worker-1", v5=True, clean=False, session_expiry=600)
+    assert again.session_present
+    m = again.get()
+    assert (m.topic, m.payload) == ("work/item", b"job 1")

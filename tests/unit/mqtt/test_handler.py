@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ringmq.adapters.mqtt import registry_of
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, UserConfig
 from ringmq.mqtt import V5, V311
@@ -354,3 +355,34 @@ def test_a_refused_qos1_publish_gets_its_reason_code() -> None:
     old, _ = net.connect("old", V311)  # 3.1.1 has no way to refuse: the connection closes
     assert old.send(Publish("full", b"3", 1, packet_id=1)) == []
     assert old.handler.closed
+
+
+def test_shared_subscription_membership_is_its_binding() -> None:
+    net = Net()
+    vh = net.broker.vhosts["/"]
+    keep, _ = net.connect("keep", V5, clean=False, props=Properties(session_expiry_interval=60))
+    keep.send(Subscribe(1, [Subscription("$share/g/jobs", 1)]))
+    gone, _ = net.connect("gone", V5)
+    gone.send(Subscribe(1, [Subscription("$share/g/jobs", 1)]))
+    members = {
+        args.get("x-mqtt-member") for _x, _k, args in vh.bindings_to(("q", "mqtt-shared-g-jobs"))
+    }
+    assert members == {"keep", "gone"}
+    gone.lose()  # its session ends with it: it leaves the group
+    keep.lose()  # offline, still a member: the group's queue keeps receiving
+    members = {
+        args.get("x-mqtt-member") for _x, _k, args in vh.bindings_to(("q", "mqtt-shared-g-jobs"))
+    }
+    assert members == {"keep"}
+    pub, _ = net.connect("pub", V5)
+    pub.send(Publish("jobs", b"while away", 1, packet_id=1))
+    registry_of(net.broker).saved.clear()  # forget "keep" as a restart does
+    back, ack = net.connect("keep", V5, clean=False, props=Properties(session_expiry_interval=60))
+    assert ack.session_present
+    assert [p.payload for p in pubs(back.read())] == [b"while away"]
+    clean, _ = net.connect("keep", V5)  # a clean start leaves the group
+    members = {
+        args.get("x-mqtt-member") for _x, _k, args in vh.bindings_to(("q", "mqtt-shared-g-jobs"))
+    }
+    assert members == set()
+    assert clean.handler.opened

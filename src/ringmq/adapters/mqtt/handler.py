@@ -391,11 +391,15 @@ class MqttHandler:
         vh = self.broker.vhosts[self.vhost]
         if self.registry.saved_session(self.key, now_ms) is not None:
             return True
-        return any(queue_name(self.client_id, qos) in vh.queues for qos in (0, 1))
+        if any(queue_name(self.client_id, qos) in vh.queues for qos in (0, 1)):
+            return True
+        return bool(self.subs.member_bindings())  # only shared subscriptions
 
     def _discard_session(self, now_ms: int) -> None:
-        # A clean start: whatever the client id left behind goes (queues, saved state).
+        # A clean start, or the end of a session that does not outlive its connection:
+        # whatever the client id has or left behind goes (queues, group bindings, saved state).
         self.registry.saved.pop(self.key, None)
+        self.subs.leave_groups(now_ms)
         vh = self.broker.vhosts[self.vhost]
         for qos in (0, 1):
             q = vh.queues.get(queue_name(self.client_id, qos))
@@ -406,8 +410,9 @@ class MqttHandler:
         # A resumed session: its subscriptions and consumers, its QoS 2 state.
         if not present:
             return
-        saved = self.registry.saved.pop(self.key, None) or SavedSession()
-        self.subs.restore(saved.subs, saved.shared, now_ms)
+        found = self.registry.saved.pop(self.key, None)
+        self.subs.restore(found, now_ms)
+        saved = found or SavedSession()
         self.machine.qos2_in = set(saved.qos2_in)
         self.resend_ids = dict(saved.resend_ids)
         for pid in sorted(saved.pubrel_out):

@@ -11,7 +11,8 @@ all on the loop thread. It owns:
   connections: subscription options, shared subscriptions, and the packet ids in flight
   (inbound PUBREC sent, outbound PUBREL sent, outbound publishes not acknowledged). These
   live in memory only; after a broker restart a session is rebuilt from its queues and their
-  bindings (`Sub.from_binding`: the binding arguments carry each subscription's options);
+  bindings (`Sub.from_binding`: the binding arguments carry each subscription's options; a
+  shared queue has one binding per member, naming it);
 * `wills`: wills waiting out their 5.0 Will Delay Interval, published by `due_wills` from
   any MQTT connection's periodic tick, cancelled when the client comes back first.
 
@@ -43,6 +44,10 @@ _QOS_ARG: Final = "x-mqtt-qos"
 _NO_LOCAL_ARG: Final = "x-mqtt-no-local"
 _RAP_ARG: Final = "x-mqtt-retain-as-published"
 _SUB_ID_ARG: Final = "x-mqtt-subscription-id"
+MEMBER_ARG: Final = "x-mqtt-member"
+"""On a shared queue's binding: the client id of the group member it stands for."""
+GROUP_ARG: Final = "x-mqtt-group"
+SHARED_PREFIX: Final = "mqtt-shared-"
 
 
 def queue_name(client_id: str, qos: int) -> str:
@@ -52,7 +57,7 @@ def queue_name(client_id: str, qos: int) -> str:
 
 def shared_queue_name(group: str, topic_filter: str) -> str:
     """The one queue a shared subscription's group consumes."""
-    return f"mqtt-shared-{group}-{to_routing_key(topic_filter)}"
+    return f"{SHARED_PREFIX}{group}-{to_routing_key(topic_filter)}"
 
 
 @dataclass(slots=True)
@@ -73,9 +78,13 @@ class Sub:
         """0 or 1: which of the session's two queues holds its messages."""
         return 0 if self.qos == 0 else 1
 
-    def binding_args(self) -> dict[str, Any]:
-        """The binding arguments that record the options (read back by `from_binding`)."""
+    def binding_args(self, member: str | None = None) -> dict[str, Any]:
+        """The binding arguments that record the options (read back by `from_binding`); a
+        shared subscription's also name its member (`member`, the client id) and group."""
         args: dict[str, Any] = {_QOS_ARG: self.qos}
+        if self.group is not None:
+            args[GROUP_ARG] = self.group
+            args[MEMBER_ARG] = member
         if self.no_local:
             args[_NO_LOCAL_ARG] = True
         if self.retain_as_published:
@@ -89,12 +98,14 @@ class Sub:
         """The subscription a binding of a session queue records."""
         qos = args.get(_QOS_ARG, queue_qos)
         ident = args.get(_SUB_ID_ARG)
+        group = args.get(GROUP_ARG)
         return cls(
             topic_filter,
             qos if isinstance(qos, int) and 0 <= qos <= 2 else queue_qos,
             no_local=bool(args.get(_NO_LOCAL_ARG)),
             retain_as_published=bool(args.get(_RAP_ARG)),
             identifier=ident if isinstance(ident, int) else None,
+            group=group if isinstance(group, str) else None,
         )
 
 

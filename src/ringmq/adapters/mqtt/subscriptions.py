@@ -19,7 +19,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from ringmq.adapters.mqtt.message import EXCHANGE, PUBLISHER_HEADER
-from ringmq.adapters.mqtt.sessions import Sub, queue_name, shared_queue_name
+from ringmq.adapters.mqtt.sessions import (
+    MEMBER_ARG,
+    SHARED_PREFIX,
+    SavedSession,
+    Sub,
+    queue_name,
+    shared_queue_name,
+)
 from ringmq.adapters.mqtt.topics import from_routing_key, matches, to_routing_key
 from ringmq.core.message import Message
 from ringmq.core.session import Session
@@ -73,11 +80,12 @@ class Subscriptions:
         return any(sub.no_local for sub in self.plain.values())
 
     # ------------------------------------------------------------------ session
-    def restore(self, plain: dict[str, Sub], shared: dict[str, Sub], now_ms: int) -> None:
-        """Resume a session: its subscriptions (read back from the queues' bindings when
-        `plain` is empty, e.g. after a restart) and its consumers."""
+    def restore(self, saved: SavedSession | None, now_ms: int) -> None:
+        """Resume a session: its subscriptions (read back from the queues' bindings without
+        `saved`, i.e. after a restart) and its consumers."""
         vh = self.session.vhost
-        if not plain:
+        if saved is None:
+            plain: dict[str, Sub] = {}
             for qos in (0, 1):
                 name = queue_name(self.client_id, qos)
                 if name in vh.queues:
@@ -85,6 +93,12 @@ class Subscriptions:
                         if x.name == EXCHANGE:
                             f = from_routing_key(rk)
                             plain[f] = Sub.from_binding(f, args, qos)
+            shared = {
+                f"$share/{sub.group}/{sub.topic_filter}": sub
+                for _name, sub in self.member_bindings()
+            }
+        else:
+            plain, shared = saved.subs, saved.shared
         self.plain = plain
         for qos in (0, 1):
             if queue_name(self.client_id, qos) in vh.queues:
@@ -159,7 +173,12 @@ class Subscriptions:
                 arguments={},
                 now_ms=now_ms,
             )
-        topology.bind_queue(s, name, EXCHANGE, to_routing_key(sub.topic_filter), {})
+        old = self.shared.get(full)
+        rk = to_routing_key(sub.topic_filter)
+        if old is not None and old.binding_args(self.client_id) != sub.binding_args(self.client_id):
+            topology.unbind_queue(s, name, EXCHANGE, rk, old.binding_args(self.client_id))
+        # One binding per member: the group's queue is bound while some member subscribes
+        topology.bind_queue(s, name, EXCHANGE, rk, sub.binding_args(self.client_id))
         tag = TAG_SHARE + full
         if tag in s.consumers:
             self.broker.delivery.cancel(s, tag, now_ms)
@@ -170,9 +189,10 @@ class Subscriptions:
     def remove(self, topic_filter: str, now_ms: int) -> bool:
         """UNSUBSCRIBE one filter; False when there was no such subscription."""
         s = self.session
-        if topic_filter in self.shared:
-            del self.shared[topic_filter]
+        shared = self.shared.pop(topic_filter, None)
+        if shared is not None:
             self.broker.delivery.cancel(s, TAG_SHARE + topic_filter, now_ms)
+            self._unbind_member(shared_queue_name(shared.group or "", shared.topic_filter), shared)
             return True
         sub = self.plain.pop(topic_filter, None)
         if sub is None:
@@ -181,6 +201,32 @@ class Subscriptions:
         rk = to_routing_key(topic_filter)
         self.broker.topology.unbind_queue(s, name, EXCHANGE, rk, sub.binding_args())
         return True
+
+    def leave_groups(self, now_ms: int) -> None:
+        """The session ends: drop this client's bindings of every shared queue (those of
+        this connection, and any a previous persistent session left)."""
+        for name, sub in self.member_bindings():
+            self._unbind_member(name, sub)
+        for full in list(self.shared):
+            self.broker.delivery.cancel(self.session, TAG_SHARE + full, now_ms)
+        self.shared.clear()
+
+    def member_bindings(self) -> list[tuple[str, Sub]]:
+        """(shared queue, subscription) of every binding that names this client a member."""
+        vh = self.session.vhost
+        out: list[tuple[str, Sub]] = []
+        for name in [n for n in vh.queues if n.startswith(SHARED_PREFIX)]:
+            for x, rk, args in vh.bindings_to(("q", name)):
+                if x.name == EXCHANGE and args.get(MEMBER_ARG) == self.client_id:
+                    sub = Sub.from_binding(from_routing_key(rk), args, 1)
+                    if sub.group is not None:
+                        out.append((name, sub))
+        return out
+
+    def _unbind_member(self, name: str, sub: Sub) -> None:
+        rk = to_routing_key(sub.topic_filter)
+        args = sub.binding_args(self.client_id)
+        self.broker.topology.unbind_queue(self.session, name, EXCHANGE, rk, args)
 
     def cancelled(self, tag: str) -> None:
         """The broker deleted a queue this session consumed: its subscriptions are gone."""
