@@ -33,7 +33,7 @@ def store_retained(broker: Broker, s: Session, p: Publish, msg: Message, now_ms:
     x = vh.exchanges[EXCHANGE]
     stored = msg if msg.persistent else incoming(s, p, msg.routing_key, now_ms, persistent=True)
     q = retained_queue(broker, vh.name, now_ms)
-    broker.publisher.enqueue(vh, x, (q,), stored, s.conn_id, now_ms)
+    broker.publisher.enqueue(vh, x, (q,), stored, s, now_ms)
 
 
 def publish_will(
