@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ringmq.adapters.mqtt import registry_of
 from ringmq.core.broker import Broker
-from ringmq.core.config import BrokerConfig, PermissionConfig, UserConfig
+from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
 from ringmq.mqtt import V5, V311
 from ringmq.mqtt.packets import (
     ConnAck,
@@ -334,14 +334,13 @@ def test_retain_handling() -> None:
 
 
 def test_a_refused_qos1_publish_gets_its_reason_code() -> None:
-    net = Net()
-    net.broker.admin.set_policy(
-        vhost="/",
+    small = PolicyConfig(
         name="small",
         pattern="^mqtt-subscription-",
         definition={"max-length": 1, "overflow": "reject-publish"},
         apply_to="queues",
     )
+    net = Net(Broker(BrokerConfig(policies=[small])))
     slow, _ = net.connect("slow", V5, clean=False, props=Properties(session_expiry_interval=60))
     slow.send(Subscribe(1, [Subscription("full", 1)]))
     slow.lose()  # offline: its queue keeps one message and refuses the next
