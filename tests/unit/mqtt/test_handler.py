@@ -385,3 +385,34 @@ def test_shared_subscription_membership_is_its_binding() -> None:
     }
     assert members == set()
     assert clean.handler.opened
+
+
+def test_an_amqp_1_0_message_reaches_an_mqtt_subscriber_converted() -> None:
+    # published in AMQP 1.0's form to amq.topic: the PUBLISH carries the data section's bytes
+    # and the 0-9-1 conversion's properties (content type, user properties)
+    from ringmq.adapters.amqp10.message import build as build_10
+    from ringmq.amqp10.sections import DATA, Message10, encode_message
+    from ringmq.amqp10.sections import Properties as Properties10
+    from ringmq.amqp10.types import Symbol
+
+    net = Net()
+    sub, _ = net.connect("sub", V5)
+    sub.send(Subscribe(1, [Subscription("dev/+", 0)]))
+    payload = encode_message(
+        Message10(
+            properties=Properties10(content_type=Symbol("text/plain")),
+            application_properties={"room": "kitchen"},
+            body=((DATA, b"21.5"),),
+        )
+    )
+    b = net.broker
+    msg = build_10(payload, exchange="amq.topic", routing_key="dev.t1", now_ms=0)
+    vh = b.exchanges.vhost("/")
+    b.state.begin(0)
+    b.publisher.publish_without_session(vh, vh.exchanges["amq.topic"], msg, 0)
+    net.route(b.state.out)
+    (got,) = pubs(sub.read())
+    assert (got.topic, got.payload) == ("dev/t1", b"21.5")
+    assert got.properties is not None
+    assert got.properties.content_type == "text/plain"
+    assert ("room", "kitchen") in got.properties.user_properties

@@ -46,6 +46,7 @@ from ringmq.adapters.mqtt.message import (
     EXCHANGE,
     incoming,
     outgoing_properties,
+    payload_of,
     published_qos,
     retained_topic,
 )
@@ -595,7 +596,7 @@ class MqttHandler:
         pid = self.resend_ids.pop(key, 0) if key is not None and d.redelivered else 0
         if pid in self.machine.outbound:
             pid = 0
-        p = Publish(topic, msg.body, qos, retain, d.redelivered and qos > 0, pid, props)
+        p = Publish(topic, payload_of(msg), qos, retain, d.redelivered and qos > 0, pid, props)
         sent = self.machine.send_publish(p)
         if sent and qos:
             self.out_tags[p.packet_id] = d.delivery_tag if acked else 0

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from ringmq.adapters.amqp091.message import build
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
-from ringmq.core.message import Message
+from ringmq.core.message import Message, amqp091_content
 from ringmq.core.session import Session
 from ringmq.mqtt import Properties, Publish
 
@@ -153,13 +153,20 @@ def _user_value(value: Any) -> str | None:
     return None
 
 
+def payload_of(msg: Message) -> bytes:
+    """The PUBLISH payload of a stored message: the 0-9-1 body (an AMQP 1.0 message's data
+    section, or its other body sections encoded, docs/dev/messages.md §3)."""
+    return msg.body if not msg.form else amqp091_content(msg)[1]
+
+
 def outgoing_properties(msg: Message, now_ms: int) -> Properties:
     """The 5.0 PUBLISH properties of a stored message (the remaining expiry at `now_ms`)."""
     props = Properties()
     if msg.expiration_ms is not None:
         left = msg.timestamp_ms + msg.expiration_ms - now_ms
         props.message_expiry_interval = max(0, math.ceil(left / 1000))
-    pb = msg.properties_bin
+    # another protocol's form (AMQP 1.0) is read as its 0-9-1 conversion, cached on the message
+    pb = msg.properties_bin if not msg.form else amqp091_content(msg)[0]
     if len(pb) >= 2 and not ((pb[0] << 8) | pb[1]) & 0xFE00 and not msg.headers:
         return props  # nothing but delivery mode and the like: no decode
     bp = decode_properties(pb)
