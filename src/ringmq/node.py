@@ -30,8 +30,8 @@ from typing import TypeVar
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.adapters.amqp10.handler import Amqp10Options
 from ringmq.adapters.amqp10.handler import factory as amqp10_handler
-from ringmq.adapters.handler import HandlerFactory
-from ringmq.adapters.mqtt import mqtt_handler
+from ringmq.adapters.handler import HandlerFactory, ProtocolTick
+from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
 from ringmq.adapters.stomp import stomp_handler
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
@@ -124,6 +124,10 @@ PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {
 """The adapter protocols a node serves beside AMQP 0-9-1, by key ("amqp10", "stomp", "mqtt"):
 each one's `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each
 (AMQP 1.0 shares the AMQP port). `protocol_handlers` builds them from a configuration file."""
+
+
+PROTOCOL_TICKS: dict[str, ProtocolTick] = {"mqtt": mqtt_tick}
+"""The adapter protocols' own periodic work (`ProtocolTick`), by the same keys."""
 
 
 def protocol_handlers(config: FileConfig) -> dict[str, HandlerFactory]:
@@ -234,6 +238,7 @@ def server(
         clock=clock,
         app_factory=management_app,
         handlers=protocol_handlers(options.config) if handlers is None else handlers,
+        ticks=PROTOCOL_TICKS,
     )
 
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 import uvicorn
 
 from ringmq.adapters.amqp091 import Amqp091
-from ringmq.adapters.handler import HandlerFactory
+from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.core.effects import Effect
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
@@ -148,6 +148,7 @@ class BrokerServer:
         handlers: the adapter protocols wired in, by key ("amqp10", "stomp", "mqtt"): each one's
             `HandlerFactory`. A protocol missing here gets no listener (AMQP 1.0: the AMQP port
             serves 0-9-1 alone).
+        ticks: the protocols' own periodic work, by the same keys (`ProtocolTick`).
     """
 
     broker: Broker
@@ -168,9 +169,11 @@ class BrokerServer:
         clock: Clock | None = None,
         app_factory: AppFactory | None = None,
         handlers: Mapping[str, HandlerFactory] | None = None,
+        ticks: Mapping[str, ProtocolTick] | None = None,
     ) -> None:
         self.options = options
         self.handler_factories: dict[str, HandlerFactory] = dict(handlers or {})
+        self.protocol_ticks = [t for k, t in (ticks or {}).items() if k in self.handler_factories]
         self.clock: Clock = clock or SystemClock()
         self.node = options.node
         self.started_at_ms = 0
@@ -226,6 +229,7 @@ class BrokerServer:
             self.handlers,
             self._listeners,
             self.login_guard,
+            self.protocol_ticks,
         )
         self.conns.after_flush = self.timers.arm_deadline
         self.reloader = ConfigReload(broker, self.options.config, self.conns)

@@ -72,7 +72,7 @@ from ringmq.adapters.mqtt.topics import (
     parse_shared,
     to_routing_key,
 )
-from ringmq.adapters.mqtt.wills import publish_due_wills, publish_will, store_retained
+from ringmq.adapters.mqtt.wills import publish_will, store_retained
 from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.session import Session, SettleKind
@@ -190,13 +190,11 @@ class MqttHandler:
         return self.machine.data_to_send()
 
     def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
-        """Keep-alive, and the wills whose delay is over."""
+        """Keep-alive (the delayed wills are `wills.mqtt_tick`'s, the protocol's own tick)."""
         self.now_ms = now_ms
         if not self._opened or self._released:
             return []
         out = self.broker.begin(now_ms)
-        if self.registry.wills and self.session is not None:
-            publish_due_wills(self.broker, self.registry, self.session, now_ms)
         if self.machine.keep_alive_expired(now_ms):
             self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         self._finish(now_ms)
