@@ -5,7 +5,10 @@ dispatch, grouped by `x-priority` (highest first) with a round-robin cursor per 
 returns the next consumer that can take a message: the highest-priority group that has any
 consumer with capacity wins (RabbitMQ consumer priorities), and within a group consumers take
 turns. With single-active-consumer only one consumer is eligible: the earliest registered one
-of the highest priority; when it goes, the next one takes over. Capacity = the connection is
+of the highest priority; when it goes, the next one takes over. A *browsing* consumer (AMQP 1.0
+distribution mode `copy`) is in `all` and `browsers` but in no priority group: `pick()` never
+returns it, dispatch serves it through its own cursor instead (`Delivery._dispatch_browse`);
+`fetchers` are the others, those that take messages. Capacity = the connection is
 writable and (no-ack, or below both the consumer's prefetch and the channel's global prefetch).
 Pure: no I/O, no clock.
 """
@@ -36,7 +39,9 @@ class Consumer:
         prefetch: per-consumer prefetch limit at consume time (0: unlimited).
         unacked: deliveries outstanding to it.
         arguments: the consume arguments.
-        cursor: for non-destructive queues, the last seq browsed (None: from the head).
+        cursor: for a browsing consumer, the last seq browsed (None: from the head).
+        browse: it reads without consuming (AMQP 1.0 distribution mode `copy`); on a
+            non-destructive queue every consumer browses, whatever this says.
         credit, drain: link credit and drain mode (AMQP 1.0), see below.
     """
 
@@ -50,6 +55,7 @@ class Consumer:
     unacked: int = 0
     arguments: dict[str, Any] = field(default_factory=dict)
     cursor: SeqId | None = None
+    browse: bool = False
     credit: int | None = None
     """Link credit (AMQP 1.0 flow): deliveries it may still take; None: no credit, prefetch
     alone bounds it (AMQP 0-9-1)."""
@@ -80,6 +86,10 @@ class ConsumerSet:
         self.credited = False
         """Some consumer of the queue was ever given link credit (dispatch then counts it)."""
         self.all: list[Consumer] = []
+        self.fetchers: list[Consumer] = []
+        """The consumers that take messages (all but the browsers), in registration order."""
+        self.browsers: list[Consumer] = []
+        """The browsing consumers (`Consumer.browse`), in registration order."""
         self._groups: list[tuple[int, list[Consumer]]] = []  # by priority, highest first
         self._rr: dict[int, int] = {}
 
@@ -101,8 +111,13 @@ class ConsumerSet:
         return self._groups[0][1][0] if self._groups else None
 
     def add(self, consumer: Consumer) -> None:
-        """Register a consumer (it joins the end of its priority group's rotation)."""
+        """Register a consumer (it joins the end of its priority group's rotation; a browser
+        joins no group)."""
         self.all.append(consumer)
+        if consumer.browse:
+            self.browsers.append(consumer)
+            return
+        self.fetchers.append(consumer)
         for prio, members in self._groups:
             if prio == consumer.priority:
                 members.append(consumer)
@@ -116,6 +131,10 @@ class ConsumerSet:
             self.all.remove(consumer)
         except ValueError:
             return False
+        if consumer.browse:
+            self.browsers.remove(consumer)
+            return True
+        self.fetchers.remove(consumer)
         for i, (prio, members) in enumerate(self._groups):
             if prio == consumer.priority:
                 members.remove(consumer)
@@ -130,7 +149,7 @@ class ConsumerSet:
         if self.single_active:
             active = self.active
             return active if active is not None and active.has_capacity() else None
-        everyone = self.all
+        everyone = self.fetchers
         if len(everyone) == 1:
             only = everyone[0]
             return only if only.has_capacity() else None

@@ -7,21 +7,25 @@ Theory of operation
 * **subscribe** (`consume`): a consumer on a queue, with its no-ack mode, exclusivity,
   `x-priority` and the session's prefetch as its window; `cancel` ends it; `set_prefetch`
   changes the window (per consumer, or for the whole session: RabbitMQ's basic.qos global
-  flag); `flow` gives a consumer link credit (AMQP 1.0: each delivery spends one; with drain,
-  credit no ready message can use is given back at the end of the call, `Drained`). Direct
-  reply-to (`amq.rabbitmq.reply-to`) consumers are
-  registered here too (`replies`: token -> session and tag) and served by `deliver_reply`.
+  flag); a *browsing* consumer (`browse=True`, AMQP 1.0 distribution mode `copy`) reads the
+  queue through its own cursor without taking anything (every consumer of a non-destructive
+  queue browses); `flow` gives a consumer link credit (AMQP 1.0: each delivery spends one;
+  with drain, credit no message can use is given back at the end of the call, `Drained`).
+  Direct reply-to (`amq.rabbitmq.reply-to`) consumers are registered here too (`replies`:
+  token -> session and tag) and served by `deliver_reply`.
 * **get** one message (`get`), acknowledged later or not.
 * **settle** deliveries (`settle`, `settle_entries`): accepted (ack), modified (requeue: back
   to its original position, redelivered, counted as a failed delivery), released (back, not
   counted) or rejected (dropped or dead-lettered), grouped per queue in delivery order;
   `recover` requeues everything outstanding on a session.
 * **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
-  its consumers with capacity (bounded by prefetch credit and by `DISPATCH_BATCH` per call; a
-  queue that still has work goes to `State.backlog` and the broker asks for an immediate tick),
-  its expired heads are dropped, its dead letters routed (`DeadLetters`) and the publishers it
-  blocked released (`Resources.maybe_unblock`). Dead-lettering may dirty more queues: the flush
-  runs until nothing is dirty (bounded).
+  its consumers with capacity: browsers first, each by its cursor (`_dispatch_browse`), then
+  the others by fetch (`_dispatch`, the hot path, which a queue without browsers reaches after
+  one test). Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still
+  has work goes to `State.backlog` and the broker asks for an immediate tick. Then its expired
+  heads are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked
+  released (`Resources.maybe_unblock`). Dead-lettering may dirty more queues: the flush runs
+  until nothing is dirty (bounded).
 
 Replies precede the deliveries they enable: an adapter appends its reply to `State.out`
 before the broker flushes. Deliveries are `effects.Deliver`, one per message (the hot path).
@@ -131,7 +135,7 @@ class Delivery:
             self.draining.pop(id(consumer), None)
         self.state.mark(consumer.queue)
 
-    def _drain(self) -> None:
+    def _drain(self, now_ms: int) -> None:
         # After a flush: draining consumers whose queue has nothing more for them give their
         # unused credit back.
         out = self.state.out
@@ -140,12 +144,21 @@ class Delivery:
             left = c.credit or 0
             if q.deleted or c.session.consumers.get(c.tag) is not c:
                 del self.draining[key]
-            elif left <= 0 or not q.queue.ready_count:
+            elif left <= 0 or not self._has_more(c, now_ms):
                 del self.draining[key]
                 c.drain = False
                 c.credit = 0
                 s = c.session
                 out.append(Drained(s.conn_id, s.channel, c.tag, left))
+
+    @staticmethod
+    def _has_more(c: Consumer, now_ms: int) -> bool:
+        # Whether a consumer could take another message now: a ready one, or for a browser one
+        # past its cursor.
+        q = c.queue
+        if c.browse or q.settings.non_destructive:
+            return bool(q.queue.browse_many(c.cursor, 1, now_ms))
+        return bool(q.queue.ready_count)
 
     def consume(
         self,
@@ -157,9 +170,12 @@ class Delivery:
         exclusive: bool,
         arguments: dict[str, Any],
         now_ms: int,
+        browse: bool = False,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
-        empty name is the session's last declared queue)."""
+        empty name is the session's last declared queue). With `browse`, the consumer reads
+        the queue's messages in seq order and leaves them there (settling a browsed delivery
+        does nothing); others still get them."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -187,6 +203,7 @@ class Delivery:
             priority=prio,
             prefetch=s.prefetch_count,
             arguments=arguments,
+            browse=browse,
         )
         s.consumers[tag] = consumer
         q.consumers.add(consumer)
@@ -390,10 +407,13 @@ class Delivery:
             st = q.settings
             if st.message_ttl_ms is not None or st.expires_ms is not None:
                 state.timed[id(q)] = q
-            if q.consumers.all:
+            consumers = q.consumers
+            if consumers.all:
                 if st.non_destructive:
-                    self._dispatch_browse(q, now_ms)
+                    self._dispatch_browse(q, consumers.all, now_ms)
                 else:
+                    if consumers.browsers:  # browsers first: they see what the others take
+                        self._dispatch_browse(q, consumers.browsers, now_ms)
                     self._dispatch(q, now_ms)
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
@@ -403,7 +423,7 @@ class Delivery:
             if blocked_by and id(q) in blocked_by:
                 self.resources.maybe_unblock(q)
         if self.draining:
-            self._drain()
+            self._drain(now_ms)
 
     def _dispatch(self, q: QueueEntity, now_ms: int) -> None:
         # Hot path: locals only; one fetch + one tracked delivery + one effect per message.
@@ -450,12 +470,13 @@ class Delivery:
             q.deliver += delivered - no_ack_count
             q.deliver_no_ack += no_ack_count
 
-    def _dispatch_browse(self, q: QueueEntity, now_ms: int) -> None:
-        # Non-destructive queues: every consumer reads the whole queue through its own cursor.
+    def _dispatch_browse(self, q: QueueEntity, browsers: list[Consumer], now_ms: int) -> None:
+        # The one browsing rule: each of `browsers` (every consumer of a non-destructive queue,
+        # the browsing consumers of any other) reads the queue through its own cursor.
         engine = q.queue
         out = self.state.out
         budget = DISPATCH_BATCH
-        for c in list(q.consumers.all):
+        for c in list(browsers):
             s = c.session
             # What `has_capacity` allows, counted once: each tracked delivery below raises the
             # consumer's and the channel's unacked count by one, as a check per message would.

@@ -222,8 +222,7 @@ class Links:
         source = a.source
         if source is None:
             raise RefusalError(c.INVALID_FIELD, "a receiver needs a source")
-        if source.distribution_mode == "copy":
-            raise RefusalError(c.NOT_IMPLEMENTED, "distribution mode copy (browsing)")
+        browse = source.distribution_mode == "copy"  # a QueueBrowser: leaves them to others
         s = ls.core
         b = self.broker
         caps = _caps(source.capabilities)
@@ -255,8 +254,9 @@ class Links:
         tag = f"amqp10-{ev.handle}-{self._serial}"
         settled = a.snd_settle_mode == SETTLED
         b.delivery.consume(
-            s, queue, tag, no_ack=settled, exclusive=False, arguments={}, now_ms=now_ms
-        )
+            s, queue, tag, no_ack=settled, exclusive=False, arguments={}, now_ms=now_ms,
+            browse=browse,
+        )  # fmt: skip
         b.delivery.flow(s, tag, credit=0, drain=False)
         reply = p.Source(
             address=address,
