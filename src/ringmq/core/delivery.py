@@ -20,12 +20,14 @@ Theory of operation
   `recover` requeues everything outstanding on a session.
 * **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
   its consumers with capacity: browsers first, each by its cursor (`_dispatch_browse`), then
-  the others by fetch (`_dispatch`, the hot path, which a queue without browsers reaches after
-  one test). Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still
-  has work goes to `State.backlog` and the broker asks for an immediate tick. Then its expired
-  heads are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked
-  released (`Resources.maybe_unblock`). Dead-lettering may dirty more queues: the flush runs
-  until nothing is dirty (bounded).
+  selector consumers, each taking the first message it matches (`_dispatch_selected`: at most
+  `SELECTOR_SCAN` selector evaluations per message taken or browsed), then the others by
+  fetch (`_dispatch`, the hot path, which a queue with neither reaches after one test).
+  Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still has work
+  goes to `State.backlog` and the broker asks for an immediate tick. Then its expired heads
+  are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked released
+  (`Resources.maybe_unblock`). Dead-lettering may dirty more queues: the flush runs until
+  nothing is dirty (bounded).
 
 Replies precede the deliveries they enable: an adapter appends its reply to `State.out`
 before the broker flushes. Deliveries are `effects.Deliver`, one per message (the hot path).
@@ -44,7 +46,9 @@ from ringmq.core.deadletter import DeadLetters
 from ringmq.core.effects import Deliver, DeliverReply, Drained
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
+from ringmq.core.selector import Selector
 from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
 from ringmq.core.topology import Topology
@@ -52,6 +56,11 @@ from ringmq.core.vhost import QueueEntity
 
 DISPATCH_BATCH: Final = 4096
 """Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""
+
+SELECTOR_SCAN: Final = 1000
+"""Most messages a selector looks at per message it takes or browses (queue/select.py): a
+queue of messages it does not match costs a dispatch round at most this many evaluations per
+selector consumer, never a stall."""
 
 REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
@@ -157,7 +166,12 @@ class Delivery:
         # past its cursor.
         q = c.queue
         if c.browse or q.settings.non_destructive:
-            return bool(q.queue.browse_many(c.cursor, 1, now_ms))
+            cursor = c.cursor
+            more = bool(_browsed(c, 1, now_ms))
+            c.cursor = cursor  # a look, not a browse
+            return more
+        if c.selector is not None:
+            return q.queue.has_matching(c.selector.matches_message, SELECTOR_SCAN, now_ms)
         return bool(q.queue.ready_count)
 
     def consume(
@@ -171,11 +185,13 @@ class Delivery:
         arguments: dict[str, Any],
         now_ms: int,
         browse: bool = False,
+        selector: Selector | None = None,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
         empty name is the session's last declared queue). With `browse`, the consumer reads
         the queue's messages in seq order and leaves them there (settling a browsed delivery
-        does nothing); others still get them."""
+        does nothing); others still get them. With a `selector` (JMS), the consumer takes or
+        browses only the messages it matches and leaves the others for other consumers."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -204,6 +220,7 @@ class Delivery:
             prefetch=s.prefetch_count,
             arguments=arguments,
             browse=browse,
+            selector=selector,
         )
         s.consumers[tag] = consumer
         q.consumers.add(consumer)
@@ -412,8 +429,11 @@ class Delivery:
                 if st.non_destructive:
                     self._dispatch_browse(q, consumers.all, now_ms)
                 else:
-                    if consumers.browsers:  # browsers first: they see what the others take
-                        self._dispatch_browse(q, consumers.browsers, now_ms)
+                    if consumers.special:  # browsers first: they see what the others take
+                        if consumers.browsers:
+                            self._dispatch_browse(q, consumers.browsers, now_ms)
+                        if consumers.selective:
+                            self._dispatch_selected(q, now_ms)
                     self._dispatch(q, now_ms)
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
@@ -472,8 +492,8 @@ class Delivery:
 
     def _dispatch_browse(self, q: QueueEntity, browsers: list[Consumer], now_ms: int) -> None:
         # The one browsing rule: each of `browsers` (every consumer of a non-destructive queue,
-        # the browsing consumers of any other) reads the queue through its own cursor.
-        engine = q.queue
+        # the browsing consumers of any other) reads the queue through its own cursor, and
+        # sees only what its selector matches (`_browsed`).
         out = self.state.out
         budget = DISPATCH_BATCH
         for c in list(browsers):
@@ -490,8 +510,7 @@ class Delivery:
                     want = min(want, s.global_prefetch - s.global_unacked)
             if want <= 0:
                 continue
-            for d in engine.browse_many(c.cursor, want, now_ms):
-                c.cursor = d.seq
+            for d in _browsed(c, want, now_ms):
                 if c.no_ack:
                     tag = s.next_untracked_tag()
                 else:
@@ -504,3 +523,73 @@ class Delivery:
                 break
         if not budget:
             self.state.backlog[id(q)] = q
+
+    def _dispatch_selected(self, q: QueueEntity, now_ms: int) -> None:
+        # Selector consumers, before the others: each takes, while it has capacity, the first
+        # ready message its selector matches (`Queue.fetch_matching`: at most SELECTOR_SCAN
+        # evaluations per message) and stops at the first miss.
+        engine = q.queue
+        state = self.state
+        out = state.out
+        budget = DISPATCH_BATCH
+        dur = state.durability
+        persisted = dur.persisted(q) if dur is not None else None
+        no_ack_count = 0
+        for c in list(q.consumers.selective):
+            selector = c.selector
+            assert selector is not None
+            s = c.session
+            while budget and c.has_capacity():
+                no_ack = c.no_ack
+                d = engine.fetch_matching(
+                    selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
+                )
+                if d is None:
+                    break
+                if no_ack:
+                    tag = s.next_untracked_tag()
+                    no_ack_count += 1
+                else:
+                    tag = s.track(Unacked(q, d.seq, c))
+                    if persisted and d.seq in persisted:
+                        assert dur is not None
+                        dur.delivered(q, d.seq, d.delivery_count)
+                out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+                budget -= 1
+                if c.credit is not None:
+                    c.credit -= 1
+            if not budget:
+                state.backlog[id(q)] = q
+                break
+        delivered = DISPATCH_BATCH - budget
+        if delivered:
+            state.stats["delivered"] += delivered
+            q.deliver += delivered - no_ack_count
+            q.deliver_no_ack += no_ack_count
+
+
+def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
+    """Up to `want` messages past browser `c`'s cursor that its selector (if any) matches; the
+    cursor moves past every message looked at (at most SELECTOR_SCAN per one browsed)."""
+    engine = c.queue.queue
+    selector = c.selector
+    if selector is None:
+        got = engine.browse_many(c.cursor, want, now_ms)
+        if got:
+            c.cursor = got[-1].seq
+        return got
+    out: list[Handed] = []
+    looked = 0
+    limit = want * SELECTOR_SCAN
+    while len(out) < want and looked < limit:
+        batch = engine.browse_many(c.cursor, min(want, limit - looked), now_ms)
+        if not batch:
+            break
+        looked += len(batch)
+        for d in batch:
+            c.cursor = d.seq
+            if selector.matches_message(d.message):
+                out.append(d)
+                if len(out) == want:
+                    break
+    return out
