@@ -73,9 +73,10 @@ from ringmq.server.options import (
     ServerOptions,
     options_from,
 )
+from ringmq.server.records import connection_info
 from ringmq.server.reload import ConfigReload
 from ringmq.server.timers import CLOSE_OK_TIMEOUT_S, Timers
-from ringmq.server.transport import AMQPConnection, ClientConnection
+from ringmq.server.transport import ClientConnection
 from ringmq.status import ConnectionInfo, ListenerInfo
 
 if TYPE_CHECKING:
@@ -521,54 +522,7 @@ class BrokerServer:
 
     def connections(self) -> list[ConnectionInfo]:
         held = self.flow.held
-        out = []
-        for c in self.conns.table.values():
-            if not c.opened:
-                continue
-            info = ConnectionInfo(
-                conn_id=c.conn_id,
-                name=c.name,
-                user="",
-                vhost="",
-                peer_host=c.peer[0],
-                peer_port=c.peer[1],
-                host=c.sock_name[0],
-                port=c.sock_name[1],
-                connected_at_ms=c.connected_at_ms,
-                state="closing"
-                if c.closing
-                else "blocked"
-                if c.blocked_reason
-                else "flow"  # RabbitMQ's name for a publisher held by credit flow
-                if c in held
-                else "running",
-                blocked_reason=c.blocked_reason,
-                recv_oct=c.recv_oct,
-                send_oct=c.send_oct,
-                ssl=c.tls,
-            )
-            if type(c) is AMQPConnection:
-                info.user = c.user
-                info.vhost = c.vhost
-                info.channels = c.channels
-                info.client_properties = c.client_properties
-                info.heartbeat_s = c.proto.heartbeat_s
-                info.frame_max = c.proto.frame_max
-                info.channel_max = c.proto.channel_max
-                info.auth_mechanism = c.auth_mechanism
-            elif c.handler is not None:
-                h = c.handler.info()
-                info.protocol = h.protocol
-                info.user = h.user
-                info.vhost = h.vhost
-                info.channels = h.channels
-                info.client_properties = h.client_properties
-                info.heartbeat_s = h.heartbeat_s
-                info.frame_max = h.frame_max
-                info.channel_max = h.channel_max
-                info.auth_mechanism = h.auth_mechanism
-            out.append(info)
-        return out
+        return [connection_info(c, c in held) for c in self.conns.table.values() if c.opened]
 
     def close_connection(self, name: str, reason: str) -> bool:
         """Close the named connection with 320 CONNECTION_FORCED; False if unknown."""
