@@ -5,7 +5,13 @@ dispatch, grouped by `x-priority` (highest first) with a round-robin cursor per 
 returns the next consumer that can take a message: the highest-priority group that has any
 consumer with capacity wins (RabbitMQ consumer priorities), and within a group consumers take
 turns. With single-active-consumer only one consumer is eligible: the earliest registered one
-of the highest priority; when it goes, the next one takes over. Capacity = the connection is
+of the highest priority; when it goes, the next one takes over. A *browsing* consumer (AMQP 1.0
+distribution mode `copy`) is in `all` and `browsers` but in no priority group: `pick()` never
+returns it, dispatch serves it through its own cursor instead (`Delivery._dispatch_browse`).
+A consumer with a JMS selector (`selective`) is in no group either: dispatch serves it first
+with the messages its selector matches (`Delivery._dispatch_selected`). `fetchers` are the
+others, those that take whatever comes next; `special` says whether there are browsers or
+selector consumers (the one test in front of the hot path). Capacity = the connection is
 writable and (no-ack, or below both the consumer's prefetch and the channel's global prefetch).
 Pure: no I/O, no clock.
 """
@@ -18,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ringmq.core.message import SeqId
 
 if TYPE_CHECKING:
+    from ringmq.core.selector import Selector
     from ringmq.core.session import Session
     from ringmq.core.vhost import QueueEntity
 
@@ -36,8 +43,11 @@ class Consumer:
         prefetch: per-consumer prefetch limit at consume time (0: unlimited).
         unacked: deliveries outstanding to it.
         arguments: the consume arguments.
-        cursor: for non-destructive queues, the last seq browsed (None: from the head).
+        cursor: for a browsing consumer, the last seq browsed (None: from the head).
+        browse: it reads without consuming (AMQP 1.0 distribution mode `copy`); on a
+            non-destructive queue every consumer browses, whatever this says.
         credit, drain: link credit and drain mode (AMQP 1.0), see below.
+        selector: a JMS selector: it takes (or browses) only the messages it matches.
     """
 
     tag: str
@@ -50,6 +60,8 @@ class Consumer:
     unacked: int = 0
     arguments: dict[str, Any] = field(default_factory=dict)
     cursor: SeqId | None = None
+    browse: bool = False
+    selector: Selector | None = None
     credit: int | None = None
     """Link credit (AMQP 1.0 flow): deliveries it may still take; None: no credit, prefetch
     alone bounds it (AMQP 0-9-1)."""
@@ -80,6 +92,14 @@ class ConsumerSet:
         self.credited = False
         """Some consumer of the queue was ever given link credit (dispatch then counts it)."""
         self.all: list[Consumer] = []
+        self.fetchers: list[Consumer] = []
+        """The consumers that take messages (all but the browsers), in registration order."""
+        self.browsers: list[Consumer] = []
+        """The browsing consumers (`Consumer.browse`), in registration order."""
+        self.selective: list[Consumer] = []
+        """The consumers with a selector that take messages, in registration order."""
+        self.special = False
+        """There are browsers or selective consumers (dispatch serves them first)."""
         self._groups: list[tuple[int, list[Consumer]]] = []  # by priority, highest first
         self._rr: dict[int, int] = {}
 
@@ -101,8 +121,14 @@ class ConsumerSet:
         return self._groups[0][1][0] if self._groups else None
 
     def add(self, consumer: Consumer) -> None:
-        """Register a consumer (it joins the end of its priority group's rotation)."""
+        """Register a consumer (it joins the end of its priority group's rotation; a browser
+        joins no group)."""
         self.all.append(consumer)
+        if consumer.browse or consumer.selector is not None:
+            (self.browsers if consumer.browse else self.selective).append(consumer)
+            self.special = True
+            return
+        self.fetchers.append(consumer)
         for prio, members in self._groups:
             if prio == consumer.priority:
                 members.append(consumer)
@@ -116,6 +142,11 @@ class ConsumerSet:
             self.all.remove(consumer)
         except ValueError:
             return False
+        if consumer.browse or consumer.selector is not None:
+            (self.browsers if consumer.browse else self.selective).remove(consumer)
+            self.special = bool(self.browsers or self.selective)
+            return True
+        self.fetchers.remove(consumer)
         for i, (prio, members) in enumerate(self._groups):
             if prio == consumer.priority:
                 members.remove(consumer)
@@ -130,7 +161,7 @@ class ConsumerSet:
         if self.single_active:
             active = self.active
             return active if active is not None and active.has_capacity() else None
-        everyone = self.all
+        everyone = self.fetchers
         if len(everyone) == 1:
             only = everyone[0]
             return only if only.has_capacity() else None

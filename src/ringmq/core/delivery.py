@@ -7,21 +7,27 @@ Theory of operation
 * **subscribe** (`consume`): a consumer on a queue, with its no-ack mode, exclusivity,
   `x-priority` and the session's prefetch as its window; `cancel` ends it; `set_prefetch`
   changes the window (per consumer, or for the whole session: RabbitMQ's basic.qos global
-  flag); `flow` gives a consumer link credit (AMQP 1.0: each delivery spends one; with drain,
-  credit no ready message can use is given back at the end of the call, `Drained`). Direct
-  reply-to (`amq.rabbitmq.reply-to`) consumers are
-  registered here too (`replies`: token -> session and tag) and served by `deliver_reply`.
+  flag); a *browsing* consumer (`browse=True`, AMQP 1.0 distribution mode `copy`) reads the
+  queue through its own cursor without taking anything (every consumer of a non-destructive
+  queue browses); `flow` gives a consumer link credit (AMQP 1.0: each delivery spends one;
+  with drain, credit no message can use is given back at the end of the call, `Drained`).
+  Direct reply-to (`amq.rabbitmq.reply-to`) consumers are registered here too (`replies`:
+  token -> session and tag) and served by `deliver_reply`.
 * **get** one message (`get`), acknowledged later or not.
 * **settle** deliveries (`settle`, `settle_entries`): accepted (ack), modified (requeue: back
   to its original position, redelivered, counted as a failed delivery), released (back, not
   counted) or rejected (dropped or dead-lettered), grouped per queue in delivery order;
   `recover` requeues everything outstanding on a session.
 * **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
-  its consumers with capacity (bounded by prefetch credit and by `DISPATCH_BATCH` per call; a
-  queue that still has work goes to `State.backlog` and the broker asks for an immediate tick),
-  its expired heads are dropped, its dead letters routed (`DeadLetters`) and the publishers it
-  blocked released (`Resources.maybe_unblock`). Dead-lettering may dirty more queues: the flush
-  runs until nothing is dirty (bounded).
+  its consumers with capacity: browsers first, each by its cursor (`_dispatch_browse`), then
+  selector consumers, each taking the first message it matches (`_dispatch_selected`: at most
+  `SELECTOR_SCAN` selector evaluations per message taken or browsed), then the others by
+  fetch (`_dispatch`, the hot path, which a queue with neither reaches after one test).
+  Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still has work
+  goes to `State.backlog` and the broker asks for an immediate tick. Then its expired heads
+  are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked released
+  (`Resources.maybe_unblock`). Dead-lettering may dirty more queues: the flush runs until
+  nothing is dirty (bounded).
 
 Replies precede the deliveries they enable: an adapter appends its reply to `State.out`
 before the broker flushes. Deliveries are `effects.Deliver`, one per message (the hot path).
@@ -40,7 +46,9 @@ from ringmq.core.deadletter import DeadLetters
 from ringmq.core.effects import Deliver, DeliverReply, Drained
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
+from ringmq.core.selector import Selector
 from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
 from ringmq.core.topology import Topology
@@ -48,6 +56,11 @@ from ringmq.core.vhost import QueueEntity
 
 DISPATCH_BATCH: Final = 4096
 """Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""
+
+SELECTOR_SCAN: Final = 1000
+"""Most messages a selector looks at per message it takes or browses (queue/select.py): a
+queue of messages it does not match costs a dispatch round at most this many evaluations per
+selector consumer, never a stall."""
 
 REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
@@ -131,7 +144,7 @@ class Delivery:
             self.draining.pop(id(consumer), None)
         self.state.mark(consumer.queue)
 
-    def _drain(self) -> None:
+    def _drain(self, now_ms: int) -> None:
         # After a flush: draining consumers whose queue has nothing more for them give their
         # unused credit back.
         out = self.state.out
@@ -140,12 +153,26 @@ class Delivery:
             left = c.credit or 0
             if q.deleted or c.session.consumers.get(c.tag) is not c:
                 del self.draining[key]
-            elif left <= 0 or not q.queue.ready_count:
+            elif left <= 0 or not self._has_more(c, now_ms):
                 del self.draining[key]
                 c.drain = False
                 c.credit = 0
                 s = c.session
                 out.append(Drained(s.conn_id, s.channel, c.tag, left))
+
+    @staticmethod
+    def _has_more(c: Consumer, now_ms: int) -> bool:
+        # Whether a consumer could take another message now: a ready one, or for a browser one
+        # past its cursor.
+        q = c.queue
+        if c.browse or q.settings.non_destructive:
+            cursor = c.cursor
+            more = bool(_browsed(c, 1, now_ms))
+            c.cursor = cursor  # a look, not a browse
+            return more
+        if c.selector is not None:
+            return q.queue.has_matching(c.selector.matches_message, SELECTOR_SCAN, now_ms)
+        return bool(q.queue.ready_count)
 
     def consume(
         self,
@@ -157,9 +184,14 @@ class Delivery:
         exclusive: bool,
         arguments: dict[str, Any],
         now_ms: int,
+        browse: bool = False,
+        selector: Selector | None = None,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
-        empty name is the session's last declared queue)."""
+        empty name is the session's last declared queue). With `browse`, the consumer reads
+        the queue's messages in seq order and leaves them there (settling a browsed delivery
+        does nothing); others still get them. With a `selector` (JMS), the consumer takes or
+        browses only the messages it matches and leaves the others for other consumers."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -187,6 +219,8 @@ class Delivery:
             priority=prio,
             prefetch=s.prefetch_count,
             arguments=arguments,
+            browse=browse,
+            selector=selector,
         )
         s.consumers[tag] = consumer
         q.consumers.add(consumer)
@@ -390,10 +424,16 @@ class Delivery:
             st = q.settings
             if st.message_ttl_ms is not None or st.expires_ms is not None:
                 state.timed[id(q)] = q
-            if q.consumers.all:
+            consumers = q.consumers
+            if consumers.all:
                 if st.non_destructive:
-                    self._dispatch_browse(q, now_ms)
+                    self._dispatch_browse(q, consumers.all, now_ms)
                 else:
+                    if consumers.special:  # browsers first: they see what the others take
+                        if consumers.browsers:
+                            self._dispatch_browse(q, consumers.browsers, now_ms)
+                        if consumers.selective:
+                            self._dispatch_selected(q, now_ms)
                     self._dispatch(q, now_ms)
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
@@ -403,7 +443,7 @@ class Delivery:
             if blocked_by and id(q) in blocked_by:
                 self.resources.maybe_unblock(q)
         if self.draining:
-            self._drain()
+            self._drain(now_ms)
 
     def _dispatch(self, q: QueueEntity, now_ms: int) -> None:
         # Hot path: locals only; one fetch + one tracked delivery + one effect per message.
@@ -450,12 +490,13 @@ class Delivery:
             q.deliver += delivered - no_ack_count
             q.deliver_no_ack += no_ack_count
 
-    def _dispatch_browse(self, q: QueueEntity, now_ms: int) -> None:
-        # Non-destructive queues: every consumer reads the whole queue through its own cursor.
-        engine = q.queue
+    def _dispatch_browse(self, q: QueueEntity, browsers: list[Consumer], now_ms: int) -> None:
+        # The one browsing rule: each of `browsers` (every consumer of a non-destructive queue,
+        # the browsing consumers of any other) reads the queue through its own cursor, and
+        # sees only what its selector matches (`_browsed`).
         out = self.state.out
         budget = DISPATCH_BATCH
-        for c in list(q.consumers.all):
+        for c in list(browsers):
             s = c.session
             # What `has_capacity` allows, counted once: each tracked delivery below raises the
             # consumer's and the channel's unacked count by one, as a check per message would.
@@ -469,8 +510,7 @@ class Delivery:
                     want = min(want, s.global_prefetch - s.global_unacked)
             if want <= 0:
                 continue
-            for d in engine.browse_many(c.cursor, want, now_ms):
-                c.cursor = d.seq
+            for d in _browsed(c, want, now_ms):
                 if c.no_ack:
                     tag = s.next_untracked_tag()
                 else:
@@ -483,3 +523,73 @@ class Delivery:
                 break
         if not budget:
             self.state.backlog[id(q)] = q
+
+    def _dispatch_selected(self, q: QueueEntity, now_ms: int) -> None:
+        # Selector consumers, before the others: each takes, while it has capacity, the first
+        # ready message its selector matches (`Queue.fetch_matching`: at most SELECTOR_SCAN
+        # evaluations per message) and stops at the first miss.
+        engine = q.queue
+        state = self.state
+        out = state.out
+        budget = DISPATCH_BATCH
+        dur = state.durability
+        persisted = dur.persisted(q) if dur is not None else None
+        no_ack_count = 0
+        for c in list(q.consumers.selective):
+            selector = c.selector
+            assert selector is not None
+            s = c.session
+            while budget and c.has_capacity():
+                no_ack = c.no_ack
+                d = engine.fetch_matching(
+                    selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
+                )
+                if d is None:
+                    break
+                if no_ack:
+                    tag = s.next_untracked_tag()
+                    no_ack_count += 1
+                else:
+                    tag = s.track(Unacked(q, d.seq, c))
+                    if persisted and d.seq in persisted:
+                        assert dur is not None
+                        dur.delivered(q, d.seq, d.delivery_count)
+                out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+                budget -= 1
+                if c.credit is not None:
+                    c.credit -= 1
+            if not budget:
+                state.backlog[id(q)] = q
+                break
+        delivered = DISPATCH_BATCH - budget
+        if delivered:
+            state.stats["delivered"] += delivered
+            q.deliver += delivered - no_ack_count
+            q.deliver_no_ack += no_ack_count
+
+
+def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
+    """Up to `want` messages past browser `c`'s cursor that its selector (if any) matches; the
+    cursor moves past every message looked at (at most SELECTOR_SCAN per one browsed)."""
+    engine = c.queue.queue
+    selector = c.selector
+    if selector is None:
+        got = engine.browse_many(c.cursor, want, now_ms)
+        if got:
+            c.cursor = got[-1].seq
+        return got
+    out: list[Handed] = []
+    looked = 0
+    limit = want * SELECTOR_SCAN
+    while len(out) < want and looked < limit:
+        batch = engine.browse_many(c.cursor, min(want, limit - looked), now_ms)
+        if not batch:
+            break
+        looked += len(batch)
+        for d in batch:
+            c.cursor = d.seq
+            if selector.matches_message(d.message):
+                out.append(d)
+                if len(out) == want:
+                    break
+    return out

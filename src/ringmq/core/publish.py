@@ -253,7 +253,7 @@ class Publisher:
             if limit is None and st.lvq_key is None and not st.non_destructive:
                 if st.max_priority:
                     self.state.eager = True
-                if conn_id is not None and q.consumers.all:
+                if conn_id is not None and q.consumers.fetchers:
                     counters = engine.counters
                     if counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES:
                         self.resources.flow_requests[conn_id] = q

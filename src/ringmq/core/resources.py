@@ -229,7 +229,7 @@ class Resources:
     @staticmethod
     def flow_settled(q: QueueEntity) -> bool:
         """True when a publisher paused for `q` may read again."""
-        if q.deleted or not q.consumers.all:
+        if q.deleted or not q.consumers.fetchers:
             return True
         counters = q.queue.counters
         return q.queue.ready_count <= FLOW_LOW and counters.ready_bytes <= FLOW_LOW_BYTES

@@ -39,7 +39,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ringmq.adapters.amqp10 import message as m10
-from ringmq.adapters.amqp10.addresses import TOPIC_EXCHANGE, AddressError, Kind, Node, resolve
+from ringmq.adapters.amqp10.addresses import (
+    TOPIC_EXCHANGE,
+    AddressError,
+    Kind,
+    Node,
+    resolve,
+    selector_filter,
+)
 from ringmq.adapters.amqp10.errors import REFUSAL_TEXTS, REFUSALS, condition_of
 from ringmq.adapters.amqp10.transactions import Coordinator
 from ringmq.amqp10 import conditions as c
@@ -49,6 +56,7 @@ from ringmq.amqp10.connection import error
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
+from ringmq.core.selector import Selector, SelectorError
 from ringmq.core.session import Session, SettleKind
 
 if TYPE_CHECKING:
@@ -222,8 +230,8 @@ class Links:
         source = a.source
         if source is None:
             raise RefusalError(c.INVALID_FIELD, "a receiver needs a source")
-        if source.distribution_mode == "copy":
-            raise RefusalError(c.NOT_IMPLEMENTED, "distribution mode copy (browsing)")
+        browse = source.distribution_mode == "copy"  # a QueueBrowser: leaves them to others
+        selector, filters = self._selector(source.filter)
         s = ls.core
         b = self.broker
         caps = _caps(source.capabilities)
@@ -255,8 +263,9 @@ class Links:
         tag = f"amqp10-{ev.handle}-{self._serial}"
         settled = a.snd_settle_mode == SETTLED
         b.delivery.consume(
-            s, queue, tag, no_ack=settled, exclusive=False, arguments={}, now_ms=now_ms
-        )
+            s, queue, tag, no_ack=settled, exclusive=False, arguments={}, now_ms=now_ms,
+            browse=browse, selector=selector,
+        )  # fmt: skip
         b.delivery.flow(s, tag, credit=0, drain=False)
         reply = p.Source(
             address=address,
@@ -265,6 +274,7 @@ class Links:
             timeout=source.timeout,
             dynamic=source.dynamic,
             distribution_mode=source.distribution_mode,
+            filter=filters,
             default_outcome=p.Modified(delivery_failed=True),
             outcomes=source.outcomes,
             capabilities=source.capabilities,
@@ -273,6 +283,19 @@ class Links:
         link = OutLink(ev.handle, tag, queue, settled, delete_on_close)
         ls.outs[ev.handle] = link
         ls.by_tag[tag] = link
+
+    @staticmethod
+    def _selector(filters: Any) -> tuple[Selector | None, dict[Any, Any] | None]:
+        # A JMS selector filter, parsed, and the filters the attach echoes (only the ones
+        # applied: a client sees that the others are not).
+        try:
+            found = selector_filter(filters if isinstance(filters, dict) else None)
+            if found is None:
+                return None, None
+            key, value, text = found
+            return Selector(text), {key: value}
+        except (AddressError, SelectorError) as exc:
+            raise RefusalError(c.INVALID_FIELD, f"invalid selector: {exc}") from None
 
     def _node(self, address: str, caps: tuple[str, ...]) -> Node:
         try:

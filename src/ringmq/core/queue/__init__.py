@@ -16,6 +16,7 @@ open with their own theory of operation and invariants:
 * `lanes`: entries and per-priority lanes (where waiting messages wait);
 * `paging`: `PagedTail`, the spilled tail, its store and the in-memory bound;
 * `browse`: building and reading the browse index, index-free reads;
+* `select`: the bounded scan for the first message a selector matches;
 * `limits`: the counted-set rules, fast-path flags and thresholds, the Qpid ring's age order;
 * `records`: outcomes, deliveries, dead letters, counters, constants;
 * `ports`: the body and spill store Protocols and their in-memory versions.
@@ -34,7 +35,8 @@ for the spilled tail, the `SpillStore` port (`MemorySpillStore` here; storage ha
   `memory_bound`, `page_out()`, `spilled`, `pageable`, `close()`
 * `publish(msg, now_ms) -> PublishOutcome` (ENQUEUED, SCHEDULED, REJECTED: nack the publisher,
   DROPPED: accepted then discarded by policy, ack the publisher as RabbitMQ does)
-* `fetch(now_ms, ack_required=True) -> Delivery | None`
+* `fetch(now_ms, ack_required=True) -> Delivery | None`; `fetch_matching(match, scan, now_ms,
+  ack_required)` and `has_matching(match, scan, now_ms)` for selector consumers (select.py)
 * `ack(seqs)`, `requeue(seqs, now_ms, *, count_failure=True)`, `reject(seqs, now_ms)`,
   `purge() -> int`
 * `tick(now_ms)`, `next_deadline_ms() -> int | None`, `drop_expired(now_ms) -> int`

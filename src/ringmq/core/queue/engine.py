@@ -73,7 +73,7 @@ from dataclasses import replace
 from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
-from ringmq.core.queue import browse
+from ringmq.core.queue import browse, select
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.deadletters import DeadLetters
 from ringmq.core.queue.expiry import Expiry
@@ -430,6 +430,26 @@ class Queue(QueueViews):
             self._contents.forget(e)
             c.acknowledged += 1
         return delivery
+
+    def fetch_matching(
+        self, match: Callable[[Message], bool], scan: int, now_ms: int, ack_required: bool = True
+    ) -> Delivery | None:
+        """`fetch` for a selector consumer: take the first ready message `match` accepts among
+        the first `scan` in delivery order, leaving the others in place (select.py states the
+        cost and what is not scanned). None when none matches, and on a non-destructive queue
+        (its consumers browse)."""
+        if self._non_destructive:
+            return None
+        found = select.find(self._contents, match, scan, now_ms)
+        if found is None:
+            return None
+        return select.take(self._contents, *found, ack_required=ack_required)
+
+    def has_matching(self, match: Callable[[Message], bool], scan: int, now_ms: int) -> bool:
+        """Whether `fetch_matching` would find a message now (nothing is taken)."""
+        if self._non_destructive:
+            return False
+        return select.find(self._contents, match, scan, now_ms) is not None
 
     def ack(self, seqs: Iterable[SeqId]) -> None:
         """Acknowledge unacked messages. Unknown seqs (e.g. evicted by a Qpid ring) are no-ops."""

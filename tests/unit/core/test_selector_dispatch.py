@@ -1,0 +1,99 @@
+"""Selector consumers in the core (`Delivery.consume(selector=...)`): they take the first
+message they match and leave the rest to others; the scan is bounded; a requeued selected
+message comes back once; drain gives back what nothing matches."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringmq.amqp import spec
+from ringmq.amqp.properties import BasicProperties
+from ringmq.core import delivery as delivery_module
+from ringmq.core.effects import Deliver, Drained, Effect
+from ringmq.core.selector import parse
+from ringmq.core.session import SettleKind
+from tests.unit.core.test_broker_kit import Kit, bodies
+
+
+def _setup(colours: list[str | None]) -> tuple[Kit, tuple[int, int]]:
+    k = Kit()
+    ch = k.open()
+    k.declare(ch, "q")
+    for i, colour in enumerate(colours):
+        headers = None if colour is None else {"colour": colour}
+        k.publish(ch, "q", f"{colour}{i}".encode(), props=BasicProperties(headers=headers))
+    return k, ch
+
+
+def _select(
+    k: Kit, ch: tuple[int, int], tag: str, text: str, credit: int | None = None
+) -> list[Effect]:
+    b = k.broker
+    s = b.session(*ch)
+    assert s is not None
+    out = b.begin(k.now)
+    b.delivery.consume(
+        s, "q", tag, no_ack=False, exclusive=False, arguments={}, now_ms=k.now,
+        selector=parse(text),
+    )  # fmt: skip
+    if credit is not None:
+        b.delivery.flow(s, tag, credit=credit, drain=False)
+    b.finish(k.now)
+    return out
+
+
+def _ready(k: Kit) -> int:
+    return k.broker.vhosts["/"].queues["q"].queue.ready_count
+
+
+def test_a_selector_takes_its_messages_and_leaves_the_others() -> None:
+    k, pub = _setup(["red", "blue", None, "red"])
+    sub = k.open()
+    assert bodies(_select(k, sub, "r", "colour = 'red'")) == [b"red0", b"red3"]
+    assert _ready(k) == 2
+    got = k.publish(pub, "q", b"late", props=BasicProperties(headers={"colour": "red"}))
+    assert [e.consumer_tag for e in got if isinstance(e, Deliver)] == ["r"]
+    other = k.open()
+    assert bodies(k.consume(other, "q", "c", no_ack=True)) == [b"blue1", b"None2"]
+
+
+def test_a_requeued_selected_message_comes_back_once() -> None:
+    k, _ = _setup(["blue", "red", "blue"])
+    sub = k.open()
+    got = _select(k, sub, "r", "colour = 'red'", credit=1)
+    assert bodies(got) == [b"red1"]
+    s = k.broker.session(*sub)
+    assert s is not None
+    tag = next(e.delivery_tag for e in got if isinstance(e, Deliver))
+    out = k.broker.begin(k.now)
+    k.broker.delivery.cancel(s, "r", k.now)
+    k.broker.delivery.settle(s, tag, False, SettleKind.RELEASE, k.now)
+    k.broker.finish(k.now)
+    assert _ready(k) == 3
+    other = k.open()
+    assert bodies(out + k.consume(other, "q", "c", no_ack=True)) == [b"blue0", b"red1", b"blue2"]
+
+
+def test_the_scan_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(delivery_module, "SELECTOR_SCAN", 3)
+    k, ch = _setup(["blue", "blue", "blue", "red"])
+    sub = k.open()
+    assert bodies(_select(k, sub, "r", "colour = 'red'")) == []  # the red one is 4th
+    assert _ready(k) == 4
+    got = k.call(ch, spec.BasicGet(queue="q", no_ack=True))  # takes blue0: red3 is in reach
+    assert bodies(got) == [b"red3"]  # (the get's own message is no basic.deliver)
+    assert _ready(k) == 2
+
+
+def test_drain_gives_back_what_nothing_matches() -> None:
+    k, _ = _setup(["blue", "red"])
+    sub = k.open()
+    assert bodies(_select(k, sub, "r", "colour = 'red'", credit=0)) == []
+    s = k.broker.session(*sub)
+    assert s is not None
+    out = k.broker.begin(k.now)
+    k.broker.delivery.flow(s, "r", credit=5, drain=True)
+    k.broker.finish(k.now)
+    assert bodies(out) == [b"red1"]
+    assert [e.credit for e in out if isinstance(e, Drained)] == [4]
+    assert _ready(k) == 1
