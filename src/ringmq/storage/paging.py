@@ -15,6 +15,9 @@ each, in queue order). Order is the caller's, never re-sorted here:
 * `discard(seq, size)` leaves a tombstone for a paged message removed out of order (expiry,
   LVQ replacement, purge by seq); it is skipped when read.
 
+* `peek_after(after, limit)` reads without taking (a browse); `peek_columns` does the same into
+  browse columns straight from the records, building no message (`pagerows.py`).
+
 So a message's place is decided once, by the engine, and every path (publish, requeue into the
 head, page out of the head's rear, page in from the front) keeps queue order. Page files are
 transient: `Pager` wipes its directory when it starts, so paged data never survives a restart
@@ -53,8 +56,10 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
 from ringmq.storage.bodyspill import BodySpill as BodySpill  # re-exported: the pager holds one
 from ringmq.storage.journal import write_all
+from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -489,6 +494,54 @@ class PageQueue:
                 out.append(_paged_entry(data, at, stop))
         if refs:
             self._resolve(out, refs)
+
+    def peek_columns(self, after: int | None, limit: int, now_ms: int, out: Columns) -> int | None:
+        """`peek_after` as columns: append to `out`, until it holds `limit` rows, the paged
+        messages with a seq above `after`, in order, without building them (`pagerows`);
+        tombstoned ones and those expired at `now_ms` are left out.
+
+        Returns the seq of the last record read when it stopped because `out` filled up
+        (more may follow that seq; `out` may hold fewer than `limit` rows when journal copies
+        read for it had expired), None when everything after `after` was read.
+
+        Raises:
+            RuntimeError: a page file is corrupt where the browse reads it.
+        """
+        low = -1 if after is None else after
+        tombstones = self._tombstones
+        for run in self._runs:
+            if run.count == 0 or run.last_seq <= low:
+                continue
+            if run.seqs is not None:
+                last = self._peek_memory_run(run, low, limit, now_ms, out)
+                if len(out) >= limit:
+                    return last
+                continue
+            data = self._read(run, run.read_offset, None)
+            try:
+                got = peek_rows(data, low, tombstones, now_ms, limit, out)
+            except CorruptPageError as exc:
+                at = run.read_offset + exc.offset
+                raise RuntimeError(f"page file {run.path} is corrupt at {at}") from None
+            full = len(out) >= limit
+            if got.refs:
+                self._resolve_rows(out, got.refs, now_ms)  # may drop expired rows
+            if full:
+                return got.last_seq
+        return None
+
+    def _peek_memory_run(self, run: _Run, low: int, limit: int, now_ms: int, out: Columns) -> int:
+        # The rows of a memory run's unread seqs above `low`, read from the journal.
+        assert run.seqs is not None
+        assert self.copies is not None
+        tombstones = self._tombstones
+        want = [s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones]
+        return journal_rows(self.copies.read, want, low, limit, now_ms, out)
+
+    def _resolve_rows(self, out: Columns, refs: list[tuple[int, int]], now_ms: int) -> None:
+        # PAGED_REF placeholder rows, filled from the journal copies (one batched read).
+        assert self.copies is not None, "a page file holds references but no journal is given"
+        fill_refs(out, refs, self.copies.read([s for _, s in refs]), now_ms)
 
     def _resolve(self, out: list[Entry], refs: list[tuple[int, int]]) -> None:
         # PAGED_REF records: read the journal copies (one batched read) into their places.
