@@ -14,7 +14,6 @@ each, in queue order). Order is the caller's, never re-sorted here:
   deleted as soon as it has been read through.
 * `discard(seq, size)` leaves a tombstone for a paged message removed out of order (expiry,
   LVQ replacement, purge by seq); it is skipped when read.
-
 * `peek_after(after, limit)` reads without taking (a browse); `peek_columns` does the same into
   browse columns straight from the records, building no message (`pagerows.py`).
 
