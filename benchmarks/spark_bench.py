@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
 
             cloudpickle.register_pickle_by_value(spark_null)  # type: ignore[no-untyped-call]
             spark.dataSource.register(spark_null.NullSource)
-        conn = pika.BlockingConnection(pika.URLParameters(amqp))
+        # no heartbeats: this control connection idles through whole Spark actions
+        conn = pika.BlockingConnection(pika.URLParameters(amqp + "?heartbeat=0"))
         ch = conn.channel()
         client = StreamClient(http)
 
