@@ -78,9 +78,7 @@ def encode_columns(rows: Iterable[tuple[int, int, bool, Message]]) -> bytes:
     rows (`encode_column_set` of their columns)."""
     cols = Columns()
     positions: array[int] = array("Q")
-    for p, sq, red, m in rows:
-        positions.append(p)
-        cols.add_message(sq, red, m)
+    cols.add_rows(rows, positions)
     return encode_column_set(cols, positions)
 
 

@@ -178,8 +178,8 @@ def ready_columns(contents: Contents, after: SeqId | None, limit: int, now_ms: i
     if limit <= 0:
         return out
     live = ready_in_memory(contents.lane, after)
-    for d in deliveries(live, 0, limit, now_ms, [], contents.store.peek, contents.name):
-        out.add_message(d.seq, d.redelivered, d.message)
+    found = deliveries(live, 0, limit, now_ms, [], contents.store.peek, contents.name)
+    out.add_rows((d.seq, d.seq, d.redelivered, d.message) for d in found)
     paging = contents.paging
     if not paging.spilled:
         return out

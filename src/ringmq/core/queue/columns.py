@@ -18,6 +18,7 @@ paged rows of one browse by seq (the two are ordered each, and usually do not in
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from typing import Final
 
 from ringmq.core.message import Message
@@ -66,22 +67,40 @@ class Columns:
 
     def add_message(self, seq: int, redelivered: bool, msg: Message) -> None:
         """Append the row of a message held in memory."""
+        self.add_rows(((seq, seq, redelivered, msg),))
+
+    def add_rows(
+        self, rows: Iterable[tuple[int, int, bool, Message]], positions: array[int] | None = None
+    ) -> None:
+        """Append the rows of messages held in memory, given as (position, seq, redelivered,
+        message): the shape of range reads and browses. Positions go to `positions` (a
+        reservation's; a browse's are its seqs: None)."""
         enc = self._enc
-        self.seqs.append(seq)
-        self.redelivered.append(1 if redelivered else 0)
-        self.timestamps.append(msg.timestamp_ms)
-        ex = enc.get(msg.exchange)
-        if ex is None:
-            ex = enc[msg.exchange] = msg.exchange.encode()
-        rk = enc.get(msg.routing_key)
-        if rk is None:
-            rk = msg.routing_key.encode()
-            if len(enc) < _ENCODINGS_KEPT:
-                enc[msg.routing_key] = rk
-        self.exchanges.append(ex)
-        self.routing_keys.append(rk)
-        self.properties.append(msg.properties_bin)
-        self.bodies.append(msg.body)
+        seqs = self.seqs
+        flags = self.redelivered
+        stamps = self.timestamps
+        exchanges = self.exchanges
+        keys = self.routing_keys
+        props = self.properties
+        bodies = self.bodies
+        for pos, seq, redelivered, msg in rows:
+            if positions is not None:
+                positions.append(pos)
+            seqs.append(seq)
+            flags.append(1 if redelivered else 0)
+            stamps.append(msg.timestamp_ms)
+            ex = enc.get(msg.exchange)
+            if ex is None:
+                ex = enc[msg.exchange] = msg.exchange.encode()
+            rk = enc.get(msg.routing_key)
+            if rk is None:
+                rk = msg.routing_key.encode()
+                if len(enc) < _ENCODINGS_KEPT:
+                    enc[msg.routing_key] = rk
+            exchanges.append(ex)
+            keys.append(rk)
+            props.append(msg.properties_bin)
+            bodies.append(msg.body)
 
     def extend(self, other: Columns, start: int = 0, stop: int | None = None) -> None:
         """Append the rows `other[start:stop]` (slices of each column)."""

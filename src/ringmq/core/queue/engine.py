@@ -528,8 +528,8 @@ class Queue(QueueViews):
         spilled messages go from their page records to the columns without being built."""
         if self._index is not None or self._paging.spill is None or not self.pageable:
             out = Columns()
-            for d in self.browse_many(after, limit, now_ms):
-                out.add_message(d.seq, d.redelivered, d.message)
+            found = self.browse_many(after, limit, now_ms)
+            out.add_rows((d.seq, d.seq, d.redelivered, d.message) for d in found)
             return out
         return browse.ready_columns(self._contents, after, limit, now_ms)
 
