@@ -269,7 +269,9 @@ def test_the_handshake_timeout_covers_silent_sockets_on_every_listener(
 
 def test_the_amqps_port_tells_them_apart_too(tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
-    config = parse_toml(f'[tls]\ncert_file = "{cert}"\nkey_file = "{key}"\nport = 0\n')
+    config = parse_toml(
+        f'[tls]\ncert_file = "{cert}"\nkey_file = "{key}"\nport = 0\nstomp_port = 0\n'
+    )
     b = _start(tmp_path, config=config)
     try:
         port = b.server.amqps_port
@@ -287,5 +289,17 @@ def test_the_amqps_port_tells_them_apart_too(tmp_path: Path) -> None:
         conn = pika.BlockingConnection(params)
         conn.channel().queue_declare("over-tls")
         conn.close()
+        # [tls] stomp_port: the adapter protocol over TLS (mqtt_port is not set: no listener)
+        with (
+            socket.create_connection(("127.0.0.1", b.port_of("stomp/ssl")), timeout=5) as raw,
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s,
+        ):
+            s.sendall(b"LOGIN guest guest\nECHO secret\n")
+            assert _line(s) == b"OK\n"
+            assert _line(s) == b"secret\n"
+        (info,) = [c for c in b.call(b.server.connections) if c.protocol == "TOY 1.0"]
+        assert info.ssl
+        with pytest.raises(LookupError):
+            b.port_of("mqtt/ssl")
     finally:
         b.stop()

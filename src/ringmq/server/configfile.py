@@ -271,6 +271,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             port=_req(t.opt_int("port", DEFAULT_AMQPS_PORT, maximum=MAX_PORT)),
             verify_peer=bool(t.opt_bool("verify_peer", False)),
             https=bool(t.opt_bool("https", False)),
+            stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
+            mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
         )
         t.done()
 

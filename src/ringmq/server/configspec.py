@@ -147,6 +147,10 @@ class TLSSpec:
     verify_peer: bool = False
     https: bool = False
     """Serve the management API over HTTPS (on the HTTP port) with this certificate too."""
+    stomp_port: int | None = None
+    """STOMP over TLS on this port (RabbitMQ's `stomp.listeners.ssl`, usually 61614); None: off."""
+    mqtt_port: int | None = None
+    """MQTT over TLS on this port (RabbitMQ's `mqtt.listeners.ssl`, usually 8883); None: off."""
 
 
 @dataclass(frozen=True, slots=True)

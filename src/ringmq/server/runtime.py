@@ -49,6 +49,7 @@ from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.commit import GroupCommit
+from ringmq.server.configspec import TLSSpec
 from ringmq.server.connections import Connections
 from ringmq.server.datadir import DataDirLock
 from ringmq.server.flow import PublisherFlow
@@ -349,12 +350,31 @@ class BrokerServer:
             self._listeners.remove(pre)
             self._listeners.append(lst)
             log.info("%s listening on %s:%d", pre.protocol.upper(), lst.host, lst.port)
+        if cfg.tls is not None:
+            await self._open_tls_listeners(cfg.tls)
         if http_pre is not None:
             self._start_management(http_pre)
 
         self.timers.start(loop)
         self.reloader.start(loop)
         self.ready.set()
+
+    async def _open_tls_listeners(self, spec: TLSSpec) -> None:
+        # STOMP and MQTT over TLS, where [tls] names their ports (RabbitMQ's ssl listeners)
+        ctx = tls_context(spec)
+        for key, port in (("stomp", spec.stomp_port), ("mqtt", spec.mqtt_port)):
+            if port is None or key not in self.handler_factories:
+                continue
+            lst = await open_amqp_listener(
+                self.handlers.protocol_factory(key, tls=True),
+                self.options.host,
+                port,
+                tls=ctx,
+                now_ms=self.clock.wall_ms,
+                protocol=f"{key}/ssl",
+            )
+            self._listeners.append(lst)
+            log.info("%s/SSL listening on %s:%d", key.upper(), lst.host, lst.port)
 
     def _amqp_factory(self, *, tls: bool) -> Callable[[], asyncio.Protocol]:
         # The AMQP port's connections: 0-9-1 alone, or told from 1.0 by the protocol header
