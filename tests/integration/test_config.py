@@ -22,6 +22,7 @@ import pytest
 
 from ringmq.node import BrokerThread
 from ringmq.server.configfile import load_config
+from tests.facade import admin_of
 from tests.integration.conftest import BrokerFactory, wait_until
 from tests.integration.test_errors import _frame, _recv_frame, _shortstr
 
@@ -176,7 +177,7 @@ def test_artemis_address_settings_reload(broker_factory: BrokerFactory, tmp_path
     b = broker_factory(load_config(xml))
 
     def ring_size(name: str) -> int:
-        return int(b.call(lambda: b.broker.admin.queue("/", name))["ring_size"])
+        return b.call(lambda: admin_of(b).queue("/", name)).ring_size
 
     assert ring_size("ring.auto") == 2
     extra = '<address name="ring.late"><anycast><queue name="ring.late"/></anycast></address>'

@@ -13,7 +13,9 @@ import pika
 import pika.exceptions
 import pytest
 
+from ringmq.management.records import PermissionInfo, PolicyInfo
 from ringmq.node import BrokerThread
+from tests.facade import admin_of
 from tests.integration.conftest import BrokerFactory
 
 pytestmark = pytest.mark.integration
@@ -99,11 +101,13 @@ def test_definitions_survive_a_restart(broker_factory: BrokerFactory, tmp_path: 
         ch.exchange_declare("scratch", "fanout", durable=False)
         ch.queue_declare("audit", durable=True, arguments={"x-message-ttl": 600_000})
         ch.queue_bind("audit", "events", "order.*")
-    b.call(lambda: b.broker.admin.add_user("ops", password="pw", tags=("administrator",)))
-    b.call(lambda: b.broker.admin.set_permissions("ops", "/", ".*", ".*", ".*"))
+    admin = admin_of(b)
+    b.call(lambda: admin.add_user("ops", password="pw", password_hash=None, tags=["administrator"]))
+    b.call(lambda: admin.set_permissions(PermissionInfo("ops", "/", ".*", ".*", ".*")))
     b.call(
-        lambda: b.broker.admin.set_policy(
-            vhost="/", name="cap", pattern="^audit$", definition={"max-length": 2}
+        lambda: admin.set_policy(
+            PolicyInfo(vhost="/", name="cap", pattern="^audit$", definition={"max-length": 2}),
+            now_ms=0,
         )
     )
     b.stop()
@@ -120,8 +124,8 @@ def test_definitions_survive_a_restart(broker_factory: BrokerFactory, tmp_path: 
             ch.exchange_declare("scratch", "fanout", passive=True)
         assert exc.value.reply_code == 404
     # the binding routes "order.*" only, and the recovered policy's max-length 2 drops the head
-    policies = b2.call(lambda: b2.broker.admin.policies("/"))
-    assert [p["name"] for p in policies] == ["cap"]
+    policies = b2.call(lambda: admin_of(b2).policies("/"))
+    assert [p.name for p in policies] == ["cap"]
     assert [body for body, _r in drain(b2, "audit")] == [b"3", b"4"]
 
 
@@ -176,7 +180,7 @@ def test_confirms_wait_for_the_fsync_and_are_grouped(
     asyncio.run(burst())
     syncs = b.call(lambda: commit.syncs) - before
     assert 1 <= syncs < 400  # group commit: one fsync covers many confirms
-    assert b.call(lambda: b.broker.admin.queue("/", "gq")["messages_ready"]) == 401
+    assert b.call(lambda: admin_of(b).queue("/", "gq").messages_ready) == 401
 
 
 def test_delayed_exchange_keeps_persistent_held_messages_across_a_restart(

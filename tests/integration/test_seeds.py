@@ -3,12 +3,10 @@
 Artemis ring queue (ring of 3; in-delivery messages cancelled back; scheduled messages), Qpid
 size policies (reject, ring, ring_strict) and the Qpid last-value-queue ticker. Counters the wire
 cannot show (Artemis `messageCount` = ready + delivering + scheduled) are read from the broker's
-admin facade on its own loop thread.
+management facade on its own loop thread.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import pika
 import pika.exceptions
@@ -16,6 +14,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from ringmq.node import BrokerThread
+from tests.facade import admin_of
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -27,12 +26,12 @@ def connect(b: BrokerThread) -> pika.BlockingConnection:
 
 def counts(b: BrokerThread, queue: str) -> dict[str, int]:
     """Artemis-style counters of `queue`: messageCount, deliveringCount, scheduledCount."""
-    info: dict[str, Any] = b.call(lambda: b.broker.admin.queue("/", queue))
-    ready = info["messages_ready"]
-    unacked = info["messages_unacknowledged"]
-    scheduled = info["messages_scheduled"]
+    info = b.call(lambda: admin_of(b).queue("/", queue))
+    ready = info.messages_ready
+    unacked = info.messages_unacknowledged
+    scheduled = info.messages_scheduled
     return {
-        "messageCount": ready + unacked + scheduled + info["messages_paged"],
+        "messageCount": ready + unacked + scheduled + info.messages_paged,
         "deliveringCount": unacked,
         "scheduledCount": scheduled,
         "ready": ready,

@@ -9,6 +9,7 @@ import pika.exceptions
 import pytest
 
 from ringmq.node import BrokerThread
+from tests.facade import admin_of
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -146,8 +147,8 @@ def test_qos_prefetch_limits_unacked_and_nack_requeue_sets_redelivered(
         wait_until(three)
         conn.process_data_events(0.1)
         assert len(seen) == 3  # prefetch window is full
-        info = broker.call(lambda: broker.broker.admin.queue("/", "qos"))
-        assert info["messages_unacknowledged"] == 3
+        info = broker.call(lambda: admin_of(broker).queue("/", "qos"))
+        assert info.messages_unacknowledged == 3
         # nack the first with requeue: it comes back flagged redelivered, before the rest
         first_m, first_body = seen[0]
         ch.basic_nack(first_m.delivery_tag, requeue=True)
@@ -328,9 +329,7 @@ def test_slow_consumer_backpressure_keeps_messages_in_the_queue(broker: BrokerTh
             pch.basic_publish("", "firehose", body)
 
         def ready() -> int:
-            return int(
-                broker.call(lambda: broker.broker.admin.queue("/", "firehose"))["messages_ready"]
-            )
+            return broker.call(lambda: admin_of(broker).queue("/", "firehose")).messages_ready
 
         # the slow client reads nothing here: part of the queue must stay ready, and stays so
         assert ready() > 0

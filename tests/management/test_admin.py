@@ -1,4 +1,4 @@
-"""CoreAdmin's fast listing path agrees with the core facade's full snapshot."""
+"""CoreAdmin's fast listing path agrees with its full snapshot of one queue."""
 
 from __future__ import annotations
 
@@ -6,25 +6,28 @@ from dataclasses import replace
 
 from ringmq.core.broker import Broker
 from ringmq.management.admin import CoreAdmin, settings_arguments
+from ringmq.management.records import PolicyInfo
 
 from .conftest import T0_MS, FakeRuntime, open_consumer
 
 
 def test_listing_matches_single_queue_snapshot(broker: Broker) -> None:
     admin = CoreAdmin(broker, FakeRuntime())
-    core = broker.admin
-    core.declare_queue("/", "ring", arguments={"x-ring-size": 2}, now_ms=T0_MS)
-    core.declare_queue("/", "lvq", arguments={"x-last-value-key": "k"}, now_ms=T0_MS)
-    core.declare_queue("/", "plain", now_ms=T0_MS)
-    core.set_policy(vhost="/", name="ttl", pattern="^plain$", definition={"message-ttl": 60_000})
+    admin.declare_queue("/", "ring", arguments={"x-ring-size": 2}, now_ms=T0_MS)
+    admin.declare_queue("/", "lvq", arguments={"x-last-value-key": "k"}, now_ms=T0_MS)
+    admin.declare_queue("/", "plain", now_ms=T0_MS)
+    admin.set_policy(
+        PolicyInfo(vhost="/", name="ttl", pattern="^plain$", definition={"message-ttl": 60_000}),
+        now_ms=T0_MS,
+    )
     for i in range(5):
-        core.publish("/", "", "ring", b"r", {}, now_ms=T0_MS)
-        core.publish("/", "", "lvq", b"l", {"headers": {"k": str(i % 2)}}, now_ms=T0_MS)
-        core.publish(
+        admin.publish("/", "", "ring", b"r", {}, now_ms=T0_MS)
+        admin.publish("/", "", "lvq", b"l", {"headers": {"k": str(i % 2)}}, now_ms=T0_MS)
+        admin.publish(
             "/", "", "plain", b"p" * i, {"headers": {"x-delay": 10_000 * (i % 2)}}, now_ms=T0_MS
         )
     open_consumer(broker, "plain", prefetch=1)
-    core.get_messages("/", "ring", count=1, ackmode="ack_requeue_false", now_ms=T0_MS)
+    admin.get_messages("/", "ring", count=1, ackmode="ack_requeue_false", now_ms=T0_MS)
     listed = {q.name: q for q in admin.queues()}
     assert set(listed) == {"ring", "lvq", "plain"}
     for name, fast in listed.items():

@@ -145,16 +145,22 @@ class AuthDB:
         return self.permissions.pop((user, vhost), None) is not None
 
     # -- checks -----------------------------------------------------------------------------
+    def authenticate(self, username: str, password: str) -> User | None:
+        """The user when `password` is theirs (no loopback rule: `login` adds it; the
+        management API has its own), else None."""
+        user = self.users.get(username)
+        if (
+            user is None
+            or user.password_hash is None
+            or not verify_password(password, user.password_hash)
+        ):
+            return None
+        return user
+
     def login(self, mechanism: str, username: str, password: str, peer_loopback: bool) -> User:
         """Authenticate; raise ACCESS_REFUSED with RabbitMQ's text on any failure."""
-        user = self.users.get(username)
-        ok = (
-            user is not None
-            and user.password_hash is not None
-            and verify_password(password, user.password_hash)
-            and (peer_loopback or not user.loopback_only)
-        )
-        if not ok or user is None:
+        user = self.authenticate(username, password)
+        if user is None or not (peer_loopback or not user.loopback_only):
             raise BrokerError(
                 Condition.ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {mechanism}. "

@@ -39,8 +39,9 @@ store nothing is written.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ringmq.core.admin import Declarations
 from ringmq.core.auth import AuthDB
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.deadletter import DeadLetters
@@ -64,9 +65,6 @@ from ringmq.core.timers import Timers
 from ringmq.core.topology import Topology
 from ringmq.core.transactions import Confirms, Transactions
 from ringmq.core.vhost import QueueEntity, VHost
-
-if TYPE_CHECKING:
-    from ringmq.core.admin import Admin
 
 
 class Broker:
@@ -95,7 +93,9 @@ class Broker:
         self.transactions = Transactions(state, self.publisher, self.delivery)
         self.timers = Timers(state, self.topology, self.publisher)
         self.restore = Restore(state, self.topology, self.publisher)
-        self._admin: Admin | None = None
+        self.admin = Declarations(self)
+        """Config loading's declarations by vhost name, and the hook that applies the effects
+        of calls made outside a client read (`emit`, set by the composition root)."""
         self._load(config)
         self.streams = StreamBooks(self)
         """Reservation books of offset readers (the streams API), durable with the queues."""
@@ -210,16 +210,6 @@ class Broker:
     def flow_requests(self) -> dict[int, QueueEntity]:
         """Publishers (conn id) whose last publish left a consumed queue over FLOW_HIGH."""
         return self.resources.flow_requests
-
-    @property
-    def admin(self) -> Admin:
-        """The management facade (`ringmq.core.admin.Admin`), created on first use."""
-        admin = self._admin
-        if admin is None:
-            from ringmq.core.admin import Admin  # the facade imports the broker
-
-            admin = self._admin = Admin(self)
-        return admin
 
     def session(self, conn_id: int, channel: int) -> Session | None:
         """The open session `channel` of connection `conn_id`, None when not open."""
@@ -481,8 +471,12 @@ class Broker:
     def replace_address_settings(
         self, settings: Mapping[str, Mapping[str, Any]], *, now_ms: int = 0
     ) -> None:
-        """Replace the Artemis address settings and re-apply every queue's settings."""
-        self.admin.replace_address_settings(settings, now_ms=now_ms)
+        """Replace the Artemis address settings and re-apply every queue's settings; the
+        effects (deliveries, dead letters of a new limit) go to `admin.apply`."""
+        out = self.state.begin(now_ms)
+        self.topology.replace_address_settings(settings, now_ms)
+        self.finish(now_ms)
+        self.admin.apply(out)
 
     # ================================================================== durability
     def definitions_changed(self, *, full: bool = True) -> None:

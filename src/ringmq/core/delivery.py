@@ -70,6 +70,23 @@ class Got:
     message_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """One message taken by `Delivery.take` (no session owns it).
+
+    Attributes:
+        seq: its seq in the queue (settle it with `ack_seqs` or `requeue_seqs`).
+        redelivered: it was delivered before.
+        message: the message.
+        message_count: ready messages left in the queue.
+    """
+
+    seq: SeqId
+    redelivered: bool
+    message: Message
+    message_count: int
+
+
 class Delivery:
     """Consume, get, settle and dispatch (see the module docstring)."""
 
@@ -279,6 +296,22 @@ class Delivery:
         tag = s.next_untracked_tag() if no_ack else s.track(Unacked(q, d.seq, None))
         state.stats["delivered"] += 1
         return Got(tag, d.redelivered, d.message, q.queue.ready_count)
+
+    def take(self, q: QueueEntity, now_ms: int) -> Taken | None:
+        """Take the next ready message of `q` for a caller with no session (the management
+        API's /get, which authorised its user): it stays unacknowledged, owned by no session,
+        until `ack_seqs` or `requeue_seqs` settles it. None when none is ready."""
+        d = q.queue.fetch(now_ms, ack_required=True)
+        self.state.mark(q)
+        if d is None:
+            return None
+        return Taken(d.seq, d.redelivered, d.message, q.queue.ready_count)
+
+    def requeue_seqs(self, q: QueueEntity, seqs: list[SeqId], now_ms: int) -> None:
+        """Put messages `take` took back in their places (redelivered; not counted as a failed
+        delivery)."""
+        q.queue.requeue(seqs, now_ms, count_failure=False)
+        self.state.mark(q)
 
     # ------------------------------------------------------------------ settle
     def settle(self, s: Session, tag: int, multiple: bool, kind: SettleKind, now_ms: int) -> None:

@@ -263,10 +263,10 @@ class Exchanges:
         arguments: Mapping[str, Any] | None,
         *,
         grant: Session | None = None,
-    ) -> None:
+    ) -> bool:
         """Remove an exchange-to-exchange binding; a missing end or binding is no error (the
         binding is gone either way: RabbitMQ's rabbit_binding:remove reports only an absent
-        queue, never not_found)."""
+        queue, never not_found). False when there was no such binding."""
         not_default(source)
         not_default(destination)
         if grant is not None:
@@ -282,3 +282,5 @@ class Exchanges:
             vh.invalidate()
             self.touch_binding(vh, src, (EXCHANGE, destination), routing_key, arguments)
             self.maybe_auto_delete_exchange(vh, src)
+            return True
+        return False

@@ -4,32 +4,38 @@ Theory of operation
 -------------------
 A protocol adapter builds the `Message` (reading only what its protocol form says is present),
 checks the target with `exchange_for` (exists, not internal, the session may write to it;
-cached per session) and calls `publish`. The pipeline is:
+cached per session) and calls `publish`. The pipeline is that one method, in four steps:
 
 1. **classify**: count it; a publish while a resource alarm is on blocks its connection
    (`Resources.alarm_publish`); a transactional session only buffers it (applied at commit);
    a confirm session numbers it.
-2. **route** (`route`): a delayed exchange holds a message with a positive `x-delay` until it
-   is due (`holding`, visited by the broker's tick); a publish to `amq.rabbitmq.reply-to.*`
-   goes straight to its reply consumer; otherwise the vhost routes it (bindings, alternate
-   exchanges), widened by the CC and BCC headers (RabbitMQ sender-selected distribution: BCC
-   is removed before delivery) and narrowed by de-duplication on message id. Nothing reached:
-   counted unroutable, and handed back to a `mandatory` publisher (`Return`).
-3. **enqueue each** (`enqueue`): the per-queue step, the same for every path: the engine
-   decides (enqueued, scheduled, refused by a limit), persistent messages reaching durable
-   queues are journaled, the queue is marked dirty, and the step notes what the call must do
-   next: dispatch before the next publish (`State.eager`: a ring, a limit, LVQ, priorities,
+2. **route**: a message without headers or message id, to an exchange that does not delay,
+   goes to the queues its exchange binds (the default exchange: the queue of that name); when
+   that finds none, or for any other message, the full routing (`_route`): a delayed exchange
+   holds a message with a positive `x-delay` until it is due (`holding`, visited by the
+   broker's tick); a publish to `amq.rabbitmq.reply-to.*` goes straight to its reply
+   consumer; otherwise the vhost routes it (bindings, alternate exchanges), widened by the CC
+   and BCC headers (RabbitMQ sender-selected distribution: BCC is removed before delivery)
+   and narrowed by de-duplication on message id. Nothing reached: counted unroutable, and
+   handed back to a `mandatory` publisher (`Return`).
+3. **enqueue each**: the per-queue step, the same for every path: the engine decides
+   (enqueued, scheduled, refused by a limit), persistent messages reaching durable queues are
+   journaled, the queue is marked dirty, and the step notes what the call must do next:
+   dispatch before the next publish (`State.eager`: a ring, a limit, LVQ, priorities,
    browsing, or a TTL'd message), pause the publisher (RabbitMQ flow: a consumed plain queue
    over `FLOW_HIGH`), block it (Artemis BLOCK), or fail it (Artemis FAIL, `address_full`).
 4. **confirm** (`Confirms.confirm_publish`): refused -> negative confirm with the reason
    (`OVERFLOW`, `ADDRESS_FULL`; the store's failure: `STORE_FAILED`); persisted under
    delayed confirms -> held for the fsync; else confirmed now.
 
-`publish_batch` runs the same steps for a batch of messages with one confirm step and one
-dispatch per batch (the streams API's bulk publish).
+Callers that count, classify and confirm themselves run steps 2 and 3 through `route` (which
+calls `publish` with `classify=False`): `publish_batch` (a batch of messages with one confirm
+step and one dispatch per batch: the streams API's bulk publish), a transaction's commit,
+delayed messages now due, and `publish_without_session` (the management API).
 
-Hot path: an AMQP 0-9-1 publish to a plain queue is `publish` -> `route` -> `enqueue`, three
-calls; everything optional (headers, delays, dedup, CC/BCC, limits) is behind one test each.
+Hot path: an AMQP 0-9-1 publish to a plain queue is one call into the core, `publish` (then
+the queue engine's `publish`); everything optional (headers, delays, dedup, CC/BCC, limits)
+is behind one test each.
 
 Pure: no I/O, no clock.
 """
@@ -120,8 +126,11 @@ class Publisher:
         # The shared dicts the per-message steps read, bound once (they are never replaced):
         # one attribute hop less per publish (benchmarks/hotpath_bench.py).
         self._dirty = state.dirty
+        self._stats = state.stats
         self._alarms_on = resources.alarms_on
         self._blocked_by = resources.blocked_by
+        self.stored = False
+        """Whether the last `publish(classify=False)` persisted its message (`route`)."""
 
     # ------------------------------------------------------------------ checks
     def exchange_for(self, s: Session, name: str) -> tuple[VHost, Exchange]:
@@ -151,7 +160,15 @@ class Publisher:
 
     # ------------------------------------------------------------------ the pipeline
     def publish(
-        self, s: Session, vh: VHost, x: Exchange, msg: Message, mandatory: bool, now_ms: int
+        self,
+        s: Session | None,
+        vh: VHost,
+        x: Exchange,
+        msg: Message,
+        mandatory: bool,
+        now_ms: int,
+        classify: bool = True,
+        queues: tuple[QueueEntity, ...] = (),
     ) -> str:
         """Publish `msg` on session `s` to `x` (checked by `exchange_for`): steps 1 to 4.
 
@@ -159,107 +176,55 @@ class Publisher:
         confirm may still wait for the fsync), `BUFFERED` (a transaction holds it),
         `UNROUTABLE` (no queue), or why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`), for
         adapters whose protocol settles each publish (AMQP 1.0 accepted / released /
-        rejected)."""
-        state = self.state
-        state.stats["published"] += 1
-        if self._alarms_on:
-            self.resources.alarm_publish(s.conn_id)
-        mode = s.mode
-        if mode is _TX:
-            assert s.tx is not None
-            s.tx.publishes.append(TxPublish(x.name, msg.routing_key, mandatory, msg))
-            return BUFFERED
-        seq = s.next_publish_seq() if mode is _CONFIRM else 0
-        # A guard in front of `route` for the common publish (no headers, no message id, not
-        # delayed, at least one queue reached): the same `enqueue` step without the call and
-        # its tests (benchmarks/hotpath_bench.py --profile). Anything else routes in full.
-        queues: tuple[QueueEntity, ...] = ()
-        if msg.headers is None and msg.message_id is None and x.type is not _DELAYED:
-            rk = msg.routing_key
+        rejected).
+
+        `classify=False` runs steps 2 and 3 only, for a caller that counts, classifies and
+        confirms itself (`route`); `s` may then be None (no session: no return, no flow).
+        `queues` given: they are the route (`enqueue`).
+        """
+        # The whole pipeline is this one method, the per-queue step (3) inline, so that a
+        # publish is one call into the core (benchmarks/hotpath_bench.py --profile; a call is
+        # about 600 instructions of a 50,000-instruction publish under callgrind).
+        seq = 0
+        if classify:  # 1. classify
+            assert s is not None
+            self._stats["published"] += 1
+            conn_id: int | None = s.conn_id
+            if self._alarms_on:
+                self.resources.alarm_publish(s.conn_id)
+            mode = s.mode
+            if mode is _TX:
+                assert s.tx is not None
+                s.tx.publishes.append(TxPublish(x.name, msg.routing_key, mandatory, msg))
+                return BUFFERED
+            if mode is _CONFIRM:
+                seq = s.next_publish_seq()
+        else:
+            conn_id = s.conn_id if s is not None else None
+        # 2. route (unless `enqueue` gave the queues): a guard for the common message (no
+        # headers, no message id, not delayed) in front of the full routing (`_route`), which
+        # the rest takes.
+        if not queues and msg.headers is None and msg.message_id is None and x.type is not _DELAYED:
             if x.name:
-                queues = vh.route(x, rk, None)
+                queues = vh.route(x, msg.routing_key, None)
             else:  # the default exchange: the queue of that name (reply-to names are none)
-                q0 = vh.queues.get(rk)
+                q0 = vh.queues.get(msg.routing_key)
                 if q0 is not None:
                     queues = (q0,)
-        outcome = ACCEPTED
-        if queues:
-            refused, stored = self.enqueue(vh, x, queues, msg, s.conn_id, now_ms)
-        else:
-            stats = state.stats
-            unroutable = stats["unroutable"]
-            refused, stored = self.route(vh, x, msg, mandatory, s, now_ms)
-            if stats["unroutable"] != unroutable:
-                outcome = UNROUTABLE
-        if refused is ADDRESS_FULL and not seq:
-            # Artemis FAIL without confirms: the producer's send fails (a session error);
-            # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
-            # A limited queue was published to: the next command flushes.
-            fail = self.resources.pop_address_fail()
-            if fail is not None:
-                state.eager = True
-                raise address_full(fail)
-        if seq:
-            self.confirms.confirm_publish(s, seq, refused, stored)
-        return refused or outcome
-
-    def route(
-        self,
-        vh: VHost,
-        x: Exchange,
-        msg: Message,
-        mandatory: bool,
-        s: Session | None,
-        now_ms: int,
-    ) -> tuple[str | None, bool]:
-        """Route one message and enqueue it; returns (why some queue refused it, or None;
-        persisted)."""
-        rk = msg.routing_key
-        hdrs = msg.headers
-        if x.type is ExchangeType.DELAYED:
-            delay = (hdrs or {}).get("x-delay")
-            if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
-                due = now_ms + delay
-                held = x.hold(msg, due)
-                self.holding[id(x)] = (vh, x)
-                dur = self.state.durability
-                return None, dur is not None and dur.held(vh.name, x, held, msg, due)
-        if not x.name and rk.startswith(REPLY_TO_PREFIX):
-            if self.delivery.deliver_reply(rk, msg):
-                return None, False
-            queues: tuple[QueueEntity, ...] = ()
-        else:
-            queues = vh.route(x, rk, hdrs)
-            if hdrs and ("CC" in hdrs or "BCC" in hdrs):
-                queues, msg = self._sender_selected(vh, x, msg, queues)
-            if msg.message_id is not None and queues:
-                # x-message-deduplication-window-ms (core/dedup.py): drop duplicates.
-                queues = tuple(self.state.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
-                if not queues:
-                    return None, False
         if not queues:
-            stats = self.state.stats
-            stats["unroutable"] += 1
-            if mandatory and s is not None:
-                stats["returned"] += 1
-                self.state.out.append(Return(s.conn_id, s.channel, "NO_ROUTE", msg))
-            return None, False
-        return self.enqueue(vh, x, queues, msg, s.conn_id if s is not None else None, now_ms)
-
-    def enqueue(
-        self,
-        vh: VHost,
-        x: Exchange,
-        queues: tuple[QueueEntity, ...],
-        msg: Message,
-        conn_id: int | None,
-        now_ms: int,
-    ) -> tuple[str | None, bool]:
-        """The per-queue step of every publish (see step 3); returns (why a queue refused it:
-        `OVERFLOW` or `ADDRESS_FULL`, else None; persisted)."""
-        state = self.state
+            queues, msg, held = self._route(vh, x, msg, mandatory, s, now_ms)
+            if not queues:  # held, answered by a reply-to consumer, a duplicate or unroutable
+                stored = bool(held)
+                if not classify:
+                    self.stored = stored
+                elif seq:
+                    assert s is not None
+                    self.confirms.confirm_publish(s, seq, None, stored)
+                return UNROUTABLE if held is None and classify else ACCEPTED
         refused: str | None = None
         stored = False
+        # 3. enqueue each: the engine decides; persistent messages reaching durable queues are
+        # journaled; the queue is marked dirty; then what the call must do next.
         dirty = self._dirty
         persistent = msg.persistent
         for q in queues:
@@ -273,12 +238,12 @@ class Publisher:
                 elif refused is None:
                     refused = OVERFLOW
                 if msg.message_id is not None:
-                    state.dedup.refused(vh.name, x, q, msg.message_id)
+                    self.state.dedup.refused(vh.name, x, q, msg.message_id)
             else:
                 if outcome is _SCHEDULED or msg.expiration_ms is not None:
-                    state.timed[id(q)] = q
+                    self.state.timed[id(q)] = q
                 if persistent and q.durable:
-                    dur = state.durability
+                    dur = self.state.durability
                     if dur is None or dur.published(q, msg, outcome, now_ms):
                         stored = True
             dirty[id(q)] = q
@@ -286,7 +251,7 @@ class Publisher:
             limit = st.limit
             if limit is None and st.lvq_key is None and not st.non_destructive:
                 if st.max_priority:
-                    state.eager = True
+                    self.state.eager = True
                 if conn_id is not None and q.consumers.all:
                     counters = engine.counters
                     if counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES:
@@ -303,7 +268,7 @@ class Publisher:
                     or self._blocked_by
                     or msg.expiration_ms is not None
                 ):
-                    state.eager = True
+                    self.state.eager = True
                 if (
                     limit is not None
                     and limit.action is _BLOCK
@@ -311,7 +276,111 @@ class Publisher:
                     and conn_id is not None
                 ):
                     self.resources.block(conn_id, q)
-        return refused, stored
+        if not classify:
+            self.stored = stored
+            return refused or ACCEPTED
+        # 4. confirm
+        if refused is ADDRESS_FULL and not seq:
+            # Artemis FAIL without confirms: the producer's send fails (a session error);
+            # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
+            # A limited queue was published to: the next command flushes.
+            fail = self.resources.pop_address_fail()
+            if fail is not None:
+                self.state.eager = True
+                raise address_full(fail)
+        if seq:
+            assert s is not None
+            self.confirms.confirm_publish(s, seq, refused, stored)
+        return refused or ACCEPTED
+
+    def publish_without_session(self, vh: VHost, x: Exchange, msg: Message, now_ms: int) -> str:
+        """Publish `msg` to `x` for a caller with no session (the management API, which
+        authorised its user): counted, routed and enqueued as a client's publish (steps 1 to
+        3), with no confirm, return or publisher flow. Returns `ACCEPTED`, `UNROUTABLE`, or
+        why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`)."""
+        stats = self._stats
+        stats["published"] += 1  # received, as a client's publish counts
+        unroutable = stats["unroutable"]
+        outcome = self.publish(None, vh, x, msg, False, now_ms, False)
+        self.resources.pop_address_fail()  # no producer to fail: the outcome says it
+        return UNROUTABLE if stats["unroutable"] != unroutable else outcome
+
+    def route(
+        self,
+        vh: VHost,
+        x: Exchange,
+        msg: Message,
+        mandatory: bool,
+        s: Session | None,
+        now_ms: int,
+    ) -> tuple[str | None, bool]:
+        """Steps 2 and 3 of `publish` for a caller that counts, classifies and confirms itself
+        (a batch, a transaction's commit, a delayed message now due); returns (why some queue
+        refused it, or None; persisted)."""
+        outcome = self.publish(s, vh, x, msg, mandatory, now_ms, False)
+        return (None if outcome is ACCEPTED else outcome), self.stored
+
+    def enqueue(
+        self,
+        vh: VHost,
+        x: Exchange,
+        queues: tuple[QueueEntity, ...],
+        msg: Message,
+        s: Session | None,
+        now_ms: int,
+    ) -> tuple[str | None, bool]:
+        """Step 3 alone: `msg` into `queues`, as the per-queue step of a publish from `x`
+        (a protocol's own delivery to queues it knows, such as MQTT's retained messages);
+        returns (why a queue refused it, or None; persisted)."""
+        if not queues:
+            return None, False
+        outcome = self.publish(s, vh, x, msg, False, now_ms, False, queues)
+        return (None if outcome is ACCEPTED else outcome), self.stored
+
+    def _route(
+        self,
+        vh: VHost,
+        x: Exchange,
+        msg: Message,
+        mandatory: bool,
+        s: Session | None,
+        now_ms: int,
+    ) -> tuple[tuple[QueueEntity, ...], Message, bool | None]:
+        # Step 2 in full: the queues `msg` goes to (and the message, BCC removed), or none:
+        # then the third value says whether it was held and stored (a delayed exchange), or
+        # answered (False: a reply-to consumer, or a duplicate), or None: unroutable (counted,
+        # and returned to a mandatory publisher).
+        rk = msg.routing_key
+        hdrs = msg.headers
+        if x.type is _DELAYED:
+            delay = (hdrs or {}).get("x-delay")
+            if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
+                due = now_ms + delay
+                held = x.hold(msg, due)
+                self.holding[id(x)] = (vh, x)
+                dur = self.state.durability
+                return (), msg, dur is not None and dur.held(vh.name, x, held, msg, due)
+        if not x.name and rk.startswith(REPLY_TO_PREFIX):
+            if self.delivery.deliver_reply(rk, msg):
+                return (), msg, False
+            queues: tuple[QueueEntity, ...] = ()
+        else:
+            queues = vh.route(x, rk, hdrs)
+            if hdrs and ("CC" in hdrs or "BCC" in hdrs):
+                queues, msg = self._sender_selected(vh, x, msg, queues)
+            if msg.message_id is not None and queues:
+                # x-message-deduplication-window-ms (core/dedup.py): drop duplicates.
+                queues = tuple(self.state.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
+                if not queues:
+                    return (), msg, False
+        if not queues:
+            stats = self._stats
+            stats["unroutable"] += 1
+            if mandatory and s is not None:
+                stats["returned"] += 1
+                self.state.out.append(Return(s.conn_id, s.channel, "NO_ROUTE", msg))
+            return (), msg, None
+        return queues, msg, None
 
     @staticmethod
     def _sender_selected(

@@ -14,10 +14,11 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from ringmq.core.message import Message
+from ringmq.core.message import Message, SeqId
 from ringmq.core.publish import Publisher
 from ringmq.core.state import State
 from ringmq.core.topology import Topology
+from ringmq.core.vhost import QueueEntity
 
 
 def undelayed(msg: Message) -> Message:
@@ -96,3 +97,14 @@ class Timers:
             if t is not None and (best is None or t < best):
                 best = t
         return best
+
+    def purge_scheduled(self, q: QueueEntity) -> int:
+        """Drop every scheduled message of `q`; returns how many."""
+        return int(q.queue.purge_scheduled())
+
+    def deliver_scheduled_now(self, q: QueueEntity, seqs: list[SeqId] | None, now_ms: int) -> int:
+        """Release scheduled messages of `q` (all when `seqs` is None) to its head now, under
+        its limit; returns how many were released."""
+        n = q.queue.deliver_scheduled_now(seqs, now_ms)
+        self.state.mark(q)
+        return int(n)

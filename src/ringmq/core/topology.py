@@ -6,8 +6,13 @@ Theory of operation
 checks and texts, for every caller: the protocol adapters (on behalf of a client session,
 whose permissions are checked), the management facade and config loading (which authorise the
 user themselves); exchanges are `exchanges.Exchanges`' and recovery recreates stored
-definitions without these checks (`restore.py`). Each operation validates everything before it
-changes anything, so a refused call leaves no half-done change.
+definitions without these checks (`restore.py`). A client's calls take its session; the
+others take the vhost (`declare`, `bind`, `unbind`, `bind_destination`, `check_delete` +
+`delete_queue`, `delete_vhost`) and share the same rules. Settings are applied here too, live:
+a queue's own arguments changed (`update_arguments`, Artemis `updateQueue`), or re-resolved
+after a policy or address-settings change (`reapply_settings`, `replace_address_settings`).
+Each operation validates everything before it changes anything, so a refused call leaves no
+half-done change.
 
 Rules kept here: `amq.*` names are reserved for new queues; a redeclare must be equivalent
 (flags and the arguments with semantics, as RabbitMQ compares them: the table of
@@ -31,7 +36,7 @@ from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access
 from ringmq.core.consumers import ConsumerSet
 from ringmq.core.durability import QUEUE_DEF
-from ringmq.core.effects import CancelConsumer
+from ringmq.core.effects import CancelConsumer, CloseConnection
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges, not_default
 from ringmq.core.resources import Resources
@@ -125,6 +130,51 @@ class Topology:
             address_settings=state.address_settings.resolve(name),
             policy_name=pol.name if pol is not None else None,
         )
+
+    def update_arguments(self, q: QueueEntity, arguments: Mapping[str, Any], now_ms: int) -> None:
+        """Merge `arguments` into `q`'s declared ones and apply the settings they resolve to,
+        live (Artemis `updateQueue`); PRECONDITION_FAILED with nothing changed when invalid."""
+        args = dict(q.arguments)
+        args.update(arguments)
+        try:
+            new = self.resolve_settings(q.vhost, q.name, args)
+        except SettingsError as exc:
+            raise _settings_error(exc) from None
+        q.arguments = args
+        self._apply_settings(q, new, now_ms)
+
+    def reapply_settings(self, vh: VHost, now_ms: int) -> None:
+        """Re-resolve the settings of every queue of `vh` (a policy or an address setting
+        changed) and apply those that changed; a queue whose settings would become invalid
+        keeps its old ones."""
+        for q in vh.queues.values():
+            try:
+                new = self.resolve_settings(vh.name, q.name, q.arguments)
+            except SettingsError:
+                continue
+            if new != q.settings:
+                self._apply_settings(q, new, now_ms)
+        vh.invalidate()
+
+    def replace_address_settings(
+        self, settings: Mapping[str, Mapping[str, Any]], now_ms: int
+    ) -> None:
+        """Replace every Artemis address setting, then re-apply queue settings everywhere."""
+        table = self.state.address_settings
+        for match in list(table.list()):
+            table.clear(match)
+        for match, values in settings.items():
+            table.set(match, values)
+        for vh in list(self.state.vhosts.values()):
+            self.reapply_settings(vh, now_ms)
+
+    def _apply_settings(self, q: QueueEntity, new: QueueSettings, now_ms: int) -> None:
+        # The engine applies them at once (a shorter limit drops or dead-letters now); the
+        # flush dispatches what changed and the timers see a new TTL.
+        q.settings = new
+        q.queue.update_settings(new, now_ms)
+        self.state.track_timers(q)
+        self.state.mark(q)
 
     def create_queue(
         self,
@@ -224,6 +274,44 @@ class Topology:
         s.last_queue = q.name
         return _declared(q)
 
+    def declare(
+        self,
+        vh: VHost,
+        name: str,
+        *,
+        durable: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, Any] | None,
+        now_ms: int,
+    ) -> bool:
+        """Declare queue `name` of `vh` for a caller with no session (the management API,
+        config loading: they authorise their user themselves); True when created, False when
+        an equivalent one exists. The rules are a client's declare's (`declare_queue`)."""
+        if not name:
+            raise ValueError("queue name must not be empty")
+        args = dict(arguments or {})
+        q = vh.queues.get(name)
+        if q is not None:
+            self._assert_equivalent(vh, q, durable, False, auto_delete, args)
+            q.last_used_ms = now_ms
+            return False
+        if name.startswith("amq."):
+            raise BrokerError(
+                Condition.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            )
+        try:
+            self.create_queue(
+                vh.name,
+                name,
+                durable=durable,
+                auto_delete=auto_delete,
+                arguments=args,
+                now_ms=now_ms,
+            )
+        except SettingsError as exc:
+            raise _settings_error(exc) from None
+        return True
+
     @staticmethod
     def _assert_equivalent(
         vh: VHost,
@@ -272,12 +360,61 @@ class Topology:
         auth = self.state.auth
         s.check(auth, Access.WRITE, "queue", qname)
         s.check(auth, Access.READ, "exchange", exchange)
-        q = self.queue_for(s, qname)
+        self.queue_for(s, qname)
+        self.bind(vh, exchange, qname, routing_key, arguments)
+
+    def bind(
+        self,
+        vh: VHost,
+        exchange: str,
+        queue: str,
+        routing_key: str,
+        arguments: Mapping[str, Any] | None,
+    ) -> None:
+        """Bind queue `queue` to `exchange` in `vh` (no permission checks: `bind_queue` makes
+        a session's; the management API and config loading authorise their user)."""
+        not_default(exchange)
+        q = self.queue(vh, queue)
         x = self.exchanges.exchange(vh, exchange)
         self.exchanges.bind(x, (QUEUE, q.name), routing_key, arguments)
         vh.invalidate()
         if q.durable:
             self.exchanges.touch_binding(vh, x, (QUEUE, q.name), routing_key, arguments)
+
+    def bind_destination(
+        self,
+        vh: VHost,
+        source: str,
+        destination_type: str,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, Any] | None,
+    ) -> None:
+        """Bind a queue (`destination_type` "queue": `bind`) or an exchange ("exchange":
+        `Exchanges.bind_exchange`) to exchange `source`, with no permission checks (the
+        management API and config loading)."""
+        if destination_type == "queue":
+            self.bind(vh, source, destination, routing_key, arguments)
+        elif destination_type == "exchange":
+            self.exchanges.bind_exchange(vh, source, destination, routing_key, arguments)
+        else:
+            raise ValueError(
+                f"destination_type must be queue or exchange, got {destination_type!r}"
+            )
+
+    def unbind_destination(
+        self,
+        vh: VHost,
+        source: str,
+        destination_type: str,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, Any] | None,
+    ) -> bool:
+        """Remove a binding `bind_destination` made; False when it does not exist."""
+        if destination_type == "queue":
+            return self.unbind(vh, source, destination, routing_key, arguments)
+        return self.exchanges.unbind_exchange(vh, source, destination, routing_key, arguments)
 
     def unbind_queue(
         self,
@@ -296,16 +433,35 @@ class Topology:
         auth = self.state.auth
         s.check(auth, Access.WRITE, "queue", qname)
         s.check(auth, Access.READ, "exchange", exchange)
-        q = vh.queues.get(qname)
         x = vh.exchanges.get(exchange)
-        dest = (QUEUE, qname)
-        if q is not None and x is not None and x.has_binding(dest, routing_key, arguments):
+        if (
+            qname in vh.queues
+            and x is not None
+            and x.has_binding((QUEUE, qname), routing_key, arguments)
+        ):
             self.queue_for(s, qname)  # 405 when another connection owns it exclusively
-            x.unbind(dest, routing_key, arguments)
-            vh.invalidate()
-            if q.durable:
-                self.exchanges.touch_binding(vh, x, dest, routing_key, arguments)
-            self.exchanges.maybe_auto_delete_exchange(vh, x)
+            self.unbind(vh, exchange, qname, routing_key, arguments)
+
+    def unbind(
+        self,
+        vh: VHost,
+        exchange: str,
+        queue: str,
+        routing_key: str,
+        arguments: Mapping[str, Any] | None,
+    ) -> bool:
+        """Remove the binding of queue `queue` to `exchange` in `vh` (no checks); False when
+        it does not exist. An auto-delete exchange goes with its last binding."""
+        q = vh.queues.get(queue)
+        x = vh.exchanges.get(exchange)
+        dest = (QUEUE, queue)
+        if q is None or x is None or not x.unbind(dest, routing_key, arguments):
+            return False
+        vh.invalidate()
+        if q.durable:
+            self.exchanges.touch_binding(vh, x, dest, routing_key, arguments)
+        self.exchanges.maybe_auto_delete_exchange(vh, x)
+        return True
 
     def purge(self, q: QueueEntity) -> int:
         """Remove every ready message of `q`; returns how many."""
@@ -356,6 +512,23 @@ class Topology:
         q = s.vhost.queues.get(name)
         if q is not None:
             self.delete_queue(s.vhost, q, now_ms)
+
+    def delete_vhost(self, vh: VHost, now_ms: int) -> None:
+        """Delete a vhost: its connections are closed (CONNECTION_FORCED), its queues deleted
+        and its permissions cleared."""
+        state = self.state
+        for conn in list(state.conns.values()):
+            if conn.vhost == vh.name:
+                state.out.append(
+                    CloseConnection(conn.conn_id, Condition.CONNECTION_FORCED, "vhost deleted")
+                )
+        for q in list(vh.queues.values()):
+            self.delete_queue(vh, q, now_ms)
+        del state.vhosts[vh.name]
+        auth = state.auth
+        for user, vhost in list(auth.permissions):
+            if vhost == vh.name:
+                auth.clear_permissions(user, vhost)
 
     def delete_queue(self, vh: VHost, q: QueueEntity, now_ms: int) -> None:
         """Remove a queue: cancel its consumers (notifying them), drop its bindings."""

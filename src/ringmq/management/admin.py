@@ -2,63 +2,63 @@
 
 Theory of operation: every management module (the HTTP API, definitions, authorisation,
 browse, health, nodes, metrics and the streams endpoints) reaches the broker only through this
-class; it is the single place under `management/` that touches core objects, and it touches
-only their public names (the list at the end of `docs/dev/contracts.md`). Calls return the
-plain records of `management.records` (or plain values: dicts, ints, `Message`s), never an
-engine object a caller could change.
+class; it is the single place under `management/` that touches core objects (with the record
+builders it calls, `corerecords` and `queueinfo`), and it touches only their public names (the
+list at the end of `docs/dev/contracts.md`). It calls the core's owners directly, as a
+protocol adapter does: `Exchanges` and `Topology` for declarations, bindings, purges, deletes
+and live settings, `Publisher` for a publish, `Delivery` for a /get, `Timers` for scheduled
+messages, `AuthDB` for users and permissions, the policy table, and the reservation books
+(`Broker.streams`). Calls return the plain records of `management.records` (or plain values:
+dicts, ints, `Message`s), never an engine object a caller could change.
 
-Most verbs go to the core's own facade, `Broker.admin` (`core.admin.Admin`), which returns
-dicts keyed like the records; this class turns them into records and adds what the HTTP layer
-promises and the core facade leaves to its caller:
+What the HTTP layer promises beyond the owners' rules is added here:
 
-* publish properties are validated here (unknown or ill-typed property -> ValueError -> 400)
+* publish properties are validated (unknown or ill-typed property -> ValueError -> 400)
   before anything is routed;
 * `PUT .../settings` takes management names (`ring-size`, `max-length`, `message-ttl`, ...)
-  and maps them to the queue arguments the live `update_queue` merges (`x-ring-size`, ...), as
+  and maps them to the queue arguments merged into the queue's own (`x-ring-size`, ...), as
   Artemis' `updateQueue` changes the queue's own configuration;
+* a /get takes messages in slices that stay unacknowledged, owned by no session, until it
+  settles them as its `ackmode` says (`SlicedGet`);
 * queue listings are built from the engine's O(1) counters (`management.queueinfo`);
-* the streams API's reservation books (`Broker.streams`) and its bulk publishes, which run on
-  an in-process *virtual connection* so that they are exactly AMQP publishes.
+* users created here keep RabbitMQ's loopback-only rule (`loopback_users`, guest by default)
+  across replacements and re-imports;
+* the streams API's bulk publishes run on an in-process *virtual connection*, so that they are
+  exactly AMQP publishes.
 
-Errors: `AMQPError` (NOT_FOUND -> 404, ACCESS_REFUSED -> 403 or 400, others -> 400) or
-`ValueError` (bad input -> 400); a failing call leaves the broker unchanged.
+Errors: `BrokerError` (NOT_FOUND -> 404, others -> 400; the bulk publish's are `AMQPError`s)
+or `ValueError` (bad input -> 400); a failing call leaves the broker unchanged.
 
-Effects of admin calls (deliveries after a publish or a requeue, consumer cancels when a queue
-is deleted) leave through the core facade's `emit` callback. The server sets it to its batch
-writer; when nothing set it (tests, embedding), `CoreAdmin` routes them to
-`Runtime.apply_effects` inside `Runtime.run_batch`. Effects of the streams calls (messages
-made ready again) go to `Runtime.apply_effects` at once: those calls already run in a batch.
+A call that may affect clients (deliveries after a publish, a requeue or a settings change,
+consumer cancels when a queue is deleted, connection closes when a vhost is) runs as one core
+call (`call`): its effects go to `Runtime.apply_effects` inside `Runtime.run_batch`, so they
+are flushed as one batch. Calls that change durable definitions write them after the call
+(even one that failed half-way).
 
 Everything runs on the broker's loop thread; nothing here blocks or locks.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
-from dataclasses import asdict, fields
-from typing import Any, Final
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
-from ringmq.adapters.amqp091 import Amqp091
-from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
-from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.amqp.properties import BasicProperties, encode_properties
+from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core import arguments
 from ringmq.core.auth import Access
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
-from ringmq.core.errors import BrokerError
-from ringmq.core.message import Message, SeqId
-from ringmq.core.publish import BatchPublished
-from ringmq.core.queue.columns import Columns
-from ringmq.core.reservations import Lease, Reservations
-from ringmq.core.vhost import QueueEntity
+from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.message import FORM_AMQP091, SeqId, form
+from ringmq.core.publish import UNROUTABLE
+from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.management import corerecords
 from ringmq.management.port import Runtime
-from ringmq.management.queueinfo import (
-    SettingsView,
-    listing_record,
-    snapshot_record,
-    stream_bounds,
-)
+from ringmq.management.queueinfo import SettingsView, listing_record, snapshot_record
 from ringmq.management.records import (
     AckMode,
     BindingInfo,
@@ -72,13 +72,15 @@ from ringmq.management.records import (
     ScheduledInfo,
     UserInfo,
 )
+from ringmq.management.streamfacade import StreamsFacade
 
 SETTING_ARGUMENTS: Final = arguments.SETTING_ARGUMENTS
 """PUT .../settings key -> the queue argument the core resolves (the queue-argument table's)."""
 _PROPERTY_NAMES: Final = frozenset(f.name for f in fields(BasicProperties))
+_ACK_MODES: Final = ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false")
 
-Row = tuple[int, int, bool, Message]
-"""One message read by the streams API: (position, queue seq, redelivered, message)."""
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _properties(raw: dict[str, Any]) -> dict[str, Any]:
@@ -107,42 +109,107 @@ def settings_arguments(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class SlicedGet:
-    """A `/get` in progress: messages fetched slice by slice are held until `finish`."""
+def _writes(
+    full: bool,
+) -> Callable[[Callable[Concatenate[CoreAdmin, _P], _R]], Callable[Concatenate[CoreAdmin, _P], _R]]:
+    # After a call that may change durable definitions (even one that failed half-way), let
+    # the broker write what changed to its store (a no-op without a store): incremental where
+    # the owners record their changes (users, vhosts, permissions and policies are always
+    # diffed whole), `full` for calls whose changes they do not record one by one.
+    def decorate(
+        fn: Callable[Concatenate[CoreAdmin, _P], _R],
+    ) -> Callable[Concatenate[CoreAdmin, _P], _R]:
+        @functools.wraps(fn)
+        def wrapper(admin: CoreAdmin, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return fn(admin, *args, **kwargs)
+            finally:
+                admin.broker.definitions_changed(full=full)
 
-    def __init__(self, get: Any) -> None:
-        self.get = get
+        return wrapper
+
+    return decorate
+
+
+class SlicedGet:
+    """A `/get` in progress (RabbitMQ's `ackmode`): messages fetched slice by slice stay
+    unacknowledged in the queue, owned by no session, until `finish`, so a later slice never
+    sees them again and the caller may yield to the event loop between slices. `finish`
+    requeues (redelivered) or acks them all; if the queue was deleted or replaced in between,
+    its messages went with it and there is nothing to settle."""
+
+    def __init__(self, admin: CoreAdmin, vhost: str, q: QueueEntity, ackmode: str) -> None:
+        self.admin = admin
+        self.vhost = vhost
+        self.q = q
+        self.ackmode = ackmode
+        self.seqs: list[SeqId] = []
+        self.finished = False
+
+    def _alive(self) -> bool:
+        vh = self.admin.broker.vhosts.get(self.vhost)
+        return vh is not None and vh.queues.get(self.q.name) is self.q
 
     def fetch(self, count: int, now_ms: int) -> list[FetchedMessage]:
         """Up to `count` more messages (fewer when the queue runs out)."""
-        return [FetchedMessage(**m) for m in self.get.fetch(count, now_ms)]
+        if self.finished or not self._alive():
+            return []
+        got: list[FetchedMessage] = []
+        with self.admin.call(now_ms):
+            for _ in range(count):
+                t = self.admin.broker.delivery.take(self.q, now_ms)
+                if t is None:
+                    break
+                self.seqs.append(t.seq)
+                got.append(corerecords.fetched(t.message, t.redelivered, t.message_count))
+        return got
 
     def finish(self, now_ms: int) -> None:
-        """Settle everything fetched as the ack mode says (idempotent)."""
-        self.get.finish(now_ms)
+        """Settle everything fetched as the ack mode says (once; later calls do nothing)."""
+        if self.finished:
+            return
+        self.finished = True
+        seqs, self.seqs = self.seqs, []
+        if not seqs or not self._alive():
+            return
+        delivery = self.admin.broker.delivery
+        with self.admin.call(now_ms):
+            if self.ackmode == "ack_requeue_false":
+                delivery.ack_seqs(self.q, seqs)
+            else:
+                delivery.requeue_seqs(self.q, seqs, now_ms)
 
 
-class CoreAdmin:
-    """The management facade over the core `Broker` (see the module docstring)."""
+class CoreAdmin(StreamsFacade):
+    """The management facade over the core `Broker` (see the module docstring); the streams
+    endpoints' calls are `StreamsFacade`'s."""
 
     def __init__(self, broker: Broker, runtime: Runtime) -> None:
-        self.broker = broker
-        self.core = broker.admin
-        self.runtime = runtime
-        self.amqp091 = Amqp091(broker)
-        """Bulk publishes carry AMQP 0-9-1 properties: the 0-9-1 adapter publishes them."""
+        super().__init__(broker, runtime)
         self._settings = SettingsView()
-        # Virtual connections of bulk publishes: negative ids never collide with the server's.
-        self._virtual_ids = itertools.count(-1, -1)
-        if self.core.emit is None:
-            self.core.emit = self._emit
-        # anything produced before we were attached
-        pending = self.core.drain_effects()
-        if pending:
-            self._emit(pending)
 
     def _emit(self, effects: list[Effect]) -> None:
-        self.runtime.run_batch(lambda: self.runtime.apply_effects(effects))
+        if effects:
+            self.runtime.run_batch(lambda: self.runtime.apply_effects(effects))
+
+    @contextmanager
+    def call(self, now_ms: int) -> Iterator[None]:
+        """One core call made of owner steps: the queues it touched are flushed at its end
+        and its effects applied as one batch (`Runtime.run_batch`)."""
+        out = self.broker.begin(now_ms)
+        yield
+        self.broker.finish(now_ms)
+        self._emit(out)
+
+    def _vhost(self, vhost: str) -> VHost:
+        return self.broker.exchanges.vhost(vhost)
+
+    def _entity(self, vhost: str, name: str) -> QueueEntity:
+        return self.broker.topology.queue(self._vhost(vhost), name)
+
+    def _vhosts(self, vhost: str | None) -> list[VHost]:
+        # Vhosts by name, or the one named (none when it does not exist).
+        return [vh for n, vh in sorted(self.broker.vhosts.items()) if vhost in (None, n)]
 
     # -- node -------------------------------------------------------------------------------
 
@@ -157,52 +224,74 @@ class CoreAdmin:
     # -- users, vhosts ----------------------------------------------------------------------
 
     def vhosts(self) -> list[str]:
-        return list(self.core.vhosts())
+        return sorted(self.broker.vhosts)
 
     def has_vhost(self, vhost: str) -> bool:
         return vhost in self.broker.vhosts
 
     def users(self) -> list[UserInfo]:
-        return [UserInfo(**u) for u in self.core.users()]
+        return [corerecords.user(u) for _, u in sorted(self.broker.auth.users.items())]
 
     def authenticate(self, user: str, password: str) -> UserInfo | None:
-        found = self.core.authenticate(user, password)
-        if found is None:
-            return None
-        record = self.broker.auth.users.get(user)
-        return UserInfo(**found, loopback_only=record is not None and record.loopback_only)
+        """The user when the password matches (no loopback rule: HTTP has its own)."""
+        found = self.broker.auth.authenticate(user, password)
+        return None if found is None else corerecords.user(found)
 
     def permissions(self) -> list[PermissionInfo]:
-        return [PermissionInfo(**p) for p in self.core.permissions()]
+        return corerecords.permissions(self.broker.auth)
 
+    @_writes(full=False)
     def add_vhost(self, name: str) -> bool:
-        return bool(self.core.add_vhost(name))
+        """Create a vhost; False when it existed."""
+        if not name:
+            raise ValueError("vhost name must not be empty")
+        existed = name in self.broker.vhosts
+        self.broker.add_vhost(name)
+        return not existed
 
+    @_writes(full=True)
     def delete_vhost(self, name: str, *, now_ms: int) -> None:
-        self.core.delete_vhost(name, now_ms=now_ms)
+        """Delete a vhost: its connections are closed (320) and its queues dropped."""
+        vh = self._vhost(name)
+        with self.call(now_ms):
+            self.broker.topology.delete_vhost(vh, now_ms)
 
+    @_writes(full=False)
     def add_user(
         self, name: str, *, password: str | None, password_hash: str | None, tags: list[str]
     ) -> None:
-        # The core facade creates users without the loopback-only flag; keep RabbitMQ's rule
-        # (`loopback_users`, guest by default) across replacements and re-imports.
+        """Create or replace a user; it keeps its loopback-only flag, and a new one gets
+        RabbitMQ's (`loopback_users`)."""
+        if not name:
+            raise ValueError("user name must not be empty")
         auth = self.broker.auth
         old = auth.users.get(name)
-        loopback = (
-            old.loopback_only if old is not None else name in self.broker.config.loopback_users
+        auth.add_user(
+            name,
+            password=password,
+            password_hash=password_hash,
+            tags=tuple(tags),
+            loopback_only=(
+                old.loopback_only if old is not None else name in self.broker.config.loopback_users
+            ),
         )
-        self.core.add_user(name, password=password, password_hash=password_hash, tags=tuple(tags))
-        auth.users[name].loopback_only = loopback
 
+    @_writes(full=False)
     def delete_user(self, name: str) -> bool:
-        return bool(self.core.delete_user(name))
+        """Delete a user and its permissions (open connections stay, as in RabbitMQ 3.x)."""
+        return self.broker.auth.delete_user(name)
 
+    @_writes(full=False)
     def set_permissions(self, permission: PermissionInfo) -> None:
         p = permission
-        self.core.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
+        if p.user not in self.broker.auth.users:
+            raise BrokerError(Condition.NOT_FOUND, f"no user '{p.user}'")
+        self._vhost(p.vhost)
+        self.broker.auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
 
+    @_writes(full=False)
     def clear_permissions(self, user: str, vhost: str) -> bool:
-        return bool(self.core.clear_permissions(user, vhost))
+        return self.broker.auth.clear_permissions(user, vhost)
 
     def has_vhost_access(self, user: str, vhost: str) -> bool:
         """The user has permissions in `vhost` (AMQP's vhost access check)."""
@@ -219,87 +308,99 @@ class CoreAdmin:
 
     # -- queues -----------------------------------------------------------------------------
 
-    def _entity(self, vhost: str, name: str) -> QueueEntity:
-        vh = self.broker.vhosts.get(vhost)
-        if vh is None:
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no vhost {vhost!r}")
-        q = vh.queues.get(name)
-        if q is None or q.deleted:
-            raise AMQPError(ReplyCode.NOT_FOUND, f"no queue {name!r} in vhost {vhost!r}")
-        return q
-
     def _persistent(self, q: QueueEntity) -> int:
         # the durability layer's set of the queue's journaled (persistent) live messages
         dur = self.broker.durability
         persisted = dur.persisted(q) if dur is not None else None
         return len(persisted) if persisted else 0
 
-    def _snapshot(self, d: dict[str, Any]) -> QueueInfo:
-        q = self.broker.vhosts[d["vhost"]].queues.get(d["name"])
-        return snapshot_record(d, q, self._persistent(q) if q is not None else 0)
+    def _snapshot(self, q: QueueEntity) -> QueueInfo:
+        owner = None
+        if q.exclusive_owner is not None:
+            conn = self.broker.conns.get(q.exclusive_owner)
+            owner = conn.peer if conn is not None and conn.peer else str(q.exclusive_owner)
+        return snapshot_record(q, self._settings.render(q.settings), self._persistent(q), owner)
 
     def queues(self, vhost: str | None = None) -> list[QueueInfo]:
         """Every queue (of `vhost`), from the engine's O(1) counters (`queueinfo`)."""
-        out: list[QueueInfo] = []
         render = self._settings.render
-        for vname, vh in sorted(self.broker.vhosts.items()):
-            if vhost is not None and vname != vhost:
-                continue
-            out.extend(
-                listing_record(q, render(q.settings), self._persistent(q))
-                for _, q in sorted(vh.queues.items())
-                if not q.deleted
-            )
+        out = [
+            listing_record(q, render(q.settings), self._persistent(q))
+            for vh in self._vhosts(vhost)
+            for _, q in sorted(vh.queues.items())
+            if not q.deleted
+        ]
         self._settings.live_queues = len(out)
         return out
 
     def queue(self, vhost: str, name: str) -> QueueInfo:
         """One queue's full snapshot (head message timestamp included)."""
-        return self._snapshot(self.core.queue(vhost, name))
+        return self._snapshot(self._entity(vhost, name))
 
+    @_writes(full=False)
     def declare_queue(
         self,
         vhost: str,
         name: str,
         *,
-        durable: bool,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-        now_ms: int,
+        durable: bool = True,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        now_ms: int = 0,
     ) -> bool:
-        """Declare (or passively match) a queue; True when it was created."""
-        return bool(
-            self.core.declare_queue(
-                vhost,
-                name,
-                durable=durable,
-                auto_delete=auto_delete,
-                arguments=arguments,
-                now_ms=now_ms,
-            )
+        """Declare a queue (`Topology.declare`: a client's rules); True when it was created,
+        False when an equivalent one exists."""
+        return self.broker.topology.declare(
+            self._vhost(vhost),
+            name,
+            durable=durable,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            now_ms=now_ms,
         )
 
+    @_writes(full=False)
     def delete_queue(
-        self, vhost: str, name: str, *, if_unused: bool, if_empty: bool, now_ms: int
+        self,
+        vhost: str,
+        name: str,
+        *,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        now_ms: int = 0,
     ) -> int:
-        return int(
-            self.core.delete_queue(
-                vhost, name, if_unused=if_unused, if_empty=if_empty, now_ms=now_ms
-            )
-        )
+        """Delete a queue; returns the ready messages it held (406 on if-unused/if-empty)."""
+        vh = self._vhost(vhost)
+        topology = self.broker.topology
+        q = topology.queue(vh, name)
+        count = topology.check_delete(vh, q, if_unused=if_unused, if_empty=if_empty)
+        with self.call(now_ms):
+            topology.delete_queue(vh, q, now_ms)
+        return count
 
-    def purge_queue(self, vhost: str, name: str, *, now_ms: int) -> int:
-        return int(self.core.purge_queue(vhost, name, now_ms=now_ms))
+    def purge_queue(self, vhost: str, name: str, *, now_ms: int = 0) -> int:
+        """Remove every ready message; returns how many."""
+        return self.broker.topology.purge(self._entity(vhost, name))
 
     def get_messages(
         self, vhost: str, name: str, *, count: int, ackmode: AckMode, now_ms: int
     ) -> list[FetchedMessage]:
-        got = self.core.get_messages(vhost, name, count=count, ackmode=ackmode, now_ms=now_ms)
-        return [FetchedMessage(**m) for m in got]
+        """Fetch up to `count` messages, then settle them as `ackmode` says (`begin_get`)."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        get = self.begin_get(vhost, name, ackmode=ackmode)
+        try:
+            return get.fetch(count, now_ms)
+        finally:
+            get.finish(now_ms)
 
     def begin_get(self, vhost: str, name: str, *, ackmode: AckMode) -> SlicedGet:
-        """A /get taken in slices; raise NOT_FOUND for a missing queue."""
-        return SlicedGet(self.core.begin_get(vhost, name, ackmode=ackmode))
+        """A /get taken in slices; "ack_requeue_true" and "reject_requeue_true" put the
+        messages back (redelivered), "ack_requeue_false" removes them. NOT_FOUND for a
+        missing queue."""
+        if ackmode not in _ACK_MODES:
+            raise ValueError(f"ackmode must be one of {', '.join(_ACK_MODES)}")
+        return SlicedGet(self, vhost, self._entity(vhost, name), ackmode)
 
     def browse_messages(
         self, vhost: str, name: str, *, count: int, now_ms: int
@@ -310,70 +411,82 @@ class CoreAdmin:
         if count < 1:
             raise ValueError("count must be at least 1")
         q = self._entity(vhost, name)
-        out = []
-        for _pos, _seq, redelivered, m in self.browse_ready(vhost, name, None, count, now_ms):
-            props = decode_properties(m.properties_bin)
-            out.append(
-                FetchedMessage(
-                    exchange=m.exchange,
-                    routing_key=m.routing_key,
-                    body=bytes(m.body),
-                    redelivered=redelivered,
-                    properties={k: v for k, v in asdict(props).items() if v is not None},
-                    message_count=q.queue.ready_count,
-                )
-            )
-        return out
+        rows = self.browse_ready(vhost, name, None, count, now_ms)
+        ready = q.queue.ready_count
+        return [corerecords.fetched(m, redelivered, ready) for _, _, redelivered, m in rows]
 
     def update_queue(
         self, vhost: str, name: str, settings: dict[str, Any], *, now_ms: int
     ) -> QueueInfo:
-        arguments = settings_arguments(settings)
-        return self._snapshot(self.core.update_queue(vhost, name, arguments, now_ms=now_ms))
+        """Change a queue's arguments live (`settings` by management or argument name,
+        merged into the declared ones); returns the new snapshot."""
+        args = settings_arguments(settings)
+        q = self._entity(vhost, name)
+        with self.call(now_ms):
+            self.broker.topology.update_arguments(q, args, now_ms)
+        return self._snapshot(q)
 
     def scheduled(self, vhost: str, name: str) -> list[ScheduledInfo]:
-        return [ScheduledInfo(**s) for s in self.core.scheduled(vhost, name)]
+        """Scheduled messages of a queue, by due time."""
+        return [
+            corerecords.scheduled(int(s.seq), s.due_ms, s.message)
+            for s in self._entity(vhost, name).queue.list_scheduled()
+        ]
 
     def purge_scheduled(self, vhost: str, name: str, *, now_ms: int) -> int:
-        return int(self.core.purge_scheduled(vhost, name, now_ms=now_ms))
+        return self.broker.timers.purge_scheduled(self._entity(vhost, name))
 
     def deliver_scheduled_now(
         self, vhost: str, name: str, seqs: list[int] | None, *, now_ms: int
     ) -> int:
-        return int(self.core.deliver_scheduled_now(vhost, name, seqs, now_ms=now_ms))
+        """Release scheduled messages (all, or `seqs`) to the queue head now."""
+        q = self._entity(vhost, name)
+        with self.call(now_ms):
+            return self.broker.timers.deliver_scheduled_now(
+                q, None if seqs is None else [SeqId(s) for s in seqs], now_ms
+            )
 
     # -- exchanges and bindings -------------------------------------------------------------
 
     def exchanges(self, vhost: str | None = None) -> list[ExchangeInfo]:
-        return [ExchangeInfo(**x) for x in self.core.exchanges(vhost)]
+        return corerecords.exchanges(self._vhosts(vhost))
 
+    @_writes(full=True)
     def declare_exchange(
         self,
         vhost: str,
         name: str,
         *,
-        type: str,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: dict[str, Any],
-        now_ms: int,
+        type: str = "direct",
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+        now_ms: int = 0,
     ) -> bool:
-        return bool(
-            self.core.declare_exchange(
-                vhost,
-                name,
-                type=type,
-                durable=durable,
-                auto_delete=auto_delete,
-                internal=internal,
-                arguments=arguments,
-                now_ms=now_ms,
-            )
+        """Declare an exchange (`Exchanges.declare_exchange`: a client's rules); True when
+        created."""
+        return self.broker.exchanges.declare_exchange(
+            self._vhost(vhost),
+            name,
+            type,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
         )
 
-    def delete_exchange(self, vhost: str, name: str, *, if_unused: bool, now_ms: int) -> None:
-        self.core.delete_exchange(vhost, name, if_unused=if_unused, now_ms=now_ms)
+    @_writes(full=False)
+    def delete_exchange(
+        self, vhost: str, name: str, *, if_unused: bool = False, now_ms: int = 0
+    ) -> None:
+        """Delete an exchange (403 for the default and amq.* ones, 404 when missing, 406 if
+        used and if_unused)."""
+        vh = self._vhost(vhost)
+        exchanges = self.broker.exchanges
+        if name and not name.startswith("amq."):
+            exchanges.exchange(vh, name)
+        exchanges.delete_exchange(vh, name, if_unused=if_unused)
 
     def publish(
         self,
@@ -385,183 +498,85 @@ class CoreAdmin:
         *,
         now_ms: int,
     ) -> bool:
+        """Publish as RabbitMQ's API does (`properties`: AMQP 0-9-1 basic properties by
+        name); True when some queue was reached."""
         props = _properties(properties)
-        return bool(self.core.publish(vhost, exchange, routing_key, body, props, now_ms=now_ms))
+        vh = self._vhost(vhost)
+        x = self.broker.exchanges.exchange(vh, exchange)
+        msg = form(FORM_AMQP091).compose(exchange, routing_key, props, body, now_ms)
+        with self.call(now_ms):
+            outcome = self.broker.publisher.publish_without_session(vh, x, msg, now_ms)
+        return outcome != UNROUTABLE
 
     def bindings(self, vhost: str | None = None) -> list[BindingInfo]:
-        return [BindingInfo(**b) for b in self.core.bindings(vhost)]
+        return corerecords.bindings(self._vhosts(vhost))
 
+    @_writes(full=True)
     def bind(self, binding: BindingInfo, *, now_ms: int) -> None:
-        self.core.bind(binding, now_ms=now_ms)
+        """Create a binding (`Topology.bind_destination`)."""
+        b = binding
+        self.broker.topology.bind_destination(
+            self._vhost(b.vhost),
+            b.source,
+            b.destination_type,
+            b.destination,
+            b.routing_key,
+            b.arguments,
+        )
 
+    @_writes(full=True)
     def unbind(self, binding: BindingInfo, *, now_ms: int) -> None:
-        self.core.unbind(binding, now_ms=now_ms)
+        """Remove a binding; 404 when it does not exist."""
+        b = binding
+        if not self.broker.topology.unbind_destination(
+            self._vhost(b.vhost),
+            b.source,
+            b.destination_type,
+            b.destination,
+            b.routing_key,
+            b.arguments,
+        ):
+            raise BrokerError(
+                Condition.NOT_FOUND, f"no binding {b.source} -> {b.destination} '{b.routing_key}'"
+            )
 
     # -- policies, sessions -----------------------------------------------------------------
 
     def policies(self, vhost: str | None = None) -> list[PolicyInfo]:
-        return [PolicyInfo(**p) for p in self.core.policies(vhost)]
+        return [corerecords.policy(p) for p in self.broker.policies.list(vhost)]
 
+    @_writes(full=False)
     def set_policy(self, policy: PolicyInfo, *, now_ms: int) -> bool:
-        return bool(self.core.set_policy(policy, now_ms=now_ms))
+        """Create or replace a policy and re-apply the settings of every queue of its vhost
+        (a queue whose settings would become invalid keeps its old ones); True when created.
+        ValueError (PolicyError) for a bad definition."""
+        p = policy
+        vh = self._vhost(p.vhost)
+        table = self.broker.policies
+        existed = table.get(p.name, vhost=p.vhost) is not None
+        table.set(
+            p.name,
+            p.pattern,
+            p.definition,
+            vhost=p.vhost,
+            apply_to=p.apply_to,
+            priority=p.priority,
+        )
+        with self.call(now_ms):
+            self.broker.topology.reapply_settings(vh, now_ms)
+        return not existed
 
+    @_writes(full=False)
     def clear_policy(self, vhost: str, name: str, *, now_ms: int) -> None:
-        self.core.clear_policy(vhost, name, now_ms=now_ms)
+        """Delete a policy (404 when missing) and re-apply settings in its vhost."""
+        if not self.broker.policies.clear(name, vhost=vhost):
+            raise BrokerError(Condition.NOT_FOUND, f"no policy '{name}' in vhost '{vhost}'")
+        vh = self._vhost(vhost)
+        with self.call(now_ms):
+            self.broker.topology.reapply_settings(vh, now_ms)
 
     def channels(self) -> list[ChannelInfo]:
-        return [ChannelInfo(**c) for c in self.core.channels()]
+        return corerecords.channels(c for _, c in sorted(self.broker.conns.items()))
 
     def consumers(self) -> list[ConsumerInfo]:
-        return [ConsumerInfo(**c) for c in self.core.consumers()]
-
-    # -- offset readers: the streams API's reservation books --------------------------------
-
-    def _book(self, vhost: str, name: str) -> tuple[QueueEntity, Reservations[SeqId]]:
-        q = self._entity(vhost, name)
-        if q.settings.non_destructive:
-            raise AMQPError(
-                ReplyCode.PRECONDITION_FAILED, f"queue {name!r} is non-destructive: use browse"
-            )
-        return q, self.broker.streams.book(q)
-
-    def _kick(self, q: QueueEntity, now_ms: int) -> None:
-        # Messages went back to the queue: let the broker dispatch them to waiting consumers.
-        effects = self.broker.queue_changed(q, now_ms)
-        if effects:
-            self.runtime.apply_effects(effects)
-
-    def reserve(
-        self,
-        vhost: str,
-        name: str,
-        consumer: str,
-        start: int,
-        max_messages: int,
-        *,
-        lease_ms: int,
-        max_bytes: int | None,
-        now_ms: int,
-    ) -> dict[str, Any]:
-        """Reserve positions from `start` for `consumer` (its lease); the range and bounds."""
-        q, _ = self._book(vhost, name)
-        r = self.broker.streams.reserve(
-            q, consumer, start, max_messages, now_ms, lease_ms=lease_ms, max_bytes=max_bytes
-        )
-        return {
-            "start": r.start,
-            "end": r.end,
-            "settled": r.settled,
-            "next": r.next_pos,
-            "skipped": r.skipped,
-            "expired": r.expired,
-            **stream_bounds(q),
-        }
-
-    def read_reserved(
-        self, vhost: str, name: str, consumer: str, lo: int, hi: int, *, max_span: int, now_ms: int
-    ) -> list[Row]:
-        """The messages `consumer` holds at positions [lo, hi) (ValueError: a range wider than
-        `max_span`)."""
-        _, book = self._book(vhost, name)
-        if hi - lo > max_span:
-            raise ValueError(f"range too large (at most {max_span} positions)")
-        return [
-            (e.pos, e.seq, e.redelivered, e.message) for e in book.read(consumer, lo, hi, now_ms)
-        ]
-
-    def settle(
-        self, vhost: str, name: str, consumer: str, up_to: int, *, now_ms: int
-    ) -> dict[str, Any]:
-        """Settle `consumer`'s positions below `up_to` (the messages are deleted)."""
-        q, book = self._book(vhost, name)
-        deleted = self.broker.streams.settle(q, consumer, up_to, now_ms)
-        lease = book.lease(consumer)
-        return {
-            "deleted": deleted,
-            "settled": 0 if lease is None else lease.settled,
-            **stream_bounds(q),
-        }
-
-    def browse_ready(
-        self, vhost: str, name: str, after: int | None, limit: int, now_ms: int
-    ) -> list[Row]:
-        """Ready messages with seq > after, in seq order, left in place (a paged queue is read
-        where it is and stays paged: `Queue.browse_ready`); position = seq."""
-        q = self._entity(vhost, name)
-        cursor = None if after is None else SeqId(after)
-        return [
-            (d.seq, d.seq, d.redelivered, d.message)
-            for d in q.queue.browse_ready(cursor, limit, now_ms)
-        ]
-
-    def browse_columns(
-        self, vhost: str, name: str, after: int | None, limit: int, now_ms: int
-    ) -> Columns:
-        """`browse_ready` as columns (`Queue.browse_columns`: paged messages go from their
-        page records to the columns without being built); position = seq."""
-        q = self._entity(vhost, name)
-        return q.queue.browse_columns(None if after is None else SeqId(after), limit, now_ms)
-
-    def drop_lease(self, vhost: str, name: str, consumer: str, *, now_ms: int) -> bool:
-        """Forget `consumer`'s lease (its messages become ready again); False if unknown."""
-        q, _ = self._book(vhost, name)
-        found = self.broker.streams.drop(q, consumer, now_ms)
-        if found:
-            self._kick(q, now_ms)
-        return found
-
-    def stream_info(self, vhost: str, name: str) -> tuple[dict[str, Any], list[Lease[SeqId]]]:
-        """A queue's bounds (head included) and its leases."""
-        q = self._entity(vhost, name)
-        book = self.broker.streams.existing(q)
-        leases = list(book.leases()) if book is not None else []
-        return stream_bounds(q, head=True), leases
-
-    def expire_leases(self, now_ms: int) -> list[tuple[str, str, list[str]]]:
-        """Expire the leases of every book: (vhost, queue, consumers) of each that gave
-        messages back (the broker then dispatches them)."""
-        out = []
-        for q, gone in self.broker.streams.expire(now_ms):
-            out.append((q.vhost, q.name, gone))
-            self._kick(q, now_ms)
-        return out
-
-    # -- bulk publish on a virtual connection -----------------------------------------------
-
-    def open_publisher(self, user: str, vhost: str, *, now_ms: int) -> int:
-        """Open a virtual connection of `user` on `vhost`, session 1 in confirm mode (vhost
-        access checked as an AMQP login's: BrokerError)."""
-        conn_id = next(self._virtual_ids)
-        broker = self.broker
-        broker.connection_opened(
-            conn_id, user, vhost, "http", {"product": "ringmq streams publish"}, now_ms
-        )
-        broker.channel_opened(conn_id, 1, now_ms)
-        session = broker.session(conn_id, 1)
-        assert session is not None
-        broker.confirms.select(session)
-        return conn_id
-
-    def close_publisher(self, conn_id: int, *, now_ms: int) -> list[Effect]:
-        """Forget a virtual connection; the effects its close caused."""
-        return self.broker.connection_closed(conn_id, now_ms)
-
-    def publish_slice(
-        self,
-        conn_id: int,
-        exchange: str,
-        messages: Sequence[tuple[str, bytes, bytes]],
-        start: int,
-        stop: int,
-        *,
-        now_ms: int,
-    ) -> BatchPublished:
-        """`messages[start:stop]` as that many `basic.publish` on the virtual connection
-        (errors of the batch are AMQPErrors)."""
-        return self.amqp091.publish_batch(conn_id, 1, exchange, messages, start, stop, now_ms)
-
-    def confirms_held(self, conn_id: int) -> int:
-        """Publishes of a virtual connection still waiting for their fsync."""
-        conn = self.broker.conns.get(conn_id)
-        session = None if conn is None else conn.sessions.get(1)
-        return 0 if session is None else len(session.confirm_held)
+        return corerecords.consumers(c for _, c in sorted(self.broker.conns.items()))

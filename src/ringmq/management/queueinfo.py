@@ -3,9 +3,9 @@
 Theory of operation: `/api/queues`, the rate sampler and `/metrics` read every queue on every
 call, so their records are built from the engine's O(1) counters (`Queue.counters`, the
 entity's AMQP-level totals, its resolved `QueueSettings`) and never walk the ready messages.
-The core facade's full snapshot (`core.admin.Admin.queue`), which also finds the head message's
-timestamp (O(depth)), serves GET of one queue only; `tests/management/test_admin.py` checks
-that both paths agree.
+The full record of one queue (`snapshot_record`) adds the head message's timestamp
+(O(depth)) and the exclusive owner's address, for GET of one queue only;
+`tests/management/test_admin.py` checks that both agree.
 
 Settings objects are frozen and replaced when they change, so `SettingsView` renders each one
 once and keeps the rendering keyed by identity, bounded by the number of live queues.
@@ -14,12 +14,15 @@ Everything here reads; nothing changes the broker.
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import Any
+from dataclasses import fields, replace
+from typing import Any, Final
 
 from ringmq.core.settings import QueueSettings
 from ringmq.core.vhost import QueueEntity
 from ringmq.management.records import QueueCounters, QueueInfo
+
+HEAD_SCAN_MAX: Final = 1000
+"""Largest queue whose head message timestamp a full record finds (it costs a scan)."""
 
 
 class SettingsView:
@@ -99,17 +102,19 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
     )
 
 
-def snapshot_record(d: dict[str, Any], q: QueueEntity | None, persistent: int) -> QueueInfo:
-    """A record from the core facade's full snapshot of one queue (head timestamp included)."""
-    d = dict(d)
-    d.pop("engine_stats", None)
-    d["counters"] = QueueCounters(**d["counters"])
-    # the facade reports ready bytes without the paged ones; ready messages include them
-    d["message_bytes_ready"] += d["message_bytes_paged"]
-    if q is not None:
-        d["messages_persistent"] = persistent
-        d["effective_settings"] = {**d["effective_settings"], "sources": dict(q.settings.sources)}
-    return QueueInfo(**d)
+def snapshot_record(
+    q: QueueEntity, settings: dict[str, Any], persistent: int, owner: str | None
+) -> QueueInfo:
+    """One queue's full record: the listing's, with the head message's timestamp (a scan of
+    the waiting messages, so only for queues up to `HEAD_SCAN_MAX` ready) and the exclusive
+    owner's peer address (`owner`)."""
+    c = q.queue.counters
+    head = q.queue.ready_messages()[:1] if 0 < c.ready <= HEAD_SCAN_MAX else []
+    return replace(
+        listing_record(q, settings, persistent),
+        head_message_timestamp_ms=head[0].timestamp_ms if head else None,
+        exclusive_owner=owner,
+    )
 
 
 def stream_bounds(q: QueueEntity, *, head: bool = False) -> dict[str, Any]:

@@ -14,7 +14,9 @@ from ringmq.connector.records import encode_publish, property_maps, skip_publish
 from ringmq.connector.spark.options import Options  # noqa: E402
 from ringmq.connector.spark.rows import columns_to_batch, to_batch  # noqa: E402
 from ringmq.connector.spark.sink import arrow_rows, publish_arrow, publish_rows  # noqa: E402
+from ringmq.management.records import PermissionInfo  # noqa: E402
 from ringmq.node import BrokerThread  # noqa: E402
+from tests.facade import admin_of  # noqa: E402
 
 from .conftest import urls  # noqa: E402
 
@@ -126,12 +128,12 @@ def test_permissions(live_broker: BrokerThread) -> None:
     ch.queue_declare("open")  # type: ignore[attr-defined]
     ch.exchange_declare("locked", "fanout")  # type: ignore[attr-defined]
     conn.close()
-    admin = live_broker.broker.admin
+    admin = admin_of(live_broker)
 
     def setup() -> None:
-        admin.add_user("reader", password="pw", tags=("management",))
-        admin.set_permissions("reader", "/", "", "^open$", "^open$")
-        admin.add_user("nobody", password="pw", tags=("management",))
+        admin.add_user("reader", password="pw", password_hash=None, tags=["management"])
+        admin.set_permissions(PermissionInfo("reader", "/", "", "^open$", "^open$"))
+        admin.add_user("nobody", password="pw", password_hash=None, tags=["management"])
 
     _admin(live_broker, setup)
     with StreamClient(http) as guest:
@@ -162,7 +164,9 @@ def test_permissions(live_broker: BrokerThread) -> None:
         assert err.value.status == 403
 
         def admin_call() -> None:
-            admin.set_permissions("reader", "/", "", "^(open|amq.default)$", "^open$")
+            admin.set_permissions(
+                PermissionInfo("reader", "/", "", "^(open|amq.default)$", "^open$")
+            )
 
         _admin(live_broker, admin_call)
         assert reader.publish("", encode_publish([("open", b"\x00\x00", b"x")]))["published"] == 1

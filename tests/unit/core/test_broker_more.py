@@ -9,6 +9,7 @@ from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Block, Confirm, Unblock
 from ringmq.core.session import SettleKind
+from tests.facade import admin_over
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
 
 
@@ -195,8 +196,8 @@ def test_single_active_consumer_prefers_the_highest_priority() -> None:
     kit.consume(ch, "sac", "low", no_ack=True)
     kit.consume(ch, "sac", "high", no_ack=True, arguments={"x-priority": 5})
     assert delivered(kit.publish(ch, "sac"))[0].method.consumer_tag == "high"
-    (cons,) = [c for c in kit.broker.admin.consumers() if c["active"]]
-    assert cons["consumer_tag"] == "high"
+    (cons,) = [c for c in admin_over(kit.broker).consumers() if c.active]
+    assert cons.consumer_tag == "high"
 
 
 def test_queue_types_ringmq_does_not_implement_are_refused_not_downgraded() -> None:
@@ -274,3 +275,67 @@ def test_the_publish_pipeline_answers_each_publish_with_its_outcome() -> None:
     assert publish("amq.direct", "nowhere") == "unroutable"
     kit.call(ch, spec.TxSelect())
     assert publish("", "capped") == "buffered"
+
+
+def test_enqueue_puts_a_message_into_the_queues_it_names_only() -> None:
+    # The per-queue step alone (MQTT's retained messages): no routing, no counting.
+    from ringmq.core.message import Message
+
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "named")
+    kit.declare(ch, "bound")
+    kit.call(ch, spec.QueueBind(queue="bound", exchange="amq.fanout"))
+    kit.declare(ch, "capped", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    broker = kit.broker
+    vh = broker.vhosts["/"]
+    x = vh.exchanges["amq.fanout"]
+    publisher = broker.publisher
+
+    def enqueue(*names: str) -> tuple[str | None, bool]:
+        msg = Message("amq.fanout", "", b"\x00\x00", b"x", timestamp_ms=kit.now)
+        broker.begin(kit.now)
+        done = publisher.enqueue(vh, x, tuple(vh.queues[n] for n in names), msg, None, kit.now)
+        broker.finish(kit.now)
+        return done
+
+    published = broker.stats["published"]
+    assert enqueue("named") == (None, False)
+    assert enqueue("capped", "named") == (None, False)
+    assert enqueue("capped") == ("overflow", False)
+    assert enqueue() == (None, False)
+    counts = {n: vh.queues[n].queue.message_count for n in ("named", "bound", "capped")}
+    assert counts == {"named": 2, "bound": 0, "capped": 1}
+    assert broker.stats["published"] == published
+
+
+def test_route_runs_the_pipeline_without_classifying() -> None:
+    # A transaction's commit, a batch, a due delayed message: routed and enqueued, not counted
+    # again, not buffered by the tx session, persisted flag answered.
+    from ringmq.core.message import Message
+
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q", durable=True)
+    kit.call(ch, spec.TxSelect())
+    broker = kit.broker
+    session = broker.session(*ch)
+    assert session is not None
+    vh = broker.vhosts["/"]
+    published = broker.stats["published"]
+    msg = Message("", "q", b"\x00\x00", b"x", persistent=True, timestamp_ms=kit.now)
+    broker.begin(kit.now)
+    assert broker.publisher.route(vh, vh.exchanges[""], msg, False, session, kit.now) == (
+        None,
+        True,  # no store: a persistent message on a durable queue counts as stored
+    )
+    unroutable = Message("", "nowhere", b"\x00\x00", b"x", timestamp_ms=kit.now)
+    assert broker.publisher.route(vh, vh.exchanges[""], unroutable, False, None, kit.now) == (
+        None,
+        False,
+    )
+    broker.finish(kit.now)
+    assert vh.queues["q"].queue.message_count == 1
+    assert broker.stats["published"] == published
+    assert session.tx is not None
+    assert session.tx.publishes == []

@@ -15,7 +15,9 @@ from ringmq.core.config import BrokerConfig
 from ringmq.core.durability import queue_key
 from ringmq.core.queue import MemorySpillStore
 from ringmq.core.routing import QUEUE
+from ringmq.management.records import BindingInfo, PermissionInfo
 from ringmq.storage import FileStore, MemoryStore
+from tests.facade import admin_over
 from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
 
 PERSISTENT = BasicProperties(delivery_mode=2)
@@ -275,10 +277,10 @@ def test_queue_delete_drops_messages_and_new_seqs_continue(store_kind: str, tmp_
 
 def test_management_edits_are_written_without_an_explicit_call(tmp_path: Path) -> None:
     kit = StoreKit(FileStore.open(tmp_path / "data"))
-    admin = kit.broker.admin
+    admin = admin_over(kit.broker)
     admin.add_vhost("prod")
-    admin.add_user("bob", password="pw", tags=("administrator",))
-    admin.set_permissions("bob", "prod", ".*", ".*", ".*")
+    admin.add_user("bob", password="pw", password_hash=None, tags=["administrator"])
+    admin.set_permissions(PermissionInfo("bob", "prod", ".*", ".*", ".*"))
     admin.delete_user("guest")
     _file_restart(kit, tmp_path / "data", clean=False)
     b = kit.broker
@@ -294,7 +296,7 @@ def test_management_get_with_ack_removes_from_the_store(tmp_path: Path) -> None:
     kit.declare(ch, "q", durable=True)
     for i in range(3):
         kit.publish(ch, "q", b"%d" % i, props=PERSISTENT)
-    got = kit.broker.admin.get_messages(
+    got = admin_over(kit.broker).get_messages(
         "/", "q", count=2, ackmode="ack_requeue_false", now_ms=kit.now
     )
     assert len(got) == 2
@@ -366,10 +368,10 @@ def test_incremental_definition_writes_match_a_full_snapshot(tmp_path: Path) -> 
 
 def test_management_exchanges_queues_and_bindings_are_written(tmp_path: Path) -> None:
     kit = StoreKit(FileStore.open(tmp_path / "data"))
-    admin = kit.broker.admin
+    admin = admin_over(kit.broker)
     admin.declare_exchange("/", "orders", type="topic")
     admin.declare_queue("/", "billing")
-    admin.bind("/", "orders", "billing", destination_type="queue", routing_key="order.*")
+    admin.bind(BindingInfo("/", "orders", "billing", "queue", "order.*"), now_ms=0)
     admin.declare_queue("/", "gone")
     admin.delete_queue("/", "gone")
     dur = kit.broker.durability

@@ -15,10 +15,10 @@ Errors: a core `BrokerError` becomes an `AMQPError` with the reply code of its c
 the channel (soft codes) or the connection (hard codes) and reports it back with
 `channel_closed` / `connection_closed`.
 
-The publish path: `handle` sends basic.publish to `_publish`, which does what the generic path
-does without the handler-table detour (same checks, same message building, the core's one
-pipeline); anything unusual (no session, a transactional channel, an unknown exchange, no
-content) takes the generic path, which reports it.
+The publish path: `handle` does for basic.publish, inline, what the generic path does without
+the handler-table detour (same checks, same message building, the core's one pipeline);
+anything unusual (no session, a transactional channel, an unknown exchange, no content) takes
+the generic path, which reports it.
 
 `check_publish` runs a publish's checks when its method arrives, before its body (a refused
 publish costs no buffered body); `check_login` reads the PLAIN and AMQPLAIN responses of
@@ -128,9 +128,69 @@ class Amqp091:
         protocol error; the caller closes the channel or connection and then reports it with
         `channel_closed` / `connection_closed`.
         """
-        if type(method) is _PUBLISH:
-            return self._publish(conn_id, channel, method, content, now_ms)
-        return self._handle(conn_id, channel, method, content, now_ms)
+        if type(method) is not _PUBLISH:
+            return self._handle(conn_id, channel, method, content, now_ms)
+        # One basic.publish without the handler-table detour, inline here: the hot path of
+        # every publisher (a call less per publish than a method of its own, measured with
+        # benchmarks/hotpath_bench.py --profile). The same steps as `methods.basic_publish` on
+        # an open non-tx channel with content; the rest goes to `_handle`, before anything
+        # has changed.
+        state = self.state
+        s = state.conns[conn_id].sessions.get(channel)
+        if s is None or s.mode is _TX or content is None or method.immediate:
+            return self._handle(conn_id, channel, method, content, now_ms)
+        out: list[Effect] = []  # `State.begin`, inline: this runs once per publish
+        state.out = out
+        state.now_ms = now_ms
+        publisher = self.publisher
+        name = method.exchange
+        vh = s.vhost
+        x = vh.exchanges.get(name)
+        body = content.body
+        pb = content.properties_bin
+        try:
+            # Guards in front of the shared steps, measured with benchmarks/hotpath_bench.py
+            # (--profile counts calls): each saved call is about 0.1 us of a 10 us publish +
+            # deliver + ack. `exchange_for` runs unless the exchange is known, public and
+            # already checked writable on this session; `build` unless the property list
+            # holds nothing the core reads.
+            if (
+                x is None
+                or x.internal
+                or s.perm_generation != self.auth.generation
+                or name not in s.write_ok
+            ):
+                vh, x = publisher.exchange_for(s, name)
+            if len(body) > publisher.max_message_size:
+                publisher.check_size(len(body))
+            # A list too short to hold its flags takes `build`, which refuses it.
+            flags = ((pb[0] << 8) | pb[1]) if len(pb) >= 2 else DECODE_ANY
+            if not flags & DECODE_ANY:
+                # Positional: no keyword matching (headers, priority, expiration, persistent,
+                # id, time).
+                msg = Message(
+                    name, method.routing_key, pb, body, None, 0, None, False, None, now_ms
+                )
+            elif flags == FLAG_DELIVERY_MODE and len(pb) == 3:  # only delivery_mode: 1 byte
+                persistent = pb[2] == 2
+                msg = Message(
+                    name, method.routing_key, pb, body, None, 0, None, persistent, None, now_ms
+                )
+            else:
+                msg = build(s, name, method.routing_key, pb, body, now_ms)
+            publisher.publish(s, vh, x, msg, method.mandatory, now_ms)
+        except BrokerError as exc:
+            raise to_amqp(exc, *_PUBLISH_IDS) from None
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id, exc.method_id = _PUBLISH_IDS
+            raise
+        if state.dirty and (state.eager or not state.defer_dispatch):
+            state.eager = False
+            self.broker.delivery.flush(now_ms)
+        if state.defs_dirty:
+            state.end()
+        return out
 
     def _handle(
         self,
@@ -181,71 +241,6 @@ class Amqp091:
         ):
             state.eager = False
             broker.delivery.flush(now_ms)
-        if state.defs_dirty:
-            state.end()
-        return out
-
-    def _publish(
-        self,
-        conn_id: int,
-        channel: int,
-        m: spec.BasicPublish,
-        content: RawContent | None,
-        now_ms: int,
-    ) -> list[Effect]:
-        # `_handle` for one basic.publish without the handler-table detour: the hot path of
-        # every publisher. The same steps as `methods.basic_publish` on an open non-tx channel
-        # with content; the rest goes to `_handle`, before anything has changed.
-        state = self.state
-        s = state.conns[conn_id].sessions.get(channel)
-        if s is None or s.mode is _TX or content is None or m.immediate:
-            return self._handle(conn_id, channel, m, content, now_ms)
-        out: list[Effect] = []  # `State.begin`, inline: this runs once per publish
-        state.out = out
-        state.now_ms = now_ms
-        publisher = self.publisher
-        name = m.exchange
-        vh = s.vhost
-        x = vh.exchanges.get(name)
-        body = content.body
-        pb = content.properties_bin
-        try:
-            # Guards in front of the shared steps, measured with benchmarks/hotpath_bench.py
-            # (--profile counts calls): each saved call is about 0.1 us of a 10 us publish +
-            # deliver + ack. `exchange_for` runs unless the exchange is known, public and
-            # already checked writable on this session; `build` unless the property list
-            # holds nothing the core reads.
-            if (
-                x is None
-                or x.internal
-                or s.perm_generation != self.auth.generation
-                or name not in s.write_ok
-            ):
-                vh, x = publisher.exchange_for(s, name)
-            if len(body) > publisher.max_message_size:
-                publisher.check_size(len(body))
-            flags = ((pb[0] << 8) | pb[1]) if len(pb) >= 2 else -1
-            if flags >= 0 and not flags & DECODE_ANY:
-                # Positional: no keyword matching (headers, priority, expiration, persistent,
-                # id, time).
-                msg = Message(name, m.routing_key, pb, body, None, 0, None, False, None, now_ms)
-            elif flags == FLAG_DELIVERY_MODE and len(pb) == 3:  # only delivery_mode: 1 byte
-                persistent = pb[2] == 2
-                msg = Message(
-                    name, m.routing_key, pb, body, None, 0, None, persistent, None, now_ms
-                )
-            else:
-                msg = build(s, name, m.routing_key, pb, body, now_ms)
-            publisher.publish(s, vh, x, msg, m.mandatory, now_ms)
-        except BrokerError as exc:
-            raise to_amqp(exc, *_PUBLISH_IDS) from None
-        except AMQPError as exc:
-            if not exc.class_id:
-                exc.class_id, exc.method_id = _PUBLISH_IDS
-            raise
-        if state.dirty and (state.eager or not state.defer_dispatch):
-            state.eager = False
-            self.broker.delivery.flush(now_ms)
         if state.defs_dirty:
             state.end()
         return out
