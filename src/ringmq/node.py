@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.adapters.handler import HandlerFactory
+from ringmq.adapters.mqtt import mqtt_handler
 from ringmq.adapters.stomp import stomp_handler
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
@@ -111,7 +112,7 @@ def spill_directory(broker: Broker, directory: Path) -> SpillDirectory:
     return SpillDirectory(directory)
 
 
-PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {"stomp": stomp_handler}
+PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {"stomp": stomp_handler, "mqtt": mqtt_handler}
 """The adapter protocols a node serves beside AMQP 0-9-1, by key ("amqp10", "stomp", "mqtt"):
 each one's `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each
 (AMQP 1.0 shares the AMQP port)."""

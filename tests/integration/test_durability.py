@@ -226,3 +226,38 @@ def test_delayed_exchange_keeps_persistent_held_messages_across_a_restart(
     b2.stop()
     b3 = broker_factory(data_dir=data)  # released messages are not held again
     assert drain(b3, "dx-q") == []
+
+
+def test_a_delay_past_any_date_is_kept_as_never_and_survives_a_restart(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    # x-delay = 2^63 - 1 ms (or an absolute time as far) overflowed the journal's due time:
+    # the publish failed with 541 and the message was lost. Due times are bounded (about 146
+    # million years): the message is scheduled, confirmed, and still scheduled after a restart.
+    data = tmp_path / "d"
+    b = broker_factory(data_dir=data)
+    far = 2**63 - 1
+    with connect(b) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("later", durable=True)
+        ch.exchange_declare(
+            "dx", "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"}
+        )
+        ch.queue_declare("held", durable=True)
+        ch.queue_bind("held", "dx", "k")
+        for headers in ({"x-delay": far}, {"_AMQ_SCHED_DELIVERY": far}):
+            props = pika.BasicProperties(delivery_mode=2, headers=headers)
+            ch.basic_publish("", "later", b"never", props)
+        ch.basic_publish(
+            "dx", "k", b"never", pika.BasicProperties(delivery_mode=2, headers={"x-delay": far})
+        )
+        assert ch.basic_get("later", auto_ack=True)[0] is None  # scheduled, not ready
+    b.stop()
+    b2 = broker_factory(data_dir=data, http_port=0)
+    with connect(b2) as conn:
+        ch = conn.channel()
+        assert ch.basic_get("later", auto_ack=True)[0] is None
+        assert ch.queue_declare("held", passive=True).method.message_count == 0
+    queue = b2.call(lambda: b2.broker.vhosts["/"].queues["later"].queue)
+    assert b2.call(lambda: queue.counters.scheduled) == 2

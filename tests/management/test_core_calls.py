@@ -179,3 +179,23 @@ def test_queue_counters_follow_rabbitmq_message_stats() -> None:
     counters = facade(kit.broker)[0].queue("/", "q").counters
     assert (counters.publish, counters.get_no_ack, counters.get) == (3, 1, 1)
     assert (counters.deliver, counters.get_empty) == (1, 1)
+
+
+def test_an_amqp_1_0_message_is_shown_with_its_0_9_1_body_and_properties() -> None:
+    from ringmq.adapters.amqp10.message import build as build_10
+    from ringmq.amqp10.sections import DATA, Message10, Properties, encode_message
+
+    kit = Kit()
+    admin, _ = facade(kit.broker)
+    admin.declare_queue("/", "q10")
+    payload = encode_message(
+        Message10(properties=Properties(message_id="m-1"), body=((DATA, b"payload"),))
+    )
+    msg = build_10(payload, exchange="", routing_key="q10", now_ms=0)
+    b = kit.broker
+    vh = b.exchanges.vhost("/")
+    b.state.begin(0)
+    b.publisher.publish_without_session(vh, vh.exchanges[""], msg, 0)
+    (got,) = admin.get_messages("/", "q10", count=1, ackmode="ack_requeue_true", now_ms=0)
+    assert got.body == b"payload"
+    assert got.properties["message_id"] == "m-1"

@@ -15,6 +15,11 @@ Two parts:
   properties: LVQ keys, the headers exchange, delays, CC/BCC), `priority`, `expiration_ms`,
   `persistent`, `message_id`, the broker's `timestamp_ms`.
 
+A consumer of another protocol reads the message through `converted` (AMQP 0-9-1 consumers:
+`amqp091_content`), which calls the conversion the adapter that knows both forms registered
+(`register_conversion`) once and caches its result on the message (`converted`, RabbitMQ's
+`mc` conversion cache).
+
 When the core itself changes a message (dead-lettering adds `x-death` headers and drops the
 expiration; sender-selected distribution removes BCC) it asks the message's `Form` for the new
 raw properties (`reheadered`): the adapter of each protocol registers its form with
@@ -23,7 +28,7 @@ raw properties (`reheadered`): the adapter of each protocol registers its form w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NewType, Protocol
 
@@ -65,6 +70,9 @@ class Message:
     """Identity in the shared message store once persisted (0: not stored)."""
     form: int = field(default=0)
     """The protocol form of `properties_bin` (`FORM_AMQP091`, ...): which `Form` reads it."""
+    converted: dict[int, Any] | None = field(default=None)
+    """The per-protocol conversion cache: this message in another form, by form id, made once
+    by `converted` for the first consumer of that protocol (never copied with the message)."""
 
     @property
     def size(self) -> int:
@@ -154,3 +162,45 @@ def form(form_id: int) -> Form:
 def form_of(msg: Message) -> Form:
     """The `Form` of `msg`."""
     return form(msg.form)
+
+
+Conversion = Callable[[Message], Any]
+"""Makes a message of one form readable by the consumers of another (what it returns is that
+protocol's: `(properties_bin, body)` for AMQP 0-9-1)."""
+
+_CONVERSIONS: dict[tuple[int, int], Conversion] = {}
+
+
+def register_conversion(source: int, target: int, conversion: Conversion) -> None:
+    """Install the conversion of messages of form `source` for consumers of form `target` (the
+    adapter that knows both registers it, at import)."""
+    _CONVERSIONS[source, target] = conversion
+
+
+def converted(msg: Message, target: int) -> Any:
+    """`msg` converted for a consumer of form `target`: made once, then cached on the message
+    (so a fan-out to many consumers of one protocol converts once). A conversion nobody
+    registered is a wiring defect (LookupError)."""
+    cache = msg.converted
+    if cache is None:
+        cache = msg.converted = {}
+    elif target in cache:
+        return cache[target]
+    try:
+        conversion = _CONVERSIONS[msg.form, target]
+    except KeyError:
+        raise LookupError(
+            f"no conversion of message form {msg.form} to form {target} (import its adapter)"
+        ) from None
+    got = cache[target] = conversion(msg)
+    return got
+
+
+def amqp091_content(msg: Message) -> tuple[bytes, bytes]:
+    """`(properties_bin, body)` of `msg` for an AMQP 0-9-1 consumer: its own for a 0-9-1
+    message (the delivery path tests `msg.form` first and never calls this for one), else
+    converted once and cached."""
+    if not msg.form:
+        return msg.properties_bin, msg.body
+    pb, body = converted(msg, FORM_AMQP091)
+    return pb, body

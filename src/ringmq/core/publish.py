@@ -52,6 +52,7 @@ from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
 from ringmq.core.queue import PublishOutcome
+from ringmq.core.queue.scheduler import clamp_due
 from ringmq.core.resources import FLOW_HIGH, FLOW_HIGH_BYTES, Resources
 from ringmq.core.routing import ExchangeType
 from ringmq.core.session import ChannelMode, Session, TxPublish
@@ -355,7 +356,7 @@ class Publisher:
         if x.type is _DELAYED:
             delay = (hdrs or {}).get("x-delay")
             if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
-                due = now_ms + delay
+                due = clamp_due(now_ms + delay)
                 held = x.hold(msg, due)
                 self.holding[id(x)] = (vh, x)
                 dur = self.state.durability

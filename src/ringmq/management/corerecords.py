@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ringmq.core.auth import AuthDB, User
-from ringmq.core.message import Message, form_of
+from ringmq.core.message import Message, amqp091_content, form_of
 from ringmq.core.policies import Policy
 from ringmq.core.routing import QUEUE
 from ringmq.core.session import ChannelMode, Conn
@@ -37,12 +37,18 @@ def properties(msg: Message) -> dict[str, Any]:
     return form_of(msg).describe(msg.properties_bin)
 
 
+def body(msg: Message) -> bytes:
+    """The body as an AMQP 0-9-1 consumer gets it (an AMQP 1.0 message's data section; its
+    other body sections encoded), what the API shows as the payload."""
+    return bytes(msg.body) if not msg.form else amqp091_content(msg)[1]
+
+
 def fetched(msg: Message, redelivered: bool, message_count: int) -> FetchedMessage:
     """A message taken or browsed, as /get answers it."""
     return FetchedMessage(
         exchange=msg.exchange,
         routing_key=msg.routing_key,
-        body=bytes(msg.body),
+        body=body(msg),
         redelivered=redelivered,
         properties=properties(msg),
         message_count=message_count,
@@ -55,7 +61,7 @@ def scheduled(seq: int, due_ms: int, msg: Message) -> ScheduledInfo:
         seq=seq,
         due_ms=due_ms,
         routing_key=msg.routing_key,
-        body=msg.body,
+        body=body(msg),
         properties=properties(msg),
     )
 

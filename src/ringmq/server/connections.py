@@ -49,6 +49,7 @@ from ringmq.core.effects import (
     Unblock,
 )
 from ringmq.core.errors import Condition
+from ringmq.core.message import amqp091_content
 from ringmq.core.throttle import LogLimiter
 from ringmq.server.clock import Clock
 from ringmq.server.configspec import LimitsSpec
@@ -139,6 +140,9 @@ class Connections:
             if type(e) is Deliver:
                 # hot path: pre-encoded deliver header, no generic method encoding
                 msg = e.message
+                pb, body = msg.properties_bin, msg.body
+                if msg.form:  # another protocol's message: its 0-9-1 content, made once
+                    pb, body = amqp091_content(msg)
                 a.proto.send_deliver(
                     e.channel,
                     e.consumer_tag,
@@ -146,13 +150,13 @@ class Connections:
                     e.redelivered,
                     msg.exchange,
                     msg.routing_key,
-                    msg.properties_bin,
-                    msg.body,
+                    pb,
+                    body,
                 )
                 continue
             match e:
                 case SendContent(channel=ch, method=method, message=msg):
-                    a.proto.send_content(ch, method, msg.properties_bin, msg.body)
+                    a.proto.send_content(ch, method, *amqp091_content(msg))
                 case Deliver():
                     raise AssertionError("handled above")
                 case SendMethod(channel=ch, method=method):
@@ -163,9 +167,8 @@ class Connections:
                     if type(frame) is SendMethod:
                         a.proto.send_method(frame.channel, frame.method)
                     elif type(frame) is SendContent:
-                        fm = frame.message
                         a.proto.send_content(
-                            frame.channel, frame.method, fm.properties_bin, fm.body
+                            frame.channel, frame.method, *amqp091_content(frame.message)
                         )
                 case Drained():
                     pass  # link credit is AMQP 1.0's: no 0-9-1 consumer has any to give back

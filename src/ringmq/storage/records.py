@@ -107,8 +107,13 @@ def iter_scan(data: bytes | bytearray | memoryview) -> Iterator[Record]:
 
 _ENTRY: Final = struct.Struct("<QBBIqqqqBBBHI")
 # seq, flags, priority, delivery_count, timestamp_ms, expiry_ms, due_ms, expiration_ms,
-# len(exchange), len(routing_key), len(message_id), len(queue), len(properties_bin)
+# len(exchange), len(routing_key), len(message_id), len(queue) | form << 8, len(properties_bin)
+#
+# The u16 after the message id's length holds the queue name's length in its low byte (AMQP
+# names are at most 255 bytes) and the message's form (`Message.form`: 0 AMQP 0-9-1, 1 AMQP
+# 1.0, ...) in its high byte. Records written before forms existed have 0 there: form 0.
 _ENTRY_SIZE: Final = _ENTRY.size
+_NAME_MAX: Final = 0xFF
 _REF: Final = struct.Struct("<Q")
 
 F_EMBEDDED: Final = 0x01
@@ -172,6 +177,8 @@ def encode_message(
     message_id = m.message_id
     mid = message_id.encode() if message_id is not None else b""
     q = queue.encode()
+    if len(q) > _NAME_MAX or not 0 <= m.form <= _NAME_MAX:
+        raise ValueError(f"queue name of {len(q)} bytes or message form {m.form} out of range")
     flags = F_PERSISTENT if m.persistent else 0
     if body_ref == 0:
         flags |= F_EMBEDDED
@@ -203,7 +210,7 @@ def encode_message(
         len(exchange),
         len(routing_key),
         len(mid),
-        len(q),
+        len(q) | m.form << 8,
         len(props),
     )
     tail = m.body if body_ref == 0 else _REF.pack(body_ref)
@@ -233,9 +240,10 @@ def decode_entry_at(data: bytes, start: int, end: int) -> Entry:
         n_exchange,
         n_rk,
         n_mid,
-        n_queue,
+        queue_form,
         n_props,
     ) = _ENTRY.unpack_from(data, start)
+    n_queue = queue_form & _NAME_MAX
     a = start + _ENTRY_SIZE
     b = a + n_queue
     c = b + n_exchange
@@ -263,6 +271,7 @@ def decode_entry_at(data: bytes, start: int, end: int) -> Entry:
         data[d : d + n_mid].decode() if flags & F_MESSAGE_ID else None,
         timestamp_ms,
         body_ref,
+        queue_form >> 8,
     )
     return Entry(
         data[a:b].decode(),
@@ -298,10 +307,10 @@ def entry_head(payload: bytes | memoryview) -> tuple[bytes, int, int, int, int |
         n_exchange,
         n_rk,
         n_mid,
-        n_queue,
+        queue_form,
         n_props,
     ) = _ENTRY.unpack_from(payload, 0)
-    b = _ENTRY_SIZE + n_queue
+    b = _ENTRY_SIZE + (queue_form & _NAME_MAX)
     e = b + n_exchange + n_rk + n_mid
     if flags & F_HEADERS:
         (n_table,) = _TABLE_LEN.unpack_from(payload, e)

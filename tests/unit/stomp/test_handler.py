@@ -596,3 +596,34 @@ def test_a_message_whose_0_9_1_properties_cannot_be_read_still_reaches_stomp() -
     (m,) = kit.read(h)
     assert m.body == b"body"
     assert m.headers["destination"] == "/queue/q"
+
+
+def test_an_amqp_1_0_message_reaches_a_stomp_consumer_converted() -> None:
+    # published in AMQP 1.0's form (an application property, a message id, one data section):
+    # the STOMP MESSAGE carries the 0-9-1 conversion's headers and the data section's bytes
+    from ringmq.adapters.amqp10.message import build as build_10
+    from ringmq.amqp10.sections import DATA, Message10, Properties, encode_message
+    from ringmq.amqp10.types import Symbol
+
+    kit = Kit()
+    h = kit.connect()
+    kit.frame(h, "SUBSCRIBE", destination="/queue/q10", id="s")
+    payload = encode_message(
+        Message10(
+            properties=Properties(message_id="id-1", content_type=Symbol("text/plain")),
+            application_properties={"colour": "blue"},
+            body=((DATA, b"hello from 1.0"),),
+        )
+    )
+    msg = build_10(payload, exchange="", routing_key="q10", now_ms=kit.now)
+    b = kit.broker
+    vh = b.exchanges.vhost("/")
+    b.state.begin(kit.now)
+    b.publisher.publish_without_session(vh, vh.exchanges[""], msg, kit.now)
+    kit.apply(b.state.out)
+    kit.apply(b.dispatch_pending(kit.now))
+    (message,) = [f for f in kit.read(h) if f.command == "MESSAGE"]
+    assert message.body == b"hello from 1.0"
+    assert message.headers["colour"] == "blue"
+    assert message.headers["amqp-message-id"] == "id-1"
+    assert message.headers["content-type"] == "text/plain"

@@ -41,7 +41,7 @@ from typing import Final
 from ringmq import __version__
 from ringmq.adapters.handler import HandlerContext, HandlerFactory, HandlerInfo
 from ringmq.adapters.stomp.destinations import Destination, Dialects, Kind, message_destination
-from ringmq.adapters.stomp.message import build_message, message_headers
+from ringmq.adapters.stomp.message import build_message, message_body, message_headers
 from ringmq.adapters.stomp.receipts import Receipts
 from ringmq.adapters.stomp.subscribe import Subscriber, truthy
 from ringmq.core.effects import (
@@ -499,8 +499,9 @@ class StompHandler:
         if msg.expiration_ms is not None and not sub.destination.rabbit:
             # Artemis clients read the expiry as epoch ms (JMS expiration)
             headers.setdefault("expires", str(msg.timestamp_ms + msg.expiration_ms))
-        headers["content-length"] = str(len(msg.body))
-        self.conn.send(Command.MESSAGE, headers, msg.body)
+        body = message_body(msg)
+        headers["content-length"] = str(len(body))
+        self.conn.send(Command.MESSAGE, headers, body)
 
     def _confirmed(self, c: Confirm) -> None:
         # Receipts go out in order, each once every SEND up to it is confirmed (receipts.py).

@@ -32,12 +32,12 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
-from ringmq.adapters.amqp091.message import PROPERTY_NAMES, build
+from ringmq.adapters.amqp091.message import build
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.arguments import BY_ARGUMENT
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.message import FORM_AMQP091, Message, form_of
+from ringmq.core.message import FORM_AMQP091, Message, amqp091_content
 from ringmq.core.session import Session
 
 SCHEDULED_DELAY: Final = "AMQ_SCHEDULED_DELAY"
@@ -168,20 +168,25 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
+def message_body(msg: Message) -> bytes:
+    """The body a STOMP consumer gets: the 0-9-1 body (an AMQP 1.0 message's data section,
+    or its other body sections encoded, docs/dev/messages.md §3)."""
+    return msg.body if msg.form == FORM_AMQP091 else amqp091_content(msg)[1]
+
+
 def message_headers(msg: Message) -> dict[str, str]:
     """The MESSAGE headers a message's properties give (see the module docstring)."""
-    if msg.form == FORM_AMQP091:
-        if msg.properties_bin == _EMPTY:
-            return {}
-        try:
-            props = decode_properties(msg.properties_bin)
-        except AMQPError:
-            # A 0-9-1 publish whose property list the core never had to read is stored raw
-            # (re-sent verbatim to 0-9-1 consumers); unreadable, it gives no STOMP header.
-            return {}
-    else:  # another protocol's form, described in 0-9-1 names
-        described = form_of(msg).describe(msg.properties_bin)
-        props = BasicProperties(**{k: v for k, v in described.items() if k in PROPERTY_NAMES})
+    # another protocol's form (AMQP 1.0) is read as its 0-9-1 conversion (docs/dev/messages.md
+    # §3), cached on the message for every 0-9-1 and STOMP consumer
+    raw = msg.properties_bin if msg.form == FORM_AMQP091 else amqp091_content(msg)[0]
+    if raw == _EMPTY:
+        return {}
+    try:
+        props = decode_properties(raw)
+    except AMQPError:
+        # A 0-9-1 publish whose property list the core never had to read is stored raw
+        # (re-sent verbatim to 0-9-1 consumers); unreadable, it gives no STOMP header.
+        return {}
     out: dict[str, str] = {}
     for header, attr in _PROPERTY_HEADERS.items():
         value = getattr(props, attr)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from ringmq.core.message import SeqId
 from ringmq.core.queue.lanes import GONE, SCHEDULED, Entry
@@ -36,17 +36,28 @@ Release = Callable[[Entry, int], PublishOutcome]
 """Where released entries go: `(entry, now_ms) -> outcome` (`Overflow.release`)."""
 
 
+MAX_DUE_MS: Final = 1 << 62
+"""The latest due time kept (about 146 million years): a later one, however far, is "never"
+in effect, and stays in the signed 64-bit fields of the journal and page records (a delay of
+2^63 - 1 ms overflowed them)."""
+
+
+def clamp_due(due_ms: int) -> int:
+    """`due_ms` bounded by `MAX_DUE_MS` (the one bound of every scheduled or held message)."""
+    return due_ms if due_ms <= MAX_DUE_MS else MAX_DUE_MS
+
+
 def schedule_due(headers: dict[str, Any], now_ms: int) -> int | None:
     """The due time (epoch ms) `headers` ask for, or None.
 
     The absolute Artemis time wins over the relative RabbitMQ delay; malformed values are
-    ignored."""
+    ignored; a due time past `MAX_DUE_MS` is `MAX_DUE_MS`."""
     absolute = headers.get("_AMQ_SCHED_DELIVERY")
     if type(absolute) is int or type(absolute) is float:
-        return int(absolute)
+        return clamp_due(int(absolute))
     delay = headers.get("x-delay")
     if type(delay) is int or type(delay) is float:
-        return now_ms + int(delay)
+        return clamp_due(now_ms + int(delay))
     return None
 
 
