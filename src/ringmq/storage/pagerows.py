@@ -2,7 +2,8 @@
 
 `peek_rows` is the record loop of `PageQueue.peek_columns`: it checks each frame as `scan`
 does (length, crc32), reads the few fields a browse returns straight from the record
-(`records.entry_row_at`) and appends them to the columns of a `core.queue.columns.Columns`.
+(`records.entry_row_at`) and appends them to the columns of a `core.queue.columns.Columns`;
+a message of another protocol's form is decoded and added as a message (`Columns.add_rows`).
 A PAGED_REF record (a persistent message whose copy is in the journal) gets a placeholder row,
 which the page queue fills from the journal afterwards (`PageQueue`'s batched `copies.read`).
 Pure: no file access, no state of its own.
@@ -23,6 +24,7 @@ from ringmq.storage.records import (
     TYPE_CRC,
     Entry,
     RecordType,
+    decode_entry_at,
     decode_paged_ref,
     entry_row_at,
 )
@@ -105,7 +107,15 @@ def peek_rows(
             got.last_seq = seq
             if seq <= low or seq in tombstones:
                 continue
-            seq, expires_at, ts, ex, rk, pb, body = entry_row_at(data, at, stop)
+            row = entry_row_at(data, at, stop)
+            if row is None:  # another protocol's form: its columns come from the message
+                entry = decode_entry_at(data, at, stop)
+                exp = entry.expiry_ms
+                if exp is None or now_ms <= exp:
+                    out.add_rows(((seq, seq, False, entry.message),))
+                    n += 1
+                continue
+            seq, expires_at, ts, ex, rk, pb, body = row
             if expires_at is not None and now_ms > expires_at:
                 continue
         seqs.append(seq)

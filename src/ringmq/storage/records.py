@@ -326,13 +326,14 @@ def entry_head(payload: bytes | memoryview) -> tuple[bytes, int, int, int, int |
 
 def entry_row_at(
     data: bytes, start: int, end: int
-) -> tuple[int, int | None, int, bytes, bytes, bytes, bytes]:
+) -> tuple[int, int | None, int, bytes, bytes, bytes, bytes] | None:
     """The fields a columnar browse returns from the entry at `data[start:end]`, copied out as
     the record holds them, without decoding the message (`decode_entry_at` builds it).
 
     Returns ``(seq, expiry_ms or None, timestamp_ms, exchange, routing key, properties,
     body)``, the last four as bytes (exchange and routing key UTF-8); the body is empty when
-    it is stored by reference.
+    it is stored by reference. None for a message of another form than AMQP 0-9-1's (form 0):
+    the caller takes that one's columns from the decoded message.
     """
     (
         seq,
@@ -346,10 +347,12 @@ def entry_row_at(
         n_exchange,
         n_rk,
         n_mid,
-        n_queue,
+        queue_form,
         n_props,
     ) = _ENTRY.unpack_from(data, start)
-    c = start + _ENTRY_SIZE + n_queue
+    if queue_form > _NAME_MAX:
+        return None
+    c = start + _ENTRY_SIZE + queue_form
     d = c + n_exchange
     e = d + n_rk + n_mid
     if flags & F_HEADERS:

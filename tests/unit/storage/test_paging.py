@@ -383,8 +383,8 @@ def test_peek_columns_is_peek_after_without_the_expired(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, Any]]
 ) -> None:
     """peek_columns gives the rows of what peek_after gives, less the messages expired at
-    now_ms, with every field as the record holds it (headers, message ids, journal copies,
-    memory runs, tombstones, run boundaries)."""
+    now_ms, with every field as the record holds it (headers, message ids, forms, journal
+    copies, memory runs, tombstones, run boundaries)."""
     copies = _Copies()
     pq = PageQueue(tmp_path_factory.mktemp("pq"), run_bytes=256, read_bytes=128, copies=copies)
     front_next = 999_999
@@ -402,6 +402,7 @@ def test_peek_columns_is_peek_after_without_the_expired(
                 {"h": s} if s % 3 == 0 else None,
                 message_id=f"id{s}" if s % 2 else None,
                 timestamp_ms=s * 7,
+                form=1 if s % 5 == 1 else 0,  # another protocol's form: decoded, same row
             )
             out.append(Entry("", SeqId(s), m, expiry_ms=(now - 1 if s % 7 == 0 else now)))
         if journaled:
