@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
+from ringmq.adapters.amqp10.handler import factory as amqp10_handler
 from ringmq.adapters.handler import HandlerFactory
 from ringmq.adapters.mqtt import mqtt_handler
 from ringmq.adapters.stomp import stomp_handler
@@ -112,7 +113,11 @@ def spill_directory(broker: Broker, directory: Path) -> SpillDirectory:
     return SpillDirectory(directory)
 
 
-PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {"stomp": stomp_handler, "mqtt": mqtt_handler}
+PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {
+    "amqp10": amqp10_handler(),
+    "stomp": stomp_handler,
+    "mqtt": mqtt_handler,
+}
 """The adapter protocols a node serves beside AMQP 0-9-1, by key ("amqp10", "stomp", "mqtt"):
 each one's `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each
 (AMQP 1.0 shares the AMQP port)."""

@@ -1,0 +1,268 @@
+"""The AMQP 1.0 `Handler`: one client connection, its machine driven, the core called.
+
+Theory of operation
+-------------------
+The server hands every byte of an AMQP 1.0 connection (from its protocol header on) to
+`Amqp10Handler.receive_data`. The handler feeds the sans-IO machine
+(`ringmq.amqp10.connection.Connection`), which answers the protocol's own steps and returns
+events; each event that needs the broker is one core call (`_call`: `Broker.begin`, the owner
+steps of `links.Links`, the flush unless a publish's dispatch waits for the read batch's
+`dispatch_pending`, the durable definitions), and its effects are returned, in order, for the
+server to apply: the effects for this connection come back through `apply` (deliveries become
+transfers, confirms become dispositions, `Drained` a drain's echo, `CancelConsumer` a detach,
+`Block`/`Unblock` withhold link credit, `CloseConnection` a close).
+
+Login: SASL PLAIN checks ringmq's users through the shared throttle (`HandlerContext.login`);
+ANONYMOUS (and a client that skips SASL) logs in as the configured anonymous user, as
+RabbitMQ 4 does (default guest/guest, which is loopback-only; None switches it off). The
+open's hostname names the vhost as RabbitMQ reads it ("vhost:NAME"; anything else: "/").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ringmq.adapters.amqp10.errors import condition_of
+from ringmq.adapters.amqp10.links import Links
+from ringmq.adapters.handler import HandlerContext, HandlerInfo
+from ringmq.amqp10 import events as ev
+from ringmq.amqp10.connection import Connection
+from ringmq.core.effects import (
+    Block,
+    CancelConsumer,
+    CloseConnection,
+    Confirm,
+    Deliver,
+    Drained,
+    Effect,
+    Unblock,
+)
+from ringmq.core.errors import BrokerError, Condition
+
+log = logging.getLogger(__name__)
+
+PROTOCOL: Final = "AMQP 1.0"
+_MESSAGE: Final = ev.MessageReceived
+DEFAULT_VHOST: Final = "/"
+
+
+@dataclass(frozen=True, slots=True)
+class Amqp10Options:
+    """How the broker serves AMQP 1.0 logins.
+
+    Attributes:
+        anonymous_login: the user and password an ANONYMOUS login (or a client that skips
+            SASL) logs in as; None refuses anonymous logins.
+    """
+
+    anonymous_login: tuple[str, str] | None = ("guest", "guest")
+
+
+class Amqp10Handler:
+    """One AMQP 1.0 client connection (see the module docstring)."""
+
+    def __init__(self, ctx: HandlerContext, options: Amqp10Options | None = None) -> None:
+        self.ctx = ctx
+        self.options = options or Amqp10Options()
+        self.broker = ctx.broker
+        self.conn_id = ctx.conn_id
+        limits = ctx.limits
+        self.conn = Connection(
+            container_id=ctx.node,
+            max_frame_size=limits.frame_max,
+            channel_max=limits.channel_max,
+            idle_timeout_ms=limits.heartbeat_s * 1000,
+            max_message_size=limits.max_message_size,
+            properties={"product": "ringmq"},
+        )
+        self.links = Links(self.broker, self.conn, self.conn_id)
+        self.user = ""
+        self.vhost = ""
+        self.mechanism = ""
+        self.client_properties: dict[str, Any] = {}
+        self._opened = False
+
+    # ------------------------------------------------------------------ Handler
+    @property
+    def opened(self) -> bool:
+        return self._opened
+
+    @property
+    def closed(self) -> bool:
+        return self.conn.closed
+
+    def data_to_send(self) -> bytes:
+        return self.conn.data_to_send()
+
+    def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
+        out: list[Effect] = []
+        conn = self.conn
+        events = conn.receive_data(data)
+        while events:
+            i = 0
+            while i < len(events):
+                e = events[i]
+                i += 1
+                try:
+                    if type(e) is _MESSAGE:  # a run of messages: one core call
+                        j = i
+                        while j < len(events) and type(events[j]) is _MESSAGE:
+                            j += 1
+                        self._messages(events[i - 1 : j], now_ms, out)
+                        i = j
+                    else:
+                        self._event(e, now_ms, out, events)
+                except BrokerError as exc:
+                    # A refusal no narrower scope answers: the connection closes with it.
+                    conn.close(condition_of(exc.condition), exc.text)
+            # frames held back behind an attach that is now answered
+            events = conn.receive_data(b"")
+        return out
+
+    def _event(self, e: ev.Event, now_ms: int, out: list[Effect], events: list[ev.Event]) -> None:
+        links = self.links
+        match e:
+            case ev.Settled():
+                out += self._call(now_ms, links.settled, e, now_ms)
+            case ev.CreditGranted():
+                out += self._call(now_ms, links.credit, e)
+            case ev.LinkAttaching():
+                out += self._call(now_ms, links.attach, e, now_ms)
+            case ev.LinkDetached():
+                out += self._call(now_ms, links.detached, e.channel, e.handle, e.closed, now_ms)
+            case ev.SessionBegun():
+                if self._opened:
+                    links.session_begun(e.channel, now_ms)
+            case ev.SessionEnded():
+                for channel in links.session_ended(e.channel):
+                    if self._opened:
+                        out += self.broker.channel_closed(self.conn_id, channel, now_ms)
+            case ev.Authenticate():
+                events += self.conn.sasl_outcome(self._login(e, now_ms))
+            case ev.Opened():
+                self._open(e, now_ms)
+
+    def _messages(self, batch: list[Any], now_ms: int, out: list[Effect]) -> None:
+        links = self.links
+        out += self._call(now_ms, links.messages, batch, now_ms, publish=True)
+        ended = links.txn.ended
+        while ended:  # discharged transactions: their core sessions close
+            out += self.broker.channel_closed(self.conn_id, ended.pop(), now_ms)
+
+    def _call(
+        self, now_ms: int, step: Callable[..., None], *args: Any, publish: bool = False
+    ) -> list[Effect]:
+        # One core call made of owner steps (as adapters/amqp091 does): begin, the step, the
+        # flush (a publish's dispatch may wait for the read batch), the definitions.
+        b = self.broker
+        state = b.state
+        out = state.begin(now_ms)
+        step(*args)
+        if state.dirty and (not publish or not state.defer_dispatch or state.eager):
+            state.eager = False
+            b.delivery.flush(now_ms)
+        if state.defs_dirty:
+            state.end()
+        return out
+
+    def _login(self, e: ev.Authenticate, now_ms: int) -> bool:
+        if e.mechanism == "PLAIN":
+            parts = e.response.split(b"\x00")
+            if len(parts) != 3:
+                return False
+            user, password = (x.decode("utf-8", "replace") for x in parts[1:])
+        elif e.mechanism == "ANONYMOUS" and self.options.anonymous_login is not None:
+            user, password = self.options.anonymous_login
+        else:
+            return False
+        try:
+            self.user = self.ctx.login(e.mechanism, user, password, now_ms)
+        except BrokerError as exc:
+            log.info("AMQP 1.0 login refused for %r from %s: %s", user, self.ctx.peer.address, exc)
+            return False
+        self.mechanism = e.mechanism
+        return True
+
+    def _open(self, e: ev.Opened, now_ms: int) -> None:
+        host = e.hostname or ""
+        self.vhost = host[len("vhost:") :] if host.startswith("vhost:") else DEFAULT_VHOST
+        self.client_properties = {str(k): v for k, v in e.properties.items()}
+        self.client_properties["container_id"] = e.container_id
+        props = dict(self.client_properties)
+        props["capabilities"] = {"consumer_cancel_notify": True}
+        try:
+            self.broker.connection_opened(
+                self.conn_id, self.user, self.vhost, self.ctx.peer.address, props, now_ms
+            )
+        except BrokerError as exc:
+            self.conn.close(condition_of(exc.condition), exc.text)
+            return
+        self._opened = True
+        self.links.container_id = e.container_id
+
+    def apply(self, effect: Effect) -> None:
+        links = self.links
+        match effect:
+            case Deliver():
+                links.deliver(
+                    effect.channel,
+                    effect.consumer_tag,
+                    effect.delivery_tag,
+                    effect.redelivered,
+                    effect.message,
+                )
+            case Confirm():
+                links.confirmed(
+                    effect.channel, effect.seq, effect.multiple, effect.ok, effect.reason
+                )
+            case Drained():
+                links.drained(effect.channel, effect.consumer_tag)
+            case CancelConsumer():
+                links.cancelled(effect.channel, effect.consumer_tag)
+            case Block():
+                self.conn.pause_incoming(True)
+            case Unblock():
+                self.conn.pause_incoming(False)
+            case CloseConnection():
+                self.close(effect.condition, effect.text)
+            case _:
+                pass  # 0-9-1 only: returns, direct reply-to, adapter replies
+
+    def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
+        self.conn.tick(mono_ms)
+        return []
+
+    def close(self, condition: Condition, text: str) -> None:
+        self.conn.close(condition_of(condition), text)
+
+    def connection_lost(self, now_ms: int) -> list[Effect]:
+        self.links.sessions.clear()
+        if not self._opened:
+            return []
+        return self.broker.connection_closed(self.conn_id, now_ms)
+
+    def info(self) -> HandlerInfo:
+        conn = self.conn
+        return HandlerInfo(
+            protocol=PROTOCOL,
+            user=self.user,
+            vhost=self.vhost,
+            auth_mechanism=self.mechanism,
+            client_properties=dict(self.client_properties),
+            channels=len(conn.sessions),
+            heartbeat_s=conn.idle_timeout_ms // 1000,
+            frame_max=conn.max_frame_size,
+            channel_max=conn.channel_max,
+        )
+
+
+def factory(options: Amqp10Options | None = None) -> Callable[[HandlerContext], Amqp10Handler]:
+    """The `HandlerFactory` of AMQP 1.0 connections (`node.PROTOCOL_HANDLERS["amqp10"]`)."""
+
+    def make(ctx: HandlerContext) -> Amqp10Handler:
+        return Amqp10Handler(ctx, options)
+
+    return make
