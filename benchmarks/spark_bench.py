@@ -29,7 +29,8 @@ Two figures per path, both from wall time of the Spark action (planning included
 long-running pipeline sees per extra message). Every path and every ceiling is measured the
 same way; each timing is the best of `--rounds`, after one untimed `n/4` run of the same path
 (Python worker start-up and first imports are not a path's rate). The last column is the
-ceiling's whole rate over the path's (the issue's goal: at most 2).
+ceiling's whole rate over the path's; the one after it the Python floor's whole rate over the
+path's (`FLOOR_OF`; the issue's goal: at most 2).
 """
 
 from __future__ import annotations
@@ -104,8 +105,18 @@ def random_bodies(n: int, size: int, seed: int) -> Any:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+FLOOR_OF = {
+    "ringmq -> Spark (browse)": "Python source floor (read)",
+    "ringmq -> Spark (stream)": "Python source floor (stream)",
+    "Spark -> ringmq (write, http)": "Python sink floor (write)",
+    "Spark -> ringmq (write, amqp)": "Python sink floor (write)",
+}
+"""The do-nothing Python data source doing each ringmq path's job (`spark_null.py`)."""
+
+
 class Results:
-    """Timings per (size, path), printed as whole/steady rates beside their ceilings."""
+    """Timings per (size, path), printed as whole/steady rates beside their ceilings and,
+    for ringmq's paths, their Python floors (floor/x: the issue's goal is at most 2)."""
 
     def __init__(self, small: int, big: int) -> None:
         self.small = small
@@ -131,12 +142,15 @@ class Results:
         print(f"\n{header}")
         print(
             f"{'size':>6}  {'path':38} {'whole msg/s':>12} {'steady msg/s':>13} {'ceiling/x':>10}"
+            f" {'floor/x':>8}"
         )
         for size, path, whole, steady, ceiling in self.rows:
             st = f"{steady:>13,.0f}" if steady else f"{'':>13}"
             c = self.whole.get((size, ceiling)) if ceiling else None
             ratio = f"{c / whole:>10.2f}" if c else f"{'':>10}"
-            print(f"{size:>6}  {path:38} {whole:>12,.0f} {st} {ratio}")
+            f = self.whole.get((size, FLOOR_OF.get(path, "")))
+            floor = f"{f / whole:>8.2f}" if f else ""
+            print(f"{size:>6}  {path:38} {whole:>12,.0f} {st} {ratio} {floor}".rstrip())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
 
             cloudpickle.register_pickle_by_value(spark_null)  # type: ignore[no-untyped-call]
             spark.dataSource.register(spark_null.NullSource)
-        conn = pika.BlockingConnection(pika.URLParameters(amqp))
+        # no heartbeats: this control connection idles through whole Spark actions
+        conn = pika.BlockingConnection(pika.URLParameters(amqp + "?heartbeat=0"))
         ch = conn.channel()
         client = StreamClient(http)
 

@@ -26,6 +26,7 @@ from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
 from ringmq.core.publish import BatchPublished
+from ringmq.core.queue.columns import Columns
 from ringmq.core.reservations import Lease, Reservations
 from ringmq.core.vhost import QueueEntity
 from ringmq.management.port import Runtime
@@ -125,6 +126,14 @@ class StreamsFacade:
             (d.seq, d.seq, d.redelivered, d.message)
             for d in q.queue.browse_ready(cursor, limit, now_ms)
         ]
+
+    def browse_columns(
+        self, vhost: str, name: str, after: int | None, limit: int, now_ms: int
+    ) -> Columns:
+        """`browse_ready` as columns (`Queue.browse_columns`: paged messages go from their
+        page records to the columns without being built); position = seq."""
+        q = self._named(vhost, name)
+        return q.queue.browse_columns(None if after is None else SeqId(after), limit, now_ms)
 
     def drop_lease(self, vhost: str, name: str, consumer: str, *, now_ms: int) -> bool:
         """Forget `consumer`'s lease (its messages become ready again); False if unknown."""

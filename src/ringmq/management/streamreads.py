@@ -34,6 +34,7 @@ from ringmq.management.port import Runtime
 from ringmq.management.streamwire import (
     MAX_READ,
     StreamError,
+    encode_column_set,
     encode_rows,
     parse_consumer,
     parse_int,
@@ -124,13 +125,18 @@ class StreamReads:
         """Ready messages with seq > after, in seq order, without changing anything.
 
         Records carry the queue seq as both position and seq (a browse has no lease). A paged
-        queue is read in place and stays paged (`Queue.browse_ready`).
+        queue is read in place and stays paged (`Queue.browse_ready`); with `columns`, its
+        page records go to the columns without a message built for each
+        (`Queue.browse_columns`).
         """
         try:
+            if columns:
+                cols = self.admin.browse_columns(vhost, name, after, limit, self.clock_ms())
+                return encode_column_set(cols)
             rows = self.admin.browse_ready(vhost, name, after, limit, self.clock_ms())
         except (AMQPError, BrokerError) as exc:
             raise refused(exc) from None
-        return encode_rows(rows, columns=columns)
+        return encode_rows(rows, columns=False)
 
     def drop(self, vhost: str, name: str, consumer: str) -> bool:
         try:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from ringmq.core.message import Message
+from ringmq.core.queue.columns import Columns
 
 RECORDS_MEDIA_TYPE: Final = "application/x-ringmq-records"
 COLUMNS_MEDIA_TYPE: Final = "application/x-ringmq-columns"
@@ -65,53 +66,46 @@ def encode_record(
 
 
 def _le(a: array[int]) -> bytes:
+    # little-endian bytes of `a` (left unchanged)
     if not _LITTLE:
+        a = array(a.typecode, a)
         a.byteswap()
     return a.tobytes()
 
 
 def encode_columns(rows: Iterable[tuple[int, int, bool, Message]]) -> bytes:
-    """The `application/x-ringmq-columns` encoding of (position, seq, redelivered, message).
+    """The `application/x-ringmq-columns` encoding of (position, seq, redelivered, message)
+    rows (`encode_column_set` of their columns)."""
+    cols = Columns()
+    positions: array[int] = array("Q")
+    cols.add_rows(rows, positions)
+    return encode_column_set(cols, positions)
+
+
+def encode_column_set(cols: Columns, positions: array[int] | None = None) -> bytes:
+    """The `application/x-ringmq-columns` encoding of browsed `cols`, at `positions` (None:
+    each row's position is its seq, as in a browse).
 
     Layout, little-endian: `u32 n`; `u64[n]` positions; `u64[n]` seqs; `u8[n]` flags (bit 0
     redelivered); `i64[n]` timestamp_ms; `u32[n]` lengths of exchange, routing key, properties
     and body (four arrays); then all exchanges, all routing keys, all properties (raw, as
     published) and all bodies, each concatenated in row order.
     """
-    pos: array[int] = array("Q")
-    seqs: array[int] = array("Q")
-    flags = bytearray()
-    ts: array[int] = array("q")
-    exs: list[bytes] = []
-    rks: list[bytes] = []
-    props: list[bytes] = []
-    bodies: list[bytes] = []
-    enc: dict[str, bytes] = {}
-    for p, sq, red, m in rows:
-        pos.append(p)
-        seqs.append(sq)
-        flags.append(1 if red else 0)
-        ts.append(m.timestamp_ms)
-        ex = enc.get(m.exchange)
-        if ex is None:
-            ex = enc[m.exchange] = m.exchange.encode()
-        rk = enc.get(m.routing_key)
-        if rk is None:
-            rk = m.routing_key.encode()
-            if len(enc) < 4096:
-                enc[m.routing_key] = rk
-        exs.append(ex)
-        rks.append(rk)
-        props.append(m.properties_bin)
-        bodies.append(m.body)
-    lens = [array("I", map(len, col)) for col in (exs, rks, props, bodies)]
-    parts = [struct.pack("<I", len(pos)), _le(pos), _le(seqs), bytes(flags), _le(ts)]
+    seqs = _le(cols.seqs)
+    n = len(cols)
+    columns = (cols.exchanges, cols.routing_keys, cols.properties, cols.bodies)
+    lens = [array("I", map(len, col)) for col in columns]
+    parts = [
+        struct.pack("<I", n),
+        seqs if positions is None else _le(positions),
+        seqs,
+        bytes(cols.redelivered),
+        _le(cols.timestamps),
+    ]
     parts += (_le(a) for a in lens)
     # One join over every piece: the bodies are copied once, not joined and then joined again.
-    parts += exs
-    parts += rks
-    parts += props
-    parts += bodies
+    for col in columns:
+        parts += col
     return b"".join(parts)
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
 from ringmq.storage.msgstore import MessageStore
 from ringmq.storage.paging import DEFAULT_RUN_BYTES, DiskHealth, DurableCopies, PageQueue
 from ringmq.storage.records import Entry, decode_entry, encode_message
@@ -188,6 +189,10 @@ class DiskSpillStore:
     def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
         """Up to `limit` items with a seq above `after`, in order, read in place (a browse)."""
         return self._items(self._pages.peek_after(after, limit))
+
+    def peek_columns(self, after: int | None, limit: int, now_ms: int, out: Columns) -> int | None:
+        """`peek_after` as columns, expired items left out (`PageQueue.peek_columns`)."""
+        return self._pages.peek_columns(after, limit, now_ms, out)
 
     def clear(self) -> None:
         """Forget everything (purge)."""

@@ -14,6 +14,8 @@ each, in queue order). Order is the caller's, never re-sorted here:
   deleted as soon as it has been read through.
 * `discard(seq, size)` leaves a tombstone for a paged message removed out of order (expiry,
   LVQ replacement, purge by seq); it is skipped when read.
+* `peek_after(after, limit)` reads without taking (a browse); `peek_columns` does the same into
+  browse columns straight from the records, building no message (`pagerows.py`).
 
 So a message's place is decided once, by the engine, and every path (publish, requeue into the
 head, page out of the head's rear, page in from the front) keeps queue order. Page files are
@@ -53,8 +55,10 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
 from ringmq.storage.bodyspill import BodySpill as BodySpill  # re-exported: the pager holds one
 from ringmq.storage.journal import write_all
+from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -256,22 +260,29 @@ class PageQueue:
 
     def _add(self, run: _Run, rtype: int, payload: bytes, seq: int, size: int) -> None:
         # Frame one record into the run's buffer (as records.frame does) and count it.
+        head = HEADER.pack(len(payload), zlib.crc32(payload, TYPE_CRC[rtype]), rtype)
+        self._add_frames(run, [head, payload], HEADER_SIZE + len(payload), 1, size, seq)
+
+    def _add_frames(
+        self, run: _Run, parts: list[bytes], nbytes: int, count: int, body_bytes: int, last: int
+    ) -> None:
+        # Append `count` framed records (`parts`: headers and payloads, `nbytes` in all, of
+        # `body_bytes` bodies, the last with seq `last`) to the run's buffer and count them.
         buf = run.buf
         assert buf is not None
-        buf += HEADER.pack(len(payload), zlib.crc32(payload, TYPE_CRC[rtype]), rtype)
-        buf += payload
-        self.bytes_paged += HEADER_SIZE + len(payload)
-        run.last_seq = seq
-        run.count += 1
-        run.body_bytes += size
-        self._count += 1
-        self._bytes += size
-        self.pages_written += 1
+        buf += b"".join(parts)
+        self.bytes_paged += nbytes
+        run.last_seq = last
+        run.count += count
+        run.body_bytes += body_bytes
+        self._count += count
+        self._bytes += body_bytes
+        self.pages_written += count
         if len(buf) >= self.read_bytes:
             if self.health.failure is None:
                 self._write_out(run)
             else:
-                self._since_retry += 1
+                self._since_retry += count
                 if self._since_retry >= _RETRY_EVERY:
                     self._since_retry = 0
                     self._write_out(run)
@@ -309,27 +320,47 @@ class PageQueue:
         """`push_back` of an engine's spilled messages, `(seq, message, expires_at)`, encoded
         straight from them (what `push_back` writes for `Entry("", seq, message,
         expiry_ms=expires_at)`, without building the entries)."""
-        # The run roll-over of `push_back` and the PAGED_REF choice of `_append` are inlined
-        # here on purpose: this is every spilled publish's path, and calling them as helpers
+        # The run roll-over of `push_back`, the PAGED_REF choice of `_append` and the framing
+        # of `_add` are inlined here on purpose, and the records are counted once per run
+        # (`_add_frames`): this is every spilled publish's path, and calling them as helpers
         # cost 5-15 % of a page-out (benchmarks/paging_bench.py, alternated runs).
         run = self._runs[-1] if self._runs and self._runs[-1].fd >= 0 else None
         copies = self.copies
         ref_of = _STORE_REF.pack
+        head_of = HEADER.pack
+        crc32 = zlib.crc32
+        paged_crc = TYPE_CRC[_PAGED]
+        parts: list[bytes] = []
+        pending = count = body_bytes = 0
+        last = -1
         for seq, message, expires_at in items:
-            if run is None or run.written + len(run.buf or b"") >= self.run_bytes:
+            if run is None or run.written + len(run.buf or b"") + pending >= self.run_bytes:
                 if run is not None:
+                    if count:
+                        self._add_frames(run, parts, pending, count, body_bytes, last)
+                        parts = []
+                        pending = count = body_bytes = 0
                     self._seal(run)
                 run = self._new_run()
                 self._runs.append(run)
             size = len(message.body)
             if copies is not None and copies.holds(seq):
-                self._add(run, _PAGED_REF, encode_paged_ref(seq, size), seq, size)
+                payload = encode_paged_ref(seq, size)
+                parts += (head_of(len(payload), crc32(payload, TYPE_CRC[_PAGED_REF]), _PAGED_REF),)
                 self.refs_written += 1
             else:
                 payload = encode_message(
                     "", seq, message, 0, expires_at, prefix=ref_of(message.store_ref)
                 )
-                self._add(run, _PAGED, payload, seq, size)
+                parts += (head_of(len(payload), crc32(payload, paged_crc), _PAGED),)
+            parts.append(payload)
+            pending += HEADER_SIZE + len(payload)
+            count += 1
+            body_bytes += size
+            last = seq
+        if count:
+            assert run is not None
+            self._add_frames(run, parts, pending, count, body_bytes, last)
 
     def push_front(self, entries: Sequence[Entry]) -> None:
         """Page out entries that precede everything already paged (given in queue order)."""
@@ -489,6 +520,54 @@ class PageQueue:
                 out.append(_paged_entry(data, at, stop))
         if refs:
             self._resolve(out, refs)
+
+    def peek_columns(self, after: int | None, limit: int, now_ms: int, out: Columns) -> int | None:
+        """`peek_after` as columns: append to `out`, until it holds `limit` rows, the paged
+        messages with a seq above `after`, in order, without building them (`pagerows`);
+        tombstoned ones and those expired at `now_ms` are left out.
+
+        Returns the seq of the last record read when it stopped because `out` filled up
+        (more may follow that seq; `out` may hold fewer than `limit` rows when journal copies
+        read for it had expired), None when everything after `after` was read.
+
+        Raises:
+            RuntimeError: a page file is corrupt where the browse reads it.
+        """
+        low = -1 if after is None else after
+        tombstones = self._tombstones
+        for run in self._runs:
+            if run.count == 0 or run.last_seq <= low:
+                continue
+            if run.seqs is not None:
+                last = self._peek_memory_run(run, low, limit, now_ms, out)
+                if len(out) >= limit:
+                    return last
+                continue
+            data = self._read(run, run.read_offset, None)
+            try:
+                got = peek_rows(data, low, tombstones, now_ms, limit, out)
+            except CorruptPageError as exc:
+                at = run.read_offset + exc.offset
+                raise RuntimeError(f"page file {run.path} is corrupt at {at}") from None
+            full = len(out) >= limit
+            if got.refs:
+                self._resolve_rows(out, got.refs, now_ms)  # may drop expired rows
+            if full:
+                return got.last_seq
+        return None
+
+    def _peek_memory_run(self, run: _Run, low: int, limit: int, now_ms: int, out: Columns) -> int:
+        # The rows of a memory run's unread seqs above `low`, read from the journal.
+        assert run.seqs is not None
+        assert self.copies is not None
+        tombstones = self._tombstones
+        want = [s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones]
+        return journal_rows(self.copies.read, want, low, limit, now_ms, out)
+
+    def _resolve_rows(self, out: Columns, refs: list[tuple[int, int]], now_ms: int) -> None:
+        # PAGED_REF placeholder rows, filled from the journal copies (one batched read).
+        assert self.copies is not None, "a page file holds references but no journal is given"
+        fill_refs(out, refs, self.copies.read([s for _, s in refs]), now_ms)
 
     def _resolve(self, out: list[Entry], refs: list[tuple[int, int]]) -> None:
         # PAGED_REF records: read the journal copies (one batched read) into their places.

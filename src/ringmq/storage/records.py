@@ -324,6 +324,52 @@ def entry_head(payload: bytes | memoryview) -> tuple[bytes, int, int, int, int |
     return queue, seq, flags, delivery_count, due, ref, -1
 
 
+def entry_row_at(
+    data: bytes, start: int, end: int
+) -> tuple[int, int | None, int, bytes, bytes, bytes, bytes] | None:
+    """The fields a columnar browse returns from the entry at `data[start:end]`, copied out as
+    the record holds them, without decoding the message (`decode_entry_at` builds it).
+
+    Returns ``(seq, expiry_ms or None, timestamp_ms, exchange, routing key, properties,
+    body)``, the last four as bytes (exchange and routing key UTF-8); the body is empty when
+    it is stored by reference. None for a message of another form than AMQP 0-9-1's (form 0):
+    the caller takes that one's columns from the decoded message.
+    """
+    (
+        seq,
+        flags,
+        _priority,
+        _delivery_count,
+        timestamp_ms,
+        expiry_ms,
+        _due_ms,
+        _expiration_ms,
+        n_exchange,
+        n_rk,
+        n_mid,
+        queue_form,
+        n_props,
+    ) = _ENTRY.unpack_from(data, start)
+    if queue_form > _NAME_MAX:
+        return None
+    c = start + _ENTRY_SIZE + queue_form
+    d = c + n_exchange
+    e = d + n_rk + n_mid
+    if flags & F_HEADERS:
+        (n_table,) = _TABLE_LEN.unpack_from(data, e)
+        e += 4 + n_table
+    f = e + n_props
+    return (
+        seq,
+        expiry_ms if flags & F_EXPIRY else None,
+        timestamp_ms,
+        data[c:d],
+        data[d : d + n_rk],
+        data[e:f],
+        data[f:end] if flags & F_EMBEDDED else b"",
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Small payloads: ACK, DELIVERY_COUNT, PURGE, BODY, PAGED_REF
 

@@ -202,6 +202,13 @@ def test_browsing_a_paged_queue_leaves_it_paged(live_broker: BrokerThread) -> No
         assert [r.seq for r in got] == list(range(1, 12_001))
         cols = c.browse_columns("qbrowse", got[-10].seq, 100)
         assert int.from_bytes(cols[:4], "little") == 9
+        # the columns of the paged rows (read from their page records) are the records'
+        rows = pytest.importorskip("ringmq.connector.spark.rows")
+        for after in (None, 5_000):
+            batch = rows.columns_to_batch("qbrowse", c.browse_columns("qbrowse", after, 12_000))
+            want = rows.to_batch("qbrowse", c.browse("qbrowse", after, 12_000))
+            assert batch.num_rows == (12_000 if after is None else 7_000)
+            assert batch.equals(want)
     assert live_broker.call(lambda: engine().spilled) == spilled
     assert live_broker.call(lambda: engine()._index) is None
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", live_broker.port))

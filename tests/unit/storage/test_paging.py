@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
 from ringmq.storage.paging import BodySpill, PageQueue, Pager
 from ringmq.storage.records import Entry
 
@@ -344,3 +345,102 @@ def test_spilled_tuples_are_paged_as_entries_are(tmp_path: Path) -> None:
         b.body_bytes,
     )
     assert seqs(b.pop_front(100)) == list(range(1, 41))
+
+
+def _row(cols: Columns, i: int) -> tuple[Any, ...]:
+    return (
+        cols.seqs[i],
+        cols.redelivered[i],
+        cols.timestamps[i],
+        cols.exchanges[i],
+        cols.routing_keys[i],
+        cols.properties[i],
+        cols.bodies[i],
+    )
+
+
+def _rows(cols: Columns) -> list[tuple[Any, ...]]:
+    return [_row(cols, i) for i in range(len(cols))]
+
+
+def _entry_row(e: Entry) -> tuple[Any, ...]:
+    m = e.message
+    body = m.body
+    return (
+        e.seq,
+        0,
+        m.timestamp_ms,
+        m.exchange.encode(),
+        m.routing_key.encode(),
+        m.properties_bin,
+        body,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=peek_ops)
+def test_peek_columns_is_peek_after_without_the_expired(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, Any]]
+) -> None:
+    """peek_columns gives the rows of what peek_after gives, less the messages expired at
+    now_ms, with every field as the record holds it (headers, message ids, forms, journal
+    copies, memory runs, tombstones, run boundaries)."""
+    copies = _Copies()
+    pq = PageQueue(tmp_path_factory.mktemp("pq"), run_bytes=256, read_bytes=128, copies=copies)
+    front_next = 999_999
+    back_next = 1_000_000
+    now = 100
+
+    def made(seqs_: list[int], journaled: bool) -> list[Entry]:
+        out = []
+        for s in seqs_:
+            m = Message(
+                "x-é" if s % 2 else "",
+                f"rk{s % 5}",
+                b"\x10\x00\x03id%d" % s,
+                f"m{s}".encode() * (s % 4),
+                {"h": s} if s % 3 == 0 else None,
+                message_id=f"id{s}" if s % 2 else None,
+                timestamp_ms=s * 7,
+                form=1 if s % 5 == 1 else 0,  # another protocol's form: decoded, same row
+            )
+            out.append(Entry("", SeqId(s), m, expiry_ms=(now - 1 if s % 7 == 0 else now)))
+        if journaled:
+            copies.entries.update((e.seq, e) for e in out)
+        return out
+
+    def check(after: int | None, limit: int) -> None:
+        want = [
+            _entry_row(e)
+            for e in pq.peek_after(after, 10_000)
+            if e.expiry_ms is None or now <= e.expiry_ms
+        ][:limit]
+        cols = Columns()
+        last = pq.peek_columns(after, limit, now, cols)
+        while last is not None and len(cols) < limit:  # journal copies that expired
+            last = pq.peek_columns(last, limit, now, cols)
+        assert _rows(cols) == want
+
+    for op, n, x in ops:
+        if op == "back" or op == "restore":
+            new = list(range(back_next, back_next + n))
+            back_next += n
+            if op == "back":
+                pq.push_back(made(new, bool(x)))
+            else:
+                made(new, True)
+                pq.restore(new)
+        elif op == "front":
+            new = list(range(front_next - n + 1, front_next + 1))
+            front_next -= n
+            pq.push_front(made(new, bool(x)))
+        elif op == "pop":
+            pq.pop_front(n)
+        elif op == "discard" and len(pq):
+            seq = seqs(pq.peek_after(None, 10_000))[n % len(pq)]
+            pq.discard(seq, 0)
+        elif op == "peek":
+            paged = seqs(pq.peek_after(None, 10_000))
+            after = None if not paged or n == 0 else paged[n % len(paged)] - n % 2
+            check(after, x)
+        check(None, 10_000)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.lanes import COMPACT_MIN, GONE, READY, Entry, Lane
 from ringmq.core.queue.records import Delivery
@@ -41,6 +42,7 @@ __all__ = [
     "deliveries",
     "head_seq",
     "lowest_in_memory",
+    "ready_columns",
     "ready_in_memory",
     "ready_without_index",
     "start_after",
@@ -165,3 +167,27 @@ def ready_without_index(
         if spilled:
             out = list(itertools.islice(heapq.merge(out, spilled, key=_seq_of), limit))
     return out
+
+
+def ready_columns(contents: Contents, after: SeqId | None, limit: int, now_ms: int) -> Columns:
+    """`ready_without_index` as columns (`columns.py`): the same rows, the spilled ones read
+    from their page records without building messages. When every spilled seq is above the
+    last row from memory (`spill_floor`: the common case, memory holding the queue's front),
+    only the rows still missing are read from the spill."""
+    out = Columns()
+    if limit <= 0:
+        return out
+    live = ready_in_memory(contents.lane, after)
+    found = deliveries(live, 0, limit, now_ms, [], contents.store.peek, contents.name)
+    out.add_rows((d.seq, d.seq, d.redelivered, d.message) for d in found)
+    paging = contents.paging
+    if not paging.spilled:
+        return out
+    floor = contents.spill_floor()
+    if out and floor > out.seqs[-1]:
+        if len(out) < limit:
+            paging.browse_columns(after, limit, now_ms, out)  # appended: all above memory's
+        return out
+    spilled = Columns()
+    paging.browse_columns(after, limit, now_ms, spilled)
+    return out.merged(spilled, limit)

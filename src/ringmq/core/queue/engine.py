@@ -74,6 +74,7 @@ from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import browse, select
+from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.deadletters import DeadLetters
 from ringmq.core.queue.expiry import Expiry
@@ -541,6 +542,16 @@ class Queue(QueueViews):
         if self._index is not None or self._paging.spill is None or not self.pageable:
             return self.browse_many(after, limit, now_ms)
         return browse.ready_without_index(self._contents, after, limit, now_ms)
+
+    def browse_columns(self, after: SeqId | None, limit: int, now_ms: int) -> Columns:
+        """`browse_ready` as columns (`columns.Columns`): the same rows, and a paged queue's
+        spilled messages go from their page records to the columns without being built."""
+        if self._index is not None or self._paging.spill is None or not self.pageable:
+            out = Columns()
+            found = self.browse_many(after, limit, now_ms)
+            out.add_rows((d.seq, d.seq, d.redelivered, d.message) for d in found)
+            return out
+        return browse.ready_columns(self._contents, after, limit, now_ms)
 
     def browse(self, after: SeqId | None, now_ms: int) -> Delivery | None:
         """The next waiting message with a seq greater than `after`, without removing it

@@ -38,6 +38,7 @@ from collections import deque
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.lanes import READY, Entry, new_entry
 from ringmq.core.queue.ports import Spilled, SpillStore
 from ringmq.core.queue.records import (
@@ -296,6 +297,35 @@ class PagedTail:
         if len(out) < limit:
             buf = [item for item in self._buf if cursor is None or item[0] > cursor]
             self._browse(buf, now_ms, out, limit)
+
+    def browse_columns(self, after: SeqId | None, limit: int, now_ms: int, out: Columns) -> None:
+        """`browse` as columns: the spilled messages read in place straight into `out`
+        (`SpillStore.peek_columns`: no message is built for a page record), then the
+        redelivered flags a recovered backlog keeps (`recovered_state`)."""
+        spill = self.spill
+        assert spill is not None
+        start = len(out)
+        cursor: int | None = after
+        while self._stored and len(out) < limit:
+            last = spill.peek_columns(cursor, limit, now_ms, out)
+            if last is None:
+                break
+            cursor = last
+        if len(out) < limit:
+            for seq, msg, expires_at in self._buf:
+                if len(out) >= limit:
+                    break
+                if (cursor is None or seq > cursor) and (
+                    expires_at is None or now_ms <= expires_at
+                ):
+                    out.add_message(seq, False, msg)
+        if start < len(out) and out.seqs[start] < self._restored_below:
+            seqs, flags = out.seqs, out.redelivered
+            for i in range(start, len(out)):
+                row_seq = SeqId(seqs[i])
+                if row_seq >= self._restored_below:
+                    break
+                flags[i] = 1 if self.recovered_state(row_seq, forget=False)[1] else 0
 
     def _browse(self, items: list[Spilled], now_ms: int, out: list[Delivery], limit: int) -> None:
         # Spilled messages as `refill` would restore them: a recovered backlog keeps its

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
 
 __all__ = ["BodyStore", "MemoryBodyStore", "MemorySpillStore", "SpillStore", "Spilled"]
 
@@ -59,6 +60,13 @@ class SpillStore(Protocol):
         """Up to `limit` items with a seq above `after`, in order, leaving them in place."""
         ...
 
+    def peek_columns(self, after: int | None, limit: int, now_ms: int, out: Columns) -> int | None:
+        """Append to `out`, until it holds `limit` rows, the items with a seq above `after` in
+        order, leaving them in place; items expired at `now_ms` are left out, redelivered flags
+        are 0. Returns the seq of the last item read when it stopped because `out` filled up
+        (more may follow), None when everything after `after` was read."""
+        ...
+
     def clear(self) -> None:
         """Forget everything (purge); the store stays usable."""
 
@@ -96,6 +104,16 @@ class MemorySpillStore:
             if after is None or item[0] > after:
                 out.append(item)
         return out
+
+    def peek_columns(self, after: int | None, limit: int, now_ms: int, out: Columns) -> int | None:
+        for seq, msg, expires_at in self.items:
+            if len(out) >= limit:
+                return out.seqs[-1] if out else after
+            if after is not None and seq <= after:
+                continue
+            if expires_at is None or now_ms <= expires_at:
+                out.add_message(seq, False, msg)
+        return None
 
     def clear(self) -> None:
         self.items.clear()
