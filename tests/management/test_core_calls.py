@@ -199,3 +199,25 @@ def test_an_amqp_1_0_message_is_shown_with_its_0_9_1_body_and_properties() -> No
     (got,) = admin.get_messages("/", "q10", count=1, ackmode="ack_requeue_true", now_ms=0)
     assert got.body == b"payload"
     assert got.properties["message_id"] == "m-1"
+
+
+def test_the_streams_wire_carries_an_amqp_1_0_message_as_its_0_9_1_conversion() -> None:
+    # Spark's range reads and browses (both wire formats) read 0-9-1 properties and bodies
+    from ringmq.adapters.amqp10.message import build as build_10
+    from ringmq.amqp.properties import decode_properties
+    from ringmq.amqp10.sections import DATA, Message10, Properties, encode_message
+    from ringmq.core.queue.columns import Columns
+    from ringmq.management.streamwire import encode_record
+
+    payload = encode_message(
+        Message10(properties=Properties(message_id="m-2"), body=((DATA, b"row"),))
+    )
+    msg = build_10(payload, exchange="", routing_key="q", now_ms=0)
+    cols = Columns()
+    cols.add_message(1, False, msg)
+    assert cols.bodies == [b"row"]
+    assert decode_properties(cols.properties[0]).message_id == "m-2"
+    parts: list[bytes] = []
+    encode_record(1, 1, False, msg, parts)
+    assert parts[-1] == b"row"
+    assert decode_properties(parts[-2]).message_id == "m-2"

@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Iterable
 from typing import Any, Final
 
-from ringmq.core.message import Message
+from ringmq.core.message import Message, amqp091_content
 from ringmq.core.queue.columns import Columns
 
 RECORDS_MEDIA_TYPE: Final = "application/x-ringmq-records"
@@ -50,6 +50,8 @@ def encode_record(
     """Append one record of the range-read wire format to `parts`."""
     ex = message.exchange.encode()
     rk = message.routing_key.encode()
+    # the wire carries AMQP 0-9-1 properties: another protocol's form goes as its conversion
+    pb, body = amqp091_content(message)
     parts.append(
         RECORD_HEAD.pack(
             pos,
@@ -58,11 +60,11 @@ def encode_record(
             message.timestamp_ms,
             len(ex),
             len(rk),
-            len(message.properties_bin),
-            len(message.body),
+            len(pb),
+            len(body),
         )
     )
-    parts += (ex, rk, message.properties_bin, message.body)
+    parts += (ex, rk, pb, body)
 
 
 def _le(a: array[int]) -> bytes:

@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Iterable
 from typing import Final
 
-from ringmq.core.message import Message
+from ringmq.core.message import Message, amqp091_content
 
 __all__ = ["Columns"]
 
@@ -99,8 +99,13 @@ class Columns:
                     enc[msg.routing_key] = rk
             exchanges.append(ex)
             keys.append(rk)
-            props.append(msg.properties_bin)
-            bodies.append(msg.body)
+            if msg.form:  # another protocol's form: its AMQP 0-9-1 conversion (cached)
+                pb, body = amqp091_content(msg)
+                props.append(pb)
+                bodies.append(body)
+            else:
+                props.append(msg.properties_bin)
+                bodies.append(msg.body)
 
     def extend(self, other: Columns, start: int = 0, stop: int | None = None) -> None:
         """Append the rows `other[start:stop]` (slices of each column)."""
