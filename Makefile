@@ -24,7 +24,18 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/uv
 	$(BIN)/uv pip install -q --python $(BIN)/python -e .
 	touch $(RUN_STAMP)
 
-install: $(STAMP)
+# rhea, the JavaScript AMQP 1.0 client of tests/integration/amqp10/test_rhea.py (best effort:
+# without npm or the registry those tests skip with the reason; npm ci writes the stamp).
+RHEA    := tests/integration/amqp10/rhea
+RHEA_STAMP := $(RHEA)/node_modules/.package-lock.json
+
+$(RHEA_STAMP): $(RHEA)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  (cd $(RHEA) && npm ci --no-audit --no-fund --loglevel=error >/dev/null) \
+	    || echo "rhea could not be installed: its AMQP 1.0 tests will be skipped"; \
+	else echo "no npm on PATH: the rhea AMQP 1.0 tests will be skipped"; fi
+
+install: $(STAMP) $(RHEA_STAMP)
 
 # make run ARGS="--amqp-port 5673 --http-port 15673 --data-dir /var/lib/ringmq"
 run: $(RUN_STAMP)
@@ -37,7 +48,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache  # the layer contracts in pyproject.toml
 
 # Everything: lint and types, the broker's tests, then the Spark tests (need Java 17).
-test: lint
+test: lint $(RHEA_STAMP)
 	$(BIN)/pytest -m "not spark" -q
 	@if command -v java >/dev/null 2>&1; then $(BIN)/pytest -m spark -q; \
 	else echo "SKIPPED: Spark tests (no java on PATH; Java 17 is needed)"; fi

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
+from ringmq.adapters.amqp10.handler import Amqp10Options
 from ringmq.adapters.amqp10.handler import factory as amqp10_handler
-from ringmq.adapters.handler import HandlerFactory
-from ringmq.adapters.mqtt import mqtt_handler
+from ringmq.adapters.handler import HandlerFactory, ProtocolTick
+from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
 from ringmq.adapters.stomp import stomp_handler
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
@@ -38,6 +39,7 @@ from ringmq.core.effects import Effect
 from ringmq.core.throttle import LoginGuard
 from ringmq.management.app import create_app
 from ringmq.server.clock import Clock, SystemClock
+from ringmq.server.configspec import FileConfig
 from ringmq.server.httpserve import ASGIApp
 from ringmq.server.memory import MemoryMonitor
 from ringmq.server.options import ServerOptions
@@ -54,6 +56,7 @@ __all__ = [
     "build_broker",
     "management_app",
     "open_core",
+    "protocol_handlers",
     "run",
     "server",
     "spill_directory",
@@ -120,7 +123,23 @@ PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {
 }
 """The adapter protocols a node serves beside AMQP 0-9-1, by key ("amqp10", "stomp", "mqtt"):
 each one's `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each
-(AMQP 1.0 shares the AMQP port)."""
+(AMQP 1.0 shares the AMQP port). `protocol_handlers` builds them from a configuration file."""
+
+
+PROTOCOL_TICKS: dict[str, ProtocolTick] = {"mqtt": mqtt_tick}
+"""The adapter protocols' own periodic work (`ProtocolTick`), by the same keys."""
+
+
+def protocol_handlers(config: FileConfig) -> dict[str, HandlerFactory]:
+    """`PROTOCOL_HANDLERS` with the settings of `config` (the `[amqp10]` anonymous login)."""
+    spec = config.amqp10
+    anonymous = (
+        None if spec.anonymous_user is None else (spec.anonymous_user, spec.anonymous_password)
+    )
+    return {
+        **PROTOCOL_HANDLERS,
+        "amqp10": amqp10_handler(Amqp10Options(anonymous_login=anonymous)),
+    }
 
 
 def open_core(options: ServerOptions) -> OpenCore:
@@ -209,7 +228,8 @@ def server(
             the server then runs no group commit and sets up no paging directory for it, and
             the file's declarations are not applied.
         amqp091: with `broker`, the AMQP 0-9-1 adapter to serve it through (a test double).
-        handlers: the adapter protocols to serve (default `PROTOCOL_HANDLERS`).
+        handlers: the adapter protocols to serve (default `protocol_handlers` of the options'
+            configuration).
     """
     opener = open_core(options) if broker is None else _given(broker, amqp091)
     return BrokerServer(
@@ -217,7 +237,8 @@ def server(
         opener,
         clock=clock,
         app_factory=management_app,
-        handlers=PROTOCOL_HANDLERS if handlers is None else handlers,
+        handlers=protocol_handlers(options.config) if handlers is None else handlers,
+        ticks=PROTOCOL_TICKS,
     )
 
 

@@ -163,6 +163,11 @@ class HandlerContext:
 HandlerFactory = Callable[[HandlerContext], Handler]
 """Builds the handler of one accepted socket of a protocol."""
 
+ProtocolTick = Callable[["Broker", int], list[Effect]]
+"""`tick(broker, now_ms) -> effects`: a protocol's own periodic work that belongs to no
+connection (MQTT's delayed wills, whose connection is gone), run by the server's sweep whether
+or not any connection of that protocol is open."""
+
 
 def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> Login:
     """The `HandlerContext.login` of a connection from `peer`, speaking `protocol`.

@@ -22,6 +22,8 @@ from ringmq.server.configspec import (
     ARG_RING_SIZE,
     ARG_SINGLE_ACTIVE,
     DEFAULT_AMQPS_PORT,
+    DEFAULT_ANONYMOUS_PASSWORD,
+    DEFAULT_ANONYMOUS_USER,
     DEFAULT_CHANNEL_MAX,
     DEFAULT_FRAME_MAX,
     DEFAULT_HEARTBEAT_S,
@@ -31,6 +33,7 @@ from ringmq.server.configspec import (
     MAX_PORT,
     OFF_WORDS,
     AddressSetting,
+    Amqp10Spec,
     BindingSpec,
     ConfigError,
     ExchangeSpec,
@@ -63,6 +66,7 @@ __all__ = [
     "MAX_PORT",
     "OFF_WORDS",
     "AddressSetting",
+    "Amqp10Spec",
     "BindingSpec",
     "ConfigError",
     "ExchangeSpec",
@@ -206,6 +210,7 @@ _TOP_KEYS: Final = frozenset(
         "server",
         "limits",
         "tls",
+        "amqp10",
         "users",
         "vhosts",
         "permissions",
@@ -274,6 +279,11 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
             mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
         )
+        t.done()
+
+    amqp10 = Amqp10Spec()
+    if (t := _table(doc, "amqp10", where)) is not None:
+        amqp10 = _amqp10(t)
         t.done()
 
     users = []
@@ -401,6 +411,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         listen=listen,
         limits=limits,
         tls=tls,
+        amqp10=amqp10,
         users=tuple(users),
         vhosts=tuple(vhosts),
         permissions=tuple(perms),
@@ -411,6 +422,25 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         bindings=tuple(bindings),
         refresh_period_ms=refresh,
     )
+
+
+def _amqp10(t: _Table) -> Amqp10Spec:
+    # anonymous_user: a user name, or "off"/"none"/false (no anonymous logins)
+    user = t.value("anonymous_user", (str, bool), 'a user name or "off"')
+    password = t.opt_str("anonymous_password")
+    if user is None or user is True:
+        user = DEFAULT_ANONYMOUS_USER
+    elif user is False or str(user).strip().lower() in OFF_WORDS:
+        if password is not None:
+            raise ConfigError(f"{t.where}.anonymous_password: anonymous logins are off")
+        return Amqp10Spec(anonymous_user=None)
+    elif not user:
+        raise ConfigError(f'{t.where}.anonymous_user: empty (say "off" to refuse anonymous)')
+    if password is None:
+        if user != DEFAULT_ANONYMOUS_USER:
+            raise ConfigError(f"{t.where}: anonymous_user {user!r} needs anonymous_password")
+        password = DEFAULT_ANONYMOUS_PASSWORD
+    return Amqp10Spec(anonymous_user=str(user), anonymous_password=password)
 
 
 def _req(v: int | None) -> int:

@@ -172,6 +172,24 @@ class ListenSpec:
     """Per-protocol listen addresses (default: `host`)."""
 
 
+DEFAULT_ANONYMOUS_USER: Final = "guest"
+DEFAULT_ANONYMOUS_PASSWORD: Final = "guest"  # noqa: S105 - RabbitMQ 4's anonymous_login_pass
+
+
+@dataclass(frozen=True, slots=True)
+class Amqp10Spec:
+    """AMQP 1.0 settings (the `[amqp10]` table).
+
+    SASL ANONYMOUS, and a client that skips SASL, logs in as `anonymous_user` with
+    `anonymous_password`, checked as any login is (RabbitMQ 4's `anonymous_login_user` and
+    `anonymous_login_pass`; guest is loopback-only). `anonymous_user` None refuses anonymous
+    logins.
+    """
+
+    anonymous_user: str | None = DEFAULT_ANONYMOUS_USER
+    anonymous_password: str = DEFAULT_ANONYMOUS_PASSWORD
+
+
 @dataclass(frozen=True, slots=True)
 class FileConfig:
     """Everything one configuration file says."""
@@ -181,6 +199,7 @@ class FileConfig:
     listen: ListenSpec = ListenSpec()
     limits: LimitsSpec = LimitsSpec()
     tls: TLSSpec | None = None
+    amqp10: Amqp10Spec = Amqp10Spec()
     users: tuple[UserSpec, ...] = ()
     vhosts: tuple[str, ...] = ()
     permissions: tuple[PermissionSpec, ...] = ()

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 import uvicorn
 
 from ringmq.adapters.amqp091 import Amqp091
-from ringmq.adapters.handler import HandlerFactory
+from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.core.effects import Effect
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
@@ -73,9 +73,10 @@ from ringmq.server.options import (
     ServerOptions,
     options_from,
 )
+from ringmq.server.records import connection_info
 from ringmq.server.reload import ConfigReload
 from ringmq.server.timers import CLOSE_OK_TIMEOUT_S, Timers
-from ringmq.server.transport import AMQPConnection, ClientConnection
+from ringmq.server.transport import ClientConnection
 from ringmq.status import ConnectionInfo, ListenerInfo
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class BrokerServer:
         handlers: the adapter protocols wired in, by key ("amqp10", "stomp", "mqtt"): each one's
             `HandlerFactory`. A protocol missing here gets no listener (AMQP 1.0: the AMQP port
             serves 0-9-1 alone).
+        ticks: the protocols' own periodic work, by the same keys (`ProtocolTick`).
     """
 
     broker: Broker
@@ -167,9 +169,11 @@ class BrokerServer:
         clock: Clock | None = None,
         app_factory: AppFactory | None = None,
         handlers: Mapping[str, HandlerFactory] | None = None,
+        ticks: Mapping[str, ProtocolTick] | None = None,
     ) -> None:
         self.options = options
         self.handler_factories: dict[str, HandlerFactory] = dict(handlers or {})
+        self.protocol_ticks = [t for k, t in (ticks or {}).items() if k in self.handler_factories]
         self.clock: Clock = clock or SystemClock()
         self.node = options.node
         self.started_at_ms = 0
@@ -225,6 +229,7 @@ class BrokerServer:
             self.handlers,
             self._listeners,
             self.login_guard,
+            self.protocol_ticks,
         )
         self.conns.after_flush = self.timers.arm_deadline
         self.reloader = ConfigReload(broker, self.options.config, self.conns)
@@ -521,54 +526,7 @@ class BrokerServer:
 
     def connections(self) -> list[ConnectionInfo]:
         held = self.flow.held
-        out = []
-        for c in self.conns.table.values():
-            if not c.opened:
-                continue
-            info = ConnectionInfo(
-                conn_id=c.conn_id,
-                name=c.name,
-                user="",
-                vhost="",
-                peer_host=c.peer[0],
-                peer_port=c.peer[1],
-                host=c.sock_name[0],
-                port=c.sock_name[1],
-                connected_at_ms=c.connected_at_ms,
-                state="closing"
-                if c.closing
-                else "blocked"
-                if c.blocked_reason
-                else "flow"  # RabbitMQ's name for a publisher held by credit flow
-                if c in held
-                else "running",
-                blocked_reason=c.blocked_reason,
-                recv_oct=c.recv_oct,
-                send_oct=c.send_oct,
-                ssl=c.tls,
-            )
-            if type(c) is AMQPConnection:
-                info.user = c.user
-                info.vhost = c.vhost
-                info.channels = c.channels
-                info.client_properties = c.client_properties
-                info.heartbeat_s = c.proto.heartbeat_s
-                info.frame_max = c.proto.frame_max
-                info.channel_max = c.proto.channel_max
-                info.auth_mechanism = c.auth_mechanism
-            elif c.handler is not None:
-                h = c.handler.info()
-                info.protocol = h.protocol
-                info.user = h.user
-                info.vhost = h.vhost
-                info.channels = h.channels
-                info.client_properties = h.client_properties
-                info.heartbeat_s = h.heartbeat_s
-                info.frame_max = h.frame_max
-                info.channel_max = h.channel_max
-                info.auth_mechanism = h.auth_mechanism
-            out.append(info)
-        return out
+        return [connection_info(c, c in held) for c in self.conns.table.values() if c.opened]
 
     def close_connection(self, name: str, reason: str) -> bool:
         """Close the named connection with 320 CONNECTION_FORCED; False if unknown."""

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from ringmq.adapters.handler import ProtocolTick
 from ringmq.core.throttle import LoginGuard
 from ringmq.server.clock import Clock
 from ringmq.server.configspec import LimitsSpec
@@ -65,6 +66,7 @@ class Timers:
         handlers: the other protocols' connections (their sweep, and dropping them).
         listeners: the server's listeners (their refusal logs are flushed by the sweep).
         login_guard: failed logins per address (its log is flushed by the sweep).
+        protocol_ticks: the adapter protocols' own periodic work (run by each sweep).
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class Timers:
         handlers: Handlers,
         listeners: Sequence[Listener],
         login_guard: LoginGuard,
+        protocol_ticks: Sequence[ProtocolTick] = (),
     ) -> None:
         self.broker = broker
         self.clock = clock
@@ -86,6 +89,7 @@ class Timers:
         self.handlers = handlers
         self.listeners = listeners
         self.login_guard = login_guard
+        self.protocol_ticks = tuple(protocol_ticks)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopped = False
         self._deadline = _Deadline()
@@ -197,6 +201,12 @@ class Timers:
                         self.inbound.internal_error(c)
                     else:
                         self.handlers.internal_error(c)
+            wall_ms = self.clock.wall_ms()
+            for tick in self.protocol_ticks:
+                try:
+                    self.conns.apply(tick(self.broker, wall_ms))
+                except Exception:
+                    log.exception("protocol tick failed")
         if self.conns.commit is not None:
             self.conns.commit.tick()
         if not self.stopped:

@@ -77,6 +77,36 @@ def test_mqtt5_will_delay(broker: BrokerThread, paho: MakePaho) -> None:
     assert (m.topic, m.payload) == ("status/dev", b"gone")
 
 
+def test_mqtt5_will_delay_with_no_mqtt_connection_left(
+    broker: BrokerThread, paho: MakePaho
+) -> None:
+    # The delayed will is due while no MQTT connection is open (the watcher speaks AMQP 0-9-1):
+    # the server's sweep runs MQTT's protocol tick all the same (it ran in MQTT connections'
+    # ticks only, so such a will waited for the next MQTT client).
+    import pika
+
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    ch = conn.channel()
+    ch.queue_declare("watch")
+    ch.queue_bind("watch", "amq.topic", "status.#")
+    wp = properties(PacketTypes.WILLMESSAGE, WillDelayInterval=1)
+    dev = paho(
+        broker, "dev", v5=True, will=("status/dev", b"gone", 1), will_props=wp, session_expiry=60
+    )
+    dev.drop()
+    got: list[bytes] = []
+
+    def will_arrived() -> bool:
+        method, _props, body = ch.basic_get("watch", auto_ack=True)
+        if method is not None:
+            got.append(body)
+        return bool(got)
+
+    wait_until(will_arrived, timeout=10)
+    assert got == [b"gone"]
+    conn.close()
+
+
 @pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5"])
 def test_persistent_session_across_client_reconnect(
     broker: BrokerThread, paho: MakePaho, v5: bool

@@ -120,12 +120,35 @@ def test_toml_full_schema() -> None:
         ("[[policies]]\nname='p'\npattern='.*'\napply_to='x'\n", "apply_to"),
         ("[[address_settings]]\nmatch='#'\naddress_full_policy='SPILL'\n", "unknown value"),
         ("queues = 3\n", "array of tables"),
+        ("[amqp10]\nanonymous = 'off'\n", "unknown key"),
+        ("[amqp10]\nanonymous_user = 3\n", "a user name"),
+        ("[amqp10]\nanonymous_user = ''\n", "empty"),
+        ("[amqp10]\nanonymous_user = 'app'\n", "needs anonymous_password"),
+        ("[amqp10]\nanonymous_user = 'off'\nanonymous_password = 'x'\n", "are off"),
         ("this is not toml", "<toml>"),
     ],
 )
 def test_toml_errors(text: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         parse_toml(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "user", "password"),
+    [
+        ("", "guest", "guest"),
+        ("[amqp10]\n", "guest", "guest"),
+        ("[amqp10]\nanonymous_user = 'guest'\n", "guest", "guest"),
+        ("[amqp10]\nanonymous_user = true\n", "guest", "guest"),
+        ("[amqp10]\nanonymous_user = 'off'\n", None, "guest"),
+        ("[amqp10]\nanonymous_user = 'None'\n", None, "guest"),
+        ("[amqp10]\nanonymous_user = false\n", None, "guest"),
+        ("[amqp10]\nanonymous_user = 'app'\nanonymous_password = 'pw'\n", "app", "pw"),
+    ],
+)
+def test_amqp10_anonymous_user(text: str, user: str | None, password: str) -> None:
+    spec = parse_toml(text).amqp10
+    assert (spec.anonymous_user, spec.anonymous_password) == (user, password)
 
 
 BROKER_XML = """<?xml version="1.0"?>

@@ -41,6 +41,12 @@ import logging
 from typing import Final
 
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
+from ringmq.adapters.mqtt.connect import (
+    TOPIC_ALIAS_MAXIMUM,
+    connack,
+    connect_refusal,
+    vhost_and_user,
+)
 from ringmq.adapters.mqtt.errors import CLOSE, REFUSED, reason_of
 from ringmq.adapters.mqtt.message import (
     EXCHANGE,
@@ -66,7 +72,7 @@ from ringmq.adapters.mqtt.topics import (
     parse_shared,
     to_routing_key,
 )
-from ringmq.adapters.mqtt.wills import publish_due_wills, publish_will, store_retained
+from ringmq.adapters.mqtt.wills import publish_will, store_retained
 from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.session import Session, SettleKind
@@ -74,7 +80,6 @@ from ringmq.core.settings import SettingsError
 from ringmq.mqtt import (
     V5,
     Auth,
-    ConnAck,
     Connect,
     Disconnect,
     MqttConnection,
@@ -101,7 +106,6 @@ CONFIRM_CHANNEL: Final = 2
 """The core session of QoS 1/2 publishes, in confirm mode (QoS 0 ones need no confirm)."""
 DEFAULT_INFLIGHT: Final = 100
 """Unacknowledged QoS 1/2 deliveries to a 3.1.1 client (5.0: its Receive Maximum)."""
-TOPIC_ALIAS_MAXIMUM: Final = 64
 _MQTT_MAX_PACKET: Final = 268_435_460
 
 
@@ -186,13 +190,11 @@ class MqttHandler:
         return self.machine.data_to_send()
 
     def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
-        """Keep-alive, and the wills whose delay is over."""
+        """Keep-alive (the delayed wills are `wills.mqtt_tick`'s, the protocol's own tick)."""
         self.now_ms = now_ms
         if not self._opened or self._released:
             return []
         out = self.broker.begin(now_ms)
-        if self.registry.wills and self.session is not None:
-            publish_due_wills(self.broker, self.registry, self.session, now_ms)
         if self.machine.keep_alive_expired(now_ms):
             self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         self._finish(now_ms)
@@ -276,23 +278,16 @@ class MqttHandler:
         if props.authentication_method is not None:
             m.refuse(Reason.BAD_AUTHENTICATION_METHOD, "enhanced authentication not supported")
             return
+        refused = connect_refusal(c)
+        if refused is not None:
+            m.refuse(*refused)
+            return
+        assert c.username is not None
         cid = c.client_id
         assigned = None
         if not cid:
-            if not c.clean_start and not v5:
-                m.refuse(Reason.CLIENT_IDENTIFIER_NOT_VALID, "empty client id, clean session 0")
-                return
             cid = assigned = self.broker.state.gen_name("mqtt-")
-        if c.will is not None:
-            try:
-                check_topic_name(c.will.topic)
-            except TopicError as exc:
-                m.refuse(Reason.TOPIC_NAME_INVALID, str(exc))
-                return
-        if c.username is None:
-            m.refuse(Reason.BAD_USER_NAME_OR_PASSWORD, "a user name is required")
-            return
-        vhost, user = self._vhost_user(c.username)
+        vhost, user = vhost_and_user(c.username, self.broker.vhosts)
         password = (c.password or b"").decode("utf-8", "replace")
         try:
             self.ctx.login("PLAIN", user, password, now_ms)
@@ -347,30 +342,12 @@ class MqttHandler:
         if c.clean_start:
             self._discard_session(now_ms)
         present = not c.clean_start and self._session_exists(now_ms)
-        ack = ConnAck(Reason.SUCCESS, present)
-        if v5:
-            ack.properties = Properties(
-                assigned_client_identifier=assigned,
-                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
-                maximum_packet_size=self.max_packet_size,
-                retain_available=1,
-                wildcard_subscription_available=1,
-                subscription_identifier_available=1,
-                shared_subscription_available=1,
-            )
-        m.accept(ack)
+        m.accept(connack(present, v5, assigned, self.max_packet_size))
         self.registry.live[self.key] = self
         try:
             self._resume(present, now_ms)
         except (BrokerError, SettingsError) as exc:
             self._disconnect(Reason.IMPLEMENTATION_SPECIFIC_ERROR, f"session not resumed: {exc}")
-
-    def _vhost_user(self, username: str) -> tuple[str, str]:
-        # RabbitMQ: "vhost:user" names the vhost; a plain name uses the default vhost.
-        vhost, sep, user = username.partition(":")
-        if sep and vhost in self.broker.vhosts:
-            return vhost, user
-        return "/", username
 
     def _refuse_opened(self, reason: Reason, text: str, out: list[Effect], now_ms: int) -> None:
         # Refuse a CONNECT after the core connection opened: close that too.

@@ -158,6 +158,11 @@ class Registry:
 _REGISTRIES: weakref.WeakKeyDictionary[Broker, Registry] = weakref.WeakKeyDictionary()
 
 
+def registry_if_any(broker: Broker) -> Registry | None:
+    """The registry of `broker` if an MQTT connection ever made it."""
+    return _REGISTRIES.get(broker)
+
+
 def registry_of(broker: Broker) -> Registry:
     """The registry of `broker` (made on first use)."""
     reg = _REGISTRIES.get(broker)

@@ -4,8 +4,10 @@ A retained publish is also put, durably whatever its QoS, into the vhost's retai
 (`sessions.retained_queue`: the newest message per topic). A will is published like a client
 publish when its connection ends badly; with a 5.0 Will Delay Interval (and a session that
 outlives the connection) it waits in the registry (`sessions.Registry.wills`) until
-`publish_due_wills`, run from any MQTT connection's periodic tick, or until the client comes
-back and cancels it.
+`publish_due_wills`, which the server's periodic sweep runs whether or not any MQTT connection
+is open (`mqtt_tick`, a protocol tick of `adapters/handler.py`), or until the client comes back
+and cancels it. A held will is published with no session: its connection checked the user's
+write permission on `amq.topic` when it connected.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from ringmq.adapters.mqtt.message import EXCHANGE, incoming
-from ringmq.adapters.mqtt.sessions import PendingWill, Registry, retained_queue
+from ringmq.adapters.mqtt.sessions import PendingWill, Registry, registry_if_any, retained_queue
 from ringmq.adapters.mqtt.topics import to_routing_key
+from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message
 from ringmq.core.session import Session
@@ -61,9 +64,13 @@ def publish_will(
     broker.publisher.publish(s, vh, x, msg, False, now_ms)
 
 
-def publish_due_wills(broker: Broker, registry: Registry, s: Session, now_ms: int) -> None:
-    """Publish the held wills whose delay is over (on session `s`, whichever ticks first)."""
-    for vhost, will in registry.due_wills(now_ms):
+def publish_due_wills(broker: Broker, registry: Registry, now_ms: int) -> list[Effect]:
+    """Publish the held wills whose delay is over, as one core call; its effects."""
+    due = registry.due_wills(now_ms)
+    if not due:
+        return []
+    out = broker.begin(now_ms)
+    for vhost, will in due:
         vh = broker.vhosts.get(vhost)
         x = vh.exchanges.get(EXCHANGE) if vh is not None else None
         if vh is None or x is None:
@@ -71,4 +78,14 @@ def publish_due_wills(broker: Broker, registry: Registry, s: Session, now_ms: in
         if will.retained:
             q = retained_queue(broker, vhost, now_ms)
             broker.publisher.enqueue(vh, x, (q,), will.message, None, now_ms)
-        broker.publisher.publish(s, vh, x, will.message, False, now_ms)
+        broker.publisher.publish_without_session(vh, x, will.message, now_ms)
+    broker.finish(now_ms)
+    return out
+
+
+def mqtt_tick(broker: Broker, now_ms: int) -> list[Effect]:
+    """MQTT's protocol tick (`adapters.handler.ProtocolTick`): the delayed wills now due."""
+    registry = registry_if_any(broker)
+    if registry is None or not registry.wills:
+        return []
+    return publish_due_wills(broker, registry, now_ms)

@@ -1,0 +1,87 @@
+"""The AMQP 1.0 anonymous login setting (`[amqp10] anonymous_user`, docs/amqp10.md).
+
+SASL ANONYMOUS, and a client that skips SASL, logs in as the configured user (guest by
+default); "off" refuses both with `amqp:unauthorized-access`, while PLAIN still works.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from proton import ConnectionException, Message
+from proton.utils import BlockingConnection
+
+from ringmq.amqp10 import performatives as p
+from ringmq.amqp10.frames import AMQP_HEADER, SASL_HEADER, encode_frame
+from ringmq.node import BrokerThread
+from ringmq.status import ConnectionInfo
+from tests.integration.amqp10.test_errors import read_until_closed
+from tests.integration.conftest import BrokerFactory, wait_until
+
+pytestmark = pytest.mark.integration
+
+APP_USER = """
+[amqp10]
+anonymous_user = "app"
+anonymous_password = "app-secret"
+
+[[users]]
+name = "app"
+password = "app-secret"
+
+[[permissions]]
+user = "app"
+"""
+
+
+def anonymous(b: BrokerThread) -> BlockingConnection:
+    return BlockingConnection(f"amqp://127.0.0.1:{b.port}", timeout=5, allowed_mechs="ANONYMOUS")
+
+
+def amqp10_connections(b: BrokerThread) -> list[ConnectionInfo]:
+    return [c for c in b.call(b.server.connections) if c.protocol == "AMQP 1.0"]
+
+
+def test_anonymous_is_guest_by_default(broker: BrokerThread) -> None:
+    c = anonymous(broker)
+    try:
+        c.create_sender("anon-q").send(Message(body="hi"))
+        (info,) = amqp10_connections(broker)
+        assert (info.user, info.auth_mechanism) == ("guest", "ANONYMOUS")
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("off", ['"off"', "false"])
+def test_off_refuses_anonymous_logins(broker_factory: BrokerFactory, off: str) -> None:
+    b = broker_factory(f"[amqp10]\nanonymous_user = {off}\n")
+    with pytest.raises(ConnectionException) as exc:
+        anonymous(b)
+    assert "amqp:unauthorized-access" in str(exc.value)
+    # a client that skips SASL is refused too: its open gets no open, the socket is closed
+    with socket.create_connection((b.host, b.port), timeout=5) as s:
+        s.sendall(AMQP_HEADER + encode_frame(0, p.Open(container_id="raw")))
+        assert read_until_closed(s) == [AMQP_HEADER]
+    # and SASL ANONYMOUS over a raw socket gets the auth outcome
+    with socket.create_connection((b.host, b.port), timeout=5) as s:
+        s.sendall(SASL_HEADER + encode_frame(0, p.SaslInit(mechanism="ANONYMOUS")))
+        got = read_until_closed(s)
+    assert isinstance(got[-1], p.SaslOutcome)
+    assert got[-1].code == p.SASL_AUTH
+    # PLAIN still logs in
+    c = BlockingConnection(f"amqp://guest:guest@127.0.0.1:{b.port}", timeout=5)
+    c.create_sender("still-q").send(Message(body="ok"))
+    c.close()
+
+
+def test_anonymous_logs_in_as_the_configured_user(broker_factory: BrokerFactory) -> None:
+    b = broker_factory(APP_USER)
+    c = anonymous(b)
+    try:
+        c.create_sender("app-q").send(Message(body="hi"))
+        (info,) = amqp10_connections(b)
+        assert (info.user, info.auth_mechanism) == ("app", "ANONYMOUS")
+    finally:
+        c.close()
+    wait_until(lambda: not amqp10_connections(b))

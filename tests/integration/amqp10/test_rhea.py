@@ -1,0 +1,88 @@
+"""AMQP 1.0 over the wire with rhea, a pure JavaScript client (the second independent client).
+
+Each test runs one Node script of `rhea/` against a broker on port 0: the script does the
+client's part, fails (exit status 1, the reason on stderr) on any unexpected answer, and prints
+its result as JSON, which the test checks with what the broker holds afterwards. The scripts
+need `node` and rhea installed in `rhea/node_modules` (`npm ci` in `.ci/run` and
+`make install`); without them the tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringmq.node import BrokerThread
+from tests.facade import admin_of
+from tests.integration.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).parent / "rhea"
+NODE = shutil.which("node")
+TIMEOUT_S = 30  # each script gives up after 15 s itself
+
+if NODE is None:
+    pytest.skip("node is not on PATH (rhea needs Node.js)", allow_module_level=True)
+if not (SCRIPTS / "node_modules" / "rhea" / "package.json").exists():
+    pytest.skip(
+        f"rhea is not installed: run `npm ci` in {SCRIPTS} (make install does)",
+        allow_module_level=True,
+    )
+
+
+def run(script: str, b: BrokerThread) -> Any:
+    """Run `rhea/<script>.js` against `b`; its JSON result."""
+    assert NODE is not None
+    proc = subprocess.run(
+        [NODE, str(SCRIPTS / f"{script}.js"), str(b.port)],
+        cwd=SCRIPTS,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{script}.js failed ({proc.returncode}): {proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def messages_in(b: BrokerThread, queue: str) -> tuple[int, int]:
+    info = b.call(lambda: admin_of(b).queue("/", queue))
+    return info.messages_ready, info.messages_unacknowledged
+
+
+def test_hello_world(broker: BrokerThread) -> None:
+    assert run("hello", broker) == {"body": "Hello World!"}
+    assert messages_in(broker, "rhea-hello") == (0, 0)
+
+
+def test_100_sends_and_receives(broker: BrokerThread) -> None:
+    assert run("many", broker) == {"accepted": 100, "received": 100}
+    assert messages_in(broker, "rhea-many") == (0, 0)
+
+
+def test_request_reply_over_a_dynamic_receiver(broker: BrokerThread) -> None:
+    got = run("request_reply", broker)
+    assert got["answers"] == ["ONE", "TWO", "THREE"]
+    assert got["reply_to"].startswith("amq.gen-")
+
+    def queues() -> list[str]:
+        return broker.call(lambda: [q.name for q in admin_of(broker).queues("/")])
+
+    # the temporary queue went with its link (the client's close reaches the broker when it may)
+    wait_until(lambda: got["reply_to"] not in queues())
+    assert "rhea-requests" in queues()
+
+
+def test_credit_and_drain(broker: BrokerThread) -> None:
+    got = run("credit_drain", broker)
+    assert got["received"] == ["a", "b", "c"]
+    # credit 2: two messages, then the drain is echoed with no credit left; a drain with 10
+    # sends the third and gives back the other 9
+    assert got["drains"] == [{"received": 2, "credit": 0}, {"received": 3, "credit": 0}]
+    assert messages_in(broker, "rhea-credit") == (0, 0)
