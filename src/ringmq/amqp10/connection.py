@@ -77,8 +77,9 @@ class State(Enum):
 
 
 _S = State
-_PAUSED: Final = frozenset({_S.SASL_CHECK, _S.CLOSED})
-"""States in which received frames wait (the login's outcome) or are dropped."""
+_PAUSED: Final = (_S.SASL_CHECK, _S.CLOSED)
+"""States in which received frames wait (the login's outcome) or are dropped (a tuple: its
+test is by identity, where a set would call the Enum's hash, Python code, per frame)."""
 EXPECTS: Final[dict[State, frozenset[type]]] = {
     _S.HEADER: frozenset(),
     _S.SASL_INIT: frozenset({p.SaslInit}),
@@ -93,6 +94,7 @@ EXPECTS: Final[dict[State, frozenset[type]]] = {
 }
 """The performatives each state takes; anything else is `amqp:illegal-state`
 (`CLOSE_SENT` drops everything but the peer's close, 2.4.3)."""
+_TAKES_OPENED: Final = EXPECTS[_S.OPENED]
 
 
 def error(condition: str, description: str) -> Any:
@@ -234,7 +236,8 @@ class Connection:
         if not body:
             return  # an empty frame: the peer's heartbeat
         perf, offset = p.decode_performative(body)
-        if type(perf) not in EXPECTS[self.state]:
+        state = self.state
+        if type(perf) not in (_TAKES_OPENED if state is _S.OPENED else EXPECTS[state]):
             if self.state is State.CLOSE_SENT:
                 return
             raise c.ConnectionLevelError(

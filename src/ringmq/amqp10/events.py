@@ -70,12 +70,14 @@ class LinkDetached:
     error: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageReceived:
     """A whole message on a link the broker receives on (all its transfer frames).
 
     `state` is the first transfer's delivery state (a transactional-state under a
-    transaction); `settled` True means pre-settled (at most once)."""
+    transaction); `settled` True means pre-settled (at most once). One per message, so not
+    frozen (a frozen dataclass sets each field through object.__setattr__): treat it as
+    immutable like the others."""
 
     channel: int
     handle: int

@@ -160,7 +160,11 @@ class FrameReader:
             return None
         self._pos = pos + size
         self._need = FRAME_HEADER_SIZE
-        return Frame(ftype, channel, buf[pos + doff * 4 : pos + size])
+        # tuple.__new__: the NamedTuple's own __new__ is Python code, one call per frame
+        return _new_tuple(Frame, (ftype, channel, buf[pos + doff * 4 : pos + size]))
+
+
+_new_tuple: Final = tuple.__new__
 
 
 def encode_frame(channel: int, performative: Composite | None, payload: bytes = b"") -> bytes:

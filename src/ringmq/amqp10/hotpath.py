@@ -78,6 +78,47 @@ def encode_transfer(
     return _list_bytes(_TRANSFER_HEAD, 6 if more else 5, body)
 
 
+_FRAME_HEAD: Final = struct.Struct(">BBH")
+_TRANSFER_FRAMES: Final = {n: struct.Struct(f">I{n}sIH8s2s") for n in (12, 13)}
+"""By the length of the head (handle 0 is one byte, handles 1-255 two)."""
+TRANSFER_FRAME_SIZE: Final = _TRANSFER_FRAMES[13].size
+"""The most bytes before the payload in `transfer_frame`'s frames."""
+_TAG8: Final = 0xA008  # binary of 8 bytes: a core delivery tag
+_FORMAT_SETTLED: Final = (b"\x43\x42", b"\x43\x41")  # message-format 0, then settled
+
+
+def transfer_frame_head(channel: int, handle: int) -> bytes | None:
+    """What does not change in the frames of `transfer_frame` for a link: the frame header
+    after the size (data offset, type, channel) and the Transfer up to its delivery id, cut
+    from `encode_transfer`'s own bytes; None when `handle` is not a small uint."""
+    if handle >= 256:
+        return None
+    body = encode_transfer(handle, 256, bytes(8), 0, False)
+    # the delivery id's value (4), the tag (2 + 8), message-format and settled (2) follow
+    return _FRAME_HEAD.pack(2, 0, channel) + body[: len(body) - 16]
+
+
+def transfer_frame(
+    head: bytes, delivery_id: int, delivery_tag: bytes, settled: bool, payload: bytes
+) -> bytes:
+    """One frame holding a whole delivery: byte for byte ``encode_body_frame(channel,
+    encode_transfer(handle, delivery_id, delivery_tag, 0, settled), payload)`` where ``head``
+    is ``transfer_frame_head(channel, handle)``, for a ``delivery_id`` of 256 or more (the
+    4-byte uint form) and an 8-byte ``delivery_tag``; the caller guards both."""
+    frame = _TRANSFER_FRAMES[len(head)]
+    return (
+        frame.pack(
+            frame.size + len(payload),
+            head,
+            delivery_id,
+            _TAG8,
+            delivery_tag,
+            _FORMAT_SETTLED[settled],
+        )
+        + payload
+    )
+
+
 def disposition_body(
     role: bool, first: int, last: int | None, settled: bool, state: bytes | None
 ) -> bytes:

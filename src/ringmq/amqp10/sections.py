@@ -176,6 +176,16 @@ def scan(payload: Buffer) -> Scan:
     Raises:
         DecodeError: anything but well-ordered sections, or a malformed one.
     """
+    n = len(payload)
+    if (
+        n > 4
+        and payload[4] + 5 == n
+        and payload[3] == 0xA0
+        and payload[2] == DATA
+        and payload[1] == 0x53
+        and payload[0] == 0
+    ):  # a bare message of one short data section: what the loop finds, read at once
+        return Scan(None, None, None, None, 0, 0, 0, n, (5, n))
     header: Any = None
     props: Any = None
     ma = ap = None
@@ -184,7 +194,7 @@ def scan(payload: Buffer) -> Scan:
     body_code = 0
     data: tuple[int, int] | None = None
     last = 0
-    off, n = 0, len(payload)
+    off = 0
     try:
         while off < n:
             code, pos = _section_code(payload, off)

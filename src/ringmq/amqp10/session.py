@@ -35,6 +35,7 @@ from ringmq.amqp10 import conditions as c
 from ringmq.amqp10 import performatives as p
 from ringmq.amqp10.events import CreditGranted, Event, MessageReceived, Settled
 from ringmq.amqp10.frames import encode_body_frame, encode_transfer_frames
+from ringmq.amqp10.hotpath import TRANSFER_FRAME_SIZE, transfer_frame, transfer_frame_head
 from ringmq.amqp10.performatives import ROLE_RECEIVER, ROLE_SENDER, encode_disposition
 
 Send = Callable[[int, Any, bytes], int]
@@ -71,6 +72,9 @@ class Link:
     size: int = 0
     first: Any = None
     """The first transfer frame of the message being assembled (None between messages)."""
+    transfer_head: bytes | None = b""
+    """Sending: ``hotpath.transfer_frame_head`` of the link (b"": not made yet; None: its
+    handle has no such head)."""
 
 
 class Session:
@@ -390,16 +394,23 @@ class Session:
         self.next_delivery_id = (did + 1) % SERIAL
         link.delivery_count = (link.delivery_count + 1) % SERIAL
         link.credit -= 1
-        data = encode_transfer_frames(
-            self.channel,
-            handle,
-            did,
-            tag,
-            payload,
-            settled=settled,
-            max_frame_size=self.frame_max(),
-        )
-        frames = 1 if len(payload) + 64 < self.frame_max() else _count_frames(data)
+        frame_max = self.frame_max()
+        head = link.transfer_head
+        if head == b"":
+            head = link.transfer_head = transfer_frame_head(self.channel, handle)
+        if (
+            head is not None
+            and did >= 256
+            and len(tag) == 8
+            and len(payload) + TRANSFER_FRAME_SIZE <= frame_max
+        ):  # the common case: one frame from the link's pre-encoded head
+            data = transfer_frame(head, did, tag, settled, payload)
+            frames = 1
+        else:
+            data = encode_transfer_frames(
+                self.channel, handle, did, tag, payload, settled=settled, max_frame_size=frame_max
+            )
+            frames = 1 if len(payload) + 64 < frame_max else _count_frames(data)
         if self.remote_incoming < frames or self.pending:
             self.pending.append((frames, data))
         else:

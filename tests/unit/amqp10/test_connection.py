@@ -327,6 +327,30 @@ def test_a_large_delivery_is_split_to_the_peers_frame_size() -> None:
     assert frames[0].delivery_id == 0
 
 
+def test_deliveries_past_id_255_from_the_links_pre_encoded_head() -> None:
+    # ids 0..255 take the generic encoder, later ones the link's head (hotpath.transfer_frame);
+    # a big one and a link whose handle is no small uint take the generic path again
+    peer = opened()
+    attach_receiver(peer)
+    attach_receiver(peer, handle=300)
+    peer.send(encode_frame(1, p.Flow(next_incoming_id=0, incoming_window=10_000,
+                                     next_outgoing_id=0, outgoing_window=9)))  # fmt: skip
+    for i in range(260):
+        peer.conn.send_transfer(1, 0, i.to_bytes(8, "big"), b"m%d" % i, i % 2 == 0)
+    peer.conn.send_transfer(1, 300, bytes(8), b"h", False)
+    peer.conn.send_transfer(1, 0, b"short", b"s", True)
+    peer.conn.send_transfer(1, 0, bytes(8), bytes(2000), True)
+    frames = [f for f in peer.read() if isinstance(f, p.Transfer)]
+    assert [(f.handle, f.delivery_id, f.settled) for f in frames[:260]] == [
+        (0, i, i % 2 == 0) for i in range(260)
+    ]
+    assert [f.delivery_tag for f in frames[:260]] == [i.to_bytes(8, "big") for i in range(260)]
+    assert [(f.handle, f.delivery_id) for f in frames[260:]] == [
+        (300, 260), (0, 261), (0, 262), (0, None), (0, None)
+    ]  # fmt: skip
+    assert [f.more for f in frames[-3:]] == [True, True, False]
+
+
 def test_transfers_wait_for_the_peers_window() -> None:
     peer = Peer(machine())
     peer.send(AMQP_HEADER, encode_frame(0, p.Open(container_id="c")))

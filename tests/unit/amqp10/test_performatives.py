@@ -8,13 +8,20 @@ from typing import Any
 
 import proton
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ringmq.amqp10 import performatives as pf
 from ringmq.amqp10.codec import encode
 from ringmq.amqp10.composite import Composite, decode_composite
-from ringmq.amqp10.frames import AMQP_HEADER, Frame, FrameReader, encode_frame
+from ringmq.amqp10.frames import (
+    AMQP_HEADER,
+    Frame,
+    FrameReader,
+    encode_body_frame,
+    encode_frame,
+)
+from ringmq.amqp10.hotpath import transfer_frame, transfer_frame_head
 from ringmq.amqp10.types import DecodeError, Described, Symbol, UInt, ULong
 
 _ASCII = st.text(st.characters(max_codepoint=127), max_size=12)
@@ -86,6 +93,28 @@ def test_transfer_hot_path_is_the_generic_encoding(
     t = pf.Transfer(handle, delivery_id, tag, fmt, settled, more)
     assert pf.encode_transfer(handle, delivery_id, tag, fmt, settled, more) == encode(t.described())
     assert t.encode() == encode(t.described())
+
+
+@given(
+    channel=st.integers(0, 2**16 - 1),
+    handle=st.integers(0, 255),
+    delivery_id=st.integers(256, 2**32 - 1),
+    tag=st.binary(min_size=8, max_size=8),
+    settled=st.booleans(),
+    payload=st.binary(max_size=300),
+)
+@example(channel=0, handle=0, delivery_id=256, tag=bytes(8), settled=False, payload=b"")
+@example(channel=1, handle=1, delivery_id=2**32 - 1, tag=bytes(8), settled=True, payload=b"x")
+def test_transfer_frame_from_a_links_head_is_the_generic_frame(
+    channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes
+) -> None:
+    head = transfer_frame_head(channel, handle)
+    assert head is not None
+    generic = encode_body_frame(
+        channel, pf.encode_transfer(handle, delivery_id, tag, 0, settled), payload
+    )
+    assert transfer_frame(head, delivery_id, tag, settled, payload) == generic
+    assert transfer_frame_head(channel, handle + 256) is None
 
 
 @given(

@@ -171,6 +171,20 @@ def test_malformed(payload: bytes, match: str) -> None:
         decode_message(payload)
 
 
+@given(st.binary(max_size=260))
+def test_a_bare_data_section_is_read_as_the_loop_reads_it(body: bytes) -> None:
+    # one data section: vbin8 (the guard in front of scan's loop) and vbin32 (the loop)
+    short = encode(Described(ULong(sec.DATA), body))
+    long_form = b"\x00\x53\x75\xb0" + len(body).to_bytes(4, "big") + body
+    for payload, start in ((short, len(short) - len(body)), (long_form, 8)):
+        n = len(payload)
+        assert scan(payload) == (None, None, None, None, 0, 0, 0, n, (start, n))
+        assert decode_message(payload).body == ((sec.DATA, body),)
+    cut = short[:-1] if body else short + b"\x00"
+    with pytest.raises(DecodeError):
+        scan(cut)  # a length that does not match: the loop says why
+
+
 def test_sections_by_symbolic_descriptor() -> None:
     payload = encode(Described(Symbol("amqp:data:binary"), b"xy"))
     assert decode_message(payload).body == ((sec.DATA, b"xy"),)

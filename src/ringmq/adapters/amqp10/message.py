@@ -108,7 +108,9 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
             left = max(0, int(p.absolute_expiry_time) - now_ms)
             # past the longest TTL a queue takes (2^32 - 1 ms, as 0-9-1's): no expiry at all
             msg.expiration_ms = left if left <= EXPIRATION_MAX_MS else None
-    msg.headers = neutral_headers(sc.message_annotations, sc.application_properties)
+    ma, ap = sc.message_annotations, sc.application_properties
+    if ma or ap:
+        msg.headers = neutral_headers(ma, ap)
     return msg
 
 
