@@ -60,33 +60,13 @@ PROTOCOL_NAMES: Final = {"amqp10": "AMQP 1.0", "stomp": "STOMP", "mqtt": "MQTT"}
 class HandlerConnection(ClientConnection):
     """One socket of an adapter protocol (see the module docstring)."""
 
+    owner: Handlers
+
     def __init__(self, owner: Handlers, conn_id: int, protocol: str, *, tls: bool) -> None:
         super().__init__(conn_id, tls=tls)
         self.owner = owner
         self.protocol = protocol
         """The adapter protocol's key ("amqp10", "stomp", "mqtt")."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._take_transport(transport)
-        self.owner.connection_made(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        self.recv_oct += len(data)
-        self.owner.data_received(self, data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.owner.connection_lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self._writable = False
-        self.owner.writable_changed(self, False)
-
-    def resume_writing(self) -> None:
-        self._writable = True
-        self.owner.writable_changed(self, True)
 
     def output(self) -> bytes:
         h = self.handler
@@ -177,26 +157,22 @@ class Handlers:
         if h is None:
             return
         conns = self.conns
-        conns.depth += 1
-        try:
-            now = self._now_ms()
-            effects = h.receive_data(data, now)
-            if h.opened:
-                c.opened = True
-            if effects:
-                conns.apply(effects)
-            if self.flow.requests:
-                self.flow.pause()
-            effects = self.broker.dispatch_pending(now)
-            if effects:
-                conns.apply(effects)
-            conns.dirty.add(c)
-        except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
-            self.internal_error(c)
-        finally:
-            conns.depth -= 1
-            if conns.depth == 0:
-                conns.flush()
+        with conns.batch():
+            try:
+                now = self._now_ms()
+                effects = h.receive_data(data, now)
+                if h.opened:
+                    c.opened = True
+                if effects:
+                    conns.apply(effects)
+                if self.flow.requests:
+                    self.flow.pause()
+                effects = self.broker.dispatch_pending(now)
+                if effects:
+                    conns.apply(effects)
+                conns.dirty.add(c)
+            except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
+                self.internal_error(c)
 
     def connection_lost(self, c: HandlerConnection, exc: Exception | None) -> None:
         if exc is not None:

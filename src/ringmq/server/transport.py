@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
     from ringmq.adapters.handler import Handler
@@ -42,14 +42,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class ConnectionHost(Protocol):
+_C_contra = TypeVar("_C_contra", bound="ClientConnection", contravariant=True)
+
+
+class Host(Protocol[_C_contra]):
+    """What a connection calls on its owner (`Inbound` for AMQP 0-9-1, `Handlers` for the
+    adapter protocols), with itself as `c`."""
+
+    def connection_made(self, c: _C_contra) -> None: ...
+    def data_received(self, c: _C_contra, data: bytes) -> None: ...
+    def connection_lost(self, c: _C_contra, exc: Exception | None) -> None: ...
+    def writable_changed(self, c: _C_contra, writable: bool) -> None: ...
+
+
+class ConnectionHost(Host["AMQPConnection"], Protocol):
     """What an AMQP 0-9-1 connection calls on its owner (the server's `Inbound`)."""
 
     def new_protocol_connection(self) -> ServerConnection: ...
-    def connection_made(self, c: AMQPConnection) -> None: ...
-    def data_received(self, c: AMQPConnection, data: bytes) -> None: ...
-    def connection_lost(self, c: AMQPConnection, exc: Exception | None) -> None: ...
-    def writable_changed(self, c: AMQPConnection, writable: bool) -> None: ...
 
 
 class ClientConnection(asyncio.Protocol):
@@ -65,6 +74,8 @@ class ClientConnection(asyncio.Protocol):
     """
 
     handler: Handler | None = None
+    owner: Host[Any]
+    """Whom the asyncio callbacks below report to (set by each subclass)."""
 
     def __init__(self, conn_id: int, *, tls: bool = False) -> None:
         self.conn_id = conn_id
@@ -96,8 +107,32 @@ class ClientConnection(asyncio.Protocol):
         # a large high-water mark: deliveries are batched; pause only on real backlog
         self.transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
 
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._take_transport(transport)
+        self.owner.connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.recv_oct += len(data)
+        self.owner.data_received(self, data)
+
     def eof_received(self) -> bool | None:
         return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.owner.connection_lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self._writable = False
+        self.owner.writable_changed(self, False)
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        self.owner.writable_changed(self, True)
 
     # -- used by the server -----------------------------------------------------------------------
 
@@ -186,6 +221,8 @@ class AMQPConnection(ClientConnection):
         user / vhost: filled in by the handshake.
     """
 
+    owner: ConnectionHost
+
     def __init__(self, owner: ConnectionHost, conn_id: int, *, tls: bool = False) -> None:
         super().__init__(conn_id, tls=tls)
         self.owner = owner
@@ -199,30 +236,6 @@ class AMQPConnection(ClientConnection):
         """`proto.content_in_flight` after the previous read (a rise: a new large body)."""
         self.login_delay_ms = 0
         """How long the login throttle held this connection's credential check (0: not)."""
-
-    # -- asyncio.Protocol -----------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._take_transport(transport)
-        self.owner.connection_made(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        self.recv_oct += len(data)
-        self.owner.data_received(self, data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.owner.connection_lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self._writable = False
-        self.owner.writable_changed(self, False)
-
-    def resume_writing(self) -> None:
-        self._writable = True
-        self.owner.writable_changed(self, True)
 
     def output(self) -> bytes:
         return self.proto.data_to_send()
