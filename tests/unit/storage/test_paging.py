@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringmq.core.message import Message, SeqId
+import ringmq.adapters.amqp10  # noqa: F401 - registers the AMQP 1.0 form and its conversions
+from ringmq.core.message import Message, SeqId, amqp091_content
 from ringmq.core.queue.columns import Columns
 from ringmq.storage.paging import BodySpill, PageQueue, Pager
 from ringmq.storage.records import Entry
@@ -364,15 +365,17 @@ def _rows(cols: Columns) -> list[tuple[Any, ...]]:
 
 
 def _entry_row(e: Entry) -> tuple[Any, ...]:
+    # the row the streams wire carries: AMQP 0-9-1 properties and body (another protocol's
+    # form as its conversion)
     m = e.message
-    body = m.body
+    props, body = amqp091_content(m)
     return (
         e.seq,
         0,
         m.timestamp_ms,
         m.exchange.encode(),
         m.routing_key.encode(),
-        m.properties_bin,
+        props,
         body,
     )
 
@@ -394,15 +397,17 @@ def test_peek_columns_is_peek_after_without_the_expired(
     def made(seqs_: list[int], journaled: bool) -> list[Entry]:
         out = []
         for s in seqs_:
+            amqp10 = s % 5 == 1  # another protocol's form: decoded, then converted
+            data = f"m{s}".encode() * (s % 4)
             m = Message(
                 "x-é" if s % 2 else "",
                 f"rk{s % 5}",
-                b"\x10\x00\x03id%d" % s,
-                f"m{s}".encode() * (s % 4),
+                b"" if amqp10 else b"\x10\x00\x03id%d" % s,
+                b"\x00Su\xa0" + bytes([len(data)]) + data if amqp10 else data,
                 {"h": s} if s % 3 == 0 else None,
                 message_id=f"id{s}" if s % 2 else None,
                 timestamp_ms=s * 7,
-                form=1 if s % 5 == 1 else 0,  # another protocol's form: decoded, same row
+                form=1 if amqp10 else 0,
             )
             out.append(Entry("", SeqId(s), m, expiry_ms=(now - 1 if s % 7 == 0 else now)))
         if journaled:
