@@ -89,6 +89,7 @@ from ringmq.core.queue.records import (
     PublishOutcome,
     QueueCounters,
 )
+from ringmq.core.queue.recovery import QueueRecovery
 from ringmq.core.queue.scheduler import Scheduler, future_due
 from ringmq.core.queue.settle import Settlement
 from ringmq.core.queue.views import QueueViews
@@ -108,7 +109,7 @@ _DROPPED: Final = PublishOutcome.DROPPED
 new_delivery: Final = object.__new__
 
 
-class Queue(QueueViews):
+class Queue(QueueViews, QueueRecovery):
     """One queue's engine. See the module docstring for the theory of operation."""
 
     def __init__(
@@ -569,66 +570,3 @@ class Queue(QueueViews):
         start = browse.start_after(index, after)
         peek = self._contents.store.peek
         return browse.deliveries(index, start, limit, now_ms, out, peek, self.name)
-
-    # --- storage: what a durable copy needs, and recovery -------------------------------------
-
-    def timing_of(self, msg: Message, now_ms: int) -> tuple[int | None, int | None]:
-        """`(expiry_ms, due_ms)` the engine gives `msg` published at `now_ms` (to persist)."""
-        due = future_due(msg.headers, now_ms) if msg.headers else None
-        return self._expiry.expires_at(msg, now_ms), due
-
-    def restore(
-        self,
-        seq: SeqId,
-        msg: Message,
-        *,
-        redelivered: bool,
-        delivery_count: int,
-        expiry_ms: int | None,
-        due_ms: int | None,
-    ) -> None:
-        """Put a recovered message back at the tail (in ascending seq order; no limit: what
-        was stored fitted), or with `due_ms` in the schedule, whatever its due time (`tick`
-        releases overdue ones in batches). Then `resume_seqs` so new seqs are higher."""
-        e = self._entry(seq, msg)
-        e.redelivered = redelivered
-        e.deliveries = delivery_count
-        self.counters.added += 1
-        if self._index is not None:
-            self._index.append(e)
-        if due_ms is not None:
-            self._scheduler.add(due_ms, e)
-            return
-        if expiry_ms is not None:
-            e.expires_at = expiry_ms
-            self._expiry.note()
-        self._contents.restore_ready(e)
-        self._overflow.track(e)
-
-    def restore_spilled(
-        self,
-        spill: SpillStore,
-        count: int,
-        nbytes: int,
-        *,
-        redelivered: bool,
-        delivery_counts: dict[SeqId, int],
-        expiring: bool,
-        below: SeqId,
-    ) -> None:
-        """Recovery of a long backlog whose rest stays on disk in `spill` (after `restore`
-        put the head in memory; `PagedTail.restore` states the rest). `expiring`: some of them
-        carry an expiry time. Needs `pageable`."""
-        assert self.pageable, "restore_spilled needs a pageable queue"
-        self._paging.restore(
-            spill, count, nbytes, redelivered=redelivered, counts=delivery_counts, below=below
-        )
-        if expiring:
-            self._expiry.note()
-        self._apply_bound()
-
-    def resume_seqs(self, next_seq: int) -> None:
-        """Issue seqs from `next_seq` on (never lower than what was issued already)."""
-        start = max(next_seq, self.last_seq + 1)
-        self._seq_counter = itertools.count(start)
-        self._next_seq = cast("Callable[[], SeqId]", self._seq_counter.__next__)
