@@ -3,9 +3,9 @@
 No sockets, no event loop: a fresh in-memory `Broker`, one connection with a confirm channel and
 one queue (with a message_id de-duplication window, as the Spark writer's queues have) bound to
 the default exchange. The timed loop publishes `--messages` messages either one by one through
-`Broker.handle(basic.publish)` (what an AMQP client costs the core) or through
-`Broker.publish_batch` in slices of `--slice` (what the bulk HTTP endpoint does), with properties
-`none` (empty list), `mid` (message_id only: the Spark writer) or `many` (content_type,
+the AMQP 0-9-1 adapter's `Amqp091.handle(basic.publish)` (what an AMQP client costs the core)
+or through `Amqp091.publish_batch` in slices of `--slice` (what the bulk HTTP endpoint does),
+with properties `none` (empty list), `mid` (message_id only: the Spark writer) or `many` (content_type,
 delivery_mode, message_id, correlation_id, timestamp, app_id: a kombu-like list). Prints the
 median of `--rounds` runs of `time.process_time()` per message.
 
@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, encode_properties
@@ -50,15 +51,16 @@ def _run(n: int, kind: str, mode: str, slice_n: int, size: int) -> float:
     now = 1_000_000
     broker.connection_opened(1, "guest", "/", "127.0.0.1:1", {}, now)
     broker.channel_opened(1, 1, now)
-    broker.handle(1, 1, spec.ConfirmSelect(), None, now)
+    adapter = Amqp091(broker)
+    adapter.handle(1, 1, spec.ConfirmSelect(), None, now)
     args = {"x-message-deduplication-window-ms": 600_000}
-    broker.handle(1, 1, spec.QueueDeclare(queue=_QUEUE, arguments=args), None, now)
+    adapter.handle(1, 1, spec.QueueDeclare(queue=_QUEUE, arguments=args), None, now)
     body = b"x" * size
     messages = [(_QUEUE, _props(kind, i), body) for i in range(n)]
     run: Callable[[], None]
     if mode == "handle":
         method = spec.BasicPublish(exchange="", routing_key=_QUEUE)
-        handle = broker.handle
+        handle = adapter.handle
 
         def run() -> None:
             for _rk, pb, b in messages:
@@ -68,7 +70,7 @@ def _run(n: int, kind: str, mode: str, slice_n: int, size: int) -> float:
 
         def run() -> None:
             for a in range(0, n, slice_n):
-                done = broker.publish_batch(1, 1, "", messages, a, min(n, a + slice_n), now)
+                done = adapter.publish_batch(1, 1, "", messages, a, min(n, a + slice_n), now)
                 assert done.error is None
                 assert done.published == min(n, a + slice_n) - a
 
