@@ -5,9 +5,9 @@ one queue (with a message_id de-duplication window, as the Spark writer's queues
 the default exchange. The timed loop publishes `--messages` messages either one by one through
 the AMQP 0-9-1 adapter's `Amqp091.handle(basic.publish)` (what an AMQP client costs the core)
 or through `Amqp091.publish_batch` in slices of `--slice` (what the bulk HTTP endpoint does),
-with properties `none` (empty list), `mid` (message_id only: the Spark writer) or `many` (content_type,
-delivery_mode, message_id, correlation_id, timestamp, app_id: a kombu-like list). Prints the
-median of `--rounds` runs of `time.process_time()` per message.
+with properties `none` (empty list), `mid` (message_id only: the Spark writer) or `many`
+(content_type, delivery_mode, message_id, correlation_id, timestamp, app_id: a kombu-like
+list). Prints the median of `--rounds` runs of `time.process_time()` per message.
 
     .venv/bin/python -m benchmarks.publish_bench [--messages 100000] [--rounds 3]
 """
