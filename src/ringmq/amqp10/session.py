@@ -47,6 +47,8 @@ WINDOW: Final = 1 << 16
 """The incoming window the broker offers (transfer frames); reopened when half is used."""
 RECEIVE_CREDIT: Final = 1000
 """Link credit the broker grants a sending peer (topped up once half is spent)."""
+HALF_WINDOW: Final = WINDOW // 2
+HALF_CREDIT: Final = RECEIVE_CREDIT // 2
 
 
 @dataclass(slots=True)
@@ -321,10 +323,16 @@ class Session:
             )
         else:
             self._assemble(link, t, payload, out)
-        if left < WINDOW // 2:
+        if left < HALF_WINDOW or link.credit < HALF_CREDIT:
+            self.top_up(link)
+
+    def top_up(self, link: Link) -> None:
+        """After a transfer on `link`: widen the incoming window again once half is used, and
+        top the link's credit up once half is spent (unless the publisher is paused)."""
+        if self.incoming_left < HALF_WINDOW:
             self.incoming_left = WINDOW
             self.send(self.channel, self._flow(), b"")
-        if link.credit < RECEIVE_CREDIT // 2 and not link.paused:
+        if link.credit < HALF_CREDIT and not link.paused:
             link.credit = RECEIVE_CREDIT
             self.send(self.channel, self._flow(link), b"")
 

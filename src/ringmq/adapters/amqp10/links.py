@@ -48,11 +48,13 @@ from ringmq.adapters.amqp10.addresses import (
     selector_filter,
 )
 from ringmq.adapters.amqp10.errors import REFUSAL_TEXTS, REFUSALS, condition_of
+from ringmq.adapters.amqp10.runs import publish_run
 from ringmq.adapters.amqp10.transactions import Coordinator
 from ringmq.amqp10 import conditions as c
 from ringmq.amqp10 import performatives as p
 from ringmq.amqp10 import sections
 from ringmq.amqp10.connection import error
+from ringmq.amqp10.events import MessagesReceived
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
@@ -371,11 +373,15 @@ class Links:
                 b.topology.delete_named(s, name, now_ms)
 
     # ------------------------------------------------------------------ publish
-    def messages(self, batch: list[MessageReceived], now_ms: int) -> None:
-        """Publish the messages of one read, in order (`message` each)."""
+    def messages(self, batch: list[MessageReceived | MessagesReceived], now_ms: int) -> None:
+        """Publish the messages of one read, in order (`message` each; a run of them:
+        `runs.publish_run`)."""
         message = self.message
         for ev in batch:
-            message(ev, now_ms)
+            if type(ev) is MessagesReceived:
+                publish_run(self, ev, now_ms)
+            else:
+                message(ev, now_ms)  # type: ignore[arg-type]
 
     def message(self, ev: MessageReceived, now_ms: int) -> None:
         """Publish a message the peer sent; its outcome comes with the confirm (or now)."""
@@ -436,9 +442,15 @@ class Links:
         ls.confirms[seq] = ev.delivery_id
 
     def _refused(self, ev: MessageReceived, condition: str, description: str) -> None:
-        if not ev.settled:
+        self.refuse(ev.channel, ev.delivery_id, ev.settled, condition, description)
+
+    def refuse(
+        self, channel: int, delivery_id: int, settled: bool, condition: str, description: str
+    ) -> None:
+        """A publish refused: an unsettled one is settled `rejected` with the condition."""
+        if not settled:
             rejected = p.Rejected(error=error(condition, description))
-            self.conn.settle(ev.channel, ev.delivery_id, ev.delivery_id, rejected)
+            self.conn.settle(channel, delivery_id, delivery_id, rejected)
 
     def confirmed(
         self, channel: int, seq: int, multiple: bool, ok: bool, reason: str | None
