@@ -33,10 +33,14 @@ from ringmq.amqp10.session import HALF_CREDIT, HALF_WINDOW, SERIAL
 if TYPE_CHECKING:
     from ringmq.amqp10.session import Link, Session
 
-_HEAD: Final = struct.Struct(">IBBH")
+_HEAD: Final = struct.Struct(">IHHIBB")
+"""size, data offset and type, channel; the Transfer's descriptor and list8 header (its
+size and count)."""
+_DOFF_AMQP: Final = 0x0200  # data offset 2, type 0 (AMQP)
+_TRANSFER_LIST8: Final = 0x005314C0  # descriptor 0x14 (smallulong), list8
 _U32: Final = struct.Struct(">I")
-_MIN_SIZE: Final = 8 + 6 + 2
-"""A frame header, the Transfer's descriptor and list8 header, a handle and a delivery id."""
+_MIN_SIZE: Final = _HEAD.size + 2
+"""The frame and Transfer heads, a handle and a delivery id."""
 _FALSE_OR_NULL: Final = (0x40, 0x42)
 _BOOLEAN_OR_NULL: Final = (0x40, 0x41, 0x42)
 _TAIL: Final = (
@@ -59,41 +63,40 @@ def take(
     """Read the whole-message transfers at `pos` of `buf` (see the module docstring), append
     their runs to `events`; return the position of the first frame left unread."""
     n = len(buf)
-    run: MessagesReceived | None = None
+    payloads: list[bytes] = []
+    settled_run = False
     last_id = -2
     channel_at = handle_at = -1
     s: Session | None = None
     link: Link | None = None
+    taken = 0
+    """Messages of the current link not yet counted in its window and credit."""
+    left = credit = max_size = 0
     unpack = _HEAD.unpack_from
     try:
         while n - pos >= _MIN_SIZE:
-            size, doff, ftype, channel = unpack(buf, pos)
+            size, doff, channel, head, list_size, count = unpack(buf, pos)
             end = pos + size
+            o = pos + 14
+            body_end = o - 1 + list_size
             if (
-                doff != 2
-                or ftype
+                head != _TRANSFER_LIST8
+                or doff != _DOFF_AMQP
                 or end > n
                 or size > max_frame_size
-                or size < _MIN_SIZE
-                or buf[pos + 8]
-                or buf[pos + 9] != 0x53
-                or buf[pos + 10] != 0x14
-                or buf[pos + 11] != 0xC0
+                or body_end > end
+                or count < 2
+                or count > 11
             ):
-                break
-            o = pos + 14
-            body_end = o - 1 + buf[pos + 12]
-            count = buf[pos + 13]
-            if body_end > end or count < 2 or count > 11:
                 break
             # handle, delivery-id: uint
             code = buf[o]
-            if code == 0x52:
-                handle = buf[o + 1]
-                o += 2
-            elif code == 0x43:
+            if code == 0x43:
                 handle = 0
                 o += 1
+            elif code == 0x52:
+                handle = buf[o + 1]
+                o += 2
             elif code == 0x70:
                 handle = _U32.unpack_from(buf, o + 1)[0]
                 o += 5
@@ -147,37 +150,52 @@ def take(
                                 break
             if o != body_end:
                 break
-            if channel != channel_at or handle != handle_at:  # a run on another link
+            if handle != handle_at or channel != channel_at:  # a run on another link
+                if taken:
+                    _count(s, link, taken)  # type: ignore[arg-type]
+                    taken = 0
                 s = sessions.get(channel)
                 if s is None or s.ending:
                     break
                 link = s.links.get(handle)
+                if link is None or not link.receiving or link.detaching or link.first:
+                    break
                 channel_at, handle_at = channel, handle
+                left = s.incoming_left
+                credit = link.credit
+                max_size = link.max_message_size
                 last_id = -2
-            assert s is not None
-            if (
-                link is None
-                or not link.receiving
-                or link.detaching
-                or link.first is not None
-                or s.incoming_left < 1
-                or end - o > link.max_message_size
-            ):
+            if left < 1 or end - o > max_size:
                 break
-            # the window and the credit, as Session.transfer counts them
-            s.incoming_left -= 1
-            s.next_incoming_id = (s.next_incoming_id + 1) % SERIAL
-            link.delivery_count = (link.delivery_count + 1) % SERIAL
-            link.credit -= 1
-            if run is not None and did == last_id + 1 and settled is run.settled:
-                run.payloads.append(buf[o:end])
+            # the window and the credit, as Session.transfer counts them (written back below)
+            left -= 1
+            credit -= 1
+            taken += 1
+            if did == last_id + 1 and settled is settled_run:
+                payloads.append(buf[o:end])
             else:
-                run = MessagesReceived(channel, handle, did, settled, [buf[o:end]])
-                events.append(run)
+                payloads = [buf[o:end]]
+                settled_run = settled
+                events.append(MessagesReceived(channel, handle, did, settled, payloads))
             last_id = did
             pos = end
-            if s.incoming_left < HALF_WINDOW or link.credit < HALF_CREDIT:
-                s.top_up(link)
+            if left < HALF_WINDOW or credit < HALF_CREDIT:
+                _count(s, link, taken)  # type: ignore[arg-type]
+                taken = 0
+                s.top_up(link)  # type: ignore[union-attr]
+                left = s.incoming_left  # type: ignore[union-attr]
+                credit = link.credit
     except (IndexError, struct.error):
         pass  # a body cut short: the general path says why
+    if taken:
+        _count(s, link, taken)  # type: ignore[arg-type]
     return pos
+
+
+def _count(s: Session, link: Link, taken: int) -> None:
+    # `taken` transfers on `link`: the session's window and the link's credit, as
+    # Session.transfer counts each
+    s.incoming_left -= taken
+    s.next_incoming_id = (s.next_incoming_id + taken) % SERIAL
+    link.delivery_count = (link.delivery_count + taken) % SERIAL
+    link.credit -= taken
