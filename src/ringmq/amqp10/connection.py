@@ -360,7 +360,7 @@ class Connection:
             self._emit,
             handle_max=handle_max,
             max_message_size=self.max_message_size,
-            frame_max=self._frame_max,
+            frame_max=self._frame_max(),
         )
         self.sessions[channel] = s
         self._send(channel, s.begin_reply(), b"")

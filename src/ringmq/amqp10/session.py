@@ -91,7 +91,7 @@ class Session:
         *,
         handle_max: int,
         max_message_size: int,
-        frame_max: Callable[[], int],
+        frame_max: int,
     ) -> None:
         self.channel = channel
         self.send = send
@@ -99,6 +99,7 @@ class Session:
         self.handle_max = handle_max
         self.max_message_size = max_message_size
         self.frame_max = frame_max
+        """The largest frame the broker sends (the peer's max-frame-size, capped)."""
         self.links: dict[int, Link] = {}
         self.next_incoming_id = int(begin.next_outgoing_id)
         self.incoming_left = WINDOW
@@ -402,7 +403,7 @@ class Session:
         self.next_delivery_id = (did + 1) % SERIAL
         link.delivery_count = (link.delivery_count + 1) % SERIAL
         link.credit -= 1
-        frame_max = self.frame_max()
+        frame_max = self.frame_max
         head = link.transfer_head
         if head == b"":
             head = link.transfer_head = transfer_frame_head(self.channel, handle)

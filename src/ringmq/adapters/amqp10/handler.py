@@ -207,15 +207,10 @@ class Amqp10Handler:
 
     def apply(self, effect: Effect) -> None:
         links = self.links
+        if type(effect) is Deliver:  # one per message: no pattern matching on the way
+            links.deliver(effect)
+            return
         match effect:
-            case Deliver():
-                links.deliver(
-                    effect.channel,
-                    effect.consumer_tag,
-                    effect.delivery_tag,
-                    effect.redelivered,
-                    effect.message,
-                )
             case Confirm():
                 links.confirmed(
                     effect.channel, effect.seq, effect.multiple, effect.ok, effect.reason

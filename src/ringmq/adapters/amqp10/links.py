@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from ringmq.amqp10.connection import Connection
     from ringmq.amqp10.events import CreditGranted, LinkAttaching, MessageReceived, Settled
     from ringmq.core.broker import Broker
+    from ringmq.core.effects import Deliver
 
 CONFIRM_CHANNEL_BASE: Final = 1 << 16
 """Core session numbers of the confirm-mode twin of each session (above every ushort)."""
@@ -496,24 +497,30 @@ class Links:
             conn.settle(channel, run_first, run_last, run_state)
 
     # ------------------------------------------------------------------ deliveries
-    def deliver(
-        self, channel: int, tag: str, delivery_tag: int, redelivered: bool, msg: Any
-    ) -> None:
+    def deliver(self, d: Deliver) -> None:
         """Send a core delivery on its link."""
+        channel = d.channel
         ls = self.sessions.get(channel)
         if ls is None:
             return
-        link = ls.by_tag.get(tag)
+        link = ls.by_tag.get(d.consumer_tag)
         if link is None:
             return
-        payload = m10.payload_for_amqp10(
-            msg, first_acquirer=not redelivered, delivery_count=1 if redelivered else 0
+        msg = d.message
+        redelivered = d.redelivered
+        if msg.form == m10.FORM_AMQP10 and not redelivered:  # the sections as received
+            payload = msg.properties_bin + msg.body
+        else:
+            payload = m10.payload_for_amqp10(
+                msg, first_acquirer=not redelivered, delivery_count=1 if redelivered else 0
+            )
+        tag = d.delivery_tag
+        settled = link.settled
+        did = self.conn.sessions[channel].send_transfer(
+            link.handle, tag.to_bytes(8, "big"), payload, settled
         )
-        did = self.conn.send_transfer(
-            channel, link.handle, delivery_tag.to_bytes(8, "big"), payload, link.settled
-        )
-        if not link.settled:
-            ls.unsettled[did] = (delivery_tag, link)
+        if not settled:
+            ls.unsettled[did] = (tag, link)
 
     def credit(self, ev: CreditGranted) -> None:
         """The peer's flow on a consumer link: the core consumer's credit."""
