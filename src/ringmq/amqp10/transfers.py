@@ -180,10 +180,12 @@ def take(
             last_id = did
             pos = end
             if left < HALF_WINDOW or credit < HALF_CREDIT:
-                _count(s, link, taken)  # type: ignore[arg-type]
+                assert s is not None
+                assert link is not None
+                _count(s, link, taken)
                 taken = 0
-                s.top_up(link)  # type: ignore[union-attr]
-                left = s.incoming_left  # type: ignore[union-attr]
+                s.top_up(link)
+                left = s.incoming_left
                 credit = link.credit
     except (IndexError, struct.error):
         pass  # a body cut short: the general path says why
