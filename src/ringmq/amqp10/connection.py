@@ -141,6 +141,8 @@ class Connection:
         """A `LinkAttaching` waits for `attach` / `refuse_attach`: frames after it wait too
         (they may name the link); `receive_data(b"")` goes on once it is answered."""
         self._out: list[bytes] = []
+        self._emit = self._out.append
+        """Queue frames already encoded (bound once: the per-transfer call is C's)."""
         self._rx = False
         self._tx = False
         self._last_rx = -1
@@ -171,9 +173,10 @@ class Connection:
         out = self._out
         if not out:
             return b""
-        self._out = []
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()  # the same list: the sessions hold its append (`_emit`)
         self._tx = True
-        return out[0] if len(out) == 1 else b"".join(out)
+        return data
 
     # ------------------------------------------------------------------ input
     def receive_data(self, data: bytes, events: list[Event] | None = None) -> list[Event]:
@@ -472,9 +475,6 @@ class Connection:
                 s.set_paused(paused)
 
     # ------------------------------------------------------------------ output and time
-    def _emit(self, data: bytes) -> None:
-        self._out.append(data)
-
     def _send(self, channel: int, performative: Any, payload: bytes) -> int:
         data = f.encode_frame(channel, performative, payload)
         self._out.append(data)
