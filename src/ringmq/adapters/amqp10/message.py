@@ -66,6 +66,8 @@ FORM_AMQP10: Final = 1
 """AMQP 1.0: the encoded sections before the body, and the body sections (module docstring)."""
 
 _HEADER_PREFIX: Final = b"\x00\x53\x70"
+_BARE_DATA: Final = b"\x00\x53\x75\xa0"
+"""A data section (smallulong descriptor) holding a vbin8."""
 _DELAY_MAX_MS: Final = 2**62
 """The longest x-opt-delivery-delay taken as it is (146 million years); longer is this."""
 _INT_MIN: Final = -(2**31)
@@ -80,6 +82,12 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
     """
     if type(payload) is not bytes:
         payload = bytes(payload)
+    n = len(payload)
+    if n > 4 and payload[4] + 5 == n and payload.startswith(_BARE_DATA):
+        # a bare message of one short data section (as `scan` reads it at once): nothing
+        # before its body, nothing the core reads
+        return Message(exchange, routing_key, b"", payload, None, 0, None, False, None, now_ms,
+                       0, FORM_AMQP10)  # fmt: skip
     sc = scan(payload)
     h = sc.header
     if h is not None and (
