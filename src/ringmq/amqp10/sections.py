@@ -192,9 +192,12 @@ def usual_form(payload: Buffer) -> tuple[Any, int] | None:
     if payload.startswith(_DATA8, off):
         if n > off + 4 and payload[off + 4] + off + 5 == n:
             return header, off
-    elif payload.startswith(_DATA32, off) and n >= off + 8:
-        if _U32.unpack_from(payload, off + 4)[0] + off + 8 == n:
-            return header, off
+    elif (
+        payload.startswith(_DATA32, off)
+        and n >= off + 8
+        and _U32.unpack_from(payload, off + 4)[0] + off + 8 == n
+    ):
+        return header, off
     return None
 
 
