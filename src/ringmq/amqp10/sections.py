@@ -201,7 +201,7 @@ def usual_form(payload: Buffer) -> tuple[Any, int] | None:
     return None
 
 
-def _data_span(payload: bytes, off: int) -> tuple[int, int]:
+def _data_span(payload: Buffer, off: int) -> tuple[int, int]:
     # the binary of the data section at `off` (of `usual_form`)
     return (off + 5 if payload[off + 3] == 0xA0 else off + 8), len(payload)
 
@@ -215,8 +215,8 @@ def scan(payload: Buffer) -> Scan:
     n = len(payload)
     usual = usual_form(payload)
     if usual is not None:  # what the loop finds, read at once
-        header, off = usual
-        return Scan(header, None, None, None, off, off, off, n, _data_span(payload, off))
+        head, off = usual
+        return Scan(head, None, None, None, off, off, off, n, _data_span(payload, off))
     header: Any = None
     props: Any = None
     ma = ap = None
