@@ -157,7 +157,7 @@ def _feed(conn: Connection, data: bytes, cuts: list[int]) -> tuple[list[Any], by
     return events, b"".join(out)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(traffic(), st.sampled_from([3, 100, 70000]), st.data())
 def test_runs_and_the_general_path_agree(frames: list[bytes], window: int, data: Any) -> None:
     stream = b"".join(frames)
