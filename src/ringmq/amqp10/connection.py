@@ -17,7 +17,10 @@ capability), begin and end, the peer's detach, empty frames for the peer's idle 
 needs the broker comes out as `events` (`Authenticate`, `LinkAttaching`, `MessageReceived`,
 `CreditGranted`, `Settled`...), and the broker's answers come in as calls (`sasl_outcome`,
 `attach` / `refuse_attach`, `send_transfer`, `settle`, `drained`, `detach`, `end`, `close`).
-Sessions and links live in `session.py`.
+Sessions and links live in `session.py`. With `message_runs` (the broker's handler sets it),
+whole-message transfers are read in place first (`transfers.take`, the receiving fast path)
+and come out as one `MessagesReceived` per run of them on a link; whatever it does not
+recognise goes through the general path frame by frame.
 
 Negotiated limits: frames the broker sends are at most the peer's max-frame-size; the peer's
 frames at most the broker's (the frame reader enforces it: framing error); channels above the
