@@ -35,7 +35,7 @@ from ringmq.amqp10 import conditions as c
 from ringmq.amqp10 import performatives as p
 from ringmq.amqp10.events import CreditGranted, Event, MessageReceived, Settled
 from ringmq.amqp10.frames import encode_body_frame, encode_transfer_frames
-from ringmq.amqp10.hotpath import TRANSFER_FRAME_SIZE, transfer_frame, transfer_frame_head
+from ringmq.amqp10.hotpath import TRANSFER_FRAME_SIZE, transfer_frame_head, transfer_frame_start
 from ringmq.amqp10.performatives import ROLE_RECEIVER, ROLE_SENDER, encode_disposition
 
 Send = Callable[[int, Any, bytes], int]
@@ -394,10 +394,13 @@ class Session:
         link.size = 0
 
     # ------------------------------------------------------------------ transfers out
-    def send_transfer(self, handle: int, tag: bytes, payload: bytes, settled: bool) -> int:
-        """Send a message on link `handle` (split to the peer's frame size); return its
-        delivery id. The link's credit is spent; frames beyond the peer's incoming window
-        wait for its flow."""
+    def send_transfer(
+        self, handle: int, tag: bytes, payload: bytes, settled: bool, body: bytes = b""
+    ) -> int:
+        """Send a message, ``payload + body``, on link `handle` (split to the peer's frame
+        size); return its delivery id. The link's credit is spent; frames beyond the peer's
+        incoming window wait for its flow. (The message in two parts: a single frame queues
+        them as they are, without joining them.)"""
         link = self.links[handle]
         did = self.next_delivery_id
         self.next_delivery_id = (did + 1) % SERIAL
@@ -407,15 +410,28 @@ class Session:
         head = link.transfer_head
         if head == b"":
             head = link.transfer_head = transfer_frame_head(self.channel, handle)
+        size = len(payload) + len(body)
         if (
             head is not None
             and did >= 256
             and len(tag) == 8
-            and len(payload) + TRANSFER_FRAME_SIZE <= frame_max
+            and size + TRANSFER_FRAME_SIZE <= frame_max
         ):  # the common case: one frame from the link's pre-encoded head
-            data = transfer_frame(head, did, tag, settled, payload)
+            start = transfer_frame_start(head, did, tag, settled, size)
+            if self.remote_incoming >= 1 and not self.pending:
+                self.remote_incoming -= 1
+                self.next_outgoing_id = (self.next_outgoing_id + 1) % SERIAL
+                emit = self.emit
+                emit(start)
+                emit(payload)
+                if body:
+                    emit(body)
+                return did
+            data = start + payload + body
             frames = 1
         else:
+            if body:
+                payload += body
             data = encode_transfer_frames(
                 self.channel, handle, did, tag, payload, settled=settled, max_frame_size=frame_max
             )

@@ -509,15 +509,16 @@ class Links:
         msg = d.message
         redelivered = d.redelivered
         if msg.form == m10.FORM_AMQP10 and not redelivered:  # the sections as received
-            payload = msg.properties_bin + msg.body
+            payload, body = msg.properties_bin, msg.body
         else:
             payload = m10.payload_for_amqp10(
                 msg, first_acquirer=not redelivered, delivery_count=1 if redelivered else 0
             )
+            body = b""
         tag = d.delivery_tag
         settled = link.settled
         did = self.conn.sessions[channel].send_transfer(
-            link.handle, tag.to_bytes(8, "big"), payload, settled
+            link.handle, tag.to_bytes(8, "big"), payload, settled, body
         )
         if not settled:
             ls.unsettled[did] = (tag, link)

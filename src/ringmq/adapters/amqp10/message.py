@@ -94,10 +94,9 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
             return Message(exchange, routing_key, b"", payload, None, 0, None, False, None,
                            now_ms, 0, FORM_AMQP10)  # fmt: skip
         if not h.first_acquirer and not h.delivery_count:
-            msg = Message(exchange, routing_key, payload[:start], payload[start:], None, 0, None,
-                          False, None, now_ms, 0, FORM_AMQP10)  # fmt: skip
-            _header(msg, h)
-            return msg
+            persistent, priority, ttl = _header_fields(h)
+            return Message(exchange, routing_key, payload[:start], payload[start:], None,
+                           priority, ttl, persistent, None, now_ms, 0, FORM_AMQP10)  # fmt: skip
     sc = scan(payload)
     h = sc.header
     if h is not None and (
@@ -112,7 +111,7 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
     msg = Message(exchange, routing_key, pb, payload[sc.body_start :], None, 0, None, False, None,
                   now_ms, 0, FORM_AMQP10)  # fmt: skip
     if h is not None:
-        _header(msg, h)
+        msg.persistent, msg.priority, msg.expiration_ms = _header_fields(h)
     p = sc.properties
     if p is not None:
         if p.message_id is not None:
@@ -128,12 +127,10 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
     return msg
 
 
-def _header(msg: Message, h: Header) -> None:
-    # the neutral fields of a 1.0 header (docs/dev/messages.md §2)
-    msg.persistent = bool(h.durable)
-    msg.priority = int(h.priority or 0)
-    if h.ttl is not None:
-        msg.expiration_ms = int(h.ttl)
+def _header_fields(h: Header) -> tuple[bool, int, int | None]:
+    # the neutral fields of a 1.0 header (docs/dev/messages.md §2): persistent, priority,
+    # expiration_ms
+    return bool(h.durable), int(h.priority or 0), (None if h.ttl is None else int(h.ttl))
 
 
 def neutral_headers(ma: dict[Any, Any] | None, ap: dict[Any, Any] | None) -> dict[str, Any] | None:
