@@ -48,6 +48,7 @@ class Consumer:
             non-destructive queue every consumer browses, whatever this says.
         credit, drain: link credit and drain mode (AMQP 1.0), see below.
         selector: a JMS selector: it takes (or browses) only the messages it matches.
+        no_local: its queue does not take the messages its connection publishes.
     """
 
     tag: str
@@ -62,6 +63,7 @@ class Consumer:
     cursor: SeqId | None = None
     browse: bool = False
     selector: Selector | None = None
+    no_local: bool = False
     credit: int | None = None
     """Link credit (AMQP 1.0 flow): deliveries it may still take; None: no credit, prefetch
     alone bounds it (AMQP 0-9-1)."""

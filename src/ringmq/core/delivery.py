@@ -186,12 +186,19 @@ class Delivery:
         now_ms: int,
         browse: bool = False,
         selector: Selector | None = None,
+        no_local: bool = False,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
         empty name is the session's last declared queue). With `browse`, the consumer reads
         the queue's messages in seq order and leaves them there (settling a browsed delivery
         does nothing); others still get them. With a `selector` (JMS), the consumer takes or
-        browses only the messages it matches and leaves the others for other consumers."""
+        browses only the messages it matches and leaves the others for other consumers.
+
+        With `no_local`, the consumer does not get the messages its own connection publishes
+        (the no-local rule of AMQP 0-9-1 basic.consume and of the AMQP 1.0 / JMS no-local
+        filter): while it consumes, its queue does not take them, as Qpid and Artemis apply
+        it to a subscription queue, so it is for a queue the consumer has to itself (other
+        consumers of the queue would not get them either)."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -221,7 +228,10 @@ class Delivery:
             arguments=arguments,
             browse=browse,
             selector=selector,
+            no_local=no_local,
         )
+        if no_local:
+            q.no_local = s.conn_id
         s.consumers[tag] = consumer
         q.consumers.add(consumer)
         q.had_consumer = True
@@ -252,6 +262,8 @@ class Delivery:
         q = consumer.queue
         if not q.consumers.remove(consumer):
             return
+        if consumer.no_local and q.no_local == consumer.session.conn_id:
+            q.no_local = None
         q.last_used_ms = now_ms
         if q.auto_delete and not q.consumers and q.had_consumer and not q.deleted:
             vh = self.state.vhosts.get(q.vhost)

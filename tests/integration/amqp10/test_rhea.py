@@ -127,3 +127,8 @@ def test_a_shared_subscription(broker: BrokerThread) -> None:
     assert got[0]  # one queue served in turn (two queues would give 8 deliveries)
     assert got[1]
     wait_until(lambda: "workers" not in queues_of(broker))  # not durable: gone with its links
+
+
+def test_no_local(broker: BrokerThread) -> None:
+    got = run("no_local", broker)
+    assert got == {"received": ["theirs"], "echoed": ["no-local"]}
