@@ -132,3 +132,19 @@ def test_a_shared_subscription(broker: BrokerThread) -> None:
 def test_no_local(broker: BrokerThread) -> None:
     got = run("no_local", broker)
     assert got == {"received": ["theirs"], "echoed": ["no-local"]}
+
+
+@pytest.mark.parametrize(
+    ("mode", "description"),
+    [("plain", "Failed to authenticate: 1"), ("nosasl", "anonymous logins are off")],
+)
+def test_a_refused_login_is_a_clear_error(
+    broker_factory: BrokerFactory, mode: str, description: str
+) -> None:
+    # plain: a wrong password (SASL outcome auth, code 1); nosasl: no SASL while anonymous
+    # logins are off (the broker's open, then its close with the condition)
+    b = broker_factory('[amqp10]\nanonymous_user = "off"\n')
+    got = run("refused", b, mode)
+    assert got["error"]["condition"] == "amqp:unauthorized-access"
+    assert description in got["error"]["description"]
+    assert got["opened"] is (mode == "nosasl")
