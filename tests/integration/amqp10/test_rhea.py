@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from ringmq.node import BrokerThread
+from ringmq.server.brokerxml import parse_artemis_xml
 from tests.facade import admin_of
 from tests.integration.conftest import BrokerFactory, wait_until
 
@@ -148,3 +149,12 @@ def test_a_refused_login_is_a_clear_error(
     assert got["error"]["condition"] == "amqp:unauthorized-access"
     assert description in got["error"]["description"]
     assert got["opened"] is (mode == "nosasl")
+
+
+def test_broker_xml_switches_anonymous_off(broker_factory: BrokerFactory) -> None:
+    # an Artemis broker.xml whose AMQP acceptor offers PLAIN only: rhea without SASL is refused
+    xml = """<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core"><acceptors>
+      <acceptor name="amqp">tcp://0.0.0.0:5672?protocols=AMQP;saslMechanisms=PLAIN</acceptor>
+    </acceptors></core></configuration>"""
+    got = run("refused", broker_factory(parse_artemis_xml(xml)), "nosasl")
+    assert got["error"]["condition"] == "amqp:unauthorized-access"
