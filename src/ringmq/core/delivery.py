@@ -20,9 +20,11 @@ Theory of operation
   `recover` requeues everything outstanding on a session.
 * **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
   its consumers with capacity: browsers first, each by its cursor (`_dispatch_browse`), then
-  selector consumers, each taking the first message it matches (`_dispatch_selected`: at most
-  `SELECTOR_SCAN` selector evaluations per message taken or browsed), then the others by
-  fetch (`_dispatch`, the hot path, which a queue with neither reaches after one test).
+  the consumers that take messages, in the queue's rotation (priority groups, round robin,
+  single-active-consumer: `ConsumerSet.pick`): by fetch (`_dispatch`, the hot path, which a
+  queue without browsers or selector consumers reaches after one test), or, when some have a
+  selector, `_dispatch_selected`, where a selector consumer's turn takes the first message it
+  matches (at most `SELECTOR_SCAN` selector evaluations per message taken or browsed).
   Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still has work
   goes to `State.backlog` and the broker asks for an immediate tick. Then its expired heads
   are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked released
@@ -446,7 +448,10 @@ class Delivery:
                             self._dispatch_browse(q, consumers.browsers, now_ms)
                         if consumers.selective:
                             self._dispatch_selected(q, now_ms)
-                    self._dispatch(q, now_ms)
+                        else:
+                            self._dispatch(q, now_ms)
+                    else:
+                        self._dispatch(q, now_ms)
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
             q.queue.drop_expired(now_ms)
@@ -537,42 +542,54 @@ class Delivery:
             self.state.backlog[id(q)] = q
 
     def _dispatch_selected(self, q: QueueEntity, now_ms: int) -> None:
-        # Selector consumers, before the others: each takes, while it has capacity, the first
-        # ready message its selector matches (`Queue.fetch_matching`: at most SELECTOR_SCAN
-        # evaluations per message) and stops at the first miss.
+        # A queue with selector consumers: every consumer that takes messages gets its turn in
+        # the queue's rotation (`pick`: priorities, round robin, single-active), as Artemis
+        # serves filtered consumers with the others. A plain consumer's turn takes the head; a
+        # selector consumer's the first ready message it matches (`Queue.fetch_matching`: at
+        # most SELECTOR_SCAN evaluations), and one that finds none sits out this round.
         engine = q.queue
+        consumers = q.consumers
+        counters = engine.counters
         state = self.state
         out = state.out
         budget = DISPATCH_BATCH
         dur = state.durability
         persisted = dur.persisted(q) if dur is not None else None
         no_ack_count = 0
-        for c in list(q.consumers.selective):
+        missed: set[Consumer] = set()
+        while counters.ready or counters.paged:
+            if not budget:
+                state.backlog[id(q)] = q
+                break
+            c = consumers.pick(missed)
+            if c is None:
+                break
+            no_ack = c.no_ack
             selector = c.selector
-            assert selector is not None
-            s = c.session
-            while budget and c.has_capacity():
-                no_ack = c.no_ack
+            if selector is None:
+                d = engine.fetch(now_ms, not no_ack)
+                if d is None:
+                    break
+            else:
                 d = engine.fetch_matching(
                     selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
                 )
                 if d is None:
-                    break
-                if no_ack:
-                    tag = s.next_untracked_tag()
-                    no_ack_count += 1
-                else:
-                    tag = s.track(Unacked(q, d.seq, c))
-                    if persisted and d.seq in persisted:
-                        assert dur is not None
-                        dur.delivered(q, d.seq, d.delivery_count)
-                out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
-                budget -= 1
-                if c.credit is not None:
-                    c.credit -= 1
-            if not budget:
-                state.backlog[id(q)] = q
-                break
+                    missed.add(c)
+                    continue
+            s = c.session
+            if no_ack:
+                tag = s.next_untracked_tag()
+                no_ack_count += 1
+            else:
+                tag = s.track(Unacked(q, d.seq, c))
+                if persisted and d.seq in persisted:
+                    assert dur is not None
+                    dur.delivered(q, d.seq, d.delivery_count)
+            out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+            budget -= 1
+            if c.credit is not None:
+                c.credit -= 1
         delivered = DISPATCH_BATCH - budget
         if delivered:
             state.stats["delivered"] += delivered

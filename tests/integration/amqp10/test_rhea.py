@@ -158,3 +158,8 @@ def test_broker_xml_switches_anonymous_off(broker_factory: BrokerFactory) -> Non
     </acceptors></core></configuration>"""
     got = run("refused", broker_factory(parse_artemis_xml(xml)), "nosasl")
     assert got["error"]["condition"] == "amqp:unauthorized-access"
+
+
+def test_a_selector_receiver_takes_turns_with_a_plain_one(broker: BrokerThread) -> None:
+    got = run("selector_turns", broker)
+    assert got == {"reds": ["r0", "r2"], "plain": ["r1", "r3"]}
