@@ -135,6 +135,4 @@ def test_rotation_rules(colours: list[str | None], consumers: list[Spec]) -> Non
     # that matches it is full
     for t, colour in got:
         p = by_tag[t].priority
-        assert all(
-            full(o) or not matches(c, colour) for o, c in by_tag.items() if c.priority > p
-        )
+        assert all(full(o) or not matches(c, colour) for o, c in by_tag.items() if c.priority > p)
