@@ -80,7 +80,7 @@ def test_priority_wins_over_selectors() -> None:
 
 
 def test_single_active_consumer_includes_selector_consumers() -> None:
-    sac = {"x-single-active-consumer": True}
+    sac: dict[str, object] = {"x-single-active-consumer": True}
     got, left = _run(["red", "blue"], [Spec("any"), Spec("red")], sac)
     assert got == [("c0", "red"), ("c0", "blue")]  # the first consumer is the active one
     got, left = _run(["red", "blue"], [Spec("red"), Spec("any")], sac)
