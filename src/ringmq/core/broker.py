@@ -296,11 +296,15 @@ class Broker:
         )
         state.stats["connections_opened"] += 1
 
-    def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
-        """Create the core state of a newly opened session."""
+    def channel_opened(
+        self, conn_id: int, channel: int, now_ms: int, *, part_of: int | None = None
+    ) -> list[Effect]:
+        """Create the core state of a newly opened session (`part_of`: the client session
+        this helper session of an adapter serves, see `Session.part_of`)."""
         state = self.state
         conn = state.conns[conn_id]
-        conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
+        s = conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
+        s.part_of = part_of
         state.stats["channels_opened"] += 1
         return []
 

@@ -163,7 +163,7 @@ class Links:
         """A session began: its core sessions, plain and in confirm mode."""
         b = self.broker
         b.channel_opened(self.conn_id, channel, now_ms)
-        b.channel_opened(self.conn_id, CONFIRM_CHANNEL_BASE + channel, now_ms)
+        b.channel_opened(self.conn_id, CONFIRM_CHANNEL_BASE + channel, now_ms, part_of=channel)
         s = b.session(self.conn_id, channel)
         confirm = b.session(self.conn_id, CONFIRM_CHANNEL_BASE + channel)
         assert s is not None
