@@ -57,7 +57,7 @@ from ringmq.core.publish import BatchPublished, Publisher
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT, BodyStore, SpillStore
 from ringmq.core.resources import Resources
 from ringmq.core.restore import Restore
-from ringmq.core.session import Conn, Session
+from ringmq.core.session import Conn, ProtocolCounts, Session
 from ringmq.core.settings import QueueSettings
 from ringmq.core.state import State
 from ringmq.core.streambooks import StreamBooks
@@ -181,6 +181,14 @@ class Broker:
         """Broker-wide counters (published, delivered, churn...)."""
         return self.state.stats
 
+    def counts_by_protocol(self) -> dict[str, dict[str, int]]:
+        """Message counters of sessions, by the protocol label their connection opened with
+        (`ProtocolCounts` names), as plain values."""
+        return {
+            p: {k: getattr(c, k) for k in ProtocolCounts.__slots__}
+            for p, c in self.state.by_protocol.items()
+        }
+
     @property
     def dedup(self) -> PublishDedup:
         """Publish de-duplication by message id."""
@@ -284,24 +292,41 @@ class Broker:
         peer: str = "",
         client_properties: Mapping[str, Any] | None = None,
         now_ms: int = 0,
+        protocol: str = "amqp091",
     ) -> None:
         """Register an authenticated connection that opened `vhost` (NOT_ALLOWED when the
-        vhost does not exist or the user has no access to it)."""
+        vhost does not exist or the user has no access to it). `protocol` labels its message
+        counters (`State.by_protocol`)."""
         state = self.state
         if vhost not in state.vhosts:
             raise BrokerError(Condition.NOT_ALLOWED, f"vhost {vhost} not found")
         state.auth.check_vhost_access(user, vhost)
+        counts = state.by_protocol.get(protocol)
+        if counts is None:
+            counts = state.by_protocol[protocol] = ProtocolCounts()
         state.conns[conn_id] = Conn(
-            conn_id, user, vhost, peer, dict(client_properties or {}), now_ms
+            conn_id,
+            user,
+            vhost,
+            peer,
+            dict(client_properties or {}),
+            now_ms,
+            protocol=protocol,
+            counts=counts,
         )
         state.stats["connections_opened"] += 1
 
-    def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
-        """Create the core state of a newly opened session."""
+    def channel_opened(
+        self, conn_id: int, channel: int, now_ms: int, *, part_of: int | None = None
+    ) -> list[Effect]:
+        """Create the core state of a newly opened session (`part_of`: the client session
+        this helper session of an adapter serves, see `Session.part_of`)."""
         state = self.state
         conn = state.conns[conn_id]
-        conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
-        state.stats["channels_opened"] += 1
+        s = conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
+        s.part_of = part_of
+        if part_of is None:  # a helper session is no channel of its own (not counted)
+            state.stats["channels_opened"] += 1
         return []
 
     def channel_closed(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
@@ -313,7 +338,8 @@ class Broker:
             return out
         session = conn.sessions.pop(channel, None)
         if session is not None:
-            state.stats["channels_closed"] += 1
+            if session.part_of is None:
+                state.stats["channels_closed"] += 1
             self.delivery.close_session(session, now_ms)
         self.delivery.flush(now_ms)
         state.end()
@@ -327,7 +353,9 @@ class Broker:
         if conn is None:
             return out
         state.stats["connections_closed"] += 1
-        state.stats["channels_closed"] += len(conn.sessions)
+        state.stats["channels_closed"] += sum(
+            1 for s in conn.sessions.values() if s.part_of is None
+        )
         self.resources.forget_connection(conn_id)
         for session in list(conn.sessions.values()):
             self.delivery.close_session(session, now_ms)
