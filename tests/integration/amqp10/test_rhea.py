@@ -160,6 +160,11 @@ def test_broker_xml_switches_anonymous_off(broker_factory: BrokerFactory) -> Non
     assert got["error"]["condition"] == "amqp:unauthorized-access"
 
 
+def test_the_higher_priority_receiver_is_served_first(broker: BrokerThread) -> None:
+    got = run("priority", broker)
+    assert got == {"high": ["m0", "m1", "m2"], "low": ["m3", "m4"]}
+
+
 def test_a_selector_receiver_takes_turns_with_a_plain_one(broker: BrokerThread) -> None:
     got = run("selector_turns", broker)
     assert got == {"reds": ["r0", "r2"], "plain": ["r1", "r3"]}

@@ -29,7 +29,8 @@ Addresses resolve through `addresses.py`; an anycast queue that does not exist i
 (durable, as Artemis auto-creates them, so address settings apply), a multicast receiver
 gets a subscription queue bound to `amq.topic`. Permissions are the core's: configure to
 create a queue, write to the exchange a sender publishes to, read on the queue a receiver
-consumes, as RabbitMQ checks them on attach.
+consumes, as RabbitMQ checks them on attach. A receiver's consumer priority is its attach's
+`rabbitmq:priority` or `priority` property (RabbitMQ 4, Artemis), the consume's `x-priority`.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ SETTLED: Final = 1
 EXPIRY_NEVER: Final = "never"
 UNSETTLED_STATE: Final = 2
 """terminus-durable `unsettled-state` (Qpid JMS durable subscribers ask for it)."""
+PRIORITY_PROPERTIES: Final = ("rabbitmq:priority", "priority")
+"""A receiver's attach properties that give its consumer priority (RabbitMQ 4, Artemis)."""
 _ACCEPTED: Final = p.Accepted()
 _RELEASED: Final = p.Released()
 
@@ -128,6 +131,22 @@ class LinkSession:
 def _caps(value: tuple[str, ...] | None) -> tuple[str, ...]:
     # a terminus' capabilities, decoded as a tuple of symbols (None: none)
     return tuple(str(v) for v in value or ())
+
+
+def _priority(properties: Any) -> dict[str, Any]:
+    # A receiver's consumer priority from its attach properties, as the core's consume
+    # arguments (the `x-priority` of an AMQP 0-9-1 basic.consume): RabbitMQ 4 reads
+    # `rabbitmq:priority`, Artemis `priority`; an integer, else the attach is refused.
+    if not isinstance(properties, dict):
+        return {}
+    for name in PRIORITY_PROPERTIES:
+        value = properties.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RefusalError(c.INVALID_FIELD, f"{name} {value!r}: must be an integer")
+        return {"x-priority": int(value)}
+    return {}
 
 
 def _outcome(state: Any) -> SettleKind | None:
@@ -226,6 +245,7 @@ class Links:
             raise RefusalError(c.INVALID_FIELD, "a receiver needs a source")
         browse = source.distribution_mode == "copy"  # a QueueBrowser: leaves them to others
         selector, filters = self._selector(source.filter)
+        arguments = _priority(a.properties)  # refused before any queue is made
         s = ls.core
         b = self.broker
         caps = _caps(source.capabilities)
@@ -259,8 +279,8 @@ class Links:
         tag = f"amqp10-{ev.handle}-{self._serial}"
         settled = a.snd_settle_mode == SETTLED
         b.delivery.consume(
-            s, queue, tag, no_ack=settled, exclusive=False, arguments={}, now_ms=now_ms,
-            browse=browse, selector=selector, no_local=no_local,
+            s, queue, tag, no_ack=settled, exclusive=False, arguments=arguments,
+            now_ms=now_ms, browse=browse, selector=selector, no_local=no_local,
         )  # fmt: skip
         b.delivery.flow(s, tag, credit=0, drain=False)
         reply = p.Source(
