@@ -4,15 +4,17 @@ subscriptions keyed by the subscriber's container id, and dynamic targets."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from proton import Message, symbol
+from proton import Described, Message, symbol
 from proton import int32 as i32
-from proton.reactor import Container, LinkOption
+from proton.reactor import Container, DurableSubscription, Filter, LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 
 from ringmq.node import BrokerThread
+from tests.integration.conftest import BrokerFactory
 
 pytestmark = pytest.mark.integration
 
@@ -84,3 +86,64 @@ def test_a_priority_that_is_not_an_integer_refuses_the_attach(broker: BrokerThre
             c.create_receiver("prio-bad", options=LinkProperties({symbol("priority"): "high"}))
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------------- no-local
+NO_LOCAL = Filter({symbol("no-local"): Described(symbol("apache.org:no-local-filter:list"), [])})
+
+
+def durable_no_local(c: BlockingConnection, credit: int = 0) -> BlockingReceiver:
+    """The durable no-local subscription `nl-sub` to `topic://nl-news` (Qpid JMS'
+    `createDurableSubscriber(topic, name, null, true)`)."""
+    return c.create_receiver(
+        "topic://nl-news", name="nl-sub", credit=credit, options=[DurableSubscription(), NO_LOCAL]
+    )
+
+
+def publish(b: BrokerThread, container_id: str, body: str) -> None:
+    """`body` to `topic://nl-news` from a new connection of `container_id`."""
+    c = connect(b, container_id)
+    try:
+        c.create_sender("topic://nl-news").send(Message(body=body, durable=True))
+    finally:
+        c.close()
+
+
+def test_a_durable_no_local_subscription_keys_the_rule_by_container_id(
+    broker: BrokerThread,
+) -> None:
+    c = connect(broker, "nl-client")
+    durable_no_local(c)
+    publish(broker, "nl-client", "mine, attached")  # another connection, same container
+    publish(broker, "someone", "theirs, attached")
+    c.close()  # the subscription is detached (not closed): the rule stays with it
+    publish(broker, "nl-client", "mine, detached")
+    publish(broker, "someone", "theirs, detached")
+    c = connect(broker, "nl-client")
+    try:
+        got = receive_all(durable_no_local(c, credit=10))
+    finally:
+        c.close()
+    assert got == ["theirs, attached", "theirs, detached"]
+
+
+def test_the_rule_holds_after_a_restart_and_a_reattach(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    b = broker_factory(data_dir=tmp_path / "d")
+    c = connect(b, "nl-client")
+    durable_no_local(c)
+    c.close()
+    b.stop()
+    b = broker_factory(data_dir=tmp_path / "d")
+    c = connect(b, "nl-client")
+    durable_no_local(c).link.detach()  # re-attached (the rule back), detached again
+    c.close()
+    publish(b, "nl-client", "mine")
+    publish(b, "someone", "theirs")
+    c = connect(b, "nl-client")
+    try:
+        got = receive_all(durable_no_local(c, credit=10))
+    finally:
+        c.close()
+    assert got == ["theirs"]

@@ -251,6 +251,7 @@ class Links:
         caps = _caps(source.capabilities)
         delete_on_close = False
         no_local = False  # Artemis applies no-local to a (not shared) multicast subscription
+        owner: str | None = None  # ... keyed by the client's container id
         if source.dynamic:
             queue = b.topology.declare_queue(
                 s, "", durable=False, exclusive=True, auto_delete=True, arguments=None,
@@ -271,6 +272,8 @@ class Links:
                 case Kind.MULTICAST:
                     queue, delete_on_close = self._subscription(s, a, source, node, caps, now_ms)
                     no_local = filters.no_local and "shared" not in caps
+                    if "shared" not in caps:
+                        owner = self.container_id or None
                 case Kind.EXCHANGE:
                     raise RefusalError(
                         c.INVALID_FIELD, f"a receiver's source must be a queue, not {address!r}"
@@ -280,7 +283,7 @@ class Links:
         settled = a.snd_settle_mode == SETTLED
         b.delivery.consume(
             s, queue, tag, no_ack=settled, exclusive=False, arguments=arguments,
-            now_ms=now_ms, browse=browse, selector=selector, no_local=no_local,
+            now_ms=now_ms, browse=browse, selector=selector, no_local=no_local, owner=owner,
         )  # fmt: skip
         b.delivery.flow(s, tag, credit=0, drain=False)
         reply = p.Source(
