@@ -14,7 +14,7 @@ from proton.reactor import Container, DurableSubscription, Filter, LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 
 from ringmq.node import BrokerThread
-from tests.integration.conftest import BrokerFactory
+from tests.integration.conftest import BrokerFactory, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +147,36 @@ def test_the_rule_holds_after_a_restart_and_a_reattach(
     finally:
         c.close()
     assert got == ["theirs"]
+
+
+# ---------------------------------------------------------------------- dynamic targets
+class DynamicTarget(LinkOption):
+    """A sender's target with `dynamic=true` (Qpid JMS `createTemporaryQueue` attaches one)."""
+
+    def apply(self, link: Any) -> None:
+        link.target.dynamic = True
+
+
+def queues(b: BrokerThread) -> set[str]:
+    return set(b.call(lambda: list(b.broker.vhosts["/"].queues)))
+
+
+def test_a_dynamic_target_is_a_temporary_queue_that_goes_with_its_link(
+    broker: BrokerThread,
+) -> None:
+    c, other = connect(broker), connect(broker)
+    try:
+        snd = c.create_sender(None, name="temp", options=DynamicTarget())
+        address = snd.link.remote_target.address
+        assert address in queues(broker)
+        snd.send(Message(body="through the link"))
+        other.create_sender(address).send(Message(body="to its address"))  # as a reply-to
+        rcv = c.create_receiver(address, name="temp-reader", credit=10)
+        assert receive_all(rcv) == ["through the link", "to its address"]
+        rcv.close()
+        assert address in queues(broker)  # not auto-delete: the sender's link holds it
+        snd.close()
+        wait_until(lambda: address not in queues(broker))
+    finally:
+        c.close()
+        other.close()

@@ -165,6 +165,12 @@ def test_the_higher_priority_receiver_is_served_first(broker: BrokerThread) -> N
     assert got == {"high": ["m0", "m1", "m2"], "low": ["m3", "m4"]}
 
 
+def test_a_dynamic_target(broker: BrokerThread) -> None:
+    got = run("dynamic_target", broker)
+    assert got["got"] == ["through the link", "to its address"]
+    wait_until(lambda: got["address"] not in queues_of(broker))  # gone with its link
+
+
 def test_a_selector_receiver_takes_turns_with_a_plain_one(broker: BrokerThread) -> None:
     got = run("selector_turns", broker)
     assert got == {"reds": ["r0", "r2"], "plain": ["r1", "r3"]}

@@ -29,8 +29,10 @@ Addresses resolve through `addresses.py`; an anycast queue that does not exist i
 (durable, as Artemis auto-creates them, so address settings apply), a multicast receiver
 gets a subscription queue bound to `amq.topic`. Permissions are the core's: configure to
 create a queue, write to the exchange a sender publishes to, read on the queue a receiver
-consumes, as RabbitMQ checks them on attach. A receiver's consumer priority is its attach's
-`rabbitmq:priority` or `priority` property (RabbitMQ 4, Artemis), the consume's `x-priority`.
+consumes, as RabbitMQ checks them on attach. A dynamic target (a sender's) gets a temporary
+queue as a dynamic source does, deleted when its link detaches. A receiver's consumer
+priority is its attach's `rabbitmq:priority` or `priority` property (RabbitMQ 4, Artemis),
+the consume's `x-priority`.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class InLink:
     exchange: str = ""
     routing_key: str | None = None
     """`node`'s exchange and routing key, read once (None: each message's subject)."""
+    temporary: str | None = None
+    """A dynamic target's temporary queue, deleted with the link."""
 
 
 @dataclass(slots=True)
@@ -147,6 +151,19 @@ def _priority(properties: Any) -> dict[str, Any]:
             raise RefusalError(c.INVALID_FIELD, f"{name} {value!r}: must be an integer")
         return {"x-priority": int(value)}
     return {}
+
+
+def _answered(target: Any, address: str) -> Any:
+    # a dynamic target as the broker's attach answers it: with the address of its node
+    return p.Target(
+        address=address,
+        durable=target.durable,
+        expiry_policy=target.expiry_policy,
+        timeout=target.timeout,
+        dynamic=True,
+        dynamic_node_properties=target.dynamic_node_properties,
+        capabilities=target.capabilities,
+    )
 
 
 def _outcome(state: Any) -> SettleKind | None:
@@ -222,10 +239,14 @@ class Links:
             return
         if target is None:
             raise RefusalError(c.INVALID_FIELD, "a sender needs a target")
-        if target.dynamic:
-            raise RefusalError(c.NOT_IMPLEMENTED, "dynamic targets (a sender's temporary node)")
         node: Node | None = None
-        if target.address is not None:
+        temporary = None
+        if target.dynamic:  # a temporary queue, its name the address (Qpid JMS temporary queues)
+            self.broker.publisher.exchange_for(ls.core, "")  # write, before the queue is made
+            temporary = self._temporary_queue(ls.core, now_ms, auto_delete=False)
+            node = Node(Kind.QUEUE, temporary)
+            target = _answered(target, temporary)
+        elif target.address is not None:
             node = self._node(str(target.address), _caps(target.capabilities))
             s = ls.core
             if node.kind is Kind.ANYCAST:
@@ -234,7 +255,7 @@ class Links:
                 self.broker.topology.queue_for(s, node.name)
             self.broker.publisher.exchange_for(s, node.exchange)
         self.conn.attach(ev.channel, a, source=a.source, target=target)
-        link = InLink(ev.handle, node)
+        link = InLink(ev.handle, node, temporary=temporary)
         if node is not None:
             link.exchange, link.routing_key = node.exchange, node.routing_key
         ls.ins[ev.handle] = link
@@ -253,11 +274,7 @@ class Links:
         no_local = False  # Artemis applies no-local to a (not shared) multicast subscription
         owner: str | None = None  # ... keyed by the client's container id
         if source.dynamic:
-            queue = b.topology.declare_queue(
-                s, "", durable=False, exclusive=True, auto_delete=True, arguments=None,
-                now_ms=now_ms,
-            ).name  # fmt: skip
-            address = queue
+            queue = address = self._temporary_queue(s, now_ms, auto_delete=True)
         else:
             if source.address is None:
                 raise RefusalError(c.INVALID_FIELD, "a receiver's source needs an address")
@@ -321,6 +338,15 @@ class Links:
         except AddressError as exc:
             raise RefusalError(c.INVALID_FIELD, str(exc)) from None
 
+    def _temporary_queue(self, s: Session, now_ms: int, *, auto_delete: bool) -> str:
+        # A dynamic node: a temporary queue of this connection (exclusive), named by the
+        # broker; a dynamic source's goes with its consumer (auto-delete), a dynamic target's
+        # is deleted with its link (`detached`).
+        return self.broker.topology.declare_queue(
+            s, "", durable=False, exclusive=True, auto_delete=auto_delete, arguments=None,
+            now_ms=now_ms,
+        ).name  # fmt: skip
+
     def _ensure_queue(self, s: Session, name: str, now_ms: int) -> None:
         # Artemis auto-create-queues: an anycast address without its queue gets one (durable,
         # so the address settings for its name apply, as to Artemis' auto-created queues).
@@ -362,7 +388,10 @@ class Links:
         ls = self.sessions.get(channel)
         if ls is None:
             return
-        if ls.ins.pop(handle, None) is not None:
+        sender = ls.ins.pop(handle, None)
+        if sender is not None:
+            if sender.temporary is not None:  # a dynamic target's queue goes with its link
+                self.broker.topology.delete_named(ls.core, sender.temporary, now_ms)
             return
         link = ls.outs.pop(handle, None)
         if link is None:
