@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from proton import Described, Message, symbol
 from proton import int32 as i32
-from proton.reactor import Container, DurableSubscription, Filter, LinkOption
+from proton.reactor import Container, Copy, DurableSubscription, Filter, LinkOption
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 
 from ringmq.node import BrokerThread
+from tests.facade import admin_of
 from tests.integration.conftest import BrokerFactory, wait_until
 
 pytestmark = pytest.mark.integration
@@ -180,3 +181,21 @@ def test_a_dynamic_target_is_a_temporary_queue_that_goes_with_its_link(
     finally:
         c.close()
         other.close()
+
+
+# ---------------------------------------------------------------------- distribution mode
+def test_a_durable_subscriber_asking_for_copy_consumes(broker: BrokerThread) -> None:
+    # Qpid JMS attaches its durable subscribers with distribution-mode copy: on a multicast
+    # address that is a subscription, not a browser (Artemis reads it so too)
+    c = connect(broker, "copy-client")
+    try:
+        sub = c.create_receiver(
+            "topic://copy-news", name="jms-sub", credit=10, options=[DurableSubscription(), Copy()]
+        )
+        c.create_sender("topic://copy-news").send(Message(body="once"))
+        assert receive_all(sub) == ["once"]
+        sub.detach()
+        info = broker.call(lambda: admin_of(broker).queue("/", "copy-client.jms-sub"))
+        assert (info.messages_ready, info.messages_unacknowledged) == (0, 0)
+    finally:
+        c.close()

@@ -171,6 +171,11 @@ def test_a_dynamic_target(broker: BrokerThread) -> None:
     wait_until(lambda: got["address"] not in queues_of(broker))  # gone with its link
 
 
+def test_the_attach_offers_what_qpid_jms_checks(broker: BrokerThread) -> None:
+    got = run("capabilities", broker)
+    assert got == {"sender": ["DELAYED_DELIVERY"], "receiver": ["SHARED-SUBS"]}
+
+
 def test_a_selector_receiver_takes_turns_with_a_plain_one(broker: BrokerThread) -> None:
     got = run("selector_turns", broker)
     assert got == {"reds": ["r0", "r2"], "plain": ["r1", "r3"]}

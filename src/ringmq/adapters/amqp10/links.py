@@ -70,6 +70,12 @@ SETTLED: Final = 1
 EXPIRY_NEVER: Final = "never"
 UNSETTLED_STATE: Final = 2
 """terminus-durable `unsettled-state` (Qpid JMS durable subscribers ask for it)."""
+SENDER_CAPABILITIES: Final = ("DELAYED_DELIVERY",)
+"""What the broker's attach offers a peer's sender: scheduled delivery (`x-opt-delivery-time`),
+which Qpid JMS needs offered before it sends a message with a delivery delay."""
+RECEIVER_CAPABILITIES: Final = ("SHARED-SUBS",)
+"""What the broker's attach offers a peer's receiver: shared subscriptions, which Qpid JMS
+needs offered before it attaches a shared consumer."""
 PRIORITY_PROPERTIES: Final = ("rabbitmq:priority", "priority")
 """A receiver's attach properties that give its consumer priority (RabbitMQ 4, Artemis)."""
 _ACCEPTED: Final = p.Accepted()
@@ -254,7 +260,9 @@ class Links:
             elif node.kind is Kind.QUEUE:
                 self.broker.topology.queue_for(s, node.name)
             self.broker.publisher.exchange_for(s, node.exchange)
-        self.conn.attach(ev.channel, a, source=a.source, target=target)
+        self.conn.attach(
+            ev.channel, a, source=a.source, target=target, offered_capabilities=SENDER_CAPABILITIES
+        )
         link = InLink(ev.handle, node, temporary=temporary)
         if node is not None:
             link.exchange, link.routing_key = node.exchange, node.routing_key
@@ -287,6 +295,9 @@ class Links:
                     queue = node.name
                     self._ensure_queue(s, queue, now_ms)
                 case Kind.MULTICAST:
+                    # a subscription consumes its queue whatever the distribution mode, as on
+                    # Artemis (Qpid JMS durable subscribers ask for `copy`)
+                    browse = False
                     queue, delete_on_close = self._subscription(s, a, source, node, caps, now_ms)
                     no_local = filters.no_local and "shared" not in caps
                     if "shared" not in caps:
@@ -315,7 +326,9 @@ class Links:
             outcomes=source.outcomes,
             capabilities=source.capabilities,
         )
-        self.conn.attach(ev.channel, a, source=reply, target=a.target)
+        self.conn.attach(
+            ev.channel, a, source=reply, target=a.target, offered_capabilities=RECEIVER_CAPABILITIES
+        )
         link = OutLink(ev.handle, tag, queue, settled, delete_on_close)
         ls.outs[ev.handle] = link
         ls.by_tag[tag] = link
