@@ -135,6 +135,11 @@ def test_no_local(broker: BrokerThread) -> None:
     assert got == {"received": ["theirs"], "echoed": ["no-local"]}
 
 
+def test_a_durable_no_local_subscription_by_container_id(broker: BrokerThread) -> None:
+    assert run("no_local_durable", broker) == {"received": ["theirs"]}
+    wait_until(lambda: "rhea-nl.nl-sub" not in queues_of(broker))  # unsubscribed
+
+
 @pytest.mark.parametrize(
     ("mode", "description"),
     [("plain", "Failed to authenticate: 1"), ("nosasl", "anonymous logins are off")],
