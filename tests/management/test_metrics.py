@@ -7,6 +7,7 @@ import re
 import httpx
 
 from ringmq.core.broker import Broker
+from ringmq.core.session import ProtocolCounts
 from ringmq.management import metrics
 from ringmq.management.port import ConnectionInfo
 from ringmq.management.records import QueueCounters, QueueInfo
@@ -106,6 +107,26 @@ def test_connections_are_counted_per_protocol() -> None:
     assert 'ringmq_connections_by_protocol{protocol="AMQP 0-9-1"} 1' in lines
     assert 'ringmq_connections_by_protocol{protocol="STOMP 1.2"} 2' in lines
     assert "rabbitmq_connections 3" in lines
+
+
+def test_global_message_counters_carry_each_protocols_own_numbers() -> None:
+    zero = dict.fromkeys(ProtocolCounts.__slots__, 0)
+    mqtt = {**zero, "received": 7, "unroutable": 2, "returned": 0, "delivered_auto": 4}
+    mqtt |= {"delivered_manual": 1, "get_manual": 0, "acknowledged": 1, "redelivered": 1}
+    node = metrics.NodeMetrics(by_protocol={"mqtt311": mqtt})
+    text = metrics.render([], node_metrics=node)
+    _check_format(text)
+    lines = text.splitlines()
+    assert 'rabbitmq_global_messages_received_total{protocol="mqtt311"} 7' in lines
+    assert 'rabbitmq_global_messages_routed_total{protocol="mqtt311"} 5' in lines
+    assert 'rabbitmq_global_messages_unroutable_dropped_total{protocol="mqtt311"} 2' in lines
+    assert 'rabbitmq_global_messages_delivered_total{protocol="mqtt311"} 5' in lines
+    assert (
+        'rabbitmq_global_messages_delivered_consume_auto_ack_total{protocol="mqtt311"} 4' in lines
+    )
+    assert 'rabbitmq_global_messages_redelivered_total{protocol="mqtt311"} 1' in lines
+    # amqp091 is always there, as in rabbitmq_prometheus, at zero when nothing was counted
+    assert 'rabbitmq_global_messages_received_total{protocol="amqp091"} 0' in lines
 
 
 def test_label_values_are_escaped() -> None:

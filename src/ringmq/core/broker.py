@@ -57,7 +57,7 @@ from ringmq.core.publish import BatchPublished, Publisher
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT, BodyStore, SpillStore
 from ringmq.core.resources import Resources
 from ringmq.core.restore import Restore
-from ringmq.core.session import Conn, Session
+from ringmq.core.session import Conn, ProtocolCounts, Session
 from ringmq.core.settings import QueueSettings
 from ringmq.core.state import State
 from ringmq.core.streambooks import StreamBooks
@@ -181,6 +181,14 @@ class Broker:
         """Broker-wide counters (published, delivered, churn...)."""
         return self.state.stats
 
+    def counts_by_protocol(self) -> dict[str, dict[str, int]]:
+        """Message counters of sessions, by the protocol label their connection opened with
+        (`ProtocolCounts` names), as plain values."""
+        return {
+            p: {k: getattr(c, k) for k in ProtocolCounts.__slots__}
+            for p, c in self.state.by_protocol.items()
+        }
+
     @property
     def dedup(self) -> PublishDedup:
         """Publish de-duplication by message id."""
@@ -284,15 +292,27 @@ class Broker:
         peer: str = "",
         client_properties: Mapping[str, Any] | None = None,
         now_ms: int = 0,
+        protocol: str = "amqp091",
     ) -> None:
         """Register an authenticated connection that opened `vhost` (NOT_ALLOWED when the
-        vhost does not exist or the user has no access to it)."""
+        vhost does not exist or the user has no access to it). `protocol` labels its message
+        counters (`State.by_protocol`)."""
         state = self.state
         if vhost not in state.vhosts:
             raise BrokerError(Condition.NOT_ALLOWED, f"vhost {vhost} not found")
         state.auth.check_vhost_access(user, vhost)
+        counts = state.by_protocol.get(protocol)
+        if counts is None:
+            counts = state.by_protocol[protocol] = ProtocolCounts()
         state.conns[conn_id] = Conn(
-            conn_id, user, vhost, peer, dict(client_properties or {}), now_ms
+            conn_id,
+            user,
+            vhost,
+            peer,
+            dict(client_properties or {}),
+            now_ms,
+            protocol=protocol,
+            counts=counts,
         )
         state.stats["connections_opened"] += 1
 

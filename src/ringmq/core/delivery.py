@@ -296,6 +296,7 @@ class Delivery:
             )
         )
         self.state.stats["delivered"] += 1
+        session.counts.delivered_auto += 1
         return True
 
     # ------------------------------------------------------------------ get
@@ -315,13 +316,19 @@ class Delivery:
         # RabbitMQ drops the expired heads the fetch exposed before it counts what is left
         q.queue.drop_expired(now_ms)
         state.mark(q)
+        counts = s.counts
         if d is None:
             q.get_empty += 1
+            counts.get_empty += 1
             return None
         if no_ack:
             q.get_no_ack += 1
+            counts.get_auto += 1
         else:
             q.get += 1
+            counts.get_manual += 1
+        if d.redelivered:
+            counts.redelivered += 1
         durability = state.durability
         if not no_ack and q.durable and durability is not None:
             persisted = durability.persisted(q)
@@ -356,7 +363,7 @@ class Delivery:
             assert s.tx is not None
             s.tx.settles.append((kind, entries))
             return
-        self.settle_entries(entries, kind, now_ms)
+        self.settle_entries(entries, kind, now_ms, s)
         if s.global_prefetch:
             for consumer in s.consumers.values():
                 self.state.mark(consumer.queue)
@@ -367,10 +374,15 @@ class Delivery:
         for consumer in s.consumers.values():
             self.state.mark(consumer.queue)
 
-    def settle_entries(self, entries: list[Unacked], kind: SettleKind, now_ms: int) -> None:
-        """Apply ack/requeue/reject to deliveries, grouped per queue, in delivery order."""
+    def settle_entries(
+        self, entries: list[Unacked], kind: SettleKind, now_ms: int, s: Session | None = None
+    ) -> None:
+        """Apply ack/requeue/reject to deliveries, grouped per queue, in delivery order; the
+        acks are counted for `s`'s protocol when the caller's session is given."""
         if not entries:
             return
+        if s is not None and kind is SettleKind.ACK:
+            s.counts.acknowledged += len(entries)
         state = self.state
         groups: dict[int, tuple[QueueEntity, list[SeqId]]] = {}
         for e in entries:
@@ -475,11 +487,15 @@ class Delivery:
                 tag = s.next_tag
                 s.next_tag = tag + 1
                 no_ack_count += 1
+                s.counts.delivered_auto += 1
             else:
                 tag = s.track(Unacked(q, d.seq, c))
+                s.counts.delivered_manual += 1
                 if persisted and d.seq in persisted:
                     assert dur is not None
                     dur.delivered(q, d.seq, d.delivery_count)
+            if d.redelivered:
+                s.counts.redelivered += 1
             append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
             budget -= 1
             if credited and c.credit is not None:
@@ -549,11 +565,15 @@ class Delivery:
                 if no_ack:
                     tag = s.next_untracked_tag()
                     no_ack_count += 1
+                    s.counts.delivered_auto += 1
                 else:
                     tag = s.track(Unacked(q, d.seq, c))
+                    s.counts.delivered_manual += 1
                     if persisted and d.seq in persisted:
                         assert dur is not None
                         dur.delivered(q, d.seq, d.delivery_count)
+                if d.redelivered:
+                    s.counts.redelivered += 1
                 out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
                 budget -= 1
                 if c.credit is not None:

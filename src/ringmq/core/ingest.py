@@ -101,6 +101,7 @@ def ingest_run(
     n = len(msgs)
     state = pub.state
     state.stats["published"] += n
+    s.counts.received += n
     if s.mode is _CONFIRM:
         released.extend(s.next_publish_seq() for _ in range(n))
     ok = state.dedup.admit_run(vh.name, x, q, [m.message_id for m in msgs], now_ms)

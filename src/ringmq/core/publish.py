@@ -191,6 +191,7 @@ class Publisher:
         if classify:  # 1. classify
             assert s is not None
             self._stats["published"] += 1
+            s.counts.received += 1
             conn_id: int | None = s.conn_id
             if self._alarms_on:
                 self.resources.alarm_publish(s.conn_id)
@@ -302,10 +303,16 @@ class Publisher:
         why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`)."""
         stats = self._stats
         stats["published"] += 1  # received, as a client's publish counts
+        # RabbitMQ's management publishes over an internal AMQP 0-9-1 connection: counted so
+        counts = self.state.by_protocol["amqp091"]
+        counts.received += 1
         unroutable = stats["unroutable"]
         outcome = self.publish(None, vh, x, msg, False, now_ms, False)
         self.resources.pop_address_fail()  # no producer to fail: the outcome says it
-        return UNROUTABLE if stats["unroutable"] != unroutable else outcome
+        if stats["unroutable"] != unroutable:
+            counts.unroutable += 1
+            return UNROUTABLE
+        return outcome
 
     def route(
         self,
@@ -378,9 +385,12 @@ class Publisher:
         if not queues:
             stats = self._stats
             stats["unroutable"] += 1
-            if mandatory and s is not None:
-                stats["returned"] += 1
-                self.state.out.append(Return(s.conn_id, s.channel, "NO_ROUTE", msg))
+            if s is not None:
+                s.counts.unroutable += 1
+                if mandatory:
+                    stats["returned"] += 1
+                    s.counts.returned += 1
+                    self.state.out.append(Return(s.conn_id, s.channel, "NO_ROUTE", msg))
             return (), msg, None
         return queues, msg, None
 
@@ -438,6 +448,7 @@ class Publisher:
             stats = state.stats
             resources = self.resources
             confirms = self.confirms
+            counts = s.counts
             it = iter(messages)
             more = True
             while more:
@@ -461,6 +472,7 @@ class Publisher:
                     run = []
                 for msg in run:
                     stats["published"] += 1
+                    counts.received += 1
                     n_out = len(out)
                     if resources.alarms_on:
                         resources.alarm_publish(conn_id)

@@ -98,6 +98,7 @@ class Session:
         self.vhost = vhost
         self.channel = channel
         self.conn_id = conn.conn_id
+        self.counts = conn.counts
         self.next_tag = 1
         self.unacked: dict[int, Unacked] = {}
         self._order: deque[int] = deque()
@@ -227,6 +228,40 @@ class Session:
         return out
 
 
+class ProtocolCounts:
+    """Message counters of every connection of one protocol (the `/metrics` series labelled
+    `protocol`, as rabbitmq_prometheus splits its global counters). Each `Conn` holds its
+    protocol's instance and each `Session` a reference to it, so a counted step adds to one
+    attribute of a session it already holds."""
+
+    __slots__ = (
+        "acknowledged",
+        "confirmed",
+        "delivered_auto",
+        "delivered_manual",
+        "get_auto",
+        "get_empty",
+        "get_manual",
+        "received",
+        "redelivered",
+        "returned",
+        "unroutable",
+    )
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.unroutable = 0
+        self.returned = 0
+        self.confirmed = 0
+        self.delivered_manual = 0
+        self.delivered_auto = 0
+        self.get_manual = 0
+        self.get_auto = 0
+        self.get_empty = 0
+        self.redelivered = 0
+        self.acknowledged = 0
+
+
 @dataclass(slots=True)
 class Conn:
     """One client connection as the core sees it.
@@ -241,6 +276,8 @@ class Conn:
         writable: False while its socket buffer is full (no dispatch to it).
         sessions: open channels by number.
         exclusive_queues: names of exclusive queues it owns.
+        protocol: the adapter's protocol label (`amqp091`, `amqp10`, `stomp`, `mqtt311`, ...).
+        counts: that protocol's message counters (shared by its connections).
     """
 
     conn_id: int
@@ -252,6 +289,8 @@ class Conn:
     writable: bool = True
     sessions: dict[int, Session] = field(default_factory=dict)
     exclusive_queues: set[str] = field(default_factory=set)
+    protocol: str = "amqp091"
+    counts: ProtocolCounts = field(default_factory=ProtocolCounts)
 
     @property
     def cancel_notify(self) -> bool:

@@ -30,6 +30,7 @@ from ringmq.core.auth import AuthDB
 from ringmq.core.config import BrokerConfig
 from ringmq.core.dedup import PublishDedup
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
+from ringmq.core.session import ProtocolCounts
 
 if TYPE_CHECKING:
     from ringmq.core.durability import Durability
@@ -63,6 +64,7 @@ class State:
         "address_settings",
         "auth",
         "backlog",
+        "by_protocol",
         "config",
         "conns",
         "dedup",
@@ -90,6 +92,8 @@ class State:
         self.dedup = PublishDedup()  # message_id de-duplication (core/dedup.py)
         self.durability: Durability | None = None
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
+        self.by_protocol: dict[str, ProtocolCounts] = {"amqp091": ProtocolCounts()}
+        """Message counters per protocol label (`Conn.counts`), kept after connections close."""
         self.out: list[Effect] = []
         self.now_ms = 0
         self.dirty: dict[int, QueueEntity] = {}

@@ -85,8 +85,10 @@ class Confirms:
                 s.confirm_floor = nack
             return
         stats = self.state.stats
+        counts = s.counts
         for tag, multiple in s.confirm_acks(released):
             stats["confirmed"] += 1
+            counts.confirmed += 1
             out.append(Confirm(s.conn_id, s.channel, tag, multiple, True))
 
     def drain_unconfirmed(self) -> list[tuple[int, int, int]]:
@@ -191,7 +193,7 @@ class Transactions:
                 )
             dur.store.tx_begin()  # replayed whole or not at all
         for kind, entries in settles:
-            self.delivery.settle_entries(entries, kind, now_ms)
+            self.delivery.settle_entries(entries, kind, now_ms, s)
         for p, x in routed:
             self.publisher.route(vh, x, p.message, p.mandatory, s, now_ms)
         if dur is not None:

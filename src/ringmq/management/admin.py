@@ -221,6 +221,10 @@ class CoreAdmin(StreamsFacade):
         """The core's node-wide totals (connections opened, messages published, ...)."""
         return dict(self.broker.stats)
 
+    def counts_by_protocol(self) -> dict[str, dict[str, int]]:
+        """Message counters by protocol label (received, confirmed, delivered..., acknowledged)."""
+        return self.broker.counts_by_protocol()
+
     # -- users, vhosts ----------------------------------------------------------------------
 
     def vhosts(self) -> list[str]:

@@ -195,6 +195,7 @@ def create_app(
             uptime_ms=f.uptime_ms,
             started_at_ms=f.started_at_ms,
             stats=admin.stats(),
+            by_protocol=admin.counts_by_protocol(),
         )
 
     def scrape(per_object: bool) -> Response:

@@ -219,6 +219,71 @@ class NodeMetrics:
     started_at_ms: int = 0
     stats: dict[str, int] = field(default_factory=dict)
     """The core's broker-wide counters (`Broker.stats`)."""
+    by_protocol: dict[str, dict[str, int]] = field(default_factory=dict)
+    """The sessions' message counters by protocol label (`Broker.counts_by_protocol`)."""
+
+
+_GLOBAL: Final[tuple[tuple[str, str, Callable[[dict[str, int]], int]], ...]] = (
+    ("received", "Messages received from publishers", lambda p: p["received"]),
+    (
+        "routed",
+        "Messages routed to at least one queue",
+        lambda p: p["received"] - p["unroutable"],
+    ),
+    (
+        "unroutable_dropped",
+        "Unroutable messages dropped",
+        lambda p: p["unroutable"] - p["returned"],
+    ),
+    (
+        "unroutable_returned",
+        "Unroutable messages returned to publishers",
+        lambda p: p["returned"],
+    ),
+    ("confirmed", "Messages confirmed to publishers", lambda p: p["confirmed"]),
+    (
+        "delivered",
+        "Messages delivered to consumers or fetched",
+        lambda p: p["delivered_manual"] + p["delivered_auto"] + p["get_manual"] + p["get_auto"],
+    ),
+    (
+        "delivered_consume_manual_ack",
+        "Messages delivered to consumers in manual acknowledgement mode",
+        lambda p: p["delivered_manual"],
+    ),
+    (
+        "delivered_consume_auto_ack",
+        "Messages delivered to consumers in automatic acknowledgement mode",
+        lambda p: p["delivered_auto"],
+    ),
+    (
+        "delivered_get_manual_ack",
+        "Messages fetched with basic.get in manual acknowledgement mode",
+        lambda p: p["get_manual"],
+    ),
+    (
+        "delivered_get_auto_ack",
+        "Messages fetched with basic.get in automatic acknowledgement mode",
+        lambda p: p["get_auto"],
+    ),
+    ("get_empty", "basic.get on an empty queue", lambda p: p["get_empty"]),
+    ("redelivered", "Messages redelivered", lambda p: p["redelivered"]),
+    ("acknowledged", "Messages acknowledged by consumers", lambda p: p["acknowledged"]),
+)
+"""rabbitmq_global_messages_*_total: name, help, value from one protocol's counters."""
+
+
+def _protocol_lines(lines: list[str], by_protocol: dict[str, dict[str, int]]) -> None:
+    # One series per protocol label, as rabbitmq_prometheus splits its global counters
+    # (amqp091 always, then every protocol that ever had a connection: amqp10, stomp,
+    # mqtt310/mqtt311/mqtt50, http for the streams API's publishes).
+    protocols = {"amqp091": {}, **by_protocol}
+    for name, help_text, value in _GLOBAL:
+        full = f"rabbitmq_global_messages_{name}_total"
+        _header(lines, full, "counter", help_text)
+        for proto, counts in sorted(protocols.items()):
+            v = value(counts) if counts else 0
+            lines.append(f'{full}{{protocol="{_escape(proto)}"}} {v}')
 
 
 def _node_lines(lines: list[str], n: NodeMetrics, queues: list[QueueInfo], version: str) -> None:
@@ -278,51 +343,11 @@ def _node_lines(lines: list[str], n: NodeMetrics, queues: list[QueueInfo], versi
         _header(lines, name, "counter", help_text)
         lines.append(f"{name} {st.get(key, 0)}")
     c = [q.counters for q in queues]
-    unroutable, returned = st.get("unroutable", 0), st.get("returned", 0)
-    received = st.get("published", 0)
     dead: dict[str, int] = {}
     for qc in c:
         for reason, count in qc.dead_lettered.items():
             dead[reason] = dead.get(reason, 0) + count
-    proto = '{protocol="amqp091"}'
-    for name, help_text, value in (
-        ("received", "Messages received from publishers", received),
-        ("routed", "Messages routed to at least one queue", received - unroutable),
-        ("unroutable_dropped", "Unroutable messages dropped", unroutable - returned),
-        ("unroutable_returned", "Unroutable messages returned to publishers", returned),
-        ("confirmed", "Messages confirmed to publishers", st.get("confirmed", 0)),
-        (
-            "delivered",
-            "Messages delivered to consumers or fetched",
-            sum(x.deliver + x.deliver_no_ack + x.get + x.get_no_ack for x in c),
-        ),
-        (
-            "delivered_consume_manual_ack",
-            "Messages delivered to consumers in manual acknowledgement mode",
-            sum(x.deliver for x in c),
-        ),
-        (
-            "delivered_consume_auto_ack",
-            "Messages delivered to consumers in automatic acknowledgement mode",
-            sum(x.deliver_no_ack for x in c),
-        ),
-        (
-            "delivered_get_manual_ack",
-            "Messages fetched with basic.get in manual acknowledgement mode",
-            sum(x.get for x in c),
-        ),
-        (
-            "delivered_get_auto_ack",
-            "Messages fetched with basic.get in automatic acknowledgement mode",
-            sum(x.get_no_ack for x in c),
-        ),
-        ("get_empty", "basic.get on an empty queue", sum(x.get_empty for x in c)),
-        ("redelivered", "Messages redelivered", sum(x.redeliver for x in c)),
-        ("acknowledged", "Messages acknowledged by consumers", sum(x.ack for x in c)),
-    ):
-        full = f"rabbitmq_global_messages_{name}_total"
-        _header(lines, full, "counter", help_text)
-        lines.append(f"{full}{proto} {value}")
+    _protocol_lines(lines, n.by_protocol)
     for reason in ("expired", "rejected", "maxlen", "delivery_limit"):
         full = f"rabbitmq_global_messages_dead_lettered_{reason}_total"
         _header(lines, full, "counter", f"Messages dead-lettered because {reason}")

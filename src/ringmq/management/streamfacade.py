@@ -167,7 +167,13 @@ class StreamsFacade:
         conn_id = next(self._virtual_ids)
         broker = self.broker
         broker.connection_opened(
-            conn_id, user, vhost, "http", {"product": "ringmq streams publish"}, now_ms
+            conn_id,
+            user,
+            vhost,
+            "http",
+            {"product": "ringmq streams publish"},
+            now_ms,
+            protocol="http",
         )
         broker.channel_opened(conn_id, 1, now_ms)
         session = broker.session(conn_id, 1)

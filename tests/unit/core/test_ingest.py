@@ -117,6 +117,8 @@ def test_runs_equal_per_message(
     for key in ("published", "nacked", "unroutable"):
         assert one.broker.stats[key] == two.broker.stats[key]
     assert one.broker.state.dedup.ids.duplicates == two.broker.state.dedup.ids.duplicates
+    c1, c2 = one.broker.state.by_protocol["amqp091"], two.broker.state.by_protocol["amqp091"]
+    assert (c1.received, c1.unroutable) == (c2.received, c2.unroutable)
     assert _contents(one.broker) == _contents(two.broker)
 
 

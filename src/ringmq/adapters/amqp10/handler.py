@@ -195,7 +195,13 @@ class Amqp10Handler:
         props["capabilities"] = {"consumer_cancel_notify": True}
         try:
             self.broker.connection_opened(
-                self.conn_id, self.user, self.vhost, self.ctx.peer.address, props, now_ms
+                self.conn_id,
+                self.user,
+                self.vhost,
+                self.ctx.peer.address,
+                props,
+                now_ms,
+                protocol="amqp10",
             )
         except BrokerError as exc:
             self.conn.close(condition_of(exc.condition), exc.text)

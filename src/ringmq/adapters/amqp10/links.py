@@ -557,7 +557,7 @@ class Links:
             tag, _link = unsettled.pop(d)
             if tag in held:
                 entries += take(tag, False)
-        self.broker.delivery.settle_entries(entries, kind, now_ms)
+        self.broker.delivery.settle_entries(entries, kind, now_ms, s)
         if not ev.settled:
             self.conn.settle(ev.channel, first, last, ev.state, receiving=False)
 

@@ -107,6 +107,8 @@ CONFIRM_CHANNEL: Final = 2
 DEFAULT_INFLIGHT: Final = 100
 """Unacknowledged QoS 1/2 deliveries to a 3.1.1 client (5.0: its Receive Maximum)."""
 _MQTT_MAX_PACKET: Final = 268_435_460
+PROTOCOL_LABELS: Final = {3: "mqtt310", 4: "mqtt311", 5: "mqtt50"}
+"""The `/metrics` protocol label of each MQTT protocol level, as rabbitmq_prometheus names them."""
 
 
 class MqttHandler:
@@ -297,7 +299,13 @@ class MqttHandler:
         client_props = {"client_id": cid, "protocol": f"MQTT {self.version}"}
         try:
             self.broker.connection_opened(
-                self.conn_id, user, vhost, self.ctx.peer.address, client_props, now_ms
+                self.conn_id,
+                user,
+                vhost,
+                self.ctx.peer.address,
+                client_props,
+                now_ms,
+                protocol=PROTOCOL_LABELS.get(self.version, "mqtt"),
             )
         except BrokerError as exc:
             m.refuse(Reason.NOT_AUTHORIZED, exc.explanation)

@@ -253,7 +253,7 @@ class StompHandler:
         try:
             user = ctx.login("PLAIN", login, passcode or "", now_ms)
             self.broker.connection_opened(
-                self.conn_id, user, vhost, ctx.peer.address, props, now_ms
+                self.conn_id, user, vhost, ctx.peer.address, props, now_ms, protocol="stomp"
             )
         except BrokerError as exc:
             self.conn.fail("Bad CONNECT", exc.text, frame=frame)
