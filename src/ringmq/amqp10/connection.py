@@ -9,6 +9,7 @@ comes in through `tick(mono_ms)`). Its states (`State`), each with the frames it
     HEADER --"AMQP 3 1 0 0"--> SASL_INIT --sasl-init--> SASL_CHECK --sasl_outcome(ok)-->
     AMQP_HEADER --"AMQP 0 1 0 0"--> OPEN --open--> OPENED --close--> CLOSED
     HEADER --"AMQP 0 1 0 0" (no SASL: an anonymous login to check)--> SASL_CHECK --> OPEN
+        (refused: the broker's open and close with amqp:unauthorized-access --> CLOSE_SENT)
     OPENED --close(): the broker's close--> CLOSE_SENT --the peer's close--> CLOSED
 
 The machine answers the protocol's own steps itself: the protocol headers, the SASL
@@ -257,14 +258,23 @@ class Connection:
         self.state = State.SASL_CHECK
         events.append(Authenticate(mech, m.initial_response or b"", m.hostname, sasl=True))
 
-    def sasl_outcome(self, ok: bool) -> list[Event]:
+    def sasl_outcome(self, ok: bool, description: str = "") -> list[Event]:
         """Answer the `Authenticate` event: the login succeeded or not (then closed).
+
+        A refused SASL login gets the outcome `auth`. A peer that skipped SASL has no outcome
+        to read: a refusal is an open and at once a close with `amqp:unauthorized-access` and
+        `description` (2.4.5, as RabbitMQ 4 and Artemis answer it); the peer's open is then
+        dropped and its close ends the connection.
 
         Returns the events of what the peer sent behind its login (its header and open)."""
         if self.state is not State.SASL_CHECK:
             return []
         if not self._sasl:  # the peer skipped SASL
-            self.state = State.OPEN if ok else State.CLOSED
+            if not ok:
+                self.state = State.OPEN
+                self.close(c.UNAUTHORIZED_ACCESS, description or "login refused")
+                return []
+            self.state = State.OPEN
         else:
             self._send(0, p.SaslOutcome(code=p.SASL_OK if ok else p.SASL_AUTH), b"")
             self.state = State.AMQP_HEADER if ok else State.CLOSED

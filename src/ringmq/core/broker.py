@@ -316,12 +316,17 @@ class Broker:
         )
         state.stats["connections_opened"] += 1
 
-    def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
-        """Create the core state of a newly opened session."""
+    def channel_opened(
+        self, conn_id: int, channel: int, now_ms: int, *, part_of: int | None = None
+    ) -> list[Effect]:
+        """Create the core state of a newly opened session (`part_of`: the client session
+        this helper session of an adapter serves, see `Session.part_of`)."""
         state = self.state
         conn = state.conns[conn_id]
-        conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
-        state.stats["channels_opened"] += 1
+        s = conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
+        s.part_of = part_of
+        if part_of is None:  # a helper session is no channel of its own (not counted)
+            state.stats["channels_opened"] += 1
         return []
 
     def channel_closed(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
@@ -333,7 +338,8 @@ class Broker:
             return out
         session = conn.sessions.pop(channel, None)
         if session is not None:
-            state.stats["channels_closed"] += 1
+            if session.part_of is None:
+                state.stats["channels_closed"] += 1
             self.delivery.close_session(session, now_ms)
         self.delivery.flush(now_ms)
         state.end()
@@ -347,7 +353,9 @@ class Broker:
         if conn is None:
             return out
         state.stats["connections_closed"] += 1
-        state.stats["channels_closed"] += len(conn.sessions)
+        state.stats["channels_closed"] += sum(
+            1 for s in conn.sessions.values() if s.part_of is None
+        )
         self.resources.forget_connection(conn_id)
         for session in list(conn.sessions.values()):
             self.delivery.close_session(session, now_ms)

@@ -8,10 +8,13 @@ turns. With single-active-consumer only one consumer is eligible: the earliest r
 of the highest priority; when it goes, the next one takes over. A *browsing* consumer (AMQP 1.0
 distribution mode `copy`) is in `all` and `browsers` but in no priority group: `pick()` never
 returns it, dispatch serves it through its own cursor instead (`Delivery._dispatch_browse`).
-A consumer with a JMS selector (`selective`) is in no group either: dispatch serves it first
-with the messages its selector matches (`Delivery._dispatch_selected`). `fetchers` are the
-others, those that take whatever comes next; `special` says whether there are browsers or
-selector consumers (the one test in front of the hot path). Capacity = the connection is
+A consumer with a JMS selector (also in `selective`) takes its turn like any other, in its
+priority group and under single-active-consumer, as Artemis serves filtered consumers round
+robin with the others: when `pick()` returns it, dispatch hands it the first message its
+selector matches (`Delivery._dispatch_selected`), and a consumer that finds none is passed
+over (`skip`) for the rest of that round. `fetchers` are the consumers that take messages
+(all but the browsers); `special` says whether there are browsers or selector consumers (the
+one test in front of the hot path). Capacity = the connection is
 writable and (no-ack, or below both the consumer's prefetch and the channel's global prefetch).
 Pure: no I/O, no clock.
 """
@@ -48,6 +51,7 @@ class Consumer:
             non-destructive queue every consumer browses, whatever this says.
         credit, drain: link credit and drain mode (AMQP 1.0), see below.
         selector: a JMS selector: it takes (or browses) only the messages it matches.
+        no_local: its queue does not take the messages its connection publishes.
     """
 
     tag: str
@@ -62,6 +66,7 @@ class Consumer:
     cursor: SeqId | None = None
     browse: bool = False
     selector: Selector | None = None
+    no_local: bool = False
     credit: int | None = None
     """Link credit (AMQP 1.0 flow): deliveries it may still take; None: no credit, prefetch
     alone bounds it (AMQP 0-9-1)."""
@@ -93,11 +98,13 @@ class ConsumerSet:
         """Some consumer of the queue was ever given link credit (dispatch then counts it)."""
         self.all: list[Consumer] = []
         self.fetchers: list[Consumer] = []
-        """The consumers that take messages (all but the browsers), in registration order."""
+        """The consumers that take messages (all but the browsers, selector consumers
+        included), in registration order."""
         self.browsers: list[Consumer] = []
         """The browsing consumers (`Consumer.browse`), in registration order."""
         self.selective: list[Consumer] = []
-        """The consumers with a selector that take messages, in registration order."""
+        """The consumers with a selector that take messages (also in `fetchers`), in
+        registration order."""
         self.special = False
         """There are browsers or selective consumers (dispatch serves them first)."""
         self._groups: list[tuple[int, list[Consumer]]] = []  # by priority, highest first
@@ -124,10 +131,13 @@ class ConsumerSet:
         """Register a consumer (it joins the end of its priority group's rotation; a browser
         joins no group)."""
         self.all.append(consumer)
-        if consumer.browse or consumer.selector is not None:
-            (self.browsers if consumer.browse else self.selective).append(consumer)
+        if consumer.browse:
+            self.browsers.append(consumer)
             self.special = True
             return
+        if consumer.selector is not None:
+            self.selective.append(consumer)
+            self.special = True
         self.fetchers.append(consumer)
         for prio, members in self._groups:
             if prio == consumer.priority:
@@ -142,10 +152,13 @@ class ConsumerSet:
             self.all.remove(consumer)
         except ValueError:
             return False
-        if consumer.browse or consumer.selector is not None:
-            (self.browsers if consumer.browse else self.selective).remove(consumer)
+        if consumer.browse:
+            self.browsers.remove(consumer)
             self.special = bool(self.browsers or self.selective)
             return True
+        if consumer.selector is not None:
+            self.selective.remove(consumer)
+            self.special = bool(self.browsers or self.selective)
         self.fetchers.remove(consumer)
         for i, (prio, members) in enumerate(self._groups):
             if prio == consumer.priority:
@@ -156,27 +169,33 @@ class ConsumerSet:
                 break
         return True
 
-    def pick(self) -> Consumer | None:
-        """The consumer that should get the next message, or None when nobody can take one."""
+    def pick(self, skip: set[Consumer] | None = None) -> Consumer | None:
+        """The consumer that should get the next message, or None when nobody can take one;
+        consumers in `skip` (selector consumers that found nothing this round) are passed
+        over, as those without capacity are."""
         if self.single_active:
             active = self.active
-            return active if active is not None and active.has_capacity() else None
+            if active is None or not active.has_capacity():
+                return None
+            return None if skip is not None and active in skip else active
         everyone = self.fetchers
         if len(everyone) == 1:
             only = everyone[0]
+            if skip is not None and only in skip:
+                return None
             return only if only.has_capacity() else None
         for prio, members in self._groups:
             n = len(members)
             if n == 1:
                 only = members[0]
-                if only.has_capacity():
+                if only.has_capacity() and (skip is None or only not in skip):
                     return only
                 continue
             start = self._rr.get(prio, 0) % n
             for i in range(n):
                 idx = (start + i) % n
                 c = members[idx]
-                if c.has_capacity():
+                if c.has_capacity() and (skip is None or c not in skip):
                     self._rr[prio] = idx + 1
                     return c
         return None

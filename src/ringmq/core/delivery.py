@@ -20,9 +20,11 @@ Theory of operation
   `recover` requeues everything outstanding on a session.
 * **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
   its consumers with capacity: browsers first, each by its cursor (`_dispatch_browse`), then
-  selector consumers, each taking the first message it matches (`_dispatch_selected`: at most
-  `SELECTOR_SCAN` selector evaluations per message taken or browsed), then the others by
-  fetch (`_dispatch`, the hot path, which a queue with neither reaches after one test).
+  the consumers that take messages, in the queue's rotation (priority groups, round robin,
+  single-active-consumer: `ConsumerSet.pick`): by fetch (`_dispatch`, the hot path, which a
+  queue without browsers or selector consumers reaches after one test), or, when some have a
+  selector, `_dispatch_selected`, where a selector consumer's turn takes the first message it
+  matches (at most `SELECTOR_SCAN` selector evaluations per message taken or browsed).
   Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still has work
   goes to `State.backlog` and the broker asks for an immediate tick. Then its expired heads
   are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked released
@@ -186,12 +188,19 @@ class Delivery:
         now_ms: int,
         browse: bool = False,
         selector: Selector | None = None,
+        no_local: bool = False,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
         empty name is the session's last declared queue). With `browse`, the consumer reads
         the queue's messages in seq order and leaves them there (settling a browsed delivery
         does nothing); others still get them. With a `selector` (JMS), the consumer takes or
-        browses only the messages it matches and leaves the others for other consumers."""
+        browses only the messages it matches and leaves the others for other consumers.
+
+        With `no_local`, the consumer does not get the messages its own connection publishes
+        (the no-local rule of AMQP 0-9-1 basic.consume and of the AMQP 1.0 / JMS no-local
+        filter): while it consumes, its queue does not take them, as Qpid and Artemis apply
+        it to a subscription queue, so it is for a queue the consumer has to itself (other
+        consumers of the queue would not get them either)."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -221,7 +230,10 @@ class Delivery:
             arguments=arguments,
             browse=browse,
             selector=selector,
+            no_local=no_local,
         )
+        if no_local:
+            q.no_local = s.conn_id
         s.consumers[tag] = consumer
         q.consumers.add(consumer)
         q.had_consumer = True
@@ -252,6 +264,8 @@ class Delivery:
         q = consumer.queue
         if not q.consumers.remove(consumer):
             return
+        if consumer.no_local and q.no_local == consumer.session.conn_id:
+            q.no_local = None
         q.last_used_ms = now_ms
         if q.auto_delete and not q.consumers and q.had_consumer and not q.deleted:
             vh = self.state.vhosts.get(q.vhost)
@@ -446,7 +460,10 @@ class Delivery:
                             self._dispatch_browse(q, consumers.browsers, now_ms)
                         if consumers.selective:
                             self._dispatch_selected(q, now_ms)
-                    self._dispatch(q, now_ms)
+                        else:
+                            self._dispatch(q, now_ms)
+                    else:
+                        self._dispatch(q, now_ms)
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
             q.queue.drop_expired(now_ms)
@@ -541,46 +558,58 @@ class Delivery:
             self.state.backlog[id(q)] = q
 
     def _dispatch_selected(self, q: QueueEntity, now_ms: int) -> None:
-        # Selector consumers, before the others: each takes, while it has capacity, the first
-        # ready message its selector matches (`Queue.fetch_matching`: at most SELECTOR_SCAN
-        # evaluations per message) and stops at the first miss.
+        # A queue with selector consumers: every consumer that takes messages gets its turn in
+        # the queue's rotation (`pick`: priorities, round robin, single-active), as Artemis
+        # serves filtered consumers with the others. A plain consumer's turn takes the head; a
+        # selector consumer's the first ready message it matches (`Queue.fetch_matching`: at
+        # most SELECTOR_SCAN evaluations), and one that finds none sits out this round.
         engine = q.queue
+        consumers = q.consumers
+        counters = engine.counters
         state = self.state
         out = state.out
         budget = DISPATCH_BATCH
         dur = state.durability
         persisted = dur.persisted(q) if dur is not None else None
         no_ack_count = 0
-        for c in list(q.consumers.selective):
+        missed: set[Consumer] = set()
+        while counters.ready or counters.paged:
+            if not budget:
+                state.backlog[id(q)] = q
+                break
+            c = consumers.pick(missed)
+            if c is None:
+                break
+            no_ack = c.no_ack
             selector = c.selector
-            assert selector is not None
-            s = c.session
-            while budget and c.has_capacity():
-                no_ack = c.no_ack
+            if selector is None:
+                d = engine.fetch(now_ms, not no_ack)
+                if d is None:
+                    break
+            else:
                 d = engine.fetch_matching(
                     selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
                 )
                 if d is None:
-                    break
-                if no_ack:
-                    tag = s.next_untracked_tag()
-                    no_ack_count += 1
-                    s.counts.delivered_auto += 1
-                else:
-                    tag = s.track(Unacked(q, d.seq, c))
-                    s.counts.delivered_manual += 1
-                    if persisted and d.seq in persisted:
-                        assert dur is not None
-                        dur.delivered(q, d.seq, d.delivery_count)
-                if d.redelivered:
-                    s.counts.redelivered += 1
-                out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
-                budget -= 1
-                if c.credit is not None:
-                    c.credit -= 1
-            if not budget:
-                state.backlog[id(q)] = q
-                break
+                    missed.add(c)
+                    continue
+            s = c.session
+            if no_ack:
+                tag = s.next_untracked_tag()
+                no_ack_count += 1
+                s.counts.delivered_auto += 1
+            else:
+                tag = s.track(Unacked(q, d.seq, c))
+                s.counts.delivered_manual += 1
+                if persisted and d.seq in persisted:
+                    assert dur is not None
+                    dur.delivered(q, d.seq, d.delivery_count)
+            if d.redelivered:
+                s.counts.redelivered += 1
+            out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+            budget -= 1
+            if c.credit is not None:
+                c.credit -= 1
         delivered = DISPATCH_BATCH - budget
         if delivered:
             state.stats["delivered"] += delivered

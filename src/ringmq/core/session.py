@@ -117,6 +117,9 @@ class Session:
         self.perm_ok: set[tuple[str, str, str]] = set()
         self.write_ok: set[str] = set()  # exchanges this channel may publish to (cached)
         self.perm_generation = 0
+        self.part_of: int | None = None
+        """The client session this one serves, when an adapter opened it as a helper (AMQP
+        1.0's confirm and transaction sessions): management shows it as part of that one."""
 
     # -- permissions ----------------------------------------------------------------------
     def check(self, auth: AuthDB, access: Access, kind: str, name: str) -> None:

@@ -50,6 +50,8 @@ class QueueEntity:
         settings: its effective settings.
         durable, auto_delete: declare flags.
         exclusive_owner: conn_id of the owning connection for exclusive queues.
+        no_local: conn_id of a no-local consumer's connection: the queue does not take the
+            messages that connection publishes (`Delivery.consume`), else None.
         arguments: declare arguments as received (for redeclare checks and listings).
         consumers: its consumers.
         last_used_ms: last declare/consume/get/cancel time (for `x-expires`).
@@ -66,6 +68,7 @@ class QueueEntity:
     durable: bool = False
     auto_delete: bool = False
     exclusive_owner: int | None = None
+    no_local: int | None = None
     arguments: dict[str, Any] = field(default_factory=dict)
     consumers: ConsumerSet = field(default_factory=ConsumerSet)
     last_used_ms: int = 0

@@ -6,7 +6,10 @@ under the namespaces `urn:activemq` and `urn:activemq:core` or none. Each `<addr
 becomes a fanout exchange named after the address with its queues bound to it. Queue attributes
 (`ring-size`, `last-value-key`, `last-value`, `non-destructive`, `exclusive`, `durable`...) become
 queue arguments; `<address-settings>` become `AddressSetting` entries whose `match` keeps Artemis
-wildcards (`#` any words, `*` one word). Pure parsing: no broker, no I/O.
+wildcards (`#` any words, `*` one word). The first `<acceptor>` that serves AMQP gives the AMQP
+1.0 anonymous login: Artemis' `saslMechanisms` parameter without ANONYMOUS switches it off, and
+ringmq's own `anonymousUser` / `anonymousPassword` parameters name its user (`Amqp10Spec`, as
+the TOML `[amqp10]` table). Pure parsing: no broker, no I/O.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from ringmq.server.configspec import (
     ARG_SINGLE_ACTIVE,
     DEFAULT_REFRESH_PERIOD_MS,
     FULL_POLICIES,
+    OFF_WORDS,
     AddressSetting,
+    Amqp10Spec,
     BindingSpec,
     ConfigError,
     ExchangeSpec,
@@ -145,12 +150,46 @@ def parse_artemis_xml(data: bytes | str, *, source: Path | None = None) -> FileC
     return FileConfig(
         source=source,
         kind="artemis",
+        amqp10=_artemis_amqp10(core, where),
         address_settings=tuple(settings),
         exchanges=tuple(exchanges),
         queues=tuple(queues),
         bindings=tuple(bindings),
         refresh_period_ms=refresh if refresh > 0 else None,
     )
+
+
+def _acceptor_params(url: str) -> dict[str, str]:
+    # "tcp://0.0.0.0:5672?protocols=AMQP;saslMechanisms=PLAIN" -> {"protocols": "AMQP", ...}
+    _, _, query = url.partition("?")
+    params: dict[str, str] = {}
+    for part in query.replace("&", ";").split(";"):
+        key, sep, value = part.partition("=")
+        if sep and key.strip():
+            params[key.strip()] = value.strip()
+    return params
+
+
+def _artemis_amqp10(core: Element, where: str) -> Amqp10Spec:
+    # The AMQP 1.0 anonymous login from the first acceptor that serves AMQP (one without
+    # `protocols` serves them all, as in Artemis).
+    acceptors = _child(core, "acceptors")
+    for acceptor in _children(acceptors, "acceptor") if acceptors is not None else []:
+        params = _acceptor_params(_text(acceptor) or "")
+        protocols = {p.strip().upper() for p in params.get("protocols", "AMQP").split(",")}
+        if "AMQP" not in protocols:
+            continue
+        w = f"{where}: acceptor {acceptor.get('name') or ''!r}"
+        user: str | None = params.get("anonymousUser")
+        mechanisms = params.get("saslMechanisms")
+        if mechanisms is not None and "ANONYMOUS" not in {
+            m.strip().upper() for m in mechanisms.split(",")
+        }:
+            if user is not None and user.lower() not in OFF_WORDS:
+                raise ConfigError(f"{w}: anonymousUser without ANONYMOUS in saslMechanisms")
+            user = OFF_WORDS[0]
+        return Amqp10Spec.of(user, params.get("anonymousPassword"), w)
+    return Amqp10Spec()
 
 
 def _artemis_queue(q: Element, address: str, where: str) -> QueueSpec:

@@ -22,8 +22,6 @@ from ringmq.server.configspec import (
     ARG_RING_SIZE,
     ARG_SINGLE_ACTIVE,
     DEFAULT_AMQPS_PORT,
-    DEFAULT_ANONYMOUS_PASSWORD,
-    DEFAULT_ANONYMOUS_USER,
     DEFAULT_CHANNEL_MAX,
     DEFAULT_FRAME_MAX,
     DEFAULT_HEARTBEAT_S,
@@ -427,20 +425,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
 def _amqp10(t: _Table) -> Amqp10Spec:
     # anonymous_user: a user name, or "off"/"none"/false (no anonymous logins)
     user = t.value("anonymous_user", (str, bool), 'a user name or "off"')
-    password = t.opt_str("anonymous_password")
-    if user is None or user is True:
-        user = DEFAULT_ANONYMOUS_USER
-    elif user is False or str(user).strip().lower() in OFF_WORDS:
-        if password is not None:
-            raise ConfigError(f"{t.where}.anonymous_password: anonymous logins are off")
-        return Amqp10Spec(anonymous_user=None)
-    elif not user:
-        raise ConfigError(f'{t.where}.anonymous_user: empty (say "off" to refuse anonymous)')
-    if password is None:
-        if user != DEFAULT_ANONYMOUS_USER:
-            raise ConfigError(f"{t.where}: anonymous_user {user!r} needs anonymous_password")
-        password = DEFAULT_ANONYMOUS_PASSWORD
-    return Amqp10Spec(anonymous_user=str(user), anonymous_password=password)
+    return Amqp10Spec.of(user, t.opt_str("anonymous_password"), t.where)
 
 
 def _req(v: int | None) -> int:

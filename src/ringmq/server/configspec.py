@@ -189,6 +189,29 @@ class Amqp10Spec:
     anonymous_user: str | None = DEFAULT_ANONYMOUS_USER
     anonymous_password: str = DEFAULT_ANONYMOUS_PASSWORD
 
+    @classmethod
+    def of(cls, user: str | bool | None, password: str | None, where: str) -> Amqp10Spec:
+        """The settings a configuration file gives (TOML `[amqp10]`, broker.xml's acceptor):
+        `user` a user name, "off"/"none"/False (no anonymous logins) or None/True (guest);
+        a user other than guest needs its `password`.
+
+        Raises:
+            ConfigError: an empty user, a password for "off", a user without its password.
+        """
+        if user is None or user is True:
+            user = DEFAULT_ANONYMOUS_USER
+        elif user is False or str(user).strip().lower() in OFF_WORDS:
+            if password is not None:
+                raise ConfigError(f"{where}.anonymous_password: anonymous logins are off")
+            return cls(anonymous_user=None)
+        elif not user:
+            raise ConfigError(f'{where}.anonymous_user: empty (say "off" to refuse anonymous)')
+        if password is None:
+            if user != DEFAULT_ANONYMOUS_USER:
+                raise ConfigError(f"{where}: anonymous_user {user!r} needs anonymous_password")
+            password = DEFAULT_ANONYMOUS_PASSWORD
+        return cls(anonymous_user=str(user), anonymous_password=password)
+
 
 @dataclass(frozen=True, slots=True)
 class FileConfig:

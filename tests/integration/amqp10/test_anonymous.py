@@ -15,6 +15,7 @@ from proton.utils import BlockingConnection
 from ringmq.amqp10 import performatives as p
 from ringmq.amqp10.frames import AMQP_HEADER, SASL_HEADER, encode_frame
 from ringmq.node import BrokerThread
+from ringmq.server.brokerxml import parse_artemis_xml
 from ringmq.status import ConnectionInfo
 from tests.integration.amqp10.test_errors import read_until_closed
 from tests.integration.conftest import BrokerFactory, wait_until
@@ -59,10 +60,13 @@ def test_off_refuses_anonymous_logins(broker_factory: BrokerFactory, off: str) -
     with pytest.raises(ConnectionException) as exc:
         anonymous(b)
     assert "amqp:unauthorized-access" in str(exc.value)
-    # a client that skips SASL is refused too: its open gets no open, the socket is closed
+    # a client that skips SASL is refused too: an open, then a close with the condition
     with socket.create_connection((b.host, b.port), timeout=5) as s:
         s.sendall(AMQP_HEADER + encode_frame(0, p.Open(container_id="raw")))
-        assert read_until_closed(s) == [AMQP_HEADER]
+        s.sendall(encode_frame(0, p.Close()))
+        header, opened, closed = read_until_closed(s)
+    assert (header, type(opened)) == (AMQP_HEADER, p.Open)
+    assert closed.error.condition == "amqp:unauthorized-access"
     # and SASL ANONYMOUS over a raw socket gets the auth outcome
     with socket.create_connection((b.host, b.port), timeout=5) as s:
         s.sendall(SASL_HEADER + encode_frame(0, p.SaslInit(mechanism="ANONYMOUS")))
@@ -85,3 +89,43 @@ def test_anonymous_logs_in_as_the_configured_user(broker_factory: BrokerFactory)
     finally:
         c.close()
     wait_until(lambda: not amqp10_connections(b))
+
+
+def broker_xml(acceptor: str) -> str:
+    """An Artemis broker.xml with one acceptor (and an anycast queue)."""
+    return f"""<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <acceptors><acceptor name="amqp">{acceptor}</acceptor></acceptors>
+  <addresses><address name="xml-q"><anycast><queue name="xml-q"/></anycast></address></addresses>
+</core></configuration>"""
+
+
+def test_broker_xml_switches_anonymous_off(broker_factory: BrokerFactory) -> None:
+    # Artemis' own acceptor parameter: saslMechanisms without ANONYMOUS
+    xml = broker_xml("tcp://0.0.0.0:5672?protocols=AMQP;saslMechanisms=PLAIN")
+    b = broker_factory(parse_artemis_xml(xml))
+    with pytest.raises(ConnectionException) as exc:
+        anonymous(b)
+    assert "amqp:unauthorized-access" in str(exc.value)
+    c = BlockingConnection(f"amqp://guest:guest@127.0.0.1:{b.port}", timeout=5)
+    c.create_sender("xml-q").send(Message(body="ok"))
+    c.close()
+
+
+def test_broker_xml_names_the_anonymous_user(broker_factory: BrokerFactory) -> None:
+    xml = broker_xml(
+        "tcp://0.0.0.0:5672?protocols=AMQP;anonymousUser=guest;anonymousPassword=guest"
+    )
+    b = broker_factory(parse_artemis_xml(xml))
+    c = anonymous(b)
+    try:
+        c.create_sender("xml-q").send(Message(body="hi"))
+        (info,) = amqp10_connections(b)
+        assert (info.user, info.auth_mechanism) == ("guest", "ANONYMOUS")
+    finally:
+        c.close()
+    # a user that does not exist: the anonymous login is refused (checked as any login)
+    xml = broker_xml("tcp://0.0.0.0:5672?anonymousUser=nobody;anonymousPassword=x")
+    b = broker_factory(parse_artemis_xml(xml))
+    with pytest.raises(ConnectionException) as exc:
+        anonymous(b)
+    assert "amqp:unauthorized-access" in str(exc.value)

@@ -86,3 +86,15 @@ def test_an_invalid_selector_is_refused(conn: BlockingConnection) -> None:
     with pytest.raises(LinkDetached) as info:
         conn.create_receiver("paint", name="bad", options=Selector("colour = = 'red'"))
     assert "amqp:invalid-field" in str(info.value)
+
+
+def test_a_selector_receiver_takes_turns_with_a_plain_one(
+    conn: BlockingConnection, broker: BrokerThread
+) -> None:
+    # Artemis serves filtered and plain consumers round robin: the selector receiver is not
+    # served before the plain one
+    reds = conn.create_receiver("turns", credit=10, name="reds", options=Selector("colour = 'red'"))
+    plain = conn.create_receiver("turns", credit=10, name="plain")
+    send(conn, "turns", [(f"r{i}", "red") for i in range(4)])
+    assert receive_all(reds) == ["r0", "r2"]
+    assert receive_all(plain) == ["r1", "r3"]

@@ -158,6 +158,22 @@ def test_no_sasl_is_an_anonymous_login() -> None:
     assert peer.read()[0] == AMQP_HEADER
 
 
+@pytest.mark.parametrize("bytewise", [False, True])
+def test_a_refused_login_without_sasl_is_an_open_then_a_close(bytewise: bool) -> None:
+    peer = Peer(machine())
+    events = peer.send(AMQP_HEADER, encode_frame(0, p.Open(container_id="c")), bytewise=bytewise)
+    assert events == [ev.Authenticate("ANONYMOUS", b"", None, sasl=False)]
+    assert peer.conn.sasl_outcome(False, "anonymous logins are off") == []
+    header, opened, closed = peer.read()
+    assert (header, opened.container_id) == (AMQP_HEADER, "ringmq")
+    assert closed == p.Close(error=p.Error("amqp:unauthorized-access", "anonymous logins are off"))
+    assert not peer.conn.closed  # the peer's open was dropped; its close ends the connection
+    assert peer.send(encode_frame(0, p.Begin())) == []
+    peer.send(encode_frame(0, p.Close()))
+    assert peer.read() == []
+    assert peer.conn.closed
+
+
 def test_an_unknown_header_is_answered_with_ours_and_closed() -> None:
     peer = Peer(machine())
     assert peer.send(b"AMQP\x00\x00\x09\x01") == []

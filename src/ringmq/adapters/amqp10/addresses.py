@@ -11,7 +11,7 @@
   as Qpid JMS users configure them) or from the terminus capabilities (`queue`, `topic`, as
   Qpid JMS sends them); a plain name without either is anycast.
 
-A receiver's source may carry a JMS selector filter (`selector_filter` finds it).
+A receiver's source filters are read by `filters.py`.
 
 Pure: a function of the address text and capabilities.
 """
@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final
+from typing import Final
 from urllib.parse import unquote
-
-from ringmq.amqp10.types import Described
 
 TOPIC_EXCHANGE: Final = "amq.topic"
 """The exchange multicast addresses route through."""
@@ -113,28 +111,3 @@ def _v2(address: str) -> Node:
         name = unquote(parts[2])
         return Node(Kind.EXCHANGE, "" if name == "amq.default" else name, key)
     raise AddressError(f"address {address!r} is not a v2 address (/queues/:q, /exchanges/:x)")
-
-
-SELECTOR_FILTER_CODE: Final = 0x0000468C00000004
-"""The JMS selector filter's descriptor code (Apache's filter registry)."""
-SELECTOR_FILTER_NAME: Final = "apache.org:selector-filter:string"
-
-
-def selector_filter(filters: dict[Any, Any] | None) -> tuple[Any, Any, str] | None:
-    """The JMS selector among a source's filters, as (its key, its described value, its text);
-    None when there is none. Other filters are not applied (nor echoed back).
-
-    Raises:
-        AddressError: a selector filter whose value is not a string.
-    """
-    for key, value in (filters or {}).items():
-        if not isinstance(value, Described):
-            continue
-        d = value.descriptor
-        if (isinstance(d, int) and int(d) == SELECTOR_FILTER_CODE) or (
-            isinstance(d, str) and str(d) == SELECTOR_FILTER_NAME
-        ):
-            if not isinstance(value.value, str):
-                raise AddressError(f"a selector filter must be a string, not {value.value!r}")
-            return key, value, str(value.value)
-    return None

@@ -141,7 +141,8 @@ class Amqp10Handler:
                     if self._opened:
                         out += self.broker.channel_closed(self.conn_id, channel, now_ms)
             case ev.Authenticate():
-                events += self.conn.sasl_outcome(self._login(e, now_ms))
+                refused = self._login(e, now_ms)
+                events += self.conn.sasl_outcome(refused is None, refused or "")
             case ev.Opened():
                 self._open(e, now_ms)
 
@@ -168,23 +169,24 @@ class Amqp10Handler:
             state.end()
         return out
 
-    def _login(self, e: ev.Authenticate, now_ms: int) -> bool:
+    def _login(self, e: ev.Authenticate, now_ms: int) -> str | None:
+        # None: logged in; else why not (a client that skipped SASL reads it in the close)
         if e.mechanism == "PLAIN":
             parts = e.response.split(b"\x00")
             if len(parts) != 3:
-                return False
+                return "malformed SASL PLAIN response"
             user, password = (x.decode("utf-8", "replace") for x in parts[1:])
         elif e.mechanism == "ANONYMOUS" and self.options.anonymous_login is not None:
             user, password = self.options.anonymous_login
         else:
-            return False
+            return "anonymous logins are off: log in with SASL PLAIN"
         try:
             self.user = self.ctx.login(e.mechanism, user, password, now_ms)
         except BrokerError as exc:
             log.info("AMQP 1.0 login refused for %r from %s: %s", user, self.ctx.peer.address, exc)
-            return False
+            return exc.text
         self.mechanism = e.mechanism
-        return True
+        return None
 
     def _open(self, e: ev.Opened, now_ms: int) -> None:
         host = e.hostname or ""

@@ -39,15 +39,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ringmq.adapters.amqp10 import message as m10
-from ringmq.adapters.amqp10.addresses import (
-    TOPIC_EXCHANGE,
-    AddressError,
-    Kind,
-    Node,
-    resolve,
-    selector_filter,
-)
+from ringmq.adapters.amqp10.addresses import TOPIC_EXCHANGE, AddressError, Kind, Node, resolve
 from ringmq.adapters.amqp10.errors import REFUSAL_TEXTS, REFUSALS, condition_of
+from ringmq.adapters.amqp10.filters import FilterError, SourceFilters, source_filters
 from ringmq.adapters.amqp10.transactions import Coordinator
 from ringmq.amqp10 import conditions as c
 from ringmq.amqp10 import performatives as p
@@ -169,7 +163,7 @@ class Links:
         """A session began: its core sessions, plain and in confirm mode."""
         b = self.broker
         b.channel_opened(self.conn_id, channel, now_ms)
-        b.channel_opened(self.conn_id, CONFIRM_CHANNEL_BASE + channel, now_ms)
+        b.channel_opened(self.conn_id, CONFIRM_CHANNEL_BASE + channel, now_ms, part_of=channel)
         s = b.session(self.conn_id, channel)
         confirm = b.session(self.conn_id, CONFIRM_CHANNEL_BASE + channel)
         assert s is not None
@@ -236,6 +230,7 @@ class Links:
         b = self.broker
         caps = _caps(source.capabilities)
         delete_on_close = False
+        no_local = False  # Artemis applies no-local to a (not shared) multicast subscription
         if source.dynamic:
             queue = b.topology.declare_queue(
                 s, "", durable=False, exclusive=True, auto_delete=True, arguments=None,
@@ -255,6 +250,7 @@ class Links:
                     self._ensure_queue(s, queue, now_ms)
                 case Kind.MULTICAST:
                     queue, delete_on_close = self._subscription(s, a, source, node, caps, now_ms)
+                    no_local = filters.no_local and "shared" not in caps
                 case Kind.EXCHANGE:
                     raise RefusalError(
                         c.INVALID_FIELD, f"a receiver's source must be a queue, not {address!r}"
@@ -264,7 +260,7 @@ class Links:
         settled = a.snd_settle_mode == SETTLED
         b.delivery.consume(
             s, queue, tag, no_ack=settled, exclusive=False, arguments={}, now_ms=now_ms,
-            browse=browse, selector=selector,
+            browse=browse, selector=selector, no_local=no_local,
         )  # fmt: skip
         b.delivery.flow(s, tag, credit=0, drain=False)
         reply = p.Source(
@@ -274,7 +270,7 @@ class Links:
             timeout=source.timeout,
             dynamic=source.dynamic,
             distribution_mode=source.distribution_mode,
-            filter=filters,
+            filter=filters.applied(no_local=no_local),
             default_outcome=p.Modified(delivery_failed=True),
             outcomes=source.outcomes,
             capabilities=source.capabilities,
@@ -285,16 +281,15 @@ class Links:
         ls.by_tag[tag] = link
 
     @staticmethod
-    def _selector(filters: Any) -> tuple[Selector | None, dict[Any, Any] | None]:
-        # A JMS selector filter, parsed, and the filters the attach echoes (only the ones
-        # applied: a client sees that the others are not).
+    def _selector(filters: Any) -> tuple[Selector | None, SourceFilters]:
+        # The source's filters the broker knows, its JMS selector parsed (the attach echoes
+        # only the filters applied: a client sees that the others are not).
         try:
-            found = selector_filter(filters if isinstance(filters, dict) else None)
-            if found is None:
-                return None, None
-            key, value, text = found
-            return Selector(text), {key: value}
-        except (AddressError, SelectorError) as exc:
+            found = source_filters(filters)
+            if found.selector is None:
+                return None, found
+            return Selector(found.selector), found
+        except (FilterError, SelectorError) as exc:
             raise RefusalError(c.INVALID_FIELD, f"invalid selector: {exc}") from None
 
     def _node(self, address: str, caps: tuple[str, ...]) -> Node:

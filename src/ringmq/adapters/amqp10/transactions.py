@@ -107,7 +107,7 @@ class Coordinator:
             txn_id = self._next.to_bytes(4, "big")
             channel = TX_CHANNEL_BASE + self._next
             b = self.broker
-            b.channel_opened(self.conn_id, channel, now_ms)
+            b.channel_opened(self.conn_id, channel, now_ms, part_of=ev.channel)
             s = b.session(self.conn_id, channel)
             assert s is not None
             b.transactions.select(s)
