@@ -15,8 +15,9 @@ it. The guard takes a run when:
   delay header) and no expiration, and the exchange is not a delayed one nor the reply-to
   address: routing is then `VHost.route(exchange, key)` alone, done once for the run;
 * that routing reaches exactly one queue (none: unroutable or an alternate exchange; several:
-  per-queue outcomes differ), with no limit, no LVQ key, no priorities, no browsing consumers
-  and no fetching consumer (publisher flow is a per-publish decision), which takes runs
+  per-queue outcomes differ), with no limit, no LVQ key, no priorities, no browsing consumers,
+  no fetching consumer (publisher flow is a per-publish decision) and no no-local consumer
+  (whether the queue takes a message depends on its connection), which takes runs
   (`Queue.takes_runs`: a plain queue already paging its new messages);
 * no message is persistent while the queue is durable (journaling records each message's
   seq as it is enqueued: those go through the per-message step).
@@ -86,6 +87,7 @@ def ingest_run(
         or st.non_destructive
         or st.max_priority
         or q.consumers.fetchers
+        or q.no_local is not None
         or not engine.takes_runs
     ):
         return False

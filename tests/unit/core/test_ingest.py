@@ -160,3 +160,11 @@ def test_anything_unusual_goes_one_by_one(monkeypatch: pytest.MonkeyPatch) -> No
         assert done.error is None
         assert done.published == len(batch)
     assert taken == []
+    # A no-local consumer's queue takes nothing its own connection publishes.
+    sink = kit.broker.vhosts["/"].queues["sink"]
+    before = sink.queue.counters.paged + sink.queue.counters.ready
+    sink.no_local = ch[0]
+    done = kit.amqp.publish_batch(ch[0], ch[1], "", fill, 0, 300, kit.now)
+    assert done.published == 300
+    assert taken == []
+    assert sink.queue.counters.paged + sink.queue.counters.ready == before
