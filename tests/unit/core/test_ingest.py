@@ -16,6 +16,7 @@ from ringmq.core import ingest
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
 from ringmq.core.queue.ports import MemorySpillStore
+from ringmq.core.vhost import NoLocal
 from tests.unit.core.test_broker_kit import Kit
 from tests.unit.core.test_publish_batch import _acks
 
@@ -163,7 +164,7 @@ def test_anything_unusual_goes_one_by_one(monkeypatch: pytest.MonkeyPatch) -> No
     # A no-local consumer's queue takes nothing its own connection publishes.
     sink = kit.broker.vhosts["/"].queues["sink"]
     before = sink.queue.counters.paged + sink.queue.counters.ready
-    sink.no_local = ch[0]
+    sink.no_local = NoLocal(ch[0], None, kit.broker.state.conns)  # the connection's rule
     done = kit.amqp.publish_batch(ch[0], ch[1], "", fill, 0, 300, kit.now)
     assert done.published == 300
     assert taken == []
