@@ -231,7 +231,7 @@ class Publisher:
         dirty = self._dirty
         persistent = msg.persistent
         for q in queues:
-            if q.no_local is not None and q.no_local == conn_id:
+            if q.no_local is not None and q.no_local.excludes(conn_id):
                 continue  # a no-local consumer's queue: not its own connection's messages
             engine = q.queue
             outcome = engine.publish(msg, now_ms)

@@ -54,8 +54,8 @@ class NoLocal:
     one, an owner identity (`owner`, AMQP 1.0: the client container id, as Artemis keys its
     no-local filter): then every connection whose `OWNER_PROPERTY` is that identity is the
     owner, and the rule stays with the queue while its link is detached (a durable
-    subscription's). The publish path tests the rule as `q.no_local == conn_id`: `__eq__`,
-    the one place it is decided, is true for a connection of the owner.
+    subscription's). `excludes`, the one place the rule is decided, is what the publish
+    path asks.
     """
 
     __slots__ = ("conn_id", "conns", "owner")
@@ -65,13 +65,12 @@ class NoLocal:
         self.owner = owner
         self.conns = conns
 
-    def __eq__(self, other: object) -> bool:
-        if self.owner is None or type(other) is not int:
-            return other == self.conn_id
-        conn = self.conns.get(other)
+    def excludes(self, conn_id: int | None) -> bool:
+        """True when a publish of connection `conn_id` is its owner's (None: no connection)."""
+        if self.owner is None or conn_id is None:
+            return conn_id == self.conn_id
+        conn = self.conns.get(conn_id)
         return conn is not None and conn.client_properties.get(OWNER_PROPERTY) == self.owner
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         if self.owner is None:
