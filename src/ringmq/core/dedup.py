@@ -214,6 +214,45 @@ class PublishDedup:
                 out.append(q)
         return queues if out is None else out
 
+    def admit_run(
+        self,
+        vhost: str,
+        exchange: _Declared,
+        queue: _Declared,
+        message_ids: Sequence[str | None],
+        now_ms: int,
+    ) -> list[bool]:
+        """`admit` of many messages routed to `queue` alone, in order: whether each must be
+        enqueued (False: a duplicate). The same windows and journal calls as `admit` per
+        message, with the scopes worked out once for the run."""
+        xw = _window(exchange.arguments) if exchange.arguments else None
+        qw = _window(queue.arguments) if queue.arguments else None
+        if xw is None and qw is None:
+            return [True] * len(message_ids)
+        check = self.ids.check_and_record
+        journal = self.journal
+        xscope: _Scope = ("exchange", vhost, exchange.name)
+        qscope: _Scope = ("queue", vhost, queue.name)
+        xkey = _SEP.join(xscope) if journal and getattr(exchange, "durable", False) else None
+        qkey = _SEP.join(qscope) if journal and getattr(queue, "durable", False) else None
+        out: list[bool] = []
+        for mid in message_ids:
+            if mid is not None:
+                if xw is not None:
+                    if check(xscope, mid, now_ms, xw):
+                        out.append(False)
+                        continue
+                    if xkey is not None and journal is not None:
+                        journal(xkey, mid, now_ms)
+                if qw is not None:
+                    if check(qscope, mid, now_ms, qw):
+                        out.append(False)
+                        continue
+                    if qkey is not None and journal is not None:
+                        journal(qkey, mid, now_ms)
+            out.append(True)
+        return out
+
     def refused(self, vhost: str, exchange: _Declared, queue: _Declared, message_id: str) -> None:
         """A queue refused the publish (overflow): a retry with the same id must pass."""
         for scope, entity in (

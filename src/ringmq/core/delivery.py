@@ -54,7 +54,7 @@ from ringmq.core.selector import Selector
 from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
 from ringmq.core.topology import Topology
-from ringmq.core.vhost import QueueEntity
+from ringmq.core.vhost import NoLocal, QueueEntity
 
 DISPATCH_BATCH: Final = 4096
 """Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""
@@ -189,6 +189,7 @@ class Delivery:
         browse: bool = False,
         selector: Selector | None = None,
         no_local: bool = False,
+        owner: str | None = None,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
         empty name is the session's last declared queue). With `browse`, the consumer reads
@@ -200,7 +201,11 @@ class Delivery:
         (the no-local rule of AMQP 0-9-1 basic.consume and of the AMQP 1.0 / JMS no-local
         filter): while it consumes, its queue does not take them, as Qpid and Artemis apply
         it to a subscription queue, so it is for a queue the consumer has to itself (other
-        consumers of the queue would not get them either)."""
+        consumers of the queue would not get them either). An adapter that knows its client
+        by an `owner` identity (AMQP 1.0: the container id, which it also puts in the
+        connection's `OWNER_PROPERTY`) keys the rule by it: messages from any connection of
+        that owner are kept out, and the rule stays with the queue after the consumer goes,
+        until the queue goes or the owner consumes it again without `no_local` (`NoLocal`)."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -233,7 +238,9 @@ class Delivery:
             no_local=no_local,
         )
         if no_local:
-            q.no_local = s.conn_id
+            q.no_local = NoLocal(s.conn_id, owner, self.state.conns)
+        elif owner is not None and q.no_local is not None and q.no_local.owner == owner:
+            q.no_local = None  # its owner subscribes again, without no-local
         s.consumers[tag] = consumer
         q.consumers.add(consumer)
         q.had_consumer = True
@@ -264,8 +271,9 @@ class Delivery:
         q = consumer.queue
         if not q.consumers.remove(consumer):
             return
-        if consumer.no_local and q.no_local == consumer.session.conn_id:
-            q.no_local = None
+        rule = q.no_local  # a connection's rule goes with its consumer (an owner's stays)
+        if consumer.no_local and rule is not None and rule.owner is None:
+            q.no_local = None if rule.conn_id == consumer.session.conn_id else rule
         q.last_used_ms = now_ms
         if q.auto_delete and not q.consumers and q.had_consumer and not q.deleted:
             vh = self.state.vhosts.get(q.vhost)

@@ -50,6 +50,7 @@ from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
 from ringmq.core.effects import Block, Effect, Return
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
+from ringmq.core.ingest import INGEST_RUN, ingest_run
 from ringmq.core.message import Message
 from ringmq.core.queue import PublishOutcome
 from ringmq.core.queue.scheduler import clamp_due
@@ -230,7 +231,7 @@ class Publisher:
         dirty = self._dirty
         persistent = msg.persistent
         for q in queues:
-            if q.no_local is not None and q.no_local == conn_id:
+            if q.no_local is not None and q.no_local.excludes(conn_id):
                 continue  # a no-local consumer's queue: not its own connection's messages
             engine = q.queue
             outcome = engine.publish(msg, now_ms)
@@ -433,7 +434,8 @@ class Publisher:
         The batch stops early at the first message whose publish raises (`error` is set,
         `published` counts the messages before it) or that blocks the connection (`blocked`;
         that message is published). `flush` is called with `now_ms` when a queue of the batch
-        must dispatch before the next publish (rings, limits).
+        must dispatch before the next publish (rings, limits). Runs of messages that all go to
+        the same plain queue are published in one step (`core/ingest.py`).
         """
         state = self.state
         done = BatchPublished(state.out)
@@ -449,39 +451,64 @@ class Publisher:
             resources = self.resources
             confirms = self.confirms
             counts = s.counts
-            for msg in messages:
-                stats["published"] += 1
-                counts.received += 1
-                n_out = len(out)
-                if resources.alarms_on:
-                    resources.alarm_publish(conn_id)
-                seq = s.next_publish_seq() if confirm else 0
-                resources.address_fail = None
-                refused, stored = self.route(vh, x, msg, False, s, now_ms)
-                fail = resources.pop_address_fail()
-                if fail is not None and not seq:
-                    raise address_full(fail)
-                if seq:
-                    if refused:
-                        if released:
-                            confirms.send(s, released)
-                            released = []
-                        stats["nacked"] += 1
-                        held.discard(seq)
-                        confirms.send(s, [], nack=seq, reason=refused)
-                    elif stored and delay:
-                        confirms.hold(s, seq)
+            it = iter(messages)
+            more = True
+            while more:
+                # Runs of INGEST_RUN messages: the bulk step when its guard allows, else
+                # one at a time (a message that fails to build ends the batch after the
+                # ones built before it).
+                run: list[Message] = []
+                failed: BrokerError | None = None
+                try:
+                    for msg in it:
+                        run.append(msg)
+                        if len(run) == INGEST_RUN:
+                            break
                     else:
-                        released.append(seq)
-                done.published += 1
-                if state.eager and state.dirty:
-                    state.eager = False
-                    flush(now_ms)
-                if len(out) != n_out and any(
-                    type(e) is Block and e.conn_id == conn_id for e in out[n_out:]
-                ):
-                    done.blocked = True
-                    break
+                        more = False
+                except BrokerError as exc:
+                    failed = exc
+                    more = False
+                if ingest_run(self, s, vh, x, run, now_ms, released):
+                    done.published += len(run)
+                    run = []
+                for msg in run:
+                    stats["published"] += 1
+                    counts.received += 1
+                    n_out = len(out)
+                    if resources.alarms_on:
+                        resources.alarm_publish(conn_id)
+                    seq = s.next_publish_seq() if confirm else 0
+                    resources.address_fail = None
+                    refused, stored = self.route(vh, x, msg, False, s, now_ms)
+                    fail = resources.pop_address_fail()
+                    if fail is not None and not seq:
+                        raise address_full(fail)
+                    if seq:
+                        if refused:
+                            if released:
+                                confirms.send(s, released)
+                                released = []
+                            stats["nacked"] += 1
+                            held.discard(seq)
+                            confirms.send(s, [], nack=seq, reason=refused)
+                        elif stored and delay:
+                            confirms.hold(s, seq)
+                        else:
+                            released.append(seq)
+                    done.published += 1
+                    if state.eager and state.dirty:
+                        state.eager = False
+                        flush(now_ms)
+                    if len(out) != n_out and any(
+                        type(e) is Block and e.conn_id == conn_id for e in out[n_out:]
+                    ):
+                        done.blocked = True
+                        more = False
+                        failed = None
+                        break
+                if failed is not None:
+                    raise failed
         except BrokerError as exc:
             done.error = exc
         if released:

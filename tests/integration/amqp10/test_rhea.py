@@ -135,6 +135,11 @@ def test_no_local(broker: BrokerThread) -> None:
     assert got == {"received": ["theirs"], "echoed": ["no-local"]}
 
 
+def test_a_durable_no_local_subscription_by_container_id(broker: BrokerThread) -> None:
+    assert run("no_local_durable", broker) == {"received": ["theirs"]}
+    wait_until(lambda: "rhea-nl.nl-sub" not in queues_of(broker))  # unsubscribed
+
+
 @pytest.mark.parametrize(
     ("mode", "description"),
     [("plain", "Failed to authenticate: 1"), ("nosasl", "anonymous logins are off")],
@@ -158,6 +163,22 @@ def test_broker_xml_switches_anonymous_off(broker_factory: BrokerFactory) -> Non
     </acceptors></core></configuration>"""
     got = run("refused", broker_factory(parse_artemis_xml(xml)), "nosasl")
     assert got["error"]["condition"] == "amqp:unauthorized-access"
+
+
+def test_the_higher_priority_receiver_is_served_first(broker: BrokerThread) -> None:
+    got = run("priority", broker)
+    assert got == {"high": ["m0", "m1", "m2"], "low": ["m3", "m4"]}
+
+
+def test_a_dynamic_target(broker: BrokerThread) -> None:
+    got = run("dynamic_target", broker)
+    assert got["got"] == ["through the link", "to its address"]
+    wait_until(lambda: got["address"] not in queues_of(broker))  # gone with its link
+
+
+def test_the_attach_offers_what_qpid_jms_checks(broker: BrokerThread) -> None:
+    got = run("capabilities", broker)
+    assert got == {"sender": ["DELAYED_DELIVERY"], "receiver": ["SHARED-SUBS"]}
 
 
 def test_a_selector_receiver_takes_turns_with_a_plain_one(broker: BrokerThread) -> None:

@@ -308,7 +308,7 @@ class Amqp091:
         )
         if isinstance(done.error, BrokerError):
             done.error = to_amqp(done.error, *_PUBLISH_IDS)
-        elif failed:
+        elif failed and not done.blocked:  # (blocked: the batch stopped before that message)
             done.error = failed[0]
         return done
 

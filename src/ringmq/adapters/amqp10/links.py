@@ -29,7 +29,10 @@ Addresses resolve through `addresses.py`; an anycast queue that does not exist i
 (durable, as Artemis auto-creates them, so address settings apply), a multicast receiver
 gets a subscription queue bound to `amq.topic`. Permissions are the core's: configure to
 create a queue, write to the exchange a sender publishes to, read on the queue a receiver
-consumes, as RabbitMQ checks them on attach.
+consumes, as RabbitMQ checks them on attach. A dynamic target (a sender's) gets a temporary
+queue as a dynamic source does, deleted when its link detaches. A receiver's consumer
+priority is its attach's `rabbitmq:priority` or `priority` property (RabbitMQ 4, Artemis),
+the consume's `x-priority`.
 """
 
 from __future__ import annotations
@@ -70,6 +73,14 @@ SETTLED: Final = 1
 EXPIRY_NEVER: Final = "never"
 UNSETTLED_STATE: Final = 2
 """terminus-durable `unsettled-state` (Qpid JMS durable subscribers ask for it)."""
+SENDER_CAPABILITIES: Final = ("DELAYED_DELIVERY",)
+"""What the broker's attach offers a peer's sender: scheduled delivery (`x-opt-delivery-time`),
+which Qpid JMS needs offered before it sends a message with a delivery delay."""
+RECEIVER_CAPABILITIES: Final = ("SHARED-SUBS",)
+"""What the broker's attach offers a peer's receiver: shared subscriptions, which Qpid JMS
+needs offered before it attaches a shared consumer."""
+PRIORITY_PROPERTIES: Final = ("rabbitmq:priority", "priority")
+"""A receiver's attach properties that give its consumer priority (RabbitMQ 4, Artemis)."""
 _ACCEPTED: Final = p.Accepted()
 _RELEASED: Final = p.Released()
 
@@ -95,6 +106,8 @@ class InLink:
     exchange: str = ""
     routing_key: str | None = None
     """`node`'s exchange and routing key, read once (None: each message's subject)."""
+    temporary: str | None = None
+    """A dynamic target's temporary queue, deleted with the link."""
 
 
 @dataclass(slots=True)
@@ -131,6 +144,35 @@ class LinkSession:
 def _caps(value: tuple[str, ...] | None) -> tuple[str, ...]:
     # a terminus' capabilities, decoded as a tuple of symbols (None: none)
     return tuple(str(v) for v in value or ())
+
+
+def _priority(properties: Any) -> dict[str, Any]:
+    # A receiver's consumer priority from its attach properties, as the core's consume
+    # arguments (the `x-priority` of an AMQP 0-9-1 basic.consume): RabbitMQ 4 reads
+    # `rabbitmq:priority`, Artemis `priority`; an integer, else the attach is refused.
+    if not isinstance(properties, dict):
+        return {}
+    for name in PRIORITY_PROPERTIES:
+        value = properties.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RefusalError(c.INVALID_FIELD, f"{name} {value!r}: must be an integer")
+        return {"x-priority": int(value)}
+    return {}
+
+
+def _answered(target: Any, address: str) -> Any:
+    # a dynamic target as the broker's attach answers it: with the address of its node
+    return p.Target(
+        address=address,
+        durable=target.durable,
+        expiry_policy=target.expiry_policy,
+        timeout=target.timeout,
+        dynamic=True,
+        dynamic_node_properties=target.dynamic_node_properties,
+        capabilities=target.capabilities,
+    )
 
 
 def _outcome(state: Any) -> SettleKind | None:
@@ -206,10 +248,14 @@ class Links:
             return
         if target is None:
             raise RefusalError(c.INVALID_FIELD, "a sender needs a target")
-        if target.dynamic:
-            raise RefusalError(c.NOT_IMPLEMENTED, "dynamic targets (a sender's temporary node)")
         node: Node | None = None
-        if target.address is not None:
+        temporary = None
+        if target.dynamic:  # a temporary queue, its name the address (Qpid JMS temporary queues)
+            self.broker.publisher.exchange_for(ls.core, "")  # write, before the queue is made
+            temporary = self._temporary_queue(ls.core, now_ms, auto_delete=False)
+            node = Node(Kind.QUEUE, temporary)
+            target = _answered(target, temporary)
+        elif target.address is not None:
             node = self._node(str(target.address), _caps(target.capabilities))
             s = ls.core
             if node.kind is Kind.ANYCAST:
@@ -217,8 +263,10 @@ class Links:
             elif node.kind is Kind.QUEUE:
                 self.broker.topology.queue_for(s, node.name)
             self.broker.publisher.exchange_for(s, node.exchange)
-        self.conn.attach(ev.channel, a, source=a.source, target=target)
-        link = InLink(ev.handle, node)
+        self.conn.attach(
+            ev.channel, a, source=a.source, target=target, offered_capabilities=SENDER_CAPABILITIES
+        )
+        link = InLink(ev.handle, node, temporary=temporary)
         if node is not None:
             link.exchange, link.routing_key = node.exchange, node.routing_key
         ls.ins[ev.handle] = link
@@ -229,17 +277,15 @@ class Links:
             raise RefusalError(c.INVALID_FIELD, "a receiver needs a source")
         browse = source.distribution_mode == "copy"  # a QueueBrowser: leaves them to others
         selector, filters = self._selector(source.filter)
+        arguments = _priority(a.properties)  # refused before any queue is made
         s = ls.core
         b = self.broker
         caps = _caps(source.capabilities)
         delete_on_close = False
         no_local = False  # Artemis applies no-local to a (not shared) multicast subscription
+        owner: str | None = None  # ... keyed by the client's container id
         if source.dynamic:
-            queue = b.topology.declare_queue(
-                s, "", durable=False, exclusive=True, auto_delete=True, arguments=None,
-                now_ms=now_ms,
-            ).name  # fmt: skip
-            address = queue
+            queue = address = self._temporary_queue(s, now_ms, auto_delete=True)
         else:
             if source.address is None:
                 raise RefusalError(c.INVALID_FIELD, "a receiver's source needs an address")
@@ -252,8 +298,13 @@ class Links:
                     queue = node.name
                     self._ensure_queue(s, queue, now_ms)
                 case Kind.MULTICAST:
+                    # a subscription consumes its queue whatever the distribution mode, as on
+                    # Artemis (Qpid JMS durable subscribers ask for `copy`)
+                    browse = False
                     queue, delete_on_close = self._subscription(s, a, source, node, caps, now_ms)
                     no_local = filters.no_local and "shared" not in caps
+                    if "shared" not in caps:
+                        owner = self.container_id or None
                 case Kind.EXCHANGE:
                     raise RefusalError(
                         c.INVALID_FIELD, f"a receiver's source must be a queue, not {address!r}"
@@ -262,8 +313,8 @@ class Links:
         tag = f"amqp10-{ev.handle}-{self._serial}"
         settled = a.snd_settle_mode == SETTLED
         b.delivery.consume(
-            s, queue, tag, no_ack=settled, exclusive=False, arguments={}, now_ms=now_ms,
-            browse=browse, selector=selector, no_local=no_local,
+            s, queue, tag, no_ack=settled, exclusive=False, arguments=arguments,
+            now_ms=now_ms, browse=browse, selector=selector, no_local=no_local, owner=owner,
         )  # fmt: skip
         b.delivery.flow(s, tag, credit=0, drain=False)
         reply = p.Source(
@@ -278,7 +329,9 @@ class Links:
             outcomes=source.outcomes,
             capabilities=source.capabilities,
         )
-        self.conn.attach(ev.channel, a, source=reply, target=a.target)
+        self.conn.attach(
+            ev.channel, a, source=reply, target=a.target, offered_capabilities=RECEIVER_CAPABILITIES
+        )
         link = OutLink(ev.handle, tag, queue, settled, delete_on_close)
         ls.outs[ev.handle] = link
         ls.by_tag[tag] = link
@@ -300,6 +353,15 @@ class Links:
             return resolve(address, caps)
         except AddressError as exc:
             raise RefusalError(c.INVALID_FIELD, str(exc)) from None
+
+    def _temporary_queue(self, s: Session, now_ms: int, *, auto_delete: bool) -> str:
+        # A dynamic node: a temporary queue of this connection (exclusive), named by the
+        # broker; a dynamic source's goes with its consumer (auto-delete), a dynamic target's
+        # is deleted with its link (`detached`).
+        return self.broker.topology.declare_queue(
+            s, "", durable=False, exclusive=True, auto_delete=auto_delete, arguments=None,
+            now_ms=now_ms,
+        ).name  # fmt: skip
 
     def _ensure_queue(self, s: Session, name: str, now_ms: int) -> None:
         # Artemis auto-create-queues: an anycast address without its queue gets one (durable,
@@ -342,7 +404,10 @@ class Links:
         ls = self.sessions.get(channel)
         if ls is None:
             return
-        if ls.ins.pop(handle, None) is not None:
+        sender = ls.ins.pop(handle, None)
+        if sender is not None:
+            if sender.temporary is not None:  # a dynamic target's queue goes with its link
+                self.broker.topology.delete_named(ls.core, sender.temporary, now_ms)
             return
         link = ls.outs.pop(handle, None)
         if link is None:

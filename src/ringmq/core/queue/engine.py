@@ -78,6 +78,7 @@ from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.deadletters import DeadLetters
 from ringmq.core.queue.expiry import Expiry
+from ringmq.core.queue.ingest import QueueIngest
 from ringmq.core.queue.lanes import ACQUIRED, GONE, READY, Entry, new_entry
 from ringmq.core.queue.limits import PAGEABLE_ACTIONS, FastBounds, FastPaths
 from ringmq.core.queue.overflow import Overflow
@@ -109,7 +110,7 @@ _DROPPED: Final = PublishOutcome.DROPPED
 new_delivery: Final = object.__new__
 
 
-class Queue(QueueViews, QueueRecovery):
+class Queue(QueueViews, QueueRecovery, QueueIngest):
     """One queue's engine. See the module docstring for the theory of operation."""
 
     def __init__(

@@ -171,6 +171,30 @@ class PagedTail:
             self._stored += len(buf)
             self._buf = []
 
+    def push_run(self, items: list[Spilled]) -> None:
+        """`push` for many new messages (`(seq, message, None)` in seq order) while the spill
+        is non-empty: they go behind everything spilled, handed to the store together."""
+        if not items:
+            return
+        nbytes = 0
+        for item in items:
+            nbytes += len(item[1].body)
+        n = len(items)
+        c = self._counters
+        c.paged += n
+        c.paged_bytes += nbytes
+        c.added += n
+        self.spilled += n
+        self.spilled_bytes += nbytes
+        buf = self._buf
+        buf += items
+        if len(buf) >= SPILL_BATCH:
+            spill = self.spill
+            assert spill is not None
+            spill.push_back(buf)
+            self._stored += len(buf)
+            self._buf = []
+
     def refill(self, tail: deque[Entry], max_count: int, max_bytes: int) -> int:
         """Page the oldest spilled messages back into `tail` (store first, then the buffer);
         returns how many."""

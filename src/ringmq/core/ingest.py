@@ -1,0 +1,114 @@
+"""Bulk ingest: a run of publishes that all go to the same place, routed and enqueued once.
+
+Theory of operation
+-------------------
+`Publisher.publish_batch` (the streams API's bulk publish, a Spark sink's write) hands runs of
+its messages to `ingest_run`, which is the publish pipeline (`core/publish.py`) done for many
+messages at once where nothing in the run can make one message's path differ from another's.
+A guard in front decides; when it says no, the caller publishes the run one message at a time
+through the per-message pipeline, so every rule (routing, alternate exchanges, limits, flow,
+durability, confirms) has exactly one implementation and the bulk step only skips repeating
+it. The guard takes a run when:
+
+* the session is not blocked by a resource alarm (an alarm blocks per publish);
+* every message has the same routing key, no headers (so no CC/BCC, scheduling, LVQ key or
+  delay header) and no expiration, and the exchange is not a delayed one nor the reply-to
+  address: routing is then `VHost.route(exchange, key)` alone, done once for the run;
+* that routing reaches exactly one queue (none: unroutable or an alternate exchange; several:
+  per-queue outcomes differ), with no limit, no LVQ key, no priorities, no browsing consumers,
+  no fetching consumer (publisher flow is a per-publish decision) and no no-local consumer
+  (whether the queue takes a message depends on its connection), which takes runs
+  (`Queue.takes_runs`: a plain queue already paging its new messages);
+* no message is persistent while the queue is durable (journaling records each message's
+  seq as it is enqueued: those go through the per-message step).
+
+Then, per message: the confirm seq and the de-duplication window's verdict
+(`PublishDedup.admit_run`: the windows and journal calls of `admit`, which the per-message
+routing makes, in the same order); once for the run: the
+admitted messages into the queue (`Queue.publish_run`), the queue marked dirty, the
+`published` count. Every admitted message is enqueued (the queue has no limit) and none is
+stored, so every confirm is released at once (a duplicate is confirmed like an accepted
+message, as the per-message path does).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from ringmq.core.delivery import REPLY_TO_PREFIX
+from ringmq.core.exchange import Exchange
+from ringmq.core.message import Message
+from ringmq.core.routing import ExchangeType
+from ringmq.core.session import ChannelMode, Session
+from ringmq.core.vhost import VHost
+
+if TYPE_CHECKING:
+    from ringmq.core.publish import Publisher
+
+INGEST_RUN: Final = 256
+"""Messages `Publisher.publish_batch` offers `ingest_run` at a time."""
+
+_DELAYED: Final = ExchangeType.DELAYED
+_CONFIRM: Final = ChannelMode.CONFIRM
+_TX: Final = ChannelMode.TX
+
+
+def ingest_run(
+    pub: Publisher,
+    s: Session,
+    vh: VHost,
+    x: Exchange,
+    msgs: Sequence[Message],
+    now_ms: int,
+    released: list[int],
+) -> bool:
+    """Publish `msgs` on `s` to `x` in one step if the guard allows it (module docstring).
+
+    Returns False, having done nothing, when the run must go one message at a time; True
+    when every message was published (their confirm seqs, if any, appended to `released`).
+    """
+    if not msgs or pub.resources.alarms_on or x.type is _DELAYED or s.mode is _TX:
+        return False
+    rk = msgs[0].routing_key
+    if not x.name and rk.startswith(REPLY_TO_PREFIX):
+        return False
+    queues = vh.route(x, rk, None)
+    if len(queues) != 1:
+        return False
+    q = queues[0]
+    st = q.settings
+    engine = q.queue
+    if (
+        st.limit is not None
+        or st.lvq_key is not None
+        or st.non_destructive
+        or st.max_priority
+        or q.consumers.fetchers
+        or q.no_local is not None
+        or not engine.takes_runs
+    ):
+        return False
+    durable = q.durable
+    for m in msgs:
+        if (
+            m.routing_key != rk
+            or m.headers is not None
+            or m.expiration_ms is not None
+            or (durable and m.persistent)
+        ):
+            return False
+    n = len(msgs)
+    state = pub.state
+    state.stats["published"] += n
+    s.counts.received += n
+    if s.mode is _CONFIRM:
+        released.extend(s.next_publish_seq() for _ in range(n))
+    ok = state.dedup.admit_run(vh.name, x, q, [m.message_id for m in msgs], now_ms)
+    taken = [m for m, keep in zip(msgs, ok, strict=True) if keep]
+    if taken:
+        engine.publish_run(taken, now_ms)
+        state.dirty[id(q)] = q
+    return True
