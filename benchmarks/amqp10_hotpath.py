@@ -33,7 +33,7 @@ from ringmq.adapters.handler import HandlerContext, HandlerLimits, Peer, make_lo
 from ringmq.amqp10 import performatives as p
 from ringmq.amqp10.frames import AMQP_HEADER, SASL_HEADER, encode_body_frame, encode_frame
 from ringmq.amqp10.hotpath import ACCEPTED_BYTES, disposition_body, encode_transfer, flow_body
-from ringmq.amqp10.sections import encode_section
+from ringmq.amqp10.sections import Header, encode_section
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
 from ringmq.core.throttle import LoginGuard
@@ -64,10 +64,12 @@ def _handler(broker: Broker, conn_id: int) -> Amqp10Handler:
     return h
 
 
-def _transfers(first: int, n: int, size: int) -> bytes:
+def _transfers(first: int, n: int, size: int, settled: bool = True, durable: bool = False) -> bytes:
     payload = encode_section(_DATA, b"x" * size)
+    if durable:
+        payload = Header(durable=True).encode() + payload
     return b"".join(
-        encode_body_frame(0, encode_transfer(0, i, i.to_bytes(4, "big"), 0, True), payload)
+        encode_body_frame(0, encode_transfer(0, i, i.to_bytes(4, "big"), 0, settled), payload)
         for i in range(first, first + n)
     )
 
@@ -79,7 +81,14 @@ def _settle_and_flow(first: int, last: int) -> bytes:
     return encode_body_frame(0, d) + encode_body_frame(0, f)
 
 
-def run_once(messages: int, size: int, batch: int, ack_every: int) -> float:
+def run_once(
+    messages: int,
+    size: int,
+    batch: int,
+    ack_every: int,
+    unsettled: bool = False,
+    durable: bool = False,
+) -> float:
     """One run on a fresh broker; returns CPU microseconds per message."""
     broker = Broker()
     producer, consumer = _handler(broker, 1), _handler(broker, 2)
@@ -103,7 +112,7 @@ def run_once(messages: int, size: int, batch: int, ack_every: int) -> float:
     route(consumer.receive_data(encode_frame(0, attach_out) + encode_frame(0, flow), 1))
     producer.data_to_send()
     consumer.data_to_send()
-    frames = [_transfers(i, batch, size) for i in range(0, messages, batch)]
+    frames = [_transfers(i, batch, size, not unsettled, durable) for i in range(0, messages, batch)]
     stats = broker.stats
     acked = 0
     start = time.process_time()
@@ -136,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ack-every", type=int, default=250)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", help="write a cProfile of one extra run here")
+    ap.add_argument(
+        "--unsettled", action="store_true", help="unsettled transfers (the broker settles them)"
+    )
+    ap.add_argument("--durable", action="store_true", help="a header with durable=true")
     args = ap.parse_args(argv)
-    run: Any = (args.messages, args.size, args.batch, args.ack_every)
+    run: Any = (args.messages, args.size, args.batch, args.ack_every, args.unsettled, args.durable)
     results = [run_once(*run) for _ in range(args.rounds)]
     print(
         f"amqp10 hotpath: {args.messages} x {args.size} B, batch {args.batch}, "

@@ -236,6 +236,7 @@ async def _produce(target: Target, sc: Scenario, queue: str) -> dict[str, Any]:
         await s.until(lambda ft, code: code == w.FLOW, sc.timeout_s)
     body = b"x" * sc.body_size
     payload = w.message_payload(body, durable=sc.durable)
+    template = w.TransferTemplate(0, payload, settled=settled)
     start = time.monotonic_ns()
     sent = 0
     next_outgoing = 0
@@ -266,7 +267,9 @@ async def _produce(target: Target, sc: Scenario, queue: str) -> dict[str, Any]:
             if delay > 0.001:
                 await asyncio.sleep(delay)
             payload = w.message_payload(struct.pack(">Q", time.monotonic_ns()) + body[8:])
-        s.w.write(b"".join(w.transfer(0, sent + i, payload, settled=settled) for i in range(n)))
+            s.w.write(w.transfer(0, sent, payload, settled=settled))
+        else:
+            s.w.write(template.frames(sent, n))
         sent += n
         next_outgoing += n
         s.link_credit -= n

@@ -18,7 +18,10 @@ capability), begin and end, the peer's detach, empty frames for the peer's idle 
 needs the broker comes out as `events` (`Authenticate`, `LinkAttaching`, `MessageReceived`,
 `CreditGranted`, `Settled`...), and the broker's answers come in as calls (`sasl_outcome`,
 `attach` / `refuse_attach`, `send_transfer`, `settle`, `drained`, `detach`, `end`, `close`).
-Sessions and links live in `session.py`.
+Sessions and links live in `session.py`. With `message_runs` (the broker's handler sets it),
+whole-message transfers are read in place first (`transfers.take`, the receiving fast path)
+and come out as one `MessagesReceived` per run of them on a link; whatever it does not
+recognise goes through the general path frame by frame.
 
 Negotiated limits: frames the broker sends are at most the peer's max-frame-size; the peer's
 frames at most the broker's (the frame reader enforces it: framing error); channels above the
@@ -57,6 +60,7 @@ from ringmq.amqp10.events import (
 from ringmq.amqp10.frames import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER
 from ringmq.amqp10.performatives import MIN_MAX_FRAME_SIZE
 from ringmq.amqp10.session import Link, Session
+from ringmq.amqp10.transfers import take
 from ringmq.amqp10.types import DecodeError
 
 log = logging.getLogger(__name__)
@@ -117,8 +121,12 @@ class Connection:
         handle_max: int = 1023,
         mechanisms: tuple[str, ...] = ("PLAIN", "ANONYMOUS"),
         properties: dict[Any, Any] | None = None,
+        message_runs: bool = False,
     ) -> None:
         self.container_id = container_id
+        self.message_runs = message_runs
+        """Whole-message transfers come as `MessagesReceived` runs (`transfers.take`, the
+        receiving fast path), not one `MessageReceived` each."""
         self.max_frame_size = max(max_frame_size, MIN_MAX_FRAME_SIZE)
         self.channel_max = channel_max
         self.idle_timeout_ms = idle_timeout_ms
@@ -137,6 +145,8 @@ class Connection:
         """A `LinkAttaching` waits for `attach` / `refuse_attach`: frames after it wait too
         (they may name the link); `receive_data(b"")` goes on once it is answered."""
         self._out: list[bytes] = []
+        self._emit = self._out.append
+        """Queue frames already encoded (bound once: the per-transfer call is C's)."""
         self._rx = False
         self._tx = False
         self._last_rx = -1
@@ -167,9 +177,10 @@ class Connection:
         out = self._out
         if not out:
             return b""
-        self._out = []
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()  # the same list: the sessions hold its append (`_emit`)
         self._tx = True
-        return out[0] if len(out) == 1 else b"".join(out)
+        return data
 
     # ------------------------------------------------------------------ input
     def receive_data(self, data: bytes, events: list[Event] | None = None) -> list[Event]:
@@ -195,6 +206,13 @@ class Connection:
         reader = self._reader
         reader.feed(data)
         while self.state not in _PAUSED and not self.answer_pending:
+            if self.state is _S.OPENED and self.message_runs:  # whole messages, in place
+                unread = reader.unread()
+                if unread is not None:
+                    buf, pos = unread
+                    end = take(self.sessions, buf, pos, reader.max_frame_size, events)
+                    if end != pos:
+                        reader.advance(end)
             frame = reader.next_frame()
             if frame is None:
                 return
@@ -358,7 +376,7 @@ class Connection:
             self._emit,
             handle_max=handle_max,
             max_message_size=self.max_message_size,
-            frame_max=self._frame_max,
+            frame_max=self._frame_max(),
         )
         self.sessions[channel] = s
         self._send(channel, s.begin_reply(), b"")
@@ -470,9 +488,6 @@ class Connection:
                 s.set_paused(paused)
 
     # ------------------------------------------------------------------ output and time
-    def _emit(self, data: bytes) -> None:
-        self._out.append(data)
-
     def _send(self, channel: int, performative: Any, payload: bytes) -> int:
         data = f.encode_frame(channel, performative, payload)
         self._out.append(data)

@@ -89,6 +89,20 @@ class MessageReceived:
     message_format: int
 
 
+@dataclass(slots=True)
+class MessagesReceived:
+    """Whole messages of one transfer frame each on a link the broker receives on, in order:
+    delivery ids `first_id`, `first_id + 1`, ..., all pre-settled (`settled`) or all not, no
+    delivery state, message-format 0 (`transfers.take`: one event per run, not per message;
+    treat it as immutable). The same messages as that many `MessageReceived`."""
+
+    channel: int
+    handle: int
+    first_id: int
+    settled: bool
+    payloads: list[bytes]
+
+
 @dataclass(frozen=True, slots=True)
 class CreditGranted:
     """The peer's flow on a link the broker sends on: `credit` is how many more transfers it
@@ -120,6 +134,7 @@ Event = (
     | LinkAttaching
     | LinkDetached
     | MessageReceived
+    | MessagesReceived
     | CreditGranted
     | Settled
 )

@@ -129,6 +129,18 @@ class FrameReader:
             self._parts = []
             self._parts_len = 0
 
+    def unread(self) -> tuple[bytes, int] | None:
+        """The buffered bytes and the position of the next frame in them, for a reader of
+        whole frames in place (`transfers.take`); None while a protocol header is expected
+        or received parts wait to be joined. `advance` says how far it read."""
+        if self._parts or self._want_header:
+            return None
+        return self._buf, self._pos
+
+    def advance(self, pos: int) -> None:
+        """Whole frames up to `pos` of `unread`'s bytes were read in place."""
+        self._pos = pos
+
     def next_frame(self) -> ProtocolHeader | Frame | None:
         """The next protocol header or frame, None when more bytes are needed.
 

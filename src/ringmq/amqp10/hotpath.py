@@ -105,17 +105,17 @@ def transfer_frame(
     encode_transfer(handle, delivery_id, delivery_tag, 0, settled), payload)`` where ``head``
     is ``transfer_frame_head(channel, handle)``, for a ``delivery_id`` of 256 or more (the
     4-byte uint form) and an 8-byte ``delivery_tag``; the caller guards both."""
+    return transfer_frame_start(head, delivery_id, delivery_tag, settled, len(payload)) + payload
+
+
+def transfer_frame_start(
+    head: bytes, delivery_id: int, delivery_tag: bytes, settled: bool, payload_size: int
+) -> bytes:
+    """`transfer_frame`'s bytes before the payload (of ``payload_size`` bytes), for a writer
+    that queues the payload's parts as they are."""
     frame = _TRANSFER_FRAMES[len(head)]
-    return (
-        frame.pack(
-            frame.size + len(payload),
-            head,
-            delivery_id,
-            _TAG8,
-            delivery_tag,
-            _FORMAT_SETTLED[settled],
-        )
-        + payload
+    return frame.pack(
+        frame.size + payload_size, head, delivery_id, _TAG8, delivery_tag, _FORMAT_SETTLED[settled]
     )
 
 

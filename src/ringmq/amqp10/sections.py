@@ -22,6 +22,7 @@ section. No I/O, no clock, nothing of ringmq outside this package.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -119,6 +120,10 @@ class Message10:
 _NO_PROPERTIES: Final = Properties()
 _HEADERS: Final[dict[bytes, Composite]] = {}
 _HEADERS_MAX: Final = 256
+_HEADER_LIST8: Final = b"\x00\x53\x70\xc0"
+_DATA8: Final = b"\x00\x53\x75\xa0"
+_DATA32: Final = b"\x00\x53\x75\xb0"
+_U32: Final = struct.Struct(">I")
 """Decoded header sections by their encoding (immutable, so shared); cleared when full."""
 
 
@@ -170,6 +175,37 @@ def _map(value: Any, what: str) -> dict[Any, Any] | None:
     raise DecodeError(f"{what}: a map expected, got {type(value).__name__}")
 
 
+def usual_form(payload: Buffer) -> tuple[Any, int] | None:
+    """The usual publish: an optional header in the form publishers repeat (one already met,
+    so decoded once), then one data section and nothing else; as (the header or None, where
+    the data section starts), read at once. None for any other form: `scan` reads it."""
+    if type(payload) is not bytes:
+        return None
+    n = len(payload)
+    off = 0
+    header: Any = None
+    if payload.startswith(_HEADER_LIST8) and n > 4:
+        off = 5 + payload[4]
+        header = _HEADERS.get(payload[3:off])
+        if header is None:
+            return None
+    if payload.startswith(_DATA8, off):
+        if n > off + 4 and payload[off + 4] + off + 5 == n:
+            return header, off
+    elif (
+        payload.startswith(_DATA32, off)
+        and n >= off + 8
+        and _U32.unpack_from(payload, off + 4)[0] + off + 8 == n
+    ):
+        return header, off
+    return None
+
+
+def _data_span(payload: Buffer, off: int) -> tuple[int, int]:
+    # the binary of the data section at `off` (of `usual_form`)
+    return (off + 5 if payload[off + 3] == 0xA0 else off + 8), len(payload)
+
+
 def scan(payload: Buffer) -> Scan:
     """Read the sections a broker needs from ``payload`` (see the module docstring).
 
@@ -177,15 +213,10 @@ def scan(payload: Buffer) -> Scan:
         DecodeError: anything but well-ordered sections, or a malformed one.
     """
     n = len(payload)
-    if (
-        n > 4
-        and payload[4] + 5 == n
-        and payload[3] == 0xA0
-        and payload[2] == DATA
-        and payload[1] == 0x53
-        and payload[0] == 0
-    ):  # a bare message of one short data section: what the loop finds, read at once
-        return Scan(None, None, None, None, 0, 0, 0, n, (5, n))
+    usual = usual_form(payload)
+    if usual is not None:  # what the loop finds, read at once
+        head, off = usual
+        return Scan(head, None, None, None, off, off, off, n, _data_span(payload, off))
     header: Any = None
     props: Any = None
     ma = ap = None

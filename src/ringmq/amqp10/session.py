@@ -35,7 +35,7 @@ from ringmq.amqp10 import conditions as c
 from ringmq.amqp10 import performatives as p
 from ringmq.amqp10.events import CreditGranted, Event, MessageReceived, Settled
 from ringmq.amqp10.frames import encode_body_frame, encode_transfer_frames
-from ringmq.amqp10.hotpath import TRANSFER_FRAME_SIZE, transfer_frame, transfer_frame_head
+from ringmq.amqp10.hotpath import TRANSFER_FRAME_SIZE, transfer_frame_head, transfer_frame_start
 from ringmq.amqp10.performatives import ROLE_RECEIVER, ROLE_SENDER, encode_disposition
 
 Send = Callable[[int, Any, bytes], int]
@@ -47,6 +47,8 @@ WINDOW: Final = 1 << 16
 """The incoming window the broker offers (transfer frames); reopened when half is used."""
 RECEIVE_CREDIT: Final = 1000
 """Link credit the broker grants a sending peer (topped up once half is spent)."""
+HALF_WINDOW: Final = WINDOW // 2
+HALF_CREDIT: Final = RECEIVE_CREDIT // 2
 
 
 @dataclass(slots=True)
@@ -89,7 +91,7 @@ class Session:
         *,
         handle_max: int,
         max_message_size: int,
-        frame_max: Callable[[], int],
+        frame_max: int,
     ) -> None:
         self.channel = channel
         self.send = send
@@ -97,6 +99,7 @@ class Session:
         self.handle_max = handle_max
         self.max_message_size = max_message_size
         self.frame_max = frame_max
+        """The largest frame the broker sends (the peer's max-frame-size, capped)."""
         self.links: dict[int, Link] = {}
         self.next_incoming_id = int(begin.next_outgoing_id)
         self.incoming_left = WINDOW
@@ -321,10 +324,16 @@ class Session:
             )
         else:
             self._assemble(link, t, payload, out)
-        if left < WINDOW // 2:
+        if left < HALF_WINDOW or link.credit < HALF_CREDIT:
+            self.top_up(link)
+
+    def top_up(self, link: Link) -> None:
+        """After a transfer on `link`: widen the incoming window again once half is used, and
+        top the link's credit up once half is spent (unless the publisher is paused)."""
+        if self.incoming_left < HALF_WINDOW:
             self.incoming_left = WINDOW
             self.send(self.channel, self._flow(), b"")
-        if link.credit < RECEIVE_CREDIT // 2 and not link.paused:
+        if link.credit < HALF_CREDIT and not link.paused:
             link.credit = RECEIVE_CREDIT
             self.send(self.channel, self._flow(link), b"")
 
@@ -385,28 +394,44 @@ class Session:
         link.size = 0
 
     # ------------------------------------------------------------------ transfers out
-    def send_transfer(self, handle: int, tag: bytes, payload: bytes, settled: bool) -> int:
-        """Send a message on link `handle` (split to the peer's frame size); return its
-        delivery id. The link's credit is spent; frames beyond the peer's incoming window
-        wait for its flow."""
+    def send_transfer(
+        self, handle: int, tag: bytes, payload: bytes, settled: bool, body: bytes = b""
+    ) -> int:
+        """Send a message, ``payload + body``, on link `handle` (split to the peer's frame
+        size); return its delivery id. The link's credit is spent; frames beyond the peer's
+        incoming window wait for its flow. (The message in two parts: a single frame queues
+        them as they are, without joining them.)"""
         link = self.links[handle]
         did = self.next_delivery_id
         self.next_delivery_id = (did + 1) % SERIAL
         link.delivery_count = (link.delivery_count + 1) % SERIAL
         link.credit -= 1
-        frame_max = self.frame_max()
+        frame_max = self.frame_max
         head = link.transfer_head
         if head == b"":
             head = link.transfer_head = transfer_frame_head(self.channel, handle)
+        size = len(payload) + len(body)
         if (
             head is not None
             and did >= 256
             and len(tag) == 8
-            and len(payload) + TRANSFER_FRAME_SIZE <= frame_max
+            and size + TRANSFER_FRAME_SIZE <= frame_max
         ):  # the common case: one frame from the link's pre-encoded head
-            data = transfer_frame(head, did, tag, settled, payload)
+            start = transfer_frame_start(head, did, tag, settled, size)
+            if self.remote_incoming >= 1 and not self.pending:
+                self.remote_incoming -= 1
+                self.next_outgoing_id = (self.next_outgoing_id + 1) % SERIAL
+                emit = self.emit
+                emit(start)
+                emit(payload)
+                if body:
+                    emit(body)
+                return did
+            data = start + payload + body
             frames = 1
         else:
+            if body:
+                payload += body
             data = encode_transfer_frames(
                 self.channel, handle, did, tag, payload, settled=settled, max_frame_size=frame_max
             )

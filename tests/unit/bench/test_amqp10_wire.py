@@ -103,3 +103,14 @@ def test_frames_split_whole_byte_by_byte_and_after_a_protocol_header() -> None:
     r = w.FrameReader()
     assert whole == [f for i in range(len(stream)) for f in r.feed(stream[i : i + 1])]
     assert [t for t, _c, _b in whole] == [-1, 0, 0, 0]
+
+
+def test_a_transfer_template_makes_the_frames_transfer_makes() -> None:
+    for settled in (False, True):
+        payload = w.message_payload(b"x" * 300, durable=not settled)
+        template = w.TransferTemplate(0, payload, settled=settled)
+        for first in (0, 255, 2**32 - 5):
+            want = b"".join(
+                w.transfer(0, d, payload, settled=settled) for d in range(first, first + 3)
+            )
+            assert template.frames(first, 3) == want

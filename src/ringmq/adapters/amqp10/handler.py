@@ -45,7 +45,8 @@ from ringmq.core.errors import BrokerError, Condition
 log = logging.getLogger(__name__)
 
 PROTOCOL: Final = "AMQP 1.0"
-_MESSAGE: Final = ev.MessageReceived
+_MESSAGES: Final = (ev.MessagesReceived, ev.MessageReceived)
+"""The events that publish (a tuple: its `in` tests by identity first)."""
 DEFAULT_VHOST: Final = "/"
 
 
@@ -77,6 +78,7 @@ class Amqp10Handler:
             idle_timeout_ms=limits.heartbeat_s * 1000,
             max_message_size=limits.max_message_size,
             properties={"product": "ringmq"},
+            message_runs=True,
         )
         self.links = Links(self.broker, self.conn, self.conn_id)
         self.user = ""
@@ -107,9 +109,9 @@ class Amqp10Handler:
                 e = events[i]
                 i += 1
                 try:
-                    if type(e) is _MESSAGE:  # a run of messages: one core call
+                    if type(e) in _MESSAGES:  # a run of messages: one core call
                         j = i
-                        while j < len(events) and type(events[j]) is _MESSAGE:
+                        while j < len(events) and type(events[j]) in _MESSAGES:
                             j += 1
                         self._messages(events[i - 1 : j], now_ms, out)
                         i = j
@@ -213,15 +215,10 @@ class Amqp10Handler:
 
     def apply(self, effect: Effect) -> None:
         links = self.links
+        if type(effect) is Deliver:  # one per message: no pattern matching on the way
+            links.deliver(effect)
+            return
         match effect:
-            case Deliver():
-                links.deliver(
-                    effect.channel,
-                    effect.consumer_tag,
-                    effect.delivery_tag,
-                    effect.redelivered,
-                    effect.message,
-                )
             case Confirm():
                 links.confirmed(
                     effect.channel, effect.seq, effect.multiple, effect.ok, effect.reason

@@ -45,11 +45,13 @@ from ringmq.adapters.amqp10 import message as m10
 from ringmq.adapters.amqp10.addresses import TOPIC_EXCHANGE, AddressError, Kind, Node, resolve
 from ringmq.adapters.amqp10.errors import REFUSAL_TEXTS, REFUSALS, condition_of
 from ringmq.adapters.amqp10.filters import FilterError, SourceFilters, source_filters
+from ringmq.adapters.amqp10.runs import publish_run
 from ringmq.adapters.amqp10.transactions import Coordinator
 from ringmq.amqp10 import conditions as c
 from ringmq.amqp10 import performatives as p
 from ringmq.amqp10 import sections
 from ringmq.amqp10.connection import error
+from ringmq.amqp10.events import MessagesReceived
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from ringmq.amqp10.connection import Connection
     from ringmq.amqp10.events import CreditGranted, LinkAttaching, MessageReceived, Settled
     from ringmq.core.broker import Broker
+    from ringmq.core.effects import Deliver
 
 CONFIRM_CHANNEL_BASE: Final = 1 << 16
 """Core session numbers of the confirm-mode twin of each session (above every ushort)."""
@@ -431,11 +434,15 @@ class Links:
                 b.topology.delete_named(s, name, now_ms)
 
     # ------------------------------------------------------------------ publish
-    def messages(self, batch: list[MessageReceived], now_ms: int) -> None:
-        """Publish the messages of one read, in order (`message` each)."""
+    def messages(self, batch: list[MessageReceived | MessagesReceived], now_ms: int) -> None:
+        """Publish the messages of one read, in order (`message` each; a run of them:
+        `runs.publish_run`)."""
         message = self.message
         for ev in batch:
-            message(ev, now_ms)
+            if type(ev) is MessagesReceived:
+                publish_run(self, ev, now_ms)
+            else:
+                message(ev, now_ms)  # type: ignore[arg-type]
 
     def message(self, ev: MessageReceived, now_ms: int) -> None:
         """Publish a message the peer sent; its outcome comes with the confirm (or now)."""
@@ -496,9 +503,15 @@ class Links:
         ls.confirms[seq] = ev.delivery_id
 
     def _refused(self, ev: MessageReceived, condition: str, description: str) -> None:
-        if not ev.settled:
+        self.refuse(ev.channel, ev.delivery_id, ev.settled, condition, description)
+
+    def refuse(
+        self, channel: int, delivery_id: int, settled: bool, condition: str, description: str
+    ) -> None:
+        """A publish refused: an unsettled one is settled `rejected` with the condition."""
+        if not settled:
             rejected = p.Rejected(error=error(condition, description))
-            self.conn.settle(ev.channel, ev.delivery_id, ev.delivery_id, rejected)
+            self.conn.settle(channel, delivery_id, delivery_id, rejected)
 
     def confirmed(
         self, channel: int, seq: int, multiple: bool, ok: bool, reason: str | None
@@ -544,24 +557,31 @@ class Links:
             conn.settle(channel, run_first, run_last, run_state)
 
     # ------------------------------------------------------------------ deliveries
-    def deliver(
-        self, channel: int, tag: str, delivery_tag: int, redelivered: bool, msg: Any
-    ) -> None:
+    def deliver(self, d: Deliver) -> None:
         """Send a core delivery on its link."""
+        channel = d.channel
         ls = self.sessions.get(channel)
         if ls is None:
             return
-        link = ls.by_tag.get(tag)
+        link = ls.by_tag.get(d.consumer_tag)
         if link is None:
             return
-        payload = m10.payload_for_amqp10(
-            msg, first_acquirer=not redelivered, delivery_count=1 if redelivered else 0
+        msg = d.message
+        redelivered = d.redelivered
+        if msg.form == m10.FORM_AMQP10 and not redelivered:  # the sections as received
+            payload, body = msg.properties_bin, msg.body
+        else:
+            payload = m10.payload_for_amqp10(
+                msg, first_acquirer=not redelivered, delivery_count=1 if redelivered else 0
+            )
+            body = b""
+        tag = d.delivery_tag
+        settled = link.settled
+        did = self.conn.sessions[channel].send_transfer(
+            link.handle, tag.to_bytes(8, "big"), payload, settled, body
         )
-        did = self.conn.send_transfer(
-            channel, link.handle, delivery_tag.to_bytes(8, "big"), payload, link.settled
-        )
-        if not link.settled:
-            ls.unsettled[did] = (delivery_tag, link)
+        if not settled:
+            ls.unsettled[did] = (tag, link)
 
     def credit(self, ev: CreditGranted) -> None:
         """The peer's flow on a consumer link: the core consumer's credit."""

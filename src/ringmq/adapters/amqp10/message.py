@@ -52,7 +52,7 @@ from ringmq.adapters.amqp10.convert import (
 from ringmq.amqp10 import sections as sec
 from ringmq.amqp10.codec import decode, skip
 from ringmq.amqp10.composite import from_fields
-from ringmq.amqp10.sections import Header, Scan, scan
+from ringmq.amqp10.sections import Header, Scan, scan, usual_form
 from ringmq.amqp10.types import DecodeError, Int, Symbol, Timestamp
 from ringmq.core.message import (
     FORM_AMQP091,
@@ -66,6 +66,8 @@ FORM_AMQP10: Final = 1
 """AMQP 1.0: the encoded sections before the body, and the body sections (module docstring)."""
 
 _HEADER_PREFIX: Final = b"\x00\x53\x70"
+_SHORT_DATA: Final = b"\x00\x53\x75\xa0"
+"""A data section (smallulong descriptor) holding a vbin8."""
 _DELAY_MAX_MS: Final = 2**62
 """The longest x-opt-delivery-delay taken as it is (146 million years); longer is this."""
 _INT_MIN: Final = -(2**31)
@@ -80,6 +82,21 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
     """
     if type(payload) is not bytes:
         payload = bytes(payload)
+    n = len(payload)
+    if n > 4 and payload[4] + 5 == n and payload.startswith(_SHORT_DATA):
+        # one short data section, the commonest form (`usual_form` says so too, a call later)
+        return Message(exchange, routing_key, b"", payload, None, 0, None, False, None, now_ms,
+                       0, FORM_AMQP10)  # fmt: skip
+    usual = usual_form(payload)
+    if usual is not None:  # an optional header, one data section: read at once
+        h, start = usual
+        if h is None:  # nothing before the body, nothing the core reads
+            return Message(exchange, routing_key, b"", payload, None, 0, None, False, None,
+                           now_ms, 0, FORM_AMQP10)  # fmt: skip
+        if not h.first_acquirer and not h.delivery_count:
+            persistent, priority, ttl = _header_fields(h)
+            return Message(exchange, routing_key, payload[:start], payload[start:], None,
+                           priority, ttl, persistent, None, now_ms, 0, FORM_AMQP10)  # fmt: skip
     sc = scan(payload)
     h = sc.header
     if h is not None and (
@@ -91,14 +108,10 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
         pb = payload[: sc.header_end] + payload[sc.annotations_start : sc.body_start]
     else:
         pb = payload[: sc.body_start]
-    msg = Message(
-        exchange, routing_key, pb, payload[sc.body_start :], timestamp_ms=now_ms, form=FORM_AMQP10
-    )
+    msg = Message(exchange, routing_key, pb, payload[sc.body_start :], None, 0, None, False, None,
+                  now_ms, 0, FORM_AMQP10)  # fmt: skip
     if h is not None:
-        msg.persistent = bool(h.durable)
-        msg.priority = int(h.priority or 0)
-        if h.ttl is not None:
-            msg.expiration_ms = int(h.ttl)
+        msg.persistent, msg.priority, msg.expiration_ms = _header_fields(h)
     p = sc.properties
     if p is not None:
         if p.message_id is not None:
@@ -112,6 +125,12 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
     if ma or ap:
         msg.headers = neutral_headers(ma, ap)
     return msg
+
+
+def _header_fields(h: Header) -> tuple[bool, int, int | None]:
+    # the neutral fields of a 1.0 header (docs/dev/messages.md §2): persistent, priority,
+    # expiration_ms
+    return bool(h.durable), int(h.priority or 0), (None if h.ttl is None else int(h.ttl))
 
 
 def neutral_headers(ma: dict[Any, Any] | None, ap: dict[Any, Any] | None) -> dict[str, Any] | None:
