@@ -139,7 +139,7 @@ class Amqp10Handler:
                 if self._opened:
                     links.session_begun(e.channel, now_ms)
             case ev.SessionEnded():
-                for channel in links.session_ended(e.channel):
+                for channel in links.session_ended(e.channel, now_ms):
                     if self._opened:
                         out += self.broker.channel_closed(self.conn_id, channel, now_ms)
             case ev.Authenticate():

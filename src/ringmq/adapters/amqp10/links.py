@@ -25,26 +25,20 @@ per session (`LinkSession`):
   consumer; a dynamic node's temporary queue goes with it (exclusive, auto-delete) and a
   durable subscription's queue when the peer closes the link (unsubscribe).
 
-Addresses resolve through `addresses.py`; an anycast queue that does not exist is created
-(durable, as Artemis auto-creates them, so address settings apply), a multicast receiver
-gets a subscription queue bound to `amq.topic`. Permissions are the core's: configure to
-create a queue, write to the exchange a sender publishes to, read on the queue a receiver
-consumes, as RabbitMQ checks them on attach. A dynamic target (a sender's) gets a temporary
-queue as a dynamic source does, deleted when its link detaches. A receiver's consumer
-priority is its attach's `rabbitmq:priority` or `priority` property (RabbitMQ 4, Artemis),
-the consume's `x-priority`.
+Attaching a link (resolving its address, creating or subscribing queues, permissions, source
+filters) is `attach.py`'s (`Attacher`); the records of links are `linkstate.py`'s. A dynamic
+target's temporary queue is deleted here when its link detaches.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ringmq.adapters.amqp10 import message as m10
-from ringmq.adapters.amqp10.addresses import TOPIC_EXCHANGE, AddressError, Kind, Node, resolve
+from ringmq.adapters.amqp10.attach import Attacher
 from ringmq.adapters.amqp10.errors import REFUSAL_TEXTS, REFUSALS, condition_of
-from ringmq.adapters.amqp10.filters import FilterError, SourceFilters, source_filters
+from ringmq.adapters.amqp10.linkstate import LinkSession, RefusalError
 from ringmq.adapters.amqp10.runs import publish_run
 from ringmq.adapters.amqp10.transactions import Coordinator
 from ringmq.amqp10 import conditions as c
@@ -55,8 +49,7 @@ from ringmq.amqp10.events import MessagesReceived
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
-from ringmq.core.selector import Selector, SelectorError
-from ringmq.core.session import Session, SettleKind
+from ringmq.core.session import SettleKind
 
 if TYPE_CHECKING:
     from ringmq.amqp10.connection import Connection
@@ -68,111 +61,8 @@ CONFIRM_CHANNEL_BASE: Final = 1 << 16
 """Core session numbers of the confirm-mode twin of each session (above every ushort)."""
 log = logging.getLogger(__name__)
 
-SETTLED: Final = 1
-"""sender-settle-mode `settled`: the broker's deliveries are pre-settled (at most once)."""
-EXPIRY_NEVER: Final = "never"
-UNSETTLED_STATE: Final = 2
-"""terminus-durable `unsettled-state` (Qpid JMS durable subscribers ask for it)."""
-SENDER_CAPABILITIES: Final = ("DELAYED_DELIVERY",)
-"""What the broker's attach offers a peer's sender: scheduled delivery (`x-opt-delivery-time`),
-which Qpid JMS needs offered before it sends a message with a delivery delay."""
-RECEIVER_CAPABILITIES: Final = ("SHARED-SUBS",)
-"""What the broker's attach offers a peer's receiver: shared subscriptions, which Qpid JMS
-needs offered before it attaches a shared consumer."""
-PRIORITY_PROPERTIES: Final = ("rabbitmq:priority", "priority")
-"""A receiver's attach properties that give its consumer priority (RabbitMQ 4, Artemis)."""
 _ACCEPTED: Final = p.Accepted()
 _RELEASED: Final = p.Released()
-
-
-class RefusalError(Exception):
-    """An attach the broker cannot honour: `condition`, `description`."""
-
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
-
-
-@dataclass(slots=True)
-class InLink:
-    """A link the broker receives on."""
-
-    handle: int
-    node: Node | None
-    """Where its messages go (None: anonymous relay, each message's `to`)."""
-    coordinator: bool = False
-    """A transaction controller's link (declare and discharge)."""
-    exchange: str = ""
-    routing_key: str | None = None
-    """`node`'s exchange and routing key, read once (None: each message's subject)."""
-    temporary: str | None = None
-    """A dynamic target's temporary queue, deleted with the link."""
-
-
-@dataclass(slots=True)
-class OutLink:
-    """A link the broker sends on: a core consumer."""
-
-    handle: int
-    tag: str
-    queue: str
-    settled: bool
-    delete_on_close: bool = False
-    """A durable subscription: its queue goes when the peer closes the link."""
-
-
-@dataclass(slots=True)
-class LinkSession:
-    """The links of one session and what they wait for."""
-
-    core: Session
-    """Consumers and pre-settled publishes (no confirms)."""
-    confirm: Session
-    """Unsettled publishes: a core session in confirm mode (channel + `CONFIRM_CHANNEL_BASE`)."""
-    ins: dict[int, InLink] = field(default_factory=dict)
-    outs: dict[int, OutLink] = field(default_factory=dict)
-    by_tag: dict[str, OutLink] = field(default_factory=dict)
-    unsettled: dict[int, tuple[int, OutLink]] = field(default_factory=dict)
-    """The broker's unsettled deliveries: delivery id -> (core delivery tag, link)."""
-    confirms: dict[int, int] = field(default_factory=dict)
-    """Unsettled publishes waiting for their confirm: publish number -> delivery id."""
-    unroutable: set[int] = field(default_factory=set)
-    """Publish numbers that reached no queue (released when confirmed)."""
-
-
-def _caps(value: tuple[str, ...] | None) -> tuple[str, ...]:
-    # a terminus' capabilities, decoded as a tuple of symbols (None: none)
-    return tuple(str(v) for v in value or ())
-
-
-def _priority(properties: Any) -> dict[str, Any]:
-    # A receiver's consumer priority from its attach properties, as the core's consume
-    # arguments (the `x-priority` of an AMQP 0-9-1 basic.consume): RabbitMQ 4 reads
-    # `rabbitmq:priority`, Artemis `priority`; an integer, else the attach is refused.
-    if not isinstance(properties, dict):
-        return {}
-    for name in PRIORITY_PROPERTIES:
-        value = properties.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise RefusalError(c.INVALID_FIELD, f"{name} {value!r}: must be an integer")
-        return {"x-priority": int(value)}
-    return {}
-
-
-def _answered(target: Any, address: str) -> Any:
-    # a dynamic target as the broker's attach answers it: with the address of its node
-    return p.Target(
-        address=address,
-        durable=target.durable,
-        expiry_policy=target.expiry_policy,
-        timeout=target.timeout,
-        dynamic=True,
-        dynamic_node_properties=target.dynamic_node_properties,
-        capabilities=target.capabilities,
-    )
 
 
 def _outcome(state: Any) -> SettleKind | None:
@@ -199,9 +89,17 @@ class Links:
         self.conn = conn
         self.conn_id = conn_id
         self.sessions: dict[int, LinkSession] = {}
-        self.container_id = ""
         self.txn = Coordinator(broker, conn, conn_id)
-        self._serial = 0
+        self._attacher = Attacher(broker, conn, self.sessions)
+
+    @property
+    def container_id(self) -> str:
+        """The client's container id (its open), which names its subscriptions."""
+        return self._attacher.container_id
+
+    @container_id.setter
+    def container_id(self, value: str) -> None:
+        self._attacher.container_id = value
 
     # ------------------------------------------------------------------ sessions
     def session_begun(self, channel: int, now_ms: int) -> None:
@@ -216,187 +114,21 @@ class Links:
         b.confirms.select(confirm)
         self.sessions[channel] = LinkSession(s, confirm)
 
-    def session_ended(self, channel: int) -> list[int]:
-        """Forget a session's links; returns its core sessions, for the caller to close (the
-        core's channel close returns what was unsettled)."""
-        self.sessions.pop(channel, None)
+    def session_ended(self, channel: int, now_ms: int) -> list[int]:
+        """Forget a session's links (a dynamic target's queue goes with its link, as on a
+        detach); returns its core sessions, for the caller to close (the core's channel close
+        returns what was unsettled)."""
+        ls = self.sessions.pop(channel, None)
+        if ls is not None:
+            for link in ls.ins.values():
+                if link.temporary is not None:
+                    self.broker.topology.delete_named(ls.core, link.temporary, now_ms)
         return [channel, CONFIRM_CHANNEL_BASE + channel]
 
     # ------------------------------------------------------------------ attach
     def attach(self, ev: LinkAttaching, now_ms: int) -> None:
-        """Resolve and create the link the peer attaches, or refuse it."""
-        ls = self.sessions.get(ev.channel)
-        a = ev.attach
-        if ls is None:
-            self.conn.refuse_attach(ev.channel, a, c.ILLEGAL_STATE, "the session is not open")
-            return
-        try:
-            if a.role is False:  # the peer sends: the broker receives
-                self._attach_in(ls, ev, a, now_ms)
-            else:
-                self._attach_out(ls, ev, a, now_ms)
-        except RefusalError as exc:
-            self.conn.refuse_attach(ev.channel, a, exc.condition, exc.description)
-        except BrokerError as exc:
-            self.conn.refuse_attach(ev.channel, a, condition_of(exc.condition), exc.text)
-
-    def _attach_in(self, ls: LinkSession, ev: LinkAttaching, a: Any, now_ms: int) -> None:
-        target = a.target
-        if isinstance(target, p.Coordinator):
-            self.conn.attach(ev.channel, a, source=a.source, target=target)
-            ls.ins[ev.handle] = InLink(ev.handle, None, coordinator=True)
-            return
-        if target is None:
-            raise RefusalError(c.INVALID_FIELD, "a sender needs a target")
-        node: Node | None = None
-        temporary = None
-        if target.dynamic:  # a temporary queue, its name the address (Qpid JMS temporary queues)
-            self.broker.publisher.exchange_for(ls.core, "")  # write, before the queue is made
-            temporary = self._temporary_queue(ls.core, now_ms, auto_delete=False)
-            node = Node(Kind.QUEUE, temporary)
-            target = _answered(target, temporary)
-        elif target.address is not None:
-            node = self._node(str(target.address), _caps(target.capabilities))
-            s = ls.core
-            if node.kind is Kind.ANYCAST:
-                self._ensure_queue(s, node.name, now_ms)
-            elif node.kind is Kind.QUEUE:
-                self.broker.topology.queue_for(s, node.name)
-            self.broker.publisher.exchange_for(s, node.exchange)
-        self.conn.attach(
-            ev.channel, a, source=a.source, target=target, offered_capabilities=SENDER_CAPABILITIES
-        )
-        link = InLink(ev.handle, node, temporary=temporary)
-        if node is not None:
-            link.exchange, link.routing_key = node.exchange, node.routing_key
-        ls.ins[ev.handle] = link
-
-    def _attach_out(self, ls: LinkSession, ev: LinkAttaching, a: Any, now_ms: int) -> None:
-        source = a.source
-        if source is None:
-            raise RefusalError(c.INVALID_FIELD, "a receiver needs a source")
-        browse = source.distribution_mode == "copy"  # a QueueBrowser: leaves them to others
-        selector, filters = self._selector(source.filter)
-        arguments = _priority(a.properties)  # refused before any queue is made
-        s = ls.core
-        b = self.broker
-        caps = _caps(source.capabilities)
-        delete_on_close = False
-        no_local = False  # Artemis applies no-local to a (not shared) multicast subscription
-        owner: str | None = None  # ... keyed by the client's container id
-        if source.dynamic:
-            queue = address = self._temporary_queue(s, now_ms, auto_delete=True)
-        else:
-            if source.address is None:
-                raise RefusalError(c.INVALID_FIELD, "a receiver's source needs an address")
-            address = str(source.address)
-            node = self._node(address, caps)
-            match node.kind:
-                case Kind.QUEUE:
-                    queue = node.name
-                case Kind.ANYCAST:
-                    queue = node.name
-                    self._ensure_queue(s, queue, now_ms)
-                case Kind.MULTICAST:
-                    # a subscription consumes its queue whatever the distribution mode, as on
-                    # Artemis (Qpid JMS durable subscribers ask for `copy`)
-                    browse = False
-                    queue, delete_on_close = self._subscription(s, a, source, node, caps, now_ms)
-                    no_local = filters.no_local and "shared" not in caps
-                    if "shared" not in caps:
-                        owner = self.container_id or None
-                case Kind.EXCHANGE:
-                    raise RefusalError(
-                        c.INVALID_FIELD, f"a receiver's source must be a queue, not {address!r}"
-                    )
-        self._serial += 1
-        tag = f"amqp10-{ev.handle}-{self._serial}"
-        settled = a.snd_settle_mode == SETTLED
-        b.delivery.consume(
-            s, queue, tag, no_ack=settled, exclusive=False, arguments=arguments,
-            now_ms=now_ms, browse=browse, selector=selector, no_local=no_local, owner=owner,
-        )  # fmt: skip
-        b.delivery.flow(s, tag, credit=0, drain=False)
-        reply = p.Source(
-            address=address,
-            durable=source.durable,
-            expiry_policy=source.expiry_policy,
-            timeout=source.timeout,
-            dynamic=source.dynamic,
-            distribution_mode=source.distribution_mode,
-            filter=filters.applied(no_local=no_local),
-            default_outcome=p.Modified(delivery_failed=True),
-            outcomes=source.outcomes,
-            capabilities=source.capabilities,
-        )
-        self.conn.attach(
-            ev.channel, a, source=reply, target=a.target, offered_capabilities=RECEIVER_CAPABILITIES
-        )
-        link = OutLink(ev.handle, tag, queue, settled, delete_on_close)
-        ls.outs[ev.handle] = link
-        ls.by_tag[tag] = link
-
-    @staticmethod
-    def _selector(filters: Any) -> tuple[Selector | None, SourceFilters]:
-        # The source's filters the broker knows, its JMS selector parsed (the attach echoes
-        # only the filters applied: a client sees that the others are not).
-        try:
-            found = source_filters(filters)
-            if found.selector is None:
-                return None, found
-            return Selector(found.selector), found
-        except (FilterError, SelectorError) as exc:
-            raise RefusalError(c.INVALID_FIELD, f"invalid selector: {exc}") from None
-
-    def _node(self, address: str, caps: tuple[str, ...]) -> Node:
-        try:
-            return resolve(address, caps)
-        except AddressError as exc:
-            raise RefusalError(c.INVALID_FIELD, str(exc)) from None
-
-    def _temporary_queue(self, s: Session, now_ms: int, *, auto_delete: bool) -> str:
-        # A dynamic node: a temporary queue of this connection (exclusive), named by the
-        # broker; a dynamic source's goes with its consumer (auto-delete), a dynamic target's
-        # is deleted with its link (`detached`).
-        return self.broker.topology.declare_queue(
-            s, "", durable=False, exclusive=True, auto_delete=auto_delete, arguments=None,
-            now_ms=now_ms,
-        ).name  # fmt: skip
-
-    def _ensure_queue(self, s: Session, name: str, now_ms: int) -> None:
-        # Artemis auto-create-queues: an anycast address without its queue gets one (durable,
-        # so the address settings for its name apply, as to Artemis' auto-created queues).
-        if name not in s.vhost.queues:
-            self.broker.topology.declare_queue(
-                s, name, durable=True, exclusive=False, auto_delete=False, arguments=None,
-                now_ms=now_ms,
-            )  # fmt: skip
-
-    def _subscription(
-        self, s: Session, a: Any, source: Any, node: Node, caps: tuple[str, ...], now_ms: int
-    ) -> tuple[str, bool]:
-        # A multicast receiver's queue, bound to amq.topic with the address: durable (terminus
-        # durable, expiry never) and shared subscriptions are named as Artemis names them
-        # (client container id and link name; shared ones without the id when `global`);
-        # others get a temporary queue of their own.
-        topology = self.broker.topology
-        durable = bool(source.durable) and str(source.expiry_policy or "") == EXPIRY_NEVER
-        shared = "shared" in caps
-        if durable or shared:
-            name = str(a.name).split("|", 1)[0]
-            if "global" not in caps:
-                name = f"{self.container_id}.{name}" if self.container_id else name
-            topology.declare_queue(
-                s, name, durable=durable, exclusive=False, auto_delete=not durable,
-                arguments=None, now_ms=now_ms,
-            )  # fmt: skip
-        else:
-            name = topology.declare_queue(
-                s, "", durable=False, exclusive=True, auto_delete=True, arguments=None,
-                now_ms=now_ms,
-            ).name  # fmt: skip
-        topology.bind_queue(s, name, TOPIC_EXCHANGE, node.name, None)
-        return name, durable
+        """Resolve and create the link the peer attaches, or refuse it (`attach.py`)."""
+        self._attacher.attach(ev, now_ms)
 
     # ------------------------------------------------------------------ detach
     def detached(self, channel: int, handle: int, closed: bool, now_ms: int) -> None:
@@ -467,9 +199,7 @@ class Links:
                 to = m10.address_of(ev.payload)
                 if to is None:
                     raise RefusalError(c.PRECONDITION_FAILED, "anonymous relay: no 'to' address")
-                node = self._node(to, ())
-                if node.kind is Kind.ANYCAST and node.name not in s.vhost.queues:
-                    self._ensure_queue(s, node.name, now_ms)
+                node = self._attacher.relay_node(s, to, now_ms)
                 exchange, rk = node.exchange, node.routing_key
             else:
                 exchange, rk = link.exchange, link.routing_key

@@ -24,7 +24,8 @@ from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
 
 if TYPE_CHECKING:
-    from ringmq.adapters.amqp10.links import InLink, Links, LinkSession
+    from ringmq.adapters.amqp10.links import Links
+    from ringmq.adapters.amqp10.linkstate import InLink, LinkSession
     from ringmq.amqp10.events import MessagesReceived
 
 

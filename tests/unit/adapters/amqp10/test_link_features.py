@@ -75,6 +75,22 @@ def test_a_dynamic_target_is_answered_with_its_queue_and_goes_with_the_link() ->
     assert address not in b.vhosts["/"].queues
 
 
+def test_a_dynamic_target_goes_when_its_session_ends_without_a_detach() -> None:
+    b, c = _client()
+    sender = p.Attach(
+        name="tmp", handle=0, role=p.ROLE_SENDER, source=p.Source(), target=p.Target(dynamic=True)
+    )
+    reply = _attach(c, sender)[0]
+    assert isinstance(reply, p.Attach)
+    assert isinstance(reply.target, p.Target)
+    address = reply.target.address
+    assert address in b.vhosts["/"].queues
+    c.send(encode_frame(0, p.End()))
+    ended = [f for f in c.read() if isinstance(f, p.End)]
+    assert ended
+    assert address not in b.vhosts["/"].queues
+
+
 def test_copy_on_a_multicast_source_consumes() -> None:
     b, c = _client()
     topic = p.Source("topic://news", distribution_mode=Symbol("copy"))
