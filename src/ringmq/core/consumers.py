@@ -11,7 +11,7 @@ returns it, dispatch serves it through its own cursor instead (`Delivery._dispat
 A consumer with a JMS selector (also in `selective`) takes its turn like any other, in its
 priority group and under single-active-consumer, as Artemis serves filtered consumers round
 robin with the others: when `pick()` returns it, dispatch hands it the first message its
-selector matches (`Delivery._dispatch_selected`), and a consumer that finds none is passed
+selector matches (`Delivery._dispatch`), and a consumer that finds none is passed
 over (`skip`) for the rest of that round. `fetchers` are the consumers that take messages
 (all but the browsers); `special` says whether there are browsers or selector consumers (the
 one test in front of the hot path). Capacity = the connection is

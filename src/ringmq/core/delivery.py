@@ -21,10 +21,10 @@ Theory of operation
 * **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
   its consumers with capacity: browsers first, each by its cursor (`_dispatch_browse`), then
   the consumers that take messages, in the queue's rotation (priority groups, round robin,
-  single-active-consumer: `ConsumerSet.pick`): by fetch (`_dispatch`, the hot path, which a
-  queue without browsers or selector consumers reaches after one test), or, when some have a
-  selector, `_dispatch_selected`, where a selector consumer's turn takes the first message it
-  matches (at most `SELECTOR_SCAN` selector evaluations per message taken or browsed).
+  single-active-consumer: `ConsumerSet.pick`), by fetch in one loop (`_dispatch`, the hot
+  path, which a queue without browsers or selector consumers reaches after one test); a
+  selector consumer's turn takes the first message it matches (at most `SELECTOR_SCAN`
+  selector evaluations per message taken or browsed).
   Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still has work
   goes to `State.backlog` and the broker asks for an immediate tick. Then its expired heads
   are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked released
@@ -466,10 +466,7 @@ class Delivery:
                     if consumers.special:  # browsers first: they see what the others take
                         if consumers.browsers:
                             self._dispatch_browse(q, consumers.browsers, now_ms)
-                        if consumers.selective:
-                            self._dispatch_selected(q, now_ms)
-                        else:
-                            self._dispatch(q, now_ms)
+                        self._dispatch(q, now_ms, bool(consumers.selective))
                     else:
                         self._dispatch(q, now_ms)
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
@@ -482,8 +479,14 @@ class Delivery:
         if self.draining:
             self._drain(now_ms)
 
-    def _dispatch(self, q: QueueEntity, now_ms: int) -> None:
+    def _dispatch(self, q: QueueEntity, now_ms: int, selective: bool = False) -> None:
         # Hot path: locals only; one fetch + one tracked delivery + one effect per message.
+        # A queue with selector consumers (`selective`): every consumer that takes messages
+        # gets its turn in the queue's rotation (`pick`: priorities, round robin,
+        # single-active), as Artemis serves filtered consumers with the others. A plain
+        # consumer's turn takes the head; a selector consumer's the first ready message it
+        # matches (`Queue.fetch_matching`: at most SELECTOR_SCAN evaluations), and one that
+        # finds none sits out this round (`missed`).
         engine = q.queue
         consumers = q.consumers
         pick = consumers.pick
@@ -496,17 +499,26 @@ class Delivery:
         persisted = dur.persisted(q) if dur is not None else None
         counters = engine.counters  # ready_count = ready + paged, without the property call
         credited = consumers.credited  # link credit is counted only where some was given
+        missed: set[Consumer] | None = set() if selective else None
         while counters.ready or counters.paged:
             if not budget:
                 state.backlog[id(q)] = q
                 break
-            c = pick()
+            c = pick() if missed is None else pick(missed)
             if c is None:
                 break
             no_ack = c.no_ack
-            d = fetch(now_ms, not no_ack)
-            if d is None:
-                break
+            if missed is None or c.selector is None:
+                d = fetch(now_ms, not no_ack)
+                if d is None:
+                    break
+            else:
+                d = engine.fetch_matching(
+                    c.selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
+                )
+                if d is None:
+                    missed.add(c)
+                    continue
             s = c.session
             if no_ack:
                 tag = s.next_tag
@@ -564,65 +576,6 @@ class Delivery:
                 break
         if not budget:
             self.state.backlog[id(q)] = q
-
-    def _dispatch_selected(self, q: QueueEntity, now_ms: int) -> None:
-        # A queue with selector consumers: every consumer that takes messages gets its turn in
-        # the queue's rotation (`pick`: priorities, round robin, single-active), as Artemis
-        # serves filtered consumers with the others. A plain consumer's turn takes the head; a
-        # selector consumer's the first ready message it matches (`Queue.fetch_matching`: at
-        # most SELECTOR_SCAN evaluations), and one that finds none sits out this round.
-        engine = q.queue
-        consumers = q.consumers
-        counters = engine.counters
-        state = self.state
-        out = state.out
-        budget = DISPATCH_BATCH
-        dur = state.durability
-        persisted = dur.persisted(q) if dur is not None else None
-        no_ack_count = 0
-        missed: set[Consumer] = set()
-        while counters.ready or counters.paged:
-            if not budget:
-                state.backlog[id(q)] = q
-                break
-            c = consumers.pick(missed)
-            if c is None:
-                break
-            no_ack = c.no_ack
-            selector = c.selector
-            if selector is None:
-                d = engine.fetch(now_ms, not no_ack)
-                if d is None:
-                    break
-            else:
-                d = engine.fetch_matching(
-                    selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
-                )
-                if d is None:
-                    missed.add(c)
-                    continue
-            s = c.session
-            if no_ack:
-                tag = s.next_untracked_tag()
-                no_ack_count += 1
-                s.counts.delivered_auto += 1
-            else:
-                tag = s.track(Unacked(q, d.seq, c))
-                s.counts.delivered_manual += 1
-                if persisted and d.seq in persisted:
-                    assert dur is not None
-                    dur.delivered(q, d.seq, d.delivery_count)
-            if d.redelivered:
-                s.counts.redelivered += 1
-            out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
-            budget -= 1
-            if c.credit is not None:
-                c.credit -= 1
-        delivered = DISPATCH_BATCH - budget
-        if delivered:
-            state.stats["delivered"] += delivered
-            q.deliver += delivered - no_ack_count
-            q.deliver_no_ack += no_ack_count
 
 
 def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:

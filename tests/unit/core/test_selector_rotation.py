@@ -1,4 +1,4 @@
-"""Selector consumers in the queue's rotation (`ConsumerSet.pick`, `Delivery._dispatch_selected`):
+"""Selector consumers in the queue's rotation (`ConsumerSet.pick`, `Delivery._dispatch`):
 they take turns with plain consumers, honour `x-priority` and single-active-consumer, as
 Artemis serves filtered consumers round robin with the others. A table of cases, then a
 Hypothesis property over random consumer mixes."""
