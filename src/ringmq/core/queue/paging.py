@@ -165,11 +165,7 @@ class PagedTail:
         self.spilled += 1
         self.spilled_bytes += size
         if len(buf) >= SPILL_BATCH:
-            spill = self.spill
-            assert spill is not None
-            spill.push_back(buf)
-            self._stored += len(buf)
-            self._buf = []
+            self._spill_buffer()
 
     def push_run(self, items: list[Spilled]) -> None:
         """`push` for many new messages (`(seq, message, None)` in seq order) while the spill
@@ -189,11 +185,16 @@ class PagedTail:
         buf = self._buf
         buf += items
         if len(buf) >= SPILL_BATCH:
-            spill = self.spill
-            assert spill is not None
-            spill.push_back(buf)
-            self._stored += len(buf)
-            self._buf = []
+            self._spill_buffer()
+
+    def _spill_buffer(self) -> None:
+        # The buffered new messages to the store, behind everything spilled, in one hand-over.
+        buf = self._buf
+        spill = self.spill
+        assert spill is not None
+        spill.push_back(buf)
+        self._stored += len(buf)
+        self._buf = []
 
     def refill(self, tail: deque[Entry], max_count: int, max_bytes: int) -> int:
         """Page the oldest spilled messages back into `tail` (store first, then the buffer);
