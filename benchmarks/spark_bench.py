@@ -41,10 +41,11 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _PORT = re.compile(r"(AMQP|HTTP) listening on [\d.]+:(\d+)")
 
@@ -80,7 +81,19 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     if len(ports) < 2:
         p.kill()
         raise RuntimeError("ringmq serve did not report its ports")
+    # The rest of its output goes on being read, into a log file: a pipe nobody reads fills
+    # (64 KiB of connection log lines: a few hundred Spark tasks' connections) and the broker
+    # then blocks in its next log write.
+    threading.Thread(
+        target=_drain, args=(p.stdout, data_dir.parent / "broker.log"), daemon=True
+    ).start()
     return p, ports["AMQP"], ports["HTTP"]
+
+
+def _drain(out: IO[bytes], path: Path) -> None:
+    with path.open("ab") as log:
+        for line in out:
+            log.write(line)
 
 
 def process_cpu_s(pid: int) -> float:
