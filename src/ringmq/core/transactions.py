@@ -84,11 +84,10 @@ class Confirms:
             if s.confirm_floor == nack - 1 and not s.confirm_held:
                 s.confirm_floor = nack
             return
-        stats = self.state.stats
-        counts = s.counts
+        # messages confirmed, however the acks coalesce (RabbitMQ's `confirm` counts messages)
+        self.state.stats["confirmed"] += len(released)
+        s.counts.confirmed += len(released)
         for tag, multiple in s.confirm_acks(released):
-            stats["confirmed"] += 1
-            counts.confirmed += 1
             out.append(Confirm(s.conn_id, s.channel, tag, multiple, True))
 
     def drain_unconfirmed(self) -> list[tuple[int, int, int]]:

@@ -452,6 +452,9 @@ def test_delayed_confirms_coalesce_when_storage_catches_up() -> None:
     out = k.broker.confirm_stored(ch[0], ch[1], [1, 2, 3])
     assert of_type(out, spec.BasicAck) == [spec.BasicAck(delivery_tag=3, multiple=True)]
     assert of_type(k.publish(ch, "d"), spec.BasicAck) == [spec.BasicAck(delivery_tag=4)]
+    # messages confirmed, as RabbitMQ counts them: the one multiple ack counts three
+    assert k.broker.stats["confirmed"] == 4
+    assert k.broker.counts_by_protocol()["amqp091"]["confirmed"] == 4
 
 
 def test_direct_reply_to(kit: Kit) -> None:
