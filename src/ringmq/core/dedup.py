@@ -186,15 +186,11 @@ class PublishDedup:
         now_ms: int,
     ) -> Sequence[QueueT]:
         """The queues that must get this message (empty: drop it as a duplicate)."""
-        check = self.ids.check_and_record
-        journal = self.journal
         xw = _window(exchange.arguments) if exchange.arguments else None
         if xw is not None:
             scope: _Scope = ("exchange", vhost, exchange.name)
-            if check(scope, message_id, now_ms, xw):
+            if not self._accept(scope, self._key(scope, exchange), message_id, now_ms, xw):
                 return ()
-            if journal is not None and getattr(exchange, "durable", False):
-                journal(_SEP.join(scope), message_id, now_ms)
         out: list[QueueT] | None = None
         for i, q in enumerate(queues):
             args = cast("_Declared", q).arguments
@@ -204,12 +200,10 @@ class PublishDedup:
                     out.append(q)
                 continue
             scope = ("queue", vhost, cast("_Declared", q).name)
-            if check(scope, message_id, now_ms, qw):
+            if not self._accept(scope, self._key(scope, q), message_id, now_ms, qw):
                 if out is None:
                     out = list(queues[:i])
                 continue
-            if journal is not None and getattr(q, "durable", False):
-                journal(_SEP.join(scope), message_id, now_ms)
             if out is not None:
                 out.append(q)
         return queues if out is None else out
@@ -224,34 +218,41 @@ class PublishDedup:
     ) -> list[bool]:
         """`admit` of many messages routed to `queue` alone, in order: whether each must be
         enqueued (False: a duplicate). The same windows and journal calls as `admit` per
-        message, with the scopes worked out once for the run."""
+        message (`_accept`), with the scopes worked out once for the run."""
         xw = _window(exchange.arguments) if exchange.arguments else None
         qw = _window(queue.arguments) if queue.arguments else None
         if xw is None and qw is None:
             return [True] * len(message_ids)
-        check = self.ids.check_and_record
-        journal = self.journal
+        accept = self._accept
         xscope: _Scope = ("exchange", vhost, exchange.name)
         qscope: _Scope = ("queue", vhost, queue.name)
-        xkey = _SEP.join(xscope) if journal and getattr(exchange, "durable", False) else None
-        qkey = _SEP.join(qscope) if journal and getattr(queue, "durable", False) else None
-        out: list[bool] = []
-        for mid in message_ids:
-            if mid is not None:
-                if xw is not None:
-                    if check(xscope, mid, now_ms, xw):
-                        out.append(False)
-                        continue
-                    if xkey is not None and journal is not None:
-                        journal(xkey, mid, now_ms)
-                if qw is not None:
-                    if check(qscope, mid, now_ms, qw):
-                        out.append(False)
-                        continue
-                    if qkey is not None and journal is not None:
-                        journal(qkey, mid, now_ms)
-            out.append(True)
-        return out
+        xkey = self._key(xscope, exchange)
+        qkey = self._key(qscope, queue)
+        return [
+            mid is None
+            or (
+                (xw is None or accept(xscope, xkey, mid, now_ms, xw))
+                and (qw is None or accept(qscope, qkey, mid, now_ms, qw))
+            )
+            for mid in message_ids
+        ]
+
+    def _key(self, scope: _Scope, declared: object) -> str | None:
+        # the store key a durable scope journals its accepted ids under (None: not journaled)
+        if self.journal is not None and getattr(declared, "durable", False):
+            return _SEP.join(scope)
+        return None
+
+    def _accept(
+        self, scope: _Scope, key: str | None, message_id: str, now_ms: int, window: int
+    ) -> bool:
+        # The one de-duplication step: False when `message_id` is a duplicate in `scope`'s
+        # window; else it is recorded there, and journaled under `key` (a durable scope's).
+        if self.ids.check_and_record(scope, message_id, now_ms, window):
+            return False
+        if key is not None and self.journal is not None:
+            self.journal(key, message_id, now_ms)
+        return True
 
     def refused(self, vhost: str, exchange: _Declared, queue: _Declared, message_id: str) -> None:
         """A queue refused the publish (overflow): a retry with the same id must pass."""
