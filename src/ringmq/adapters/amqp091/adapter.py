@@ -50,6 +50,8 @@ from ringmq.core.settings import SettingsError
 _PUBLISH: Final = spec.BasicPublish
 _PUBLISH_IDS: Final = (spec.BasicPublish.CLASS_ID, spec.BasicPublish.METHOD_ID)
 _TX: Final = ChannelMode.TX
+_CONFIRM: Final = ChannelMode.CONFIRM
+_NO_CHANNELS: Final[frozenset[int]] = frozenset()
 
 
 def check_login(broker: Broker, mechanism: str, response: bytes, peer_loopback: bool) -> str:
@@ -269,6 +271,15 @@ class Amqp091:
             )
 
     # ------------------------------------------------------------------ batches
+    def publish_run_channels(self, conn_id: int) -> frozenset[int]:
+        """The channels of `conn_id` whose consecutive basic.publish commands may go as one
+        `publish_batch`: open channels in confirm mode (a transactional channel buffers each
+        publish; without confirms an Artemis FAIL limit fails the producer per publish)."""
+        conn = self.state.conns.get(conn_id)
+        if conn is None:
+            return _NO_CHANNELS
+        return frozenset(ch for ch, s in conn.sessions.items() if s.mode is _CONFIRM)
+
     def publish_batch(
         self,
         conn_id: int,
