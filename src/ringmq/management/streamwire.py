@@ -95,19 +95,18 @@ def encode_column_set(cols: Columns, positions: array[int] | None = None) -> byt
     """
     seqs = _le(cols.seqs)
     n = len(cols)
-    columns = (cols.exchanges, cols.routing_keys, cols.properties, cols.bodies)
-    lens = [array("I", map(len, col)) for col in columns]
-    parts = [
+    columns = cols.var_columns()
+    parts: list[bytes | memoryview] = [
         struct.pack("<I", n),
         seqs if positions is None else _le(positions),
         seqs,
         bytes(cols.redelivered),
         _le(cols.timestamps),
     ]
-    parts += (_le(a) for a in lens)
+    parts += (_le(col.lengths()) for col in columns)
     # One join over every piece: the bodies are copied once, not joined and then joined again.
     for col in columns:
-        parts += col
+        parts += col.pieces()
     return b"".join(parts)
 
 
