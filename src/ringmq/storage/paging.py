@@ -26,7 +26,8 @@ transient: `Pager` wipes its directory when it starts, so paged data never survi
 (persistent messages are also in the journal and come back through `Store.recover`).
 
 **Persistent messages are not written twice.** Given `copies` (the store's view of one queue's
-journaled messages, `DurableCopies`), a paged message that is live in the journal is written as a
+journaled messages, `DurableCopies`), a paged persistent message (only those are journaled, and
+only they are looked up) that is live in the journal is written as a
 small PAGED_REF record (seq and body size) instead of a whole PAGED record, and read back from
 the journal (`copies.read`, batched) when paged in. The store keeps a journal segment while any
 of its entries is live, and a paged message stays live until it is paged in and acked, so the
@@ -245,7 +246,7 @@ class PageQueue:
     def _append(self, run: _Run, entry: Entry) -> None:
         size = len(entry.message.body)
         copies = self.copies
-        if copies is not None and copies.holds(entry.seq):
+        if copies is not None and entry.message.persistent and copies.holds(entry.seq):
             self._add(run, _PAGED_REF, encode_paged_ref(entry.seq, size), entry.seq, size)
             self.refs_written += 1
         else:
@@ -331,7 +332,7 @@ class PageQueue:
         n = len(items)
         while i < n:
             seq, message, expires_at = items[i]
-            j = self._run_end(items, i) if plain(message, expires_at) else i + 1
+            j, size = self._run_end(items, i) if plain(message, expires_at) else (i + 1, 0)
             if run is None or run.written + len(run.buf or b"") + pending >= self.run_bytes:
                 if run is not None:
                     if count:
@@ -345,12 +346,11 @@ class PageQueue:
                 payload = encode_run(items[i:j])
                 self.runs_written += 1
                 parts += (head_of(len(payload), crc32(payload, TYPE_CRC[_PAGED_RUN]), _PAGED_RUN),)
-                size = sum(len(m.body) for _, m, _ in items[i:j])
                 seq = items[j - 1][0]
             else:
                 j = i + 1
                 size = len(message.body)
-                if copies is not None and copies.holds(seq):
+                if copies is not None and message.persistent and copies.holds(seq):
                     payload = encode_paged_ref(seq, size)
                     parts += (
                         head_of(len(payload), crc32(payload, TYPE_CRC[_PAGED_REF]), _PAGED_REF),
@@ -371,15 +371,14 @@ class PageQueue:
             assert run is not None
             self._add_frames(run, parts, pending, count, body_bytes, last)
 
-    def _run_end(self, items: Sequence[tuple[int, Message, int | None]], i: int) -> int:
+    def _run_end(self, items: Sequence[tuple[int, Message, int | None]], i: int) -> tuple[int, int]:
         # The end of the run of plain messages from `items[i]` (plain itself) that one
-        # PAGED_RUN record takes: same exchange and routing key, no journal copy (those are
-        # paged by reference), at most MAX_RUN_ROWS messages and about MAX_RUN_BODIES bytes.
+        # PAGED_RUN record takes, and its body bytes: same exchange and routing key, no
+        # journal copy (those are paged by reference; only persistent messages have one), at
+        # most MAX_RUN_ROWS messages and about MAX_RUN_BODIES bytes.
         first = items[i][1]
         ex, rk = first.exchange, first.routing_key
         holds = None if self.copies is None else self.copies.holds
-        if holds is not None and holds(items[i][0]):
-            return i + 1
         stop = min(len(items), i + MAX_RUN_ROWS)
         nbytes = 0
         j = i
@@ -389,12 +388,14 @@ class PageQueue:
                 m.exchange != ex
                 or m.routing_key != rk
                 or not plain(m, expires_at)
-                or (holds is not None and holds(seq))
+                or (m.persistent and holds is not None and holds(seq))
             ):
                 break
             nbytes += len(m.body)
             j += 1
-        return j
+        if j == i:  # the first has a journal copy: a PAGED_REF record of its own
+            return i + 1, len(first.body)
+        return j, nbytes
 
     def push_front(self, entries: Sequence[Entry]) -> None:
         """Page out entries that precede everything already paged (given in queue order)."""

@@ -255,6 +255,19 @@ class _Copies:
         return [self.entries[s] for s in seqs]
 
 
+def _journal_thirds(
+    items: list[tuple[int, Message, int | None]], copies: _Copies
+) -> list[tuple[int, Message, int | None]]:
+    # every third message made persistent and given a journal copy (a PAGED_REF record)
+    out = []
+    for i, (s, m, x) in enumerate(items):
+        if i % 3 == 0:
+            m = replace(m, persistent=True)
+            copies.entries[s] = Entry("", SeqId(s), m)
+        out.append((s, m, x))
+    return out
+
+
 peek_ops = st.lists(
     st.one_of(
         st.tuples(st.just("back"), st.integers(1, 6), st.booleans()),  # True: journaled
@@ -282,8 +295,10 @@ def test_peek_after_matches_the_model(
     back_next = 1_000_000
 
     def made(seqs_: list[int], journaled: bool) -> list[Entry]:
+        # only persistent messages are journaled (and looked up in the journal)
         out = [entry(s) for s in seqs_]
         if journaled:
+            out = [replace(e, message=replace(e.message, persistent=True)) for e in out]
             copies.entries.update((e.seq, e) for e in out)
         return out
 
@@ -295,8 +310,8 @@ def test_peek_after_matches_the_model(
                 pq.push_back(made(new, bool(x)))
             elif op == "spill":
                 items = spilled(new)
-                if x:  # every third journaled: PAGED_REF records between the runs
-                    copies.entries.update((s, Entry("", SeqId(s), m)) for s, m, _ in items[::3])
+                if x:  # every third persistent and journaled: PAGED_REF records between runs
+                    items = _journal_thirds(items, copies)
                 pq.push_back_spilled(items)
             else:
                 made(new, True)
@@ -429,6 +444,8 @@ def test_peek_columns_is_peek_after_without_the_expired(
                 timestamp_ms=s * 7,
                 form=1 if amqp10 else 0,
             )
+            if journaled:  # only persistent messages are journaled
+                m = replace(m, persistent=True)
             out.append(Entry("", SeqId(s), m, expiry_ms=(now - 1 if s % 7 == 0 else now)))
         if journaled:
             copies.entries.update((e.seq, e) for e in out)
@@ -466,7 +483,7 @@ def test_peek_columns_is_peek_after_without_the_expired(
                     for e in made(new, False)
                 ]
                 if x:
-                    copies.entries.update((s, Entry("", SeqId(s), m)) for s, m, _ in items[::3])
+                    items = _journal_thirds(items, copies)
                 pq.push_back_spilled(items)
             else:
                 made(new, True)
