@@ -470,9 +470,9 @@ def test_peek_columns_is_peek_after_without_the_expired(
             if op == "back":
                 pq.push_back(made(new, bool(x)))
             elif op == "spill":  # one routing key, mostly plain: PAGED_RUN records
-                items = [
+                items: list[tuple[int, Message, int | None]] = [
                     (
-                        e.seq,
+                        int(e.seq),
                         replace(
                             e.message,
                             routing_key="run",
