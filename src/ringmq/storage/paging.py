@@ -264,7 +264,11 @@ class PageQueue:
         # `body_bytes` bodies, the last with seq `last`) to the run's buffer and count them.
         buf = run.buf
         assert buf is not None
-        buf += b"".join(parts)
+        if len(parts) > 8:  # many small records: one join is cheaper than many appends
+            buf += b"".join(parts)
+        else:  # a few large ones (run records): one copy each, not a join and a copy
+            for part in parts:
+                buf += part
         self.bytes_paged += nbytes
         run.last_seq = last
         run.count += count
