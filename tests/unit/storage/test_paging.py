@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -191,11 +192,21 @@ def test_body_spill_refcounts_and_reclaims(tmp_path: Path) -> None:
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("back"), st.integers(1, 6)),
+        st.tuples(st.just("spill"), st.integers(1, 30)),  # plain: PAGED_RUN records
         st.tuples(st.just("front"), st.integers(1, 4)),
         st.tuples(st.just("pop"), st.integers(1, 8)),
     ),
     max_size=40,
 )
+
+
+def spilled(seqs_: list[int]) -> list[tuple[int, Message, int | None]]:
+    """Plain messages as the engine spills them; the exchange changes every 10 seqs (a run
+    record ends there)."""
+    return [
+        (s, Message("" if (s // 10) % 2 else "x", "q", b"\x00\x00", f"m{s}".encode()), None)
+        for s in seqs_
+    ]
 
 
 @settings(max_examples=40)
@@ -207,10 +218,13 @@ def test_order_matches_a_deque(tmp_path_factory: pytest.TempPathFactory, ops: li
     front_next = 999_999  # seq ids are unsigned: fronts count down from here
     back_next = 1_000_000
     for op, n in ops:
-        if op == "back":
+        if op == "back" or op == "spill":
             new = list(range(back_next, back_next + n))
             back_next += n
-            pq.push_back(entry(s) for s in new)
+            if op == "back":
+                pq.push_back(entry(s) for s in new)
+            else:
+                pq.push_back_spilled(spilled(new))
             model.extend(new)
         elif op == "front":
             new = list(range(front_next - n + 1, front_next + 1))
@@ -241,9 +255,23 @@ class _Copies:
         return [self.entries[s] for s in seqs]
 
 
+def _journal_thirds(
+    items: list[tuple[int, Message, int | None]], copies: _Copies
+) -> list[tuple[int, Message, int | None]]:
+    # every third message made persistent and given a journal copy (a PAGED_REF record)
+    out = []
+    for i, (s, m, x) in enumerate(items):
+        if i % 3 == 0:
+            m = replace(m, persistent=True)
+            copies.entries[s] = Entry("", SeqId(s), m)
+        out.append((s, m, x))
+    return out
+
+
 peek_ops = st.lists(
     st.one_of(
         st.tuples(st.just("back"), st.integers(1, 6), st.booleans()),  # True: journaled
+        st.tuples(st.just("spill"), st.integers(1, 30), st.booleans()),  # runs, some journaled
         st.tuples(st.just("front"), st.integers(1, 4), st.booleans()),
         st.tuples(st.just("restore"), st.integers(1, 5), st.just(0)),
         st.tuples(st.just("pop"), st.integers(1, 8), st.just(0)),
@@ -267,17 +295,24 @@ def test_peek_after_matches_the_model(
     back_next = 1_000_000
 
     def made(seqs_: list[int], journaled: bool) -> list[Entry]:
+        # only persistent messages are journaled (and looked up in the journal)
         out = [entry(s) for s in seqs_]
         if journaled:
+            out = [replace(e, message=replace(e.message, persistent=True)) for e in out]
             copies.entries.update((e.seq, e) for e in out)
         return out
 
     for op, n, x in ops:
-        if op == "back" or op == "restore":
+        if op == "back" or op == "restore" or op == "spill":
             new = list(range(back_next, back_next + n))
             back_next += n
             if op == "back":
                 pq.push_back(made(new, bool(x)))
+            elif op == "spill":
+                items = spilled(new)
+                if x:  # every third persistent and journaled: PAGED_REF records between runs
+                    items = _journal_thirds(items, copies)
+                pq.push_back_spilled(items)
             else:
                 made(new, True)
                 pq.restore(new)
@@ -409,6 +444,8 @@ def test_peek_columns_is_peek_after_without_the_expired(
                 timestamp_ms=s * 7,
                 form=1 if amqp10 else 0,
             )
+            if journaled:  # only persistent messages are journaled
+                m = replace(m, persistent=True)
             out.append(Entry("", SeqId(s), m, expiry_ms=(now - 1 if s % 7 == 0 else now)))
         if journaled:
             copies.entries.update((e.seq, e) for e in out)
@@ -427,11 +464,27 @@ def test_peek_columns_is_peek_after_without_the_expired(
         assert _rows(cols) == want
 
     for op, n, x in ops:
-        if op == "back" or op == "restore":
+        if op == "back" or op == "restore" or op == "spill":
             new = list(range(back_next, back_next + n))
             back_next += n
             if op == "back":
                 pq.push_back(made(new, bool(x)))
+            elif op == "spill":  # one routing key, mostly plain: PAGED_RUN records
+                items: list[tuple[int, Message, int | None]] = [
+                    (
+                        int(e.seq),
+                        replace(
+                            e.message,
+                            routing_key="run",
+                            headers=e.message.headers if e.seq % 7 == 0 else None,
+                        ),
+                        e.expiry_ms if e.seq % 9 == 0 else None,
+                    )
+                    for e in made(new, False)
+                ]
+                if x:
+                    items = _journal_thirds(items, copies)
+                pq.push_back_spilled(items)
             else:
                 made(new, True)
                 pq.restore(new)
@@ -449,3 +502,58 @@ def test_peek_columns_is_peek_after_without_the_expired(
             after = None if not paged or n == 0 else paged[n % len(paged)] - n % 2
             check(after, x)
         check(None, 10_000)
+
+
+def test_a_run_record_is_read_from_inside(tmp_path: Path) -> None:
+    """Plain messages go to PAGED_RUN records; page-ins stop inside one (by count and by
+    bytes) and go on from there; peeks, column peeks and tombstones see the rows a page-in
+    has not taken yet."""
+    pq = PageQueue(tmp_path, read_bytes=128)
+    items = [
+        (
+            s,
+            Message(
+                "x",
+                "q",
+                b"\x00\x80\x02i%d" % s,
+                b"b" * 10,
+                message_id=f"i{s}",
+                persistent=s % 2 == 0,
+                priority=s % 3,
+                timestamp_ms=s,
+            ),
+            None,
+        )
+        for s in range(1, 41)
+    ]
+    pq.push_back_spilled(items)
+    assert (pq.runs_written, pq.pages_written, pq.body_bytes) == (1, 40, 400)
+    got = pq.pop_front(7, max_bytes=35)  # bodies of 10: stops once 35 are reached
+    assert seqs(got) == [1, 2, 3, 4]
+    m = got[1].message
+    assert (m.exchange, m.routing_key, m.properties_bin, m.body) == (
+        "x",
+        "q",
+        b"\x00\x80\x02i2",
+        b"b" * 10,
+    )
+    assert (m.message_id, m.persistent, m.priority, m.timestamp_ms, m.headers) == (
+        "i2",
+        True,
+        2,
+        2,
+        None,
+    )
+    pq.discard(5, 10)
+    pq.discard(9, 10)
+    assert seqs(pq.peek_after(None, 4)) == [6, 7, 8, 10]
+    assert seqs(pq.peek_after(7, 2)) == [8, 10]
+    cols = Columns()
+    assert pq.peek_columns(6, 3, 0, cols) == 10  # filled up at seq 10
+    assert list(cols.seqs) == [7, 8, 10]
+    assert cols.properties == [b"\x00\x80\x02i7", b"\x00\x80\x02i8", b"\x00\x80\x02i10"]
+    assert cols.routing_keys == [b"q"] * 3
+    assert seqs(pq.pop_front(3)) == [6, 7, 8]
+    assert (len(pq), pq.body_bytes) == (31, 310)
+    assert seqs(pq.pop_front(100)) == list(range(10, 41))
+    assert (len(pq), pq.body_bytes) == (0, 0)
