@@ -8,6 +8,7 @@ runs `--tasks` client processes at once (Spark's `local[2]` runs two tasks), eac
 properties) through one `connector.client.Publisher` with confirm window `--window`, into one
 plain queue. Prints, per window, the wall time of the whole write and the broker process's CPU
 per message (`/proc`), the medians of `--rounds` runs; windows are alternated round by round.
+Each task builds its messages and connects before the clock starts (a barrier).
 
     .venv/bin/python -m benchmarks.amqp_write_bench [--messages 200000] [--windows 2000,8000]
 """
@@ -20,6 +21,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.spark_bench import process_cpu_s, start_broker
 
@@ -29,13 +31,14 @@ from ringmq.connector.client import Publisher
 _QUEUE = "amqp-write-bench"
 
 
-def _task(url: str, part: int, n: int, size: int, window: int) -> None:
+def _task(url: str, part: int, n: int, size: int, window: int, start: Any) -> None:
     body = b"x" * size
     msgs = [
         ("", _QUEUE, encode_properties(BasicProperties(message_id=f"t{part}:{i}")), body)
         for i in range(n)
     ]
     with Publisher(url, window=window) as pub:
+        start.wait(60)  # connected, messages built: the timed part is the write alone
         if pub.publish_many(msgs) != n:
             raise RuntimeError("short write")
 
@@ -49,15 +52,16 @@ def _one(
 
     amqp, http = ports
     url = f"amqp://guest:guest@127.0.0.1:{amqp}/"
-
-    cpu0 = process_cpu_s(pid)
-    t0 = time.perf_counter()
+    start = multiprocessing.Barrier(tasks + 1)
     procs = [
-        multiprocessing.Process(target=_task, args=(url, k, n // tasks, size, window))
+        multiprocessing.Process(target=_task, args=(url, k, n // tasks, size, window, start))
         for k in range(tasks)
     ]
     for p in procs:
         p.start()
+    start.wait(60)
+    cpu0 = process_cpu_s(pid)
+    t0 = time.perf_counter()
     for p in procs:
         p.join(300)
         if p.exitcode != 0:
