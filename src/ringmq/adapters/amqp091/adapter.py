@@ -276,9 +276,12 @@ class Amqp091:
         `publish_batch`: open channels in confirm mode (a transactional channel buffers each
         publish; without confirms an Artemis FAIL limit fails the producer per publish)."""
         conn = self.state.conns.get(conn_id)
-        if conn is None:
-            return _NO_CHANNELS
-        return frozenset(ch for ch, s in conn.sessions.items() if s.mode is _CONFIRM)
+        runs = _NO_CHANNELS
+        if conn is not None:
+            for ch, s in conn.sessions.items():  # a loop: the server asks once per read
+                if s.mode is _CONFIRM:
+                    runs = runs | {ch}
+        return runs
 
     def publish_batch(
         self,
