@@ -35,7 +35,7 @@ import struct
 from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
@@ -176,7 +176,7 @@ class PageRun:
         data = self.data
         ex = self.exchange.decode()
         rk = self.routing_key.decode()
-        seqs = self.seqs
+        seqs = cast("Sequence[SeqId]", self.seqs)  # (no SeqId() call per row)
         stamps = self.stamps
         prios = self.priorities
         flags = self.flags
@@ -212,7 +212,7 @@ class PageRun:
                     data[i : i + il].decode() if f & _HAS_ID else None,
                     stamps[k],
                 )
-                append((SeqId(seq), msg, None))
+                append((seq, msg, None))
                 took += bl
                 got += 1
             i += il
