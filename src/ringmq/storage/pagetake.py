@@ -73,7 +73,6 @@ class Taken:
         passed: body bytes of those.
         took: body bytes of the entries appended.
         refs: (index in `out`, seq) of the PAGED_REF placeholders appended.
-        corrupt: the offset of a frame that failed its checks, or -1.
     """
 
     pos: int = 0
@@ -82,7 +81,6 @@ class Taken:
     passed: int = 0
     took: int = 0
     refs: list[tuple[int, int]] = field(default_factory=list)
-    corrupt: int = -1
 
 
 def take_records(
@@ -96,7 +94,8 @@ def take_records(
 ) -> Taken:
     """Decode the good records at the start of `data` (from row `skip` of the first) into
     `out`, stopping when `out` holds `max_count` or `got` plus the bodies taken reaches
-    `max_bytes`; stops silently at a frame that fails its checks (`Taken.corrupt`)."""
+    `max_bytes`; stops silently at a frame that fails its checks or that the chunk cuts (the
+    caller reads on from `Taken.pos`, and calls a page that yields nothing corrupt)."""
     view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
@@ -111,7 +110,6 @@ def take_records(
         at = pos + HEADER_SIZE
         stop = at + length
         if length > MAX_RECORD or stop > end or crc32(view[at:stop], type_crc[rtype]) != crc:
-            t.corrupt = pos
             break
         if rtype == _PAGED_RUN:
             run = PageRun(data, at, stop)
