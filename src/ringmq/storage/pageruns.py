@@ -12,7 +12,7 @@ PAGED_RUN record instead of one PAGED record each: the run's fields as columns, 
 * a browse (`add_columns`) moves a range of its rows into browse columns as blocks (the
   lengths and one slice of the concatenated values per column), no Python object per row;
 * paging it in (`collect`) builds each message from the columns, without a per-record frame
-  check or entry decode.
+  check or entry decode, as the spill store's `(seq, message, None)` item.
 
 The record is read from the front; `PageQueue` keeps how many of the front record's rows were
 taken already (`_Run.skip`), so a page-in may stop inside a record.
@@ -35,11 +35,11 @@ import struct
 from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
-from ringmq.storage.records import Entry
+from ringmq.core.queue.ports import Spilled
 
 __all__ = ["MAX_RUN_BODIES", "MAX_RUN_ROWS", "PageRun", "encode_run", "plain"]
 
@@ -159,7 +159,7 @@ class PageRun:
     def collect(
         self,
         k: int,
-        out: list[Entry],
+        out: list[Spilled],
         tombstones: dict[int, int],
         room: int,
         byte_room: int | None,
@@ -167,16 +167,16 @@ class PageRun:
         low: int = -1,
         take: bool = True,
     ) -> tuple[int, int, int]:
-        """Append to `out` the entries of rows from `k` on, until `room` were appended or
-        their bodies reach `byte_room`; rows with a seq at or below `low` or tombstoned are
-        skipped (with `take`, a paging-in, their tombstones are removed).
+        """Append to `out` the items (seq, message, None) of rows from `k` on, until `room`
+        were appended or their bodies reach `byte_room`; rows with a seq at or below `low` or
+        tombstoned are skipped (with `take`, a paging-in, their tombstones are removed).
 
         Returns (the next row, body bytes of the rows passed, body bytes of those appended).
         """
         data = self.data
         ex = self.exchange.decode()
         rk = self.routing_key.decode()
-        seqs = self.seqs
+        seqs = cast("Sequence[SeqId]", self.seqs)  # (no SeqId() call per row)
         stamps = self.stamps
         prios = self.priorities
         flags = self.flags
@@ -212,7 +212,7 @@ class PageRun:
                     data[i : i + il].decode() if f & _HAS_ID else None,
                     stamps[k],
                 )
-                append(Entry("", SeqId(seq), msg))
+                append((seq, msg, None))
                 took += bl
                 got += 1
             i += il

@@ -1,11 +1,13 @@
-"""Page records decoded into entries: the record loops of a page-in and of a peek.
+"""Page records decoded into spill items: the record loops of a page-in and of a peek.
 
 `take_records` is the loop of `PageQueue.pop_front` (paging in: it removes the tombstones it
 meets), `peek_entries` that of `PageQueue.peek_after` (a browse: nothing changes). Both check
-each frame as `scan` does (length, crc32) and decode records in place in the chunk read:
+each frame as `scan` does (length, crc32), decode records in place in the chunk read and
+append what the spill store hands the queue: `(seq, message, expires_at)` items (`Spilled`;
+the per-queue fields a page record also holds, delivery count and flags, are not used there):
 
 * PAGED: one message entry, after the message's shared-store ref;
-* PAGED_REF: a persistent message whose copy is in the journal: a placeholder entry whose
+* PAGED_REF: a persistent message whose copy is in the journal: a placeholder item whose
   index and seq are returned, for the page queue to fill with one batched journal read;
 * PAGED_RUN: a run of plain messages as columns (`pageruns.PageRun`), possibly entered at a
   row other than its first (`skip`: the rows an earlier page-in took), and left inside the
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.ports import Spilled
 from ringmq.storage.pageruns import PageRun
 from ringmq.storage.records import (
     HEADER,
@@ -34,23 +37,28 @@ from ringmq.storage.records import (
     decode_paged_ref,
 )
 
-__all__ = ["PLACEHOLDER", "Taken", "paged_entry", "peek_entries", "take_records"]
+__all__ = ["PLACEHOLDER", "Taken", "item_of", "paged_item", "peek_entries", "take_records"]
 
 _PAGED_REF: Final = int(RecordType.PAGED_REF)
 _PAGED_RUN: Final = int(RecordType.PAGED_RUN)
 _STORE_REF: Final = struct.Struct("<Q")
 
-PLACEHOLDER: Final = Entry("", SeqId(0), Message("", "", b"", b""))
-"""What stands for a PAGED_REF record's entry until the journal copy is read."""
+PLACEHOLDER: Final[Spilled] = (SeqId(0), Message("", "", b"", b""), None)
+"""What stands for a PAGED_REF record's item until the journal copy is read."""
 
 
-def paged_entry(data: bytes, at: int, stop: int) -> Entry:
-    """The entry of the PAGED record payload at `data[at:stop]`: the message's store ref,
+def item_of(entry: Entry) -> Spilled:
+    """The spill item of a decoded entry (a journal copy's, a PAGED record's)."""
+    return entry.seq, entry.message, entry.expiry_ms
+
+
+def paged_item(data: bytes, at: int, stop: int) -> Spilled:
+    """The item of the PAGED record payload at `data[at:stop]`: the message's store ref,
     then the entry."""
     (ref,) = _STORE_REF.unpack_from(data, at)
     entry = decode_entry_at(data, at + _STORE_REF.size, stop)
     entry.message.store_ref = ref
-    return entry
+    return entry.seq, entry.message, entry.expiry_ms
 
 
 @dataclass(slots=True)
@@ -65,7 +73,6 @@ class Taken:
         passed: body bytes of those.
         took: body bytes of the entries appended.
         refs: (index in `out`, seq) of the PAGED_REF placeholders appended.
-        corrupt: the offset of a frame that failed its checks, or -1.
     """
 
     pos: int = 0
@@ -74,21 +81,21 @@ class Taken:
     passed: int = 0
     took: int = 0
     refs: list[tuple[int, int]] = field(default_factory=list)
-    corrupt: int = -1
 
 
 def take_records(
     data: bytes,
     skip: int,
     tombstones: dict[int, int],
-    out: list[Entry],
+    out: list[Spilled],
     max_count: int,
     max_bytes: int | None,
     got: int,
 ) -> Taken:
     """Decode the good records at the start of `data` (from row `skip` of the first) into
     `out`, stopping when `out` holds `max_count` or `got` plus the bodies taken reaches
-    `max_bytes`; stops silently at a frame that fails its checks (`Taken.corrupt`)."""
+    `max_bytes`; stops silently at a frame that fails its checks or that the chunk cuts (the
+    caller reads on from `Taken.pos`, and calls a page that yields nothing corrupt)."""
     view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
@@ -103,7 +110,6 @@ def take_records(
         at = pos + HEADER_SIZE
         stop = at + length
         if length > MAX_RECORD or stop > end or crc32(view[at:stop], type_crc[rtype]) != crc:
-            t.corrupt = pos
             break
         if rtype == _PAGED_RUN:
             run = PageRun(data, at, stop)
@@ -122,21 +128,22 @@ def take_records(
             if len(out) >= max_count or (max_bytes is not None and got + took >= max_bytes):
                 break
             continue
+        item: Spilled | None
         if rtype == _PAGED_REF:
             seq, size = decode_paged_ref(view[at:stop])
-            entry = None
+            item = None
         else:
-            entry = paged_entry(data, at, stop)
-            seq, size = entry.seq, len(entry.message.body)
+            item = paged_item(data, at, stop)
+            seq, size = item[0], len(item[1].body)
         pos = stop
         records += 1
         passed += size
         if tombstones and tombstones.pop(seq, None) is not None:
             continue
-        if entry is None:
+        if item is None:
             refs.append((len(out), seq))
-            entry = PLACEHOLDER
-        append(entry)
+            item = PLACEHOLDER
+        append(item)
         took += size
         if len(out) >= max_count or (max_bytes is not None and got + took >= max_bytes):
             break
@@ -148,9 +155,9 @@ def take_records(
 
 
 def peek_entries(
-    data: bytes, skip: int, low: int, tombstones: dict[int, int], out: list[Entry], limit: int
+    data: bytes, skip: int, low: int, tombstones: dict[int, int], out: list[Spilled], limit: int
 ) -> tuple[list[tuple[int, int]], int]:
-    """Append to `out`, until it holds `limit`, the entries of `data` (the unread rest of a
+    """Append to `out`, until it holds `limit`, the items of `data` (the unread rest of a
     run, from row `skip` of its first record) with a seq above `low`, tombstoned ones left
     out. Returns the PAGED_REF placeholders ((index in `out`, seq)) and the offset of a frame
     that failed its checks (-1: none)."""
@@ -184,5 +191,5 @@ def peek_entries(
             refs.append((len(out), seq))
             out.append(PLACEHOLDER)
         else:
-            out.append(paged_entry(data, at, stop))
+            out.append(paged_item(data, at, stop))
     return refs, -1

@@ -60,11 +60,12 @@ from typing import Final, Protocol
 
 from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
+from ringmq.core.queue.ports import Spilled
 from ringmq.storage.bodyspill import BodySpill as BodySpill  # re-exported: the pager holds one
 from ringmq.storage.journal import write_all
 from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
 from ringmq.storage.pageruns import MAX_RUN_BODIES, MAX_RUN_ROWS, encode_run, plain
-from ringmq.storage.pagetake import peek_entries, take_records
+from ringmq.storage.pagetake import item_of, peek_entries, take_records
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -413,12 +414,13 @@ class PageQueue:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def pop_front(self, max_count: int, max_bytes: int | None = None) -> list[Entry]:
-        """Read up to `max_count` entries (and about `max_bytes` of bodies) from the front.
+    def pop_front(self, max_count: int, max_bytes: int | None = None) -> list[Spilled]:
+        """Read up to `max_count` items `(seq, message, expires_at)` (and about `max_bytes` of
+        bodies) from the front.
 
         Always returns at least one entry when any is paged, so a huge message still moves.
         """
-        out: list[Entry] = []
+        out: list[Spilled] = []
         got_bytes = 0
         while self._runs and len(out) < max_count:
             run = self._runs[0]
@@ -450,7 +452,7 @@ class PageQueue:
         self,
         run: _Run,
         data: bytes,
-        out: list[Entry],
+        out: list[Spilled],
         max_count: int,
         max_bytes: int | None,
         got: int,
@@ -471,15 +473,15 @@ class PageQueue:
             self._resolve(out, t.refs)
         return t.took, t.records
 
-    def peek_after(self, after: int | None, limit: int) -> list[Entry]:
-        """Up to `limit` paged entries with a seq above `after`, in order, without taking them
+    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
+        """Up to `limit` paged items with a seq above `after`, in order, without taking them
         (a browse). Runs that end at or below `after` are skipped unread; tombstoned entries
         are left out.
 
         Raises:
             RuntimeError: a page file is corrupt where the browse reads it.
         """
-        out: list[Entry] = []
+        out: list[Spilled] = []
         low = -1 if after is None else after
         tombstones = self._tombstones
         for run in self._runs:
@@ -490,13 +492,15 @@ class PageQueue:
             if run.seqs is not None:
                 assert self.copies is not None
                 want = [s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones]
-                out.extend(self.copies.read(want[: limit - len(out)]))
+                out.extend(map(item_of, self.copies.read(want[: limit - len(out)])))
                 continue
             data = self._read(run, run.read_offset, None)
             self._peek_records(run, data, low, out, limit)
         return out
 
-    def _peek_records(self, run: _Run, data: bytes, low: int, out: list[Entry], limit: int) -> None:
+    def _peek_records(
+        self, run: _Run, data: bytes, low: int, out: list[Spilled], limit: int
+    ) -> None:
         # The records of `data` (the unread rest of `run`) with seq > low into `out`.
         refs, corrupt = peek_entries(data, run.skip, low, self._tombstones, out, limit)
         if corrupt >= 0:
@@ -552,14 +556,14 @@ class PageQueue:
         assert self.copies is not None, "a page file holds references but no journal is given"
         fill_refs(out, refs, self.copies.read([s for _, s in refs]), now_ms)
 
-    def _resolve(self, out: list[Entry], refs: list[tuple[int, int]]) -> None:
+    def _resolve(self, out: list[Spilled], refs: list[tuple[int, int]]) -> None:
         # PAGED_REF records: read the journal copies (one batched read) into their places.
         assert self.copies is not None, "a page file holds references but no journal is given"
         for (i, _), entry in zip(refs, self.copies.read([s for _, s in refs]), strict=True):
-            out[i] = entry
+            out[i] = item_of(entry)
 
     def _pop_memory_run(
-        self, run: _Run, out: list[Entry], max_count: int, max_bytes: int | None, got: int
+        self, run: _Run, out: list[Spilled], max_count: int, max_bytes: int | None, got: int
     ) -> int:
         # Take the next seqs of a memory run (tombstones skipped); returns the bytes taken.
         assert run.seqs is not None
@@ -588,7 +592,7 @@ class PageQueue:
         run.read_offset = pos
         if pos >= len(seqs):
             run.seqs = []
-        out.extend(self.copies.read(taken))
+        out.extend(map(item_of, self.copies.read(taken)))
         return nbytes
 
     def discard(self, seq: int, size: int) -> None:

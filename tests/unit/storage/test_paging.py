@@ -22,8 +22,8 @@ def entry(seq: int, body: bytes = b"", **kw: object) -> Entry:
     return Entry("", SeqId(seq), m, **kw)  # type: ignore[arg-type]
 
 
-def seqs(entries: list[Entry]) -> list[int]:
-    return [e.seq for e in entries]
+def seqs(items: Sequence[tuple[int, Message, int | None]]) -> list[int]:
+    return [seq for seq, _, _ in items]
 
 
 def test_push_back_pop_in_order_across_runs(tmp_path: Path) -> None:
@@ -49,24 +49,15 @@ def test_push_front_goes_before_everything(tmp_path: Path) -> None:
 
 
 def test_fields_and_store_ref_round_trip(tmp_path: Path) -> None:
+    # a page-in gives the spill store's item: seq, message (store ref kept), expiry
     pq = PageQueue(tmp_path)
     e = entry(4, b"payload", delivery_count=2, expiry_ms=99, due_ms=7, redelivered=True)
     e.message.store_ref = 42
     e.message.priority = 3
     pq.push_back([e])
-    (back,) = pq.pop_front(1)
-    assert (back.seq, back.delivery_count, back.expiry_ms, back.due_ms, back.redelivered) == (
-        4,
-        2,
-        99,
-        7,
-        True,
-    )
-    assert (back.message.body, back.message.store_ref, back.message.priority) == (
-        b"payload",
-        42,
-        3,
-    )
+    ((seq, msg, expires_at),) = pq.pop_front(1)
+    assert (seq, expires_at) == (4, 99)
+    assert (msg.body, msg.store_ref, msg.priority) == (b"payload", 42, 3)
 
 
 def test_every_message_field_round_trips(tmp_path: Path) -> None:
@@ -90,7 +81,7 @@ def test_every_message_field_round_trips(tmp_path: Path) -> None:
         sent.append(m)
     pq.push_back(Entry("", SeqId(i + 1), m) for i, m in enumerate(sent))
     back = pq.pop_front(3) + pq.pop_front(10)
-    assert [e.seq for e in back] == [1, 2, 3, 4, 5, 6]
+    assert seqs(back) == [1, 2, 3, 4, 5, 6]
     fields = [
         "exchange",
         "routing_key",
@@ -103,8 +94,8 @@ def test_every_message_field_round_trips(tmp_path: Path) -> None:
         "message_id",
         "timestamp_ms",
     ]
-    for got, want in zip(back, sent, strict=True):
-        assert [getattr(got.message, f) for f in fields] == [getattr(want, f) for f in fields]
+    for (_, got, _), want in zip(back, sent, strict=True):
+        assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
 
 
 def test_a_corrupt_page_stops_at_the_last_good_record(tmp_path: Path) -> None:
@@ -114,7 +105,7 @@ def test_a_corrupt_page_stops_at_the_last_good_record(tmp_path: Path) -> None:
     raw = bytearray(page.read_bytes())
     raw[len(raw) // 2] ^= 0xFF  # a flipped bit in a record in the middle of the run
     page.write_bytes(bytes(raw))
-    got: list[Entry] = []
+    got: list[tuple[int, Message, int | None]] = []
 
     def drain() -> None:  # one at a time: what precedes the damage comes back intact
         for _ in range(10):
@@ -123,7 +114,7 @@ def test_a_corrupt_page_stops_at_the_last_good_record(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="corrupt"):
         drain()
     assert 0 < len(got) < 10
-    assert [e.message.body for e in got] == [b"%03d" % i * 10 for i in range(len(got))]
+    assert [m.body for _, m, _ in got] == [b"%03d" % i * 10 for i in range(len(got))]
 
 
 def test_byte_limit_and_huge_records(tmp_path: Path) -> None:
@@ -132,7 +123,7 @@ def test_byte_limit_and_huge_records(tmp_path: Path) -> None:
     assert pq.body_bytes == 5020
     first = pq.pop_front(10, max_bytes=100)
     assert seqs(first) == [0]  # at least one, even when larger than max_bytes
-    assert first[0].message.body == b"a" * 5000
+    assert first[0][1].body == b"a" * 5000
     assert seqs(pq.pop_front(10, max_bytes=15)) == [1, 2]
 
 
@@ -333,7 +324,7 @@ def test_peek_after_matches_the_model(
             got = pq.peek_after(after, x)
             want = [s for s in model if after is None or s > after][:x]
             assert seqs(got) == want
-            assert [e.message.body for e in got] == [f"m{s}".encode() for s in want]
+            assert [m.body for _, m, _ in got] == [f"m{s}".encode() for s in want]
         assert len(pq) == len(model)
         assert seqs(pq.peek_after(None, 10_000)) == model  # a whole browse, any time
     assert seqs(pq.pop_front(10_000)) == model
@@ -399,13 +390,13 @@ def _rows(cols: Columns) -> list[tuple[Any, ...]]:
     return [_row(cols, i) for i in range(len(cols))]
 
 
-def _entry_row(e: Entry) -> tuple[Any, ...]:
+def _entry_row(item: tuple[int, Message, int | None]) -> tuple[Any, ...]:
     # the row the streams wire carries: AMQP 0-9-1 properties and body (another protocol's
     # form as its conversion)
-    m = e.message
+    seq, m, _ = item
     props, body = amqp091_content(m)
     return (
-        e.seq,
+        seq,
         0,
         m.timestamp_ms,
         m.exchange.encode(),
@@ -453,9 +444,9 @@ def test_peek_columns_is_peek_after_without_the_expired(
 
     def check(after: int | None, limit: int) -> None:
         want = [
-            _entry_row(e)
-            for e in pq.peek_after(after, 10_000)
-            if e.expiry_ms is None or now <= e.expiry_ms
+            _entry_row(item)
+            for item in pq.peek_after(after, 10_000)
+            if item[2] is None or now <= item[2]
         ][:limit]
         cols = Columns()
         last = pq.peek_columns(after, limit, now, cols)
@@ -530,7 +521,7 @@ def test_a_run_record_is_read_from_inside(tmp_path: Path) -> None:
     assert (pq.runs_written, pq.pages_written, pq.body_bytes) == (1, 40, 400)
     got = pq.pop_front(7, max_bytes=35)  # bodies of 10: stops once 35 are reached
     assert seqs(got) == [1, 2, 3, 4]
-    m = got[1].message
+    m = got[1][1]
     assert (m.exchange, m.routing_key, m.properties_bin, m.body) == (
         "x",
         "q",
