@@ -71,7 +71,6 @@ log = logging.getLogger(__name__)
 
 _Command = ev.Command
 _PUBLISH = spec.BasicPublish
-_NONE: frozenset[int] = frozenset()
 
 
 class Inbound:
@@ -204,10 +203,11 @@ class Inbound:
         # ignores everything after it sends Close: per channel for soft errors, all for hard.
         failed: set[int] = set()
         dead = False
-        # Channels whose consecutive publishes go as runs (`_publish_run`): asked once per read
-        # and again after any event that is not a command (a channel closed or opened);
-        # `solo` ends the events that go one by one whatever.
-        runs = self._run_channels(conn_id)
+        # Channels whose consecutive publishes go as runs (`_publish_run`; None: none, the
+        # cheapest test per command): asked once per read and again after any event that is
+        # not a command (a channel closed or opened); `solo` ends the events that go one by
+        # one whatever.
+        runs = self.amqp091.publish_run_channels(conn_id) if self.publish_runs else None
         solo = 0
         i = 0
         while i < len(events) and conn_id in table:
@@ -245,16 +245,11 @@ class Inbound:
             more = self._on_event(c, event, now)
             if more:
                 events[i:i] = more
-            runs = self._run_channels(conn_id)
+            runs = self.amqp091.publish_run_channels(conn_id) if self.publish_runs else None
         effects = self._dispatch_pending(now)
         if effects:
             apply(effects)
         self.conns.dirty.add(c)
-
-    def _run_channels(self, conn_id: int) -> frozenset[int]:
-        if not self.publish_runs:
-            return _NONE
-        return self.amqp091.publish_run_channels(conn_id)
 
     def _publish_run(
         self, c: AMQPConnection, events: list[ev.Event], start: int, now: int
