@@ -43,7 +43,12 @@ from ringmq.connector.records import (
 
 DEFAULT_HTTP_TIMEOUT_S: Final = 30.0
 _FRAME_HEAD: Final = struct.Struct(">BHI")
-_CONTENT_HEAD: Final = struct.Struct(">HHQ")
+_PUBLISH_HEADER: Final = struct.Struct(">BHIHHQ")  # a content header frame's head, class..size
+_BODY_HEAD: Final = struct.Struct(">BBHI")  # the frame end before a body frame, and its head
+_SEND_ITEMS: Final = 3072
+"""Pieces of frames joined into one `sendall` at most (512 publishes with a body)."""
+_SEND_BYTES: Final = 256 * 1024
+"""Body bytes joined into one `sendall` at most."""
 _ACK_IDS: Final = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
 _ACK_ARGS: Final = struct.Struct(">QB")
 READ_CHUNK: Final = 20_000
@@ -377,14 +382,18 @@ class Publisher:
             self.connect()
         sock = self._sock
         assert sock is not None
+        start = self._next - 1  # the last tag before these
         frame_max = self._frame_max
         max_body = frame_max - FRAME_OVERHEAD
         methods = self._methods
-        head, content, end = _FRAME_HEAD.pack, _CONTENT_HEAD.pack, b"\xce"
+        # Per message: the publish method frame (encoded once per exchange and routing key),
+        # the content header frame's head and fixed fields in one pack, the properties, the
+        # header's frame end and the body frame's head in one pack, the body, its frame end.
+        header, body_head, end = _PUBLISH_HEADER.pack, _BODY_HEAD.pack, b"\xce"
         batch: list[bytes] = []
+        size = 0
         count = 0
         for exchange, routing_key, props, body in messages:
-            # The publish method frame only depends on (exchange, routing key): encode it once.
             key = (exchange, routing_key)
             m = methods.get(key)
             if m is None:
@@ -394,28 +403,33 @@ class Publisher:
                 if len(methods) < 10_000:
                     methods[key] = m
             n = len(body)
-            if n <= max_body:
+            if not n:
+                batch += (m, header(FRAME_HEADER, 1, 12 + len(props), 60, 0, 0), props, end)
+            elif n <= max_body:
                 batch += (
                     m,
-                    head(FRAME_HEADER, 1, 12 + len(props)),
-                    content(60, 0, n),
+                    header(FRAME_HEADER, 1, 12 + len(props), 60, 0, n),
                     props,
+                    body_head(0xCE, FRAME_BODY, 1, n),
+                    body,
                     end,
                 )
-                if n:
-                    batch += (head(FRAME_BODY, 1, n), body, end)
+                size += n
             else:
                 method = spec.BasicPublish(exchange=exchange, routing_key=routing_key)
                 batch.append(encode_content_frames(1, method, props, body, frame_max))
-            self._next += 1
+                size += n
             count += 1
-            if len(batch) >= 2048:
+            if len(batch) >= _SEND_ITEMS or size >= _SEND_BYTES:
                 sock.sendall(b"".join(batch))
                 batch.clear()
+                size = 0
+                self._next = start + 1 + count
                 while self._next - 1 - self._confirmed > self.window:
                     self._pump()
         if batch:
             sock.sendall(b"".join(batch))
+        self._next = start + 1 + count
         while self._confirmed < self._next - 1:
             self._pump()
         return count

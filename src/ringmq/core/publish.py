@@ -487,6 +487,9 @@ class Publisher:
                     if seq:
                         if refused:
                             if released:
+                                # the acks before it, whose `multiple` must stop below it:
+                                # held meanwhile, it keeps the session's confirm floor there
+                                held.add(seq)
                                 confirms.send(s, released)
                                 released = []
                             stats["nacked"] += 1

@@ -20,6 +20,15 @@ connection with more than a frame of content in flight is blocked after its read
 rest of the body is read. After each read the broker's publisher-flow requests pause the
 publishers concerned (server/flow.py).
 
+Publish runs: consecutive basic.publish commands of one read on one confirm channel, to one
+exchange, none mandatory (`_publish_run`), go as one `Amqp091.publish_batch`: the core's batch
+publish, which routes a run to one plain paging queue once (`core/ingest.py`) and publishes
+anything else one message at a time through the same pipeline, with one coalesced ack
+(`multiple`) where each publish would have had its own. Its errors close the channel as the
+failing publish's would; a publish that blocks the connection ends the batch and the rest of
+the run goes one by one. Anything else (a mandatory publish, another method, a transactional
+or non-confirm channel, a lone publish) takes the per-command path.
+
 Logins: repeated failures from one address delay the next credential check (`LoginGuard`,
 shared with management's HTTP logins); the connection's machine waits in AUTHENTICATING.
 
@@ -41,6 +50,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, assert_never
 
 from ringmq.adapters.amqp091 import Amqp091
+from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
@@ -60,6 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _Command = ev.Command
+_PUBLISH = spec.BasicPublish
 
 
 class Inbound:
@@ -98,6 +109,9 @@ class Inbound:
         """Set by the server once it runs (delayed logins need it)."""
         self.ids: Iterator[int] = itertools.count(1)
         """Connection ids, shared with the other protocols' connections (`server.handlers`)."""
+        self.publish_runs = True
+        """Whether consecutive publishes of a read on a confirm channel go as one batch
+        (False: each alone; the tests compare both)."""
         # one dispatch per read batch (on_events), bound once: the read path calls it per read
         broker.defer_dispatch = True
         self._dispatch_pending = broker.dispatch_pending
@@ -189,6 +203,12 @@ class Inbound:
         # ignores everything after it sends Close: per channel for soft errors, all for hard.
         failed: set[int] = set()
         dead = False
+        # Channels whose consecutive publishes go as runs (`_publish_run`; None: none, the
+        # cheapest test per command): asked once per read and again after any event that is
+        # not a command (a channel closed or opened); `solo` ends the events that go one by
+        # one whatever.
+        runs = self.amqp091.publish_run_channels(conn_id) if self.publish_runs else None
+        solo = 0
         i = 0
         while i < len(events) and conn_id in table:
             event = events[i]
@@ -197,6 +217,17 @@ class Inbound:
                 ch = event.channel
                 if dead or ch in failed:
                     continue
+                if runs and ch in runs and i > solo and type(event.method) is _PUBLISH:
+                    stop, err, solo = self._publish_run(c, events, i - 1, now)
+                    if stop:
+                        i = stop
+                        if err is not None:
+                            c.proto.send_error(ch, err)
+                            if err.is_hard:
+                                dead = True
+                            else:
+                                failed.add(ch)
+                        continue
                 try:
                     effects = handle(conn_id, ch, event.method, event.content, now)
                 except AMQPError as err:
@@ -214,10 +245,57 @@ class Inbound:
             more = self._on_event(c, event, now)
             if more:
                 events[i:i] = more
+            runs = self.amqp091.publish_run_channels(conn_id) if self.publish_runs else None
         effects = self._dispatch_pending(now)
         if effects:
             apply(effects)
         self.conns.dirty.add(c)
+
+    def _publish_run(
+        self, c: AMQPConnection, events: list[ev.Event], start: int, now: int
+    ) -> tuple[int, AMQPError | None, int]:
+        """The publishes from `events[start]` on, as one `Amqp091.publish_batch` when they
+        make a run (module docstring); returns (the index after what was handled, or 0 when
+        nothing was; the error that closes the channel or connection; `solo`)."""
+        first = events[start]
+        assert type(first) is _Command
+        ch = first.channel
+        method = first.method
+        assert type(method) is _PUBLISH
+        exchange = method.exchange
+        rows: list[tuple[str, bytes, bytes]] = []
+        n = len(events)
+        j = start
+        while j < n:
+            e = events[j]
+            if type(e) is not _Command or e.channel != ch:
+                break
+            m = e.method
+            content = e.content
+            if (
+                type(m) is not _PUBLISH
+                or m.exchange != exchange
+                or m.mandatory
+                or m.immediate
+                or content is None
+            ):
+                break
+            rows.append((m.routing_key, content.properties_bin, content.body))
+            j += 1
+        if len(rows) < 2:
+            return 0, None, j  # one publish: the per-command step (which reports any error)
+        done = self.amqp091.publish_batch(c.conn_id, ch, exchange, rows, 0, len(rows), now)
+        if done.effects:
+            self.conns.apply(done.effects)
+        err = done.error
+        if err is not None:
+            assert isinstance(err, AMQPError)
+            return j, err, 0
+        if done.published < len(rows):
+            # the batch stopped at a publish that blocked the connection: the rest of the run
+            # goes one by one, as they would have
+            return start + done.published, None, j
+        return j, None, 0
 
     def _on_event(self, c: AMQPConnection, event: ev.Event, now: int) -> list[ev.Event]:
         broker = self.broker

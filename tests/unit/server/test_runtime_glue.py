@@ -54,6 +54,9 @@ class ScriptedBroker:
     def check_publish(self, conn_id: int, channel: int, method: Any) -> None:
         pass
 
+    def publish_run_channels(self, conn_id: int) -> set[int] | None:
+        return None  # every publish the per-command way
+
     def take_flow(self) -> list[Any]:
         return []
 

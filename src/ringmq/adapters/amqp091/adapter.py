@@ -50,6 +50,7 @@ from ringmq.core.settings import SettingsError
 _PUBLISH: Final = spec.BasicPublish
 _PUBLISH_IDS: Final = (spec.BasicPublish.CLASS_ID, spec.BasicPublish.METHOD_ID)
 _TX: Final = ChannelMode.TX
+_CONFIRM: Final = ChannelMode.CONFIRM
 
 
 def check_login(broker: Broker, mechanism: str, response: bytes, peer_loopback: bool) -> str:
@@ -269,6 +270,19 @@ class Amqp091:
             )
 
     # ------------------------------------------------------------------ batches
+    def publish_run_channels(self, conn_id: int) -> set[int] | None:
+        """The channels of `conn_id` whose consecutive basic.publish commands may go as one
+        `publish_batch`: open channels in confirm mode (a transactional channel buffers each
+        publish; without confirms an Artemis FAIL limit fails the producer per publish); None
+        when there is none."""
+        conn = self.state.conns.get(conn_id)
+        runs = None
+        if conn is not None:
+            for ch, s in conn.sessions.items():  # a loop: the server asks once per read
+                if s.mode is _CONFIRM:
+                    runs = {ch} if runs is None else runs | {ch}
+        return runs
+
     def publish_batch(
         self,
         conn_id: int,

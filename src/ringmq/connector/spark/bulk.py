@@ -155,6 +155,20 @@ def routing_keys(options: Options) -> Callable[[Any], list[str]]:
     return get
 
 
+def message_columns(
+    batch: pa.RecordBatch, options: Options, ids: Callable[[Any, int], Any], start: int
+) -> tuple[Any, Any, Any]:
+    """(message ids, encoded basic properties, bodies as `binary`) of the rows of `batch`,
+    numbered from `start`: what both writer paths send for each row."""
+    names = batch.schema.names
+    mids = _ids(batch, ids, start)
+    if "headers" in names or "properties" in names:
+        props = _row_properties(batch, mids, options.persistent)
+    else:
+        props = _mid_properties(mids, options.persistent)
+    return mids, props, _binary(batch.column("body"))
+
+
 def encode_batch(
     batch: pa.RecordBatch, options: Options, ids: Callable[[Any, int], Any], start: int
 ) -> tuple[bytes, str | None, str | None]:
@@ -166,11 +180,7 @@ def encode_batch(
 
     n = batch.num_rows
     names = batch.schema.names
-    mids = _ids(batch, ids, start)
-    if "headers" in names or "properties" in names:
-        props = _row_properties(batch, mids, options.persistent)
-    else:
-        props = _mid_properties(mids, options.persistent)
+    mids, props, bodies = message_columns(batch, options, ids, start)
     if "routing_key" in names:
         rk = _binary(
             pc.fill_null(
@@ -183,7 +193,7 @@ def encode_batch(
         one = options.routing_key.encode()
         rk_lens, rk_data = struct.pack("<I", len(one)) * n, one * n
     p_lens, p_data = _lengths_and_values(props)
-    b_lens, b_data = _lengths_and_values(_binary(batch.column("body")))
+    b_lens, b_data = _lengths_and_values(bodies)
     body = b"".join([struct.pack("<I", n), rk_lens, p_lens, b_lens, rk_data, p_data, b_data])
     first = mids[0].as_py() if n else None
     last = mids[n - 1].as_py() if n else None

@@ -15,6 +15,7 @@ exactly as AMQP publishes, without the per-row Python and AMQP framing.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,33 +74,42 @@ def arrow_rows(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
 
 def publish_rows(options: Options, rows: Iterator[Any], *, streaming: bool) -> PublishedMessage:
     """Executor side: publish `rows` (Rows or dicts) with confirms; shared by every writer."""
-    from ringmq.amqp.properties import encode_properties
     from ringmq.connector.client import Publisher
 
     partition, prefix, content = _task_ids(options, streaming=streaming)
-    first: str | None = None
-    last: str | None = None
-
-    def messages() -> Iterator[tuple[str, str, bytes, bytes]]:
-        nonlocal first, last
-        for i, row in enumerate(rows):
-            d = row if isinstance(row, dict) else row.asDict()
-            body = _body(d.get("body"))
-            rk = d.get("routing_key")
-            rk = options.routing_key if rk is None else text(rk)
-            ex = d.get("exchange")
-            ex = options.exchange if ex is None else text(ex)
-            mid = d.get("message_id")
-            mid = _id_for(prefix, partition, i, rk, body, content) if mid is None else text(mid)
-            props = row_properties(mid, d.get("headers"), d.get("properties"), options.persistent)
-            if first is None:
-                first = mid
-            last = mid
-            yield ex, rk, encode_properties(props), body
-
+    ends: list[str] = []
     with Publisher(options.url, window=options.window) as pub:
-        count = pub.publish_many(messages())
-    return PublishedMessage(partition, count, first, last)
+        count = pub.publish_many(row_messages(options, rows, partition, prefix, content, ends))
+    return PublishedMessage(partition, count, ends[0] if ends else None, ends[-1] if ends else None)
+
+
+def row_messages(
+    options: Options,
+    rows: Iterator[Any],
+    partition: int,
+    prefix: str,
+    content: bool,
+    ends: list[str],
+) -> Iterator[tuple[str, str, bytes, bytes]]:
+    """(exchange, routing key, properties, body) of every row (a Row or a dict); the first
+    and last message ids are kept in `ends`."""
+    from ringmq.amqp.properties import encode_properties
+
+    for i, row in enumerate(rows):
+        d = row if isinstance(row, dict) else row.asDict()
+        body = _body(d.get("body"))
+        rk = d.get("routing_key")
+        rk = options.routing_key if rk is None else text(rk)
+        ex = d.get("exchange")
+        ex = options.exchange if ex is None else text(ex)
+        mid = d.get("message_id")
+        mid = _id_for(prefix, partition, i, rk, body, content) if mid is None else text(mid)
+        props = row_properties(mid, d.get("headers"), d.get("properties"), options.persistent)
+        if not ends:
+            ends.append(mid)
+        del ends[1:]
+        ends.append(mid)
+        yield ex, rk, encode_properties(props), body
 
 
 def _task_ids(options: Options, *, streaming: bool) -> tuple[int, str, bool]:
@@ -118,9 +128,10 @@ def _task_ids(options: Options, *, streaming: bool) -> tuple[int, str, bool]:
 
 
 def publish_arrow(options: Options, batches: Iterator[Any], *, streaming: bool) -> PublishedMessage:
-    """Executor side: Arrow batches to the broker, by the bulk HTTP path or by AMQP."""
-    if options.publish_via != "http":
-        return publish_rows(options, arrow_rows(batches), streaming=streaming)
+    """Executor side: Arrow batches to the broker, by the bulk HTTP path or by AMQP.
+
+    Either way a batch's message ids, properties and bodies are made column by column
+    (`bulk.message_columns`), as `publish_rows` would make them row by row."""
     from ringmq.connector.spark.bulk import (
         content_ids,
         publish_batches,
@@ -134,8 +145,45 @@ def publish_arrow(options: Options, batches: Iterator[Any], *, streaming: bool) 
         if content
         else sequential_ids(prefix, partition)
     )
-    count, first, last = publish_batches(options, batches, ids)
-    return PublishedMessage(partition, count, first, last)
+    if options.publish_via == "http":
+        count, first, last = publish_batches(options, batches, ids)
+        return PublishedMessage(partition, count, first, last)
+    from ringmq.connector.client import Publisher
+
+    ends: list[str] = []
+    with Publisher(options.url, window=options.window) as pub:
+        count = pub.publish_many(arrow_messages(options, batches, ids, ends))
+    return PublishedMessage(partition, count, ends[0] if ends else None, ends[-1] if ends else None)
+
+
+def arrow_messages(
+    options: Options, batches: Iterator[Any], ids: Any, ends: list[str]
+) -> Iterator[tuple[str, str, bytes, bytes]]:
+    """(exchange, routing key, properties, body) of every row of `batches`, the ids numbered
+    across them; the first and last message ids are kept in `ends`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ringmq.connector.spark.bulk import message_columns, routing_keys
+
+    keys = routing_keys(options)
+    start = 0
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        mids, props, bodies = message_columns(batch, options, ids, start)
+        if "exchange" in batch.schema.names:
+            col = batch.column("exchange").cast(pa.string())
+            exchanges: Any = pc.fill_null(col, options.exchange).to_pylist()
+        else:
+            exchanges = itertools.repeat(options.exchange, n)
+        if not ends:
+            ends.append(mids[0].as_py())
+        yield from zip(exchanges, keys(batch), props.to_pylist(), bodies.to_pylist(), strict=True)
+        start += n
+        del ends[1:]
+        ends.append(mids[n - 1].as_py())
 
 
 class RingMQBatchWriter(DataSourceArrowWriter):
