@@ -65,16 +65,16 @@ def lease_key(vhost: str, queue: str, consumer: str) -> str:
     return f"{vhost}{_SEP}{queue}{_SEP}{consumer}"
 
 
-def _runs(entries: list[Entry[SeqId]]) -> list[list[int]]:
+def _runs(positions: list[int], seqs: list[SeqId]) -> list[list[int]]:
     # [pos, seq, n] runs where both step by one.
     out: list[list[int]] = []
-    for e in entries:
+    for pos, seq in zip(positions, seqs, strict=True):
         if out:
             last = out[-1]
-            if e.pos == last[0] + last[2] and e.seq == last[1] + last[2]:
+            if pos == last[0] + last[2] and seq == last[1] + last[2]:
                 last[2] += 1
                 continue
-        out.append([e.pos, int(e.seq), 1])
+        out.append([pos, int(seq), 1])
     return out
 
 
@@ -96,7 +96,7 @@ def lease_value(vhost: str, queue: str, lease: Lease[SeqId]) -> dict[str, Any]:
         "skipped": lease.skipped,
         "expired": lease.expired,
         "last_seq": lease.last_seq,
-        "held": _runs(lease.entries),
+        "held": _runs(lease.positions, lease.seqs),
     }
 
 
@@ -267,8 +267,7 @@ class StreamBooks:
         n = 0
         for lease in leases:
             entries = sorted(found.get(id(lease), ()), key=lambda e: e.pos)
-            lease.entries[:] = entries
-            lease.positions[:] = [e.pos for e in entries]
+            lease.hold(entries)
             n += len(entries)
         if wanted:
             log.info(
