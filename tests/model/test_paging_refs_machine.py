@@ -87,8 +87,8 @@ class PagingRefsMachine(RuleBasedStateMachine):
         out = self.pages.pop_front(k, max_bytes)
         assert 1 <= len(out) <= k
         expected = [self.model.popleft() for _ in out]
-        assert [(e.seq, e.message.body) for e in out] == expected
-        self.delivered.extend(e.seq for e in out if e.seq in self.journaled)
+        assert [(seq, m.body) for seq, m, _ in out] == expected
+        self.delivered.extend(seq for seq, _, _ in out if seq in self.journaled)
 
     @precondition(lambda self: self.delivered)
     @rule(data=st.data())

@@ -69,28 +69,47 @@ class Deduplicator(Generic[KeyT]):
 
     def check_and_record(self, scope: KeyT, message_id: str, now_ms: int, window_ms: int) -> bool:
         """`seen` then, for a new id, `record` with `window_ms`, in one step (the publish path).
+        True when `message_id` is a duplicate (counted); `admit_many` of one id."""
+        return not self.admit_many(scope, (message_id,), now_ms, window_ms)[0]
+
+    def admit_many(
+        self, scope: KeyT, message_ids: Sequence[str | None], now_ms: int, window_ms: int
+    ) -> list[bool]:
+        """`check_and_record` of many ids in order: whether each is new (recorded now; an id
+        of None always is, and is not recorded) or a duplicate (False, counted).
 
         Expired ids are trimmed once per scope and `now_ms` (the broker handles a whole read
         batch at one `now_ms`, so nothing more can have expired within it); the count bound is
-        kept at every insert. True when `message_id` is a duplicate (counted).
+        kept at every insert.
         """
         ids = self._seen.get(scope)
         if ids is None:
             ids = self._seen[scope] = OrderedDict()
-        same_window = self._windows.get(scope) == window_ms
-        if not same_window or self._trimmed.get(scope) != now_ms:
+        new_window = self._windows.get(scope) != window_ms
+        if new_window or self._trimmed.get(scope) != now_ms:
             self._trim(scope, ids, now_ms)  # the scope's current window, as `seen` does
             self._trimmed[scope] = now_ms
-        if message_id in ids:
-            self.duplicates += 1
-            return True
-        ids[message_id] = now_ms
-        if not same_window:
-            self._windows[scope] = window_ms
-            self._trim(scope, ids, now_ms)  # the new window, as `record` does
-        elif len(ids) > self.max_ids:
-            ids.popitem(last=False)
-        return False
+        out: list[bool] = []
+        append = out.append
+        bound = self.max_ids
+        dups = 0
+        for mid in message_ids:
+            if mid is None:
+                append(True)
+            elif mid in ids:
+                dups += 1
+                append(False)
+            else:
+                ids[mid] = now_ms
+                if new_window:  # the new window from the first id recorded, as `record` does
+                    self._windows[scope] = window_ms
+                    self._trim(scope, ids, now_ms)
+                    new_window = False
+                elif len(ids) > bound:
+                    ids.popitem(last=False)
+                append(True)
+        self.duplicates += dups
+        return out
 
     def scopes(self) -> Iterator[tuple[KeyT, OrderedDict[str, int]]]:
         """Every scope with the ids it remembers (oldest first); read-only."""
@@ -223,19 +242,21 @@ class PublishDedup:
         qw = _window(queue.arguments) if queue.arguments else None
         if xw is None and qw is None:
             return [True] * len(message_ids)
-        accept = self._accept
         xscope: _Scope = ("exchange", vhost, exchange.name)
         qscope: _Scope = ("queue", vhost, queue.name)
-        xkey = self._key(xscope, exchange)
-        qkey = self._key(qscope, queue)
-        return [
-            mid is None
-            or (
-                (xw is None or accept(xscope, xkey, mid, now_ms, xw))
-                and (qw is None or accept(qscope, qkey, mid, now_ms, qw))
-            )
-            for mid in message_ids
-        ]
+        if xw is not None and qw is not None:  # two windows: both per message, in turn
+            accept = self._accept
+            xkey = self._key(xscope, exchange)
+            qkey = self._key(qscope, queue)
+            return [
+                mid is None
+                or (accept(xscope, xkey, mid, now_ms, xw) and accept(qscope, qkey, mid, now_ms, qw))
+                for mid in message_ids
+            ]
+        if xw is not None:
+            return self._accept_many(xscope, self._key(xscope, exchange), message_ids, now_ms, xw)
+        assert qw is not None
+        return self._accept_many(qscope, self._key(qscope, queue), message_ids, now_ms, qw)
 
     def _key(self, scope: _Scope, declared: object) -> str | None:
         # the store key a durable scope journals its accepted ids under (None: not journaled)
@@ -246,13 +267,27 @@ class PublishDedup:
     def _accept(
         self, scope: _Scope, key: str | None, message_id: str, now_ms: int, window: int
     ) -> bool:
-        # The one de-duplication step: False when `message_id` is a duplicate in `scope`'s
-        # window; else it is recorded there, and journaled under `key` (a durable scope's).
-        if self.ids.check_and_record(scope, message_id, now_ms, window):
-            return False
-        if key is not None and self.journal is not None:
-            self.journal(key, message_id, now_ms)
-        return True
+        # `_accept_many` of one id.
+        return self._accept_many(scope, key, (message_id,), now_ms, window)[0]
+
+    def _accept_many(
+        self,
+        scope: _Scope,
+        key: str | None,
+        message_ids: Sequence[str | None],
+        now_ms: int,
+        window: int,
+    ) -> list[bool]:
+        # The one de-duplication step: False for each id that is a duplicate in `scope`'s
+        # window; the others are recorded there, and journaled under `key` (a durable
+        # scope's), in order.
+        fresh = self.ids.admit_many(scope, message_ids, now_ms, window)
+        journal = self.journal
+        if key is not None and journal is not None:
+            for mid, new in zip(message_ids, fresh, strict=True):
+                if new and mid is not None:
+                    journal(key, mid, now_ms)
+        return fresh
 
     def refused(self, vhost: str, exchange: _Declared, queue: _Declared, message_id: str) -> None:
         """A queue refused the publish (overflow): a retry with the same id must pass."""

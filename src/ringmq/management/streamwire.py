@@ -19,6 +19,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable
+from itertools import accumulate, pairwise
 from typing import Any, Final
 
 from ringmq.core.message import Message, amqp091_content
@@ -95,19 +96,18 @@ def encode_column_set(cols: Columns, positions: array[int] | None = None) -> byt
     """
     seqs = _le(cols.seqs)
     n = len(cols)
-    columns = (cols.exchanges, cols.routing_keys, cols.properties, cols.bodies)
-    lens = [array("I", map(len, col)) for col in columns]
-    parts = [
+    columns = cols.var_columns()
+    parts: list[bytes | memoryview] = [
         struct.pack("<I", n),
         seqs if positions is None else _le(positions),
         seqs,
         bytes(cols.redelivered),
         _le(cols.timestamps),
     ]
-    parts += (_le(a) for a in lens)
+    parts += (_le(col.lengths()) for col in columns)
     # One join over every piece: the bodies are copied once, not joined and then joined again.
     for col in columns:
-        parts += col
+        parts += col.pieces()
     return b"".join(parts)
 
 
@@ -138,23 +138,35 @@ def decode_publish(data: bytes) -> list[tuple[str, bytes, bytes]]:
         cols.append(a)
         off += 4 * n
     rk_lens, p_lens, b_lens = cols
-    total = sum(rk_lens) + sum(p_lens) + sum(b_lens)
-    if off + total != len(data):
+    rk_total = sum(rk_lens)
+    p_total = sum(p_lens)
+    if off + rk_total + p_total + sum(b_lens) != len(data):
         raise StreamError(400, "publish body length does not match its columns")
-    view = memoryview(data)
     rk_at = off
-    p_at = rk_at + sum(rk_lens)
-    b_at = p_at + sum(p_lens)
-    out: list[tuple[str, bytes, bytes]] = []
+    p_at = rk_at + rk_total
+    b_at = p_at + p_total
     try:
-        for rl, pl, bl in zip(rk_lens, p_lens, b_lens, strict=True):
-            rk = str(view[rk_at : rk_at + rl], "utf-8")
-            out.append((rk, bytes(view[p_at : p_at + pl]), bytes(view[b_at : b_at + bl])))
-            rk_at += rl
-            p_at += pl
-            b_at += bl
+        rks = _routing_keys(data, rk_at, rk_lens)
     except UnicodeDecodeError:
         raise StreamError(400, "routing key is not UTF-8") from None
+    # offsets of each value, then one slice (one copy) of `data` per value
+    ps = list(accumulate(p_lens, initial=p_at))
+    bs = list(accumulate(b_lens, initial=b_at))
+    props = [data[a:b] for a, b in pairwise(ps)]
+    bodies = [data[a:b] for a, b in pairwise(bs)]
+    return list(zip(rks, props, bodies, strict=True))
+
+
+def _routing_keys(data: bytes, at: int, lens: array[int]) -> list[str]:
+    # Each message's routing key; one decode when they are all the same (a Spark sink's).
+    n = len(lens)
+    first = lens[0] if n else 0
+    if n and lens.count(first) == n and data[at : at + first * n] == data[at : at + first] * n:
+        return [str(data[at : at + first], "utf-8")] * n
+    out: list[str] = []
+    for rl in lens:
+        out.append(str(data[at : at + rl], "utf-8"))
+        at += rl
     return out
 
 

@@ -178,17 +178,13 @@ class DiskSpillStore:
         """Insert a run before everything spilled."""
         self._pages.push_front(self._entries(items))
 
-    @staticmethod
-    def _items(entries: Sequence[Entry]) -> list[Spilled]:
-        return [(e.seq, e.message, e.expiry_ms) for e in entries]
-
     def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
         """Read the oldest items back in order (at least one when any is spilled)."""
-        return self._items(self._pages.pop_front(max_count, max_bytes))
+        return self._pages.pop_front(max_count, max_bytes)
 
     def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
         """Up to `limit` items with a seq above `after`, in order, read in place (a browse)."""
-        return self._items(self._pages.peek_after(after, limit))
+        return self._pages.peek_after(after, limit)
 
     def peek_columns(self, after: int | None, limit: int, now_ms: int, out: Columns) -> int | None:
         """`peek_after` as columns, expired items left out (`PageQueue.peek_columns`)."""

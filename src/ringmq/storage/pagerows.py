@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from ringmq.core.queue.columns import Columns
+from ringmq.storage.pageruns import PageRun
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -32,6 +33,7 @@ from ringmq.storage.records import (
 __all__ = ["CorruptPageError", "PeekedRows", "fill_refs", "journal_rows", "peek_rows"]
 
 _PAGED_REF: Final = int(RecordType.PAGED_REF)
+_PAGED_RUN: Final = int(RecordType.PAGED_RUN)
 _STORE_REF_SIZE: Final = 8  # a PAGED record's payload starts with the message's store ref
 _SEQ: Final = struct.Struct("<Q")  # the first field of an encoded entry
 
@@ -57,6 +59,7 @@ class PeekedRows:
 
 def peek_rows(
     data: bytes,
+    skip: int,
     low: int,
     tombstones: dict[int, int],
     now_ms: int,
@@ -64,9 +67,10 @@ def peek_rows(
     out: Columns,
 ) -> PeekedRows:
     """Append to `out`, until it holds `limit` rows, the records of `data` (page records from
-    a record boundary) whose seq is above `low`, leaving out tombstoned seqs and messages
-    expired at `now_ms` (as a browse skips them). Redelivered flags are 0 (the queue knows a
-    paged message's history, the record does not).
+    a record boundary; the first read from its row `skip` when it is a PAGED_RUN) whose seq
+    is above `low`, leaving out tombstoned seqs and messages expired at `now_ms` (as a browse
+    skips them). Redelivered flags are 0 (the queue knows a paged message's history, the
+    record does not). A PAGED_RUN record goes in as blocks (`PageRun.add_columns`).
 
     Raises:
         CorruptPageError: a frame fails its checks.
@@ -81,10 +85,10 @@ def peek_rows(
     seqs = out.seqs
     flags = out.redelivered
     stamps = out.timestamps
-    exchanges = out.exchanges
-    keys = out.routing_keys
-    props = out.properties
-    bodies = out.bodies
+    exchanges = out.exchanges.rows()
+    keys = out.routing_keys.rows()
+    props = out.properties.rows()
+    bodies = out.bodies.rows()
     n = len(seqs)
     pos = 0
     while pos + HEADER_SIZE <= end and n < limit:
@@ -93,7 +97,20 @@ def peek_rows(
         stop = at + length
         if length > MAX_RECORD or stop > end or crc32(view[at:stop], TYPE_CRC[rtype]) != crc:
             raise CorruptPageError(pos)
+        first = pos == 0
         pos = stop
+        if rtype == _PAGED_RUN:
+            added, last = PageRun(data, at, stop).add_columns(
+                skip if first else 0, low, tombstones, limit - n, out
+            )
+            if added:
+                n += added
+                got.last_seq = last
+                exchanges = out.exchanges.rows()
+                keys = out.routing_keys.rows()
+                props = out.properties.rows()
+                bodies = out.bodies.rows()
+            continue
         if rtype == _PAGED_REF:
             seq, _ = decode_paged_ref(view[at:stop])
             got.last_seq = seq
@@ -135,18 +152,17 @@ def fill_refs(out: Columns, refs: list[tuple[int, int]], entries: list[Entry], n
     are dropped."""
     expired: set[int] = set()
     filled = Columns()
+    rows: list[int] = []
     for (i, _), entry in zip(refs, entries, strict=True):
         exp = entry.expiry_ms
         if exp is not None and now_ms > exp:
             expired.add(i)
             continue
         filled.add_message(entry.seq, False, entry.message)
-        j = len(filled) - 1
-        out.timestamps[i] = filled.timestamps[j]
-        out.exchanges[i] = filled.exchanges[j]
-        out.routing_keys[i] = filled.routing_keys[j]
-        out.properties[i] = filled.properties[j]
-        out.bodies[i] = filled.bodies[j]
+        out.timestamps[i] = filled.timestamps[len(rows)]
+        rows.append(i)
+    for mine, theirs in zip(out.var_columns(), filled.var_columns(), strict=True):
+        mine.set_rows(dict(zip(rows, theirs.values(), strict=True)))
     if expired:
         out.drop_rows(expired)
 

@@ -5,7 +5,10 @@ Theory of operation
 The queue engine keeps a bounded *head* of each queue in memory (by count and bytes) and the
 rest in a `PageQueue` (RabbitMQ >= 3.12's `q_head` / `q_tail`). A `PageQueue` is an ordered
 deque of *runs*; each run is a file of PAGED records (`records.py` framing, one message entry
-each, in queue order). Order is the caller's, never re-sorted here:
+each, in queue order) and PAGED_RUN records (a run of plain messages with one exchange and
+routing key, as columns: `pageruns.py`; the front record may be partly read, `_Run.skip`).
+The record loops live beside this module: `pagetake.py` (page-in and peek into entries) and
+`pagerows.py` (peek into browse columns). Order is the caller's, never re-sorted here:
 
 * `push_back(entries)` appends after everything paged (new publishes while a tail exists).
 * `push_front(entries)` puts a run *before* everything paged (the engine evicting the rear of
@@ -23,7 +26,8 @@ transient: `Pager` wipes its directory when it starts, so paged data never survi
 (persistent messages are also in the journal and come back through `Store.recover`).
 
 **Persistent messages are not written twice.** Given `copies` (the store's view of one queue's
-journaled messages, `DurableCopies`), a paged message that is live in the journal is written as a
+journaled messages, `DurableCopies`), a paged persistent message (only those are journaled, and
+only they are looked up) that is live in the journal is written as a
 small PAGED_REF record (seq and body size) instead of a whole PAGED record, and read back from
 the journal (`copies.read`, batched) when paged in. The store keeps a journal segment while any
 of its entries is live, and a paged message stays live until it is paged in and acked, so the
@@ -54,20 +58,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Protocol
 
-from ringmq.core.message import Message, SeqId
+from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
+from ringmq.core.queue.ports import Spilled
 from ringmq.storage.bodyspill import BodySpill as BodySpill  # re-exported: the pager holds one
 from ringmq.storage.journal import write_all
 from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
+from ringmq.storage.pageruns import MAX_RUN_BODIES, MAX_RUN_ROWS, encode_run, plain
+from ringmq.storage.pagetake import item_of, peek_entries, take_records
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
-    MAX_RECORD,
     TYPE_CRC,
     Entry,
     RecordType,
-    decode_entry_at,
-    decode_paged_ref,
     encode_entry,
     encode_message,
     encode_paged_ref,
@@ -78,7 +82,7 @@ DEFAULT_READ_BYTES: Final = 512 * 1024
 _STORE_REF: Final = struct.Struct("<Q")
 _PAGED_REF: Final = int(RecordType.PAGED_REF)
 _PAGED: Final = int(RecordType.PAGED)
-_SEQ: Final = struct.Struct("<Q")  # the first field of an encoded entry
+_PAGED_RUN: Final = int(RecordType.PAGED_RUN)
 
 
 _RETRY_EVERY: Final = 64  # appends between write retries while page writes fail
@@ -106,17 +110,6 @@ def _encode_paged(entry: Entry) -> bytes:
     if entry.body_ref:
         entry = replace(entry, body_ref=0)
     return _STORE_REF.pack(ref) + encode_entry(entry)
-
-
-_PLACEHOLDER: Final = Entry("", SeqId(0), Message("", "", b"", b""))
-
-
-def _paged_entry(data: bytes, at: int, stop: int) -> Entry:
-    # The PAGED record payload at data[at:stop]: the message's store ref, then the entry.
-    (ref,) = _STORE_REF.unpack_from(data, at)
-    entry = decode_entry_at(data, at + _STORE_REF.size, stop)
-    entry.message.store_ref = ref
-    return entry
 
 
 class DurableCopies(Protocol):
@@ -147,6 +140,7 @@ class _Run:
     seqs: list[int] | None = None  # memory run: journaled seqs, read from `read_offset` on
     stuck: bool = False  # a failed write could not be cut back: never write this run again
     last_seq: int = -1  # highest seq appended (runs hold increasing seqs): browses skip past it
+    skip: int = 0  # rows of the PAGED_RUN record at `read_offset` already read (pageruns.py)
 
 
 class PageQueue:
@@ -176,6 +170,7 @@ class PageQueue:
         self.pages_written = 0
         self.pages_read = 0
         self.refs_written = 0  # PAGED_REF records (persistent messages paged by reference)
+        self.runs_written = 0  # PAGED_RUN records (runs of plain messages as columns)
         self.bytes_paged = 0  # record bytes appended to page files
 
     # -- sizes -------------------------------------------------------------------------------
@@ -252,7 +247,7 @@ class PageQueue:
     def _append(self, run: _Run, entry: Entry) -> None:
         size = len(entry.message.body)
         copies = self.copies
-        if copies is not None and copies.holds(entry.seq):
+        if copies is not None and entry.message.persistent and copies.holds(entry.seq):
             self._add(run, _PAGED_REF, encode_paged_ref(entry.seq, size), entry.seq, size)
             self.refs_written += 1
         else:
@@ -270,7 +265,11 @@ class PageQueue:
         # `body_bytes` bodies, the last with seq `last`) to the run's buffer and count them.
         buf = run.buf
         assert buf is not None
-        buf += b"".join(parts)
+        if len(parts) > 8:  # many small records: one join is cheaper than many appends
+            buf += b"".join(parts)
+        else:  # a few large ones (run records): one copy each, not a join and a copy
+            for part in parts:
+                buf += part
         self.bytes_paged += nbytes
         run.last_seq = last
         run.count += count
@@ -316,10 +315,11 @@ class PageQueue:
                 self._runs.append(run)
             self._append(run, entry)
 
-    def push_back_spilled(self, items: Iterable[tuple[int, Message, int | None]]) -> None:
+    def push_back_spilled(self, items: Sequence[tuple[int, Message, int | None]]) -> None:
         """`push_back` of an engine's spilled messages, `(seq, message, expires_at)`, encoded
         straight from them (what `push_back` writes for `Entry("", seq, message,
-        expiry_ms=expires_at)`, without building the entries)."""
+        expiry_ms=expires_at)`, without building the entries). Consecutive plain messages
+        with one exchange and routing key go as PAGED_RUN records (`pageruns.py`)."""
         # The run roll-over of `push_back`, the PAGED_REF choice of `_append` and the framing
         # of `_add` are inlined here on purpose, and the records are counted once per run
         # (`_add_frames`): this is every spilled publish's path, and calling them as helpers
@@ -333,7 +333,11 @@ class PageQueue:
         parts: list[bytes] = []
         pending = count = body_bytes = 0
         last = -1
-        for seq, message, expires_at in items:
+        i = 0
+        n = len(items)
+        while i < n:
+            seq, message, expires_at = items[i]
+            j, size = self._run_end(items, i) if plain(message, expires_at) else (i + 1, 0)
             if run is None or run.written + len(run.buf or b"") + pending >= self.run_bytes:
                 if run is not None:
                     if count:
@@ -343,24 +347,60 @@ class PageQueue:
                     self._seal(run)
                 run = self._new_run()
                 self._runs.append(run)
-            size = len(message.body)
-            if copies is not None and copies.holds(seq):
-                payload = encode_paged_ref(seq, size)
-                parts += (head_of(len(payload), crc32(payload, TYPE_CRC[_PAGED_REF]), _PAGED_REF),)
-                self.refs_written += 1
+            if j - i > 1:
+                payload = encode_run(items[i:j])
+                self.runs_written += 1
+                parts += (head_of(len(payload), crc32(payload, TYPE_CRC[_PAGED_RUN]), _PAGED_RUN),)
+                seq = items[j - 1][0]
             else:
-                payload = encode_message(
-                    "", seq, message, 0, expires_at, prefix=ref_of(message.store_ref)
-                )
-                parts += (head_of(len(payload), crc32(payload, paged_crc), _PAGED),)
+                j = i + 1
+                size = len(message.body)
+                if copies is not None and message.persistent and copies.holds(seq):
+                    payload = encode_paged_ref(seq, size)
+                    parts += (
+                        head_of(len(payload), crc32(payload, TYPE_CRC[_PAGED_REF]), _PAGED_REF),
+                    )
+                    self.refs_written += 1
+                else:
+                    payload = encode_message(
+                        "", seq, message, 0, expires_at, prefix=ref_of(message.store_ref)
+                    )
+                    parts += (head_of(len(payload), crc32(payload, paged_crc), _PAGED),)
             parts.append(payload)
             pending += HEADER_SIZE + len(payload)
-            count += 1
+            count += j - i
             body_bytes += size
             last = seq
+            i = j
         if count:
             assert run is not None
             self._add_frames(run, parts, pending, count, body_bytes, last)
+
+    def _run_end(self, items: Sequence[tuple[int, Message, int | None]], i: int) -> tuple[int, int]:
+        # The end of the run of plain messages from `items[i]` (plain itself) that one
+        # PAGED_RUN record takes, and its body bytes: same exchange and routing key, no
+        # journal copy (those are paged by reference; only persistent messages have one), at
+        # most MAX_RUN_ROWS messages and about MAX_RUN_BODIES bytes.
+        first = items[i][1]
+        ex, rk = first.exchange, first.routing_key
+        holds = None if self.copies is None else self.copies.holds
+        stop = min(len(items), i + MAX_RUN_ROWS)
+        nbytes = 0
+        j = i
+        while j < stop and nbytes < MAX_RUN_BODIES:
+            seq, m, expires_at = items[j]
+            if (
+                m.exchange != ex
+                or m.routing_key != rk
+                or not plain(m, expires_at)
+                or (m.persistent and holds is not None and holds(seq))
+            ):
+                break
+            nbytes += len(m.body)
+            j += 1
+        if j == i:  # the first has a journal copy: a PAGED_REF record of its own
+            return i + 1, len(first.body)
+        return j, nbytes
 
     def push_front(self, entries: Sequence[Entry]) -> None:
         """Page out entries that precede everything already paged (given in queue order)."""
@@ -374,12 +414,13 @@ class PageQueue:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def pop_front(self, max_count: int, max_bytes: int | None = None) -> list[Entry]:
-        """Read up to `max_count` entries (and about `max_bytes` of bodies) from the front.
+    def pop_front(self, max_count: int, max_bytes: int | None = None) -> list[Spilled]:
+        """Read up to `max_count` items `(seq, message, expires_at)` (and about `max_bytes` of
+        bodies) from the front.
 
         Always returns at least one entry when any is paged, so a huge message still moves.
         """
-        out: list[Entry] = []
+        out: list[Spilled] = []
         got_bytes = 0
         while self._runs and len(out) < max_count:
             run = self._runs[0]
@@ -393,12 +434,12 @@ class PageQueue:
                 continue
             assert run.path is not None
             data = self._read(run, run.read_offset, max(self.read_bytes, 64 * 1024))
-            took, used = self._take(run, data, out, max_count, max_bytes, got_bytes)
-            if not used:
+            took, records = self._take(run, data, out, max_count, max_bytes, got_bytes)
+            if not records:
                 # a single record larger than the read size: read exactly its length
                 data = self._read(run, run.read_offset, None)
-                took, used = self._take(run, data, out, max_count, max_bytes, got_bytes)
-                if not used:
+                took, records = self._take(run, data, out, max_count, max_bytes, got_bytes)
+                if not records:
                     raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset}")
             got_bytes += took
             if max_bytes is not None and got_bytes >= max_bytes:
@@ -411,70 +452,36 @@ class PageQueue:
         self,
         run: _Run,
         data: bytes,
-        out: list[Entry],
+        out: list[Spilled],
         max_count: int,
         max_bytes: int | None,
         got: int,
     ) -> tuple[int, int]:
         """Decode the good records at the start of `data` (read at `run.read_offset`) into
-        `out`, stopping when `out` holds `max_count` or `got` plus the bodies taken reaches
-        `max_bytes`. Returns (body bytes taken, bytes of `data` consumed).
+        `out` (`pagetake.take_records`), stopping when `out` holds `max_count` or `got` plus
+        the bodies taken reaches `max_bytes`; the run's and the queue's counters are updated
+        once for the chunk. Returns (body bytes taken, messages passed)."""
+        t = take_records(data, run.skip, self._tombstones, out, max_count, max_bytes, got)
+        run.read_offset += t.pos
+        run.skip = t.skip
+        run.count -= t.records
+        run.body_bytes -= t.passed
+        self._count -= t.records
+        self._bytes -= t.passed
+        self.pages_read += t.records
+        if t.refs:
+            self._resolve(out, t.refs)
+        return t.took, t.records
 
-        Frames are checked as `scan` checks them (length, crc32) and decoded in place in
-        `data`; the run's and the queue's counters are updated once for the chunk.
-        """
-        view = memoryview(data)
-        end = len(data)
-        unpack = HEADER.unpack_from
-        crc32 = zlib.crc32
-        type_crc = TYPE_CRC
-        tombstones = self._tombstones
-        append = out.append
-        refs: list[tuple[int, int]] = []  # (index in out, seq) read from the journal below
-        pos = records = read_bytes = took = 0
-        while pos + HEADER_SIZE <= end:
-            length, crc, rtype = unpack(data, pos)
-            at = pos + HEADER_SIZE
-            stop = at + length
-            if length > MAX_RECORD or stop > end or crc32(view[at:stop], type_crc[rtype]) != crc:
-                break
-            if rtype == _PAGED_REF:
-                seq, size = decode_paged_ref(view[at:stop])
-                entry = None
-            else:
-                entry = _paged_entry(data, at, stop)
-                seq, size = entry.seq, len(entry.message.body)
-            pos = stop
-            records += 1
-            read_bytes += size
-            if tombstones and tombstones.pop(seq, None) is not None:
-                continue
-            if entry is None:
-                refs.append((len(out), seq))
-                entry = _PLACEHOLDER
-            append(entry)
-            took += size
-            if len(out) >= max_count or (max_bytes is not None and got + took >= max_bytes):
-                break
-        run.read_offset += pos
-        run.count -= records
-        run.body_bytes -= read_bytes
-        self._count -= records
-        self._bytes -= read_bytes
-        self.pages_read += records
-        if refs:
-            self._resolve(out, refs)
-        return took, pos
-
-    def peek_after(self, after: int | None, limit: int) -> list[Entry]:
-        """Up to `limit` paged entries with a seq above `after`, in order, without taking them
+    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
+        """Up to `limit` paged items with a seq above `after`, in order, without taking them
         (a browse). Runs that end at or below `after` are skipped unread; tombstoned entries
         are left out.
 
         Raises:
             RuntimeError: a page file is corrupt where the browse reads it.
         """
-        out: list[Entry] = []
+        out: list[Spilled] = []
         low = -1 if after is None else after
         tombstones = self._tombstones
         for run in self._runs:
@@ -485,39 +492,19 @@ class PageQueue:
             if run.seqs is not None:
                 assert self.copies is not None
                 want = [s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones]
-                out.extend(self.copies.read(want[: limit - len(out)]))
+                out.extend(map(item_of, self.copies.read(want[: limit - len(out)])))
                 continue
             data = self._read(run, run.read_offset, None)
             self._peek_records(run, data, low, out, limit)
         return out
 
-    def _peek_records(self, run: _Run, data: bytes, low: int, out: list[Entry], limit: int) -> None:
+    def _peek_records(
+        self, run: _Run, data: bytes, low: int, out: list[Spilled], limit: int
+    ) -> None:
         # The records of `data` (the unread rest of `run`) with seq > low into `out`.
-        view = memoryview(data)
-        end = len(data)
-        unpack = HEADER.unpack_from
-        crc32 = zlib.crc32
-        tombstones = self._tombstones
-        refs: list[tuple[int, int]] = []
-        pos = 0
-        while pos + HEADER_SIZE <= end and len(out) < limit:
-            length, crc, rtype = unpack(data, pos)
-            at = pos + HEADER_SIZE
-            stop = at + length
-            if length > MAX_RECORD or stop > end or crc32(view[at:stop], TYPE_CRC[rtype]) != crc:
-                raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset + pos}")
-            pos = stop
-            if rtype == _PAGED_REF:
-                seq, _ = decode_paged_ref(view[at:stop])
-            else:
-                (seq,) = _SEQ.unpack_from(data, at + _STORE_REF.size)
-            if seq <= low or seq in tombstones:
-                continue
-            if rtype == _PAGED_REF:
-                refs.append((len(out), seq))
-                out.append(_PLACEHOLDER)
-            else:
-                out.append(_paged_entry(data, at, stop))
+        refs, corrupt = peek_entries(data, run.skip, low, self._tombstones, out, limit)
+        if corrupt >= 0:
+            raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset + corrupt}")
         if refs:
             self._resolve(out, refs)
 
@@ -545,7 +532,7 @@ class PageQueue:
                 continue
             data = self._read(run, run.read_offset, None)
             try:
-                got = peek_rows(data, low, tombstones, now_ms, limit, out)
+                got = peek_rows(data, run.skip, low, tombstones, now_ms, limit, out)
             except CorruptPageError as exc:
                 at = run.read_offset + exc.offset
                 raise RuntimeError(f"page file {run.path} is corrupt at {at}") from None
@@ -569,14 +556,14 @@ class PageQueue:
         assert self.copies is not None, "a page file holds references but no journal is given"
         fill_refs(out, refs, self.copies.read([s for _, s in refs]), now_ms)
 
-    def _resolve(self, out: list[Entry], refs: list[tuple[int, int]]) -> None:
+    def _resolve(self, out: list[Spilled], refs: list[tuple[int, int]]) -> None:
         # PAGED_REF records: read the journal copies (one batched read) into their places.
         assert self.copies is not None, "a page file holds references but no journal is given"
         for (i, _), entry in zip(refs, self.copies.read([s for _, s in refs]), strict=True):
-            out[i] = entry
+            out[i] = item_of(entry)
 
     def _pop_memory_run(
-        self, run: _Run, out: list[Entry], max_count: int, max_bytes: int | None, got: int
+        self, run: _Run, out: list[Spilled], max_count: int, max_bytes: int | None, got: int
     ) -> int:
         # Take the next seqs of a memory run (tombstones skipped); returns the bytes taken.
         assert run.seqs is not None
@@ -605,7 +592,7 @@ class PageQueue:
         run.read_offset = pos
         if pos >= len(seqs):
             run.seqs = []
-        out.extend(self.copies.read(taken))
+        out.extend(map(item_of, self.copies.read(taken)))
         return nbytes
 
     def discard(self, seq: int, size: int) -> None:

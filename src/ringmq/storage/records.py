@@ -47,6 +47,7 @@ class RecordType(IntEnum):
     PAGED_REF = 11
     DEDUP_ADD = 12
     DEDUP_DISCARD = 13
+    PAGED_RUN = 14  # page files: a run of plain messages as columns (pageruns.py)
 
 
 # crc32 of the single type byte, the starting value for crc32(payload)

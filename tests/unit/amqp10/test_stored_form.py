@@ -96,8 +96,8 @@ def test_a_10_message_survives_a_page_out(tmp_path: Path) -> None:
     pq = PageQueue(tmp_path, read_bytes=64)
     sent = [_m10(), Message("", "q", b"\x00\x00", b"091")]
     pq.push_back(Entry("", SeqId(i + 1), m) for i, m in enumerate(sent))
-    back = pq.pop_front(10)
-    assert [e.message.form for e in back] == [FORM_AMQP10, FORM_AMQP091]
-    _same(back[0].message, sent[0])
-    got = payload_for_amqp10(back[0].message, first_acquirer=True, delivery_count=0)
+    back = [m for _, m, _ in pq.pop_front(10)]
+    assert [m.form for m in back] == [FORM_AMQP10, FORM_AMQP091]
+    _same(back[0], sent[0])
+    got = payload_for_amqp10(back[0], first_acquirer=True, delivery_count=0)
     assert got == PAYLOAD

@@ -353,6 +353,38 @@ def test_check_and_record_matches_seen_then_record(
         assert fast.size(scope) <= 4
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),  # scope
+            st.lists(st.one_of(st.none(), st.integers(0, 6)), max_size=8),  # a run's ids
+            st.integers(0, 40),  # time step
+            st.sampled_from([10, 25]),  # window
+        ),
+        max_size=30,
+    )
+)
+def test_admit_many_is_check_and_record_in_turn(
+    runs: list[tuple[str, list[int | None], int, int]],
+) -> None:
+    # A run's ids at one now_ms answer as one `check_and_record` each, in order (None: no
+    # id, always admitted, nothing recorded).
+    many: Deduplicator[str] = Deduplicator(window_ms=10, max_ids=4)
+    one: Deduplicator[str] = Deduplicator(window_ms=10, max_ids=4)
+    now = 0
+    for scope, mids, step, window in runs:
+        now += step // 8
+        ids = [None if m is None else str(m) for m in mids]
+        want = [m is None or not one.check_and_record(scope, m, now, window) for m in ids]
+        assert many.admit_many(scope, ids, now, window) == want
+        assert many.duplicates == one.duplicates
+        many.seen(scope, "-", now)  # both trimmed alike: an empty run trims, no call does not
+        one.seen(scope, "-", now)
+        assert list(dict(many.scopes()).get(scope, {}).items()) == list(
+            dict(one.scopes()).get(scope, {}).items()
+        )
+
+
 def test_fast_entry_is_an_ordinary_frozen_entry() -> None:
     import dataclasses
 

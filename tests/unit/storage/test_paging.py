@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ def entry(seq: int, body: bytes = b"", **kw: object) -> Entry:
     return Entry("", SeqId(seq), m, **kw)  # type: ignore[arg-type]
 
 
-def seqs(entries: list[Entry]) -> list[int]:
-    return [e.seq for e in entries]
+def seqs(items: Sequence[tuple[int, Message, int | None]]) -> list[int]:
+    return [seq for seq, _, _ in items]
 
 
 def test_push_back_pop_in_order_across_runs(tmp_path: Path) -> None:
@@ -48,24 +49,15 @@ def test_push_front_goes_before_everything(tmp_path: Path) -> None:
 
 
 def test_fields_and_store_ref_round_trip(tmp_path: Path) -> None:
+    # a page-in gives the spill store's item: seq, message (store ref kept), expiry
     pq = PageQueue(tmp_path)
     e = entry(4, b"payload", delivery_count=2, expiry_ms=99, due_ms=7, redelivered=True)
     e.message.store_ref = 42
     e.message.priority = 3
     pq.push_back([e])
-    (back,) = pq.pop_front(1)
-    assert (back.seq, back.delivery_count, back.expiry_ms, back.due_ms, back.redelivered) == (
-        4,
-        2,
-        99,
-        7,
-        True,
-    )
-    assert (back.message.body, back.message.store_ref, back.message.priority) == (
-        b"payload",
-        42,
-        3,
-    )
+    ((seq, msg, expires_at),) = pq.pop_front(1)
+    assert (seq, expires_at) == (4, 99)
+    assert (msg.body, msg.store_ref, msg.priority) == (b"payload", 42, 3)
 
 
 def test_every_message_field_round_trips(tmp_path: Path) -> None:
@@ -89,7 +81,7 @@ def test_every_message_field_round_trips(tmp_path: Path) -> None:
         sent.append(m)
     pq.push_back(Entry("", SeqId(i + 1), m) for i, m in enumerate(sent))
     back = pq.pop_front(3) + pq.pop_front(10)
-    assert [e.seq for e in back] == [1, 2, 3, 4, 5, 6]
+    assert seqs(back) == [1, 2, 3, 4, 5, 6]
     fields = [
         "exchange",
         "routing_key",
@@ -102,8 +94,8 @@ def test_every_message_field_round_trips(tmp_path: Path) -> None:
         "message_id",
         "timestamp_ms",
     ]
-    for got, want in zip(back, sent, strict=True):
-        assert [getattr(got.message, f) for f in fields] == [getattr(want, f) for f in fields]
+    for (_, got, _), want in zip(back, sent, strict=True):
+        assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
 
 
 def test_a_corrupt_page_stops_at_the_last_good_record(tmp_path: Path) -> None:
@@ -113,7 +105,7 @@ def test_a_corrupt_page_stops_at_the_last_good_record(tmp_path: Path) -> None:
     raw = bytearray(page.read_bytes())
     raw[len(raw) // 2] ^= 0xFF  # a flipped bit in a record in the middle of the run
     page.write_bytes(bytes(raw))
-    got: list[Entry] = []
+    got: list[tuple[int, Message, int | None]] = []
 
     def drain() -> None:  # one at a time: what precedes the damage comes back intact
         for _ in range(10):
@@ -122,7 +114,7 @@ def test_a_corrupt_page_stops_at_the_last_good_record(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="corrupt"):
         drain()
     assert 0 < len(got) < 10
-    assert [e.message.body for e in got] == [b"%03d" % i * 10 for i in range(len(got))]
+    assert [m.body for _, m, _ in got] == [b"%03d" % i * 10 for i in range(len(got))]
 
 
 def test_byte_limit_and_huge_records(tmp_path: Path) -> None:
@@ -131,7 +123,7 @@ def test_byte_limit_and_huge_records(tmp_path: Path) -> None:
     assert pq.body_bytes == 5020
     first = pq.pop_front(10, max_bytes=100)
     assert seqs(first) == [0]  # at least one, even when larger than max_bytes
-    assert first[0].message.body == b"a" * 5000
+    assert first[0][1].body == b"a" * 5000
     assert seqs(pq.pop_front(10, max_bytes=15)) == [1, 2]
 
 
@@ -191,11 +183,21 @@ def test_body_spill_refcounts_and_reclaims(tmp_path: Path) -> None:
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("back"), st.integers(1, 6)),
+        st.tuples(st.just("spill"), st.integers(1, 30)),  # plain: PAGED_RUN records
         st.tuples(st.just("front"), st.integers(1, 4)),
         st.tuples(st.just("pop"), st.integers(1, 8)),
     ),
     max_size=40,
 )
+
+
+def spilled(seqs_: list[int]) -> list[tuple[int, Message, int | None]]:
+    """Plain messages as the engine spills them; the exchange changes every 10 seqs (a run
+    record ends there)."""
+    return [
+        (s, Message("" if (s // 10) % 2 else "x", "q", b"\x00\x00", f"m{s}".encode()), None)
+        for s in seqs_
+    ]
 
 
 @settings(max_examples=40)
@@ -207,10 +209,13 @@ def test_order_matches_a_deque(tmp_path_factory: pytest.TempPathFactory, ops: li
     front_next = 999_999  # seq ids are unsigned: fronts count down from here
     back_next = 1_000_000
     for op, n in ops:
-        if op == "back":
+        if op == "back" or op == "spill":
             new = list(range(back_next, back_next + n))
             back_next += n
-            pq.push_back(entry(s) for s in new)
+            if op == "back":
+                pq.push_back(entry(s) for s in new)
+            else:
+                pq.push_back_spilled(spilled(new))
             model.extend(new)
         elif op == "front":
             new = list(range(front_next - n + 1, front_next + 1))
@@ -241,9 +246,23 @@ class _Copies:
         return [self.entries[s] for s in seqs]
 
 
+def _journal_thirds(
+    items: list[tuple[int, Message, int | None]], copies: _Copies
+) -> list[tuple[int, Message, int | None]]:
+    # every third message made persistent and given a journal copy (a PAGED_REF record)
+    out = []
+    for i, (s, m, x) in enumerate(items):
+        if i % 3 == 0:
+            m = replace(m, persistent=True)
+            copies.entries[s] = Entry("", SeqId(s), m)
+        out.append((s, m, x))
+    return out
+
+
 peek_ops = st.lists(
     st.one_of(
         st.tuples(st.just("back"), st.integers(1, 6), st.booleans()),  # True: journaled
+        st.tuples(st.just("spill"), st.integers(1, 30), st.booleans()),  # runs, some journaled
         st.tuples(st.just("front"), st.integers(1, 4), st.booleans()),
         st.tuples(st.just("restore"), st.integers(1, 5), st.just(0)),
         st.tuples(st.just("pop"), st.integers(1, 8), st.just(0)),
@@ -267,17 +286,24 @@ def test_peek_after_matches_the_model(
     back_next = 1_000_000
 
     def made(seqs_: list[int], journaled: bool) -> list[Entry]:
+        # only persistent messages are journaled (and looked up in the journal)
         out = [entry(s) for s in seqs_]
         if journaled:
+            out = [replace(e, message=replace(e.message, persistent=True)) for e in out]
             copies.entries.update((e.seq, e) for e in out)
         return out
 
     for op, n, x in ops:
-        if op == "back" or op == "restore":
+        if op == "back" or op == "restore" or op == "spill":
             new = list(range(back_next, back_next + n))
             back_next += n
             if op == "back":
                 pq.push_back(made(new, bool(x)))
+            elif op == "spill":
+                items = spilled(new)
+                if x:  # every third persistent and journaled: PAGED_REF records between runs
+                    items = _journal_thirds(items, copies)
+                pq.push_back_spilled(items)
             else:
                 made(new, True)
                 pq.restore(new)
@@ -298,7 +324,7 @@ def test_peek_after_matches_the_model(
             got = pq.peek_after(after, x)
             want = [s for s in model if after is None or s > after][:x]
             assert seqs(got) == want
-            assert [e.message.body for e in got] == [f"m{s}".encode() for s in want]
+            assert [m.body for _, m, _ in got] == [f"m{s}".encode() for s in want]
         assert len(pq) == len(model)
         assert seqs(pq.peek_after(None, 10_000)) == model  # a whole browse, any time
     assert seqs(pq.pop_front(10_000)) == model
@@ -364,13 +390,13 @@ def _rows(cols: Columns) -> list[tuple[Any, ...]]:
     return [_row(cols, i) for i in range(len(cols))]
 
 
-def _entry_row(e: Entry) -> tuple[Any, ...]:
+def _entry_row(item: tuple[int, Message, int | None]) -> tuple[Any, ...]:
     # the row the streams wire carries: AMQP 0-9-1 properties and body (another protocol's
     # form as its conversion)
-    m = e.message
+    seq, m, _ = item
     props, body = amqp091_content(m)
     return (
-        e.seq,
+        seq,
         0,
         m.timestamp_ms,
         m.exchange.encode(),
@@ -409,6 +435,8 @@ def test_peek_columns_is_peek_after_without_the_expired(
                 timestamp_ms=s * 7,
                 form=1 if amqp10 else 0,
             )
+            if journaled:  # only persistent messages are journaled
+                m = replace(m, persistent=True)
             out.append(Entry("", SeqId(s), m, expiry_ms=(now - 1 if s % 7 == 0 else now)))
         if journaled:
             copies.entries.update((e.seq, e) for e in out)
@@ -416,9 +444,9 @@ def test_peek_columns_is_peek_after_without_the_expired(
 
     def check(after: int | None, limit: int) -> None:
         want = [
-            _entry_row(e)
-            for e in pq.peek_after(after, 10_000)
-            if e.expiry_ms is None or now <= e.expiry_ms
+            _entry_row(item)
+            for item in pq.peek_after(after, 10_000)
+            if item[2] is None or now <= item[2]
         ][:limit]
         cols = Columns()
         last = pq.peek_columns(after, limit, now, cols)
@@ -427,11 +455,27 @@ def test_peek_columns_is_peek_after_without_the_expired(
         assert _rows(cols) == want
 
     for op, n, x in ops:
-        if op == "back" or op == "restore":
+        if op == "back" or op == "restore" or op == "spill":
             new = list(range(back_next, back_next + n))
             back_next += n
             if op == "back":
                 pq.push_back(made(new, bool(x)))
+            elif op == "spill":  # one routing key, mostly plain: PAGED_RUN records
+                items: list[tuple[int, Message, int | None]] = [
+                    (
+                        int(e.seq),
+                        replace(
+                            e.message,
+                            routing_key="run",
+                            headers=e.message.headers if e.seq % 7 == 0 else None,
+                        ),
+                        e.expiry_ms if e.seq % 9 == 0 else None,
+                    )
+                    for e in made(new, False)
+                ]
+                if x:
+                    items = _journal_thirds(items, copies)
+                pq.push_back_spilled(items)
             else:
                 made(new, True)
                 pq.restore(new)
@@ -449,3 +493,58 @@ def test_peek_columns_is_peek_after_without_the_expired(
             after = None if not paged or n == 0 else paged[n % len(paged)] - n % 2
             check(after, x)
         check(None, 10_000)
+
+
+def test_a_run_record_is_read_from_inside(tmp_path: Path) -> None:
+    """Plain messages go to PAGED_RUN records; page-ins stop inside one (by count and by
+    bytes) and go on from there; peeks, column peeks and tombstones see the rows a page-in
+    has not taken yet."""
+    pq = PageQueue(tmp_path, read_bytes=128)
+    items = [
+        (
+            s,
+            Message(
+                "x",
+                "q",
+                b"\x00\x80\x02i%d" % s,
+                b"b" * 10,
+                message_id=f"i{s}",
+                persistent=s % 2 == 0,
+                priority=s % 3,
+                timestamp_ms=s,
+            ),
+            None,
+        )
+        for s in range(1, 41)
+    ]
+    pq.push_back_spilled(items)
+    assert (pq.runs_written, pq.pages_written, pq.body_bytes) == (1, 40, 400)
+    got = pq.pop_front(7, max_bytes=35)  # bodies of 10: stops once 35 are reached
+    assert seqs(got) == [1, 2, 3, 4]
+    m = got[1][1]
+    assert (m.exchange, m.routing_key, m.properties_bin, m.body) == (
+        "x",
+        "q",
+        b"\x00\x80\x02i2",
+        b"b" * 10,
+    )
+    assert (m.message_id, m.persistent, m.priority, m.timestamp_ms, m.headers) == (
+        "i2",
+        True,
+        2,
+        2,
+        None,
+    )
+    pq.discard(5, 10)
+    pq.discard(9, 10)
+    assert seqs(pq.peek_after(None, 4)) == [6, 7, 8, 10]
+    assert seqs(pq.peek_after(7, 2)) == [8, 10]
+    cols = Columns()
+    assert pq.peek_columns(6, 3, 0, cols) == 10  # filled up at seq 10
+    assert list(cols.seqs) == [7, 8, 10]
+    assert cols.properties == [b"\x00\x80\x02i7", b"\x00\x80\x02i8", b"\x00\x80\x02i10"]
+    assert cols.routing_keys == [b"q"] * 3
+    assert seqs(pq.pop_front(3)) == [6, 7, 8]
+    assert (len(pq), pq.body_bytes) == (31, 310)
+    assert seqs(pq.pop_front(100)) == list(range(10, 41))
+    assert (len(pq), pq.body_bytes) == (0, 0)

@@ -303,10 +303,10 @@ def test_page_writes_failing_keep_messages_in_memory_in_order(
     pq.push_front([Entry("", SeqId(0), msg(b"front"))])
     assert health.failure is not None
     assert health.failure.errno == errno.ENOSPC
-    got = [e.seq for e in pq.pop_front(30)]  # reads stitch files and buffers
+    got = [seq for seq, _, _ in pq.pop_front(30)]  # reads stitch files and buffers
     d.full = False
     pq.push_back(entries[150:])
-    got += [e.seq for e in pq.pop_front(10_000)]
+    got += [seq for seq, _, _ in pq.pop_front(10_000)]
     assert got == list(range(201))
     assert failure_of_pages(health) is None  # a later write went through
     assert d.failed_writes > 0

@@ -91,12 +91,17 @@ def content_ids(
     import pyarrow as pa
 
     def make(batch: Any, start: int) -> Any:
-        from ringmq.connector.spark.writerows import digest
+        from ringmq.connector.spark.writerows import digester
 
+        head = f"{prefix}:{partition}:"
+        by_key: dict[str, Callable[[bytes], str]] = {}
         out: list[str] = []
         bodies = _binary(batch.column("body")).to_pylist()
-        for i, (rk, body) in enumerate(zip(rks(batch), bodies, strict=True)):
-            out.append(f"{prefix}:{partition}:{start + i}:{digest(rk, body)}")
+        for i, (rk, body) in enumerate(zip(rks(batch), bodies, strict=True), start):
+            d = by_key.get(rk)
+            if d is None:
+                d = by_key[rk] = digester(rk)
+            out.append(f"{head}{i}:{d(body)}")
         return pa.array(out, type=pa.string())
 
     return make

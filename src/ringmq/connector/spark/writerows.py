@@ -9,6 +9,7 @@ properties. Pure functions.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 
@@ -19,13 +20,25 @@ def text(v: Any) -> str:
     return str(v)
 
 
+def digester(rk: str) -> Callable[[bytes], str]:
+    """`digest(rk, body)` as a function of the body: the routing key hashed once, for the
+    many rows of a batch that share it."""
+    base = hashlib.blake2b(digest_size=12)
+    base.update(rk.encode())
+    base.update(b"\x00")
+    copy = base.copy
+
+    def one(body: bytes) -> str:
+        h = copy()
+        h.update(body)
+        return h.hexdigest()
+
+    return one
+
+
 def digest(rk: str, body: bytes) -> str:
     """The content part of a batch write's message id: a hash of routing key and body."""
-    h = hashlib.blake2b(digest_size=12)
-    h.update(rk.encode())
-    h.update(b"\x00")
-    h.update(body)
-    return h.hexdigest()
+    return digester(rk)(body)
 
 
 def row_properties(mid: str, headers: Any, extra: Any, persistent: bool = False) -> Any:

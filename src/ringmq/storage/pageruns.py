@@ -1,0 +1,266 @@
+"""Page runs: a run of plain messages paged out as one columnar record (PAGED_RUN).
+
+Theory of operation
+-------------------
+A Spark sink's backlog (or any burst of publishes past a queue's in-memory bound) reaches the
+page file as runs of messages that share an exchange and a routing key and carry nothing a
+queue decides on per message: no headers, no expiration, no per-queue expiry, the AMQP 0-9-1
+form, no shared-store body. `PageQueue.push_back_spilled` writes such a run (`plain`) as one
+PAGED_RUN record instead of one PAGED record each: the run's fields as columns, so that
+
+* writing it is a few list comprehensions and one join, not an entry encoding per message;
+* a browse (`add_columns`) moves a range of its rows into browse columns as blocks (the
+  lengths and one slice of the concatenated values per column), no Python object per row;
+* paging it in (`collect`) builds each message from the columns, without a per-record frame
+  check or entry decode, as the spill store's `(seq, message, None)` item.
+
+The record is read from the front; `PageQueue` keeps how many of the front record's rows were
+taken already (`_Run.skip`), so a page-in may stop inside a record.
+
+Payload layout (native byte order and sizes: page files are transient, wiped when the broker
+starts, and never leave the machine)::
+
+    =IIII      n, len(exchange), len(routing key), 0
+    exchange, routing key                                  (UTF-8)
+    u64[n] seqs   i64[n] timestamps   u8[n] priorities   u8[n] flags (1 persistent, 2 has id)
+    u32[n] message-id lengths   u32[n] properties lengths   u32[n] body lengths
+    message ids, properties, bodies                        (each concatenated in row order)
+
+Pure: no file access; the caller frames and checks the record (`records.py`).
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Final, cast
+
+from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
+from ringmq.core.queue.ports import Spilled
+
+__all__ = ["MAX_RUN_BODIES", "MAX_RUN_ROWS", "PageRun", "encode_run", "plain"]
+
+RUN_HEAD: Final = struct.Struct("=IIII")
+MAX_RUN_ROWS: Final = 4096
+"""Most messages in one PAGED_RUN record."""
+MAX_RUN_BODIES: Final = 256 * 1024
+"""Body bytes after which a run record is closed (it is read whole: keep it under a read)."""
+_PERSISTENT: Final = 1
+_HAS_ID: Final = 2
+
+
+def plain(message: Message, expires_at: int | None) -> bool:
+    """Whether a spilled message can go into a run record (the module docstring)."""
+    return (
+        expires_at is None
+        and message.headers is None
+        and message.expiration_ms is None
+        and not message.form
+        and not message.store_ref
+    )
+
+
+def encode_run(items: Sequence[tuple[int, Message, int | None]]) -> bytes:
+    """The PAGED_RUN payload of `items` (seq, message, None), all `plain`, in seq order, with
+    one exchange and one routing key."""
+    msgs = [m for _, m, _ in items]
+    first = msgs[0]
+    ex = first.exchange.encode()
+    rk = first.routing_key.encode()
+    ids = [m.message_id for m in msgs]
+    id_bytes = [b"" if i is None else i.encode() for i in ids]
+    flags = bytes(
+        [
+            (_PERSISTENT if m.persistent else 0) | (0 if i is None else _HAS_ID)
+            for m, i in zip(msgs, ids, strict=True)
+        ]
+    )
+    props = [m.properties_bin for m in msgs]
+    bodies = [m.body for m in msgs]
+    return b"".join(
+        [
+            RUN_HEAD.pack(len(msgs), len(ex), len(rk), 0),
+            ex,
+            rk,
+            array("Q", [s for s, _, _ in items]).tobytes(),
+            array("q", [m.timestamp_ms for m in msgs]).tobytes(),
+            bytes([m.priority & 0xFF for m in msgs]),
+            flags,
+            array("I", map(len, id_bytes)).tobytes(),
+            array("I", map(len, props)).tobytes(),
+            array("I", map(len, bodies)).tobytes(),
+            *id_bytes,
+            *props,
+            *bodies,
+        ]
+    )
+
+
+def _array(code: str, data: bytes, at: int, n: int) -> tuple[array[int], int]:
+    a: array[int] = array(code)
+    stop = at + n * a.itemsize
+    a.frombytes(data[at:stop])
+    return a, stop
+
+
+class PageRun:
+    """One PAGED_RUN record's columns, read from the payload at `data[start:stop]`.
+
+    Raises:
+        ValueError: the payload does not hold what its head says (a corrupt record).
+    """
+
+    __slots__ = (
+        "bodies_at",
+        "body_lens",
+        "data",
+        "exchange",
+        "flags",
+        "id_lens",
+        "ids_at",
+        "n",
+        "priorities",
+        "prop_lens",
+        "props_at",
+        "routing_key",
+        "seqs",
+        "stamps",
+    )
+
+    def __init__(self, data: bytes, start: int, stop: int) -> None:
+        n, n_ex, n_rk, _ = RUN_HEAD.unpack_from(data, start)
+        at = start + RUN_HEAD.size
+        self.n = n
+        self.data = data
+        self.exchange = data[at : at + n_ex]
+        at += n_ex
+        self.routing_key = data[at : at + n_rk]
+        at += n_rk
+        self.seqs, at = _array("Q", data, at, n)
+        self.stamps, at = _array("q", data, at, n)
+        self.priorities = data[at : at + n]
+        self.flags = data[at + n : at + 2 * n]
+        self.id_lens, at = _array("I", data, at + 2 * n, n)
+        self.prop_lens, at = _array("I", data, at, n)
+        self.body_lens, at = _array("I", data, at, n)
+        self.ids_at = at
+        self.props_at = at + sum(self.id_lens)
+        self.bodies_at = self.props_at + sum(self.prop_lens)
+        if len(self.body_lens) != n or self.bodies_at + sum(self.body_lens) != stop:
+            raise ValueError("page run record does not match its head")
+
+    def body_bytes(self, k: int, stop: int) -> int:
+        """Body bytes of rows `[k, stop)`."""
+        return sum(self.body_lens[k:stop])
+
+    def collect(
+        self,
+        k: int,
+        out: list[Spilled],
+        tombstones: dict[int, int],
+        room: int,
+        byte_room: int | None,
+        *,
+        low: int = -1,
+        take: bool = True,
+    ) -> tuple[int, int, int]:
+        """Append to `out` the items (seq, message, None) of rows from `k` on, until `room`
+        were appended or their bodies reach `byte_room`; rows with a seq at or below `low` or
+        tombstoned are skipped (with `take`, a paging-in, their tombstones are removed).
+
+        Returns (the next row, body bytes of the rows passed, body bytes of those appended).
+        """
+        data = self.data
+        ex = self.exchange.decode()
+        rk = self.routing_key.decode()
+        seqs = cast("Sequence[SeqId]", self.seqs)  # (no SeqId() call per row)
+        stamps = self.stamps
+        prios = self.priorities
+        flags = self.flags
+        id_lens = self.id_lens
+        prop_lens = self.prop_lens
+        body_lens = self.body_lens
+        i = self.ids_at + sum(id_lens[:k])
+        p = self.props_at + sum(prop_lens[:k])
+        b = self.bodies_at + sum(body_lens[:k])
+        passed = took = got = 0
+        n = self.n
+        append = out.append
+        while k < n and got < room and (byte_room is None or took < byte_room):
+            seq = seqs[k]
+            il = id_lens[k]
+            pl = prop_lens[k]
+            bl = body_lens[k]
+            f = flags[k]
+            passed += bl
+            if seq > low and not (
+                tombstones
+                and (tombstones.pop(seq, None) if take else tombstones.get(seq)) is not None
+            ):
+                msg = Message(
+                    ex,
+                    rk,
+                    data[p : p + pl],
+                    data[b : b + bl],
+                    None,
+                    prios[k],
+                    None,
+                    f & _PERSISTENT == _PERSISTENT,
+                    data[i : i + il].decode() if f & _HAS_ID else None,
+                    stamps[k],
+                )
+                append((seq, msg, None))
+                took += bl
+                got += 1
+            i += il
+            p += pl
+            b += bl
+            k += 1
+        return k, passed, took
+
+    def add_columns(
+        self, k: int, low: int, tombstones: dict[int, int], room: int, out: Columns
+    ) -> tuple[int, int]:
+        """Append to `out`, as blocks, up to `room` rows from `k` on with a seq above `low`,
+        tombstoned ones left out. Returns (rows added, the seq of the last row added or -1)."""
+        seqs = self.seqs
+        n = self.n
+        a = max(k, bisect_right(seqs, low))
+        added = 0
+        last = -1
+        while a < n and added < room:
+            if tombstones:
+                while a < n and seqs[a] in tombstones:
+                    a += 1
+                b = a
+                while b < n and b - a < room - added and seqs[b] not in tombstones:
+                    b += 1
+            else:
+                b = min(n, a + room - added)
+            if a >= b:
+                break
+            self._block(a, b, out)
+            added += b - a
+            last = seqs[b - 1]
+            a = b
+        return added, last
+
+    def _block(self, a: int, b: int, out: Columns) -> None:
+        # Rows [a, b) into `out`: array slices, and one slice of the record per column.
+        view = memoryview(self.data)
+        k = b - a
+        out.seqs.extend(self.seqs[a:b])
+        out.redelivered += bytes(k)
+        out.timestamps.extend(self.stamps[a:b])
+        out.exchanges.add_repeated(self.exchange, k)
+        out.routing_keys.add_repeated(self.routing_key, k)
+        for col, lens, at in (
+            (out.properties, self.prop_lens, self.props_at),
+            (out.bodies, self.body_lens, self.bodies_at),
+        ):
+            start = at + sum(lens[:a])
+            part = lens[a:b]
+            col.add_block(part, view[start : start + sum(part)])
