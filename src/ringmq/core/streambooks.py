@@ -34,6 +34,7 @@ Pure and synchronous like the rest of core: time is `now_ms`, the store is reach
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -67,6 +68,13 @@ def lease_key(vhost: str, queue: str, consumer: str) -> str:
 
 def _runs(positions: list[int], seqs: list[SeqId]) -> list[list[int]]:
     # [pos, seq, n] runs where both step by one.
+    n = len(positions)
+    if n and positions[-1] - positions[0] == n - 1:
+        # Consecutive positions (the usual lease): one run when seq - pos is the same for all,
+        # checked in C (a reserve of 100 000 messages stores its lease after every call).
+        gaps = list(map(operator.sub, seqs, positions))
+        if gaps.count(gaps[0]) == n:
+            return [[positions[0], int(seqs[0]), n]]
     out: list[list[int]] = []
     for pos, seq in zip(positions, seqs, strict=True):
         if out:

@@ -6,7 +6,8 @@ takes one message at a time (a loop of `fetch` with the same byte rule, and `Res
 a `ReservableQueue` that is not an `EngineAdapter`, so its reserve calls `take` per message).
 After every step the queues' counters, unacked seqs and paged tails, the leases' contents, the
 reads, settles and expiries must agree. The queues page past a small in-memory bound (by count
-or by bytes), and carry plain, expiring, requeued (returns) and evicted messages.
+or by bytes), and carry plain, expiring, requeued (returns) and evicted messages, and bodies
+paged one by one (flow-to-disk).
 """
 
 from __future__ import annotations
@@ -75,7 +76,15 @@ class TakeRunMachine(RuleBasedStateMachine):
         self.one_q: Queue
 
     @initialize(
-        args=st.sampled_from([{}, {}, {"x-max-length": 9}, {"x-ring-size": 7}]),
+        args=st.sampled_from(
+            [
+                {},
+                {},
+                {"x-max-length": 9},
+                {"x-ring-size": 7},
+                {"qpid.max_count": 5, "qpid.policy_type": "flow_to_disk"},  # bodies paged
+            ]
+        ),
         bound=st.sampled_from([(4, 1 << 20), (64, 24), (1 << 20, 1 << 30)]),
     )
     def setup(self, args: dict[str, Any], bound: tuple[int, int]) -> None:
