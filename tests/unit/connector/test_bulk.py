@@ -12,7 +12,7 @@ from ringmq.amqp.properties import BasicProperties, encode_properties  # noqa: E
 from ringmq.connector.client import PublishError, StreamAPIError, StreamClient  # noqa: E402
 from ringmq.connector.records import encode_publish, property_maps, skip_published  # noqa: E402
 from ringmq.connector.spark.options import Options  # noqa: E402
-from ringmq.connector.spark.rows import columns_to_batch, to_batch  # noqa: E402
+from ringmq.connector.spark.rows import columns_to_batch, count_and_last_seq, to_batch  # noqa: E402
 from ringmq.connector.spark.sink import arrow_rows, publish_arrow, publish_rows  # noqa: E402
 from ringmq.management.records import PermissionInfo  # noqa: E402
 from ringmq.node import BrokerThread  # noqa: E402
@@ -110,10 +110,17 @@ def test_columns_match_records(live_broker: BrokerThread) -> None:
         browse_cols = columns_to_batch("cols", c.browse_columns("cols", None, 100))
         assert browse_cols.equals(to_batch("cols", c.browse("cols", None, 100)))
         assert browse_cols.column("body").to_pylist() == [b"m%d" % i for i in range(30, 40)]
-        empty = columns_to_batch("cols", c.read_columns("cols", "r", 30, 30))
-        assert empty.num_rows == 0
+        assert count_and_last_seq(c.browse_columns("cols", None, 100)) == (
+            10,
+            browse_cols.column("seq")[9].as_py(),
+        )
+        empty_body = c.read_columns("cols", "r", 30, 30)
+        assert columns_to_batch("cols", empty_body).num_rows == 0
+        assert count_and_last_seq(empty_body) == (0, -1)
     with pytest.raises(ValueError, match="truncated"):
         columns_to_batch("q", b"\x02\x00\x00\x00" + b"\x00" * 10)
+    with pytest.raises(ValueError, match="truncated"):
+        count_and_last_seq(b"\x02\x00\x00\x00" + b"\x00" * 10)
 
 
 def _admin(b: BrokerThread, fn: object) -> None:
@@ -295,3 +302,42 @@ def test_persistent_writer_option_sets_delivery_mode(headers: bool, persistent: 
     props = [decode_properties(p) for _, p, _ in decode_publish(body)]
     assert [p.message_id for p in props] == [first, last] == ["q:1:0:0", "q:1:0:1"]
     assert [p.delivery_mode for p in props] == [2 if persistent else None] * 2
+
+
+def test_readers_page_with_their_next_request_under_way(
+    live_broker: BrokerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The executors' reads, without Spark: pages of 7 so that every partition takes several
+    # requests, each asked for while the previous page is handed over; together the
+    # partitions hold every message once, in order.
+    from ringmq.connector.spark import source
+
+    monkeypatch.setattr(source, "_READ_STEP", 7)
+    amqp, http = urls(live_broker)
+    conn, ch = _channel(live_broker)
+    ch.queue_declare("pages")  # type: ignore[attr-defined]
+    conn.close()
+    with StreamClient(http) as c:
+        c.publish("", encode_publish(("pages", b"\x00\x00", b"p%d" % i) for i in range(50)))
+        opts = Options.parse(
+            {
+                "url": amqp,
+                "httpUrl": http,
+                "queue": "pages",
+                "consumerName": "pr",
+                "minMessagesPerPartition": "1",
+                "partitionsPerRange": "3",
+            }
+        )
+        batch = source.RingMQBatchReader(opts)
+        parts = batch.partitions()
+        assert len(parts) == 3
+        got = [b for p in parts for page in batch.read(p) for b in page.column("body").to_pylist()]
+        assert got == [b"p%d" % i for i in range(50)]
+        c.reserve("pages", "pr", 0, 50)
+        stream = source.RingMQStreamReader(opts)
+        ranges = [source.RangePartition(opts, "pages", a, b) for a, b in ((0, 22), (22, 50))]
+        got = [
+            b for p in ranges for page in stream.read(p) for b in page.column("body").to_pylist()
+        ]
+        assert got == [b"p%d" % i for i in range(50)]

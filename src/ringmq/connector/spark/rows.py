@@ -148,6 +148,26 @@ def _property_columns(props: Any) -> tuple[Any, Any, Any]:
     return headers.cast(smap), other.cast(smap), pa.array(ids, type=pa.string())
 
 
+def count_and_last_seq(data: bytes) -> tuple[int, int]:
+    """(rows, seq of the last row, -1 when none) of an `x-ringmq-columns` body, read from its
+    head without building anything (a reader's next request depends on it).
+
+    Raises:
+        ValueError: the body is truncated.
+    """
+    import struct
+
+    if len(data) < 4:
+        raise ValueError("truncated columns")
+    (n,) = struct.unpack_from("<I", data, 0)
+    if n == 0:
+        return 0, -1
+    at = 4 + 8 * n + 8 * (n - 1)  # u32 n, u64[n] positions, then the seqs
+    if at + 8 > len(data):
+        raise ValueError("truncated columns")
+    return n, struct.unpack_from("<Q", data, at)[0]
+
+
 def columns_to_batch(queue: str, data: bytes) -> pa.RecordBatch:
     """One Arrow record batch with `READ_SCHEMA`'s columns from an `x-ringmq-columns` body.
 

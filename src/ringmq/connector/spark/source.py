@@ -13,11 +13,14 @@ head of the queue) and splits it into `RangePartition`s. `read(partition)` runs 
 opens its own HTTP connection, reads the reserved range (non-destructive, so retries and
 replays see identical data) in the columnar wire format and yields Arrow batches built on the
 response's buffers (`rows.columns_to_batch`: no Python object per message except for
-properties other than a lone `message_id`). Nothing here keeps state that matters
+properties other than a lone `message_id`); a task asks for its next range while it builds and
+hands over the current one (one request thread per task owns its connection, so the broker's
+serving overlaps Spark's consuming). Nothing here keeps state that matters
 across processes: the runner is killed without `stop()` on every restart.
 
 Batch. A non-destructive browse by queue seq: the driver splits `[head_seq, tail_seq]` into
-seq ranges, each executor pages through its range with `browse(after=...)`. Recomputing a
+seq ranges, each executor pages through its range with `browse(after=...)`, asking for the
+next page as soon as a page's last seq is known (`rows.count_and_last_seq`). Recomputing a
 partition reads the same messages while the queue is unchanged.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +52,11 @@ log = logging.getLogger(__name__)
 _UNBOUNDED = 100_000  # most positions reserved per queue and batch with ReadAllAvailable
 _RESERVE_CALL = 100_000  # positions per reserve request (the broker's MAX_RESERVE_PER_CALL)
 _READ_STEP = 50_000  # positions (or browsed messages) per HTTP request of a task
+
+
+def _one_thread() -> ThreadPoolExecutor:
+    # The reader's request thread: it alone uses the task's HTTP connection.
+    return ThreadPoolExecutor(1, thread_name_prefix="ringmq-read")
 
 
 def _client(o: Options) -> StreamClient:
@@ -234,17 +243,24 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor side: the reserved range as Arrow batches (never acks)."""
+        """Executor side: the reserved range as Arrow batches (never acks). The next request
+        is under way while a batch is built and consumed (one thread owns the connection)."""
         assert isinstance(partition, RangePartition)
         from ringmq.connector.spark.rows import columns_to_batch
 
-        with _client(partition.options) as c:
-            consumer = partition.options.require_consumer()
-            for a in range(partition.lo, partition.hi, _READ_STEP):
-                b = min(partition.hi, a + _READ_STEP)
-                batch = columns_to_batch(
-                    partition.queue, c.read_columns(partition.queue, consumer, a, b)
-                )
+        q = partition.queue
+        consumer = partition.options.require_consumer()
+        ranges = [
+            (a, min(partition.hi, a + _READ_STEP))
+            for a in range(partition.lo, partition.hi, _READ_STEP)
+        ]
+        with _client(partition.options) as c, _one_thread() as pool:
+            ahead = [pool.submit(c.read_columns, q, consumer, a, b) for a, b in ranges[:1]]
+            for i in range(len(ranges)):
+                data = ahead.pop().result()
+                if i + 1 < len(ranges):
+                    ahead.append(pool.submit(c.read_columns, q, consumer, *ranges[i + 1]))
+                batch = columns_to_batch(q, data)
                 if batch.num_rows:
                     yield batch
 
@@ -286,28 +302,27 @@ class RingMQBatchReader(DataSourceReader):
         return out or [BrowsePartition(o, self.queues[0], None, -1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: the partition's seqs page by page; the next page is asked for as
+        soon as this one's last seq is known, while this one is built and consumed."""
         import pyarrow.compute as pc
 
-        from ringmq.connector.spark.rows import columns_to_batch
+        from ringmq.connector.spark.rows import columns_to_batch, count_and_last_seq
 
         assert isinstance(partition, BrowsePartition)
         if partition.last < 0:
             return
-        with _client(partition.options) as c:
-            after = partition.after
-            while True:
-                page = columns_to_batch(
-                    partition.queue, c.browse_columns(partition.queue, after, _READ_STEP)
-                )
-                n = page.num_rows
+        q = partition.queue
+        with _client(partition.options) as c, _one_thread() as pool:
+            ahead = [pool.submit(c.browse_columns, q, partition.after, _READ_STEP)]
+            while ahead:
+                data = ahead.pop().result()
+                n, last_seq = count_and_last_seq(data)
                 if n == 0:
                     return
-                last_seq = int(page.column("seq")[n - 1].as_py())
-                mine = page
+                if n == _READ_STEP and last_seq < partition.last:  # more of this partition
+                    ahead.append(pool.submit(c.browse_columns, q, last_seq, _READ_STEP))
+                page = columns_to_batch(q, data)
                 if last_seq > partition.last:
-                    mine = page.filter(pc.less_equal(page.column("seq"), partition.last))
-                if mine.num_rows:
-                    yield mine
-                if mine.num_rows < n or n < _READ_STEP:
-                    return
-                after = last_seq
+                    page = page.filter(pc.less_equal(page.column("seq"), partition.last))
+                if page.num_rows:
+                    yield page
