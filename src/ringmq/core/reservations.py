@@ -22,6 +22,14 @@ Invariants of a lease, with `settled` = S and `next_pos` = N:
     holes (a reader that asked to start beyond N moves N forward without holding anything).
   * Every held entry is unacked in the queue under the lease's tag; nothing else holds that tag.
 
+*Layout.* A lease keeps its held entries as parallel lists in position order (positions,
+seqs, messages, redelivered flags, tags), not as one object per message: a reserve extends
+them, a settle cuts their front, a read slices them (`read` builds `Entry` values, `read_rows`
+plain tuples). Over the queue engine (`EngineAdapter`) a reserve takes its whole run in one
+call, `Queue.take_run` (the engine's guard in front of its per-message fetch, which gives what
+N single takes give), appending straight to these lists; any other `ReservableQueue` is taken
+from one `take` at a time.
+
 *Reads* (`read`) return held entries with `lo <= pos < hi` and change nothing, so any number of
 readers (Spark executors, task retries, speculative attempts) get identical data.
 
@@ -45,9 +53,9 @@ Publish de-duplication by `message_id` lives in `core.dedup`.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, Protocol, TypeVar, cast
+from typing import Final, Generic, Protocol, TypeVar, cast
 
 from ringmq.core.message import Message, SeqId
 
@@ -144,13 +152,63 @@ class Lease(Generic[TagT]):
     expired: int = 0
     """How many times this lease expired and gave its messages back."""
     last_seq: int | None = None
-    entries: list[Entry[TagT]] = field(default_factory=list)
-    positions: list[int] = field(default_factory=list)  # parallel to entries, for bisect
+    # The held entries as parallel lists in position order (no object per message):
+    positions: list[int] = field(default_factory=list)
+    seqs: list[SeqId] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    redelivered: list[bool] = field(default_factory=list)
+    tags: list[TagT] = field(default_factory=list)
 
     @property
     def held(self) -> int:
         """Messages currently held (reserved, not settled)."""
-        return len(self.entries)
+        return len(self.positions)
+
+    @property
+    def entries(self) -> list[Entry[TagT]]:
+        """The held entries, in position order (built on each call)."""
+        return self.slice(0, len(self.positions))
+
+    def slice(self, i: int, j: int) -> list[Entry[TagT]]:
+        """Held entries `i` to `j` (indexes into the parallel lists) as `Entry` objects."""
+        return list(
+            map(
+                _new_entry,
+                self.positions[i:j],
+                self.seqs[i:j],
+                self.messages[i:j],
+                self.redelivered[i:j],
+                self.tags[i:j],
+            )
+        )
+
+    def hold(self, entries: Iterable[Entry[TagT]]) -> None:
+        """Replace the held entries by `entries` (in position order: recovery)."""
+        held = list(entries)
+        self.positions[:] = [e.pos for e in held]
+        self.seqs[:] = [e.seq for e in held]
+        self.messages[:] = [e.message for e in held]
+        self.redelivered[:] = [e.redelivered for e in held]
+        self.tags[:] = [e.tag for e in held]
+
+    def append(self, pos: int, seq: SeqId, message: Message, redelivered: bool, tag: TagT) -> None:
+        """Hold one more entry (its position above every held one)."""
+        self.positions.append(pos)
+        self.seqs.append(seq)
+        self.messages.append(message)
+        self.redelivered.append(redelivered)
+        self.tags.append(tag)
+
+    def cut(self, n: int) -> list[TagT]:
+        """Drop the first `n` held entries; returns their tags."""
+        tags = self.tags[:n]
+        del self.positions[:n], self.seqs[:n], self.messages[:n], self.redelivered[:n]
+        del self.tags[:n]
+        return tags
+
+    def span(self, lo: int, hi: int) -> tuple[int, int]:
+        """Indexes (into the parallel lists) of the held entries with lo <= pos < hi."""
+        return bisect.bisect_left(self.positions, lo), bisect.bisect_left(self.positions, hi)
 
 
 class Reservations(Generic[TagT]):
@@ -180,7 +238,7 @@ class Reservations(Generic[TagT]):
 
     def next_deadline_ms(self) -> int | None:
         """Earliest lease deadline among leases that hold messages, or None."""
-        deadlines = [le.deadline_ms for le in self._leases.values() if le.entries]
+        deadlines = [le.deadline_ms for le in self._leases.values() if le.positions]
         return min(deadlines) if deadlines else None
 
     # -- commands -----------------------------------------------------------------------------
@@ -227,45 +285,95 @@ class Reservations(Generic[TagT]):
             # shorter, or a checkpoint newer than this broker's memory): never fill below start.
             lease.next_pos = start
         goal = start + min(max_messages, MAX_RESERVE_PER_CALL)
-        taken_bytes = 0
+        budget: int | None = None
+        full = False
         if max_bytes is not None:
-            taken_bytes = sum(e.message.size for e in self._held_range(lease, start, goal))
-        # The hot loop (one step per reserved message) works on locals and writes the lease
-        # back once; for the engine it calls `fetch` directly (the tag is the seq).
-        queue: Any = self._queue
-        fetch = queue.engine.fetch if isinstance(queue, EngineAdapter) else None
-        take = queue.take
-        entries, positions = lease.entries, lease.positions
-        next_pos, last_seq, skipped = lease.next_pos, lease.last_seq, lease.skipped
-        while next_pos < goal:
-            if max_bytes is not None and taken_bytes >= max_bytes and next_pos > start:
-                break
-            if fetch is not None:
-                d = fetch(now_ms, True)
-                if d is None:
-                    break
-                seq, message, redelivered = d.seq, d.message, d.redelivered
-                tag = cast("TagT", seq)  # EngineAdapter's tags are the seqs
+            # The bytes already held in the range count; a message is taken while the range
+            # holds fewer than `max_bytes`, and always when the range is empty (`take_run`).
+            i, j = lease.span(start, goal)
+            budget = max_bytes - sum(m.size for m in lease.messages[i:j])
+            full = budget <= 0 and lease.next_pos > start
+        if lease.next_pos < goal and not full:
+            adapter: object = self._queue
+            if isinstance(adapter, EngineAdapter):
+                self._reserve_run(lease, adapter, goal, budget, now_ms)
             else:
-                got = take(now_ms)
-                if got is None:
-                    break
-                seq, message, redelivered, tag = got.seq, got.message, got.redelivered, got.tag
-            if last_seq is None:
-                last_seq = seq
-            elif seq > last_seq:
-                skipped += seq - last_seq - 1
-                last_seq = seq
-            entries.append(_new_entry(next_pos, seq, message, redelivered, tag))
-            positions.append(next_pos)
-            next_pos += 1
-            if max_bytes is not None:
-                taken_bytes += message.size
-        lease.next_pos, lease.last_seq, lease.skipped = next_pos, last_seq, skipped
+                self._reserve_each(lease, self._queue, goal, budget, now_ms)
         end = max(start, min(goal, lease.next_pos))
         return ReserveResult(
             start, end, lease.settled, lease.next_pos, lease.skipped, lease.expired
         )
+
+    def _reserve_run(
+        self,
+        lease: Lease[TagT],
+        queue: EngineAdapter,
+        goal: int,
+        budget: int | None,
+        now_ms: int,
+    ) -> None:
+        # The engine hands the whole run over in one call (`Queue.take_run`), appended to the
+        # lease's parallel lists; the tag of an engine message is its seq.
+        seqs = lease.seqs
+        before = len(seqs)
+        next_pos = lease.next_pos
+        k = queue.engine.take_run(
+            goal - next_pos, budget, now_ms, seqs, lease.messages, lease.redelivered
+        )
+        if not k:
+            return
+        run = seqs[before:]
+        lease.tags.extend(cast("list[TagT]", run))
+        lease.positions.extend(range(next_pos, next_pos + k))
+        lease.next_pos = next_pos + k
+        self._count_gaps(lease, run)
+
+    def _reserve_each(
+        self,
+        lease: Lease[TagT],
+        queue: ReservableQueue[TagT],
+        goal: int,
+        budget: int | None,
+        now_ms: int,
+    ) -> None:
+        # Any other `ReservableQueue`: one `take` per message, the same byte rule.
+        taken_bytes = 0
+        run: list[SeqId] = []
+        next_pos = lease.next_pos
+        while next_pos < goal:
+            if budget is not None and run and taken_bytes >= budget:
+                break
+            got = queue.take(now_ms)
+            if got is None:
+                break
+            lease.append(next_pos, got.seq, got.message, got.redelivered, got.tag)
+            run.append(got.seq)
+            next_pos += 1
+            taken_bytes += got.message.size
+        lease.next_pos = next_pos
+        self._count_gaps(lease, run)
+
+    @staticmethod
+    def _count_gaps(lease: Lease[TagT], run: list[SeqId]) -> None:
+        # `skipped`: every reserved seq above the last one seen adds the seqs between them.
+        if not run:
+            return
+        last = lease.last_seq
+        if run == sorted(run):  # ascending (a run from the tail): in closed form
+            if last is None:
+                last = run[0]
+            i = bisect.bisect_right(run, last)
+            if i < len(run):
+                lease.skipped += run[-1] - last - (len(run) - i)
+                last = run[-1]
+        else:
+            for seq in run:
+                if last is None:
+                    last = seq
+                elif seq > last:
+                    lease.skipped += seq - last - 1
+                    last = seq
+        lease.last_seq = last
 
     def read(
         self, consumer: str, lo: int, hi: int, now_ms: int, *, renew: bool = True
@@ -279,7 +387,27 @@ class Reservations(Generic[TagT]):
             return []
         if renew:
             lease.deadline_ms = now_ms + lease.lease_ms
-        return list(self._held_range(lease, lo, hi))
+        return lease.slice(*lease.span(lo, hi))
+
+    def read_rows(
+        self, consumer: str, lo: int, hi: int, now_ms: int, *, renew: bool = True
+    ) -> list[tuple[int, int, bool, Message]]:
+        """`read` as (position, seq, redelivered, message) tuples, without an `Entry` each."""
+        lease = self._leases.get(consumer)
+        if lease is None:
+            return []
+        if renew:
+            lease.deadline_ms = now_ms + lease.lease_ms
+        i, j = lease.span(lo, hi)
+        return list(
+            zip(
+                lease.positions[i:j],
+                cast("list[int]", lease.seqs[i:j]),
+                lease.redelivered[i:j],
+                lease.messages[i:j],
+                strict=True,
+            )
+        )
 
     def renew(self, consumer: str, now_ms: int) -> bool:
         """Push the lease deadline; False if there is no such lease."""
@@ -298,15 +426,12 @@ class Reservations(Generic[TagT]):
         lease = self._leases.get(consumer)
         if lease is None or up_to <= lease.settled:
             return 0
-        cut = bisect.bisect_left(lease.positions, up_to)
-        done = lease.entries[:cut]
-        del lease.entries[:cut]
-        del lease.positions[:cut]
+        done = lease.cut(bisect.bisect_left(lease.positions, up_to))
         lease.settled = up_to
         lease.next_pos = max(lease.next_pos, up_to)
         lease.deadline_ms = now_ms + lease.lease_ms
         if done:
-            self._queue.ack([e.tag for e in done], now_ms)
+            self._queue.ack(done, now_ms)
         return len(done)
 
     def expire(self, now_ms: int) -> list[str]:
@@ -317,7 +442,7 @@ class Reservations(Generic[TagT]):
         """
         gone: list[str] = []
         for lease in self._leases.values():
-            if lease.entries and lease.deadline_ms <= now_ms:
+            if lease.positions and lease.deadline_ms <= now_ms:
                 self._give_back(lease, now_ms)
                 lease.expired += 1
                 gone.append(lease.consumer)
@@ -328,7 +453,7 @@ class Reservations(Generic[TagT]):
         lease = self._leases.pop(consumer, None)
         if lease is None:
             return False
-        if lease.entries:
+        if lease.positions:
             self._give_back(lease, now_ms)
         return True
 
@@ -366,26 +491,27 @@ class Reservations(Generic[TagT]):
 
     # -- internals ----------------------------------------------------------------------------
     def _give_back(self, lease: Lease[TagT], now_ms: int) -> None:
-        tags = [e.tag for e in lease.entries]
-        lease.entries.clear()
-        lease.positions.clear()
+        tags = lease.cut(len(lease.positions))
         lease.next_pos = lease.settled
         # The returned messages keep their seq; a refill may see them again, so the gap count
         # restarts from the settled side.
         lease.last_seq = None
         self._queue.requeue(tags, now_ms)
 
-    @staticmethod
-    def _held_range(lease: Lease[TagT], lo: int, hi: int) -> Iterator[Entry[TagT]]:
-        i = bisect.bisect_left(lease.positions, lo)
-        j = bisect.bisect_left(lease.positions, hi)
-        return iter(lease.entries[i:j])
-
 
 class EngineQueue(Protocol):
     """The part of `ringmq.core.queue.Queue` that `EngineAdapter` uses."""
 
     def fetch(self, now_ms: int, ack_required: bool = True) -> _Delivery | None: ...
+    def take_run(
+        self,
+        max_count: int,
+        max_bytes: int | None,
+        now_ms: int,
+        seqs: list[SeqId],
+        messages: list[Message],
+        redelivered: list[bool],
+    ) -> int: ...
     def ack(self, seqs: Iterable[SeqId]) -> None: ...
     def requeue(
         self, seqs: Sequence[SeqId], now_ms: int, *, count_failure: bool = True

@@ -34,6 +34,7 @@ Pure and synchronous like the rest of core: time is `now_ms`, the store is reach
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -65,16 +66,23 @@ def lease_key(vhost: str, queue: str, consumer: str) -> str:
     return f"{vhost}{_SEP}{queue}{_SEP}{consumer}"
 
 
-def _runs(entries: list[Entry[SeqId]]) -> list[list[int]]:
+def _runs(positions: list[int], seqs: list[SeqId]) -> list[list[int]]:
     # [pos, seq, n] runs where both step by one.
+    n = len(positions)
+    if n and positions[-1] - positions[0] == n - 1:
+        # Consecutive positions (the usual lease): one run when seq - pos is the same for all,
+        # checked in C (a reserve of 100 000 messages stores its lease after every call).
+        gaps = list(map(operator.sub, seqs, positions))
+        if gaps.count(gaps[0]) == n:
+            return [[positions[0], int(seqs[0]), n]]
     out: list[list[int]] = []
-    for e in entries:
+    for pos, seq in zip(positions, seqs, strict=True):
         if out:
             last = out[-1]
-            if e.pos == last[0] + last[2] and e.seq == last[1] + last[2]:
+            if pos == last[0] + last[2] and seq == last[1] + last[2]:
                 last[2] += 1
                 continue
-        out.append([e.pos, int(e.seq), 1])
+        out.append([pos, int(seq), 1])
     return out
 
 
@@ -96,7 +104,7 @@ def lease_value(vhost: str, queue: str, lease: Lease[SeqId]) -> dict[str, Any]:
         "skipped": lease.skipped,
         "expired": lease.expired,
         "last_seq": lease.last_seq,
-        "held": _runs(lease.entries),
+        "held": _runs(lease.positions, lease.seqs),
     }
 
 
@@ -267,8 +275,7 @@ class StreamBooks:
         n = 0
         for lease in leases:
             entries = sorted(found.get(id(lease), ()), key=lambda e: e.pos)
-            lease.entries[:] = entries
-            lease.positions[:] = [e.pos for e in entries]
+            lease.hold(entries)
             n += len(entries)
         if wanted:
             log.info(

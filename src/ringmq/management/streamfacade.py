@@ -98,9 +98,7 @@ class StreamsFacade:
         _, book = self._book(vhost, name)
         if hi - lo > max_span:
             raise ValueError(f"range too large (at most {max_span} positions)")
-        return [
-            (e.pos, e.seq, e.redelivered, e.message) for e in book.read(consumer, lo, hi, now_ms)
-        ]
+        return book.read_rows(consumer, lo, hi, now_ms)
 
     def settle(
         self, vhost: str, name: str, consumer: str, up_to: int, *, now_ms: int

@@ -152,10 +152,8 @@ class Contents:
         memory falls to the low mark) and pops from its tail inline."""
         if len(self.lanes) > 1:
             return self.pop_ready()
-        c = self.counters
-        paging = self.paging
-        if paging.spilled and c.ready <= paging.low_n and c.ready_bytes <= paging.low_b:
-            paging.refill_batch(self.lane.tail)
+        if self.paging.spilled:
+            self.read_ahead()
         lane = self.lane
         if lane.head or lane.returns:
             e = self.peek_lane()
@@ -172,6 +170,14 @@ class Contents:
         if e is not None:
             self._uncount(e)
         return e
+
+    def read_ahead(self) -> None:
+        """Page the next batch in when memory fell to the low mark (both `low_n` and `low_b`)
+        and something is spilled: what a consumer does before each pop (`pop_next`)."""
+        c = self.counters
+        paging = self.paging
+        if paging.spilled and c.ready <= paging.low_n and c.ready_bytes <= paging.low_b:
+            paging.refill_batch(self.lane.tail)
 
     def _uncount(self, e: Entry) -> None:
         c = self.counters

@@ -73,7 +73,7 @@ from dataclasses import replace
 from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
-from ringmq.core.queue import browse, select
+from ringmq.core.queue import browse, select, takerun
 from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.deadletters import DeadLetters
@@ -433,6 +433,31 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
             self._contents.forget(e)
             c.acknowledged += 1
         return delivery
+
+    def take_run(
+        self,
+        max_count: int,
+        max_bytes: int | None,
+        now_ms: int,
+        seqs: list[SeqId],
+        messages: list[Message],
+        redelivered: list[bool],
+    ) -> int:
+        """What `max_count` chained `fetch(now_ms, ack_required=True)` calls take, in one call
+        (takerun.py): the messages are appended to `seqs`, `messages` and `redelivered`, and
+        the taking stops once `max_bytes` body bytes are taken (the first message always is).
+        Returns how many were taken."""
+        return takerun.take_run(
+            self._contents,
+            self.fetch,
+            self._fetch_fast,
+            max_count,
+            max_bytes,
+            now_ms,
+            seqs,
+            messages,
+            redelivered,
+        )
 
     def fetch_matching(
         self, match: Callable[[Message], bool], scan: int, now_ms: int, ack_required: bool = True

@@ -39,7 +39,7 @@ from typing import Final
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
-from ringmq.core.queue.lanes import READY, Entry, new_entry
+from ringmq.core.queue.lanes import READY, Entry
 from ringmq.core.queue.ports import Spilled, SpillStore
 from ringmq.core.queue.records import (
     DEFAULT_HEAD_BYTES,
@@ -212,17 +212,26 @@ class PagedTail:
             del buf[:k]
         if items:
             self.floor = items[-1][0] + 1  # what stays spilled follows what came back
-        n = nbytes = 0
+        nbytes = 0
         restored_below = self._restored_below
+        append = tail.append
         for seq, msg, expires_at in items:
-            size = len(msg.body)
-            e = new_entry(seq, msg, size)
+            # `new_entry(seq, msg, size)` inlined (one call frame less per paged-in message:
+            # a reserve pages in every message it takes), with the stored expiry time.
+            e = Entry()
+            e.seq = seq
+            e.msg = msg
+            e.size = size = len(msg.body)
+            e.state = READY
+            e.redelivered = e.paged = False
+            e.deliveries = e.failures = e.level = 0
             e.expires_at = expires_at
+            e.key = None
             if seq < restored_below:  # recovered backlog: flags as stored
                 e.deliveries, e.redelivered = self.recovered_state(seq, forget=True)
-            tail.append(e)
-            n += 1
+            append(e)
             nbytes += size
+        n = len(items)
         c = self._counters
         c.paged -= n
         c.paged_bytes -= nbytes
