@@ -107,7 +107,7 @@ def encode_column_set(cols: Columns, positions: array[int] | None = None) -> byt
     parts += (_le(col.lengths()) for col in columns)
     # One join over every piece: the bodies are copied once, not joined and then joined again.
     for col in columns:
-        parts += col.pieces()
+        col.extend_pieces(parts)
     return b"".join(parts)
 
 

@@ -80,21 +80,23 @@ class VarColumn:
         return sum(len(s) if isinstance(s, list) else len(s[0]) for s in self._segs)
 
     def lengths(self) -> array[int]:
-        """Every row's length, in row order."""
+        """Every row's length, in row order (a fresh array)."""
+        segs = self._segs
+        if len(segs) == 1 and isinstance(segs[0], list):  # rows only: the common case
+            return array("I", map(len, segs[0]))
         out: array[int] = array("I")
-        for s in self._segs:
+        for s in segs:
             out.extend(array("I", map(len, s)) if isinstance(s, list) else s[0])
         return out
 
-    def pieces(self) -> list[Piece]:
-        """The values concatenated, in pieces (what the wire carries after the lengths)."""
-        out: list[Piece] = []
+    def extend_pieces(self, parts: list[Piece]) -> None:
+        """Append to `parts` the values concatenated, in pieces (what the wire carries after
+        the lengths): each row's value, a block's one slice."""
         for s in self._segs:
             if isinstance(s, list):
-                out += s
+                parts += s
             else:
-                out.append(s[1])
-        return out
+                parts.append(s[1])
 
     def values(self) -> list[bytes]:
         """Every row's value (blocks sliced: the rare row-wise paths)."""
