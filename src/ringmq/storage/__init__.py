@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ringmq.storage.bodyspill import BodySpill
 from ringmq.storage.bodystore import DiskBodyStore
-from ringmq.storage.paging import PageQueue, Pager
+from ringmq.storage.pager import Pager
+from ringmq.storage.paging import PageQueue
 from ringmq.storage.records import Entry
 from ringmq.storage.store import (
     DEFAULT_EMBED_BELOW,

@@ -7,7 +7,7 @@ reference), the queue keeps the envelope, and `get(handle)` reads the body back 
 `retain` adds a reference (the same body in another queue), `release` drops one. The files
 are a `MessageStore` of their own; every 1024 puts (and on `reclaim`) files with no live body
 are deleted or compacted. Nothing here has to survive a crash: no fsync, and the owner
-(`paging.Pager`) wipes the directory at start. One owner thread.
+(`pager.Pager`) wipes the directory at start. One owner thread.
 """
 
 from __future__ import annotations

@@ -34,14 +34,14 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.ports import Spilled
 
-__all__ = ["MAX_RUN_BODIES", "MAX_RUN_ROWS", "PageRun", "encode_run", "plain"]
+__all__ = ["MAX_RUN_BODIES", "MAX_RUN_ROWS", "PageRun", "encode_run", "plain", "run_end"]
 
 RUN_HEAD: Final = struct.Struct("=IIII")
 MAX_RUN_ROWS: Final = 4096
@@ -61,6 +61,37 @@ def plain(message: Message, expires_at: int | None) -> bool:
         and not message.form
         and not message.store_ref
     )
+
+
+def run_end(
+    items: Sequence[tuple[int, Message, int | None]],
+    i: int,
+    holds: Callable[[int], bool] | None,
+) -> tuple[int, int]:
+    """The end of the run of `items` from `items[i]` (itself `plain`) that one record takes,
+    and its body bytes: same exchange and routing key, `plain`, no journal copy (`holds`: a
+    persistent message live in the journal is paged by reference; only persistent messages
+    have one), at most MAX_RUN_ROWS messages and about MAX_RUN_BODIES bytes. A first message
+    with a journal copy makes a run of one."""
+    first = items[i][1]
+    ex, rk = first.exchange, first.routing_key
+    stop = min(len(items), i + MAX_RUN_ROWS)
+    nbytes = 0
+    j = i
+    while j < stop and nbytes < MAX_RUN_BODIES:
+        seq, m, expires_at = items[j]
+        if (
+            m.exchange != ex
+            or m.routing_key != rk
+            or not plain(m, expires_at)
+            or (m.persistent and holds is not None and holds(seq))
+        ):
+            break
+        nbytes += len(m.body)
+        j += 1
+    if j == i:
+        return i + 1, len(first.body)
+    return j, nbytes
 
 
 def encode_run(items: Sequence[tuple[int, Message, int | None]]) -> bytes:

@@ -34,7 +34,7 @@ of its entries is live, and a paged message stays live until it is paged in and 
 reference always resolves (copy-forward only moves the entry; the store's index follows it).
 A recovered backlog is a *memory run*: just the list of its seqs (`restore`), no file at all.
 
-`Pager` is the broker's paging directory: one `PageQueue` per queue and one `BodySpill`
+`pager.Pager` is the broker's paging directory: one `PageQueue` per queue and one `BodySpill`
 (`bodyspill.py`, the Qpid `flow_to_disk` body hand-off), all wiped at start.
 
 Files only; no fsync (nothing here has to survive a crash). One owner thread.
@@ -49,7 +49,6 @@ memory monitor turns it into the disk alarm that blocks publishers.
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import zlib
 from collections import deque
@@ -61,10 +60,9 @@ from typing import Final, Protocol
 from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.ports import Spilled
-from ringmq.storage.bodyspill import BodySpill as BodySpill  # re-exported: the pager holds one
 from ringmq.storage.journal import write_all
 from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
-from ringmq.storage.pageruns import MAX_RUN_BODIES, MAX_RUN_ROWS, encode_run, plain
+from ringmq.storage.pageruns import encode_run, plain, run_end
 from ringmq.storage.pagetake import item_of, peek_entries, take_records
 from ringmq.storage.records import (
     HEADER,
@@ -326,6 +324,7 @@ class PageQueue:
         # cost 5-15 % of a page-out (benchmarks/paging_bench.py, alternated runs).
         run = self._runs[-1] if self._runs and self._runs[-1].fd >= 0 else None
         copies = self.copies
+        holds = None if copies is None else copies.holds
         ref_of = _STORE_REF.pack
         head_of = HEADER.pack
         crc32 = zlib.crc32
@@ -337,7 +336,7 @@ class PageQueue:
         n = len(items)
         while i < n:
             seq, message, expires_at = items[i]
-            j, size = self._run_end(items, i) if plain(message, expires_at) else (i + 1, 0)
+            j, size = run_end(items, i, holds) if plain(message, expires_at) else (i + 1, 0)
             if run is None or run.written + len(run.buf or b"") + pending >= self.run_bytes:
                 if run is not None:
                     if count:
@@ -375,32 +374,6 @@ class PageQueue:
         if count:
             assert run is not None
             self._add_frames(run, parts, pending, count, body_bytes, last)
-
-    def _run_end(self, items: Sequence[tuple[int, Message, int | None]], i: int) -> tuple[int, int]:
-        # The end of the run of plain messages from `items[i]` (plain itself) that one
-        # PAGED_RUN record takes, and its body bytes: same exchange and routing key, no
-        # journal copy (those are paged by reference; only persistent messages have one), at
-        # most MAX_RUN_ROWS messages and about MAX_RUN_BODIES bytes.
-        first = items[i][1]
-        ex, rk = first.exchange, first.routing_key
-        holds = None if self.copies is None else self.copies.holds
-        stop = min(len(items), i + MAX_RUN_ROWS)
-        nbytes = 0
-        j = i
-        while j < stop and nbytes < MAX_RUN_BODIES:
-            seq, m, expires_at = items[j]
-            if (
-                m.exchange != ex
-                or m.routing_key != rk
-                or not plain(m, expires_at)
-                or (m.persistent and holds is not None and holds(seq))
-            ):
-                break
-            nbytes += len(m.body)
-            j += 1
-        if j == i:  # the first has a journal copy: a PAGED_REF record of its own
-            return i + 1, len(first.body)
-        return j, nbytes
 
     def push_front(self, entries: Sequence[Entry]) -> None:
         """Page out entries that precede everything already paged (given in queue order)."""
@@ -621,38 +594,3 @@ class PageQueue:
     def files(self) -> int:
         """Number of run files (tests, metrics); memory runs are not files."""
         return sum(1 for run in self._runs if run.path is not None)
-
-
-class Pager:
-    """The broker's paging directory: one `PageQueue` per queue and one `BodySpill`.
-
-    The directory is wiped on construction: paged data is transient (RabbitMQ's transient
-    message store is likewise reset at startup).
-    """
-
-    def __init__(self, directory: Path, *, run_bytes: int = DEFAULT_RUN_BYTES) -> None:
-        self.directory = directory
-        self.run_bytes = run_bytes
-        if directory.exists():
-            shutil.rmtree(directory)
-        directory.mkdir(parents=True)
-        self._queues: dict[str, PageQueue] = {}
-        self._next_dir = 0
-        self.spill = BodySpill(directory / "spill")
-
-    def queue(self, name: str) -> PageQueue:
-        """The page queue of `name`, created on first use."""
-        pq = self._queues.get(name)
-        if pq is None:
-            # directory names are counters: queue names may hold any character
-            self._next_dir += 1
-            pq = PageQueue(self.directory / f"q{self._next_dir:08d}", run_bytes=self.run_bytes)
-            self._queues[name] = pq
-        return pq
-
-    def drop(self, name: str) -> None:
-        """Delete a queue's page files (queue deleted)."""
-        pq = self._queues.pop(name, None)
-        if pq is not None:
-            pq.clear()
-            shutil.rmtree(pq.directory, ignore_errors=True)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import ringmq.adapters.amqp10  # noqa: F401 - registers the AMQP 1.0 form and its conversions
 from ringmq.core.message import Message, SeqId, amqp091_content
 from ringmq.core.queue.columns import Columns
-from ringmq.storage.paging import BodySpill, PageQueue, Pager
+from ringmq.storage.pager import BodySpill, Pager
+from ringmq.storage.paging import PageQueue
 from ringmq.storage.records import Entry
 
 
