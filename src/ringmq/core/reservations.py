@@ -359,20 +359,12 @@ class Reservations(Generic[TagT]):
         if not run:
             return
         last = lease.last_seq
-        if run == sorted(run):  # ascending (a run from the tail): in closed form
+        for seq in run:
             if last is None:
-                last = run[0]
-            i = bisect.bisect_right(run, last)
-            if i < len(run):
-                lease.skipped += run[-1] - last - (len(run) - i)
-                last = run[-1]
-        else:
-            for seq in run:
-                if last is None:
-                    last = seq
-                elif seq > last:
-                    lease.skipped += seq - last - 1
-                    last = seq
+                last = seq
+            elif seq > last:
+                lease.skipped += seq - last - 1
+                last = seq
         lease.last_seq = last
 
     def read(
