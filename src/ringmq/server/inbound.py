@@ -217,28 +217,27 @@ class Inbound:
                 ch = event.channel
                 if dead or ch in failed:
                     continue
+                err: AMQPError | None = None
                 if runs and ch in runs and i > solo and type(event.method) is _PUBLISH:
                     stop, err, solo = self._publish_run(c, events, i - 1, now)
                     if stop:
                         i = stop
-                        if err is not None:
-                            c.proto.send_error(ch, err)
-                            if err.is_hard:
-                                dead = True
-                            else:
-                                failed.add(ch)
-                        continue
-                try:
-                    effects = handle(conn_id, ch, event.method, event.content, now)
-                except AMQPError as err:
-                    c.proto.send_error(ch, err)
-                    if err.is_hard or ch == 0:
-                        dead = True
+                        if err is None:
+                            continue
+                if err is None:
+                    try:
+                        effects = handle(conn_id, ch, event.method, event.content, now)
+                    except AMQPError as exc:
+                        err = exc
                     else:
-                        failed.add(ch)
-                    continue
-                if effects:
-                    apply(effects)
+                        if effects:
+                            apply(effects)
+                        continue
+                c.proto.send_error(ch, err)  # a run's or a command's error: one rule
+                if err.is_hard or ch == 0:
+                    dead = True
+                else:
+                    failed.add(ch)
                 continue
             # accept_login()/accept_open() return the events of bytes pipelined behind
             # Start-Ok and Open; they join this batch, in order
