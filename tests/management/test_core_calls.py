@@ -216,7 +216,7 @@ def test_the_streams_wire_carries_an_amqp_1_0_message_as_its_0_9_1_conversion() 
     cols = Columns()
     cols.add_message(1, False, msg)
     assert cols.bodies == [b"row"]
-    assert decode_properties(cols.properties[0]).message_id == "m-2"
+    assert decode_properties(cols.properties.values()[0]).message_id == "m-2"
     parts: list[bytes] = []
     encode_record(1, 1, False, msg, parts)
     assert parts[-1] == b"row"

@@ -375,20 +375,16 @@ def test_spilled_tuples_are_paged_as_entries_are(tmp_path: Path) -> None:
     assert seqs(b.pop_front(100)) == list(range(1, 41))
 
 
-def _row(cols: Columns, i: int) -> tuple[Any, ...]:
-    return (
-        cols.seqs[i],
-        cols.redelivered[i],
-        cols.timestamps[i],
-        cols.exchanges[i],
-        cols.routing_keys[i],
-        cols.properties[i],
-        cols.bodies[i],
-    )
-
-
 def _rows(cols: Columns) -> list[tuple[Any, ...]]:
-    return [_row(cols, i) for i in range(len(cols))]
+    return list(
+        zip(
+            cols.seqs,
+            cols.redelivered,
+            cols.timestamps,
+            *(col.values() for col in cols.var_columns()),
+            strict=True,
+        )
+    )
 
 
 def _entry_row(item: tuple[int, Message, int | None]) -> tuple[Any, ...]:

@@ -112,9 +112,6 @@ class VarColumn:
                 at += n
         return out
 
-    def __getitem__(self, i: int) -> bytes:
-        return self.values()[i]
-
     def __eq__(self, other: object) -> bool:
         """Same values in the same rows (however they are held); a list of values compares
         too."""
