@@ -183,10 +183,6 @@ class PageRun:
         if len(self.body_lens) != n or self.bodies_at + sum(self.body_lens) != stop:
             raise ValueError("page run record does not match its head")
 
-    def body_bytes(self, k: int, stop: int) -> int:
-        """Body bytes of rows `[k, stop)`."""
-        return sum(self.body_lens[k:stop])
-
     def collect(
         self,
         k: int,
