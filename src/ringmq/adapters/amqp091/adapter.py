@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from ringmq.adapters.amqp091.errors import to_amqp
-from ringmq.adapters.amqp091.message import DECODE_ANY, build
+from ringmq.adapters.amqp091.message import DECODE_ANY, build, columns_of
 from ringmq.adapters.amqp091.methods import HANDLERS
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
@@ -313,12 +313,17 @@ class Amqp091:
         if s.mode is _TX:
             return self._publish_batch_tx(conn_id, channel, exchange, messages, start, stop, now_ms)
         failed: list[AMQPError] = []
+        # As columns as far as they go (`columns_of`), the rest built one at a time.
+        columns, start = columns_of(
+            exchange, messages, start, stop, self.broker.publisher.max_message_size, now_ms
+        )
         done = self.broker.publish_batch(
             conn_id,
             channel,
             exchange,
             self._built(s, exchange, messages, start, stop, now_ms, failed),
             now_ms,
+            columns,
         )
         if isinstance(done.error, BrokerError):
             done.error = to_amqp(done.error, *_PUBLISH_IDS)

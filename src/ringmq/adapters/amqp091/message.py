@@ -17,7 +17,7 @@ sender-selected BCC removal) and for the original expiration text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, Final
 
@@ -38,6 +38,7 @@ from ringmq.amqp.properties import (
 from ringmq.core.delivery import REPLY_TO_PREFIX, REPLY_TO_QUEUE
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import FORM_AMQP091, Message, register_form
+from ringmq.core.queue.ports import RunColumns
 from ringmq.core.session import Session
 
 _NEEDS_DECODE: Final = (
@@ -146,6 +147,44 @@ def build(
         props.reply_to = REPLY_TO_PREFIX + s.reply_to_token
         msg.properties_bin = encode_properties(props)
     return msg
+
+
+def columns_of(
+    exchange: str,
+    messages: Sequence[tuple[str, bytes, bytes]],
+    start: int,
+    stop: int,
+    max_size: int,
+    now_ms: int,
+) -> tuple[RunColumns | None, int]:
+    """The publishes `messages[start:stop]` ((routing key, raw properties, body) each) as
+    columns for the core's columnar ingest, as far as they go: the longest prefix with the
+    first one's routing key, bodies within `max_size`, and property lists that `scan_simple`
+    reads (no headers, priority, expiration or reply_to: `build` makes exactly the message
+    the columns stand for). Returns (the columns, or None when the prefix is shorter than
+    two publishes; the index after them): the caller builds the rest one at a time."""
+    props: list[bytes] = []
+    bodies: list[bytes] = []
+    ids: list[str | None] = []
+    persistent = bytearray()
+    rk0 = messages[start][0] if start < stop else ""
+    i = start
+    while i < stop:
+        rk, pb, body = messages[i]
+        if (rk is not rk0 and rk != rk0) or len(body) > max_size:
+            break
+        simple = scan_simple(pb)
+        if simple is None:
+            break
+        mode, mid = simple
+        props.append(pb)
+        bodies.append(body)
+        ids.append(mid)
+        persistent.append(mode == 2)
+        i += 1
+    if i - start < 2:
+        return None, start
+    return RunColumns(exchange, rk0, now_ms, props, bodies, ids, bytes(persistent)), i
 
 
 def from_properties(
