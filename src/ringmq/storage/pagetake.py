@@ -2,7 +2,7 @@
 
 `take_records` is the loop of `PageQueue.pop_front` (paging in: it removes the tombstones it
 meets), `peek_entries` that of `PageQueue.peek_after` (a browse: nothing changes). Both check
-each frame as `scan` does (length, crc32), decode records in place in the chunk read and
+each frame (length, CRC-32C: `records.page_crc`), decode records in place in the chunk read and
 append what the spill store hands the queue: `(seq, message, expires_at)` items (`Spilled`;
 the per-queue fields a page record also holds, delivery count and flags, are not used there):
 
@@ -19,7 +19,6 @@ Pure: no file access, no state of its own.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -30,11 +29,12 @@ from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
     MAX_RECORD,
-    TYPE_CRC,
+    PAGE_TYPE_CRC,
     Entry,
     RecordType,
     decode_entry_at,
     decode_paged_ref,
+    page_crc,
 )
 
 __all__ = ["PLACEHOLDER", "Taken", "item_of", "paged_item", "peek_entries", "take_records"]
@@ -99,8 +99,8 @@ def take_records(
     view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
-    type_crc = TYPE_CRC
+    crc32c = page_crc
+    type_crc = PAGE_TYPE_CRC
     append = out.append
     t = Taken(skip=skip)
     refs = t.refs
@@ -109,7 +109,7 @@ def take_records(
         length, crc, rtype = unpack(data, pos)
         at = pos + HEADER_SIZE
         stop = at + length
-        if length > MAX_RECORD or stop > end or crc32(view[at:stop], type_crc[rtype]) != crc:
+        if length > MAX_RECORD or stop > end or crc32c(view[at:stop], type_crc[rtype]) != crc:
             break
         if rtype == _PAGED_RUN:
             run = PageRun(data, at, stop)
@@ -164,14 +164,14 @@ def peek_entries(
     view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
+    crc32c = page_crc
     refs: list[tuple[int, int]] = []
     pos = 0
     while pos + HEADER_SIZE <= end and len(out) < limit:
         length, crc, rtype = unpack(data, pos)
         at = pos + HEADER_SIZE
         stop = at + length
-        if length > MAX_RECORD or stop > end or crc32(view[at:stop], TYPE_CRC[rtype]) != crc:
+        if length > MAX_RECORD or stop > end or crc32c(view[at:stop], PAGE_TYPE_CRC[rtype]) != crc:
             return refs, pos
         first = pos == 0
         pos = stop
