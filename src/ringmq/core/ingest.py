@@ -105,7 +105,7 @@ def _admit(
     vh: VHost,
     x: Exchange,
     q: QueueEntity,
-    ids: list[str | None],
+    ids: Sequence[str | None],
     now_ms: int,
     released: list[int],
 ) -> list[bool]:
@@ -116,7 +116,7 @@ def _admit(
     state.stats["published"] += n
     s.counts.received += n
     if s.mode is _CONFIRM:
-        released.extend(s.next_publish_seq() for _ in range(n))
+        released.extend(s.next_publish_seqs(n))
     return state.dedup.admit_run(vh.name, x, q, ids, now_ms)
 
 

@@ -331,10 +331,11 @@ class Inbound:
     def _publish_columns(
         self, c: AMQPConnection, run: ev.PublishRun, runs: set[int] | None, now: int
     ) -> tuple[AMQPError | None, list[ev.Event]]:
-        """A `PublishRun` as one `Amqp091.publish_batch` (as `_publish_run` takes the same
-        publishes as commands); returns (the error that closes the channel or connection;
-        the publishes left to go one by one, as commands: those after one that blocked the
-        connection, or all of them when the channel no longer takes runs)."""
+        """A `PublishRun` as one `Amqp091.publish_run` (the batch `_publish_run` makes of the
+        same publishes as commands, with its columns as they are); returns (the error that
+        closes the channel or connection; the publishes left to go one by one, as commands:
+        those after one that blocked the connection, or all of them when the channel no
+        longer takes runs)."""
         ch = run.channel
         method = run.method
         assert type(method) is _PUBLISH
@@ -342,9 +343,9 @@ class Inbound:
         n = len(bodies)
         done_n = 0
         if runs and ch in runs:
-            rk = itertools.repeat(method.routing_key, n)
-            rows = list(zip(rk, run.properties, bodies, strict=True))
-            done = self.amqp091.publish_batch(c.conn_id, ch, method.exchange, rows, 0, n, now)
+            done = self.amqp091.publish_run(
+                c.conn_id, ch, method.exchange, method.routing_key, run.properties, bodies, now
+            )
             if done.effects:
                 self.conns.apply(done.effects)
             err = done.error

@@ -103,14 +103,16 @@ class _Server:
         )
         self.server.attach(core)
         self.server.inbound.publish_runs = runs
-        self.batches = 0
-        real = self.server.inbound.amqp091.publish_batch
+        self.batches = 0  # publish runs handed to the adapter (as rows or as columns)
+        amqp091 = self.server.inbound.amqp091
+        for name in ("publish_batch", "publish_run"):
+            real = getattr(amqp091, name)
 
-        def spy(*args: Any) -> Any:
-            self.batches += 1
-            return real(*args)
+            def spy(*args: Any, real: Any = real) -> Any:
+                self.batches += 1
+                return real(*args)
 
-        self.server.inbound.amqp091.publish_batch = spy  # type: ignore[method-assign,assignment]
+            setattr(amqp091, name, spy)
         self.conn = AMQPConnection(self.server.inbound, 1)
         self.transport = _Transport()
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]

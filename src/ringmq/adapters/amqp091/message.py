@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, Final
 
-from ringmq.adapters.amqp091.propscan import scan_simple
+from ringmq.adapters.amqp091.propscan import scan_many, scan_simple
 from ringmq.amqp.properties import (
     FLAG_CONTENT_TYPE,
     FLAG_DELIVERY_MODE,
@@ -158,33 +158,43 @@ def columns_of(
     now_ms: int,
 ) -> tuple[RunColumns | None, int]:
     """The publishes `messages[start:stop]` ((routing key, raw properties, body) each) as
-    columns for the core's columnar ingest, as far as they go: the longest prefix with the
-    first one's routing key, bodies within `max_size`, and property lists that `scan_simple`
-    reads (no headers, priority, expiration or reply_to: `build` makes exactly the message
-    the columns stand for). Returns (the columns, or None when the prefix is shorter than
-    two publishes; the index after them): the caller builds the rest one at a time."""
-    props: list[bytes] = []
-    bodies: list[bytes] = []
-    ids: list[str | None] = []
-    persistent = bytearray()
-    rk0 = messages[start][0] if start < stop else ""
-    i = start
-    while i < stop:
-        rk, pb, body = messages[i]
-        if (rk is not rk0 and rk != rk0) or len(body) > max_size:
-            break
-        simple = scan_simple(pb)
-        if simple is None:
-            break
-        mode, mid = simple
-        props.append(pb)
-        bodies.append(body)
-        ids.append(mid)
-        persistent.append(mode == 2)
-        i += 1
-    if i - start < 2:
+    columns for the core's columnar ingest, as far as they go: `run_columns` of the longest
+    prefix with the first one's routing key. Returns (the columns, or None; the index after
+    them): the caller builds the rest one at a time."""
+    if stop - start < 2:
         return None, start
-    return RunColumns(exchange, rk0, now_ms, props, bodies, ids, bytes(persistent)), i
+    rks, props, bodies = zip(*messages[start:stop], strict=True)
+    rk = rks[0]
+    k = len(rks)
+    if rks.count(rk) != k:
+        k = next(i for i, other in enumerate(rks) if other != rk)
+    columns = run_columns(exchange, rk, props[:k], bodies[:k], max_size, now_ms)
+    return columns, start + (0 if columns is None else len(columns))
+
+
+def run_columns(
+    exchange: str,
+    routing_key: str,
+    props: Sequence[bytes],
+    bodies: Sequence[bytes],
+    max_size: int,
+    now_ms: int,
+) -> RunColumns | None:
+    """Publishes to `exchange` with `routing_key` (raw property lists and bodies) as columns,
+    as far as they go: bodies within `max_size` (0: no limit) and property lists that
+    `scan_simple` reads (no headers, priority, expiration or reply_to: `build` makes exactly
+    the message the columns stand for). None when fewer than two publishes qualify; the
+    caller builds the rest one at a time (which reports what is wrong with the first)."""
+    n = len(bodies)
+    if max_size and n and max(map(len, bodies)) > max_size:
+        n = next(i for i, body in enumerate(bodies) if len(body) > max_size)
+    persistent, ids = scan_many(props, n)
+    n = len(ids)
+    if n < 2:
+        return None
+    if n < len(bodies):
+        props, bodies = props[:n], bodies[:n]
+    return RunColumns(exchange, routing_key, now_ms, props, bodies, ids, bytes(persistent))
 
 
 def from_properties(

@@ -65,9 +65,9 @@ class RunColumns:
         exchange: str,
         routing_key: str,
         timestamp_ms: int,
-        props: list[bytes],
-        bodies: list[bytes],
-        ids: list[str | None],
+        props: Sequence[bytes],
+        bodies: Sequence[bytes],
+        ids: Sequence[str | None],
         persistent: bytes,
     ) -> None:
         self.exchange = exchange
