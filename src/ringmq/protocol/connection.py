@@ -30,9 +30,14 @@ bug: it is logged with its traceback and becomes INTERNAL_ERROR (541) for this c
 
 A Basic.Publish whose method, header and body are all buffered takes a fast path
 (``FrameReader.next_publish``) straight to a ``Command`` when its channel is open and between
-commands; otherwise its frames take the per-frame path, with the same outcome. On that path,
-when its method frame arrives, ``publish_check`` (the broker's exchange and write-permission
-checks) runs first, so a refused publish closes its channel before any of its body is buffered.
+commands; otherwise its frames take the per-frame path, with the same outcome. On the channels
+the server names in ``publish_runs`` (set before each read), a run of such publishes with one
+method frame is read in one pass (``FrameReader.next_publish_run``) and becomes one
+``PublishRun`` (columns: property lists and bodies), unless it is mandatory or immediate or its
+channel is not open and between commands: then each publish goes as ``next_publish``'s would.
+On the per-frame path, when its method frame arrives, ``publish_check`` (the broker's exchange
+and write-permission checks) runs first, so a refused publish closes its channel before any of
+its body is buffered.
 ``content_in_flight`` is the declared size of the contents being received, for the server's
 memory accounting.
 

@@ -27,7 +27,10 @@ anything else one message at a time through the same pipeline, with one coalesce
 (`multiple`) where each publish would have had its own. Its errors close the channel as the
 failing publish's would; a publish that blocks the connection ends the batch and the rest of
 the run goes one by one. Anything else (a mandatory publish, another method, a transactional
-or non-confirm channel, a lone publish) takes the per-command path.
+or non-confirm channel, a lone publish) takes the per-command path. The run channels are
+asked before each read and given to the connection (`ServerConnection.publish_runs`), whose
+reader hands a run of whole publishes with one method frame over as one `PublishRun` (columns,
+no command each): `_publish_columns` gives it to `Amqp091.publish_run` as it is.
 
 Logins: repeated failures from one address delay the next credential check (`LoginGuard`,
 shared with management's HTTP logins); the connection's machine waits in AUTHENTICATING.
