@@ -18,9 +18,7 @@ it. The guard takes a run when:
   per-queue outcomes differ), with no limit, no LVQ key, no priorities, no browsing consumers,
   no fetching consumer (publisher flow is a per-publish decision) and no no-local consumer
   (whether the queue takes a message depends on its connection), which takes runs
-  (`Queue.takes_runs`: a plain queue already paging its new messages; for a run of columns
-  also `Queue.takes_first_run`: a plain paging queue with nothing ready and no consumer at
-  all, whose paged tail the run starts);
+  (`Queue.takes_runs`: a plain queue already paging its new messages);
 * no message is persistent while the queue is durable (journaling records each message's
   seq as it is enqueued: those go through the per-message step).
 
@@ -67,14 +65,10 @@ _CONFIRM: Final = ChannelMode.CONFIRM
 _TX: Final = ChannelMode.TX
 
 
-def _target(
-    pub: Publisher, s: Session, vh: VHost, x: Exchange, rk: str, first: bool = False
-) -> QueueEntity | None:
+def _target(pub: Publisher, s: Session, vh: VHost, x: Exchange, rk: str) -> QueueEntity | None:
     # The guard's questions about the target (module docstring), for a run to `x` with
     # routing key `rk` whose messages have no headers and no expiration: the one queue it
-    # reaches, or None when the run must go one message at a time. `first`: a run of
-    # columns, which may also start the paged tail of a plain queue with nothing ready and
-    # no consumer (`Queue.takes_first_run`).
+    # reaches, or None when the run must go one message at a time.
     if pub.resources.alarms_on or x.type is _DELAYED or s.mode is _TX:
         return None
     if not x.name and rk.startswith(REPLY_TO_PREFIX):
@@ -91,12 +85,10 @@ def _target(
         or st.max_priority
         or q.consumers.fetchers
         or q.no_local is not None
+        or not q.queue.takes_runs
     ):
         return None
-    engine = q.queue
-    if engine.takes_runs or (first and not q.consumers.all and engine.takes_first_run):
-        return q
-    return None
+    return q
 
 
 def _admit(
@@ -172,7 +164,7 @@ def ingest_columns(
     (`Queue.publish_columns`). False, having done nothing, when the guard refuses."""
     if not len(run):
         return False
-    q = _target(pub, s, vh, x, run.routing_key, first=True)
+    q = _target(pub, s, vh, x, run.routing_key)
     if q is None or (q.durable and 1 in run.persistent):
         return False
     ok = _admit(pub, s, vh, x, q, run.ids, now_ms, released)

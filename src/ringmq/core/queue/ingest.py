@@ -13,9 +13,7 @@ queue not yet paging, takes every message through `publish` itself: the outcome 
 of `publish`, one message after the other. `publish_columns` is `publish_run` for a run given
 as columns (`RunColumns`, no `Message` each): its seqs are taken from the counter in one step
 and the columns go to the spill store as they are (`PagedTail.push_columns`); only a queue
-that `takes_runs` is handed one, or a plain paging queue with no ready message and no consumer
-(`takes_first_run`): a fresh Spark sink's first run starts its paged tail instead of filling
-the in-memory head one message at a time.
+that `takes_runs` is handed one.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from itertools import count, islice
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.paging import PagedTail
 from ringmq.core.queue.ports import RunColumns
-from ringmq.core.queue.records import UNBOUNDED, PublishOutcome, QueueCounters
+from ringmq.core.queue.records import PublishOutcome, QueueCounters
 
 __all__ = ["QueueIngest"]
 
@@ -61,25 +59,7 @@ class QueueIngest:
         self._paging.push_run([(next_seq(), m, None) for m in msgs])
         return None
 
-    @property
-    def takes_first_run(self) -> bool:
-        """Whether `publish_columns` may start the paged tail of this queue: a plain queue
-        that pages (a spill store and a bound) with no ready message at all, in memory or
-        paged. Its spill then continues an empty tail, so the seq order of the tail and the
-        spill holds; the caller makes sure no consumer waits on it (a consumer would read
-        the run back from the page file instead of memory)."""
-        c = self.counters
-        paging = self._paging
-        return (
-            self._plain
-            and not c.ready
-            and not c.paged
-            and paging.spill is not None
-            and paging.head_n != UNBOUNDED
-        )
-
     def publish_columns(self, run: RunColumns) -> None:
-        """Enqueue the messages of `run` as `publish_run` does, behind the spill (a queue
-        that `takes_runs`, or `takes_first_run`)."""
-        assert self.takes_runs or self.takes_first_run
+        """Enqueue the messages of `run` (a queue that `takes_runs`) as `publish_run` does."""
+        assert self.takes_runs
         self._paging.push_columns(list(islice(self._seq_counter, len(run))), run)
