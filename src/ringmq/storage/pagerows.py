@@ -1,7 +1,7 @@
 """Page records read in place as browse columns, without building a message per record.
 
 `peek_rows` is the record loop of `PageQueue.peek_columns`: it checks each frame as `scan`
-does (length, crc32), reads the few fields a browse returns straight from the record
+does (length, CRC-32C), reads the few fields a browse returns straight from the record
 (`records.entry_row_at`) and appends them to the columns of a `core.queue.columns.Columns`;
 a message of another protocol's form is decoded and added as a message (`Columns.add_rows`).
 A PAGED_REF record (a persistent message whose copy is in the journal) gets a placeholder row,
@@ -12,7 +12,6 @@ Pure: no file access, no state of its own.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -22,12 +21,13 @@ from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
     MAX_RECORD,
-    TYPE_CRC,
+    PAGE_TYPE_CRC,
     Entry,
     RecordType,
     decode_entry_at,
     decode_paged_ref,
     entry_row_at,
+    page_crc,
 )
 
 __all__ = ["CorruptPageError", "PeekedRows", "fill_refs", "journal_rows", "peek_rows"]
@@ -80,7 +80,7 @@ def peek_rows(
     view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
+    crc32c = page_crc
     seq_at = _SEQ.unpack_from
     seqs = out.seqs
     flags = out.redelivered
@@ -95,7 +95,7 @@ def peek_rows(
         length, crc, rtype = unpack(data, pos)
         at = pos + HEADER_SIZE
         stop = at + length
-        if length > MAX_RECORD or stop > end or crc32(view[at:stop], TYPE_CRC[rtype]) != crc:
+        if length > MAX_RECORD or stop > end or crc32c(view[at:stop], PAGE_TYPE_CRC[rtype]) != crc:
             raise CorruptPageError(pos)
         first = pos == 0
         pos = stop

@@ -2,7 +2,7 @@
 
 `take_records` is the loop of `PageQueue.pop_front` (paging in: it removes the tombstones it
 meets), `peek_entries` that of `PageQueue.peek_after` (a browse: nothing changes). Both check
-each frame as `scan` does (length, crc32), decode records in place in the chunk read and
+each frame (length, CRC-32C: `records.page_crc`), decode records in place in the chunk read and
 append what the spill store hands the queue: `(seq, message, expires_at)` items (`Spilled`;
 the per-queue fields a page record also holds, delivery count and flags, are not used there):
 
@@ -23,7 +23,6 @@ Pure: no file access, no state of its own.
 from __future__ import annotations
 
 import struct
-import zlib
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -36,11 +35,12 @@ from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
     MAX_RECORD,
-    TYPE_CRC,
+    PAGE_TYPE_CRC,
     Entry,
     RecordType,
     decode_entry_at,
     decode_paged_ref,
+    page_crc,
 )
 
 __all__ = [
@@ -113,8 +113,8 @@ def take_records(
     view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
-    type_crc = TYPE_CRC
+    crc32c = page_crc
+    type_crc = PAGE_TYPE_CRC
     append = out.append
     t = Taken(skip=skip)
     refs = t.refs
@@ -123,7 +123,7 @@ def take_records(
         length, crc, rtype = unpack(data, pos)
         at = pos + HEADER_SIZE
         stop = at + length
-        if length > MAX_RECORD or stop > end or crc32(view[at:stop], type_crc[rtype]) != crc:
+        if length > MAX_RECORD or stop > end or crc32c(view[at:stop], type_crc[rtype]) != crc:
             break
         if rtype == _PAGED_RUN:
             run = PageRun(data, at, stop)
@@ -180,7 +180,7 @@ def take_runs(
     view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
+    crc32c = page_crc
     t = Taken(skip=skip)
     pos = rows = took = 0
     while pos + HEADER_SIZE <= end and rows < max_count:
@@ -191,7 +191,7 @@ def take_runs(
             rtype != _PAGED_RUN
             or length > MAX_RECORD
             or stop > end
-            or crc32(view[at:stop], TYPE_CRC[rtype]) != crc
+            or crc32c(view[at:stop], PAGE_TYPE_CRC[rtype]) != crc
         ):
             break
         run = PageRun(data, at, stop)
@@ -234,14 +234,14 @@ def peek_entries(
     view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
+    crc32c = page_crc
     refs: list[tuple[int, int]] = []
     pos = 0
     while pos + HEADER_SIZE <= end and len(out) < limit:
         length, crc, rtype = unpack(data, pos)
         at = pos + HEADER_SIZE
         stop = at + length
-        if length > MAX_RECORD or stop > end or crc32(view[at:stop], TYPE_CRC[rtype]) != crc:
+        if length > MAX_RECORD or stop > end or crc32c(view[at:stop], PAGE_TYPE_CRC[rtype]) != crc:
             return refs, pos
         first = pos == 0
         pos = stop

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -67,12 +66,13 @@ from ringmq.storage.pagetake import Taken, item_of, peek_entries, take_records, 
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
-    TYPE_CRC,
+    PAGE_TYPE_CRC,
     Entry,
     RecordType,
     encode_entry,
     encode_message,
     encode_paged_ref,
+    page_crc,
 )
 
 DEFAULT_RUN_BYTES: Final = 4 * 1024 * 1024
@@ -253,7 +253,7 @@ class PageQueue:
 
     def _add(self, run: _Run, rtype: int, payload: bytes, seq: int, size: int) -> None:
         # Frame one record into the run's buffer (as records.frame does) and count it.
-        head = HEADER.pack(len(payload), zlib.crc32(payload, TYPE_CRC[rtype]), rtype)
+        head = HEADER.pack(len(payload), page_crc(payload, PAGE_TYPE_CRC[rtype]), rtype)
         self._add_frames(run, [head, payload], HEADER_SIZE + len(payload), 1, size, seq)
 
     def _add_frames(
@@ -327,8 +327,8 @@ class PageQueue:
         holds = None if copies is None else copies.holds
         ref_of = _STORE_REF.pack
         head_of = HEADER.pack
-        crc32 = zlib.crc32
-        paged_crc = TYPE_CRC[_PAGED]
+        crc32c = page_crc
+        paged_crc = PAGE_TYPE_CRC[_PAGED]
         parts: list[bytes] = []
         pending = count = body_bytes = 0
         last = -1
@@ -349,7 +349,9 @@ class PageQueue:
             if j - i > 1:
                 payload = encode_run(items[i:j])
                 self.runs_written += 1
-                parts += (head_of(len(payload), crc32(payload, TYPE_CRC[_PAGED_RUN]), _PAGED_RUN),)
+                parts += (
+                    head_of(len(payload), crc32c(payload, PAGE_TYPE_CRC[_PAGED_RUN]), _PAGED_RUN),
+                )
                 seq = items[j - 1][0]
             else:
                 j = i + 1
@@ -357,14 +359,16 @@ class PageQueue:
                 if copies is not None and message.persistent and copies.holds(seq):
                     payload = encode_paged_ref(seq, size)
                     parts += (
-                        head_of(len(payload), crc32(payload, TYPE_CRC[_PAGED_REF]), _PAGED_REF),
+                        head_of(
+                            len(payload), crc32c(payload, PAGE_TYPE_CRC[_PAGED_REF]), _PAGED_REF
+                        ),
                     )
                     self.refs_written += 1
                 else:
                     payload = encode_message(
                         "", seq, message, 0, expires_at, prefix=ref_of(message.store_ref)
                     )
-                    parts += (head_of(len(payload), crc32(payload, paged_crc), _PAGED),)
+                    parts += (head_of(len(payload), crc32c(payload, paged_crc), _PAGED),)
             parts.append(payload)
             pending += HEADER_SIZE + len(payload)
             count += j - i
