@@ -444,9 +444,8 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
         redelivered: list[bool],
     ) -> int:
         """What `max_count` chained `fetch(now_ms, ack_required=True)` calls take, in one call
-        (takerun.py): the messages are appended to `seqs`, `messages` (page rows taken raw as
-        their `RawRows`: rawtake.py) and `redelivered`, and the taking stops once `max_bytes`
-        body bytes are taken (the first message always is). Returns how many were taken."""
+        (takerun.py; page rows taken raw: rawtake.py): appended to `seqs`, `messages` and
+        `redelivered`, stopping once `max_bytes` body bytes are taken (the first always is)."""
         return takerun.take_run(
             self._contents,
             self.fetch,
@@ -481,8 +480,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
 
     def ack(self, seqs: Iterable[SeqId]) -> None:
         """Acknowledge unacked messages. Unknown seqs (e.g. evicted by a Qpid ring) are no-ops."""
-        if self._raw.runs:  # raw rows leave their table (rawtake.py)
-            seqs = self._raw.ack(seqs)
+        seqs = self._raw.ack(seqs) if self._raw.runs else seqs  # raw rows: rawtake.py
         unacked = self._unacked
         lvq = self._lvq_acks
         c = self.counters
