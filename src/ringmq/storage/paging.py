@@ -470,7 +470,10 @@ class PageQueue:
                 continue
             if run.seqs is not None:
                 break
-            data = self._read(run, run.read_offset, max(self.read_bytes, 64 * 1024))
+            # The rest of the run file at once (at most `run_bytes`, as a browse reads it): a
+            # chunk that cut a record would have it read twice, and its rows stay held as
+            # slices of what was read.
+            data = self._read(run, run.read_offset, None)
             room = None if max_bytes is None else max_bytes - took
             t = take_runs(data, run.skip, out, max_count - rows, room, first and not rows)
             if not t.records:
