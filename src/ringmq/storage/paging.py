@@ -470,6 +470,9 @@ class PageQueue:
                 continue
             if run.seqs is not None:
                 break
+            head = self._read(run, run.read_offset, HEADER_SIZE)
+            if len(head) < HEADER_SIZE or HEADER.unpack_from(head)[2] != _PAGED_RUN:
+                break  # not a run record: paged in the ordinary way (no whole-file read)
             # The rest of the run file at once (at most `run_bytes`, as a browse reads it): a
             # chunk that cut a record would have it read twice, and its rows stay held as
             # slices of what was read.

@@ -73,7 +73,8 @@ def take_run(
     n = nbytes = 0
     while n < max_count and (n == 0 or nbytes < budget):
         if fetch_fast and not (lane.head or lane.returns):
-            raw = paging.stored > 0  # the head may reach the spill: no read-ahead
+            # The head may reach a spill that can be taken raw: drain the tail, no read-ahead.
+            raw = paging.stored > 0 and not paging.restoring
             k, kb = _take_tail(
                 contents,
                 max_count - n,
