@@ -58,7 +58,7 @@ class PeekedRows:
 
 
 def peek_rows(
-    data: bytes,
+    data: memoryview,
     skip: int,
     low: int,
     tombstones: dict[int, int],
@@ -67,17 +67,19 @@ def peek_rows(
     out: Columns,
 ) -> PeekedRows:
     """Append to `out`, until it holds `limit` rows, the records of `data` (page records from
-    a record boundary; the first read from its row `skip` when it is a PAGED_RUN) whose seq
-    is above `low`, leaving out tombstoned seqs and messages expired at `now_ms` (as a browse
-    skips them). Redelivered flags are 0 (the queue knows a paged message's history, the
-    record does not). A PAGED_RUN record goes in as blocks (`PageRun.add_columns`).
+    a record boundary, usually a mapped page file: `PageQueue._view`; the first read from its
+    row `skip` when it is a PAGED_RUN) whose seq is above `low`, leaving out tombstoned seqs
+    and messages expired at `now_ms` (as a browse skips them). Redelivered flags are 0 (the
+    queue knows a paged message's history, the record does not). A PAGED_RUN record goes in
+    as blocks (`PageRun.add_columns`): its rows stay views of `data` until the answer is
+    joined. Any other record is copied out of `data` and decoded from the copy, so no message
+    keeps a view of the mapping.
 
     Raises:
         CorruptPageError: a frame fails its checks.
     """
     got = PeekedRows()
     refs = got.refs
-    view = memoryview(data)
     end = len(data)
     unpack = HEADER.unpack_from
     crc32c = page_crc
@@ -95,7 +97,7 @@ def peek_rows(
         length, crc, rtype = unpack(data, pos)
         at = pos + HEADER_SIZE
         stop = at + length
-        if length > MAX_RECORD or stop > end or crc32c(view[at:stop], PAGE_TYPE_CRC[rtype]) != crc:
+        if length > MAX_RECORD or stop > end or crc32c(data[at:stop], PAGE_TYPE_CRC[rtype]) != crc:
             raise CorruptPageError(pos)
         first = pos == 0
         pos = stop
@@ -112,7 +114,7 @@ def peek_rows(
                 bodies = out.bodies.rows()
             continue
         if rtype == _PAGED_REF:
-            seq, _ = decode_paged_ref(view[at:stop])
+            seq, _ = decode_paged_ref(data[at:stop])
             got.last_seq = seq
             if seq <= low or seq in tombstones:
                 continue
@@ -124,9 +126,10 @@ def peek_rows(
             got.last_seq = seq
             if seq <= low or seq in tombstones:
                 continue
-            row = entry_row_at(data, at, stop)
+            record = bytes(data[at:stop])
+            row = entry_row_at(record, 0, stop - at)
             if row is None:  # another protocol's form: its columns come from the message
-                entry = decode_entry_at(data, at, stop)
+                entry = decode_entry_at(record, 0, stop - at)
                 exp = entry.expiry_ms
                 if exp is None or now_ms <= exp:
                     out.add_rows(((seq, seq, False, entry.message),))

@@ -138,7 +138,7 @@ def encode_run(items: Sequence[tuple[int, Message, int | None]]) -> bytes:
     )
 
 
-def _array(code: str, data: bytes, at: int, n: int) -> tuple[array[int], int]:
+def _array(code: str, data: bytes | memoryview, at: int, n: int) -> tuple[array[int], int]:
     a: array[int] = array(code)
     stop = at + n * a.itemsize
     a.frombytes(data[at:stop])
@@ -169,14 +169,14 @@ class PageRun:
         "stamps",
     )
 
-    def __init__(self, data: bytes, start: int, stop: int) -> None:
+    def __init__(self, data: bytes | memoryview, start: int, stop: int) -> None:
         n, n_ex, n_rk, _ = RUN_HEAD.unpack_from(data, start)
         at = start + RUN_HEAD.size
         self.n = n
         self.data = data
-        self.exchange = data[at : at + n_ex]
+        self.exchange = bytes(data[at : at + n_ex])
         at += n_ex
-        self.routing_key = data[at : at + n_rk]
+        self.routing_key = bytes(data[at : at + n_rk])
         at += n_rk
         self.seqs, at = _array("Q", data, at, n)
         self.stamps, at = _array("q", data, at, n)
@@ -209,6 +209,7 @@ class PageRun:
         Returns (the next row, body bytes of the rows passed, body bytes of those appended).
         """
         data = self.data
+        assert isinstance(data, bytes), "a page-in reads its records into bytes"
         ex = self.exchange.decode()
         rk = self.routing_key.decode()
         seqs = cast("Sequence[SeqId]", self.seqs)  # (no SeqId() call per row)

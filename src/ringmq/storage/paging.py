@@ -18,7 +18,9 @@ The record loops live beside this module: `pagetake.py` (page-in and peek into e
 * `discard(seq, size)` leaves a tombstone for a paged message removed out of order (expiry,
   LVQ replacement, purge by seq); it is skipped when read.
 * `peek_after(after, limit)` reads without taking (a browse); `peek_columns` does the same into
-  browse columns straight from the records, building no message (`pagerows.py`).
+  browse columns straight from the records, building no message (`pagerows.py`), from the
+  page file mapped into memory rather than read (`_view`): its page-run rows stay views of the
+  mapping until the browse's answer is joined, one copy less than a read.
 
 So a message's place is decided once, by the engine, and every path (publish, requeue into the
 head, page out of the head's rear, page in from the front) keeps queue order. Page files are
@@ -48,6 +50,7 @@ memory monitor turns it into the disk alarm that blocks publishers.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections import deque
@@ -241,6 +244,22 @@ class PageQueue:
         with open(run.path, "rb") as f:
             f.seek(offset)
             return f.read() if n is None else f.read(n)
+
+    def _view(self, run: _Run) -> memoryview:
+        # A run from its read offset on, for a browse: the file mapped rather than read (one
+        # copy less: the browse's answer copies the rows it takes straight from the page
+        # cache). Only `written` bytes are mapped: a failed write is cut back to that length
+        # before `_write_out` returns, so the mapped range never shrinks under the map.
+        # Stitched runs (a buffer the disk refused) are read as `_read` reads them.
+        assert run.path is not None
+        if run.fd >= 0 and run.buf and not self._write_out(run):
+            return memoryview(self._read(run, run.read_offset, None))
+        if run.written <= run.read_offset:
+            return memoryview(b"")
+        with open(run.path, "rb") as f:
+            m = mmap.mmap(f.fileno(), run.written, access=mmap.ACCESS_READ)
+        m.madvise(mmap.MADV_SEQUENTIAL)
+        return memoryview(m)[run.read_offset :]
 
     def _append(self, run: _Run, entry: Entry) -> None:
         size = len(entry.message.body)
@@ -547,7 +566,7 @@ class PageQueue:
                 if len(out) >= limit:
                     return last
                 continue
-            data = self._read(run, run.read_offset, None)
+            data = self._view(run)
             try:
                 got = peek_rows(data, run.skip, low, tombstones, now_ms, limit, out)
             except CorruptPageError as exc:

@@ -18,6 +18,7 @@ from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
 from ringmq.storage import appendlog, journal, paging
 from ringmq.storage.records import Entry
 from ringmq.storage.store import FileStore, RecoveredState
@@ -310,6 +311,45 @@ def test_page_writes_failing_keep_messages_in_memory_in_order(
     assert got == list(range(201))
     assert failure_of_pages(health) is None  # a later write went through
     assert d.failed_writes > 0
+
+
+def test_a_browse_of_mapped_pages_survives_failed_writes_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A browse maps the page file (`PageQueue._view`) and its rows stay views of the mapping
+    # until the answer is joined. A write that fails after landing partly is cut back to the
+    # run's written length: the mapping covers only that, so it never reaches past the end of
+    # the file (which would be SIGBUS, not an assertion). Browses while the disk refuses
+    # writes read the file and the buffer stitched.
+    d = Disk()
+    d.partial = 11
+    monkeypatch.setattr(paging, "write_all", d.write_all)
+    health = paging.DiskHealth()
+    pq = paging.PageQueue(tmp_path / "p", run_bytes=1 << 20, health=health)
+
+    def items(lo: int, hi: int) -> list[tuple[SeqId, Message, None]]:
+        return [(SeqId(s), Message("", "q", b"", b"%05d" % s * 30), None) for s in range(lo, hi)]
+
+    def browse(after: int | None, limit: int) -> list[tuple[int, bytes]]:
+        cols = Columns()
+        pq.peek_columns(after, limit, 0, cols)
+        return list(zip(cols.seqs, cols.bodies.values(), strict=True))
+
+    pq.push_back_spilled(items(1, 301))
+    held = Columns()
+    pq.peek_columns(None, 300, 0, held)  # written out, then mapped; rows are views
+    d.full = True
+    pq.push_back_spilled(items(301, 401))
+    assert browse(250, 100) == [(s, b"%05d" % s * 30) for s in range(251, 351)]  # stitched
+    assert d.failed_writes > 0
+    assert health.failure is not None
+    assert list(held.seqs) == list(range(1, 301))
+    assert held.bodies.values() == [b"%05d" % s * 30 for s in range(1, 301)]
+    d.full = False
+    pq.push_back_spilled(items(401, 451))
+    assert browse(None, 1000) == [(s, b"%05d" % s * 30) for s in range(1, 451)]
+    assert failure_of_pages(health) is None
+    assert [seq for seq, _, _ in pq.pop_front(10_000)] == list(range(1, 451))
 
 
 # -- a segment that cannot be created (EMFILE, ENOSPC, EACCES on open) -------------------------
