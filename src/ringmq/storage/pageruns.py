@@ -305,15 +305,17 @@ class PageRun:
 class RunRows:
     """Rows `[a, b)` of a page run held as they are (`core.queue.ports.RawRows`): a raw
     reservation's rows, taken out of the page file without a message built for each. The
-    record's bytes stay referenced (`PageRun.data`) until every part of it is settled or given
-    back."""
+    record (its payload at `[at, stop)` of `run.data`, bytes read or a view of the mapped page
+    file) stays referenced until every part of it is settled or given back."""
 
-    __slots__ = ("a", "b", "nbytes", "run", "seqs", "sizes")
+    __slots__ = ("a", "at", "b", "nbytes", "run", "seqs", "sizes", "stop")
 
-    def __init__(self, run: PageRun, a: int, b: int) -> None:
+    def __init__(self, run: PageRun, a: int, b: int, at: int, stop: int) -> None:
         self.run = run
         self.a = a
         self.b = b
+        self.at = at
+        self.stop = stop
         self.seqs: array[int] = run.seqs[a:b]
         self.sizes: array[int] = run.body_lens[a:b]
         self.nbytes = sum(self.sizes)
@@ -323,12 +325,16 @@ class RunRows:
 
     def part(self, i: int, j: int) -> RunRows:
         """Rows `[i, j)` of these rows (indexes relative to them)."""
-        return RunRows(self.run, self.a + i, self.a + j)
+        return RunRows(self.run, self.a + i, self.a + j, self.at, self.stop)
 
     def items(self) -> list[Spilled]:
-        """The rows as spill items `(seq, message, None)` (the page-in's messages)."""
+        """The rows as spill items `(seq, message, None)` (the page-in's messages; a mapped
+        record is copied out first: messages hold bytes)."""
+        run = self.run
+        if not isinstance(run.data, bytes):
+            run = PageRun(bytes(run.data[self.at : self.stop]), 0, self.stop - self.at)
         out: list[Spilled] = []
-        self.run.collect(self.a, out, {}, self.b - self.a, None)
+        run.collect(self.a, out, {}, self.b - self.a, None)
         return out
 
     def add_columns(self, i: int, j: int, out: Columns) -> None:

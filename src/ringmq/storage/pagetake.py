@@ -169,7 +169,12 @@ def take_records(
 
 
 def take_runs(
-    data: bytes, skip: int, out: list[RunRows], max_count: int, max_bytes: int | None, first: bool
+    data: bytes | memoryview,
+    skip: int,
+    out: list[RunRows],
+    max_count: int,
+    max_bytes: int | None,
+    first: bool,
 ) -> Taken:
     """Take the rows of the good PAGED_RUN records at the start of `data` (from row `skip` of
     the first) into `out` as `RunRows`, until `max_count` rows are taken or the bodies taken
@@ -207,7 +212,7 @@ def take_runs(
                 m = min(m, 1 if first and not rows else 0)
         if m <= 0:
             break
-        got = RunRows(run, k, k + m)
+        got = RunRows(run, k, k + m, at, stop)
         out.append(got)
         rows += m
         took += got.nbytes

@@ -489,13 +489,12 @@ class PageQueue:
                 continue
             if run.seqs is not None:
                 break
-            head = self._read(run, run.read_offset, HEADER_SIZE)
-            if len(head) < HEADER_SIZE or HEADER.unpack_from(head)[2] != _PAGED_RUN:
-                break  # not a run record: paged in the ordinary way (no whole-file read)
-            # The rest of the run file at once (at most `run_bytes`, as a browse reads it): a
-            # chunk that cut a record would have it read twice, and its rows stay held as
-            # slices of what was read.
-            data = self._read(run, run.read_offset, None)
+            # The rest of the run file mapped, as a browse maps it (`_view`): the rows stay
+            # views of the mapping (one copy less; the answer's join copies them from the page
+            # cache), and no chunk cuts a record.
+            data = self._view(run)
+            if len(data) < HEADER_SIZE or HEADER.unpack_from(data)[2] != _PAGED_RUN:
+                break  # not a run record: paged in the ordinary way
             room = None if max_bytes is None else max_bytes - took
             t = take_runs(data, run.skip, out, max_count - rows, room, first and not rows)
             if not t.records:
