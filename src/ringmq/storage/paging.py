@@ -492,7 +492,10 @@ class PageQueue:
             # The rest of the run file mapped, as a browse maps it (`_view`): the rows stay
             # views of the mapping (one copy less; the answer's join copies them from the page
             # cache), and no chunk cuts a record.
-            data = self._view(run)
+            try:
+                data: bytes | memoryview = self._view(run)
+            except OSError:  # no mapping to be had (vm.max_map_count...): read it
+                data = self._read(run, run.read_offset, None)
             if len(data) < HEADER_SIZE or HEADER.unpack_from(data)[2] != _PAGED_RUN:
                 break  # not a run record: paged in the ordinary way
             room = None if max_bytes is None else max_bytes - took

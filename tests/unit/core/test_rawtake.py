@@ -12,12 +12,14 @@ unread rows where they were; N fetches page a read-ahead batch in).
 
 from __future__ import annotations
 
+import mmap
 import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -283,3 +285,25 @@ def test_a_reserve_holds_page_rows_raw_and_gives_them_back_redelivered(tmp_path:
     assert res.settle("c", 1000, 10) == 1000
     assert (q.unacked_count, q.stats()["message_count"], q.head_seq()) == (0, 0, None)
     assert q.stats()["acknowledged"] == 1000
+
+
+def test_a_raw_take_reads_the_page_file_when_it_cannot_map_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    q = Queue("q", resolve_queue_settings("q", {}), spill=DiskSpillStore(tmp_path / "q"))
+    q.set_memory_bound(4, 1 << 20)
+    bodies = [b"m%d" % i for i in range(600)]
+    for body in bodies:
+        q.publish(Message("", "q", b"", body), 0)
+    res: Reservations[SeqId] = Reservations(EngineAdapter(q))
+    assert res.reserve("c", 0, 600, 0, lease_ms=10).end == 600
+    lease = res.lease("c")
+    assert lease is not None
+    assert sum(isinstance(m, RunRows) for m in lease.messages) > 400
+    assert res.read_columns("c", 0, 600, 0)[0].bodies.values() == bodies
+    assert res.expire(10) == ["c"]
+    assert [d.message.body for d in q.ready_view()] == bodies
