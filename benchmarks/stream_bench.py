@@ -27,7 +27,7 @@ from typing import Any
 from ringmq.core.config import BrokerConfig
 from ringmq.core.queue.records import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT
 from ringmq.management.admin import CoreAdmin
-from ringmq.management.streamwire import MAX_READ, encode_rows
+from ringmq.management.streamwire import MAX_READ, encode_column_set, encode_rows
 from ringmq.node import build_broker, spill_directory
 from ringmq.server.loop import tune_gc
 
@@ -83,6 +83,7 @@ def drain_once(
         if not drain:  # the fill alone (callgrind: subtract it from a whole run)
             return 0.0, [0.0, 0.0, 0.0], spilled
         batch = n if batch is None else batch
+        columns_of = getattr(admin, "read_reserved_columns", None)
         t0 = time.process_time()
         start = 0
         clock = time.process_time
@@ -111,8 +112,14 @@ def drain_once(
             phase[0] += a1 - a0
             for lo in range(start, end, read):
                 hi = min(end, lo + read)
-                rows = admin.read_reserved("/", "q", "c", lo, hi, max_span=MAX_READ, now_ms=now)
-                encode_rows(rows, columns=True)
+                if columns_of is not None:  # the streams API's columnar read
+                    cols, positions = columns_of(
+                        "/", "q", "c", lo, hi, max_span=MAX_READ, now_ms=now
+                    )
+                    encode_column_set(cols, positions)
+                else:  # older code (alternated runs): rows, then columns
+                    rows = admin.read_reserved("/", "q", "c", lo, hi, max_span=MAX_READ, now_ms=now)
+                    encode_rows(rows, columns=True)
             a2 = clock()
             phase[1] += a2 - a1
             admin.settle("/", "q", "c", end, now_ms=now)

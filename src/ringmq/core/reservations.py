@@ -30,6 +30,14 @@ call, `Queue.take_run` (the engine's guard in front of its per-message fetch, wh
 N single takes give), appending straight to these lists; any other `ReservableQueue` is taken
 from one `take` at a time.
 
+*Raw rows.* When the engine's run take reaches the paged tail it may hand over page rows
+raw (`core.queue.rawtake`): the lease's messages list then holds, for each such row, the
+`RawRows` it belongs to (one object shared by its rows, which sit together in the lease), no
+`Message`. `read_columns` moves them into the answer's columns as blocks (as a browse reads
+page runs); `read`, `read_rows` and the byte budget decode or size them row by row. Settling
+and giving back go through the queue as for any message (its ack drops them, its requeue
+decodes them first).
+
 *Reads* (`read`) return held entries with `lo <= pos < hi` and change nothing, so any number of
 readers (Spark executors, task retries, speculative attempts) get identical data.
 
@@ -53,16 +61,65 @@ Publish de-duplication by `message_id` lives in `core.dedup`.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, Protocol, TypeVar, cast
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue.columns import Columns
+from ringmq.core.queue.ports import RawRows
 
 DEFAULT_LEASE_MS: Final = 60_000
 MAX_RESERVE_PER_CALL: Final = 100_000
 
 TagT = TypeVar("TagT")
+
+Held = Message | RawRows
+"""What a lease holds for one row: the message, or the raw page rows it is one of."""
+
+
+def _raw_span(held: list[Held], seqs: list[SeqId], x: int, j: int) -> tuple[RawRows, int, int]:
+    # The raw rows at lease index x, the row of `seqs[x]` in them, and the lease index where
+    # they end (at most j): a raw take appended its rows together, and a lease only ever cuts
+    # its front, so they follow each other.
+    m = cast("RawRows", held[x])
+    a = bisect.bisect_left(m.seqs, seqs[x])
+    y = min(j, x + len(m) - a)
+    assert held[y - 1] is m
+    return m, a, y
+
+
+def _messages(held: list[Held], seqs: list[SeqId], i: int, j: int) -> list[Message]:
+    # The messages of lease rows [i, j): raw rows decoded (`RawRows.items`).
+    out: list[Message] = []
+    x = i
+    while x < j:
+        m = held[x]
+        if isinstance(m, Message):
+            out.append(m)
+            x += 1
+            continue
+        raw, a, y = _raw_span(held, seqs, x, j)
+        out += [msg for _, msg, _ in raw.part(a, a + y - x).items()]
+        x = y
+    return out
+
+
+def _held_bytes(held: list[Held], seqs: list[SeqId], i: int, j: int) -> int:
+    # Body bytes of lease rows [i, j).
+    total = 0
+    x = i
+    while x < j:
+        m = held[x]
+        if isinstance(m, Message):
+            total += m.size
+            x += 1
+            continue
+        raw, a, y = _raw_span(held, seqs, x, j)
+        total += sum(raw.sizes[a : a + y - x])
+        x = y
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +212,7 @@ class Lease(Generic[TagT]):
     # The held entries as parallel lists in position order (no object per message):
     positions: list[int] = field(default_factory=list)
     seqs: list[SeqId] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Held] = field(default_factory=list)
     redelivered: list[bool] = field(default_factory=list)
     tags: list[TagT] = field(default_factory=list)
 
@@ -176,7 +233,7 @@ class Lease(Generic[TagT]):
                 _new_entry,
                 self.positions[i:j],
                 self.seqs[i:j],
-                self.messages[i:j],
+                _messages(self.messages, self.seqs, i, j),
                 self.redelivered[i:j],
                 self.tags[i:j],
             )
@@ -291,7 +348,7 @@ class Reservations(Generic[TagT]):
             # The bytes already held in the range count; a message is taken while the range
             # holds fewer than `max_bytes`, and always when the range is empty (`take_run`).
             i, j = lease.span(start, goal)
-            budget = max_bytes - sum(m.size for m in lease.messages[i:j])
+            budget = max_bytes - _held_bytes(lease.messages, lease.seqs, i, j)
             full = budget <= 0 and lease.next_pos > start
         if lease.next_pos < goal and not full:
             adapter: object = self._queue
@@ -396,10 +453,45 @@ class Reservations(Generic[TagT]):
                 lease.positions[i:j],
                 cast("list[int]", lease.seqs[i:j]),
                 lease.redelivered[i:j],
-                lease.messages[i:j],
+                _messages(lease.messages, lease.seqs, i, j),
                 strict=True,
             )
         )
+
+    def read_columns(
+        self, consumer: str, lo: int, hi: int, now_ms: int, *, renew: bool = True
+    ) -> tuple[Columns, array[int]]:
+        """`read_rows` as columns and their positions: messages added row by row, raw rows
+        as blocks of their page records (`RawRows.add_columns`, no message built)."""
+        cols = Columns()
+        positions: array[int] = array("Q")
+        lease = self._leases.get(consumer)
+        if lease is None:
+            return cols, positions
+        if renew:
+            lease.deadline_ms = now_ms + lease.lease_ms
+        i, j = lease.span(lo, hi)
+        positions.extend(lease.positions[i:j])
+        held, seqs = lease.messages, lease.seqs
+        x = i
+        while x < j:
+            if isinstance(held[x], Message):
+                y = x + 1
+                while y < j and isinstance(held[y], Message):
+                    y += 1
+                rows = zip(
+                    lease.positions[x:y],
+                    cast("list[int]", seqs[x:y]),
+                    lease.redelivered[x:y],
+                    cast("list[Message]", held[x:y]),
+                    strict=True,
+                )
+                cols.add_rows(rows)
+            else:
+                raw, a, y = _raw_span(held, seqs, x, j)
+                raw.add_columns(a, a + y - x, cols)
+            x = y
+        return cols, positions
 
     def renew(self, consumer: str, now_ms: int) -> bool:
         """Push the lease deadline; False if there is no such lease."""
@@ -501,7 +593,7 @@ class EngineQueue(Protocol):
         max_bytes: int | None,
         now_ms: int,
         seqs: list[SeqId],
-        messages: list[Message],
+        messages: list[Held],
         redelivered: list[bool],
     ) -> int: ...
     def ack(self, seqs: Iterable[SeqId]) -> None: ...

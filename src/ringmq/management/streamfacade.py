@@ -17,6 +17,7 @@ Runs on the broker's loop thread; nothing here blocks or locks.
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -99,6 +100,16 @@ class StreamsFacade:
         if hi - lo > max_span:
             raise ValueError(f"range too large (at most {max_span} positions)")
         return book.read_rows(consumer, lo, hi, now_ms)
+
+    def read_reserved_columns(
+        self, vhost: str, name: str, consumer: str, lo: int, hi: int, *, max_span: int, now_ms: int
+    ) -> tuple[Columns, array[int]]:
+        """`read_reserved` as columns and their positions (`Reservations.read_columns`: rows
+        a reserve took raw go in as blocks of their page records)."""
+        _, book = self._book(vhost, name)
+        if hi - lo > max_span:
+            raise ValueError(f"range too large (at most {max_span} positions)")
+        return book.read_columns(consumer, lo, hi, now_ms)
 
     def settle(
         self, vhost: str, name: str, consumer: str, up_to: int, *, now_ms: int

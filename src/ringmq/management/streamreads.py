@@ -102,6 +102,11 @@ class StreamReads:
         self, vhost: str, name: str, consumer: str, lo: int, hi: int, *, columns: bool = False
     ) -> bytes:
         try:
+            if columns:  # rows held raw go in as blocks (`Reservations.read_columns`)
+                cols, positions = self.admin.read_reserved_columns(
+                    vhost, name, consumer, lo, hi, max_span=MAX_READ, now_ms=self.clock_ms()
+                )
+                return encode_column_set(cols, positions)
             rows = self.admin.read_reserved(
                 vhost, name, consumer, lo, hi, max_span=MAX_READ, now_ms=self.clock_ms()
             )
@@ -109,7 +114,7 @@ class StreamReads:
             raise refused(exc) from None
         except ValueError as exc:
             raise StreamError(400, str(exc)) from None
-        return encode_rows(rows, columns=columns)
+        return encode_rows(rows, columns=False)
 
     def settle(self, vhost: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         consumer = parse_consumer(body.get("consumer"))

@@ -36,6 +36,7 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.ports import RunColumns
 from ringmq.storage.msgstore import MessageStore
+from ringmq.storage.pageruns import RunRows
 from ringmq.storage.paging import DEFAULT_RUN_BYTES, DiskHealth, DurableCopies, PageQueue
 from ringmq.storage.records import Entry, decode_entry, encode_message
 
@@ -186,6 +187,10 @@ class DiskSpillStore:
     def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
         """Read the oldest items back in order (at least one when any is spilled)."""
         return self._pages.pop_front(max_count, max_bytes)
+
+    def pop_raw(self, max_count: int, max_bytes: int | None, first: bool) -> list[RunRows]:
+        """The page-run rows at the front, taken as they are (`PageQueue.pop_raw`)."""
+        return self._pages.pop_raw(max_count, max_bytes, first)
 
     def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
         """Up to `limit` items with a seq above `after`, in order, read in place (a browse)."""

@@ -45,6 +45,7 @@ __all__ = [
     "MAX_RUN_BODIES",
     "MAX_RUN_ROWS",
     "PageRun",
+    "RunRows",
     "column_records",
     "encode_columns",
     "encode_run",
@@ -339,14 +340,14 @@ class PageRun:
                 b = min(n, a + room - added)
             if a >= b:
                 break
-            self._block(a, b, out)
+            self.block(a, b, out)
             added += b - a
             last = seqs[b - 1]
             a = b
         return added, last
 
-    def _block(self, a: int, b: int, out: Columns) -> None:
-        # Rows [a, b) into `out`: array slices, and one slice of the record per column.
+    def block(self, a: int, b: int, out: Columns) -> None:
+        """Rows `[a, b)` into `out`: array slices, and one slice of the record per column."""
         view = memoryview(self.data)
         k = b - a
         out.seqs.extend(self.seqs[a:b])
@@ -361,3 +362,43 @@ class PageRun:
             start = at + sum(lens[:a])
             part = lens[a:b]
             col.add_block(part, view[start : start + sum(part)])
+
+
+class RunRows:
+    """Rows `[a, b)` of a page run held as they are (`core.queue.ports.RawRows`): a raw
+    reservation's rows, taken out of the page file without a message built for each. The
+    record (its payload at `[at, stop)` of `run.data`, bytes read or a view of the mapped page
+    file) stays referenced until every part of it is settled or given back."""
+
+    __slots__ = ("a", "at", "b", "nbytes", "run", "seqs", "sizes", "stop")
+
+    def __init__(self, run: PageRun, a: int, b: int, at: int, stop: int) -> None:
+        self.run = run
+        self.a = a
+        self.b = b
+        self.at = at
+        self.stop = stop
+        self.seqs: array[int] = run.seqs[a:b]
+        self.sizes: array[int] = run.body_lens[a:b]
+        self.nbytes = sum(self.sizes)
+
+    def __len__(self) -> int:
+        return self.b - self.a
+
+    def part(self, i: int, j: int) -> RunRows:
+        """Rows `[i, j)` of these rows (indexes relative to them)."""
+        return RunRows(self.run, self.a + i, self.a + j, self.at, self.stop)
+
+    def items(self) -> list[Spilled]:
+        """The rows as spill items `(seq, message, None)` (the page-in's messages; a mapped
+        record is copied out first: messages hold bytes)."""
+        run = self.run
+        if not isinstance(run.data, bytes):
+            run = PageRun(bytes(run.data[self.at : self.stop]), 0, self.stop - self.at)
+        out: list[Spilled] = []
+        run.collect(self.a, out, {}, self.b - self.a, None)
+        return out
+
+    def add_columns(self, i: int, j: int, out: Columns) -> None:
+        """Rows `[i, j)` of these rows into `out` as blocks (`PageRun.block`)."""
+        self.run.block(self.a + i, self.a + j, out)

@@ -13,18 +13,24 @@ the per-queue fields a page record also holds, delivery count and flags, are not
   row other than its first (`skip`: the rows an earlier page-in took), and left inside the
   record when the page-in's count or bytes are reached.
 
+`take_runs` is the loop of `PageQueue.pop_raw` (a raw reservation): it takes the rows of the
+PAGED_RUN records at the front as they are (`pageruns.RunRows`: no message built) and stops
+at the first record of another type, which the ordinary page-in then reads.
+
 Pure: no file access, no state of its own.
 """
 
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.ports import Spilled
-from ringmq.storage.pageruns import PageRun
+from ringmq.storage.pageruns import PageRun, RunRows
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -37,7 +43,15 @@ from ringmq.storage.records import (
     page_crc,
 )
 
-__all__ = ["PLACEHOLDER", "Taken", "item_of", "paged_item", "peek_entries", "take_records"]
+__all__ = [
+    "PLACEHOLDER",
+    "Taken",
+    "item_of",
+    "paged_item",
+    "peek_entries",
+    "take_records",
+    "take_runs",
+]
 
 _PAGED_REF: Final = int(RecordType.PAGED_REF)
 _PAGED_RUN: Final = int(RecordType.PAGED_RUN)
@@ -151,6 +165,67 @@ def take_records(
     t.records = records
     t.passed = passed
     t.took = took
+    return t
+
+
+def take_runs(
+    data: bytes | memoryview,
+    skip: int,
+    out: list[RunRows],
+    max_count: int,
+    max_bytes: int | None,
+    first: bool,
+) -> Taken:
+    """Take the rows of the good PAGED_RUN records at the start of `data` (from row `skip` of
+    the first) into `out` as `RunRows`, until `max_count` rows are taken or the bodies taken
+    reach `max_bytes` (a row is taken while the bytes before it are below `max_bytes`; with
+    `first`, the first row is taken whatever `max_bytes` is); stops before a record of another
+    type, a frame that fails its checks or one the chunk cuts (`Taken.pos`, `Taken.skip`: where
+    the next read starts). The caller has no tombstones (`PageQueue.pop_raw`)."""
+    view = memoryview(data)
+    end = len(data)
+    unpack = HEADER.unpack_from
+    crc32c = page_crc
+    t = Taken(skip=skip)
+    pos = rows = took = 0
+    while pos + HEADER_SIZE <= end and rows < max_count:
+        length, crc, rtype = unpack(data, pos)
+        at = pos + HEADER_SIZE
+        stop = at + length
+        if (
+            rtype != _PAGED_RUN
+            or length > MAX_RECORD
+            or stop > end
+            or crc32c(view[at:stop], PAGE_TYPE_CRC[rtype]) != crc
+        ):
+            break
+        run = PageRun(data, at, stop)
+        k = t.skip
+        m = min(run.n - k, max_count - rows)
+        if max_bytes is not None:
+            room = max_bytes - took
+            if room > 0:
+                # Row r is taken while the bodies before it are below `room`.
+                sums = list(accumulate(run.body_lens[k : k + m]))
+                m = min(m, bisect_left(sums, room) + 1)
+            else:
+                m = min(m, 1 if first and not rows else 0)
+        if m <= 0:
+            break
+        got = RunRows(run, k, k + m, at, stop)
+        out.append(got)
+        rows += m
+        took += got.nbytes
+        if k + m < run.n:
+            t.skip = k + m
+            break
+        t.skip = 0
+        pos = stop
+        if max_bytes is not None and took >= max_bytes:
+            break
+    t.pos = pos
+    t.records = rows
+    t.passed = t.took = took
     return t
 
 

@@ -64,8 +64,8 @@ from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.ports import RunColumns, Spilled
 from ringmq.storage.journal import write_all
 from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
-from ringmq.storage.pageruns import column_records, encode_run, plain, run_end
-from ringmq.storage.pagetake import item_of, peek_entries, take_records
+from ringmq.storage.pageruns import RunRows, column_records, encode_run, plain, run_end
+from ringmq.storage.pagetake import Taken, item_of, peek_entries, take_records, take_runs
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -480,6 +480,13 @@ class PageQueue:
         the bodies taken reaches `max_bytes`; the run's and the queue's counters are updated
         once for the chunk. Returns (body bytes taken, messages passed)."""
         t = take_records(data, run.skip, self._tombstones, out, max_count, max_bytes, got)
+        self._passed(run, t)
+        if t.refs:
+            self._resolve(out, t.refs)
+        return t.took, t.records
+
+    def _passed(self, run: _Run, t: Taken) -> None:
+        # What a read took leaves the run's and the queue's counts.
         run.read_offset += t.pos
         run.skip = t.skip
         run.count -= t.records
@@ -487,9 +494,44 @@ class PageQueue:
         self._count -= t.records
         self._bytes -= t.passed
         self.pages_read += t.records
-        if t.refs:
-            self._resolve(out, t.refs)
-        return t.took, t.records
+
+    def pop_raw(self, max_count: int, max_bytes: int | None, first: bool) -> list[RunRows]:
+        """`pop_front` of the PAGED_RUN rows at the front, as they are (`pagetake.take_runs`):
+        up to `max_count` rows, a row taken while the bodies before it are below `max_bytes`
+        (with `first`, the first one always). Stops at the first record of another kind, a
+        memory run or a record larger than a read: an empty answer means "page in"."""
+        out: list[RunRows] = []
+        if self._tombstones:
+            return out
+        rows = took = 0
+        while self._runs and rows < max_count:
+            run = self._runs[0]
+            if run.count == 0:
+                self._drop_run(self._runs.popleft())
+                continue
+            if run.seqs is not None:
+                break
+            # The rest of the run file mapped, as a browse maps it (`_view`): the rows stay
+            # views of the mapping (one copy less; the answer's join copies them from the page
+            # cache), and no chunk cuts a record.
+            try:
+                data: bytes | memoryview = self._view(run)
+            except OSError:  # no mapping to be had (vm.max_map_count...): read it
+                data = self._read(run, run.read_offset, None)
+            if len(data) < HEADER_SIZE or HEADER.unpack_from(data)[2] != _PAGED_RUN:
+                break  # not a run record: paged in the ordinary way
+            room = None if max_bytes is None else max_bytes - took
+            t = take_runs(data, run.skip, out, max_count - rows, room, first and not rows)
+            if not t.records:
+                break
+            self._passed(run, t)
+            rows += t.records
+            took += t.took
+            if t.skip or (room is not None and t.took >= room):
+                break  # the limits were reached (else read on: another run, or not a run)
+        while self._runs and self._runs[0].count == 0 and self._runs[0].fd < 0:
+            self._drop_run(self._runs.popleft())
+        return out
 
     def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
         """Up to `limit` paged items with a seq above `after`, in order, without taking them

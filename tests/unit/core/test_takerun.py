@@ -12,7 +12,7 @@ paged one by one (flow-to-disk).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import MemorySpillStore, Queue
+from ringmq.core.queue.ports import RawRows
 from ringmq.core.reservations import EngineAdapter, Reservations, Taken
 from ringmq.core.settings import resolve_queue_settings
 
@@ -116,10 +117,11 @@ class TakeRunMachine(RuleBasedStateMachine):
     @rule(n=st.integers(0, 30), max_bytes=st.sampled_from([None, None, 0, 5, 17, 40]))
     def take(self, n: int, max_bytes: int | None) -> None:
         seqs: list[SeqId] = []
-        msgs: list[Message] = []
+        msgs: list[Message | RawRows] = []
         flags: list[bool] = []
         k = self.run_q.take_run(n, max_bytes, self.now, seqs, msgs, flags)
-        got = list(zip(seqs, [m.body for m in msgs], flags, strict=True))
+        assert all(isinstance(m, Message) for m in msgs)  # a memory spill has no raw rows
+        got = list(zip(seqs, [cast("Message", m).body for m in msgs], flags, strict=True))
         assert k == len(got)
         assert got == _fetch_each(self.one_q, n, max_bytes, self.now)
         self.other += seqs

@@ -10,6 +10,8 @@ collaborators that call these steps:
   `x-max-priority`) holding the READY entries (lanes.py states their order);
 * `unacked`: the ACQUIRED entries by seq (the map is `counters.unacked_map`, so the counters
   read the unacked count from it);
+* `raw`: the unacked rows of raw reservations, held as page rows (rawtake.py), counted in
+  `counters.raw_unacked`;
 * `paging`: the `PagedTail`, the spilled suffix of a single-lane queue (paging.py);
 * `store`: the `BodyStore` holding bodies paged one by one (flow-to-disk limits);
 * `lvq`: the last-value index, LVQ key -> the entry holding the key's latest value (ready or
@@ -37,6 +39,7 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.lanes import COMPACT_MIN, GONE, READY, Entry, Lane
 from ringmq.core.queue.paging import PagedTail
 from ringmq.core.queue.ports import BodyStore, SpillStore
+from ringmq.core.queue.rawtake import RawUnacked
 from ringmq.core.queue.records import QueueCounters
 
 __all__ = ["Contents"]
@@ -54,6 +57,7 @@ class Contents:
         "name",
         "on_remove",
         "paging",
+        "raw",
         "store",
         "unacked",
     )
@@ -72,6 +76,7 @@ class Contents:
         self.lane = self.lanes[0]
         self.unacked: dict[SeqId, Entry] = counters.unacked_map
         self.paging = PagedTail(name, spill, counters)
+        self.raw = RawUnacked(counters)
         self.store = store
         self.lvq: dict[Any, Entry] = {}
         self.on_remove: Callable[[SeqId], None] | None = None

@@ -82,7 +82,7 @@ from ringmq.core.queue.ingest import QueueIngest
 from ringmq.core.queue.lanes import ACQUIRED, GONE, READY, Entry, new_entry
 from ringmq.core.queue.limits import PAGEABLE_ACTIONS, FastBounds, FastPaths
 from ringmq.core.queue.overflow import Overflow
-from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, SpillStore
+from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, RawRows, SpillStore
 from ringmq.core.queue.records import (
     DeadLetter,
     DeadLetterReason,
@@ -134,7 +134,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
         self._settle = Settlement(contents, self._overflow, dead)
         # Hot-path aliases of the owners' containers and steps (see the module docstring).
         self._lanes, self._lane, self._unacked = contents.lanes, contents.lane, contents.unacked
-        self._lvq, self._paging = contents.lvq, contents.paging
+        self._lvq, self._paging, self._raw = contents.lvq, contents.paging, contents.raw
         self._remove_ready, self._take_body = contents.remove_ready, contents.take_body
         self._evict_tail = self._overflow.evict_tail
         self._head_n, self._head_b = self._paging.head_n, self._paging.head_b  # `_apply_bound`
@@ -440,13 +440,12 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
         max_bytes: int | None,
         now_ms: int,
         seqs: list[SeqId],
-        messages: list[Message],
+        messages: list[Message | RawRows],
         redelivered: list[bool],
     ) -> int:
         """What `max_count` chained `fetch(now_ms, ack_required=True)` calls take, in one call
-        (takerun.py): the messages are appended to `seqs`, `messages` and `redelivered`, and
-        the taking stops once `max_bytes` body bytes are taken (the first message always is).
-        Returns how many were taken."""
+        (takerun.py; page rows taken raw: rawtake.py): appended to `seqs`, `messages` and
+        `redelivered`, stopping once `max_bytes` body bytes are taken (the first always is)."""
         return takerun.take_run(
             self._contents,
             self.fetch,
@@ -481,6 +480,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
 
     def ack(self, seqs: Iterable[SeqId]) -> None:
         """Acknowledge unacked messages. Unknown seqs (e.g. evicted by a Qpid ring) are no-ops."""
+        seqs = self._raw.ack(seqs) if self._raw.runs else seqs  # raw rows: rawtake.py
         unacked = self._unacked
         lvq = self._lvq_acks
         c = self.counters

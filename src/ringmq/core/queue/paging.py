@@ -29,18 +29,21 @@ and delivery counts. Inactive (`set_active(False)`): unbounded, nothing spilled.
 Consumers page a batch back in (`refill_batch`: read-ahead of half the bound) when memory falls
 to a quarter of the bound (`low_*`; `Contents.pop_next`), so they see queue order through
 publish, requeue, page out and page in. `Contents` passes its single lane's tail deque
-explicitly; the tail does not know lanes, limits or the browse index.
+explicitly; the tail does not know lanes, limits or the browse index. A raw reservation takes
+the oldest stored messages past the tail as the store keeps them (`take_raw`, rawtake.py): they
+leave the spill and the `paged` counters as a refill moves them.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Final
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.lanes import READY, Entry, new_entry
-from ringmq.core.queue.ports import RunColumns, Spilled, SpillStore
+from ringmq.core.queue.ports import RawRows, RunColumns, Spilled, SpillStore
 from ringmq.core.queue.records import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_HEAD_COUNT,
@@ -254,6 +257,39 @@ class PagedTail:
             self._restored_below = 0
             self._restored_counts = {}
         return n
+
+    @property
+    def stored(self) -> int:
+        """Spilled messages handed to the store (the rest is the newest, still buffered)."""
+        return self._stored
+
+    @property
+    def restoring(self) -> bool:
+        """Whether a recovered backlog (stored flags and counts) is still spilled."""
+        return self._restored_below > 0
+
+    def take_raw(self, max_count: int, max_bytes: int | None, first: bool) -> Sequence[RawRows]:
+        """Take the oldest stored messages as the store keeps them (`SpillStore.pop_raw`: a
+        raw reservation, rawtake.py): they leave the spill and `paged` as `refill` moves
+        them, but to the caller, not to the tail. Empty when the front is not raw."""
+        spill = self.spill
+        if not self._stored or self._restored_below or spill is None:
+            return []
+        rows = spill.pop_raw(max_count, max_bytes, first)
+        if not rows:
+            return rows
+        n = nbytes = 0
+        for r in rows:
+            n += len(r)
+            nbytes += r.nbytes
+        self._stored -= n
+        self.spilled -= n
+        self.spilled_bytes -= nbytes
+        self.floor = rows[-1].seqs[-1] + 1  # what stays spilled follows what was taken
+        c = self._counters
+        c.paged -= n
+        c.paged_bytes -= nbytes
+        return rows
 
     def refill_batch(self, tail: deque[Entry]) -> int:
         """`refill` one read-ahead batch: half the bound."""

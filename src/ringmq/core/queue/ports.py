@@ -1,12 +1,14 @@
 """The storage ports a queue pages through, and their in-memory implementations.
 
 `BodyStore` takes bodies paged one by one (flow-to-disk limits); `SpillStore` keeps a queue's
-paged tail in order. The storage layer provides disk implementations that satisfy these
+paged tail in order; `RawRows` are spilled rows a raw reservation holds as the store keeps
+them (rawtake.py). The storage layer provides disk implementations that satisfy these
 Protocols structurally; this module must not import storage/.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from itertools import compress
@@ -19,6 +21,7 @@ __all__ = [
     "BodyStore",
     "MemoryBodyStore",
     "MemorySpillStore",
+    "RawRows",
     "RunColumns",
     "SpillStore",
     "Spilled",
@@ -119,6 +122,39 @@ class RunColumns:
         ]
 
 
+class RawRows(Protocol):
+    """Spilled rows taken out of a `SpillStore` as it keeps them (no message built for each):
+    a raw reservation's rows (rawtake.py). Ascending seqs."""
+
+    @property
+    def seqs(self) -> array[int]:
+        """The rows' seqs, ascending."""
+        ...
+
+    @property
+    def sizes(self) -> array[int]:
+        """The rows' body sizes."""
+        ...
+
+    @property
+    def nbytes(self) -> int:
+        """The sum of `sizes`."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def part(self, i: int, j: int) -> RawRows:
+        """Rows `[i, j)` of these rows."""
+        ...
+
+    def items(self) -> list[Spilled]:
+        """The rows as spill items (their messages built, as a page-in builds them)."""
+        ...
+
+    def add_columns(self, i: int, j: int, out: Columns) -> None:
+        """Append rows `[i, j)` to `out` (redelivered flags 0)."""
+
+
 class SpillStore(Protocol):
     """Where a queue's paged tail lives: an ordered sequence of never-delivered messages.
 
@@ -138,6 +174,12 @@ class SpillStore(Protocol):
 
     def pop_front(self, max_count: int, max_bytes: int) -> list[Spilled]:
         """Take up to `max_count` items (about `max_bytes` of bodies, at least one)."""
+        ...
+
+    def pop_raw(self, max_count: int, max_bytes: int | None, first: bool) -> Sequence[RawRows]:
+        """Take the oldest items as `RawRows` where the store can keep them raw: up to
+        `max_count`, each while the bodies before it are below `max_bytes` (with `first`, the
+        first always). Empty when the front cannot be taken raw (then `pop_front`)."""
         ...
 
     def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
@@ -182,6 +224,9 @@ class MemorySpillStore:
             out.append(item)
             got += len(item[1].body)
         return out
+
+    def pop_raw(self, max_count: int, max_bytes: int | None, first: bool) -> Sequence[RawRows]:
+        return []  # items in memory are messages already: they page in
 
     def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
         out: list[Spilled] = []

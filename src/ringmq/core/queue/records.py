@@ -150,11 +150,13 @@ class QueueCounters:
     # The queue's unacked map (seq -> entry): `unacked` is its length, so the per-message
     # fetch/ack paths keep no separate count.
     unacked_map: dict[SeqId, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Unacked rows of raw reservations (rawtake.py: held as page rows, not in the map).
+    raw_unacked: int = field(default=0, repr=False, compare=False)
 
     @property
     def unacked(self) -> int:
         """Messages delivered and not yet acknowledged (Artemis `deliveringCount`)."""
-        return len(self.unacked_map)
+        return len(self.unacked_map) + self.raw_unacked
 
     @property
     def message_count(self) -> int:

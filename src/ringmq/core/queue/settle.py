@@ -52,10 +52,15 @@ class Settlement:
         self.delivery_limit: int | None = None
 
     def take(self, seqs: Iterable[SeqId]) -> list[Entry]:
-        """Take the known `seqs` out of the unacked map, in the given order."""
+        """Take the known `seqs` out of the unacked map, in the given order (raw rows among
+        them decoded into it first: rawtake.py)."""
         out: list[Entry] = []
         c = self._contents.counters
         unacked = self._contents.unacked
+        raw = self._contents.raw
+        if raw.runs:
+            seqs = list(seqs)
+            raw.restore(seqs, unacked)
         for seq in seqs:
             e = unacked.pop(seq, None)
             if e is None:

@@ -20,6 +20,13 @@ It is a guard in front of the shared per-message step, not a second copy of the 
   Before every pop, while something is spilled, it asks the paged tail to read ahead exactly
   when a consumer's pop would (`Contents.read_ahead`, the one rule; the loop only keeps the
   counters in locals and calls it when they reach the low marks), so the paging is the same.
+* When the head is in the paged tail, the rows of the page runs at the spill's front are
+  taken raw (rawtake.py: kept as page rows in the queue's second unacked table, no message or
+  entry built), under rawtake's guard. The in-memory tail is then drained without a
+  read-ahead (the spill follows it in seq order), so the head reaches the spill: a reserve
+  leaves the spilled messages it did not take where they were, where N fetches would have
+  paged a read-ahead batch in. Order, counts and what each message is are the same; only the
+  split of the waiting messages between memory and the spill differs.
 * Anything else goes through `fetch`, one message at a time: a put-back or requeued message at
   the head, a body paged out on its own (flow-to-disk), a queue off the fetch fast path
   (priorities, TTL or expiring messages, non-destructive). The run step resumes once the head is
@@ -37,8 +44,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ringmq.core.message import Message, SeqId
+from ringmq.core.queue import rawtake
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.lanes import ACQUIRED, READY
+from ringmq.core.queue.ports import RawRows
 from ringmq.core.queue.records import UNBOUNDED, Delivery
 
 __all__ = ["take_run"]
@@ -52,21 +61,40 @@ def take_run(
     max_bytes: int | None,
     now_ms: int,
     seqs: list[SeqId],
-    messages: list[Message],
+    messages: list[Message | RawRows],
     redelivered: list[bool],
 ) -> int:
     """Take up to `max_count` head messages with an ack required (see the module docstring),
-    appending them to `seqs`, `messages` and `redelivered`; returns how many."""
+    appending them to `seqs`, `messages` (a raw row's `RawRows`, rawtake.py) and
+    `redelivered`; returns how many."""
     lane = contents.lane
+    paging = contents.paging
     budget = UNBOUNDED if max_bytes is None else max_bytes
     n = nbytes = 0
     while n < max_count and (n == 0 or nbytes < budget):
         if fetch_fast and not (lane.head or lane.returns):
+            # The head may reach a spill that can be taken raw: drain the tail, no read-ahead.
+            raw = paging.stored > 0 and not paging.restoring
             k, kb = _take_tail(
-                contents, max_count - n, budget - nbytes, n > 0, seqs, messages, redelivered
+                contents,
+                max_count - n,
+                budget - nbytes,
+                n > 0,
+                not raw,
+                seqs,
+                messages,
+                redelivered,
             )
             n += k
             nbytes += kb
+            if raw and n < max_count and (n == 0 or nbytes < budget) and rawtake.ready(contents):
+                room = None if max_bytes is None else budget - nbytes
+                k2, kb2 = rawtake.take(
+                    contents, max_count - n, room, n == 0, seqs, messages, redelivered
+                )
+                n += k2
+                nbytes += kb2
+                k += k2
             if k:
                 continue
         d = fetch(now_ms, True)  # the head is unusual (or nothing is ready): the shared step
@@ -85,12 +113,14 @@ def _take_tail(
     max_count: int,
     budget: int,
     started: bool,
+    ahead: bool,
     seqs: list[SeqId],
-    messages: list[Message],
+    messages: list[Message | RawRows],
     redelivered: list[bool],
 ) -> tuple[int, int]:
     # The run step: `fetch`'s fast path (pop the tail's first live entry, acquire it) for up to
-    # `max_count` entries, with the paged tail read ahead as `Contents.pop_next` does. Stops
+    # `max_count` entries, with the paged tail read ahead as `Contents.pop_next` does (unless
+    # not `ahead`: the tail is drained and the caller takes the spill raw). Stops
     # before an entry whose body is paged out on its own (left at the tail's front for
     # `fetch`), and before a message once `budget` bytes are taken (never before the first of
     # the whole run). Returns (messages, bytes) taken.
@@ -104,9 +134,9 @@ def _take_tail(
         # reads ahead first, so only when another pop follows (the byte budget allows it).
         if (k or started) and kb >= budget:
             return k, kb
-        if paging.spilled:
+        if ahead and paging.spilled:
             contents.read_ahead()
-        spilled = paging.spilled
+        spilled = ahead and paging.spilled
         tail = contents.lane.tail  # re-read: a compaction rebinds it
         ready, ready_b = c.ready, c.ready_bytes
         k0, kb0, reds0 = k, kb, reds
@@ -144,5 +174,5 @@ def _take_tail(
         c.delivered += taken
         c.redelivered += reds - reds0
         c.unacked_bytes += taken_b
-        if stop or k >= max_count or not paging.spilled or (not taken and not tail):
+        if stop or k >= max_count or not spilled or (not taken and not tail):
             return k, kb  # done, nothing more to page in, or paging in gave nothing

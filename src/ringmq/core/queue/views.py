@@ -112,7 +112,10 @@ class QueueViews:
         the spilled tail may hold a lower seq than memory (browse.py), one read-ahead batch is
         paged in, as a fetch would.
         """
-        return browse.head_seq(self._view_contents)
+        contents = self._view_contents
+        best = browse.head_seq(contents)
+        raw = contents.raw.lowest()  # rows held raw (rawtake.py) are unacked too
+        return raw if raw is not None and (best is None or raw < best) else best
 
     def ready_seqs(self) -> list[SeqId]:
         """Waiting messages' seqs in delivery order (O(n); tests and management only)."""
@@ -130,8 +133,9 @@ class QueueViews:
         ]
 
     def unacked_seqs(self) -> list[SeqId]:
-        """Unacked seqs in delivery order."""
-        return list(self._view_contents.unacked)
+        """Unacked seqs in delivery order (rows held raw, rawtake.py, after the others)."""
+        contents = self._view_contents
+        return [*contents.unacked, *contents.raw.seqs()]
 
     def ready_messages(self) -> list[Message]:
         """Waiting messages in delivery order (paged ones are peeked from the store)."""
