@@ -54,7 +54,13 @@ from ringmq.core.exchanges import Exchanges
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.publish import BatchPublished, Publisher
-from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT, BodyStore, SpillStore
+from ringmq.core.queue import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_HEAD_COUNT,
+    BodyStore,
+    RunColumns,
+    SpillStore,
+)
 from ringmq.core.resources import Resources
 from ringmq.core.restore import Restore
 from ringmq.core.session import Conn, ProtocolCounts, Session
@@ -388,11 +394,18 @@ class Broker:
 
     # ================================================================== publishing
     def publish_batch(
-        self, conn_id: int, channel: int, exchange: str, messages: Iterable[Message], now_ms: int
+        self,
+        conn_id: int,
+        channel: int,
+        exchange: str,
+        messages: Iterable[Message],
+        now_ms: int,
+        columns: RunColumns | None = None,
     ) -> BatchPublished:
         """Publish a batch on an open session with one confirm step and one dispatch per
-        batch (`Publisher.publish_batch`); NOT_FOUND... errors stop the batch (`error`).
-        Raises CHANNEL_ERROR only when the session is not open."""
+        batch (`Publisher.publish_batch`; `columns`: publishes before `messages`, as
+        columns); NOT_FOUND... errors stop the batch (`error`). Raises CHANNEL_ERROR only
+        when the session is not open."""
         s = self.session(conn_id, channel)
         if s is None:
             raise BrokerError(
@@ -400,7 +413,9 @@ class Broker:
             )
         state = self.state
         state.begin(now_ms)
-        done = self.publisher.publish_batch(s, exchange, messages, self.delivery.flush, now_ms)
+        done = self.publisher.publish_batch(
+            s, exchange, messages, self.delivery.flush, now_ms, columns
+        )
         if state.dirty and (not state.defer_dispatch or state.eager):
             state.eager = False
             self.delivery.flush(now_ms)

@@ -30,6 +30,14 @@ admitted messages into the queue (`Queue.publish_run`), the queue marked dirty, 
 stored, so every confirm is released at once (a duplicate is confirmed like an accepted
 message, as the per-message path does).
 
+`ingest_columns` is the same step for a run that arrives as columns (`RunColumns`: the
+streams API's bulk publish and the 0-9-1 publish runs, built by the AMQP 0-9-1 adapter from
+property lists it could read without decoding): one guard (`_target`, plus no persistent
+message to a durable queue), one admission (`_admit`), and the admitted rows go to the queue
+as columns, to be written as PAGED_RUN records straight from them (`storage/pageruns.py`).
+When it refuses, the caller makes the run's `Message`s (`RunColumns.messages`) and takes them
+through the per-message pipeline.
+
 Pure: no I/O, no clock.
 """
 
@@ -41,9 +49,10 @@ from typing import TYPE_CHECKING, Final
 from ringmq.core.delivery import REPLY_TO_PREFIX
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
+from ringmq.core.queue import RunColumns
 from ringmq.core.routing import ExchangeType
 from ringmq.core.session import ChannelMode, Session
-from ringmq.core.vhost import VHost
+from ringmq.core.vhost import QueueEntity, VHost
 
 if TYPE_CHECKING:
     from ringmq.core.publish import Publisher
@@ -54,6 +63,53 @@ INGEST_RUN: Final = 256
 _DELAYED: Final = ExchangeType.DELAYED
 _CONFIRM: Final = ChannelMode.CONFIRM
 _TX: Final = ChannelMode.TX
+
+
+def _target(pub: Publisher, s: Session, vh: VHost, x: Exchange, rk: str) -> QueueEntity | None:
+    # The guard's questions about the target (module docstring), for a run to `x` with
+    # routing key `rk` whose messages have no headers and no expiration: the one queue it
+    # reaches, or None when the run must go one message at a time.
+    if pub.resources.alarms_on or x.type is _DELAYED or s.mode is _TX:
+        return None
+    if not x.name and rk.startswith(REPLY_TO_PREFIX):
+        return None
+    queues = vh.route(x, rk, None)
+    if len(queues) != 1:
+        return None
+    q = queues[0]
+    st = q.settings
+    if (
+        st.limit is not None
+        or st.lvq_key is not None
+        or st.non_destructive
+        or st.max_priority
+        or q.consumers.fetchers
+        or q.no_local is not None
+        or not q.queue.takes_runs
+    ):
+        return None
+    return q
+
+
+def _admit(
+    pub: Publisher,
+    s: Session,
+    vh: VHost,
+    x: Exchange,
+    q: QueueEntity,
+    ids: Sequence[str | None],
+    now_ms: int,
+    released: list[int],
+) -> list[bool]:
+    # A run the guard took: counted, numbered for confirms, de-duplicated (the verdict per
+    # message).
+    n = len(ids)
+    state = pub.state
+    state.stats["published"] += n
+    s.counts.received += n
+    if s.mode is _CONFIRM:
+        released.extend(s.next_publish_seqs(n))
+    return state.dedup.admit_run(vh.name, x, q, ids, now_ms)
 
 
 def ingest_run(
@@ -70,26 +126,11 @@ def ingest_run(
     Returns False, having done nothing, when the run must go one message at a time; True
     when every message was published (their confirm seqs, if any, appended to `released`).
     """
-    if not msgs or pub.resources.alarms_on or x.type is _DELAYED or s.mode is _TX:
+    if not msgs:
         return False
     rk = msgs[0].routing_key
-    if not x.name and rk.startswith(REPLY_TO_PREFIX):
-        return False
-    queues = vh.route(x, rk, None)
-    if len(queues) != 1:
-        return False
-    q = queues[0]
-    st = q.settings
-    engine = q.queue
-    if (
-        st.limit is not None
-        or st.lvq_key is not None
-        or st.non_destructive
-        or st.max_priority
-        or q.consumers.fetchers
-        or q.no_local is not None
-        or not engine.takes_runs
-    ):
+    q = _target(pub, s, vh, x, rk)
+    if q is None:
         return False
     durable = q.durable
     for m in msgs:
@@ -100,15 +141,35 @@ def ingest_run(
             or (durable and m.persistent)
         ):
             return False
-    n = len(msgs)
-    state = pub.state
-    state.stats["published"] += n
-    s.counts.received += n
-    if s.mode is _CONFIRM:
-        released.extend(s.next_publish_seq() for _ in range(n))
-    ok = state.dedup.admit_run(vh.name, x, q, [m.message_id for m in msgs], now_ms)
+    ok = _admit(pub, s, vh, x, q, [m.message_id for m in msgs], now_ms, released)
     taken = [m for m, keep in zip(msgs, ok, strict=True) if keep]
     if taken:
-        engine.publish_run(taken, now_ms)
-        state.dirty[id(q)] = q
+        q.queue.publish_run(taken, now_ms)
+        pub.state.dirty[id(q)] = q
+    return True
+
+
+def ingest_columns(
+    pub: Publisher,
+    s: Session,
+    vh: VHost,
+    x: Exchange,
+    run: RunColumns,
+    now_ms: int,
+    released: list[int],
+) -> bool:
+    """`ingest_run` of a run given as columns (`RunColumns`: one routing key, no headers or
+    expiration by construction), with no `Message` per message: the same guard, counts,
+    confirms and de-duplication verdicts, the admitted rows handed to the queue as columns
+    (`Queue.publish_columns`). False, having done nothing, when the guard refuses."""
+    if not len(run):
+        return False
+    q = _target(pub, s, vh, x, run.routing_key)
+    if q is None or (q.durable and 1 in run.persistent):
+        return False
+    ok = _admit(pub, s, vh, x, q, run.ids, now_ms, released)
+    kept = run.kept(ok)
+    if len(kept):
+        q.queue.publish_columns(kept)
+        pub.state.dirty[id(q)] = q
     return True

@@ -50,9 +50,9 @@ from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
 from ringmq.core.effects import Block, Effect, Return
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
-from ringmq.core.ingest import INGEST_RUN, ingest_run
+from ringmq.core.ingest import INGEST_RUN, ingest_columns, ingest_run
 from ringmq.core.message import Message
-from ringmq.core.queue import PublishOutcome
+from ringmq.core.queue import PublishOutcome, RunColumns
 from ringmq.core.queue.scheduler import clamp_due
 from ringmq.core.resources import FLOW_HIGH, FLOW_HIGH_BYTES, Resources
 from ringmq.core.routing import ExchangeType
@@ -425,6 +425,7 @@ class Publisher:
         messages: Iterable[Message],
         flush: Callable[[int], None],
         now_ms: int,
+        columns: RunColumns | None = None,
     ) -> BatchPublished:
         """Publish `messages` (built lazily: a message that fails to build stops the batch
         there) to `exchange` on `s`, as that many publishes would, with one confirm step per
@@ -436,6 +437,11 @@ class Publisher:
         that message is published). `flush` is called with `now_ms` when a queue of the batch
         must dispatch before the next publish (rings, limits). Runs of messages that all go to
         the same plain queue are published in one step (`core/ingest.py`).
+
+        `columns`, when given, are publishes that come before `messages`, as columns: offered
+        whole to the columnar ingest (`ingest_columns`); while its guard refuses, they go as
+        messages (`RunColumns.messages`), INGEST_RUN at a time, the way `messages` go, and
+        the rest is offered again.
         """
         state = self.state
         done = BatchPublished(state.out)
@@ -453,25 +459,39 @@ class Publisher:
             counts = s.counts
             it = iter(messages)
             more = True
+            at = 0  # the columns' next row
+            n_cols = 0 if columns is None else len(columns)
             while more:
-                # Runs of INGEST_RUN messages: the bulk step when its guard allows, else
-                # one at a time (a message that fails to build ends the batch after the
-                # ones built before it).
                 run: list[Message] = []
                 failed: BrokerError | None = None
-                try:
-                    for msg in it:
-                        run.append(msg)
-                        if len(run) == INGEST_RUN:
-                            break
-                    else:
+                if at < n_cols:
+                    # The columns first: whole when the columnar ingest takes them, else
+                    # their next INGEST_RUN rows as messages, one at a time below.
+                    assert columns is not None
+                    rest = columns.rows(at, n_cols)
+                    if ingest_columns(self, s, vh, x, rest, now_ms, released):
+                        done.published += len(rest)
+                        at = n_cols
+                        continue
+                    run = columns.rows(at, at + INGEST_RUN).messages()
+                    at += len(run)
+                else:
+                    # Runs of INGEST_RUN messages: the bulk step when its guard allows, else
+                    # one at a time (a message that fails to build ends the batch after the
+                    # ones built before it).
+                    try:
+                        for msg in it:
+                            run.append(msg)
+                            if len(run) == INGEST_RUN:
+                                break
+                        else:
+                            more = False
+                    except BrokerError as exc:
+                        failed = exc
                         more = False
-                except BrokerError as exc:
-                    failed = exc
-                    more = False
-                if ingest_run(self, s, vh, x, run, now_ms, released):
-                    done.published += len(run)
-                    run = []
+                    if ingest_run(self, s, vh, x, run, now_ms, released):
+                        done.published += len(run)
+                        run = []
                 for msg in run:
                     stats["published"] += 1
                     counts.received += 1

@@ -208,6 +208,12 @@ class Session:
         self.publish_seq += 1
         return self.publish_seq
 
+    def next_publish_seqs(self, n: int) -> range:
+        """`next_publish_seq` of `n` publishes at once."""
+        first = self.publish_seq + 1
+        self.publish_seq += n
+        return range(first, first + n)
+
     def confirm_acks(self, released: list[int]) -> list[tuple[int, bool]]:
         """(delivery_tag, multiple) acks to send for `released` publish seqs (now confirmed).
 

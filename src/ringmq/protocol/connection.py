@@ -30,9 +30,14 @@ bug: it is logged with its traceback and becomes INTERNAL_ERROR (541) for this c
 
 A Basic.Publish whose method, header and body are all buffered takes a fast path
 (``FrameReader.next_publish``) straight to a ``Command`` when its channel is open and between
-commands; otherwise its frames take the per-frame path, with the same outcome. On that path,
-when its method frame arrives, ``publish_check`` (the broker's exchange and write-permission
-checks) runs first, so a refused publish closes its channel before any of its body is buffered.
+commands; otherwise its frames take the per-frame path, with the same outcome. On the channels
+the server names in ``publish_runs`` (set before each read), a run of such publishes with one
+method frame is read in one pass (``FrameReader.next_publish_run``) and becomes one
+``PublishRun`` (columns: property lists and bodies), unless it is mandatory or immediate or its
+channel is not open and between commands: then each publish goes as ``next_publish``'s would.
+On the per-frame path, when its method frame arrives, ``publish_check`` (the broker's exchange
+and write-permission checks) runs first, so a refused publish closes its channel before any of
+its body is buffered.
 ``content_in_flight`` is the declared size of the contents being received, for the server's
 memory accounting.
 
@@ -42,7 +47,7 @@ This module imports only ``ringmq.amqp`` and its siblings in ``ringmq.protocol``
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Final, cast
 
 from ringmq.amqp import spec
@@ -61,7 +66,7 @@ from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.spec import Method
 from ringmq.protocol.channel import DEFAULT_MAX_MESSAGE_SIZE, EXPECT_METHOD, ChannelState
 from ringmq.protocol.channels import ChannelTable
-from ringmq.protocol.events import Command, Event, ProtocolError
+from ringmq.protocol.events import Command, Event, ProtocolError, PublishRun
 from ringmq.protocol.handshake import TuneParams, server_properties
 from ringmq.protocol.heartbeat import Heartbeats
 from ringmq.protocol.opening import ConnectionMethods
@@ -99,6 +104,9 @@ class ServerConnection(ChannelTable, ConnectionMethods, Heartbeats):
     ) -> None:
         self.max_message_size = max_message_size
         self.publish_check = publish_check
+        self.publish_runs: Container[int] | None = None
+        """Channels whose runs of whole publishes the reader may hand over as one
+        `PublishRun` event (the server sets them before each read; None: none)."""
         self._reader = FrameReader(FRAME_MIN_SIZE, expect_protocol_header=True)
         self.init_handshake(tune or TuneParams(), server_properties(version, cluster_name))
         self.init_writer()
@@ -158,6 +166,9 @@ class ServerConnection(ChannelTable, ConnectionMethods, Heartbeats):
         channels = self._channels
         while self._state not in PAUSED:
             if self._state is S.OPEN:
+                runs = self.publish_runs
+                if runs and self._publish_run(reader, runs, events):
+                    continue
                 # Hot path: a whole Basic.Publish (method, header, body) in one step, straight
                 # to a Command when its channel is open and between commands; otherwise its
                 # frames take the ordinary path, one by one, with the same outcome.
@@ -186,6 +197,29 @@ class ServerConnection(ChannelTable, ConnectionMethods, Heartbeats):
             if frame is None:
                 return
             self._handle_frame(frame, events)
+
+    def _publish_run(self, reader: FrameReader, runs: Container[int], events: list[Event]) -> bool:
+        # A run of whole publishes on a channel of `runs` (`FrameReader.next_publish_run`):
+        # one `PublishRun` when its channel is open and between commands and it is not
+        # mandatory or immediate, else each publish as `next_publish`'s would go. False:
+        # nothing taken.
+        run = reader.next_publish_run(runs, self.max_message_size)
+        if run is None:
+            return False
+        number, method, props, bodies = run
+        chan = self._channels.get(number)
+        ok = chan is not None and chan.assembly is EXPECT_METHOD and chan.state is ChannelState.OPEN
+        publish = cast(spec.BasicPublish, method)  # the reader takes Basic.Publish only
+        if ok and not publish.mandatory and not publish.immediate:
+            events.append(PublishRun(number, method, props, bodies))
+            return True
+        for pb, body in zip(props, bodies, strict=True):
+            content = RawContent(60, len(body), pb, body)
+            if ok and self._state is S.OPEN:
+                events.append(Command(number, method, content))
+            else:
+                self._replay_publish(number, method, content, events)
+        return True
 
     def _handle_frame(self, frame: Frame, events: list[Event]) -> None:
         try:

@@ -67,6 +67,20 @@ class Command:
     content: RawContent | None = None
 
 
+@dataclass(slots=True)
+class PublishRun:
+    """Consecutive Basic.Publish commands of one read on one channel with the same method
+    (exchange, routing key, flags), as columns: what that many `Command`s would carry, for a
+    channel the server asked runs for (`ServerConnection.publish_runs`). Treat it as
+    immutable."""
+
+    channel: int
+    method: Method
+    #: each publish's raw property list (content header) and body, in order
+    properties: list[bytes]
+    bodies: list[bytes]
+
+
 @dataclass(frozen=True, slots=True)
 class SecretUpdated:
     """Connection.Update-Secret (Update-Secret-Ok already queued)."""
@@ -109,6 +123,7 @@ Event = (
     | ChannelOpened
     | ChannelClosed
     | Command
+    | PublishRun
     | SecretUpdated
     | ProtocolError
     | ConnectionClosed
@@ -123,5 +138,6 @@ __all__ = [
     "LoginRequested",
     "OpenRequested",
     "ProtocolError",
+    "PublishRun",
     "SecretUpdated",
 ]

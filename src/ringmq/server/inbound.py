@@ -27,7 +27,10 @@ anything else one message at a time through the same pipeline, with one coalesce
 (`multiple`) where each publish would have had its own. Its errors close the channel as the
 failing publish's would; a publish that blocks the connection ends the batch and the rest of
 the run goes one by one. Anything else (a mandatory publish, another method, a transactional
-or non-confirm channel, a lone publish) takes the per-command path.
+or non-confirm channel, a lone publish) takes the per-command path. The run channels are
+asked before each read and given to the connection (`ServerConnection.publish_runs`), whose
+reader hands a run of whole publishes with one method frame over as one `PublishRun` (columns,
+no command each): `_publish_columns` gives it to `Amqp091.publish_run` as it is.
 
 Logins: repeated failures from one address delay the next credential check (`LoginGuard`,
 shared with management's HTTP logins); the connection's machine waits in AUTHENTICATING.
@@ -51,6 +54,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp import spec
+from ringmq.amqp.frames import RawContent
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
@@ -70,6 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _Command = ev.Command
+_PublishRun = ev.PublishRun
 _PUBLISH = spec.BasicPublish
 
 
@@ -153,7 +158,11 @@ class Inbound:
         conns = self.conns
         conns.depth += 1
         try:
-            self.on_events(c, c.proto.receive_data(data))
+            # The channels whose publishes go as runs, asked once per read: the connection's
+            # reader hands their runs of whole publishes over as columns (`PublishRun`).
+            runs = self.amqp091.publish_run_channels(c.conn_id) if self.publish_runs else None
+            c.proto.publish_runs = runs
+            self.on_events(c, c.proto.receive_data(data), runs)
             if self.flow.requests:
                 self.flow.pause()
             in_flight = c.proto.content_in_flight
@@ -191,8 +200,11 @@ class Inbound:
 
     # -- events -> broker --------------------------------------------------------------------------
 
-    def on_events(self, c: AMQPConnection, events: list[ev.Event]) -> None:
-        """Hand one read's events to the broker and apply what it returns (inside a batch)."""
+    def on_events(
+        self, c: AMQPConnection, events: list[ev.Event], runs: set[int] | bool | None = True
+    ) -> None:
+        """Hand one read's events to the broker and apply what it returns (inside a batch);
+        `runs`: the connection's run channels when the caller asked already."""
         # One clock read per read batch: every event of the batch happened "now".
         now = self._now_ms()
         handle = self.amqp091.handle
@@ -207,7 +219,9 @@ class Inbound:
         # cheapest test per command): asked once per read and again after any event that is
         # not a command (a channel closed or opened); `solo` ends the events that go one by
         # one whatever.
-        runs = self.amqp091.publish_run_channels(conn_id) if self.publish_runs else None
+        if runs is True:
+            runs = self.amqp091.publish_run_channels(conn_id) if self.publish_runs else None
+        assert runs is not False
         solo = 0
         i = 0
         while i < len(events) and conn_id in table:
@@ -233,11 +247,25 @@ class Inbound:
                         if effects:
                             apply(effects)
                         continue
-                c.proto.send_error(ch, err)  # a run's or a command's error: one rule
-                if err.is_hard or ch == 0:
+                if self._refuse(c, ch, err):
                     dead = True
                 else:
                     failed.add(ch)
+                continue
+            if type(event) is _PublishRun:  # a run of publishes as columns
+                ch = event.channel
+                if dead or ch in failed:
+                    continue
+                err, rest = self._publish_columns(c, event, runs, now)
+                if rest:
+                    # what the batch did not take goes one by one, as commands
+                    events[i:i] = rest
+                    solo = i + len(rest)
+                if err is not None:
+                    if self._refuse(c, ch, err):
+                        dead = True
+                    else:
+                        failed.add(ch)
                 continue
             # accept_login()/accept_open() return the events of bytes pipelined behind
             # Start-Ok and Open; they join this batch, in order
@@ -296,10 +324,48 @@ class Inbound:
             return start + done.published, None, j
         return j, None, 0
 
+    @staticmethod
+    def _refuse(c: AMQPConnection, ch: int, err: AMQPError) -> bool:
+        """Close channel `ch` or the connection for `err` (a run's or a command's error: one
+        rule); True when it is the connection (what the read's later commands then meet)."""
+        c.proto.send_error(ch, err)
+        return err.is_hard or ch == 0
+
+    def _publish_columns(
+        self, c: AMQPConnection, run: ev.PublishRun, runs: set[int] | None, now: int
+    ) -> tuple[AMQPError | None, list[ev.Event]]:
+        """A `PublishRun` as one `Amqp091.publish_run` (the batch `_publish_run` makes of the
+        same publishes as commands, with its columns as they are); returns (the error that
+        closes the channel or connection; the publishes left to go one by one, as commands:
+        those after one that blocked the connection, or all of them when the channel no
+        longer takes runs)."""
+        ch = run.channel
+        method = run.method
+        assert type(method) is _PUBLISH
+        bodies = run.bodies
+        n = len(bodies)
+        done_n = 0
+        if runs and ch in runs:
+            done = self.amqp091.publish_run(
+                c.conn_id, ch, method.exchange, method.routing_key, run.properties, bodies, now
+            )
+            if done.effects:
+                self.conns.apply(done.effects)
+            err = done.error
+            if err is not None:
+                assert isinstance(err, AMQPError)
+                return err, []
+            done_n = done.published
+        props = run.properties
+        return None, [
+            _Command(ch, method, RawContent(60, len(bodies[k]), props[k], bodies[k]))
+            for k in range(done_n, n)
+        ]
+
     def _on_event(self, c: AMQPConnection, event: ev.Event, now: int) -> list[ev.Event]:
         broker = self.broker
         match event:
-            case ev.Command():
+            case ev.Command() | ev.PublishRun():
                 raise AssertionError("commands are handled by on_events")
             case ev.LoginRequested():
                 # repeated failures from this address: the check waits (core.throttle)

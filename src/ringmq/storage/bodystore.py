@@ -34,6 +34,7 @@ from typing import Final
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
+from ringmq.core.queue.ports import RunColumns
 from ringmq.storage.msgstore import MessageStore
 from ringmq.storage.pageruns import RunRows
 from ringmq.storage.paging import DEFAULT_RUN_BYTES, DiskHealth, DurableCopies, PageQueue
@@ -174,6 +175,10 @@ class DiskSpillStore:
     def push_back(self, items: Sequence[Spilled]) -> None:
         """Append after everything spilled."""
         self._pages.push_back_spilled(items)
+
+    def push_back_run(self, seqs: Sequence[int], run: RunColumns) -> None:
+        """Append the messages of a run given as columns after everything spilled."""
+        self._pages.push_back_run(seqs, run)
 
     def push_front(self, items: Sequence[Spilled]) -> None:
         """Insert a run before everything spilled."""

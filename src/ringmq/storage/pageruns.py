@@ -34,18 +34,20 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
-from ringmq.core.queue.ports import Spilled
+from ringmq.core.queue.ports import RunColumns, Spilled
 
 __all__ = [
     "MAX_RUN_BODIES",
     "MAX_RUN_ROWS",
     "PageRun",
     "RunRows",
+    "column_records",
+    "encode_columns",
     "encode_run",
     "plain",
     "run_end",
@@ -107,26 +109,86 @@ def encode_run(items: Sequence[tuple[int, Message, int | None]]) -> bytes:
     one exchange and one routing key."""
     msgs = [m for _, m, _ in items]
     first = msgs[0]
-    ex = first.exchange.encode()
-    rk = first.routing_key.encode()
     ids = [m.message_id for m in msgs]
+    return _encode(
+        first.exchange,
+        first.routing_key,
+        array("Q", [s for s, _, _ in items]),
+        array("q", [m.timestamp_ms for m in msgs]),
+        bytes([m.priority & 0xFF for m in msgs]),
+        bytes([m.persistent for m in msgs]),
+        ids,
+        [m.properties_bin for m in msgs],
+        [m.body for m in msgs],
+    )
+
+
+def encode_columns(seqs: Sequence[int], run: RunColumns, start: int, stop: int) -> bytes:
+    """The PAGED_RUN payload of rows `[start:stop]` of `run` with those `seqs` (ascending):
+    what `encode_run` writes for the same messages (`run.messages()`), built from the
+    columns."""
+    n = stop - start
+    return _encode(
+        run.exchange,
+        run.routing_key,
+        array("Q", seqs[start:stop]),
+        array("q", [run.timestamp_ms]) * n,
+        bytes(n),
+        run.persistent[start:stop],
+        run.ids[start:stop],
+        run.props[start:stop],
+        run.bodies[start:stop],
+    )
+
+
+def column_records(seqs: Sequence[int], run: RunColumns) -> Iterator[tuple[bytes, int, int, int]]:
+    """The PAGED_RUN payloads of `run` with `seqs` (ascending): what `push_back_spilled`
+    writes for `run.messages()` (records cut as `run_end` cuts them: every row is `plain`,
+    with one exchange and routing key and no journal copy), each with its rows, body bytes
+    and last seq."""
+    bodies = run.bodies
+    n = len(bodies)
+    i = 0
+    while i < n:
+        stop = min(n, i + MAX_RUN_ROWS)
+        nbytes = 0
+        j = i
+        while j < stop and nbytes < MAX_RUN_BODIES:
+            nbytes += len(bodies[j])
+            j += 1
+        yield encode_columns(seqs, run, i, j), j - i, nbytes, seqs[j - 1]
+        i = j
+
+
+def _encode(
+    exchange: str,
+    routing_key: str,
+    seqs: array[int],
+    stamps: array[int],
+    priorities: bytes,
+    persistent: bytes,
+    ids: Sequence[str | None],
+    props: Sequence[bytes],
+    bodies: Sequence[bytes],
+) -> bytes:
+    # The payload layout of the module docstring, from its columns (`persistent`: 1 or 0).
+    ex = exchange.encode()
+    rk = routing_key.encode()
     id_bytes = [b"" if i is None else i.encode() for i in ids]
     flags = bytes(
         [
-            (_PERSISTENT if m.persistent else 0) | (0 if i is None else _HAS_ID)
-            for m, i in zip(msgs, ids, strict=True)
+            (_PERSISTENT if p else 0) | (0 if i is None else _HAS_ID)
+            for p, i in zip(persistent, ids, strict=True)
         ]
     )
-    props = [m.properties_bin for m in msgs]
-    bodies = [m.body for m in msgs]
     return b"".join(
         [
-            RUN_HEAD.pack(len(msgs), len(ex), len(rk), 0),
+            RUN_HEAD.pack(len(bodies), len(ex), len(rk), 0),
             ex,
             rk,
-            array("Q", [s for s, _, _ in items]).tobytes(),
-            array("q", [m.timestamp_ms for m in msgs]).tobytes(),
-            bytes([m.priority & 0xFF for m in msgs]),
+            seqs.tobytes(),
+            stamps.tobytes(),
+            priorities,
             flags,
             array("I", map(len, id_bytes)).tobytes(),
             array("I", map(len, props)).tobytes(),

@@ -61,10 +61,10 @@ from typing import Final, Protocol
 
 from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
-from ringmq.core.queue.ports import Spilled
+from ringmq.core.queue.ports import RunColumns, Spilled
 from ringmq.storage.journal import write_all
 from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
-from ringmq.storage.pageruns import RunRows, encode_run, plain, run_end
+from ringmq.storage.pageruns import RunRows, column_records, encode_run, plain, run_end
 from ringmq.storage.pagetake import Taken, item_of, peek_entries, take_records, take_runs
 from ringmq.storage.records import (
     HEADER,
@@ -270,10 +270,13 @@ class PageQueue:
         else:
             self._add(run, _PAGED, _encode_paged(entry), entry.seq, size)
 
-    def _add(self, run: _Run, rtype: int, payload: bytes, seq: int, size: int) -> None:
-        # Frame one record into the run's buffer (as records.frame does) and count it.
+    def _add(
+        self, run: _Run, rtype: int, payload: bytes, seq: int, size: int, count: int = 1
+    ) -> None:
+        # Frame one record (of `count` messages, the last `seq`) into the run's buffer (as
+        # records.frame does) and count it.
         head = HEADER.pack(len(payload), page_crc(payload, PAGE_TYPE_CRC[rtype]), rtype)
-        self._add_frames(run, [head, payload], HEADER_SIZE + len(payload), 1, size, seq)
+        self._add_frames(run, [head, payload], HEADER_SIZE + len(payload), count, size, seq)
 
     def _add_frames(
         self, run: _Run, parts: list[bytes], nbytes: int, count: int, body_bytes: int, last: int
@@ -323,14 +326,18 @@ class PageQueue:
 
     def push_back(self, entries: Iterable[Entry]) -> None:
         """Append entries after everything already paged, in the given order."""
-        run = self._runs[-1] if self._runs and self._runs[-1].fd >= 0 else None
         for entry in entries:
-            if run is None or run.written + len(run.buf or b"") >= self.run_bytes:
-                if run is not None:
-                    self._seal(run)
-                run = self._new_run()
-                self._runs.append(run)
-            self._append(run, entry)
+            self._append(self._back(), entry)
+
+    def _back(self) -> _Run:
+        # The run to append to: the open back run, sealed and replaced once it is full.
+        run = self._runs[-1] if self._runs and self._runs[-1].fd >= 0 else None
+        if run is None or run.written + len(run.buf or b"") >= self.run_bytes:
+            if run is not None:
+                self._seal(run)
+            run = self._new_run()
+            self._runs.append(run)
+        return run
 
     def push_back_spilled(self, items: Sequence[tuple[int, Message, int | None]]) -> None:
         """`push_back` of an engine's spilled messages, `(seq, message, expires_at)`, encoded
@@ -397,6 +404,21 @@ class PageQueue:
         if count:
             assert run is not None
             self._add_frames(run, parts, pending, count, body_bytes, last)
+
+    def push_back_run(self, seqs: Sequence[int], run: RunColumns) -> None:
+        """`push_back_spilled` of the messages of `run` with `seqs` (what it writes for
+        `run.messages()`), encoded straight from the columns as PAGED_RUN records."""
+        copies = self.copies
+        if copies is not None and 1 in run.persistent:
+            holds = copies.holds
+            if any(p and holds(q) for p, q in zip(run.persistent, seqs, strict=True)):
+                # journaled copies are paged by reference, message by message
+                msgs = run.messages()
+                self.push_back_spilled([(q, m, None) for q, m in zip(seqs, msgs, strict=True)])
+                return
+        for payload, rows, size, last in column_records(seqs, run):
+            self._add(self._back(), _PAGED_RUN, payload, last, size, rows)
+            self.runs_written += 1
 
     def push_front(self, entries: Sequence[Entry]) -> None:
         """Page out entries that precede everything already paged (given in queue order)."""

@@ -70,16 +70,18 @@ def _encode(i: int, m: tuple[str, str | None, int | None, bool]) -> tuple[str, b
 
 
 def _runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    # the lengths of the runs the bulk step took (as messages or as columns)
     taken: list[int] = []
-    real = ingest.ingest_run
+    for name in ("ingest_run", "ingest_columns"):
+        real = getattr(ingest, name)
 
-    def spy(*args: Any) -> bool:
-        ok = real(*args)
-        if ok:
-            taken.append(len(args[4]))
-        return ok
+        def spy(*args: Any, real: Any = real) -> bool:
+            ok = bool(real(*args))
+            if ok:
+                taken.append(len(args[4]))
+            return ok
 
-    monkeypatch.setattr("ringmq.core.publish.ingest_run", spy)
+        monkeypatch.setattr(f"ringmq.core.publish.{name}", spy)
     return taken
 
 
@@ -132,8 +134,9 @@ def test_a_paged_sink_takes_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     done = kit.amqp.publish_batch(ch[0], ch[1], "", messages, 0, 1000, kit.now)
     assert done.error is None
     assert done.published == 1000
-    # The first run fills the head and pages one at a time; the rest go as runs.
-    assert taken == [256, 256, 232]
+    # The first run fills the head and pages one at a time; the rest goes as one run of
+    # columns.
+    assert taken == [744]
     assert _acks(done.effects) == (set(range(1, 1001)), set())
     got = _contents(kit.broker)["sink"]
     assert got == [(f"m{i}".encode(), f"id-{i}") for i in range(700)]  # replays dropped

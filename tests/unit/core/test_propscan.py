@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringmq.adapters.amqp091.propscan import scan_simple
+from ringmq.adapters.amqp091.propscan import scan_many, scan_simple
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError
 
@@ -113,3 +113,29 @@ def test_examples() -> None:
     assert scan_simple(b"\x00\x00") == (None, None)
     assert scan_simple(b"\x20\x00\x00\x00\x00\x00") is None  # headers: full decode
     assert scan_simple(b"") is None
+
+
+_mid_only = _short.map(lambda m: encode_properties(BasicProperties(message_id=m)))
+_any_list = st.one_of(
+    _mid_only,
+    _mid_only.map(lambda pb: pb[:-1] + b"\xff"),  # a message id that is not UTF-8
+    _mid_only.map(lambda pb: pb + b"x"),  # a trailing byte
+    _simple.map(encode_properties),
+    _props.map(encode_properties),
+    st.binary(max_size=12),
+)
+
+
+@given(st.lists(_any_list, max_size=12), st.integers(0, 14))
+def test_scan_many_is_scan_simple_of_each(lists: list[bytes], stop: int) -> None:
+    stop = min(stop, len(lists))
+    persistent, ids = scan_many(lists, stop)
+    want: list[tuple[int | None, str | None]] = []
+    for pb in lists[:stop]:
+        got = scan_simple(pb)
+        if got is None:
+            break
+        want.append(got)
+    assert len(ids) == len(persistent) == len(want)
+    assert ids == [mid for _, mid in want]
+    assert list(persistent) == [int(mode == 2) for mode, _ in want]

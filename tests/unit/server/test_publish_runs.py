@@ -103,14 +103,16 @@ class _Server:
         )
         self.server.attach(core)
         self.server.inbound.publish_runs = runs
-        self.batches = 0
-        real = self.server.inbound.amqp091.publish_batch
+        self.batches = 0  # publish runs handed to the adapter (as rows or as columns)
+        amqp091 = self.server.inbound.amqp091
+        for name in ("publish_batch", "publish_run"):
+            real = getattr(amqp091, name)
 
-        def spy(*args: Any) -> Any:
-            self.batches += 1
-            return real(*args)
+            def spy(*args: Any, real: Any = real) -> Any:
+                self.batches += 1
+                return real(*args)
 
-        self.server.inbound.amqp091.publish_batch = spy  # type: ignore[method-assign,assignment]
+            setattr(amqp091, name, spy)
         self.conn = AMQPConnection(self.server.inbound, 1)
         self.transport = _Transport()
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
@@ -298,3 +300,20 @@ def test_publishes_under_an_alarm_are_each_taken_and_block() -> None:
         assert got == one.contents()
         assert _replies(bytes(runs.transport.out)) == _replies(bytes(one.transport.out))
         assert runs.broker.stats == one.broker.stats
+
+
+def test_a_read_of_publishes_reaches_the_broker_as_columns() -> None:
+    # the reader hands the run over as one PublishRun (no Command per publish), and the
+    # broker's ingest takes it as columns once the queue pages
+    data = b"".join(_publish(i, "", "sink", f"id{i}", False, False) for i in range(40))
+    for one, runs in _servers():
+        events = runs.conn.proto.receive_data(b"")  # (nothing buffered)
+        assert events == []
+        runs.conn.proto.publish_runs = {1}
+        got = runs.conn.proto.receive_data(data)
+        assert [type(e).__name__ for e in got] == ["PublishRun"]
+        runs.conn.proto.publish_runs = None
+        runs.feed([data])  # the same publishes again, through the server: one batch
+        one.feed([data, data])
+        assert runs.batches == 1
+        assert runs.contents()["sink"] == one.contents()["sink"][:40]  # the replays dropped

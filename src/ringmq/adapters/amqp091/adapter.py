@@ -27,12 +27,13 @@ connection.start-ok; `publish_batch` publishes a batch of 0-9-1 messages (the st
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from ringmq.adapters.amqp091.errors import to_amqp
-from ringmq.adapters.amqp091.message import DECODE_ANY, build
+from ringmq.adapters.amqp091.message import DECODE_ANY, build, columns_of, run_columns
 from ringmq.adapters.amqp091.methods import HANDLERS
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
@@ -44,6 +45,7 @@ from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message
 from ringmq.core.publish import BatchPublished
+from ringmq.core.queue.ports import RunColumns
 from ringmq.core.session import ChannelMode, Session
 from ringmq.core.settings import SettingsError
 
@@ -312,13 +314,54 @@ class Amqp091:
             )
         if s.mode is _TX:
             return self._publish_batch_tx(conn_id, channel, exchange, messages, start, stop, now_ms)
+        # As columns as far as they go (`columns_of`), the rest built one at a time.
+        columns, start = columns_of(
+            exchange, messages, start, stop, self.broker.publisher.max_message_size, now_ms
+        )
+        return self._publish(s, exchange, columns, messages, start, stop, now_ms)
+
+    def publish_run(
+        self,
+        conn_id: int,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        props: Sequence[bytes],
+        bodies: Sequence[bytes],
+        now_ms: int,
+    ) -> BatchPublished:
+        """`publish_batch` of publishes that share one routing key, given as columns (raw
+        property lists and bodies: a read's `PublishRun`), taken as columns by the core's
+        columnar ingest as far as `run_columns` goes."""
+        s = self.broker.session(conn_id, channel)
+        if s is None or s.mode is _TX:
+            rows = list(zip(itertools.repeat(routing_key, len(bodies)), props, bodies, strict=True))
+            return self.publish_batch(conn_id, channel, exchange, rows, 0, len(rows), now_ms)
+        max_size = self.broker.publisher.max_message_size
+        columns = run_columns(exchange, routing_key, props, bodies, max_size, now_ms)
+        k = 0 if columns is None else len(columns)
+        rest = [(routing_key, props[i], bodies[i]) for i in range(k, len(bodies))]
+        return self._publish(s, exchange, columns, rest, 0, len(rest), now_ms)
+
+    def _publish(
+        self,
+        s: Session,
+        exchange: str,
+        columns: RunColumns | None,
+        messages: Sequence[tuple[str, bytes, bytes]],
+        start: int,
+        stop: int,
+        now_ms: int,
+    ) -> BatchPublished:
+        # `columns`, then `messages[start:stop]` built one at a time, as one batch.
         failed: list[AMQPError] = []
         done = self.broker.publish_batch(
-            conn_id,
-            channel,
+            s.conn_id,
+            s.channel,
             exchange,
             self._built(s, exchange, messages, start, stop, now_ms, failed),
             now_ms,
+            columns,
         )
         if isinstance(done.error, BrokerError):
             done.error = to_amqp(done.error, *_PUBLISH_IDS)

@@ -17,11 +17,11 @@ sender-selected BCC removal) and for the original expiration text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, Final
 
-from ringmq.adapters.amqp091.propscan import scan_simple
+from ringmq.adapters.amqp091.propscan import scan_many, scan_simple
 from ringmq.amqp.properties import (
     FLAG_CONTENT_TYPE,
     FLAG_DELIVERY_MODE,
@@ -38,6 +38,7 @@ from ringmq.amqp.properties import (
 from ringmq.core.delivery import REPLY_TO_PREFIX, REPLY_TO_QUEUE
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import FORM_AMQP091, Message, register_form
+from ringmq.core.queue.ports import RunColumns
 from ringmq.core.session import Session
 
 _NEEDS_DECODE: Final = (
@@ -146,6 +147,54 @@ def build(
         props.reply_to = REPLY_TO_PREFIX + s.reply_to_token
         msg.properties_bin = encode_properties(props)
     return msg
+
+
+def columns_of(
+    exchange: str,
+    messages: Sequence[tuple[str, bytes, bytes]],
+    start: int,
+    stop: int,
+    max_size: int,
+    now_ms: int,
+) -> tuple[RunColumns | None, int]:
+    """The publishes `messages[start:stop]` ((routing key, raw properties, body) each) as
+    columns for the core's columnar ingest, as far as they go: `run_columns` of the longest
+    prefix with the first one's routing key. Returns (the columns, or None; the index after
+    them): the caller builds the rest one at a time."""
+    if stop - start < 2:
+        return None, start
+    rks, props, bodies = zip(*messages[start:stop], strict=True)
+    rk = rks[0]
+    k = len(rks)
+    if rks.count(rk) != k:
+        k = next(i for i, other in enumerate(rks) if other != rk)
+    columns = run_columns(exchange, rk, props[:k], bodies[:k], max_size, now_ms)
+    return columns, start + (0 if columns is None else len(columns))
+
+
+def run_columns(
+    exchange: str,
+    routing_key: str,
+    props: Sequence[bytes],
+    bodies: Sequence[bytes],
+    max_size: int,
+    now_ms: int,
+) -> RunColumns | None:
+    """Publishes to `exchange` with `routing_key` (raw property lists and bodies) as columns,
+    as far as they go: bodies within `max_size` (0: no limit) and property lists that
+    `scan_simple` reads (no headers, priority, expiration or reply_to: `build` makes exactly
+    the message the columns stand for). None when fewer than two publishes qualify; the
+    caller builds the rest one at a time (which reports what is wrong with the first)."""
+    n = len(bodies)
+    if max_size and n and max(map(len, bodies)) > max_size:
+        n = next(i for i, body in enumerate(bodies) if len(body) > max_size)
+    persistent, ids = scan_many(props, n)
+    n = len(ids)
+    if n < 2:
+        return None
+    if n < len(bodies):
+        props, bodies = props[:n], bodies[:n]
+    return RunColumns(exchange, routing_key, now_ms, props, bodies, ids, bytes(persistent))
 
 
 def from_properties(

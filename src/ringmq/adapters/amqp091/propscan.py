@@ -20,6 +20,7 @@ differential Hypothesis test holds it to that). Pure functions; imports only the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from ringmq.amqp.properties import (
@@ -57,6 +58,8 @@ _FIELDS: Final = (
     (FLAG_CLUSTER_ID, 0),
 )
 _MID_ONLY: Final = FLAG_MESSAGE_ID
+_MID_HI: Final = _MID_ONLY >> 8
+_MID_LO: Final = _MID_ONLY & 0xFF
 _DM_MID: Final = FLAG_DELIVERY_MODE | FLAG_MESSAGE_ID
 
 
@@ -110,4 +113,31 @@ def scan_simple(pb: bytes) -> tuple[int | None, str | None] | None:
     return mode, mid
 
 
-__all__ = ["scan_simple"]
+def scan_many(props: Sequence[bytes], stop: int) -> tuple[bytearray, list[str | None]]:
+    """`scan_simple` of `props[:stop]` in order, up to the first that is not simple: (one
+    byte per list, 1 when its delivery_mode is 2; the message ids). The length of the ids
+    says how many lists were simple."""
+    persistent = bytearray()
+    ids: list[str | None] = []
+    keep = persistent.append
+    add = ids.append
+    for k in range(stop):
+        pb = props[k]
+        n = len(pb)
+        # The Spark writer's list (message_id only, as in `scan_simple`), without a call.
+        if n >= 3 and pb[0] == _MID_HI and pb[1] == _MID_LO and n == pb[2] + 3:
+            try:
+                add(str(pb[3:], "utf-8"))
+            except UnicodeDecodeError:
+                break
+            keep(0)
+            continue
+        simple = scan_simple(pb)
+        if simple is None:
+            break
+        keep(simple[0] == 2)
+        add(simple[1])
+    return persistent, ids
+
+
+__all__ = ["scan_many", "scan_simple"]

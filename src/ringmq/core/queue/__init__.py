@@ -33,6 +33,8 @@ for the spilled tail, the `SpillStore` port (`MemorySpillStore` here; storage ha
 * `Queue(name, settings, *, body_store=None, spill=None)`
 * paging: `set_spill(store)`, `set_body_store(store)`, `set_memory_bound(count, nbytes)`,
   `memory_bound`, `page_out()`, `spilled`, `pageable`, `close()`
+* `publish_run(msgs, now_ms)`, `publish_columns(run)` and `takes_runs`: runs of plain
+  publishes in one step (ingest.py)
 * `publish(msg, now_ms) -> PublishOutcome` (ENQUEUED, SCHEDULED, REJECTED: nack the publisher,
   DROPPED: accepted then discarded by policy, ack the publisher as RabbitMQ does)
 * `fetch(now_ms, ack_required=True) -> Delivery | None`; `fetch_matching(match, scan, now_ms,
@@ -61,6 +63,7 @@ from ringmq.core.queue.ports import (
     BodyStore,
     MemoryBodyStore,
     MemorySpillStore,
+    RunColumns,
     Spilled,
     SpillStore,
 )
@@ -91,6 +94,7 @@ __all__ = [
     "PublishOutcome",
     "Queue",
     "QueueCounters",
+    "RunColumns",
     "ScheduledMessage",
     "SpillStore",
     "Spilled",

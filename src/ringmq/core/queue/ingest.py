@@ -10,15 +10,20 @@ sink's backlog), `publish` would only give each its seq and push it to the paged
 run is given consecutive seqs and handed to the paged tail in one step
 (`PagedTail.push_run`: one framed write of the run to the page file). Any other queue, or a
 queue not yet paging, takes every message through `publish` itself: the outcome is then that
-of `publish`, one message after the other.
+of `publish`, one message after the other. `publish_columns` is `publish_run` for a run given
+as columns (`RunColumns`, no `Message` each): its seqs are taken from the counter in one step
+and the columns go to the spill store as they are (`PagedTail.push_columns`); only a queue
+that `takes_runs` is handed one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import count, islice
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.paging import PagedTail
+from ringmq.core.queue.ports import RunColumns
 from ringmq.core.queue.records import PublishOutcome, QueueCounters
 
 __all__ = ["QueueIngest"]
@@ -31,6 +36,7 @@ class QueueIngest:
     _plain: bool
     _paging: PagedTail
     _next_seq: Callable[[], SeqId]
+    _seq_counter: count[int]
 
     def publish(self, msg: Message, now_ms: int) -> PublishOutcome:
         raise NotImplementedError  # Queue's
@@ -52,3 +58,8 @@ class QueueIngest:
         next_seq = self._next_seq
         self._paging.push_run([(next_seq(), m, None) for m in msgs])
         return None
+
+    def publish_columns(self, run: RunColumns) -> None:
+        """Enqueue the messages of `run` (a queue that `takes_runs`) as `publish_run` does."""
+        assert self.takes_runs
+        self._paging.push_columns(list(islice(self._seq_counter, len(run))), run)

@@ -43,7 +43,7 @@ from typing import Final
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.lanes import READY, Entry, new_entry
-from ringmq.core.queue.ports import RawRows, Spilled, SpillStore
+from ringmq.core.queue.ports import RawRows, RunColumns, Spilled, SpillStore
 from ringmq.core.queue.records import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_HEAD_COUNT,
@@ -189,6 +189,26 @@ class PagedTail:
         buf += items
         if len(buf) >= SPILL_BATCH:
             self._spill_buffer()
+
+    def push_columns(self, seqs: list[int], run: RunColumns) -> None:
+        """`push_run` of a run given as columns (`seqs` ascending, above every seq pushed so
+        far): the buffered items go to the store first, then the run, in one hand-over."""
+        n = len(seqs)
+        if not n:
+            return
+        nbytes = sum(map(len, run.bodies))
+        c = self._counters
+        c.paged += n
+        c.paged_bytes += nbytes
+        c.added += n
+        self.spilled += n
+        self.spilled_bytes += nbytes
+        if self._buf:
+            self._spill_buffer()
+        spill = self.spill
+        assert spill is not None
+        spill.push_back_run(seqs, run)
+        self._stored += n
 
     def _spill_buffer(self) -> None:
         # The buffered new messages to the store, behind everything spilled, in one hand-over.

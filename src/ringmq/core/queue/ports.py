@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Sequence
+from itertools import compress
 from typing import Protocol
 
 from ringmq.core.message import Message, SeqId
@@ -21,6 +22,7 @@ __all__ = [
     "MemoryBodyStore",
     "MemorySpillStore",
     "RawRows",
+    "RunColumns",
     "SpillStore",
     "Spilled",
 ]
@@ -46,6 +48,78 @@ class BodyStore(Protocol):
 
 Spilled = tuple[SeqId, Message, int | None]
 """One spilled message: (seq, message, expires_at epoch ms or None)."""
+
+
+class RunColumns:
+    """A run of plain publishes as columns, with no `Message` per publish (the columnar
+    ingest, `core/ingest.py`): one exchange and routing key, one broker timestamp, and per
+    message its raw properties, body, message id and persistence; no headers, priority or
+    expiration (the adapter that makes it read that from each property list).
+
+    `messages` makes the `Message`s these columns stand for (what the adapter's one-at-a-time
+    build gives for the same publishes): the per-message path takes them when the ingest
+    guard refuses the run, and a spill store that keeps messages (`MemorySpillStore`).
+    """
+
+    __slots__ = ("bodies", "exchange", "ids", "persistent", "props", "routing_key", "timestamp_ms")
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        timestamp_ms: int,
+        props: Sequence[bytes],
+        bodies: Sequence[bytes],
+        ids: Sequence[str | None],
+        persistent: bytes,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.timestamp_ms = timestamp_ms
+        self.props = props
+        self.bodies = bodies
+        self.ids = ids
+        self.persistent = persistent
+        """One byte per message: 1 when persistent (delivery_mode 2), else 0."""
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def rows(self, start: int, stop: int) -> RunColumns:
+        """The messages `[start:stop]` (self when that is all of them)."""
+        if start == 0 and stop >= len(self.bodies):
+            return self
+        return RunColumns(
+            self.exchange,
+            self.routing_key,
+            self.timestamp_ms,
+            self.props[start:stop],
+            self.bodies[start:stop],
+            self.ids[start:stop],
+            self.persistent[start:stop],
+        )
+
+    def kept(self, keep: Sequence[bool]) -> RunColumns:
+        """The messages whose `keep` is true (a de-duplication window's verdicts)."""
+        if all(keep):
+            return self
+        return RunColumns(
+            self.exchange,
+            self.routing_key,
+            self.timestamp_ms,
+            list(compress(self.props, keep)),
+            list(compress(self.bodies, keep)),
+            list(compress(self.ids, keep)),
+            bytes(compress(self.persistent, keep)),
+        )
+
+    def messages(self) -> list[Message]:
+        """The messages of the run, in order."""
+        ex, rk, ts = self.exchange, self.routing_key, self.timestamp_ms
+        return [
+            Message(ex, rk, p, b, None, 0, None, f == 1, i, ts)
+            for p, b, i, f in zip(self.props, self.bodies, self.ids, self.persistent, strict=True)
+        ]
 
 
 class RawRows(Protocol):
@@ -91,6 +165,10 @@ class SpillStore(Protocol):
     def push_back(self, items: Sequence[Spilled]) -> None:
         """Append after everything spilled, in the given order."""
 
+    def push_back_run(self, seqs: Sequence[int], run: RunColumns) -> None:
+        """`push_back` of the messages of `run` with `seqs` (ascending), straight from the
+        columns where the store can (the same messages as `run.messages()` read back)."""
+
     def push_front(self, items: Sequence[Spilled]) -> None:
         """Insert before everything spilled, in the given order."""
 
@@ -130,6 +208,9 @@ class MemorySpillStore:
 
     def push_back(self, items: Sequence[Spilled]) -> None:
         self.items.extend(items)
+
+    def push_back_run(self, seqs: Sequence[int], run: RunColumns) -> None:
+        self.items.extend((SeqId(s), m, None) for s, m in zip(seqs, run.messages(), strict=True))
 
     def push_front(self, items: Sequence[Spilled]) -> None:
         self.items.extendleft(reversed(items))
