@@ -22,10 +22,10 @@ from pamqp import frame as pframe
 from pamqp import header as pheader
 
 from ringmq.amqp import spec
+from ringmq.amqp.deliverframes import encode_deliver
 from ringmq.amqp.frames import (
     FrameReader,
     encode_content_frames,
-    encode_deliver,
     encode_method_frame,
 )
 from ringmq.amqp.properties import BasicProperties, encode_properties

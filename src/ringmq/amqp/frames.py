@@ -23,8 +23,8 @@ answers a bad header by sending ``PROTOCOL_HEADER`` and closing. Method frames a
 spec dataclasses; content headers keep their property list raw; bodies are copied out as
 ``bytes``. The module holds no I/O and no clock.
 
-Encoders return ``bytes`` ready for one ``transport.write``. ``encode_deliver`` is the hot path:
-BasicDeliver + content header + body frames for one message built with a single join.
+Encoders return ``bytes`` ready for one ``transport.write``. Basic.Deliver, every delivery's
+hot path, has its own encoders in ``deliverframes.py``.
 """
 
 from __future__ import annotations
@@ -49,10 +49,15 @@ FRAME_MIN_SIZE: Final = 4096
 PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
-_FRAME_HEAD: Final = struct.Struct(">BHI")
-_CONTENT_HEAD: Final = struct.Struct(">HHQ")
-_METHOD_HEAD: Final = struct.Struct(">BHIHH")
-_HEADER_HEAD: Final = struct.Struct(">BHIHHQ")
+FRAME_HEAD: Final = struct.Struct(">BHI")
+"""A frame's head: type, channel, payload size."""
+CONTENT_HEAD: Final = struct.Struct(">HHQ")
+"""A content header's fixed fields: class, weight, body size."""
+METHOD_HEAD: Final = struct.Struct(">BHIHH")
+"""A method frame's head and method ids: frame type, channel, size, class, method."""
+HEADER_HEAD: Final = struct.Struct(">BHIHHQ")
+"""A content header frame's head and fixed fields: frame type, channel, size, class, weight,
+body size."""
 _PUBLISH_CACHE_SIZE: Final = 256
 """Distinct Basic.Publish argument lists remembered per connection (cleared when full)."""
 _END: Final = b"\xce"
@@ -211,13 +216,13 @@ class FrameReader:
         n = len(buf)
         if n - pos < 30 or self._want_header:
             return None
-        ftype, channel, size, class_id, method_id = _METHOD_HEAD.unpack_from(buf, pos)
+        ftype, channel, size, class_id, method_id = METHOD_HEAD.unpack_from(buf, pos)
         if ftype != FRAME_METHOD or class_id != 60 or method_id != 40:
             return None
         hpos = pos + 8 + size  # the content header frame
         if hpos + 19 > n or buf[hpos - 1] != FRAME_END:
             return None
-        htype, hchannel, hsize, hclass, _weight, body_size = _HEADER_HEAD.unpack_from(buf, hpos)
+        htype, hchannel, hsize, hclass, _weight, body_size = HEADER_HEAD.unpack_from(buf, hpos)
         hend = hpos + 7 + hsize
         if (
             htype != FRAME_HEADER
@@ -236,7 +241,7 @@ class FrameReader:
             bpos = hend + 1
             if bpos + 7 > n:
                 return None
-            btype, bchannel, bsize = _FRAME_HEAD.unpack_from(buf, bpos)
+            btype, bchannel, bsize = FRAME_HEAD.unpack_from(buf, bpos)
             end = bpos + 7 + bsize
             if (
                 btype != FRAME_BODY
@@ -282,7 +287,7 @@ class FrameReader:
         n = len(buf)
         if n - pos < 60 or self._want_header:
             return None
-        ftype, channel, size, class_id, method_id = _METHOD_HEAD.unpack_from(buf, pos)
+        ftype, channel, size, class_id, method_id = METHOD_HEAD.unpack_from(buf, pos)
         if ftype != FRAME_METHOD or class_id != 60 or method_id != 40 or channel not in channels:
             return None
         limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else -1
@@ -294,8 +299,8 @@ class FrameReader:
         # Every publish of the run has this method frame, byte for byte (type, channel, size,
         # class and method, arguments, frame end): one comparison each.
         frame = buf[pos:hpos]
-        header_at = _HEADER_HEAD.unpack_from
-        body_head_at = _FRAME_HEAD.unpack_from
+        header_at = HEADER_HEAD.unpack_from
+        body_head_at = FRAME_HEAD.unpack_from
         props: list[bytes] = []
         bodies: list[bytes] = []
         p = pos
@@ -371,7 +376,7 @@ class FrameReader:
             return ProtocolHeader(buf[pos : pos + 8])
         if avail < 7:
             return None
-        ftype, channel, size = _FRAME_HEAD.unpack_from(buf, pos)
+        ftype, channel, size = FRAME_HEAD.unpack_from(buf, pos)
         if self.frame_max and size > self.frame_max - FRAME_OVERHEAD:
             raise AMQPError(
                 ReplyCode.FRAME_ERROR,
@@ -395,7 +400,7 @@ class FrameReader:
                 raise AMQPError(
                     ReplyCode.FRAME_ERROR, f"content header frame too short ({size} bytes)"
                 )
-            class_id, _weight, body_size = _CONTENT_HEAD.unpack_from(buf, start)
+            class_id, _weight, body_size = CONTENT_HEAD.unpack_from(buf, start)
             return HeaderFrame(channel, class_id, body_size, buf[start + 12 : end])
         if ftype == FRAME_HEARTBEAT:
             if channel != 0 or size != 0:
@@ -412,13 +417,13 @@ class FrameReader:
 
 def encode_frame(frame_type: int, channel: int, payload: bytes) -> bytes:
     """One frame around ``payload``."""
-    return _FRAME_HEAD.pack(frame_type, channel, len(payload)) + payload + _END
+    return FRAME_HEAD.pack(frame_type, channel, len(payload)) + payload + _END
 
 
 def encode_method_frame(channel: int, method: Method) -> bytes:
     """A method frame for ``method`` on ``channel``."""
     payload = method.encode()
-    return b"".join((_FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)), payload, _END))
+    return b"".join((FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)), payload, _END))
 
 
 def encode_content_frames(
@@ -441,170 +446,49 @@ def encode_content_frames(
     """
     payload = method.encode()
     parts = [
-        _FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)),
+        FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)),
         payload,
         _END,
-        _FRAME_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin)),
-        _CONTENT_HEAD.pack(class_id, 0, len(body)),
+        FRAME_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin)),
+        CONTENT_HEAD.pack(class_id, 0, len(body)),
         properties_bin,
         _END,
     ]
-    _append_body(parts, channel, body, frame_max)
+    append_body(parts, channel, body, frame_max)
     return b"".join(parts)
 
 
-def _append_body(parts: list[bytes], channel: int, body: bytes, frame_max: int) -> None:
+def append_body(parts: list[bytes], channel: int, body: bytes, frame_max: int) -> None:
+    """Append `body`'s body frames (split at `frame_max`; 0: one frame) to `parts`."""
     size = len(body)
     chunk = frame_max - FRAME_OVERHEAD if frame_max else size
     if frame_max and chunk <= 0:
         raise ValueError(f"frame_max {frame_max} leaves no room for a body frame payload")
     if size <= chunk:
         if size:
-            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, size), body, _END)
+            parts += (FRAME_HEAD.pack(FRAME_BODY, channel, size), body, _END)
         return
     view = memoryview(body)
     for off in range(0, size, chunk):
         piece = view[off : off + chunk]
-        parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece.tobytes(), _END)
-
-
-_DELIVER_FIXED: Final = struct.Struct(">QB")
-
-
-def encode_deliver(
-    channel: int,
-    consumer_tag: bytes,
-    delivery_tag: int,
-    redelivered: bool,
-    exchange: bytes,
-    routing_key: bytes,
-    properties_bin: bytes,
-    body: bytes,
-    frame_max: int,
-) -> bytes:
-    """The hot path: BasicDeliver + header + body frames for one message, as one ``bytes``.
-
-    String arguments are already-encoded UTF-8 (callers cache them per consumer/message) and
-    must each be at most 255 bytes. Output is byte-identical to ``encode_content_frames`` with
-    ``BasicDeliver(...)``.
-    """
-    ctag_len = len(consumer_tag)
-    ex_len = len(exchange)
-    rk_len = len(routing_key)
-    if ctag_len > 255 or ex_len > 255 or rk_len > 255:
-        raise ValueError("consumer tag, exchange and routing key are limited to 255 bytes")
-    method_size = 4 + 1 + ctag_len + 9 + 1 + ex_len + 1 + rk_len
-    size = len(body)
-    parts = [
-        _METHOD_HEAD.pack(FRAME_METHOD, channel, method_size, 60, 60),
-        bytes((ctag_len,)),
-        consumer_tag,
-        _DELIVER_FIXED.pack(delivery_tag, 1 if redelivered else 0),
-        bytes((ex_len,)),
-        exchange,
-        bytes((rk_len,)),
-        routing_key,
-        _END,
-        _FRAME_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin)),
-        _CONTENT_HEAD.pack(60, 0, size),
-        properties_bin,
-        _END,
-    ]
-    _append_body(parts, channel, body, frame_max)
-    return b"".join(parts)
-
-
-class DeliverParts:
-    """The constant parts of Basic.Deliver frames for one (channel, consumer, exchange, key).
-
-    ``encode(...)`` returns exactly what ``encode_deliver`` returns for the same arguments, but
-    the method frame around the delivery tag is assembled once, here, instead of per message.
-    """
-
-    __slots__ = ("_channel", "_head", "_tail")
-
-    def __init__(self, channel: int, consumer_tag: bytes, exchange: bytes, routing_key: bytes):
-        ctag_len = len(consumer_tag)
-        ex_len = len(exchange)
-        rk_len = len(routing_key)
-        if ctag_len > 255 or ex_len > 255 or rk_len > 255:
-            raise ValueError("consumer tag, exchange and routing key are limited to 255 bytes")
-        method_size = 4 + 1 + ctag_len + 9 + 1 + ex_len + 1 + rk_len
-        self._channel = channel
-        self._head = b"".join(
-            (
-                _METHOD_HEAD.pack(FRAME_METHOD, channel, method_size, 60, 60),
-                bytes((ctag_len,)),
-                consumer_tag,
-            )
-        )
-        self._tail = b"".join((bytes((ex_len,)), exchange, bytes((rk_len,)), routing_key, _END))
-
-    def encode(
-        self,
-        delivery_tag: int,
-        redelivered: bool,
-        properties_bin: bytes,
-        body: bytes,
-        frame_max: int,
-    ) -> bytes:
-        """Deliver + content header + body frames for one message, as one ``bytes``."""
-        channel = self._channel
-        size = len(body)
-        parts = [
-            self._head,
-            _DELIVER_FIXED.pack(delivery_tag, 1 if redelivered else 0),
-            self._tail,
-            _HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin), 60, 0, size),
-            properties_bin,
-            _END,
-        ]
-        if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
-            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, size), body, _END)
-        else:
-            _append_body(parts, channel, body, frame_max)
-        return b"".join(parts)
-
-    def encode_into(
-        self,
-        out: list[bytes],
-        delivery_tag: int,
-        redelivered: bool,
-        properties_bin: bytes,
-        body: bytes,
-        frame_max: int,
-    ) -> None:
-        """Append the pieces of ``encode(...)`` to ``out`` (joined per write, not per message)."""
-        channel = self._channel
-        size = len(body)
-        if size and (not frame_max or size <= frame_max - FRAME_OVERHEAD):
-            out += (
-                self._head,
-                _DELIVER_FIXED.pack(delivery_tag, 1 if redelivered else 0),
-                self._tail,
-                _HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties_bin), 60, 0, size),
-                properties_bin,
-                _END,
-                _FRAME_HEAD.pack(FRAME_BODY, channel, size),
-                body,
-                _END,
-            )
-        else:
-            out.append(self.encode(delivery_tag, redelivered, properties_bin, body, frame_max))
+        parts += (FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece.tobytes(), _END)
 
 
 __all__ = [
+    "CONTENT_HEAD",
     "FRAME_BODY",
     "FRAME_END",
+    "FRAME_HEAD",
     "FRAME_HEADER",
     "FRAME_HEARTBEAT",
     "FRAME_METHOD",
     "FRAME_MIN_SIZE",
     "FRAME_OVERHEAD",
+    "HEADER_HEAD",
     "HEARTBEAT_FRAME",
+    "METHOD_HEAD",
     "PROTOCOL_HEADER",
     "BodyFrame",
-    "DeliverParts",
     "Frame",
     "FrameReader",
     "HeaderFrame",
@@ -612,8 +496,8 @@ __all__ = [
     "MethodFrame",
     "ProtocolHeader",
     "RawContent",
+    "append_body",
     "encode_content_frames",
-    "encode_deliver",
     "encode_frame",
     "encode_method_frame",
 ]

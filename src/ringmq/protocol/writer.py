@@ -23,7 +23,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ringmq.amqp import spec
-from ringmq.amqp.frames import DeliverParts, encode_content_frames, encode_method_frame
+from ringmq.amqp.deliverframes import DeliverParts
+from ringmq.amqp.frames import encode_content_frames, encode_method_frame
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.spec import Method
 from ringmq.protocol.channel import Channel, ChannelState

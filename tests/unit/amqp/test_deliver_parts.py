@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringmq.amqp.frames import DeliverParts, FrameReader, encode_deliver
+from ringmq.amqp.deliverframes import DeliverParts, encode_deliver
+from ringmq.amqp.frames import FrameReader
 
 _short = st.binary(max_size=255)
 

@@ -13,6 +13,7 @@ from pamqp import frame as pframe
 from pamqp import header as pheader
 
 from ringmq.amqp import spec
+from ringmq.amqp.deliverframes import encode_deliver
 from ringmq.amqp.frames import (
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
@@ -24,7 +25,6 @@ from ringmq.amqp.frames import (
     MethodFrame,
     ProtocolHeader,
     encode_content_frames,
-    encode_deliver,
     encode_frame,
     encode_method_frame,
 )
