@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Any, Final
 from ringmq.core.message import SeqId
 from ringmq.core.reservations import (
     DEFAULT_LEASE_MS,
-    EngineAdapter,
     Entry,
     Lease,
     Reservations,
     ReserveResult,
 )
+from ringmq.core.reserveports import EngineAdapter
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker

@@ -16,7 +16,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from ringmq.core.dedup import Deduplicator
 from ringmq.core.message import Message, SeqId
-from ringmq.core.reservations import Reservations, Taken
+from ringmq.core.reservations import Reservations
+from ringmq.core.reserveports import Taken
 
 
 def _msg(body: bytes) -> Message:

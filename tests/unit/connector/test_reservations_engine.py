@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Queue
-from ringmq.core.reservations import EngineAdapter, Reservations
+from ringmq.core.reservations import Reservations
+from ringmq.core.reserveports import EngineAdapter
 from ringmq.core.settings import resolve_queue_settings
 
 

@@ -27,7 +27,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Queue
 from ringmq.core.queue.columns import Columns
-from ringmq.core.reservations import EngineAdapter, Reservations, Taken
+from ringmq.core.reservations import Reservations
+from ringmq.core.reserveports import EngineAdapter, Taken
 from ringmq.core.settings import resolve_queue_settings
 from ringmq.storage.bodystore import DiskSpillStore
 from ringmq.storage.pageruns import RunRows

@@ -21,7 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import MemorySpillStore, Queue
 from ringmq.core.queue.ports import RawRows
-from ringmq.core.reservations import EngineAdapter, Reservations, Taken
+from ringmq.core.reservations import Reservations
+from ringmq.core.reserveports import EngineAdapter, Taken
 from ringmq.core.settings import resolve_queue_settings
 
 
