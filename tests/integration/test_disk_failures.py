@@ -19,7 +19,7 @@ import pytest
 
 from ringmq.node import BrokerThread
 from ringmq.server.memory import MemoryLimits
-from ringmq.storage import journal, paging
+from ringmq.storage import journal, pagefile
 from tests.integration.conftest import BrokerFactory, wait_until
 
 pytestmark = pytest.mark.integration
@@ -166,7 +166,7 @@ def test_page_write_failure_on_a_recovered_backlog_raises_the_disk_alarm(
     def full_write(fd: int, data: bytes | bytearray) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(paging, "write_all", full_write)
+    monkeypatch.setattr(pagefile, "write_all", full_write)
     events: list[str] = []
     pub = connect(b2)  # left open: a blocked connection is not read
     pub.add_on_connection_blocked_callback(lambda _c, _m: events.append("blocked"))

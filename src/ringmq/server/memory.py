@@ -22,7 +22,7 @@ interpreter). Free disk comes from `os.statvfs(data_dir)`. It feeds the governor
 decision to the core `Broker`: `set_memory_bound` when the bound changes, `set_alarm` on
 transitions; the Block/Unblock effects go to the server's `emit`. Per-message paths do nothing.
 
-The disk alarm is also on while page files cannot be written (ENOSPC...: `paging.DiskHealth`
+The disk alarm is also on while page files cannot be written (ENOSPC...: `pagefile.DiskHealth`
 of the broker's paging directory; the paged messages wait in memory meanwhile); it clears once a
 page write succeeds again. Store (journal) write failures raise their own `disk_write` alarm
 from the group commit (server/commit.py).
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ringmq.core.effects import Effect
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT
 from ringmq.core.throttle import LogLimiter
-from ringmq.storage.paging import DiskHealth
+from ringmq.storage.pagefile import DiskHealth
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker

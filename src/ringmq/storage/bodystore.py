@@ -36,8 +36,9 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.ports import RunColumns
 from ringmq.storage.msgstore import MessageStore
+from ringmq.storage.pagefile import DiskHealth
 from ringmq.storage.pageruns import RunRows
-from ringmq.storage.paging import DEFAULT_RUN_BYTES, DiskHealth, DurableCopies, PageQueue
+from ringmq.storage.paging import DEFAULT_RUN_BYTES, DurableCopies, PageQueue
 from ringmq.storage.records import Entry, decode_entry, encode_message
 
 Spilled = tuple[SeqId, Message, int | None]  # the engine's SpillStore item (seq, msg, expiry)

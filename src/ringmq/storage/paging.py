@@ -39,7 +39,8 @@ A recovered backlog is a *memory run*: just the list of its seqs (`restore`), no
 `pager.Pager` is the broker's paging directory: one `PageQueue` per queue and one `BodySpill`
 (`bodyspill.py`, the Qpid `flow_to_disk` body hand-off), all wiped at start.
 
-Files only; no fsync (nothing here has to survive a crash). One owner thread.
+Each run's file is a `pagefile.RunFile` (its buffer, writes, reads and mapping). Files only;
+no fsync (nothing here has to survive a crash). One owner thread.
 
 Write failures (ENOSPC...): a page file write that fails is cut back to its last good byte and
 its records stay in the run's buffer, i.e. in memory, over the queue's head bound: nothing is
@@ -50,8 +51,6 @@ memory monitor turns it into the disk alarm that blocks publishers.
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -62,7 +61,7 @@ from typing import Final, Protocol
 from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.ports import RunColumns, Spilled
-from ringmq.storage.journal import write_all
+from ringmq.storage.pagefile import DiskHealth, RunFile
 from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
 from ringmq.storage.pageruns import RunRows, column_records, encode_run, plain, run_end
 from ringmq.storage.pagetake import Taken, item_of, peek_entries, take_records, take_runs
@@ -87,21 +86,6 @@ _PAGED_RUN: Final = int(RecordType.PAGED_RUN)
 
 
 _RETRY_EVERY: Final = 64  # appends between write retries while page writes fail
-
-
-class DiskHealth:
-    """The last page-file write error of a paging directory, until a write succeeds."""
-
-    def __init__(self) -> None:
-        self.failure: OSError | None = None
-        self.failures = 0
-
-    def failed(self, exc: OSError) -> None:
-        self.failure = exc
-        self.failures += 1
-
-    def ok(self) -> None:
-        self.failure = None
 
 
 def _encode_paged(entry: Entry) -> bytes:
@@ -131,17 +115,18 @@ class DurableCopies(Protocol):
 
 @dataclass(slots=True)
 class _Run:
-    path: Path | None  # None: a memory run (`seqs`, read from the journal)
+    file: RunFile | None  # None: a memory run (`seqs`, read from the journal)
     count: int = 0  # records not yet read
     body_bytes: int = 0
     read_offset: int = 0
-    written: int = 0  # bytes on disk
-    fd: int = -1  # open for appending while this is the back run
-    buf: bytearray | None = None
     seqs: list[int] | None = None  # memory run: journaled seqs, read from `read_offset` on
-    stuck: bool = False  # a failed write could not be cut back: never write this run again
     last_seq: int = -1  # highest seq appended (runs hold increasing seqs): browses skip past it
     skip: int = 0  # rows of the PAGED_RUN record at `read_offset` already read (pageruns.py)
+
+    @property
+    def appending(self) -> bool:
+        """Whether records may still be appended: a page file not yet sealed."""
+        return self.file is not None and self.file.appending
 
 
 class PageQueue:
@@ -195,71 +180,16 @@ class PageQueue:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._made_dir = True
         self._next_name += 1
-        path = self.directory / f"{self._next_name:010d}.page"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        return _Run(path, fd=fd, buf=bytearray())
+        return _Run(RunFile(self.directory / f"{self._next_name:010d}.page"))
 
-    def _seal(self, run: _Run) -> None:
-        if not self._write_out(run):
-            return  # stays open with its buffer (in memory) until a write succeeds
-        if run.fd >= 0:
-            os.close(run.fd)
-            run.fd = -1
-        run.buf = None
+    def _appending(self) -> _Run | None:
+        # The back run while records may be appended to it.
+        run = self._runs[-1] if self._runs else None
+        return run if run is not None and run.appending else None
 
-    def _write_out(self, run: _Run) -> bool:
-        """Write the run's buffer; False (records kept in memory) when the write fails."""
-        if not run.buf:
-            return True
-        if run.stuck:
-            return False
-        try:
-            write_all(run.fd, run.buf)
-        except OSError as exc:
-            if exc.filename is None:
-                exc.filename = str(run.path)
-            self.health.failed(exc)
-            try:
-                os.ftruncate(run.fd, run.written)  # drop a partial write
-            except OSError:
-                run.stuck = True
-            return False
-        self.health.ok()
-        run.written += len(run.buf)
-        run.buf.clear()
-        return True
-
-    def _read(self, run: _Run, offset: int, n: int | None) -> bytes:
-        # `n` bytes (None: all) of a run from `offset`: its file, then what is still buffered
-        assert run.path is not None
-        if run.fd >= 0 and run.buf and not self._write_out(run):
-            with open(run.path, "rb") as f:
-                f.seek(offset)
-                avail = max(0, run.written - offset)
-                head = f.read(avail if n is None else min(n, avail))
-            start = max(0, offset - run.written)
-            buf = run.buf
-            tail = buf[start:] if n is None else buf[start : start + n - len(head)]
-            return head + bytes(tail)
-        with open(run.path, "rb") as f:
-            f.seek(offset)
-            return f.read() if n is None else f.read(n)
-
-    def _view(self, run: _Run) -> memoryview:
-        # A run from its read offset on, for a browse: the file mapped rather than read (one
-        # copy less: the browse's answer copies the rows it takes straight from the page
-        # cache). Only `written` bytes are mapped: a failed write is cut back to that length
-        # before `_write_out` returns, so the mapped range never shrinks under the map.
-        # Stitched runs (a buffer the disk refused) are read as `_read` reads them.
-        assert run.path is not None
-        if run.fd >= 0 and run.buf and not self._write_out(run):
-            return memoryview(self._read(run, run.read_offset, None))
-        if run.written <= run.read_offset:
-            return memoryview(b"")
-        with open(run.path, "rb") as f:
-            m = mmap.mmap(f.fileno(), run.written, access=mmap.ACCESS_READ)
-        m.madvise(mmap.MADV_SEQUENTIAL)
-        return memoryview(m)[run.read_offset :]
+    def _file(self, run: _Run) -> RunFile:
+        assert run.file is not None, "a memory run has no page file"
+        return run.file
 
     def _append(self, run: _Run, entry: Entry) -> None:
         size = len(entry.message.body)
@@ -283,13 +213,8 @@ class PageQueue:
     ) -> None:
         # Append `count` framed records (`parts`: headers and payloads, `nbytes` in all, of
         # `body_bytes` bodies, the last with seq `last`) to the run's buffer and count them.
-        buf = run.buf
-        assert buf is not None
-        if len(parts) > 8:  # many small records: one join is cheaper than many appends
-            buf += b"".join(parts)
-        else:  # a few large ones (run records): one copy each, not a join and a copy
-            for part in parts:
-                buf += part
+        file = self._file(run)
+        file.append(parts)
         self.bytes_paged += nbytes
         run.last_seq = last
         run.count += count
@@ -297,14 +222,14 @@ class PageQueue:
         self._count += count
         self._bytes += body_bytes
         self.pages_written += count
-        if len(buf) >= self.read_bytes:
+        if file.buffered >= self.read_bytes:
             if self.health.failure is None:
-                self._write_out(run)
+                file.write_out(self.health)
             else:
                 self._since_retry += count
                 if self._since_retry >= _RETRY_EVERY:
                     self._since_retry = 0
-                    self._write_out(run)
+                    file.write_out(self.health)
 
     def restore(self, seqs: list[int], nbytes: int | None = None) -> None:
         """Append journaled messages by seq only (a recovered backlog), after everything
@@ -316,8 +241,9 @@ class PageQueue:
         if nbytes is None:
             size = self.copies.size
             nbytes = sum(size(s) for s in seqs)
-        if self._runs and self._runs[-1].fd >= 0:
-            self._seal(self._runs[-1])
+        back = self._appending()
+        if back is not None:
+            self._file(back).seal(self.health)
         self._runs.append(
             _Run(None, count=len(seqs), body_bytes=nbytes, seqs=seqs, last_seq=seqs[-1])
         )
@@ -331,10 +257,10 @@ class PageQueue:
 
     def _back(self) -> _Run:
         # The run to append to: the open back run, sealed and replaced once it is full.
-        run = self._runs[-1] if self._runs and self._runs[-1].fd >= 0 else None
-        if run is None or run.written + len(run.buf or b"") >= self.run_bytes:
+        run = self._appending()
+        if run is None or self._file(run).size >= self.run_bytes:
             if run is not None:
-                self._seal(run)
+                self._file(run).seal(self.health)
             run = self._new_run()
             self._runs.append(run)
         return run
@@ -348,7 +274,7 @@ class PageQueue:
         # of `_add` are inlined here on purpose, and the records are counted once per run
         # (`_add_frames`): this is every spilled publish's path, and calling them as helpers
         # cost 5-15 % of a page-out (benchmarks/paging_bench.py, alternated runs).
-        run = self._runs[-1] if self._runs and self._runs[-1].fd >= 0 else None
+        run = self._appending()
         copies = self.copies
         holds = None if copies is None else copies.holds
         ref_of = _STORE_REF.pack
@@ -363,13 +289,13 @@ class PageQueue:
         while i < n:
             seq, message, expires_at = items[i]
             j, size = run_end(items, i, holds) if plain(message, expires_at) else (i + 1, 0)
-            if run is None or run.written + len(run.buf or b"") + pending >= self.run_bytes:
+            if run is None or self._file(run).size + pending >= self.run_bytes:
                 if run is not None:
                     if count:
                         self._add_frames(run, parts, pending, count, body_bytes, last)
                         parts = []
                         pending = count = body_bytes = 0
-                    self._seal(run)
+                    self._file(run).seal(self.health)
                 run = self._new_run()
                 self._runs.append(run)
             if j - i > 1:
@@ -427,7 +353,7 @@ class PageQueue:
         run = self._new_run()
         for entry in entries:
             self._append(run, entry)
-        self._seal(run)
+        self._file(run).seal(self.health)
         self._runs.appendleft(run)
 
     # -- reading -----------------------------------------------------------------------------
@@ -450,19 +376,19 @@ class PageQueue:
                 if max_bytes is not None and got_bytes >= max_bytes:
                     break
                 continue
-            assert run.path is not None
-            data = self._read(run, run.read_offset, max(self.read_bytes, 64 * 1024))
+            file, at = self._file(run), run.read_offset
+            data = file.read(at, max(self.read_bytes, 64 * 1024), self.health)
             took, records = self._take(run, data, out, max_count, max_bytes, got_bytes)
             if not records:
                 # a single record larger than the read size: read exactly its length
-                data = self._read(run, run.read_offset, None)
+                data = file.read(at, None, self.health)
                 took, records = self._take(run, data, out, max_count, max_bytes, got_bytes)
                 if not records:
-                    raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset}")
+                    raise RuntimeError(f"page file {file.path} is corrupt at {at}")
             got_bytes += took
             if max_bytes is not None and got_bytes >= max_bytes:
                 break
-        while self._runs and self._runs[0].count == 0 and self._runs[0].fd < 0:
+        while self._runs and self._runs[0].count == 0 and not self._runs[0].appending:
             self._drop_run(self._runs.popleft())
         return out
 
@@ -515,9 +441,9 @@ class PageQueue:
             # views of the mapping (one copy less; the answer's join copies them from the page
             # cache), and no chunk cuts a record.
             try:
-                data: bytes | memoryview = self._view(run)
+                data: bytes | memoryview = self._file(run).view(run.read_offset, self.health)
             except OSError:  # no mapping to be had (vm.max_map_count...): read it
-                data = self._read(run, run.read_offset, None)
+                data = self._file(run).read(run.read_offset, None, self.health)
             if len(data) < HEADER_SIZE or HEADER.unpack_from(data)[2] != _PAGED_RUN:
                 break  # not a run record: paged in the ordinary way
             room = None if max_bytes is None else max_bytes - took
@@ -529,7 +455,7 @@ class PageQueue:
             took += t.took
             if t.skip or (room is not None and t.took >= room):
                 break  # the limits were reached (else read on: another run, or not a run)
-        while self._runs and self._runs[0].count == 0 and self._runs[0].fd < 0:
+        while self._runs and self._runs[0].count == 0 and not self._runs[0].appending:
             self._drop_run(self._runs.popleft())
         return out
 
@@ -554,7 +480,7 @@ class PageQueue:
                 want = [s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones]
                 out.extend(map(item_of, self.copies.read(want[: limit - len(out)])))
                 continue
-            data = self._read(run, run.read_offset, None)
+            data = self._file(run).read(run.read_offset, None, self.health)
             self._peek_records(run, data, low, out, limit)
         return out
 
@@ -564,7 +490,9 @@ class PageQueue:
         # The records of `data` (the unread rest of `run`) with seq > low into `out`.
         refs, corrupt = peek_entries(data, run.skip, low, self._tombstones, out, limit)
         if corrupt >= 0:
-            raise RuntimeError(f"page file {run.path} is corrupt at {run.read_offset + corrupt}")
+            raise RuntimeError(
+                f"page file {self._file(run).path} is corrupt at {run.read_offset + corrupt}"
+            )
         if refs:
             self._resolve(out, refs)
 
@@ -590,12 +518,12 @@ class PageQueue:
                 if len(out) >= limit:
                     return last
                 continue
-            data = self._view(run)
+            data = self._file(run).view(run.read_offset, self.health)
             try:
                 got = peek_rows(data, run.skip, low, tombstones, now_ms, limit, out)
             except CorruptPageError as exc:
                 at = run.read_offset + exc.offset
-                raise RuntimeError(f"page file {run.path} is corrupt at {at}") from None
+                raise RuntimeError(f"page file {self._file(run).path} is corrupt at {at}") from None
             full = len(out) >= limit
             if got.refs:
                 self._resolve_rows(out, got.refs, now_ms)  # may drop expired rows
@@ -660,15 +588,8 @@ class PageQueue:
         self._tombstones[seq] = size
 
     def _drop_run(self, run: _Run) -> None:
-        if run.fd >= 0:
-            os.close(run.fd)
-            run.fd = -1
-        if run.path is None:
-            return
-        try:
-            run.path.unlink()
-        except FileNotFoundError:
-            pass
+        if run.file is not None:
+            run.file.delete()
 
     def clear(self) -> None:
         """Forget everything paged and delete the files (purge, queue deletion)."""
@@ -680,4 +601,4 @@ class PageQueue:
 
     def files(self) -> int:
         """Number of run files (tests, metrics); memory runs are not files."""
-        return sum(1 for run in self._runs if run.path is not None)
+        return sum(1 for run in self._runs if run.file is not None)

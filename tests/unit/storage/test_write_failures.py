@@ -19,7 +19,7 @@ from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.columns import Columns
-from ringmq.storage import appendlog, journal, paging
+from ringmq.storage import appendlog, journal, pagefile, paging
 from ringmq.storage.records import Entry
 from ringmq.storage.store import FileStore, RecoveredState
 from tests.unit.core.test_broker_kit import of_type
@@ -38,7 +38,7 @@ def failure_of(store: FileStore) -> OSError | None:
     return store.failure
 
 
-def failure_of_pages(health: paging.DiskHealth) -> OSError | None:
+def failure_of_pages(health: pagefile.DiskHealth) -> OSError | None:
     return health.failure
 
 
@@ -294,8 +294,8 @@ def test_page_writes_failing_keep_messages_in_memory_in_order(
 ) -> None:
     d = Disk()
     d.partial = 11
-    monkeypatch.setattr(paging, "write_all", d.write_all)
-    health = paging.DiskHealth()
+    monkeypatch.setattr(pagefile, "write_all", d.write_all)
+    health = pagefile.DiskHealth()
     pq = paging.PageQueue(tmp_path / "p", run_bytes=4096, read_bytes=512, health=health)
     entries = [Entry("", SeqId(i), msg(b"%04d" % i * 20)) for i in range(1, 201)]
     pq.push_back(entries[:50])
@@ -323,8 +323,8 @@ def test_a_browse_of_mapped_pages_survives_failed_writes_after_it(
     # writes read the file and the buffer stitched.
     d = Disk()
     d.partial = 11
-    monkeypatch.setattr(paging, "write_all", d.write_all)
-    health = paging.DiskHealth()
+    monkeypatch.setattr(pagefile, "write_all", d.write_all)
+    health = pagefile.DiskHealth()
     pq = paging.PageQueue(tmp_path / "p", run_bytes=1 << 20, health=health)
 
     def items(lo: int, hi: int) -> list[tuple[SeqId, Message, None]]:
