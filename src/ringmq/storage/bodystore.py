@@ -149,6 +149,8 @@ class DiskBodyStore:
 class DiskSpillStore:
     """The engine's `SpillStore` port on a `PageQueue` (one directory of run files)."""
 
+    keeps_raw = True  # page runs are taken raw (`pop_raw`)
+
     def __init__(
         self,
         directory: Path,

@@ -264,6 +264,11 @@ class PagedTail:
         return self._stored
 
     @property
+    def keeps_raw(self) -> bool:
+        """Whether the spill may hand its front over raw (`SpillStore.keeps_raw`)."""
+        return self.spill is not None and self.spill.keeps_raw
+
+    @property
     def restoring(self) -> bool:
         """Whether a recovered backlog (stored flags and counts) is still spilled."""
         return self._restored_below > 0

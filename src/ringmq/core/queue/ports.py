@@ -162,6 +162,10 @@ class SpillStore(Protocol):
     `push_front` inserts a run before everything, `pop_front` returns the oldest in order.
     """
 
+    keeps_raw: bool
+    """Whether `pop_raw` may hand rows over raw (a store of page records); when not, a
+    reserve reads ahead exactly as single fetches do."""
+
     def push_back(self, items: Sequence[Spilled]) -> None:
         """Append after everything spilled, in the given order."""
 
@@ -202,6 +206,8 @@ class SpillStore(Protocol):
 
 class MemorySpillStore:
     """`SpillStore` in a deque (tests; memory is not saved)."""
+
+    keeps_raw = False  # items in memory are messages already: they page in
 
     def __init__(self) -> None:
         self.items: deque[Spilled] = deque()

@@ -22,11 +22,13 @@ It is a guard in front of the shared per-message step, not a second copy of the 
   counters in locals and calls it when they reach the low marks), so the paging is the same.
 * When the head is in the paged tail, the rows of the page runs at the spill's front are
   taken raw (rawtake.py: kept as page rows in the queue's second unacked table, no message or
-  entry built), under rawtake's guard. The in-memory tail is then drained without a
-  read-ahead (the spill follows it in seq order), so the head reaches the spill: a reserve
-  leaves the spilled messages it did not take where they were, where N fetches would have
-  paged a read-ahead batch in. Order, counts and what each message is are the same; only the
-  split of the waiting messages between memory and the spill differs.
+  entry built), under rawtake's guard, when the spill store keeps page records
+  (`SpillStore.keeps_raw`). The in-memory tail is then drained without a read-ahead (the
+  spill follows it in seq order), so the head reaches the spill: a reserve leaves the
+  spilled messages it did not take where they were, where N fetches would have paged a
+  read-ahead batch in. Order, counts and what each message is are the same; only the split
+  of the waiting messages between memory and the spill differs. Over a store that keeps no
+  raw rows (`MemorySpillStore`) the run reads ahead exactly as the fetches would.
 * Anything else goes through `fetch`, one message at a time: a put-back or requeued message at
   the head, a body paged out on its own (flow-to-disk), a queue off the fetch fast path
   (priorities, TTL or expiring messages, non-destructive). The run step resumes once the head is
@@ -74,7 +76,7 @@ def take_run(
     while n < max_count and (n == 0 or nbytes < budget):
         if fetch_fast and not (lane.head or lane.returns):
             # The head may reach a spill that can be taken raw: drain the tail, no read-ahead.
-            raw = paging.stored > 0 and not paging.restoring
+            raw = paging.stored > 0 and not paging.restoring and paging.keeps_raw
             k, kb = _take_tail(
                 contents,
                 max_count - n,
