@@ -256,9 +256,12 @@ TestRawTake.settings = settings(TestRawTake.settings, max_examples=200, stateful
 
 
 def test_the_machine_takes_raw_rows() -> None:
-    # Runs after the machine (same module, definition order): some examples took raw rows.
-    assert _SEEN, "the machine ran no example"
-    assert sum(1 for n in _SEEN if n) >= len(_SEEN) // 20, _SEEN
+    # The machine is only worth its cost if some examples took raw rows (3-20 % of them in
+    # runs seen so far, so a share would be flaky: at least a few of its 200). It runs here
+    # when it did not run before this test (run alone, or in another order).
+    if not _SEEN:
+        TestRawTake("runTest").runTest()
+    assert sum(1 for n in _SEEN if n) >= 3, _SEEN
 
 
 def test_a_reserve_holds_page_rows_raw_and_gives_them_back_redelivered(tmp_path: Path) -> None:
