@@ -161,12 +161,7 @@ class PagedTail:
         """A new message while the spill is non-empty: it goes behind everything spilled."""
         buf = self._buf
         buf.append((seq, msg, expires_at))
-        c = self._counters
-        c.paged += 1
-        c.paged_bytes += size
-        c.added += 1
-        self.spilled += 1
-        self.spilled_bytes += size
+        self._added(1, size)
         if len(buf) >= SPILL_BATCH:
             self._spill_buffer()
 
@@ -178,13 +173,7 @@ class PagedTail:
         nbytes = 0
         for item in items:
             nbytes += len(item[1].body)
-        n = len(items)
-        c = self._counters
-        c.paged += n
-        c.paged_bytes += nbytes
-        c.added += n
-        self.spilled += n
-        self.spilled_bytes += nbytes
+        self._added(len(items), nbytes)
         buf = self._buf
         buf += items
         if len(buf) >= SPILL_BATCH:
@@ -196,19 +185,22 @@ class PagedTail:
         n = len(seqs)
         if not n:
             return
-        nbytes = sum(map(len, run.bodies))
-        c = self._counters
-        c.paged += n
-        c.paged_bytes += nbytes
-        c.added += n
-        self.spilled += n
-        self.spilled_bytes += nbytes
+        self._added(n, sum(map(len, run.bodies)))
         if self._buf:
             self._spill_buffer()
         spill = self.spill
         assert spill is not None
         spill.push_back_run(seqs, run)
         self._stored += n
+
+    def _added(self, n: int, nbytes: int) -> None:
+        # `n` new messages of `nbytes` bodies, spilled: the queue's counters and the spill's.
+        c = self._counters
+        c.paged += n
+        c.paged_bytes += nbytes
+        c.added += n
+        self.spilled += n
+        self.spilled_bytes += nbytes
 
     def _spill_buffer(self) -> None:
         # The buffered new messages to the store, behind everything spilled, in one hand-over.
