@@ -4,12 +4,14 @@ Theory of operation
 -------------------
 A `RunFile` is created open for appending (the queue's back run). Records are framed by the
 page queue and appended to an in-memory buffer (`append`), which goes to the file in one write
-when it is large enough or when the run is read or sealed (`write_out`). A write that fails
-(ENOSPC...) is cut back to the last good byte (`written`) before `write_out` returns, its
-records stay in the buffer, and the error goes to the shared `DiskHealth` (the disk alarm);
-a later `write_out` retries. If even the cut back fails the file is `stuck`: never written
-again, its buffer kept. `seal` writes the buffer out and closes the file once the run is
-full; `delete` closes and removes it once the run has been read through.
+when it is large enough or when the run is read or sealed (`write_out`); large records (page
+runs) go straight to the file when nothing is buffered, without a copy into the buffer. A
+write that fails (ENOSPC...) is cut back to the last good byte (`written`) before `append` or
+`write_out` returns, its records stay in the buffer, and the error goes to the shared
+`DiskHealth` (the disk alarm); a later `write_out` retries. If even the cut back fails the
+file is `stuck`: never written again, its buffer kept. `seal` writes the buffer out and
+closes the file once the run is full; `delete` closes and removes it once the run has been
+read through.
 
 Reading: `read(offset, n)` returns bytes from the file, stitched with the buffer when the
 disk refused it; `view(offset)` maps the file read-only instead (one copy less for a
@@ -24,10 +26,14 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
+from typing import Final
 
 from ringmq.storage.journal import write_all
 
-__all__ = ["DiskHealth", "RunFile"]
+__all__ = ["DIRECT_BYTES", "DiskHealth", "RunFile"]
+
+DIRECT_BYTES: Final = 64 * 1024
+"""Records of at least this many bytes go straight to the file when nothing is buffered."""
 
 
 class DiskHealth:
@@ -72,10 +78,27 @@ class RunFile:
         """Bytes appended and not yet written."""
         return len(self.buf or b"")
 
-    def append(self, parts: list[bytes]) -> None:
-        """Append framed records to the buffer."""
+    def append(self, parts: list[bytes], nbytes: int, health: DiskHealth) -> None:
+        """Append framed records (`parts`, `nbytes` in all): a few large ones (run records)
+        straight to the file when nothing is buffered and the disk is healthy (no copy into
+        the buffer), anything else to the buffer."""
         buf = self.buf
         assert buf is not None, "append to a sealed page file"
+        if (
+            nbytes >= DIRECT_BYTES
+            and len(parts) <= 8
+            and not buf
+            and not self.stuck
+            and health.failure is None
+        ):
+            try:
+                for part in parts:
+                    write_all(self.fd, part)
+            except OSError as exc:
+                self._cut_back(exc, health)  # then kept in the buffer, as a failed write_out
+            else:
+                self.written += nbytes
+                return
         if len(parts) > 8:  # many small records: one join is cheaper than many appends
             buf += b"".join(parts)
         else:  # a few large ones (run records): one copy each, not a join and a copy
@@ -91,18 +114,22 @@ class RunFile:
         try:
             write_all(self.fd, self.buf)
         except OSError as exc:
-            if exc.filename is None:
-                exc.filename = str(self.path)
-            health.failed(exc)
-            try:
-                os.ftruncate(self.fd, self.written)  # drop a partial write
-            except OSError:
-                self.stuck = True
+            self._cut_back(exc, health)
             return False
         health.ok()
         self.written += len(self.buf)
         self.buf.clear()
         return True
+
+    def _cut_back(self, exc: OSError, health: DiskHealth) -> None:
+        # A write failed, perhaps after landing partly: report it, drop what landed.
+        if exc.filename is None:
+            exc.filename = str(self.path)
+        health.failed(exc)
+        try:
+            os.ftruncate(self.fd, self.written)
+        except OSError:
+            self.stuck = True
 
     def seal(self, health: DiskHealth) -> None:
         """Write the buffer out and close the file (it stays open, buffered, while the disk

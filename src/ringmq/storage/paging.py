@@ -214,7 +214,7 @@ class PageQueue:
         # Append `count` framed records (`parts`: headers and payloads, `nbytes` in all, of
         # `body_bytes` bodies, the last with seq `last`) to the run's buffer and count them.
         file = self._file(run)
-        file.append(parts)
+        file.append(parts, nbytes, self.health)
         self.bytes_paged += nbytes
         run.last_seq = last
         run.count += count

@@ -316,19 +316,20 @@ def test_page_writes_failing_keep_messages_in_memory_in_order(
 def test_a_browse_of_mapped_pages_survives_failed_writes_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A browse maps the page file (`PageQueue._view`) and its rows stay views of the mapping
+    # A browse maps the page file (`RunFile.view`) and its rows stay views of the mapping
     # until the answer is joined. A write that fails after landing partly is cut back to the
     # run's written length: the mapping covers only that, so it never reaches past the end of
     # the file (which would be SIGBUS, not an assertion). Browses while the disk refuses
-    # writes read the file and the buffer stitched.
+    # writes read the file and the buffer stitched. The run records here (1.5 KB bodies, up to
+    # 256 KiB a record) go straight to the file (`DIRECT_BYTES`), failing ones included.
     d = Disk()
     d.partial = 11
     monkeypatch.setattr(pagefile, "write_all", d.write_all)
     health = pagefile.DiskHealth()
-    pq = paging.PageQueue(tmp_path / "p", run_bytes=1 << 20, health=health)
+    pq = paging.PageQueue(tmp_path / "p", run_bytes=4 << 20, health=health)
 
     def items(lo: int, hi: int) -> list[tuple[SeqId, Message, None]]:
-        return [(SeqId(s), Message("", "q", b"", b"%05d" % s * 30), None) for s in range(lo, hi)]
+        return [(SeqId(s), Message("", "q", b"", b"%05d" % s * 300), None) for s in range(lo, hi)]
 
     def browse(after: int | None, limit: int) -> list[tuple[int, bytes]]:
         cols = Columns()
@@ -340,14 +341,14 @@ def test_a_browse_of_mapped_pages_survives_failed_writes_after_it(
     pq.peek_columns(None, 300, 0, held)  # written out, then mapped; rows are views
     d.full = True
     pq.push_back_spilled(items(301, 401))
-    assert browse(250, 100) == [(s, b"%05d" % s * 30) for s in range(251, 351)]  # stitched
+    assert browse(250, 100) == [(s, b"%05d" % s * 300) for s in range(251, 351)]  # stitched
     assert d.failed_writes > 0
     assert health.failure is not None
     assert list(held.seqs) == list(range(1, 301))
-    assert held.bodies.values() == [b"%05d" % s * 30 for s in range(1, 301)]
+    assert held.bodies.values() == [b"%05d" % s * 300 for s in range(1, 301)]
     d.full = False
     pq.push_back_spilled(items(401, 451))
-    assert browse(None, 1000) == [(s, b"%05d" % s * 30) for s in range(1, 451)]
+    assert browse(None, 1000) == [(s, b"%05d" % s * 300) for s in range(1, 451)]
     assert failure_of_pages(health) is None
     assert [seq for seq, _, _ in pq.pop_front(10_000)] == list(range(1, 451))
 
