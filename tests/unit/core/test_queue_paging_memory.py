@@ -18,7 +18,7 @@ from ringmq.server.memory import (
     parse_watermark,
 )
 from ringmq.storage.bodystore import SpillDirectory
-from ringmq.storage.paging import DiskHealth
+from ringmq.storage.pagefile import DiskHealth
 from tests.unit.core.test_broker_kit import Kit
 
 MiB = 1024 * 1024
