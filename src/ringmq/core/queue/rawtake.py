@@ -12,8 +12,10 @@ their count in `counters.raw_unacked` (part of `counters.unacked`) and their byt
 
 The guard (`ready`): the queue is on `fetch`'s fast path (one lane, no expiry ever seen,
 destructive), nothing waits in memory (no ready entry, nothing put back or requeued), every
-paged message is in the spill (no body paged on its own), the spill holds stored items and no
-recovered backlog (its messages carry stored delivery counts). The spill decides what is raw:
+paged message is in the spill (no body paged on its own), the spill holds stored items, no
+recovered backlog (its messages carry stored delivery counts) and keeps page records
+(`spill_raw`, which the run take also asks before it skips its read-ahead). The spill decides
+what is raw:
 only page-run rows (a PAGED_REF record is a journal copy, a PAGED record one message: those
 are paged in by the ordinary step, and the run step resumes after them).
 
@@ -41,8 +43,9 @@ from ringmq.core.queue.records import QueueCounters
 
 if TYPE_CHECKING:  # contents.py holds the table
     from ringmq.core.queue.contents import Contents
+    from ringmq.core.queue.paging import PagedTail
 
-__all__ = ["RawUnacked", "ready", "take"]
+__all__ = ["RawUnacked", "ready", "spill_raw", "take"]
 
 
 class RawUnacked:
@@ -169,6 +172,12 @@ def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def spill_raw(paging: PagedTail) -> bool:
+    """Whether the spill may hand rows over raw: it holds stored items, no recovered backlog,
+    and its store keeps page records (`SpillStore.keeps_raw`)."""
+    return paging.stored > 0 and not paging.restoring and paging.keeps_raw
+
+
 def ready(contents: Contents) -> bool:
     """Whether the head may be taken raw now (the guard of the module docstring; the caller
     checked `fetch`'s fast path)."""
@@ -177,10 +186,9 @@ def ready(contents: Contents) -> bool:
     paging = contents.paging
     return (
         not c.ready
-        and paging.stored > 0
         and c.paged == paging.spilled
-        and not paging.restoring
         and not (lane.head or lane.returns)
+        and spill_raw(paging)
     )
 
 

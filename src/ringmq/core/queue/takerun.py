@@ -76,7 +76,7 @@ def take_run(
     while n < max_count and (n == 0 or nbytes < budget):
         if fetch_fast and not (lane.head or lane.returns):
             # The head may reach a spill that can be taken raw: drain the tail, no read-ahead.
-            raw = paging.stored > 0 and not paging.restoring and paging.keeps_raw
+            raw = rawtake.spill_raw(paging)
             k, kb = _take_tail(
                 contents,
                 max_count - n,
