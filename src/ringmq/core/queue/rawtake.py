@@ -15,9 +15,8 @@ destructive), nothing waits in memory (no ready entry, nothing put back or reque
 paged message is in the spill (no body paged on its own), the spill holds stored items, no
 recovered backlog (its messages carry stored delivery counts) and keeps page records
 (`spill_raw`, which the run take also asks before it skips its read-ahead). The spill decides
-what is raw:
-only page-run rows (a PAGED_REF record is a journal copy, a PAGED record one message: those
-are paged in by the ordinary step, and the run step resumes after them).
+what is raw: only page-run rows (a PAGED_REF record is a journal copy, a PAGED record one
+message: those are paged in by the ordinary step, and the run step resumes after them).
 
 The exits are the ordinary ones, in front of the shared steps:
 
