@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Generic, cast
 
@@ -86,35 +86,43 @@ def _raw_span(held: list[Held], seqs: list[SeqId], x: int, j: int) -> tuple[RawR
     return m, a, y
 
 
+def _spans(
+    held: list[Held], seqs: list[SeqId], i: int, j: int
+) -> Iterator[tuple[int, int, RawRows | None, int]]:
+    # Lease rows [i, j) as consecutive spans (x, y, raw, a): a run of messages (raw None), or
+    # rows [a, a + y - x) of one `RawRows`.
+    x = i
+    while x < j:
+        if isinstance(held[x], Message):
+            y = x + 1
+            while y < j and isinstance(held[y], Message):
+                y += 1
+            yield x, y, None, 0
+        else:
+            raw, a, y = _raw_span(held, seqs, x, j)
+            yield x, y, raw, a
+        x = y
+
+
 def _messages(held: list[Held], seqs: list[SeqId], i: int, j: int) -> list[Message]:
     # The messages of lease rows [i, j): raw rows decoded (`RawRows.items`).
     out: list[Message] = []
-    x = i
-    while x < j:
-        m = held[x]
-        if isinstance(m, Message):
-            out.append(m)
-            x += 1
-            continue
-        raw, a, y = _raw_span(held, seqs, x, j)
-        out += [msg for _, msg, _ in raw.part(a, a + y - x).items()]
-        x = y
+    for x, y, raw, a in _spans(held, seqs, i, j):
+        if raw is None:
+            out += cast("list[Message]", held[x:y])
+        else:
+            out += [msg for _, msg, _ in raw.part(a, a + y - x).items()]
     return out
 
 
 def _held_bytes(held: list[Held], seqs: list[SeqId], i: int, j: int) -> int:
     # Body bytes of lease rows [i, j).
     total = 0
-    x = i
-    while x < j:
-        m = held[x]
-        if isinstance(m, Message):
-            total += m.size
-            x += 1
-            continue
-        raw, a, y = _raw_span(held, seqs, x, j)
-        total += sum(raw.sizes[a : a + y - x])
-        x = y
+    for x, y, raw, a in _spans(held, seqs, i, j):
+        if raw is None:
+            total += sum(m.size for m in cast("list[Message]", held[x:y]))
+        else:
+            total += sum(raw.sizes[a : a + y - x])
     return total
 
 
@@ -438,12 +446,8 @@ class Reservations(Generic[TagT]):
         i, j = lease.span(lo, hi)
         positions.extend(lease.positions[i:j])
         held, seqs = lease.messages, lease.seqs
-        x = i
-        while x < j:
-            if isinstance(held[x], Message):
-                y = x + 1
-                while y < j and isinstance(held[y], Message):
-                    y += 1
+        for x, y, raw, a in _spans(held, seqs, i, j):
+            if raw is None:
                 rows = zip(
                     lease.positions[x:y],
                     cast("list[int]", seqs[x:y]),
@@ -453,9 +457,7 @@ class Reservations(Generic[TagT]):
                 )
                 cols.add_rows(rows)
             else:
-                raw, a, y = _raw_span(held, seqs, x, j)
                 raw.add_columns(a, a + y - x, cols)
-            x = y
         return cols, positions
 
     def renew(self, consumer: str, now_ms: int) -> bool:
