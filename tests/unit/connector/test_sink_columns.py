@@ -5,14 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
-from ringmq.connector.spark.bulk import content_ids, routing_keys, sequential_ids  # noqa: E402
+from ringmq.connector.spark.bulk import (  # noqa: E402
+    content_ids,
+    hex_words,
+    routing_keys,
+    sequential_ids,
+)
 from ringmq.connector.spark.options import Options  # noqa: E402
 from ringmq.connector.spark.sink import arrow_messages, arrow_rows, row_messages  # noqa: E402
+from ringmq.connector.spark.writerows import digest  # noqa: E402
 
 _SMAP = pa.map_(pa.string(), pa.string())
 _EXTRA = pa.struct([("content_type", pa.string()), ("app_id", pa.string())])
@@ -58,3 +67,44 @@ def test_columns_send_what_rows_send(persistent: bool, content: bool) -> None:
     assert cols == rows
     assert col_ends == row_ends
     assert [m[:2] for m in cols[3:6]] == [("ex", "rk"), ("fx", "rk2"), ("ex", "rk3")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from(["", "a", "rk2"]), st.none() | st.binary(max_size=300)),
+        min_size=1,
+        max_size=30,
+    ),
+    cut=st.integers(0, 5),
+    start=st.integers(0, 10**12),
+)
+def test_content_ids_are_each_rows_digest(
+    rows: list[tuple[str, bytes | None]], cut: int, start: int
+) -> None:
+    """Ids made over the body column's buffer (sliced or not, nulls as empty bodies) are the
+    per-row `digest` of each row's routing key and body, numbered from `start`."""
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "body": pa.array([b for _, b in rows], pa.binary()),
+            "routing_key": pa.array([rk for rk, _ in rows]),
+        }
+    ).slice(min(cut, len(rows) - 1))
+    opts = Options.parse({"routingKey": "rk"})
+    got = content_ids("spark", 7, routing_keys(opts))(batch, start).to_pylist()
+    kept = rows[min(cut, len(rows) - 1) :]
+    assert got == [f"spark:7:{start + i}:{digest(rk, b or b'')}" for i, (rk, b) in enumerate(kept)]
+
+
+def test_digest_is_both_crcs_of_key_zero_byte_and_body() -> None:
+    import zlib
+
+    from crc32c import crc32c
+
+    data = b"rk\x00" + b"body" * 100
+    assert digest("rk", b"body" * 100) == f"{crc32c(data):08x}{zlib.crc32(data):08x}"
+    assert hex_words(np.array([0, 2**64 - 1, 0x0123456789ABCDEF], dtype=np.uint64)).to_pylist() == [
+        "0" * 16,
+        "f" * 16,
+        "0123456789abcdef",
+    ]

@@ -45,15 +45,22 @@ def _binary(arr: Any) -> Any:
     return arr
 
 
+def _offsets(arr: Any) -> Any:
+    """The numpy view of a non-empty binary array's `len + 1` value offsets, sliced or not."""
+    import numpy as np
+
+    n = len(arr)
+    return np.frombuffer(arr.buffers()[1], dtype="<i4", count=arr.offset + n + 1)[arr.offset :]
+
+
 def _lengths_and_values(arr: Any) -> tuple[bytes, bytes]:
     """(u32 little-endian lengths, concatenated values) of a binary array, sliced or not."""
     import numpy as np
 
-    n = len(arr)
-    if n == 0:
+    if len(arr) == 0:
         return b"", b""
     bufs = arr.buffers()
-    offs = np.frombuffer(bufs[1], dtype="<i4", count=arr.offset + n + 1)[arr.offset :]
+    offs = _offsets(arr)
     lengths = np.diff(offs).astype("<u4").tobytes()
     lo, hi = int(offs[0]), int(offs[-1])
     data = b"" if bufs[2] is None or hi == lo else memoryview(bufs[2])[lo:hi].tobytes()
@@ -87,24 +94,56 @@ def sequential_ids(prefix: str, partition: int) -> Callable[[Any, int], Any]:
 def content_ids(
     prefix: str, partition: int, rks: Callable[[Any], list[str]]
 ) -> Callable[[Any, int], Any]:
-    """Ids `<prefix>:<partition>:<row index>:<hash of routing key and body>` (batch writes)."""
+    """Ids `<prefix>:<partition>:<row index>:<hash of routing key and body>` (batch writes).
+
+    The hashes (`writerows.digest_words`) are taken over views of the body column's buffer, and
+    the ids are put together with numpy and Arrow kernels: no Python string per row."""
+    import itertools
+
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ringmq.connector.spark.writerows import digest_words, seeds
 
     def make(batch: Any, start: int) -> Any:
-        from ringmq.connector.spark.writerows import digester
-
-        head = f"{prefix}:{partition}:"
-        by_key: dict[str, Callable[[bytes], str]] = {}
-        out: list[str] = []
-        bodies = _binary(batch.column("body")).to_pylist()
-        for i, (rk, body) in enumerate(zip(rks(batch), bodies, strict=True), start):
-            d = by_key.get(rk)
-            if d is None:
-                d = by_key[rk] = digester(rk)
-            out.append(f"{head}{i}:{d(body)}")
-        return pa.array(out, type=pa.string())
+        n = batch.num_rows
+        if not n:
+            return pa.array([], type=pa.string())
+        keys = rks(batch)
+        by_key = {rk: seeds(rk) for rk in set(keys)}
+        per_row = (
+            itertools.repeat(by_key[keys[0]]) if len(by_key) == 1 else map(by_key.__getitem__, keys)
+        )
+        bodies = _binary(batch.column("body"))
+        data = bodies.buffers()[2]
+        view = memoryview(b"" if data is None else data)
+        words = np.array(digest_words(view, _offsets(bodies).tolist(), per_row), dtype=np.uint64)
+        idx = pa.array(np.arange(start, start + n, dtype=np.int64)).cast(pa.string())
+        head = pa.scalar(f"{prefix}:{partition}", pa.string())
+        return pc.binary_join_element_wise(head, idx, hex_words(words), ":")
 
     return make
+
+
+_HEX_DIGITS: Final = b"0123456789abcdef"
+
+
+def hex_words(words: Any) -> Any:
+    """16 lowercase hex digits of each 64-bit word of a numpy array, as an Arrow string array."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(words)
+    octets = words.astype(">u8").view(np.uint8).reshape(n, 8)
+    nibbles = np.empty((n, 16), dtype=np.uint8)
+    nibbles[:, 0::2] = octets >> 4
+    nibbles[:, 1::2] = octets & 15
+    digits = np.frombuffer(_HEX_DIGITS, dtype=np.uint8)[nibbles]
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(16), n, [None, pa.py_buffer(digits.tobytes())]
+    )
+    return fixed.cast(pa.binary()).cast(pa.string())
 
 
 def _mid_properties(ids: Any, persistent: bool = False) -> Any:

