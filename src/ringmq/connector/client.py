@@ -14,12 +14,13 @@ Neither holds state that matters across processes: Spark tasks create them insid
 from __future__ import annotations
 
 import base64
+import bisect
 import http.client
 import json
 import socket
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote, unquote, urlsplit
@@ -49,6 +50,8 @@ _SEND_ITEMS: Final = 3072
 """Pieces of frames joined into one `sendall` at most (512 publishes with a body)."""
 _SEND_BYTES: Final = 256 * 1024
 """Body bytes joined into one `sendall` at most."""
+_SEND_MESSAGES: Final = 512
+"""Publishes in one `sendall` of pre-framed publishes at most."""
 _ACK_IDS: Final = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
 _ACK_ARGS: Final = struct.Struct(">QB")
 READ_CHUNK: Final = 20_000
@@ -371,6 +374,13 @@ class Publisher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def frame_max(self) -> int:
+        """The negotiated frame_max (connects first when not connected)."""
+        if self._sock is None:
+            self.connect()
+        return self._frame_max
+
     # -- publishing ---------------------------------------------------------------------------
     def publish_many(self, messages: Iterable[Outgoing]) -> int:
         """Publish every message and wait until all are confirmed; returns how many.
@@ -380,9 +390,6 @@ class Publisher:
         """
         if self._sock is None:
             self.connect()
-        sock = self._sock
-        assert sock is not None
-        start = self._next - 1  # the last tag before these
         frame_max = self._frame_max
         max_body = frame_max - FRAME_OVERHEAD
         methods = self._methods
@@ -392,7 +399,7 @@ class Publisher:
         header, body_head, end = _PUBLISH_HEADER.pack, _BODY_HEAD.pack, b"\xce"
         batch: list[bytes] = []
         size = 0
-        count = 0
+        count = sent = 0
         for exchange, routing_key, props, body in messages:
             key = (exchange, routing_key)
             m = methods.get(key)
@@ -421,18 +428,52 @@ class Publisher:
                 size += n
             count += 1
             if len(batch) >= _SEND_ITEMS or size >= _SEND_BYTES:
-                sock.sendall(b"".join(batch))
+                self._send_piece(b"".join(batch), count - sent)
+                sent = count
                 batch.clear()
                 size = 0
-                self._next = start + 1 + count
-                while self._next - 1 - self._confirmed > self.window:
-                    self._pump()
         if batch:
-            sock.sendall(b"".join(batch))
-        self._next = start + 1 + count
+            self._send_piece(b"".join(batch), count - sent)
+        self._wait_confirms()
+        return count
+
+    def publish_framed(self, pieces: Iterable[tuple[bytes | memoryview, Sequence[int]]]) -> int:
+        """Send publishes framed elsewhere and wait until all are confirmed; returns how many.
+
+        Each piece is a buffer of whole `basic.publish` frame sequences on channel 1 and the end
+        offset of each message in it, ascending (`connector.spark.amqpframes`). Sent in slices
+        at message boundaries, under the same window as `publish_many`.
+
+        Raises:
+            PublishError: as `publish_many`.
+        """
+        if self._sock is None:
+            self.connect()
+        count = 0
+        for data, ends in pieces:
+            view = memoryview(data)
+            i, n, at = 0, len(ends), 0
+            while i < n:
+                j = min(n, i + _SEND_MESSAGES, bisect.bisect_right(ends, at + _SEND_BYTES, i))
+                j = max(j, i + 1)
+                stop = int(ends[j - 1])
+                self._send_piece(view[at:stop], j - i)
+                count += j - i
+                i, at = j, stop
+        self._wait_confirms()
+        return count
+
+    def _send_piece(self, data: bytes | memoryview, count: int) -> None:
+        """Send `count` whole publishes, then wait while more than `window` are unconfirmed."""
+        assert self._sock is not None
+        self._sock.sendall(data)
+        self._next += count
+        while self._next - 1 - self._confirmed > self.window:
+            self._pump()
+
+    def _wait_confirms(self) -> None:
         while self._confirmed < self._next - 1:
             self._pump()
-        return count
 
     # -- frames -------------------------------------------------------------------------------
     def _send(self, channel: int, method: Any) -> None:

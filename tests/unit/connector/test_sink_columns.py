@@ -1,5 +1,6 @@
-"""The AMQP writer's columnar path (`sink.arrow_messages`) sends, row for row, what the per-row
-path (`sink.row_messages`) sends: same exchanges, routing keys, properties, bodies and ids."""
+"""The AMQP writer's columnar path (`sink.arrow_frames`) sends, row for row, what the per-row
+path (`sink.row_messages`) sends: same exchanges, routing keys, properties, bodies and ids,
+framed as the codec frames them (`frames.encode_content_frames`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from hypothesis import strategies as st
 pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
+from ringmq.amqp import spec  # noqa: E402
+from ringmq.amqp.frames import encode_content_frames  # noqa: E402
+from ringmq.connector.spark.amqpframes import publish_frames  # noqa: E402
 from ringmq.connector.spark.bulk import (  # noqa: E402
     content_ids,
     hex_words,
@@ -20,7 +24,7 @@ from ringmq.connector.spark.bulk import (  # noqa: E402
     sequential_ids,
 )
 from ringmq.connector.spark.options import Options  # noqa: E402
-from ringmq.connector.spark.sink import arrow_messages, arrow_rows, row_messages  # noqa: E402
+from ringmq.connector.spark.sink import arrow_frames, arrow_rows, row_messages  # noqa: E402
 from ringmq.connector.spark.writerows import digest  # noqa: E402
 
 _SMAP = pa.map_(pa.string(), pa.string())
@@ -62,11 +66,67 @@ def test_columns_send_what_rows_send(persistent: bool, content: bool) -> None:
     row_ends: list[str] = []
     col_ends: list[str] = []
     rows = list(row_messages(opts, arrow_rows(iter(_batches())), 3, prefix, content, row_ends))
-    cols = list(arrow_messages(opts, iter(_batches()), ids, col_ends))
     assert len(rows) == 8
-    assert cols == rows
+    assert [m[:2] for m in rows[3:6]] == [("ex", "rk"), ("fx", "rk2"), ("ex", "rk3")]
+    want = [_frames(m, 4096) for m in rows]
+    pieces = list(arrow_frames(opts, iter(_batches()), ids, col_ends, 4096))
+    assert _messages(pieces) == want
     assert col_ends == row_ends
-    assert [m[:2] for m in cols[3:6]] == [("ex", "rk"), ("fx", "rk2"), ("ex", "rk3")]
+
+
+def _frames(message: tuple[str, str, bytes, bytes], frame_max: int) -> bytes:
+    ex, rk, props, body = message
+    method = spec.BasicPublish(exchange=ex, routing_key=rk)
+    return encode_content_frames(1, method, props, body, frame_max)
+
+
+def _messages(pieces: list[tuple[Any, list[int]]]) -> list[bytes]:
+    """Each message's bytes, cut from the pieces at their end offsets."""
+    out: list[bytes] = []
+    for data, ends in pieces:
+        at = 0
+        assert ends == sorted(ends)
+        for end in ends:
+            out.append(bytes(data[at:end]))
+            at = end
+        assert at == len(data)
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["", "ex"]),
+            st.sampled_from(["a", "rk2"]),
+            st.binary(max_size=20),
+            st.binary(max_size=300) | st.sampled_from([b""]),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    frame_max=st.sampled_from([60, 200, 4096]),
+    join_bytes=st.sampled_from([1, 150, 1 << 24]),
+)
+def test_publish_frames_are_the_codecs_frames(
+    rows: list[tuple[str, str, bytes, bytes]], frame_max: int, join_bytes: int
+) -> None:
+    """Row for row the codec's bytes, whatever the mix of routing, empty, one-frame and
+    many-frame bodies, and however the rows are cut into joins."""
+    methods: dict[tuple[str, str], bytes] = {}
+    pieces = list(
+        publish_frames(
+            [r[0] for r in rows],
+            [r[1] for r in rows],
+            pa.array([r[2] for r in rows], pa.binary()),
+            pa.array([r[3] for r in rows], pa.binary()),
+            frame_max,
+            methods,
+            join_bytes=join_bytes,
+        )
+    )
+    assert _messages(pieces) == [_frames(r, frame_max) for r in rows]
+    assert set(methods) == {(r[0], r[1]) for r in rows}
 
 
 @settings(max_examples=60, deadline=None)

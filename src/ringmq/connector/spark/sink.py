@@ -15,7 +15,6 @@ exactly as AMQP publishes, without the per-row Python and AMQP framing.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -152,21 +151,24 @@ def publish_arrow(options: Options, batches: Iterator[Any], *, streaming: bool) 
 
     ends: list[str] = []
     with Publisher(options.url, window=options.window) as pub:
-        count = pub.publish_many(arrow_messages(options, batches, ids, ends))
+        count = pub.publish_framed(arrow_frames(options, batches, ids, ends, pub.frame_max))
     return PublishedMessage(partition, count, ends[0] if ends else None, ends[-1] if ends else None)
 
 
-def arrow_messages(
-    options: Options, batches: Iterator[Any], ids: Any, ends: list[str]
-) -> Iterator[tuple[str, str, bytes, bytes]]:
-    """(exchange, routing key, properties, body) of every row of `batches`, the ids numbered
-    across them; the first and last message ids are kept in `ends`."""
+def arrow_frames(
+    options: Options, batches: Iterator[Any], ids: Any, ends: list[str], frame_max: int
+) -> Iterator[tuple[memoryview | bytes, list[int]]]:
+    """The AMQP publishes of every row of `batches`, framed a batch at a time
+    (`amqpframes.publish_frames`), the ids numbered across them; the first and last message
+    ids are kept in `ends`."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from ringmq.connector.spark.amqpframes import publish_frames
     from ringmq.connector.spark.bulk import message_columns, routing_keys
 
     keys = routing_keys(options)
+    methods: dict[tuple[str, str], bytes] = {}
     start = 0
     for batch in batches:
         n = batch.num_rows
@@ -175,12 +177,12 @@ def arrow_messages(
         mids, props, bodies = message_columns(batch, options, ids, start)
         if "exchange" in batch.schema.names:
             col = batch.column("exchange").cast(pa.string())
-            exchanges: Any = pc.fill_null(col, options.exchange).to_pylist()
+            exchanges: list[str] = pc.fill_null(col, options.exchange).to_pylist()
         else:
-            exchanges = itertools.repeat(options.exchange, n)
+            exchanges = [options.exchange] * n
         if not ends:
             ends.append(mids[0].as_py())
-        yield from zip(exchanges, keys(batch), props.to_pylist(), bodies.to_pylist(), strict=True)
+        yield from publish_frames(exchanges, keys(batch), props, bodies, frame_max, methods)
         start += n
         del ends[1:]
         ends.append(mids[n - 1].as_py())
