@@ -132,7 +132,10 @@ def test_publish_frames_are_the_codecs_frames(
 @settings(max_examples=60, deadline=None)
 @given(
     rows=st.lists(
-        st.tuples(st.sampled_from(["", "a", "rk2"]), st.none() | st.binary(max_size=300)),
+        st.tuples(
+            st.sampled_from(["", "a", "rk2"]),
+            st.none() | st.binary(max_size=300) | st.binary(min_size=600, max_size=1200),
+        ),
         min_size=1,
         max_size=30,
     ),

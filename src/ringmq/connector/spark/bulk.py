@@ -53,6 +53,24 @@ def _offsets(arr: Any) -> Any:
     return np.frombuffer(arr.buffers()[1], dtype="<i4", count=arr.offset + n + 1)[arr.offset :]
 
 
+_COPY_BELOW: Final = 512
+"""Average body size under which `_values` copies bodies into bytes objects."""
+
+
+def _values(arr: Any) -> list[Any]:
+    """The values of a non-empty binary array as bytes-like objects: bytes copied out by Arrow
+    when they are small on average (cheaper than a view each: 0.02 against 0.2 us at 100 B),
+    else views of its buffer (copying 1 KiB bodies costs 0.3 us, a view 0.16)."""
+    import itertools
+
+    offs = _offsets(arr)
+    if int(offs[-1] - offs[0]) < _COPY_BELOW * len(arr):
+        return arr.to_pylist()  # type: ignore[no-any-return]
+    data = memoryview(arr.buffers()[2])
+    ends = offs.tolist()
+    return list(map(data.__getitem__, map(slice, ends, itertools.islice(ends, 1, None))))
+
+
 def _lengths_and_values(arr: Any) -> tuple[bytes, bytes]:
     """(u32 little-endian lengths, concatenated values) of a binary array, sliced or not."""
     import numpy as np
@@ -96,8 +114,9 @@ def content_ids(
 ) -> Callable[[Any, int], Any]:
     """Ids `<prefix>:<partition>:<row index>:<hash of routing key and body>` (batch writes).
 
-    The hashes (`writerows.digest_words`) are taken over views of the body column's buffer, and
-    the ids are put together with numpy and Arrow kernels: no Python string per row."""
+    The hashes (`writerows.digest_words`) are taken over the bodies as `_values` hands them
+    out, and the ids are put together with numpy and Arrow kernels: no Python string per
+    row."""
     import itertools
 
     import numpy as np
@@ -116,9 +135,7 @@ def content_ids(
             itertools.repeat(by_key[keys[0]]) if len(by_key) == 1 else map(by_key.__getitem__, keys)
         )
         bodies = _binary(batch.column("body"))
-        data = bodies.buffers()[2]
-        view = memoryview(b"" if data is None else data)
-        words = np.array(digest_words(view, _offsets(bodies).tolist(), per_row), dtype=np.uint64)
+        words = np.array(digest_words(_values(bodies), per_row), dtype=np.uint64)
         idx = pa.array(np.arange(start, start + n, dtype=np.int64)).cast(pa.string())
         head = pa.scalar(f"{prefix}:{partition}", pa.string())
         return pc.binary_join_element_wise(head, idx, hex_words(words), ":")

@@ -13,7 +13,6 @@ properties. Pure functions.
 
 from __future__ import annotations
 
-import itertools
 import zlib
 from collections.abc import Iterable
 from typing import Any
@@ -34,21 +33,18 @@ def seeds(rk: str) -> tuple[int, int]:
     return crc32c(head), zlib.crc32(head)
 
 
-def digest_words(
-    data: memoryview, ends: list[int], row_seeds: Iterable[tuple[int, int]]
-) -> list[int]:
-    """`digest` as 64-bit integers (CRC-32C in the high half) of the bodies `data[ends[i] :
-    ends[i + 1]]`, each from its row's `seeds(rk)`; the bodies are views, never copied."""
-    views = map(data.__getitem__, map(slice, ends, itertools.islice(ends, 1, None)))
-    # `row_seeds` may be endless (one routing key: `itertools.repeat`); the views end the zip.
-    pairs = zip(views, row_seeds, strict=False)
+def digest_words(bodies: Iterable[Any], row_seeds: Iterable[tuple[int, int]]) -> list[int]:
+    """`digest` as 64-bit integers (CRC-32C in the high half) of `bodies` (bytes-like), each
+    from its row's `seeds(rk)`."""
+    # `row_seeds` may be endless (one routing key: `itertools.repeat`); the bodies end the zip.
+    pairs = zip(bodies, row_seeds, strict=False)
     return [crc32c(m, c) << 32 | zlib.crc32(m, z) for m, (c, z) in pairs]
 
 
 def digest(rk: str, body: bytes) -> str:
     """The content part of a batch write's message id: 16 hex digits of the routing key's and
     body's CRCs (module docstring)."""
-    return f"{digest_words(memoryview(body), [0, len(body)], [seeds(rk)])[0]:016x}"
+    return f"{digest_words([body], [seeds(rk)])[0]:016x}"
 
 
 def row_properties(mid: str, headers: Any, extra: Any, persistent: bool = False) -> Any:
