@@ -21,6 +21,7 @@ import socket
 import struct
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote, unquote, urlsplit
@@ -441,8 +442,10 @@ class Publisher:
         """Send publishes framed elsewhere and wait until all are confirmed; returns how many.
 
         Each piece is a buffer of whole `basic.publish` frame sequences on channel 1 and the end
-        offset of each message in it, ascending (`connector.spark.amqpframes`). Sent in slices
-        at message boundaries, under the same window as `publish_many`.
+        offset of each message in it, ascending (`connector.spark.amqpframes`). A piece is sent
+        on a second thread, in slices at message boundaries under the same window as
+        `publish_many`, while the caller's thread takes the next piece from `pieces` (framing
+        overlaps sending and the broker's work).
 
         Raises:
             PublishError: as `publish_many`.
@@ -450,18 +453,27 @@ class Publisher:
         if self._sock is None:
             self.connect()
         count = 0
-        for data, ends in pieces:
-            view = memoryview(data)
-            i, n, at = 0, len(ends), 0
-            while i < n:
-                j = min(n, i + _SEND_MESSAGES, bisect.bisect_right(ends, at + _SEND_BYTES, i))
-                j = max(j, i + 1)
-                stop = int(ends[j - 1])
-                self._send_piece(view[at:stop], j - i)
-                count += j - i
-                i, at = j, stop
+        with ThreadPoolExecutor(1, thread_name_prefix="ringmq-publish") as pool:
+            sent: Future[None] | None = None
+            for data, ends in pieces:
+                if sent is not None:
+                    sent.result()
+                sent = pool.submit(self._send_framed, data, ends)
+                count += len(ends)
+            if sent is not None:
+                sent.result()
         self._wait_confirms()
         return count
+
+    def _send_framed(self, data: bytes | memoryview, ends: Sequence[int]) -> None:
+        view = memoryview(data)
+        i, n, at = 0, len(ends), 0
+        while i < n:
+            j = min(n, i + _SEND_MESSAGES, bisect.bisect_right(ends, at + _SEND_BYTES, i))
+            j = max(j, i + 1)
+            stop = int(ends[j - 1])
+            self._send_piece(view[at:stop], j - i)
+            i, at = j, stop
 
     def _send_piece(self, data: bytes | memoryview, count: int) -> None:
         """Send `count` whole publishes, then wait while more than `window` are unconfirmed."""

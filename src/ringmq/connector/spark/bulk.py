@@ -131,19 +131,19 @@ def content_ids(
             return pa.array([], type=pa.string())
         keys = rks(batch)
         by_key = {rk: seeds(rk) for rk in set(keys)}
-        per_row = (
-            itertools.repeat(by_key[keys[0]]) if len(by_key) == 1 else map(by_key.__getitem__, keys)
-        )
-        bodies = _binary(batch.column("body"))
-        words = np.array(digest_words(_values(bodies), per_row), dtype=np.uint64)
+        if len(by_key) == 1:
+            crc, z = by_key[keys[0]]
+            crcs: Any = itertools.repeat(crc)
+            zs: Any = itertools.repeat(z)
+        else:
+            crcs = [by_key[k][0] for k in keys]
+            zs = [by_key[k][1] for k in keys]
+        words = digest_words(_values(_binary(batch.column("body"))), crcs, zs)
         idx = pa.array(np.arange(start, start + n, dtype=np.int64)).cast(pa.string())
         head = pa.scalar(f"{prefix}:{partition}", pa.string())
         return pc.binary_join_element_wise(head, idx, hex_words(words), ":")
 
     return make
-
-
-_HEX_DIGITS: Final = b"0123456789abcdef"
 
 
 def hex_words(words: Any) -> Any:
@@ -152,15 +152,11 @@ def hex_words(words: Any) -> Any:
     import pyarrow as pa
 
     n = len(words)
-    octets = words.astype(">u8").view(np.uint8).reshape(n, 8)
-    nibbles = np.empty((n, 16), dtype=np.uint8)
-    nibbles[:, 0::2] = octets >> 4
-    nibbles[:, 1::2] = octets & 15
-    digits = np.frombuffer(_HEX_DIGITS, dtype=np.uint8)[nibbles]
-    fixed = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(16), n, [None, pa.py_buffer(digits.tobytes())]
+    digits = words.astype(">u8").tobytes().hex().encode()
+    offsets = np.arange(0, 16 * (n + 1), 16, dtype=np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(digits)]
     )
-    return fixed.cast(pa.binary()).cast(pa.string())
 
 
 def _mid_properties(ids: Any, persistent: bool = False) -> Any:

@@ -14,7 +14,7 @@ properties. Pure functions.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from crc32c import crc32c
@@ -33,18 +33,24 @@ def seeds(rk: str) -> tuple[int, int]:
     return crc32c(head), zlib.crc32(head)
 
 
-def digest_words(bodies: Iterable[Any], row_seeds: Iterable[tuple[int, int]]) -> list[int]:
-    """`digest` as 64-bit integers (CRC-32C in the high half) of `bodies` (bytes-like), each
-    from its row's `seeds(rk)`."""
-    # `row_seeds` may be endless (one routing key: `itertools.repeat`); the bodies end the zip.
-    pairs = zip(bodies, row_seeds, strict=False)
-    return [crc32c(m, c) << 32 | zlib.crc32(m, z) for m, (c, z) in pairs]
+def digest_words(bodies: Sequence[Any], crc_seeds: Iterable[int], zlib_seeds: Iterable[int]) -> Any:
+    """`digest` of each of `bodies` (bytes-like) as a numpy array of 64-bit words (CRC-32C in
+    the high half), each from its row's `seeds(rk)`: the CRC-32C seeds in `crc_seeds`, zlib's
+    in `zlib_seeds` (either may be endless: `itertools.repeat` for one routing key)."""
+    import numpy as np
+
+    # Two passes of a C function over the rows (`map`), no Python bytecode per row.
+    n = len(bodies)
+    high = np.fromiter(map(crc32c, bodies, crc_seeds), dtype=np.uint64, count=n)
+    low = np.fromiter(map(zlib.crc32, bodies, zlib_seeds), dtype=np.uint64, count=n)
+    return high << np.uint64(32) | low
 
 
 def digest(rk: str, body: bytes) -> str:
     """The content part of a batch write's message id: 16 hex digits of the routing key's and
     body's CRCs (module docstring)."""
-    return f"{digest_words([body], [seeds(rk)])[0]:016x}"
+    crc, z = seeds(rk)
+    return f"{int(digest_words([body], [crc], [z])[0]):016x}"
 
 
 def row_properties(mid: str, headers: Any, extra: Any, persistent: bool = False) -> Any:
