@@ -116,6 +116,32 @@ def test_publisher_refused_on_missing_exchange(live_broker: BrokerThread) -> Non
         pub.publish_many([("no-such-exchange", "k", b"\x00\x00", b"x")])
 
 
+def test_framed_publishes_are_confirmed_or_refused(live_broker: BrokerThread) -> None:
+    """`publish_framed` (pieces sent on its second thread) returns once all are confirmed, and
+    raises the broker's refusal on the caller's thread."""
+    pa = pytest.importorskip("pyarrow")
+    from ringmq.connector.client import PublishError
+    from ringmq.connector.spark.amqpframes import publish_frames
+
+    amqp, http = urls(live_broker)
+    _declare(live_broker, "framed")
+    n = 3000
+    props = pa.array([_props(message_id=f"f{i}") for i in range(n)], pa.binary())
+    bodies = pa.array([b"x" * (i % 300) for i in range(n)], pa.binary())
+
+    def pieces(ex: str) -> Any:
+        return publish_frames(
+            [ex] * n, ["framed"] * n, props, bodies, 131072, {}, join_bytes=50_000
+        )
+
+    with Publisher(amqp, window=500) as pub:
+        assert pub.publish_framed(pieces("")) == n
+        with pytest.raises(PublishError, match="404"):
+            pub.publish_framed(pieces("no-such-exchange"))
+    with StreamClient(http) as sc:
+        assert sc.info("framed")["ready"] == n
+
+
 def test_dedup_by_message_id_per_queue_and_exchange(live_broker: BrokerThread) -> None:
     amqp, http = urls(live_broker)
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", live_broker.port))
