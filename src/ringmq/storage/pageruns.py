@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import struct
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
@@ -60,6 +61,8 @@ MAX_RUN_BODIES: Final = 256 * 1024
 """Body bytes after which a run record is closed (it is read whole: keep it under a read)."""
 _PERSISTENT: Final = 1
 _HAS_ID: Final = 2
+_FLAGS_WITH_ID: Final = bytes([_HAS_ID]) + bytes([_HAS_ID | _PERSISTENT]) * 255
+"""`bytes.translate` table: a persistence byte (0: no) to the flags of a row with an id."""
 
 
 def plain(message: Message, expires_at: int | None) -> bool:
@@ -146,17 +149,16 @@ def column_records(seqs: Sequence[int], run: RunColumns) -> Iterator[tuple[bytes
     writes for `run.messages()` (records cut as `run_end` cuts them: every row is `plain`,
     with one exchange and routing key and no journal copy), each with its rows, body bytes
     and last seq."""
-    bodies = run.bodies
-    n = len(bodies)
+    # Cut as `run_end` cuts (rows are added while the record's bodies are under
+    # MAX_RUN_BODIES, so the row that reaches it is the last), with cumulative body sizes.
+    ends = list(accumulate(map(len, run.bodies)))
+    n = len(ends)
     i = 0
     while i < n:
         stop = min(n, i + MAX_RUN_ROWS)
-        nbytes = 0
-        j = i
-        while j < stop and nbytes < MAX_RUN_BODIES:
-            nbytes += len(bodies[j])
-            j += 1
-        yield encode_columns(seqs, run, i, j), j - i, nbytes, seqs[j - 1]
+        base = ends[i - 1] if i else 0
+        j = min(stop, bisect_left(ends, base + MAX_RUN_BODIES, i, stop) + 1)
+        yield encode_columns(seqs, run, i, j), j - i, ends[j - 1] - base, seqs[j - 1]
         i = j
 
 
@@ -174,26 +176,39 @@ def _encode(
     # The payload layout of the module docstring, from its columns (`persistent`: 1 or 0).
     ex = exchange.encode()
     rk = routing_key.encode()
-    id_bytes = [b"" if i is None else i.encode() for i in ids]
-    flags = bytes(
-        [
-            (_PERSISTENT if p else 0) | (0 if i is None else _HAS_ID)
-            for p, i in zip(persistent, ids, strict=True)
-        ]
-    )
+    n = len(bodies)
+    whole = None not in ids
+    joined = "".join(cast("Sequence[str]", ids)) if whole else ""
+    raw = joined.encode()
+    if n and whole and len(raw) == len(joined):
+        # Every row has an id, all ASCII: their bytes are the string's, one encode; flags by
+        # table from the persistence bytes.
+        id_lens = array("I", map(len, cast("Sequence[str]", ids)))
+        flags = bytes(persistent).translate(_FLAGS_WITH_ID)
+        id_parts = [raw]
+    else:
+        id_bytes = [b"" if i is None else i.encode() for i in ids]
+        id_lens = array("I", map(len, id_bytes))
+        flags = bytes(
+            [
+                (_PERSISTENT if p else 0) | (0 if i is None else _HAS_ID)
+                for p, i in zip(persistent, ids, strict=True)
+            ]
+        )
+        id_parts = id_bytes
     return b"".join(
         [
-            RUN_HEAD.pack(len(bodies), len(ex), len(rk), 0),
+            RUN_HEAD.pack(n, len(ex), len(rk), 0),
             ex,
             rk,
             seqs.tobytes(),
             stamps.tobytes(),
             priorities,
             flags,
-            array("I", map(len, id_bytes)).tobytes(),
+            id_lens.tobytes(),
             array("I", map(len, props)).tobytes(),
             array("I", map(len, bodies)).tobytes(),
-            *id_bytes,
+            *id_parts,
             *props,
             *bodies,
         ]
