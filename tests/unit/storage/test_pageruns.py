@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmq.core.message import Message
-from ringmq.core.queue.ports import RunColumns
+from ringmq.core.queue.ports import RunColumns, Spilled
 from ringmq.storage.pageruns import MAX_RUN_BODIES, PageRun, column_records, run_end
 
 _IDS = st.none() | st.text(alphabet="abc:0123", max_size=12) | st.text(max_size=4)
@@ -44,18 +44,16 @@ def test_column_records_hold_the_runs_messages(
     seqs = list(range(first_seq, first_seq + 2 * len(rows), 2))
     want = run.messages()
     items = [(s, m, None) for s, m in zip(seqs, want, strict=True)]
-    got = []
+    got: list[Spilled] = []
     at = 0
     for payload, count, nbytes, last in column_records(seqs, run):
         assert (at + count, nbytes) == run_end(items, at, None)
         assert last == seqs[at + count - 1]
-        out: list[object] = []
         record = PageRun(payload, 0, len(payload))
-        record.collect(0, out, {}, count, None)  # type: ignore[arg-type]
-        got += out
+        record.collect(0, got, {}, count, None)
         at += count
     assert at == len(rows)
-    assert [_fields(s, m) for s, m, _ in got] == [_fields(s, m) for s, m, _ in items]  # type: ignore[misc]
+    assert [_fields(s, m) for s, m, _ in got] == [_fields(s, m) for s, m, _ in items]
 
 
 def _fields(seq: int, m: Message) -> tuple[object, ...]:
