@@ -105,6 +105,18 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, idle) CPU seconds of the whole machine so far, every core summed (Linux
+    `/proc/stat`; iowait counts as idle; zeros elsewhere)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / tick, idle / tick
+
+
 def best(fn: Callable[[int], None], rounds: int, warm: Callable[[], None] | None = None) -> float:
     """Best wall time of `fn(round)` over `rounds` calls, after an untimed `warm()`."""
     if warm is not None:
@@ -230,11 +242,15 @@ def main(argv: list[str] | None = None) -> int:
         """Best of rounds of `run(round, n)` for n/4 and n, after one untimed n/4 run; prints
         the broker's CPU time for the n-message runs (the least of the rounds)."""
         cpu: list[float] = []
+        machine: list[tuple[float, float]] = []
 
         def run_big(r: int) -> None:
             before = process_cpu_s(broker.pid)
+            busy, idle = machine_cpu_s()
             run(r, big)
             cpu.append(process_cpu_s(broker.pid) - before)
+            busy2, idle2 = machine_cpu_s()
+            machine.append((busy2 - busy, idle2 - idle))
 
         t_s = best(lambda r: run(r, small), args.rounds, lambda: run(-1, small))
         t_b = best(run_big, args.rounds)
@@ -242,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         if min(cpu) > 0:
             print(
                 f"  {'':>5} {'':36} broker CPU {min(cpu):6.2f}s ({min(cpu) / big * 1e6:.2f} us/msg)"
+            )
+        busy, idle = min(machine)
+        if busy + idle > 0:
+            print(
+                f"  {'':>5} {'':36} machine CPU busy {busy:6.2f}s ({busy / big * 1e6:.2f} us/msg),"
+                f" idle {idle:.2f}s"
             )
 
     try:
