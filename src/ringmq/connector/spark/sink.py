@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover - Spark 4.0
     _StreamBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
 
 from ringmq.connector.spark.options import Options
+from ringmq.connector.spark.worker import freeze_heap
 from ringmq.connector.spark.writerows import digest, row_properties, text
 
 log = logging.getLogger(__name__)
@@ -198,7 +199,10 @@ class RingMQBatchWriter(DataSourceArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[Any]) -> PublishedMessage:
-        return publish_arrow(self.options, iterator, streaming=False)
+        try:
+            return publish_arrow(self.options, iterator, streaming=False)
+        finally:
+            freeze_heap()
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         n = _count(messages)
@@ -219,9 +223,12 @@ class RingMQStreamWriter(_StreamBase):
         self.options = options
 
     def write(self, iterator: Iterator[Any]) -> PublishedMessage:
-        if _StreamBase is DataSourceStreamWriter:  # Spark 4.0: Rows
-            return publish_rows(self.options, iterator, streaming=True)
-        return publish_arrow(self.options, iterator, streaming=True)
+        try:
+            if _StreamBase is DataSourceStreamWriter:  # Spark 4.0: Rows
+                return publish_rows(self.options, iterator, streaming=True)
+            return publish_arrow(self.options, iterator, streaming=True)
+        finally:
+            freeze_heap()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         n = _count(messages)

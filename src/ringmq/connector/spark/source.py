@@ -41,6 +41,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ringmq.connector.spark.options import Options, http_with_credentials
+from ringmq.connector.spark.worker import freeze_heap
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -263,6 +264,7 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 batch = columns_to_batch(q, data)
                 if batch.num_rows:
                     yield batch
+        freeze_heap()
 
     def commit(self, end: dict[str, int]) -> None:
         """The batch ending at `end` is durable in the sink: settle (delete) below it."""
@@ -326,3 +328,4 @@ class RingMQBatchReader(DataSourceReader):
                     page = page.filter(pc.less_equal(page.column("seq"), partition.last))
                 if page.num_rows:
                     yield page
+        freeze_heap()
