@@ -140,13 +140,15 @@ class StreamClient:
         path: str,
         body: dict[str, Any] | None = None,
         *,
-        raw: bytes | None = None,
+        raw: bytes | Sequence[bytes | memoryview] | None = None,
         content_type: str = "application/json",
     ) -> bytes:
         data = raw if body is None else json.dumps(body).encode()
         headers = dict(self._headers)
         if data is not None:
             headers["Content-Type"] = content_type
+            if not isinstance(data, bytes):  # parts: http.client sends each (not chunked)
+                headers["Content-Length"] = str(sum(map(len, data)))
         for attempt in (0, 1):
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(
@@ -226,8 +228,11 @@ class StreamClient:
         q = f"/browse?format=columns&limit={limit}" + ("" if after is None else f"&after={after}")
         return self._request("GET", self._path(queue, q))
 
-    def publish(self, exchange: str, body: bytes, *, retry_s: float = 60.0) -> dict[str, Any]:
-        """Bulk publish an `application/x-ringmq-publish` body (see `encode_publish`).
+    def publish(
+        self, exchange: str, body: bytes | Sequence[bytes | memoryview], *, retry_s: float = 60.0
+    ) -> dict[str, Any]:
+        """Bulk publish an `application/x-ringmq-publish` body (see `encode_publish`), whole or
+        as parts sent one after the other (no copy joins them).
 
         Returns once the broker confirmed every message (persistent ones on durable queues
         synced). While the broker blocks publishers (memory alarm, Artemis BLOCK) it resumes
@@ -254,7 +259,8 @@ class StreamClient:
                 if got.get("nacked"):
                     raise PublishError(f"{got['nacked']} messages nacked by the broker") from exc
                 done += taken
-                body = skip_published(body, taken)
+                whole = body if isinstance(body, bytes) else b"".join(body)
+                body = skip_published(whole, taken)
                 time.sleep(0.2)
                 continue
             if answer.get("nacked"):

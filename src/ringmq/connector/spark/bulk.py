@@ -71,8 +71,9 @@ def _values(arr: Any) -> list[Any]:
     return list(map(data.__getitem__, map(slice, ends, itertools.islice(ends, 1, None))))
 
 
-def _lengths_and_values(arr: Any) -> tuple[bytes, bytes]:
-    """(u32 little-endian lengths, concatenated values) of a binary array, sliced or not."""
+def _lengths_and_values(arr: Any) -> tuple[bytes, bytes | memoryview]:
+    """(u32 little-endian lengths, concatenated values) of a binary array, sliced or not; the
+    values are a view of the array's buffer, not a copy."""
     import numpy as np
 
     if len(arr) == 0:
@@ -81,7 +82,7 @@ def _lengths_and_values(arr: Any) -> tuple[bytes, bytes]:
     offs = _offsets(arr)
     lengths = np.diff(offs).astype("<u4").tobytes()
     lo, hi = int(offs[0]), int(offs[-1])
-    data = b"" if bufs[2] is None or hi == lo else memoryview(bufs[2])[lo:hi].tobytes()
+    data = b"" if bufs[2] is None or hi == lo else memoryview(bufs[2])[lo:hi]
     return lengths, data
 
 
@@ -223,8 +224,10 @@ def message_columns(
 
 def encode_batch(
     batch: pa.RecordBatch, options: Options, ids: Callable[[Any, int], Any], start: int
-) -> tuple[bytes, str | None, str | None]:
-    """(publish body, first id, last id) of the rows of `batch`, numbered from `start`."""
+) -> tuple[list[bytes | memoryview], str | None, str | None]:
+    """(publish body, first id, last id) of the rows of `batch`, numbered from `start`. The
+    body is a list of parts, sent one after the other: the values are views of the batch's
+    buffers, never joined into one copy (`StreamClient.publish` takes the parts)."""
     import struct
 
     import pyarrow as pa
@@ -246,7 +249,7 @@ def encode_batch(
         rk_lens, rk_data = struct.pack("<I", len(one)) * n, one * n
     p_lens, p_data = _lengths_and_values(props)
     b_lens, b_data = _lengths_and_values(bodies)
-    body = b"".join([struct.pack("<I", n), rk_lens, p_lens, b_lens, rk_data, p_data, b_data])
+    body = [struct.pack("<I", n), rk_lens, p_lens, b_lens, rk_data, p_data, b_data]
     first = mids[0].as_py() if n else None
     last = mids[n - 1].as_py() if n else None
     return body, first, last
