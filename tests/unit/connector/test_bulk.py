@@ -243,7 +243,7 @@ def test_bulk_publish_waits_out_a_resource_alarm(live_broker: BrokerThread) -> N
         with StreamClient(http) as c:
             body = encode_publish(("alarmed", _mid(i), b"%d" % i) for i in range(50))
             # As parts (what the Spark writer sends): joined only for the retry after a 503.
-            parts = [body[:7], memoryview(body)[7:100], body[100:]]
+            parts: list[bytes | memoryview] = [body[:7], memoryview(body)[7:100], body[100:]]
             answers.append(c.publish("", parts, retry_s=30))
 
     t = threading.Thread(target=publish)
