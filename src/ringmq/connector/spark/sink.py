@@ -37,6 +37,9 @@ from ringmq.connector.spark.writerows import digest, row_properties, text
 
 log = logging.getLogger(__name__)
 
+FRAME_ROWS = 2048
+"""Rows framed at a time by the AMQP writer (`arrow_frames`)."""
+
 
 @dataclass
 class PublishedMessage(WriterCommitMessage):
@@ -159,22 +162,42 @@ def publish_arrow(options: Options, batches: Iterator[Any], *, streaming: bool) 
 def arrow_frames(
     options: Options, batches: Iterator[Any], ids: Any, ends: list[str], frame_max: int
 ) -> Iterator[tuple[memoryview | bytes, list[int]]]:
-    """The AMQP publishes of every row of `batches`, framed a batch at a time
+    """The AMQP publishes of every row of `batches`, framed `FRAME_ROWS` rows at a time
     (`amqpframes.publish_frames`), the ids numbered across them; the first and last message
     ids are kept in `ends`."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from ringmq.connector.spark.amqpframes import publish_frames
-    from ringmq.connector.spark.bulk import message_columns, routing_keys
+    from ringmq.connector.spark.bulk import routing_keys
 
     keys = routing_keys(options)
     methods: dict[tuple[str, str], bytes] = {}
     start = 0
-    for batch in batches:
-        n = batch.num_rows
-        if not n:
-            continue
+    for whole in batches:
+        # In slices: the first slice's frames are on their way (publish_framed's sender
+        # thread) while the next slice's ids and frames are made.
+        slices = (whole.slice(a, FRAME_ROWS) for a in range(0, whole.num_rows, FRAME_ROWS))
+        for batch in slices:
+            yield from _batch_frames(options, batch, ids, start, ends, frame_max, keys, methods)
+            start += batch.num_rows
+
+
+def _batch_frames(
+    options: Options,
+    batch: Any,
+    ids: Any,
+    start: int,
+    ends: list[str],
+    frame_max: int,
+    keys: Any,
+    methods: dict[tuple[str, str], bytes],
+) -> Iterator[tuple[memoryview | bytes, list[int]]]:
+    # `arrow_frames` of one slice, numbered from `start`.
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ringmq.connector.spark.amqpframes import publish_frames
+    from ringmq.connector.spark.bulk import message_columns
+
+    n = batch.num_rows
+    if n:
         mids, props, bodies = message_columns(batch, options, ids, start)
         if "exchange" in batch.schema.names:
             col = batch.column("exchange").cast(pa.string())
@@ -184,7 +207,6 @@ def arrow_frames(
         if not ends:
             ends.append(mids[0].as_py())
         yield from publish_frames(exchanges, keys(batch), props, bodies, frame_max, methods)
-        start += n
         del ends[1:]
         ends.append(mids[n - 1].as_py())
 
