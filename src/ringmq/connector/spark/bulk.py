@@ -7,9 +7,9 @@ the common row (only a `message_id`) are built with Arrow compute kernels. Rows 
 `headers` or `properties` columns take the per-row AMQP properties encoder. Message ids are the
 ones the AMQP path uses (`writerows.digest`), so both paths de-duplicate each other's copies.
 
-`publish_batches` groups rows by exchange, posts up to `BULK_ROWS` rows per request and
-overlaps encoding the next request with the broker ingesting the previous one (one sender
-thread, one HTTP connection).
+`publish_batches` groups rows by exchange, posts requests that grow from `FIRST_ROWS` rows to
+`BULK_ROWS` and overlaps encoding the next request with the broker ingesting the previous one
+(one sender thread, one HTTP connection).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 BULK_ROWS: Final = 50_000
 """Most rows per publish request."""
+FIRST_ROWS: Final = 2048
+"""Rows of a task's first request; each next one is twice as large, up to `BULK_ROWS`."""
 BULK_BYTES: Final = 32 * 1024 * 1024
 """Most body bytes per publish request (at least one batch)."""
 _MID_ONLY_FLAGS: Final = b"\x00\x80"  # basic properties: only message_id present
@@ -313,14 +315,19 @@ def publish_batches(
                     first = a if first is None else first
                     last = b if b is not None else last
 
+        # Requests grow from FIRST_ROWS rows to BULK_ROWS: the broker takes the first while the
+        # rest is encoded, and a small task still makes more than one request.
+        limit = FIRST_ROWS
         for batch in batches:
-            if not batch.num_rows:
-                continue
-            pending.append(batch)
-            rows += batch.num_rows
-            size += batch.column("body").nbytes
-            if rows >= BULK_ROWS or size >= BULK_BYTES:
-                flush()
+            while batch.num_rows:
+                part = batch.slice(0, limit - rows)
+                batch = batch.slice(part.num_rows)
+                pending.append(part)
+                rows += part.num_rows
+                size += part.column("body").nbytes
+                if rows >= limit or size >= BULK_BYTES:
+                    flush()
+                    limit = min(BULK_ROWS, 2 * limit)
         flush()
         if sent is not None:
             sent.result()
