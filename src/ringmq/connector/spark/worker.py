@@ -7,9 +7,10 @@ pyspark, pandas, pyarrow and the connector holds about 90,000 of them, and the w
 17-30 ms here, once per task. A write of 1,000,000 rows in 100 tasks of 10,000 rows spent more
 CPU in those walks than in its own work.
 
-`freeze_heap` does, once per process and after the task that called it has done its work: a
-collection (cyclic garbage is freed first), then `gc.freeze()`, which moves every object alive
-into a permanent generation that later collections do not walk. What is frozen is what a
+`freeze_heap` does, after the task that called it has done its work and when nothing in the
+process is frozen yet (so once per process, unless someone unfreezes it): a collection (cyclic
+garbage is freed first), then `gc.freeze()`, which moves every object alive into a permanent
+generation that later collections do not walk. What is frozen is what a
 reused worker keeps anyway (modules, classes, functions, caches); objects made after it are
 collected as before. The cost: an object alive at that moment that later becomes cyclic
 garbage is never freed, a one-time and bounded amount per worker process.
@@ -19,15 +20,12 @@ from __future__ import annotations
 
 import gc
 
-_frozen = False
-
 
 def freeze_heap() -> None:
-    """Collect, then freeze every object alive (`gc.freeze`): once per process."""
-    global _frozen
-    if _frozen:
+    """Collect, then freeze every object alive (`gc.freeze`), unless the process has frozen
+    objects already."""
+    if gc.get_freeze_count():
         return
-    _frozen = True
     gc.collect()
     gc.freeze()
 
