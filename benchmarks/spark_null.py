@@ -1,7 +1,8 @@
 """A do-nothing Python data source (`nullsource`): the floor of Spark's Python Data Source API.
 
 It has ringmq's read schema, reads prebuilt Arrow batches (no I/O, no broker) in two
-partitions, and its writer counts the Arrow batches it is given and drops them. The time Spark
+partitions, and its writer counts the Arrow batches it is given and drops them (each task first
+undoes a heap another source froze in its worker: `_as_alone`). The time Spark
 takes to run it is what any PySpark data source pays (planner and runner Python workers,
 pickling, Arrow transfer between the JVM and Python workers) before it does any work of its
 own. `spark_bench.py --paths floor` times it next to the ringmq paths and their Parquet
@@ -72,8 +73,29 @@ def _halves(n: int, size: int) -> list[_Rows]:
     return [_Rows(n // 2, size), _Rows(n - n // 2, size)] if n else []
 
 
+def _as_alone() -> None:
+    """Undo a frozen heap left in this worker process by another data source's task.
+
+    PySpark reuses Python workers across data sources and runs a full `gc.collect()` after
+    every task. ringmq's tasks freeze the worker's long-lived heap after their first task
+    (`ringmq/connector/spark/worker.py`), and this source's tasks run in the same worker
+    processes; without this they would be measured with ringmq's freeze instead of as a
+    do-nothing source pays on its own. With `RINGMQ_FLOOR_FROZEN=1` this source freezes its
+    heap too (the floor of a source that does what ringmq does)."""
+    import gc
+    import os
+
+    if os.environ.get("RINGMQ_FLOOR_FROZEN") == "1":
+        if not gc.get_freeze_count():
+            gc.collect()
+            gc.freeze()
+    else:
+        gc.unfreeze()
+
+
 def _read(p: InputPartition) -> Iterator[Any]:
     assert isinstance(p, _Rows)
+    _as_alone()
     for a in range(0, p.n, _STEP):
         yield null_batch(min(_STEP, p.n - a), p.size)
 
@@ -121,6 +143,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 class _Writer(DataSourceArrowWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        _as_alone()
         for _ in iterator:
             pass
         return WriterCommitMessage()
