@@ -5,7 +5,8 @@
 * `Publisher`: a minimal AMQP 0-9-1 publisher built on ringmq's own codec. It pipelines
   `basic.publish` on one channel in confirm mode, keeps at most `window` messages unconfirmed,
   and `publish_many` returns only once the broker has confirmed every message (a nack, a
-  channel or connection close raises `PublishError`).
+  channel or connection close raises `PublishError`). `publish_framed` does the same for
+  publishes framed elsewhere (the Spark writer's column framing), sending from a second thread.
 
 Neither holds state that matters across processes: Spark tasks create them inside `read()` and
 `write()` (docs/spark.md).

@@ -80,8 +80,9 @@ def _varying(rows: Any, lengths: Any) -> Any:
 def _lengths(arr: Any) -> Any:
     import numpy as np
 
-    offs = np.frombuffer(arr.buffers()[1], dtype="<i4", count=arr.offset + len(arr) + 1)
-    return np.diff(offs[arr.offset :])
+    from ringmq.connector.spark.bulk import value_offsets
+
+    return np.diff(value_offsets(arr))
 
 
 def _joined(methods: Any, props: Any, bodies: Any) -> tuple[memoryview, list[int]]:

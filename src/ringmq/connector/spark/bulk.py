@@ -47,7 +47,7 @@ def _binary(arr: Any) -> Any:
     return arr
 
 
-def _offsets(arr: Any) -> Any:
+def value_offsets(arr: Any) -> Any:
     """The numpy view of a non-empty binary array's `len + 1` value offsets, sliced or not."""
     import numpy as np
 
@@ -65,7 +65,7 @@ def _values(arr: Any) -> list[Any]:
     else views of its buffer (copying 1 KiB bodies costs 0.3 us, a view 0.16)."""
     import itertools
 
-    offs = _offsets(arr)
+    offs = value_offsets(arr)
     if int(offs[-1] - offs[0]) < _COPY_BELOW * len(arr):
         return arr.to_pylist()  # type: ignore[no-any-return]
     data = memoryview(arr.buffers()[2])
@@ -81,7 +81,7 @@ def _lengths_and_values(arr: Any) -> tuple[bytes, bytes | memoryview]:
     if len(arr) == 0:
         return b"", b""
     bufs = arr.buffers()
-    offs = _offsets(arr)
+    offs = value_offsets(arr)
     lengths = np.diff(offs).astype("<u4").tobytes()
     lo, hi = int(offs[0]), int(offs[-1])
     data = b"" if bufs[2] is None or hi == lo else memoryview(bufs[2])[lo:hi]
