@@ -196,19 +196,18 @@ def _batch_frames(
     from ringmq.connector.spark.amqpframes import publish_frames
     from ringmq.connector.spark.bulk import message_columns
 
-    n = batch.num_rows
-    if n:
-        mids, props, bodies = message_columns(batch, options, ids, start)
-        if "exchange" in batch.schema.names:
-            col = batch.column("exchange").cast(pa.string())
-            exchanges: list[str] = pc.fill_null(col, options.exchange).to_pylist()
-        else:
-            exchanges = [options.exchange] * n
-        if not ends:
-            ends.append(mids[0].as_py())
-        yield from publish_frames(exchanges, keys(batch), props, bodies, frame_max, methods)
-        del ends[1:]
-        ends.append(mids[n - 1].as_py())
+    n = batch.num_rows  # at least one: `arrow_frames` slices only rows that are there
+    mids, props, bodies = message_columns(batch, options, ids, start)
+    if "exchange" in batch.schema.names:
+        col = batch.column("exchange").cast(pa.string())
+        exchanges: list[str] = pc.fill_null(col, options.exchange).to_pylist()
+    else:
+        exchanges = [options.exchange] * n
+    if not ends:
+        ends.append(mids[0].as_py())
+    yield from publish_frames(exchanges, keys(batch), props, bodies, frame_max, methods)
+    del ends[1:]
+    ends.append(mids[n - 1].as_py())
 
 
 class RingMQBatchWriter(DataSourceArrowWriter):

@@ -6,7 +6,7 @@ The digest is 64 bits: CRC-32C and zlib's CRC-32 of the routing key, a zero byte
 It guards against a retry whose rows differ from the first attempt's at the same place (the
 id also holds the partition and row index), not against anyone forging rows, and two CRCs of
 different polynomials run at memory speed where a cryptographic hash was most of the writer's
-time a row (1 KiB bodies: 0.6 us against 2.2 us with BLAKE2b);
+time a row (ids of 1 KiB bodies: 0.83 us a row against 2.21 us with BLAKE2b);
 `row_properties` turns a row's `headers` map and `properties` struct into AMQP basic
 properties. Pure functions.
 """
