@@ -9,7 +9,9 @@ commands; nothing is durable until an fsync covers it. After every read batch th
 1. the confirms the broker held back (`Broker.drain_unconfirmed()`) join `waiting`;
 2. if there are waiting confirms and no fsync is running, `store.flush()` hands every buffered
    write to the OS (on the loop thread: the store's owner) and `store.fsync(point)` runs in a
-   one-thread executor, so the loop keeps reading and writing meanwhile;
+   one-thread executor, so the loop keeps reading and writing meanwhile; `flush()` is called
+   only there, because its point holds descriptors that only `fsync` closes (every other
+   hand-over uses `store.write_out()`, which takes none);
 3. when the fsync completes, every confirm of that group is released through
    `Broker.confirm_stored` (the session coalesces contiguous tags into `multiple=true`); the
    confirms that arrived during the fsync form the next group, started at once.
@@ -106,8 +108,9 @@ class GroupCommit:
         if self.in_flight is None and self.waiting:
             self._start()
         elif self.store.position > self._flushed:
+            # no fsync follows now: hand the writes over without taking descriptors
             try:
-                self._flushed = self.store.flush().position
+                self._flushed = self.store.write_out()
             except OSError as exc:
                 self._failed(exc, [], fsync=False)
 

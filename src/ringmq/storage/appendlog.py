@@ -1,11 +1,13 @@
 """A small append-only log file with a write buffer: the definitions log and the writers'
 de-duplication log both keep one.
 
-Theory of operation: records are framed by the owner (`records.frame`) and appended to `buf`;
-`flush()` writes the buffer in one `write_all` and hands back a dup'd descriptor for the group
-commit to fsync. A failed write is cut back (`ftruncate` to the bytes known written) so that a
-retry appends the same records at the same place, and the error is kept in `failure` until a
-write succeeds. `written` counts the bytes of the file known written.
+Theory of operation: records are framed by the owner (`records.frame`) and appended to `buf`.
+`write_out()` writes the buffer in one `write_all`; `flush()` writes it out too and, when
+anything was written since the previous `flush()`, hands back a dup'd descriptor for the group
+commit to fsync (the caller owns it: `journal.fsync_fds` closes it). A failed write is cut back
+(`ftruncate` to the bytes known written) so that a retry appends the same records at the same
+place, and the error is kept in `failure` until a write succeeds. `written` counts the bytes of
+the file known written.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class AppendLog:
         self.written = os.fstat(self.fd).st_size
         self.failure: OSError | None = None
         """The last write error while buffered records wait for a retry (`flush`)."""
+        self._unsynced = False  # written since the last `flush()` handed out a descriptor
 
     def reopen(self) -> None:
         """Open the file again after it was replaced (a compaction), nothing buffered."""
@@ -33,11 +36,21 @@ class AppendLog:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self.written = os.fstat(self.fd).st_size
         self.buf.clear()
+        self._unsynced = False  # the replacement was fsynced whole
 
     def flush(self) -> list[int]:
         """Write buffered records; return dup'd descriptors to fsync (empty when clean)."""
-        if not self.buf:
+        self.write_out()
+        if not self._unsynced:
             return []
+        fd = os.dup(self.fd)  # may raise EMFILE: `_unsynced` stays set for the next flush
+        self._unsynced = False
+        return [fd]
+
+    def write_out(self) -> None:
+        """Write buffered records to the OS, taking no descriptor (no fsync follows yet)."""
+        if not self.buf:
+            return
         try:
             write_all(self.fd, self.buf)
         except OSError as exc:
@@ -50,7 +63,7 @@ class AppendLog:
         self.failure = None
         self.written += len(self.buf)
         self.buf.clear()
-        return [os.dup(self.fd)]
+        self._unsynced = True
 
     def abandon(self) -> None:
         """Close without writing buffered records (simulated crash; tests)."""

@@ -138,6 +138,10 @@ class DefinitionLog:
         """Write buffered records; return dup'd descriptors to fsync (empty when clean)."""
         return self._file.flush()
 
+    def write_out(self) -> None:
+        """Write buffered records to the OS without taking a descriptor (`AppendLog`)."""
+        self._file.write_out()
+
     def abandon(self) -> None:
         """Close without writing buffered records (simulated crash; tests)."""
         self._file.abandon()

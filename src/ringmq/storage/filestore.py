@@ -382,6 +382,17 @@ class FileStore:
             raise
         return SyncPoint(self._position, tuple(fds))
 
+    def write_out(self) -> int:
+        # Hand buffered writes to the OS and take no descriptor: no fsync follows yet (the
+        # next `flush()` hands over what it needs to cover these writes too).
+        if self.fenced:
+            raise self.failure or OSError(errno.EIO, "store fenced")
+        self._bodies.journal.write_out()
+        self._journal.write_out()
+        self._defs.write_out()
+        self._dedup.write_out()
+        return self._position
+
     def fsync(self, point: SyncPoint) -> int:
         try:
             fsync_fds(list(point.fds))

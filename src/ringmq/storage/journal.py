@@ -8,11 +8,19 @@ in-memory buffer; when a segment reaches `segment_bytes` it is closed and a new 
 
 Durability is split in two so the caller can group-commit and fsync off the event loop:
 
-* `flush()` (owner thread) writes the buffer to the OS and returns duplicated file descriptors
-  of every segment written since the previous flush (plus the directory when files were created
-  or deleted).
+* `write_out()` (owner thread) writes the buffer to the OS and takes no descriptor: the caller
+  will not fsync yet (writes that no confirm waits for, handed over at the end of a batch).
+* `flush()` (owner thread) writes the buffer out and hands over the descriptors an fsync needs:
+  a duplicate of the current segment's, the write descriptors of the segments closed since the
+  previous `flush()`, and the directory when files were created or deleted. The caller owns
+  them from then on and must pass them to `fsync_fds`, which closes them whatever happens.
 * `fsync_fds(fds)` (any thread, e.g. an executor) fsyncs and closes them. It touches no journal
   state, so it is safe to run while the owner keeps appending.
+
+Descriptors are bounded whatever the disk's speed: a closed segment keeps its write descriptor
+only until the next `flush()` hands it over, and at most `MAX_UNSYNCED_SEGMENTS` closed segments
+wait for one; past that the current segment grows beyond `segment_bytes` until a `flush()` takes
+them (a slow fsync makes segments longer, never descriptors more numerous).
 
 `replay()` must run once, before the first append: it scans every segment in order, truncates a
 torn or corrupt tail (crc mismatch, short record) with a WARNING and goes on with the next
@@ -57,6 +65,8 @@ DEFAULT_SEGMENT_BYTES: Final = 16 * 1024 * 1024
 _WRITE_CHUNK: Final = 1024 * 1024  # write the buffer out once it holds this much
 _MAX_READERS: Final = 8  # cached read descriptors (`pread`)
 _REOPEN_STEP: Final = 1024 * 1024  # after a failed segment creation, retry once per this much
+MAX_UNSYNCED_SEGMENTS: Final = 16
+"""Closed segments whose descriptors may wait for the next `flush()` (see the module doc)."""
 
 
 def open_segment(path: Path, flags: int) -> int:
@@ -108,7 +118,7 @@ class Journal:
         self._size = 0  # bytes of the current segment, buffered ones included
         self._flushed = 0  # bytes of the current segment already written to the OS
         self._buf = bytearray()
-        self._unsynced: list[int] = []  # dup'd fds of segments written since the last flush()
+        self._unsynced: list[int] = []  # write fds of segments closed since the last flush()
         self._dir_dirty = False
         self._replayed = False
         self._readers: dict[int, int] = {}  # segment -> read-only fd (random reads, `pread`)
@@ -261,8 +271,8 @@ class Journal:
         if self._fd < 0:
             return
         self._write_out()
-        self._unsynced.append(os.dup(self._fd))
-        os.close(self._fd)
+        # the write descriptor itself waits for the next flush(), which hands it to an fsync
+        self._unsynced.append(self._fd)
         self._fd = -1
 
     def _write_out(self) -> None:
@@ -309,6 +319,7 @@ class Journal:
         if self._fd < 0 or (
             self._size >= self.segment_bytes
             and self._size >= self._reopen_at
+            and len(self._unsynced) < MAX_UNSYNCED_SEGMENTS
             and self._try_write_out()
         ):
             self._open_next()
@@ -330,14 +341,22 @@ class Journal:
             self._close_current()
             self._current = -1
 
-    def flush(self) -> list[int]:
-        """Write buffered records to the OS; return dup'd descriptors that need an fsync.
+    def write_out(self) -> None:
+        """Write buffered records to the OS, taking no descriptor (no fsync follows yet).
 
-        Raises the write's OSError (records stay buffered, nothing is handed out)."""
+        Raises the write's OSError (records stay buffered)."""
         if self._unopened:
             self._create_unopened()
         if self._fd >= 0 and self._buf:
             self._write_out()
+
+    def flush(self) -> list[int]:
+        """Write buffered records to the OS; hand over the descriptors an fsync needs.
+
+        The caller owns the returned descriptors and must pass them to `fsync_fds` (which
+        closes them). Raises the write's OSError (records stay buffered, nothing is handed
+        out)."""
+        self.write_out()
         fds = self._unsynced
         self._unsynced = []
         try:

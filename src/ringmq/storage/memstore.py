@@ -97,6 +97,9 @@ class MemoryStore:
     def flush(self) -> SyncPoint:
         return SyncPoint(self._position)
 
+    def write_out(self) -> int:
+        return self._position
+
     def fsync(self, point: SyncPoint) -> int:
         self._durable = max(self._durable, point.position)
         return point.position

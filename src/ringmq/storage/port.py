@@ -26,6 +26,8 @@ int). Nothing is durable until a group commit covers it:
 * group commit (server): after a read batch, ``point = store.flush()`` on the loop thread, then
   ``await loop.run_in_executor(None, store.fsync, point)`` (only `os.fsync` calls, safe to run
   while the loop keeps writing), then release every confirm whose ``pos <= point.position``.
+  A point holds descriptors that only `fsync` closes, so `flush()` is called only when its
+  fsync will run; writes handed to the OS with no fsync to follow use ``store.write_out()``.
   ``store.sync()`` does both inline (tests, tx.commit-ok, shutdown).
 * transactions: ``store.tx_begin()`` ... the tx's enqueues/acks ... ``store.tx_commit()``;
   on replay a transaction is applied whole or not at all. Send tx.commit-ok after the sync.
@@ -195,8 +197,15 @@ class Store(Protocol):
         """Hand buffered writes to the OS (owner thread); fsync the result with `fsync`."""
         ...
 
+    def write_out(self) -> int:
+        """Hand buffered writes to the OS without preparing an fsync (owner thread); returns
+        the write position. Raises the write's OSError. The next `flush()` covers them."""
+        ...
+
     def fsync(self, point: SyncPoint) -> int:
-        """Make `point` durable; thread-safe. Returns `point.position`."""
+        """Make `point` durable; thread-safe. Returns `point.position`. The point's
+        descriptors are closed whatever happens: every point `flush()` returns must reach
+        `fsync`."""
         ...
 
     def sync(self) -> int:
