@@ -498,6 +498,33 @@ class Broker:
         self.confirms.confirm_stored(conn_id, channel, seqs)
         return out
 
+    def holding(self) -> bool:
+        """Storage hook: some persistent message waits for an fsync before consumers may have
+        it (the group commit then starts one at once, as for a held confirm)."""
+        return self.durability is not None and self.durability.holding
+
+    def stored(self, durable: int) -> list[Effect]:
+        """Storage hook: an fsync covered every store write up to position `durable`; hand
+        out the persistent messages that waited for it (`core/queue/hold.py`)."""
+        state = self.state
+        out = state.begin(state.now_ms)
+        if self.durability is not None:
+            for q in self.durability.stored(durable):
+                state.mark(q)
+            self.finish(state.now_ms)
+        return out
+
+    def unstored(self, after: int) -> list[Effect]:
+        """Storage hook: the store writes after position `after` failed and their publishes
+        are refused (`fail_unconfirmed`); their messages leave their queues unseen."""
+        state = self.state
+        out = state.begin(state.now_ms)
+        if self.durability is not None:
+            for q in self.durability.unstored(after):
+                state.mark(q)
+            self.finish(state.now_ms)
+        return out
+
     def fail_unconfirmed(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
         """Storage hook: the store could not make publishes `seqs` durable; refuse them."""
         out = self.state.begin(self.state.now_ms)

@@ -13,6 +13,15 @@ It owns:
   engine drops by itself (ring eviction, drop-head, LVQ replacement, expiry, purge,
   dead-lettering, delivery limit, no-ack fetch) is acked in the store if it was persisted.
   Client acks go through `acked`; deliveries with ack required through `delivered`.
+* **the durability hold** (`core/queue/hold.py`): under delayed confirms (a group commit
+  fsyncs the store), each persistent write to a durable queue whose publisher waits for a
+  confirm (or a refusal) is noted in the queue's `Hold` with its store position, so the queue
+  hands it to no consumer before an fsync covers it (a publish nobody confirms is never
+  refused, so it is not held: a `basic.publish` then `basic.get` finds it at once, as in
+  RabbitMQ);
+  `stored(position)` releases what an fsync covered and `unstored(after)` refuses what a
+  failed write or fsync did not: those messages are acked in the store (a later successful
+  write of the same buffered records cannot bring them back) and leave their queues.
 * **delayed exchanges**: a persistent message held by a durable `x-delayed-message` exchange
   is journaled under the exchange's own store key (`delayed_key`) with its due time, acked
   when the exchange releases it (after it was routed, so a crash in between duplicates rather
@@ -40,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from ringmq.core.defsync import DefinitionSync
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import PublishOutcome
+from ringmq.core.queue.hold import NO_HOLD
 from ringmq.core.recovery import restore_definitions, restore_messages, restore_recovered
 from ringmq.core.storeport import (
     BINDING,
@@ -104,6 +114,12 @@ class Durability:
         self._persisted: dict[str, set[SeqId]] = {}
         self._by_entity: dict[int, tuple[str, set[SeqId]]] = {}  # id(QueueEntity) -> key, seqs
         self.definitions = DefinitionSync(broker, store, self._drop_held)
+        self.holds = broker.state.config.delay_persistent_confirms
+        """Whether persistent writes are held from consumers until durable (hold.py)."""
+        self._holding: dict[int, QueueEntity] = {}  # queues whose `Hold` has pending writes
+        self.failing = False
+        """A write or fsync failed and none succeeded since: persistent publishes to durable
+        queues are refused before they are enqueued (`unstored` sets it, `stored` clears it)."""
         self.recovered_messages = 0
         self.clean = True
 
@@ -128,8 +144,19 @@ class Durability:
         entry = self._by_entity.get(id(q))
         return entry[1] if entry is not None else None
 
-    def published(self, q: QueueEntity, msg: Message, outcome: PublishOutcome, now_ms: int) -> bool:
-        """After `q.queue.publish(msg)`: persist it when it stayed. Returns True if written."""
+    def published(
+        self,
+        q: QueueEntity,
+        msg: Message,
+        outcome: PublishOutcome,
+        now_ms: int,
+        *,
+        hold: bool = False,
+    ) -> bool:
+        """After `q.queue.publish(msg)`: persist it when it stayed. Returns True if written.
+
+        `hold`: its publisher waits for a confirm (or a refusal), so under delayed confirms
+        consumers get it only once an fsync covers the write (hold.py)."""
         if outcome is not PublishOutcome.ENQUEUED and outcome is not PublishOutcome.SCHEDULED:
             return False
         entry = self._by_entity.get(id(q))
@@ -138,9 +165,59 @@ class Durability:
         engine = q.queue
         seq = engine.last_seq
         expiry_ms, due_ms = engine.timing_of(msg, now_ms)
-        self.store.enqueue(entry[0], seq, msg, expiry_ms=expiry_ms, due_ms=due_ms)
+        position = self.store.enqueue(entry[0], seq, msg, expiry_ms=expiry_ms, due_ms=due_ms)
         entry[1].add(seq)
+        if hold and self.holds:
+            pending = engine.hold.pending
+            if not pending:
+                self._holding[id(q)] = q
+                if engine.hold_from == NO_HOLD:
+                    engine.hold_from = seq
+            pending.append((position, seq))
         return True
+
+    @property
+    def holding(self) -> bool:
+        """Whether some persistent message waits for an fsync before it may be handed out."""
+        return bool(self._holding)
+
+    def stored(self, durable: int) -> list[QueueEntity]:
+        """An fsync covered every write up to store position `durable`: release what it held;
+        returns the queues that may now hand out more (to dispatch)."""
+        self.failing = False
+        released: list[QueueEntity] = []
+        holding = self._holding
+        for key, q in list(holding.items()):
+            hold = q.queue.hold
+            first = hold.pending[0][0]
+            if first > durable:
+                continue
+            hold.release(durable)
+            q.queue.hold_from = hold.first_checked()
+            if not hold.pending:
+                del holding[key]
+            released.append(q)
+        return released
+
+    def unstored(self, after: int) -> list[QueueEntity]:
+        """The writes after store position `after` failed (their publishes are refused):
+        cancel them in the store and take them out of their queues; returns the queues."""
+        self.failing = True
+        touched: list[QueueEntity] = []
+        for key, q in list(self._holding.items()):
+            engine = q.queue
+            gone = engine.hold.refuse(after)
+            if not engine.hold.pending:
+                del self._holding[key]
+            if not gone:
+                continue
+            entry = self._by_entity.get(key)
+            if entry is not None:
+                entry[1].difference_update(gone)
+                self.store.ack(entry[0], gone)
+            engine.drop_refused(gone)
+            touched.append(q)
+        return touched
 
     def delivered(self, q: QueueEntity, seq: SeqId, delivery_count: int) -> None:
         """A persisted message was handed out with ack required."""
@@ -177,6 +254,7 @@ class Durability:
         """A queue is gone: drop its messages from the store."""
         key = queue_key(q.vhost, q.name)
         self._by_entity.pop(id(q), None)
+        self._holding.pop(id(q), None)
         if self._persisted.pop(key, None) is not None:
             self.store.drop_queue(key)
         q.queue.on_remove = None

@@ -60,7 +60,7 @@ from ringmq.core.session import ChannelMode, Session, TxPublish
 from ringmq.core.settings import LimitAction
 from ringmq.core.state import State
 from ringmq.core.texts import as_str
-from ringmq.core.transactions import Confirms
+from ringmq.core.transactions import STORE_FAILED, Confirms
 from ringmq.core.vhost import QueueEntity, VHost
 
 ACCEPTED: Final = "accepted"
@@ -233,6 +233,9 @@ class Publisher:
         for q in queues:
             if q.no_local is not None and q.no_local.excludes(conn_id):
                 continue  # a no-local consumer's queue: not its own connection's messages
+            if seq and persistent and q.durable and self._store_failing():
+                refused = STORE_FAILED  # not enqueued: it could not be made durable
+                continue
             engine = q.queue
             outcome = engine.publish(msg, now_ms)
             if outcome is _REJECTED:
@@ -249,7 +252,7 @@ class Publisher:
                     self.state.timed[id(q)] = q
                 if persistent and q.durable:
                     dur = self.state.durability
-                    if dur is None or dur.published(q, msg, outcome, now_ms):
+                    if dur is None or dur.published(q, msg, outcome, now_ms, hold=seq != 0):
                         stored = True
             dirty[id(q)] = q
             st = q.settings
@@ -297,6 +300,13 @@ class Publisher:
             assert s is not None
             self.confirms.confirm_publish(s, seq, refused, stored)
         return refused or ACCEPTED
+
+    def _store_failing(self) -> bool:
+        # The store's writes fail (hold.py): a confirmed publish of a persistent message to a
+        # durable queue is refused before it enters the queue, so no consumer sees what its
+        # publisher is told to send again.
+        dur = self.state.durability
+        return dur is not None and dur.failing
 
     def publish_without_session(self, vh: VHost, x: Exchange, msg: Message, now_ms: int) -> str:
         """Publish `msg` to `x` for a caller with no session (the management API, which

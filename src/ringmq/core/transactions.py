@@ -198,13 +198,15 @@ class Transactions:
         if dur is not None:
             dur.store.tx_commit()
             try:
-                dur.store.sync()  # commit-ok means durable (AMQP tx semantics)
+                durable = dur.store.sync()  # commit-ok means durable (AMQP tx semantics)
             except OSError as exc:
                 raise BrokerError(
                     Condition.PRECONDITION_FAILED,
                     f"tx.commit failed: the message store could not write to disk ({exc}); "
                     "the transaction may be partly applied and is not durable",
                 ) from exc
+            for q in dur.stored(durable):  # what the sync covered may be handed out
+                self.state.mark(q)
         for consumer in s.consumers.values():
             self.state.mark(consumer.queue)
 

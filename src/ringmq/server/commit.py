@@ -7,12 +7,15 @@ commands; nothing is durable until an fsync covers it. After every read batch th
 `after_batch()` on the loop thread:
 
 1. the confirms the broker held back (`Broker.drain_unconfirmed()`) join `waiting`;
-2. if there are waiting confirms and no fsync is running, `store.flush()` hands every buffered
+2. if there are waiting confirms (or persistent messages that the durability hold keeps from
+   consumers until they are durable: `Broker.holding()`, core/queue/hold.py) and no fsync is
+   running, `store.flush()` hands every buffered
    write to the OS (on the loop thread: the store's owner) and `store.fsync(point)` runs in a
    one-thread executor, so the loop keeps reading and writing meanwhile; `flush()` is called
    only there, because its point holds descriptors that only `fsync` closes (every other
    hand-over uses `store.write_out()`, which takes none);
-3. when the fsync completes, every confirm of that group is released through
+3. when the fsync completes, `Broker.stored(position)` hands the messages it covered to
+   their consumers and every confirm of that group is released through
    `Broker.confirm_stored` (the session coalesces contiguous tags into `multiple=true`); the
    confirms that arrived during the fsync form the next group, started at once.
 
@@ -27,10 +30,13 @@ covers the store's position at the call (one is started at once when none runs),
 the OSError when that flush or fsync fails.
 
 Write failures (ENOSPC, EDQUOT, EIO...; docs/storage.md, "Write failures"): when `flush()` or
-the fsync raises, the group's confirms are never acked: `Broker.fail_unconfirmed` nacks them
-(the publisher may retry), one ERROR line names the path, the errno and what happens next, and
-the `disk_write` resource alarm blocks publishers (connection.blocked) while consumers go on.
-While the alarm is on, new held confirms are nacked at once without another write; `tick()`
+the fsync raises, the group's confirms are never acked: `Broker.unstored(position)` takes every
+message written after what an fsync covered out of its queues, unseen (the hold kept it from
+consumers), and `Broker.fail_unconfirmed` nacks the confirms (the publisher may retry); one
+ERROR line names the path, the errno and what happens next, and the `disk_write` resource
+alarm blocks publishers (connection.blocked) while consumers go on. Until a write succeeds
+again the core refuses persistent publishes to durable queues before they are enqueued, and
+new held confirms are nacked at once without another write; `tick()`
 probes by flushing again (the store rewrites the failed records at the same offsets) and, once
 a flush and its fsync succeed, clears the alarm. A failed *fsync* fences the store: the alarm
 stays until restart.
@@ -82,6 +88,7 @@ class GroupCommit:
         self.waiting: list[tuple[int, int, int]] = []
         self.in_flight: asyncio.Future[int] | None = None
         self._flushed = store.position
+        self._syncing_to = 0  # the position the fsync in flight covers
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ringmq-fsync")
         self._closed = False
         self.syncs = 0
@@ -103,9 +110,10 @@ class GroupCommit:
             # writes are failing: nack at once; only `tick()` tries the disk again
             if self.waiting and self.in_flight is None:
                 group, self.waiting = self.waiting, []
+                self._unstored()
                 self.loop.call_soon(self._nack, group)
             return
-        if self.in_flight is None and self.waiting:
+        if self.in_flight is None and (self.waiting or self.broker.holding()):
             self._start()
         elif self.store.position > self._flushed:
             # no fsync follows now: hand the writes over without taking descriptors
@@ -159,7 +167,7 @@ class GroupCommit:
         except OSError as exc:
             self._failed(exc, group, fsync=False)
             return
-        self._flushed = point.position
+        self._flushed = self._syncing_to = point.position
         fut = self.loop.run_in_executor(self._executor, self.store.fsync, point)
         self.in_flight = fut
         fut.add_done_callback(lambda f: self._done(f, group))
@@ -176,16 +184,19 @@ class GroupCommit:
             self._failed(exc, group, fsync=True)
             return
         self.syncs += 1
-        self._wake(fut.result())
+        durable = fut.result()
+        self._wake(durable)
         if self.failure is not None:
             log.warning(
                 "disk writes succeed again (%s earlier); unblocking publishers", self.failure
             )
             self.failure = None
             self.release(lambda: self.broker.set_alarm("disk_write", None))
-        if group:
-            self.release(lambda: self._confirm(group))
-        if (self.waiting or self._durable_waiters) and self.in_flight is None:
+        # the persistent messages this fsync covered may now reach consumers (hold.py)
+        self.release(lambda: self.broker.stored(durable) + self._confirm(group))
+        if (
+            self.waiting or self._durable_waiters or self.broker.holding()
+        ) and self.in_flight is None:
             self._start()
 
     def _failed(self, exc: OSError, group: list[tuple[int, int, int]], *, fsync: bool) -> None:
@@ -193,6 +204,7 @@ class GroupCommit:
         group = group + self.waiting  # confirms held meanwhile cannot be covered either
         self.waiting = []
         self._wake(0, exc)
+        self._unstored()
         if group:
             self.loop.call_soon(self._nack, group)
         if self.failure is not None:
@@ -217,6 +229,12 @@ class GroupCommit:
         )
         reason = f"disk alarm: {self.failure}"
         self.loop.call_soon(self.release, lambda: self.broker.set_alarm("disk_write", reason))
+
+    def _unstored(self) -> None:
+        # Every write after what an fsync covered (or the one in flight will cover) failed
+        # with this group: its messages leave their queues unseen (hold.py), before the nacks.
+        after = self._syncing_to if self.in_flight is not None else self.store.durable_position
+        self.loop.call_soon(self.release, lambda: self.broker.unstored(after))
 
     def _nack(self, group: list[tuple[int, int, int]]) -> None:
         self.failed_groups += 1

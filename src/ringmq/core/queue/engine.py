@@ -20,7 +20,9 @@ and keeps the public API:
 * `QueueCounters` (records.py), updated incrementally so reading them is O(1).
 
 `Queue` subclasses `QueueViews` (views.py), which holds the read-only surface (counts, stats,
-O(n) listings) over the counters, `Contents` and `Scheduler` handed to its `__init__`. The
+O(n) listings) over the counters, `Contents` and `Scheduler` handed to its `__init__`, and
+`QueueBrowsing` (browsing.py), the non-destructive reads. `Queue.hold` (hold.py) keeps
+persistent messages from every take and browse until the journal's fsync covers them. The
 collaborators are given each other explicitly (`Overflow` gets `Contents`, `DeadLetters` and
 `Expiry`; `Settlement` gets `Overflow`...) and expose what the others read as public names;
 none reads another's (or `Queue`'s) private attributes.
@@ -73,11 +75,12 @@ from dataclasses import replace
 from typing import Final, cast
 
 from ringmq.core.message import Message, SeqId
-from ringmq.core.queue import browse, select, takerun
-from ringmq.core.queue.columns import Columns
+from ringmq.core.queue import hold, select, takerun
+from ringmq.core.queue.browsing import QueueBrowsing
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.deadletters import DeadLetters
 from ringmq.core.queue.expiry import Expiry
+from ringmq.core.queue.hold import NO_HOLD, Hold
 from ringmq.core.queue.ingest import QueueIngest
 from ringmq.core.queue.lanes import ACQUIRED, GONE, READY, Entry, new_entry
 from ringmq.core.queue.limits import PAGEABLE_ACTIONS, FastBounds, FastPaths
@@ -110,7 +113,7 @@ _DROPPED: Final = PublishOutcome.DROPPED
 new_delivery: Final = object.__new__
 
 
-class Queue(QueueViews, QueueRecovery, QueueIngest):
+class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
     """One queue's engine. See the module docstring for the theory of operation."""
 
     def __init__(
@@ -146,6 +149,10 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
         self._lvq_header: str = self._lvq_key or ""  # the key, typed for the fast path
         self._non_destructive = settings.non_destructive
         self._index: list[Entry] | None = None  # browse index, built on first browse
+        self.hold = Hold()
+        """What waits for the journal's fsync (hold.py; kept by core/durability.py)."""
+        self.hold_from: int = NO_HOLD
+        """`hold.first_checked()`: from this seq on the take paths check the hold."""
         self._apply(settings)
 
     @property
@@ -388,9 +395,12 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
         lane = self._lane
         # `c.paged` stands for "anything spilled" here: it is 0 whenever nothing is (it also
         # counts flow-to-disk bodies, which then take the general path, as spilled ones do).
+        # Fast path (single lane, no TTL, nothing put back or spilled): the first ready
+        # entry of the tail. Gone entries (LVQ replaced, evicted) are skipped lazily. An entry
+        # at or past `hold_from` may be held (hold.py): it goes back and the general path,
+        # which checks the hold, decides.
+        e = None
         if self._fetch_fast and not (lane.head or lane.returns or c.paged):
-            # Fast path (single lane, no TTL, nothing put back or spilled): the first ready
-            # entry of the tail. Gone entries (LVQ replaced, evicted) are skipped lazily.
             tail = lane.tail
             while tail:
                 e = tail.popleft()
@@ -398,13 +408,18 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
                     break
             else:
                 return None
-            if e.paged:
+            if e.seq >= self.hold_from:
+                tail.appendleft(e)
+                e = None
+            elif e.paged:
                 c.paged -= 1
                 c.paged_bytes -= e.size
             else:
                 c.ready -= 1
                 c.ready_bytes -= e.size
-        else:
+        if e is None:
+            if self.hold_from != NO_HOLD and self._held(now_ms):
+                return None
             if self._non_destructive:
                 return self.browse(None, now_ms)
             next_e = self._expiry.take_live(now_ms)  # pages in and expires on the way
@@ -434,6 +449,18 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
             c.acknowledged += 1
         return delivery
 
+    def _held(self, now_ms: int) -> bool:
+        # The general take path's gate while something is held (hold.py `waits`).
+        c = self.counters
+        held = hold.waits(self.hold, self._contents, self._expiry, c.scheduled, now_ms)
+        self.hold_from = self.hold.first_checked()
+        return held
+
+    def drop_refused(self, seqs: list[SeqId]) -> None:
+        """The journal writes of `seqs` failed: never hand them out (hold.py)."""
+        hold.drop_waiting(self.hold, self._contents, seqs)
+        self.hold_from = self.hold.first_checked()
+
     def take_run(
         self,
         max_count: int,
@@ -449,7 +476,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
         return takerun.take_run(
             self._contents,
             self.fetch,
-            self._fetch_fast,
+            self._fetch_fast and self.hold_from == NO_HOLD,  # a hold: `fetch` checks each
             max_count,
             max_bytes,
             now_ms,
@@ -470,6 +497,9 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
         found = select.find(self._contents, match, scan, now_ms)
         if found is None:
             return None
+        seq = found[1].seq
+        if seq >= self.hold_from and (seq >= self.hold.first_held() or seq in self.hold.refused):
+            return None  # held, or refused and left for the head's gate (hold.py)
         return select.take(self._contents, *found, ack_required=ack_required)
 
     def has_matching(self, match: Callable[[Message], bool], scan: int, now_ms: int) -> bool:
@@ -547,52 +577,3 @@ class Queue(QueueViews, QueueRecovery, QueueIngest):
         """Release the given scheduled messages (all when None) to the head now, under the
         queue's limit; returns how many were released (accepted or not)."""
         return self._scheduler.release_now(seqs, now_ms, self._overflow.release)
-
-    # --- browse (non-destructive reads; browse.py) -------------------------------------------
-
-    def _browse_index(self) -> list[Entry]:
-        # Built on first use, kept up to date by publish, compacted once gone entries dominate.
-        index = self._index
-        if index is None:
-            self._contents.unspill()  # paging stops while the index exists
-            index = self._index = browse.build_index(self._contents, self._scheduler.entries())
-            self._apply_bound()
-        else:
-            compacted = browse.compact_index(index, self.counters.message_count)
-            if compacted is not None:
-                index = self._index = compacted
-        return index
-
-    def browse_ready(self, after: SeqId | None, limit: int, now_ms: int) -> list[Delivery]:
-        """`browse_many` for readers that must not stop a queue's paging (the streams API): a
-        paging queue is read without the browse index (`browse.ready_without_index`)."""
-        if self._index is not None or self._paging.spill is None or not self.pageable:
-            return self.browse_many(after, limit, now_ms)
-        return browse.ready_without_index(self._contents, after, limit, now_ms)
-
-    def browse_columns(self, after: SeqId | None, limit: int, now_ms: int) -> Columns:
-        """`browse_ready` as columns (`columns.Columns`): the same rows, and a paged queue's
-        spilled messages go from their page records to the columns without being built."""
-        if self._index is not None or self._paging.spill is None or not self.pageable:
-            out = Columns()
-            found = self.browse_many(after, limit, now_ms)
-            out.add_rows((d.seq, d.seq, d.redelivered, d.message) for d in found)
-            return out
-        return browse.ready_columns(self._contents, after, limit, now_ms)
-
-    def browse(self, after: SeqId | None, now_ms: int) -> Delivery | None:
-        """The next waiting message with a seq greater than `after`, without removing it
-        (browse.py: seq order, expired, unacked and scheduled messages skipped)."""
-        out = self.browse_many(after, 1, now_ms)
-        return out[0] if out else None
-
-    def browse_many(self, after: SeqId | None, limit: int, now_ms: int) -> list[Delivery]:
-        """Up to `limit` waiting messages with seqs greater than `after`, in seq order: what
-        `limit` chained calls of `browse` give, in one bisect and one pass over the index."""
-        out: list[Delivery] = []
-        if limit <= 0:
-            return out
-        index = self._browse_index()
-        start = browse.start_after(index, after)
-        peek = self._contents.store.peek
-        return browse.deliveries(index, start, limit, now_ms, out, peek, self.name)
