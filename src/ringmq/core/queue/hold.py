@@ -7,8 +7,9 @@ durable only when the group commit's fsync covers it (server/commit.py). When it
 waits for the outcome (AMQP 0-9-1 confirms, an unsettled AMQP 1.0 transfer, MQTT QoS 1 and 2,
 a STOMP receipt) it must not reach a consumer until then: if the write or the fsync fails, the
 publish is refused (a negative confirm, a rejected transfer, an ERROR frame), and a consumer
-that had it would see a message its publisher was told to send again. Artemis does the same: a durable send's references are added
-to their queues only once the journal completes the write (`PostOffice.processRoute`).
+that had it would see a message its publisher was told to send again. Artemis does the same:
+a durable send's references are added to their queues only once the journal completes the
+write (`PostOffice.processRoute`).
 
 A `Hold` belongs to one queue (`Queue.hold`). The durability layer (core/durability.py) keeps it:
 
