@@ -462,7 +462,6 @@ class Publisher:
             vh, x = self.exchange_for(s, exchange)
             confirm = s.mode is _CONFIRM
             delay = state.config.delay_persistent_confirms
-            held = s.confirm_held
             stats = state.stats
             resources = self.resources
             confirms = self.confirms
@@ -516,15 +515,10 @@ class Publisher:
                         raise address_full(fail)
                     if seq:
                         if refused:
-                            if released:
-                                # the acks before it, whose `multiple` must stop below it:
-                                # held meanwhile, it keeps the session's confirm floor there
-                                held.add(seq)
+                            if released:  # the acks before it first: the session's order
                                 confirms.send(s, released)
                                 released = []
-                            stats["nacked"] += 1
-                            held.discard(seq)
-                            confirms.send(s, [], nack=seq, reason=refused)
+                            confirms.refuse(s, seq, refused)
                         elif stored and delay:
                             confirms.hold(s, seq)
                         else:

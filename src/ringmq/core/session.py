@@ -9,10 +9,25 @@ Theory of operation: a `Session` is one open session of a client connection as t
   RabbitMQ interpretation), `global_prefetch` caps all unacked deliveries of the channel
   (global=true); `global_unacked` counts deliveries to consumers that need an ack;
 * publisher confirms: the publish sequence counter, the set of confirms held back for the storage
-  layer, and the "floor" under which every sequence number has been confirmed (to coalesce
-  `multiple=True` acks);
+  layer, the "floor" at and under which every publish is settled, and the publishes nacked above
+  it; from these `confirm_acks` coalesces acks into `multiple=True` ones (the one place the
+  rule below lives);
 * the transaction buffer (publishes and settles applied at tx.commit);
 * the cache of its successful permission checks (`check`).
+
+**The confirm rule.** A client reads `basic.ack(tag, multiple=True)` as "every publish of mine
+up to `tag` that is still waiting is accepted" (aiormq, pika), and most drop an ack whose tag is
+not itself waiting. So a multiple ack's tag is always a publish acked by that call, and its range
+(the floor before it, tag] holds only accepted publishes: none still held for the fsync, none
+nacked (a nack splits the range: an ack below it and another above), as RabbitMQ's
+`rabbit_channel` coalescing does and stricter (RabbitMQ lets a range run over an earlier nack).
+Invariants: every publish at or under `confirm_floor` is settled (acked or nacked) on the wire;
+every held publish is above it; every nacked one above it is in `confirm_nacked` (empty unless a
+refusal came while an earlier publish was held). A publish above the floor that is neither held
+nor nacked was acked singly, is acked now, or is numbered but not yet settled by its caller;
+the last kind is always above every publish acked now (one publish is settled within its call;
+a batch acks the publishes before a refused one, then refuses it), so the floor never moves
+past the highest publish acked now.
 
 It does not touch queues; the broker does, using what the session returns. `Conn` groups the
 sessions of one connection with its user, vhost, writability and exclusive queues.
@@ -21,6 +36,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
@@ -110,6 +126,7 @@ class Session:
         self.publish_seq = 0
         self.confirm_held: set[int] = set()
         self.confirm_floor = 0
+        self.confirm_nacked: set[int] = set()  # nacked publishes above the floor (rarely any)
         self.tx: TxState | None = None
         self.reply_to_token: str | None = None
         self.reply_tag: str | None = None
@@ -215,26 +232,78 @@ class Session:
         return range(first, first + n)
 
     def confirm_acks(self, released: list[int]) -> list[tuple[int, bool]]:
-        """(delivery_tag, multiple) acks to send for `released` publish seqs (now confirmed).
+        """(delivery_tag, multiple) acks to send for `released` publish seqs (now confirmed),
+        in tag order; the seqs leave the held set.
 
-        Seqs are removed from the held set. When the confirmed floor moves past several released
-        seqs they are coalesced into one `multiple=True` ack, as RabbitMQ does.
+        The seqs at or under the new floor (everything under the lowest still held) are
+        coalesced into one `multiple=True` ack, or one per run between nacked publishes (the
+        confirm rule in the module docstring); the ones above it are acked singly.
         """
         held = self.confirm_held
-        for s in released:
-            held.discard(s)
+        if held:
+            for q in released:
+                held.discard(q)
+        if not released:
+            return []
+        ordered = released if len(released) == 1 else sorted(released)
         prev = self.confirm_floor
-        floor = (min(held) - 1) if held else self.publish_seq
-        self.confirm_floor = floor
-        below = [s for s in released if s <= floor]
+        top = ordered[-1]
+        # The new floor: under the lowest held publish, and not past the highest acked now (a
+        # publish numbered after it may still be settling in its caller: a batch's nack).
+        floor = top if not held else min(top, min(held) - 1)
+        n_below = bisect_right(ordered, floor) if floor < top else len(ordered)
         out: list[tuple[int, bool]] = []
-        if below:
-            if floor - prev > 1:
-                out.append((floor, True))
+        nacked = self.confirm_nacked
+        if n_below:
+            if nacked:
+                self._split_acks(ordered, n_below, prev, out)
             else:
-                out.append((floor, False))
-        out.extend((s, False) for s in sorted(released) if s > floor)
+                tag = ordered[n_below - 1]
+                out.append((tag, tag - prev > 1))
+        if n_below < len(ordered):
+            out.extend((q, False) for q in ordered[n_below:])
+        self._raise_floor(floor)
         return out
+
+    def _split_acks(
+        self, ordered: list[int], n_below: int, prev: int, out: list[tuple[int, bool]]
+    ) -> None:
+        # The coalescible acks `ordered[:n_below]`, one multiple ack per run between nacked
+        # publishes: a range never covers a nack (the confirm rule).
+        cuts = sorted(n for n in self.confirm_nacked if n < ordered[n_below - 1])
+        lo = prev  # the range of the next ack starts above it
+        tag = 0  # the highest seq of the run being built (0: none yet)
+        i = 0
+        for q in ordered[:n_below]:
+            if i < len(cuts) and cuts[i] < q:
+                if tag:
+                    out.append((tag, tag - lo > 1))
+                    tag = 0
+                while i < len(cuts) and cuts[i] < q:
+                    lo = cuts[i]
+                    i += 1
+            tag = q
+        out.append((tag, tag - lo > 1))
+
+    def confirm_nack(self, seq: int) -> None:
+        """Publish `seq` is refused: it leaves the held set, and the next multiple acks stop
+        below it (the caller sends its negative confirm)."""
+        self.confirm_held.discard(seq)
+        floor = self.confirm_floor
+        if seq == floor + 1:  # nothing waits under it (held ones are above the floor)
+            self._raise_floor(seq)
+        elif seq > floor:
+            self.confirm_nacked.add(seq)
+
+    def _raise_floor(self, floor: int) -> None:
+        # The floor moves up to `floor` and on over the nacks just above it; the nacks at or
+        # under it are forgotten (no range reaches down to them any more).
+        nacked = self.confirm_nacked
+        if nacked:
+            while floor + 1 in nacked:
+                floor += 1
+            self.confirm_nacked = {n for n in nacked if n > floor}
+        self.confirm_floor = floor
 
 
 class ProtocolCounts:

@@ -8,7 +8,8 @@ durable queue under `BrokerConfig.delay_persistent_confirms` -> held until the s
 calls `confirm_stored` after the group-commit fsync covering it (`drain_unconfirmed` tells the
 server which are held; `fail_unconfirmed` refuses them when the write failed); otherwise
 confirmed at once. Consecutive confirms are coalesced into one `multiple` confirm when the
-session's confirmed floor moves past several (`Session.confirm_acks`), as RabbitMQ does.
+session's confirmed floor moves past several, never over a nacked or held publish
+(`Session.confirm_acks`, `Session.confirm_nack`: the one place of that rule).
 
 **Transactions** (AMQP tx, Artemis' rollback rule). Publishes and settles are buffered on the
 session. `commit` first routes every buffered publish and checks each reject-type limit for
@@ -61,9 +62,7 @@ class Confirms:
     def confirm_publish(self, s: Session, seq: int, refused: str | None, stored: bool) -> None:
         """Settle publish `seq` of `s`: refused (why), held for the fsync, or confirmed now."""
         if refused:
-            self.state.stats["nacked"] += 1
-            s.confirm_held.discard(seq)
-            self.send(s, [], nack=seq, reason=refused)
+            self.refuse(s, seq, refused)
         elif stored and self.state.config.delay_persistent_confirms:
             self.hold(s, seq)
         else:
@@ -74,21 +73,21 @@ class Confirms:
         s.confirm_held.add(seq)
         self._unconfirmed.append((s.conn_id, s.channel, seq))
 
-    def send(
-        self, s: Session, released: list[int], nack: int = 0, reason: str | None = None
-    ) -> None:
-        """Confirm the publishes `released` (coalesced), or refuse publish `nack` (`reason`)."""
+    def send(self, s: Session, released: list[int]) -> None:
+        """Confirm the publishes `released` (coalesced by `Session.confirm_acks`)."""
         out = self.state.out
-        if nack:
-            out.append(Confirm(s.conn_id, s.channel, nack, False, False, reason))
-            if s.confirm_floor == nack - 1 and not s.confirm_held:
-                s.confirm_floor = nack
-            return
         # messages confirmed, however the acks coalesce (RabbitMQ's `confirm` counts messages)
         self.state.stats["confirmed"] += len(released)
         s.counts.confirmed += len(released)
         for tag, multiple in s.confirm_acks(released):
             out.append(Confirm(s.conn_id, s.channel, tag, multiple, True))
+
+    def refuse(self, s: Session, seq: int, reason: str) -> None:
+        """Refuse publish `seq` (`reason`): a negative confirm, which later multiple acks
+        do not cover."""
+        self.state.stats["nacked"] += 1
+        s.confirm_nack(seq)
+        self.state.out.append(Confirm(s.conn_id, s.channel, seq, False, False, reason))
 
     def drain_unconfirmed(self) -> list[tuple[int, int, int]]:
         """(conn_id, channel, publish seq) of confirms held since the last call."""
@@ -119,11 +118,10 @@ class Confirms:
         failed = sorted(q for q in seqs if q in held)
         out = self.state.out
         for q in failed:
-            held.discard(q)
+            s.confirm_nack(q)
             out.append(Confirm(conn_id, channel, q, False, False, STORE_FAILED))
         if failed:
             self.state.stats["nacked"] += len(failed)
-            s.confirm_floor = (min(held) - 1) if held else s.publish_seq
 
 
 class Transactions:

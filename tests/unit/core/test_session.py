@@ -38,3 +38,37 @@ def test_confirm_floor_coalesces_multiple_acks() -> None:
     assert s.confirm_acks([1, 3]) == [(3, True)]
     s.next_publish_seq()
     assert s.confirm_acks([4]) == [(4, False)]
+
+
+def test_multiple_acks_stop_below_nacks() -> None:
+    # The defect's channel: odd publishes held for the fsync, 2..10 acked at once, 12..40
+    # nacked; the fsync then releases the odd ones (in any order). A multiple ack covering
+    # a nack (once `basic.ack 40 multiple`, 40 being nacked) is dropped by aiormq.
+    s = _session()
+    early: list[tuple[int, bool]] = []
+    for _ in range(40):
+        seq = s.next_publish_seq()
+        if seq % 2:
+            s.confirm_held.add(seq)
+        elif seq <= 10:
+            early += s.confirm_acks([seq])
+        else:
+            s.confirm_nack(seq)
+    assert early == [(n, False) for n in range(2, 11, 2)]
+    odd = list(range(1, 40, 2))
+    assert s.confirm_acks(odd[::-1]) == [(11, True)] + [(n, False) for n in range(13, 40, 2)]
+    assert (s.confirm_floor, s.confirm_nacked) == (40, set())
+    assert s.confirm_acks([s.next_publish_seq()]) == [(41, False)]
+
+
+def test_multiple_ack_names_a_publish_acked_by_it() -> None:
+    # 2 was acked alone while 1 was held: releasing 1 acks 1 alone, not `2 multiple` (2 is no
+    # longer waiting at the client, which would drop that ack and leave 1 waiting).
+    s = _session()
+    s.confirm_held.add(s.next_publish_seq())
+    assert s.confirm_acks([s.next_publish_seq()]) == [(2, False)]
+    assert s.confirm_acks([1]) == [(1, False)]
+    seqs = s.next_publish_seqs(3)
+    s.confirm_nack(s.next_publish_seq())  # 6, while nothing waits below it
+    assert s.confirm_acks(list(seqs)) == [(5, True)]
+    assert (s.confirm_floor, s.confirm_nacked) == (6, set())
