@@ -11,7 +11,7 @@ permission checks) before the handler runs; handlers only filter listings with t
 `authz.Principal`. A request is then parsed and validated completely (`params`) *before* the
 facade is called, so a bad request (400) or a missing object (404) never leaves the broker
 half-changed. Errors leave through one boundary (`_wrap`), in RabbitMQ's `{"error", "reason"}`
-shape.
+shape, logged by whose fault they are (`errors.answer`).
 
 `Api.route` puts a handler behind that guard and boundary; every `/api` endpoint is made with
 it. The handlers are grouped by what they own, each a `Resource` over one `Api`:
@@ -45,7 +45,7 @@ from ringmq.core.routing import EXCHANGE_TYPE_NAMES
 from ringmq.management import authz, paging, shapes
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.authz import MANAGEMENT_TAGS, NotAuthorisedError, Principal
-from ringmq.management.errors import HttpError, NotFoundError, UnauthorizedError, to_response
+from ringmq.management.errors import NotFoundError, UnauthorizedError, answer
 from ringmq.management.params import caller, json_response, param
 from ringmq.management.port import ConnectionInfo, Runtime
 from ringmq.management.rates import RateSampler
@@ -184,10 +184,8 @@ class Api:
                 await self.guard(request, path)
                 self.refresh_rates()
                 return await handler(request)
-            except Exception as exc:
-                if not isinstance(exc, HttpError | ValueError) and not hasattr(exc, "code"):
-                    log.exception("management request %s %s failed", request.method, request.url)
-                return to_response(exc)
+            except Exception as exc:  # noqa: BLE001 - the boundary; `answer` logs a defect
+                return answer(exc, request, log)
 
         return endpoint
 

@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ringmq.management.admin import CoreAdmin
-from ringmq.management.errors import HttpError, to_response
+from ringmq.management.errors import answer
 from ringmq.management.port import Runtime
 from ringmq.management.streampublish import BulkPublish
 from ringmq.management.streamreads import StreamReads
@@ -99,10 +99,8 @@ def routes(
                 return await fn(request, vhost, name)
             except StreamError as exc:
                 return _error(exc)
-            except Exception as exc:
-                if not isinstance(exc, HttpError | ValueError):
-                    log.exception("streams request %s %s failed", request.method, request.url)
-                return to_response(exc)
+            except Exception as exc:  # noqa: BLE001 - the boundary; `answer` logs a defect
+                return answer(exc, request, log)
 
         return handle
 
