@@ -46,6 +46,8 @@ MANAGEMENT: Final = "management"
 MANAGEMENT_TAGS: Final = frozenset({ADMINISTRATOR, MONITORING, POLICYMAKER, MANAGEMENT})
 JSON: Final = "application/json"
 PUBLISH_BODY: Final = "application/x-ringmq-publish"
+"""The streams bulk publish body (docs/spark.md): a batch of messages, which the Spark writer
+sizes by rows, so `Api.guard` reads it without the management body limit (`bodies`)."""
 
 
 class NotAuthorisedError(HttpError):

@@ -4,7 +4,8 @@ Handlers raise these (or let the broker's `AMQPError`/`ValueError` through); `to
 maps everything at one boundary in `api.py`:
 404 `{"error": "Object Not Found", "reason": "Not Found"}`, 400 `{"error": "bad_request"}`,
 401 `{"error": "not_authorized"}` for missing or wrong credentials (authorisation refusals are
-`authz.NotAuthorisedError`, 401 `{"error": "not_authorised"}` as RabbitMQ spells them).
+`authz.NotAuthorisedError`, 401 `{"error": "not_authorised"}` as RabbitMQ spells them),
+413 `{"error": "payload_too_large"}` for a body over the limit (`bodies`).
 
 `answer` is that boundary's logging too: a server error (5xx) is a defect and is logged at
 ERROR with its traceback; a refused request (4xx) is the client's mistake and gets one line
@@ -67,6 +68,13 @@ class UnauthorizedError(HttpError):
 class MethodNotAllowedError(HttpError):
     status = 405
     error = "method_not_allowed"
+
+
+class PayloadTooLargeError(HttpError):
+    """A request body over the management body limit (`bodies.BodyLimit`)."""
+
+    status = 413
+    error = "payload_too_large"
 
 
 def to_http_error(exc: Exception) -> HttpError:
