@@ -208,7 +208,10 @@ class ManagementRuntime:
 
 def management_app(server: BrokerServer) -> ASGIApp:
     """The server's `AppFactory`: the management app over its broker and runtime."""
-    return create_app(server.broker, ManagementRuntime(server))
+    settings = server.options.config.management
+    return create_app(
+        server.broker, ManagementRuntime(server), max_body_size=settings.max_body_size
+    )
 
 
 def server(

@@ -77,6 +77,13 @@ def serve(
             "ones are refused with 406 at their content header. Overrides [limits]."
         ),
     ] = None,
+    http_max_body_size: Annotated[
+        str | None,
+        typer.Option(
+            help="Largest management API request body, e.g. 20MiB (the default) or 1048576; "
+            "larger ones are answered 413. Overrides management.http.max_body_size."
+        ),
+    ] = None,
     paging: Annotated[
         bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
     ] = True,
@@ -133,6 +140,13 @@ def serve(
                 raise ValueError("--max-message-size must be at least 1 byte")
             file_config = replace(
                 file_config, limits=replace(file_config.limits, max_message_size=size)
+            )
+        if http_max_body_size is not None:
+            size = parse_size(http_max_body_size)
+            if size < 1:
+                raise ValueError("--http-max-body-size must be at least 1 byte")
+            file_config = replace(
+                file_config, management=replace(file_config.management, max_body_size=size)
             )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

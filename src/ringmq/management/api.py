@@ -11,7 +11,8 @@ permission checks) before the handler runs; handlers only filter listings with t
 `authz.Principal`. A request is then parsed and validated completely (`params`) *before* the
 facade is called, so a bad request (400) or a missing object (404) never leaves the broker
 half-changed. Errors leave through one boundary (`_wrap`), in RabbitMQ's `{"error", "reason"}`
-shape.
+shape, logged by whose fault they are (`errors.answer`). The guard is also what reads a
+request's body, under the body limit (`bodies`).
 
 `Api.route` puts a handler behind that guard and boundary; every `/api` endpoint is made with
 it. The handlers are grouped by what they own, each a `Resource` over one `Api`:
@@ -42,10 +43,10 @@ from starlette.routing import Route
 
 from ringmq import __version__
 from ringmq.core.routing import EXCHANGE_TYPE_NAMES
-from ringmq.management import authz, paging, shapes
+from ringmq.management import authz, bodies, paging, shapes
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.authz import MANAGEMENT_TAGS, NotAuthorisedError, Principal
-from ringmq.management.errors import HttpError, NotFoundError, UnauthorizedError, to_response
+from ringmq.management.errors import NotFoundError, UnauthorizedError, answer
 from ringmq.management.params import caller, json_response, param
 from ringmq.management.port import ConnectionInfo, Runtime
 from ringmq.management.rates import RateSampler
@@ -171,7 +172,9 @@ class Api:
         principal.gate(rule.gate, vhost, rule.refusal)
         body = b""
         if request.method in ("POST", "PUT", "DELETE", "PATCH"):
-            body = await request.body()
+            if rule.body == authz.PUBLISH_BODY:
+                bodies.lift_limit(request.scope)  # a batch of messages, not a document
+            body = await request.body()  # within the body limit (bodies.BodyLimit), or 413
             authz.check_media_type(rule, request.headers.get("content-type"), body)
         if vhost is not None:
             named = authz.named_exchanges(rule, body) if checks else []
@@ -184,10 +187,8 @@ class Api:
                 await self.guard(request, path)
                 self.refresh_rates()
                 return await handler(request)
-            except Exception as exc:
-                if not isinstance(exc, HttpError | ValueError) and not hasattr(exc, "code"):
-                    log.exception("management request %s %s failed", request.method, request.url)
-                return to_response(exc)
+            except Exception as exc:  # noqa: BLE001 - the boundary; `answer` logs a defect
+                return answer(exc, request, log)
 
         return endpoint
 

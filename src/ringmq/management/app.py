@@ -15,6 +15,9 @@ keeping each segment percent-encoded; handlers unquote the parameters they read.
 
 Logins: when the runtime offers a `login_guard` (`core.throttle.LoginGuard`, shared with the
 AMQP listener), `_LoginThrottle` slows repeated failed Basic logins per source address.
+
+Request bodies are read under the body limit (`bodies.BodyLimit`, `max_body_size`): a larger
+one is answered 413 before it is buffered.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ringmq import __version__
 from ringmq.core.broker import Broker
 from ringmq.core.throttle import LoginGuard
-from ringmq.management import browse, health, metrics, nodes, streams
+from ringmq.management import bodies, browse, health, metrics, nodes, streams
 from ringmq.management.access import Access
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import LOGIN_OUTCOME, Api, wall_ms
@@ -164,6 +167,7 @@ def create_app(
     rate_interval_ms: int = DEFAULT_INTERVAL_MS,
     background_rates: bool = True,
     clock_ms: Callable[[], int] = wall_ms,
+    max_body_size: int | None = None,
 ) -> Starlette:
     """The management ASGI app for a core broker.
 
@@ -173,7 +177,10 @@ def create_app(
         rate_interval_ms: how often counters are sampled for rates.
         background_rates: sample on a timer too (off in tests that drive `clock_ms`).
         clock_ms: wall clock in ms (tests pass a fake).
+        max_body_size: largest request body in bytes, larger ones are answered 413
+            (`management.http.max_body_size`; None: `bodies.DEFAULT_MAX_BODY_SIZE`).
     """
+    max_body = bodies.DEFAULT_MAX_BODY_SIZE if max_body_size is None else max_body_size
     admin = CoreAdmin(broker, runtime)
     sampler = RateSampler(interval_ms=rate_interval_ms, history_key="overview")
     api = Api(admin, runtime, sampler, clock_ms)
@@ -268,10 +275,14 @@ def create_app(
                 background.ensure_started()
             await stack(scope, receive, send)
 
+        # the body limit outside the login throttle, which reads what `Api.authenticate`
+        # wrote in the scope it passed on (BodyLimit hands on a copy)
         guard = getattr(runtime, "login_guard", None)
         if isinstance(guard, LoginGuard):
-            return _RawPath(_LoginThrottle(with_sampler, guard, clock_ms))
-        return _RawPath(with_sampler)
+            return _RawPath(
+                bodies.BodyLimit(_LoginThrottle(with_sampler, guard, clock_ms), max_body)
+            )
+        return _RawPath(bodies.BodyLimit(with_sampler, max_body))
 
     app.build_middleware_stack = build  # type: ignore[method-assign]
     return app

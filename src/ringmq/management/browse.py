@@ -11,7 +11,6 @@ user (the lead's authz table decides vhost access).
 
 from __future__ import annotations
 
-import json
 from urllib.parse import unquote
 
 from starlette.requests import Request
@@ -21,19 +20,14 @@ from starlette.routing import Route
 from ringmq.management import shapes
 from ringmq.management.api import Api
 from ringmq.management.errors import BadRequestError
+from ringmq.management.params import json_body
 
 
 def routes(api: Api) -> list[Route]:
     async def browse(request: Request) -> Response:
         vhost = unquote(request.path_params["vhost"])
         name = unquote(request.path_params["name"])
-        raw = await request.body()
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            raise BadRequestError("request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise BadRequestError("request body must be a JSON object")
+        body = await json_body(request)
         count = body.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int):
             raise BadRequestError(f"count must be an integer, got {count!r}")

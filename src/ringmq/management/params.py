@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ringmq.management.authz import Principal
+from ringmq.management.bodies import json_object
 from ringmq.management.errors import BadRequestError
 from ringmq.management.records import PermissionInfo, PolicyInfo
 
@@ -67,16 +68,8 @@ def as_int(value: Any, field: str, default: int | None = None) -> int:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequestError(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequestError("request body must be a JSON object")
-    return body
+    """The request's body as a JSON object (`{}` when empty); 400 otherwise (`bodies`)."""
+    return json_object(await request.body())
 
 
 def dumps(data: Any) -> str:

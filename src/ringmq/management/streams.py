@@ -20,7 +20,6 @@ by `Api.guard` before a handler runs): read on the queue for the queue endpoints
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,7 +30,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ringmq.management.admin import CoreAdmin
-from ringmq.management.errors import HttpError, to_response
+from ringmq.management.bodies import json_object
+from ringmq.management.errors import answer
 from ringmq.management.port import Runtime
 from ringmq.management.streampublish import BulkPublish
 from ringmq.management.streamreads import StreamReads
@@ -99,21 +99,13 @@ def routes(
                 return await fn(request, vhost, name)
             except StreamError as exc:
                 return _error(exc)
-            except Exception as exc:
-                if not isinstance(exc, HttpError | ValueError):
-                    log.exception("streams request %s %s failed", request.method, request.url)
-                return to_response(exc)
+            except Exception as exc:  # noqa: BLE001 - the boundary; `answer` logs a defect
+                return answer(exc, request, log)
 
         return handle
 
     async def body_of(request: Request) -> dict[str, Any]:
-        try:
-            data = json.loads(await request.body() or b"{}")
-        except ValueError:
-            raise StreamError(400, "body is not JSON") from None
-        if not isinstance(data, dict):
-            raise StreamError(400, "body must be a JSON object")
-        return data
+        return json_object(await request.body())  # 400 bad_request unless a JSON object
 
     async def info(request: Request, vhost: str, name: str) -> Response:
         return JSONResponse(svc.info(vhost, name))

@@ -38,6 +38,7 @@ from ringmq.server.configspec import (
     FileConfig,
     LimitsSpec,
     ListenSpec,
+    ManagementSpec,
     PermissionSpec,
     PolicySpec,
     QueueSpec,
@@ -71,6 +72,7 @@ __all__ = [
     "FileConfig",
     "LimitsSpec",
     "ListenSpec",
+    "ManagementSpec",
     "PermissionSpec",
     "PolicySpec",
     "QueueSpec",
@@ -209,6 +211,7 @@ _TOP_KEYS: Final = frozenset(
         "limits",
         "tls",
         "amqp10",
+        "management",
         "users",
         "vhosts",
         "permissions",
@@ -282,6 +285,11 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
     amqp10 = Amqp10Spec()
     if (t := _table(doc, "amqp10", where)) is not None:
         amqp10 = _amqp10(t)
+        t.done()
+
+    management = ManagementSpec()
+    if (t := _table(doc, "management", where)) is not None:
+        management = _management(t)
         t.done()
 
     users = []
@@ -410,6 +418,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         limits=limits,
         tls=tls,
         amqp10=amqp10,
+        management=management,
         users=tuple(users),
         vhosts=tuple(vhosts),
         permissions=tuple(perms),
@@ -426,6 +435,18 @@ def _amqp10(t: _Table) -> Amqp10Spec:
     # anonymous_user: a user name, or "off"/"none"/false (no anonymous logins)
     user = t.value("anonymous_user", (str, bool), 'a user name or "off"')
     return Amqp10Spec.of(user, t.opt_str("anonymous_password"), t.where)
+
+
+def _management(t: _Table) -> ManagementSpec:
+    # RabbitMQ's keys verbatim: `management.http.max_body_size = N` is valid TOML at the top of
+    # the file, as is `[management.http]` with `max_body_size = N` (the only key so far)
+    raw = t.value("http", (dict,), "a table")
+    if raw is None:
+        return ManagementSpec()
+    http = _Table(dict(raw), f"{t.where}.http")
+    spec = ManagementSpec(max_body_size=http.opt_int("max_body_size", minimum=1))
+    http.done()
+    return spec
 
 
 def _req(v: int | None) -> int:

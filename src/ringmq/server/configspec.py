@@ -172,6 +172,15 @@ class ListenSpec:
     """Per-protocol listen addresses (default: `host`)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ManagementSpec:
+    """Management HTTP API settings (RabbitMQ's `management.*` keys)."""
+
+    max_body_size: int | None = None
+    """Largest request body in bytes (`management.http.max_body_size`); larger ones are
+    answered 413. None: the management default (20 MiB)."""
+
+
 DEFAULT_ANONYMOUS_USER: Final = "guest"
 DEFAULT_ANONYMOUS_PASSWORD: Final = "guest"  # noqa: S105 - RabbitMQ 4's anonymous_login_pass
 
@@ -223,6 +232,7 @@ class FileConfig:
     limits: LimitsSpec = LimitsSpec()
     tls: TLSSpec | None = None
     amqp10: Amqp10Spec = Amqp10Spec()
+    management: ManagementSpec = ManagementSpec()
     users: tuple[UserSpec, ...] = ()
     vhosts: tuple[str, ...] = ()
     permissions: tuple[PermissionSpec, ...] = ()

@@ -324,3 +324,40 @@ def test_load_config_dispatches_on_content(tmp_path: Path) -> None:
 def test_address_setting_defaults_are_unset() -> None:
     s = AddressSetting(match="#")
     assert all(getattr(s, f) is None for f in AddressSetting.__slots__ if f != "match")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "management.http.max_body_size = 1048576\n",  # RabbitMQ's key, verbatim
+        "[management]\nhttp.max_body_size = 1048576\n",
+        "[management.http]\nmax_body_size = 1048576\n",
+    ],
+)
+def test_management_max_body_size(text: str) -> None:
+    assert parse_toml(text).management.max_body_size == 1048576
+
+
+def test_management_max_body_size_unset_is_the_default() -> None:
+    # None: the management layer's default (20 MiB, bodies.DEFAULT_MAX_BODY_SIZE)
+    assert parse_toml("").management.max_body_size is None
+    assert parse_toml("[management.http]\n").management.max_body_size is None
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[management.http]\nmax_body_size = 0\n", "max_body_size: must be >= 1, got 0"),
+        ("[management.http]\nmax_body_size = -5\n", "must be >= 1"),
+        ("[management.http]\nmax_body_size = '20MiB'\n", "max_body_size: expected an integer"),
+        ("[management.http]\nmax_body_size = 1.5\n", "expected an integer"),
+        ("[management.http]\nmax_body_size = true\n", "got a boolean"),
+        ("[management.http]\nmax_body = 10\n", r"management\.http: unknown key\(s\) 'max_body'"),
+        ("[management]\nmax_body_size = 10\n", r"management: unknown key\(s\) 'max_body_size'"),
+        ("management = 3\n", "must be a table"),
+        ("management.http = 3\n", "http: expected a table"),
+    ],
+)
+def test_management_max_body_size_refuses_unknown_values(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_toml(text)

@@ -125,6 +125,26 @@ def test_max_message_size_flag_overrides_the_limit(monkeypatch: pytest.MonkeyPat
     assert "not a size" in result.output
 
 
+def test_http_max_body_size_flag_overrides_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    seen = _captured(monkeypatch)
+    toml = tmp_path / "body.toml"
+    toml.write_text("management.http.max_body_size = 1000\n")
+    result = CliRunner().invoke(app, ["serve", "--config", str(toml)])
+    assert result.exit_code == 0, result.output
+    assert seen["options"].config.management.max_body_size == 1000
+    result = CliRunner().invoke(
+        app, ["serve", "--config", str(toml), "--http-max-body-size", "2MiB"]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["options"].config.management.max_body_size == 2 * 1024 * 1024
+    for bad, needle in (("huge", "not a size"), ("0", "at least 1 byte")):
+        result = CliRunner().invoke(app, ["serve", "--http-max-body-size", bad])
+        assert result.exit_code != 0
+        assert needle in result.output
+
+
 def test_listener_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     seen = _captured(monkeypatch)
     toml = tmp_path / "tls.toml"
