@@ -250,6 +250,18 @@ class PagedTail:
             self._restored_counts = {}
         return n
 
+    def front(self) -> Spilled | None:
+        """The oldest spilled message, read where it lies (the store's front, else the
+        buffer's): nothing is paged in and the counters do not move. None when nothing is
+        spilled."""
+        if self._stored:
+            spill = self.spill
+            assert spill is not None
+            items = spill.peek_after(None, 1)
+            if items:
+                return items[0]
+        return self._buf[0] if self._buf else None
+
     @property
     def stored(self) -> int:
         """Spilled messages handed to the store (the rest is the newest, still buffered)."""

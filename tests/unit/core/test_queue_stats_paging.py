@@ -1,0 +1,83 @@
+"""What a paged queue keeps in memory, and reads that must not change it.
+
+`Queue.head_message` (the management API's head message timestamp) is the message the next
+fetch takes, read in place.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from ringmq.core.message import Message, SeqId
+from ringmq.core.queue import MemorySpillStore, Queue
+from ringmq.core.settings import resolve_queue_settings
+from ringmq.storage.bodystore import DiskSpillStore
+
+from .histories import apply_op, queue_ops
+
+_ops = queue_ops(80)
+_args = st.sampled_from(
+    [
+        {},
+        {"x-max-length": 5},
+        {"x-max-priority": 3},
+        {"x-ring-size": 3},
+        {"x-last-value-key": "k"},
+    ]
+)
+# A scheduled message released at the head above a spilled one (test_head_seq.py).
+_RELEASED_ABOVE_THE_SPILL = (
+    [("fetch", False, 0)] * 8 + [("publish", None, 0)] * 3 + [("tick", 20, 0)]
+)
+
+
+def _state(q: Queue) -> tuple[Any, ...]:
+    return q.counters.snapshot(), q.spilled
+
+
+@settings(max_examples=120, deadline=None)
+@given(_args, _ops, st.integers(1, 6), st.booleans())
+@example(args={}, ops=_RELEASED_ABOVE_THE_SPILL, bound=1, paged=True)
+def test_head_message_is_the_next_delivery_read_in_place(
+    args: dict[str, Any], ops: list[tuple[str, Any, int]], bound: int, paged: bool
+) -> None:
+    q = Queue("q", resolve_queue_settings("q", args))
+    if paged:
+        q.set_spill(MemorySpillStore())
+        q.set_memory_bound(bound, 1 << 20)
+    now = 0
+    unacked: list[SeqId] = []
+    for i, op in enumerate(ops):
+        now = apply_op(q, op, i, now, unacked)
+        # The oracle lists a copy in delivery order (`ready_view` pages the copy in).
+        waiting = copy.deepcopy(q).ready_view()
+        before = _state(q)
+        head = q.head_message()
+        assert _state(q) == before  # nothing paged in, no counter moved
+        assert (head and head.body) == (waiting[0].message.body if waiting else None)
+
+
+def test_head_message_of_a_paged_queue_reads_the_spill_front_in_place(tmp_path: Path) -> None:
+    q = Queue("q", resolve_queue_settings("q", {}), spill=DiskSpillStore(tmp_path / "q"))
+    q.set_memory_bound(1, 1 << 20)
+    for i in range(300):
+        q.publish(Message("", "q", b"", b"%03d" % i), 0)
+    assert (q.counters.ready, q.spilled) == (1, 299)
+    d = q.fetch(0, True)  # the one in memory; the lane is empty, the spill holds the rest
+    assert d is not None
+    assert d.message.body == b"000"
+    assert (q.counters.ready, q.spilled) == (0, 299)
+    for _ in range(3):
+        head = q.head_message()
+        assert head is not None
+        assert head.body == b"001"
+        assert (q.counters.ready, q.spilled) == (0, 299)
+    q.requeue([d.seq], 0)  # back at its place, ahead of the spill
+    head = q.head_message()
+    assert head is not None
+    assert head.body == b"000"
