@@ -3,6 +3,10 @@
 Theory of operation: `/api/queues`, the rate sampler and `/metrics` read every queue on every
 call, so their records are built from the engine's O(1) counters (`Queue.counters`, the
 entity's AMQP-level totals, its resolved `QueueSettings`) and never walk the ready messages.
+The counters are kept by the queue as messages move (paging moves `ready` into `paged` and
+back); `messages_paged` leaves out the few the paged tail still buffers in memory
+(`Queue.paged_in_memory`), so it and the in-memory figures derived from it
+(`messages_ram`, `message_bytes_ram`) are what disk and memory hold.
 The full record of one queue (`snapshot_record`) adds the head message's timestamp and the
 exclusive owner's address, for GET of one queue only. The head is read in place
 (`Queue.head_message`: the paged tail's front is read where it lies, never paged in), so the
@@ -62,6 +66,8 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
     `persistent`: the queue's journaled live messages)."""
     c = q.queue.counters
     st = q.settings
+    # what the paged tail still buffers is counted paged by the queue but held in memory
+    buffered, buffered_bytes = q.queue.paged_in_memory
     return QueueInfo(
         vhost=q.vhost,
         name=q.name,
@@ -74,11 +80,11 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
         messages_ready=c.ready + c.paged,
         messages_unacknowledged=c.unacked,
         messages_scheduled=c.scheduled,
-        messages_paged=c.paged,
+        messages_paged=c.paged - buffered,
         message_bytes_ready=c.ready_bytes + c.paged_bytes,
         message_bytes_unacknowledged=c.unacked_bytes,
         message_bytes_scheduled=c.scheduled_bytes,
-        message_bytes_paged=c.paged_bytes,
+        message_bytes_paged=c.paged_bytes - buffered_bytes,
         messages_persistent=persistent,
         consumers=len(q.consumers),
         ring_size=st.ring_size,

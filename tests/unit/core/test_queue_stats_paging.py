@@ -1,7 +1,8 @@
 """What a paged queue keeps in memory, and reads that must not change it.
 
 `Queue.head_message` (the management API's head message timestamp) is the message the next
-fetch takes, read in place.
+fetch takes, read in place; the buffer of spilled publishes on their way to the store is
+bounded in bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import MemorySpillStore, Queue
+from ringmq.core.queue.paging import SPILL_BATCH_BYTES
 from ringmq.core.settings import resolve_queue_settings
 from ringmq.storage.bodystore import DiskSpillStore
 
@@ -37,7 +39,7 @@ _RELEASED_ABOVE_THE_SPILL = (
 
 
 def _state(q: Queue) -> tuple[Any, ...]:
-    return q.counters.snapshot(), q.spilled
+    return q.counters.snapshot(), q.spilled, q.paged_in_memory
 
 
 @settings(max_examples=120, deadline=None)
@@ -81,3 +83,29 @@ def test_head_message_of_a_paged_queue_reads_the_spill_front_in_place(tmp_path: 
     head = q.head_message()
     assert head is not None
     assert head.body == b"000"
+
+
+def test_spilled_publishes_wait_in_memory_below_a_byte_bound(tmp_path: Path) -> None:
+    # New publishes behind a spill are buffered on their way to the store; counted paged,
+    # they are in memory, so the buffer is bounded in bytes as well as in messages.
+    q = Queue("q", resolve_queue_settings("q", {}), spill=DiskSpillStore(tmp_path / "q"))
+    q.set_memory_bound(4, 1 << 20)
+    body = b"x" * (256 * 1024)
+    worst = 0
+    for _ in range(200):
+        q.publish(Message("", "q", b"", body), 0)
+        worst = max(worst, q.paged_in_memory[1])
+    assert q.publish_run([Message("", "q", b"", body) for _ in range(50)], 0) is None
+    worst = max(worst, q.paged_in_memory[1])
+    assert 0 < worst < SPILL_BATCH_BYTES
+    assert q.counters.ready_bytes <= 1 << 20
+    assert q.spilled == 246
+    n, nbytes = q.paged_in_memory
+    assert nbytes == n * len(body)
+    got = 0
+    while (d := q.fetch(0, False)) is not None:  # and every one comes back, in order
+        assert d.message.body == body
+        got += 1
+        assert q.paged_in_memory[1] < SPILL_BATCH_BYTES
+    assert got == 250
+    assert q.paged_in_memory == (0, 0)

@@ -105,6 +105,14 @@ class QueueViews:
         """Messages in the paged tail (part of `counters.paged`)."""
         return self._view_contents.paging.spilled
 
+    @property
+    def paged_in_memory(self) -> tuple[int, int]:
+        """Messages and body bytes counted in `counters.paged` whose bodies are still in
+        memory: the paged tail's buffer of new publishes not yet handed to the spill store
+        (below `SPILL_BATCH` messages and `SPILL_BATCH_BYTES`, paging.py)."""
+        paging = self._view_contents.paging
+        return paging.buffered, paging.buffered_bytes
+
     # --- O(n): management and tests ------------------------------------------------------
 
     def head_seq(self) -> SeqId | None:
