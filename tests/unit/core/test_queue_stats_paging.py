@@ -1,8 +1,8 @@
 """What a paged queue keeps in memory, and reads that must not change it.
 
 `Queue.head_message` (the management API's head message timestamp) is the message the next
-fetch takes, read in place; the buffer of spilled publishes on their way to the store is
-bounded in bytes.
+fetch takes, read in place; a purge that storage must hear reads the spill back a batch at a
+time; the buffer of spilled publishes on their way to the store is bounded in bytes.
 """
 
 from __future__ import annotations
@@ -83,6 +83,28 @@ def test_head_message_of_a_paged_queue_reads_the_spill_front_in_place(tmp_path: 
     head = q.head_message()
     assert head is not None
     assert head.body == b"000"
+
+
+def test_purge_reads_a_paged_tail_back_one_batch_at_a_time(tmp_path: Path) -> None:
+    # Storage must hear every purged seq (`on_remove`), so a purge reads the spill back; it
+    # must never hold more of it in memory than a read-ahead batch past the head.
+    q = Queue("q", resolve_queue_settings("q", {}), spill=DiskSpillStore(tmp_path / "q"))
+    q.set_memory_bound(8, 1 << 20)
+    for i in range(1000):
+        q.publish(Message("", "q", b"", b"%04d" % i), 0)
+    assert q.spilled == 992
+    removed: list[SeqId] = []
+    in_memory: list[int] = []
+
+    def on_remove(seq: SeqId) -> None:
+        removed.append(seq)
+        in_memory.append(q.counters.ready)
+
+    q.on_remove = on_remove
+    assert q.purge() == 1000
+    assert len(set(removed)) == 1000
+    assert max(in_memory) <= 8 + 8 // 2
+    assert (q.counters.ready, q.counters.paged, q.spilled, q.message_count) == (0, 0, 0, 0)
 
 
 def test_spilled_publishes_wait_in_memory_below_a_byte_bound(tmp_path: Path) -> None:
