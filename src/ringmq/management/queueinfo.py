@@ -3,9 +3,15 @@
 Theory of operation: `/api/queues`, the rate sampler and `/metrics` read every queue on every
 call, so their records are built from the engine's O(1) counters (`Queue.counters`, the
 entity's AMQP-level totals, its resolved `QueueSettings`) and never walk the ready messages.
-The full record of one queue (`snapshot_record`) adds the head message's timestamp
-(O(depth)) and the exclusive owner's address, for GET of one queue only;
-`tests/management/test_admin.py` checks that both agree.
+The counters are kept by the queue as messages move (paging moves `ready` into `paged` and
+back); `messages_paged` leaves out the few the paged tail still buffers in memory
+(`Queue.paged_in_memory`), so it and the in-memory figures derived from it
+(`messages_ram`, `message_bytes_ram`) are what disk and memory hold.
+The full record of one queue (`snapshot_record`) adds the head message's timestamp and the
+exclusive owner's address, for GET of one queue only. The head is read in place
+(`Queue.head_message`: the paged tail's front is read where it lies, never paged in), so the
+queue page, which the console polls, costs the same and leaves memory as it found it at any
+depth; `tests/management/test_admin.py` checks that both records agree.
 
 Settings objects are frozen and replaced when they change, so `SettingsView` renders each one
 once and keeps the rendering keyed by identity, bounded by the number of live queues.
@@ -15,14 +21,11 @@ Everything here reads; nothing changes the broker.
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from typing import Any, Final
+from typing import Any
 
 from ringmq.core.settings import QueueSettings
 from ringmq.core.vhost import QueueEntity
 from ringmq.management.records import QueueCounters, QueueInfo
-
-HEAD_SCAN_MAX: Final = 1000
-"""Largest queue whose head message timestamp a full record finds (it costs a scan)."""
 
 
 class SettingsView:
@@ -63,6 +66,8 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
     `persistent`: the queue's journaled live messages)."""
     c = q.queue.counters
     st = q.settings
+    # what the paged tail still buffers is counted paged by the queue but held in memory
+    buffered, buffered_bytes = q.queue.paged_in_memory
     return QueueInfo(
         vhost=q.vhost,
         name=q.name,
@@ -75,11 +80,11 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
         messages_ready=c.ready + c.paged,
         messages_unacknowledged=c.unacked,
         messages_scheduled=c.scheduled,
-        messages_paged=c.paged,
+        messages_paged=c.paged - buffered,
         message_bytes_ready=c.ready_bytes + c.paged_bytes,
         message_bytes_unacknowledged=c.unacked_bytes,
         message_bytes_scheduled=c.scheduled_bytes,
-        message_bytes_paged=c.paged_bytes,
+        message_bytes_paged=c.paged_bytes - buffered_bytes,
         messages_persistent=persistent,
         consumers=len(q.consumers),
         ring_size=st.ring_size,
@@ -105,14 +110,12 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
 def snapshot_record(
     q: QueueEntity, settings: dict[str, Any], persistent: int, owner: str | None
 ) -> QueueInfo:
-    """One queue's full record: the listing's, with the head message's timestamp (a scan of
-    the waiting messages, so only for queues up to `HEAD_SCAN_MAX` ready) and the exclusive
-    owner's peer address (`owner`)."""
-    c = q.queue.counters
-    head = q.queue.ready_messages()[:1] if 0 < c.ready <= HEAD_SCAN_MAX else []
+    """One queue's full record: the listing's, with the head message's timestamp (read in
+    place, `Queue.head_message`) and the exclusive owner's peer address (`owner`)."""
+    head = q.queue.head_message()
     return replace(
         listing_record(q, settings, persistent),
-        head_message_timestamp_ms=head[0].timestamp_ms if head else None,
+        head_message_timestamp_ms=head.timestamp_ms if head is not None else None,
         exclusive_owner=owner,
     )
 

@@ -22,6 +22,14 @@ interpreter). Free disk comes from `os.statvfs(data_dir)`. It feeds the governor
 decision to the core `Broker`: `set_memory_bound` when the bound changes, `set_alarm` on
 transitions; the Block/Unblock effects go to the server's `emit`. Per-message paths do nothing.
 
+glibc keeps the heap pages that freed bodies leave (a 64 KiB or 1 MiB body is a malloc block,
+and its dynamic mmap threshold soon serves such blocks from the heap too), so RSS would stay at
+its peak after a queue is purged or drained. The monitor hands them back with `malloc_trim`
+when the queues' bodies held in memory fell since the last reading and RSS stands at least
+`TRIM_SLACK_BYTES` above what the last trim left (`trim_due`: a trim that frees nothing moves
+that reference up, so a large working set is not trimmed on every reading), and on every
+reading while the memory alarm is on.
+
 The disk alarm is also on while page files cannot be written (ENOSPC...: `pagefile.DiskHealth`
 of the broker's paging directory; the paged messages wait in memory meanwhile); it clears once a
 page write succeeds again. Store (journal) write failures raise their own `disk_write` alarm
@@ -82,6 +90,8 @@ CLEAR_RATIO: Final = 0.95
 """The memory alarm clears once usage is below this fraction of the watermark."""
 PRESSURE_DIVISOR: Final = 8
 """Under paging pressure each queue keeps 1/8 of its normal in-memory head."""
+TRIM_SLACK_BYTES: Final = 16 * 1024 * 1024
+"""RSS this far above what the last `malloc_trim` left is worth trimming once bodies left."""
 MIN_HEAD_COUNT: Final = 16
 MIN_HEAD_BYTES: Final = 64 * 1024
 
@@ -268,6 +278,13 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 _MALLOC_TRIM: Final = _load_malloc_trim()
 
 
+def trim_due(rss: int, trimmed_rss: int, held: int, last_held: int) -> bool:
+    """Whether freed heap is worth handing back: the queues' bodies held in memory fell since
+    the last reading (a purge, a drain, consumers catching up) and RSS is at least
+    `TRIM_SLACK_BYTES` above what the last trim left (`trimmed_rss`)."""
+    return held < last_held and rss >= trimmed_rss + TRIM_SLACK_BYTES
+
+
 def _disk_free(path: Path) -> int | None:
     try:
         st = os.statvfs(path)
@@ -285,6 +302,8 @@ class MemoryMonitor:
         data_dir: where free disk space is measured.
         emit: applies the broker's effects (the server's batch-and-flush).
         read_memory / read_disk: injectable readings (tests); default RSS and statvfs.
+        trim: hands freed heap back to the OS (tests); default glibc's `malloc_trim`, None
+            where there is none.
         in_flight: declared body bytes of publishes being received (the server's connections),
             counted on top of the bodies the queues hold.
     """
@@ -301,6 +320,7 @@ class MemoryMonitor:
         read_disk: Callable[[], int | None] | None = None,
         paging_health: DiskHealth | None = None,
         in_flight: Callable[[], int] | None = None,
+        trim: Callable[[int], int] | None = _MALLOC_TRIM,
     ) -> None:
         self.broker = broker
         self._in_flight = in_flight
@@ -313,6 +333,11 @@ class MemoryMonitor:
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._baseline = read_memory() or 0
+        self._trim = trim
+        self._trimmed_rss = self._baseline  # RSS the last trim left (lowered as RSS falls)
+        self._last_held = 0  # the queues' bodies in memory at the last reading
+        self.trims = 0
+        """`malloc_trim` calls so far."""
         self.used = self._baseline
         self.disk_free: int | None = None
         self.in_flight = 0
@@ -366,11 +391,25 @@ class MemoryMonitor:
             log.exception("memory check failed")
 
     def measure(self) -> int:
-        """Memory in use: the larger of RSS and (start-up RSS + bodies the queues hold)."""
-        if self.governor.memory_alarm is not None and _MALLOC_TRIM is not None:
-            _MALLOC_TRIM(0)  # while alarmed, give freed heap back so the alarm can clear
+        """Memory in use: the larger of RSS and (start-up RSS + bodies the queues hold).
+        Freed heap is handed back first while alarmed (so the alarm can clear), else when
+        `trim_due` says so (module docstring)."""
+        trim = self._trim
+        alarmed = self.governor.memory_alarm is not None
+        if alarmed and trim is not None:
+            trim(0)
+            self.trims += 1
         rss = self._read_memory()
         held: int = self.broker.memory_held_bytes()
+        if rss is not None and trim is not None and not alarmed:
+            if trim_due(rss, self._trimmed_rss, held, self._last_held):
+                trim(0)
+                self.trims += 1
+                rss = self._read_memory()
+                self._trimmed_rss = rss if rss is not None else self._trimmed_rss
+            elif rss < self._trimmed_rss:
+                self._trimmed_rss = rss
+        self._last_held = held
         self.in_flight = self._in_flight() if self._in_flight is not None else 0
         # declared, not yet received: what those publishes will hold once complete
         used = self._baseline + held + self.in_flight

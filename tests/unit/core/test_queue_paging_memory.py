@@ -182,3 +182,61 @@ def test_monitor_raises_the_disk_alarm_while_page_files_cannot_be_written() -> N
     mon.check()
     assert kit.broker.alarms == {}
     assert emitted == [Unblock(ch[0])]
+
+
+def test_monitor_hands_freed_heap_back_once_bodies_left_memory() -> None:
+    # glibc keeps the heap that freed bodies leave: after a purge or a drain the monitor
+    # trims, once, when RSS stands well above what the last trim left; not while bodies
+    # arrive, and not again and again for a working set that trimming cannot shrink.
+    kit = Kit()
+    pub = kit.open()
+    kit.declare(pub, "q")
+    r = _Readings()
+    trims: list[int | None] = []
+    freed = {"to": 0}
+    emitted: list[Any] = []
+
+    def trim(pad: int) -> int:
+        trims.append(r.rss)
+        r.rss = freed["to"] or r.rss
+        return 1
+
+    mon = MemoryMonitor(
+        kit.broker,
+        MemoryLimits(),
+        Path("."),
+        emitted.extend,
+        total_ram=1 << 40,
+        read_memory=lambda: r.rss,
+        read_disk=lambda: r.disk,
+        trim=trim,
+    )
+    q = kit.broker.vhosts["/"].queues["q"].queue
+    for _ in range(40):
+        kit.publish(pub, "q", b"x" * MiB)
+        r.rss = (r.rss or 0) + MiB
+        mon.check()
+    assert trims == []  # bodies arrived: nothing to hand back
+    q.purge()
+    freed["to"] = 41 * MiB
+    mon.check()
+    assert trims == [80 * MiB]
+    assert mon.rss == 41 * MiB
+    mon.check()
+    assert trims == [80 * MiB]  # nothing left memory since
+    # a working set trimming cannot shrink: one trim, then the reference follows RSS up
+    for _ in range(8):
+        kit.publish(pub, "q", b"x" * MiB)
+    r.rss = 70 * MiB
+    mon.check()
+    q.purge()
+    freed["to"] = 0
+    mon.check()
+    assert trims == [80 * MiB, 70 * MiB]
+    for _ in range(4):
+        kit.publish(pub, "q", b"x" * MiB)
+    mon.check()
+    q.purge()
+    mon.check()
+    assert len(trims) == 2
+    assert mon.trims == 2

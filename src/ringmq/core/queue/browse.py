@@ -12,11 +12,12 @@ when each starts after the previous answer's seq (stopping at the first None).
 
 The index is owned by the `Queue` (its publish fast paths append to it inline: one attribute
 test per publish when no index exists); this module holds the functions that build and read it,
-and the reads that need no index (`head_seq`, `ready_without_index`), each given the state it
-reads explicitly (the index, or the queue's `Contents`). Building the index pages the whole
-queue in and stops its paging (`Queue.pageable`), so readers that must not stop a queue's
-paging (the streams API, `head_seq`) use the index-free reads: the ready messages in memory,
-merged by seq with the spilled tail read in place. The spill continues the lane's tail only
+and the reads that need no index (`head_seq`, `head_message`, `ready_without_index`), each
+given the state it reads explicitly (the index, or the queue's `Contents`). Building the index
+pages the whole queue in and stops its paging (`Queue.pageable`), so readers that must not stop
+a queue's paging (the streams API, `head_seq`, the management API's queue page through
+`head_message`) use the index-free reads: the ready messages in memory, merged by seq with the
+spilled tail read in place. The spill continues the lane's tail only
 (paging.py): a message released from the schedule to the head, or requeued after that, can
 have a higher seq than spilled ones, so the spill is read whenever `Contents.spill_floor`
 does not rule it out. Bodies paged one by one are read in place through `peek`.
@@ -40,6 +41,7 @@ __all__ = [
     "build_index",
     "compact_index",
     "deliveries",
+    "head_message",
     "head_seq",
     "lowest_in_memory",
     "ready_columns",
@@ -146,6 +148,24 @@ def head_seq(contents: Contents) -> SeqId | None:
     ):
         best = lowest_in_memory(contents.lanes, contents.unacked)
     return best
+
+
+def head_message(contents: Contents) -> Message | None:
+    """The next delivery's message, read in place: the entry `Contents.peek_head` answers,
+    except that where the spill may come first its front is read where it lies
+    (`PagedTail.front`) instead of paging a batch in. Nothing is paged in, so a reader that
+    only looks (the management API's queue page) leaves the queue's memory as it found it."""
+    if len(contents.lanes) > 1:
+        e = contents.peek_head()  # several priority levels: never spilled, nothing pages in
+        return None if e is None else contents.body(e)
+    lane = contents.lane
+    e = lane.peek()
+    paging = contents.paging
+    if paging.spilled and (e is None or (not lane.head and contents.spill_floor() < e.seq)):
+        front = paging.front()
+        if front is not None and (e is None or front[0] < e.seq):
+            return front[1]
+    return None if e is None else contents.body(e)
 
 
 def ready_without_index(

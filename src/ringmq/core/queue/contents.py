@@ -32,6 +32,7 @@ bound: `page_out` lowers it by those it met).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -113,9 +114,7 @@ class Contents:
 
     def purge(self) -> int:
         """Remove every waiting message (not unacked, not scheduled); returns how many."""
-        if self.on_remove is not None:
-            self.paging.unspill(self.lane.tail)  # storage must hear every removed seq
-        n = 0
+        n = self._purge_spilled() if self.on_remove is not None else 0
         for lane in self.lanes:
             for e in lane.entries():
                 if e.paged and e.msg is None:
@@ -130,6 +129,24 @@ class Contents:
         c.ready = c.ready_bytes = c.paged = c.paged_bytes = 0
         c.purged += n
         self._gone = 0
+        return n
+
+    def _purge_spilled(self) -> int:
+        # Storage must hear every removed seq, so the spill is read back, but one read-ahead
+        # batch at a time, each forgotten as soon as it is read: purging a paged backlog holds
+        # no more of it in memory than a consumer draining it does (paging it all in first
+        # would take the broker up by the backlog's size, and glibc keeps such a peak).
+        paging = self.paging
+        batch: deque[Entry] = deque()
+        n = 0
+        while paging.spilled:
+            if not paging.refill_batch(batch):
+                raise RuntimeError(f"queue {self.name}: spill store lost messages")
+            for e in batch:
+                self._uncount(e)
+                self.forget(e)
+            n += len(batch)
+            batch.clear()
         return n
 
     # --- the head ------------------------------------------------------------------------

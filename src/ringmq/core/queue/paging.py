@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 A `PagedTail` owns, for one queue, the spill store, the newest spilled items not yet handed to
-it (`_buf`, flushed every `SPILL_BATCH`), how many messages and bytes are spilled, the
+it (`_buf`, flushed every `SPILL_BATCH` messages or `SPILL_BATCH_BYTES` of bodies, whichever
+comes first: those bodies are still in memory, so the buffer must stay small whatever the
+message size), how many messages and bytes are spilled, the
 recovered-backlog flags (`restore`), and the in-memory bound (`bound_n`/`bound_b`, with the
 effective `head_*` bounds and the `low_*` read-ahead marks derived from it by `set_active`).
 
@@ -20,7 +22,9 @@ reader that needs the lowest seq learns from memory alone whether the spill can 
 (`Contents.spill_floor`, the one place that combines the two).
 
 Invariants: `spilled`/`spilled_bytes` count the store plus the buffer, `_stored` the store
-alone; every spilled seq is above every seq in the lane's tail and at least `floor`; the
+alone, `buffered`/`buffered_bytes` the buffer alone (below `SPILL_BATCH` messages and
+`SPILL_BATCH_BYTES` between calls: the management API counts them in memory, not paged);
+every spilled seq is above every seq in the lane's tail and at least `floor`; the
 queue's `counters.paged`/`paged_bytes` include them (the paged tail moves those counters and
 `ready`/`ready_bytes` together, so `message_count` never changes by paging).
 Spilled seqs below `_restored_below` come from recovery and carry the stored redelivered flag
@@ -52,9 +56,12 @@ from ringmq.core.queue.records import (
     QueueCounters,
 )
 
-__all__ = ["SPILL_BATCH", "PagedTail"]
+__all__ = ["SPILL_BATCH", "SPILL_BATCH_BYTES", "PagedTail"]
 
 SPILL_BATCH: Final = 128  # spilled publishes handed to the store together
+SPILL_BATCH_BYTES: Final = 1024 * 1024
+"""Bodies the buffer of new spilled publishes holds at most before they go to the store (the
+count alone would let 128 bodies of 1 MiB wait in memory while counted as paged)."""
 
 
 class PagedTail:
@@ -62,6 +69,7 @@ class PagedTail:
 
     __slots__ = (
         "_buf",
+        "_buf_bytes",
         "_counters",
         "_restored_below",
         "_restored_counts",
@@ -85,6 +93,7 @@ class PagedTail:
         self.spill = spill
         self._counters = counters
         self._buf: list[Spilled] = []  # newest spilled items, not yet in the store
+        self._buf_bytes = 0  # their bodies
         self.spilled = 0  # spilled messages (store + buffer)
         self.spilled_bytes = 0
         self._stored = 0  # of which in the store
@@ -162,7 +171,8 @@ class PagedTail:
         buf = self._buf
         buf.append((seq, msg, expires_at))
         self._added(1, size)
-        if len(buf) >= SPILL_BATCH:
+        self._buf_bytes += size
+        if len(buf) >= SPILL_BATCH or self._buf_bytes >= SPILL_BATCH_BYTES:
             self._spill_buffer()
 
     def push_run(self, items: list[Spilled]) -> None:
@@ -176,7 +186,8 @@ class PagedTail:
         self._added(len(items), nbytes)
         buf = self._buf
         buf += items
-        if len(buf) >= SPILL_BATCH:
+        self._buf_bytes += nbytes
+        if len(buf) >= SPILL_BATCH or self._buf_bytes >= SPILL_BATCH_BYTES:
             self._spill_buffer()
 
     def push_columns(self, seqs: list[int], run: RunColumns) -> None:
@@ -210,6 +221,7 @@ class PagedTail:
         spill.push_back(buf)
         self._stored += len(buf)
         self._buf = []
+        self._buf_bytes = 0
 
     def refill(self, tail: deque[Entry], max_count: int, max_bytes: int) -> int:
         """Page the oldest spilled messages back into `tail` (store first, then the buffer);
@@ -223,8 +235,10 @@ class PagedTail:
         if not self._stored and len(items) < max_count and self._buf:
             buf = self._buf
             k = max_count - len(items)
-            items.extend(buf[:k])
+            taken = buf[:k]
             del buf[:k]
+            items.extend(taken)
+            self._buf_bytes -= sum(len(t[1].body) for t in taken) if buf else self._buf_bytes
         if items:
             self.floor = items[-1][0] + 1  # what stays spilled follows what came back
         nbytes = 0
@@ -249,6 +263,28 @@ class PagedTail:
             self._restored_below = 0
             self._restored_counts = {}
         return n
+
+    def front(self) -> Spilled | None:
+        """The oldest spilled message, read where it lies (the store's front, else the
+        buffer's): nothing is paged in and the counters do not move. None when nothing is
+        spilled."""
+        if self._stored:
+            spill = self.spill
+            assert spill is not None
+            items = spill.peek_after(None, 1)
+            if items:
+                return items[0]
+        return self._buf[0] if self._buf else None
+
+    @property
+    def buffered(self) -> int:
+        """Spilled messages still in the buffer, i.e. in memory (below `SPILL_BATCH`)."""
+        return len(self._buf)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Their bodies (below `SPILL_BATCH_BYTES` between calls)."""
+        return self._buf_bytes
 
     @property
     def stored(self) -> int:
@@ -304,6 +340,7 @@ class PagedTail:
         if self.spill is not None:
             self.spill.clear()
         self._buf = []
+        self._buf_bytes = 0
         c = self._counters
         c.paged -= n
         c.paged_bytes -= self.spilled_bytes

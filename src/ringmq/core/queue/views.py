@@ -6,10 +6,12 @@ Theory of operation
 `QueueCounters`, its `Contents` and its `Scheduler` (`__init__`) and answers from them. The
 O(1) views read the counters, which the owners keep up to date incrementally; `settings` is
 the queue's current effective settings (`Queue._apply` replaces it). The O(n) listings
-(`ready_view`, `ready_seqs`, `ready_messages`, `unacked_seqs`, `list_scheduled`) are for
-management and tests: `ready_*` bring a spilled tail back into memory first (the next publish
-pages the excess out again) and read bodies paged one by one in place. `head_seq` builds no
-browse index (which would page the whole queue in and stop paging it; browse.py).
+`unacked_seqs` and `list_scheduled` read what memory holds anyway. The `ready_*` listings
+(`ready_view`, `ready_seqs`, `ready_messages`) are for tests: they bring a spilled tail back
+into memory first (the next publish pages the excess out again) and read bodies paged one by
+one in place, so no management read may call them (a queue page polled every few seconds
+would hold a paged backlog in memory). `head_seq` builds no browse index (which would page the
+whole queue in and stop paging it; browse.py) and `head_message` pages nothing in.
 
 Nothing here changes what a consumer or a publisher sees; `Queue` (engine.py) owns the calls
 that do.
@@ -103,6 +105,14 @@ class QueueViews:
         """Messages in the paged tail (part of `counters.paged`)."""
         return self._view_contents.paging.spilled
 
+    @property
+    def paged_in_memory(self) -> tuple[int, int]:
+        """Messages and body bytes counted in `counters.paged` whose bodies are still in
+        memory: the paged tail's buffer of new publishes not yet handed to the spill store
+        (below `SPILL_BATCH` messages and `SPILL_BATCH_BYTES`, paging.py)."""
+        paging = self._view_contents.paging
+        return paging.buffered, paging.buffered_bytes
+
     # --- O(n): management and tests ------------------------------------------------------
 
     def head_seq(self) -> SeqId | None:
@@ -116,6 +126,15 @@ class QueueViews:
         best = browse.head_seq(contents)
         raw = contents.raw.lowest()  # rows held raw (rawtake.py) are unacked too
         return raw if raw is not None and (best is None or raw < best) else best
+
+    def head_message(self) -> Message | None:
+        """The message the next fetch would take, read in place; None when none is ready.
+
+        Bounded work whatever the depth: the head in memory, or the paged tail's front read
+        where it lies (`browse.head_message`); nothing is paged in and the counters do not
+        move (the management API's head message timestamp).
+        """
+        return browse.head_message(self._view_contents)
 
     def ready_seqs(self) -> list[SeqId]:
         """Waiting messages' seqs in delivery order (O(n); tests and management only)."""
