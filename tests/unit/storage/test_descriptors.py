@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ringmq.core.message import Message, SeqId
+from ringmq.storage import journal
 from ringmq.storage.appendlog import AppendLog
 from ringmq.storage.dedup import DedupLog
 from ringmq.storage.journal import MAX_UNSYNCED_SEGMENTS, Journal, fsync_fds
@@ -132,6 +133,35 @@ def test_a_flush_refused_a_descriptor_keeps_its_descriptors_for_the_next(
     assert payloads(tmp_path) == written
 
 
+def test_a_flush_refused_the_directory_takes_no_more_descriptors_on_each_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # at the descriptor limit the segment's dup may get the last free one and the directory's
+    # open fail: a retry (every sweep while the alarm is on) must not keep the dup each time
+    j = Journal(tmp_path, segment_bytes=1 << 20)
+    j.append(1, b"first")
+    fsync_fds(j.flush())
+    j.roll()  # the directory is dirty again with the next segment
+    j.append(1, b"second")
+    real_open = os.open
+
+    def open_(path: str | os.PathLike[str], flags: int, *args: int) -> int:
+        if Path(path) == tmp_path:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_)
+    before = open_fds()
+    for _ in range(50):
+        with pytest.raises(OSError):
+            j.flush()
+    assert open_fds() == before  # the closed segment's descriptor still waits, nothing more
+    monkeypatch.undo()
+    fsync_fds(j.flush())
+    j.abandon()
+    assert payloads(tmp_path) == [b"first", b"second"]
+
+
 # -- AppendLog (definitions, dedup) ------------------------------------------------------------
 
 
@@ -239,4 +269,33 @@ def test_filestore_flush_refused_a_descriptor_recovers_and_covers_the_writes(
     store.abandon()
     reopened = FileStore.open(tmp_path / "data")
     assert [m.seq for m in reopened.recover().queues["q"]] == list(range(1, 60))
+    reopened.close()
+
+
+def test_filestore_failing_probes_take_no_more_descriptors_each_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the disk is full: the queue journal's write fails while the bodies journal (nothing
+    # buffered) hands its descriptor out; each retry must not keep one more
+    store = _store(tmp_path / "data")
+    store.enqueue("q", SeqId(1), msg(b"L" * 4000))  # a body in the bodies journal
+    store.sync()
+    before = open_fds()
+    store.enqueue("q", SeqId(2), msg(b"small"))
+
+    def full(fd: int, data: bytes | bytearray) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(journal, "write_all", full)
+    for _ in range(50):  # fifty seconds of the sweep's probes
+        with pytest.raises(OSError):
+            store.flush()
+    assert open_fds() - before <= 2
+    monkeypatch.undo()
+    store.sync()
+    assert store.durable_position == store.position
+    assert open_fds() == before
+    store.abandon()
+    reopened = FileStore.open(tmp_path / "data")
+    assert [m.seq for m in reopened.recover().queues["q"]] == [1, 2]
     reopened.close()
