@@ -1,4 +1,5 @@
-"""File descriptors (issue 16, 1.4): refusals at the limit are logged, idle HTTP is closed.
+"""File descriptors (issue 16, 1.4): refusals at the limit are logged, idle HTTP is closed;
+durable publishes hold no descriptor (defects issue, item 3).
 
 The descriptor limit is lowered in a broker subprocess (`RLIMIT_NOFILE`), so the test's own
 clients are not limited with it.
@@ -11,17 +12,30 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import pika
 import pytest
 
 from ringmq.server.configfile import parse_toml
 from tests.integration.conftest import BrokerFactory
+from tests.integration.soakkit import (
+    PERSISTENT,
+    Ledger,
+    PikaConsumer,
+    Sampler,
+    body_of,
+    fd_targets,
+    sample,
+)
+from tests.serve import Serve
 
 pytestmark = pytest.mark.integration
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+PUBLISHES = 1500
 SERVE = (
     sys.executable,
     "-m",
@@ -118,3 +132,43 @@ def test_connections_refused_at_the_descriptor_limit_are_logged_once_per_period(
     )
     assert m is not None, lines[0]
     assert "descriptor limit 64" in lines[0]
+
+
+def test_confirmed_durable_publishes_hold_no_descriptors(tmp_path: Path) -> None:
+    # defects issue, item 3: every durable publish used to leak a descriptor (+1 a message
+    # with a synchronous confirm publisher, kept after the load; deleted segments held open)
+    serve = Serve(tmp_path / "data", tmp_path / "serve.log")
+    try:
+        before = sample(serve.proc.pid)
+        assert before is not None
+        sampler = Sampler(serve.proc.pid, every_s=0.1)
+        sampler.start()
+        ledger = Ledger("amqp")
+        stop = threading.Event()
+        consumer = PikaConsumer(serve.amqp_url, "fd-q", ledger, stop)
+        consumer.start()
+        assert consumer.ready.wait(30)
+        with pika.BlockingConnection(pika.URLParameters(serve.amqp_url)) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for _ in range(PUBLISHES):
+                msg_id = ledger.send()
+                ch.basic_publish("", "fd-q", body_of(msg_id, 200), PERSISTENT)  # once confirmed
+                ledger.confirm(msg_id)
+        deadline = time.monotonic() + 30
+        while not ledger.complete() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        consumer.join(timeout=30)
+        time.sleep(0.5)  # the broker notices the closed connections
+        after = sample(serve.proc.pid)
+        samples = sampler.stop()
+        assert after is not None
+        peak = max(s.fds for s in samples)
+        report = f"fds {before.fds} -> peak {peak} -> {after.fds}: {fd_targets(serve.proc.pid)}"
+        assert consumer.error is None
+        assert ledger.lost() == []
+        assert peak <= before.fds + 32, report
+        assert after.fds <= before.fds + 8, report
+    finally:
+        serve.stop()
