@@ -7,6 +7,7 @@ clients are not limited with it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import resource
 import socket
@@ -35,7 +36,7 @@ from tests.serve import Serve
 pytestmark = pytest.mark.integration
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-PUBLISHES = 1500
+PUBLISHES = 1000
 SERVE = (
     sys.executable,
     "-m",
@@ -171,4 +172,68 @@ def test_confirmed_durable_publishes_hold_no_descriptors(tmp_path: Path) -> None
         assert peak <= before.fds + 32, report
         assert after.fds <= before.fds + 8, report
     finally:
+        serve.stop()
+
+
+def test_a_broker_out_of_descriptors_confirms_again_once_some_are_free(tmp_path: Path) -> None:
+    # the broker runs with 64 descriptors. Confirmed durable publishes while a consumer drains
+    # must not use them up (before the fix: one leaked about every publish, EMFILE after ~40,
+    # never recovered); with the table filled by connections the group commit's flush fails
+    # (EMFILE: nack, disk alarm), and once they close the sweep's retry succeeds and
+    # publishers are confirmed again
+    serve = Serve(tmp_path / "data", tmp_path / "serve.log", nofile=64)
+    params = pika.URLParameters(serve.amqp_url + "?blocked_connection_timeout=30")
+    fillers: list[pika.BlockingConnection] = []
+    ledger = Ledger("amqp")
+    stop = threading.Event()
+    consumer = PikaConsumer(serve.amqp_url, "fd-drained", ledger, stop)
+    try:
+        consumer.start()
+        assert consumer.ready.wait(30)
+        with pika.BlockingConnection(params) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("fd-limit", durable=True)
+            for _ in range(300):  # several times the limit
+                msg_id = ledger.send()
+                ch.basic_publish("", "fd-drained", body_of(msg_id, 100), PERSISTENT)  # or nack
+                ledger.confirm(msg_id)
+            deadline = time.monotonic() + 30
+            while not ledger.complete() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stop.set()
+            consumer.join(timeout=30)
+            assert ledger.lost() == []
+            while len(fillers) < 64:  # take every descriptor left
+                try:
+                    fillers.append(pika.BlockingConnection(params))
+                except pika.exceptions.AMQPConnectionError:
+                    break
+            assert 0 < len(fillers) < 64
+            with pytest.raises(pika.exceptions.NackError):
+                ch.basic_publish("", "fd-limit", b"refused", PERSISTENT)
+            for filler in fillers:
+                filler.close()
+            fillers.clear()
+            # nacked at once while the alarm is on (then blocked until the sweep's retry
+            # clears it): the publisher retries until confirmed, as a real one would
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    ch.basic_publish("", "fd-limit", b"after", PERSISTENT)
+                    break
+                except pika.exceptions.NackError:
+                    assert time.monotonic() < deadline, "never confirmed again"
+                    time.sleep(0.2)
+            # the confirmed one is there (nacked ones may or may not be)
+            assert ch.queue_declare("fd-limit", passive=True).method.message_count >= 1
+        log = serve.log_path.read_text()
+        assert "disk write failed" in log
+        assert "EMFILE" in log
+        assert "disk writes succeed again" in log
+    finally:
+        stop.set()
+        for filler in fillers:
+            with contextlib.suppress(Exception):
+                filler.close()
         serve.stop()
