@@ -62,21 +62,27 @@ def fd_targets(pid: int, top: int = 5) -> list[tuple[str, int]]:
 
 
 class Sampler(threading.Thread):
-    """Samples a process every `every_s` seconds until `stop()` (see the module docstring)."""
+    """Samples a process every `every_s` seconds until `stop()` (see the module docstring);
+    sets `over_limit` once a sample holds more than `fd_limit` descriptors."""
 
-    def __init__(self, pid: int, every_s: float = 1.0) -> None:
+    def __init__(self, pid: int, every_s: float = 1.0, fd_limit: int | None = None) -> None:
         super().__init__(name="sampler", daemon=True)
         self.pid = pid
         self.every_s = every_s
+        self.fd_limit = fd_limit
+        self.over_limit = threading.Event()
         self.samples: list[Sample] = []
         self._stop_event = threading.Event()
-        self._t0 = time.monotonic()
+        self.t0 = time.monotonic()
+        """`time.monotonic()` at creation: samples' `t_s` count from there."""
 
     def run(self) -> None:
         while True:
-            s = sample(self.pid, time.monotonic() - self._t0)
+            s = sample(self.pid, time.monotonic() - self.t0)
             if s is not None:
                 self.samples.append(s)
+                if self.fd_limit is not None and s.fds > self.fd_limit:
+                    self.over_limit.set()
             if self._stop_event.wait(self.every_s):
                 return
 
@@ -200,7 +206,10 @@ class PikaPublisher(threading.Thread):
                 on_open_error_callback=self._on_error,
                 on_close_callback=self._on_closed,
             )
-            self._conn.ioloop.start()
+            try:
+                self._conn.ioloop.start()
+            finally:
+                self._conn.ioloop.close()  # its wake-up socket pair
         except Exception as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
