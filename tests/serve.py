@@ -3,12 +3,14 @@
 Ports are 0 by default (AMQP, and HTTP when asked) and read back from the broker's log, so
 tests run in parallel; a restart may ask for the ports of the broker it replaces (clients keep
 their URLs); `kill()` is a SIGKILL (no clean stop, no recovery terms), `stop()` a SIGTERM.
+`nofile` lowers the broker's descriptor limit (RLIMIT_NOFILE), the test's own being untouched.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -35,6 +37,7 @@ class Serve:
         stomp: bool = False,
         mqtt: bool = False,
         timeout_s: float = 60.0,
+        nofile: int | None = None,
     ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
@@ -56,7 +59,17 @@ class Serve:
             "--data-dir",
             str(data_dir),
         ]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+
+        def limit() -> None:  # runs in the child, before exec
+            assert nofile is not None
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=None if nofile is None else limit,
+        )
         self.port = self._wait_port(_AMQP, timeout_s)
         self.http_port = self._wait_port(_HTTP, timeout_s) if http else None
         self.stomp_port = self._wait_port(_STOMP, timeout_s) if stomp else None

@@ -378,7 +378,7 @@ class FileStore:
             fds += self._defs.flush()
             fds += self._dedup.flush()
         except OSError:
-            self._pending_fds = fds
+            self._pending_fds = _one_per_file(fds)
             raise
         return SyncPoint(self._position, tuple(fds))
 
@@ -526,6 +526,23 @@ class FileStore:
     def body_refcount(self, ref: int) -> int:
         """Reference count of a shared body (0 when gone)."""
         return self._bodies.refcount(ref)
+
+
+def _one_per_file(fds: list[int]) -> list[int]:
+    # A failed flush keeps what it was handed for the next one; each retry (every sweep while
+    # the alarm is on) is handed a new copy of the same current segments' descriptors. An
+    # fsync covers a file whatever descriptor wrote it, so one per file is enough: the copies
+    # are closed and the pending list stays bounded by the files, not by the retries.
+    seen: set[tuple[int, int]] = set()
+    kept: list[int] = []
+    for fd in fds:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in seen:
+            os.close(fd)
+        else:
+            seen.add((st.st_dev, st.st_ino))
+            kept.append(fd)
+    return kept
 
 
 def _read_records(journal: Journal, seg: int) -> tuple[list[Record], int]:

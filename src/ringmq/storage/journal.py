@@ -354,20 +354,26 @@ class Journal:
         """Write buffered records to the OS; hand over the descriptors an fsync needs.
 
         The caller owns the returned descriptors and must pass them to `fsync_fds` (which
-        closes them). Raises the write's OSError (records stay buffered, nothing is handed
-        out)."""
+        closes them). Raises the write's OSError, or EMFILE when no descriptor is left: then
+        nothing is handed out and nothing more is held (records stay buffered, closed
+        segments' descriptors wait for the next flush)."""
         self.write_out()
-        fds = self._unsynced
-        self._unsynced = []
+        taken: list[int] = []
         try:
             if self._fd >= 0:
-                fds.append(os.dup(self._fd))
+                taken.append(os.dup(self._fd))
             if self._dir_dirty:
-                fds.append(os.open(self.directory, os.O_RDONLY))
-                self._dir_dirty = False
+                taken.append(os.open(self.directory, os.O_RDONLY))
         except OSError:
-            self._unsynced = fds  # no descriptor left (EMFILE): hand them out next time
+            # no descriptor left (EMFILE): give back what this call took, so that a retry
+            # (every sweep while the alarm is on) never holds more; the closed segments'
+            # descriptors wait in `_unsynced` for the next flush
+            for fd in taken:
+                os.close(fd)
             raise
+        self._dir_dirty = False
+        fds = self._unsynced + taken
+        self._unsynced = []
         return fds
 
     def sync(self) -> None:
