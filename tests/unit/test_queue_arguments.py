@@ -33,7 +33,7 @@ from ringmq.server.configfile import (
     parse_artemis_xml,
     queue_arguments,
 )
-from tests.unit.core.test_broker_kit import Kit
+from tests.unit.core.kit import Kit
 
 ROWS = [pytest.param(row, id=row.argument) for row in QUEUE_ARGUMENTS]
 NAMES = [pytest.param(row, name, id=name) for row in QUEUE_ARGUMENTS for name in row.names]

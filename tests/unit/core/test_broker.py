@@ -14,7 +14,7 @@ from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
 from ringmq.core.effects import CloseConnection, Deliver, SendContent, SendMethod
 from ringmq.core.errors import BrokerError, Condition
-from tests.unit.core.test_broker_kit import Kit, bodies, delivered, methods, of_type
+from tests.unit.core.kit import Kit, bodies, delivered, methods, of_type
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Block, Confirm, Unblock
 from ringmq.core.session import SettleKind
 from tests.facade import admin_over
-from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
+from tests.unit.core.kit import Kit, bodies, delivered, of_type
 
 
 def test_non_destructive_queue_gives_every_consumer_every_message() -> None:

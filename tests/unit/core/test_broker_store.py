@@ -10,7 +10,6 @@ import pytest
 from ringmq.adapters.amqp091 import check_login
 from ringmq.amqp import spec
 from ringmq.amqp.properties import BasicProperties
-from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.durability import queue_key
 from ringmq.core.queue import MemorySpillStore
@@ -18,24 +17,7 @@ from ringmq.core.routing import QUEUE
 from ringmq.management.records import BindingInfo, PermissionInfo
 from ringmq.storage import FileStore, MemoryStore
 from tests.facade import admin_over
-from tests.unit.core.test_broker_kit import Kit, bodies, delivered, of_type
-
-PERSISTENT = BasicProperties(delivery_mode=2)
-
-
-class StoreKit(Kit):
-    """A Kit whose broker runs over `store` and can be restarted over a reopened one."""
-
-    def __init__(self, store: Any, config: BrokerConfig | None = None) -> None:
-        super().__init__(config)
-        self.config = config or BrokerConfig(name_seed=7)
-        self.store = store
-        self.broker = Broker(self.config, store=store, now_ms=self.now)
-
-    def restart(self, store: Any) -> None:
-        self.store = store
-        self.broker = Broker(BrokerConfig(name_seed=7), store=store, now_ms=self.now)
-        self._next_conn = 1
+from tests.unit.core.kit import PERSISTENT, StoreKit, bodies, delivered, of_type
 
 
 def _file_restart(kit: StoreKit, path: Path, *, clean: bool) -> None:

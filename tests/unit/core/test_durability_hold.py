@@ -10,8 +10,7 @@ from ringmq.amqp.properties import BasicProperties
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
 from ringmq.storage import MemoryStore
-from tests.unit.core.test_broker_kit import bodies, delivered
-from tests.unit.core.test_broker_store import StoreKit
+from tests.unit.core.kit import StoreKit, bodies, delivered
 
 PERSISTENT = BasicProperties(delivery_mode=2)
 

@@ -15,7 +15,7 @@ from ringmq.core.message import Message
 from ringmq.core.queue import MemorySpillStore, PublishOutcome, Queue
 from ringmq.core.settings import resolve_queue_settings
 from ringmq.storage.bodystore import DiskSpillStore, SpillDirectory
-from tests.unit.core.test_broker_kit import Kit, bodies, delivered, methods
+from tests.unit.core.kit import Kit, bodies, delivered, methods
 
 
 def msg(body: bytes, **kw: Any) -> Message:

@@ -19,7 +19,7 @@ from ringmq.server.memory import (
 )
 from ringmq.storage.bodystore import SpillDirectory
 from ringmq.storage.pagefile import DiskHealth
-from tests.unit.core.test_broker_kit import Kit
+from tests.unit.core.kit import Kit
 
 MiB = 1024 * 1024
 

@@ -1,5 +1,5 @@
-"""A tiny in-process client for driving the broker through its AMQP 0-9-1 adapter in tests
-(no tests of its own)."""
+"""A tiny in-process client for driving the broker through its AMQP 0-9-1 adapter in tests,
+and `StoreKit`, the same over a `Store` that can be restarted (no tests of its own)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Deliver, Effect, SendContent, SendMethod
 
+PERSISTENT = BasicProperties(delivery_mode=2)
 CAPS = {"capabilities": {"consumer_cancel_notify": True, "publisher_confirms": True}}
 
 
@@ -130,3 +131,18 @@ def bodies(effects: list[Effect]) -> list[bytes]:
 
 def of_type(effects: list[Effect], kind: type) -> list[Any]:
     return [m for m in methods(effects) if isinstance(m, kind)]
+
+
+class StoreKit(Kit):
+    """A Kit whose broker runs over `store` and can be restarted over a reopened one."""
+
+    def __init__(self, store: Any, config: BrokerConfig | None = None) -> None:
+        super().__init__(config)
+        self.config = config or BrokerConfig(name_seed=7)
+        self.store = store
+        self.broker = Broker(self.config, store=store, now_ms=self.now)
+
+    def restart(self, store: Any) -> None:
+        self.store = store
+        self.broker = Broker(BrokerConfig(name_seed=7), store=store, now_ms=self.now)
+        self._next_conn = 1
