@@ -1,9 +1,74 @@
-"""Where and when messages expire: only at the head of the whole queue, and `drop_expired`
-(RabbitMQ's drop_expired_msgs, run by the broker after a dispatch and after a basic.get)."""
+"""Expiry: queue and message TTL (the lower applies; checked at the head; kept over a requeue;
+zero delivers now or expires), and where and when messages expire: only at the head of the
+whole queue, and `drop_expired` (RabbitMQ's drop_expired_msgs, run by the broker after a
+dispatch and after a basic.get)."""
 
 from __future__ import annotations
 
-from tests.unit.core.test_queue import bodies, dead, msg, queue, take
+from tests.unit.core.queue.kit import bodies, dead, msg, queue, take
+
+
+def test_queue_ttl_expires_at_head_on_fetch_and_tick() -> None:
+    q = queue({"x-message-ttl": 100, "x-dead-letter-exchange": "dlx"})
+    q.publish(msg("A"), 0)
+    q.publish(msg("B"), 50)
+    assert q.next_deadline_ms() == 101
+    q.tick(100)
+    assert bodies(q) == ["A", "B"]  # expires strictly after publish + ttl
+    q.tick(101)
+    assert bodies(q) == ["B"]
+    assert dead(q) == [("A", "expired")]
+    assert q.next_deadline_ms() == 151
+    assert q.fetch(151) is None
+    assert dead(q) == [("B", "expired")]
+    assert q.counters.expired == 2
+
+
+def test_message_expiration_is_only_checked_at_the_head() -> None:
+    q = queue()
+    q.publish(msg("long", ttl=1000), 0)
+    q.publish(msg("short", ttl=10), 0)
+    q.tick(500)
+    assert bodies(q) == ["long", "short"]  # RabbitMQ: expired only at the head
+    assert take(q, 500).message.body == b"long"
+    assert q.fetch(500) is None
+    assert q.counters.expired == 1
+
+
+def test_lower_of_queue_and_message_ttl_applies() -> None:
+    q = queue({"x-message-ttl": 50})
+    q.publish(msg("A", ttl=500), 0)
+    q.publish(msg("B", ttl=5), 0)
+    q.tick(51)
+    assert bodies(q) == []
+
+
+def test_ttl_zero_delivers_now_or_expires() -> None:
+    q = queue({"x-message-ttl": 0})
+    q.publish(msg("A"), 10)
+    assert take(q, 10).message.body == b"A"  # a consumer takes it in the same instant
+    q.publish(msg("B"), 10)
+    q.tick(11)
+    assert q.message_count == 1  # only A, unacked
+
+
+def test_expiry_survives_requeue() -> None:
+    q = queue({"x-message-ttl": 100})
+    q.publish(msg("A"), 0)
+    q.requeue([take(q, 50).seq], 60)
+    q.tick(101)
+    assert q.ready_count == 0
+
+
+def test_plain_queue_switches_off_fast_path_for_expiring_messages() -> None:
+    q = queue()
+    q.publish(msg("A"), 0)
+    q.publish(msg("B", ttl=10), 0)
+    q.tick(11)
+    assert bodies(q) == ["A", "B"]
+    take(q, 11)
+    q.tick(11)
+    assert bodies(q) == []
 
 
 def test_priority_queue_expires_only_at_the_overall_head() -> None:
