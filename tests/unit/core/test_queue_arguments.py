@@ -27,12 +27,7 @@ from ringmq.core.policies import POLICY_KEYS, AddressSettings, PolicyError, vali
 from ringmq.core.settings import QueueSettings, resolve_queue_settings
 from ringmq.management.admin import SETTING_ARGUMENTS as MANAGEMENT_SETTINGS
 from ringmq.management.admin import settings_arguments
-from ringmq.server.configfile import (
-    AddressSetting,
-    QueueSpec,
-    parse_artemis_xml,
-    queue_arguments,
-)
+from ringmq.server.configfile import AddressSetting, QueueSpec, parse_artemis_xml, queue_arguments
 from tests.unit.core.kit import Kit
 
 ROWS = [pytest.param(row, id=row.argument) for row in QUEUE_ARGUMENTS]

@@ -11,11 +11,6 @@ from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from tests.unit.core.kit import Kit, bodies, delivered, methods, of_type
 
 
-@pytest.fixture
-def kit() -> Kit:
-    return Kit()
-
-
 # ---------------------------------------------------------------- unbind of what is gone
 def test_queue_unbind_of_a_missing_queue_or_exchange_is_unbind_ok(kit: Kit) -> None:
     ch = kit.open()
