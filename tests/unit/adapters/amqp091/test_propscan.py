@@ -1,4 +1,4 @@
-"""core/propscan.py: the publish fast path agrees with the full property decode."""
+"""adapters/amqp091/propscan.py: the publish fast path agrees with the full property decode."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The broker's shortcut for property lists holding only delivery_mode (and content_type)."""
+"""The AMQP 0-9-1 adapter's shortcut for property lists holding only delivery_mode (and
+content_type)."""
 
 from __future__ import annotations
 
