@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmq.mqtt import V5, V311, Packet, encode
-from tests.unit.mqtt.kit import Net
+from tests.unit.adapters.mqtt.kit import Net
 from tests.unit.mqtt.test_codec import packets
 
 

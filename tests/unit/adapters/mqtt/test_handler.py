@@ -24,7 +24,7 @@ from ringmq.mqtt.packets import (
     Will,
 )
 from ringmq.mqtt.properties import Properties
-from tests.unit.mqtt.kit import Net
+from tests.unit.adapters.mqtt.kit import Net
 
 
 def pubs(packets: Sequence[object]) -> list[Publish]:
