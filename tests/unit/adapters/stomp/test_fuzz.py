@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmq.stomp import encode
-from tests.unit.stomp.kit import Kit
+from tests.unit.adapters.stomp.kit import Kit
 
 DESTINATIONS = [
     "/queue/a",

@@ -9,7 +9,8 @@ from ringmq.adapters.stomp import Dialects, StompHandler
 from ringmq.amqp.properties import decode_properties
 from ringmq.core.config import BrokerConfig, UserConfig
 from ringmq.core.session import Session
-from tests.unit.stomp.kit import Kit, Out
+from tests.unit.adapters.stomp.kit import Kit
+from tests.unit.stomp.server_frames import Out
 
 
 def bodies(frames: list[Out]) -> list[bytes]:

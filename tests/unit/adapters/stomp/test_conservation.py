@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ringmq.adapters.stomp import StompHandler
-from tests.unit.stomp.kit import Kit
+from tests.unit.adapters.stomp.kit import Kit
 
 
 class ConsumerMachine(RuleBasedStateMachine):

@@ -11,40 +11,8 @@ from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
 from ringmq.core.throttle import LoginGuard
-from ringmq.stomp import V1_2, encode, unescape
-
-
-@dataclass
-class Out:
-    command: str
-    headers: dict[str, str]
-    body: bytes
-
-
-def parse_server(data: bytes, version: str = V1_2) -> list[Out]:
-    """Server frames out of bytes (heart-beat EOLs skipped)."""
-    out: list[Out] = []
-    pos = 0
-    while pos < len(data):
-        if data[pos : pos + 1] == b"\n":
-            pos += 1
-            continue
-        head_end = data.index(b"\n\n", pos)
-        lines = data[pos:head_end].decode().split("\n")
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            if lines[0] != "CONNECTED":
-                k, v = unescape(k, version), unescape(v, version)
-            headers.setdefault(k, v)
-        start = head_end + 2
-        if "content-length" in headers:
-            end = start + int(headers["content-length"])
-        else:
-            end = data.index(b"\x00", start)
-        out.append(Out(lines[0], headers, data[start:end]))
-        pos = end + 1
-    return out
+from ringmq.stomp import encode
+from tests.unit.stomp.server_frames import Out, parse_server
 
 
 def _name(key: str) -> str:
