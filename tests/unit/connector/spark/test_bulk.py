@@ -17,8 +17,7 @@ from ringmq.connector.spark.sink import arrow_rows, publish_arrow, publish_rows 
 from ringmq.management.records import PermissionInfo  # noqa: E402
 from ringmq.node import BrokerThread  # noqa: E402
 from tests.facade import admin_of  # noqa: E402
-
-from .conftest import urls  # noqa: E402
+from tests.unit.connector.conftest import urls  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,7 @@ from ringmq.connector.records import property_maps
 from ringmq.connector.spark.options import Options
 from ringmq.connector.spark.sink import arrow_rows, publish_rows
 from ringmq.node import BrokerThread
-
-from .conftest import urls
+from tests.unit.connector.conftest import urls
 
 pytestmark = pytest.mark.integration
 

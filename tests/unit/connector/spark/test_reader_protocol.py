@@ -21,8 +21,7 @@ from ringmq.connector.client import Publisher, StreamClient
 from ringmq.connector.spark.options import Options
 from ringmq.connector.spark.source import RingMQBatchReader, RingMQStreamReader
 from ringmq.node import BrokerThread
-
-from .conftest import urls
+from tests.unit.connector.conftest import urls
 
 pytestmark = pytest.mark.integration
 
