@@ -1,24 +1,12 @@
+"""Server options from the config file and the command line (`options_from`): defaults, the
+command line over the file over the defaults, listeners turned off."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-from typer.testing import CliRunner
-
-from ringmq.cli import serve
 from ringmq.server.configfile import FileConfig, ListenSpec, parse_toml
 from ringmq.server.runtime import DEFAULT_AMQP_PORT, DEFAULT_HTTP_PORT, options_from
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    serve.register(app)
-
-    @app.command()
-    def noop() -> None:  # a second command keeps `serve` a named subcommand
-        pass
-
-    return app
 
 
 def test_defaults() -> None:
@@ -46,21 +34,3 @@ def test_stomp_and_mqtt_ports_default_to_theirs_and_can_be_turned_off() -> None:
 
 def test_file_can_disable_http() -> None:
     assert options_from(parse_toml("[server]\nhttp_port = -1\n")).http_port is None
-
-
-def test_bad_config_exits_2_with_the_reason(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[limits]\nheartbeat = 1\n")
-    result = CliRunner().invoke(_app(), ["serve", "--config", str(bad)])
-    assert result.exit_code == 2
-    assert "unknown key(s) 'heartbeat'" in result.output
-
-
-def test_missing_config_file_is_a_usage_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(_app(), ["serve", "--config", str(tmp_path / "nope.toml")])
-    assert result.exit_code == 2
-
-
-def test_bad_log_level(tmp_path: Path) -> None:
-    result = CliRunner().invoke(_app(), ["serve", "--log-level", "loud"])
-    assert result.exit_code == 2
