@@ -13,7 +13,7 @@ from ringmq.core.effects import CloseConnection, Deliver, SendContent, SendMetho
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.records import BindingInfo, PermissionInfo, PolicyInfo, UserInfo
-from tests.unit.core.test_broker_kit import Kit, bodies
+from tests.unit.core.kit import Kit, bodies
 
 from .conftest import FakeRuntime
 

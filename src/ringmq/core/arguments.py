@@ -26,7 +26,7 @@ Readers: `ringmq.core.settings` (argument parsing, policy values, address-settin
 `ringmq.core.policies` (`POLICY_KEYS`), `ringmq.core.broker` (redeclare equivalence),
 `ringmq.management.admin` (`SETTING_ARGUMENTS`) and `ringmq.server.configfile` (broker.xml
 argument names and address-setting defaults) all derive their views from this table.
-`tests/unit/test_queue_arguments.py` checks that each reads every row the same way.
+`tests/unit/core/test_queue_arguments.py` checks that each reads every row the same way.
 
 This module is pure data and validation; it imports nothing from ringmq.
 """

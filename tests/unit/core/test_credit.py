@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmq.core.effects import Deliver, Drained, Effect
-from tests.unit.core.test_broker_kit import Kit
+from tests.unit.core.kit import Kit
 
 _step = st.one_of(
     st.tuples(st.just("publish"), st.integers(1, 4)),

@@ -10,7 +10,7 @@ from typing import Any
 from ringmq.core.effects import Effect
 from ringmq.core.session import Session
 from ringmq.core.vhost import OWNER_PROPERTY
-from tests.unit.core.test_broker_kit import Kit, bodies
+from tests.unit.core.kit import Kit, bodies
 
 
 def _ready(k: Kit) -> int:

@@ -14,7 +14,7 @@ from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Block, Effect, SendMethod
-from tests.unit.core.test_broker_kit import Kit
+from tests.unit.core.kit import Kit
 
 _QUEUES: dict[str, dict[str, Any]] = {
     "plain": {},

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringmq.stomp import MIN_HEARTBEAT_MS, Phase, StompConnection, encode, negotiate
-from tests.unit.stomp.kit import parse_server
+from tests.unit.stomp.server_frames import parse_server
 
 
 def connected(version: str = "1.2", heart_beat: str = "0,0") -> StompConnection:

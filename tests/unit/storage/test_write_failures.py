@@ -22,8 +22,7 @@ from ringmq.core.queue.columns import Columns
 from ringmq.storage import appendlog, journal, pagefile, paging
 from ringmq.storage.records import Entry
 from ringmq.storage.store import FileStore, RecoveredState
-from tests.unit.core.test_broker_kit import of_type
-from tests.unit.core.test_broker_store import PERSISTENT, StoreKit
+from tests.unit.core.kit import PERSISTENT, StoreKit, of_type
 
 
 def msg(body: bytes) -> Message:

@@ -1,0 +1,36 @@
+"""Server options from the config file and the command line (`options_from`): defaults, the
+command line over the file over the defaults, listeners turned off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ringmq.server.configfile import FileConfig, ListenSpec, parse_toml
+from ringmq.server.runtime import DEFAULT_AMQP_PORT, DEFAULT_HTTP_PORT, options_from
+
+
+def test_defaults() -> None:
+    o = options_from(FileConfig())
+    assert (o.host, o.amqp_port, o.http_port) == ("127.0.0.1", DEFAULT_AMQP_PORT, DEFAULT_HTTP_PORT)
+    assert o.data_dir == Path("./ringmq-data")
+
+
+def test_command_line_beats_file_beats_defaults() -> None:
+    cfg = FileConfig(listen=ListenSpec(host="::1", amqp_port=5673, http_port=0))
+    o = options_from(cfg)
+    assert (o.host, o.amqp_port, o.http_port) == ("::1", 5673, 0)
+    o = options_from(cfg, host="127.0.0.2", amqp_port=0, http_port=-1, data_dir=Path("d"))
+    assert (o.host, o.amqp_port, o.http_port, o.data_dir) == ("127.0.0.2", 0, None, Path("d"))
+
+
+def test_stomp_and_mqtt_ports_default_to_theirs_and_can_be_turned_off() -> None:
+    o = options_from(FileConfig())
+    assert (o.stomp_port, o.mqtt_port) == (61613, 1883)
+    o = options_from(parse_toml('[server]\nstomp_port = 0\nmqtt_port = "off"\n'))
+    assert (o.stomp_port, o.mqtt_port) == (0, None)
+    o = options_from(FileConfig(), stomp_port=-1, mqtt_port=1884)
+    assert (o.stomp_port, o.mqtt_port) == (None, 1884)
+
+
+def test_file_can_disable_http() -> None:
+    assert options_from(parse_toml("[server]\nhttp_port = -1\n")).http_port is None
