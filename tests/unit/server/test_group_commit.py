@@ -24,8 +24,7 @@ from ringmq.server.commit import GroupCommit
 from ringmq.storage import journal
 from ringmq.storage.journal import MAX_UNSYNCED_SEGMENTS
 from ringmq.storage.store import FileStore
-from tests.unit.core.test_broker_kit import of_type
-from tests.unit.core.test_broker_store import PERSISTENT, StoreKit
+from tests.unit.core.kit import PERSISTENT, StoreKit, of_type
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 
