@@ -1,12 +1,13 @@
 """Declarations by vhost name (`Broker.admin`), and where the effects of the broker's own
 calls made outside a client read go.
 
-Theory of operation: the configuration file's exchanges, queues and bindings are declared by
-vhost name at start-up and on a reload (`server/setup.py`); each call here looks the vhost up
-and hands the declaration to its owner (`Exchanges.declare_exchange`, `Topology.declare`,
-`Topology.bind`, `Exchanges.bind_exchange`), the same steps, rules and texts as a client's or
-the management API's declare, then writes the definitions it changed. The management API does
-not come through here: its facade (`ringmq.management.admin.CoreAdmin`) calls the owners.
+Theory of operation: a caller with no session (config loading at start-up and on a reload,
+`server/setup.py`; the management API, whose facade `ringmq.management.admin.CoreAdmin`
+adapts HTTP to these calls) declares exchanges, queues and bindings by vhost name here. Each
+call looks the vhost up and hands the declaration to its owner (`Exchanges.declare_exchange`,
+`Topology.declare`, `Topology.bind_destination`), the same steps, rules and texts as a
+client's declare, then writes the definitions it changed (even when it failed half-way). This
+is the one copy of those steps for callers without a session.
 
 Built from the owners it calls and the shared `State` (whose `sync_definitions` writes the
 definitions), not from the broker.
