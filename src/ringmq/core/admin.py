@@ -1,12 +1,16 @@
-"""Config loading's declarations by vhost name (`Broker.admin`), and where the effects of the
-broker's own calls made outside a client read go.
+"""Declarations by vhost name (`Broker.admin`), and where the effects of the broker's own
+calls made outside a client read go.
 
-Theory of operation: the configuration file's exchanges, queues and bindings are declared by
-vhost name at start-up and on a reload (`server/setup.py`); each call here looks the vhost up
-and hands the declaration to its owner (`Exchanges.declare_exchange`, `Topology.declare`,
-`Topology.bind`, `Exchanges.bind_exchange`), the same steps, rules and texts as a client's or
-the management API's declare, then writes the definitions it changed. The management API does
-not come through here: its facade (`ringmq.management.admin.CoreAdmin`) calls the owners.
+Theory of operation: a caller with no session (config loading at start-up and on a reload,
+`server/setup.py`; the management API, whose facade `ringmq.management.admin.CoreAdmin`
+adapts HTTP to these calls) declares exchanges, queues and bindings by vhost name here. Each
+call looks the vhost up and hands the declaration to its owner (`Exchanges.declare_exchange`,
+`Topology.declare`, `Topology.bind_destination`), the same steps, rules and texts as a
+client's declare, then writes the definitions it changed (even when it failed half-way). This
+is the one copy of those steps for callers without a session.
+
+Built from the owners it calls and the shared `State` (whose `sync_definitions` writes the
+definitions), not from the broker.
 
 `emit` is set by the composition root to the server's batch writer; `apply` hands it the
 effects of a broker call that returns none to its caller (`Broker.replace_address_settings`:
@@ -24,14 +28,19 @@ from typing import TYPE_CHECKING, Any
 from ringmq.core.effects import Effect
 
 if TYPE_CHECKING:
-    from ringmq.core.broker import Broker
+    from ringmq.core.exchanges import Exchanges
+    from ringmq.core.state import State
+    from ringmq.core.topology import Topology
 
 
 class Declarations:
-    """By-name declarations for config loading, and the effects hook (module docstring)."""
+    """By-name declarations for callers with no session, and the effects hook (module
+    docstring)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, state: State, exchanges: Exchanges, topology: Topology) -> None:
+        self.state = state
+        self.exchanges = exchanges
+        self.topology = topology
         self.emit: Callable[[list[Effect]], None] | None = None
         self.pending: list[Effect] = []
 
@@ -62,10 +71,10 @@ class Declarations:
         now_ms: int = 0,
     ) -> bool:
         """Declare an exchange (`Exchanges.declare_exchange`); True when created."""
-        b = self.broker
+        exchanges = self.exchanges
         try:
-            return b.exchanges.declare_exchange(
-                b.exchanges.vhost(vhost),
+            return exchanges.declare_exchange(
+                exchanges.vhost(vhost),
                 name,
                 type,
                 durable=durable,
@@ -74,7 +83,7 @@ class Declarations:
                 arguments=arguments,
             )
         finally:
-            b.definitions_changed(full=True)
+            self.state.sync_definitions(full=True)
 
     def declare_queue(
         self,
@@ -86,11 +95,11 @@ class Declarations:
         arguments: Mapping[str, Any] | None = None,
         now_ms: int = 0,
     ) -> bool:
-        """Declare a queue (`Topology.declare`); True when created."""
-        b = self.broker
+        """Declare a queue (`Topology.declare`: a client's rules); True when it was created,
+        False when an equivalent one exists."""
         try:
-            return b.topology.declare(
-                b.exchanges.vhost(vhost),
+            return self.topology.declare(
+                self.exchanges.vhost(vhost),
                 name,
                 durable=durable,
                 auto_delete=auto_delete,
@@ -98,7 +107,7 @@ class Declarations:
                 now_ms=now_ms,
             )
         finally:
-            b.definitions_changed(full=False)
+            self.state.sync_definitions(full=False)
 
     def bind(
         self,
@@ -112,11 +121,10 @@ class Declarations:
         now_ms: int = 0,
     ) -> None:
         """Bind a queue (`Topology.bind`) or an exchange (`Exchanges.bind_exchange`) to
-        exchange `source`."""
-        b = self.broker
+        exchange `source` (`Topology.bind_destination`)."""
         try:
-            b.topology.bind_destination(
-                b.exchanges.vhost(vhost),
+            self.topology.bind_destination(
+                self.exchanges.vhost(vhost),
                 source,
                 destination_type,
                 destination,
@@ -124,4 +132,4 @@ class Declarations:
                 arguments,
             )
         finally:
-            b.definitions_changed(full=True)
+            self.state.sync_definitions(full=True)

@@ -34,6 +34,13 @@ delivered in one pass per queue.
 Storage: `Broker(config, store=..., now_ms=...)` recovers durable definitions and persistent
 messages before serving, then writes through `ringmq.core.durability.Durability`. Without a
 store nothing is written.
+
+Composition: `Broker.__init__` is the core's composition root (no other core module imports
+this one; `tests/unit/core/test_imports.py`). It builds, in one order and each from the parts
+it calls: the owners around `State`, the by-name declarations (`admin.py`), the
+configuration's users, vhosts and policies, the stream books, then with a store the storage
+glue, which takes the ports of `ports.py` (`Registry`: `State`; `Restorer`: `Restore`;
+`LeaseRecovery`: the stream books), recovers, and only then journals de-duplication.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.deadletter import DeadLetters
 from ringmq.core.dedup import PublishDedup
 from ringmq.core.delivery import Delivery
-from ringmq.core.durability import Durability, StorePort
+from ringmq.core.durability import Durability
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges
@@ -66,6 +73,7 @@ from ringmq.core.restore import Restore
 from ringmq.core.session import Conn, ProtocolCounts, Session
 from ringmq.core.settings import QueueSettings
 from ringmq.core.state import State
+from ringmq.core.storeport import StorePort
 from ringmq.core.streambooks import StreamBooks
 from ringmq.core.timers import Timers
 from ringmq.core.topology import Topology
@@ -87,6 +95,7 @@ class Broker:
     def __init__(
         self, config: BrokerConfig | None = None, store: StorePort | None = None, now_ms: int = 0
     ) -> None:
+        # The one place the core is composed (module docstring).
         config = config or BrokerConfig()
         self.state = state = State(config)
         self.resources = Resources(state)
@@ -99,16 +108,19 @@ class Broker:
         self.transactions = Transactions(state, self.publisher, self.delivery)
         self.timers = Timers(state, self.topology, self.publisher)
         self.restore = Restore(state, self.topology, self.publisher)
-        self.admin = Declarations(self)
-        """Config loading's declarations by vhost name, and the hook that applies the effects
-        of calls made outside a client read (`emit`, set by the composition root)."""
+        self.admin = Declarations(state, self.exchanges, self.topology)
+        """Declarations by vhost name (config loading, management), and the hook that applies
+        the effects of calls made outside a client read (`emit`, set by the composition root
+        of the node)."""
         self._load(config)
-        self.streams = StreamBooks(self)
+        self.streams = StreamBooks(state.vhosts, self.delivery.ack_seqs, store)
         """Reservation books of offset readers (the streams API), durable with the queues."""
         if store is not None:
-            dur = Durability(self, store)
+            dur = Durability(store, state)
+            # Before recovery: recreated durable queues attach to it (`Topology.create_queue`).
             state.durability = dur
-            dur.recover(now_ms)
+            dur.recover(now_ms, self.restore, self.streams)
+            # After recovery: the windows it restored are in the store already.
             state.dedup.journal = dur.dedup_recorded
             state.dedup.unjournal = dur.dedup_discarded
 
@@ -584,5 +596,4 @@ class Broker:
 
     def recovered_queue(self, q: QueueEntity, now_ms: int) -> None:
         """Recovery put messages back into `q`: arm its timers (TTL, schedule)."""
-        self.state.track_timers(q)
-        self.state.mark(q)
+        self.restore.recovered_queue(q, now_ms)

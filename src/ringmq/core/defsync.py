@@ -2,7 +2,9 @@
 
 Theory of operation
 -------------------
-`DefinitionSync` owns a cache of the definitions the store holds (kind -> key -> JSON-able
+`DefinitionSync` reads the broker's definitions from a `ports.Registry` (the broker's `State`)
+and writes them through a `storeport.DefinitionStorePort`. It owns a cache of the definitions
+the store holds (kind -> key -> JSON-able
 value: vhosts, users, permissions, policies, durable exchanges, durable non-exclusive queues,
 bindings between durable objects), two indexes of the cached bindings (by source, by
 destination), and the objects touched since the last sync.
@@ -39,13 +41,13 @@ from ringmq.core.storeport import (
     SEP,
     USER,
     VHOST,
-    StorePort,
+    DefinitionStorePort,
     queue_key,
 )
 
 if TYPE_CHECKING:
-    from ringmq.core.broker import Broker
     from ringmq.core.exchange import Exchange
+    from ringmq.core.ports import Registry
     from ringmq.core.vhost import QueueEntity, VHost
 
 
@@ -95,16 +97,19 @@ class DefinitionSync:
     """The broker's durable definitions and their writes to the store (module docstring).
 
     Args:
-        broker: the owning broker (definitions are read from it).
+        registry: where the definitions are read (the broker's `State`).
         store: where they are written.
         exchange_gone: called with an exchange's definition key when its definition is
             deleted (the owner drops what the exchange held in the store).
     """
 
     def __init__(
-        self, broker: Broker, store: StorePort, exchange_gone: Callable[[str], None]
+        self,
+        registry: Registry,
+        store: DefinitionStorePort,
+        exchange_gone: Callable[[str], None],
     ) -> None:
-        self.broker = broker
+        self.registry = registry
         self.store = store
         self.exchange_gone = exchange_gone
         self.cache: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
@@ -216,7 +221,7 @@ class DefinitionSync:
 
     def _small_defs(self) -> dict[str, dict[str, Any]]:
         # vhosts, users, permissions, policies: few, changed by management; diffed whole.
-        b = self.broker
+        b = self.registry
         defs: dict[str, dict[str, Any]] = {VHOST: {}, USER: {}, PERMISSION: {}, POLICY: {}}
         for name in b.vhosts:
             defs[VHOST][name] = {"name": name}
@@ -249,7 +254,7 @@ class DefinitionSync:
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """Every durable definition of the broker, kind -> key -> JSON-able value (O(all))."""
         defs: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS} | self._small_defs()
-        for vh in self.broker.vhosts.values():
+        for vh in self.registry.vhosts.values():
             for x in vh.exchanges.values():
                 value = self._exchange_def(vh.name, x)
                 if value is not None:
@@ -316,7 +321,7 @@ class DefinitionSync:
                 writes += self._put(kind, key, None)
             for key, value in new.items():
                 writes += self._put(kind, key, value)
-        vhosts = self.broker.vhosts
+        vhosts = self.registry.vhosts
         for vhost, name in self._touched_q:
             vh = vhosts.get(vhost)
             q = vh.queues.get(name) if vh is not None else None

@@ -2,9 +2,10 @@
 
 Theory of operation
 -------------------
-`Durability` sits between the `Broker` and a store (the storage layer's `Store`; the core
-names only the calls it makes, `storeport.StorePort`, so core/ imports nothing from storage/).
-It owns:
+`Durability` sits between the broker's owners and a store (the storage layer's `Store`; the
+core names only the calls it makes, `storeport.StorePort`, so core/ imports nothing from
+storage/). It is built from the store and the registry it reads (`ports.Registry`: the
+broker's `State`), and knows no broker. It owns:
 
 * **the persisted-seq sets**: for every durable queue, the seqs of its messages that are in the
   store (`is_persistent`: durable queue and delivery_mode 2). Only those produce ACK and
@@ -32,8 +33,9 @@ and delegates the rest, each to the module that owns it:
 * **definitions** (`defsync.DefinitionSync`, `self.definitions`): the cache of the durable
   definitions the store holds and the incremental writes after `touch`/`touch_binding`
   (`sync_definitions`).
-* **recovery** (`recovery.py`, driven by `recover`): definitions first, then each queue's
-  messages, the de-duplication windows, then the streams API's leases.
+* **recovery** (`recovery.py`, driven by `recover`, which takes the restore steps and the
+  lease books as ports, `ports.Restorer` and `ports.LeaseRecovery`): definitions first, then
+  each queue's messages, the de-duplication windows, then the streams API's leases.
 
 Store keys and definition kinds are fixed in `storeport.py` (re-exported here).
 Invariants: a seq is in a persisted set iff an ENQUEUE for it was written and no ACK yet; the
@@ -73,8 +75,8 @@ from ringmq.core.storeport import (
 from ringmq.core.streambooks import LEASE
 
 if TYPE_CHECKING:
-    from ringmq.core.broker import Broker
     from ringmq.core.exchange import Exchange
+    from ringmq.core.ports import LeaseRecovery, Registry, Restorer
     from ringmq.core.vhost import QueueEntity
 
 __all__ = [
@@ -104,17 +106,18 @@ class Durability:
     """The broker's writes to, and recovery from, a store (see the module docstring).
 
     Args:
-        broker: the owning broker (definitions are read from it).
         store: the store; every call happens on the broker's thread.
+        registry: the broker's definitions (its `State`): read by definition sync, filled
+            by recovery.
     """
 
-    def __init__(self, broker: Broker, store: StorePort) -> None:
-        self.broker = broker
+    def __init__(self, store: StorePort, registry: Registry) -> None:
         self.store = store
+        self.registry = registry
         self._persisted: dict[str, set[SeqId]] = {}
         self._by_entity: dict[int, tuple[str, set[SeqId]]] = {}  # id(QueueEntity) -> key, seqs
-        self.definitions = DefinitionSync(broker, store, self._drop_held)
-        self.holds = broker.state.config.delay_persistent_confirms
+        self.definitions = DefinitionSync(registry, store, self._drop_held)
+        self.holds = registry.config.delay_persistent_confirms
         """Whether persistent writes are held from consumers until durable (hold.py)."""
         self._holding: dict[int, QueueEntity] = {}  # queues whose `Hold` has pending writes
         self.failing = False
@@ -267,7 +270,7 @@ class Durability:
         store = self.store
         store.dedup_record(scope, message_id, at_ms)
         if store.dedup_due():
-            store.dedup_rewrite(self.broker.dedup.live())
+            store.dedup_rewrite(self.registry.dedup.live())
 
     def dedup_discarded(self, scope: str, message_id: str) -> None:
         """A durable scope forgot `message_id` (the publish was refused)."""
@@ -336,19 +339,22 @@ class Durability:
 
     # --- recovery (`recovery.py`) -----------------------------------------------------------
 
-    def recover(self, now_ms: int) -> None:
-        """Rebuild definitions and queue contents from the store (once, at construction)."""
+    def recover(self, now_ms: int, restore: Restorer, leases: LeaseRecovery) -> None:
+        """Rebuild definitions and queue contents from the store (once, at construction):
+        through `restore`'s steps into the owners, then the leases of `leases`."""
         state: RecoveredPort = self.store.recover()
         self.clean = state.clean
-        b = self.broker
+        b = self.registry
         defs = state.definitions
-        restore_definitions(b, defs, now_ms)
+        restore_definitions(b, restore, defs, now_ms)
         # Millions of new long-lived objects: cyclic GC passes would rescan them all, again
         # and again, for nothing (the store's replay does the same).
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            self.recovered_messages += restore_messages(b, self.store, state, self.track, now_ms)
+            self.recovered_messages += restore_messages(
+                b, restore, self.store, state, self.track, now_ms
+            )
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -356,6 +362,6 @@ class Durability:
         b.dedup.restore(getattr(state, "dedup", {}), b.vhosts, now_ms)
         self.store.dedup_rewrite(b.dedup.live())
         # Leases of the streams API last: they take their held messages back from the queues.
-        b.streams.recover(defs.get(LEASE, {}), now_ms)
+        leases.recover(defs.get(LEASE, {}), now_ms)
         self.definitions.load(defs)
         self.sync_definitions()  # config-created users, vhosts... and anything refused above

@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringmq.core.auth import Access
-from ringmq.core.durability import EXCHANGE_DEF
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
 from ringmq.core.routing import EXCHANGE, DelayedTypeError, ExchangeTypeError, parse_exchange_type
 from ringmq.core.session import Session
 from ringmq.core.state import State
+from ringmq.core.storeport import EXCHANGE_DEF
 from ringmq.core.texts import as_str, field_type, flag, fmt_value
 from ringmq.core.vhost import VHost
 

@@ -44,7 +44,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from ringmq.core.delivery import REPLY_TO_PREFIX
 from ringmq.core.exchange import Exchange
@@ -55,7 +55,8 @@ from ringmq.core.session import ChannelMode, Session
 from ringmq.core.vhost import QueueEntity, VHost
 
 if TYPE_CHECKING:
-    from ringmq.core.publish import Publisher
+    from ringmq.core.resources import Resources
+    from ringmq.core.state import State
 
 INGEST_RUN: Final = 256
 """Messages `Publisher.publish_batch` offers `ingest_run` at a time."""
@@ -65,7 +66,19 @@ _CONFIRM: Final = ChannelMode.CONFIRM
 _TX: Final = ChannelMode.TX
 
 
-def _target(pub: Publisher, s: Session, vh: VHost, x: Exchange, rk: str) -> QueueEntity | None:
+class Pipeline(Protocol):
+    """What the bulk step reads of the publish pipeline (`publish.Publisher`, which imports
+    this module, so it is named here by what it provides rather than imported): the shared
+    registry and call in progress, and the resources (alarms)."""
+
+    @property
+    def state(self) -> State: ...
+
+    @property
+    def resources(self) -> Resources: ...
+
+
+def _target(pub: Pipeline, s: Session, vh: VHost, x: Exchange, rk: str) -> QueueEntity | None:
     # The guard's questions about the target (module docstring), for a run to `x` with
     # routing key `rk` whose messages have no headers and no expiration: the one queue it
     # reaches, or None when the run must go one message at a time.
@@ -92,7 +105,7 @@ def _target(pub: Publisher, s: Session, vh: VHost, x: Exchange, rk: str) -> Queu
 
 
 def _admit(
-    pub: Publisher,
+    pub: Pipeline,
     s: Session,
     vh: VHost,
     x: Exchange,
@@ -113,7 +126,7 @@ def _admit(
 
 
 def ingest_run(
-    pub: Publisher,
+    pub: Pipeline,
     s: Session,
     vh: VHost,
     x: Exchange,
@@ -150,7 +163,7 @@ def ingest_run(
 
 
 def ingest_columns(
-    pub: Publisher,
+    pub: Pipeline,
     s: Session,
     vh: VHost,
     x: Exchange,

@@ -14,11 +14,12 @@ the store's recovered state (`storeport.RecoveredPort`) and calls, in this order
    in-memory head (`Queue.memory_bound`); the rest stays on disk and is paged in as the queue
    drains (`Queue.restore_spilled`), so recovery memory does not grow with the backlog.
    Messages of an unknown queue are dropped from the store (logged); a delayed exchange's held
-   messages are held again (`Restore.held`), overdue ones released by the next tick.
+   messages are held again (`Restorer.held`), overdue ones released by the next tick.
    Every restored seq joins the persisted set of its store key (`track`) before its restore,
    so an older LVQ value it replaces is acked in the store.
 
-No state of its own: the broker, the store and the persisted sets are passed in.
+No state of its own: the registry and the restore steps (`ports.Registry`, `ports.Restorer`),
+the store and the persisted sets are passed in.
 """
 
 from __future__ import annotations
@@ -50,16 +51,18 @@ from ringmq.core.storeport import (
 )
 
 if TYPE_CHECKING:
-    from ringmq.core.broker import Broker
+    from ringmq.core.ports import Registry, Restorer
     from ringmq.core.vhost import QueueEntity
 
 log = logging.getLogger(__name__)
 
 
-def restore_definitions(b: Broker, defs: Mapping[str, Mapping[str, Any]], now_ms: int) -> None:
+def restore_definitions(
+    b: Registry, restore: Restorer, defs: Mapping[str, Mapping[str, Any]], now_ms: int
+) -> None:
     """Recreate the stored definitions in `b` (step 1 of the module docstring)."""
     for value in defs.get(VHOST, {}).values():
-        b.add_vhost(str(value["name"]))
+        restore.vhost(str(value["name"]))
     stored_users = defs.get(USER, {})
     default = b.config.default_user
     if stored_users and not b.config.users and default not in stored_users:
@@ -93,7 +96,7 @@ def restore_definitions(b: Broker, defs: Mapping[str, Mapping[str, Any]], now_ms
         except ValueError:
             log.warning("stored policy %r refused at recovery", value.get("name"))
     for value in defs.get(EXCHANGE_DEF, {}).values():
-        b.restore.exchange(
+        restore.exchange(
             str(value["vhost"]),
             str(value["name"]),
             ExchangeType(value["type"]),
@@ -102,7 +105,7 @@ def restore_definitions(b: Broker, defs: Mapping[str, Mapping[str, Any]], now_ms
             arguments=args_back(value.get("arguments")),
         )
     for value in defs.get(QUEUE_DEF, {}).values():
-        b.restore.queue(
+        restore.queue(
             str(value["vhost"]),
             str(value["name"]),
             auto_delete=bool(value.get("auto_delete", False)),
@@ -110,7 +113,7 @@ def restore_definitions(b: Broker, defs: Mapping[str, Mapping[str, Any]], now_ms
             now_ms=now_ms,
         )
     for value in defs.get(BINDING, {}).values():
-        b.restore.binding(
+        restore.binding(
             str(value["vhost"]),
             str(value["source"]),
             (str(value["destination_type"]), str(value["destination"])),
@@ -153,7 +156,8 @@ def restore_recovered(
 
 
 def restore_messages(
-    b: Broker,
+    b: Registry,
+    restore: Restorer,
     store: StorePort,
     state: RecoveredPort,
     track: Callable[[str], set[SeqId]],
@@ -169,7 +173,7 @@ def restore_messages(
                 queues[queue_key(vh.name, entity.name)] = entity
     for key, messages in state.queues.items():
         if key.startswith(DELAYED_PREFIX):
-            recovered += restore_held(b, store, key, messages, track, now_ms)
+            recovered += restore_held(b, restore, store, key, messages, track, now_ms)
             continue
         found = queues.get(key)
         if found is None:
@@ -183,12 +187,12 @@ def restore_messages(
             # a long backlog: its head in memory, the rest paged in from the store
             persisted.update(messages.seqs)  # type: ignore[arg-type]
             head, tail = messages.split(*engine.memory_bound)
-            restore: Iterable[Any] = head
+            put: Iterable[Any] = head
         else:
-            restore = messages
-        restore_recovered(engine, restore, tail, persisted)
+            put = messages
+        restore_recovered(engine, put, tail, persisted)
         recovered += len(messages)
-        b.recovered_queue(found, now_ms)
+        restore.recovered_queue(found, now_ms)
     for key, next_seq in state.next_seq.items():
         if key.startswith(DELAYED_PREFIX):
             continue  # an exchange numbers on from its highest held message
@@ -199,7 +203,8 @@ def restore_messages(
 
 
 def restore_held(
-    b: Broker,
+    b: Registry,
+    restore: Restorer,
     store: StorePort,
     key: str,
     messages: Iterable[Any],
@@ -221,6 +226,6 @@ def restore_held(
         rm: RecoveredMessagePort = m
         persisted.add(rm.seq)
         due = rm.due_ms if rm.due_ms is not None else now_ms
-        b.restore.held(vh, x, int(rm.seq), rm.message, due)
+        restore.held(vh, x, int(rm.seq), rm.message, due)
         n += 1
     return n

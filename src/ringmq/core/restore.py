@@ -1,7 +1,7 @@
 """Recovery: durable exchanges, queues and bindings recreated from the store.
 
-Theory of operation: `Durability.recover` reads the definitions log and calls these, through
-the broker, before the broker serves anything. They recreate without the checks of a client's
+Theory of operation: `Durability.recover` reads the definitions log and calls these (recovery's
+`ports.Restorer`) before the broker serves anything. They recreate without the checks of a client's
 declare (the objects were valid when they were declared): an exchange keeps its type and
 flags, a queue is created with its stored arguments (one whose settings no longer validate
 is skipped with a log line and its messages are dropped), a binding whose ends are gone is
@@ -24,7 +24,7 @@ from ringmq.core.settings import SettingsError
 from ringmq.core.state import State
 from ringmq.core.texts import as_str
 from ringmq.core.topology import Topology
-from ringmq.core.vhost import VHost
+from ringmq.core.vhost import QueueEntity, VHost
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,15 @@ class Restore:
         self.state = state
         self.topology = topology
         self.publisher = publisher
+
+    def vhost(self, name: str) -> VHost:
+        """The vhost `name`, created with its standard exchanges if missing (recovery)."""
+        return self.topology.exchanges.add_vhost(name)
+
+    def recovered_queue(self, q: QueueEntity, now_ms: int) -> None:
+        """Recovery put messages back into `q`: arm its timers (TTL, schedule)."""
+        self.state.track_timers(q)
+        self.state.mark(q)
 
     def held(self, vh: VHost, x: Exchange, seq: int, msg: Message, due_ms: int) -> None:
         """Delayed exchange `x` holds `msg` again (number `seq`) until `due_ms`."""
@@ -53,7 +62,7 @@ class Restore:
         arguments: Mapping[str, Any],
     ) -> None:
         """Recreate a durable exchange (recovery)."""
-        vh = self.topology.exchanges.add_vhost(vhost)
+        vh = self.vhost(vhost)
         routing_type = None
         if kind is ExchangeType.DELAYED:
             raw = as_str(arguments.get("x-delayed-type"))
@@ -80,7 +89,7 @@ class Restore:
     ) -> None:
         """Recreate a durable queue (recovery); one whose settings no longer validate is
         skipped with a log line (its messages are dropped from the store)."""
-        self.topology.exchanges.add_vhost(vhost)
+        self.vhost(vhost)
         try:
             self.topology.create_queue(
                 vhost,

@@ -83,7 +83,15 @@ class RecoveredPort(Protocol):
     next_seq: dict[str, int]
 
 
-class StorePort(Protocol):
+class DefinitionStorePort(Protocol):
+    """The store's definitions log: what definition sync and the stream books write."""
+
+    def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int: ...
+
+    def delete_definition(self, kind: str, key: str) -> int: ...
+
+
+class StorePort(DefinitionStorePort, Protocol):
     """The store calls the broker makes (a subset of storage's `Store`)."""
 
     def enqueue(
@@ -110,10 +118,6 @@ class StorePort(Protocol):
     def dedup_due(self) -> bool: ...
 
     def dedup_rewrite(self, window: Mapping[str, Iterable[tuple[str, int]]]) -> None: ...
-
-    def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int: ...
-
-    def delete_definition(self, kind: str, key: str) -> int: ...
 
     def tx_begin(self) -> None: ...
 

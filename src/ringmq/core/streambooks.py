@@ -13,7 +13,7 @@ lease state's life across restarts:
   so a reservation of consecutive messages is one run whatever its length). Definitions live
   in the store's definitions log (fsynced by the same group commit as the journal, never
   pinning message segments). The settles' ACKs go through the broker's one ack path
-  (`Broker.ack_seqs`: engine ack and journal ACK records), like basic.ack. The streams API
+  (`Delivery.ack_seqs`: engine ack and journal ACK records), like basic.ack. The streams API
   answers a reserve or a settle only after the fsync covering these writes, so a position a
   reader was told about survives a crash with the same message behind it.
 * **Recovery** (`recover`, called by `Durability.recover` once the queues' messages are back,
@@ -27,15 +27,17 @@ lease state's life across restarts:
 * **Cleanup.** A book whose queue was deleted (or replaced under the same name) is dropped
   with its stored leases; stored leases of unknown queues are deleted at recovery.
 
-Pure and synchronous like the rest of core: time is `now_ms`, the store is reached through
-`Durability`. Only the broker's loop thread calls it.
+Built from what it uses (no broker): the vhosts it finds queues in, the one ack path, and the
+store's definitions log (`storeport.DefinitionStorePort`; None without a store: nothing is
+written). Pure and synchronous like the rest of core: time is `now_ms`. Only the broker's loop
+thread calls it.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ringmq.core.message import SeqId
@@ -49,8 +51,8 @@ from ringmq.core.reservations import (
 from ringmq.core.reserveports import EngineAdapter
 
 if TYPE_CHECKING:
-    from ringmq.core.broker import Broker
-    from ringmq.core.vhost import QueueEntity
+    from ringmq.core.storeport import DefinitionStorePort
+    from ringmq.core.vhost import QueueEntity, VHost
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +111,23 @@ def lease_value(vhost: str, queue: str, lease: Lease[SeqId]) -> dict[str, Any]:
 
 
 class StreamBooks:
-    """Reservation books per queue, durable for durable queues (see the module docstring)."""
+    """Reservation books per queue, durable for durable queues (see the module docstring).
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    Args:
+        vhosts: the broker's vhosts by name (the queues of stored leases are found there).
+        ack_seqs: the one ack path (`Delivery.ack_seqs`), for the messages a settle deletes.
+        store: where leases of durable queues are written; None keeps them in memory only.
+    """
+
+    def __init__(
+        self,
+        vhosts: Mapping[str, VHost],
+        ack_seqs: Callable[[QueueEntity, list[SeqId]], None],
+        store: DefinitionStorePort | None,
+    ) -> None:
+        self.vhosts = vhosts
+        self.ack_seqs = ack_seqs
+        self.store = store
         self._books: dict[tuple[str, str], tuple[QueueEntity, Book]] = {}
         self._stored: dict[tuple[str, str], set[str]] = {}  # queue -> consumers in the store
 
@@ -125,8 +140,8 @@ class StreamBooks:
             return got[1]
         if got is not None:
             self._forget(key)  # the old book's messages died with the old queue
-        broker = self.broker
-        book: Book = Reservations(EngineAdapter(q.queue, lambda seqs: broker.ack_seqs(q, seqs)))
+        ack_seqs = self.ack_seqs
+        book: Book = Reservations(EngineAdapter(q.queue, lambda seqs: ack_seqs(q, seqs)))
         self._books[key] = (q, book)
         return book
 
@@ -137,24 +152,24 @@ class StreamBooks:
 
     def _forget(self, key: tuple[str, str]) -> None:
         self._books.pop(key, None)
-        durability = self.broker.durability
+        store = self.store
         for consumer in self._stored.pop(key, set()):
-            if durability is not None:
-                durability.store.delete_definition(LEASE, lease_key(key[0], key[1], consumer))
+            if store is not None:
+                store.delete_definition(LEASE, lease_key(key[0], key[1], consumer))
 
     def _save(self, q: QueueEntity, lease: Lease[SeqId] | None, consumer: str) -> None:
-        durability = self.broker.durability
-        if durability is None or not q.durable:
+        store = self.store
+        if store is None or not q.durable:
             return
         key = lease_key(q.vhost, q.name, consumer)
         stored = self._stored.setdefault((q.vhost, q.name), set())
         if lease is None:
             if consumer in stored:
                 stored.discard(consumer)
-                durability.store.delete_definition(LEASE, key)
+                store.delete_definition(LEASE, key)
             return
         stored.add(consumer)
-        durability.store.put_definition(LEASE, key, lease_value(q.vhost, q.name, lease))
+        store.put_definition(LEASE, key, lease_value(q.vhost, q.name, lease))
 
     # -- commands (each followed by the write of the lease it changed) ------------------------
     def reserve(
@@ -211,20 +226,20 @@ class StreamBooks:
     def recover(self, stored: Mapping[str, Any], now_ms: int) -> int:
         """Rebuild the books from stored leases (see the module docstring); returns how many
         held messages went back into their leases."""
-        durability = self.broker.durability
+        store = self.store
         by_queue: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for key, value in stored.items():
-            vh = self.broker.vhosts.get(str(value.get("vhost")))
+            vh = self.vhosts.get(str(value.get("vhost")))
             q = vh.queues.get(str(value.get("queue"))) if vh is not None else None
             if q is None or not q.durable:
                 log.warning("dropping the stored lease %r of an unknown queue", key)
-                if durability is not None:
-                    durability.store.delete_definition(LEASE, key)
+                if store is not None:
+                    store.delete_definition(LEASE, key)
                 continue
             by_queue.setdefault((q.vhost, q.name), []).append(value)
         restored = 0
         for (vhost, name), values in by_queue.items():
-            q = self.broker.vhosts[vhost].queues[name]
+            q = self.vhosts[vhost].queues[name]
             restored += self._recover_queue(q, values, now_ms)
         return restored
 

@@ -35,7 +35,6 @@ from typing import Any, Final
 from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access
 from ringmq.core.consumers import ConsumerSet
-from ringmq.core.durability import QUEUE_DEF
 from ringmq.core.effects import CancelConsumer, CloseConnection
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges, not_default
@@ -46,6 +45,7 @@ from ringmq.core.routing import (
 from ringmq.core.session import Session
 from ringmq.core.settings import QueueSettings, SettingsError, resolve_queue_settings
 from ringmq.core.state import State
+from ringmq.core.storeport import QUEUE_DEF
 from ringmq.core.texts import flag, fmt_value
 from ringmq.core.vhost import QueueEntity, VHost
 

@@ -25,7 +25,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from ringmq.core.effects import Confirm
 from ringmq.core.errors import BrokerError, Condition
@@ -33,11 +33,11 @@ from ringmq.core.exchange import Exchange
 from ringmq.core.routing import ExchangeType
 from ringmq.core.session import ChannelMode, Session, SettleKind, TxPublish, TxState, Unacked
 from ringmq.core.state import State
-from ringmq.core.vhost import QueueEntity
+from ringmq.core.vhost import QueueEntity, VHost
 
 if TYPE_CHECKING:
     from ringmq.core.delivery import Delivery
-    from ringmq.core.publish import Publisher
+    from ringmq.core.message import Message
 
 
 STORE_FAILED: Final = "store-failed"
@@ -124,10 +124,26 @@ class Confirms:
             self.state.stats["nacked"] += len(failed)
 
 
+class Router(Protocol):
+    """What a commit replays of the publish pipeline: its routing and enqueue steps
+    (`Publisher.route`; `publish.py` imports this module for `Confirms`, so it is named here
+    by what it provides rather than imported)."""
+
+    def route(
+        self,
+        vh: VHost,
+        x: Exchange,
+        msg: Message,
+        mandatory: bool,
+        s: Session | None,
+        now_ms: int,
+    ) -> tuple[str | None, bool]: ...
+
+
 class Transactions:
     """AMQP transactions with Artemis' rollback rule (see the module docstring)."""
 
-    def __init__(self, state: State, publisher: Publisher, delivery: Delivery) -> None:
+    def __init__(self, state: State, publisher: Router, delivery: Delivery) -> None:
         self.state = state
         self.publisher = publisher
         self.delivery = delivery

@@ -5,8 +5,10 @@ browse, health, nodes, metrics and the streams endpoints) reaches the broker onl
 class; it is the single place under `management/` that touches core objects (with the record
 builders it calls, `corerecords` and `queueinfo`), and it touches only their public names (the
 list at the end of `docs/dev/contracts.md`). It calls the core's owners directly, as a
-protocol adapter does: `Exchanges` and `Topology` for declarations, bindings, purges, deletes
-and live settings, `Publisher` for a publish, `Delivery` for a /get, `Timers` for scheduled
+protocol adapter does, except for declarations by name, which go through the core's one facade
+for callers without a session (`Broker.admin`, `core.admin.Declarations`: declare an exchange
+or a queue, bind), as config loading's do: `Exchanges` and `Topology` for unbinds, purges,
+deletes and live settings, `Publisher` for a publish, `Delivery` for a /get, `Timers` for scheduled
 messages, `AuthDB` for users and permissions, the policy table, and the reservation books
 (`Broker.streams`). Calls return the plain records of `management.records` (or plain values:
 dicts, ints, `Message`s), never an engine object a caller could change.
@@ -341,7 +343,6 @@ class CoreAdmin(StreamsFacade):
         """One queue's full snapshot (head message timestamp included)."""
         return self._snapshot(self._entity(vhost, name))
 
-    @_writes(full=False)
     def declare_queue(
         self,
         vhost: str,
@@ -352,10 +353,10 @@ class CoreAdmin(StreamsFacade):
         arguments: dict[str, Any] | None = None,
         now_ms: int = 0,
     ) -> bool:
-        """Declare a queue (`Topology.declare`: a client's rules); True when it was created,
-        False when an equivalent one exists."""
-        return self.broker.topology.declare(
-            self._vhost(vhost),
+        """Declare a queue (`Declarations.declare_queue`: a client's rules); True when it was
+        created, False when an equivalent one exists."""
+        return self.broker.admin.declare_queue(
+            vhost,
             name,
             durable=durable,
             auto_delete=auto_delete,
@@ -455,7 +456,6 @@ class CoreAdmin(StreamsFacade):
     def exchanges(self, vhost: str | None = None) -> list[ExchangeInfo]:
         return corerecords.exchanges(self._vhosts(vhost))
 
-    @_writes(full=True)
     def declare_exchange(
         self,
         vhost: str,
@@ -468,16 +468,17 @@ class CoreAdmin(StreamsFacade):
         arguments: dict[str, Any] | None = None,
         now_ms: int = 0,
     ) -> bool:
-        """Declare an exchange (`Exchanges.declare_exchange`: a client's rules); True when
-        created."""
-        return self.broker.exchanges.declare_exchange(
-            self._vhost(vhost),
+        """Declare an exchange (`Declarations.declare_exchange`: a client's rules); True
+        when created."""
+        return self.broker.admin.declare_exchange(
+            vhost,
             name,
-            type,
+            type=type,
             durable=durable,
             auto_delete=auto_delete,
             internal=internal,
             arguments=arguments,
+            now_ms=now_ms,
         )
 
     @_writes(full=False)
@@ -515,17 +516,17 @@ class CoreAdmin(StreamsFacade):
     def bindings(self, vhost: str | None = None) -> list[BindingInfo]:
         return corerecords.bindings(self._vhosts(vhost))
 
-    @_writes(full=True)
     def bind(self, binding: BindingInfo, *, now_ms: int) -> None:
-        """Create a binding (`Topology.bind_destination`)."""
+        """Create a binding (`Declarations.bind`)."""
         b = binding
-        self.broker.topology.bind_destination(
-            self._vhost(b.vhost),
+        self.broker.admin.bind(
+            b.vhost,
             b.source,
-            b.destination_type,
             b.destination,
-            b.routing_key,
-            b.arguments,
+            destination_type=b.destination_type,
+            routing_key=b.routing_key,
+            arguments=b.arguments,
+            now_ms=now_ms,
         )
 
     @_writes(full=True)

@@ -33,15 +33,15 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue.lanes import ACQUIRED, Entry, new_entry
 from ringmq.core.queue.ports import RawRows
 from ringmq.core.queue.records import QueueCounters
 
-if TYPE_CHECKING:  # contents.py holds the table
-    from ringmq.core.queue.contents import Contents
+if TYPE_CHECKING:
+    from ringmq.core.queue.lanes import Lane
     from ringmq.core.queue.paging import PagedTail
 
 __all__ = ["RawUnacked", "ready", "spill_raw", "take"]
@@ -171,13 +171,30 @@ def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+class Containers(Protocol):
+    """The containers the raw steps read and fill (`contents.Contents`, which holds the
+    `RawUnacked` table and so imports this module: named here by what it provides)."""
+
+    @property
+    def counters(self) -> QueueCounters: ...
+
+    @property
+    def lane(self) -> Lane: ...
+
+    @property
+    def paging(self) -> PagedTail: ...
+
+    @property
+    def raw(self) -> RawUnacked: ...
+
+
 def spill_raw(paging: PagedTail) -> bool:
     """Whether the spill may hand rows over raw: it holds stored items, no recovered backlog,
     and its store keeps page records (`SpillStore.keeps_raw`)."""
     return paging.stored > 0 and not paging.restoring and paging.keeps_raw
 
 
-def ready(contents: Contents) -> bool:
+def ready(contents: Containers) -> bool:
     """Whether the head may be taken raw now (the guard of the module docstring; the caller
     checked `fetch`'s fast path)."""
     c = contents.counters
@@ -192,7 +209,7 @@ def ready(contents: Contents) -> bool:
 
 
 def take(
-    contents: Contents,
+    contents: Containers,
     max_count: int,
     max_bytes: int | None,
     first: bool,
