@@ -24,11 +24,11 @@ TX_BEGIN, TX_COMMIT records), `msgstore/*.msg` (BODY records), `definitions/` (s
 `RECOVERY_TERMS` and `CLEAN` (present only between a clean close and the next open),
 `paging/` (page files of recovered backlogs, wiped at open).
 
-Space reclamation (`_maintain`, run at every `flush()`): a closed segment is deleted when none
-of its ENQUEUEs is live and no segment its ACK/PURGE/TX records depend on still exists (so an
-ACK never disappears before the ENQUEUE it cancels). When the oldest segment is mostly dead, its
-live entries are copied forward into the current segment and it is deleted once the copies are
-durable.
+Space reclamation (`_maintain`, run at every `flush()`; `reclaim.py`): a closed segment is
+deleted when none of its ENQUEUEs is live and no segment its ACK/PURGE/TX records depend on
+still exists (so an ACK never disappears before the ENQUEUE it cancels). When the oldest segment
+is mostly dead, or dead segments chained behind live ones outweigh them, its live entries are
+copied forward into the current segment and it is deleted once the copies are durable.
 
 Write failures (ENOSPC, EDQUOT, EIO; docs/storage.md, "Write failures"): a failed `write`
 is cut back to the last good byte and its records stay buffered; `flush()` raises the OSError
@@ -59,22 +59,19 @@ from ringmq.storage import terms
 from ringmq.storage.bodystore import DiskSpillStore, SpillDirectory
 from ringmq.storage.dedup import DedupLog
 from ringmq.storage.definitions import DefinitionLog
-from ringmq.storage.index import SIZE_MASK, StoreIndex
+from ringmq.storage.index import StoreIndex
 from ringmq.storage.journal import DEFAULT_SEGMENT_BYTES, Journal, fsync_fds
 from ringmq.storage.msgstore import MessageStore
 from ringmq.storage.port import RecoveredState, SyncPoint
 from ringmq.storage.reader import EntryReader, QueueCopies, RecoveredQueue
+from ringmq.storage.reclaim import Reclaimer
 from ringmq.storage.records import (
     Entry,
-    Record,
     RecordType,
-    decode_entry,
     encode_ack,
     encode_delivery,
-    encode_entry,
     encode_message,
     encode_purge,
-    scan,
 )
 from ringmq.storage.replay import replay
 
@@ -83,9 +80,6 @@ log = logging.getLogger(__name__)
 DEFAULT_EMBED_BELOW: Final = 4096
 """RabbitMQ's `queue_index_embed_msgs_below` default."""
 _PURGE_ALL: Final = (1 << 64) - 1
-_ROLL_DEAD_CURRENT_BYTES: Final = 1024 * 1024
-_COMPACT_LIVE_RATIO: Final = 0.25
-_COMPACT_QUIET_FLUSHES: Final = 8  # copy forward only once no ack touched it for this long
 
 
 class FileStore:
@@ -117,6 +111,7 @@ class FileStore:
         self._durable = 0
         self.index = StoreIndex(self._bodies)  # live entries and segment accounting
         self._reader = EntryReader(directory, self._journal, self._bodies, self.index)
+        self._reclaim = Reclaimer(self._journal, self.index)
         self._tx_seg: int | None = None
         self._fenced: OSError | None = None  # a failed fsync: nothing more is written
         self._pending_fds: list[int] = []  # handed out by a flush that then failed
@@ -450,65 +445,8 @@ class FileStore:
     # -- space reclamation -------------------------------------------------------------------
 
     def _maintain(self) -> None:
-        index = self.index
-        current = self._journal.current
-        if (
-            current >= 0
-            and index.seg_live.get(current, 0) == 0
-            and self._journal.current_bytes >= _ROLL_DEAD_CURRENT_BYTES
-        ):
-            # a drained queue: start a new segment so the dead current one can go now
-            self._journal.roll()
-            current = -1
-        segments = self._journal.segments
-        alive = set(segments)
-        for seg in segments:
-            if seg == current:
-                continue
-            moved_at = index.moved.get(seg)
-            if moved_at is not None and moved_at > self._durable:
-                continue
-            if index.seg_live.get(seg, 0) > 0:
-                continue
-            if any(dep in alive for dep in index.seg_deps.get(seg, ())):
-                continue
-            self._journal.delete(seg)
-            alive.discard(seg)
-            index.dropped_segment(seg)
-        self._maybe_copy_forward(current)
+        self._reclaim.run(self._position, self._durable)
         self._bodies.maintain(self._position, self._durable)
-
-    def _maybe_copy_forward(self, current: int) -> None:
-        # Copy the oldest segment's few live entries into the current one so a handful of
-        # long-lived messages does not pin a whole segment (and all its successors' ACKs).
-        index = self.index
-        segments = self._journal.segments
-        if len(segments) < 3:
-            return
-        oldest = segments[0]
-        if oldest == current or oldest in index.moved:
-            return
-        live = index.seg_live.get(oldest, 0)
-        if live == 0:
-            return
-        if live > index.seg_total.get(oldest, 0) * _COMPACT_LIVE_RATIO:
-            return
-        if index.flushes - index.seg_acked_at.get(oldest, -_COMPACT_QUIET_FLUSHES) < (
-            _COMPACT_QUIET_FLUSHES
-        ):
-            return  # still being acked (a draining queue): its entries are about to go anyway
-        records, _ = _read_records(self._journal, oldest)
-        for rec in records:
-            if rec.rtype != RecordType.ENQUEUE:
-                continue
-            entry = decode_entry(rec.payload)
-            loc = index.locations.get(entry.queue, {}).get(entry.seq)
-            if loc is None or loc >> 64 != oldest or (loc >> 32) & SIZE_MASK != rec.offset:
-                continue
-            entry.delivery_count = index.counts.get(entry.queue, {}).get(entry.seq, 0)
-            at, offset = self._journal.append(RecordType.ENQUEUE, encode_entry(entry))
-            index.relocate(entry.queue, entry.seq, oldest, at, offset)
-        index.moved_at(oldest, self._position)
 
     # -- introspection (tests, management) ---------------------------------------------------
 
@@ -543,7 +481,3 @@ def _one_per_file(fds: list[int]) -> list[int]:
             seen.add((st.st_dev, st.st_ino))
             kept.append(fd)
     return kept
-
-
-def _read_records(journal: Journal, seg: int) -> tuple[list[Record], int]:
-    return scan(journal.read_segment(seg))

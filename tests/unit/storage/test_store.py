@@ -106,11 +106,12 @@ def test_segments_deleted_after_acks(tmp_path: Path) -> None:
 def test_ack_never_outlives_its_enqueue(tmp_path: Path) -> None:
     # seg 1: A, X (X stays live).  seg 2: B, ACK A, ACK B, C.  seg 3: D, ACK C.
     # Segment 2 then holds no live enqueue, but its ACK of A must stay while segment 1 exists,
-    # or A would come back on replay.
+    # or A would come back on replay. (X outweighs segment 2, so it is not copied forward to
+    # free it: reclaim.py.)
     s = FileStore.open(tmp_path, segment_bytes=500)
     s.recover()
     s.enqueue("q", SeqId(0), msg(bytes(200)))  # A
-    s.enqueue("q", SeqId(1), msg(b"X" * 200))  # X
+    s.enqueue("q", SeqId(1), msg(b"X" * 2000))  # X
     s.enqueue("q", SeqId(2), msg(bytes(200)))  # B (rolls to seg 2)
     s.ack("q", [SeqId(0)])
     s.ack("q", [SeqId(2)])
