@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 The server's 0-9-1 connections (`protocol.connection.ServerConnection`) assemble commands;
 the server hands each one to `Amqp091.handle(conn_id, channel, method, content, now_ms)`,
-which runs one core call (`core/call.py`): the method's handler (`methods.py`) inside
-`Broker.call(now_ms, publish=<a basic.publish>)`, whose end dispatches by the core's one rule
-(a publish's dispatch may wait for the read batch's `dispatch_pending`) and writes the durable
-definitions. It returns the call's effects in order: the core's own (neutral: `Deliver`,
+which runs one core call (the call protocol, `core/call.py`): `Calls.begin`, the method's
+handler (`methods.py`), then `Calls.end(publish=<a basic.publish>)`, whose one rule says
+whether to dispatch now (a publish's dispatch may wait for the read batch's
+`dispatch_pending`), and which writes the durable definitions; a plain basic.publish is one
+`Calls.publish`. It returns the call's effects in order: the core's own (neutral: `Deliver`,
 `Confirm`, `Return`...; `frames.py` says how each goes on the wire) and the handler's 0-9-1
 replies (`Calls.emit`).
 

@@ -6,12 +6,12 @@ The server hands every byte of an AMQP 1.0 connection (from its protocol header 
 `Amqp10Handler.receive_data`. The handler feeds the sans-IO machine
 (`ringmq.amqp10.connection.Connection`), which answers the protocol's own steps and returns
 events; each event that needs the broker is one core call (`_call`: the owner steps of
-`links.Links` inside `Broker.call`, whose end dispatches by the core's one rule, a run of
-transfers being a publish, and writes the durable definitions), and its effects are returned,
-in order, for the
-server to apply: the effects for this connection come back through `apply` (deliveries become
-transfers, confirms become dispositions, `Drained` a drain's echo, `CancelConsumer` a detach,
-`Block`/`Unblock` withhold link credit, `CloseConnection` a close).
+`links.Links` between `Calls.begin` and `Calls.end`, whose one rule says whether to dispatch
+now, a run of transfers being a publish, and which writes the durable definitions), and its
+effects are returned, in order, for the server to apply: the effects for this connection
+come back through `apply` (deliveries become transfers, confirms become dispositions,
+`Drained` a drain's echo, `CancelConsumer` a detach, `Block`/`Unblock` withhold link credit,
+`CloseConnection` a close).
 
 Login: SASL PLAIN checks ringmq's users through the shared throttle (`HandlerContext.login`);
 ANONYMOUS (and a client that skips SASL) logs in as the configured anonymous user, as

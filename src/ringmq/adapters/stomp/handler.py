@@ -4,10 +4,10 @@ Theory of operation
 -------------------
 `StompHandler` is the `adapters.handler.Handler` of a STOMP socket. Its `StompConnection`
 (`ringmq.stomp`) turns bytes into client frames under STOMP's rules; the handler runs each
-frame as one core call (owner calls inside `Broker.call`, whose end dispatches by the core's
-one rule: a SEND's dispatch may wait for the read batch's `dispatch_pending`, as a 0-9-1
-publish's does) and answers it: RECEIPT when asked,
-ERROR (then close) when the frame or the core refuses it.
+frame as one core call (owner calls between `Calls.begin` and `Calls.end`, whose one rule
+says whether to dispatch now: a SEND's dispatch may wait for the read batch's
+`dispatch_pending`, as a 0-9-1 publish's does) and answers it: RECEIPT when asked, ERROR (then
+close) when the frame or the core refuses it.
 
 Core sessions: the connection opens one core session for its plain SENDs (channel 1, in
 confirm mode from the first SEND that asks a RECEIPT, so that a SEND's RECEIPT follows the
