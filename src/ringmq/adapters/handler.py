@@ -9,8 +9,10 @@ socket (`HandlerFactory`). The server drives it, all on the loop thread:
     -> once per batch: Handler.data_to_send() -> one transport.write
 
 * `receive_data` decodes, runs the protocol's machine and calls the core (the owners of
-  `ringmq.core.broker.Broker`, as `adapters/amqp091` does); it returns the core's effects, in
-  order, for every connection they concern (a publish may deliver to consumers elsewhere). The
+  `ringmq.core.broker.Broker`, as `adapters/amqp091` does, inside core calls: `Broker.call` or
+  `Calls.begin` / `end`, the call protocol of `core/call.py`, which alone decides when dispatch
+  runs); it returns the core's effects, in order, for every connection they concern (a
+  publish may deliver to consumers elsewhere). The
   handler's own protocol replies are queued in its output directly, or come back through
   `apply` when they are core effects for this connection (its deliveries, confirms, ...): the
   server applies a call's effects in order, so replies and deliveries keep their order as long

@@ -18,18 +18,19 @@ progress, `state.py`):
 
 The broker itself owns the lifecycle of connections and sessions, the configuration it starts
 from, and recovery from a store. Protocol adapters (`ringmq.adapters.amqp091` for AMQP 0-9-1)
-turn their protocol's requests into calls on the owners between `begin(now_ms)` and
-`finish(now_ms)`; every other entry point here is a whole call: it takes `now_ms`, mutates
-state, and returns the effects (`ringmq.core.effects`) the server must apply in order. Errors
+and the management facade turn their requests into calls on the owners inside one core call
+(`with broker.call(now_ms, publish=...) as out:`, the call protocol of `call.py`); every other
+entry point here is a whole call: it takes `now_ms`, mutates state, and returns the effects
+(`ringmq.core.effects`) the server must apply in order. Errors
 are `BrokerError`s with a protocol-neutral `Condition`; each adapter maps them. The core never
 reads a clock, never does I/O, and imports no protocol, server, management or storage module.
 
 Work per call: the owners validate *before* they mutate (a refused call leaves no half-done
-change), append effects to `State.out` and mark the queues they touched as dirty; `finish`
-then flushes (dispatch, dead letters, unblocking) and writes the durable definitions the call
-changed. With `defer_dispatch` (set by the server), a publish that reached only plain queues
-leaves the flush to `dispatch_pending`, called once per read batch, so a batch of publishes is
-delivered in one pass per queue.
+change), append effects to `State.out` and mark the queues they touched as dirty; the end of
+the call (`Calls.end`, one rule for every caller) then flushes (dispatch, dead letters,
+unblocking) and writes the durable definitions the call changed. With `defer_dispatch` (set by
+the server), a publish that reached only plain queues leaves the flush to `dispatch_pending`,
+called once per read batch, so a batch of publishes is delivered in one pass per queue.
 
 Storage: `Broker(config, store=..., now_ms=...)` recovers durable definitions and persistent
 messages before serving, then writes through `ringmq.core.durability.Durability`. Without a
@@ -50,6 +51,7 @@ from typing import Any
 
 from ringmq.core.admin import Declarations
 from ringmq.core.auth import AuthDB
+from ringmq.core.call import Calls, CallScope
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.deadletter import DeadLetters
 from ringmq.core.dedup import PublishDedup
@@ -105,6 +107,8 @@ class Broker:
         self.delivery = Delivery(state, self.topology, self.resources, self.dead_letters)
         self.confirms = Confirms(state)
         self.publisher = Publisher(state, self.resources, self.delivery, self.confirms)
+        self.calls = Calls(state, self.delivery.flush, self.publisher.publish)
+        """The call protocol (`call.py`): every call starts and ends through it."""
         self.transactions = Transactions(state, self.publisher, self.delivery)
         self.timers = Timers(state, self.topology, self.publisher)
         self.restore = Restore(state, self.topology, self.publisher)
@@ -243,17 +247,17 @@ class Broker:
         return conn.sessions.get(channel) if conn is not None else None
 
     # ================================================================== calls
-    def begin(self, now_ms: int) -> list[Effect]:
-        """Start a call made of owner steps (adapters, management): its effect list."""
-        return self.state.begin(now_ms)
+    def call(self, now_ms: int, *, publish: bool = False) -> CallScope:
+        """One core call made of owner steps (adapters, management), as a `with` block that
+        gives the call's effect list: `with broker.call(now_ms) as out: ...`.
 
-    def finish(self, now_ms: int) -> None:
-        """End a call: flush the dirty queues and write the definitions it changed."""
-        state = self.state
-        if state.dirty:
-            state.eager = False
-            self.delivery.flush(now_ms)
-        state.end()
+        At a normal exit the call's dirty queues are dispatched, unless the server defers
+        dispatch (`defer_dispatch`), the call published (`publish=True`) and no publish
+        reached a queue that must dispatch at once (the one rule: `Calls.end`); then the
+        durable definitions it changed are written. An exception aborts the call (no
+        dispatch, nothing written). Calls nest safely (`call.py`).
+        """
+        return CallScope(self.calls, now_ms, publish)
 
     def dispatch_pending(self, now_ms: int) -> list[Effect]:
         """Deliver what the publishes of a read batch made deliverable (`defer_dispatch`).
@@ -261,36 +265,30 @@ class Broker:
         One dispatch per queue per batch instead of one per publish: the queue hands out the
         whole batch to its consumers in one pass.
         """
-        state = self.state
-        if not state.dirty:
-            return []
-        # `begin` + `finish`, inline: the server calls this once per read batch.
-        out: list[Effect] = []
-        state.out = out
-        state.now_ms = now_ms
-        state.eager = False
-        self.delivery.flush(now_ms)
-        if state.defs_dirty:
-            state.end()
+        if not self.state.dirty:
+            return []  # the server calls this after every read: nothing to start
+        # The plain form (no `with`): once per read batch. The end of a call that did not
+        # publish dispatches the dirty queues; nothing here raises but a bug.
+        calls = self.calls
+        out = calls.begin(now_ms)
+        calls.end()
         return out
 
     def queue_changed(self, q: QueueEntity, now_ms: int) -> list[Effect]:
         """Call after changing a queue outside a protocol's path: its settings, or messages
         put back by a lease (Spark streams) or an admin call. Registers the queue's timers
         (TTL, x-expires) and dispatches what became deliverable."""
-        out = self.state.begin(now_ms)
-        self.state.track_timers(q)
-        self.state.mark(q)
-        self.finish(now_ms)
+        with self.call(now_ms) as out:
+            self.state.track_timers(q)
+            self.state.mark(q)
         return out
 
     settings_changed = queue_changed
 
     def tick(self, now_ms: int) -> list[Effect]:
         """Run timers: queue TTLs, `x-expires`, delayed exchanges, and pending dispatch."""
-        out = self.state.begin(now_ms)
-        self.timers.tick(now_ms)
-        self.finish(now_ms)
+        with self.call(now_ms) as out:
+            self.timers.tick(now_ms)
         return out
 
     def next_deadline_ms(self) -> int | None:
@@ -350,58 +348,54 @@ class Broker:
     def channel_closed(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
         """Forget a session: roll back its tx, requeue its unacked messages, drop consumers."""
         state = self.state
-        out = state.begin(now_ms)
-        conn = state.conns.get(conn_id)
-        if conn is None:
-            return out
-        session = conn.sessions.pop(channel, None)
-        if session is not None:
-            if session.part_of is None:
-                state.stats["channels_closed"] += 1
-            self.delivery.close_session(session, now_ms)
-        self.delivery.flush(now_ms)
-        state.end()
+        with self.call(now_ms) as out:
+            conn = state.conns.get(conn_id)
+            if conn is None:
+                return out
+            session = conn.sessions.pop(channel, None)
+            if session is not None:
+                if session.part_of is None:
+                    state.stats["channels_closed"] += 1
+                self.delivery.close_session(session, now_ms)
+            self.delivery.flush(now_ms)  # even with no queue dirty: draining consumers
         return out
 
     def connection_closed(self, conn_id: int, now_ms: int) -> list[Effect]:
         """Forget a connection: close its sessions, then delete its exclusive queues."""
         state = self.state
-        out = state.begin(now_ms)
-        conn = state.conns.pop(conn_id, None)
-        if conn is None:
-            return out
-        state.stats["connections_closed"] += 1
-        state.stats["channels_closed"] += sum(
-            1 for s in conn.sessions.values() if s.part_of is None
-        )
-        self.resources.forget_connection(conn_id)
-        for session in list(conn.sessions.values()):
-            self.delivery.close_session(session, now_ms)
-        conn.sessions.clear()
-        vh = state.vhosts.get(conn.vhost)
-        if vh is not None:
-            for qname in sorted(conn.exclusive_queues):
-                q = vh.queues.get(qname)
-                if q is not None:
-                    self.topology.delete_queue(vh, q, now_ms)
-        self.delivery.flush(now_ms)
-        state.end()
+        with self.call(now_ms) as out:
+            conn = state.conns.pop(conn_id, None)
+            if conn is None:
+                return out
+            state.stats["connections_closed"] += 1
+            state.stats["channels_closed"] += sum(
+                1 for s in conn.sessions.values() if s.part_of is None
+            )
+            self.resources.forget_connection(conn_id)
+            for session in list(conn.sessions.values()):
+                self.delivery.close_session(session, now_ms)
+            conn.sessions.clear()
+            vh = state.vhosts.get(conn.vhost)
+            if vh is not None:
+                for qname in sorted(conn.exclusive_queues):
+                    q = vh.queues.get(qname)
+                    if q is not None:
+                        self.topology.delete_queue(vh, q, now_ms)
+            self.delivery.flush(now_ms)  # even with no queue dirty: draining consumers
         return [e for e in out if e.conn_id != conn_id]
 
     def set_writable(self, conn_id: int, writable: bool, now_ms: int) -> list[Effect]:
         """Pause (False) or resume (True) deliveries to a connection (socket back-pressure)."""
         state = self.state
-        out = state.begin(now_ms)
-        conn = state.conns.get(conn_id)
-        if conn is None or conn.writable == writable:
-            return out
-        conn.writable = writable
-        if writable:
-            for session in conn.sessions.values():
-                for consumer in session.consumers.values():
-                    state.mark(consumer.queue)
-            self.delivery.flush(now_ms)
-        state.end()
+        with self.call(now_ms) as out:
+            conn = state.conns.get(conn_id)
+            if conn is None or conn.writable == writable:
+                return out
+            conn.writable = writable
+            if writable:
+                for session in conn.sessions.values():
+                    for consumer in session.consumers.values():
+                        state.mark(consumer.queue)
         return out
 
     # ================================================================== publishing
@@ -423,16 +417,10 @@ class Broker:
             raise BrokerError(
                 Condition.CHANNEL_ERROR, f"expected 'channel.open' on channel {channel}"
             )
-        state = self.state
-        state.begin(now_ms)
-        done = self.publisher.publish_batch(
-            s, exchange, messages, self.delivery.flush, now_ms, columns
-        )
-        if state.dirty and (not state.defer_dispatch or state.eager):
-            state.eager = False
-            self.delivery.flush(now_ms)
-        state.end()
-        return done
+        with self.call(now_ms, publish=True):
+            return self.publisher.publish_batch(
+                s, exchange, messages, self.delivery.flush, now_ms, columns
+            )
 
     def ack_seqs(self, q: QueueEntity, seqs: list[SeqId]) -> None:
         """Delete delivered-unacked messages of `q` (`Delivery.ack_seqs`: the one ack path)."""
@@ -481,17 +469,17 @@ class Broker:
         disk alarms: while any alarm is on, a connection that publishes is blocked right after
         that publish; clearing the last alarm unblocks them (unless an Artemis BLOCK address
         still holds them)."""
-        out = self.state.begin(self.state.now_ms)
-        self.resources.set_alarm(resource, reason)
+        with self.call(self.state.now_ms) as out:
+            self.resources.set_alarm(resource, reason)
         return out
 
     def block_for_alarms(self, conn_id: int) -> list[Effect]:
         """Block `conn_id` as a publish would while a resource alarm is on (no-op otherwise):
         for a connection with content in flight, whose body is what the alarm is about."""
         state = self.state
-        out = state.begin(state.now_ms)
-        if self.resources.alarms_on and conn_id in state.conns:
-            self.resources.alarm_publish(conn_id)
+        with self.call(state.now_ms) as out:
+            if self.resources.alarms_on and conn_id in state.conns:
+                self.resources.alarm_publish(conn_id)
         return out
 
     # ================================================================== confirms
@@ -506,8 +494,8 @@ class Broker:
 
     def confirm_stored(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
         """Storage hook: the publishes `seqs` of a confirm session are durable; confirm them."""
-        out = self.state.begin(self.state.now_ms)
-        self.confirms.confirm_stored(conn_id, channel, seqs)
+        with self.call(self.state.now_ms) as out:
+            self.confirms.confirm_stored(conn_id, channel, seqs)
         return out
 
     def holding(self) -> bool:
@@ -519,28 +507,26 @@ class Broker:
         """Storage hook: an fsync covered every store write up to position `durable`; hand
         out the persistent messages that waited for it (`core/queue/hold.py`)."""
         state = self.state
-        out = state.begin(state.now_ms)
-        if self.durability is not None:
-            for q in self.durability.stored(durable):
-                state.mark(q)
-            self.finish(state.now_ms)
+        with self.call(state.now_ms) as out:
+            if self.durability is not None:
+                for q in self.durability.stored(durable):
+                    state.mark(q)
         return out
 
     def unstored(self, after: int) -> list[Effect]:
         """Storage hook: the store writes after position `after` failed and their publishes
         are refused (`fail_unconfirmed`); their messages leave their queues unseen."""
         state = self.state
-        out = state.begin(state.now_ms)
-        if self.durability is not None:
-            for q in self.durability.unstored(after):
-                state.mark(q)
-            self.finish(state.now_ms)
+        with self.call(state.now_ms) as out:
+            if self.durability is not None:
+                for q in self.durability.unstored(after):
+                    state.mark(q)
         return out
 
     def fail_unconfirmed(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
         """Storage hook: the store could not make publishes `seqs` durable; refuse them."""
-        out = self.state.begin(self.state.now_ms)
-        self.confirms.fail_unconfirmed(conn_id, channel, seqs)
+        with self.call(self.state.now_ms) as out:
+            self.confirms.fail_unconfirmed(conn_id, channel, seqs)
         return out
 
     # ================================================================== settings
@@ -555,9 +541,8 @@ class Broker:
     ) -> None:
         """Replace the Artemis address settings and re-apply every queue's settings; the
         effects (deliveries, dead letters of a new limit) go to `admin.apply`."""
-        out = self.state.begin(now_ms)
-        self.topology.replace_address_settings(settings, now_ms)
-        self.finish(now_ms)
+        with self.call(now_ms) as out:
+            self.topology.replace_address_settings(settings, now_ms)
         self.admin.apply(out)
 
     # ================================================================== durability

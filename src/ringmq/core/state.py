@@ -8,14 +8,16 @@ in one `State` object the broker creates and hands to each owner: the configurat
 permissions, policies, vhosts, connections, counters and the storage glue (`durability`, None
 without a store).
 
-The call in progress is explicit too: every public entry point of the broker starts a call
-with `begin(now_ms)`, which gives a fresh effect list (`out`, appended to by every owner), and
-ends it with `end()`, which writes the durable definitions the call changed. Between calls
-`dirty` holds the queues the call touched (the delivery owner dispatches them on `flush`),
-`backlog` the queues that had more to deliver than one call may, and `eager` whether a publish
-of the call reached a queue that must dispatch before the next publish (a ring, a limit, LVQ,
-priorities, browsing). No owner writes another's private fields; they write these, through the
-names below.
+The call in progress is explicit too. The call protocol (`core/call.py`, `Calls`) starts
+each call with a fresh effect list (`out`, appended to by every owner) at `now_ms`, and ends it
+by its one dispatch rule (`dirty`: the queues the call touched, dispatched by the delivery
+owner's `flush`; `eager`: a publish of the call reached a queue that must dispatch before the
+next publish, a ring, a limit, LVQ, priorities, browsing; `defer_dispatch`: the server
+dispatches plain publishes once per read batch), then writes the durable definitions the call
+changed. `backlog` holds the queues that had more to deliver than one call may. No owner writes
+another's private fields; they write these, through the names below. Nothing outside `core/`
+touches the call fields (`out`, `now_ms`, `dirty`, `eager`, `defer_dispatch`): callers go
+through `Calls`.
 
 Pure: no I/O, no clock (`now_ms` is an argument of every call).
 """
@@ -105,7 +107,7 @@ class State:
         self.eager = False
         self.defer_dispatch = False
         """When True, dispatching after a publish that reached only plain queues waits for the
-        end of the read batch (`Broker.dispatch_pending`)."""
+        end of the read batch (`Broker.dispatch_pending`; the rule is `Calls.end`'s)."""
         self.defs_dirty = False
         self.rng = random.Random(config.name_seed)  # noqa: S311 - names, not secrets
 
@@ -113,13 +115,6 @@ class State:
         """A fresh server-chosen name (`amq.gen-...` queues, `amq.ctag-...` consumer tags)."""
         raw = self.rng.getrandbits(128).to_bytes(16, "big")
         return prefix + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-    def begin(self, now_ms: int) -> list[Effect]:
-        """Start a call at `now_ms`: a fresh effect list every owner appends to."""
-        out: list[Effect] = []
-        self.out = out
-        self.now_ms = now_ms
-        return out
 
     def mark(self, q: QueueEntity) -> None:
         """`q` may have work (deliveries, dead letters, unblocking): visit it on the flush."""
@@ -135,11 +130,6 @@ class State:
         if self.durability is not None:
             self.durability.touch(kind, vhost, name)
             self.defs_dirty = True
-
-    def end(self) -> None:
-        """End a call: write the durable definitions it changed."""
-        if self.defs_dirty:
-            self.sync_definitions(full=False)
 
     def sync_definitions(self, *, full: bool = True) -> None:
         """Write durable definitions that changed (`full=False`: only what `touch` recorded)."""

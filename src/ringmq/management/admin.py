@@ -196,11 +196,11 @@ class CoreAdmin(StreamsFacade):
 
     @contextmanager
     def call(self, now_ms: int) -> Iterator[None]:
-        """One core call made of owner steps: the queues it touched are flushed at its end
-        and its effects applied as one batch (`Runtime.run_batch`)."""
-        out = self.broker.begin(now_ms)
-        yield
-        self.broker.finish(now_ms)
+        """One core call made of owner steps (`Broker.call`: the queues it touched are
+        dispatched at its end) whose effects are applied as one batch (`Runtime.run_batch`);
+        a call that raises is aborted and applies nothing."""
+        with self.broker.call(now_ms) as out:
+            yield
         self._emit(out)
 
     def _vhost(self, vhost: str) -> VHost:

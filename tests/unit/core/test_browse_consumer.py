@@ -16,20 +16,18 @@ def _browse(k: Kit, ch: tuple[int, int], queue: str, tag: str, credit: int | Non
     b = k.broker
     s = b.session(*ch)
     assert s is not None
-    out = b.begin(k.now)
-    b.delivery.consume(
-        s, queue, tag, no_ack=False, exclusive=False, arguments={}, now_ms=k.now, browse=True
-    )
-    if credit is not None:
-        b.delivery.flow(s, tag, credit=credit, drain=False)
-    b.finish(k.now)
+    with b.call(k.now) as out:
+        b.delivery.consume(
+            s, queue, tag, no_ack=False, exclusive=False, arguments={}, now_ms=k.now, browse=True
+        )
+        if credit is not None:
+            b.delivery.flow(s, tag, credit=credit, drain=False)
     return out
 
 
 def _call(k: Kit, step: Callable[[], object]) -> list[Effect]:
-    out = k.broker.begin(k.now)
-    step()
-    k.broker.finish(k.now)
+    with k.broker.call(k.now) as out:
+        step()
     return out
 
 

@@ -20,10 +20,8 @@ def _flow(kit: Kit, ch: tuple[int, int], credit: int | None, drain: bool) -> lis
     broker = kit.broker
     session = broker.session(*ch)
     assert session is not None
-    broker.begin(kit.now)
-    out = broker.state.out
-    broker.delivery.flow(session, "c", credit=credit, drain=drain)
-    broker.finish(kit.now)
+    with broker.call(kit.now) as out:
+        broker.delivery.flow(session, "c", credit=credit, drain=drain)
     return out
 
 

@@ -24,18 +24,17 @@ def test_no_local_keeps_the_consumers_own_publishes_out() -> None:
     b = k.broker
     s = b.session(*mine)
     assert s is not None
-    out: list[Effect] = b.begin(k.now)
-    b.delivery.consume(
-        s, "q", "nl", no_ack=True, exclusive=False, arguments={}, now_ms=k.now, no_local=True
-    )
-    b.finish(k.now)
+    out: list[Effect]
+    with b.call(k.now) as out:
+        b.delivery.consume(
+            s, "q", "nl", no_ack=True, exclusive=False, arguments={}, now_ms=k.now, no_local=True
+        )
     assert out == []
     assert bodies(k.publish(mine, "q", b"mine")) == []  # not enqueued at all
     assert _ready(k) == 0
     assert bodies(k.publish(other, "q", b"theirs")) == [b"theirs"]
-    out = b.begin(k.now)
-    b.delivery.cancel(s, "nl", k.now)
-    b.finish(k.now)
+    with b.call(k.now):
+        b.delivery.cancel(s, "nl", k.now)
     k.publish(mine, "q", b"later")  # the consumer is gone: the rule with it
     assert _ready(k) == 1
 
@@ -52,16 +51,16 @@ def _consume(k: Kit, chan: tuple[int, int], tag: str, **kw: Any) -> Session:
     b = k.broker
     s = b.session(*chan)
     assert s is not None
-    b.begin(k.now)
-    b.delivery.consume(s, "q", tag, no_ack=True, exclusive=False, arguments={}, now_ms=k.now, **kw)
-    b.finish(k.now)
+    with b.call(k.now):
+        b.delivery.consume(
+            s, "q", tag, no_ack=True, exclusive=False, arguments={}, now_ms=k.now, **kw
+        )
     return s
 
 
 def _cancel(k: Kit, s: Session, tag: str) -> None:
-    k.broker.begin(k.now)
-    k.broker.delivery.cancel(s, tag, k.now)
-    k.broker.finish(k.now)
+    with k.broker.call(k.now):
+        k.broker.delivery.cancel(s, tag, k.now)
 
 
 def test_an_owners_rule_covers_all_its_connections_and_outlives_its_consumer() -> None:

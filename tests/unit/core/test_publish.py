@@ -148,10 +148,8 @@ def test_the_publish_pipeline_answers_each_publish_with_its_outcome() -> None:
     def publish(exchange: str, rk: str) -> str:
         vh, x = publisher.exchange_for(session, exchange)
         msg = Message(exchange, rk, b"\x00\x00", b"x", timestamp_ms=kit.now)
-        broker.begin(kit.now)
-        outcome = publisher.publish(session, vh, x, msg, False, kit.now)
-        broker.finish(kit.now)
-        return outcome
+        with broker.call(kit.now):
+            return publisher.publish(session, vh, x, msg, False, kit.now)
 
     assert publish("", "capped") == "accepted"
     assert publish("", "capped") == "overflow"
@@ -178,10 +176,8 @@ def test_enqueue_puts_a_message_into_the_queues_it_names_only() -> None:
 
     def enqueue(*names: str) -> tuple[str | None, bool]:
         msg = Message("amq.fanout", "", b"\x00\x00", b"x", timestamp_ms=kit.now)
-        broker.begin(kit.now)
-        done = publisher.enqueue(vh, x, tuple(vh.queues[n] for n in names), msg, None, kit.now)
-        broker.finish(kit.now)
-        return done
+        with broker.call(kit.now):
+            return publisher.enqueue(vh, x, tuple(vh.queues[n] for n in names), msg, None, kit.now)
 
     published = broker.stats["published"]
     assert enqueue("named") == (None, False)
@@ -208,17 +204,16 @@ def test_route_runs_the_pipeline_without_classifying() -> None:
     vh = broker.vhosts["/"]
     published = broker.stats["published"]
     msg = Message("", "q", b"\x00\x00", b"x", persistent=True, timestamp_ms=kit.now)
-    broker.begin(kit.now)
-    assert broker.publisher.route(vh, vh.exchanges[""], msg, False, session, kit.now) == (
-        None,
-        True,  # no store: a persistent message on a durable queue counts as stored
-    )
-    unroutable = Message("", "nowhere", b"\x00\x00", b"x", timestamp_ms=kit.now)
-    assert broker.publisher.route(vh, vh.exchanges[""], unroutable, False, None, kit.now) == (
-        None,
-        False,
-    )
-    broker.finish(kit.now)
+    with broker.call(kit.now):
+        assert broker.publisher.route(vh, vh.exchanges[""], msg, False, session, kit.now) == (
+            None,
+            True,  # no store: a persistent message on a durable queue counts as stored
+        )
+        unroutable = Message("", "nowhere", b"\x00\x00", b"x", timestamp_ms=kit.now)
+        assert broker.publisher.route(vh, vh.exchanges[""], unroutable, False, None, kit.now) == (
+            None,
+            False,
+        )
     assert vh.queues["q"].queue.message_count == 1
     assert broker.stats["published"] == published
     assert session.tx is not None

@@ -31,14 +31,13 @@ def _select(
     b = k.broker
     s = b.session(*ch)
     assert s is not None
-    out = b.begin(k.now)
-    b.delivery.consume(
-        s, "q", tag, no_ack=False, exclusive=False, arguments={}, now_ms=k.now,
-        selector=parse(text),
-    )  # fmt: skip
-    if credit is not None:
-        b.delivery.flow(s, tag, credit=credit, drain=False)
-    b.finish(k.now)
+    with b.call(k.now) as out:
+        b.delivery.consume(
+            s, "q", tag, no_ack=False, exclusive=False, arguments={}, now_ms=k.now,
+            selector=parse(text),
+        )  # fmt: skip
+        if credit is not None:
+            b.delivery.flow(s, tag, credit=credit, drain=False)
     return out
 
 
@@ -65,10 +64,9 @@ def test_a_requeued_selected_message_comes_back_once() -> None:
     s = k.broker.session(*sub)
     assert s is not None
     tag = next(e.delivery_tag for e in got if isinstance(e, Deliver))
-    out = k.broker.begin(k.now)
-    k.broker.delivery.cancel(s, "r", k.now)
-    k.broker.delivery.settle(s, tag, False, SettleKind.RELEASE, k.now)
-    k.broker.finish(k.now)
+    with k.broker.call(k.now) as out:
+        k.broker.delivery.cancel(s, "r", k.now)
+        k.broker.delivery.settle(s, tag, False, SettleKind.RELEASE, k.now)
     assert _ready(k) == 3
     other = k.open()
     assert bodies(out + k.consume(other, "q", "c", no_ack=True)) == [b"blue0", b"red1", b"blue2"]
@@ -91,9 +89,8 @@ def test_drain_gives_back_what_nothing_matches() -> None:
     assert bodies(_select(k, sub, "r", "colour = 'red'", credit=0)) == []
     s = k.broker.session(*sub)
     assert s is not None
-    out = k.broker.begin(k.now)
-    k.broker.delivery.flow(s, "r", credit=5, drain=True)
-    k.broker.finish(k.now)
+    with k.broker.call(k.now) as out:
+        k.broker.delivery.flow(s, "r", credit=5, drain=True)
     assert bodies(out) == [b"red1"]
     assert [e.credit for e in out if isinstance(e, Drained)] == [4]
     assert _ready(k) == 1

@@ -45,16 +45,16 @@ def _run(
         s = b.session(*k.open())
         assert s is not None
         sessions.append(s)
-    out: list[Effect] = b.begin(k.now)
-    for i, (c, s) in enumerate(zip(consumers, sessions, strict=True)):
-        b.delivery.set_prefetch(s, c.prefetch, session_wide=False)
-        text = SELECTORS[c.select]
-        b.delivery.consume(
-            s, "q", f"c{i}", no_ack=False, exclusive=False,
-            arguments={"x-priority": c.priority}, now_ms=k.now,
-            selector=None if text is None else parse(text),
-        )  # fmt: skip
-    b.finish(k.now)
+    out: list[Effect]
+    with b.call(k.now) as out:
+        for i, (c, s) in enumerate(zip(consumers, sessions, strict=True)):
+            b.delivery.set_prefetch(s, c.prefetch, session_wide=False)
+            text = SELECTORS[c.select]
+            b.delivery.consume(
+                s, "q", f"c{i}", no_ack=False, exclusive=False,
+                arguments={"x-priority": c.priority}, now_ms=k.now,
+                selector=None if text is None else parse(text),
+            )  # fmt: skip
     got = []
     for e in out:
         if isinstance(e, Deliver):

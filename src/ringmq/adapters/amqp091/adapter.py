@@ -4,11 +4,13 @@ Theory of operation
 -------------------
 The server's 0-9-1 connections (`protocol.connection.ServerConnection`) assemble commands;
 the server hands each one to `Amqp091.handle(conn_id, channel, method, content, now_ms)`,
-which runs one core call: `Broker.begin`, the method's handler (`methods.py`), then the flush
-(dispatch after a publish that reached only plain queues waits for the read batch's
-`dispatch_pending` when the server set `defer_dispatch`) and the durable definitions. It
-returns the call's effects in order: the core's own (neutral: `Deliver`, `Confirm`,
-`Return`...; `frames.py` says how each goes on the wire) and the handler's 0-9-1 replies.
+which runs one core call (the call protocol, `core/call.py`): `Calls.begin`, the method's
+handler (`methods.py`), then `Calls.end(publish=<a basic.publish>)`, whose one rule says
+whether to dispatch now (a publish's dispatch may wait for the read batch's
+`dispatch_pending`), and which writes the durable definitions; a plain basic.publish is one
+`Calls.publish`. It returns the call's effects in order: the core's own (neutral: `Deliver`,
+`Confirm`, `Return`...; `frames.py` says how each goes on the wire) and the handler's 0-9-1
+replies (`Calls.emit`).
 
 Errors: a core `BrokerError` becomes an `AMQPError` with the reply code of its condition
 (`errors.py`) and the class and method ids of the method that caused it; the server closes
@@ -92,9 +94,10 @@ class Amqp091:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.state = broker.state
+        self.conns = broker.state.conns
         self.auth = broker.state.auth
         self.publisher = broker.publisher
+        self.calls = broker.calls
 
     # ------------------------------------------------------------------ connections
     def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
@@ -137,14 +140,12 @@ class Amqp091:
         # every publisher (a call less per publish than a method of its own, measured with
         # benchmarks/hotpath_bench.py --profile). The same steps as `methods.basic_publish` on
         # an open non-tx channel with content; the rest goes to `_handle`, before anything
-        # has changed.
-        state = self.state
-        s = state.conns[conn_id].sessions.get(channel)
+        # has changed. The checks and the message come first, then the publish as one core
+        # call (`Calls.publish`: the call and the pipeline, one Python call less than a
+        # `begin` ... `end` pair around `Publisher.publish`; callgrind, hotpath_bench.py).
+        s = self.conns[conn_id].sessions.get(channel)
         if s is None or s.mode is _TX or content is None or method.immediate:
             return self._handle(conn_id, channel, method, content, now_ms)
-        out: list[Effect] = []  # `State.begin`, inline: this runs once per publish
-        state.out = out
-        state.now_ms = now_ms
         publisher = self.publisher
         name = method.exchange
         vh = s.vhost
@@ -181,19 +182,13 @@ class Amqp091:
                 )
             else:
                 msg = build(s, name, method.routing_key, pb, body, now_ms)
-            publisher.publish(s, vh, x, msg, method.mandatory, now_ms)
+            return self.calls.publish(s, vh, x, msg, method.mandatory, now_ms)
         except BrokerError as exc:
             raise to_amqp(exc, *_PUBLISH_IDS) from None
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = _PUBLISH_IDS
             raise
-        if state.dirty and (state.eager or not state.defer_dispatch):
-            state.eager = False
-            self.broker.delivery.flush(now_ms)
-        if state.defs_dirty:
-            state.end()
-        return out
 
     def _handle(
         self,
@@ -203,11 +198,11 @@ class Amqp091:
         content: RawContent | None,
         now_ms: int,
     ) -> list[Effect]:
-        # Every method the generic way: look up its handler, map errors, flush.
+        # Every method the generic way: look up its handler, run it as one call, map errors.
+        # The call is the plain `begin` ... `end` / `abort` pair: acks and gets run it per
+        # message, where a `with` block costs several times as much.
         broker = self.broker
-        state = self.state
-        out = state.begin(now_ms)
-        session = state.conns[conn_id].sessions.get(channel)
+        session = self.conns[conn_id].sessions.get(channel)
         if session is None:
             raise AMQPError(
                 ReplyCode.CHANNEL_ERROR,
@@ -223,29 +218,26 @@ class Amqp091:
                 class_id=getattr(method, "CLASS_ID", 0),
                 method_id=getattr(method, "METHOD_ID", 0),
             )
+        calls = self.calls
+        out = calls.begin(now_ms)
         try:
             handler(broker, session, method, content, now_ms)
-        except BrokerError as exc:
-            raise to_amqp(exc, method.CLASS_ID, method.METHOD_ID) from None
-        except AMQPError as exc:
-            if not exc.class_id:
+        except BaseException as exc:
+            calls.abort()  # a refused method dispatches nothing
+            if isinstance(exc, BrokerError):
+                raise to_amqp(exc, method.CLASS_ID, method.METHOD_ID) from None
+            if isinstance(exc, SettingsError):
+                raise AMQPError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    str(exc),
+                    class_id=method.CLASS_ID,
+                    method_id=method.METHOD_ID,
+                ) from None
+            if isinstance(exc, AMQPError) and not exc.class_id:
                 exc.class_id = method.CLASS_ID
                 exc.method_id = method.METHOD_ID
             raise
-        except SettingsError as exc:
-            raise AMQPError(
-                ReplyCode.PRECONDITION_FAILED,
-                str(exc),
-                class_id=method.CLASS_ID,
-                method_id=method.METHOD_ID,
-            ) from None
-        if state.dirty and (
-            not state.defer_dispatch or state.eager or type(method) is not _PUBLISH
-        ):
-            state.eager = False
-            broker.delivery.flush(now_ms)
-        if state.defs_dirty:
-            state.end()
+        calls.end(publish=type(method) is _PUBLISH)
         return out
 
     def check_publish(self, conn_id: int, channel: int, method: Any) -> None:
@@ -277,7 +269,7 @@ class Amqp091:
         `publish_batch`: open channels in confirm mode (a transactional channel buffers each
         publish; without confirms an Artemis FAIL limit fails the producer per publish); None
         when there is none."""
-        conn = self.state.conns.get(conn_id)
+        conn = self.conns.get(conn_id)
         runs = None
         if conn is not None:
             for ch, s in conn.sessions.items():  # a loop: the server asks once per read

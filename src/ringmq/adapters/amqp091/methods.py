@@ -32,7 +32,7 @@ Handler = Callable[["Broker", Session, Any, RawContent | None, int], None]
 
 
 def _reply(b: Broker, s: Session, method: object) -> None:
-    b.state.out.append(SendMethod(s.conn_id, s.channel, method))
+    b.calls.emit(SendMethod(s.conn_id, s.channel, method))
 
 
 # ---------------------------------------------------------------------- exchanges
@@ -188,7 +188,7 @@ def basic_get(b: Broker, s: Session, m: spec.BasicGet, _c: RawContent | None, no
         _reply(b, s, spec.BasicGetEmpty())
         return
     msg = got.message
-    b.state.out.append(
+    b.calls.emit(
         SendContent(
             s.conn_id,
             s.channel,

@@ -5,12 +5,13 @@ Theory of operation
 The server hands every byte of an AMQP 1.0 connection (from its protocol header on) to
 `Amqp10Handler.receive_data`. The handler feeds the sans-IO machine
 (`ringmq.amqp10.connection.Connection`), which answers the protocol's own steps and returns
-events; each event that needs the broker is one core call (`_call`: `Broker.begin`, the owner
-steps of `links.Links`, the flush unless a publish's dispatch waits for the read batch's
-`dispatch_pending`, the durable definitions), and its effects are returned, in order, for the
-server to apply: the effects for this connection come back through `apply` (deliveries become
-transfers, confirms become dispositions, `Drained` a drain's echo, `CancelConsumer` a detach,
-`Block`/`Unblock` withhold link credit, `CloseConnection` a close).
+events; each event that needs the broker is one core call (`_call`: the owner steps of
+`links.Links` between `Calls.begin` and `Calls.end`, whose one rule says whether to dispatch
+now, a run of transfers being a publish, and which writes the durable definitions), and its
+effects are returned, in order, for the server to apply: the effects for this connection
+come back through `apply` (deliveries become transfers, confirms become dispositions,
+`Drained` a drain's echo, `CancelConsumer` a detach, `Block`/`Unblock` withhold link credit,
+`CloseConnection` a close).
 
 Login: SASL PLAIN checks ringmq's users through the shared throttle (`HandlerContext.login`);
 ANONYMOUS (and a client that skips SASL) logs in as the configured anonymous user, as
@@ -158,17 +159,18 @@ class Amqp10Handler:
     def _call(
         self, now_ms: int, step: Callable[..., None], *args: Any, publish: bool = False
     ) -> list[Effect]:
-        # One core call made of owner steps (as adapters/amqp091 does): begin, the step, the
-        # flush (a publish's dispatch may wait for the read batch), the definitions.
-        b = self.broker
-        state = b.state
-        out = state.begin(now_ms)
-        step(*args)
-        if state.dirty and (not publish or not state.defer_dispatch or state.eager):
-            state.eager = False
-            b.delivery.flush(now_ms)
-        if state.defs_dirty:
-            state.end()
+        # One core call made of owner steps (as adapters/amqp091 does); the core's rule says
+        # when its queues are dispatched (a publish's may wait for the read batch). The plain
+        # `begin` ... `end` / `abort` pair: dispositions may come one per message, where a
+        # `with` block costs several times as much.
+        calls = self.broker.calls
+        out = calls.begin(now_ms)
+        try:
+            step(*args)
+        except BaseException:
+            calls.abort()
+            raise
+        calls.end(publish)
         return out
 
     def _login(self, e: ev.Authenticate, now_ms: int) -> str | None:

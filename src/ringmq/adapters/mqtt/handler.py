@@ -3,11 +3,14 @@
 Theory of operation
 -------------------
 `MqttHandler` pairs the sans-IO machine (`ringmq.mqtt.MqttConnection`: packets, packet ids,
-keep-alive) with the core. Each read batch is one core call: `Broker.begin`, the packets'
+keep-alive) with the core. Each read batch is one core call (`Broker.call`): the packets'
 work on the owners (the connection's two core sessions: channel 1 for its subscriptions and
-QoS 0 publishes, channel 2 in confirm mode for QoS 1/2 publishes), then the flush; the
-effects go back to the server, which hands this connection's own (deliveries, confirms) to
-`apply`.
+QoS 0 publishes, channel 2 in confirm mode for QoS 1/2 publishes), then the end of the call,
+whose dispatch rule treats the batch as a publish (the server's `dispatch_pending` follows
+every read and hands the batch out in one pass per queue); the effects go back to the server,
+which hands this connection's own (deliveries, confirms) to `apply`. A client id takeover
+releases the old connection inside the CONNECT's call: whole calls nested in it, which the
+core's call protocol allows (`core/call.py`); their effects join the batch's.
 
 * CONNECT: login through `HandlerContext.login` (`vhost:user` picks the vhost, else "/"),
   the core connection and session, client id takeover (`sessions.Registry.live`), the
@@ -163,15 +166,14 @@ class MqttHandler:
         self.now_ms = now_ms
         m = self.machine
         m.feed(data, now_ms)
-        out = self.broker.begin(now_ms)
-        while (event := m.next_event()) is not None:
-            try:
-                self._event(event, out, now_ms)
-            except MQTTError as exc:
-                self._disconnect(exc.reason, exc.text)
-            except BrokerError as exc:
-                self._disconnect(reason_of(exc), exc.explanation)
-        self._finish(now_ms)
+        with self.broker.call(now_ms, publish=True) as out:
+            while (event := m.next_event()) is not None:
+                try:
+                    self._event(event, out, now_ms)
+                except MQTTError as exc:
+                    self._disconnect(exc.reason, exc.text)
+                except BrokerError as exc:
+                    self._disconnect(reason_of(exc), exc.explanation)
         return out
 
     def apply(self, effect: Effect) -> None:
@@ -196,10 +198,10 @@ class MqttHandler:
         self.now_ms = now_ms
         if not self._opened or self._released:
             return []
-        out = self.broker.begin(now_ms)
-        if self.machine.keep_alive_expired(now_ms):
-            self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
-        self._finish(now_ms)
+        # The rule of a read batch's call: what is dirty waits for the server's next dispatch.
+        with self.broker.call(now_ms, publish=True) as out:
+            if self.machine.keep_alive_expired(now_ms):
+                self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         return out
 
     def close(self, condition: Condition, text: str) -> None:
@@ -228,21 +230,7 @@ class MqttHandler:
             frame_max=self.max_packet_size,
         )
 
-    # ------------------------------------------------------------------ the call
-    def _finish(self, now_ms: int) -> None:
-        state = self.broker.state
-        if state.dirty and (not state.defer_dispatch or state.eager):
-            state.eager = False
-            self.broker.delivery.flush(now_ms)
-        if state.defs_dirty:
-            state.end()
-
-    def _whole(self, effects: list[Effect], out: list[Effect]) -> None:
-        # A whole core call ran inside ours (it began its own effect list): keep its effects
-        # and make ours current again.
-        out.extend(effects)
-        self.broker.state.out = out
-
+    # ------------------------------------------------------------------ events
     def _event(self, event: object, out: list[Effect], now_ms: int) -> None:
         match event:
             case Publish():
@@ -361,7 +349,7 @@ class MqttHandler:
         # Refuse a CONNECT after the core connection opened: close that too.
         self.machine.refuse(reason, text)
         self._released = True
-        self._whole(self.broker.connection_closed(self.conn_id, now_ms), out)
+        out.extend(self.broker.connection_closed(self.conn_id, now_ms))  # a nested call
 
     def _take_over(self, out: list[Effect], now_ms: int) -> None:
         # §3.1.4-3: a second connection with a client id in use closes the first.
@@ -370,7 +358,7 @@ class MqttHandler:
             return
         old.taken_over = True
         if not old._released:  # noqa: SLF001 - the same class
-            self._whole(old._release(now_ms), out)  # noqa: SLF001 - the same class
+            out.extend(old._release(now_ms))  # noqa: SLF001 - the same class; nested calls
         out.append(CloseConnection(old.conn_id, Condition.CONNECTION_FORCED, "session taken over"))
 
     def _session_exists(self, now_ms: int) -> bool:
@@ -418,26 +406,25 @@ class MqttHandler:
     def _release(self, now_ms: int) -> list[Effect]:
         # The connection is over (lost, or taken over): will, session, core connection.
         self._released = True
-        out = self.broker.begin(now_ms)
-        if self.will is not None and not self.graceful:
-            assert self.session is not None
-            delay_s = min(self.will_delay_s, self.expiry_s) if self.persistent else 0
-            publish_will(
-                self.broker, self.registry, self.session, self.key, self.will, delay_s, now_ms
-            )
-        if self.persistent:
-            m = self.machine
-            self.registry.saved[self.key] = SavedSession(
-                self.subs.plain,
-                self.subs.shared,
-                set(m.qos2_in),
-                {pid for pid, st in m.outbound.items() if st is Stage.AWAIT_PUBCOMP},
-                {key: pid for pid, key in self.out_keys.items() if pid in m.outbound},
-                None if self.expiry_s == NEVER_EXPIRES else now_ms + self.expiry_s * 1000,
-            )
-        else:
-            self._discard_session(now_ms)
-        self.broker.finish(now_ms)
+        with self.broker.call(now_ms) as out:
+            if self.will is not None and not self.graceful:
+                assert self.session is not None
+                delay_s = min(self.will_delay_s, self.expiry_s) if self.persistent else 0
+                publish_will(
+                    self.broker, self.registry, self.session, self.key, self.will, delay_s, now_ms
+                )
+            if self.persistent:
+                m = self.machine
+                self.registry.saved[self.key] = SavedSession(
+                    self.subs.plain,
+                    self.subs.shared,
+                    set(m.qos2_in),
+                    {pid for pid, st in m.outbound.items() if st is Stage.AWAIT_PUBCOMP},
+                    {key: pid for pid, key in self.out_keys.items() if pid in m.outbound},
+                    None if self.expiry_s == NEVER_EXPIRES else now_ms + self.expiry_s * 1000,
+                )
+            else:
+                self._discard_session(now_ms)
         if self.registry.live.get(self.key) is self:
             del self.registry.live[self.key]
         closed = self.broker.connection_closed(self.conn_id, now_ms)

@@ -69,17 +69,16 @@ def publish_due_wills(broker: Broker, registry: Registry, now_ms: int) -> list[E
     due = registry.due_wills(now_ms)
     if not due:
         return []
-    out = broker.begin(now_ms)
-    for vhost, will in due:
-        vh = broker.vhosts.get(vhost)
-        x = vh.exchanges.get(EXCHANGE) if vh is not None else None
-        if vh is None or x is None:
-            continue
-        if will.retained:
-            q = retained_queue(broker, vhost, now_ms)
-            broker.publisher.enqueue(vh, x, (q,), will.message, None, now_ms)
-        broker.publisher.publish_without_session(vh, x, will.message, now_ms)
-    broker.finish(now_ms)
+    with broker.call(now_ms) as out:
+        for vhost, will in due:
+            vh = broker.vhosts.get(vhost)
+            x = vh.exchanges.get(EXCHANGE) if vh is not None else None
+            if vh is None or x is None:
+                continue
+            if will.retained:
+                q = retained_queue(broker, vhost, now_ms)
+                broker.publisher.enqueue(vh, x, (q,), will.message, None, now_ms)
+            broker.publisher.publish_without_session(vh, x, will.message, now_ms)
     return out
 
 

@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 `StompHandler` is the `adapters.handler.Handler` of a STOMP socket. Its `StompConnection`
 (`ringmq.stomp`) turns bytes into client frames under STOMP's rules; the handler runs each
-frame as one core call (`Broker.begin`, owner calls, then the flush: a SEND's waits for the
-read batch's `dispatch_pending` as a 0-9-1 publish does) and answers it: RECEIPT when asked,
-ERROR (then close) when the frame or the core refuses it.
+frame as one core call (owner calls between `Calls.begin` and `Calls.end`, whose one rule
+says whether to dispatch now: a SEND's dispatch may wait for the read batch's
+`dispatch_pending`, as a 0-9-1 publish's does) and answers it: RECEIPT when asked, ERROR (then
+close) when the frame or the core refuses it.
 
 Core sessions: the connection opens one core session for its plain SENDs (channel 1, in
 confirm mode from the first SEND that asks a RECEIPT, so that a SEND's RECEIPT follows the
@@ -215,25 +216,25 @@ class StompHandler:
             return []
         run = self._COMMANDS[command]
         broker = self.broker
-        out = broker.begin(now_ms)
+        # The call as the plain `begin` ... `end` / `abort` pair (a frame per message: a
+        # `with` block costs several times as much). A refused frame's call is aborted
+        # (nothing dispatched); its effects so far go out.
+        calls = broker.calls
+        out = calls.begin(now_ms)
         try:
             receipt_now = run(self, frame, now_ms)
-        except BrokerError as exc:
-            log.debug("STOMP connection %d: %s refused: %s", self.conn_id, command, exc.text)
-            self.conn.fail(exc.text, exc.text, frame=frame)
-            return out
-        except SettingsError as exc:
-            text = f"{Condition.PRECONDITION_FAILED.label} - {exc}"
-            self.conn.fail(text, text, frame=frame)
-            return out
-        state = broker.state
-        # As the 0-9-1 publish path: a SEND's dispatch waits for the read batch's
-        # `dispatch_pending` when the server defers it; anything else flushes now.
-        if state.dirty and (not state.defer_dispatch or state.eager or command != Command.SEND):
-            state.eager = False
-            broker.delivery.flush(now_ms)
-        if state.defs_dirty:
-            state.end()
+        except BaseException as exc:
+            calls.abort()
+            if isinstance(exc, BrokerError):
+                log.debug("STOMP connection %d: %s refused: %s", self.conn_id, command, exc.text)
+                self.conn.fail(exc.text, exc.text, frame=frame)
+                return out
+            if isinstance(exc, SettingsError):
+                text = f"{Condition.PRECONDITION_FAILED.label} - {exc}"
+                self.conn.fail(text, text, frame=frame)
+                return out
+            raise
+        calls.end(publish=command == Command.SEND)
         if receipt_now:
             self.conn.receipt(frame)
         while self._closing:

@@ -619,9 +619,9 @@ def test_an_amqp_1_0_message_reaches_a_stomp_consumer_converted() -> None:
     msg = build_10(payload, exchange="", routing_key="q10", now_ms=kit.now)
     b = kit.broker
     vh = b.exchanges.vhost("/")
-    b.state.begin(kit.now)
-    b.publisher.publish_without_session(vh, vh.exchanges[""], msg, kit.now)
-    kit.apply(b.state.out)
+    with b.call(kit.now, publish=True) as out:
+        b.publisher.publish_without_session(vh, vh.exchanges[""], msg, kit.now)
+    kit.apply(out)
     kit.apply(b.dispatch_pending(kit.now))
     (message,) = [f for f in kit.read(h) if f.command == "MESSAGE"]
     assert message.body == b"hello from 1.0"
