@@ -503,13 +503,14 @@ class Broker:
         it (the group commit then starts one at once, as for a held confirm)."""
         return self.durability is not None and self.durability.holding
 
-    def stored(self, durable: int) -> list[Effect]:
+    def stored(self, durable: int, *, healthy: bool = True) -> list[Effect]:
         """Storage hook: an fsync covered every store write up to position `durable`; hand
-        out the persistent messages that waited for it (`core/queue/hold.py`)."""
+        out the persistent messages that waited for it (`core/queue/hold.py`). `healthy`:
+        the store's writes work (False while a later write is still failing)."""
         state = self.state
         with self.call(state.now_ms) as out:
             if self.durability is not None:
-                for q in self.durability.stored(durable):
+                for q in self.durability.stored(durable, healthy=healthy):
                     state.mark(q)
         return out
 

@@ -184,10 +184,12 @@ class Durability:
         """Whether some persistent message waits for an fsync before it may be handed out."""
         return bool(self._holding)
 
-    def stored(self, durable: int) -> list[QueueEntity]:
+    def stored(self, durable: int, *, healthy: bool = True) -> list[QueueEntity]:
         """An fsync covered every write up to store position `durable`: release what it held;
-        returns the queues that may now hand out more (to dispatch)."""
-        self.failing = False
+        returns the queues that may now hand out more (to dispatch). `healthy`: no write has
+        failed since (an fsync in flight when a write failed covers only older writes)."""
+        if healthy:
+            self.failing = False
         released: list[QueueEntity] = []
         holding = self._holding
         for key, q in list(holding.items()):

@@ -98,6 +98,8 @@ class GroupCommit:
         self.failed_groups = 0
         """Groups whose confirms were nacked because the store could not write them."""
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._starts = 0  # fsyncs started so far (each group's number)
+        self._failed_at = 0  # `_starts` at the last failure: only a later fsync clears it
 
     def after_batch(self) -> None:
         """End of a batch: collect held confirms, start a group fsync or hand writes to the OS."""
@@ -170,9 +172,13 @@ class GroupCommit:
         self._flushed = self._syncing_to = point.position
         fut = self.loop.run_in_executor(self._executor, self.store.fsync, point)
         self.in_flight = fut
-        fut.add_done_callback(lambda f: self._done(f, group))
+        self._starts += 1
+        started = self._starts
+        fut.add_done_callback(lambda f: self._done(f, group, started))
 
-    def _done(self, fut: asyncio.Future[int], group: list[tuple[int, int, int]]) -> None:
+    def _done(
+        self, fut: asyncio.Future[int], group: list[tuple[int, int, int]], started: int
+    ) -> None:
         self.in_flight = None
         if self._closed:
             return
@@ -186,14 +192,17 @@ class GroupCommit:
         self.syncs += 1
         durable = fut.result()
         self._wake(durable)
-        if self.failure is not None:
+        if self.failure is not None and started > self._failed_at:
+            # only an fsync of a point flushed after the failure (the probe) says writes work
+            # again; one that was in flight when a write failed covers older writes only
             log.warning(
                 "disk writes succeed again (%s earlier); unblocking publishers", self.failure
             )
             self.failure = None
             self.release(lambda: self.broker.set_alarm("disk_write", None))
+        healthy = self.failure is None
         # the persistent messages this fsync covered may now reach consumers (hold.py)
-        self.release(lambda: self.broker.stored(durable) + self._confirm(group))
+        self.release(lambda: self.broker.stored(durable, healthy=healthy) + self._confirm(group))
         if (
             self.waiting or self._durable_waiters or self.broker.holding()
         ) and self.in_flight is None:
@@ -201,6 +210,7 @@ class GroupCommit:
 
     def _failed(self, exc: OSError, group: list[tuple[int, int, int]], *, fsync: bool) -> None:
         """A flush or fsync failed: nack `group`, raise the alarm (logged once per episode)."""
+        self._failed_at = self._starts
         group = group + self.waiting  # confirms held meanwhile cannot be covered either
         self.waiting = []
         self._wake(0, exc)

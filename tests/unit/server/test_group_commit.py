@@ -100,3 +100,54 @@ async def test_writes_during_a_blocked_fsync_keep_descriptors_bounded(
     # one fsync's point, the closed segments waiting for the next, the current ones, the logs
     assert peak <= 2 * MAX_UNSYNCED_SEGMENTS + 8
     kit.broker.close()
+
+
+async def test_an_fsync_in_flight_when_a_write_fails_does_not_clear_the_alarm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only an fsync started after a failed write (the probe) may say writes work again; the
+    one in flight when the write failed covers older writes only. Else the alarm clears, the
+    publisher is unblocked and its next publish is refused anyway."""
+    gate = threading.Event()
+    gate.set()  # open until the first publish
+    real_datasync, real_write_all = journal._datasync, journal.write_all
+
+    def slow_datasync(fd: int) -> None:
+        gate.wait(timeout=60)
+        real_datasync(fd)
+
+    def full_write(fd: int, data: bytes | bytearray) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journal, "_datasync", slow_datasync)
+    store = FileStore.open(tmp_path / "data")
+    kit = StoreKit(store, BrokerConfig(name_seed=7, delay_persistent_confirms=True))
+    pub = kit.open()
+    kit.call(pub, spec.ConfirmSelect())
+    kit.declare(pub, "d", durable=True)
+    released: list[Effect] = []
+    commit = GroupCommit(
+        kit.broker, store, asyncio.get_running_loop(), lambda fn: released.extend(fn())
+    )
+    try:
+        gate.clear()
+        kit.publish(pub, "d", b"first", props=PERSISTENT)
+        commit.after_batch()  # its fsync starts and blocks
+        assert commit.in_flight is not None
+        monkeypatch.setattr(journal, "write_all", full_write)
+        kit.publish(pub, "d", b"second", props=PERSISTENT)
+        commit.after_batch()  # the write fails while the first fsync is in flight
+        assert commit.failure is not None
+        gate.set()
+        await until(lambda: commit.in_flight is None)
+        await asyncio.sleep(0.01)
+        assert commit.failure is not None  # still failing: nothing cleared the alarm
+        assert "disk_write" in kit.broker.alarms
+        monkeypatch.setattr(journal, "write_all", real_write_all)
+        commit.tick()  # the probe
+        await until(lambda: commit.failure is None)
+        assert "disk_write" not in kit.broker.alarms
+    finally:
+        gate.set()
+        await commit.close()
+    kit.broker.close()
