@@ -75,6 +75,21 @@ def test_nacked_publishes_reach_no_consumer(
     for body in confirmed:
         assert _publish(ch, body)
     wait_until(lambda: received(len(confirmed)))
+    # the consumer's acks are journal writes too: let them land and be made durable first,
+    # or the fault hits them, the alarm is on before n1 and n1 blocks the publisher unread
+    commit = b.server.commit
+    assert commit is not None
+    q = b.broker.vhosts["/"].queues["dq"].queue
+
+    def settled() -> bool:
+        sub.process_data_events(0.01)
+        return b.call(
+            lambda: q.message_count == 0
+            and q.unacked_count == 0
+            and commit.store.durable_position == commit.store.position
+        )
+
+    wait_until(settled)
 
     real_write_all, real_datasync = journal.write_all, journal._datasync
 
