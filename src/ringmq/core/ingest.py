@@ -15,10 +15,10 @@ it. The guard takes a run when:
   delay header) and no expiration, and the exchange is not a delayed one nor the reply-to
   address: routing is then `VHost.route(exchange, key)` alone, done once for the run;
 * that routing reaches exactly one queue (none: unroutable or an alternate exchange; several:
-  per-queue outcomes differ), with no limit, no LVQ key, no priorities, no browsing consumers,
-  no fetching consumer (publisher flow is a per-publish decision) and no no-local consumer
-  (whether the queue takes a message depends on its connection), which takes runs
-  (`Queue.takes_runs`: a plain queue already paging its new messages);
+  per-queue outcomes differ), with no fetching consumer (publisher flow is a per-publish
+  decision) and no no-local consumer (whether the queue takes a message depends on its
+  connection), which takes runs (`Queue.takes_runs`: the queue is plain, `Queue.plain`, the
+  property every publish path reads, and already pages its new messages);
 * no message is persistent while the queue is durable (journaling records each message's
   seq as it is enqueued: those go through the per-message step).
 
@@ -90,16 +90,9 @@ def _target(pub: Pipeline, s: Session, vh: VHost, x: Exchange, rk: str) -> Queue
     if len(queues) != 1:
         return None
     q = queues[0]
-    st = q.settings
-    if (
-        st.limit is not None
-        or st.lvq_key is not None
-        or st.non_destructive
-        or st.max_priority
-        or q.consumers.fetchers
-        or q.no_local is not None
-        or not q.queue.takes_runs
-    ):
+    # `takes_runs` holds the queue's side (`Queue.plain`, the property every publish path
+    # reads); the consumers' side is ours.
+    if q.consumers.fetchers or q.no_local is not None or not q.queue.takes_runs:
         return None
     return q
 

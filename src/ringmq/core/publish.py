@@ -22,8 +22,11 @@ cached per session) and calls `publish`. The pipeline is that one method, in fou
    (enqueued, scheduled, refused by a limit), persistent messages reaching durable queues are
    journaled, the queue is marked dirty, and the step notes what the call must do next:
    dispatch before the next publish (`State.eager`: a ring, a limit, LVQ, priorities,
-   browsing, or a TTL'd message), pause the publisher (RabbitMQ flow: a consumed plain queue
-   over `FLOW_HIGH`), block it (Artemis BLOCK), or fail it (Artemis FAIL, `address_full`).
+   browsing, or a TTL'd message), pause the publisher (RabbitMQ flow: a consumed unbounded
+   queue over `FLOW_HIGH`), block it (Artemis BLOCK), or fail it (Artemis FAIL,
+   `address_full`). A plain queue (`Queue.plain`: no setting changes what a publish does;
+   limits.py's `FastPaths` is the one rule) has nothing to note but publisher flow: the step
+   tests that one property in front of the options.
 4. **confirm** (`Confirms.confirm_publish`): refused -> negative confirm with the reason
    (`OVERFLOW`, `ADDRESS_FULL`; the store's failure: `STORE_FAILED`); persisted under
    delayed confirms -> held for the fsync; else confirmed now.
@@ -255,35 +258,38 @@ class Publisher:
                     if dur is None or dur.published(q, msg, outcome, now_ms, hold=seq != 0):
                         stored = True
             dirty[id(q)] = q
-            st = q.settings
-            limit = st.limit
-            if limit is None and st.lvq_key is None and not st.non_destructive:
-                if st.max_priority:
+            if not engine.plain:
+                # The options (`Queue.plain` is the guard: a plain queue has none to act on).
+                st = q.settings
+                limit = st.limit
+                if limit is not None or st.lvq_key is not None or st.non_destructive:
+                    # A ring counts what waits: deliver before the next publish. Nothing to do
+                    # now when this queue is the only dirty one and has no consumer, no dead
+                    # letters to move, no blocked publisher and no message that may expire
+                    # (the flush would only mark it clean).
+                    if (
+                        q.consumers.all
+                        or st.dead_letter_exchange is not None
+                        or len(dirty) > 1
+                        or self._blocked_by
+                        or msg.expiration_ms is not None
+                    ):
+                        self.state.eager = True
+                    if (
+                        limit is not None
+                        and limit.action is _BLOCK
+                        and engine.over_limit
+                        and conn_id is not None
+                    ):
+                        self.resources.block(conn_id, q)
+                    continue
+                if st.max_priority:  # a higher priority may overtake: dispatch before it
                     self.state.eager = True
-                if conn_id is not None and q.consumers.fetchers:
-                    counters = engine.counters
-                    if counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES:
-                        self.resources.flow_requests[conn_id] = q
-            else:
-                # A ring counts what waits: deliver before the next publish. Nothing to do now
-                # when this queue is the only dirty one and has no consumer, no dead letters
-                # to move, no blocked publisher and no message that may expire (the flush
-                # would only mark it clean).
-                if (
-                    q.consumers.all
-                    or st.dead_letter_exchange is not None
-                    or len(dirty) > 1
-                    or self._blocked_by
-                    or msg.expiration_ms is not None
-                ):
-                    self.state.eager = True
-                if (
-                    limit is not None
-                    and limit.action is _BLOCK
-                    and engine.over_limit
-                    and conn_id is not None
-                ):
-                    self.resources.block(conn_id, q)
+            # An unbounded queue (no limit, LVQ or non-destructive consumers): publisher flow.
+            if conn_id is not None and q.consumers.fetchers:
+                counters = engine.counters
+                if counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES:
+                    self.resources.flow_requests[conn_id] = q
         if not classify:
             self.stored = stored
             return refused or ACCEPTED

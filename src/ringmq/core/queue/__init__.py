@@ -33,6 +33,8 @@ for the spilled tail, the `SpillStore` port (`MemorySpillStore` here; storage ha
 * `Queue(name, settings, *, body_store=None, spill=None)`
 * paging: `set_spill(store)`, `set_body_store(store)`, `set_memory_bound(count, nbytes)`,
   `memory_bound`, `page_out()`, `spilled`, `pageable`, `close()`
+* `plain`: no setting changes what a publish does (limits.py `FastPaths.of`, the one rule;
+  `paths` holds all its answers): the property every publish path with a fast one reads
 * `publish_run(msgs, now_ms)`, `publish_columns(run)` and `takes_runs`: runs of plain
   publishes in one step (ingest.py)
 * `publish(msg, now_ms) -> PublishOutcome` (ENQUEUED, SCHEDULED, REJECTED: nack the publisher,

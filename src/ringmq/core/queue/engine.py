@@ -44,7 +44,9 @@ aliases of the owners' containers (`_lanes`, `_lane`, `_unacked`, `_lvq`, `_pagi
 never rebound by their owner) and of the bound methods they call there (`_remove_ready`,
 `_take_body`, `_evict_tail`: an instance attribute read, no extra hop). `_apply` precomputes
 what they test, once per settings change (the rules are limits.py's `FastPaths` and
-`FastBounds`): `_plain` (no option at all), `_bounded` with its bounds as plain ints
+`FastBounds`; `paths` keeps the `FastPaths`): `plain` (no option changes a publish: public,
+since the publisher's per-queue step and the bulk ingest read the same property, so that no
+path has a rule of its own), `_bounded` with its bounds as plain ints
 (`_reject_n/_b`, `_evict_n/_b`, `UNBOUNDED` where a bound does not apply: a ready-counted ring,
 drop-head or reject limit is the only option), `_lvq_fast` (the LVQ key is the only option)
 and `_fetch_fast` (one lane, no TTL, destructive consumers); the paged tail's effective bounds
@@ -83,7 +85,7 @@ from ringmq.core.queue.expiry import Expiry
 from ringmq.core.queue.hold import NO_HOLD, Hold
 from ringmq.core.queue.ingest import QueueIngest
 from ringmq.core.queue.lanes import ACQUIRED, GONE, READY, Entry, new_entry
-from ringmq.core.queue.limits import PAGEABLE_ACTIONS, FastBounds, FastPaths
+from ringmq.core.queue.limits import FastBounds, FastPaths
 from ringmq.core.queue.overflow import Overflow
 from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, RawRows, SpillStore
 from ringmq.core.queue.records import (
@@ -174,10 +176,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         self._dlx = settings.dead_letter_exchange
         self._dead.target(self._dlx, settings.dead_letter_routing_key)
         self._settle.delivery_limit = settings.delivery_limit
-        # What the fast paths test, copied to attributes (limits.py: `FastPaths`, `FastBounds`).
-        paths = FastPaths.of(settings, self._expiry.seen)
-        self._plain, self._bounded = paths.plain, paths.bounded
-        self._fetch_fast, self._lvq_fast = paths.fetch, paths.lvq
+        self._apply_paths()
         fast = FastBounds.of(self._bounded)
         self._reject_n, self._reject_b = fast.reject_n, fast.reject_b
         self._evict_n, self._evict_b = fast.evict_n, fast.evict_b
@@ -185,10 +184,16 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         self._overflow.configure(settings.limit, fast)
         self._apply_bound()
 
+    def _apply_paths(self) -> None:
+        # What the fast paths test, copied to attributes: `FastPaths.of` (limits.py) is the
+        # one rule; `plain` is the property every publish path reads.
+        paths = self.paths = FastPaths.of(self.settings, self._expiry.seen)
+        self.plain, self._bounded = paths.plain, paths.bounded
+        self._fetch_fast, self._lvq_fast = paths.fetch, paths.lvq
+
     def _saw_expiry_now(self) -> None:
         # `Expiry.on_first`: a message with an expiry time; leave the fast paths for good.
-        self._plain = self._lvq_fast = self._fetch_fast = False
-        self._bounded = None
+        self._apply_paths()
 
     def update_settings(self, settings: QueueSettings, now_ms: int) -> None:
         """Apply new effective settings live (a policy or address-setting changed); the
@@ -209,16 +214,10 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
 
     @property
     def pageable(self) -> bool:
-        """Whether this queue can page its tail (given a spill store): single lane, no LVQ,
-        no browse index, and no limit that needs envelopes in memory."""
-        limit = self.settings.limit
-        return (
-            not self._max_priority
-            and self._lvq_key is None
-            and not self._non_destructive
-            and self._index is None
-            and (limit is None or limit.action in PAGEABLE_ACTIONS)
-        )
+        """Whether this queue can page its tail (given a spill store): its settings allow it
+        (`FastPaths.pageable`: single lane, no LVQ, no limit that needs envelopes in memory)
+        and it has no browse index."""
+        return self.paths.pageable and self._index is None
 
     def _apply_bound(self) -> None:
         paging = self._paging
@@ -273,7 +272,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         headers = msg.headers
         if msg.expiration_ms is None:
             if headers is None:
-                plain = self._plain
+                plain = self.plain
                 if plain or self._bounded is not None:
                     # Plain and bounded fast paths: no TTL, LVQ, priority, schedule or browsing;
                     # bounded: a ready-counted ring, drop-head or reject limit is the only
@@ -548,7 +547,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         expire the messages at the head of the queue whose time has passed (expiry.py: only
         the head of the whole queue expires, as in RabbitMQ)."""
         self._scheduler.release_due(now_ms, self._overflow.release)
-        if not self._plain:
+        if not self.plain:
             self._expiry.expire_heads(now_ms, now_ms)
 
     def drop_expired(self, now_ms: int) -> int:
@@ -562,7 +561,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         """Earliest time at which `tick` has work: a scheduled message due, or a head message
         expiring (a message expires strictly after `publish time + ttl`)."""
         best = self._scheduler.next_due_ms()
-        if self._plain:
+        if self.plain:
             return best
         t = self._expiry.next_expiry_ms()
         if t is not None and (best is None or t < best):

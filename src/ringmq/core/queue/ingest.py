@@ -33,7 +33,7 @@ class QueueIngest:
     """Run publishes of one queue (see the module docstring)."""
 
     counters: QueueCounters
-    _plain: bool
+    plain: bool
     _paging: PagedTail
     _next_seq: Callable[[], SeqId]
     _seq_counter: count[int]
@@ -45,7 +45,7 @@ class QueueIngest:
     def takes_runs(self) -> bool:
         """Whether `publish_run` enqueues every message of a run (no limit can refuse one, no
         option decides per message): a plain queue whose new messages go behind its spill."""
-        return self._plain and self.counters.paged > 0 and self._paging.spilled > 0
+        return self.plain and self.counters.paged > 0 and self._paging.spilled > 0
 
     def publish_run(self, msgs: Sequence[Message], now_ms: int) -> list[PublishOutcome] | None:
         """Enqueue `msgs` (none with headers or an expiration) as that many `publish` calls.

@@ -7,9 +7,9 @@ This module holds the rules that read it: whether the counted set (ready + paged
 acquired when the limit counts them) with some extra messages would exceed it (`over`,
 `over_count`, `over_bytes`), the reason a reject-publish limit gives (`refusal`), and the
 plain-int thresholds the queue's bounded publish fast path compares (`FastBounds`), and which
-of the queue's inlined fast paths a configuration allows (`FastPaths`). The overflow actions
-themselves (evict, drop, dead-letter) change lanes: they are `Overflow`'s (overflow.py, one
-`match` in `enforce`).
+fast paths a configuration allows (`FastPaths`: the one rule, whose `plain` every publish path
+reads). The overflow actions themselves (evict, drop, dead-letter) change lanes: they are
+`Overflow`'s (overflow.py, one `match` in `enforce`).
 
 `QpidOrder` (held by `Overflow` under a Qpid ring limit) is the age order the legacy Qpid ring
 evicts by: per priority level, the queue's entries (ready or acquired) in seq order.
@@ -96,16 +96,28 @@ class FastBounds:
 
 @dataclass(frozen=True, slots=True)
 class FastPaths:
-    """Which of `Queue`'s inlined fast paths a configuration allows (see engine.py)."""
+    """Which fast paths a queue's configuration allows: computed by `of` alone, once per
+    settings change (`Queue._apply`) and when the first message with an expiry time arrives,
+    and read by every path that has a fast one (see engine.py)."""
 
     plain: bool
-    """Publish: no limit, TTL, LVQ, priority or browsing (the plain publish path)."""
+    """No setting changes what a publish does, and no message so far had an expiry time: no
+    limit, message TTL, LVQ key, priorities or non-destructive consumption. The one answer
+    to "may a publish to this queue take its fast path?" (`Queue.plain`), read by the
+    engine's plain publish, the publisher's per-queue step (core/publish.py) and the bulk
+    ingest of runs and columns (`Queue.takes_runs`, core/ingest.py). Settings it leaves
+    alone: dead-lettering (publish refuses and evicts nothing on a queue without a limit or
+    TTL), the delivery limit (settlement), the queue's own expiry and single active consumer
+    (dispatch). tests/unit/core/queue/test_fast_paths.py classifies every queue argument."""
     bounded: Limit | None
     """Publish: the limit, when a ready-counted `FAST_ACTIONS` limit is the only option."""
     fetch: bool
     """Fetch: one lane, no expiry to check, destructive consumers."""
     lvq: bool
     """Publish: the LVQ key is the only option."""
+    pageable: bool
+    """The tail may page: one lane, no LVQ, destructive consumers, and no limit that needs
+    envelopes in memory (`PAGEABLE_ACTIONS`); `Queue.pageable` adds "no browse index"."""
 
     @classmethod
     def of(cls, settings: QueueSettings, saw_expiry: bool) -> FastPaths:
@@ -129,6 +141,12 @@ class FastPaths:
             bounded=limit if bounded else None,
             fetch=fetch,
             lvq=settings.lvq_key is not None and limit is None and fetch,
+            pageable=(
+                not settings.max_priority
+                and settings.lvq_key is None
+                and not settings.non_destructive
+                and (limit is None or limit.action in PAGEABLE_ACTIONS)
+            ),
         )
 
 

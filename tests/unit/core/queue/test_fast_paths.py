@@ -1,0 +1,209 @@
+"""Whether a queue is plain: one property, and every queue setting classified against it.
+
+Every publish path with a fast one reads `Queue.plain` (computed by limits.py's
+`FastPaths.of` whenever the settings change): the engine's plain publish, the publisher's
+per-queue step and the bulk ingest of runs and columns. A setting that changes what a publish
+does must turn it off, or those paths would ignore it. The tables below classify every queue
+argument (and alias), every policy key and address-setting that sets the same things, and
+every `QueueSettings` field; each queue is declared through the broker and its property read.
+A setting these tables do not know fails: classify it here (and, if it changes publishing,
+teach `FastPaths.of`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, Final
+
+import pytest
+
+from ringmq.amqp import spec
+from ringmq.amqp.properties import BasicProperties
+from ringmq.core.arguments import BY_ARGUMENT, QUEUE_ARGUMENTS
+from ringmq.core.config import BrokerConfig, PolicyConfig
+from ringmq.core.policies import AddressSettings
+from ringmq.core.queue import Queue
+from ringmq.core.settings import QueueSettings
+from tests.unit.core.kit import Kit
+
+CHANGES_PUBLISH: Final[dict[str, str]] = {
+    "x-ring-size": "a full ring evicts its head at publish",
+    "x-max-length": "a limit drops, refuses or dead-letters at publish",
+    "x-max-length-bytes": "a limit drops, refuses or dead-letters at publish",
+    "qpid.max_count": "a Qpid limit (reject by default) refuses at publish",
+    "qpid.max_size": "a Qpid limit (reject by default) refuses at publish",
+    "x-last-value-key": "a newer value replaces the older one at publish",
+    "qpid.last_value_queue_key": "a newer value replaces the older one at publish",
+    "x-last-value": "a newer value replaces the older one at publish (Artemis' key)",
+    "qpid.last_value_queue": "a newer value replaces the older one at publish (Qpid's key)",
+    "x-non-destructive": "consumers browse: a publish must dispatch before the next one",
+    "x-message-ttl": "a publish stamps the message's expiry time",
+    "x-max-priority": "a publish picks the message's priority lane",
+}
+"""Arguments that change what a publish does: `Queue.plain` must be off."""
+
+LEAVES_PUBLISH: Final[dict[str, str]] = {
+    "x-overflow": "what a bound does when reached: alone it sets no bound",
+    "qpid.policy_type": "what a bound does when reached: alone it sets no bound",
+    "x-dead-letter-exchange": "dead letters come from limits, expiry and rejects, not publish",
+    "x-dead-letter-routing-key": "dead letters come from limits, expiry and rejects, not publish",
+    "x-delivery-limit": "counts failed deliveries: settlement",
+    "x-expires": "the queue's own idle expiry: the broker's tick",
+    "x-single-active-consumer": "which consumer gets deliveries: dispatch",
+    "x-queue-type": "validated only ('classic')",
+}
+"""Arguments a publish ignores: `Queue.plain` stays on."""
+
+NEEDS: Final[dict[str, dict[str, Any]]] = {
+    "x-dead-letter-routing-key": {"x-dead-letter-exchange": "dlx"},
+}
+"""Arguments valid only with another one (which leaves `Queue.plain` alone)."""
+
+BOUNDS_OF: Final[dict[str, tuple[dict[str, Any], tuple[str, ...]]]] = {
+    "x-overflow": ({"x-max-length": 5}, ("drop-head", "reject-publish", "reject-publish-dlx")),
+    "qpid.policy_type": ({"qpid.max_count": 5}, ("reject", "ring", "ring_strict", "flow_to_disk")),
+}
+"""The modifiers of a bound, with that bound and each value they take."""
+
+ADDRESS_SETTINGS: Final[dict[str, tuple[dict[str, Any], bool]]] = {
+    "default_ring_size": ({"default-ring-size": 3}, False),
+    "default_last_value_key": ({"default-last-value-key": "k"}, False),
+    "default_non_destructive": ({"default-non-destructive": True}, False),
+    "address_full_policy": ({"address-full-policy": "FAIL"}, True),  # no size: no limit
+    "max_size_bytes": ({"max-size-bytes": 1000}, False),  # PAGE at 1000 bytes
+    "max_size_messages": ({"max-size-messages": 10}, False),
+}
+"""Every Artemis address-setting field: (the setting, whether the queue stays plain)."""
+
+DERIVED_FIELDS: Final = frozenset(
+    {
+        "limit",  # from the size fields (settings.py `_limit`)
+        "address_full_policy",  # the address-settings' limit (ADDRESS_SETTINGS)
+        "address_max_size_bytes",
+        "address_max_size_messages",
+        "policy_name",  # display
+        "sources",  # display
+    }
+)
+"""`QueueSettings` fields no queue argument sets."""
+
+
+def _plain(arguments: dict[str, Any], config: BrokerConfig | None = None) -> bool:
+    # Declare queue "q" through the 0-9-1 adapter (its arguments, then the policies and
+    # address settings of `config`) and read the one property.
+    kit = Kit(config)
+    ch = kit.open()
+    kit.declare(ch, "q", arguments=arguments)
+    return _queue(kit, "q").plain
+
+
+def _queue(kit: Kit, name: str) -> Queue:
+    return kit.broker.vhosts["/"].queues[name].queue
+
+
+def _classified(name: str) -> bool:
+    # Whether `name` leaves the queue plain; fails for an argument the tables do not know.
+    if name in CHANGES_PUBLISH:
+        return False
+    if name in LEAVES_PUBLISH:
+        return True
+    pytest.fail(
+        f"queue argument {name!r} is not classified: add it to CHANGES_PUBLISH (and make "
+        "limits.py `FastPaths.of` turn `plain` off for it) or to LEAVES_PUBLISH, with the reason"
+    )
+
+
+def test_a_queue_without_arguments_is_plain() -> None:
+    assert _plain({})
+
+
+def test_the_tables_classify_each_argument_once() -> None:
+    assert not CHANGES_PUBLISH.keys() & LEAVES_PUBLISH.keys()
+    assert set(CHANGES_PUBLISH) | set(LEAVES_PUBLISH) == set(BY_ARGUMENT)
+
+
+@pytest.mark.parametrize("name", sorted(BY_ARGUMENT))
+def test_each_argument_that_changes_publishing_turns_plain_off(name: str) -> None:
+    expected = _classified(name)
+    row = BY_ARGUMENT[name]
+    assert _plain({name: row.example, **NEEDS.get(name, {})}) is expected
+    if row.off is not None:  # the value that means "not set" sets nothing
+        assert _plain({name: row.off})
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS_OF))
+def test_a_bound_turns_plain_off_whatever_its_modifier_says(name: str) -> None:
+    bound, values = BOUNDS_OF[name]
+    assert not _plain(bound)
+    for value in values:
+        assert not _plain({**bound, name: value})
+
+
+@pytest.mark.parametrize(
+    "row", [r for r in QUEUE_ARGUMENTS if r.policy_key is not None], ids=lambda r: r.policy_key
+)
+def test_a_policy_key_turns_plain_off_as_its_argument_does(row: Any) -> None:
+    expected = _classified(row.argument)
+    definition = {row.policy_key: row.example}
+    for arg, value in NEEDS.get(row.argument, {}).items():
+        needed = BY_ARGUMENT[arg].policy_key
+        assert needed is not None
+        definition[needed] = value
+    policy = PolicyConfig("p", "^q$", definition, apply_to="queues")
+    assert _plain({}, BrokerConfig(name_seed=7, policies=[policy])) is expected
+    if row.argument in BOUNDS_OF:
+        bound, _ = BOUNDS_OF[row.argument]
+        for arg, value in bound.items():
+            key = BY_ARGUMENT[arg].policy_key
+            if key is not None:
+                policy = PolicyConfig("p", "^q$", {**definition, key: value}, apply_to="queues")
+                assert not _plain({}, BrokerConfig(name_seed=7, policies=[policy]))
+
+
+@pytest.mark.parametrize("field", [f.name for f in fields(AddressSettings)])
+def test_an_address_setting_turns_plain_off_when_it_changes_publishing(field: str) -> None:
+    if field not in ADDRESS_SETTINGS:
+        pytest.fail(f"address-setting {field!r} is not classified: add it to ADDRESS_SETTINGS")
+    setting, expected = ADDRESS_SETTINGS[field]
+    config = BrokerConfig(name_seed=7, address_settings={"q": setting})
+    assert _plain({}, config) is expected
+
+
+@pytest.mark.parametrize("policy", ["PAGE", "DROP", "BLOCK", "FAIL"])
+def test_every_address_full_policy_with_a_size_turns_plain_off(policy: str) -> None:
+    setting = {"address-full-policy": policy, "max-size-messages": 10}
+    assert not _plain({}, BrokerConfig(name_seed=7, address_settings={"q": setting}))
+
+
+def test_every_queue_setting_is_an_argument_or_derived() -> None:
+    # A new `QueueSettings` field must come with an argument row (classified above) or be
+    # listed here as derived from the others.
+    from_arguments = {row.field for row in QUEUE_ARGUMENTS if row.field is not None}
+    assert {f.name for f in fields(QueueSettings)} == from_arguments | DERIVED_FIELDS
+
+
+def test_the_property_follows_live_settings_changes() -> None:
+    # Computed when the settings change (a policy), not only at declare.
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q")
+    vh = kit.broker.vhosts["/"]
+    assert _queue(kit, "q").plain
+    kit.broker.policies.set("p", "^q$", {"max-length": 5}, apply_to="queues")
+    kit.broker.topology.reapply_settings(vh, kit.now)
+    assert not _queue(kit, "q").plain
+    kit.broker.policies.clear("p")
+    kit.broker.topology.reapply_settings(vh, kit.now)
+    assert _queue(kit, "q").plain
+
+
+def test_the_first_message_with_an_expiry_time_turns_plain_off_for_good() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.publish(ch, "q")
+    assert _queue(kit, "q").plain
+    kit.publish(ch, "q", props=BasicProperties(expiration="60000"))
+    assert not _queue(kit, "q").plain
+    kit.call(ch, spec.QueuePurge(queue="q"))
+    assert not _queue(kit, "q").plain
