@@ -29,12 +29,16 @@ cached per session) and calls `publish`. The pipeline is that one method, in fou
    tests that one property in front of the options.
 4. **confirm** (`Confirms.confirm_publish`): refused -> negative confirm with the reason
    (`OVERFLOW`, `ADDRESS_FULL`; the store's failure: `STORE_FAILED`); persisted under
-   delayed confirms -> held for the fsync; else confirmed now.
+   delayed confirms -> held for the fsync; else confirmed now, or, in a batch, released with
+   the batch's other acks (`released`).
 
-Callers that count, classify and confirm themselves run steps 2 and 3 through `route` (which
-calls `publish` with `classify=False`): `publish_batch` (a batch of messages with one confirm
-step and one dispatch per batch: the streams API's bulk publish), a transaction's commit,
-delayed messages now due, and `publish_without_session` (the management API).
+`publish_batch` (a batch of messages with one confirm step and one dispatch per batch: the
+streams API's bulk publish and the 0-9-1 publish runs) calls `publish` for each message, with
+the batch's `released` acks; a run it can take in one step goes to `core/ingest.py`, a guard in
+front of the same steps (one plain queue already paging), not a copy of them. Callers that
+count, classify and confirm themselves run steps 2 and 3 through `route` (which calls
+`publish` with `classify=False`): a transaction's commit, delayed messages now due, and
+`publish_without_session` (the management API).
 
 Hot path: an AMQP 0-9-1 publish to a plain queue is one call into the core, `publish` (then
 the queue engine's `publish`); everything optional (headers, delays, dedup, CC/BCC, limits)
@@ -174,6 +178,7 @@ class Publisher:
         now_ms: int,
         classify: bool = True,
         queues: tuple[QueueEntity, ...] = (),
+        released: list[int] | None = None,
     ) -> str:
         """Publish `msg` on session `s` to `x` (checked by `exchange_for`): steps 1 to 4.
 
@@ -185,7 +190,8 @@ class Publisher:
 
         `classify=False` runs steps 2 and 3 only, for a caller that counts, classifies and
         confirms itself (`route`); `s` may then be None (no session: no return, no flow).
-        `queues` given: they are the route (`enqueue`).
+        `queues` given: they are the route (`enqueue`). `released`: a batch's acks
+        (`publish_batch`): an accepted publish's confirm joins them instead of going out now.
         """
         # The whole pipeline is this one method, the per-queue step (3) inline, so that a
         # publish is one call into the core (benchmarks/hotpath_bench.py --profile; a call is
@@ -225,9 +231,10 @@ class Publisher:
                     self.stored = stored
                 elif seq:
                     assert s is not None
-                    self.confirms.confirm_publish(s, seq, None, stored)
+                    self.confirms.confirm_publish(s, seq, None, stored, released)
                 return UNROUTABLE if held is None and classify else ACCEPTED
         refused: str | None = None
+        full: QueueEntity | None = None  # the Artemis FAIL queue that refused it
         stored = False
         # 3. enqueue each: the engine decides; persistent messages reaching durable queues are
         # journaled; the queue is marked dirty; then what the call must do next.
@@ -244,7 +251,7 @@ class Publisher:
             if outcome is _REJECTED:
                 limit = q.settings.limit
                 if limit is not None and limit.family == "address":
-                    self.resources.address_fail = q
+                    full = q
                     refused = ADDRESS_FULL  # it decides: the producer's send fails
                 elif refused is None:
                     refused = OVERFLOW
@@ -294,17 +301,15 @@ class Publisher:
             self.stored = stored
             return refused or ACCEPTED
         # 4. confirm
-        if refused is ADDRESS_FULL and not seq:
+        if seq:
+            assert s is not None
+            self.confirms.confirm_publish(s, seq, refused, stored, released)
+        elif full is not None:
             # Artemis FAIL without confirms: the producer's send fails (a session error);
             # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
             # A limited queue was published to: the next command flushes.
-            fail = self.resources.pop_address_fail()
-            if fail is not None:
-                self.state.eager = True
-                raise address_full(fail)
-        if seq:
-            assert s is not None
-            self.confirms.confirm_publish(s, seq, refused, stored)
+            self.state.eager = True
+            raise address_full(full)
         return refused or ACCEPTED
 
     def _store_failing(self) -> bool:
@@ -325,8 +330,7 @@ class Publisher:
         counts = self.state.by_protocol["amqp091"]
         counts.received += 1
         unroutable = stats["unroutable"]
-        outcome = self.publish(None, vh, x, msg, False, now_ms, False)
-        self.resources.pop_address_fail()  # no producer to fail: the outcome says it
+        outcome = self.publish(None, vh, x, msg, False, now_ms, False)  # no producer to fail
         if stats["unroutable"] != unroutable:
             counts.unroutable += 1
             return UNROUTABLE
@@ -444,9 +448,10 @@ class Publisher:
         columns: RunColumns | None = None,
     ) -> BatchPublished:
         """Publish `messages` (built lazily: a message that fails to build stops the batch
-        there) to `exchange` on `s`, as that many publishes would, with one confirm step per
-        batch: the acks of confirmed publishes are coalesced and sent at the end (a refusal
-        first sends the acks before it, so the order on the session is kept).
+        there) to `exchange` on `s`, as that many publishes would (each through `publish`),
+        with one confirm step per batch: the acks of confirmed publishes are coalesced and sent
+        at the end (a refusal first sends the acks before it, so the order on the session is
+        kept).
 
         The batch stops early at the first message whose publish raises (`error` is set,
         `published` counts the messages before it) or that blocks the connection (`blocked`;
@@ -466,12 +471,7 @@ class Publisher:
         released: list[int] = []
         try:
             vh, x = self.exchange_for(s, exchange)
-            confirm = s.mode is _CONFIRM
-            delay = state.config.delay_persistent_confirms
-            stats = state.stats
-            resources = self.resources
-            confirms = self.confirms
-            counts = s.counts
+            publish = self.publish
             it = iter(messages)
             more = True
             at = 0  # the columns' next row
@@ -508,27 +508,8 @@ class Publisher:
                         done.published += len(run)
                         run = []
                 for msg in run:
-                    stats["published"] += 1
-                    counts.received += 1
                     n_out = len(out)
-                    if resources.alarms_on:
-                        resources.alarm_publish(conn_id)
-                    seq = s.next_publish_seq() if confirm else 0
-                    resources.address_fail = None
-                    refused, stored = self.route(vh, x, msg, False, s, now_ms)
-                    fail = resources.pop_address_fail()
-                    if fail is not None and not seq:
-                        raise address_full(fail)
-                    if seq:
-                        if refused:
-                            if released:  # the acks before it first: the session's order
-                                confirms.send(s, released)
-                                released = []
-                            confirms.refuse(s, seq, refused)
-                        elif stored and delay:
-                            confirms.hold(s, seq)
-                        else:
-                            released.append(seq)
+                    publish(s, vh, x, msg, False, now_ms, True, (), released)
                     done.published += 1
                     if state.eager and state.dirty:
                         state.eager = False

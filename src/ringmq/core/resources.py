@@ -1,4 +1,4 @@
-"""Resources: paging bounds, resource alarms, Artemis BLOCK and FAIL, publisher flow.
+"""Resources: paging bounds, resource alarms, Artemis BLOCK, publisher flow.
 
 Theory of operation
 -------------------
@@ -17,8 +17,6 @@ queue's own rules:
   publisher until the queue is back under it (`maybe_unblock`, after each dispatch of the
   queue) or deleted. Blocks are kept per connection as a set of keys: negative keys for the
   alarms, `id(queue)` for BLOCK queues, so one `Unblock` is sent when the last key goes.
-* **Artemis FAIL**: the FAIL queue that refused the last routed publish (`address_fail`), so
-  the publish step can fail the producer's send.
 * **Publisher flow** (RabbitMQ's credit flow, in one thread): a publish that leaves an
   unbounded queue *with consumers* holding more than `FLOW_HIGH` ready messages (or
   `FLOW_HIGH_BYTES`) records `flow_requests[conn_id] = queue`. The server takes these after
@@ -65,8 +63,6 @@ class Resources:
         self._spill_factory: Callable[[str, str], SpillStore] | None = None
         self._body_factory: Callable[[str, str], BodyStore] | None = None
         self._head_bound = (DEFAULT_HEAD_COUNT, DEFAULT_HEAD_BYTES)
-        self.address_fail: QueueEntity | None = None
-        """The Artemis FAIL queue that refused the last routed publish (see `pop_address_fail`)."""
         self.flow_requests: dict[int, QueueEntity] = {}
         """Publishers (conn id) whose last publish left a consumed queue over FLOW_HIGH."""
 
@@ -202,11 +198,6 @@ class Resources:
             entry = self.blocked_by.get(qid)
             if entry is not None:
                 entry[1].discard(conn_id)
-
-    def pop_address_fail(self) -> QueueEntity | None:
-        """The Artemis FAIL queue that refused the last routed publish, if any (cleared)."""
-        fail, self.address_fail = self.address_fail, None
-        return fail
 
     # ------------------------------------------------------------------ publisher flow
     def take_flow(self) -> list[tuple[int, QueueEntity]]:

@@ -59,12 +59,26 @@ class Confirms:
             )
         s.mode = ChannelMode.CONFIRM
 
-    def confirm_publish(self, s: Session, seq: int, refused: str | None, stored: bool) -> None:
-        """Settle publish `seq` of `s`: refused (why), held for the fsync, or confirmed now."""
+    def confirm_publish(
+        self,
+        s: Session,
+        seq: int,
+        refused: str | None,
+        stored: bool,
+        released: list[int] | None = None,
+    ) -> None:
+        """Settle publish `seq` of `s`: refused (why), held for the fsync, or confirmed now;
+        in a batch (`released`: the batch's acks, sent by its caller at its end) the ack joins
+        them, and a refusal sends them first, so that the session's order is kept."""
         if refused:
+            if released:
+                self.send(s, released)
+                released.clear()
             self.refuse(s, seq, refused)
         elif stored and self.state.config.delay_persistent_confirms:
             self.hold(s, seq)
+        elif released is not None:
+            released.append(seq)
         else:
             self.send(s, [seq])
 

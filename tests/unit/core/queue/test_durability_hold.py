@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from ringmq.adapters.amqp091 import as_frames
 from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties
+from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
 from ringmq.storage import MemoryStore
-from tests.unit.core.kit import StoreKit, bodies, delivered
+from tests.unit.core.kit import StoreKit, bodies, delivered, methods
 
 PERSISTENT = BasicProperties(delivery_mode=2)
 
@@ -106,3 +106,45 @@ def test_a_publish_nobody_confirms_is_not_held() -> None:
     kit.publish(ch, "d", b"p1", props=PERSISTENT)
     got = delivered(kit.call(ch, spec.BasicGet(queue="d", no_ack=True)))
     assert [d.body for d in got] == [b"p1"]
+
+
+def _batch(kit: StoreKit, ch: tuple[int, int], *bodies: bytes) -> list[Effect]:
+    # A read's run of persistent publishes on a confirm channel, as the server hands it over
+    # (`Amqp091.publish_batch`: one batch, each message through the publish pipeline).
+    pb = encode_properties(PERSISTENT)
+    rows = [("d", pb, body) for body in bodies]
+    done = kit.amqp.publish_batch(ch[0], ch[1], "", rows, 0, len(rows), kit.now)
+    assert done.error is None
+    assert done.published == len(rows)
+    return as_frames(done.effects)
+
+
+def test_a_batch_holds_its_persistent_messages_as_single_publishes_do() -> None:
+    kit = _kit()
+    ch = _publisher(kit)
+    kit.declare(ch, "d", durable=True)
+    _consumer(kit, "d")
+    out = _batch(kit, ch, b"p1", b"p2")
+    out += as_frames(kit.broker.dispatch_pending(kit.now))
+    assert bodies(out) == []
+    assert [m for m in methods(out) if isinstance(m, spec.BasicAck)] == []
+    session = kit.broker.session(*ch)
+    assert session is not None
+    assert session.confirm_held == {1, 2}  # their confirms wait for the fsync too
+    assert bodies(_stored(kit)) == [b"p1", b"p2"]
+
+
+def test_a_batch_is_refused_up_front_while_the_store_fails() -> None:
+    kit = _kit()
+    ch = _publisher(kit)
+    kit.declare(ch, "d", durable=True)
+    kit.publish(ch, "d", b"ok", props=PERSISTENT)
+    durable = kit.store.sync()
+    kit.broker.stored(durable)
+    kit.publish(ch, "d", b"lost", props=PERSISTENT)
+    kit.broker.unstored(durable)  # the writes after `durable` failed: the store fails
+    q = kit.broker.vhosts["/"].queues["d"].queue
+    assert q.message_count == 1
+    out = _batch(kit, ch, b"refused1", b"refused2")
+    assert q.message_count == 1
+    assert methods(out) == [spec.BasicNack(delivery_tag=3), spec.BasicNack(delivery_tag=4)]
