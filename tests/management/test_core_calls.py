@@ -195,7 +195,7 @@ def test_an_amqp_1_0_message_is_shown_with_its_0_9_1_body_and_properties() -> No
     b = kit.broker
     vh = b.exchanges.vhost("/")
     with b.call(0):
-        b.publisher.publish_without_session(vh, vh.exchanges[""], msg, 0)
+        b.publisher.publish_without_session(msg, vhost=vh, exchange=vh.exchanges[""], now_ms=0)
     (got,) = admin.get_messages("/", "q10", count=1, ackmode="ack_requeue_true", now_ms=0)
     assert got.body == b"payload"
     assert got.properties["message_id"] == "m-1"

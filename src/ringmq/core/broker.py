@@ -419,7 +419,12 @@ class Broker:
             )
         with self.call(now_ms, publish=True):
             return self.publisher.publish_batch(
-                s, exchange, messages, self.delivery.flush, now_ms, columns
+                messages,
+                session=s,
+                exchange=exchange,
+                flush=self.delivery.flush,
+                now_ms=now_ms,
+                columns=columns,
             )
 
     def ack_seqs(self, q: QueueEntity, seqs: list[SeqId]) -> None:

@@ -70,8 +70,8 @@ if TYPE_CHECKING:
     from ringmq.core.state import State
     from ringmq.core.vhost import VHost
 
-Publish = Callable[["Session", "VHost", "Exchange", "Message", bool, int], object]
-"""`Publisher.publish(session, vhost, exchange, message, mandatory, now_ms)`."""
+Publish = Callable[..., object]
+"""`Publisher.publish(message, *, session, vhost, exchange, now_ms, mandatory)`."""
 
 
 class Calls:
@@ -147,7 +147,9 @@ class Calls:
         if self._open:  # inside another call: the general form, which nests
             out = self.begin(now_ms)
             try:
-                self._publish(s, vh, x, msg, mandatory, now_ms)
+                self._publish(
+                    msg, session=s, vhost=vh, exchange=x, now_ms=now_ms, mandatory=mandatory
+                )
             except BaseException:
                 self.abort()
                 raise
@@ -159,7 +161,7 @@ class Calls:
         state.out = out
         state.now_ms = now_ms
         try:
-            self._publish(s, vh, x, msg, mandatory, now_ms)
+            self._publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms, mandatory=mandatory)
             # `end(publish=True)` written out (one call less per publish): the same rule.
             if state.dirty and (state.eager or not state.defer_dispatch):
                 state.eager = False

@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 A protocol adapter builds the `Message` (reading only what its protocol form says is present),
 checks the target with `exchange_for` (exists, not internal, the session may write to it;
-cached per session) and calls `publish`. The pipeline is that one method, in four steps:
+cached per session) and calls `publish`, which returns what it did (`Published`: the outcome
+and whether the message was persisted). The pipeline is that one method, in four steps:
 
 1. **classify**: count it; a publish while a resource alarm is on blocks its connection
    (`Resources.alarm_publish`); a transactional session only buffers it (applied at commit);
@@ -32,17 +33,20 @@ cached per session) and calls `publish`. The pipeline is that one method, in fou
    delayed confirms -> held for the fsync; else confirmed now, or, in a batch, released with
    the batch's other acks (`released`).
 
-`publish_batch` (a batch of messages with one confirm step and one dispatch per batch: the
-streams API's bulk publish and the 0-9-1 publish runs) calls `publish` for each message, with
-the batch's `released` acks; a run it can take in one step goes to `core/ingest.py`, a guard in
-front of the same steps (one plain queue already paging), not a copy of them. Callers that
-count, classify and confirm themselves run steps 2 and 3 through `route` (which calls
-`publish` with `classify=False`): a transaction's commit, delayed messages now due, and
-`publish_without_session` (the management API).
+Every entry runs these steps through `publish`: `publish_batch` (a batch of messages with one
+confirm step and one dispatch per batch: the streams API's bulk publish and the 0-9-1 publish
+runs) calls it per message with the batch's `released` acks; callers that count, classify and
+confirm themselves run steps 2 and 3 (`classify=False`: `route`, for a transaction's commit
+and delayed messages now due; `enqueue`, step 3 into given queues; `publish_without_session`,
+the management API). The one bulk form is a guard in front of the per-message steps, not a
+copy of them: `publish_batch` offers each run of messages, or its columns, to `core/ingest.py`,
+which takes the run in one step only when every decision the steps would make is the same for
+each message and trivial (one plain queue already paging), and otherwise leaves it to
+`publish`, message by message.
 
 Hot path: an AMQP 0-9-1 publish to a plain queue is one call into the core, `publish` (then
 the queue engine's `publish`); everything optional (headers, delays, dedup, CC/BCC, limits)
-is behind one test each.
+is behind one test each, and the common results are shared constants (no object per publish).
 
 Pure: no I/O, no clock.
 """
@@ -50,6 +54,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Final
 
 from ringmq.core.auth import Access
@@ -87,6 +92,39 @@ _TX: Final = ChannelMode.TX
 _DELAYED: Final = ExchangeType.DELAYED
 _BLOCK: Final = LimitAction.BLOCK
 _CONFIRM: Final = ChannelMode.CONFIRM
+_NOT_REFUSED: Final = frozenset({ACCEPTED, BUFFERED, UNROUTABLE})
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What one publish did (`Publisher.publish` and its siblings): the whole result.
+
+    The results are shared constants (`_RESULTS`): a publish allocates none.
+    """
+
+    outcome: str
+    """`ACCEPTED` (every queue reached took it; a confirm may still wait for the fsync),
+    `BUFFERED` (a transaction holds it), `UNROUTABLE` (no queue), or why a queue refused it
+    (`OVERFLOW`, `ADDRESS_FULL`, `STORE_FAILED`)."""
+    stored: bool
+    """It was persisted (journaled for a durable queue, or held durably by a delayed
+    exchange): a confirm waits for the fsync that covers it."""
+
+    @property
+    def refused(self) -> str | None:
+        """Why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`, `STORE_FAILED`), else None."""
+        return None if self.outcome in _NOT_REFUSED else self.outcome
+
+
+_RESULTS: Final = {
+    (outcome, stored): Published(outcome, stored)
+    for outcome in (ACCEPTED, BUFFERED, UNROUTABLE, OVERFLOW, ADDRESS_FULL, STORE_FAILED)
+    for stored in (False, True)
+}
+_ACCEPTED: Final = _RESULTS[ACCEPTED, False]
+_ACCEPTED_STORED: Final = _RESULTS[ACCEPTED, True]
+_BUFFERED: Final = _RESULTS[BUFFERED, False]
+_UNROUTABLE: Final = _RESULTS[UNROUTABLE, False]
 
 
 def address_full(q: QueueEntity) -> BrokerError:
@@ -138,8 +176,6 @@ class Publisher:
         self._stats = state.stats
         self._alarms_on = resources.alarms_on
         self._blocked_by = resources.blocked_by
-        self.stored = False
-        """Whether the last `publish(classify=False)` persisted its message (`route`)."""
 
     # ------------------------------------------------------------------ checks
     def exchange_for(self, s: Session, name: str) -> tuple[VHost, Exchange]:
@@ -170,69 +206,77 @@ class Publisher:
     # ------------------------------------------------------------------ the pipeline
     def publish(
         self,
-        s: Session | None,
-        vh: VHost,
-        x: Exchange,
         msg: Message,
-        mandatory: bool,
+        *,
+        session: Session | None,
+        vhost: VHost,
+        exchange: Exchange,
         now_ms: int,
+        mandatory: bool = False,
         classify: bool = True,
         queues: tuple[QueueEntity, ...] = (),
         released: list[int] | None = None,
-    ) -> str:
-        """Publish `msg` on session `s` to `x` (checked by `exchange_for`): steps 1 to 4.
-
-        Returns the outcome: `ACCEPTED` (every queue reached took it; a confirm session's
-        confirm may still wait for the fsync), `BUFFERED` (a transaction holds it),
-        `UNROUTABLE` (no queue), or why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`), for
-        adapters whose protocol settles each publish (AMQP 1.0 accepted / released /
-        rejected).
+    ) -> Published:
+        """Publish `msg` on `session` to `exchange` of `vhost` (checked by `exchange_for`):
+        steps 1 to 4. Returns what it did (`Published`: the outcome, for adapters whose
+        protocol settles each publish, such as AMQP 1.0's accepted / released / rejected, and
+        whether it was persisted).
 
         `classify=False` runs steps 2 and 3 only, for a caller that counts, classifies and
-        confirms itself (`route`); `s` may then be None (no session: no return, no flow).
-        `queues` given: they are the route (`enqueue`). `released`: a batch's acks
+        confirms itself (`route`); `session` may then be None (no session: no return, no
+        flow). `queues` given: they are the route (`enqueue`). `released`: a batch's acks
         (`publish_batch`): an accepted publish's confirm joins them instead of going out now.
+
+        Raises BrokerError when an Artemis FAIL queue refuses a publish its publisher does
+        not confirm (`address_full`): its send fails.
         """
         # The whole pipeline is this one method, the per-queue step (3) inline, so that a
         # publish is one call into the core (benchmarks/hotpath_bench.py --profile; a call is
         # about 600 instructions of a 50,000-instruction publish under callgrind).
         seq = 0
         if classify:  # 1. classify
-            assert s is not None
+            assert session is not None
             self._stats["published"] += 1
-            s.counts.received += 1
-            conn_id: int | None = s.conn_id
+            session.counts.received += 1
+            conn_id: int | None = session.conn_id
             if self._alarms_on:
-                self.resources.alarm_publish(s.conn_id)
-            mode = s.mode
+                self.resources.alarm_publish(session.conn_id)
+            mode = session.mode
             if mode is _TX:
-                assert s.tx is not None
-                s.tx.publishes.append(TxPublish(x.name, msg.routing_key, mandatory, msg))
-                return BUFFERED
+                assert session.tx is not None
+                session.tx.publishes.append(
+                    TxPublish(exchange.name, msg.routing_key, mandatory, msg)
+                )
+                return _BUFFERED
             if mode is _CONFIRM:
-                seq = s.next_publish_seq()
+                seq = session.next_publish_seq()
         else:
-            conn_id = s.conn_id if s is not None else None
+            conn_id = session.conn_id if session is not None else None
         # 2. route (unless `enqueue` gave the queues): a guard for the common message (no
         # headers, no message id, not delayed) in front of the full routing (`_route`), which
         # the rest takes.
-        if not queues and msg.headers is None and msg.message_id is None and x.type is not _DELAYED:
-            if x.name:
-                queues = vh.route(x, msg.routing_key, None)
+        if (
+            not queues
+            and msg.headers is None
+            and msg.message_id is None
+            and exchange.type is not _DELAYED
+        ):
+            if exchange.name:
+                queues = vhost.route(exchange, msg.routing_key, None)
             else:  # the default exchange: the queue of that name (reply-to names are none)
-                q0 = vh.queues.get(msg.routing_key)
+                q0 = vhost.queues.get(msg.routing_key)
                 if q0 is not None:
                     queues = (q0,)
         if not queues:
-            queues, msg, held = self._route(vh, x, msg, mandatory, s, now_ms)
+            queues, msg, held = self._route(vhost, exchange, msg, mandatory, session, now_ms)
             if not queues:  # held, answered by a reply-to consumer, a duplicate or unroutable
                 stored = bool(held)
-                if not classify:
-                    self.stored = stored
-                elif seq:
-                    assert s is not None
-                    self.confirms.confirm_publish(s, seq, None, stored, released)
-                return UNROUTABLE if held is None and classify else ACCEPTED
+                if seq:
+                    assert session is not None
+                    self.confirms.confirm_publish(session, seq, None, stored, released)
+                if held is None:
+                    return _UNROUTABLE
+                return _ACCEPTED_STORED if stored else _ACCEPTED
         refused: str | None = None
         full: QueueEntity | None = None  # the Artemis FAIL queue that refused it
         stored = False
@@ -256,7 +300,7 @@ class Publisher:
                 elif refused is None:
                     refused = OVERFLOW
                 if msg.message_id is not None:
-                    self.state.dedup.refused(vh.name, x, q, msg.message_id)
+                    self.state.dedup.refused(vhost.name, exchange, q, msg.message_id)
             else:
                 if outcome is _SCHEDULED or msg.expiration_ms is not None:
                     self.state.timed[id(q)] = q
@@ -297,20 +341,19 @@ class Publisher:
                 counters = engine.counters
                 if counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES:
                     self.resources.flow_requests[conn_id] = q
-        if not classify:
-            self.stored = stored
-            return refused or ACCEPTED
         # 4. confirm
         if seq:
-            assert s is not None
-            self.confirms.confirm_publish(s, seq, refused, stored, released)
-        elif full is not None:
+            assert session is not None
+            self.confirms.confirm_publish(session, seq, refused, stored, released)
+        elif full is not None and classify:
             # Artemis FAIL without confirms: the producer's send fails (a session error);
             # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
             # A limited queue was published to: the next command flushes.
             self.state.eager = True
             raise address_full(full)
-        return refused or ACCEPTED
+        if refused is None:
+            return _ACCEPTED_STORED if stored else _ACCEPTED
+        return _RESULTS[refused, stored]
 
     def _store_failing(self) -> bool:
         # The store's writes fail (hold.py): a confirmed publish of a persistent message to a
@@ -319,54 +362,71 @@ class Publisher:
         dur = self.state.durability
         return dur is not None and dur.failing
 
-    def publish_without_session(self, vh: VHost, x: Exchange, msg: Message, now_ms: int) -> str:
-        """Publish `msg` to `x` for a caller with no session (the management API, which
-        authorised its user): counted, routed and enqueued as a client's publish (steps 1 to
-        3), with no confirm, return or publisher flow. Returns `ACCEPTED`, `UNROUTABLE`, or
-        why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`)."""
-        stats = self._stats
-        stats["published"] += 1  # received, as a client's publish counts
+    def publish_without_session(
+        self, msg: Message, *, vhost: VHost, exchange: Exchange, now_ms: int
+    ) -> Published:
+        """Publish `msg` to `exchange` for a caller with no session (the management API,
+        which authorised its user): counted, routed and enqueued as a client's publish (steps
+        1 to 3), with no confirm, return or publisher flow. Its outcome is `ACCEPTED`,
+        `UNROUTABLE`, or why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`): no producer to
+        fail."""
+        self._stats["published"] += 1  # received, as a client's publish counts
         # RabbitMQ's management publishes over an internal AMQP 0-9-1 connection: counted so
         counts = self.state.by_protocol["amqp091"]
         counts.received += 1
-        unroutable = stats["unroutable"]
-        outcome = self.publish(None, vh, x, msg, False, now_ms, False)  # no producer to fail
-        if stats["unroutable"] != unroutable:
+        done = self.publish(
+            msg, session=None, vhost=vhost, exchange=exchange, now_ms=now_ms, classify=False
+        )
+        if done.outcome is UNROUTABLE:
             counts.unroutable += 1
-            return UNROUTABLE
-        return outcome
+        return done
 
     def route(
         self,
-        vh: VHost,
-        x: Exchange,
         msg: Message,
-        mandatory: bool,
-        s: Session | None,
+        *,
+        vhost: VHost,
+        exchange: Exchange,
         now_ms: int,
-    ) -> tuple[str | None, bool]:
+        session: Session | None = None,
+        mandatory: bool = False,
+    ) -> Published:
         """Steps 2 and 3 of `publish` for a caller that counts, classifies and confirms itself
-        (a batch, a transaction's commit, a delayed message now due); returns (why some queue
-        refused it, or None; persisted)."""
-        outcome = self.publish(s, vh, x, msg, mandatory, now_ms, False)
-        return (None if outcome is ACCEPTED else outcome), self.stored
+        (a transaction's commit, a delayed message now due)."""
+        return self.publish(
+            msg,
+            session=session,
+            vhost=vhost,
+            exchange=exchange,
+            now_ms=now_ms,
+            mandatory=mandatory,
+            classify=False,
+        )
 
     def enqueue(
         self,
-        vh: VHost,
-        x: Exchange,
-        queues: tuple[QueueEntity, ...],
         msg: Message,
-        s: Session | None,
+        *,
+        vhost: VHost,
+        exchange: Exchange,
+        queues: tuple[QueueEntity, ...],
         now_ms: int,
-    ) -> tuple[str | None, bool]:
-        """Step 3 alone: `msg` into `queues`, as the per-queue step of a publish from `x`
-        (a protocol's own delivery to queues it knows, such as MQTT's retained messages);
-        returns (why a queue refused it, or None; persisted)."""
+        session: Session | None = None,
+    ) -> Published:
+        """Step 3 alone: `msg` into `queues`, as the per-queue step of a publish from
+        `exchange` (a protocol's own delivery to queues it knows, such as MQTT's retained
+        messages)."""
         if not queues:
-            return None, False
-        outcome = self.publish(s, vh, x, msg, False, now_ms, False, queues)
-        return (None if outcome is ACCEPTED else outcome), self.stored
+            return _ACCEPTED
+        return self.publish(
+            msg,
+            session=session,
+            vhost=vhost,
+            exchange=exchange,
+            now_ms=now_ms,
+            classify=False,
+            queues=queues,
+        )
 
     def _route(
         self,
@@ -440,18 +500,19 @@ class Publisher:
     # ------------------------------------------------------------------ batches
     def publish_batch(
         self,
-        s: Session,
-        exchange: str,
         messages: Iterable[Message],
+        *,
+        session: Session,
+        exchange: str,
         flush: Callable[[int], None],
         now_ms: int,
         columns: RunColumns | None = None,
     ) -> BatchPublished:
         """Publish `messages` (built lazily: a message that fails to build stops the batch
-        there) to `exchange` on `s`, as that many publishes would (each through `publish`),
-        with one confirm step per batch: the acks of confirmed publishes are coalesced and sent
-        at the end (a refusal first sends the acks before it, so the order on the session is
-        kept).
+        there) to `exchange` on `session`, as that many publishes would (each through
+        `publish`), with one confirm step per batch: the acks of confirmed publishes are
+        coalesced and sent at the end (a refusal first sends the acks before it, so the order
+        on the session is kept).
 
         The batch stops early at the first message whose publish raises (`error` is set,
         `published` counts the messages before it) or that blocks the connection (`blocked`;
@@ -465,6 +526,7 @@ class Publisher:
         the rest is offered again.
         """
         state = self.state
+        s = session
         done = BatchPublished(state.out)
         out = done.effects
         conn_id = s.conn_id
@@ -509,7 +571,7 @@ class Publisher:
                         run = []
                 for msg in run:
                     n_out = len(out)
-                    publish(s, vh, x, msg, False, now_ms, True, (), released)
+                    publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms, released=released)
                     done.published += 1
                     if state.eager and state.dirty:
                         state.eager = False

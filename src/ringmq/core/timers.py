@@ -78,7 +78,7 @@ class Timers:
             if due <= now_ms:
                 released = x.take_due(now_ms)
                 for _, msg in released:
-                    self.publisher.route(vh, x, undelayed(msg), False, None, now_ms)
+                    self.publisher.route(undelayed(msg), vhost=vh, exchange=x, now_ms=now_ms)
                 if state.durability is not None:
                     state.durability.released(vh.name, x, [n for n, _ in released])
 

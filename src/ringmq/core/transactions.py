@@ -145,13 +145,14 @@ class Router(Protocol):
 
     def route(
         self,
-        vh: VHost,
-        x: Exchange,
         msg: Message,
-        mandatory: bool,
-        s: Session | None,
+        *,
+        vhost: VHost,
+        exchange: Exchange,
         now_ms: int,
-    ) -> tuple[str | None, bool]: ...
+        session: Session | None = None,
+        mandatory: bool = False,
+    ) -> object: ...
 
 
 class Transactions:
@@ -222,7 +223,9 @@ class Transactions:
         for kind, entries in settles:
             self.delivery.settle_entries(entries, kind, now_ms, s)
         for p, x in routed:
-            self.publisher.route(vh, x, p.message, p.mandatory, s, now_ms)
+            self.publisher.route(
+                p.message, vhost=vh, exchange=x, now_ms=now_ms, session=s, mandatory=p.mandatory
+            )
         if dur is not None:
             dur.store.tx_commit()
             try:

@@ -510,8 +510,10 @@ class CoreAdmin(StreamsFacade):
         x = self.broker.exchanges.exchange(vh, exchange)
         msg = form(FORM_AMQP091).compose(exchange, routing_key, props, body, now_ms)
         with self.call(now_ms):
-            outcome = self.broker.publisher.publish_without_session(vh, x, msg, now_ms)
-        return outcome != UNROUTABLE
+            done = self.broker.publisher.publish_without_session(
+                msg, vhost=vh, exchange=x, now_ms=now_ms
+            )
+        return done.outcome != UNROUTABLE
 
     def bindings(self, vhost: str | None = None) -> list[BindingInfo]:
         return corerecords.bindings(self._vhosts(vhost))

@@ -130,7 +130,8 @@ def _args(b: Broker, ch: tuple[int, int], body: bytes) -> tuple[Session, VHost, 
 
 
 def _publish(b: Broker, ch: tuple[int, int], body: bytes, now_ms: int) -> None:
-    b.publisher.publish(*_args(b, ch, body), False, now_ms)
+    s, vh, x, msg = _args(b, ch, body)
+    b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
 
 
 def _publish_call(

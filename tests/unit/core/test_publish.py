@@ -10,6 +10,7 @@ from ringmq.amqp.properties import BasicProperties, decode_properties, encode_pr
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Confirm
+from ringmq.core.session import Session
 from tests.unit.core.kit import Kit, bodies, delivered, of_type
 
 
@@ -149,7 +150,9 @@ def test_the_publish_pipeline_answers_each_publish_with_its_outcome() -> None:
         vh, x = publisher.exchange_for(session, exchange)
         msg = Message(exchange, rk, b"\x00\x00", b"x", timestamp_ms=kit.now)
         with broker.call(kit.now):
-            return publisher.publish(session, vh, x, msg, False, kit.now)
+            return publisher.publish(
+                msg, session=session, vhost=vh, exchange=x, now_ms=kit.now
+            ).outcome
 
     assert publish("", "capped") == "accepted"
     assert publish("", "capped") == "overflow"
@@ -176,8 +179,10 @@ def test_enqueue_puts_a_message_into_the_queues_it_names_only() -> None:
 
     def enqueue(*names: str) -> tuple[str | None, bool]:
         msg = Message("amq.fanout", "", b"\x00\x00", b"x", timestamp_ms=kit.now)
+        queues = tuple(vh.queues[n] for n in names)
         with broker.call(kit.now):
-            return publisher.enqueue(vh, x, tuple(vh.queues[n] for n in names), msg, None, kit.now)
+            done = publisher.enqueue(msg, vhost=vh, exchange=x, queues=queues, now_ms=kit.now)
+        return done.refused, done.stored
 
     published = broker.stats["published"]
     assert enqueue("named") == (None, False)
@@ -204,16 +209,20 @@ def test_route_runs_the_pipeline_without_classifying() -> None:
     vh = broker.vhosts["/"]
     published = broker.stats["published"]
     msg = Message("", "q", b"\x00\x00", b"x", persistent=True, timestamp_ms=kit.now)
+
+    def route(msg: Message, session: Session | None) -> tuple[str | None, bool]:
+        done = broker.publisher.route(
+            msg, vhost=vh, exchange=vh.exchanges[""], now_ms=kit.now, session=session
+        )
+        return done.refused, done.stored
+
     with broker.call(kit.now):
-        assert broker.publisher.route(vh, vh.exchanges[""], msg, False, session, kit.now) == (
+        assert route(msg, session) == (
             None,
             True,  # no store: a persistent message on a durable queue counts as stored
         )
         unroutable = Message("", "nowhere", b"\x00\x00", b"x", timestamp_ms=kit.now)
-        assert broker.publisher.route(vh, vh.exchanges[""], unroutable, False, None, kit.now) == (
-            None,
-            False,
-        )
+        assert route(unroutable, None) == (None, False)
     assert vh.queues["q"].queue.message_count == 1
     assert broker.stats["published"] == published
     assert session.tx is not None

@@ -242,7 +242,7 @@ def basic_publish(
     if m.immediate:
         raise BrokerError(Condition.NOT_IMPLEMENTED, "immediate=true")
     msg = build(s, m.exchange, m.routing_key, content.properties_bin, content.body, now_ms)
-    publisher.publish(s, vh, x, msg, m.mandatory, now_ms)
+    publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms, mandatory=m.mandatory)
 
 
 # ---------------------------------------------------------------------- confirm and tx

@@ -209,7 +209,7 @@ class Links:
             vh, x = publisher.exchange_for(s, exchange)
             publisher.check_size(len(ev.payload))
             msg = m10.build(ev.payload, exchange=exchange, routing_key=rk, now_ms=now_ms)
-            outcome = publisher.publish(s, vh, x, msg, False, now_ms)
+            outcome = publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms).outcome
         except RefusalError as exc:
             self._refused(ev, exc.condition, exc.description)
             return

@@ -73,7 +73,7 @@ def _plain(links: Links, ls: LinkSession, link: InLink, ev: MessagesReceived, no
             if len(payload) > max_size:
                 publisher.check_size(len(payload))
             msg = build(payload, exchange=exchange, routing_key=rk, now_ms=now_ms)
-            outcome = publish(s, vh, x, msg, False, now_ms)
+            outcome = publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms).outcome
         except BrokerError as exc:
             links.refuse(ev.channel, did, settled, condition_of(exc.condition), exc.text)
             continue

@@ -453,7 +453,7 @@ class MqttHandler:
             )
             if p.retain:
                 store_retained(self.broker, s, p, msg, now_ms)
-            publisher.publish(s, vh, x, msg, False, now_ms)
+            publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
         except BrokerError as exc:
             if p.qos and self.version == V5:
                 m.settle_publish(p.packet_id, reason_of(exc))

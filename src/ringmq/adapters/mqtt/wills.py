@@ -36,7 +36,7 @@ def store_retained(broker: Broker, s: Session, p: Publish, msg: Message, now_ms:
     x = vh.exchanges[EXCHANGE]
     stored = msg if msg.persistent else incoming(s, p, msg.routing_key, now_ms, persistent=True)
     q = retained_queue(broker, vh.name, now_ms)
-    broker.publisher.enqueue(vh, x, (q,), stored, s, now_ms)
+    broker.publisher.enqueue(stored, vhost=vh, exchange=x, queues=(q,), now_ms=now_ms, session=s)
 
 
 def publish_will(
@@ -61,7 +61,7 @@ def publish_will(
         return
     if will.retain:
         store_retained(broker, s, will, msg, now_ms)
-    broker.publisher.publish(s, vh, x, msg, False, now_ms)
+    broker.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
 
 
 def publish_due_wills(broker: Broker, registry: Registry, now_ms: int) -> list[Effect]:
@@ -77,8 +77,12 @@ def publish_due_wills(broker: Broker, registry: Registry, now_ms: int) -> list[E
                 continue
             if will.retained:
                 q = retained_queue(broker, vhost, now_ms)
-                broker.publisher.enqueue(vh, x, (q,), will.message, None, now_ms)
-            broker.publisher.publish_without_session(vh, x, will.message, now_ms)
+                broker.publisher.enqueue(
+                    will.message, vhost=vh, exchange=x, queues=(q,), now_ms=now_ms
+                )
+            broker.publisher.publish_without_session(
+                will.message, vhost=vh, exchange=x, now_ms=now_ms
+            )
     return out
 
 

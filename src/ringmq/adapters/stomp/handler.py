@@ -343,7 +343,7 @@ class StompHandler:
         vh, x = publisher.exchange_for(s, dest.exchange)
         publisher.check_size(len(frame.body))
         msg = build_message(s, dest.exchange, dest.routing_key, headers, frame.body, now_ms)
-        publisher.publish(s, vh, x, msg, False, now_ms)
+        publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
         if receipt is None or tx_name:
             return True
         self._receipts.expect(s.publish_seq, receipt)  # answered with the confirm

@@ -409,7 +409,9 @@ def test_an_amqp_1_0_message_reaches_an_mqtt_subscriber_converted() -> None:
     msg = build_10(payload, exchange="amq.topic", routing_key="dev.t1", now_ms=0)
     vh = b.exchanges.vhost("/")
     with b.call(0, publish=True) as out:
-        b.publisher.publish_without_session(vh, vh.exchanges["amq.topic"], msg, 0)
+        b.publisher.publish_without_session(
+            msg, vhost=vh, exchange=vh.exchanges["amq.topic"], now_ms=0
+        )
     net.route(out)
     (got,) = pubs(sub.read())
     assert (got.topic, got.payload) == ("dev/t1", b"21.5")

@@ -620,7 +620,9 @@ def test_an_amqp_1_0_message_reaches_a_stomp_consumer_converted() -> None:
     b = kit.broker
     vh = b.exchanges.vhost("/")
     with b.call(kit.now, publish=True) as out:
-        b.publisher.publish_without_session(vh, vh.exchanges[""], msg, kit.now)
+        b.publisher.publish_without_session(
+            msg, vhost=vh, exchange=vh.exchanges[""], now_ms=kit.now
+        )
     kit.apply(out)
     kit.apply(b.dispatch_pending(kit.now))
     (message,) = [f for f in kit.read(h) if f.command == "MESSAGE"]
