@@ -264,9 +264,9 @@ class Publisher:
             if exchange.name:
                 queues = vhost.route(exchange, msg.routing_key, None)
             else:  # the default exchange: the queue of that name (reply-to names are none)
-                q0 = vhost.queues.get(msg.routing_key)
-                if q0 is not None:
-                    queues = (q0,)
+                queues = vhost.direct.get(msg.routing_key) or vhost.route(
+                    exchange, msg.routing_key, None
+                )
         if not queues:
             queues, msg, held = self._route(vhost, exchange, msg, mandatory, session, now_ms)
             if not queues:  # held, answered by a reply-to consumer, a duplicate or unroutable

@@ -5,8 +5,9 @@ Theory of operation: `VHost` owns the name spaces of exchanges and queues and re
 exchange bindings breadth-first with a visited set (so binding cycles terminate, as in RabbitMQ's
 `rabbit_exchange:route`), and falls back to an exchange's alternate exchange (argument or policy)
 when that exchange itself matched nothing. Results are cached per (exchange, routing key) unless
-an exchange on the path routes on headers; every binding, queue or exchange change clears the
-cache (changes are rare, publishes are not).
+an exchange on the path routes on headers, and the default exchange's per queue name
+(`direct`: a publish then builds no tuple); every binding, queue or exchange change clears the
+caches (changes are rare, publishes are not).
 
 A `QueueEntity` wraps one engine `Queue` with what AMQP adds: declare flags, owner connection
 of an exclusive queue, consumers, the no-local rule (`NoLocal`) and the bookkeeping for
@@ -143,6 +144,9 @@ class VHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueEntity] = {}
         self._cache: dict[tuple[str, str], tuple[QueueEntity, ...]] = {}
+        self.direct: dict[str, tuple[QueueEntity, ...]] = {}
+        """The default exchange's cached routes: queue name -> (that queue,), filled by
+        `route` (the publish pipeline reads it first); cleared with the route cache."""
         self._alternate_policy = alternate_of
         for xname, kind in STANDARD_EXCHANGES:
             self.exchanges[xname] = Exchange(xname, kind, durable=True)
@@ -150,6 +154,7 @@ class VHost:
     def invalidate(self) -> None:
         """Forget cached routes (call after any binding, queue or exchange change)."""
         self._cache.clear()
+        self.direct.clear()
 
     def alternate_of(self, exchange: Exchange) -> str | None:
         """The effective alternate exchange of `exchange` (argument, then policy)."""
@@ -163,8 +168,13 @@ class VHost:
     ) -> tuple[QueueEntity, ...]:
         """Queues reached by a message published to `exchange` (deduplicated, stable order)."""
         if exchange.name == "":
-            q = self.queues.get(routing_key)
-            return (q,) if q is not None else ()
+            hit = self.direct.get(routing_key)
+            if hit is None:
+                q = self.queues.get(routing_key)
+                if q is None:
+                    return ()
+                hit = self.direct[routing_key] = (q,)
+            return hit
         key = (exchange.name, routing_key)
         hit = self._cache.get(key)
         if hit is not None:

@@ -162,3 +162,25 @@ def test_route_cache_follows_binding_changes(ops: list[tuple[str, str, str, str]
                 expected[bq] += 1
     queues = kit.broker.vhosts["/"].queues
     assert {name: queues[name].queue.ready_count for name in expected} == expected
+
+
+def test_the_default_exchange_route_cache_follows_queue_changes() -> None:
+    """The default exchange's routes are cached per queue name (`VHost.direct`): a deleted
+    queue's name routes nowhere, a redeclared one to the new queue."""
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.publish(ch, "q")
+    vh = kit.broker.vhosts["/"]
+    old = vh.queues["q"]
+    assert vh.direct == {"q": (old,)}
+    kit.call(ch, spec.QueueDelete(queue="q"))
+    kit.publish(ch, "q")
+    assert kit.broker.stats["unroutable"] == 1
+    kit.declare(ch, "q")
+    kit.publish(ch, "q")
+    new = vh.queues["q"]
+    assert new is not old
+    assert vh.direct == {"q": (new,)}
+    assert new.queue.ready_count == 1
+    assert kit.broker.stats["unroutable"] == 1
