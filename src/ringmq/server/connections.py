@@ -51,8 +51,10 @@ def _nothing() -> None:
     pass
 
 
-_SERVER_PART: Final = frozenset({Block, Unblock, CloseConnection})
-"""The effects the server acts on itself before (or, for a close, instead of) the handler."""
+# The effects the server acts on itself before (or, for a close, instead of) the handler.
+_BLOCK: Final = Block
+_UNBLOCK: Final = Unblock
+_CLOSE: Final = CloseConnection
 
 
 class Connections:
@@ -121,7 +123,8 @@ class Connections:
                         put = h.apply
             if h is None or c is None or c.closing:
                 continue  # the target went away meanwhile; the broker learns it separately
-            if type(e) in _SERVER_PART:
+            t = type(e)
+            if t is _BLOCK or t is _UNBLOCK or t is _CLOSE:
                 if not self._server_part(c, e):
                     continue
                 dirty.add(c)

@@ -159,24 +159,28 @@ class Amqp091Handler:
         return proto.content_received if paused else proto.content_in_flight
 
     def apply(self, e: Effect) -> None:
-        proto = self.proto
-        if type(e) is _Deliver:
-            # hot path: pre-encoded deliver header, no generic method encoding
-            msg = e.message
-            pb, body = msg.properties_bin, msg.body
-            if msg.form:  # another protocol's message: its 0-9-1 content, made once
-                pb, body = amqp091_content(msg)
-            proto.send_deliver(
-                e.channel,
-                e.consumer_tag,
-                e.delivery_tag,
-                e.redelivered,
-                msg.exchange,
-                msg.routing_key,
-                pb,
-                body,
-            )
+        if type(e) is not _Deliver:
+            self._apply(e)
             return
+        # hot path: pre-encoded deliver header, no generic method encoding (a frame as small as
+        # can be: this runs once per delivery)
+        msg = e.message
+        pb, body = msg.properties_bin, msg.body
+        if msg.form:  # another protocol's message: its 0-9-1 content, made once
+            pb, body = amqp091_content(msg)
+        self.proto.send_deliver(
+            e.channel,
+            e.consumer_tag,
+            e.delivery_tag,
+            e.redelivered,
+            msg.exchange,
+            msg.routing_key,
+            pb,
+            body,
+        )
+
+    def _apply(self, e: Effect) -> None:
+        proto = self.proto
         match e:
             case SendContent(channel=ch, method=method, message=msg):
                 proto.send_content(ch, method, *amqp091_content(msg))
