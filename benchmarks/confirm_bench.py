@@ -9,7 +9,7 @@ channel, one plain queue on the default exchange, and reads of ``--batch`` publi
 with a ``message_id`` as the sink sets it, non-persistent) handed to ``data_received`` one read
 at a time. With ``--paged`` (the default) the broker pages past its in-memory head into a
 temporary directory, as a server with a data directory does, so a long run is a Spark sink's
-backlog. ``--no-runs`` turns the read path's publish runs off (``Inbound.publish_runs``):
+backlog. ``--no-runs`` turns the read path's publish runs off (``Amqp091Handlers.publish_runs``):
 every publish then goes the per-command way, so old and new can be alternated in one tree.
 Prints ``time.process_time()`` per message, the median of ``--rounds`` runs.
 
@@ -23,9 +23,11 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 from benchmarks.hotpath_bench import _connect, _server
 
+from ringmq.adapters.amqp091.connection import Amqp091Handlers
 from ringmq.amqp import spec
 from ringmq.amqp.frames import encode_content_frames, encode_method_frame
 from ringmq.amqp.properties import BasicProperties, encode_properties
@@ -51,7 +53,7 @@ def run_once(messages: int, size: int, batch: int, paged: bool, runs: bool) -> f
         broker, server = _server(tmp)
         if paged:
             broker.enable_paging(lambda _vh, q: DiskSpillStore(Path(tmp) / "spill" / q))
-        server.inbound.publish_runs = runs
+        cast("Amqp091Handlers", server.handlers.factories["amqp091"]).publish_runs = runs
         setup = encode_method_frame(1, spec.ConfirmSelect()) + encode_method_frame(
             1, spec.QueueDeclare(queue=_QUEUE)
         )

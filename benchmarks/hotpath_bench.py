@@ -3,11 +3,14 @@
 Theory of operation
 -------------------
 No sockets and no event loop: a ``BrokerServer`` is built around a fresh in-memory ``Broker``
-and two ``AMQPConnection`` objects (a producer and a consumer) are attached to fake transports
-that only count the bytes written. Everything the client would send is encoded up front (the
-handshake, one queue, a prefetch and a consumer, then publish batches), so the timed loop runs
-exactly the server's own code: ``data_received`` -> ``ServerConnection.receive_data`` ->
-``Broker.handle`` -> effects -> one write per connection per batch.
+with the AMQP 0-9-1 handler wired as ``ringmq.node`` wires it, and two of the server's
+connections of that protocol (``HandlerConnection``: a producer and a consumer) are attached
+to fake transports that only count the bytes written. Everything the client would send is
+encoded up front (the handshake, one queue, a prefetch and a consumer, then publish batches),
+so the timed loop runs exactly the server's own code: ``data_received`` -> the connection
+driver (``server.handlers.Handlers``) -> ``Amqp091Handler.receive_data`` ->
+``ServerConnection.receive_data`` -> ``Amqp091.handle`` -> effects -> ``Connections.apply``
+-> ``Amqp091Handler.apply`` -> one write per connection per batch.
 
 The loop mirrors benchmark scenario (a)/(b): the producer delivers ``--batch`` publishes per
 read; after each read the consumer acks (``multiple=true``) everything delivered so far once
@@ -33,20 +36,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ringmq.adapters.amqp091.connection import Amqp091Handlers
 from ringmq.amqp import spec
 from ringmq.amqp.frames import PROTOCOL_HEADER, encode_content_frames, encode_method_frame
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.broker import Broker
 from ringmq.server.configfile import FileConfig
+from ringmq.server.handlers import HandlerConnection
 from ringmq.server.runtime import BrokerServer, Core, ServerOptions
 from ringmq.server.setup import broker_config
-from ringmq.server.transport import AMQPConnection
 
 _QUEUE = "hotpath"
 
 
 class _Transport:
-    """Just enough of ``asyncio.Transport`` for ``AMQPConnection``: counts written bytes."""
+    """Just enough of ``asyncio.Transport`` for a connection: counts written bytes."""
 
     def __init__(self) -> None:
         self.written = 0
@@ -93,7 +97,9 @@ def _server(tmp: str) -> tuple[Broker, BrokerServer]:
     broker = Broker(broker_config(FileConfig()))
     core = Core(broker)
     server = BrokerServer(
-        ServerOptions(amqp_port=0, http_port=None, data_dir=Path(tmp)), lambda _emit, _now: core
+        ServerOptions(amqp_port=0, http_port=None, data_dir=Path(tmp)),
+        lambda _emit, _now: core,
+        handlers={"amqp091": Amqp091Handlers()},
     )
     server.attach(core)  # what `BrokerServer.start` builds around the broker, without sockets
     return broker, server
@@ -106,8 +112,10 @@ def _one_publish(size: int) -> bytes:
     return encode_content_frames(1, method, props, b"x" * size, 131072)
 
 
-def _connect(server: BrokerServer, conn_id: int, setup: bytes) -> tuple[AMQPConnection, _Transport]:
-    conn = AMQPConnection(server.inbound, conn_id)
+def _connect(
+    server: BrokerServer, conn_id: int, setup: bytes
+) -> tuple[HandlerConnection, _Transport]:
+    conn = HandlerConnection(server.handlers, conn_id, "amqp091", tls=False)
     transport = _Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(_handshake() + setup)

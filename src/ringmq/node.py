@@ -13,6 +13,11 @@ it; this module alone knows them all and puts them together:
   the store's one paging directory, whose disk health the memory monitor reads.
 * `management_app` is the server's `AppFactory`: the management ASGI app over the broker and a
   `ManagementRuntime`, management's `Runtime` port adapted from the server's own records.
+* `PROTOCOL_HANDLERS` is the one table of the protocols a node speaks: each protocol's key
+  ("amqp091", "amqp10", "stomp", "mqtt") and its adapter's `HandlerFactory` (the `Handler`
+  seam, `ringmq.adapters.handler`); `PROTOCOL_TICKS` their own periodic work. The server gets
+  the table and imports no codec and no adapter (an import-linter contract says so): adding a
+  protocol is an adapter plus a row here (and its listener's port in the options).
 * `server(options)` builds a `BrokerServer` from both; `BrokerThread` runs one on a thread
   (tests, embedding) and `run` in the foreground (`ringmq serve`).
 
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
+from ringmq.adapters.amqp091.connection import Amqp091Handlers
 from ringmq.adapters.amqp10.handler import Amqp10Options
 from ringmq.adapters.amqp10.handler import factory as amqp10_handler
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
@@ -117,27 +123,33 @@ def spill_directory(broker: Broker, directory: Path) -> SpillDirectory:
 
 
 PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {
+    "amqp091": Amqp091Handlers(),
     "amqp10": amqp10_handler(),
     "stomp": stomp_handler,
     "mqtt": mqtt_handler,
 }
-"""The adapter protocols a node serves beside AMQP 0-9-1, by key ("amqp10", "stomp", "mqtt"):
-each one's `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each
-(AMQP 1.0 shares the AMQP port). `protocol_handlers` builds them from a configuration file."""
+"""The protocols a node serves, by key ("amqp091", "amqp10", "stomp", "mqtt"): each one's
+`HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each (AMQP 0-9-1
+and 1.0 share the AMQP port, told apart by the protocol header). `protocol_handlers` builds
+them from a configuration file."""
 
 
 PROTOCOL_TICKS: dict[str, ProtocolTick] = {"mqtt": mqtt_tick}
 """The adapter protocols' own periodic work (`ProtocolTick`), by the same keys."""
 
 
-def protocol_handlers(config: FileConfig) -> dict[str, HandlerFactory]:
-    """`PROTOCOL_HANDLERS` with the settings of `config` (the `[amqp10]` anonymous login)."""
+def protocol_handlers(
+    config: FileConfig, amqp091: Amqp091 | None = None
+) -> dict[str, HandlerFactory]:
+    """`PROTOCOL_HANDLERS` with the settings of `config` (the `[amqp10]` anonymous login), each
+    a factory of its own (AMQP 0-9-1's serves through `amqp091` when given: a test double)."""
     spec = config.amqp10
     anonymous = (
         None if spec.anonymous_user is None else (spec.anonymous_user, spec.anonymous_password)
     )
     return {
         **PROTOCOL_HANDLERS,
+        "amqp091": Amqp091Handlers(amqp091),
         "amqp10": amqp10_handler(Amqp10Options(anonymous_login=anonymous)),
     }
 
@@ -231,23 +243,26 @@ def server(
             the server then runs no group commit and sets up no paging directory for it, and
             the file's declarations are not applied.
         amqp091: with `broker`, the AMQP 0-9-1 adapter to serve it through (a test double).
-        handlers: the adapter protocols to serve (default `protocol_handlers` of the options'
-            configuration).
+        handlers: the protocols to serve (default `protocol_handlers` of the options'
+            configuration); AMQP 0-9-1 is served unless `handlers` names "amqp091" itself.
     """
-    opener = open_core(options) if broker is None else _given(broker, amqp091)
+    opener = open_core(options) if broker is None else _given(broker)
+    wired = protocol_handlers(options.config, amqp091)
+    if handlers is not None:
+        wired = {"amqp091": wired["amqp091"], **handlers}
     return BrokerServer(
         options,
         opener,
         clock=clock,
         app_factory=management_app,
-        handlers=protocol_handlers(options.config) if handlers is None else handlers,
+        handlers=wired,
         ticks=PROTOCOL_TICKS,
     )
 
 
-def _given(broker: Broker, amqp091: Amqp091 | None) -> OpenCore:
+def _given(broker: Broker) -> OpenCore:
     def open_(emit: Emit, now_ms: int) -> Core:
-        return Core(broker, amqp091=amqp091)
+        return Core(broker)
 
     return open_
 

@@ -1,4 +1,4 @@
-"""The server's side of the adapter protocols (server/handlers.py), driven over real sockets with a
+"""The server's one connection driver (server/handlers.py), driven over real sockets with a
 toy line protocol: listeners per protocol, the AMQP port telling 0-9-1 from 1.0 by its header,
 admission, one write per batch, closes started by the server (operator, shutdown, a defect in a
 handler) and the core's cleanup when the socket goes away."""
@@ -302,5 +302,27 @@ def test_the_amqps_port_tells_them_apart_too(tmp_path: Path) -> None:
             assert [c.ssl for c in toys if c.port == b.port_of("stomp/ssl")] == [True]
         with pytest.raises(LookupError):
             b.port_of("mqtt/ssl")
+    finally:
+        b.stop()
+
+
+def test_the_table_wires_amqp_091_like_any_other_protocol(tmp_path: Path) -> None:
+    # AMQP 0-9-1 is a row of the composition root's table too: a handler wired under
+    # "amqp091" serves the AMQP port (the server has no 0-9-1 of its own to fall back on)
+    options = ServerOptions(
+        host="127.0.0.1", amqp_port=0, http_port=None, data_dir=tmp_path / "data"
+    )
+    b = BrokerThread(options, handlers={"amqp091": Toy})
+    b.start()
+    try:
+        s = _connect(b.port)
+        s.sendall(b"LOGIN guest guest\nECHO through the table\n")
+        assert [_line(s) for _ in range(2)] == [b"OK\n", b"through the table\n"]
+        (info,) = b.call(b.server.connections)
+        assert (info.protocol, info.user) == ("TOY 1.0", "guest")
+        s.sendall(b"BYE\n")
+        assert _eof(s) == b"BYE\n"
+        wait_until(lambda: bool(LOST))  # released through the handler, once
+        assert len(LOST) == 1
     finally:
         b.stop()

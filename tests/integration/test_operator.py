@@ -81,7 +81,7 @@ def test_config_file_ports_out_of_range_are_refused() -> None:
 def test_connection_open_and_close_are_logged_at_info(
     broker: BrokerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ringmq.server.inbound")
+    caplog.set_level(logging.INFO, logger="ringmq.server.handlers")
     params = pika.ConnectionParameters(
         broker.host, broker.port, client_properties={"connection_name": "orders-worker"}
     )

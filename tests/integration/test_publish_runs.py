@@ -1,5 +1,5 @@
 """Publish runs through a real socket: pika pipelines confirm publishes, the broker takes each
-read's run as one batch (server/inbound.py) and answers as it would one publish at a time.
+read's run as one batch (adapters/amqp091/runs.py) and answers as it would one publish at a time.
 
 pika's `SelectConnection` writes every `basic_publish` of one callback together, so the broker
 reads them in few reads: a coalesced ack (`multiple=true`) shows a run was taken (one publish

@@ -1,8 +1,10 @@
-"""What the server asks of a client connection in a protocol other than AMQP 0-9-1.
+"""What the server asks of a client connection, whatever its protocol: the `Handler` seam.
 
 Theory of operation: the server owns the socket; everything else about a connection of AMQP
-1.0, STOMP or MQTT is one `Handler`, sans-IO, made by that protocol's adapter for each accepted
-socket (`HandlerFactory`). The server drives it, all on the loop thread:
+0-9-1, AMQP 1.0, STOMP or MQTT is one `Handler`, sans-IO, made by that protocol's adapter for
+each accepted socket (`HandlerFactory`). The composition root hands the server one table of
+them by key (`ringmq.node.PROTOCOL_HANDLERS`); the server imports no codec and no adapter, only
+this module. One driver (`server/handlers.py`) runs every protocol, all on the loop thread:
 
     socket bytes -> Handler.receive_data(data, now_ms) -> core calls -> effects (any connection)
     -> the server applies them: an effect for a Handler connection -> Handler.apply(effect)
@@ -16,11 +18,17 @@ socket (`HandlerFactory`). The server drives it, all on the loop thread:
   handler's own protocol replies are queued in its output directly, or come back through
   `apply` when they are core effects for this connection (its deliveries, confirms, ...): the
   server applies a call's effects in order, so replies and deliveries keep their order as long
-  as the handler queues its direct replies before returning.
+  as the handler queues its direct replies before returning. A handler whose own replies
+  interleave with core effects within one read (AMQP 0-9-1: a channel error after a publish
+  that delivered) hands each call's effects to `HandlerContext.emit` as it goes instead, which
+  applies them at once, and returns what is left (nothing).
 * After each read batch the server calls `Broker.dispatch_pending(now_ms)` and applies what it
-  returns (the server sets `defer_dispatch`, so a plain publish's dispatch waits for it).
+  returns (the server sets `defer_dispatch`, so a plain publish's dispatch waits for it), then
+  pauses the publishers publisher flow asked for. A handler `closed` after a read is closed and
+  released at once, before that dispatch (its output is written first).
 * `tick` runs from the server's periodic sweep (twice a second): heartbeats and keep-alive,
-  idle timeouts, anything the protocol times out.
+  idle timeouts, anything the protocol times out. A peer gone silent is dropped with
+  `Socket.abort()` (no flush: its buffer may never drain); the server then releases it.
 * `close` is a close the server starts (shutdown, an operator, a bug on this connection): queue
   the protocol's close or error frame. `closed` turns true once the handler wants the socket
   closed (after its close handshake, or at once for protocols without one): the server writes
@@ -38,12 +46,19 @@ socket (`HandlerFactory`). The server drives it, all on the loop thread:
   link credit) may do so in `apply`.
 
 Logins go through `HandlerContext.login`, which applies the shared failed-login throttle
-(`core.throttle.LoginGuard`, also used by AMQP 0-9-1 and the management API).
+(`core.throttle.LoginGuard`, also used by the management API) and refuses a throttled address
+at once. AMQP 0-9-1 delays the check instead (RabbitMQ's behaviour): it asks the guard itself
+(`HandlerContext.login_guard`) and resumes the handshake through `HandlerContext.later`.
+
+The rest of the context is for what only some protocols need: `socket` (whether the server
+paused reading, for heartbeat judgement; `abort`), `check_in_flight` (a large body announced:
+the memory monitor measures now), and the optional `InFlight.content_in_flight` a handler may
+have (the declared sizes of contents being received, counted toward the memory watermark).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -69,6 +84,11 @@ class Peer:
     def address(self) -> str:
         """The client's "host:port" (what the core records as the connection's peer)."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: "peer_host:peer_port -> local_host:local_port"."""
+        return f"{self.host}:{self.port} -> {self.local_host}:{self.local_port}"
 
     @property
     def loopback(self) -> bool:
@@ -142,6 +162,51 @@ class Handler(Protocol):
         """The connection as management shows it."""
 
 
+class Socket(Protocol):
+    """What a handler sees of its socket (the server's connection object)."""
+
+    @property
+    def reading_paused(self) -> bool:
+        """The server stopped reading (a `Block`, publisher flow): the peer's bytes wait."""
+
+    @property
+    def read_resumed_mono(self) -> float:
+        """When reading last resumed (monotonic seconds)."""
+
+    def abort(self) -> None:
+        """Drop the socket without flushing (a dead peer); the server then releases it."""
+
+
+class InFlight(Protocol):
+    """What a handler may also have: contents being received, for the memory watermark."""
+
+    def content_in_flight(self, paused: bool) -> int:
+        """Body bytes of the contents being received: the declared sizes while the socket is
+        read, only the bytes received so far while it is `paused` (no more arrive until it
+        reads again, so an alarm raised by declared sizes alone cannot hold its own cause)."""
+
+
+Emit = Callable[[Iterable[Effect]], None]
+"""`emit(effects)`: apply core effects now, in order (the server's `Connections.apply`)."""
+
+Later = Callable[[int, Callable[[int], None]], None]
+"""`later(delay_ms, fn)`: run `fn(now_ms)` on the loop thread after `delay_ms`, as a read of this
+connection (what it emits is applied, the dispatch runs, its output is written), unless the
+connection is gone by then."""
+
+
+def _no_emit(effects: Iterable[Effect]) -> None:
+    raise RuntimeError("this handler's context has no emit (a server wires it)")
+
+
+def _no_later(delay_ms: int, fn: Callable[[int], None]) -> None:
+    raise RuntimeError("this handler's context has no timer (a server wires it)")
+
+
+def _nothing() -> None:
+    pass
+
+
 Login = Callable[[str, str, str, int], str]
 """`login(mechanism, user, password, now_ms) -> user`: checks credentials through the shared
 throttle; raises `BrokerError(ACCESS_REFUSED)` for bad credentials, a loopback-only user from
@@ -160,6 +225,16 @@ class HandlerContext:
     login: Login
     node: str = "ringmq@localhost"
     """The node name (AMQP 1.0 container id, STOMP `server` header)."""
+    emit: Emit = _no_emit
+    """Applies effects at once, in order (see the module docstring)."""
+    later: Later = _no_later
+    """A timer of this connection (AMQP 0-9-1's delayed login)."""
+    socket: Socket | None = None
+    """The socket, once the server accepted it."""
+    login_guard: LoginGuard | None = None
+    """The shared failed-login throttle itself (for a protocol that delays, not refuses)."""
+    check_in_flight: Callable[[], None] = _nothing
+    """Asks the memory monitor to measure now (a large body was announced)."""
 
 
 HandlerFactory = Callable[[HandlerContext], Handler]

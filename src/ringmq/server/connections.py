@@ -10,11 +10,12 @@ re-arms the broker's deadline timer. So a publish fanned out to 100 consumers on
 costs 20 writes, not 100. Batches nest (`batch()`, or `depth` on the read path); only the
 outermost one flushes.
 
-Connections of every protocol share the table. An AMQP 0-9-1 connection's effects become frames
-here, through the 0-9-1 adapter; the connection of an adapter protocol (AMQP 1.0, STOMP, MQTT:
-`ClientConnection.handler` set) gets each effect through its `Handler.apply`, after the server's
-own part (`Block`/`Unblock` pause and resume reading, `CloseConnection` closes). A handler that
-has finished (`Handler.closed`) has its socket closed once its output is written.
+Connections of every protocol share the table, and every connection is driven by its
+protocol's `Handler` (`ClientConnection.handler`): each effect goes to its `Handler.apply`,
+which queues that protocol's frames (AMQP 0-9-1 included: the 0-9-1 adapter turns core effects
+into 0-9-1 frames), after the server's own part (`Block`/`Unblock` pause and resume reading,
+`CloseConnection` closes instead). A handler that has finished (`Handler.closed`) has its
+socket closed once its output is written. This module imports no codec and no adapter.
 
 Owns: the table of live connections (`table`, conn_id -> ClientConnection), the dirty set, the
 batch depth, whether the server is stopping (`stopped`, `drained`), admission (`admit`) and the
@@ -29,32 +30,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Final
 
-from ringmq.adapters.amqp091 import frame_of, reply_code
 from ringmq.adapters.handler import Handler
-from ringmq.amqp.reply_codes import ReplyCode
-from ringmq.core.effects import (
-    Block,
-    CancelConsumer,
-    CloseConnection,
-    Confirm,
-    Deliver,
-    DeliverReply,
-    Drained,
-    Effect,
-    Return,
-    SendContent,
-    SendMethod,
-    Unblock,
-)
+from ringmq.core.effects import Block, CloseConnection, Effect, Unblock
 from ringmq.core.errors import Condition
-from ringmq.core.message import amqp091_content
 from ringmq.core.throttle import LogLimiter
 from ringmq.server.clock import Clock
 from ringmq.server.configspec import LimitsSpec
 from ringmq.server.flow import PublisherFlow
-from ringmq.server.transport import AMQPConnection, ClientConnection
+from ringmq.server.transport import ClientConnection
 
 if TYPE_CHECKING:
     from ringmq.server.commit import GroupCommit
@@ -64,6 +49,12 @@ log = logging.getLogger(__name__)
 
 def _nothing() -> None:
     pass
+
+
+# The effects the server acts on itself before (or, for a close, instead of) the handler.
+_BLOCK: Final = Block
+_UNBLOCK: Final = Unblock
+_CLOSE: Final = CloseConnection
 
 
 class Connections:
@@ -118,85 +109,41 @@ class Connections:
         dirty = self.dirty
         last_id = -1
         c: ClientConnection | None = None
-        a: AMQPConnection | None = None  # c, when it speaks AMQP 0-9-1
-        h: Handler | None = None  # c's handler, when it speaks another protocol
+        h: Handler | None = None
+        put: Callable[[Effect], None] = _ignore
         for e in effects:
             if e.conn_id != last_id:  # runs of effects for one connection look it up once
                 last_id = e.conn_id
                 c = conns.get(last_id)
-                a = h = None
+                h = None
                 if c is not None:
                     dirty.add(c)
-                    if type(c) is AMQPConnection:
-                        a = c
-                    else:
-                        h = c.handler
-            if c is None or c.closing:
+                    h = c.handler
+                    if h is not None:
+                        put = h.apply
+            if h is None or c is None or c.closing:
                 continue  # the target went away meanwhile; the broker learns it separately
-            if a is None:
-                if h is not None:
-                    self._to_handler(c, h, e)
-                continue
-            if type(e) is Deliver:
-                # hot path: pre-encoded deliver header, no generic method encoding
-                msg = e.message
-                pb, body = msg.properties_bin, msg.body
-                if msg.form:  # another protocol's message: its 0-9-1 content, made once
-                    pb, body = amqp091_content(msg)
-                a.proto.send_deliver(
-                    e.channel,
-                    e.consumer_tag,
-                    e.delivery_tag,
-                    e.redelivered,
-                    msg.exchange,
-                    msg.routing_key,
-                    pb,
-                    body,
-                )
-                continue
-            match e:
-                case SendContent(channel=ch, method=method, message=msg):
-                    a.proto.send_content(ch, method, *amqp091_content(msg))
-                case Deliver():
-                    raise AssertionError("handled above")
-                case SendMethod(channel=ch, method=method):
-                    a.proto.send_method(ch, method)
-                case Confirm() | Return() | CancelConsumer() | DeliverReply():
-                    # the core's neutral effects, as this connection's protocol frames
-                    frame = frame_of(e)
-                    if type(frame) is SendMethod:
-                        a.proto.send_method(frame.channel, frame.method)
-                    elif type(frame) is SendContent:
-                        a.proto.send_content(
-                            frame.channel, frame.method, *amqp091_content(frame.message)
-                        )
-                case Drained():
-                    pass  # link credit is AMQP 1.0's: no 0-9-1 consumer has any to give back
-                case CloseConnection(condition=condition, text=text):
-                    self.close(c, condition, text)
-                case Block(reason=reason):
-                    a.proto.send_blocked(reason)
-                    self._block(c, reason)
-                case Unblock():
-                    a.proto.send_unblocked()
-                    self._unblock(c)
-                case _:
-                    assert_never(e)
-            dirty.add(c)
+            t = type(e)
+            if t is _BLOCK or t is _UNBLOCK or t is _CLOSE:
+                if not self._server_part(c, e):
+                    continue
+                dirty.add(c)
+            put(e)
 
-    def _to_handler(self, c: ClientConnection, h: Handler, e: Effect) -> None:
-        # An effect for an adapter protocol's connection: the server's part, then the handler's.
+    def _server_part(self, c: ClientConnection, e: Effect) -> bool:
+        # The server's part of an effect; False when the handler is not to see it (a close:
+        # the server asks the handler to close instead).
         match e:
             case CloseConnection(condition=condition, text=text):
                 self.close(c, condition, text)
-                return
+                return False
             case Block(reason=reason):
                 self._block(c, reason)
             case Unblock():
                 self._unblock(c)
             case _:
                 pass
-        h.apply(e)
+        return True
 
     def _block(self, c: ClientConnection, reason: str) -> None:
         c.blocked_reason = reason
@@ -236,15 +183,12 @@ class Connections:
         self.after_flush()
 
     def close(self, c: ClientConnection, condition: Condition, text: str) -> None:
-        """Server-initiated close (AMQP 0-9-1 Connection.Close with the condition's reply code;
-        the handler's own close otherwise); `text` is the explanation."""
+        """Server-initiated close: the handler's close in its protocol's terms (AMQP 0-9-1:
+        Connection.Close with the condition's reply code); `text` is the explanation."""
         if c.closing:
             return
         self.flow.release(c)  # read its Close-Ok
-        if type(c) is AMQPConnection:
-            code = reply_code(condition)
-            c.proto.close(code, _explanation(code, text))
-        elif c.handler is not None:
+        if c.handler is not None:
             c.handler.close(condition, text)
         if c.closing_since is None:
             c.closing_since = self.clock.monotonic()
@@ -276,13 +220,11 @@ class Connections:
         own cause blocked forever.
         """
         return sum(
-            c.proto.content_received if c.reading_paused else c.proto.content_in_flight
+            f.content_in_flight(c.reading_paused)
             for c in self.table.values()
-            if type(c) is AMQPConnection
+            if (f := c.in_flight) is not None
         )
 
 
-def _explanation(code: int, text: str) -> str:
-    # effects may carry a full RabbitMQ reply text; the protocol adds the "CODE_NAME - " prefix
-    prefix = f"{ReplyCode(code).name} - "
-    return text[len(prefix) :] if text.startswith(prefix) else text
+def _ignore(e: Effect) -> None:
+    pass

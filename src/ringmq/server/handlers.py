@@ -1,21 +1,28 @@
-"""Connections of the adapter protocols (AMQP 1.0, STOMP, MQTT): sockets driving a `Handler`.
+"""The one connection driver: a socket of any protocol driving that protocol's `Handler`.
 
-Theory of operation: every protocol other than AMQP 0-9-1 is a sans-IO `Handler`
-(`ringmq.adapters.handler`) made by that protocol's adapter for each accepted socket. This
-module is the server's side of that contract, as `server/inbound.py` is for AMQP 0-9-1:
+Theory of operation: every protocol (AMQP 0-9-1, AMQP 1.0, STOMP, MQTT) is a sans-IO `Handler`
+(`ringmq.adapters.handler`) made by that protocol's adapter for each accepted socket, from the
+table of `HandlerFactory`s the composition root hands the server (`ringmq.node`). This module
+is the server's side of that contract and imports no codec and no adapter:
 
-* `HandlerConnection` is the asyncio protocol of one such socket; it holds its `Handler`
-  (built in `connection_made`, once both ends of the socket are known).
+* `HandlerConnection` is the asyncio protocol of one socket; it holds its `Handler` (built in
+  `connection_made`, once both ends of the socket are known).
 * `Handlers` owns what the server does for them: admission (the shared `Connections.admit`),
-  building each handler from its protocol's `HandlerFactory` and a `HandlerContext`, feeding it
-  the bytes read (`receive_data` -> effects -> `Connections.apply`, then the broker's
-  `dispatch_pending` for the read, then one flush), the periodic `tick` (from `server/timers.py`),
+  building each handler from its protocol's `HandlerFactory` and a `HandlerContext` (its
+  `emit` is `Connections.apply`, its `later` a loop timer run as a read, its `socket` the
+  connection itself), feeding it the bytes read, the periodic `tick` (from `server/timers.py`),
   and the end of a connection (`Handler.connection_lost` once, for a connection that was ever
   opened).
+* One read: `receive_data` -> its effects to `Connections.apply` (a handler may have emitted
+  some already, in order with its own output); a handler that opened is logged, one that
+  `closed` is flushed, closed and released at once; then the broker's `dispatch_pending` for
+  the read (the driver sets `defer_dispatch`: a plain publish's dispatch waits for it), then
+  publisher flow pauses the publishers it asked for (server/flow.py), then one flush. The batch
+  of `Connections` is written out by hand on this path: it runs once per socket read.
 * `AmqpPortSniffer` serves the AMQP port: it reads the 8-byte protocol header and hands the
-  socket (with those bytes) to an AMQP 0-9-1 connection, or to an AMQP 1.0 handler for
-  `AMQP 0 1 0 0` / `AMQP 3 1 0 0` (SASL), by `transport.set_protocol`. Any other header goes to
-  the 0-9-1 machine, which answers it with the 0-9-1 header and closes, as before.
+  socket (with those bytes) to the "amqp10" handler's connection for `AMQP 0 1 0 0` /
+  `AMQP 3 1 0 0` (SASL), by `transport.set_protocol`, and to the "amqp091" one otherwise (any
+  other header goes to the 0-9-1 machine, which answers it with the 0-9-1 header and closes).
 
 Errors: an exception escaping a handler is a defect: logged with its traceback, the handler is
 told `close(INTERNAL_ERROR)`, its socket closed and its core state released; the broker keeps
@@ -25,10 +32,11 @@ serving every other connection. Owned by the loop thread; no locks.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ringmq.adapters.handler import (
     HandlerContext,
@@ -47,18 +55,19 @@ from ringmq.server.transport import ClientConnection
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
+    from ringmq.server.memory import MemoryMonitor
 
 log = logging.getLogger(__name__)
 
 AMQP10_HEADERS: Final = (b"AMQP\x00\x01\x00\x00", b"AMQP\x03\x01\x00\x00")
 """The protocol headers of AMQP 1.0 (plain, and SASL first)."""
 
-PROTOCOL_NAMES: Final = {"amqp10": "AMQP 1.0", "stomp": "STOMP", "mqtt": "MQTT"}
-"""How logs name each adapter protocol."""
+PROTOCOL_NAMES: Final = {"amqp091": "AMQP", "amqp10": "AMQP 1.0", "stomp": "STOMP", "mqtt": "MQTT"}
+"""How logs (and the failed-login log) name each protocol."""
 
 
 class HandlerConnection(ClientConnection):
-    """One socket of an adapter protocol (see the module docstring)."""
+    """One client socket (see the module docstring)."""
 
     owner: Handlers
 
@@ -66,7 +75,7 @@ class HandlerConnection(ClientConnection):
         super().__init__(conn_id, tls=tls)
         self.owner = owner
         self.protocol = protocol
-        """The adapter protocol's key ("amqp10", "stomp", "mqtt")."""
+        """The protocol's key in the table ("amqp091", "amqp10", "stomp", "mqtt")."""
 
     def output(self) -> bytes:
         h = self.handler
@@ -74,17 +83,16 @@ class HandlerConnection(ClientConnection):
 
 
 class Handlers:
-    """The server's side of the adapter protocols' connections (see the module docstring).
+    """The server's side of every connection (see the module docstring).
 
     Args:
         broker: the core broker.
-        factories: each wired adapter protocol's `HandlerFactory`, by key.
+        factories: each wired protocol's `HandlerFactory`, by key.
         clock: the server's clock.
         limits: the connection limits of the configuration.
         conns: the live connections and their output.
         flow: publisher flow.
         login_guard: failed logins per source address.
-        ids: connection ids (shared with AMQP 0-9-1 connections).
         node: the node name.
     """
 
@@ -97,7 +105,6 @@ class Handlers:
         conns: Connections,
         flow: PublisherFlow,
         login_guard: LoginGuard,
-        ids: Iterator[int],
         node: str,
     ) -> None:
         self.broker = broker
@@ -106,7 +113,8 @@ class Handlers:
         self.conns = conns
         self.flow = flow
         self.login_guard = login_guard
-        self.ids = ids
+        self.ids: Iterator[int] = itertools.count(1)
+        """Connection ids (the core's `conn_id`s)."""
         self.node = node
         self.limits = limits
         self.handler_limits = HandlerLimits(
@@ -115,6 +123,13 @@ class Handlers:
             channel_max=limits.channel_max,
             heartbeat_s=limits.heartbeat_s,
         )
+        self.memory: MemoryMonitor | None = None
+        """The memory monitor, once the server started it (large bodies are measured at once)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """Set by the server once it runs (handlers' timers need it)."""
+        # one dispatch per read batch, bound once: the read path calls it per read
+        broker.defer_dispatch = True
+        self._dispatch_pending = broker.dispatch_pending
 
     def protocol_factory(self, protocol: str, *, tls: bool) -> Callable[[], asyncio.Protocol]:
         """What a listener of `protocol` calls for each accepted socket."""
@@ -144,35 +159,82 @@ class Handlers:
                 self.broker, self.login_guard, peer, PROTOCOL_NAMES.get(c.protocol, c.protocol)
             ),
             node=self.node,
+            emit=self.conns.apply,
+            later=lambda delay_ms, fn: self._later(c, delay_ms, fn),
+            socket=c,
+            login_guard=self.login_guard,
+            check_in_flight=self._check_in_flight,
         )
         try:
-            c.handler = self.factories[c.protocol](context)
+            h = c.handler = self.factories[c.protocol](context)
         except Exception:
             log.exception("could not start a %s connection from %s", c.protocol, c.name)
             self.conns.remove(c)
             c.abort()
+            return
+        c.in_flight = h if hasattr(h, "content_in_flight") else None  # type: ignore[assignment]
 
     def data_received(self, c: HandlerConnection, data: bytes) -> None:
         h = c.handler
         if h is None:
             return
+        # `Connections.batch()` written out: this runs once per socket read, the generator
+        # costs show.
         conns = self.conns
-        with conns.batch():
-            try:
-                now = self._now_ms()
-                effects = h.receive_data(data, now)
-                if h.opened:
-                    c.opened = True
-                if effects:
-                    conns.apply(effects)
-                if self.flow.requests:
-                    self.flow.pause()
-                effects = self.broker.dispatch_pending(now)
-                if effects:
-                    conns.apply(effects)
-                conns.dirty.add(c)
-            except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
-                self.internal_error(c)
+        conns.depth += 1
+        try:
+            now = self.clock.wall_ms()
+            effects = h.receive_data(data, now)
+            if effects:
+                conns.apply(effects)
+            self._after_read(c, now)
+        except Exception:  # noqa: BLE001 - a bug must cost one connection, not the broker
+            self.internal_error(c)
+        finally:
+            conns.depth -= 1
+            if conns.depth == 0:
+                conns.flush()
+
+    def _after_read(self, c: HandlerConnection, now: int) -> None:
+        # What follows every read of `c` (and a handler's timer, which runs as one): see the
+        # module docstring for the order.
+        h = c.handler
+        assert h is not None
+        if h.opened and not c.opened:
+            c.opened = True
+            _log_connection("opened", c)
+        if h.closed and not c.closing:
+            c.close_transport()  # its output first
+            self.forget(c)
+        effects = self._dispatch_pending(now)
+        if effects:
+            self.conns.apply(effects)
+        if self.flow.requests:
+            self.flow.pause()
+        if not c.closing:
+            self.conns.dirty.add(c)
+
+    def _later(self, c: HandlerConnection, delay_ms: int, fn: Callable[[int], None]) -> None:
+        # `HandlerContext.later`: `fn` runs as a read of `c`, unless `c` is gone by then
+        if self.loop is None:
+            raise RuntimeError("the server is not running: no timers")
+
+        def fire() -> None:
+            if c.closing or self.conns.table.get(c.conn_id) is not c:
+                return  # the client gave up meanwhile
+            with self.conns.batch():
+                try:
+                    now = self._now_ms()
+                    fn(now)
+                    self._after_read(c, now)
+                except Exception:  # noqa: BLE001 - see data_received
+                    self.internal_error(c)
+
+        self.loop.call_later(delay_ms / 1000, fire)
+
+    def _check_in_flight(self) -> None:
+        if self.memory is not None:
+            self.memory.check_in_flight()
 
     def connection_lost(self, c: HandlerConnection, exc: Exception | None) -> None:
         if exc is not None:
@@ -199,6 +261,9 @@ class Handlers:
         effects = h.tick(self._now_ms(), mono_ms)
         if effects:
             self.conns.apply(effects)
+        if c.closing:  # the handler dropped a silent peer (`Socket.abort`)
+            self.forget(c)
+            return
         self.conns.dirty.add(c)
 
     # -- the end of a connection -------------------------------------------------------------------
@@ -211,14 +276,7 @@ class Handlers:
         if h is None or not c.opened:
             return
         c.opened = False
-        info = h.info()
-        log.info(
-            "connection closed: %s, protocol %s, user %r, vhost %r",
-            c.name,
-            info.protocol,
-            info.user,
-            info.vhost,
-        )
+        _log_connection("closed", c)
         try:
             self.conns.apply(h.connection_lost(self._now_ms()))
         except Exception:
@@ -236,12 +294,35 @@ class Handlers:
         self.forget(c)
 
 
+def _log_connection(what: str, c: ClientConnection) -> None:
+    h = c.handler
+    assert h is not None
+    info = h.info()
+    log.info(
+        "connection %s: %s, protocol %s, user %r, vhost %r, name %r",
+        what,
+        c.name,
+        info.protocol,
+        info.user,
+        info.vhost,
+        _client_name(info.client_properties),
+    )
+
+
+def _client_name(props: dict[str, Any]) -> str | None:
+    # the client-provided connection name (pika's client_properties["connection_name"])
+    name = props.get("connection_name")
+    if isinstance(name, bytes):
+        return name.decode(errors="replace")
+    return name if isinstance(name, str) else None
+
+
 class AmqpPortSniffer(asyncio.Protocol):
     """The first bytes of an AMQP port's connection: which AMQP it speaks.
 
     Args:
-        amqp091: makes the AMQP 0-9-1 connection protocol.
-        amqp10: makes the AMQP 1.0 one.
+        amqp091: makes the connection of the "amqp091" handler.
+        amqp10: makes the connection of the "amqp10" one.
         timeout_s: a client that has not sent its protocol header by then is disconnected (the
             handshake timeout; the connection is in no table yet).
     """

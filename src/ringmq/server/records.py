@@ -3,7 +3,7 @@ records of `ringmq.status` (`BrokerServer.connections`)."""
 
 from __future__ import annotations
 
-from ringmq.server.transport import AMQPConnection, ClientConnection
+from ringmq.server.transport import ClientConnection
 from ringmq.status import ConnectionInfo
 
 
@@ -31,16 +31,7 @@ def connection_info(c: ClientConnection, flow_held: bool) -> ConnectionInfo:
         send_oct=c.send_oct,
         ssl=c.tls,
     )
-    if type(c) is AMQPConnection:
-        info.user = c.user
-        info.vhost = c.vhost
-        info.channels = c.channels
-        info.client_properties = c.client_properties
-        info.heartbeat_s = c.proto.heartbeat_s
-        info.frame_max = c.proto.frame_max
-        info.channel_max = c.proto.channel_max
-        info.auth_mechanism = c.auth_mechanism
-    elif c.handler is not None:
+    if c.handler is not None:
         h = c.handler.info()
         info.protocol = h.protocol
         info.user = h.user

@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.errors import BrokerError
 from ringmq.server.configfile import load_config
 from ringmq.server.configspec import ConfigError, FileConfig
@@ -89,7 +88,7 @@ class ConfigReload:
         with self.conns.batch():
             try:
                 reload_settings(self.broker, new, self.conns.clock.wall_ms())
-            except (AMQPError, BrokerError, ValueError) as exc:
+            except (BrokerError, ValueError) as exc:
                 # e.g. a queue redeclared with other arguments (406): what came before stays
                 log.error("configuration reload stopped: %s", exc)
                 return False

@@ -11,9 +11,9 @@ the management app, if any. `server/` imports nothing of `management/`.
 
 Around the core, `attach` builds the server's parts, each in its own module and each owning one
 thing: `Connections` (the table, effects applied to connections, one write per batch),
-`Inbound` (protocol events to the broker's AMQP 0-9-1 calls, the only place that makes them),
-`Handlers` (the connections of the adapter protocols, AMQP 1.0, STOMP and MQTT, each a sans-IO
-`Handler` built by the adapter's factory that the composition root wires in `handlers`),
+`Handlers` (the one connection driver: every protocol's connection, AMQP 0-9-1, AMQP 1.0, STOMP
+and MQTT, is a sans-IO `Handler` built by its adapter's factory, from the table the composition
+root hands over in `handlers`; `server/` imports no codec and no adapter),
 `PublisherFlow` (pausing publishers that outrun their consumers), `Timers` (the broker's
 deadline; heartbeats and timeouts), `ConfigReload` (the config file's refresh), `GroupCommit`
 (the store's group fsync, server/commit.py) and `MemoryMonitor` (memory and disk alarms,
@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 import uvicorn
 
-from ringmq.adapters.amqp091 import Amqp091
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.core.effects import Effect
 from ringmq.core.errors import Condition
@@ -55,7 +54,6 @@ from ringmq.server.datadir import DataDirLock
 from ringmq.server.flow import PublisherFlow
 from ringmq.server.handlers import AmqpPortSniffer, Handlers
 from ringmq.server.httpserve import ASGIApp, uvicorn_config
-from ringmq.server.inbound import Inbound
 from ringmq.server.listener import (
     Listener,
     bind_http_socket,
@@ -123,8 +121,6 @@ class Core:
     broker: Broker
     store: FileStore | None = None
     spill: SpillDirectory | None = None
-    amqp091: Amqp091 | None = None
-    """The AMQP 0-9-1 adapter over `broker` (None: the server makes one)."""
 
 
 Emit: TypeAlias = Callable[[list[Effect]], None]
@@ -145,16 +141,16 @@ class BrokerServer:
         open_core: builds the core once the data directory is locked (see `OpenCore`).
         clock: the time source (tests pass a `FakeClock`).
         app_factory: builds the management app; None: no management server.
-        handlers: the adapter protocols wired in, by key ("amqp10", "stomp", "mqtt"): each one's
-            `HandlerFactory`. A protocol missing here gets no listener (AMQP 1.0: the AMQP port
-            serves 0-9-1 alone).
+        handlers: the protocols wired in, by key ("amqp091", "amqp10", "stomp", "mqtt"): each
+            one's `HandlerFactory` (the composition root's table, `ringmq.node`). A protocol
+            missing here gets no listener (the AMQP port serves whichever of "amqp091" and
+            "amqp10" are wired, told apart by the protocol header).
         ticks: the protocols' own periodic work, by the same keys (`ProtocolTick`).
     """
 
     broker: Broker
     """The core broker (set by `attach`, at `start()`)."""
     conns: Connections
-    inbound: Inbound
     handlers: Handlers
     flow: PublisherFlow
     timers: Timers
@@ -205,10 +201,6 @@ class BrokerServer:
         self.flow = PublisherFlow(broker, self.clock, table)
         self.conns = Connections(self.clock, self.flow, table)
         limits = self.options.config.limits
-        amqp091 = core.amqp091 if core.amqp091 is not None else Amqp091(broker)
-        self.inbound = Inbound(
-            broker, amqp091, self.clock, limits, self.conns, self.flow, self.login_guard
-        )
         self.handlers = Handlers(
             broker,
             self.handler_factories,
@@ -217,7 +209,6 @@ class BrokerServer:
             self.conns,
             self.flow,
             self.login_guard,
-            self.inbound.ids,
             self.options.node,
         )
         self.timers = Timers(
@@ -225,7 +216,6 @@ class BrokerServer:
             self.clock,
             limits,
             self.conns,
-            self.inbound,
             self.handlers,
             self._listeners,
             self.login_guard,
@@ -314,7 +304,7 @@ class BrokerServer:
             )
         self.conns.commit = self.commit
         self.flow.loop = loop
-        self.inbound.loop = loop
+        self.handlers.loop = loop
         self._start_memory_monitor(loop, core.spill)
 
         if amqp_pre is not None:
@@ -382,11 +372,15 @@ class BrokerServer:
             log.info("%s/SSL listening on %s:%d", key.upper(), lst.host, lst.port)
 
     def _amqp_factory(self, *, tls: bool) -> Callable[[], asyncio.Protocol]:
-        # The AMQP port's connections: 0-9-1 alone, or told from 1.0 by the protocol header
-        amqp091 = self.inbound.protocol_factory(tls=tls)
-        if "amqp10" not in self.handler_factories:
-            return amqp091
-        amqp10 = self.handlers.protocol_factory("amqp10", tls=tls)
+        # The AMQP port's connections: 0-9-1 or 1.0 alone, or told apart by the protocol header
+        wired = self.handler_factories
+        amqp091 = self.handlers.protocol_factory("amqp091", tls=tls) if "amqp091" in wired else None
+        amqp10 = self.handlers.protocol_factory("amqp10", tls=tls) if "amqp10" in wired else None
+        if amqp10 is None or amqp091 is None:
+            one = amqp091 or amqp10
+            if one is None:
+                raise LookupError("no AMQP protocol wired for the AMQP port")
+            return one
         timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
 
         def make() -> asyncio.Protocol:
@@ -483,7 +477,7 @@ class BrokerServer:
             paging_health=spill.health if spill is not None else None,
             in_flight=self.conns.content_in_flight,
         )
-        self.inbound.memory = self.memory
+        self.handlers.memory = self.memory
         self.memory.start(loop)
         log.info(
             "memory high watermark %d bytes, free disk limit %d bytes, queue head %d / %d bytes",

@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.errors import BrokerError
 from ringmq.server.configspec import ConfigError
 from ringmq.server.loop import new_event_loop, tune_gc
@@ -101,7 +100,7 @@ def run_server(server: BrokerServer) -> int:
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(server.serve_forever(install_signals=True))
-    except (ConfigError, OSError, AMQPError, BrokerError, ValueError) as exc:
+    except (ConfigError, OSError, BrokerError, ValueError) as exc:
         # bad TLS files, a port in use, a declaration the core refuses, an invalid policy
         log.error("cannot start: %s", exc)
         return 1

@@ -8,11 +8,12 @@ missed heartbeats (2 intervals, as RabbitMQ), the 10 s handshake timeout, client
 answer our Connection.Close, the rate-limited logs of refused connections and failed logins, and
 the group commit's periodic fsync.
 
-The connections of the adapter protocols (AMQP 1.0, STOMP, MQTT) share the handshake timeout and
-the close timeout; their heartbeats and keep-alive are their handler's (`Handlers.tick`).
+Every connection, whatever its protocol, shares the handshake timeout and the close timeout;
+heartbeats and keep-alive are its handler's (`Handlers.tick`: AMQP 0-9-1's heartbeats are the
+0-9-1 adapter's).
 
-Owns the two timer handles; reads the connections' table and closes through `Inbound` or
-`Handlers` (the broker learns of a dropped connection there). Owned by the loop thread.
+Owns the two timer handles; reads the connections' table and closes through `Handlers` (the
+broker learns of a dropped connection there). Owned by the loop thread.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from ringmq.server.clock import Clock
 from ringmq.server.configspec import LimitsSpec
 from ringmq.server.connections import Connections
 from ringmq.server.handlers import Handlers
-from ringmq.server.inbound import Inbound
 from ringmq.server.listener import Listener
-from ringmq.server.transport import AMQPConnection, ClientConnection
+from ringmq.server.transport import ClientConnection
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
@@ -62,8 +62,7 @@ class Timers:
         clock: the server's clock.
         limits: the connection limits (heartbeat, handshake timeout).
         conns: the live connections.
-        inbound: drops AMQP 0-9-1 connections (and tells the broker).
-        handlers: the other protocols' connections (their sweep, and dropping them).
+        handlers: the connections' driver (their sweep, and dropping them).
         listeners: the server's listeners (their refusal logs are flushed by the sweep).
         login_guard: failed logins per address (its log is flushed by the sweep).
         protocol_ticks: the adapter protocols' own periodic work (run by each sweep).
@@ -75,7 +74,6 @@ class Timers:
         clock: Clock,
         limits: LimitsSpec,
         conns: Connections,
-        inbound: Inbound,
         handlers: Handlers,
         listeners: Sequence[Listener],
         login_guard: LoginGuard,
@@ -85,7 +83,6 @@ class Timers:
         self.clock = clock
         self.limits = limits
         self.conns = conns
-        self.inbound = inbound
         self.handlers = handlers
         self.listeners = listeners
         self.login_guard = login_guard
@@ -138,25 +135,8 @@ class Timers:
                 log.exception("broker tick failed")
 
     def forget(self, c: ClientConnection) -> None:
-        """`c` is gone: drop it through the owner of its protocol (inside a batch)."""
-        if type(c) is AMQPConnection:
-            self.inbound.forget(c)
-        else:
-            self.handlers.forget(c)
-
-    def _heartbeats(self, c: AMQPConnection, mono: float, mono_ms: int) -> None:
-        # While blocked we do not read, so the client's heartbeats go unseen (RabbitMQ pauses
-        # its heartbeat monitor the same way); after resuming, give the client two intervals
-        # before judging it.
-        judged = not c.reading_paused and (mono - c.read_resumed_mono >= 2 * c.proto.heartbeat_s)
-        if judged and c.proto.peer_timed_out(mono_ms):
-            log.info("missed heartbeats from %s, closing", c.name)
-            c.abort()
-            self.inbound.forget(c)
-            return
-        if c.proto.heartbeat_due(mono_ms):
-            c.proto.send_heartbeat()
-            self.conns.dirty.add(c)
+        """`c` is gone: drop it (and tell the broker, through its handler; inside a batch)."""
+        self.handlers.forget(c)
 
     # -- the sweep ---------------------------------------------------------------------------------
 
@@ -192,15 +172,9 @@ class Timers:
                         c.abort()  # the client never answered our close
                         self.forget(c)
                         continue
-                    if type(c) is AMQPConnection:
-                        self._heartbeats(c, mono, mono_ms)
-                    else:
-                        self.handlers.tick(c, mono_ms)
+                    self.handlers.tick(c, mono_ms)
                 except Exception:  # noqa: BLE001 - a bug must cost one connection
-                    if type(c) is AMQPConnection:
-                        self.inbound.internal_error(c)
-                    else:
-                        self.handlers.internal_error(c)
+                    self.handlers.internal_error(c)
             wall_ms = self.clock.wall_ms()
             for tick in self.protocol_ticks:
                 try:

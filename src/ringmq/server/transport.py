@@ -2,11 +2,12 @@
 
 Theory of operation:
 
-* `data_received` hands the bytes to its owner (`ConnectionHost`, in the server `Inbound`),
-  which feeds the sans-IO `ServerConnection`, calls the pure `Broker` for each event and
-  applies the effects it returns (possibly to *other* connections), then flushes: every
-  connection that got output during the batch is written with exactly one `transport.write`.
-  This module knows its owner only through that protocol (it imports no other server module).
+* `data_received` hands the bytes to its owner (`Host`, the server's one connection driver
+  `server.handlers.Handlers`), which feeds the connection's protocol `Handler` (sans-IO, made
+  by the protocol's adapter), applies the core effects that come of it (possibly to *other*
+  connections), then flushes: every connection that got output during the batch is written
+  with exactly one `transport.write`. This module knows its owner only through that protocol
+  (it imports no other server module).
 * Flow control, both directions: reading stops on the broker's `Block` effect (an address
   full under Artemis' BLOCK policy, or a memory alarm; connection.blocked is sent first to
   clients that announced the capability) and resumes on `Unblock`. Delivering stops when the
@@ -18,13 +19,12 @@ Theory of operation:
   reopens a connection a `Block` closed.
 * Timers live in server/timers.py; this object only records what they need (`opened`, the time of
   connection, the last time bytes arrived or left).
-* Exceptions other than `AMQPError` raised while handling this connection's input are bugs: the
-  server logs them with the traceback and closes only this connection with 541.
+* Exceptions escaping a handler are bugs: the server logs them with the traceback and closes
+  only this connection (541 INTERNAL_ERROR in AMQP 0-9-1's terms).
 
 `ClientConnection` is what every protocol's connection shares (the socket, its two ends, the
-pause reasons, the byte counters, one write per flush); `AMQPConnection` is an AMQP 0-9-1
-connection over the sans-IO `ServerConnection`; the connections of the adapter protocols
-(AMQP 1.0, STOMP, MQTT) are `server.handlers.HandlerConnection`.
+pause reasons, the byte counters, one write per flush); `server.handlers.HandlerConnection` is
+the one kind the server makes, a socket driving a `Handler`.
 
 Owned by the loop thread; never touched from elsewhere.
 """
@@ -36,8 +36,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
-    from ringmq.adapters.handler import Handler
-    from ringmq.protocol.connection import ServerConnection
+    from ringmq.adapters.handler import Handler, InFlight
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +45,13 @@ _C_contra = TypeVar("_C_contra", bound="ClientConnection", contravariant=True)
 
 
 class Host(Protocol[_C_contra]):
-    """What a connection calls on its owner (`Inbound` for AMQP 0-9-1, `Handlers` for the
-    adapter protocols), with itself as `c`."""
+    """What a connection calls on its owner (`server.handlers.Handlers`), with itself as
+    `c`."""
 
     def connection_made(self, c: _C_contra) -> None: ...
     def data_received(self, c: _C_contra, data: bytes) -> None: ...
     def connection_lost(self, c: _C_contra, exc: Exception | None) -> None: ...
     def writable_changed(self, c: _C_contra, writable: bool) -> None: ...
-
-
-class ConnectionHost(Host["AMQPConnection"], Protocol):
-    """What an AMQP 0-9-1 connection calls on its owner (the server's `Inbound`)."""
-
-    def new_protocol_connection(self) -> ServerConnection: ...
 
 
 class ClientConnection(asyncio.Protocol):
@@ -70,10 +63,12 @@ class ClientConnection(asyncio.Protocol):
         sock_name: (host, port) of the local end.
         opened: True once the client logged in and the core knows the connection.
         closing: True once the transport is being closed; no more input is processed.
-        handler: the adapter's `Handler` of a non-0-9-1 connection (None for AMQP 0-9-1).
+        handler: the protocol adapter's `Handler` (None until built, or when building failed).
+        in_flight: the handler's `content_in_flight`, when it has one (memory accounting).
     """
 
     handler: Handler | None = None
+    in_flight: InFlight | None = None
     owner: Host[Any]
     """Whom the asyncio callbacks below report to (set by each subclass)."""
 
@@ -211,31 +206,3 @@ class ClientConnection(asyncio.Protocol):
     @property
     def writable(self) -> bool:
         return self._writable
-
-
-class AMQPConnection(ClientConnection):
-    """The server side of one AMQP 0-9-1 connection.
-
-    Attributes:
-        proto: the sans-IO connection state machine.
-        user / vhost: filled in by the handshake.
-    """
-
-    owner: ConnectionHost
-
-    def __init__(self, owner: ConnectionHost, conn_id: int, *, tls: bool = False) -> None:
-        super().__init__(conn_id, tls=tls)
-        self.owner = owner
-        self.proto: ServerConnection = owner.new_protocol_connection()
-        self.user = ""
-        self.vhost = ""
-        self.auth_mechanism = ""
-        self.client_properties: dict[str, Any] = {}
-        self.channels = 0
-        self.in_flight_seen = 0
-        """`proto.content_in_flight` after the previous read (a rise: a new large body)."""
-        self.login_delay_ms = 0
-        """How long the login throttle held this connection's credential check (0: not)."""
-
-    def output(self) -> bytes:
-        return self.proto.data_to_send()

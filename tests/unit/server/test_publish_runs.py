@@ -1,8 +1,8 @@
-"""Publish runs on the 0-9-1 read path (server/inbound.py): consecutive publishes of a read on a
-confirm channel go as one batch, with the outcome of one publish at a time.
+"""Publish runs on the 0-9-1 read path (adapters/amqp091/runs.py): consecutive publishes of a read
+on a confirm channel go as one batch, with the outcome of one publish at a time.
 
 Two servers without sockets (fake transports) are fed the same frames cut into the same reads,
-one with `Inbound.publish_runs` off (every publish the per-command way); queue contents,
+one with `Amqp091Handlers.publish_runs` off (every publish the per-command way); queue contents,
 confirms (acks with `multiple` expanded, nacks), returns, the other replies and the broker's
 counters must be the same.
 """
@@ -18,6 +18,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ringmq.adapters.amqp091 import Amqp091
+from ringmq.adapters.amqp091.connection import Amqp091Handler, Amqp091Handlers
 from ringmq.amqp import spec
 from ringmq.amqp.frames import (
     PROTOCOL_HEADER,
@@ -32,9 +34,9 @@ from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.broker import Broker
 from ringmq.core.queue.ports import MemorySpillStore
 from ringmq.server.configfile import FileConfig
+from ringmq.server.handlers import HandlerConnection
 from ringmq.server.runtime import BrokerServer, Core, ServerOptions
 from ringmq.server.setup import broker_config
-from ringmq.server.transport import AMQPConnection
 
 _FRAME_MAX = 4096
 _WINDOW = {"x-message-deduplication-window-ms": 60_000}
@@ -98,13 +100,16 @@ class _Server:
         self.broker = Broker(broker_config(FileConfig()))
         self.broker.enable_paging(lambda _vh, _q: MemorySpillStore(), _HEAD, 1 << 20)
         core = Core(self.broker)
+        amqp091 = Amqp091(self.broker)
+        factory = Amqp091Handlers(amqp091)
         self.server = BrokerServer(
-            ServerOptions(amqp_port=0, http_port=None, data_dir=tmp), lambda _e, _n: core
+            ServerOptions(amqp_port=0, http_port=None, data_dir=tmp),
+            lambda _e, _n: core,
+            handlers={"amqp091": factory},
         )
         self.server.attach(core)
-        self.server.inbound.publish_runs = runs
+        factory.publish_runs = runs
         self.batches = 0  # publish runs handed to the adapter (as rows or as columns)
-        amqp091 = self.server.inbound.amqp091
         for name in ("publish_batch", "publish_run"):
             real = getattr(amqp091, name)
 
@@ -113,9 +118,11 @@ class _Server:
                 return real(*args)
 
             setattr(amqp091, name, spy)
-        self.conn = AMQPConnection(self.server.inbound, 1)
+        self.conn = HandlerConnection(self.server.handlers, 1, "amqp091", tls=False)
         self.transport = _Transport()
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
+        assert isinstance(self.conn.handler, Amqp091Handler)
+        self.handler: Amqp091Handler = self.conn.handler
         self.conn.data_received(_setup())
         assert self.conn.opened
         self.transport.out.clear()
@@ -307,12 +314,12 @@ def test_a_read_of_publishes_reaches_the_broker_as_columns() -> None:
     # broker's ingest takes it as columns once the queue pages
     data = b"".join(_publish(i, "", "sink", f"id{i}", False, False) for i in range(40))
     for one, runs in _servers():
-        events = runs.conn.proto.receive_data(b"")  # (nothing buffered)
+        events = runs.handler.proto.receive_data(b"")  # (nothing buffered)
         assert events == []
-        runs.conn.proto.publish_runs = {1}
-        got = runs.conn.proto.receive_data(data)
+        runs.handler.proto.publish_runs = {1}
+        got = runs.handler.proto.receive_data(data)
         assert [type(e).__name__ for e in got] == ["PublishRun"]
-        runs.conn.proto.publish_runs = None
+        runs.handler.proto.publish_runs = None
         runs.feed([data])  # the same publishes again, through the server: one batch
         one.feed([data, data])
         assert runs.batches == 1

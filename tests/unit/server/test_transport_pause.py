@@ -1,10 +1,8 @@
-"""AMQPConnection pauses reading per reason: a flow resume never reopens a Block."""
+"""A client connection pauses reading per reason: a flow resume never reopens a Block."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ringmq.server.transport import AMQPConnection
+from ringmq.server.handlers import HandlerConnection
 
 
 class _Transport:
@@ -21,13 +19,8 @@ class _Transport:
         return False
 
 
-class _Runtime:
-    def new_protocol_connection(self) -> Any:
-        return None
-
-
-def _conn() -> tuple[AMQPConnection, _Transport]:
-    c = AMQPConnection(_Runtime(), 1)  # type: ignore[arg-type]
+def _conn() -> tuple[HandlerConnection, _Transport]:
+    c = HandlerConnection(None, 1, "amqp091", tls=False)  # type: ignore[arg-type]
     t = _Transport()
     c.transport = t  # type: ignore[assignment]
     return c, t

@@ -1,5 +1,9 @@
 """The AMQP 0-9-1 adapter: 0-9-1 commands as core calls, core effects as 0-9-1 frames.
 
+`connection.Amqp091Handler` is a 0-9-1 connection behind the server's `Handler` seam
+(`connection.Amqp091Handlers`, its factory, is the "amqp091" row of `ringmq.node`'s table);
+`runs.py` batches a read's publish runs.
+
 Importing it registers the 0-9-1 message form with the core (`message.AMQP091_FORM`).
 """
 

@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-The server's 0-9-1 connections (`protocol.connection.ServerConnection`) assemble commands;
-the server hands each one to `Amqp091.handle(conn_id, channel, method, content, now_ms)`,
+Each 0-9-1 connection (`connection.Amqp091Handler`, behind the server's `Handler` seam, over
+the sans-IO `protocol.connection.ServerConnection`) assembles commands and hands each one to
+`Amqp091.handle(conn_id, channel, method, content, now_ms)`,
 which runs one core call (the call protocol, `core/call.py`): `Calls.begin`, the method's
 handler (`methods.py`), then `Calls.end(publish=<a basic.publish>)`, whose one rule says
 whether to dispatch now (a publish's dispatch may wait for the read batch's
@@ -13,8 +14,8 @@ whether to dispatch now (a publish's dispatch may wait for the read batch's
 replies (`Calls.emit`).
 
 Errors: a core `BrokerError` becomes an `AMQPError` with the reply code of its condition
-(`errors.py`) and the class and method ids of the method that caused it; the server closes
-the channel (soft codes) or the connection (hard codes) and reports it back with
+(`errors.py`) and the class and method ids of the method that caused it; the connection
+closes the channel (soft codes) or itself (hard codes) and reports it back with
 `channel_closed` / `connection_closed`.
 
 The publish path: `handle` does for basic.publish, inline, what the generic path does without

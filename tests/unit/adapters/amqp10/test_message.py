@@ -584,18 +584,28 @@ class _RecordingProto:
         self.sent.append((pb, body))
 
 
-class _Host:
-    def new_protocol_connection(self) -> Any:
-        return _RecordingProto()
-
-
 def test_the_091_delivery_path_converts_10_messages() -> None:
+    from ringmq.adapters.amqp091 import Amqp091
+    from ringmq.adapters.amqp091.connection import Amqp091Handler
+    from ringmq.adapters.handler import HandlerContext, HandlerLimits, Peer
     from ringmq.amqp import spec
+    from ringmq.core.broker import Broker
     from ringmq.core.effects import Deliver, SendContent
     from ringmq.server.connections import Connections
-    from ringmq.server.transport import AMQPConnection
+    from ringmq.server.handlers import HandlerConnection
 
-    c = AMQPConnection(_Host(), 7)  # type: ignore[arg-type]
+    broker = Broker()
+    ctx = HandlerContext(
+        broker,
+        7,
+        Peer("127.0.0.1", 1, "127.0.0.1", 2),
+        HandlerLimits(1 << 20, 131072, 2047, 0),
+        login=lambda *_: "guest",
+    )
+    h = Amqp091Handler(ctx, Amqp091(broker), publish_runs=False)
+    h.proto = _RecordingProto()  # type: ignore[assignment]
+    c = HandlerConnection(None, 7, "amqp091", tls=False)  # type: ignore[arg-type]
+    c.handler = h
     conns = Connections(None, None, {7: c})  # type: ignore[arg-type]
     m10 = _msg(_data(header=Header(durable=True), application_properties={"k": "v"}))
     m091 = decoded("x", "rk", b"\x10\x00\x02", b"plain", 0)
@@ -607,7 +617,7 @@ def test_the_091_delivery_path_converts_10_messages() -> None:
             SendContent(7, 1, get_ok, m10),
         ]
     )
-    sent = c.proto.sent  # type: ignore[attr-defined]
+    sent = h.proto.sent  # type: ignore[attr-defined]
     props = _pamqp(sent[0][0])
     assert (props.delivery_mode, props.headers, sent[0][1]) == (2, {"k": "v"}, b"body")
     assert sent[1] == (b"\x10\x00\x02", b"plain")  # a 0-9-1 message: verbatim
