@@ -1,7 +1,9 @@
 """`ringmq` management subcommands: a small rabbitmqadmin over the management HTTP API.
 
-Every command talks HTTP to a running broker (`--url`, `--user`, `--password`, or the
-RINGMQ_URL / RINGMQ_USER / RINGMQ_PASSWORD environment variables): `status`, `list ...`,
+Every command talks HTTP to a running broker: `--url`, else RINGMQ_URL, else the broker that
+`ringmq serve` announced (`ringmq.announce`: the file in RINGMQ_DATA_DIR, else the user's
+runtime file), else RabbitMQ's default http://127.0.0.1:15672; a URL it found itself it names
+on stderr. `--user`/`--password` (RINGMQ_USER / RINGMQ_PASSWORD) log in. `status`, `list ...`,
 `declare ...`, `delete ...`, `purge queue`, `publish`, `get`, `update queue` (and the shared
 client, options and table drawing of cli/scheduled.py, cli/definitions.py and cli/access.py:
 `scheduled ...`, `policy ...`, `definitions export|import`, users, vhosts, permissions). Tables
@@ -12,25 +14,42 @@ exit with status 1 (2 when the broker cannot be reached).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Final
 from urllib.parse import quote
 
 import httpx
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ringmq import announce
 from ringmq.cli.formats import node_rows
 
-DEFAULT_URL: Final = "http://127.0.0.1:15672"
+DEFAULT_URL: Final[str | None] = None
+"""`--url`'s default: find the broker (`resolve_url`)."""
+FALLBACK_URL: Final = "http://127.0.0.1:15672"
+"""RabbitMQ's management port, tried when no running ringmq announced itself."""
 DEFAULT_USER: Final = "guest"
 DEFAULT_PASSWORD: Final = "guest"  # noqa: S105 - RabbitMQ's well-known default, loopback only
 
-Url = Annotated[str, typer.Option("--url", envvar="RINGMQ_URL", help="Management API URL.")]
+Url = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        envvar="RINGMQ_URL",
+        help="Management API URL (default: the broker `ringmq serve` started, else "
+        f"{FALLBACK_URL}).",
+        show_default=False,
+    ),
+]
 User = Annotated[str, typer.Option("--user", "-u", envvar="RINGMQ_USER", help="User name.")]
 Password = Annotated[
     str, typer.Option("--password", "-p", envvar="RINGMQ_PASSWORD", help="Password.")
@@ -38,8 +57,9 @@ Password = Annotated[
 Vhost = Annotated[str, typer.Option("--vhost", "-V", help="Virtual host.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
-out = Console()
-err = Console(stderr=True)
+# soft wrap: a long queue name in a message stays on one line (copied whole)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 class ApiError(Exception):
@@ -81,41 +101,134 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
+def _announced() -> tuple[str, announce.Announcement, Path] | None:
+    # the broker `ringmq serve` announced: RINGMQ_DATA_DIR's file first, then the user's
+    data_dir = os.environ.get("RINGMQ_DATA_DIR")
+    candidates = [Path(data_dir) / announce.FILE_NAME] if data_dir else []
+    candidates.append(announce.runtime_file())
+    for path in candidates:
+        found = announce.read(path)
+        if found is not None and found.management_url is not None:
+            return found.management_url, found, path
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The management URL a command uses, and what to tell the user about it.
+
+    Attributes:
+        url: the URL.
+        found: how the CLI found it itself (None: --url or RINGMQ_URL gave it).
+        fallback: set when nothing was announced and the URL is the option's default: the
+            hint printed if that default cannot be reached.
+    """
+
+    url: str
+    found: str | None = None
+    fallback: str | None = None
+
+
+def resolve_url(url: str | None) -> Target:
+    """Where the command talks to: `url` (`--url` or RINGMQ_URL) when given; else the broker
+    `ringmq serve` announced; else `FALLBACK_URL`, RabbitMQ's port."""
+    if url is not None:
+        return Target(url)
+    found = _announced()
+    if found is None:
+        return Target(
+            FALLBACK_URL,
+            fallback=f"no running ringmq announced itself in {announce.runtime_file()}, so "
+            f"this tried {FALLBACK_URL}: start one with `ringmq serve`, or pass --url or "
+            "set RINGMQ_URL",
+        )
+    found_url, a, path = found
+    return Target(found_url, found=f"ringmq at {found_url} (pid {a.pid}, from {path})")
+
+
+RINGMQ_PRODUCT: Final = "ringmq"
+
+
 @contextmanager
-def _client(url: str, user: str, password: str) -> Iterator[Client]:
-    client = Client(url, user, password)
+def _client(
+    url: str | None, user: str, password: str, *, ringmq_only: str | None = None
+) -> Iterator[Client]:
+    """A `Client` for the resolved URL (`resolve_url`); API and connection errors end the
+    command. With `ringmq_only` (the command's name), refuse a broker that is not ringmq
+    (its overview's `product_name`), such as a RabbitMQ on the default port."""
+    target = resolve_url(url)
+    client = Client(target.url, user, password)
     try:
+        if target.found is not None:
+            err.print(f"[dim]{target.found}[/dim]", highlight=False)
+        if ringmq_only is not None:
+            _check_ringmq(client, ringmq_only)
         yield client
     except ApiError as exc:
-        err.print(f"[red]error[/red] {exc}")
+        err.print(f"[red]error[/red] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
     except ConnectionError as exc:
-        err.print(f"[red]error[/red] {exc}")
+        err.print(f"[red]error[/red] {exc}", highlight=False)
+        if target.fallback is not None:
+            err.print(target.fallback, highlight=False)
         raise typer.Exit(code=2) from None
     finally:
         client.http.close()
+
+
+def _check_ringmq(client: Client, command: str) -> None:
+    o = client.request("GET", "/overview")
+    product = str(o.get("product_name", "?"))
+    if product.lower() != RINGMQ_PRODUCT:
+        raise ApiError(
+            f"{client.http.base_url} is {product} {o.get('product_version', '')}, not ringmq: "
+            f"`ringmq {command}` needs ringmq (pass --url or set RINGMQ_URL)"
+        )
 
 
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def _cell(key: str, value: Any) -> str:
+    # One table cell: lists joined (a user's tags), dicts as JSON (a policy's definition),
+    # and "no ring" (-1, RabbitMQ's queues have none) left empty rather than shown as -1.
+    if value is None or (key == "ring_size" and value == -1):
+        return ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+_UNBOUNDED: Final = 100_000
+
+
 def _table(title: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
     table = Table(title=title, header_style="bold", title_justify="left")
+    cells = [[_cell(key, _value(row, key)) for _label, key in columns] for row in rows]
     for label, key in columns:
         numeric = key.startswith(("messages", "consumers", "channels", "ring_size", "counters"))
         table.add_column(label, justify="right" if numeric else "left")
-    for row in rows:
-        cells = []
-        for _label, key in columns:
-            value: Any = row
-            for part in key.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-            if isinstance(value, list):  # e.g. a user's tags
-                value = ",".join(str(v) for v in value)
-            cells.append("" if value is None else str(value))
-        table.add_row(*cells)
-    out.print(table)
+    for line in cells:
+        table.add_row(*line)
+    # rich fits a table to the terminal (80 columns when stdout is not one) by wrapping and
+    # cutting cells, names included; a table wider than that is printed at its own width
+    natural = Measurement.get(out, out.options.update_width(_UNBOUNDED), table).maximum
+    shown = out.width
+    out.width = max(shown, natural)  # print() itself never goes past the console's width
+    try:
+        out.print(table, crop=False)
+    finally:
+        out.width = shown
+
+
+def _value(row: dict[str, Any], key: str) -> Any:
+    value: Any = row
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _parse_value(raw: str) -> Any:
@@ -152,12 +265,16 @@ def status(
             node: dict[str, Any] = c.request("GET", f"/nodes/{_q(o['node'])}")
         except ApiError:
             node = {}  # a user without the monitoring tag sees the overview only
+        base = c.http.base_url
     if as_json:
         _print_json({**o, "node_status": node} if node else o)
         return
     t, q = o["object_totals"], o["queue_totals"]
     stats = o.get("message_stats", {})
-    out.print(f"[bold]{o['product_name']} {o['product_version']}[/bold] on {o['node']}")
+    out.print(
+        f"[bold]{o['product_name']} {o['product_version']}[/bold] on {o['node']} at {base}",
+        highlight=False,
+    )
     for ln in o.get("listeners", []):
         out.print(f"  {ln['protocol']:<8} {ln['ip_address']}:{ln['port']}")
     table = Table(show_header=False, box=None)
@@ -464,7 +581,7 @@ def update_queue(
         body["ring-size"] = ring_size
     if not body:
         raise typer.BadParameter("nothing to change", param_hint="--ring-size/--set")
-    with _client(url, user, password) as c:
+    with _client(url, user, password, ringmq_only="update queue") as c:
         q = c.request("PUT", f"/queues/{_q(vhost)}/{_q(name)}/settings", body)
     if as_json:
         _print_json(q)
