@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
-from ringmq.adapters.amqp10.handler import Amqp10Options
 from ringmq.adapters.amqp10.handler import factory as amqp10_handler
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
@@ -131,15 +130,9 @@ PROTOCOL_TICKS: dict[str, ProtocolTick] = {"mqtt": mqtt_tick}
 
 
 def protocol_handlers(config: FileConfig) -> dict[str, HandlerFactory]:
-    """`PROTOCOL_HANDLERS` with the settings of `config` (the `[amqp10]` anonymous login)."""
-    spec = config.amqp10
-    anonymous = (
-        None if spec.anonymous_user is None else (spec.anonymous_user, spec.anonymous_password)
-    )
-    return {
-        **PROTOCOL_HANDLERS,
-        "amqp10": amqp10_handler(Amqp10Options(anonymous_login=anonymous)),
-    }
+    """`PROTOCOL_HANDLERS` for `config`: the same for every file (the adapters' settings, such
+    as the anonymous login, reach them through the broker's `BrokerConfig`)."""
+    return dict(PROTOCOL_HANDLERS)
 
 
 def open_core(options: ServerOptions) -> OpenCore:
