@@ -20,8 +20,22 @@ from ringmq.server.runtime import ServerOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+def _first(names: tuple[str, ...], paths: tuple[str, ...]) -> str:
+    # on PATH under any of its names, else where distributions put it off PATH
+    found = [shutil.which(n) for n in names] + [p for p in paths if Path(p).exists()]
+    return next((f for f in found if f), paths[0])
+
+
+CHROMIUM = _first(("chromium", "chromium-browser"), ("/usr/bin/chromium",))
+CHROMEDRIVER = _first(
+    ("chromedriver",),
+    (
+        "/usr/bin/chromedriver",
+        "/usr/lib/chromium/chromedriver",
+        "/usr/lib/chromium-browser/chromedriver",
+    ),
+)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 WAIT_S = 15
 
@@ -33,7 +47,7 @@ def _missing() -> str | None:
         return "selenium is not installed (pip install selenium)"
     for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
         if not Path(path).exists():
-            return f"{path} not found (apt-get install {pkg})"
+            return f"{path} not found (apt-get install {pkg}; `make install` does as root)"
     return None
 
 
