@@ -9,10 +9,10 @@ broker removes the data directory's file, and the runtime file if it still names
 (a later broker of the same user has taken it over otherwise). A file left behind by a broker
 that was killed names a pid that is no longer alive: `read` treats it as absent.
 
-The CLI (`ringmq.cli.admin`) finds its management URL as `--url`, then `RINGMQ_URL`, then
-the file of `RINGMQ_DATA_DIR`, then the runtime file, then RabbitMQ's default port, and says
-which one it uses. Plain file I/O: no sockets, no asyncio (the CLI imports this module, and
-importing `ringmq.server` would cost it the whole server).
+`locate` is how the CLI (`ringmq.cli.admin`) finds its management URL: `--url`, then
+`RINGMQ_URL`, then the file of `RINGMQ_DATA_DIR`, then the runtime file, then RabbitMQ's
+default port; its `Target` says which one, for the user. Plain file I/O: no sockets, no asyncio
+(the CLI imports this module, and importing `ringmq.server` would cost it the whole server).
 """
 
 from __future__ import annotations
@@ -106,6 +106,56 @@ def read(path: Path) -> Announcement | None:
     if found is None or not _alive(found.pid):
         return None
     return found
+
+
+def find_running() -> tuple[Announcement, Path] | None:
+    """The running broker to talk to and the file that named it: the file of the data
+    directory `RINGMQ_DATA_DIR` names, else the user's runtime file; None when neither names
+    a live broker with a management URL."""
+    data_dir = os.environ.get("RINGMQ_DATA_DIR")
+    candidates = [Path(data_dir) / FILE_NAME] if data_dir else []
+    candidates.append(runtime_file())
+    for path in candidates:
+        found = read(path)
+        if found is not None and found.management_url is not None:
+            return found, path
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The management URL a command uses, and what to tell the user about it.
+
+    Attributes:
+        url: the URL.
+        found: how the CLI found it itself (None: --url or RINGMQ_URL gave it).
+        fallback: set when nothing was announced and the URL is the option's default: the
+            hint printed if that default cannot be reached.
+    """
+
+    url: str
+    found: str | None = None
+    fallback: str | None = None
+
+
+def locate(url: str | None, fallback_url: str) -> Target:
+    """Where a `ringmq` command talks to: `url` (`--url` or RINGMQ_URL) when given; else the
+    broker `ringmq serve` announced (`find_running`); else `fallback_url`."""
+    if url is not None:
+        return Target(url)
+    found = find_running()
+    if found is None:
+        return Target(
+            fallback_url,
+            fallback=f"no running ringmq announced itself in {runtime_file()}, so this "
+            f"tried {fallback_url}: start one with `ringmq serve`, or pass --url or set "
+            "RINGMQ_URL",
+        )
+    a, path = found
+    assert a.management_url is not None
+    return Target(
+        a.management_url, found=f"ringmq at {a.management_url} (pid {a.pid}, from {path})"
+    )
 
 
 def _load(path: Path) -> Announcement | None:

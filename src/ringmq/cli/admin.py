@@ -14,27 +14,23 @@ exit with status 1 (2 when the broker cannot be reached).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Final
 from urllib.parse import quote
 
 import httpx
 import typer
 from rich.console import Console
-from rich.measure import Measurement
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ringmq import announce
-from ringmq.cli.formats import node_rows
+from ringmq.cli.formats import node_rows, table_of
 
 DEFAULT_URL: Final[str | None] = None
-"""`--url`'s default: find the broker (`resolve_url`)."""
+"""`--url`'s default: find the broker (`ringmq.announce.locate`)."""
 FALLBACK_URL: Final = "http://127.0.0.1:15672"
 """RabbitMQ's management port, tried when no running ringmq announced itself."""
 DEFAULT_USER: Final = "guest"
@@ -101,51 +97,6 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
-def _announced() -> tuple[str, announce.Announcement, Path] | None:
-    # the broker `ringmq serve` announced: RINGMQ_DATA_DIR's file first, then the user's
-    data_dir = os.environ.get("RINGMQ_DATA_DIR")
-    candidates = [Path(data_dir) / announce.FILE_NAME] if data_dir else []
-    candidates.append(announce.runtime_file())
-    for path in candidates:
-        found = announce.read(path)
-        if found is not None and found.management_url is not None:
-            return found.management_url, found, path
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """The management URL a command uses, and what to tell the user about it.
-
-    Attributes:
-        url: the URL.
-        found: how the CLI found it itself (None: --url or RINGMQ_URL gave it).
-        fallback: set when nothing was announced and the URL is the option's default: the
-            hint printed if that default cannot be reached.
-    """
-
-    url: str
-    found: str | None = None
-    fallback: str | None = None
-
-
-def resolve_url(url: str | None) -> Target:
-    """Where the command talks to: `url` (`--url` or RINGMQ_URL) when given; else the broker
-    `ringmq serve` announced; else `FALLBACK_URL`, RabbitMQ's port."""
-    if url is not None:
-        return Target(url)
-    found = _announced()
-    if found is None:
-        return Target(
-            FALLBACK_URL,
-            fallback=f"no running ringmq announced itself in {announce.runtime_file()}, so "
-            f"this tried {FALLBACK_URL}: start one with `ringmq serve`, or pass --url or "
-            "set RINGMQ_URL",
-        )
-    found_url, a, path = found
-    return Target(found_url, found=f"ringmq at {found_url} (pid {a.pid}, from {path})")
-
-
 RINGMQ_PRODUCT: Final = "ringmq"
 
 
@@ -153,10 +104,10 @@ RINGMQ_PRODUCT: Final = "ringmq"
 def _client(
     url: str | None, user: str, password: str, *, ringmq_only: str | None = None
 ) -> Iterator[Client]:
-    """A `Client` for the resolved URL (`resolve_url`); API and connection errors end the
+    """A `Client` for the URL `announce.locate` finds; API and connection errors end the
     command. With `ringmq_only` (the command's name), refuse a broker that is not ringmq
     (its overview's `product_name`), such as a RabbitMQ on the default port."""
-    target = resolve_url(url)
+    target = announce.locate(url, FALLBACK_URL)
     client = Client(target.url, user, password)
     try:
         if target.found is not None:
@@ -186,49 +137,12 @@ def _check_ringmq(client: Client, command: str) -> None:
         )
 
 
+def _table(title: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
+    table_of(out, title, columns, rows)
+
+
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def _cell(key: str, value: Any) -> str:
-    # One table cell: lists joined (a user's tags), dicts as JSON (a policy's definition),
-    # and "no ring" (-1, RabbitMQ's queues have none) left empty rather than shown as -1.
-    if value is None or (key == "ring_size" and value == -1):
-        return ""
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
-
-
-_UNBOUNDED: Final = 100_000
-
-
-def _table(title: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
-    table = Table(title=title, header_style="bold", title_justify="left")
-    cells = [[_cell(key, _value(row, key)) for _label, key in columns] for row in rows]
-    for label, key in columns:
-        numeric = key.startswith(("messages", "consumers", "channels", "ring_size", "counters"))
-        table.add_column(label, justify="right" if numeric else "left")
-    for line in cells:
-        table.add_row(*line)
-    # rich fits a table to the terminal (80 columns when stdout is not one) by wrapping and
-    # cutting cells, names included; a table wider than that is printed at its own width
-    natural = Measurement.get(out, out.options.update_width(_UNBOUNDED), table).maximum
-    shown = out.width
-    out.width = max(shown, natural)  # print() itself never goes past the console's width
-    try:
-        out.print(table, crop=False)
-    finally:
-        out.width = shown
-
-
-def _value(row: dict[str, Any], key: str) -> Any:
-    value: Any = row
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
 
 
 def _parse_value(raw: str) -> Any:
