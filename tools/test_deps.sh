@@ -5,6 +5,7 @@
 #   chromium, chromium-driver  the web console tests (tests/management/test_console.py)
 #   mosquitto-clients          mosquitto_pub / mosquitto_sub (tests/integration/mqtt)
 #   rabbitmqadmin              RabbitMQ's script, extracted by tools/fetch_rabbitmqadmin.sh
+#   curl                       the README's shell block (tests/docs/test_blocks.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -12,6 +13,7 @@ wanted=()
 command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || wanted+=(chromium-driver)
 command -v mosquitto_pub >/dev/null 2>&1 || wanted+=(mosquitto-clients)
+command -v curl >/dev/null 2>&1 || wanted+=(curl)
 admin="${RINGMQ_RABBITMQADMIN:-$HOME/.cache/ringmq/rabbitmqadmin}"
 root_apt=0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then root_apt=1; fi
