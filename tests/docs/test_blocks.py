@@ -42,7 +42,9 @@ FILES = (
 _BLOCK = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 RUN = {"python": "python", "sh": "sh", "bash": "sh"}
 DEFAULT_PORTS = {"amqp": 5672, "http": 15672, "stomp": 61613, "mqtt": 1883}
-TIMEOUT_S = 120
+TIMEOUT_S = 280
+"""A bound against a hang only: a script runs a few Python processes per `ringmq` command,
+about half a second each on an idle machine and several on a loaded one."""
 
 EXPECTED: dict[str, tuple[str, ...]] = {
     "README.md": (
@@ -133,6 +135,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
     b.stop()
 
 
+@pytest.mark.timeout(TIMEOUT_S + 20)
 @pytest.mark.parametrize("name", FILES)
 def test_blocks_run_as_a_script(name: str, broker: BrokerThread, tmp_path: Path) -> None:
     ports = {proto: broker.port_of(proto) for proto in DEFAULT_PORTS}
