@@ -35,7 +35,15 @@ $(RHEA_STAMP): $(RHEA)/package-lock.json
 	    || echo "rhea could not be installed: its AMQP 1.0 tests will be skipped"; \
 	else echo "no npm on PATH: the rhea AMQP 1.0 tests will be skipped"; fi
 
-install: $(STAMP) $(RHEA_STAMP)
+# The Debian packages of the console, mosquitto and rabbitmqadmin tests, when missing and run as
+# root with apt-get (best effort: otherwise those tests skip and say why).
+DEPS_STAMP := $(VENV)/.test-deps
+
+$(DEPS_STAMP): tools/test_deps.sh | $(BIN)/uv
+	@tools/test_deps.sh
+	@touch $(DEPS_STAMP)
+
+install: $(STAMP) $(RHEA_STAMP) $(DEPS_STAMP)
 
 # make run ARGS="--amqp-port 5673 --http-port 15673 --data-dir /var/lib/ringmq"
 run: $(RUN_STAMP)

@@ -34,7 +34,6 @@ from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.adapters.amqp091.connection import Amqp091Handlers
-from ringmq.adapters.amqp10.handler import Amqp10Options
 from ringmq.adapters.amqp10.handler import factory as amqp10_handler
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
@@ -141,17 +140,10 @@ PROTOCOL_TICKS: dict[str, ProtocolTick] = {"mqtt": mqtt_tick}
 def protocol_handlers(
     config: FileConfig, amqp091: Amqp091 | None = None
 ) -> dict[str, HandlerFactory]:
-    """`PROTOCOL_HANDLERS` with the settings of `config` (the `[amqp10]` anonymous login), each
-    a factory of its own (AMQP 0-9-1's serves through `amqp091` when given: a test double)."""
-    spec = config.amqp10
-    anonymous = (
-        None if spec.anonymous_user is None else (spec.anonymous_user, spec.anonymous_password)
-    )
-    return {
-        **PROTOCOL_HANDLERS,
-        "amqp091": Amqp091Handlers(amqp091),
-        "amqp10": amqp10_handler(Amqp10Options(anonymous_login=anonymous)),
-    }
+    """`PROTOCOL_HANDLERS` for `config`: the same for every file (the adapters' settings, such
+    as the anonymous login, reach them through the broker's `BrokerConfig`), AMQP 0-9-1's a
+    factory of its own that serves through `amqp091` when given (a test double)."""
+    return {**PROTOCOL_HANDLERS, "amqp091": Amqp091Handlers(amqp091)}
 
 
 def open_core(options: ServerOptions) -> OpenCore:

@@ -10,6 +10,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -19,8 +20,22 @@ from ringmq.server.runtime import ServerOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+def _first(names: tuple[str, ...], paths: tuple[str, ...]) -> str:
+    # on PATH under any of its names, else where distributions put it off PATH
+    found = [shutil.which(n) for n in names] + [p for p in paths if Path(p).exists()]
+    return next((f for f in found if f), paths[0])
+
+
+CHROMIUM = _first(("chromium", "chromium-browser"), ("/usr/bin/chromium",))
+CHROMEDRIVER = _first(
+    ("chromedriver",),
+    (
+        "/usr/bin/chromedriver",
+        "/usr/lib/chromium/chromedriver",
+        "/usr/lib/chromium-browser/chromedriver",
+    ),
+)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 WAIT_S = 15
 
@@ -32,7 +47,7 @@ def _missing() -> str | None:
         return "selenium is not installed (pip install selenium)"
     for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
         if not Path(path).exists():
-            return f"{path} not found (apt-get install {pkg})"
+            return f"{path} not found (apt-get install {pkg}; `make install` does as root)"
     return None
 
 
@@ -43,6 +58,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerThrea
             host="127.0.0.1",
             amqp_port=0,
             http_port=0,
+            mqtt_port=0,
             data_dir=tmp_path_factory.mktemp("console-broker"),
         )
     )
@@ -404,3 +420,157 @@ def test_console_operator_pages(live: tuple[BrokerThread, str], driver: Any) -> 
         if e["level"] == "SEVERE" and "401" not in e["message"] and "404" not in e["message"]
     ]
     assert errors == []
+
+
+def test_console_newcomer_pages(
+    live: tuple[BrokerThread, str], driver: Any, tmp_path: Path
+) -> None:
+    """Issue 30: no "Log out" before signing in, add an exchange, publish with a delivery mode
+    and properties, get with an ack mode, readable limits, connection and channel pages (an
+    MQTT connection's channel count agrees with its channel list), the vhost selector and
+    definitions export/import."""
+    import json
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    broker, url = live
+
+    def text(d: Any, id_: str) -> str:
+        return str(d.find_element(By.ID, id_).text)
+
+    with _api(url) as api:
+        api.put("/queues/%2F/capped500", json={"arguments": {"x-max-length": 500}})
+        api.put("/vhosts/nc-staging").raise_for_status()
+        api.put(
+            "/permissions/nc-staging/guest", json={"configure": ".*", "write": ".*", "read": ".*"}
+        )
+        api.put("/queues/nc-staging/st.only", json={}).raise_for_status()
+
+        # the sign-in page offers no "Log out"
+        driver.delete_all_cookies()
+        driver.get(url + "/")
+        driver.execute_script("sessionStorage.clear()")
+        driver.get(url + "/#/overview")
+        _wait(driver, lambda d: d.find_element(By.ID, "login").is_displayed())
+        assert not driver.find_element(By.ID, "logout").is_displayed()
+        _shot(driver, "14-sign-in")
+        driver.find_element(By.ID, "login-password").send_keys("guest")
+        driver.find_element(By.ID, "login-submit").click()
+        _wait(driver, lambda d: d.find_element(By.ID, "logout").is_displayed())
+
+        # add an exchange
+        driver.get(url + "/#/exchanges")
+        driver.find_element(By.ID, "new-x-name").send_keys("nc.events")
+        Select(driver.find_element(By.ID, "new-x-type")).select_by_visible_text("topic")
+        driver.find_element(By.ID, "new-x-add").click()
+        _wait(driver, lambda d: "nc.events" in text(d, "x-table"))
+        assert api.get("/exchanges/%2F/nc.events").json()["type"] == "topic"
+        _shot(driver, "15-add-exchange")
+
+        # the queue page: readable limit, publish with delivery mode and properties, get+ack
+        driver.get(url + "/#/queue/%2F/capped500")
+        _wait(
+            driver,
+            lambda d: (
+                "at most 500 messages (RabbitMQ max-length); when full: drop the oldest"
+                in text(d, "q-settings")
+            ),
+        )
+        driver.find_element(By.ID, "publish-payload").send_keys("persisted")
+        Select(driver.find_element(By.ID, "publish-mode")).select_by_value("2")
+        driver.find_element(By.ID, "publish-props").send_keys('{"content_type": "text/plain"}')
+        driver.find_element(By.ID, "publish").click()
+        _wait(driver, lambda d: text(d, "q-messages") == "1")
+        peeked = api.post("/queues/%2F/capped500/browse", json={"count": 1}).json()
+        assert peeked[0]["properties"]["delivery_mode"] == 2
+        assert peeked[0]["properties"]["content_type"] == "text/plain"
+        Select(driver.find_element(By.ID, "get-ackmode")).select_by_value("ack_requeue_false")
+        driver.find_element(By.ID, "peek").click()
+        _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "pre.peeked").text == "persisted")
+        _wait(driver, lambda d: text(d, "q-messages") == "0")
+        assert api.get("/queues/%2F/capped500").json()["messages"] == 0
+        _shot(driver, "16-queue-get-ack-publish")
+
+        # an MQTT connection: its page and one of its channels
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="nc-console")
+        client.username_pw_set("guest", "guest")
+        client.connect("127.0.0.1", broker.port_of("mqtt"))
+        client.loop_start()
+        try:
+            client.subscribe("nc/#", qos=1)
+            driver.get(url + "/#/connections")
+            _wait(driver, lambda d: "MQTT" in text(d, "c-table"))
+            conn = next(
+                c for c in api.get("/connections").json() if c["protocol"].startswith("MQTT")
+            )
+            mine = [
+                ch
+                for ch in api.get("/channels").json()
+                if ch["connection_details"]["name"] == conn["name"]
+            ]
+            driver.find_element(By.LINK_TEXT, conn["name"]).click()
+            _wait(driver, lambda d: text(d, "conn-protocol").startswith("MQTT"))
+            _wait(driver, lambda d: text(d, "conn-channel-count") == str(len(mine)))
+            rows = driver.find_elements(By.CSS_SELECTOR, "#conn-channels tbody tr")
+            assert len(rows) == len(mine) == conn["channels"]
+            _wait(driver, lambda d: "/s" in text(d, "conn-recv-rate"))
+            _shot(driver, "17-connection")
+            with_consumer = next(ch for ch in mine if ch["consumer_count"])
+            driver.get(url + "/#/channel/" + quote(with_consumer["name"], safe=""))
+            _wait(driver, lambda d: text(d, "chan-consumer-count") == "1")
+            _wait(driver, lambda d: "mqtt-subscription-nc-console" in text(d, "chan-consumers"))
+            assert conn["name"] in text(driver, "chan-connection")
+            _shot(driver, "18-channel")
+        finally:
+            client.disconnect()
+            client.loop_stop()
+
+        # the vhost selector: the queue list follows it
+        driver.get(url + "/#/queues")
+        _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-queue="capped500"]'))
+        _wait(
+            driver,
+            lambda d: (
+                "nc-staging"
+                in [o.text for o in Select(d.find_element(By.ID, "vhost-select")).options]
+            ),
+        )
+        Select(driver.find_element(By.ID, "vhost-select")).select_by_visible_text("nc-staging")
+        _wait(
+            driver,
+            lambda d: (
+                [
+                    r.get_attribute("data-queue")
+                    for r in d.find_elements(By.CSS_SELECTOR, "tr[data-queue]")
+                ]
+                == ["st.only"]
+            ),
+        )
+        _shot(driver, "19-vhost-selector")
+        Select(driver.find_element(By.ID, "vhost-select")).select_by_visible_text("all")
+
+        # definitions: export shows what it wrote; import a file
+        driver.get(url + "/#/definitions")
+        driver.find_element(By.ID, "defs-export").click()
+        _wait(driver, lambda d: "queues" in text(d, "defs-export-result"))
+        doc = {
+            "queues": [
+                {
+                    "name": "nc.imported",
+                    "vhost": "/",
+                    "durable": True,
+                    "auto_delete": False,
+                    "arguments": {},
+                }
+            ]
+        }
+        path = tmp_path / "defs.json"
+        path.write_text(json.dumps(doc))
+        driver.find_element(By.ID, "defs-file").send_keys(str(path))
+        driver.find_element(By.ID, "defs-import").click()
+        _wait(driver, lambda d: text(d, "defs-import-result") == "imported")
+        assert api.get("/queues/%2F/nc.imported").status_code == 200
+        _shot(driver, "20-definitions")

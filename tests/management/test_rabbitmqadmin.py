@@ -2,14 +2,14 @@
 
 rabbitmqadmin is a Python script shipped in Debian's rabbitmq-server package (the management
 plugin's `priv/www/cli/rabbitmqadmin`); `tools/fetch_rabbitmqadmin.sh` (run by .ci/run) puts it
-in ~/.cache/ringmq/rabbitmqadmin, or RINGMQ_RABBITMQADMIN names it. Without it the test skips
-and says why.
+in ~/.cache/ringmq/rabbitmqadmin, RINGMQ_RABBITMQADMIN names it, or it is on PATH (as
+/usr/bin/rabbitmqadmin): `ringmq.management.cliscript.find_rabbitmqadmin`, the search that also
+serves it at `/cli/rabbitmqadmin`. Without it the test skips and says why.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,20 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ringmq.management.cliscript import find_rabbitmqadmin
 from ringmq.node import BrokerThread
 from ringmq.server.runtime import ServerOptions
 
 AUTH = ("guest", "guest")
 
 
-def _script() -> Path | None:
-    named = os.environ.get("RINGMQ_RABBITMQADMIN")
-    path = Path(named) if named else Path.home() / ".cache" / "ringmq" / "rabbitmqadmin"
-    return path if path.is_file() else None
-
-
-SCRIPT = _script()
-pytestmark = pytest.mark.skipif(
+SCRIPT = find_rabbitmqadmin()
+needs_script = pytest.mark.skipif(
     SCRIPT is None,
     reason="rabbitmqadmin not found: run tools/fetch_rabbitmqadmin.sh (needs apt-get and "
     "Debian's rabbitmq-server package) or set RINGMQ_RABBITMQADMIN",
@@ -59,6 +54,7 @@ def admin(b: BrokerThread, *args: str) -> str:
     return out
 
 
+@needs_script
 def test_list_nodes_export_and_import(live: BrokerThread, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{live.server.http_port}/api"
     nodes = admin(live, "list", "nodes")
@@ -88,3 +84,44 @@ def test_list_nodes_export_and_import(live: BrokerThread, tmp_path: Path) -> Non
         b["routing_key"] for b in httpx.get(url + "/queues/%2F/orders/bindings", auth=AUTH).json()
     ]
     assert "a.#" in keys
+
+
+@needs_script
+def test_the_api_serves_rabbitmqadmin_and_that_copy_works(
+    live: BrokerThread, tmp_path: Path
+) -> None:
+    assert SCRIPT is not None
+    res = httpx.get(f"http://127.0.0.1:{live.server.http_port}/cli/rabbitmqadmin")  # no login
+    assert res.status_code == 200
+    assert res.content == SCRIPT.read_bytes()
+    assert b"Mozilla Public" in res.content[:1000]  # served unchanged, licence header included
+    fetched = tmp_path / "rabbitmqadmin"
+    fetched.write_bytes(res.content)
+    cmd = [sys.executable, str(fetched), "-H", "127.0.0.1", "-P", str(live.server.http_port)]
+    done = subprocess.run(
+        [*cmd, "list", "nodes"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ringmq@localhost" in done.stdout
+
+
+def test_without_rabbitmqadmin_the_route_says_where_to_get_it(
+    live: BrokerThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RINGMQ_RABBITMQADMIN", str(tmp_path / "absent"))
+    res = httpx.get(f"http://127.0.0.1:{live.server.http_port}/cli/rabbitmqadmin")
+    assert res.status_code == 404
+    assert "fetch_rabbitmqadmin.sh" in res.text
+
+
+def test_rabbitmqadmin_on_path_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as Debian-style installs put it: /usr/bin/rabbitmqadmin
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "rabbitmqadmin"
+    script.write_text("#!/usr/bin/env python3\n")
+    script.chmod(0o755)
+    monkeypatch.delenv("RINGMQ_RABBITMQADMIN", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.cache/ringmq copy
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert find_rabbitmqadmin() == script

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="ringmq: an AMQP 0-9-1 message broker.")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="ringmq: a message broker for AMQP 0-9-1, AMQP 1.0, STOMP and MQTT, with a "
+    "RabbitMQ-compatible management API. `ringmq serve` runs it; the other commands talk to "
+    "a running broker (--url, RINGMQ_URL, or the one `ringmq serve` last started).",
+)
 
 
 @app.command()

@@ -1,7 +1,9 @@
 """`ringmq` management subcommands: a small rabbitmqadmin over the management HTTP API.
 
-Every command talks HTTP to a running broker (`--url`, `--user`, `--password`, or the
-RINGMQ_URL / RINGMQ_USER / RINGMQ_PASSWORD environment variables): `status`, `list ...`,
+Every command talks HTTP to a running broker: `--url`, else RINGMQ_URL, else the broker that
+`ringmq serve` announced (`ringmq.announce`: the file in RINGMQ_DATA_DIR, else the user's
+runtime file), else RabbitMQ's default http://127.0.0.1:15672; a URL it found itself it names
+on stderr. `--user`/`--password` (RINGMQ_USER / RINGMQ_PASSWORD) log in. `status`, `list ...`,
 `declare ...`, `delete ...`, `purge queue`, `publish`, `get`, `update queue` (and the shared
 client, options and table drawing of cli/scheduled.py, cli/definitions.py and cli/access.py:
 `scheduled ...`, `policy ...`, `definitions export|import`, users, vhosts, permissions). Tables
@@ -24,13 +26,26 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ringmq.cli.formats import node_rows
+from ringmq import announce
+from ringmq.cli.formats import node_rows, table_of
 
-DEFAULT_URL: Final = "http://127.0.0.1:15672"
+DEFAULT_URL: Final[str | None] = None
+"""`--url`'s default: find the broker (`ringmq.announce.locate`)."""
+FALLBACK_URL: Final = "http://127.0.0.1:15672"
+"""RabbitMQ's management port, tried when no running ringmq announced itself."""
 DEFAULT_USER: Final = "guest"
 DEFAULT_PASSWORD: Final = "guest"  # noqa: S105 - RabbitMQ's well-known default, loopback only
 
-Url = Annotated[str, typer.Option("--url", envvar="RINGMQ_URL", help="Management API URL.")]
+Url = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        envvar="RINGMQ_URL",
+        help="Management API URL (default: the broker `ringmq serve` started, else "
+        f"{FALLBACK_URL}).",
+        show_default=False,
+    ),
+]
 User = Annotated[str, typer.Option("--user", "-u", envvar="RINGMQ_USER", help="User name.")]
 Password = Annotated[
     str, typer.Option("--password", "-p", envvar="RINGMQ_PASSWORD", help="Password.")
@@ -38,8 +53,9 @@ Password = Annotated[
 Vhost = Annotated[str, typer.Option("--vhost", "-V", help="Virtual host.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
-out = Console()
-err = Console(stderr=True)
+# soft wrap: a long queue name in a message stays on one line (copied whole)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 class ApiError(Exception):
@@ -81,41 +97,52 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
+RINGMQ_PRODUCT: Final = "ringmq"
+
+
 @contextmanager
-def _client(url: str, user: str, password: str) -> Iterator[Client]:
-    client = Client(url, user, password)
+def _client(
+    url: str | None, user: str, password: str, *, ringmq_only: str | None = None
+) -> Iterator[Client]:
+    """A `Client` for the URL `announce.locate` finds; API and connection errors end the
+    command. With `ringmq_only` (the command's name), refuse a broker that is not ringmq
+    (its overview's `product_name`), such as a RabbitMQ on the default port."""
+    target = announce.locate(url, FALLBACK_URL)
+    client = Client(target.url, user, password)
     try:
+        if target.found is not None:
+            err.print(f"[dim]{target.found}[/dim]", highlight=False)
+        if ringmq_only is not None:
+            _check_ringmq(client, ringmq_only)
         yield client
     except ApiError as exc:
-        err.print(f"[red]error[/red] {exc}")
+        err.print(f"[red]error[/red] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
     except ConnectionError as exc:
-        err.print(f"[red]error[/red] {exc}")
+        err.print(f"[red]error[/red] {exc}", highlight=False)
+        if target.fallback is not None:
+            err.print(target.fallback, highlight=False)
         raise typer.Exit(code=2) from None
     finally:
         client.http.close()
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def _check_ringmq(client: Client, command: str) -> None:
+    o = client.request("GET", "/overview")
+    product = str(o.get("product_name", "?"))
+    if product.lower() != RINGMQ_PRODUCT:
+        raise ApiError(
+            f"{client.http.base_url} is {product} {o.get('product_version', '')}, not ringmq: "
+            f"`ringmq {command}` needs ringmq (pass --url or set RINGMQ_URL)"
+        )
 
 
 def _table(title: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
-    table = Table(title=title, header_style="bold", title_justify="left")
-    for label, key in columns:
-        numeric = key.startswith(("messages", "consumers", "channels", "ring_size", "counters"))
-        table.add_column(label, justify="right" if numeric else "left")
-    for row in rows:
-        cells = []
-        for _label, key in columns:
-            value: Any = row
-            for part in key.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-            if isinstance(value, list):  # e.g. a user's tags
-                value = ",".join(str(v) for v in value)
-            cells.append("" if value is None else str(value))
-        table.add_row(*cells)
-    out.print(table)
+    table_of(out, title, columns, rows)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _parse_value(raw: str) -> Any:
@@ -152,12 +179,16 @@ def status(
             node: dict[str, Any] = c.request("GET", f"/nodes/{_q(o['node'])}")
         except ApiError:
             node = {}  # a user without the monitoring tag sees the overview only
+        base = c.http.base_url
     if as_json:
         _print_json({**o, "node_status": node} if node else o)
         return
     t, q = o["object_totals"], o["queue_totals"]
     stats = o.get("message_stats", {})
-    out.print(f"[bold]{o['product_name']} {o['product_version']}[/bold] on {o['node']}")
+    out.print(
+        f"[bold]{o['product_name']} {o['product_version']}[/bold] on {o['node']} at {base}",
+        highlight=False,
+    )
     for ln in o.get("listeners", []):
         out.print(f"  {ln['protocol']:<8} {ln['ip_address']}:{ln['port']}")
     table = Table(show_header=False, box=None)
@@ -464,7 +495,7 @@ def update_queue(
         body["ring-size"] = ring_size
     if not body:
         raise typer.BadParameter("nothing to change", param_hint="--ring-size/--set")
-    with _client(url, user, password) as c:
+    with _client(url, user, password, ringmq_only="update queue") as c:
         q = c.request("PUT", f"/queues/{_q(vhost)}/{_q(name)}/settings", body)
     if as_json:
         _print_json(q)

@@ -1,9 +1,14 @@
-"""How the CLI shows numbers and times: binary sizes, durations, epoch-ms dates, node lines."""
+"""How the CLI shows things: tables, binary sizes, durations, epoch-ms dates, node lines."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
+
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 
 def human_bytes(n: int) -> str:
@@ -60,3 +65,48 @@ def format_ms(ms: Any) -> str:
         return ""
     when = datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone()
     return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} " + when.strftime("%z")
+
+
+def _cell(key: str, value: Any) -> str:
+    # One table cell: lists joined (a user's tags), dicts as JSON (a policy's definition),
+    # and "no ring" (-1, RabbitMQ's queues have none) left empty rather than shown as -1.
+    if value is None or (key == "ring_size" and value == -1):
+        return ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+_UNBOUNDED: Final = 100_000
+
+
+def table_of(
+    out: Console, title: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]]
+) -> None:
+    """Print `rows` as a table on `out`: one column per (label, dotted key), numbers right
+    aligned, never cut to the terminal's width (a name must stay whole to be copied)."""
+    table = Table(title=title, header_style="bold", title_justify="left")
+    cells = [[_cell(key, _value(row, key)) for _label, key in columns] for row in rows]
+    for label, key in columns:
+        numeric = key.startswith(("messages", "consumers", "channels", "ring_size", "counters"))
+        table.add_column(label, justify="right" if numeric else "left")
+    for line in cells:
+        table.add_row(*line)
+    # rich fits a table to the terminal (80 columns when stdout is not one) by wrapping and
+    # cutting cells, names included; a table wider than that is printed at its own width
+    natural = Measurement.get(out, out.options.update_width(_UNBOUNDED), table).maximum
+    shown = out.width
+    out.width = max(shown, natural)  # print() itself never goes past the console's width
+    try:
+        out.print(table, crop=False)
+    finally:
+        out.width = shown
+
+
+def _value(row: dict[str, Any], key: str) -> Any:
+    value: Any = row
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value

@@ -36,7 +36,7 @@ def scheduled_list(
     as_json: AsJson = False,
 ) -> None:
     """List scheduled messages."""
-    with _client(url, user, password) as c:
+    with _client(url, user, password, ringmq_only="scheduled list") as c:
         rows = c.request("GET", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled")
     if as_json:
         _print_json(rows)
@@ -54,7 +54,7 @@ def scheduled_purge(
     password: Password = DEFAULT_PASSWORD,
 ) -> None:
     """Drop every scheduled message of a queue."""
-    with _client(url, user, password) as c:
+    with _client(url, user, password, ringmq_only="scheduled purge") as c:
         r = c.request("DELETE", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled")
     out.print(f"purged {r['purged']} scheduled message(s)")
 
@@ -68,7 +68,7 @@ def scheduled_deliver(
     password: Password = DEFAULT_PASSWORD,
 ) -> None:
     """Deliver every scheduled message of a queue now."""
-    with _client(url, user, password) as c:
+    with _client(url, user, password, ringmq_only="scheduled deliver") as c:
         r = c.request("POST", f"/queues/{_q(vhost)}/{_q(queue)}/scheduled/deliver", {})
     out.print(f"delivered {r['delivered']} scheduled message(s) now")
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ringmq.server.configfile import MAX_PORT
+from ringmq import announce
 
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -22,7 +22,7 @@ def serve(
         str | None,
         typer.Option(
             help="AMQP port (default 5672; 0 picks a free port; off: no plain AMQP listener, "
-            "only AMQPS, which needs [tls])."
+            "only AMQPS, which needs \\[tls] in the configuration file)."
         ),
     ] = None,
     amqp_bind: Annotated[
@@ -36,11 +36,9 @@ def serve(
         typer.Option(help="Address of the management HTTP(S) listener (default --host)."),
     ] = None,
     http_port: Annotated[
-        int | None,
+        str | None,
         typer.Option(
-            help="Management HTTP port (default 15672; 0 picks a free port; -1 off).",
-            min=-1,
-            max=MAX_PORT,
+            help="Management HTTP port (default 15672; 0 picks a free port; off: no listener)."
         ),
     ] = None,
     stomp_port: Annotated[
@@ -153,12 +151,13 @@ def serve(
     amqp = _port_option(amqp_port, "--amqp-port")
     stomp = _port_option(stomp_port, "--stomp-port")
     mqtt = _port_option(mqtt_port, "--mqtt-port")
+    http = _port_option(http_port, "--http-port")
     try:
         options = options_from(
             file_config,
             host=host,
             amqp_port=amqp,
-            http_port=http_port,
+            http_port=http,
             data_dir=data_dir,
             memory=limits,
             amqp_bind=amqp_bind,
@@ -170,7 +169,9 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)
         raise typer.Exit(code=2) from None
-    raise typer.Exit(code=run(options))
+    # where `ringmq status` and the other commands find this broker (ringmq.announce)
+    here = (options.data_dir / announce.FILE_NAME, announce.runtime_file())
+    raise typer.Exit(code=run(replace(options, announce_to=here)))
 
 
 def _port_option(text: str | None, option: str) -> int | None:

@@ -81,6 +81,10 @@ class BrokerConfig:
         max_message_size: largest accepted body in bytes (406 above it).
         default_user / default_password: created when `users` is empty (guest/guest).
         loopback_users: users that may only log in from a loopback address.
+        anonymous_login: the (user, password) an anonymous client logs in as, checked as any
+            login (so guest only from loopback): AMQP 1.0 SASL ANONYMOUS or no SASL, MQTT
+            without a user name, STOMP without `login` (RabbitMQ 4's `anonymous_login_user`
+            and `anonymous_login_pass`); None refuses anonymous logins.
         name_seed: seed of the generator for `amq.gen-*` queue names and `amq.ctag-*` tags
             (deterministic in tests).
         delay_persistent_confirms: when True, confirms of persistent messages routed to durable
@@ -96,5 +100,6 @@ class BrokerConfig:
     default_user: str = "guest"
     default_password: str = "guest"  # noqa: S105 - RabbitMQ's well-known loopback-only default
     loopback_users: tuple[str, ...] = ("guest",)
+    anonymous_login: tuple[str, str] | None = ("guest", "guest")
     name_seed: int | None = None
     delay_persistent_confirms: bool = False

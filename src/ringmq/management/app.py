@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ringmq import __version__
 from ringmq.core.broker import Broker
 from ringmq.core.throttle import LoginGuard
-from ringmq.management import bodies, browse, health, metrics, nodes, streams
+from ringmq.management import bodies, browse, cliscript, health, metrics, nodes, streams
 from ringmq.management.access import Access
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import LOGIN_OUTCOME, Api, wall_ms
@@ -253,6 +253,7 @@ def create_app(
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/metrics/per-object", metrics_per_object, methods=["GET"]),
         Route("/metrics/detailed", metrics_detailed, methods=["GET"]),
+        *cliscript.routes(),  # /cli/rabbitmqadmin, as RabbitMQ's management plugin
         Mount("/", StaticFiles(directory=CONSOLE_DIR, html=True), name="console"),
     ]
 

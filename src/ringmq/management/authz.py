@@ -154,6 +154,7 @@ def _r(path: str, methods: str, gate: Gate, checks: tuple[Check, ...] = (), **kw
 _r("/metrics", "GET", Gate.PUBLIC)  # Prometheus scrapes unauthenticated, as rabbitmq_prometheus
 _r("/metrics/per-object", "GET", Gate.PUBLIC)
 _r("/metrics/detailed", "GET", Gate.PUBLIC)
+_r("/cli/rabbitmqadmin", "GET", Gate.PUBLIC)  # RabbitMQ serves its CLI as a static file
 _r("/", "GET HEAD", Gate.PUBLIC)  # the console's static files (Mount "/")
 _r("/api/overview", "GET", Gate.ANY)
 _r("/api/whoami", "GET", Gate.ANY)

@@ -73,8 +73,10 @@ class RateSampler:
         elapsed_s = (track.cur_ms - track.prev_ms) / 1000
         if elapsed_s <= 0:
             return dict.fromkeys(track.cur, 0.0)
+        # counters only grow; one that went down was reset (its queue deleted and declared
+        # again under the same key): no negative rate, which the console would draw below 0
         return {
-            name: round((value - track.prev.get(name, value)) / elapsed_s, 2)
+            name: round(max(0, value - track.prev.get(name, value)) / elapsed_s, 2)
             for name, value in track.cur.items()
         }
 

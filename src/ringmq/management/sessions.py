@@ -6,6 +6,9 @@ Non-monitor users see only what their own connections own. Stateless.
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -14,6 +17,7 @@ from ringmq.management import shapes
 from ringmq.management.api import Resource
 from ringmq.management.errors import NotFoundError
 from ringmq.management.params import caller, json_response, no_content, param
+from ringmq.management.port import ConnectionInfo
 
 
 class Sessions(Resource):
@@ -31,13 +35,24 @@ class Sessions(Resource):
 
     # -- connections, channels, consumers ------------------------------------------------
 
+    def _channel_counts(self) -> Counter[int]:
+        # A connection's channels as the channel listing (and the overview's total) counts
+        # them: the core's sessions. The server's own figure is the protocol's view (MQTT and
+        # STOMP keep two core sessions under one socket and report 1).
+        return Counter(ch.conn_id for ch in self.admin.channels())
+
+    def _connection_json(self, c: ConnectionInfo, counts: Counter[int]) -> dict[str, Any]:
+        shown = shapes.connection(c, self.runtime.node)
+        shown["channels"] = counts.get(c.conn_id, c.channels)
+        return shown
+
     async def connections(self, request: Request) -> Response:
-        node = self.runtime.node
         who = caller(request)
+        counts = self._channel_counts()
         return self.api.listing(
             request,
             [
-                shapes.connection(c, node)
+                self._connection_json(c, counts)
                 for c in self.runtime.connections()
                 if who.sees_owner(c.user)
             ],
@@ -53,7 +68,7 @@ class Sessions(Resource):
             reason = request.headers.get("x-reason", "Closed via management plugin")
             self.runtime.close_connection(name, reason)
             return no_content()
-        return json_response(shapes.connection(found, self.runtime.node))
+        return json_response(self._connection_json(found, self._channel_counts()))
 
     async def channels(self, request: Request) -> Response:
         conns = self.api.connections_by_id()

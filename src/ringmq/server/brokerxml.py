@@ -8,8 +8,9 @@ becomes a fanout exchange named after the address with its queues bound to it. Q
 queue arguments; `<address-settings>` become `AddressSetting` entries whose `match` keeps Artemis
 wildcards (`#` any words, `*` one word). The first `<acceptor>` that serves AMQP gives the AMQP
 1.0 anonymous login: Artemis' `saslMechanisms` parameter without ANONYMOUS switches it off, and
-ringmq's own `anonymousUser` / `anonymousPassword` parameters name its user (`Amqp10Spec`, as
-the TOML `[amqp10]` table). Pure parsing: no broker, no I/O.
+ringmq's own `anonymousUser` / `anonymousPassword` parameters name its user
+(`AnonymousLoginSpec`, as the TOML `[auth]` table; it serves every protocol's anonymous
+clients). Pure parsing: no broker, no I/O.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ringmq.server.configspec import (
     FULL_POLICIES,
     OFF_WORDS,
     AddressSetting,
-    Amqp10Spec,
+    AnonymousLoginSpec,
     BindingSpec,
     ConfigError,
     ExchangeSpec,
@@ -150,7 +151,7 @@ def parse_artemis_xml(data: bytes | str, *, source: Path | None = None) -> FileC
     return FileConfig(
         source=source,
         kind="artemis",
-        amqp10=_artemis_amqp10(core, where),
+        anonymous_login=_artemis_anonymous(core, where),
         address_settings=tuple(settings),
         exchanges=tuple(exchanges),
         queues=tuple(queues),
@@ -170,7 +171,7 @@ def _acceptor_params(url: str) -> dict[str, str]:
     return params
 
 
-def _artemis_amqp10(core: Element, where: str) -> Amqp10Spec:
+def _artemis_anonymous(core: Element, where: str) -> AnonymousLoginSpec:
     # The AMQP 1.0 anonymous login from the first acceptor that serves AMQP (one without
     # `protocols` serves them all, as in Artemis).
     acceptors = _child(core, "acceptors")
@@ -188,8 +189,8 @@ def _artemis_amqp10(core: Element, where: str) -> Amqp10Spec:
             if user is not None and user.lower() not in OFF_WORDS:
                 raise ConfigError(f"{w}: anonymousUser without ANONYMOUS in saslMechanisms")
             user = OFF_WORDS[0]
-        return Amqp10Spec.of(user, params.get("anonymousPassword"), w)
-    return Amqp10Spec()
+        return AnonymousLoginSpec.of(user, params.get("anonymousPassword"), w)
+    return AnonymousLoginSpec()
 
 
 def _artemis_queue(q: Element, address: str, where: str) -> QueueSpec:

@@ -31,7 +31,7 @@ from ringmq.server.configspec import (
     MAX_PORT,
     OFF_WORDS,
     AddressSetting,
-    Amqp10Spec,
+    AnonymousLoginSpec,
     BindingSpec,
     ConfigError,
     ExchangeSpec,
@@ -65,7 +65,7 @@ __all__ = [
     "MAX_PORT",
     "OFF_WORDS",
     "AddressSetting",
-    "Amqp10Spec",
+    "AnonymousLoginSpec",
     "BindingSpec",
     "ConfigError",
     "ExchangeSpec",
@@ -211,6 +211,7 @@ _TOP_KEYS: Final = frozenset(
         "limits",
         "tls",
         "amqp10",
+        "auth",
         "management",
         "users",
         "vhosts",
@@ -282,10 +283,20 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         )
         t.done()
 
-    amqp10 = Amqp10Spec()
-    if (t := _table(doc, "amqp10", where)) is not None:
-        amqp10 = _amqp10(t)
-        t.done()
+    anonymous = AnonymousLoginSpec()
+    auth = _table(doc, "auth", where)
+    amqp10 = _table(doc, "amqp10", where)
+    if auth is not None and amqp10 is not None:
+        raise ConfigError(
+            f"{where}: [auth] and [amqp10] both set the anonymous login: keep [auth] "
+            "(anonymous_login_user, anonymous_login_pass)"
+        )
+    if auth is not None:
+        anonymous = _anonymous(auth, ("anonymous_login_user", "anonymous_login_pass"))
+        auth.done()
+    if amqp10 is not None:  # the older spelling of the same setting
+        anonymous = _anonymous(amqp10, ("anonymous_user", "anonymous_password"))
+        amqp10.done()
 
     management = ManagementSpec()
     if (t := _table(doc, "management", where)) is not None:
@@ -417,7 +428,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         listen=listen,
         limits=limits,
         tls=tls,
-        amqp10=amqp10,
+        anonymous_login=anonymous,
         management=management,
         users=tuple(users),
         vhosts=tuple(vhosts),
@@ -431,10 +442,10 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
     )
 
 
-def _amqp10(t: _Table) -> Amqp10Spec:
-    # anonymous_user: a user name, or "off"/"none"/false (no anonymous logins)
-    user = t.value("anonymous_user", (str, bool), 'a user name or "off"')
-    return Amqp10Spec.of(user, t.opt_str("anonymous_password"), t.where)
+def _anonymous(t: _Table, keys: tuple[str, str]) -> AnonymousLoginSpec:
+    # the user: a user name, or "off"/"none"/false (no anonymous logins)
+    user = t.value(keys[0], (str, bool), 'a user name or "off"')
+    return AnonymousLoginSpec.of(user, t.opt_str(keys[1]), t.where, keys)
 
 
 def _management(t: _Table) -> ManagementSpec:

@@ -186,38 +186,55 @@ DEFAULT_ANONYMOUS_PASSWORD: Final = "guest"  # noqa: S105 - RabbitMQ 4's anonymo
 
 
 @dataclass(frozen=True, slots=True)
-class Amqp10Spec:
-    """AMQP 1.0 settings (the `[amqp10]` table).
+class AnonymousLoginSpec:
+    """Who an anonymous client logs in as, in every protocol that has anonymous logins.
 
-    SASL ANONYMOUS, and a client that skips SASL, logs in as `anonymous_user` with
-    `anonymous_password`, checked as any login is (RabbitMQ 4's `anonymous_login_user` and
-    `anonymous_login_pass`; guest is loopback-only). `anonymous_user` None refuses anonymous
-    logins.
+    AMQP 1.0's SASL ANONYMOUS (and a client that skips SASL), an MQTT CONNECT without a user
+    name and a STOMP CONNECT without `login` log in as `anonymous_user` with
+    `anonymous_password`, checked as any login is: RabbitMQ 4's `anonymous_login_user` and
+    `anonymous_login_pass` (`[auth]` in the TOML file; `[amqp10] anonymous_user` is the older
+    spelling of the same setting). The default, guest, may only log in from loopback.
+    `anonymous_user` None refuses anonymous logins.
     """
 
     anonymous_user: str | None = DEFAULT_ANONYMOUS_USER
     anonymous_password: str = DEFAULT_ANONYMOUS_PASSWORD
 
+    @property
+    def login(self) -> tuple[str, str] | None:
+        """(user, password) of an anonymous login, None when they are refused."""
+        if self.anonymous_user is None:
+            return None
+        return self.anonymous_user, self.anonymous_password
+
     @classmethod
-    def of(cls, user: str | bool | None, password: str | None, where: str) -> Amqp10Spec:
-        """The settings a configuration file gives (TOML `[amqp10]`, broker.xml's acceptor):
-        `user` a user name, "off"/"none"/False (no anonymous logins) or None/True (guest);
-        a user other than guest needs its `password`.
+    def of(
+        cls,
+        user: str | bool | None,
+        password: str | None,
+        where: str,
+        keys: tuple[str, str] = ("anonymous_user", "anonymous_password"),
+    ) -> AnonymousLoginSpec:
+        """The settings a configuration file gives (TOML `[auth]` or `[amqp10]`, broker.xml's
+        acceptor): `user` a user name, "off"/"none"/False (no anonymous logins) or None/True
+        (guest); a user other than guest needs its `password`. `keys` name the two settings
+        in error messages.
 
         Raises:
             ConfigError: an empty user, a password for "off", a user without its password.
         """
+        user_key, password_key = keys
         if user is None or user is True:
             user = DEFAULT_ANONYMOUS_USER
         elif user is False or str(user).strip().lower() in OFF_WORDS:
             if password is not None:
-                raise ConfigError(f"{where}.anonymous_password: anonymous logins are off")
+                raise ConfigError(f"{where}.{password_key}: anonymous logins are off")
             return cls(anonymous_user=None)
         elif not user:
-            raise ConfigError(f'{where}.anonymous_user: empty (say "off" to refuse anonymous)')
+            raise ConfigError(f'{where}.{user_key}: empty (say "off" to refuse anonymous)')
         if password is None:
             if user != DEFAULT_ANONYMOUS_USER:
-                raise ConfigError(f"{where}: anonymous_user {user!r} needs anonymous_password")
+                raise ConfigError(f"{where}: {user_key} {user!r} needs {password_key}")
             password = DEFAULT_ANONYMOUS_PASSWORD
         return cls(anonymous_user=str(user), anonymous_password=password)
 
@@ -231,7 +248,7 @@ class FileConfig:
     listen: ListenSpec = ListenSpec()
     limits: LimitsSpec = LimitsSpec()
     tls: TLSSpec | None = None
-    amqp10: Amqp10Spec = Amqp10Spec()
+    anonymous_login: AnonymousLoginSpec = AnonymousLoginSpec()
     management: ManagementSpec = ManagementSpec()
     users: tuple[UserSpec, ...] = ()
     vhosts: tuple[str, ...] = ()

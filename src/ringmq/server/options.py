@@ -38,6 +38,9 @@ class ServerOptions:
         config: the parsed configuration file (users, limits, declarations, TLS...).
         memory: memory high watermark, free-disk limit and per-queue paging bounds.
         node: node name reported to management.
+        announce_to: files the running broker writes its URLs to (`ringmq.announce`; removed
+            on a clean stop). `ringmq serve` names its data directory's and the user's
+            runtime file; tests and embedding name none.
     """
 
     host: str = DEFAULT_HOST
@@ -52,6 +55,7 @@ class ServerOptions:
     config: FileConfig = field(default_factory=FileConfig)
     memory: MemoryLimits = field(default_factory=MemoryLimits)
     node: str = "ringmq@localhost"
+    announce_to: tuple[Path, ...] = ()
 
 
 def options_from(

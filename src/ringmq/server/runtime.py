@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 import uvicorn
 
+from ringmq import announce
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.core.effects import Effect
 from ringmq.core.errors import Condition
@@ -352,7 +354,26 @@ class BrokerServer:
 
         self.timers.start(loop)
         self.reloader.start(loop)
+        self._announce()
         self.ready.set()
+
+    def _announce(self) -> None:
+        # where the CLI finds this broker (ringmq.announce); a convenience, so a failure to
+        # write only logs
+        paths = list(self.options.announce_to)
+        if not paths:
+            return
+        urls = {
+            lst.protocol: announce.listener_url(lst.protocol, lst.host, lst.port)
+            for lst in self._listeners
+        }
+        found = announce.Announcement(
+            os.getpid(), self.node, str(self.options.data_dir.resolve()), urls
+        )
+        try:
+            announce.write(found, paths)
+        except OSError as exc:
+            log.warning("cannot write where this broker listens: %s", exc)
 
     async def _open_tls_listeners(self, spec: TLSSpec) -> None:
         # STOMP and MQTT over TLS, where [tls] names their ports (RabbitMQ's ssl listeners)
@@ -430,6 +451,7 @@ class BrokerServer:
             await self.commit.close()
         if self._attached:
             self.broker.close()
+        announce.remove(list(self.options.announce_to), os.getpid())
         if self._data_lock is not None:
             self._data_lock.release()
         if self._attached and self.flow.stats["paused"]:

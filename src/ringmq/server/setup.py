@@ -93,6 +93,7 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
         ],
         address_settings=core_address_settings(cfg.address_settings),
         max_message_size=cfg.limits.max_message_size,
+        anonymous_login=cfg.anonymous_login.login,
     )
 
 

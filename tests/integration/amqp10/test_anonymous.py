@@ -54,9 +54,16 @@ def test_anonymous_is_guest_by_default(broker: BrokerThread) -> None:
         c.close()
 
 
-@pytest.mark.parametrize("off", ['"off"', "false"])
+@pytest.mark.parametrize(
+    "off",
+    [
+        '[amqp10]\nanonymous_user = "off"\n',
+        "[amqp10]\nanonymous_user = false\n",
+        '[auth]\nanonymous_login_user = "off"\n',  # the one setting of every protocol
+    ],
+)
 def test_off_refuses_anonymous_logins(broker_factory: BrokerFactory, off: str) -> None:
-    b = broker_factory(f"[amqp10]\nanonymous_user = {off}\n")
+    b = broker_factory(off)
     with pytest.raises(ConnectionException) as exc:
         anonymous(b)
     assert "amqp:unauthorized-access" in str(exc.value)

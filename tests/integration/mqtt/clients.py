@@ -36,8 +36,8 @@ class Paho:
         *,
         v5: bool = False,
         clean: bool = True,
-        user: str = "guest",
-        password: str = "guest",
+        user: str | None = "guest",
+        password: str | None = "guest",
         will: tuple[str, bytes, int] | None = None,
         will_props: Properties | None = None,
         session_expiry: int | None = None,
@@ -50,7 +50,8 @@ class Paho:
             protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
             clean_session=None if v5 else clean,
         )
-        self.client.username_pw_set(user, password)
+        if user is not None:  # None: an anonymous client (no user name in CONNECT)
+            self.client.username_pw_set(user, password)
         if will is not None:
             self.client.will_set(will[0], will[1], will[2], properties=will_props)
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
@@ -58,6 +59,7 @@ class Paho:
         self.disconnected = threading.Event()
         self.subscribed = threading.Event()
         self.reason: Any = None
+        self.connack: Any = None
         self.session_present = False
         self.granted: list[Any] = []
         self.client.on_connect = self._on_connect
@@ -72,7 +74,7 @@ class Paho:
             self.connect()
 
     def _on_connect(self, _c: Any, _u: Any, flags: Any, reason: Any, _p: Any) -> None:
-        self.reason = reason
+        self.reason = self.connack = reason
         self.session_present = bool(flags.session_present)
         self.connected.set()
 
@@ -95,6 +97,11 @@ class Paho:
         self.client.connect("127.0.0.1", self.port, keepalive=30, **kwargs)
         self.client.loop_start()
         assert self.connected.wait(TIMEOUT_S), "no CONNACK"
+
+    @property
+    def refused(self) -> bool:
+        """The CONNACK refused the connection (paho's reason code is a failure)."""
+        return bool(getattr(self.connack, "is_failure", False))
 
     def subscribe(self, topic: str, qos: int = 0, **kw: Any) -> list[Any]:
         self.subscribed.clear()

@@ -42,3 +42,13 @@ def test_history_is_bounded_and_ordered() -> None:
     hist = s.history()
     assert [t for t, _ in hist] == [3000, 4000, 5000]
     assert [r["n"] for _, r in hist] == [5.0, 7.0, 9.0]
+
+
+def test_a_counter_that_went_down_has_no_negative_rate() -> None:
+    # a queue deleted and declared again under the same key restarts its counters at 0
+    s = RateSampler(interval_ms=1000)
+    s.sample(0, {"q": {"publish": 50}})
+    s.sample(1000, {"q": {"publish": 60}})
+    assert s.rate("q", "publish") == 10.0
+    s.sample(2000, {"q": {"publish": 3}})
+    assert s.rate("q", "publish") == 0.0

@@ -42,7 +42,7 @@ def xml(*acceptors: str) -> str:
     ],
 )
 def test_anonymous_login_from_the_acceptor(text: str, user: str | None, password: str) -> None:
-    spec = parse_artemis_xml(text).amqp10
+    spec = parse_artemis_xml(text).anonymous_login
     assert (spec.anonymous_user, spec.anonymous_password) == (user, password)
 
 

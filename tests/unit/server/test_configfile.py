@@ -125,6 +125,9 @@ def test_toml_full_schema() -> None:
         ("[amqp10]\nanonymous_user = ''\n", "empty"),
         ("[amqp10]\nanonymous_user = 'app'\n", "needs anonymous_password"),
         ("[amqp10]\nanonymous_user = 'off'\nanonymous_password = 'x'\n", "are off"),
+        ("[auth]\nanonymous_login_user = 'app'\n", "needs anonymous_login_pass"),
+        ("[auth]\nanonymous_user = 'app'\n", "unknown key"),
+        ("[auth]\n[amqp10]\n", "both set the anonymous login"),
         ("this is not toml", "<toml>"),
     ],
 )
@@ -144,10 +147,12 @@ def test_toml_errors(text: str, needle: str) -> None:
         ("[amqp10]\nanonymous_user = 'None'\n", None, "guest"),
         ("[amqp10]\nanonymous_user = false\n", None, "guest"),
         ("[amqp10]\nanonymous_user = 'app'\nanonymous_password = 'pw'\n", "app", "pw"),
+        ("[auth]\nanonymous_login_user = 'off'\n", None, "guest"),
+        ("[auth]\nanonymous_login_user = 'app'\nanonymous_login_pass = 'pw'\n", "app", "pw"),
     ],
 )
-def test_amqp10_anonymous_user(text: str, user: str | None, password: str) -> None:
-    spec = parse_toml(text).amqp10
+def test_anonymous_login(text: str, user: str | None, password: str) -> None:
+    spec = parse_toml(text).anonymous_login
     assert (spec.anonymous_user, spec.anonymous_password) == (user, password)
 
 

@@ -14,7 +14,8 @@ come back through `apply` (deliveries become transfers, confirms become disposit
 `CloseConnection` a close).
 
 Login: SASL PLAIN checks ringmq's users through the shared throttle (`HandlerContext.login`);
-ANONYMOUS (and a client that skips SASL) logs in as the configured anonymous user, as
+ANONYMOUS (and a client that skips SASL) logs in as the broker's anonymous login
+(`BrokerConfig.anonymous_login`, the one setting of every protocol's anonymous clients), as
 RabbitMQ 4 does (default guest/guest, which is loopback-only; None switches it off). The
 open's hostname names the vhost as RabbitMQ reads it ("vhost:NAME"; anything else: "/").
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from ringmq.adapters.amqp10.errors import condition_of
@@ -51,24 +51,11 @@ _MESSAGES: Final = (ev.MessagesReceived, ev.MessageReceived)
 DEFAULT_VHOST: Final = "/"
 
 
-@dataclass(frozen=True, slots=True)
-class Amqp10Options:
-    """How the broker serves AMQP 1.0 logins.
-
-    Attributes:
-        anonymous_login: the user and password an ANONYMOUS login (or a client that skips
-            SASL) logs in as; None refuses anonymous logins.
-    """
-
-    anonymous_login: tuple[str, str] | None = ("guest", "guest")
-
-
 class Amqp10Handler:
     """One AMQP 1.0 client connection (see the module docstring)."""
 
-    def __init__(self, ctx: HandlerContext, options: Amqp10Options | None = None) -> None:
+    def __init__(self, ctx: HandlerContext) -> None:
         self.ctx = ctx
-        self.options = options or Amqp10Options()
         self.broker = ctx.broker
         self.conn_id = ctx.conn_id
         limits = ctx.limits
@@ -180,8 +167,8 @@ class Amqp10Handler:
             if len(parts) != 3:
                 return "malformed SASL PLAIN response"
             user, password = (x.decode("utf-8", "replace") for x in parts[1:])
-        elif e.mechanism == "ANONYMOUS" and self.options.anonymous_login is not None:
-            user, password = self.options.anonymous_login
+        elif e.mechanism == "ANONYMOUS" and self.broker.config.anonymous_login is not None:
+            user, password = self.broker.config.anonymous_login
         else:
             return "anonymous logins are off: log in with SASL PLAIN"
         try:
@@ -266,10 +253,10 @@ class Amqp10Handler:
         )
 
 
-def factory(options: Amqp10Options | None = None) -> Callable[[HandlerContext], Amqp10Handler]:
+def factory() -> Callable[[HandlerContext], Amqp10Handler]:
     """The `HandlerFactory` of AMQP 1.0 connections (`node.PROTOCOL_HANDLERS["amqp10"]`)."""
 
     def make(ctx: HandlerContext) -> Amqp10Handler:
-        return Amqp10Handler(ctx, options)
+        return Amqp10Handler(ctx)
 
     return make

@@ -24,9 +24,25 @@ def connect_refusal(c: Connect) -> tuple[Reason, str] | None:
             check_topic_name(c.will.topic)
         except TopicError as exc:
             return Reason.TOPIC_NAME_INVALID, str(exc)
-    if c.username is None:
-        return Reason.BAD_USER_NAME_OR_PASSWORD, "a user name is required"
     return None
+
+
+def credentials(
+    c: Connect, vhosts: Container[str], anonymous: tuple[str, str] | None
+) -> tuple[str, str, str] | None:
+    """(vhost, user, password) to log in with; None when there is nothing to try.
+
+    A CONNECT without a user name is an anonymous client: it logs in as the broker's
+    anonymous login (RabbitMQ 4's `anonymous_login_user`, guest by default: loopback only, as
+    mosquitto 2 allows anonymous clients on its local-only listener), in the default vhost.
+    """
+    if c.username is None:
+        if anonymous is None:
+            return None
+        user, password = anonymous
+        return "/", user, password
+    vhost, user = vhost_and_user(c.username, vhosts)
+    return vhost, user, (c.password or b"").decode("utf-8", "replace")
 
 
 def vhost_and_user(username: str, vhosts: Container[str]) -> tuple[str, str]:

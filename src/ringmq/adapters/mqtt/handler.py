@@ -12,7 +12,8 @@ which hands this connection's own (deliveries, confirms) to `apply`. A client id
 releases the old connection inside the CONNECT's call: whole calls nested in it, which the
 core's call protocol allows (`core/call.py`); their effects join the batch's.
 
-* CONNECT: login through `HandlerContext.login` (`vhost:user` picks the vhost, else "/"),
+* CONNECT: login through `HandlerContext.login` (`vhost:user` picks the vhost, else "/"; no
+  user name: the broker's anonymous login, `connect.credentials`),
   the core connection and session, client id takeover (`sessions.Registry.live`), the
   session (clean or resumed: its queues, their bindings, the saved QoS 2 state), CONNACK.
 * PUBLISH from the client: routed through `amq.topic` (`topics.to_routing_key`), stored as
@@ -48,7 +49,7 @@ from ringmq.adapters.mqtt.connect import (
     TOPIC_ALIAS_MAXIMUM,
     connack,
     connect_refusal,
-    vhost_and_user,
+    credentials,
 )
 from ringmq.adapters.mqtt.errors import CLOSE, REFUSED, reason_of
 from ringmq.adapters.mqtt.message import (
@@ -272,13 +273,18 @@ class MqttHandler:
         if refused is not None:
             m.refuse(*refused)
             return
-        assert c.username is not None
+        login = credentials(c, self.broker.vhosts, self.broker.config.anonymous_login)
+        if login is None:
+            m.refuse(
+                Reason.BAD_USER_NAME_OR_PASSWORD,
+                "anonymous logins are off: a user name is required",
+            )
+            return
+        vhost, user, password = login
         cid = c.client_id
         assigned = None
         if not cid:
             cid = assigned = self.broker.state.gen_name("mqtt-")
-        vhost, user = vhost_and_user(c.username, self.broker.vhosts)
-        password = (c.password or b"").decode("utf-8", "replace")
         try:
             self.ctx.login("PLAIN", user, password, now_ms)
         except BrokerError as exc:

@@ -246,8 +246,13 @@ class StompHandler:
         config = self.broker.config
         login = frame.get("login")
         passcode = frame.get("passcode")
-        if login is None:  # RabbitMQ's default_user for a CONNECT without credentials
-            login, passcode = config.default_user, config.default_password
+        if login is None:  # the anonymous login (RabbitMQ's default_user, 4's anonymous_login_user)
+            if config.anonymous_login is None:
+                self.conn.fail(
+                    "Bad CONNECT", "anonymous logins are off: send login and passcode", frame=frame
+                )
+                return
+            login, passcode = config.anonymous_login
         vhost = self._vhost(frame.get("host"))
         self.client_id = frame.get("client-id") or ""
         props = {"client_id": self.client_id} if self.client_id else {}

@@ -1,8 +1,10 @@
 // RingMQ web console: a hash-routed single page over the management HTTP API.
 // Views: overview (live rates, node figures, alarms), queues (sort/filter), queue (settings,
 // counters, chart, consumers, bindings, peek in place, purge, delete, publish, ring size),
-// exchanges + bindings, connections (who is blocked and why); pages.js adds the exchange page
-// and the admin page (users, vhosts, permissions, policies) through `window.RingMQ`.
+// exchanges + bindings (add an exchange), connections (who is blocked and why); a vhost
+// selector in the header that lists and forms follow; pages.js adds the exchange page and the
+// admin page (users, vhosts, permissions, policies), details.js the connection, channel and
+// definitions pages, through `window.RingMQ`.
 "use strict";
 (() => {
   const POLL_MS = 2000;
@@ -57,7 +59,7 @@
   // -- login -------------------------------------------------------------------------------
   function showLogin(msg) {
     stopPolling();
-    $("#login").hidden = false; $("#view").innerHTML = "";
+    $("#login").hidden = false; $("#view").innerHTML = ""; $("#who").hidden = true;
     $("#login-error").textContent = msg || "";
   }
   $("#login-form").addEventListener("submit", async (e) => {
@@ -70,6 +72,22 @@
     } catch (err) { $("#login-error").textContent = "Login failed"; }
   });
   $("#logout").addEventListener("click", () => { sessionStorage.removeItem("ringmq.auth"); showLogin(); });
+
+  // -- vhost selector: "" is every vhost; lists and forms follow it -------------------------
+  const vhost = () => sessionStorage.getItem("ringmq.vhost") || "";
+  const vhostOr = (fallback) => vhost() || fallback;  // forms: the chosen vhost, else "/"
+  let vhostsLoaded = false;
+  async function loadVhosts() {
+    if (vhostsLoaded) return;
+    vhostsLoaded = true;
+    try {
+      const vs = await api("GET", "/vhosts");
+      const sel = $("#vhost-select");
+      sel.innerHTML = `<option value="">all</option>` + vs.map((v) => `<option>${esc(v.name)}</option>`).join("");
+      sel.value = vhost();
+    } catch (e) { vhostsLoaded = false; }
+  }
+  $("#vhost-select").addEventListener("change", (e) => { sessionStorage.setItem("ringmq.vhost", e.target.value); route(); });
 
   // -- routing -----------------------------------------------------------------------------
   // Each page's poll belongs to one generation: a poll still in flight when the page changes
@@ -86,15 +104,17 @@
   }
   function route() {
     if (!creds()) return showLogin();
-    $("#login").hidden = true;
+    $("#login").hidden = true; $("#who").hidden = false; loadVhosts();
     if (!$("#whoami").textContent) api("GET", "/whoami").then((me) => { $("#whoami").textContent = me.name; }).catch(() => {});
     const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
     const page = parts[0] || "overview";
     document.querySelectorAll("#nav a").forEach((a) =>
       a.classList.toggle("active", a.dataset.page === page || (page === "queue" && a.dataset.page === "queues")
-        || (page === "exchange" && a.dataset.page === "exchanges")));
+        || (page === "exchange" && a.dataset.page === "exchanges")
+        || ((page === "connection" || page === "channel") && a.dataset.page === "connections")));
     chart = null;
     const views = { overview, queues, queue: () => queuePage(parts[1], parts[2]), exchanges, connections };
+    if (page === "admin") vhostsLoaded = false;  // vhosts may be added there
     const extra = window.RingMQ.views[page];
     (extra ? () => extra(parts.slice(1)) : views[page] || overview)();
   }
@@ -240,10 +260,10 @@
       catch (e) { return toast("Arguments must be JSON"); }
       const ring = $("#new-queue-ring").value;
       if (ring) args["x-ring-size"] = Number(ring);
-      try { await api("PUT", `/queues/%2F/${enc(name)}`, { durable: true, arguments: args }); toast(`Queue ${name} declared`); lastRender(); }
+      try { await api("PUT", `/queues/${enc(vhostOr("/"))}/${enc(name)}`, { durable: true, arguments: args }); toast(`Queue ${name} declared`); lastRender(); }
       catch (e) { toast(e.message); }
     });
-    poll(async () => { rows = await api("GET", "/queues"); render(); });
+    poll(async () => { rows = await api("GET", vhost() ? `/queues/${enc(vhost())}` : "/queues"); render(); });
   }
 
   // -- one queue ---------------------------------------------------------------------------
@@ -260,13 +280,21 @@
         <div class="card"><h2>Counters</h2><div id="q-counters"></div></div>
       </div>
       <div class="cols">
-        <div class="card"><h2>Peek messages</h2><div class="row">
+        <div class="card"><h2>Get messages</h2><div class="row">
+          <label>Ack mode <select id="get-ackmode">
+            <option value="browse">Browse in place (nothing taken)</option>
+            <option value="ack_requeue_true">Nack, requeue (redelivered)</option>
+            <option value="reject_requeue_true">Reject, requeue (redelivered)</option>
+            <option value="ack_requeue_false">Ack (removed from the queue)</option></select></label>
           <label>Count <input id="peek-count" type="number" value="5" min="1"></label>
-          <button id="peek" class="secondary">Peek</button>
+          <button id="peek" class="secondary">Get</button>
           <button id="purge" class="danger">Purge</button></div><div id="peek-result"></div></div>
         <div class="card"><h2>Publish a message</h2>
           <label>Payload <textarea id="publish-payload"></textarea></label>
-          <label>Headers (JSON) <input id="publish-headers" placeholder='{"_AMQ_SCHED_DELIVERY": 0}'></label>
+          <label>Delivery mode <select id="publish-mode"><option value="1">1: non-persistent</option>
+            <option value="2">2: persistent</option></select></label>
+          <label>Headers (JSON) <input id="publish-headers" placeholder='{"x-delay": 5000}'></label>
+          <label>Properties (JSON) <input id="publish-props" placeholder='{"content_type": "text/plain", "priority": 1, "expiration": "60000"}'></label>
           <button id="publish">Publish</button></div>
       </div>
       <div class="cols">
@@ -295,22 +323,29 @@
     });
     $("#peek").addEventListener("click", async () => {
       try {
-        // browse in place: nothing is taken or redelivered (a peeked LVQ keeps its newest value)
-        const msgs = await api("POST", path + "/browse", { count: Number($("#peek-count").value) || 1,
-          encoding: "auto", truncate: 50000 });
+        // browse in place: nothing is taken or redelivered (a peeked LVQ keeps its newest
+        // value); the other modes are RabbitMQ's /get: taken, then requeued or acked
+        const mode = $("#get-ackmode").value, count = Number($("#peek-count").value) || 1;
+        const msgs = mode === "browse"
+          ? await api("POST", path + "/browse", { count, encoding: "auto", truncate: 50000 })
+          : await api("POST", path + "/get", { count, ackmode: mode, encoding: "auto", truncate: 50000 });
+        if (mode !== "browse") lastRender();
         $("#peek-result").innerHTML = msgs.length ? msgs.map((m, i) => `<div><span class="muted">#${i + 1}
           rk=${esc(m.routing_key)} ${m.redelivered ? "redelivered" : ""} ${m.payload_bytes} bytes</span>
           <pre class="peeked">${esc(m.payload)}</pre>${propsList(m.properties)}</div>`).join("") : `<p class="muted">Queue is empty.</p>`;
       } catch (e) { toast(e.message); }
     });
     $("#publish").addEventListener("click", async () => {
-      let headers;
+      let headers, props;
       try { headers = $("#publish-headers").value.trim() ? JSON.parse($("#publish-headers").value) : undefined; }
       catch (e) { return toast("Headers must be JSON"); }
+      try { props = $("#publish-props").value.trim() ? JSON.parse($("#publish-props").value) : {}; }
+      catch (e) { return toast("Properties must be JSON"); }
+      props.delivery_mode = Number($("#publish-mode").value);
+      if (headers) props.headers = headers;
       try {
         const r = await api("POST", `/exchanges/${enc(vhost)}/amq.default/publish`, { routing_key: name,
-          payload: $("#publish-payload").value, payload_encoding: "string",
-          properties: headers ? { headers } : {} });
+          payload: $("#publish-payload").value, payload_encoding: "string", properties: props });
         toast(r.routed ? "Message published" : "Message was not routed"); lastRender();
       } catch (e) { toast(e.message); }
     });
@@ -369,13 +404,29 @@
     return `<dl class="kv props">${entries.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(typeof v === "object" ? JSON.stringify(v) : v)}</dd>`).join("")}</dl>`;
   }
 
+  // The resolved length limit in words: "at most 500 messages (RabbitMQ max-length); when
+  // full: drop the oldest".
+  const LIMIT_FAMILIES = { rabbit: "RabbitMQ max-length", qpid: "Qpid size policy",
+    ring: "Artemis ring", address: "Artemis address settings" };
+  const LIMIT_ACTIONS = { ring: "evict the oldest", "drop-head": "drop the oldest",
+    "reject-publish": "refuse new messages", "reject-publish-dlx": "refuse new messages and dead-letter them",
+    "qpid-ring": "evict the oldest", "qpid-ring-strict": "refuse new messages while the oldest is delivered",
+    "flow-to-disk": "page message bodies to disk", "drop-new": "discard new messages",
+    block: "block publishers" };
+  function limitText(v) {
+    const caps = [];
+    if (v.max_count != null) caps.push(`${num(v.max_count)} messages`);
+    if (v.max_bytes != null) caps.push(bytes(v.max_bytes));
+    const what = caps.length ? `at most ${caps.join(" and ")}` : "no cap";
+    return `${what} (${LIMIT_FAMILIES[v.family] || v.family}); when full: ${LIMIT_ACTIONS[v.action] || v.action}`;
+  }
+
   // Resolved settings as rows, each tagged with where it came from (argument/policy/address).
   function effectiveSettings(s) {
     const sources = s.sources || {};
     const rows = Object.entries(s).filter(([k, v]) => k !== "sources" && v !== false && v !== -1)
       .map(([k, v]) => {
-        const shown = k === "limit" && v ? `${v.family}: ${v.max_count ?? "-"} msgs / ${v.max_bytes ?? "-"} bytes, ${v.action}`
-          : (typeof v === "object" ? JSON.stringify(v) : v);
+        const shown = k === "limit" && v ? limitText(v) : (typeof v === "object" ? JSON.stringify(v) : v);
         const src = sources[k] ? ` <span class="pill">${esc(sources[k])}</span>` : "";
         return `<dt>${esc(k)}</dt><dd>${esc(shown)}${src}</dd>`;
       });
@@ -385,10 +436,34 @@
   // -- exchanges and bindings --------------------------------------------------------------
   async function exchanges() {
     $("#view").innerHTML = `<h1>Exchanges</h1><div class="card"><div id="x-table"></div></div>
+      <div class="card"><h2>Add an exchange</h2><div class="row">
+        <label>Name <input id="new-x-name"></label>
+        <label>Type <select id="new-x-type"><option>direct</option><option>fanout</option><option>topic</option>
+          <option>headers</option><option>x-delayed-message</option></select></label>
+        <label>Durable <select id="new-x-durable"><option value="true">yes</option><option value="false">no</option></select></label>
+        <label>Auto-delete <select id="new-x-autodelete"><option value="false">no</option><option value="true">yes</option></select></label>
+        <label>Internal <select id="new-x-internal"><option value="false">no</option><option value="true">yes</option></select></label>
+        <label>Arguments (JSON) <input id="new-x-args" placeholder='{"alternate-exchange": "unrouted"}'></label>
+        <button id="new-x-add">Add exchange</button></div></div>
       <h1>Bindings</h1><div class="card"><div id="b-table"></div></div>`;
     const xs = { sort: "name", rev: false, filter: "" }, bs = { sort: "source", rev: false, filter: "" };
+    $("#new-x-add").addEventListener("click", async () => {
+      const name = $("#new-x-name").value.trim();
+      if (!name) return toast("Give the exchange a name");
+      let args = {};
+      try { args = $("#new-x-args").value.trim() ? JSON.parse($("#new-x-args").value) : {}; }
+      catch (e) { return toast("Arguments must be JSON"); }
+      const yes = (id) => $(id).value === "true";
+      try {
+        await api("PUT", `/exchanges/${enc(vhostOr("/"))}/${enc(name)}`, { type: $("#new-x-type").value,
+          durable: yes("#new-x-durable"), auto_delete: yes("#new-x-autodelete"), internal: yes("#new-x-internal"), arguments: args });
+        toast(`Exchange ${name} declared`); lastRender();
+      } catch (e) { toast(e.message); }
+    });
     poll(async () => {
-      const [x, b] = await Promise.all([api("GET", "/exchanges"), api("GET", "/bindings")]);
+      const v = vhost();
+      const [x, b] = await Promise.all([api("GET", v ? `/exchanges/${enc(v)}` : "/exchanges"),
+        api("GET", v ? `/bindings/${enc(v)}` : "/bindings")]);
       table($("#x-table"), [
         { key: "name", label: "Name", html: (e) => `<a href="#/exchange/${enc(e.vhost)}/${enc(e.name || "amq.default")}">${esc(e.name || "(AMQP default)")}</a>` },
         { key: "vhost", label: "Vhost" }, { key: "type", label: "Type" },
@@ -410,9 +485,11 @@
       <h1>Channels</h1><div class="card"><div id="ch-table"></div></div>`;
     const cs = { sort: "name", rev: false, filter: "" }, hs = { sort: "name", rev: false, filter: "" };
     poll(async () => {
-      const [c, ch] = await Promise.all([api("GET", "/connections"), api("GET", "/channels")]);
+      const v = vhost(), mine = (r) => !v || r.vhost === v;
+      const [c, ch] = await Promise.all([api("GET", "/connections"), api("GET", "/channels")])
+        .then(([a, b]) => [a.filter(mine), b.filter(mine)]);
       table($("#c-table"), [
-        { key: "name", label: "Name" },
+        { key: "name", label: "Name", html: (r) => `<a href="#/connection/${enc(r.name)}">${esc(r.name)}</a>` },
         { key: "client_name", label: "Client name", html: (r) => esc((r.client_properties || {}).connection_name || ""),
           sortValue: (r) => (r.client_properties || {}).connection_name || "" },
         { key: "protocol", label: "Protocol" },
@@ -430,7 +507,8 @@
         catch (e) { toast(e.message); }
       }));
       table($("#ch-table"), [
-        { key: "name", label: "Channel" }, { key: "user", label: "User" },
+        { key: "name", label: "Channel", html: (r) => `<a href="#/channel/${enc(r.name)}">${esc(r.name)}</a>` },
+        { key: "user", label: "User" },
         { key: "consumer_count", label: "Consumers", num: true },
         { key: "messages_unacknowledged", label: "Unacked", num: true },
         { key: "prefetch_count", label: "Prefetch", num: true },
@@ -440,7 +518,7 @@
   }
 
   window.RingMQ = { api, apiMaybe, $, esc, num, rate, enc, bytes, table, poll, toast, statGrid,
-    propsList, views: window.RingMQ ? window.RingMQ.views : {}, rerender: () => lastRender && lastRender() };
+    propsList, vhost, duration, views: window.RingMQ ? window.RingMQ.views : {}, rerender: () => lastRender && lastRender() };
   if (creds()) api("GET", "/whoami").then((me) => { $("#whoami").textContent = me.name; route(); }).catch(() => {});
   else showLogin();
 })();

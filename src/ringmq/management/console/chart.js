@@ -24,7 +24,9 @@ window.LineChart = class LineChart {
     const left = 48, right = 8, top = 8, bottom = 22;
     const pw = w - left - right, ph = h - top - bottom;
     let max = 0;
-    for (const p of this.points) for (const s of this.series) max = Math.max(max, p.values[s.key] || 0);
+    // a rate is never below 0 (a counter reset is no negative rate): clamp what is drawn
+    const val = (p, s) => Math.max(0, p.values[s.key] || 0);
+    for (const p of this.points) for (const s of this.series) max = Math.max(max, val(p, s));
     max = niceCeil(max || 1);
     g.font = "11px system-ui, sans-serif"; g.fillStyle = "#6b7280"; g.strokeStyle = "#e3e6eb";
     g.lineWidth = 1; g.textAlign = "right"; g.textBaseline = "middle";
@@ -46,7 +48,7 @@ window.LineChart = class LineChart {
     for (const s of this.series) {
       g.strokeStyle = s.color; g.lineWidth = 2; g.beginPath();
       this.points.forEach((p, i) => {
-        const y = top + ph - ((p.values[s.key] || 0) / max) * ph;
+        const y = top + ph - (val(p, s) / max) * ph;
         if (i === 0) g.moveTo(x(p.t), y); else g.lineTo(x(p.t), y);
       });
       g.stroke();

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ringmq.adapters.amqp10.handler import Amqp10Handler, Amqp10Options
+from ringmq.adapters.amqp10.handler import Amqp10Handler
 from ringmq.adapters.handler import HandlerContext, HandlerLimits, Peer, make_login
 from ringmq.amqp10 import performatives as p
 from ringmq.amqp10.frames import AMQP_HEADER, SASL_HEADER, Frame, FrameReader, encode_frame
 from ringmq.amqp10.sections import encode_section
 from ringmq.core.broker import Broker
+from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Block, CloseConnection, Effect, Unblock
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
@@ -22,12 +23,12 @@ DATA = 0x75
 class Client:
     """One AMQP 1.0 client connection to `broker`, driven by hand."""
 
-    def __init__(self, broker: Broker, conn_id: int, options: Amqp10Options | None = None):
+    def __init__(self, broker: Broker, conn_id: int):
         peer = Peer("127.0.0.1", 40000 + conn_id, "127.0.0.1", 5672)
         ctx = HandlerContext(
             broker, conn_id, peer, LIMITS, make_login(broker, LoginGuard(), peer, "amqp10")
         )
-        self.handler = Amqp10Handler(ctx, options)
+        self.handler = Amqp10Handler(ctx)
         self.reader = FrameReader(1 << 20)
         self.now = 0
 
@@ -100,13 +101,13 @@ def test_login_open_and_info() -> None:
 
 
 def test_anonymous_can_be_switched_off() -> None:
-    b = Broker()
-    c = Client(b, 1, Amqp10Options(anonymous_login=None))
+    b = Broker(BrokerConfig(anonymous_login=None))
+    c = Client(b, 1)
     got = login(c, mechanism="ANONYMOUS")
     assert got[-1] == p.SaslOutcome(code=p.SASL_AUTH)
     assert c.handler.closed
     assert not c.handler.opened
-    ok = Client(b, 2)
+    ok = Client(Broker(), 2)
     assert isinstance(login(ok, mechanism="ANONYMOUS")[-1], p.Open)
 
 

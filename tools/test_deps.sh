@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The Debian packages some tests need beyond PyPI, installed when they are missing and this
+# runs as root with apt-get (`make install` and .ci/run call it); best effort: without them the
+# tests that need them skip and say why. Never starts a service.
+#   chromium, chromium-driver  the web console tests (tests/management/test_console.py)
+#   mosquitto-clients          mosquitto_pub / mosquitto_sub (tests/integration/mqtt)
+#   rabbitmqadmin              RabbitMQ's script, extracted by tools/fetch_rabbitmqadmin.sh
+#   curl                       the README's shell block (tests/docs/test_blocks.py)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+wanted=()
+command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || wanted+=(chromium-driver)
+command -v mosquitto_pub >/dev/null 2>&1 || wanted+=(mosquitto-clients)
+command -v curl >/dev/null 2>&1 || wanted+=(curl)
+admin="${RINGMQ_RABBITMQADMIN:-$HOME/.cache/ringmq/rabbitmqadmin}"
+root_apt=0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then root_apt=1; fi
+if [ "$root_apt" = 1 ] && { [ "${#wanted[@]}" -gt 0 ] || { [ ! -f "$admin" ] \
+    && ! command -v rabbitmqadmin >/dev/null 2>&1; }; }; then
+  apt-get update -qq >/dev/null 2>&1 || true  # the package lists fetch_rabbitmqadmin.sh reads too
+fi
+if [ "${#wanted[@]}" -gt 0 ]; then
+  if [ "$root_apt" = 1 ]; then
+    apt-get install -y -qq "${wanted[@]}" >/dev/null \
+      || echo "could not install ${wanted[*]}: the tests that need them will be skipped"
+  else
+    echo "not installed: ${wanted[*]} (apt-get install as root, or run .ci/run):" \
+      "the tests that need them will be skipped"
+  fi
+fi
+if ! command -v rabbitmqadmin >/dev/null 2>&1; then tools/fetch_rabbitmqadmin.sh || true; fi
+exit 0
