@@ -37,10 +37,11 @@ this module. One driver (`server/handlers.py`) runs every protocol, all on the l
   (`Broker.connection_closed`, which requeues unsettled deliveries) and return the effects.
   It is called exactly once, and only for a handler whose `opened` was true at some point.
 * Errors: a protocol error or a refused core call is answered in the protocol's own terms on
-  this connection (AMQP 1.0 error conditions, a STOMP ERROR frame, an MQTT reason code or
-  disconnect) by the handler itself. An exception escaping a handler method is a defect: the
-  server logs it, calls `close(Condition.INTERNAL_ERROR, ...)`, closes the socket and drops
-  the connection; the broker keeps serving.
+  this connection (AMQP 0-9-1 Channel.Close or Connection.Close, AMQP 1.0 error conditions, a
+  STOMP ERROR frame, an MQTT reason code or disconnect) by the handler itself. An exception
+  escaping a handler method is a defect: the server logs it, calls
+  `close(Condition.INTERNAL_ERROR, ...)`, closes the socket and drops the connection; the
+  broker keeps serving.
 * Flow: `Block` / `Unblock` effects also pause and resume reading the socket (the server does
   that before handing the effect to `apply`); a handler with a way to tell its client (AMQP 1.0
   link credit) may do so in `apply`.
@@ -130,7 +131,7 @@ class HandlerInfo:
 
 
 class Handler(Protocol):
-    """One client connection of an adapter protocol (see the module docstring)."""
+    """One client connection, whatever its protocol (see the module docstring)."""
 
     @property
     def opened(self) -> bool:
