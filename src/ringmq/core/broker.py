@@ -107,7 +107,8 @@ class Broker:
         self.delivery = Delivery(state, self.topology, self.resources, self.dead_letters)
         self.confirms = Confirms(state)
         self.publisher = Publisher(state, self.resources, self.delivery, self.confirms)
-        self.calls = Calls(state, self.delivery.flush, self.publisher.publish)
+        # The pipeline by position: the call protocol's one-publish call is per message.
+        self.calls = Calls(state, self.delivery.flush, self.publisher.pipeline)
         """The call protocol (`call.py`): every call starts and ends through it."""
         self.transactions = Transactions(state, self.publisher, self.delivery)
         self.timers = Timers(state, self.topology, self.publisher)

@@ -70,8 +70,9 @@ if TYPE_CHECKING:
     from ringmq.core.state import State
     from ringmq.core.vhost import VHost
 
-Publish = Callable[..., object]
-"""`Publisher.publish(message, *, session, vhost, exchange, now_ms, mandatory)`."""
+Publish = Callable[["Message", "Session", "VHost", "Exchange", int, bool], object]
+"""`Publisher.pipeline(message, session, vhost, exchange, now_ms, mandatory)`: the pipeline,
+`Publisher.publish`, with its parameters by position (one specialised call per publish)."""
 
 
 class Calls:
@@ -141,15 +142,14 @@ class Calls:
     def publish(
         self, s: Session, vh: VHost, x: Exchange, msg: Message, mandatory: bool, now_ms: int
     ) -> list[Effect]:
-        """One publish as a whole call: `begin(now_ms)`, `Publisher.publish(s, vh, x, msg,
-        mandatory, now_ms)`, `end(publish=True)` (or `abort` when it raises); returns the
-        call's effects. The AMQP 0-9-1 publish path's call (module docstring)."""
+        """One publish as a whole call: `begin(now_ms)`, the pipeline (`Publisher.publish`,
+        called by position as `Publisher.pipeline(msg, s, vh, x, now_ms, mandatory)`),
+        `end(publish=True)` (or `abort` when it raises); returns the call's effects. The AMQP
+        0-9-1 publish path's call (module docstring)."""
         if self._open:  # inside another call: the general form, which nests
             out = self.begin(now_ms)
             try:
-                self._publish(
-                    msg, session=s, vhost=vh, exchange=x, now_ms=now_ms, mandatory=mandatory
-                )
+                self._publish(msg, s, vh, x, now_ms, mandatory)
             except BaseException:
                 self.abort()
                 raise
@@ -161,7 +161,7 @@ class Calls:
         state.out = out
         state.now_ms = now_ms
         try:
-            self._publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms, mandatory=mandatory)
+            self._publish(msg, s, vh, x, now_ms, mandatory)
             # `end(publish=True)` written out (one call less per publish): the same rule.
             if state.dirty and (state.eager or not state.defer_dispatch):
                 state.eager = False

@@ -47,6 +47,8 @@ each message and trivial (one plain queue already paging), and otherwise leaves 
 Hot path: an AMQP 0-9-1 publish to a plain queue is one call into the core, `publish` (then
 the queue engine's `publish`); everything optional (headers, delays, dedup, CC/BCC, limits)
 is behind one test each, and the common results are shared constants (no object per publish).
+Callers pass `publish` keywords; the core's per-message callers (`Calls.publish`, the batch
+loop) call the same function by position as `pipeline`, which CPython specialises.
 
 Pure: no I/O, no clock.
 """
@@ -55,7 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ringmq.core.auth import Access
 from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
@@ -204,10 +206,9 @@ class Publisher:
             )
 
     # ------------------------------------------------------------------ the pipeline
-    def publish(
+    def pipeline(
         self,
         msg: Message,
-        *,
         session: Session | None,
         vhost: VHost,
         exchange: Exchange,
@@ -229,10 +230,11 @@ class Publisher:
 
         Raises BrokerError when an Artemis FAIL queue refuses a publish its publisher does
         not confirm (`address_full`): its send fails.
+
+        Callers use `publish` (the same function, keywords only); the core's own per-message
+        callers (the call protocol's one-publish call, `publish_batch`) pass the parameters by
+        position under this name (see `publish`). Nothing outside `core/` calls it.
         """
-        # The whole pipeline is this one method, the per-queue step (3) inline, so that a
-        # publish is one call into the core (benchmarks/hotpath_bench.py --profile; a call is
-        # about 600 instructions of a 50,000-instruction publish under callgrind).
         seq = 0
         if classify:  # 1. classify
             assert session is not None
@@ -354,6 +356,33 @@ class Publisher:
         if refused is None:
             return _ACCEPTED_STORED if stored else _ACCEPTED
         return _RESULTS[refused, stored]
+
+    if TYPE_CHECKING:
+
+        def publish(
+            self,
+            msg: Message,
+            *,
+            session: Session | None,
+            vhost: VHost,
+            exchange: Exchange,
+            now_ms: int,
+            mandatory: bool = False,
+            classify: bool = True,
+            queues: tuple[QueueEntity, ...] = (),
+            released: list[int] | None = None,
+        ) -> Published:
+            """The pipeline, steps 1 to 4 (`pipeline`, whose docstring says the rest)."""
+
+    else:
+        # One function under two names: `publish`, the API, takes keywords only (mypy holds
+        # every caller to it; the stub above is its signature), and `pipeline` takes them by
+        # position. A keyword call costs CPython its specialised call (CALL_PY_WITH_DEFAULTS
+        # wants positional arguments and no keyword-only parameters): about 900 of a 50,000
+        # instruction publish under callgrind (benchmarks/hotpath_bench.py), so the core's
+        # per-message callers call `pipeline`. No wrapper: that would be a call more for the
+        # keyword callers.
+        publish = pipeline
 
     def _store_failing(self) -> bool:
         # The store's writes fail (hold.py): a confirmed publish of a persistent message to a
@@ -533,7 +562,7 @@ class Publisher:
         released: list[int] = []
         try:
             vh, x = self.exchange_for(s, exchange)
-            publish = self.publish
+            publish = self.pipeline  # by position (see `publish`)
             it = iter(messages)
             more = True
             at = 0  # the columns' next row
@@ -571,7 +600,7 @@ class Publisher:
                         run = []
                 for msg in run:
                     n_out = len(out)
-                    publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms, released=released)
+                    publish(msg, s, vh, x, now_ms, False, True, (), released)
                     done.published += 1
                     if state.eager and state.dirty:
                         state.eager = False

@@ -227,3 +227,35 @@ def test_route_runs_the_pipeline_without_classifying() -> None:
     assert broker.stats["published"] == published
     assert session.tx is not None
     assert session.tx.publishes == []
+
+
+def test_publish_is_the_pipeline_with_keywords_only() -> None:
+    # `Publisher.publish` is `Publisher.pipeline` at run time (one function: the core's
+    # per-message callers pass its parameters by position); its keyword-only signature is a
+    # stub for mypy in publish.py. The two must name the same parameters in the same order,
+    # with the same annotations, defaults and result.
+    import ast
+    import inspect
+
+    from ringmq.core import publish as module
+    from ringmq.core.publish import Publisher
+
+    assert Publisher.publish is Publisher.pipeline
+    tree = ast.parse(inspect.getsource(module))
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Publisher"]
+    defs = {n.name: n for n in ast.walk(cls) if isinstance(n, ast.FunctionDef)}
+
+    def shape(f: ast.FunctionDef) -> tuple[list[str], list[str], list[str], str]:
+        a = f.args
+        params = [*a.args, *a.kwonlyargs]
+        defaults = [*a.defaults, *[d for d in a.kw_defaults if d is not None]]
+        return (
+            [p.arg for p in params],
+            [ast.unparse(p.annotation) if p.annotation else "" for p in params],
+            [ast.unparse(d) for d in defaults],
+            ast.unparse(f.returns) if f.returns else "",
+        )
+
+    stub = defs["publish"]
+    assert shape(stub) == shape(defs["pipeline"])
+    assert [p.arg for p in stub.args.args] == ["self", "msg"]  # the rest by keyword only
