@@ -53,7 +53,7 @@ def _dir_bytes(path: Path) -> int:
 def _fill(data: Path, count: int, body_size: int, clean: bool, out: Any) -> None:
     store = FileStore.open(data)
     broker = Broker(BrokerConfig(), store=store, now_ms=0)
-    q = broker.declare_queue("/", QUEUE, durable=True)
+    q = broker.topology.create_queue("/", QUEUE, durable=True)
     broker.definitions_changed()
     dur = broker.durability
     assert dur is not None

@@ -8,6 +8,7 @@ import pytest
 from ringmq.adapters.amqp091 import as_frames
 from ringmq.amqp import spec
 from ringmq.amqp.properties import BasicProperties
+from ringmq.core.admin import Declarations
 from ringmq.core.broker import Broker
 from ringmq.core.effects import CloseConnection, Deliver, SendContent, SendMethod
 from ringmq.core.errors import BrokerError, Condition
@@ -25,6 +26,18 @@ def facade(broker: Broker) -> tuple[CoreAdmin, FakeRuntime]:
 
 def binding(source: str, destination: str, routing_key: str = "") -> BindingInfo:
     return BindingInfo("/", source, destination, "queue", routing_key, {})
+
+
+def test_declarations_by_name_are_the_core_facade_s_own() -> None:
+    # One admin facade: management declares an exchange or a queue with the very methods
+    # config loading calls (`Broker.admin`), not with copies of their signatures.
+    broker = Kit().broker
+    admin, _ = facade(broker)
+    for name in ("declare_exchange", "declare_queue"):
+        method = getattr(admin, name)
+        assert method.__self__ is broker.admin
+        assert method.__func__ is getattr(Declarations, name)
+    assert not hasattr(broker, "declare_queue")  # the owner's step is Topology.create_queue
 
 
 def test_declare_list_and_snapshot_queues() -> None:

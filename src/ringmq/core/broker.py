@@ -564,28 +564,6 @@ class Broker:
             self.definitions_changed()
             dur.store.close()
 
-    def declare_queue(
-        self,
-        vhost: str,
-        name: str,
-        *,
-        durable: bool = False,
-        exclusive_owner: int | None = None,
-        auto_delete: bool = False,
-        arguments: Mapping[str, Any] | None = None,
-        now_ms: int = 0,
-    ) -> QueueEntity:
-        """Create a queue (`Topology.create_queue`: no checks beyond its settings)."""
-        return self.topology.create_queue(
-            vhost,
-            name,
-            durable=durable,
-            exclusive_owner=exclusive_owner,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            now_ms=now_ms,
-        )
-
     def recovered_queue(self, q: QueueEntity, now_ms: int) -> None:
         """Recovery put messages back into `q`: arm its timers (TTL, schedule)."""
         self.restore.recovered_queue(q, now_ms)

@@ -6,8 +6,9 @@ class; it is the single place under `management/` that touches core objects (wit
 builders it calls, `corerecords` and `queueinfo`), and it touches only their public names (the
 list at the end of `docs/dev/contracts.md`). It calls the core's owners directly, as a
 protocol adapter does, except for declarations by name, which go through the core's one facade
-for callers without a session (`Broker.admin`, `core.admin.Declarations`: declare an exchange
-or a queue, bind), as config loading's do: `Exchanges` and `Topology` for unbinds, purges,
+for callers without a session (`Broker.admin`, `core.admin.Declarations`), as config loading's
+do: `declare_exchange` and `declare_queue` are that facade's own methods, `bind` passes it a
+binding record's fields. `Exchanges` and `Topology` for unbinds, purges,
 deletes and live settings, `Publisher` for a publish, `Delivery` for a /get, `Timers` for scheduled
 messages, `AuthDB` for users and permissions, the policy table, and the reservation books
 (`Broker.streams`). Calls return the plain records of `management.records` (or plain values:
@@ -189,6 +190,12 @@ class CoreAdmin(StreamsFacade):
     def __init__(self, broker: Broker, runtime: Runtime) -> None:
         super().__init__(broker, runtime)
         self._settings = SettingsView()
+        # Declaring an exchange or a queue by name is the core's one facade's own method
+        # (`Broker.admin`, `core.admin.Declarations`: a client's rules, then the definitions
+        # written), which config loading calls too: the same methods, not wrappers.
+        declarations = broker.admin
+        self.declare_exchange = declarations.declare_exchange
+        self.declare_queue = declarations.declare_queue
 
     def _emit(self, effects: list[Effect]) -> None:
         if effects:
@@ -343,27 +350,6 @@ class CoreAdmin(StreamsFacade):
         """One queue's full snapshot (head message timestamp included)."""
         return self._snapshot(self._entity(vhost, name))
 
-    def declare_queue(
-        self,
-        vhost: str,
-        name: str,
-        *,
-        durable: bool = True,
-        auto_delete: bool = False,
-        arguments: dict[str, Any] | None = None,
-        now_ms: int = 0,
-    ) -> bool:
-        """Declare a queue (`Declarations.declare_queue`: a client's rules); True when it was
-        created, False when an equivalent one exists."""
-        return self.broker.admin.declare_queue(
-            vhost,
-            name,
-            durable=durable,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            now_ms=now_ms,
-        )
-
     @_writes(full=False)
     def delete_queue(
         self,
@@ -455,31 +441,6 @@ class CoreAdmin(StreamsFacade):
 
     def exchanges(self, vhost: str | None = None) -> list[ExchangeInfo]:
         return corerecords.exchanges(self._vhosts(vhost))
-
-    def declare_exchange(
-        self,
-        vhost: str,
-        name: str,
-        *,
-        type: str = "direct",
-        durable: bool = True,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: dict[str, Any] | None = None,
-        now_ms: int = 0,
-    ) -> bool:
-        """Declare an exchange (`Declarations.declare_exchange`: a client's rules); True
-        when created."""
-        return self.broker.admin.declare_exchange(
-            vhost,
-            name,
-            type=type,
-            durable=durable,
-            auto_delete=auto_delete,
-            internal=internal,
-            arguments=arguments,
-            now_ms=now_ms,
-        )
 
     @_writes(full=False)
     def delete_exchange(

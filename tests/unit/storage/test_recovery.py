@@ -227,7 +227,7 @@ def test_broker_recovery_keeps_only_the_head_of_a_long_backlog_in_memory(tmp_pat
     data = tmp_path / "data"
     store = FileStore.open(data)
     broker = Broker(BrokerConfig(), store=store, now_ms=0)
-    q = broker.declare_queue("/", "big", durable=True)
+    q = broker.topology.create_queue("/", "big", durable=True)
     broker.definitions_changed()
     dur = broker.durability
     assert dur is not None
@@ -337,8 +337,8 @@ def test_broker_paging_writes_persistent_messages_by_reference(tmp_path: Path) -
         return made[name]
 
     broker.enable_paging(factory, 16, 1 << 20)
-    q = broker.declare_queue("/", "durable", durable=True)
-    t = broker.declare_queue("/", "transient", durable=False)
+    q = broker.topology.create_queue("/", "durable", durable=True)
+    t = broker.topology.create_queue("/", "transient", durable=False)
     dur = broker.durability
     assert dur is not None
     bodies = [bytes([48 + i % 10]) * 1024 for i in range(300)]
