@@ -47,6 +47,8 @@ each message and trivial (one plain queue already paging), and otherwise leaves 
 Hot path: an AMQP 0-9-1 publish to a plain queue is one call into the core, `publish` (then
 the queue engine's `publish`); everything optional (headers, delays, dedup, CC/BCC, limits)
 is behind one test each, and the common results are shared constants (no object per publish).
+Callers pass `publish` keywords; the core's per-message callers (`Calls.publish`, the batch
+loop) call the same function by position as `pipeline`, which CPython specialises.
 
 Pure: no I/O, no clock.
 """
