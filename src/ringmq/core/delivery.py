@@ -53,6 +53,7 @@ from ringmq.core.resources import Resources
 from ringmq.core.selector import Selector
 from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
+from ringmq.core.streamlog import StreamLog, parse_offset_spec, start_offset
 from ringmq.core.topology import Topology
 from ringmq.core.vhost import NoLocal, QueueEntity
 
@@ -190,6 +191,7 @@ class Delivery:
         selector: Selector | None = None,
         no_local: bool = False,
         owner: str | None = None,
+        credit_flow: bool = False,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
         empty name is the session's last declared queue). With `browse`, the consumer reads
@@ -205,7 +207,12 @@ class Delivery:
         by an `owner` identity (AMQP 1.0: the container id, which it also puts in the
         connection's `OWNER_PROPERTY`) keys the rule by it: messages from any connection of
         that owner are kept out, and the rule stays with the queue after the consumer goes,
-        until the queue goes or the owner consumes it again without `no_local` (`NoLocal`)."""
+        until the queue goes or the owner consumes it again without `no_local` (`NoLocal`).
+
+        On a stream queue every consumer reads the log from its own offset (`x-stream-offset`
+        in `arguments`: `_stream_start`), and settling a delivery only gives its credit back.
+        RabbitMQ's rules apply: a prefetch (or, `credit_flow`, link credit that the adapter
+        gives with `flow`: AMQP 1.0) and acknowledgements are required."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -224,6 +231,10 @@ class Delivery:
             raise BrokerError(
                 Condition.PRECONDITION_FAILED, f"invalid x-priority {prio!r}: must be an integer"
             )
+        cursor: SeqId | None = None
+        if q.stream is not None:
+            cursor = self._stream_start(s, q, no_ack, credit_flow, arguments, now_ms)
+            browse = True
         consumer = Consumer(
             tag=tag,
             session=s,
@@ -237,6 +248,7 @@ class Delivery:
             selector=selector,
             no_local=no_local,
         )
+        consumer.cursor = cursor
         if no_local:
             q.no_local = NoLocal(s.conn_id, owner, self.state.conns)
         elif owner is not None and q.no_local is not None and q.no_local.owner == owner:
@@ -246,6 +258,42 @@ class Delivery:
         q.had_consumer = True
         q.last_used_ms = now_ms
         self.state.mark(q)
+
+    @staticmethod
+    def _stream_start(
+        s: Session,
+        q: QueueEntity,
+        no_ack: bool,
+        credit_flow: bool,
+        arguments: dict[str, Any],
+        now_ms: int,
+    ) -> SeqId:
+        # A stream consumer's cursor: the offset before the one it starts at. RabbitMQ's checks
+        # (`rabbit_stream_queue:consume/3`), in its order and words.
+        rs = f"queue '{q.name}' in vhost '{q.vhost}'"
+        if not credit_flow and not s.prefetch_count:
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED, f"consumer prefetch count is not set for '{rs}'"
+            )
+        if no_ack and not credit_flow:
+            raise BrokerError(
+                Condition.NOT_IMPLEMENTED,
+                f"automatic acknowledgement not supported by stream queues {rs}",
+            )
+        if not credit_flow and s.global_prefetch:
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED, "global_qos_not_supported_for_queue_type"
+            )
+        raw = arguments.get("x-stream-offset")
+        try:
+            spec = parse_offset_spec(raw, now_ms)
+        except ValueError:
+            raise BrokerError(
+                Condition.PRECONDITION_FAILED, f"invalid x-stream-offset {raw!r} for {rs}"
+            ) from None
+        assert q.stream is not None
+        q.stream.enforce(now_ms)
+        return SeqId(start_offset(q.stream, spec) - 1)
 
     def _consume_reply_to(self, s: Session, tag: str, no_ack: bool) -> None:
         if not no_ack:
@@ -328,6 +376,11 @@ class Delivery:
         queue = self.topology.queue_name(s, queue)
         s.check(state.auth, Access.READ, "queue", queue)
         q = self.topology.queue_for(s, queue)
+        if q.stream is not None:
+            raise BrokerError(
+                Condition.NOT_IMPLEMENTED,
+                f"basic.get not supported by stream queues queue '{q.name}' in vhost '{q.vhost}'",
+            )
         q.last_used_ms = now_ms
         if id(q) in state.dirty:
             # Publishes earlier in this read batch wait for `dispatch_pending`; RabbitMQ's queue
@@ -381,6 +434,15 @@ class Delivery:
         """Settle delivery `tag` of `s` (and every earlier one when `multiple`; tag 0 with
         `multiple` is all). In a transaction the settle waits for the commit."""
         entries = s.take(tag, multiple)
+        if kind is SettleKind.REQUEUE or kind is SettleKind.REJECT:
+            for e in entries:
+                q = e.queue
+                if q.stream is not None:
+                    raise BrokerError(
+                        Condition.NOT_IMPLEMENTED,
+                        "basic.nack and basic.reject not supported by stream queues "
+                        f"queue '{q.name}' in vhost '{q.vhost}'",
+                    )
         if s.mode is ChannelMode.TX:
             assert s.tx is not None
             s.tx.settles.append((kind, entries))
@@ -454,6 +516,10 @@ class Delivery:
             rounds += 1
             _, q = dirty.popitem()
             if q.deleted:
+                continue
+            if q.stream is not None:  # a stream: each consumer reads the log at its offset
+                if q.consumers.all:
+                    self._dispatch_browse(q, q.consumers.all, now_ms)
                 continue
             st = q.settings
             if st.message_ttl_ms is not None or st.expires_ms is not None:
@@ -581,6 +647,9 @@ class Delivery:
 def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
     """Up to `want` messages past browser `c`'s cursor that its selector (if any) matches; the
     cursor moves past every message looked at (at most SELECTOR_SCAN per one browsed)."""
+    log = c.queue.stream
+    if log is not None:
+        return _stream_read(c, log, want)
     engine = c.queue.queue
     selector = c.selector
     if selector is None:
@@ -602,4 +671,21 @@ def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
                 out.append(d)
                 if len(out) == want:
                     break
+    return out
+
+
+def _stream_read(c: Consumer, log: StreamLog, want: int) -> list[Handed]:
+    """Up to `want` messages of stream `log` past consumer `c`'s cursor, each with its offset
+    in an `x-stream-offset` header (as RabbitMQ delivers them); the cursor moves past them."""
+    cursor = c.cursor
+    assert cursor is not None
+    got = log.read(cursor + 1, want)
+    if not got:
+        return []
+    c.cursor = SeqId(got[-1][0])
+    out: list[Handed] = []
+    for offset, msg in got:
+        headers = dict(msg.headers) if msg.headers else {}
+        headers["x-stream-offset"] = offset
+        out.append(Handed(SeqId(offset), msg.reheadered(headers), False, 1))
     return out

@@ -98,6 +98,7 @@ def _target(pub: Pipeline, s: Session, vh: VHost, x: Exchange, rk: str) -> Queue
         or st.max_priority
         or q.consumers.fetchers
         or q.no_local is not None
+        or q.stream is not None
         or not q.queue.takes_runs
     ):
         return None

@@ -55,6 +55,9 @@ class Timers:
             for q in state.backlog.values():
                 state.mark(q)
             state.backlog.clear()
+        for q in state.streams.values():  # retention by age (appends apply it too)
+            assert q.stream is not None
+            q.stream.enforce(now_ms)
         timed = state.timed
         for key, q in list(timed.items()):
             if q.deleted:
