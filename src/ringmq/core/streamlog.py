@@ -210,7 +210,7 @@ def parse_offset_spec(value: Any, now_ms: int) -> OffsetSpec:
             return OffsetSpec(OffsetKind(value))
         return OffsetSpec(OffsetKind.TIMESTAMP, now_ms - parse_max_age(value))
     if isinstance(value, datetime):
-        return OffsetSpec(OffsetKind.TIMESTAMP, int(value.timestamp()) * 1000)
+        return OffsetSpec(OffsetKind.TIMESTAMP, int(value.timestamp() * 1000))
     if type(value) is int and value >= 0:
         return OffsetSpec(OffsetKind.OFFSET, value)
     raise ValueError(value)
