@@ -53,7 +53,7 @@ from ringmq.core.resources import Resources
 from ringmq.core.selector import Selector
 from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
-from ringmq.core.streamlog import StreamLog, parse_offset_spec, start_offset
+from ringmq.core.streamread import stream_cursor, stream_read
 from ringmq.core.topology import Topology
 from ringmq.core.vhost import NoLocal, QueueEntity
 
@@ -233,7 +233,7 @@ class Delivery:
             )
         cursor: SeqId | None = None
         if q.stream is not None:
-            cursor = self._stream_start(s, q, no_ack, credit_flow, arguments, now_ms)
+            cursor = stream_cursor(s, q, no_ack, credit_flow, arguments, now_ms)
             browse = True
         consumer = Consumer(
             tag=tag,
@@ -258,42 +258,6 @@ class Delivery:
         q.had_consumer = True
         q.last_used_ms = now_ms
         self.state.mark(q)
-
-    @staticmethod
-    def _stream_start(
-        s: Session,
-        q: QueueEntity,
-        no_ack: bool,
-        credit_flow: bool,
-        arguments: dict[str, Any],
-        now_ms: int,
-    ) -> SeqId:
-        # A stream consumer's cursor: the offset before the one it starts at. RabbitMQ's checks
-        # (`rabbit_stream_queue:consume/3`), in its order and words.
-        rs = f"queue '{q.name}' in vhost '{q.vhost}'"
-        if not credit_flow and not s.prefetch_count:
-            raise BrokerError(
-                Condition.PRECONDITION_FAILED, f"consumer prefetch count is not set for '{rs}'"
-            )
-        if no_ack and not credit_flow:
-            raise BrokerError(
-                Condition.NOT_IMPLEMENTED,
-                f"automatic acknowledgement not supported by stream queues {rs}",
-            )
-        if not credit_flow and s.global_prefetch:
-            raise BrokerError(
-                Condition.PRECONDITION_FAILED, "global_qos_not_supported_for_queue_type"
-            )
-        raw = arguments.get("x-stream-offset")
-        try:
-            spec = parse_offset_spec(raw, now_ms)
-        except ValueError:
-            raise BrokerError(
-                Condition.PRECONDITION_FAILED, f"invalid x-stream-offset {raw!r} for {rs}"
-            ) from None
-        assert q.stream is not None
-        q.stream.enforce(now_ms)
-        return SeqId(start_offset(q.stream, spec) - 1)
 
     def _consume_reply_to(self, s: Session, tag: str, no_ack: bool) -> None:
         if not no_ack:
@@ -649,7 +613,7 @@ def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
     cursor moves past every message looked at (at most SELECTOR_SCAN per one browsed)."""
     log = c.queue.stream
     if log is not None:
-        return _stream_read(c, log, want)
+        return stream_read(c, log, want)
     engine = c.queue.queue
     selector = c.selector
     if selector is None:
@@ -671,21 +635,4 @@ def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
                 out.append(d)
                 if len(out) == want:
                     break
-    return out
-
-
-def _stream_read(c: Consumer, log: StreamLog, want: int) -> list[Handed]:
-    """Up to `want` messages of stream `log` past consumer `c`'s cursor, each with its offset
-    in an `x-stream-offset` header (as RabbitMQ delivers them); the cursor moves past them."""
-    cursor = c.cursor
-    assert cursor is not None
-    got = log.read(cursor + 1, want)
-    if not got:
-        return []
-    c.cursor = SeqId(got[-1][0])
-    out: list[Handed] = []
-    for offset, msg in got:
-        headers = dict(msg.headers) if msg.headers else {}
-        headers["x-stream-offset"] = offset
-        out.append(Handed(SeqId(offset), msg.reheadered(headers), False, 1))
     return out

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aio_pika
+import httpx
 import pika
 import pytest
 import stomp
@@ -164,3 +165,33 @@ def test_a_stream_declared_over_stomp_and_amqp10_is_a_stream(broker: BrokerThrea
     finally:
         if c.is_open:
             c.close()
+
+
+def test_management_declares_a_stream_and_shows_its_offsets(
+    broker_factory: BrokerFactory,
+) -> None:
+    b = broker_factory(http_port=0)
+    base = f"http://127.0.0.1:{b.server.http_port}/api/queues/%2F/ms"
+    with httpx.Client(auth=("guest", "guest")) as http:
+        r = http.put(base, json={"durable": True, "arguments": STREAM})
+        assert r.status_code in (201, 204), r.text
+        bad = http.put(
+            f"http://127.0.0.1:{b.server.http_port}/api/queues/%2F/bad",
+            json={"durable": False, "arguments": STREAM},
+        )
+        assert bad.status_code == 400
+        assert "invalid property 'non-durable'" in bad.text
+        c = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port))
+        try:
+            ch = c.channel()
+            ch.confirm_delivery()
+            for body in BODIES[:3]:
+                ch.basic_publish("", "ms", body)
+        finally:
+            c.close()
+        q = http.get(base).json()
+    assert q["type"] == "stream"
+    assert q["messages_ready"] == 3
+    assert q["stream"]["first_offset"] == 0
+    assert q["stream"]["last_offset"] == 2
+    assert q["stream"]["size_bytes"] > 0
