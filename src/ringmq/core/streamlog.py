@@ -54,6 +54,7 @@ __all__ = [
     "StreamLog",
     "StreamSpec",
     "StreamStorePort",
+    "Tracking",
     "check_stream_declare",
     "parse_offset_spec",
     "stream_spec",
@@ -404,6 +405,39 @@ class SegmentIndex:
                 return self._next if self.segment_at_time(spec.value) is None else None
 
 
+# --- tracking ----------------------------------------------------------------------------------
+
+
+class Tracking:
+    """What a stream keeps besides its messages (RabbitMQ keeps it in the stream itself):
+    consumers' stored offsets by reference (the stream protocol's store/query offset) and
+    publishers' last publishing id by reference (de-duplication)."""
+
+    __slots__ = ("dirty", "offsets", "writers")
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, int] = {}
+        self.writers: dict[str, int] = {}
+        self.dirty = False
+        """Changed since the owner last saved it."""
+
+    def store_offset(self, reference: str, offset: int) -> None:
+        self.offsets[reference] = offset
+        self.dirty = True
+
+    def set_writer(self, reference: str, publishing_id: int) -> None:
+        if publishing_id > self.writers.get(reference, -1):
+            self.writers[reference] = publishing_id
+            self.dirty = True
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        return {"offsets": dict(self.offsets), "writers": dict(self.writers)}
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        self.offsets = {str(k): int(v) for k, v in dict(data.get("offsets", {})).items()}
+        self.writers = {str(k): int(v) for k, v in dict(data.get("writers", {})).items()}
+
+
 # --- the port ----------------------------------------------------------------------------------
 
 
@@ -412,6 +446,10 @@ class StreamLog(Protocol):
 
     @property
     def index(self) -> SegmentIndex: ...
+
+    @property
+    def tracking(self) -> Tracking:
+        """Stored consumer offsets and publisher sequences (durable with the stream)."""
 
     def append(self, messages: Sequence[Message], now_ms: int) -> int:
         """Append `messages` as one chunk stamped `now_ms`; returns the first's offset."""
@@ -454,6 +492,7 @@ class MemoryStreamLog:
 
     def __init__(self, spec: StreamSpec) -> None:
         self.index = SegmentIndex(spec)
+        self.tracking = Tracking()
         self._chunks: dict[int, list[tuple[int, int, list[Message]]]] = {}
         """segment first offset -> its chunks: (first offset, timestamp, messages)."""
 

@@ -165,6 +165,8 @@ class ListenSpec:
     """-1: no STOMP listener."""
     mqtt_port: int | None = None
     """-1: no MQTT listener."""
+    stream_port: int | None = None
+    """-1: no stream protocol listener."""
     data_dir: Path | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None

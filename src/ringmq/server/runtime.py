@@ -292,6 +292,7 @@ class BrokerServer:
         for key, port, option in (
             ("stomp", opts.stomp_port, "--stomp-port"),
             ("mqtt", opts.mqtt_port, "--mqtt-port"),
+            ("stream", opts.stream_port, "--stream-port"),
         ):
             if port is not None and key in self.handler_factories:
                 pre = bind_socket(opts.host, port, key, backlog=1024, option=option)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import struct
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Final
 
 from ringmq.core.message import Message
-from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec
+from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -60,6 +61,7 @@ INDEX_STRIDE: Final = 64 * 1024
 BLOCK: Final = 256 * 1024
 """Bytes read at once when scanning a segment."""
 _SUFFIX: Final = ".seg"
+_TRACKING: Final = "tracking.json"
 
 
 def _seg_name(first_offset: int) -> str:
@@ -130,10 +132,15 @@ class FileStreamLog:
         self._dir_dirty = False  # a segment created or removed since the last flush
         self._sealed: list[int] = []  # rolled segments' descriptors, fsynced by the next flush
         self.deleted = False
+        self.tracking = Tracking()
         self._recover()
 
     # -- recovery --------------------------------------------------------------------------
     def _recover(self) -> None:
+        tracking = self.directory / _TRACKING
+        if tracking.exists():
+            with contextlib.suppress(ValueError, OSError):
+                self.tracking.load(json.loads(tracking.read_text()))
         files = sorted(p for p in self.directory.iterdir() if p.name.endswith(_SUFFIX))
         index = self.index
         for n, path in enumerate(files):
@@ -203,9 +210,20 @@ class FileStreamLog:
             self._size += len(self._buf)
             self._buf.clear()
 
+    def _save_tracking(self) -> None:
+        # Offsets and publisher sequences: a small file replaced whole (write, rename).
+        if not self.tracking.dirty:
+            return
+        tmp = self.directory / (_TRACKING + ".tmp")
+        tmp.write_text(json.dumps(self.tracking.snapshot()))
+        tmp.replace(self.directory / _TRACKING)
+        self.tracking.dirty = False
+        self._dir_dirty = True
+
     def flush(self) -> list[int]:
         """Write out, and return the descriptors an fsync must cover (the caller closes them)."""
         self.write_out()
+        self._save_tracking()
         fds, self._sealed = self._sealed, []
         if self._dirty and self._fd >= 0:
             fds.append(os.dup(self._fd))
@@ -280,6 +298,7 @@ class FileStreamLog:
     def close(self) -> None:
         """Write out and close (the store's close fsyncs first through `flush`)."""
         self.write_out()
+        self._save_tracking()
         self.abandon()
 
     def abandon(self) -> None:
