@@ -192,6 +192,7 @@ class Delivery:
         no_local: bool = False,
         owner: str | None = None,
         credit_flow: bool = False,
+        offset_header: bool = True,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
         empty name is the session's last declared queue). With `browse`, the consumer reads
@@ -212,7 +213,9 @@ class Delivery:
         On a stream queue every consumer reads the log from its own offset (`x-stream-offset`
         in `arguments`: `_stream_start`), and settling a delivery only gives its credit back.
         RabbitMQ's rules apply: a prefetch (or, `credit_flow`, link credit that the adapter
-        gives with `flow`: AMQP 1.0) and acknowledgements are required."""
+        gives with `flow`: AMQP 1.0) and acknowledgements are required; without
+        `offset_header`, deliveries are the messages as stored, their offsets in
+        `Deliver.offset` only (the stream protocol)."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -249,6 +252,7 @@ class Delivery:
             no_local=no_local,
         )
         consumer.cursor = cursor
+        consumer.offset_header = offset_header
         if no_local:
             q.no_local = NoLocal(s.conn_id, owner, self.state.conns)
         elif owner is not None and q.no_local is not None and q.no_local.owner == owner:
@@ -579,6 +583,7 @@ class Delivery:
         # sees only what its selector matches (`_browsed`).
         out = self.state.out
         budget = DISPATCH_BATCH
+        stream = q.stream is not None
         for c in list(browsers):
             s = c.session
             # What `has_capacity` allows, counted once: each tracked delivery below raises the
@@ -594,11 +599,14 @@ class Delivery:
             if want <= 0:
                 continue
             for d in _browsed(c, want, now_ms):
+                offset = d.seq if stream else None
                 if c.no_ack:
                     tag = s.next_untracked_tag()
                 else:
                     tag = s.track(Unacked(q, d.seq, c, browse=True))
-                out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+                out.append(
+                    Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message, offset)
+                )
                 budget -= 1
                 if c.credit is not None:
                     c.credit -= 1

@@ -68,6 +68,8 @@ def stream_read(c: Consumer, log: StreamLog, want: int) -> list[Handed]:
     if not got:
         return []
     c.cursor = SeqId(got[-1][0])
+    if not c.offset_header:
+        return [Handed(SeqId(offset), msg, False, 1) for offset, msg in got]
     out: list[Handed] = []
     for offset, msg in got:
         headers = dict(msg.headers) if msg.headers else {}

@@ -86,7 +86,8 @@ class Subscription:
     channel: int
     stream: str
     credit: int
-    pending: list[Message] = field(default_factory=list)
+    pending: list[tuple[int, Message]] = field(default_factory=list)
+    """Delivered (offset, message) not sent yet (waiting for credit, or the batch's end)."""
 
 
 def _properties() -> dict[str, Any]:
@@ -151,8 +152,8 @@ class StreamHandler:
         match effect:
             case Deliver():
                 sub = self._by_channel.get(effect.channel)
-                if sub is not None:
-                    sub.pending.append(effect.message)
+                if sub is not None and effect.offset is not None:
+                    sub.pending.append((effect.offset, effect.message))
             case Confirm():
                 if effect.channel == PUBLISH_CHANNEL:
                     self._confirmed(effect)
@@ -537,6 +538,7 @@ class StreamHandler:
         b.delivery.consume(
             s, cmd.stream, f"stream-{sub.id}", no_ack=True, exclusive=False,
             arguments={"x-stream-offset": spec}, now_ms=now_ms, credit_flow=True,
+            offset_header=False,
         )  # fmt: skip
         self._subs[sub.id] = sub
         self._by_channel[channel] = sub
@@ -554,19 +556,19 @@ class StreamHandler:
         msgs = sub.pending
         start = 0
         while start < len(msgs) and sub.credit > 0:
-            first = (msgs[start].headers or {}).get("x-stream-offset", -1)
+            first = msgs[start][0]
             end = start + 1
             while (
                 end < len(msgs)
                 and end - start < CHUNK_MESSAGES
-                and (msgs[end].headers or {}).get("x-stream-offset") == first + end - start
+                and msgs[end][0] == first + end - start
             ):
                 end += 1
             run = [
                 payload_for_amqp10(m, first_acquirer=False, delivery_count=0)
-                for m in msgs[start:end]
+                for _, m in msgs[start:end]
             ]
-            self._send(deliver_frame(sub.id, chunk(first, msgs[start].timestamp_ms, run)))
+            self._send(deliver_frame(sub.id, chunk(first, msgs[start][1].timestamp_ms, run)))
             sub.credit -= 1
             start = end
         sub.pending = msgs[start:]
