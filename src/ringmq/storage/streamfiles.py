@@ -330,7 +330,7 @@ class StreamFiles:
 
     def open_stream(self, key: str, spec: StreamSpec) -> FileStreamLog:
         log = self._open.get(key)
-        if log is None:
+        if log is None or log.deleted:  # a stream deleted and declared again starts empty
             path = self._dir(key)
             log = self._open[key] = FileStreamLog(path, spec)
             (path / "KEY").write_text(key)

@@ -224,3 +224,14 @@ def test_a_restart_keeps_the_stream_and_its_offsets(
     _publish(ch, "s", [b"three"])
     assert _read(ch, "s", "first", 3) == [(0, b"one"), (1, b"two"), (2, b"three")]
     c.close()
+
+
+def test_a_stream_deleted_and_declared_again_starts_empty(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    ch.queue_declare("s", durable=True, arguments=STREAM)
+    _publish(ch, "s", [b"old"])
+    ch.queue_delete("s")
+    ch.queue_declare("s", durable=True, arguments=STREAM)
+    assert ch.queue_declare("s", passive=True).method.message_count == 0
+    _publish(ch, "s", [b"new"])
+    assert _read(ch, "s", "first", 1) == [(0, b"new")]
