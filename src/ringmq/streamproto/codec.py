@@ -74,6 +74,8 @@ class Key(IntEnum):
     CONSUMER_UPDATE = 26
     EXCHANGE_COMMAND_VERSIONS = 27
     STREAM_STATS = 28
+    CREATE_SUPER_STREAM = 29
+    DELETE_SUPER_STREAM = 30
 
 
 class Code(IntEnum):
@@ -353,6 +355,34 @@ class ExchangeCommandVersions:
 
 
 @dataclass(frozen=True, slots=True)
+class Route:
+    correlation_id: int
+    routing_key: str
+    super_stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class Partitions:
+    correlation_id: int
+    super_stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSuperStream:
+    correlation_id: int
+    name: str
+    partitions: list[str]
+    binding_keys: list[str]
+    arguments: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSuperStream:
+    correlation_id: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Unsupported:
     """A command this broker does not serve (super streams, stream stats...): answered with
     `Code.UNKNOWN_FRAME` when it has a correlation id (`correlation_id` None: none)."""
@@ -383,6 +413,10 @@ Command = (
     | StoreOffset
     | QueryOffset
     | ExchangeCommandVersions
+    | Route
+    | Partitions
+    | CreateSuperStream
+    | DeleteSuperStream
     | Unsupported
 )
 
@@ -473,6 +507,17 @@ def decode(key: int, version: int, content: bytes) -> Command:
             cmd = ExchangeCommandVersions(
                 corr, [(r.u16(), r.u16(), r.u16()) for _ in range(r.count())]
             )
+        case Key.ROUTE:
+            cmd = Route(r.u32(), r.string(), r.string())
+        case Key.PARTITIONS:
+            cmd = Partitions(r.u32(), r.string())
+        case Key.CREATE_SUPER_STREAM:
+            corr, name = r.u32(), r.string()
+            parts = [r.string() for _ in range(r.count())]
+            keys = [r.string() for _ in range(r.count())]
+            cmd = CreateSuperStream(corr, name, parts, keys, r.properties())
+        case Key.DELETE_SUPER_STREAM:
+            cmd = DeleteSuperStream(r.u32(), r.string())
         case _:
             has_corr = key not in (Key.PUBLISH_CONFIRM, Key.PUBLISH_ERROR, Key.DELIVER)
             return Unsupported(key, r.u32() if has_corr and len(content) >= 4 else None)

@@ -181,3 +181,40 @@ def test_the_same_stream_over_amqp091_and_the_stream_protocol(broker: BrokerThre
     finally:
         c.close()
     assert got == [(0, b"from-0-9-1"), (1, b"from-stream")]
+
+
+async def test_super_stream_create_route_partitions_and_delete(
+    broker: BrokerThread,
+) -> None:
+    from rstream import RouteType, SuperStreamCreationOption, SuperStreamProducer
+
+    option = SuperStreamCreationOption(n_partitions=0, binding_keys=["eu", "us"])
+
+    async def region(m: AMQPMessage) -> str:
+        return str(m.application_properties["region"])
+
+    async with SuperStreamProducer(
+        "127.0.0.1", port=_port(broker), **LOGIN, super_stream="orders",
+        super_stream_creation_option=option, routing=RouteType.Key,
+        routing_extractor=region,
+    ) as p:  # fmt: skip
+        # one key only: rstream's key routing keeps the first route it is given, whatever the
+        # key (its Metadata.routes), so a second key would not tell anything about the broker
+        for i in range(3):
+            msg = AMQPMessage(body=f"o{i}".encode(), application_properties={"region": "us"})
+            await p.send(msg)
+        await asyncio.sleep(0.5)  # send() batches: its flush is timed (a bound, not a check)
+    first = ConsumerOffsetSpecification(OffsetType.FIRST)
+    assert await _read(broker, "orders-us", first, 3) == [(0, b"o0"), (1, b"o1"), (2, b"o2")]
+    # the route of each key, and the partitions in order (what hash routing asks)
+    c = Consumer("127.0.0.1", port=_port(broker), **LOGIN)
+    await c.start()
+    try:
+        client = await c.default_client
+        assert await client.partitions("orders") == ["orders-eu", "orders-us"]
+        assert await client.route("us", "orders") == ["orders-us"]
+        assert await client.route("eu", "orders") == ["orders-eu"]
+        await client.delete_super_stream("orders")
+        assert not await client.stream_exists("orders-eu")
+    finally:
+        await c.close()

@@ -44,6 +44,13 @@ FRAMES: list[tuple[Any, Any]] = [
     (schema.QueryOffset(10, "r", "s"), sp.QueryOffset(10, "r", "s")),
     (schema.Close(11, 1, "bye"), sp.Close(11, 1, "bye")),
     (schema.Heartbeat(), sp.Heartbeat()),
+    (schema.SuperStreamRoute(12, "k", "ss"), sp.Route(12, "k", "ss")),
+    (schema.SuperStreamPartitions(13, "ss"), sp.Partitions(13, "ss")),
+    (
+        schema.CreateSuperStream(14, "ss", ["ss-0", "ss-1"], ["0", "1"], []),
+        sp.CreateSuperStream(14, "ss", ["ss-0", "ss-1"], ["0", "1"], {}),
+    ),
+    (schema.DeleteSuperStream(15, "ss"), sp.DeleteSuperStream(15, "ss")),
 ]
 
 

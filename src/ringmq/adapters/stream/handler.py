@@ -42,6 +42,7 @@ from typing import Any, Final
 from ringmq import __version__
 from ringmq.adapters.amqp10.message import build, payload_for_amqp10
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
+from ringmq.adapters.stream import superstreams
 from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message
@@ -88,6 +89,19 @@ class Subscription:
     credit: int
     pending: list[tuple[int, Message]] = field(default_factory=list)
     """Delivered (offset, message) not sent yet (waiting for credit, or the batch's end)."""
+
+
+def _queue_arguments(props: dict[str, str]) -> dict[str, Any]:
+    # Create's arguments (strings on the wire) as stream queue arguments.
+    args: dict[str, Any] = {}
+    for name, value in props.items():
+        known = _ARGUMENTS.get(name)
+        if known is not None:
+            try:
+                args[known[0]] = known[1](value)
+            except ValueError:
+                raise BrokerError(Condition.PRECONDITION_FAILED, f"bad {name}") from None
+    return args
 
 
 def _properties() -> dict[str, Any]:
@@ -345,16 +359,7 @@ class StreamHandler:
                         )
                     )
                     return
-                args: dict[str, Any] = {"x-queue-type": STREAM}
-                for name, value in cmd.arguments.items():
-                    known = _ARGUMENTS.get(name)
-                    if known is not None:
-                        try:
-                            args[known[0]] = known[1](value)
-                        except ValueError:
-                            raise BrokerError(
-                                Condition.PRECONDITION_FAILED, f"bad {name}"
-                            ) from None
+                args = {"x-queue-type": STREAM, **_queue_arguments(cmd.arguments)}
                 b.topology.declare_queue(
                     s, cmd.stream, durable=True, exclusive=False, auto_delete=False,
                     arguments=args, now_ms=now_ms,
@@ -415,6 +420,15 @@ class StreamHandler:
                     code = Code.OK if stored is not None else Code.NO_OFFSET
                 w = sp.response(Key.QUERY_OFFSET, cmd.correlation_id, code).u64(stored or 0)
                 self._send(w.frame(Key.QUERY_OFFSET | RESPONSE))
+            case sp.CreateSuperStream():
+                args = _queue_arguments(cmd.arguments)
+                self._send(superstreams.create(b, s, cmd, args, now_ms))
+            case sp.DeleteSuperStream():
+                self._send(superstreams.delete(b, s, cmd, now_ms))
+            case sp.Partitions():
+                self._send(superstreams.partitions(s, cmd))
+            case sp.Route():
+                self._send(superstreams.route(s, cmd))
             case sp.ExchangeCommandVersions():
                 # rstream reads the answer by key - 1: every key from 1, in order
                 w = sp.response(Key.EXCHANGE_COMMAND_VERSIONS, cmd.correlation_id, Code.OK)
@@ -589,6 +603,10 @@ def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
         sp.StoreOffset: Key.STORE_OFFSET,
         sp.QueryOffset: Key.QUERY_OFFSET,
         sp.ExchangeCommandVersions: Key.EXCHANGE_COMMAND_VERSIONS,
+        sp.CreateSuperStream: Key.CREATE_SUPER_STREAM,
+        sp.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
+        sp.Partitions: Key.PARTITIONS,
+        sp.Route: Key.ROUTE,
     }
     return keys[type(cmd)], getattr(cmd, "correlation_id", None)
 
