@@ -280,6 +280,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             https=bool(t.opt_bool("https", False)),
             stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
             mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
+            stream_port=t.opt_int("stream_port", maximum=MAX_PORT),
         )
         t.done()
 

@@ -151,6 +151,8 @@ class TLSSpec:
     """STOMP over TLS on this port (RabbitMQ's `stomp.listeners.ssl`, usually 61614); None: off."""
     mqtt_port: int | None = None
     """MQTT over TLS on this port (RabbitMQ's `mqtt.listeners.ssl`, usually 8883); None: off."""
+    stream_port: int | None = None
+    """The stream protocol over TLS (RabbitMQ's `stream.listeners.ssl`, usually 5551)."""
 
 
 @dataclass(frozen=True, slots=True)

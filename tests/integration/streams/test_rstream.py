@@ -218,3 +218,37 @@ async def test_super_stream_create_route_partitions_and_delete(
         assert not await client.stream_exists("orders-eu")
     finally:
         await c.close()
+
+
+async def test_the_stream_protocol_over_tls(broker_factory: BrokerFactory, tmp_path: Any) -> None:
+    import ssl
+
+    from tests.integration.test_config import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    b = broker_factory(
+        f'[tls]\ncert_file = "{cert}"\nkey_file = "{key}"\nport = 0\nstream_port = 0\n',
+        stream_port=0,
+    )
+    port = b.port_of("stream/ssl")
+    ctx = ssl.create_default_context(cafile=str(cert))
+    ctx.check_hostname = False
+    async with Producer("127.0.0.1", port=port, ssl_context=ctx, **LOGIN) as p:
+        await p.create_stream("secure")
+        await p.send_wait("secure", AMQPMessage(body=b"over tls"))
+    got: list[bytes] = []
+    done = asyncio.Event()
+
+    async def on(msg: Any, _ctx: MessageContext) -> None:
+        got.append(bytes(msg.body))
+        done.set()
+
+    c = Consumer("127.0.0.1", port=port, ssl_context=ctx, **LOGIN)
+    await c.start()
+    try:
+        first = ConsumerOffsetSpecification(OffsetType.FIRST)
+        await c.subscribe("secure", on, decoder=amqp_decoder, offset_specification=first)
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        await c.close()
+    assert got == [b"over tls"]
