@@ -367,6 +367,14 @@ class SegmentIndex:
             gone.append(oldest)
         return gone
 
+    def next_expiry_ms(self) -> int | None:
+        """When `x-max-age` next removes a segment (the oldest, unless it is the active one),
+        None when it never will as things stand: the broker's timer runs `expired` then."""
+        age = self.spec.max_age_ms
+        if age is None or len(self.segments) < 2:
+            return None
+        return self.segments[0].last_ts + age + 1
+
     def segment_of(self, offset: int) -> Segment | None:
         """The segment holding `offset` (None: before the first or at/after the next)."""
         segs = self.segments
