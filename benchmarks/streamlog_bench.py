@@ -61,7 +61,8 @@ def main() -> None:
             offset = batch[-1][0] + 1
         dt = time.perf_counter() - t
         print(
-            f"read    {got:,} msgs: {dt:.1f} s, {got / dt:,.0f} msg/s, peak RSS {_rss_mib():.0f} MiB"
+            f"read    {got:,} msgs: {dt:.1f} s, {got / dt:,.0f} msg/s,"
+            f" peak RSS {_rss_mib():.0f} MiB"
         )
         log.close()
     finally:
