@@ -235,3 +235,17 @@ def test_a_stream_deleted_and_declared_again_starts_empty(conn: pika.BlockingCon
     assert ch.queue_declare("s", passive=True).method.message_count == 0
     _publish(ch, "s", [b"new"])
     assert _read(ch, "s", "first", 1) == [(0, b"new")]
+
+
+def test_dead_letters_routed_to_a_stream_are_appended(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    ch.queue_declare("audit", durable=True, arguments=STREAM)
+    ch.queue_declare(
+        "work", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "audit"}
+    )
+    ch.basic_publish("", "work", b"failed")
+    method, _props, _body = ch.basic_get("work")
+    assert method is not None
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    ch.queue_declare("work", passive=True)  # a round trip: the reject is handled
+    assert _read(ch, "audit", "first", 1) == [(0, b"failed")]
