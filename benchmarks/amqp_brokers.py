@@ -199,6 +199,7 @@ class RingmqProcess:
             "--amqp-port", "0", "--http-port", "0",
             "--stomp-port", "0" if "stomp" in self.protocols else "off",
             "--mqtt-port", "0" if "mqtt" in self.protocols else "off",
+            "--stream-port", "0" if "stream" in self.protocols else "off",
             "--data-dir", str(self._dir / "data"),
         ]  # fmt: skip
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0

@@ -96,7 +96,8 @@ class Broker:
         cmd = [
             sys.executable, "-m", "ringmq", "serve", "--host", "127.0.0.1",
             "--amqp-port", str(self.port), "--http-port", "-1",
-            "--stomp-port", "off", "--mqtt-port", "off", "--data-dir", str(self.data),
+            "--stomp-port", "off", "--mqtt-port", "off", "--stream-port", "off",
+            "--data-dir", str(self.data),
         ]  # fmt: skip
         with self.log_path.open("ab") as log:
             self.spawned = time.monotonic()

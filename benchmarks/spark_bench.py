@@ -64,6 +64,8 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
         "off",
         "--mqtt-port",
         "off",
+        "--stream-port",
+        "off",
         "--data-dir",
         str(data_dir),
     ]

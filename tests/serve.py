@@ -21,6 +21,7 @@ _AMQP = re.compile(rb"AMQP listening on ([0-9.]+):(\d+)")
 _HTTP = re.compile(rb"HTTP listening on ([0-9.]+):(\d+)")
 _STOMP = re.compile(rb"STOMP listening on ([0-9.]+):(\d+)")
 _MQTT = re.compile(rb"MQTT listening on ([0-9.]+):(\d+)")
+_STREAM = re.compile(rb"STREAM listening on ([0-9.]+):(\d+)")
 
 
 class Serve:
@@ -36,6 +37,7 @@ class Serve:
         http_port: int = 0,
         stomp: bool = False,
         mqtt: bool = False,
+        stream: bool = False,
         timeout_s: float = 60.0,
         nofile: int | None = None,
     ) -> None:
@@ -56,6 +58,8 @@ class Serve:
             "0" if stomp else "off",
             "--mqtt-port",
             "0" if mqtt else "off",
+            "--stream-port",
+            "0" if stream else "off",
             "--data-dir",
             str(data_dir),
         ]
@@ -74,6 +78,7 @@ class Serve:
         self.http_port = self._wait_port(_HTTP, timeout_s) if http else None
         self.stomp_port = self._wait_port(_STOMP, timeout_s) if stomp else None
         self.mqtt_port = self._wait_port(_MQTT, timeout_s) if mqtt else None
+        self.stream_port = self._wait_port(_STREAM, timeout_s) if stream else None
 
     @property
     def amqp_url(self) -> str:

@@ -38,6 +38,7 @@ from ringmq.adapters.amqp10.handler import factory as amqp10_handler
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
 from ringmq.adapters.stomp import stomp_handler
+from ringmq.adapters.stream import stream_handler
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
@@ -126,6 +127,7 @@ PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {
     "amqp10": amqp10_handler(),
     "stomp": stomp_handler,
     "mqtt": mqtt_handler,
+    "stream": stream_handler,
 }
 """The protocols a node serves, by key ("amqp091", "amqp10", "stomp", "mqtt"): each one's
 `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each (AMQP 0-9-1

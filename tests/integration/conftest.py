@@ -38,6 +38,7 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
             http_port=opts.pop("http_port", None),
             stomp_port=opts.pop("stomp_port", 0),
             mqtt_port=opts.pop("mqtt_port", 0),
+            stream_port=opts.pop("stream_port", None),
             data_dir=data_dir or tmp_path / f"data{len(started)}",
             config=config or FileConfig(),
             **opts,

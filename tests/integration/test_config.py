@@ -290,6 +290,8 @@ def test_ringmq_serve_cli_and_sigterm(tmp_path: Path) -> None:
             "off",
             "--mqtt-port",
             "off",
+            "--stream-port",
+            "off",
             "--data-dir",
             str(tmp_path / "data"),
         ],

@@ -50,6 +50,8 @@ SERVE = (
     "off",
     "--mqtt-port",
     "off",
+    "--stream-port",
+    "off",
 )
 
 

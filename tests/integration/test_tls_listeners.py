@@ -38,6 +38,7 @@ def tls_only(tmp_path: Path) -> Iterator[tuple[BrokerThread, Path]]:
         data_dir=tmp_path / "data",
         stomp_port=-1,
         mqtt_port=-1,
+        stream_port=-1,
     )
     b = BrokerThread(options)
     b.start()

@@ -49,6 +49,12 @@ def serve(
         str | None,
         typer.Option(help="MQTT port (default 1883; 0 picks a free port; off: no listener)."),
     ] = None,
+    stream_port: Annotated[
+        str | None,
+        typer.Option(
+            help="RabbitMQ stream protocol port (default 5552; 0 picks a free port; off: none)."
+        ),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
     ] = None,
@@ -152,6 +158,7 @@ def serve(
     stomp = _port_option(stomp_port, "--stomp-port")
     mqtt = _port_option(mqtt_port, "--mqtt-port")
     http = _port_option(http_port, "--http-port")
+    stream = _port_option(stream_port, "--stream-port")
     try:
         options = options_from(
             file_config,
@@ -165,6 +172,7 @@ def serve(
             http_bind=http_bind,
             stomp_port=stomp,
             mqtt_port=mqtt,
+            stream_port=stream,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)

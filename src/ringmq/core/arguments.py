@@ -33,6 +33,7 @@ This module is pure data and validation; it imports nothing from ringmq.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
@@ -61,6 +62,7 @@ __all__ = [
     "SettingsError",
     "any_int",
     "non_negative_int",
+    "parse_max_age",
     "positive_int",
     "ring_size",
     "string",
@@ -71,8 +73,8 @@ ARTEMIS_LEGACY_LVQ_KEY: Final = "_AMQ_LVQ_NAME"
 QPID_LEGACY_LVQ_KEY: Final = "qpid.LVQ_key"
 """Key used by Qpid's legacy `qpid.last_value_queue` flag."""
 MAX_PRIORITY: Final = 255
-IMPLEMENTED_QUEUE_TYPES: Final = frozenset({"classic"})
-"""`x-queue-type` values ringmq serves; `quorum` and `stream` are refused, not downgraded."""
+IMPLEMENTED_QUEUE_TYPES: Final = frozenset({"classic", "stream"})
+"""`x-queue-type` values ringmq serves; others (`quorum`) are refused, not downgraded."""
 
 
 class SettingsError(ValueError):
@@ -220,8 +222,42 @@ def _queue_type_arg(queue: str, arg: str, value: Any) -> Any:
     if kind not in IMPLEMENTED_QUEUE_TYPES:
         raise SettingsError(
             f"invalid arg 'x-queue-type' for queue '{queue}': queue type "
-            f"{kind!r} is not implemented by ringmq (only 'classic' queues are)"
+            f"{kind!r} is not implemented by ringmq (only "
+            + " and ".join(f"'{k}'" for k in sorted(IMPLEMENTED_QUEUE_TYPES))
+            + " queues are)"
         )
+    return UNSET
+
+
+_AGE: Final = re.compile(r"^([0-9]+)([YMDhms])$")
+_AGE_MS: Final = {
+    "Y": 365 * 86_400_000,
+    "M": 30 * 86_400_000,
+    "D": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1000,
+}
+
+
+def parse_max_age(value: Any) -> int:
+    """An `x-max-age` or interval string (`7D`, `1h`, `30s`: RabbitMQ's units Y M D h m s) in
+    milliseconds; ValueError for anything else."""
+    text = value.decode() if isinstance(value, bytes) else value
+    m = _AGE.match(text) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(value)
+    return int(m.group(1)) * _AGE_MS[m.group(2)]
+
+
+def _max_age_arg(queue: str, arg: str, value: Any) -> Any:
+    # A stream's retention by age (ringmq.core.streamlog reads it): validated here.
+    try:
+        parse_max_age(value)
+    except ValueError:
+        raise _err(
+            queue, arg, "a duration such as '7D' or '1h' (units Y M D h m s)", value
+        ) from None
     return UNSET
 
 
@@ -463,6 +499,9 @@ QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (
     QueueArgument("x-max-priority", "max_priority", _priority_arg, example=10, off=0),
     SINGLE_ACTIVE_CONSUMER,
     QueueArgument("x-queue-type", None, _queue_type_arg, example="classic"),
+    # stream queues' (ringmq.core.streamlog reads them from the declared arguments)
+    QueueArgument("x-max-age", None, _max_age_arg, example="7D"),
+    QueueArgument("x-stream-max-segment-size-bytes", None, _int_from(1), example=1_000_000),
 )
 """Every queue argument ringmq understands; other arguments are ignored, as RabbitMQ does."""
 

@@ -72,6 +72,10 @@ class Consumer:
     alone bounds it (AMQP 0-9-1)."""
     drain: bool = False
     """The receiver asked to drain: credit it cannot use now is given back (`Drained`)."""
+    offset_header: bool = True
+    """On a stream: each delivery carries its offset in an `x-stream-offset` header (the
+    message re-encoded); False: the message as stored, the offset in `Deliver.offset` alone
+    (the stream protocol, whose chunks carry offsets)."""
 
     def has_capacity(self) -> bool:
         """True when a message may be delivered to it now."""

@@ -106,7 +106,10 @@ class DeadLetters:
                 and any(as_str(d.get("queue")) == target.name for d in deaths)
             ):
                 continue
-            if not target.deleted:
+            if not target.deleted and target.stream is not None:
+                target.stream.append((new,), now_ms)  # a stream takes dead letters too
+                state.dirty[id(target)] = target
+            elif not target.deleted:
                 outcome = target.queue.publish(new, now_ms)
                 if outcome is PublishOutcome.SCHEDULED:
                     state.track_timers(target)

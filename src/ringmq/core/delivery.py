@@ -53,6 +53,7 @@ from ringmq.core.resources import Resources
 from ringmq.core.selector import Selector
 from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
+from ringmq.core.streamread import stream_cursor, stream_read
 from ringmq.core.topology import Topology
 from ringmq.core.vhost import NoLocal, QueueEntity
 
@@ -190,6 +191,8 @@ class Delivery:
         selector: Selector | None = None,
         no_local: bool = False,
         owner: str | None = None,
+        credit_flow: bool = False,
+        offset_header: bool = True,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
         empty name is the session's last declared queue). With `browse`, the consumer reads
@@ -205,7 +208,14 @@ class Delivery:
         by an `owner` identity (AMQP 1.0: the container id, which it also puts in the
         connection's `OWNER_PROPERTY`) keys the rule by it: messages from any connection of
         that owner are kept out, and the rule stays with the queue after the consumer goes,
-        until the queue goes or the owner consumes it again without `no_local` (`NoLocal`)."""
+        until the queue goes or the owner consumes it again without `no_local` (`NoLocal`).
+
+        On a stream queue every consumer reads the log from its own offset (`x-stream-offset`
+        in `arguments`: `_stream_start`), and settling a delivery only gives its credit back.
+        RabbitMQ's rules apply: a prefetch (or, `credit_flow`, link credit that the adapter
+        gives with `flow`: AMQP 1.0) and acknowledgements are required; without
+        `offset_header`, deliveries are the messages as stored, their offsets in
+        `Deliver.offset` only (the stream protocol)."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -224,6 +234,10 @@ class Delivery:
             raise BrokerError(
                 Condition.PRECONDITION_FAILED, f"invalid x-priority {prio!r}: must be an integer"
             )
+        cursor: SeqId | None = None
+        if q.stream is not None:
+            cursor = stream_cursor(s, q, no_ack, credit_flow, arguments, now_ms)
+            browse = True
         consumer = Consumer(
             tag=tag,
             session=s,
@@ -237,6 +251,8 @@ class Delivery:
             selector=selector,
             no_local=no_local,
         )
+        consumer.cursor = cursor
+        consumer.offset_header = offset_header
         if no_local:
             q.no_local = NoLocal(s.conn_id, owner, self.state.conns)
         elif owner is not None and q.no_local is not None and q.no_local.owner == owner:
@@ -328,6 +344,11 @@ class Delivery:
         queue = self.topology.queue_name(s, queue)
         s.check(state.auth, Access.READ, "queue", queue)
         q = self.topology.queue_for(s, queue)
+        if q.stream is not None:
+            raise BrokerError(
+                Condition.NOT_IMPLEMENTED,
+                f"basic.get not supported by stream queues queue '{q.name}' in vhost '{q.vhost}'",
+            )
         q.last_used_ms = now_ms
         if id(q) in state.dirty:
             # Publishes earlier in this read batch wait for `dispatch_pending`; RabbitMQ's queue
@@ -381,6 +402,15 @@ class Delivery:
         """Settle delivery `tag` of `s` (and every earlier one when `multiple`; tag 0 with
         `multiple` is all). In a transaction the settle waits for the commit."""
         entries = s.take(tag, multiple)
+        if kind is SettleKind.REQUEUE or kind is SettleKind.REJECT:
+            for e in entries:
+                q = e.queue
+                if q.stream is not None:
+                    raise BrokerError(
+                        Condition.NOT_IMPLEMENTED,
+                        "basic.nack and basic.reject not supported by stream queues "
+                        f"queue '{q.name}' in vhost '{q.vhost}'",
+                    )
         if s.mode is ChannelMode.TX:
             assert s.tx is not None
             s.tx.settles.append((kind, entries))
@@ -454,6 +484,10 @@ class Delivery:
             rounds += 1
             _, q = dirty.popitem()
             if q.deleted:
+                continue
+            if q.stream is not None:  # a stream: each consumer reads the log at its offset
+                if q.consumers.all:
+                    self._dispatch_browse(q, q.consumers.all, now_ms)
                 continue
             st = q.settings
             if st.message_ttl_ms is not None or st.expires_ms is not None:
@@ -549,6 +583,7 @@ class Delivery:
         # sees only what its selector matches (`_browsed`).
         out = self.state.out
         budget = DISPATCH_BATCH
+        stream = q.stream is not None
         for c in list(browsers):
             s = c.session
             # What `has_capacity` allows, counted once: each tracked delivery below raises the
@@ -564,11 +599,14 @@ class Delivery:
             if want <= 0:
                 continue
             for d in _browsed(c, want, now_ms):
+                offset = d.seq if stream else None
                 if c.no_ack:
                     tag = s.next_untracked_tag()
                 else:
                     tag = s.track(Unacked(q, d.seq, c, browse=True))
-                out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+                out.append(
+                    Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message, offset)
+                )
                 budget -= 1
                 if c.credit is not None:
                     c.credit -= 1
@@ -581,6 +619,9 @@ class Delivery:
 def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
     """Up to `want` messages past browser `c`'s cursor that its selector (if any) matches; the
     cursor moves past every message looked at (at most SELECTOR_SCAN per one browsed)."""
+    log = c.queue.stream
+    if log is not None:
+        return stream_read(c, log, want)
     engine = c.queue.queue
     selector = c.selector
     if selector is None:

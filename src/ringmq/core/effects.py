@@ -53,6 +53,8 @@ class Deliver:
     delivery_tag: int
     redelivered: bool
     message: Message
+    offset: int | None = None
+    """The message's offset when it comes from a stream queue (None otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,8 +91,13 @@ def _target(pub: Pipeline, s: Session, vh: VHost, x: Exchange, rk: str) -> Queue
         return None
     q = queues[0]
     # `takes_runs` holds the queue's side (`Queue.plain`, the property every publish path
-    # reads); the consumers' side is ours.
-    if q.consumers.fetchers or q.no_local is not None or not q.queue.takes_runs:
+    # reads); the consumers' side is ours. A stream appends chunks to its log instead.
+    if (
+        q.consumers.fetchers
+        or q.no_local is not None
+        or q.stream is not None
+        or not q.queue.takes_runs
+    ):
         return None
     return q
 

@@ -289,6 +289,16 @@ class Publisher:
         for q in queues:
             if q.no_local is not None and q.no_local.excludes(conn_id):
                 continue  # a no-local consumer's queue: not its own connection's messages
+            log = q.stream
+            if log is not None:  # a stream: appended to its log, durable whatever the mode
+                if seq and self._store_failing():
+                    refused = STORE_FAILED
+                    continue
+                log.append((msg,), now_ms)
+                log.enforce(now_ms)
+                stored = stored or self.state.durability is not None
+                dirty[id(q)] = q
+                continue
             if seq and persistent and q.durable and self._store_failing():
                 refused = STORE_FAILED  # not enqueued: it could not be made durable
                 continue

@@ -80,6 +80,7 @@ class State:
         "policies",
         "rng",
         "stats",
+        "streams",
         "timed",
         "vhosts",
     )
@@ -104,6 +105,8 @@ class State:
         """Queues with more to deliver than one call may (`DISPATCH_BATCH`)."""
         self.timed: dict[int, QueueEntity] = {}
         """Queues that ever had timer work (TTL, x-expires, schedules): what `tick` visits."""
+        self.streams: dict[int, QueueEntity] = {}
+        """Stream queues (by id): the tick applies their retention by age."""
         self.eager = False
         self.defer_dispatch = False
         """When True, dispatching after a publish that reached only plain queues waits for the

@@ -55,6 +55,9 @@ class Timers:
             for q in state.backlog.values():
                 state.mark(q)
             state.backlog.clear()
+        for q in state.streams.values():  # retention by age (appends apply it too)
+            assert q.stream is not None
+            q.stream.enforce(now_ms)
         timed = state.timed
         for key, q in list(timed.items()):
             if q.deleted:
@@ -92,6 +95,11 @@ class Timers:
             for t in (q.queue.next_deadline_ms(), q.expires_at_ms()):
                 if t is not None and (best is None or t < best):
                     best = t
+        for q in state.streams.values():  # retention by age of idle streams
+            assert q.stream is not None
+            t = q.stream.index.next_expiry_ms()
+            if t is not None and (best is None or t < best):
+                best = t
         for _vh, x in self.publisher.holding.values():
             t = x.next_due_ms()
             if t is not None and (best is None or t < best):

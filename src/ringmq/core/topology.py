@@ -45,7 +45,16 @@ from ringmq.core.routing import (
 from ringmq.core.session import Session
 from ringmq.core.settings import QueueSettings, SettingsError, resolve_queue_settings
 from ringmq.core.state import State
-from ringmq.core.storeport import QUEUE_DEF
+from ringmq.core.storeport import QUEUE_DEF, queue_key
+from ringmq.core.streamlog import (
+    STREAM,
+    MemoryStreamLog,
+    StreamLog,
+    StreamSpec,
+    StreamStorePort,
+    check_stream_declare,
+    stream_spec,
+)
 from ringmq.core.texts import flag, fmt_value
 from ringmq.core.vhost import QueueEntity, VHost
 
@@ -66,6 +75,8 @@ class Declared:
 
 
 def _declared(q: QueueEntity) -> Declared:
+    if q.stream is not None:  # RabbitMQ answers a stream's message count (`stat/1`)
+        return Declared(q.name, q.stream.index.count, len(q.consumers))
     return Declared(q.name, q.queue.ready_count, len(q.consumers))
 
 
@@ -173,6 +184,9 @@ class Topology:
         # flush dispatches what changed and the timers see a new TTL.
         q.settings = new
         q.queue.update_settings(new, now_ms)
+        if q.stream is not None:
+            q.stream.set_spec(stream_spec(q.name, q.arguments, new.max_length_bytes))
+            q.stream.enforce(now_ms)
         self.state.track_timers(q)
         self.state.mark(q)
 
@@ -192,6 +206,17 @@ class Topology:
         vh = state.vhosts[vhost]
         args = dict(arguments or {})
         settings = self.resolve_settings(vhost, name, args)
+        log: StreamLog | None = None
+        if args.get("x-queue-type") in (STREAM, STREAM.encode()):
+            check_stream_declare(
+                name,
+                vhost,
+                durable=durable,
+                exclusive=exclusive_owner is not None,
+                auto_delete=auto_delete,
+                arguments=args,
+            )
+            log = self._open_stream(vhost, name, stream_spec(name, args, settings.max_length_bytes))
         q = QueueEntity(
             name=name,
             vhost=vhost,
@@ -203,8 +228,12 @@ class Topology:
             arguments=args,
             consumers=ConsumerSet(single_active=settings.single_active_consumer),
             last_used_ms=now_ms,
+            stream=log,
         )
         vh.queues[name] = q
+        if log is not None:
+            state.streams[id(q)] = q
+            log.enforce(now_ms)
         vh.invalidate()
         state.stats["queues_created"] += 1
         if durable and state.durability is not None:
@@ -217,6 +246,15 @@ class Topology:
             if conn is not None:
                 conn.exclusive_queues.add(name)
         return q
+
+    def _open_stream(self, vhost: str, name: str, spec: StreamSpec) -> StreamLog:
+        # A stream's log: segment files with a store that keeps streams (recovered when it
+        # existed), else in memory (a broker without a data directory).
+        dur = self.state.durability
+        store: object = dur.store if dur is not None else None
+        if isinstance(store, StreamStorePort):
+            return store.open_stream(queue_key(vhost, name), spec)
+        return MemoryStreamLog(spec)
 
     def declare_queue(
         self,
@@ -542,6 +580,9 @@ class Topology:
             state.durability.queue_deleted(q)
             state.touch(QUEUE_DEF, vh.name, q.name)
         q.queue.close()  # release its paged data
+        if q.stream is not None:
+            q.stream.delete()
+            state.streams.pop(id(q), None)
         out = state.out
         for consumer in list(q.consumers.all):
             session = consumer.session

@@ -26,6 +26,7 @@ from ringmq.core.exchange import Exchange
 from ringmq.core.queue import Queue
 from ringmq.core.routing import EXCHANGE, QUEUE, Dest, ExchangeType
 from ringmq.core.settings import QueueSettings
+from ringmq.core.streamlog import StreamLog
 
 if TYPE_CHECKING:
     from ringmq.core.session import Conn
@@ -99,6 +100,9 @@ class QueueEntity:
         deleted: set when the queue is gone (late acks become no-ops).
         deliver, deliver_no_ack, get, get_no_ack, get_empty: AMQP-level delivery totals
             (RabbitMQ's message_stats); the engine counts the rest.
+        stream: a stream queue's log (`x-queue-type: stream`, core/streamlog.py), else None:
+            its messages live there, not in `queue` (which stays empty), and every consumer
+            reads it from its own offset.
     """
 
     name: str
@@ -119,6 +123,7 @@ class QueueEntity:
     get: int = 0
     get_no_ack: int = 0
     get_empty: int = 0
+    stream: StreamLog | None = None
 
     def expires_at_ms(self) -> int | None:
         """When an unused queue expires (`x-expires`), or None."""

@@ -68,7 +68,7 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
     st = q.settings
     # what the paged tail still buffers is counted paged by the queue but held in memory
     buffered, buffered_bytes = q.queue.paged_in_memory
-    return QueueInfo(
+    info = QueueInfo(
         vhost=q.vhost,
         name=q.name,
         durable=q.durable,
@@ -105,6 +105,20 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
         ),
         exclusive_owner=None if q.exclusive_owner is None else str(q.exclusive_owner),
     )
+    log = q.stream
+    if log is not None:  # a stream's messages live in its log (RabbitMQ counts them ready)
+        index = log.index
+        info.type = "stream"
+        info.messages_ready = index.count
+        info.message_bytes_ready = index.nbytes
+        info.stream = {
+            "first_offset": index.first_offset,
+            "last_offset": index.next_offset - 1,
+            "next_offset": index.next_offset,
+            "size_bytes": index.nbytes,
+            "segments": len(index.segments),
+        }
+    return info
 
 
 def snapshot_record(

@@ -67,6 +67,10 @@ class QueueInfo:
     counters: QueueCounters = field(default_factory=QueueCounters)
     exclusive_owner: str | None = None
     state: str = "running"
+    type: str = "classic"
+    """`classic`, or `stream` (then `stream` says where its log stands)."""
+    stream: dict[str, int] | None = None
+    """A stream queue's log: first and last offsets, next offset, bytes and segments."""
 
     @property
     def messages(self) -> int:

@@ -95,7 +95,8 @@ def queue(q: QueueInfo, sampler: RateSampler, node: str) -> dict[str, Any]:
         if q.policy
         else {},
         "node": node,
-        "type": "classic",
+        "type": q.type,
+        **({"stream": q.stream} if q.stream is not None else {}),
         "state": q.state,
         "messages": q.messages,
         "messages_ready": q.messages_ready,

@@ -246,6 +246,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             http_port=_port_or_off(t, "http_port"),
             stomp_port=_port_or_off(t, "stomp_port"),
             mqtt_port=_port_or_off(t, "mqtt_port"),
+            stream_port=_port_or_off(t, "stream_port"),
             data_dir=Path(data_dir) if data_dir else None,
             amqp_bind=t.opt_str("amqp_bind"),
             amqps_bind=t.opt_str("amqps_bind"),
@@ -280,6 +281,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             https=bool(t.opt_bool("https", False)),
             stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
             mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
+            stream_port=t.opt_int("stream_port", maximum=MAX_PORT),
         )
         t.done()
 

@@ -151,6 +151,8 @@ class TLSSpec:
     """STOMP over TLS on this port (RabbitMQ's `stomp.listeners.ssl`, usually 61614); None: off."""
     mqtt_port: int | None = None
     """MQTT over TLS on this port (RabbitMQ's `mqtt.listeners.ssl`, usually 8883); None: off."""
+    stream_port: int | None = None
+    """The stream protocol over TLS (RabbitMQ's `stream.listeners.ssl`, usually 5551)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +167,8 @@ class ListenSpec:
     """-1: no STOMP listener."""
     mqtt_port: int | None = None
     """-1: no MQTT listener."""
+    stream_port: int | None = None
+    """-1: no stream protocol listener."""
     data_dir: Path | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None

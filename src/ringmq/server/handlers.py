@@ -62,7 +62,13 @@ log = logging.getLogger(__name__)
 AMQP10_HEADERS: Final = (b"AMQP\x00\x01\x00\x00", b"AMQP\x03\x01\x00\x00")
 """The protocol headers of AMQP 1.0 (plain, and SASL first)."""
 
-PROTOCOL_NAMES: Final = {"amqp091": "AMQP", "amqp10": "AMQP 1.0", "stomp": "STOMP", "mqtt": "MQTT"}
+PROTOCOL_NAMES: Final = {
+    "amqp091": "AMQP",
+    "amqp10": "AMQP 1.0",
+    "stomp": "STOMP",
+    "mqtt": "MQTT",
+    "stream": "RabbitMQ Stream",
+}
 """How logs (and the failed-login log) name each protocol."""
 
 

@@ -18,6 +18,7 @@ DEFAULT_AMQP_PORT: Final = 5672
 DEFAULT_HTTP_PORT: Final = 15672
 DEFAULT_STOMP_PORT: Final = 61613
 DEFAULT_MQTT_PORT: Final = 1883
+DEFAULT_STREAM_PORT: Final = 5552
 DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
 
 
@@ -29,10 +30,10 @@ class ServerOptions:
         host: address of every listener without its own (`*_bind`).
         amqp_port: AMQP port; 0 picks a free one; None: no plain AMQP listener (TLS only).
         http_port: management HTTP port; 0 picks a free one; None disables it.
-        stomp_port / mqtt_port: STOMP and MQTT ports; 0 picks a free one; None: no listener
-            (the default here; `options_from`, for `ringmq serve`, defaults them to 61613 and
-            1883). A protocol whose adapter is not wired (`BrokerServer(handlers=...)`) gets
-            no listener either.
+        stomp_port / mqtt_port / stream_port: STOMP, MQTT and stream protocol ports; 0 picks a
+            free one; None: no listener (the default here; `options_from`, for `ringmq serve`,
+            defaults them to 61613, 1883 and 5552). A protocol whose adapter is not wired
+            (`BrokerServer(handlers=...)`) gets no listener either.
         amqp_bind / amqps_bind / http_bind: the address of that listener (None: `host`).
         data_dir: directory for messages and definitions.
         config: the parsed configuration file (users, limits, declarations, TLS...).
@@ -48,6 +49,7 @@ class ServerOptions:
     http_port: int | None = DEFAULT_HTTP_PORT
     stomp_port: int | None = None
     mqtt_port: int | None = None
+    stream_port: int | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None
     http_bind: str | None = None
@@ -71,6 +73,7 @@ def options_from(
     http_bind: str | None = None,
     stomp_port: int | None = None,
     mqtt_port: int | None = None,
+    stream_port: int | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -90,10 +93,12 @@ def options_from(
         raise ConfigError("the plain AMQP listener is off (amqp_port off) but [tls] is not set")
     stomp = _first(stomp_port, listen.stomp_port, DEFAULT_STOMP_PORT)
     mqtt = _first(mqtt_port, listen.mqtt_port, DEFAULT_MQTT_PORT)
+    stream = _first(stream_port, listen.stream_port, DEFAULT_STREAM_PORT)
     return ServerOptions(
         host=host or listen.host or DEFAULT_HOST,
         stomp_port=None if stomp < 0 else stomp,
         mqtt_port=None if mqtt < 0 else mqtt,
+        stream_port=None if stream < 0 else stream,
         amqp_port=None if amqp < 0 else amqp,
         amqp_bind=amqp_bind or listen.amqp_bind,
         amqps_bind=amqps_bind or listen.amqps_bind,

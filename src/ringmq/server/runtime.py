@@ -284,6 +284,7 @@ class BrokerServer:
         for key, port, option in (
             ("stomp", opts.stomp_port, "--stomp-port"),
             ("mqtt", opts.mqtt_port, "--mqtt-port"),
+            ("stream", opts.stream_port, "--stream-port"),
         ):
             if port is not None and key in self.handler_factories:
                 pre = bind_socket(opts.host, port, key, backlog=1024, option=option)
@@ -378,7 +379,12 @@ class BrokerServer:
     async def _open_tls_listeners(self, spec: TLSSpec) -> None:
         # STOMP and MQTT over TLS, where [tls] names their ports (RabbitMQ's ssl listeners)
         ctx = tls_context(spec)
-        for key, port in (("stomp", spec.stomp_port), ("mqtt", spec.mqtt_port)):
+        tls_ports = (
+            ("stomp", spec.stomp_port),
+            ("mqtt", spec.mqtt_port),
+            ("stream", spec.stream_port),
+        )
+        for key, port in tls_ports:
             if port is None or key not in self.handler_factories:
                 continue
             lst = await open_amqp_listener(

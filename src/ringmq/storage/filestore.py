@@ -55,6 +55,7 @@ from typing import Any, Final
 
 from ringmq.core.message import Message, SeqId
 from ringmq.core.storeport import queue_key
+from ringmq.core.streamlog import StreamSpec
 from ringmq.storage import terms
 from ringmq.storage.bodystore import DiskSpillStore, SpillDirectory
 from ringmq.storage.dedup import DedupLog
@@ -74,6 +75,7 @@ from ringmq.storage.records import (
     encode_purge,
 )
 from ringmq.storage.replay import replay
+from ringmq.storage.streamfiles import FileStreamLog, StreamFiles
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,8 @@ class FileStore:
         self._bodies = MessageStore(directory / "msgstore", segment_bytes=msg_segment_bytes)
         self._defs = DefinitionLog(directory / "definitions")
         self._dedup = DedupLog(directory / "dedup")
+        self.streams = StreamFiles(directory / "streams")
+        """Stream queues' segment files (streamfiles.py), fsynced with the journal."""
         self._position = 0
         self._durable = 0
         self.index = StoreIndex(self._bodies)  # live entries and segment accounting
@@ -339,6 +343,10 @@ class FileStore:
         """Replace the dedup log with the live window, durably (synchronous fsync)."""
         self._dedup.rewrite(window)
 
+    def open_stream(self, key: str, spec: StreamSpec) -> FileStreamLog:
+        """The stream queue of store key `key` (recovered, or created empty)."""
+        return self.streams.open_stream(key, spec)
+
     def definitions(self) -> dict[str, dict[str, Any]]:
         """Current durable definitions (kind -> key -> value)."""
         return self._defs.all()
@@ -372,6 +380,7 @@ class FileStore:
             fds += self._journal.flush()
             fds += self._defs.flush()
             fds += self._dedup.flush()
+            fds += self.streams.flush()
         except OSError:
             self._pending_fds = _one_per_file(fds)
             raise
@@ -386,6 +395,7 @@ class FileStore:
         self._journal.write_out()
         self._defs.write_out()
         self._dedup.write_out()
+        self.streams.write_out()
         return self._position
 
     def fsync(self, point: SyncPoint) -> int:
@@ -423,6 +433,7 @@ class FileStore:
         self._bodies.journal.close()
         self._defs.close()
         self._dedup.close()
+        self.streams.close()
         if self._tx_seg is None:
             self.index.save_terms(self.directory, self._journal)
         (self.directory / "CLEAN").write_bytes(b"")
@@ -438,6 +449,7 @@ class FileStore:
             journal.abandon()
         self._defs.abandon()
         self._dedup.abandon()
+        self.streams.abandon()
         for fd in self._pending_fds:
             os.close(fd)
         self._pending_fds = []

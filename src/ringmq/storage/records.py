@@ -51,6 +51,7 @@ class RecordType(IntEnum):
     DEDUP_ADD = 12
     DEDUP_DISCARD = 13
     PAGED_RUN = 14  # page files: a run of plain messages as columns (pageruns.py)
+    STREAM_CHUNK = 15  # stream segment files: one chunk of a stream queue (streamfiles.py)
 
 
 # crc32 of the single type byte, the starting value for crc32(payload)

@@ -32,5 +32,11 @@ def test_stomp_and_mqtt_ports_default_to_theirs_and_can_be_turned_off() -> None:
     assert (o.stomp_port, o.mqtt_port) == (None, 1884)
 
 
+def test_the_stream_port_defaults_to_5552_and_can_be_turned_off() -> None:
+    assert options_from(FileConfig()).stream_port == 5552
+    assert options_from(parse_toml('[server]\nstream_port = "off"\n')).stream_port is None
+    assert options_from(FileConfig(), stream_port=0).stream_port == 0
+
+
 def test_file_can_disable_http() -> None:
     assert options_from(parse_toml("[server]\nhttp_port = -1\n")).http_port is None

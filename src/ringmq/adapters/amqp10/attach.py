@@ -187,10 +187,15 @@ class Attacher:
         self._serial += 1
         tag = f"amqp10-{ev.handle}-{self._serial}"
         settled = a.snd_settle_mode == SETTLED
+        if filters.stream_offset is not None:
+            arguments["x-stream-offset"] = filters.stream_offset_argument()
         b.delivery.consume(
             s, queue, tag, no_ack=settled, exclusive=False, arguments=arguments,
             now_ms=now_ms, browse=browse, selector=selector, no_local=no_local, owner=owner,
+            credit_flow=True,  # link credit, not a prefetch (a stream accepts either)
         )  # fmt: skip
+        entity = s.vhost.queues.get(queue)
+        stream = entity is not None and entity.stream is not None
         b.delivery.flow(s, tag, credit=0, drain=False)
         reply = p.Source(
             address=address,
@@ -199,7 +204,7 @@ class Attacher:
             timeout=source.timeout,
             dynamic=source.dynamic,
             distribution_mode=source.distribution_mode,
-            filter=filters.applied(no_local=no_local),
+            filter=filters.applied(no_local=no_local, stream=stream),
             default_outcome=p.Modified(delivery_failed=True),
             outcomes=source.outcomes,
             capabilities=source.capabilities,

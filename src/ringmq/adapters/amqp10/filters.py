@@ -11,7 +11,11 @@ sees that it was not applied (3.5.3), never silently taken as applied:
 * no-local, `apache.org:no-local-filter:list` (code 0x0000468C00000003; Qpid JMS sends it for
   `createConsumer(topic, selector, noLocal=true)` and durable subscribers with noLocal): the
   receiver does not get messages its own connection published. The caller decides where it
-  applies (Artemis: multicast subscriptions) and says so with `applied`.
+  applies (Artemis: multicast subscriptions) and says so with `applied`;
+* RabbitMQ 4's stream offset, `rabbitmq:stream-offset-spec` (by name: RabbitMQ registers no
+  code): where a stream consumer starts, `first`, `last`, `next`, an offset (a ulong), a
+  timestamp or an interval string such as `1h` (`stream_offset`, given to the core as
+  `x-stream-offset`; echoed when the source is a stream).
 
 Pure: a function of the decoded filter map.
 """
@@ -19,9 +23,10 @@ Pure: a function of the decoded filter map.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
-from ringmq.amqp10.types import Described
+from ringmq.amqp10.types import Described, Timestamp
 
 SELECTOR_FILTER_CODE: Final = 0x0000468C00000004
 """The JMS selector filter's descriptor code (Apache's filter registry)."""
@@ -29,8 +34,10 @@ SELECTOR_FILTER_NAME: Final = "apache.org:selector-filter:string"
 NO_LOCAL_FILTER_CODE: Final = 0x0000468C00000003
 """The no-local filter's descriptor code (Apache's filter registry)."""
 NO_LOCAL_FILTER_NAME: Final = "apache.org:no-local-filter:list"
+STREAM_OFFSET_FILTER_NAME: Final = "rabbitmq:stream-offset-spec"
 SELECTOR: Final = "selector"
 NO_LOCAL: Final = "no-local"
+STREAM_OFFSET: Final = "stream-offset"
 
 
 class FilterError(ValueError):
@@ -49,13 +56,29 @@ class SourceFilters:
 
     selector: str | None = None
     no_local: bool = False
+    stream_offset: Any = None
+    """The stream offset specification's value (None: none given)."""
     known: dict[Any, tuple[str, Any]] = field(default_factory=dict)
 
-    def applied(self, *, no_local: bool) -> dict[Any, Any] | None:
-        """The filter map the attach echoes: the selector, and no-local when `no_local` says
-        the broker applies it here (None: no filter applied)."""
-        out = {k: v for k, (kind, v) in self.known.items() if kind != NO_LOCAL or no_local}
+    def applied(self, *, no_local: bool, stream: bool = False) -> dict[Any, Any] | None:
+        """The filter map the attach echoes: the selector, no-local when `no_local` says the
+        broker applies it here, the stream offset when the source is a `stream` (None: no
+        filter applied)."""
+        skip = {k for k, b in ((NO_LOCAL, no_local), (STREAM_OFFSET, stream)) if not b}
+        out = {k: v for k, (kind, v) in self.known.items() if kind not in skip}
         return out or None
+
+    def stream_offset_argument(self) -> Any:
+        """The stream offset as the core's `x-stream-offset` argument (an AMQP timestamp, in
+        ms, becomes a `datetime`), None when none was given."""
+        value = self.stream_offset
+        if isinstance(value, Timestamp):
+            return datetime.fromtimestamp(int(value) / 1000, UTC)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int(value)
+        if isinstance(value, str):
+            return str(value)
+        return value
 
 
 def _is(descriptor: Any, code: int, name: str) -> bool:
@@ -86,6 +109,9 @@ def source_filters(filters: Any) -> SourceFilters:
         elif _is(d, NO_LOCAL_FILTER_CODE, NO_LOCAL_FILTER_NAME):
             found.no_local = True
             kind = NO_LOCAL
+        elif isinstance(d, str) and str(d) == STREAM_OFFSET_FILTER_NAME:
+            found.stream_offset = value.value
+            kind = STREAM_OFFSET
         else:
             continue
         found.known[key] = (kind, value)

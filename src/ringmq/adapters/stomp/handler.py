@@ -44,7 +44,7 @@ from ringmq.adapters.handler import HandlerContext, HandlerFactory, HandlerInfo
 from ringmq.adapters.stomp.destinations import Destination, Dialects, Kind, message_destination
 from ringmq.adapters.stomp.message import build_message, message_body, message_headers
 from ringmq.adapters.stomp.receipts import Receipts
-from ringmq.adapters.stomp.subscribe import Subscriber, truthy
+from ringmq.adapters.stomp.subscribe import Subscriber, stream_offset_argument, truthy
 from ringmq.core.effects import (
     CancelConsumer,
     CloseConnection,
@@ -389,9 +389,12 @@ class StompHandler:
         queue, durable = self.subscriber.queue_for(
             s, dest, frame.headers, sub_id, self.client_id, now_ms
         )
+        offset = frame.get("x-stream-offset")  # a stream consumer's start (RabbitMQ STOMP)
+        arguments = {} if offset is None else {"x-stream-offset": stream_offset_argument(offset)}
         delivery.consume(
-            s, queue, sub_id, no_ack=ack == "auto", exclusive=False, arguments={}, now_ms=now_ms
-        )
+            s, queue, sub_id, no_ack=ack == "auto", exclusive=False, arguments=arguments,
+            now_ms=now_ms,
+        )  # fmt: skip
         sub = Subscription(sub_id, s.channel, ack, dest, queue, durable)
         self._subs[sub_id] = sub
         self._by_channel[s.channel] = sub

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ringmq.adapters.stomp.destinations import Destination, Dialects, Kind, parse
@@ -63,6 +64,23 @@ def _typed(name: str, text: str) -> Any:
 def queue_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
     """The `x-*` queue arguments a frame's headers carry."""
     return {k: _typed(k, v) for k, v in headers.items() if k in BY_ARGUMENT}
+
+
+def stream_offset_argument(text: str) -> Any:
+    """A SUBSCRIBE's `x-stream-offset` header as the core's argument, in RabbitMQ STOMP's
+    forms: `first`, `last`, `next`, `offset=<n>`, `timestamp=<unix seconds>`; also a bare
+    number and an interval such as `1h` (as AMQP 0-9-1 takes them). Anything else goes as
+    text, for the core to refuse."""
+    text = text.strip()
+    kind, eq, value = text.partition("=")
+    if eq and value.isascii() and value.isdigit():
+        if kind == "offset":
+            return int(value)
+        if kind == "timestamp":
+            return datetime.fromtimestamp(int(value), UTC)
+    if text.isascii() and text.isdigit():
+        return int(text)
+    return text
 
 
 _PARAMS = frozenset({"durable", "persistent", "auto-delete", "exclusive"})

@@ -215,6 +215,7 @@
     // effective_settings carries the resolved QueueSettings field names (lvq_key, max_length...)
     const s = q.effective_settings || {}, out = [];
     if (q.ring_size >= 0) out.push(`<span class="pill ring">ring ${q.ring_size}</span>`);
+    if (q.type === "stream") out.push(`<span class="pill">stream</span>`);
     if (s.lvq_key) out.push(`<span class="pill">LVQ</span>`);
     if (s.max_length != null || s.max_length_bytes != null) out.push(`<span class="pill">max-length</span>`);
     if (s.message_ttl_ms != null) out.push(`<span class="pill">TTL</span>`);
@@ -366,7 +367,10 @@
       $("#q-stats").innerHTML = statGrid([["Ready", num(q.messages_ready), "q-ready"],
         ["Unacked", num(q.messages_unacknowledged), "q-unacked"], ["Scheduled", num(q.messages_scheduled)],
         ["Paged", num(q.messages_paged)], ["Total", num(q.messages), "q-messages"], ["Consumers", num(q.consumers)],
-        ...(isRing ? [["Ring size", num(q.ring_size), "q-ring-size"]] : [])]);
+        ...(isRing ? [["Ring size", num(q.ring_size), "q-ring-size"]] : []),
+        ...(q.stream ? [["First offset", num(q.stream.first_offset), "q-first-offset"],
+          ["Last offset", num(q.stream.last_offset), "q-last-offset"],
+          ["Stream bytes", num(q.stream.size_bytes), "q-stream-bytes"]] : [])]);
       $("#ring-editor").hidden = !isRing;
       $("#q-settings").innerHTML = `<dl class="kv"><dt>Durable</dt><dd>${q.durable}</dd>
         <dt>Auto-delete</dt><dd>${q.auto_delete}</dd><dt>Policy</dt><dd>${esc(q.policy || "none")}</dd>

@@ -1,0 +1,618 @@
+"""The stream protocol adapter: one RabbitMQ stream client (`rstream`, ...) on the core.
+
+Theory of operation
+-------------------
+`StreamHandler` is the `adapters.handler.Handler` of a socket of the stream protocol's
+listener (`--stream-port`, 5552). `ringmq.streamproto` cuts and decodes its frames; each command
+is answered here, the ones that touch the core inside one core call (`Calls.begin` / `end`).
+
+Connecting, as `rstream` does it: peer properties, SASL handshake (PLAIN offered), SASL
+authenticate (the shared login throttle), then the broker's Tune and the client's answer, then
+Open (vhost): the answer advertises this node as the client reached it (the socket's local
+address), which is where `rstream` connects for a stream's leader after a metadata query.
+
+Streams are the core's stream queues (`x-queue-type: stream`): create, delete and metadata
+are declarations, deletions and look-ups of those queues.
+
+Publishing: one core session (channel 1, confirm mode). A declared publisher has an id, a
+stream and maybe a reference; each message (AMQP 1.0 bytes, or a sub-entry batch without
+compression) is published to the default exchange under the stream's name and its publishing
+id waits for the core's confirm of that publish (`_confirming`: publish seq -> publisher,
+publishing id), answered as PublishConfirm / PublishError. With a reference, a publishing id
+not above the last one the stream stored for it (`Tracking.writers`) is a duplicate: confirmed,
+not stored (RabbitMQ's de-duplication).
+
+Consuming: a subscription is a core consumer of the stream on its own session (channel
+2, 3...), browsing from its offset specification, settled by nothing; its credit is in chunks
+and the core's is in messages, so the core's is set to `CHUNK_MESSAGES` per chunk of credit.
+The deliveries of a batch are gathered per subscription and sent, at `data_to_send`, as chunks
+of consecutive offsets (`streamproto.chunk`, with the CRC-32 clients check), each spending one
+chunk of credit. A stream deleted under a subscription ends it with a MetadataUpdate.
+
+Stored offsets (`store offset` / `query offset`) live with the stream (`Tracking.offsets`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from ringmq import __version__
+from ringmq.adapters.amqp10.message import build, payload_for_amqp10
+from ringmq.adapters.handler import HandlerContext, HandlerInfo
+from ringmq.adapters.stream import superstreams
+from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
+from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.message import Message
+from ringmq.core.session import Session
+from ringmq.core.settings import SettingsError
+from ringmq.core.streamlog import STREAM, StreamLog
+from ringmq.core.vhost import QueueEntity
+from ringmq.streamproto import codec as sp
+from ringmq.streamproto.chunk import chunk, deliver_frame
+from ringmq.streamproto.codec import RESPONSE, Code, Key, Writer
+
+log = logging.getLogger(__name__)
+
+PUBLISH_CHANNEL: Final = 1
+CHUNK_MESSAGES: Final = 256
+"""Most messages in one delivered chunk; the core's credit is this many per chunk."""
+DEFAULT_FRAME_MAX: Final = 1_048_576
+_ARGUMENTS: Final = {
+    "max-length-bytes": ("x-max-length-bytes", int),
+    "max-age": ("x-max-age", str),
+    "stream-max-segment-size-bytes": ("x-stream-max-segment-size-bytes", int),
+}
+"""Create's arguments (strings on the wire) as queue arguments (RabbitMQ's mapping)."""
+_CONDITION_CODES: Final = {
+    Condition.ACCESS_REFUSED: Code.ACCESS_REFUSED,
+    Condition.PRECONDITION_FAILED: Code.PRECONDITION_FAILED,
+    Condition.NOT_FOUND: Code.STREAM_DOES_NOT_EXIST,
+    Condition.RESOURCE_LOCKED: Code.PRECONDITION_FAILED,
+}
+_OFFSET_KINDS: Final = {1: "first", 2: "last", 3: "next"}
+
+
+@dataclass(slots=True)
+class Publisher:
+    stream: str
+    reference: str
+
+
+@dataclass(slots=True)
+class Subscription:
+    id: int
+    channel: int
+    stream: str
+    credit: int
+    pending: list[tuple[int, Message]] = field(default_factory=list)
+    """Delivered (offset, message) not sent yet (waiting for credit, or the batch's end)."""
+
+
+def _queue_arguments(props: dict[str, str]) -> dict[str, Any]:
+    # Create's arguments (strings on the wire) as stream queue arguments.
+    args: dict[str, Any] = {}
+    for name, value in props.items():
+        known = _ARGUMENTS.get(name)
+        if known is not None:
+            try:
+                args[known[0]] = known[1](value)
+            except ValueError:
+                raise BrokerError(Condition.PRECONDITION_FAILED, f"bad {name}") from None
+    return args
+
+
+def _properties() -> dict[str, Any]:
+    # A deleted stream ends its subscriptions with a MetadataUpdate (`CancelConsumer`).
+    return {"capabilities": {"consumer_cancel_notify": True}}
+
+
+def _code(exc: BrokerError) -> Code:
+    return _CONDITION_CODES.get(exc.condition, Code.INTERNAL_ERROR)
+
+
+def _wrapped(data: bytes) -> bytes:
+    # A payload that is not an AMQP 1.0 message: kept as the body of one (a data section).
+    return b"\x00\x53\x75\xb0" + len(data).to_bytes(4, "big") + data
+
+
+class StreamHandler:
+    """A stream protocol connection on the core (see the module docstring)."""
+
+    def __init__(self, ctx: HandlerContext) -> None:
+        self.ctx = ctx
+        self.broker = ctx.broker
+        self.conn_id = ctx.conn_id
+        self.frame_max = ctx.limits.frame_max or DEFAULT_FRAME_MAX
+        self.reader = sp.FrameReader(self.frame_max)
+        self.out = bytearray()
+        self._opened = False
+        self._closed = False
+        self._user: str | None = None
+        self._info = HandlerInfo(protocol="RabbitMQ Stream")
+        self._publishers: dict[int, Publisher] = {}
+        self._confirming: dict[int, tuple[int, int]] = {}
+        """Publish seq -> (publisher id, publishing id), waiting for the core's confirm."""
+        self._subs: dict[int, Subscription] = {}
+        self._by_channel: dict[int, Subscription] = {}
+        self._next_channel = PUBLISH_CHANNEL + 1
+        self.heartbeat_s = ctx.limits.heartbeat_s
+        self._last_in = self._last_out = -1
+
+    # ------------------------------------------------------------------ Handler
+    @property
+    def opened(self) -> bool:
+        return self._opened
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
+        self._last_in = -1  # seen: the next tick takes the time
+        out: list[Effect] = []
+        try:
+            self.reader.feed(data)
+            while not self._closed and (frame := self.reader.next_frame()) is not None:
+                out.extend(self._command(sp.decode(*frame), now_ms))
+        except sp.ProtocolError as exc:
+            log.debug("stream connection %d: %s", self.conn_id, exc)
+            self._close(exc.code, str(exc))
+        return out
+
+    def apply(self, effect: Effect) -> None:
+        match effect:
+            case Deliver():
+                sub = self._by_channel.get(effect.channel)
+                if sub is not None and effect.offset is not None:
+                    sub.pending.append((effect.offset, effect.message))
+            case Confirm():
+                if effect.channel == PUBLISH_CHANNEL:
+                    self._confirmed(effect)
+            case CancelConsumer():
+                sub = self._by_channel.pop(effect.channel, None)
+                if sub is not None:
+                    self._subs.pop(sub.id, None)
+                    w = Writer().u16(Code.STREAM_NOT_AVAILABLE).string(sub.stream)
+                    self.out += w.frame(Key.METADATA_UPDATE)
+            case CloseConnection():
+                self._close(Code.INTERNAL_ERROR, effect.text)
+            case _:
+                pass
+
+    def data_to_send(self) -> bytes:
+        for sub in self._subs.values():
+            if sub.pending:
+                self._chunks(sub)
+        if not self.out:
+            return b""
+        data = bytes(self.out)
+        self.out.clear()
+        self._last_out = -1
+        return data
+
+    def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
+        if self._last_in < 0:
+            self._last_in = mono_ms
+        if self._last_out < 0:
+            self._last_out = mono_ms
+        hb = self.heartbeat_s * 1000
+        if hb and self._opened:
+            if mono_ms - self._last_out >= hb:
+                self.out += Writer().frame(Key.HEARTBEAT)
+            if mono_ms - self._last_in > 2 * hb:
+                self._close(Code.INTERNAL_ERROR, "missed heartbeats")
+        return []
+
+    def close(self, condition: Condition, text: str) -> None:
+        self._close(Code.INTERNAL_ERROR, text)
+
+    def connection_lost(self, now_ms: int) -> list[Effect]:
+        if not self._opened:
+            return []
+        self._opened = False
+        return self.broker.connection_closed(self.conn_id, now_ms)
+
+    def info(self) -> HandlerInfo:
+        self._info.channels = 1 + len(self._subs)
+        return self._info
+
+    # ------------------------------------------------------------------ commands
+    def _send(self, frame: bytes) -> None:
+        self.out += frame
+
+    def _close(self, code: Code | int, reason: str) -> None:
+        if not self._closed:
+            self.out += Writer().u32(0).u16(code).string(reason[:255]).frame(Key.CLOSE)
+            self._closed = True
+
+    def _command(self, cmd: sp.Command, now_ms: int) -> list[Effect]:
+        match cmd:
+            case sp.PeerProperties():
+                props = {"product": "ringmq", "version": __version__, "platform": "Python"}
+                w = sp.response(Key.PEER_PROPERTIES, cmd.correlation_id, Code.OK)
+                self._send(w.properties(props).frame(Key.PEER_PROPERTIES | RESPONSE))
+            case sp.SaslHandshake():
+                w = sp.response(Key.SASL_HANDSHAKE, cmd.correlation_id, Code.OK)
+                self._send(w.count(1).string("PLAIN").frame(Key.SASL_HANDSHAKE | RESPONSE))
+            case sp.SaslAuthenticate():
+                self._authenticate(cmd, now_ms)
+            case sp.Tune():
+                if cmd.heartbeat_s:
+                    self.heartbeat_s = min(self.heartbeat_s or cmd.heartbeat_s, cmd.heartbeat_s)
+                else:
+                    self.heartbeat_s = 0
+            case sp.Open():
+                self._open(cmd, now_ms)
+            case sp.Close():
+                self._send(sp.simple_response(Key.CLOSE, cmd.correlation_id, Code.OK))
+                self._closed = True
+            case sp.CloseOk():
+                self._closed = True
+            case sp.Heartbeat():
+                pass
+            case sp.Unsupported():
+                # super streams, stats...: not served (docs/streams.md)
+                if cmd.correlation_id is not None:
+                    w = sp.Writer().u32(cmd.correlation_id).u16(Code.UNKNOWN_FRAME)
+                    self._send(w.frame(cmd.key | RESPONSE))
+            case _:
+                if not self._opened:
+                    self._close(Code.UNKNOWN_FRAME, "the connection is not open")
+                    return []
+                return self._in_call(cmd, now_ms)
+        return []
+
+    def _authenticate(self, cmd: sp.SaslAuthenticate, now_ms: int) -> None:
+        corr = cmd.correlation_id
+        if cmd.mechanism != "PLAIN":
+            self._send(
+                sp.simple_response(Key.SASL_AUTHENTICATE, corr, Code.SASL_MECHANISM_NOT_SUPPORTED)
+            )
+            return
+        parts = cmd.data.split(b"\x00")
+        user, password = (parts[-2], parts[-1]) if len(parts) >= 2 else (b"", b"")
+        try:
+            self._user = self.ctx.login("PLAIN", user.decode(), password.decode(), now_ms)
+        except (BrokerError, UnicodeDecodeError):
+            self._send(sp.simple_response(Key.SASL_AUTHENTICATE, corr, Code.AUTHENTICATION_FAILURE))
+            self._close(Code.AUTHENTICATION_FAILURE, "authentication failure")
+            return
+        self._send(sp.simple_response(Key.SASL_AUTHENTICATE, corr, Code.OK))
+        self._send(Writer().u32(self.frame_max).u32(self.heartbeat_s).frame(Key.TUNE))
+
+    def _open(self, cmd: sp.Open, now_ms: int) -> None:
+        corr = cmd.correlation_id
+        if self._user is None or self._opened:
+            self._send(sp.simple_response(Key.OPEN, corr, Code.VIRTUAL_HOST_ACCESS_FAILURE))
+            self._close(Code.VIRTUAL_HOST_ACCESS_FAILURE, "not authenticated")
+            return
+        ctx, broker = self.ctx, self.broker
+        try:
+            broker.connection_opened(
+                self.conn_id, self._user, cmd.vhost, ctx.peer.address, _properties(), now_ms,
+                protocol="stream",
+            )  # fmt: skip
+        except BrokerError:
+            self._send(sp.simple_response(Key.OPEN, corr, Code.VIRTUAL_HOST_ACCESS_FAILURE))
+            self._close(Code.VIRTUAL_HOST_ACCESS_FAILURE, f"no access to vhost {cmd.vhost!r}")
+            return
+        self._opened = True
+        broker.channel_opened(self.conn_id, PUBLISH_CHANNEL, now_ms)
+        broker.confirms.select(self._session(PUBLISH_CHANNEL))
+        peer = ctx.peer
+        props = {"advertised_host": peer.local_host, "advertised_port": str(peer.local_port)}
+        w = sp.response(Key.OPEN, corr, Code.OK).properties(props)
+        self._send(w.frame(Key.OPEN | RESPONSE))
+        self._info = HandlerInfo(
+            protocol="RabbitMQ Stream",
+            user=self._user,
+            vhost=cmd.vhost,
+            auth_mechanism="PLAIN",
+            channels=1,
+            heartbeat_s=self.heartbeat_s,
+            frame_max=self.frame_max,
+        )
+
+    def _session(self, channel: int) -> Session:
+        s = self.broker.session(self.conn_id, channel)
+        if s is None:
+            raise BrokerError(Condition.CHANNEL_ERROR, f"no session {channel}")
+        return s
+
+    def _stream(self, name: str) -> QueueEntity | None:
+        q = self._session(PUBLISH_CHANNEL).vhost.queues.get(name)
+        return q if q is not None and q.stream is not None else None
+
+    def _log(self, name: str) -> StreamLog | None:
+        q = self._stream(name)
+        return q.stream if q is not None else None
+
+    def _in_call(self, cmd: sp.Command, now_ms: int) -> list[Effect]:
+        # A command that reads or changes the core: one core call; a refusal is its code.
+        calls = self.broker.calls
+        out = calls.begin(now_ms)
+        key, corr = _key_of(cmd)
+        try:
+            self._core_command(cmd, now_ms)
+        except (BrokerError, SettingsError) as exc:
+            calls.abort()
+            code = _code(exc) if isinstance(exc, BrokerError) else Code.PRECONDITION_FAILED
+            log.debug("stream connection %d: %s refused: %s", self.conn_id, key, exc)
+            if corr is not None:
+                self._send(sp.simple_response(key, corr, code))
+            return out
+        calls.end(publish=isinstance(cmd, sp.Publish))
+        return out
+
+    def _core_command(self, cmd: sp.Command, now_ms: int) -> None:
+        b = self.broker
+        s = self._session(PUBLISH_CHANNEL)
+        match cmd:
+            case sp.Create():
+                if cmd.stream in s.vhost.queues:
+                    self._send(
+                        sp.simple_response(
+                            Key.CREATE, cmd.correlation_id, Code.STREAM_ALREADY_EXISTS
+                        )
+                    )
+                    return
+                args = {"x-queue-type": STREAM, **_queue_arguments(cmd.arguments)}
+                b.topology.declare_queue(
+                    s, cmd.stream, durable=True, exclusive=False, auto_delete=False,
+                    arguments=args, now_ms=now_ms,
+                )  # fmt: skip
+                self._send(sp.simple_response(Key.CREATE, cmd.correlation_id, Code.OK))
+            case sp.Delete():
+                if self._stream(cmd.stream) is None:
+                    code = Code.STREAM_DOES_NOT_EXIST
+                else:
+                    b.topology.delete_named(s, cmd.stream, now_ms)
+                    code = Code.OK
+                self._send(sp.simple_response(Key.DELETE, cmd.correlation_id, code))
+            case sp.Metadata():
+                self._metadata(cmd)
+            case sp.DeclarePublisher():
+                self._declare_publisher(cmd, s)
+            case sp.DeletePublisher():
+                gone = self._publishers.pop(cmd.publisher_id, None)
+                code = Code.OK if gone is not None else Code.PUBLISHER_DOES_NOT_EXIST
+                self._send(sp.simple_response(Key.DELETE_PUBLISHER, cmd.correlation_id, code))
+            case sp.QueryPublisherSequence():
+                log_ = self._log(cmd.stream)
+                code = Code.OK if log_ is not None else Code.STREAM_DOES_NOT_EXIST
+                seq = log_.tracking.writers.get(cmd.reference, 0) if log_ is not None else 0
+                w = sp.response(Key.QUERY_PUBLISHER_SEQUENCE, cmd.correlation_id, code).u64(seq)
+                self._send(w.frame(Key.QUERY_PUBLISHER_SEQUENCE | RESPONSE))
+            case sp.Publish():
+                self._publish(cmd, s, now_ms)
+            case sp.Subscribe():
+                self._subscribe(cmd, now_ms)
+            case sp.Unsubscribe():
+                sub = self._subs.pop(cmd.subscription_id, None)
+                if sub is None:
+                    code = Code.SUBSCRIPTION_ID_DOES_NOT_EXIST
+                else:
+                    self._by_channel.pop(sub.channel, None)
+                    b.delivery.cancel(self._session(sub.channel), f"stream-{sub.id}", now_ms)
+                    code = Code.OK
+                self._send(sp.simple_response(Key.UNSUBSCRIBE, cmd.correlation_id, code))
+            case sp.Credit():
+                sub = self._subs.get(cmd.subscription_id)
+                if sub is None:
+                    w = Writer().u16(Code.SUBSCRIPTION_ID_DOES_NOT_EXIST).u8(cmd.subscription_id)
+                    self._send(w.frame(Key.CREDIT | RESPONSE))
+                    return
+                sub.credit += cmd.credit
+                self._flow(sub)
+            case sp.StoreOffset():
+                log_ = self._log(cmd.stream)
+                if log_ is not None:
+                    log_.tracking.store_offset(cmd.reference, cmd.offset)
+            case sp.QueryOffset():
+                log_ = self._log(cmd.stream)
+                stored = log_.tracking.offsets.get(cmd.reference) if log_ is not None else None
+                if log_ is None:
+                    code = Code.STREAM_DOES_NOT_EXIST
+                else:
+                    code = Code.OK if stored is not None else Code.NO_OFFSET
+                w = sp.response(Key.QUERY_OFFSET, cmd.correlation_id, code).u64(stored or 0)
+                self._send(w.frame(Key.QUERY_OFFSET | RESPONSE))
+            case sp.CreateSuperStream():
+                args = _queue_arguments(cmd.arguments)
+                self._send(superstreams.create(b, s, cmd, args, now_ms))
+            case sp.DeleteSuperStream():
+                self._send(superstreams.delete(b, s, cmd, now_ms))
+            case sp.Partitions():
+                self._send(superstreams.partitions(s, cmd))
+            case sp.Route():
+                self._send(superstreams.route(s, cmd))
+            case sp.ExchangeCommandVersions():
+                # rstream reads the answer by key - 1: every key from 1, in order
+                w = sp.response(Key.EXCHANGE_COMMAND_VERSIONS, cmd.correlation_id, Code.OK)
+                w.count(len(Key))
+                for k in Key:
+                    w.u16(k).u16(1).u16(1)
+                self._send(w.frame(Key.EXCHANGE_COMMAND_VERSIONS | RESPONSE))
+            case _:
+                raise AssertionError(cmd)
+
+    def _metadata(self, cmd: sp.Metadata) -> None:
+        peer = self.ctx.peer
+        w = sp.Writer().u32(cmd.correlation_id)
+        w.count(1).u16(0).string(peer.local_host).u32(peer.local_port)
+        w.count(len(cmd.streams))
+        for name in cmd.streams:
+            if self._stream(name) is not None:
+                w.string(name).u16(Code.OK).u16(0).count(0)
+            else:
+                w.string(name).u16(Code.STREAM_DOES_NOT_EXIST).u16(0xFFFF).count(0)
+        self._send(w.frame(Key.METADATA | RESPONSE))
+
+    def _declare_publisher(self, cmd: sp.DeclarePublisher, s: Session) -> None:
+        corr = cmd.correlation_id
+        if self._stream(cmd.stream) is None:
+            code = Code.STREAM_DOES_NOT_EXIST
+        elif cmd.publisher_id in self._publishers:
+            code = Code.PRECONDITION_FAILED
+        else:
+            self.broker.publisher.exchange_for(s, "")  # write permission on the default
+            self._publishers[cmd.publisher_id] = Publisher(cmd.stream, cmd.reference)
+            code = Code.OK
+        self._send(sp.simple_response(Key.DECLARE_PUBLISHER, corr, code))
+
+    def _publish(self, cmd: sp.Publish, s: Session, now_ms: int) -> None:
+        pid = cmd.publisher_id
+        pub = self._publishers.get(pid)
+        if pub is None:
+            ids = [i for i, _ in cmd.messages] + cmd.refused
+            self._errors(pid, ids, Code.PUBLISHER_DOES_NOT_EXIST)
+            return
+        if cmd.refused:
+            self._errors(pid, cmd.refused, Code.PRECONDITION_FAILED)
+        log_ = self._log(pub.stream)
+        if log_ is None:
+            self._errors(pid, [i for i, _ in cmd.messages], Code.STREAM_DOES_NOT_EXIST)
+            return
+        b = self.broker
+        vh, x = b.publisher.exchange_for(s, "")
+        tracking = log_.tracking
+        ref = pub.reference
+        dups: list[int] = []
+        for pub_id, data in cmd.messages:
+            if ref and pub_id <= tracking.writers.get(ref, -1):
+                dups.append(pub_id)  # de-duplicated: confirmed, not stored again
+                continue
+            try:
+                msg = build(data, exchange="", routing_key=pub.stream, now_ms=now_ms)
+            except ValueError:
+                msg = build(_wrapped(data), exchange="", routing_key=pub.stream, now_ms=now_ms)
+            b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
+            self._confirming[s.publish_seq] = (pid, pub_id)
+            if ref:
+                tracking.set_writer(ref, pub_id)
+        if dups:
+            self._send(_confirm_frame(pid, dups))
+
+    def _errors(self, pid: int, ids: list[int], code: Code) -> None:
+        if ids:
+            w = Writer().u8(pid).count(len(ids))
+            for i in ids:
+                w.u64(i).u16(code)
+            self._send(w.frame(Key.PUBLISH_ERROR))
+
+    def _confirmed(self, c: Confirm) -> None:
+        # One confirm (or refusal) of publish `seq`, or of every one up to it (`multiple`).
+        settled: dict[int, list[int]] = {}
+        waiting = self._confirming
+        if c.multiple:
+            while waiting:
+                seq = next(iter(waiting))
+                if seq > c.seq:
+                    break
+                pid, pub_id = waiting.pop(seq)
+                settled.setdefault(pid, []).append(pub_id)
+        elif c.seq in waiting:
+            pid, pub_id = waiting.pop(c.seq)
+            settled[pid] = [pub_id]
+        for pid, ids in settled.items():
+            if c.ok:
+                self._send(_confirm_frame(pid, ids))
+            else:
+                self._errors(pid, ids, Code.INTERNAL_ERROR)
+
+    def _subscribe(self, cmd: sp.Subscribe, now_ms: int) -> None:
+        corr = cmd.correlation_id
+        if cmd.subscription_id in self._subs:
+            self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.SUBSCRIPTION_ID_ALREADY_EXISTS))
+            return
+        if self._stream(cmd.stream) is None:
+            self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.STREAM_DOES_NOT_EXIST))
+            return
+        spec: Any
+        if cmd.offset_type in _OFFSET_KINDS:
+            spec = _OFFSET_KINDS[cmd.offset_type]
+        elif cmd.offset_type == 4:
+            spec = cmd.offset
+        elif cmd.offset_type == 5:
+            spec = datetime.fromtimestamp(cmd.offset / 1000, UTC)
+        else:
+            self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.PRECONDITION_FAILED))
+            return
+        b = self.broker
+        channel = self._next_channel
+        self._next_channel += 1
+        b.channel_opened(self.conn_id, channel, now_ms)
+        s = self._session(channel)
+        sub = Subscription(cmd.subscription_id, channel, cmd.stream, cmd.credit)
+        # the response goes before any delivery the subscription enables
+        self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.OK))
+        b.delivery.consume(
+            s, cmd.stream, f"stream-{sub.id}", no_ack=True, exclusive=False,
+            arguments={"x-stream-offset": spec}, now_ms=now_ms, credit_flow=True,
+            offset_header=False,
+        )  # fmt: skip
+        self._subs[sub.id] = sub
+        self._by_channel[channel] = sub
+        self._flow(sub)
+
+    def _flow(self, sub: Subscription) -> None:
+        s = self._session(sub.channel)
+        window = max(sub.credit * CHUNK_MESSAGES - len(sub.pending), 0)
+        self.broker.delivery.flow(s, f"stream-{sub.id}", credit=window, drain=False)
+
+    def _chunks(self, sub: Subscription) -> None:
+        # The deliveries as chunks of consecutive offsets, each one chunk of credit; what the
+        # credit does not cover waits for the next Credit (the core's window, in messages,
+        # bounds it: `_flow`).
+        msgs = sub.pending
+        start = 0
+        while start < len(msgs) and sub.credit > 0:
+            first = msgs[start][0]
+            end = start + 1
+            while (
+                end < len(msgs)
+                and end - start < CHUNK_MESSAGES
+                and msgs[end][0] == first + end - start
+            ):
+                end += 1
+            run = [
+                payload_for_amqp10(m, first_acquirer=False, delivery_count=0)
+                for _, m in msgs[start:end]
+            ]
+            self._send(deliver_frame(sub.id, chunk(first, msgs[start][1].timestamp_ms, run)))
+            sub.credit -= 1
+            start = end
+        sub.pending = msgs[start:]
+
+
+def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
+    keys = {
+        sp.Create: Key.CREATE,
+        sp.Delete: Key.DELETE,
+        sp.Metadata: Key.METADATA,
+        sp.DeclarePublisher: Key.DECLARE_PUBLISHER,
+        sp.DeletePublisher: Key.DELETE_PUBLISHER,
+        sp.QueryPublisherSequence: Key.QUERY_PUBLISHER_SEQUENCE,
+        sp.Publish: Key.PUBLISH,
+        sp.Subscribe: Key.SUBSCRIBE,
+        sp.Unsubscribe: Key.UNSUBSCRIBE,
+        sp.Credit: Key.CREDIT,
+        sp.StoreOffset: Key.STORE_OFFSET,
+        sp.QueryOffset: Key.QUERY_OFFSET,
+        sp.ExchangeCommandVersions: Key.EXCHANGE_COMMAND_VERSIONS,
+        sp.CreateSuperStream: Key.CREATE_SUPER_STREAM,
+        sp.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
+        sp.Partitions: Key.PARTITIONS,
+        sp.Route: Key.ROUTE,
+    }
+    return keys[type(cmd)], getattr(cmd, "correlation_id", None)
+
+
+def _confirm_frame(pid: int, ids: list[int]) -> bytes:
+    w = Writer().u8(pid).count(len(ids))
+    for i in ids:
+        w.u64(i)
+    return w.frame(Key.PUBLISH_CONFIRM)

@@ -1,0 +1,562 @@
+"""Stream queues' log: segments of chunks, stable offsets, retention by whole segments.
+
+Theory of operation
+-------------------
+A stream queue (`x-queue-type: stream`, RabbitMQ's) is an append-only log, not a queue with
+a flag: consuming removes nothing, every reader has its own position. This module holds the
+pure part of it, the rules both log implementations share:
+
+* **Offsets** are 64-bit, assigned in append order from 0, never reused: a message keeps its
+  offset for life, across restarts and retention (RabbitMQ/Osiris offsets).
+* **Chunks**: one append (a publish, or a batch of them) is one chunk, with the wall time of
+  the append (`now_ms`) as its timestamp; a reader starting "at a time" starts at the first
+  chunk whose timestamp is at or after it (Osiris' chunk timestamps).
+* **Segments**: chunks go into the active segment until the next one would take it past
+  `x-stream-max-segment-size-bytes`; then a new segment starts (named by its first offset).
+* **Retention** (`x-max-length-bytes`, `x-max-age`) removes *whole* segments, oldest first,
+  never the active one (RabbitMQ does the same: a stream keeps at least its last segment).
+* **Offset specifications** (`x-stream-offset`: `first`, `last`, `next`, an offset, a
+  timestamp, an interval such as `1h`) resolve against the index to the offset a reader
+  starts at (`OffsetSpec`, `parse_offset_spec`).
+
+`SegmentIndex` is the bookkeeping: per segment its first and next offsets, first and last
+chunk timestamps, its size, and *index points* (offset, position, timestamp) for some of its
+chunks (every `stride` bytes: a reader seeks to the nearest point and scans forward, so the
+index stays small whatever the stream's size). Positions mean what the implementation says:
+byte offsets in a segment file (storage/streamfiles.py) or a chunk's ordinal in a segment
+held in memory (`MemoryStreamLog`, here, for brokers without a data directory).
+
+`StreamLog` is the port the core reads and appends through; `StreamStorePort` the store side
+that opens them (the file store's streams). Pure: no I/O, no clock (time is `now_ms`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final, Protocol, runtime_checkable
+
+from ringmq.core.arguments import SettingsError, parse_max_age
+from ringmq.core.message import Message
+
+__all__ = [
+    "DEFAULT_MAX_SEGMENT_BYTES",
+    "STREAM",
+    "STREAM_ARGUMENTS",
+    "MemoryStreamLog",
+    "OffsetKind",
+    "OffsetSpec",
+    "Segment",
+    "SegmentIndex",
+    "StreamLog",
+    "StreamSpec",
+    "StreamStorePort",
+    "Tracking",
+    "check_stream_declare",
+    "parse_offset_spec",
+    "stream_spec",
+]
+
+STREAM: Final = "stream"
+"""The `x-queue-type` of a stream queue."""
+DEFAULT_MAX_SEGMENT_BYTES: Final = 500_000_000
+"""RabbitMQ's default `x-stream-max-segment-size-bytes`."""
+MAX_SEGMENT_BYTES: Final = 3_000_000_000
+"""RabbitMQ's ceiling for `x-stream-max-segment-size-bytes` (?MAX_STREAM_MAX_SEGMENT_SIZE)."""
+STREAM_ARGUMENTS: Final = frozenset(
+    {
+        "x-queue-type",
+        "x-max-length-bytes",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
+        "x-stream-filter-size-bytes",
+    }
+)
+"""Arguments a stream accepts (RabbitMQ's `rabbit_stream_queue:capabilities`); the other
+arguments RabbitMQ knows are refused on a stream."""
+
+# Arguments RabbitMQ knows for other queue types, refused on a stream ("invalid arg ... of queue
+# type rabbit_stream_queue"); anything else is ignored, as on any queue.
+_REFUSED_ON_STREAM: Final = frozenset(
+    {
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-single-active-consumer",
+        "x-delivery-limit",
+        "x-dead-letter-strategy",
+        "x-quorum-initial-group-size",
+        "x-queue-version",
+        "x-queue-master-locator",
+        "x-ring-size",
+        "x-last-value-key",
+        "x-last-value",
+        "x-non-destructive",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """A stream's storage settings."""
+
+    max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES
+    max_bytes: int | None = None
+    """`x-max-length-bytes`: retention by size (None: unbounded)."""
+    max_age_ms: int | None = None
+    """`x-max-age`: retention by age (None: unbounded)."""
+
+
+def _rs(name: str, vhost: str) -> str:
+    # rabbit_misc:rs/1 of a queue resource
+    return f"queue '{name}' in vhost '{vhost}'"
+
+
+def check_stream_declare(
+    name: str,
+    vhost: str,
+    *,
+    durable: bool,
+    exclusive: bool,
+    auto_delete: bool,
+    arguments: Mapping[str, Any],
+) -> None:
+    """RabbitMQ's checks on a stream declare, in its order and words (SettingsError: 406)."""
+    if auto_delete:
+        raise SettingsError(f"invalid property 'auto-delete' for {_rs(name, vhost)}")
+    if exclusive:
+        raise SettingsError(f"invalid property 'exclusive-owner' for {_rs(name, vhost)}")
+    if not durable:
+        raise SettingsError(f"invalid property 'non-durable' for {_rs(name, vhost)}")
+    for arg in sorted(arguments):
+        if arg in _REFUSED_ON_STREAM:
+            raise SettingsError(
+                f"invalid arg '{arg}' for {_rs(name, vhost)} of queue type rabbit_stream_queue"
+            )
+    stream_spec(name, arguments, None)
+
+
+def stream_spec(name: str, arguments: Mapping[str, Any], max_bytes: int | None) -> StreamSpec:
+    """The `StreamSpec` of stream `name` from its arguments (`max_bytes`: the effective
+    `x-max-length-bytes`, argument or policy)."""
+    seg = arguments.get("x-stream-max-segment-size-bytes", DEFAULT_MAX_SEGMENT_BYTES)
+    if type(seg) is not int or seg < 1:
+        raise SettingsError(
+            f"invalid arg 'x-stream-max-segment-size-bytes' for queue '{name}': "
+            f"expected a positive integer, got {seg!r}"
+        )
+    if seg > MAX_SEGMENT_BYTES:
+        raise SettingsError("Exceeded max value for x-stream-max-segment-size-bytes")
+    age = arguments.get("x-max-age")
+    age_ms = None
+    if age is not None:
+        try:
+            age_ms = parse_max_age(age)
+        except ValueError:
+            raise SettingsError(
+                f"invalid arg 'x-max-age' for queue '{name}': expected a duration such as "
+                f"'7D' or '1h' (units Y M D h m s), got {age!r}"
+            ) from None
+    if max_bytes is None:
+        mb = arguments.get("x-max-length-bytes")
+        max_bytes = mb if type(mb) is int else None
+    return StreamSpec(seg, max_bytes, age_ms)
+
+
+# --- offset specifications --------------------------------------------------------------------
+
+
+class OffsetKind(StrEnum):
+    """Where a stream reader starts."""
+
+    FIRST = "first"
+    LAST = "last"
+    NEXT = "next"
+    OFFSET = "offset"
+    TIMESTAMP = "timestamp"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """A reader's starting point (`value`: the offset, or the timestamp in ms)."""
+
+    kind: OffsetKind
+    value: int = 0
+
+
+NEXT: Final = OffsetSpec(OffsetKind.NEXT)
+
+
+def parse_offset_spec(value: Any, now_ms: int) -> OffsetSpec:
+    """`x-stream-offset` as RabbitMQ reads it (`rabbit_stream_queue:parse_offset_arg`):
+    absent: next; `first`, `last`, `next`; an integer: that offset; an AMQP timestamp
+    (a `datetime`, seconds): that time; another string: an interval back from now (`1h`).
+    ValueError for anything else."""
+    if value is None:
+        return NEXT
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, str):
+        if value in ("first", "last", "next"):
+            return OffsetSpec(OffsetKind(value))
+        return OffsetSpec(OffsetKind.TIMESTAMP, now_ms - parse_max_age(value))
+    if isinstance(value, datetime):
+        return OffsetSpec(OffsetKind.TIMESTAMP, int(value.timestamp() * 1000))
+    if type(value) is int and value >= 0:
+        return OffsetSpec(OffsetKind.OFFSET, value)
+    raise ValueError(value)
+
+
+# --- the index ---------------------------------------------------------------------------------
+
+
+class Segment:
+    """One segment's bookkeeping (see the module docstring)."""
+
+    __slots__ = (
+        "first_offset",
+        "first_ts",
+        "last_chunk",
+        "last_point_pos",
+        "last_ts",
+        "nbytes",
+        "next_offset",
+        "points",
+    )
+
+    def __init__(self, first_offset: int) -> None:
+        self.first_offset = first_offset
+        self.next_offset = first_offset
+        self.last_chunk = first_offset
+        self.first_ts = 0
+        self.last_ts = 0
+        self.nbytes = 0
+        self.points = array("q")
+        """Index points, flat: (first offset of a chunk, its position, its timestamp)*."""
+        self.last_point_pos = -1
+
+    def point_before(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the last index point whose chunk starts at or before
+        `offset` (the segment's first chunk when none does)."""
+        pts = self.points
+        lo, hi = 0, len(pts) // 3
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if pts[mid * 3] <= offset:
+                lo = mid
+            else:
+                hi = mid
+        return pts[lo * 3], pts[lo * 3 + 1]
+
+    def point_before_time(self, ts_ms: int) -> tuple[int, int]:
+        """(offset, position) of the last index point whose timestamp is before `ts_ms`
+        (the first chunk when none is): chunks from there on may be at or after it."""
+        pts = self.points
+        best = 0
+        for i in range(len(pts) // 3):
+            if pts[i * 3 + 2] < ts_ms:
+                best = i
+            else:
+                break
+        return pts[best * 3], pts[best * 3 + 1]
+
+
+class SegmentIndex:
+    """Segments, offsets, timestamps and retention of one stream (module docstring).
+
+    Args:
+        spec: the stream's settings (segment size, retention).
+        stride: bytes of chunks between two index points (0: a point per chunk).
+    """
+
+    def __init__(self, spec: StreamSpec, stride: int = 0) -> None:
+        self.spec = spec
+        self.stride = stride
+        self.segments: list[Segment] = []
+        self._next = 0
+        self._nbytes = 0
+
+    @property
+    def first_offset(self) -> int:
+        """The first offset still kept (== `next_offset` when the stream is empty)."""
+        return self.segments[0].first_offset if self.segments else self._next
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next message gets."""
+        return self._next
+
+    @property
+    def last_chunk_offset(self) -> int:
+        """First offset of the last chunk (RabbitMQ's `last`); `next_offset` when empty."""
+        return self.segments[-1].last_chunk if self.segments else self._next
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every segment kept."""
+        return self._nbytes
+
+    @property
+    def count(self) -> int:
+        """Messages kept."""
+        return self._next - self.first_offset
+
+    def restart_at(self, offset: int) -> None:
+        """An empty stream continues at `offset` (recovery of a stream with no segment)."""
+        assert not self.segments
+        self._next = offset
+
+    def should_roll(self, chunk_bytes: int) -> bool:
+        """Whether a chunk of `chunk_bytes` starts a new segment (none yet, or the active one
+        would grow past the segment size; an oversize chunk alone in a segment is fine)."""
+        if not self.segments:
+            return True
+        active = self.segments[-1]
+        return active.nbytes > 0 and active.nbytes + chunk_bytes > self.spec.max_segment_bytes
+
+    def open_segment(self) -> Segment:
+        """Start a new active segment at `next_offset`."""
+        seg = Segment(self._next)
+        self.segments.append(seg)
+        return seg
+
+    def add_chunk(self, count: int, ts_ms: int, pos: int, nbytes: int) -> int:
+        """Record a chunk of `count` messages appended to the active segment at `pos`;
+        returns its first offset."""
+        assert count > 0
+        assert self.segments
+        seg = self.segments[-1]
+        first = self._next
+        if seg.nbytes == 0:
+            seg.first_ts = ts_ms
+        if seg.last_point_pos < 0 or pos - seg.last_point_pos >= self.stride:
+            seg.points.extend((first, pos, ts_ms))
+            seg.last_point_pos = pos
+        seg.last_chunk = first
+        seg.last_ts = max(seg.last_ts, ts_ms)
+        seg.nbytes += nbytes
+        seg.next_offset = first + count
+        self._next = first + count
+        self._nbytes += nbytes
+        return first
+
+    def expired(self, now_ms: int) -> list[Segment]:
+        """Apply retention: remove and return the segments `x-max-length-bytes` and
+        `x-max-age` no longer keep (oldest first, whole segments, never the active one)."""
+        spec = self.spec
+        gone: list[Segment] = []
+        segs = self.segments
+        while len(segs) > 1:
+            oldest = segs[0]
+            too_big = spec.max_bytes is not None and self._nbytes > spec.max_bytes
+            too_old = spec.max_age_ms is not None and oldest.last_ts < now_ms - spec.max_age_ms
+            if not (too_big or too_old):
+                break
+            segs.pop(0)
+            self._nbytes -= oldest.nbytes
+            gone.append(oldest)
+        return gone
+
+    def next_expiry_ms(self) -> int | None:
+        """When `x-max-age` next removes a segment (the oldest, unless it is the active one),
+        None when it never will as things stand: the broker's timer runs `expired` then."""
+        age = self.spec.max_age_ms
+        if age is None or len(self.segments) < 2:
+            return None
+        return self.segments[0].last_ts + age + 1
+
+    def segment_of(self, offset: int) -> Segment | None:
+        """The segment holding `offset` (None: before the first or at/after the next)."""
+        segs = self.segments
+        if not segs or offset < segs[0].first_offset or offset >= self._next:
+            return None
+        lo, hi = 0, len(segs)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if segs[mid].first_offset <= offset:
+                lo = mid
+            else:
+                hi = mid
+        return segs[lo]
+
+    def segment_at_time(self, ts_ms: int) -> Segment | None:
+        """The first segment with a chunk at or after `ts_ms` (None: none has one)."""
+        for seg in self.segments:
+            if seg.last_ts >= ts_ms:
+                return seg
+        return None
+
+    def start_of(self, spec: OffsetSpec) -> int | None:
+        """The offset a reader with `spec` starts at, when the index alone says it (None for
+        a timestamp inside a segment: the log scans its chunks, `StreamLog.offset_at`)."""
+        match spec.kind:
+            case OffsetKind.FIRST:
+                return self.first_offset
+            case OffsetKind.LAST:
+                return self.last_chunk_offset
+            case OffsetKind.NEXT:
+                return self._next
+            case OffsetKind.OFFSET:
+                # before the first kept: from the first (RabbitMQ/Osiris); past the end: waits
+                return min(max(spec.value, self.first_offset), self._next)
+            case OffsetKind.TIMESTAMP:
+                return self._next if self.segment_at_time(spec.value) is None else None
+
+
+# --- tracking ----------------------------------------------------------------------------------
+
+
+class Tracking:
+    """What a stream keeps besides its messages (RabbitMQ keeps it in the stream itself):
+    consumers' stored offsets by reference (the stream protocol's store/query offset) and
+    publishers' last publishing id by reference (de-duplication)."""
+
+    __slots__ = ("dirty", "offsets", "writers")
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, int] = {}
+        self.writers: dict[str, int] = {}
+        self.dirty = False
+        """Changed since the owner last saved it."""
+
+    def store_offset(self, reference: str, offset: int) -> None:
+        self.offsets[reference] = offset
+        self.dirty = True
+
+    def set_writer(self, reference: str, publishing_id: int) -> None:
+        if publishing_id > self.writers.get(reference, -1):
+            self.writers[reference] = publishing_id
+            self.dirty = True
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        return {"offsets": dict(self.offsets), "writers": dict(self.writers)}
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        self.offsets = {str(k): int(v) for k, v in dict(data.get("offsets", {})).items()}
+        self.writers = {str(k): int(v) for k, v in dict(data.get("writers", {})).items()}
+
+
+# --- the port ----------------------------------------------------------------------------------
+
+
+class StreamLog(Protocol):
+    """A stream's log as the core uses it (storage's file log and `MemoryStreamLog`)."""
+
+    @property
+    def index(self) -> SegmentIndex: ...
+
+    @property
+    def tracking(self) -> Tracking:
+        """Stored consumer offsets and publisher sequences (durable with the stream)."""
+
+    def append(self, messages: Sequence[Message], now_ms: int) -> int:
+        """Append `messages` as one chunk stamped `now_ms`; returns the first's offset."""
+
+    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+        """Up to `max_count` (offset, message) from `offset` on (from the first kept when
+        `offset` is older); [] at the end."""
+
+    def offset_at(self, ts_ms: int) -> int:
+        """The first offset of the first chunk stamped at or after `ts_ms` (next: none)."""
+
+    def enforce(self, now_ms: int) -> int:
+        """Apply retention; returns the number of segments removed."""
+
+    def set_spec(self, spec: StreamSpec) -> None:
+        """New settings (a policy changed the retention)."""
+
+    def delete(self) -> None:
+        """Remove the stream and everything it holds."""
+
+
+@runtime_checkable
+class StreamStorePort(Protocol):
+    """A store that keeps streams (the file store: segment files under its directory)."""
+
+    def open_stream(self, key: str, spec: StreamSpec) -> StreamLog:
+        """Open (recover, or create empty) the stream of store key `key`."""
+
+
+def start_offset(log: StreamLog, spec: OffsetSpec) -> int:
+    """The offset a reader with `spec` starts at in `log`."""
+    at = log.index.start_of(spec)
+    return log.offset_at(spec.value) if at is None else at
+
+
+class MemoryStreamLog:
+    """A `StreamLog` held in memory (a broker without a data directory): the same index and
+    retention as the file log, chunks kept as message lists (a position is a chunk's ordinal
+    in its segment)."""
+
+    def __init__(self, spec: StreamSpec) -> None:
+        self.index = SegmentIndex(spec)
+        self.tracking = Tracking()
+        self._chunks: dict[int, list[tuple[int, int, list[Message]]]] = {}
+        """segment first offset -> its chunks: (first offset, timestamp, messages)."""
+
+    def append(self, messages: Sequence[Message], now_ms: int) -> int:
+        size = sum(len(m.body) + len(m.properties_bin) + 32 for m in messages)
+        index = self.index
+        if index.should_roll(size):
+            seg = index.open_segment()
+            self._chunks[seg.first_offset] = []
+        chunks = self._chunks[index.segments[-1].first_offset]
+        first = index.add_chunk(len(messages), now_ms, len(chunks), size)
+        chunks.append((first, now_ms, list(messages)))
+        return first
+
+    def _chunk_index(self, seg: Segment, offset: int) -> int:
+        _, pos = seg.point_before(offset)
+        chunks = self._chunks[seg.first_offset]
+        while pos + 1 < len(chunks) and chunks[pos + 1][0] <= offset:
+            pos += 1
+        return pos
+
+    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+        index = self.index
+        offset = max(offset, index.first_offset)
+        out: list[tuple[int, Message]] = []
+        while len(out) < max_count:
+            seg = index.segment_of(offset)
+            if seg is None:
+                break
+            chunks = self._chunks[seg.first_offset]
+            for i in range(self._chunk_index(seg, offset), len(chunks)):
+                first, _ts, msgs = chunks[i]
+                for j in range(max(0, offset - first), len(msgs)):
+                    out.append((first + j, msgs[j]))
+                    if len(out) == max_count:
+                        return out
+            offset = seg.next_offset
+        return out
+
+    def offset_at(self, ts_ms: int) -> int:
+        seg = self.index.segment_at_time(ts_ms)
+        if seg is None:
+            return self.index.next_offset
+        for first, ts, _msgs in self._chunks[seg.first_offset]:
+            if ts >= ts_ms:
+                return first
+        return seg.next_offset
+
+    def enforce(self, now_ms: int) -> int:
+        gone = self.index.expired(now_ms)
+        for seg in gone:
+            del self._chunks[seg.first_offset]
+        return len(gone)
+
+    def set_spec(self, spec: StreamSpec) -> None:
+        self.index.spec = spec
+
+    def delete(self) -> None:
+        self._chunks.clear()

@@ -1,0 +1,370 @@
+"""Stream queues on disk: one directory per stream, segment files of framed chunks.
+
+Theory of operation
+-------------------
+`StreamFiles` (owned by `FileStore`, under `<data>/streams/`) opens one `FileStreamLog` per
+stream queue, in a directory named by the SHA-256 of its store key (a `KEY` file holds the key
+itself). The pure rules (offsets, segments, index points, retention, offset specifications)
+are `ringmq.core.streamlog`'s; this module is their I/O.
+
+A segment file is named by its first offset (`00000000000000000042.seg`) and holds chunks, each
+one record in the store's framing (`records.frame`: length, CRC-32, type `STREAM_CHUNK`)::
+
+    payload = [u64 first offset][i64 timestamp ms][u32 count] ([u32 n][entry: n bytes])*
+
+where each entry is `records.encode_message` of one message (its seq is its offset). Chunks are
+kept as written: a reader decodes them, nothing rewrites them.
+
+Writes: `append` frames the chunk into the active segment's buffer; `write_out` hands buffers
+to the OS (readers call it before reading the active segment, so they see every append);
+`flush` returns descriptors (dup'ed, or of sealed segments) for the store's group fsync, so a
+stream append is confirmed by the same fsync as the journal's records. Retention unlinks whole
+segment files.
+
+Recovery (`FileStreamLog.__init__`): segment files in offset order; every chunk header is read
+to rebuild the index (without reading payloads, except for the last segment, whose chunks are
+CRC-checked: a torn tail left by a crash is cut off there). RSS stays bounded: the index keeps
+one point per `INDEX_STRIDE` bytes, and reads go through fixed-size blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+from ringmq.core.message import Message
+from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
+from ringmq.storage.records import (
+    HEADER,
+    HEADER_SIZE,
+    MAX_RECORD,
+    TYPE_CRC,
+    RecordType,
+    decode_entry_at,
+    encode_message,
+    frame,
+)
+
+_CHUNK: Final = struct.Struct("<QqI")  # first offset, timestamp ms, count
+_LEN: Final = struct.Struct("<I")
+_HEAD: Final = HEADER_SIZE + _CHUNK.size
+INDEX_STRIDE: Final = 64 * 1024
+"""Bytes of chunks between two index points (a read scans at most this much to its offset)."""
+BLOCK: Final = 256 * 1024
+"""Bytes read at once when scanning a segment."""
+_SUFFIX: Final = ".seg"
+_TRACKING: Final = "tracking.json"
+
+
+def _seg_name(first_offset: int) -> str:
+    return f"{first_offset:020d}{_SUFFIX}"
+
+
+def _chunks(
+    fd: int, pos: int, end: int, *, payloads: bool, verify: bool = False
+) -> Iterator[tuple[int, int, int, int, bytes | None, int]]:
+    """Chunks of a segment from `pos` to `end`: (position, first offset, timestamp, count,
+    the record's bytes when `payloads` else None, record size). Stops at a bad record (a torn
+    tail: `verify` checks each CRC)."""
+    buf = b""
+    base = pos
+    while pos + _HEAD <= end:
+        at = pos - base
+        if at + _HEAD > len(buf):
+            buf = os.pread(fd, min(BLOCK, end - pos), pos)
+            base, at = pos, 0
+            if len(buf) < _HEAD:
+                return
+        length, crc, rtype = HEADER.unpack_from(buf, at)
+        size = HEADER_SIZE + length
+        if rtype != RecordType.STREAM_CHUNK or length > MAX_RECORD or pos + size > end:
+            return
+        first, ts, count = _CHUNK.unpack_from(buf, at + HEADER_SIZE)
+        record: bytes | None = None
+        if payloads or verify:
+            if at + size > len(buf):
+                buf = os.pread(fd, max(BLOCK, size), pos)
+                base, at = pos, 0
+                if len(buf) < size:
+                    return
+            record = buf[at : at + size]
+            if verify and zlib.crc32(record[HEADER_SIZE:], TYPE_CRC[rtype]) != crc:
+                return
+        yield pos, first, ts, count, record if payloads else None, size
+        pos += size
+
+
+def _entries(record: bytes, first: int, count: int, skip: int) -> Iterator[tuple[int, Message]]:
+    # The messages of a chunk record from its `skip`-th on.
+    p = _HEAD
+    for i in range(count):
+        (n,) = _LEN.unpack_from(record, p)
+        p += 4
+        if i >= skip:
+            yield first + i, decode_entry_at(record, p, p + n).message
+        p += n
+
+
+class FileStreamLog:
+    """One stream's segment files (see the module docstring); a `StreamLog`.
+
+    Args:
+        directory: the stream's directory (created if needed; its segments are recovered).
+        spec: segment size and retention.
+    """
+
+    def __init__(self, directory: Path, spec: StreamSpec) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.index = SegmentIndex(spec, INDEX_STRIDE)
+        self._fd = -1  # the active segment's descriptor
+        self._size = 0  # bytes of the active segment handed to the OS
+        self._buf = bytearray()  # appended, not yet handed to the OS
+        self._dirty = False  # written since the last flush
+        self._dir_dirty = False  # a segment created or removed since the last flush
+        self._sealed: list[int] = []  # rolled segments' descriptors, fsynced by the next flush
+        self.deleted = False
+        self.tracking = Tracking()
+        self._recover()
+
+    # -- recovery --------------------------------------------------------------------------
+    def _recover(self) -> None:
+        tracking = self.directory / _TRACKING
+        if tracking.exists():
+            with contextlib.suppress(ValueError, OSError):
+                self.tracking.load(json.loads(tracking.read_text()))
+        files = sorted(p for p in self.directory.iterdir() if p.name.endswith(_SUFFIX))
+        index = self.index
+        for n, path in enumerate(files):
+            last = n == len(files) - 1
+            first_offset = int(path.name[: -len(_SUFFIX)])
+            if not index.segments:
+                index.restart_at(first_offset)
+            fd = os.open(path, os.O_RDWR)
+            try:
+                end = os.fstat(fd).st_size
+                seg = index.open_segment()
+                good = 0
+                for pos, first, ts, count, _rec, size in _chunks(
+                    fd, 0, end, payloads=False, verify=last
+                ):
+                    if first != index.next_offset:
+                        break  # not this stream's next chunk: a damaged file ends here
+                    index.add_chunk(count, ts, pos, size)
+                    good = pos + size
+                if good < end:
+                    os.ftruncate(fd, good)  # a torn tail (the crash cut the last write)
+                if seg.nbytes == 0:
+                    index.segments.pop()
+                    path.unlink()
+            finally:
+                os.close(fd)
+        if index.segments:  # the last segment kept is the active one again
+            active = self.directory / _seg_name(index.segments[-1].first_offset)
+            self._fd = os.open(active, os.O_RDWR | os.O_APPEND)
+            self._size = os.fstat(self._fd).st_size
+
+    # -- writes ----------------------------------------------------------------------------
+    def append(self, messages: Sequence[Message], now_ms: int) -> int:
+        index = self.index
+        first = index.next_offset
+        parts = [_CHUNK.pack(first, now_ms, len(messages))]
+        for i, m in enumerate(messages):
+            entry = encode_message("", first + i, m)
+            parts += (_LEN.pack(len(entry)), entry)
+        record = frame(RecordType.STREAM_CHUNK, b"".join(parts))
+        if index.should_roll(len(record)):
+            self._roll()
+        pos = self._size + len(self._buf)
+        self._buf += record
+        self._dirty = True
+        return index.add_chunk(len(messages), now_ms, pos, len(record))
+
+    def _roll(self) -> None:
+        # A new active segment at the next offset; the old one is fsynced by the next flush.
+        self.write_out()
+        if self._fd >= 0:
+            if self._dirty:
+                self._sealed.append(self._fd)
+            else:
+                os.close(self._fd)
+        seg = self.index.open_segment()
+        self._fd = os.open(
+            self.directory / _seg_name(seg.first_offset), os.O_RDWR | os.O_CREAT | os.O_APPEND
+        )
+        self._size = 0
+        self._dir_dirty = True
+
+    def write_out(self) -> None:
+        """Hand the buffered appends to the OS."""
+        if self._buf:
+            os.write(self._fd, self._buf)
+            self._size += len(self._buf)
+            self._buf.clear()
+
+    def _save_tracking(self) -> None:
+        # Offsets and publisher sequences: a small file replaced whole (write, rename).
+        if not self.tracking.dirty:
+            return
+        tmp = self.directory / (_TRACKING + ".tmp")
+        tmp.write_text(json.dumps(self.tracking.snapshot()))
+        tmp.replace(self.directory / _TRACKING)
+        self.tracking.dirty = False
+        self._dir_dirty = True
+
+    def flush(self) -> list[int]:
+        """Write out, and return the descriptors an fsync must cover (the caller closes them)."""
+        self.write_out()
+        self._save_tracking()
+        fds, self._sealed = self._sealed, []
+        if self._dirty and self._fd >= 0:
+            fds.append(os.dup(self._fd))
+        self._dirty = False
+        if self._dir_dirty:
+            fds.append(os.open(self.directory, os.O_RDONLY))
+            self._dir_dirty = False
+        return fds
+
+    # -- reads -----------------------------------------------------------------------------
+    def _open(self, seg: Segment) -> tuple[int, bool]:
+        if seg is self.index.segments[-1] and self._fd >= 0:
+            self.write_out()
+            return self._fd, False
+        return os.open(self.directory / _seg_name(seg.first_offset), os.O_RDONLY), True
+
+    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+        index = self.index
+        offset = max(offset, index.first_offset)
+        out: list[tuple[int, Message]] = []
+        while len(out) < max_count:
+            seg = index.segment_of(offset)
+            if seg is None:
+                break
+            fd, owned = self._open(seg)
+            try:
+                _, pos = seg.point_before(offset)
+                end = self._size if not owned else os.fstat(fd).st_size
+                for _pos, first, _ts, count, rec, _size in _chunks(fd, pos, end, payloads=True):
+                    if first + count <= offset:
+                        continue
+                    assert rec is not None
+                    for item in _entries(rec, first, count, max(0, offset - first)):
+                        out.append(item)
+                        if len(out) == max_count:
+                            return out
+            finally:
+                if owned:
+                    os.close(fd)
+            offset = seg.next_offset
+        return out
+
+    def offset_at(self, ts_ms: int) -> int:
+        seg = self.index.segment_at_time(ts_ms)
+        if seg is None:
+            return self.index.next_offset
+        fd, owned = self._open(seg)
+        try:
+            _, pos = seg.point_before_time(ts_ms)
+            end = self._size if not owned else os.fstat(fd).st_size
+            for _pos, first, ts, _count, _rec, _size in _chunks(fd, pos, end, payloads=False):
+                if ts >= ts_ms:
+                    return first
+        finally:
+            if owned:
+                os.close(fd)
+        return seg.next_offset
+
+    # -- retention and lifetime ------------------------------------------------------------
+    def enforce(self, now_ms: int) -> int:
+        gone = self.index.expired(now_ms)
+        for seg in gone:
+            with contextlib.suppress(FileNotFoundError):
+                (self.directory / _seg_name(seg.first_offset)).unlink()
+        if gone:
+            self._dir_dirty = True
+        return len(gone)
+
+    def set_spec(self, spec: StreamSpec) -> None:
+        self.index.spec = spec
+
+    def close(self) -> None:
+        """Write out and close (the store's close fsyncs first through `flush`)."""
+        self.write_out()
+        self._save_tracking()
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Close without writing what is buffered (a simulated crash)."""
+        for fd in self._sealed:
+            os.close(fd)
+        self._sealed = []
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._buf.clear()
+
+    def delete(self) -> None:
+        self.abandon()
+        self.deleted = True
+        self._dirty = self._dir_dirty = False
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class StreamFiles:
+    """Every stream of a store (the `StreamStorePort` side of `FileStore`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._open: dict[str, FileStreamLog] = {}
+
+    def _dir(self, key: str) -> Path:
+        return self.directory / hashlib.sha256(key.encode()).hexdigest()
+
+    def open_stream(self, key: str, spec: StreamSpec) -> FileStreamLog:
+        log = self._open.get(key)
+        if log is None or log.deleted:  # a stream deleted and declared again starts empty
+            path = self._dir(key)
+            log = self._open[key] = FileStreamLog(path, spec)
+            (path / "KEY").write_text(key)
+        else:
+            log.set_spec(spec)
+        return log
+
+    def drop_stream(self, key: str) -> None:
+        log = self._open.pop(key, None)
+        if log is not None:
+            log.delete()
+        else:
+            shutil.rmtree(self._dir(key), ignore_errors=True)
+
+    def flush(self) -> list[int]:
+        fds: list[int] = []
+        for key, log in list(self._open.items()):
+            if log.deleted:  # deleted through the core's port (its queue went)
+                del self._open[key]
+            else:
+                fds += log.flush()
+        return fds
+
+    def write_out(self) -> None:
+        for log in self._open.values():
+            if not log.deleted:
+                log.write_out()
+
+    def close(self) -> None:
+        for log in self._open.values():
+            log.close()
+        self._open.clear()
+
+    def abandon(self) -> None:
+        for log in self._open.values():
+            log.abandon()
+        self._open.clear()
