@@ -53,7 +53,10 @@ LEAVES_PUBLISH: Final[dict[str, str]] = {
     "x-delivery-limit": "counts failed deliveries: settlement",
     "x-expires": "the queue's own idle expiry: the broker's tick",
     "x-single-active-consumer": "which consumer gets deliveries: dispatch",
-    "x-queue-type": "validated only ('classic')",
+    "x-queue-type": "validated only ('classic'); a stream's publishes append to its log, a "
+    "step every publish path takes before any fast one (`QueueEntity.stream`)",
+    "x-max-age": "a stream's retention by age: ignored by the other queue types",
+    "x-stream-max-segment-size-bytes": "a stream's segment size: ignored by the other types",
 }
 """Arguments a publish ignores: `Queue.plain` stays on."""
 
