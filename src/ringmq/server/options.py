@@ -22,6 +22,27 @@ DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicationSettings:
+    """How a node replicates (command line: `--cluster-port`, `--cluster-secret`,
+    `--follow`, `--follower-fsync`).
+
+    Attributes:
+        secret: the cluster secret followers sign their hello with.
+        shard: the shard id (one per node today).
+        port: the leader's replication listener (None: not a leader).
+        follow: `(host, port)` of the leader to follow (None: not a follower).
+        follower_fsync: a follower fsyncs before it acknowledges (off: it acknowledges once
+            written, as Artemis' backups do by default).
+    """
+
+    secret: bytes
+    shard: str = "0"
+    port: int | None = None
+    follow: tuple[str, int] | None = None
+    follower_fsync: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ServerOptions:
     """Where and how to run.
 
@@ -38,6 +59,7 @@ class ServerOptions:
         config: the parsed configuration file (users, limits, declarations, TLS...).
         memory: memory high watermark, free-disk limit and per-queue paging bounds.
         node: node name reported to management.
+        replication: replicate the store to followers or follow a leader (None: single node).
     """
 
     host: str = DEFAULT_HOST
@@ -52,6 +74,7 @@ class ServerOptions:
     config: FileConfig = field(default_factory=FileConfig)
     memory: MemoryLimits = field(default_factory=MemoryLimits)
     node: str = "ringmq@localhost"
+    replication: ReplicationSettings | None = None
 
 
 def options_from(
@@ -67,6 +90,7 @@ def options_from(
     http_bind: str | None = None,
     stomp_port: int | None = None,
     mqtt_port: int | None = None,
+    replication: ReplicationSettings | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -98,6 +122,7 @@ def options_from(
         data_dir=data_dir or listen.data_dir or DEFAULT_DATA_DIR,
         config=config,
         memory=memory or MemoryLimits(),
+        replication=replication,
     )
 
 
