@@ -74,6 +74,7 @@ from ringmq.storage.records import (
     encode_purge,
 )
 from ringmq.storage.replay import replay
+from ringmq.storage.replica import read_state
 from ringmq.storage.shardlog import ShardLog
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,13 @@ class FileStore:
         """
         self.directory = directory
         self.embed_below = embed_below
+        held = read_state(directory)
+        if held is not None and held.syncing:
+            # a follower's copy whose bulk sync was cut short: a mix of old and new files
+            raise ValueError(
+                f"{directory} is a replica whose bulk sync did not finish (SHARD says "
+                "syncing): it holds no consistent state; follow the leader again to finish it"
+            )
         directory.mkdir(parents=True, exist_ok=True)
         self._journal = Journal(directory / "journal", segment_bytes=segment_bytes)
         self._bodies = MessageStore(directory / "msgstore", segment_bytes=msg_segment_bytes)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ringmq.core.message import Message, SeqId
 from ringmq.storage.replica import Replica, ShardState, read_state
 from ringmq.storage.shardlog import FileEntry, OpKind, ShardLog, file_index
@@ -99,3 +101,11 @@ def test_backlog_is_bounded_and_says_what_it_no_longer_holds(tmp_path: Path) -> 
     assert sum(len(op.data) for op in held) <= 10 + 4
     assert log.since(log.first - 1) is None
     assert [op.offset for op in log.since(9) or []] == [16, 20]
+
+
+def test_a_copy_cut_short_in_a_bulk_sync_is_refused(tmp_path: Path) -> None:
+    replica = Replica(tmp_path)
+    replica.save(ShardState("s0", 2, 0, syncing=True))
+    replica.close()
+    with pytest.raises(ValueError, match="bulk sync did not finish"):
+        FileStore.open(tmp_path)
