@@ -9,9 +9,13 @@ leader keeps taking publishes.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pika
@@ -27,24 +31,31 @@ _REPL = re.compile(rb"replication listening on ([0-9.]+):(\d+)")
 _FOLLOWING = re.compile(rb"replication: following ([0-9.]+):(\d+)")
 
 
-def _leader(tmp_path: Path) -> tuple[Serve, int]:
+def _leader(tmp_path: Path, *options: str) -> tuple[Serve, int]:
     leader = Serve(
         tmp_path / "leader",
         tmp_path / "leader.log",
-        extra=("--cluster-port", "0", "--cluster-secret", SECRET),
+        extra=("--cluster-port", "0", "--cluster-secret", SECRET, *options),
     )
     found = _REPL.search(leader.log_path.read_bytes())
     assert found is not None
     return leader, int(found.group(2))
 
 
-def _follower(tmp_path: Path, port: int) -> Serve:
+def _follower(tmp_path: Path, port: int, *options: str) -> Serve:
     return Serve(
         tmp_path / "follower",
         tmp_path / "follower.log",
-        extra=("--follow", f"127.0.0.1:{port}", "--cluster-secret", SECRET),
+        extra=("--follow", f"127.0.0.1:{port}", "--cluster-secret", SECRET, *options),
         wait=_FOLLOWING,
     )
+
+
+def _wait_log(serve: Serve, line: bytes, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while line not in serve.log_path.read_bytes():
+        assert time.monotonic() < deadline, serve.log_path.read_text()
+        time.sleep(0.05)
 
 
 def _publish(url: str, queue: str, bodies: list[bytes]) -> None:
@@ -136,6 +147,51 @@ def test_late_follower_catches_up_by_bulk_sync_while_the_leader_serves(tmp_path:
         promoted.stop()
 
 
+def test_confirm_replicated_waits_for_the_follower(tmp_path: Path) -> None:
+    # --confirm-replicated: a confirm means the follower has the message. The follower is
+    # frozen (SIGSTOP) while a publisher runs, then both brokers are killed: every message
+    # confirmed must be on the promoted copy. (Without the option the publisher gets its
+    # confirms from the leader alone and the frozen follower has none of them.)
+    leader, port = _leader(tmp_path, "--confirm-replicated")
+    follower = _follower(tmp_path, port)
+    confirmed: list[bytes] = []
+
+    def publish(bodies: list[bytes]) -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(leader.amqp_url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("q", durable=True)
+        for body in bodies:
+            ch.basic_publish("", "q", body, pika.BasicProperties(delivery_mode=2))
+            confirmed.append(body)
+        conn.close()
+
+    try:
+        # the leader counts the follower from its first acknowledgement after the copy
+        _wait_log(leader, b"in step at position")
+        publish(_bodies("running", 50))
+        os.kill(follower.proc.pid, signal.SIGSTOP)
+        frozen = threading.Thread(target=_quietly, args=(publish, _bodies("frozen", 200)))
+        frozen.start()
+        frozen.join(timeout=3)  # long enough for the publishes to be confirmed without it
+    finally:
+        leader.kill()
+        follower.kill()
+    frozen.join(timeout=30)
+    assert len(confirmed) >= 50
+    promoted = Serve(tmp_path / "follower", tmp_path / "promoted.log")
+    try:
+        got = _drain(promoted.amqp_url, "q")
+    finally:
+        promoted.stop()
+    assert got[: len(confirmed)] == confirmed
+
+
+def _quietly(fn: Callable[[list[bytes]], None], arg: list[bytes]) -> None:
+    with contextlib.suppress(Exception):  # the broker is killed under it
+        fn(arg)
+
+
 def test_a_wrong_secret_is_refused(tmp_path: Path) -> None:
     leader, port = _leader(tmp_path)
     intruder = Serve(
@@ -145,10 +201,7 @@ def test_a_wrong_secret_is_refused(tmp_path: Path) -> None:
         wait=_FOLLOWING,
     )
     try:
-        deadline = time.monotonic() + 30
-        while b"authentication failed" not in intruder.log_path.read_bytes():
-            assert time.monotonic() < deadline, intruder.log_path.read_text()
-            time.sleep(0.05)
+        _wait_log(intruder, b"authentication failed")
         assert not any((tmp_path / "intruder" / "store" / "journal").iterdir())
     finally:
         intruder.stop()

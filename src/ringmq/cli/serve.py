@@ -118,6 +118,13 @@ def serve(
     follower_fsync: Annotated[
         bool, typer.Option(help="Follower: fsync before acknowledging (default: once written).")
     ] = False,
+    confirm_replicated: Annotated[
+        bool,
+        typer.Option(
+            help="Leader: release confirms only once the connected followers acknowledged "
+            "the writes too (default off)."
+        ),
+    ] = False,
     # -- operator: where the log goes and how it looks --
     log_file: Annotated[
         Path | None,
@@ -181,7 +188,9 @@ def serve(
             )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    replication = _replication(cluster_port, follow, cluster_secret, cluster_shard, follower_fsync)
+    replication = _replication(
+        cluster_port, follow, cluster_secret, cluster_shard, follower_fsync, confirm_replicated
+    )
     amqp = _port_option(amqp_port, "--amqp-port")
     stomp = _port_option(stomp_port, "--stomp-port")
     mqtt = _port_option(mqtt_port, "--mqtt-port")
@@ -219,7 +228,12 @@ def _port_option(text: str | None, option: str) -> int | None:
 
 
 def _replication(
-    port: int | None, follow: str | None, secret: str | None, shard: str, fsync: bool
+    port: int | None,
+    follow: str | None,
+    secret: str | None,
+    shard: str,
+    fsync: bool,
+    confirm: bool,
 ) -> ReplicationSettings | None:
     from ringmq.server.options import ReplicationSettings
 
@@ -236,7 +250,12 @@ def _replication(
             raise typer.BadParameter(f"{follow!r} is not HOST:PORT", param_hint="--follow")
         leader = (host, int(text))
     return ReplicationSettings(
-        secret=secret.encode(), shard=shard, port=port, follow=leader, follower_fsync=fsync
+        secret=secret.encode(),
+        shard=shard,
+        port=port,
+        follow=leader,
+        follower_fsync=fsync,
+        confirm_replicated=confirm,
     )
 
 

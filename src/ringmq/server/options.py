@@ -33,6 +33,8 @@ class ReplicationSettings:
         follow: `(host, port)` of the leader to follow (None: not a follower).
         follower_fsync: a follower fsyncs before it acknowledges (off: it acknowledges once
             written, as Artemis' backups do by default).
+        confirm_replicated: a leader releases confirms only once the followers acknowledged
+            the writes too (server/commit.py; off by default).
     """
 
     secret: bytes
@@ -40,6 +42,7 @@ class ReplicationSettings:
     port: int | None = None
     follow: tuple[str, int] | None = None
     follower_fsync: bool = False
+    confirm_replicated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

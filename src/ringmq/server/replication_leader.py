@@ -13,9 +13,12 @@ serving clients meanwhile), the other sends records whenever the log grows (the 
 slow follower holds only its own buffer; one that falls behind the log's backlog is bulk
 synced again.
 
-`acked` maps each connected follower's name to the last position of this epoch it
-acknowledged (`replicated()`: the lowest, what a confirm that waits for every follower could
-wait for; not used by the group commit yet).
+`acked` maps each connected follower that has acknowledged (so: finished its bulk sync) to
+the last position of this epoch it acknowledged. With `--confirm-replicated` the group commit
+asks `covers(position)` before it releases confirms, and `on_progress` (its `replicated`) runs
+whenever an acknowledgement moves or a follower leaves (server/commit.py). A follower still in
+its bulk sync does not count yet, and one that disconnects stops counting at once: deciding
+which followers must count (an in-sync set in etcd) is the control plane's.
 
 Only this module and `replication_follower.py` open replication sockets.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from ringmq.replication.codec import CHUNK_BYTES
@@ -59,6 +63,8 @@ class ReplicationLeader:
         self._server: asyncio.Server | None = None
         self._wakers: set[asyncio.Event] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.on_progress: Callable[[], None] | None = None
+        """Called when an acknowledgement moved or a follower left (the group commit)."""
 
     async def start(self) -> None:
         """Start the epoch's log and listen on the cluster port."""
@@ -86,8 +92,16 @@ class ReplicationLeader:
         )
 
     def replicated(self) -> int:
-        """The lowest position every connected follower acknowledged (0 without one)."""
+        """The lowest position every counted follower acknowledged (0 without one)."""
         return min(self.acked.values(), default=0)
+
+    def covers(self, log_position: int) -> bool:
+        """Every counted follower acknowledged `log_position` (true with none)."""
+        return all(acked >= log_position for acked in self.acked.values())
+
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress()
 
     def _wake(self) -> None:
         for event in self._wakers:
@@ -114,7 +128,8 @@ class ReplicationLeader:
             log.info("replication: follower %s (%s) lost: %s", session.node or "?", peer, exc)
         finally:
             self._wakers.discard(wake)
-            self.acked.pop(session.node, None)
+            if self.acked.pop(session.node, None) is not None:
+                self._progress()
             sender.cancel()
             with contextlib.suppress(BaseException):
                 await sender
@@ -137,7 +152,14 @@ class ReplicationLeader:
                     log.info("replication: follower %s connected", ev.node)
                     wake.set()
                 case Acked():
+                    if session.node not in self.acked:
+                        log.info(
+                            "replication: follower %s in step at position %d",
+                            session.node,
+                            ev.written,
+                        )
                     self.acked[session.node] = ev.written
+                    self._progress()
                 case NeedIndex():
                     assert self.log is not None
                     # every record up to `position` has reached the files: a copy read from

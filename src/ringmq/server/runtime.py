@@ -325,6 +325,9 @@ class BrokerServer:
         ):
             self.replication = ReplicationLeader(core.store, replication, opts.host)
             await self.replication.start()
+            if replication.confirm_replicated and self.commit is not None:
+                self.commit.replica_gate = self.replication
+                self.replication.on_progress = self.commit.replicated
         self.flow.loop = loop
         self.inbound.loop = loop
         self._start_memory_monitor(loop, core.spill)
