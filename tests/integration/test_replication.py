@@ -89,7 +89,7 @@ def _drain(url: str, queue: str) -> list[bytes]:
     conn = pika.BlockingConnection(pika.URLParameters(url))
     try:
         ch = conn.channel()
-        got = []
+        got: list[bytes] = []
         while True:
             method, _, body = ch.basic_get(queue, auto_ack=True)
             if method is None:
