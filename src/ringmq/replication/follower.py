@@ -87,7 +87,8 @@ class UndoTail:
 
     floor: int
     """The undo list reaches back to this position (no further)."""
-    entries: list[tuple[int, FileOp]] = field(default_factory=list)
+    entries: list[tuple[int, str, int]] = field(default_factory=list)
+    """(position, path, offset) of each append: the file is cut back to `offset`."""
     exact: bool = False
     """The files hold exactly the position (False after a restart: a saved position may lag
     the files, so only a bulk sync may take them to another epoch)."""
@@ -253,7 +254,7 @@ class FollowerSession:
             self.position += 1
             tail = self.tail
             if op.kind is OpKind.APPEND:
-                tail.entries.append((self.position, op))
+                tail.entries.append((self.position, op.path, op.offset))
                 if len(tail.entries) > _UNDO_LIMIT:
                     del tail.entries[: _UNDO_LIMIT // 2]
                     tail.floor = tail.entries[0][0] - 1
@@ -272,11 +273,11 @@ class FollowerSession:
         if base < tail.floor:
             return False
         while tail.entries and tail.entries[-1][0] > base:
-            _, op = tail.entries.pop()
-            if op.offset == 0:
-                self.replica.remove(op.path)
+            _, path, offset = tail.entries.pop()
+            if offset == 0:
+                self.replica.remove(path)
             else:
-                self.replica.truncate(op.path, op.offset)
+                self.replica.truncate(path, offset)
         self.position = base
         return True
 
