@@ -29,8 +29,10 @@ from typing import Final, TypeAlias
 from ringmq.storage.shardlog import FileEntry, FileOp, OpKind
 
 VERSION: Final = 1
-MAX_FRAME: Final = 64 * 1024 * 1024 + 4096
-"""Largest frame accepted (a chunk or a batch of records is cut below this)."""
+MAX_FRAME: Final = 1024 * 1024 * 1024 + 4096
+"""Largest frame accepted. Chunks and batches of records stay near `CHUNK_BYTES`, but one
+record is one write of the store and is never split (a body of up to RabbitMQ's largest
+`max_message_size`, 512 MiB, is written at once); the peer is authenticated."""
 CHUNK_BYTES: Final = 1024 * 1024
 """Bulk sync file chunks and record batches stay around this size."""
 
