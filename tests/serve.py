@@ -4,6 +4,8 @@ Ports are 0 by default (AMQP, and HTTP when asked) and read back from the broker
 tests run in parallel; a restart may ask for the ports of the broker it replaces (clients keep
 their URLs); `kill()` is a SIGKILL (no clean stop, no recovery terms), `stop()` a SIGTERM.
 `nofile` lowers the broker's descriptor limit (RLIMIT_NOFILE), the test's own being untouched.
+`extra` adds command-line options; `wait` is the log line (host, port groups) that says the
+process is up when it opens no AMQP listener (a replication follower).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class Serve:
         stream: bool = False,
         timeout_s: float = 60.0,
         nofile: int | None = None,
+        extra: tuple[str, ...] = (),
+        wait: re.Pattern[bytes] | None = None,
     ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
@@ -62,6 +66,7 @@ class Serve:
             "0" if stream else "off",
             "--data-dir",
             str(data_dir),
+            *extra,
         ]
 
         def limit() -> None:  # runs in the child, before exec
@@ -74,6 +79,10 @@ class Serve:
             stderr=subprocess.STDOUT,
             preexec_fn=None if nofile is None else limit,
         )
+        if wait is not None:  # a process without an AMQP listener (a follower)
+            self.port = self._wait_port(wait, timeout_s)
+            self.http_port = self.stomp_port = self.mqtt_port = None
+            return
         self.port = self._wait_port(_AMQP, timeout_s)
         self.http_port = self._wait_port(_HTTP, timeout_s) if http else None
         self.stomp_port = self._wait_port(_STOMP, timeout_s) if stomp else None

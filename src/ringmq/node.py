@@ -284,4 +284,8 @@ class BrokerThread(ServerThread):
 
 def run(options: ServerOptions) -> int:
     """Run a node in the foreground until SIGTERM/SIGINT; returns the exit status."""
+    if options.replication is not None and options.replication.follow is not None:
+        from ringmq.server.replication_follower import run_follower
+
+        return run_follower(options)
     return run_server(server(options))

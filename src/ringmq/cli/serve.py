@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ringmq import announce
+
+if TYPE_CHECKING:
+    from ringmq.server.options import ReplicationSettings
 
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -91,6 +94,41 @@ def serve(
     paging: Annotated[
         bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
     ] = True,
+    # -- replication of the store (a leader and its followers; no etcd yet) --
+    cluster_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Leader: stream the store's log to followers on this port (0 picks one).",
+            min=0,
+            max=65_535,
+        ),
+    ] = None,
+    follow: Annotated[
+        str | None,
+        typer.Option(
+            help="Follower: keep a warm copy of the leader at HOST:PORT (its --cluster-port) "
+            "in --data-dir, serving no clients; `ringmq serve` on that directory promotes it."
+        ),
+    ] = None,
+    cluster_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="Shared secret followers prove to the leader (needed with --cluster-port or "
+            "--follow).",
+            envvar="RINGMQ_CLUSTER_SECRET",
+        ),
+    ] = None,
+    cluster_shard: Annotated[str, typer.Option(help="Shard id of this store.")] = "0",
+    follower_fsync: Annotated[
+        bool, typer.Option(help="Follower: fsync before acknowledging (default: once written).")
+    ] = False,
+    confirm_replicated: Annotated[
+        bool,
+        typer.Option(
+            help="Leader: release confirms only once the connected followers acknowledged "
+            "the writes too (default off)."
+        ),
+    ] = False,
     # -- operator: where the log goes and how it looks --
     log_file: Annotated[
         Path | None,
@@ -154,6 +192,9 @@ def serve(
             )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    replication = _replication(
+        cluster_port, follow, cluster_secret, cluster_shard, follower_fsync, confirm_replicated
+    )
     amqp = _port_option(amqp_port, "--amqp-port")
     stomp = _port_option(stomp_port, "--stomp-port")
     mqtt = _port_option(mqtt_port, "--mqtt-port")
@@ -173,6 +214,7 @@ def serve(
             stomp_port=stomp,
             mqtt_port=mqtt,
             stream_port=stream,
+            replication=replication,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)
@@ -192,6 +234,39 @@ def _port_option(text: str | None, option: str) -> int | None:
         return parse_port(text)
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a port or 'off'", param_hint=option) from None
+
+
+def _replication(
+    port: int | None,
+    follow: str | None,
+    secret: str | None,
+    shard: str,
+    fsync: bool,
+    confirm: bool,
+) -> ReplicationSettings | None:
+    from ringmq.server.configfile import MAX_PORT
+    from ringmq.server.options import ReplicationSettings
+
+    if port is None and follow is None:
+        return None
+    if port is not None and follow is not None:
+        raise typer.BadParameter("a node leads (--cluster-port) or follows (--follow), not both")
+    if not secret:
+        raise typer.BadParameter("replication needs a shared secret", param_hint="--cluster-secret")
+    leader: tuple[str, int] | None = None
+    if follow is not None:
+        host, sep, text = follow.rpartition(":")
+        if not sep or not host or not text.isdigit() or not 0 < int(text) <= MAX_PORT:
+            raise typer.BadParameter(f"{follow!r} is not HOST:PORT", param_hint="--follow")
+        leader = (host, int(text))
+    return ReplicationSettings(
+        secret=secret.encode(),
+        shard=shard,
+        port=port,
+        follow=leader,
+        follower_fsync=fsync,
+        confirm_replicated=confirm,
+    )
 
 
 def register(app: typer.Typer) -> None:

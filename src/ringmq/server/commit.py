@@ -41,6 +41,15 @@ probes by flushing again (the store rewrites the failed records at the same offs
 a flush and its fsync succeed, clears the alarm. A failed *fsync* fences the store: the alarm
 stays until restart.
 
+Waiting for followers (`--confirm-replicated`, off by default; `replica_gate`): when the
+store's writes are replicated (server/replication_leader.py), a group whose fsync completed is
+released only once every connected follower acknowledged the shard-log position its writes
+reached (`SyncPoint.log_position`); until then it is *parked*, and later groups park behind
+it so that confirms and the durability hold stay in order. The replication listener calls
+`replicated()` when acknowledgements move or a follower leaves. Which followers count (an
+in-sync set kept in etcd, removed there before the leader confirms without one) is the
+control plane's; today every connected follower counts, and none connected means no wait.
+
 Only the loop thread calls these methods; the executor thread only runs `store.fsync`.
 """
 
@@ -51,7 +60,7 @@ import errno
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ringmq.core.effects import Effect
 from ringmq.storage.store import SyncPoint
@@ -61,6 +70,14 @@ if TYPE_CHECKING:
     from ringmq.storage.store import FileStore
 
 log = logging.getLogger(__name__)
+
+
+class ReplicaGate(Protocol):
+    """What the group commit asks of replication before it releases a group."""
+
+    def covers(self, log_position: int) -> bool:
+        """True when every follower that counts acknowledged `log_position`."""
+        ...
 
 
 class GroupCommit:
@@ -100,6 +117,10 @@ class GroupCommit:
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._starts = 0  # fsyncs started so far (each group's number)
         self._failed_at = 0  # `_starts` at the last failure: only a later fsync clears it
+        self.replica_gate: ReplicaGate | None = None
+        """Set: groups also wait for the followers' acknowledgements (module docstring)."""
+        # fsynced groups waiting for the followers: (log position, durable, healthy, group)
+        self._parked: list[tuple[int, int, bool, list[tuple[int, int, int]]]] = []
 
     def after_batch(self) -> None:
         """End of a batch: collect held confirms, start a group fsync or hand writes to the OS."""
@@ -115,7 +136,7 @@ class GroupCommit:
                 self._unstored()
                 self.loop.call_soon(self._nack, group)
             return
-        if self.in_flight is None and (self.waiting or self.broker.holding()):
+        if self.in_flight is None and (self.waiting or self._holding()):
             self._start()
         elif self.store.position > self._flushed:
             # no fsync follows now: hand the writes over without taking descriptors
@@ -174,10 +195,33 @@ class GroupCommit:
         self.in_flight = fut
         self._starts += 1
         started = self._starts
-        fut.add_done_callback(lambda f: self._done(f, group, started))
+        log_position = point.log_position
+        fut.add_done_callback(lambda f: self._done(f, group, started, log_position))
+
+    def _holding(self) -> bool:
+        # held messages need an fsync, unless they are all in parked groups (already fsynced,
+        # waiting for followers) and nothing was written since
+        if not self.broker.holding():
+            return False
+        return not self._parked or self.store.position > self._syncing_to
+
+    def replicated(self) -> None:
+        """Followers acknowledged more (or one left): release the parked groups now covered."""
+        gate = self.replica_gate
+        while self._parked and (gate is None or gate.covers(self._parked[0][0])):
+            _, durable, healthy, group = self._parked.pop(0)
+            self._release(durable, healthy, group)
+
+    def _release(self, durable: int, healthy: bool, group: list[tuple[int, int, int]]) -> None:
+        # the persistent messages this group covered may now reach consumers (hold.py)
+        self.release(lambda: self.broker.stored(durable, healthy=healthy) + self._confirm(group))
 
     def _done(
-        self, fut: asyncio.Future[int], group: list[tuple[int, int, int]], started: int
+        self,
+        fut: asyncio.Future[int],
+        group: list[tuple[int, int, int]],
+        started: int,
+        log_position: int = 0,
     ) -> None:
         self.in_flight = None
         if self._closed:
@@ -201,11 +245,12 @@ class GroupCommit:
             self.failure = None
             self.release(lambda: self.broker.set_alarm("disk_write", None))
         healthy = self.failure is None
-        # the persistent messages this fsync covered may now reach consumers (hold.py)
-        self.release(lambda: self.broker.stored(durable, healthy=healthy) + self._confirm(group))
-        if (
-            self.waiting or self._durable_waiters or self.broker.holding()
-        ) and self.in_flight is None:
+        gate = self.replica_gate
+        if gate is not None and (self._parked or not gate.covers(log_position)):
+            self._parked.append((log_position, durable, healthy, group))
+        else:
+            self._release(durable, healthy, group)
+        if (self.waiting or self._durable_waiters or self._holding()) and self.in_flight is None:
             self._start()
 
     def _failed(self, exc: OSError, group: list[tuple[int, int, int]], *, fsync: bool) -> None:

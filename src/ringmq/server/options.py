@@ -23,6 +23,30 @@ DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicationSettings:
+    """How a node replicates (command line: `--cluster-port`, `--cluster-secret`,
+    `--follow`, `--follower-fsync`).
+
+    Attributes:
+        secret: the cluster secret followers sign their hello with.
+        shard: the shard id (one per node today).
+        port: the leader's replication listener (None: not a leader).
+        follow: `(host, port)` of the leader to follow (None: not a follower).
+        follower_fsync: a follower fsyncs before it acknowledges (off: it acknowledges once
+            written, as Artemis' backups do by default).
+        confirm_replicated: a leader releases confirms only once the followers acknowledged
+            the writes too (server/commit.py; off by default).
+    """
+
+    secret: bytes
+    shard: str = "0"
+    port: int | None = None
+    follow: tuple[str, int] | None = None
+    follower_fsync: bool = False
+    confirm_replicated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ServerOptions:
     """Where and how to run.
 
@@ -42,6 +66,7 @@ class ServerOptions:
         announce_to: files the running broker writes its URLs to (`ringmq.announce`; removed
             on a clean stop). `ringmq serve` names its data directory's and the user's
             runtime file; tests and embedding name none.
+        replication: replicate the store to followers or follow a leader (None: single node).
     """
 
     host: str = DEFAULT_HOST
@@ -58,6 +83,7 @@ class ServerOptions:
     memory: MemoryLimits = field(default_factory=MemoryLimits)
     node: str = "ringmq@localhost"
     announce_to: tuple[Path, ...] = ()
+    replication: ReplicationSettings | None = None
 
 
 def options_from(
@@ -74,6 +100,7 @@ def options_from(
     stomp_port: int | None = None,
     mqtt_port: int | None = None,
     stream_port: int | None = None,
+    replication: ReplicationSettings | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -107,6 +134,7 @@ def options_from(
         data_dir=data_dir or listen.data_dir or DEFAULT_DATA_DIR,
         config=config,
         memory=memory or MemoryLimits(),
+        replication=replication,
     )
 
 

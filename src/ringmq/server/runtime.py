@@ -75,6 +75,7 @@ from ringmq.server.options import (
 )
 from ringmq.server.records import connection_info
 from ringmq.server.reload import ConfigReload
+from ringmq.server.replication_leader import ReplicationLeader
 from ringmq.server.timers import CLOSE_OK_TIMEOUT_S, Timers
 from ringmq.server.transport import ClientConnection
 from ringmq.status import ConnectionInfo, ListenerInfo
@@ -187,6 +188,8 @@ class BrokerServer:
         self._stopped = False
         self.commit: GroupCommit | None = None
         """Group-commit fsync of the broker's store (None without a store)."""
+        self.replication: ReplicationLeader | None = None
+        """The cluster-port listener streaming the store's log to followers (`--cluster-port`)."""
         self.ready = threading.Event()
         """Set once every listener accepts connections (for threads waiting on start-up)."""
         self._data_lock: DataDirLock | None = None
@@ -306,6 +309,18 @@ class BrokerServer:
                 lambda fn: self.run_batch(lambda: self.apply_effects(fn())),
             )
         self.conns.commit = self.commit
+        replication = opts.replication
+        if (
+            replication is not None
+            and replication.port is not None
+            and core.store is not None
+            and self.replication is None
+        ):
+            self.replication = ReplicationLeader(core.store, replication, opts.host)
+            await self.replication.start()
+            if replication.confirm_replicated and self.commit is not None:
+                self.commit.replica_gate = self.replication
+                self.replication.on_progress = self.commit.replicated
         self.flow.loop = loop
         self.handlers.loop = loop
         self._start_memory_monitor(loop, core.spill)
@@ -458,6 +473,8 @@ class BrokerServer:
         if self._attached:
             self.broker.close()
         announce.remove(list(self.options.announce_to), os.getpid())
+        if self.replication is not None:
+            await self.replication.stop()
         if self._data_lock is not None:
             self._data_lock.release()
         if self._attached and self.flow.stats["paused"]:

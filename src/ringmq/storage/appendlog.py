@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ringmq.storage.journal import write_all
+
+if TYPE_CHECKING:
+    from ringmq.storage.shardlog import ShardLog
 
 
 class AppendLog:
@@ -29,6 +33,8 @@ class AppendLog:
         self.failure: OSError | None = None
         """The last write error while buffered records wait for a retry (`flush`)."""
         self._unsynced = False  # written since the last `flush()` handed out a descriptor
+        self.tap: ShardLog | None = None
+        """The shard log that records every write (replication on; `shardlog.py`)."""
 
     def reopen(self) -> None:
         """Open the file again after it was replaced (a compaction), nothing buffered."""
@@ -61,6 +67,8 @@ class AppendLog:
             os.ftruncate(self.fd, self.written)
             raise
         self.failure = None
+        if self.tap is not None:
+            self.tap.append(self.path, self.written, bytes(self.buf))
         self.written += len(self.buf)
         self.buf.clear()
         self._unsynced = True

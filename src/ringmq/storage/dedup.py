@@ -135,6 +135,8 @@ class DedupLog:
         finally:
             os.close(fd)
         os.replace(tmp, self._log)
+        if self._file.tap is not None:
+            self._file.tap.replace(self._log, bytes(out))
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
@@ -151,6 +153,11 @@ class DedupLog:
     def flush(self) -> list[int]:
         """Write buffered records; return dup'd descriptors to fsync (empty when clean)."""
         return self._file.flush()
+
+    @property
+    def file(self) -> AppendLog:
+        """The log file (the store attaches its shard log to it)."""
+        return self._file
 
     def write_out(self) -> None:
         """Write buffered records to the OS without taking a descriptor (`AppendLog`)."""

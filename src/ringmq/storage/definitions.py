@@ -138,6 +138,11 @@ class DefinitionLog:
         """Write buffered records; return dup'd descriptors to fsync (empty when clean)."""
         return self._file.flush()
 
+    @property
+    def file(self) -> AppendLog:
+        """The log file (the store attaches its shard log to it)."""
+        return self._file
+
     def write_out(self) -> None:
         """Write buffered records to the OS without taking a descriptor (`AppendLog`)."""
         self._file.write_out()

@@ -76,6 +76,8 @@ from ringmq.storage.records import (
 )
 from ringmq.storage.replay import replay
 from ringmq.storage.streamfiles import FileStreamLog, StreamFiles
+from ringmq.storage.replica import read_state
+from ringmq.storage.shardlog import ShardLog
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,13 @@ class FileStore:
         """
         self.directory = directory
         self.embed_below = embed_below
+        held = read_state(directory)
+        if held is not None and held.syncing:
+            # a follower's copy whose bulk sync was cut short: a mix of old and new files
+            raise ValueError(
+                f"{directory} is a replica whose bulk sync did not finish (SHARD says "
+                "syncing): it holds no consistent state; follow the leader again to finish it"
+            )
         directory.mkdir(parents=True, exist_ok=True)
         self._journal = Journal(directory / "journal", segment_bytes=segment_bytes)
         self._bodies = MessageStore(directory / "msgstore", segment_bytes=msg_segment_bytes)
@@ -119,6 +128,8 @@ class FileStore:
         self._tx_seg: int | None = None
         self._fenced: OSError | None = None  # a failed fsync: nothing more is written
         self._pending_fds: list[int] = []  # handed out by a flush that then failed
+        self.shard_log: ShardLog | None = None
+        """Records every write once replication attaches it (`attach_log`)."""
         clean_marker = directory / "CLEAN"
         self._clean = clean_marker.exists()
         # The paging directory: page files are transient, so it starts empty (SpillDirectory
@@ -384,7 +395,10 @@ class FileStore:
         except OSError:
             self._pending_fds = _one_per_file(fds)
             raise
-        return SyncPoint(self._position, tuple(fds))
+        shard_log = self.shard_log
+        return SyncPoint(
+            self._position, tuple(fds), shard_log.position if shard_log is not None else 0
+        )
 
     def write_out(self) -> int:
         # Hand buffered writes to the OS and take no descriptor: no fsync follows yet (the
@@ -397,6 +411,19 @@ class FileStore:
         self._dedup.write_out()
         self.streams.write_out()
         return self._position
+
+    def attach_log(self, shard_log: ShardLog) -> None:
+        """Record every later write and delete of this store in `shard_log` (replication).
+
+        What is buffered is handed to the OS first, so the files hold everything written
+        before the log's first record (a bulk sync copies the files, the log follows)."""
+        assert self.shard_log is None, "one shard log per store"
+        self.write_out()
+        self.shard_log = shard_log
+        self._journal.tap = shard_log
+        self._bodies.journal.tap = shard_log
+        self._defs.file.tap = shard_log
+        self._dedup.file.tap = shard_log
 
     def fsync(self, point: SyncPoint) -> int:
         try:

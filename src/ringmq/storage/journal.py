@@ -54,9 +54,12 @@ import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ringmq.storage.records import HEADER, HEADER_SIZE, TYPE_CRC, Record, scan
+
+if TYPE_CHECKING:
+    from ringmq.storage.shardlog import ShardLog
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,8 @@ class Journal:
         """Why the last new segment could not be created (the current one grows meanwhile)."""
         self._reopen_at = 0  # current-segment size at which to try a new segment again
         self._unopened = False  # `_current` is taken but its file could not be created yet
+        self.tap: ShardLog | None = None
+        """The shard log that records every write and delete (replication on; `shardlog.py`)."""
 
     # -- paths and listing -------------------------------------------------------------------
 
@@ -295,6 +300,8 @@ class Journal:
                     self.poisoned = True
                 raise
             self.failure = None
+            if self.tap is not None:
+                self.tap.append(self.path(self._current), self._flushed, bytes(self._buf))
             self._flushed += len(self._buf)
             self.bytes_written += len(self._buf)
             self._buf.clear()
@@ -445,6 +452,8 @@ class Journal:
             self.path(seg).unlink()
         except FileNotFoundError:
             pass
+        if self.tap is not None:
+            self.tap.delete(self.path(seg))
         self._segments.remove(seg)
         self._dir_dirty = True
 

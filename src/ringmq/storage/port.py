@@ -64,10 +64,15 @@ def is_persistent(queue_durable: bool, message: Message) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SyncPoint:
-    """What `flush()` returns: the position it covers and descriptors to fsync."""
+    """What `flush()` returns: the position it covers and descriptors to fsync.
+
+    `log_position` is the shard log's position once these writes reached the OS (0 without a
+    shard log, `shardlog.py`): what a follower must have acknowledged for them to be
+    replicated."""
 
     position: int
     fds: tuple[int, ...] = ()
+    log_position: int = 0
 
 
 @dataclass(slots=True)

@@ -164,3 +164,51 @@ def test_plain_listener_off_without_tls_is_a_clear_error(monkeypatch: pytest.Mon
     assert result.exit_code == 2
     assert "[tls] is not set" in result.output
     assert "options" not in seen
+
+
+def test_replication_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(
+        app, ["serve", "--cluster-port", "0", "--cluster-secret", "s", "--confirm-replicated"]
+    )
+    assert result.exit_code == 0, result.output
+    repl = seen["options"].replication
+    assert (repl.port, repl.follow, repl.secret, repl.confirm_replicated) == (0, None, b"s", True)
+    seen.clear()
+    result = CliRunner().invoke(
+        app,
+        ["serve", "--follow", "10.0.0.1:7000", "--follower-fsync"],
+        env={"RINGMQ_CLUSTER_SECRET": "t"},
+    )
+    assert result.exit_code == 0, result.output
+    repl = seen["options"].replication
+    assert (repl.port, repl.follow, repl.secret, repl.follower_fsync) == (
+        None,
+        ("10.0.0.1", 7000),
+        b"t",
+        True,
+    )
+
+
+def test_no_replication_flag_means_a_single_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _captured(monkeypatch)
+    assert CliRunner().invoke(app, ["serve"]).exit_code == 0
+    assert seen["options"].replication is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--cluster-port", "0"],  # no secret
+        ["--follow", "nohost", "--cluster-secret", "s"],
+        ["--follow", "h:1", "--cluster-port", "0", "--cluster-secret", "s"],
+    ],
+)
+def test_bad_replication_flags_are_usage_errors(
+    monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    seen = _captured(monkeypatch)
+    monkeypatch.delenv("RINGMQ_CLUSTER_SECRET", raising=False)
+    result = CliRunner().invoke(app, ["serve", *args])
+    assert result.exit_code == 2
+    assert "options" not in seen

@@ -23,6 +23,7 @@ from ringmq.core.effects import Effect
 from ringmq.server.commit import GroupCommit
 from ringmq.storage import journal
 from ringmq.storage.journal import MAX_UNSYNCED_SEGMENTS
+from ringmq.storage.shardlog import ShardLog
 from ringmq.storage.store import FileStore
 from tests.unit.core.kit import PERSISTENT, StoreKit, of_type
 
@@ -149,5 +150,51 @@ async def test_an_fsync_in_flight_when_a_write_fails_does_not_clear_the_alarm(
         assert "disk_write" not in kit.broker.alarms
     finally:
         gate.set()
+        await commit.close()
+    kit.broker.close()
+
+
+class _Gate:
+    """A replica gate whose followers acknowledged up to `acked`."""
+
+    def __init__(self) -> None:
+        self.acked = 0
+
+    def covers(self, log_position: int) -> bool:
+        return self.acked >= log_position
+
+
+async def test_confirms_wait_for_the_replica_gate(tmp_path: Path) -> None:
+    """With a replica gate (`--confirm-replicated`) an fsynced group is parked until the
+    followers acknowledged its shard-log position; later groups wait behind it, in order."""
+    store = FileStore.open(tmp_path / "data")
+    kit = StoreKit(store, BrokerConfig(name_seed=7, delay_persistent_confirms=True))
+    store.attach_log(ShardLog(store.directory, "0", 1))
+    pub = kit.open()
+    kit.call(pub, spec.ConfirmSelect())
+    kit.declare(pub, "d", durable=True)
+    released: list[Effect] = []
+    commit = GroupCommit(
+        kit.broker, store, asyncio.get_running_loop(), lambda fn: released.extend(fn())
+    )
+    gate = _Gate()
+    commit.replica_gate = gate
+    try:
+        kit.publish(pub, "d", b"one", props=PERSISTENT)
+        commit.after_batch()
+        await until(lambda: commit.in_flight is None and bool(commit._parked))
+        first = commit._parked[0][0]
+        assert first > 0
+        kit.publish(pub, "d", b"two", props=PERSISTENT)
+        commit.after_batch()
+        await until(lambda: commit.in_flight is None and len(commit._parked) == 2)
+        assert confirmed_tags(released) == set()  # both fsynced, neither replicated
+        gate.acked = first
+        commit.replicated()
+        assert confirmed_tags(released) == {1}
+        gate.acked = commit._parked[0][0]
+        commit.replicated()
+        assert confirmed_tags(released) == {1, 2}
+    finally:
         await commit.close()
     kit.broker.close()

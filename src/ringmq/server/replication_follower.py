@@ -1,0 +1,206 @@
+"""The follower's replication client: keep a warm copy of the leader's store directory.
+
+Theory of operation
+-------------------
+`ReplicationFollower.run` connects to the leader's cluster port and runs a
+`replication.follower.FollowerSession` (sans-IO) over it, applying what arrives to a
+`storage.replica.Replica` on `<data-dir>/store`: the follower's data directory stays a valid
+ringmq data directory, so `ringmq serve` started on it (a promotion) recovers every record
+the follower applied, from its own files. The follower serves no clients meanwhile.
+
+Acknowledgements: the session acknowledges each batch once written. With
+`follower_fsync` the client also fsyncs what was written (in the default executor, one fsync
+in flight at a time) and reports it (`synced`), so the leader learns a durable position.
+The copy's `SHARD` (epoch, position) is saved after a bulk sync, at an epoch change (by the
+session) and at most once a second while streaming, and at the end.
+
+A lost connection is retried every `retry_s`; a refusal (bad secret, other shard, a stale
+leader) is logged as an ERROR and retried too (the operator may fix the leader meanwhile).
+The undo list of the session (`UndoTail`) is kept across reconnections, so a new leader's
+divergent tail can be cut back without a bulk sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Final
+
+from ringmq.replication.codec import CHUNK_BYTES
+from ringmq.replication.follower import (
+    Closed,
+    FollowerSession,
+    Progress,
+    SyncDone,
+    SyncStarted,
+    UndoTail,
+    new_nonce,
+)
+from ringmq.server.datadir import DataDirLock
+from ringmq.server.options import ReplicationSettings, ServerOptions
+from ringmq.storage.journal import fsync_fds
+from ringmq.storage.replica import Replica, ShardState
+
+log = logging.getLogger(__name__)
+
+_SAVE_EVERY_S: Final = 1.0
+
+
+class ReplicationFollower:
+    """Follow one leader into `store_dir` (see the module docstring)."""
+
+    def __init__(
+        self,
+        store_dir: Path,
+        settings: ReplicationSettings,
+        node: str,
+        *,
+        retry_s: float = 0.5,
+    ) -> None:
+        assert settings.follow is not None
+        self.settings = settings
+        self.node = node
+        self.retry_s = retry_s
+        self.replica = Replica(store_dir)
+        self.session: FollowerSession | None = None
+        self._tail: UndoTail | None = None
+        self._stopping = asyncio.Event()
+        self._saved_at = 0.0
+        self._fsync: asyncio.Future[None] | None = None
+
+    def held(self) -> ShardState:
+        """What the copy holds now."""
+        if self.session is not None:
+            return self.session.held()
+        return self.replica.state or ShardState(self.settings.shard, 0, 0)
+
+    async def run(self) -> None:
+        """Follow until `stop()`; saves the copy's state on the way out."""
+        host, port = self.settings.follow or ("", 0)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    await self._follow_once(host, port)
+                except (ConnectionError, OSError) as exc:
+                    log.info("replication: leader %s:%d unreachable: %s", host, port, exc)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self.retry_s)
+        finally:
+            self._save()
+            self.replica.close()
+
+    def stop(self) -> None:
+        """Ask `run` to return."""
+        self._stopping.set()
+
+    async def _follow_once(self, host: str, port: int) -> None:
+        reader, writer = await asyncio.open_connection(host, port, limit=CHUNK_BYTES)
+        session = FollowerSession(
+            self.replica, self.held(), self.node, self.settings.secret, new_nonce(), self._tail
+        )
+        self._tail = session.tail
+        self.session = session
+        stop = asyncio.create_task(self._stopping.wait())
+        try:
+            writer.write(session.data_to_send())
+            log.info("replication: following %s:%d (shard %s)", host, port, session.shard)
+            while not session.closed:
+                read = asyncio.create_task(reader.read(CHUNK_BYTES))
+                done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if stop in done:
+                    read.cancel()
+                    break
+                data = read.result()
+                if not data:
+                    log.info("replication: leader %s:%d closed the connection", host, port)
+                    break
+                for ev in session.receive_data(data):
+                    self._event(ev)
+                writer.write(session.data_to_send())
+                self._maybe_fsync(session, writer)
+                self._maybe_save()
+                await writer.drain()
+        finally:
+            stop.cancel()
+            self._save()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def _event(self, ev: object) -> None:
+        match ev:
+            case SyncStarted():
+                log.info("replication: bulk sync started (%d files to copy)", ev.files)
+            case SyncDone():
+                log.info(
+                    "replication: bulk sync done at epoch %d position %d", ev.epoch, ev.position
+                )
+            case Closed():
+                if ev.fenced:
+                    log.error("replication: %s", ev.reason)
+                else:
+                    log.warning("replication: %s", ev.reason)
+            case Progress():
+                pass
+
+    def _maybe_fsync(self, session: FollowerSession, writer: asyncio.StreamWriter) -> None:
+        # follower_fsync: one fsync in flight; what arrives meanwhile waits for the next
+        if not self.settings.follower_fsync or self._fsync is not None:
+            return
+        if session.durable >= session.position or session.syncing:
+            return
+        epoch, position = session.epoch, session.position
+        fds = self.replica.flush()
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(None, fsync_fds, fds)
+        self._fsync = fut
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._fsync = None
+            if f.cancelled() or f.exception() is not None:
+                log.error("replication: fsync failed: %s", f.exception())
+                return
+            session.synced(epoch, position)
+            if not writer.is_closing():
+                writer.write(session.data_to_send())
+                self._maybe_fsync(session, writer)
+
+        fut.add_done_callback(done)
+
+    def _maybe_save(self) -> None:
+        now = time.monotonic()
+        if now - self._saved_at >= _SAVE_EVERY_S:
+            self._saved_at = now
+            self._save()
+
+    def _save(self) -> None:
+        held = self.held()
+        if held != self.replica.state and not held.syncing:
+            self.replica.save(held)
+
+
+def run_follower(options: ServerOptions) -> int:
+    """`ringmq serve --follow HOST:PORT`: follow until SIGTERM/SIGINT; the exit status."""
+    settings = options.replication
+    assert settings is not None
+    assert settings.follow is not None
+    lock = DataDirLock.acquire(options.data_dir)
+
+    async def main() -> None:
+        follower = ReplicationFollower(options.data_dir / "store", settings, options.node)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, follower.stop)
+        await follower.run()
+
+    try:
+        asyncio.run(main())
+    finally:
+        lock.release()
+    log.info("stopped")
+    return 0

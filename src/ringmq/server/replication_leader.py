@@ -1,0 +1,237 @@
+"""The leader's replication listener: followers connect to the cluster port and get the log.
+
+Theory of operation
+-------------------
+`ReplicationLeader.start` gives the broker's `FileStore` a `ShardLog` (storage/shardlog.py)
+of a new epoch (one above the epoch in the store's `SHARD`, which it then records: the
+activation sequence, until a control plane hands one out) and listens on the cluster port.
+Each follower connection runs a `replication.leader.LeaderSession` (sans-IO) in two tasks on
+the broker's loop: one reads the follower's frames (and performs a bulk sync when the session
+asks: the file index and the file chunks are read in the default executor, so the loop keeps
+serving clients meanwhile), the other sends records whenever the log grows (the log's
+`on_append` sets each session's wake-up event). Writes wait for the socket (`drain`), so a
+slow follower holds only its own buffer; one that falls behind the log's backlog is bulk
+synced again.
+
+`acked` maps each connected follower that has acknowledged (so: finished its bulk sync) to
+the last position of this epoch it acknowledged. With `--confirm-replicated` the group commit
+asks `covers(position)` before it releases confirms, and `on_progress` (its `replicated`) runs
+whenever an acknowledgement moves or a follower leaves (server/commit.py). A follower still in
+its bulk sync does not count yet, and one that disconnects stops counting at once: deciding
+which followers must count (an in-sync set in etcd) is the control plane's.
+
+Only this module and `replication_follower.py` open replication sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from ringmq.replication.codec import CHUNK_BYTES
+from ringmq.replication.leader import (
+    Acked,
+    Authenticated,
+    Closed,
+    Event,
+    LeaderSession,
+    NeedIndex,
+    SendFiles,
+)
+from ringmq.server.options import ReplicationSettings
+from ringmq.storage.replica import ShardState, read_state, write_state
+from ringmq.storage.shardlog import FileEntry, ShardLog, file_index
+from ringmq.storage.store import FileStore
+
+log = logging.getLogger(__name__)
+
+
+class ReplicationLeader:
+    """The cluster-port listener of a leader (see the module docstring)."""
+
+    def __init__(self, store: FileStore, settings: ReplicationSettings, host: str) -> None:
+        self.store = store
+        self.settings = settings
+        self.host = host
+        self.port = 0
+        self.log: ShardLog | None = None
+        self.acked: dict[str, int] = {}
+        """Follower name -> last position of this epoch it acknowledged."""
+        self._server: asyncio.Server | None = None
+        self._wakers: set[asyncio.Event] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.on_progress: Callable[[], None] | None = None
+        """Called when an acknowledgement moved or a follower left (the group commit)."""
+
+    async def start(self) -> None:
+        """Start the epoch's log and listen on the cluster port."""
+        root = self.store.directory
+        held = read_state(root)
+        if held is not None and held.shard != self.settings.shard:
+            raise ValueError(f"{root} holds shard {held.shard!r}, not {self.settings.shard!r}")
+        epoch = (held.epoch if held is not None else 0) + 1
+        start = held.position if held is not None else 0
+        write_state(root, ShardState(self.settings.shard, epoch, start))
+        shard_log = ShardLog(root, self.settings.shard, epoch, start)
+        shard_log.on_append = self._wake
+        self.store.attach_log(shard_log)
+        self.log = shard_log
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.settings.port, limit=CHUNK_BYTES
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info(
+            "replication listening on %s:%d (shard %s, epoch %d)",
+            self.host,
+            self.port,
+            shard_log.shard,
+            epoch,
+        )
+
+    def replicated(self) -> int:
+        """The lowest position every counted follower acknowledged (0 without one)."""
+        return min(self.acked.values(), default=0)
+
+    def covers(self, log_position: int) -> bool:
+        """Every counted follower acknowledged `log_position` (true with none)."""
+        return all(acked >= log_position for acked in self.acked.values())
+
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress()
+
+    def _wake(self) -> None:
+        for event in self._wakers:
+            event.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self.log is not None
+        session = LeaderSession(self.log, self.settings.secret)
+        wake = asyncio.Event()
+        peer = writer.get_extra_info("peername")
+        sender = asyncio.create_task(self._send_loop(session, writer, wake))
+        self._tasks.add(sender)
+        try:
+            while not session.closed:
+                data = await reader.read(CHUNK_BYTES)
+                if not data:
+                    break
+                await self._handle(session, session.receive_data(data), writer, wake)
+                if session.node:
+                    self._wakers.add(wake)
+                writer.write(session.data_to_send())
+                await writer.drain()
+        except (ConnectionError, OSError) as exc:
+            log.info("replication: follower %s (%s) lost: %s", session.node or "?", peer, exc)
+        finally:
+            self._wakers.discard(wake)
+            if self.acked.pop(session.node, None) is not None:
+                self._progress()
+            sender.cancel()
+            with contextlib.suppress(BaseException):
+                await sender
+            self._tasks.discard(sender)
+            with contextlib.suppress(Exception):
+                writer.write(session.data_to_send())
+                writer.close()
+
+    async def _handle(
+        self,
+        session: LeaderSession,
+        events: list[Event],
+        writer: asyncio.StreamWriter,
+        wake: asyncio.Event,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for ev in events:
+            match ev:
+                case Authenticated():
+                    log.info("replication: follower %s connected", ev.node)
+                    wake.set()
+                case Acked():
+                    if session.node not in self.acked:
+                        log.info(
+                            "replication: follower %s in step at position %d",
+                            session.node,
+                            ev.written,
+                        )
+                    self.acked[session.node] = ev.written
+                    self._progress()
+                case NeedIndex():
+                    assert self.log is not None
+                    # every record up to `position` has reached the files: a copy read from
+                    # now on holds at least that much (the records after it are idempotent)
+                    self.store.write_out()
+                    position = self.log.position
+                    entries = await loop.run_in_executor(None, file_index, self.store.directory)
+                    log.info(
+                        "replication: bulk sync of %s from position %d (%d files)",
+                        session.node,
+                        position,
+                        len(entries),
+                    )
+                    session.index(position, entries)
+                case SendFiles():
+                    for entry in ev.files:
+                        await self._send_file(session, entry, writer)
+                    await self._handle(session, session.files_done(), writer, wake)
+                    wake.set()
+                case Closed():
+                    log.warning("replication: session with %s closed: %s", session.node, ev.reason)
+
+    async def _send_file(
+        self, session: LeaderSession, entry: FileEntry, writer: asyncio.StreamWriter
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        path = self.store.directory / entry.path
+        offset = 0
+        while offset < entry.size:
+            n = min(CHUNK_BYTES, entry.size - offset)
+            data = await loop.run_in_executor(None, _read_at, path, offset, n)
+            if not data:
+                break  # deleted or replaced since the index: its record follows in the log
+            session.chunk(entry.path, offset, data)
+            offset += len(data)
+            writer.write(session.data_to_send())
+            await writer.drain()
+
+    async def _send_loop(
+        self, session: LeaderSession, writer: asyncio.StreamWriter, wake: asyncio.Event
+    ) -> None:
+        while True:
+            await wake.wait()
+            wake.clear()
+            while True:
+                session.pump()
+                data = session.data_to_send()
+                if not data:
+                    break
+                writer.write(data)
+                await writer.drain()
+
+    async def stop(self) -> None:
+        """Stop listening, end every session and record the position reached in `SHARD`."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=2)
+        if self.log is not None:
+            write_state(
+                self.store.directory,
+                ShardState(self.log.shard, self.log.epoch, self.log.position),
+            )
+
+
+def _read_at(path: Path, offset: int, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(n)
+    except FileNotFoundError:
+        return b""

@@ -1,0 +1,215 @@
+"""A follower's store directory: the shard log's operations applied as they arrive.
+
+Theory of operation
+-------------------
+A follower keeps a full copy of its leader's store directory (a warm standby): `Replica`
+applies the leader's file operations (`shardlog.FileOp`) to the same paths under its own
+store directory, and writes the files of a bulk sync. Since the operations are exactly the
+leader's writes in the leader's order, the directory is at every record boundary what the
+leader's was at that position: a `FileStore` opened on it (a promotion) recovers every
+record applied, by replaying its own journal, as after a kill -9 of the leader.
+
+`SHARD` (JSON, written to a temporary name, fsynced and renamed) holds the shard's id, the
+epoch and position the files are known to have reached, and whether a bulk sync is under way
+(`syncing`: the files are a mix of old and new; a promotion must not start from them). The
+position is saved after a bulk sync, at an epoch change and now and then while streaming; it
+may lag the files (operations are idempotent, so a restarted follower resumes from it).
+The leader's process keeps the same file for its epoch (`ShardState`).
+
+Opening removes `CLEAN` and `RECOVERY_TERMS`: the files change under them, so a promotion
+must replay. Paths come from the network: only `<dir>/<name>` under the replicated
+directories (`shardlog.REPLICATED_DIRS`) are accepted.
+
+`flush()` hands out descriptors of the files written since the last one (and of their
+directories), for `journal.fsync_fds` on another thread, as `FileStore.flush` does.
+
+Owner: the follower's loop thread; only `journal.fsync_fds` runs elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+from ringmq.storage.journal import fsync_fds, write_all
+from ringmq.storage.shardlog import (
+    REPLICATED_DIRS,
+    SHARD_FILE,
+    FileEntry,
+    FileOp,
+    OpKind,
+    file_index,
+)
+
+_MAX_OPEN: Final = 32  # cached write descriptors
+
+
+@dataclass(frozen=True, slots=True)
+class ShardState:
+    """What `SHARD` says about a store directory."""
+
+    shard: str
+    epoch: int
+    position: int
+    syncing: bool = False
+
+
+def read_state(root: Path) -> ShardState | None:
+    """The directory's `SHARD`, or None when it has none."""
+    try:
+        raw = json.loads((root / SHARD_FILE).read_text("utf-8"))
+    except FileNotFoundError:
+        return None
+    return ShardState(
+        str(raw["shard"]), int(raw["epoch"]), int(raw["position"]), bool(raw.get("syncing"))
+    )
+
+
+def write_state(root: Path, state: ShardState) -> None:
+    """Replace `SHARD` durably (tmp, fsync, rename, fsync dir)."""
+    tmp = root / (SHARD_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, json.dumps(asdict(state)).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, root / SHARD_FILE)
+    dir_fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class Replica:
+    """A follower's copy of a shard's store directory (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        for sub in REPLICATED_DIRS:
+            (root / sub).mkdir(exist_ok=True)
+        for stale in ("CLEAN", "RECOVERY_TERMS"):
+            (root / stale).unlink(missing_ok=True)
+        self.state = read_state(root)
+        self._fds: dict[str, int] = {}
+        self._dirty: set[str] = set()  # written since the last flush()
+        self._dirs_dirty: set[str] = set()  # entries created or removed since then
+
+    def _path(self, name: str) -> Path:
+        sub, sep, base = name.partition("/")
+        if (
+            sub not in REPLICATED_DIRS
+            or not sep
+            or not base
+            or "/" in base
+            or base in (".", "..")
+            or "\x00" in base
+        ):
+            raise ValueError(f"not a replicated file: {name!r}")
+        return self.root / sub / base
+
+    def _fd(self, name: str) -> int:
+        fd = self._fds.pop(name, None)
+        if fd is None:
+            path = self._path(name)
+            if not path.exists():
+                self._dirs_dirty.add(name.partition("/")[0])
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            if len(self._fds) >= _MAX_OPEN:
+                old = next(iter(self._fds))
+                if old in self._dirty:  # keep it for the fsync: flush() reopens nothing
+                    self._dirty.discard(old)
+                    os.fsync(self._fds[old])
+                os.close(self._fds.pop(old))
+        self._fds[name] = fd  # most recently used last
+        return fd
+
+    def _close(self, name: str) -> None:
+        fd = self._fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+        self._dirty.discard(name)
+
+    # -- applying ---------------------------------------------------------------------------
+
+    def apply(self, op: FileOp) -> None:
+        """Apply one operation of the leader's log (idempotent)."""
+        match op.kind:
+            case OpKind.APPEND:
+                self.write_chunk(op.path, op.offset, op.data)
+            case OpKind.DELETE:
+                self.remove(op.path)
+            case OpKind.REPLACE:
+                self.truncate(op.path, 0)
+                self.write_chunk(op.path, 0, op.data)
+
+    def write_chunk(self, name: str, offset: int, data: bytes) -> None:
+        """Write `data` at `offset` of `name` (created when missing)."""
+        fd = self._fd(name)
+        with memoryview(data) as view:
+            done = 0
+            while done < len(view):
+                with view[done:] as rest:
+                    done += os.pwrite(fd, rest, offset + done)
+        self._dirty.add(name)
+
+    def truncate(self, name: str, size: int) -> None:
+        """Cut `name` to `size` bytes (created empty when missing)."""
+        os.ftruncate(self._fd(name), size)
+        self._dirty.add(name)
+
+    def remove(self, name: str) -> None:
+        """Delete `name` (nothing when it is already gone)."""
+        path = self._path(name)
+        self._close(name)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        self._dirs_dirty.add(name.partition("/")[0])
+
+    # -- bulk sync --------------------------------------------------------------------------
+
+    def index(self) -> list[FileEntry]:
+        """This copy's files with sizes and crc32s (compared with the leader's index)."""
+        return file_index(self.root)
+
+    def finish_sync(self, entries: list[FileEntry]) -> None:
+        """End of a bulk sync: every file is cut to the leader's size and files the leader's
+        index does not name are deleted."""
+        keep = {e.path: e.size for e in entries}
+        for sub in REPLICATED_DIRS:
+            for p in sorted((self.root / sub).iterdir()):
+                name = f"{sub}/{p.name}"
+                if name not in keep and p.is_file():
+                    self.remove(name)
+        for name, size in keep.items():
+            path = self._path(name)
+            if not path.exists() or path.stat().st_size != size:
+                self.truncate(name, size)
+
+    # -- state and durability ---------------------------------------------------------------
+
+    def save(self, state: ShardState) -> None:
+        """Make what was applied durable, then record `state` in `SHARD`."""
+        fsync_fds(self.flush())
+        write_state(self.root, state)
+        self.state = state
+
+    def flush(self) -> list[int]:
+        """Descriptors to fsync (`journal.fsync_fds` closes them) covering every write so far."""
+        fds = [os.dup(self._fds[name]) for name in self._dirty if name in self._fds]
+        fds += [os.open(self.root / sub, os.O_RDONLY) for sub in self._dirs_dirty]
+        self._dirty.clear()
+        self._dirs_dirty.clear()
+        return fds
+
+    def close(self) -> None:
+        """Close every descriptor (nothing is fsynced: `save` first when that matters)."""
+        for name in list(self._fds):
+            self._close(name)

@@ -1,0 +1,197 @@
+"""The shard's log: every durable change of one store directory as one ordered sequence.
+
+Theory of operation
+-------------------
+A *shard* is one store directory written by one process (today: one per node). Every durable
+change it makes reaches the OS as a write to one of its files: journal segments
+(`journal/*.seg`: enqueues, acks, delivery counts, purges, transactions), shared bodies
+(`msgstore/*.msg`), the definitions log (`definitions/log`: vhosts, users, exchanges, queues,
+bindings, policies, the streams API's leases, Spark reservations and settles), the
+de-duplication log (`dedup/log`). The shard log sees those writes as they happen, in the order
+they happen, as *file operations* (`FileOp`):
+
+* `APPEND(path, offset, data)`: bytes written at `offset` (the file's end: every store file is
+  append-only; a file starts with an append at offset 0);
+* `DELETE(path)`: a file removed (a reclaimed segment);
+* `REPLACE(path, data)`: a file's whole content replaced (the dedup log's rewrite).
+
+Each operation gets the next *position* (1, 2, ...), and the log carries the *epoch* (the
+leader's activation sequence) of every record it appends: one epoch for the log's lifetime,
+with `start` the position the epoch began after. Applying the operations up to position `p`,
+in order, to a copy of the directory as it was at `start` gives the directory exactly as the
+shard had handed it to the OS at `p`; a directory built that way is a valid store directory (a
+`FileStore` opened on it recovers what the journal holds, as after a kill -9 of the shard).
+Operations are idempotent (an append rewrites the same bytes at the same offset), so applying
+some of them twice is harmless: a follower may resume from a position its files have passed.
+
+A record is one write of a writer's buffer, i.e. a write batch (usually one per group commit
+per file), not one journal record: the shard log costs nothing per message. Recording is off
+until `FileStore.attach_log` hands the store a `ShardLog` (replication on); without one the
+writers pay one `is None` test per write to the OS (once per group commit).
+
+What is not in the log, on purpose: page files (`<data>/paging/`, wiped at every open: a
+durable message paged out always keeps its journal copy), the recovery terms and the `CLEAN`
+marker (written by a clean stop for its own restart; a replica replays its journal), and what
+a store does while it opens (torn tails cut, the definitions snapshot compacted): a follower
+of an earlier epoch is brought level by a bulk sync instead.
+
+The log keeps a bounded *backlog* of recent records (`backlog_bytes`) so that a follower that
+was briefly away resumes from its position; one further behind needs a bulk sync.
+
+Owner: the store's thread (the loop). No locks.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Final
+
+DEFAULT_BACKLOG_BYTES: Final = 64 * 1024 * 1024
+SHARD_FILE: Final = "SHARD"
+"""The shard's identity and replication state in a store directory (`shardstate.py`)."""
+REPLICATED_DIRS: Final = ("journal", "msgstore", "definitions", "dedup")
+"""The store's sub-directories whose files the log (and a bulk sync) covers."""
+
+
+class OpKind(IntEnum):
+    """What a log record does to a file."""
+
+    APPEND = 1
+    DELETE = 2
+    REPLACE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class FileOp:
+    """One change to one file of the shard (`path` relative to the store, `/`-separated)."""
+
+    kind: OpKind
+    path: str
+    offset: int = 0
+    data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """A file of a bulk sync's index: its size and the crc32 of its content."""
+
+    path: str
+    size: int
+    crc: int
+
+
+class ShardLog:
+    """The ordered log of one shard's file operations (see the module docstring).
+
+    Args:
+        root: the store directory (operations name files relative to it).
+        shard: the shard's id.
+        epoch: the epoch every record of this log carries.
+        start: the position this epoch begins after (its first record is `start + 1`).
+        backlog_bytes: how much of the recent log is kept for followers to resume from.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        shard: str,
+        epoch: int,
+        start: int = 0,
+        *,
+        backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
+    ) -> None:
+        self.root = root
+        self.shard = shard
+        self.epoch = epoch
+        self.start = start
+        self.position = start
+        """Position of the last record (`start` before any)."""
+        self.backlog_bytes = backlog_bytes
+        # the backlog: `_ops[_head:]` are the records `_base + 1 ...` (a list with a moving
+        # head, compacted now and then, so that `since` slices instead of walking)
+        self._ops: list[FileOp] = []
+        self._head = 0
+        self._base = start
+        self._held = 0  # bytes of data in the backlog
+        self.on_append: Callable[[], None] | None = None
+        """Called after each record (the server wakes its follower sessions)."""
+
+    # -- the writers' side ------------------------------------------------------------------
+
+    def _name(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def append(self, path: Path, offset: int, data: bytes) -> None:
+        """`data` was written at `offset` of `path`."""
+        self._add(FileOp(OpKind.APPEND, self._name(path), offset, data))
+
+    def delete(self, path: Path) -> None:
+        """`path` was deleted."""
+        self._add(FileOp(OpKind.DELETE, self._name(path)))
+
+    def replace(self, path: Path, data: bytes) -> None:
+        """`path` now holds exactly `data`."""
+        self._add(FileOp(OpKind.REPLACE, self._name(path), 0, data))
+
+    def _add(self, op: FileOp) -> None:
+        self.position += 1
+        self._ops.append(op)
+        self._held += len(op.data)
+        ops = self._ops
+        while self._held > self.backlog_bytes and len(ops) - self._head > 1:
+            self._held -= len(ops[self._head].data)
+            self._head += 1
+            self._base += 1
+        if self._head > 4096 and self._head * 2 > len(ops):
+            del ops[: self._head]
+            self._head = 0
+        if self.on_append is not None:
+            self.on_append()
+
+    # -- the readers' side ------------------------------------------------------------------
+
+    @property
+    def first(self) -> int:
+        """The oldest position still held, minus one: `since(p)` works for `p >= first`."""
+        return self._base
+
+    def since(self, position: int, limit: int = 1 << 30) -> list[FileOp] | None:
+        """Up to `limit` records after `position` (`position + 1`, ...), oldest first; None
+        when some of them are no longer held (or `position` is beyond the log)."""
+        if position < self._base or position > self.position:
+            return None
+        at = self._head + position - self._base
+        return self._ops[at : at + limit]
+
+
+def file_index(root: Path) -> list[FileEntry]:
+    """Every file a bulk sync copies, with its size and crc32 (reads them all: run it off the
+    loop). Files deleted while it runs are left out (their DELETE follows in the log)."""
+    out: list[FileEntry] = []
+    for sub in REPLICATED_DIRS:
+        directory = root / sub
+        if not directory.is_dir():
+            continue
+        for p in sorted(directory.iterdir()):
+            if not p.is_file() or p.name.endswith(".tmp"):
+                continue
+            try:
+                size, crc = _crc_of(p)
+            except FileNotFoundError:
+                continue
+            out.append(FileEntry(f"{sub}/{p.name}", size, crc))
+    return out
+
+
+def _crc_of(path: Path) -> tuple[int, int]:
+    crc = 0
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+    return size, crc
