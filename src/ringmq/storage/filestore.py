@@ -75,9 +75,9 @@ from ringmq.storage.records import (
     encode_purge,
 )
 from ringmq.storage.replay import replay
-from ringmq.storage.streamfiles import FileStreamLog, StreamFiles
 from ringmq.storage.replica import read_state
 from ringmq.storage.shardlog import ShardLog
+from ringmq.storage.streamfiles import FileStreamLog, StreamFiles
 
 log = logging.getLogger(__name__)
 
