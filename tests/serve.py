@@ -38,6 +38,7 @@ class Serve:
         mqtt: bool = False,
         timeout_s: float = 60.0,
         nofile: int | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
@@ -58,6 +59,7 @@ class Serve:
             "0" if mqtt else "off",
             "--data-dir",
             str(data_dir),
+            *extra_args,
         ]
 
         def limit() -> None:  # runs in the child, before exec

@@ -13,6 +13,11 @@ it; this module alone knows them all and puts them together:
   the store's one paging directory, whose disk health the memory monitor reads.
 * `management_app` is the server's `AppFactory`: the management ASGI app over the broker and a
   `ManagementRuntime`, management's `Runtime` port adapted from the server's own records.
+* With `options.cluster` (`--cluster-etcd`), `cluster_node` adds a `ClusterNode` to the
+  server's services: it registers the node in etcd, campaigns for its shard and reports its role
+  to management (`ManagementRuntime.cluster`). Its role listeners (`add_role_listener`) are
+  where the replication is wired: a `RoleChange` to "leader" starts streaming the log to the
+  followers, one to "follower" connects to `leader_address` (and fences a former leader).
 * `server(options)` builds a `BrokerServer` from both; `BrokerThread` runs one on a thread
   (tests, embedding) and `run` in the foreground (`ringmq serve`).
 
@@ -33,6 +38,8 @@ from ringmq.adapters.amqp10.handler import factory as amqp10_handler
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
 from ringmq.adapters.stomp import stomp_handler
+from ringmq.cluster.agent import ClusterNode
+from ringmq.cluster.keys import NodeRecord
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
@@ -54,6 +61,7 @@ __all__ = [
     "BrokerThread",
     "ManagementRuntime",
     "build_broker",
+    "cluster_node",
     "management_app",
     "open_core",
     "protocol_handlers",
@@ -174,6 +182,10 @@ class ManagementRuntime:
         self.node = server.node
         self.started_at_ms = server.started_at_ms
         self.clock: Clock = server.clock
+        self.cluster: ClusterNode | None = next(
+            (s for s in server.services if isinstance(s, ClusterNode)), None
+        )
+        """This node's cluster membership (None: a single node)."""
 
     @property
     def options(self) -> ServerOptions:
@@ -235,7 +247,7 @@ def server(
             configuration).
     """
     opener = open_core(options) if broker is None else _given(broker, amqp091)
-    return BrokerServer(
+    srv = BrokerServer(
         options,
         opener,
         clock=clock,
@@ -243,6 +255,36 @@ def server(
         handlers=protocol_handlers(options.config) if handlers is None else handlers,
         ticks=PROTOCOL_TICKS,
     )
+    if options.cluster is not None:
+        srv.services.append(cluster_node(srv))
+    return srv
+
+
+def cluster_node(srv: BrokerServer) -> ClusterNode:
+    """The `ClusterNode` of a server started with `options.cluster` (registered with the
+    server's listener ports, read once they are open)."""
+    settings = srv.options.cluster
+    assert settings is not None
+    assert settings.node_name
+    address = settings.advertise or f"{srv.options.host}:{settings.cluster_port}"
+
+    def record() -> NodeRecord:
+        return NodeRecord(
+            name=srv.node,
+            address=address,
+            amqp=_port(srv, "amqp"),
+            http=_port(srv, "http") or _port(srv, "https"),
+        )
+
+    clock = srv.clock
+    return ClusterNode(settings, record, lambda: int(clock.monotonic() * 1000))
+
+
+def _port(srv: BrokerServer, protocol: str) -> int | None:
+    try:
+        return srv.port_of(protocol)
+    except LookupError:
+        return None
 
 
 def _given(broker: Broker, amqp091: Amqp091 | None) -> OpenCore:

@@ -87,6 +87,29 @@ def serve(
     paging: Annotated[
         bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
     ] = True,
+    # -- cluster on etcd (docs/clustering.md) --
+    cluster_etcd: Annotated[
+        str | None,
+        typer.Option(
+            help="Join a cluster: etcd client URLs, http://HOST:PORT[,...]. Without it (and "
+            "without [cluster]) the node is a single node."
+        ),
+    ] = None,
+    node_name: Annotated[
+        str | None,
+        typer.Option(help="This node's name, unique in the cluster (needed with --cluster-etcd)."),
+    ] = None,
+    cluster_port: Annotated[
+        int | None,
+        typer.Option(help="Replication port of this node (default 5679).", min=0, max=MAX_PORT),
+    ] = None,
+    cluster_advertise: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT other nodes and clients use for this node (default: the listen "
+            "host and --cluster-port)."
+        ),
+    ] = None,
     # -- operator: where the log goes and how it looks --
     log_file: Annotated[
         Path | None,
@@ -166,6 +189,10 @@ def serve(
             http_bind=http_bind,
             stomp_port=stomp,
             mqtt_port=mqtt,
+            cluster_etcd=cluster_etcd,
+            node_name=node_name,
+            cluster_port=cluster_port,
+            cluster_advertise=cluster_advertise,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)

@@ -6,10 +6,11 @@ table over the defaults; nothing here opens a socket or reads the clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
+from ringmq.cluster.settings import ClusterSettings, parse_endpoints
 from ringmq.server.configspec import ConfigError, FileConfig
 from ringmq.server.memory import MemoryLimits
 
@@ -37,7 +38,8 @@ class ServerOptions:
         data_dir: directory for messages and definitions.
         config: the parsed configuration file (users, limits, declarations, TLS...).
         memory: memory high watermark, free-disk limit and per-queue paging bounds.
-        node: node name reported to management.
+        node: node name reported to management (the cluster's node name when clustered).
+        cluster: how this node joins a cluster on etcd; None: a single node.
     """
 
     host: str = DEFAULT_HOST
@@ -52,6 +54,7 @@ class ServerOptions:
     config: FileConfig = field(default_factory=FileConfig)
     memory: MemoryLimits = field(default_factory=MemoryLimits)
     node: str = "ringmq@localhost"
+    cluster: ClusterSettings | None = None
 
 
 def options_from(
@@ -67,6 +70,10 @@ def options_from(
     http_bind: str | None = None,
     stomp_port: int | None = None,
     mqtt_port: int | None = None,
+    cluster_etcd: str | None = None,
+    node_name: str | None = None,
+    cluster_port: int | None = None,
+    cluster_advertise: str | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -74,8 +81,12 @@ def options_from(
     the plain AMQP listener (only with TLS configured: some AMQP listener must remain), a
     stomp_port or mqtt_port of -1 that protocol's listener.
 
+    The cluster options (`--cluster-etcd` ...) win over the file's `[cluster]` table in the
+    same way; without either this is a single node.
+
     Raises:
-        ConfigError: the plain AMQP listener is off and no `[tls]` is configured.
+        ConfigError: the plain AMQP listener is off and no `[tls]` is configured; a cluster
+            option without etcd endpoints; a cluster node without a name.
     """
     listen = config.listen
     http = http_port if http_port is not None else listen.http_port
@@ -86,6 +97,8 @@ def options_from(
         raise ConfigError("the plain AMQP listener is off (amqp_port off) but [tls] is not set")
     stomp = _first(stomp_port, listen.stomp_port, DEFAULT_STOMP_PORT)
     mqtt = _first(mqtt_port, listen.mqtt_port, DEFAULT_MQTT_PORT)
+    cluster = _cluster(config, cluster_etcd, node_name, cluster_port, cluster_advertise)
+    node = cluster.node_name if cluster is not None else node_name
     return ServerOptions(
         host=host or listen.host or DEFAULT_HOST,
         stomp_port=None if stomp < 0 else stomp,
@@ -98,7 +111,45 @@ def options_from(
         data_dir=data_dir or listen.data_dir or DEFAULT_DATA_DIR,
         config=config,
         memory=memory or MemoryLimits(),
+        cluster=cluster,
+        **({"node": node} if node else {}),
     )
+
+
+def _cluster(
+    config: FileConfig,
+    etcd: str | None,
+    node_name: str | None,
+    port: int | None,
+    advertise: str | None,
+) -> ClusterSettings | None:
+    # the command line's cluster options over the file's [cluster]
+    settings = config.cluster
+    if etcd is not None:
+        try:
+            endpoints = parse_endpoints(etcd)
+        except ValueError as exc:
+            raise ConfigError(f"--cluster-etcd: {exc}") from None
+        settings = (
+            ClusterSettings(etcd=endpoints)
+            if settings is None
+            else replace(settings, etcd=endpoints)
+        )
+    if settings is None:
+        if port is not None or advertise is not None:
+            raise ConfigError("--cluster-port and --cluster-advertise need --cluster-etcd")
+        return None
+    if node_name is not None:
+        settings = replace(settings, node_name=node_name)
+    if port is not None:
+        settings = replace(settings, cluster_port=port)
+    if advertise is not None:
+        settings = replace(settings, advertise=advertise)
+    if not settings.etcd:
+        raise ConfigError("[cluster] needs etcd endpoints: [cluster] etcd or --cluster-etcd")
+    if not settings.node_name:
+        raise ConfigError("a cluster node needs a name: --node-name or [cluster] node_name")
+    return settings
 
 
 def _first(*values: int | None) -> int:
