@@ -71,8 +71,10 @@ ARTEMIS_LEGACY_LVQ_KEY: Final = "_AMQ_LVQ_NAME"
 QPID_LEGACY_LVQ_KEY: Final = "qpid.LVQ_key"
 """Key used by Qpid's legacy `qpid.last_value_queue` flag."""
 MAX_PRIORITY: Final = 255
-IMPLEMENTED_QUEUE_TYPES: Final = frozenset({"classic"})
-"""`x-queue-type` values ringmq serves; `quorum` and `stream` are refused, not downgraded."""
+IMPLEMENTED_QUEUE_TYPES: Final = frozenset({"classic", "quorum"})
+"""`x-queue-type` values ringmq serves; others (`stream`) are refused, not downgraded. A
+quorum queue is a durable queue with RabbitMQ's quorum rules (`ringmq.core.settings`)."""
+DEAD_LETTER_STRATEGIES: Final = ("at-most-once", "at-least-once")
 
 
 class SettingsError(ValueError):
@@ -220,9 +222,16 @@ def _queue_type_arg(queue: str, arg: str, value: Any) -> Any:
     if kind not in IMPLEMENTED_QUEUE_TYPES:
         raise SettingsError(
             f"invalid arg 'x-queue-type' for queue '{queue}': queue type "
-            f"{kind!r} is not implemented by ringmq (only 'classic' queues are)"
+            f"{kind!r} is not implemented by ringmq (only 'classic' and 'quorum' queues are)"
         )
-    return UNSET
+    return kind
+
+
+def _dead_letter_strategy_arg(queue: str, arg: str, value: Any) -> str:
+    strategy = _str_arg(queue, arg, value)
+    if strategy not in DEAD_LETTER_STRATEGIES:
+        raise _err(queue, arg, "at-most-once or at-least-once", value)
+    return strategy
 
 
 # --- policy validators: value -> bool (policies refuse a definition that fails one) ---------
@@ -283,7 +292,7 @@ class QueueArgument:
     argument: str
     """The declare argument name (`x-*`, or `qpid.*` for Qpid's own)."""
     field: str | None
-    """The `QueueSettings` field it sets; None: validated only (`x-queue-type`)."""
+    """The `QueueSettings` field it sets; None: validated only."""
     parse: Parser
     """(queue, argument, value) -> field value, or UNSET; raises `SettingsError`."""
     example: Any
@@ -462,7 +471,23 @@ QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (
     ),
     QueueArgument("x-max-priority", "max_priority", _priority_arg, example=10, off=0),
     SINGLE_ACTIVE_CONSUMER,
-    QueueArgument("x-queue-type", None, _queue_type_arg, example="classic"),
+    QueueArgument("x-queue-type", "queue_type", _queue_type_arg, example="classic"),
+    # quorum queues' own (RabbitMQ 4): accepted and reported; ringmq replicates per shard
+    QueueArgument(
+        "x-quorum-initial-group-size",
+        "quorum_initial_group_size",
+        lambda queue, arg, value: _int_arg(queue, arg, value, minimum=1),
+        example=3,
+    ),
+    QueueArgument(
+        "x-dead-letter-strategy",
+        "dead_letter_strategy",
+        _dead_letter_strategy_arg,
+        example="at-least-once",
+        policy_key="dead-letter-strategy",
+        policy_check=lambda v: v in DEAD_LETTER_STRATEGIES,
+        policy_expected="at-most-once or at-least-once",
+    ),
 )
 """Every queue argument ringmq understands; other arguments are ignored, as RabbitMQ does."""
 

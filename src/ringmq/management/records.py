@@ -67,6 +67,8 @@ class QueueInfo:
     counters: QueueCounters = field(default_factory=QueueCounters)
     exclusive_owner: str | None = None
     state: str = "running"
+    type: str = "classic"
+    """`x-queue-type`: "classic" or "quorum"."""
 
     @property
     def messages(self) -> int:

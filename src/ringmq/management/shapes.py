@@ -95,7 +95,10 @@ def queue(q: QueueInfo, sampler: RateSampler, node: str) -> dict[str, Any]:
         if q.policy
         else {},
         "node": node,
-        "type": "classic",
+        "type": q.type,
+        # a quorum queue's group, as RabbitMQ lists it: here the node itself (replication is
+        # per shard, docs/clustering.md)
+        **({"leader": node, "members": [node]} if q.type == "quorum" else {}),
         "state": q.state,
         "messages": q.messages,
         "messages_ready": q.messages_ready,
