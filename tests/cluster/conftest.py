@@ -52,12 +52,14 @@ class EtcdMember:
         self.peer = peer
         self.data = data
         self.proc: subprocess.Popen[bytes] | None = None
+        self._args: tuple[str, str, Path] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.client}"
 
     def start(self, binary: str, initial_cluster: str, log: Path) -> None:
+        self._args = (binary, initial_cluster, log)
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
@@ -89,6 +91,11 @@ class EtcdMember:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
+
+    def restart(self) -> None:
+        """Start again on the same data directory (it rejoins its cluster)."""
+        assert self._args is not None
+        self.start(*self._args)
 
 
 class EtcdCluster:
@@ -148,8 +155,13 @@ class Node(Serve):
 
     def __init__(self, name: str, etcd: str, root: Path, *, ttl_s: int = LEASE_TTL_S) -> None:
         self.name = name
+        self.hook_log = root / f"{name}.roles"
+        # the on_role_change hook appends "<role> <epoch> <leader>" to hook_log
+        hook = f"/bin/sh -c 'echo $0 $1 $2 >> {self.hook_log}'"
         config = root / f"{name}.toml"
-        config.write_text(f'[cluster]\nlease_ttl_s = {ttl_s}\nname = "test"\n')
+        config.write_text(
+            f'[cluster]\nlease_ttl_s = {ttl_s}\nname = "test"\non_role_change = "{hook}"\n'
+        )
         super().__init__(
             root / name,
             root / f"{name}.log",

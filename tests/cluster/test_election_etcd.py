@@ -157,6 +157,15 @@ def test_step_down_hands_over_to_another_node(
         check=True,
     )
     assert f'"leader": "{follower.name}"' in status.stdout
+    # the on_role_change hooks ran with the new roles: the old leader led then followed
+    old = next(n for n in nodes if n.name == leader)
+    wait_for("the hooks ran", lambda: f"leader {new_epoch} {follower.name}" in _text(follower))
+    assert f"leader {epoch} {leader}" in _text(old)
+    assert "follower" in _text(old).split(f"leader {epoch} {leader}", 1)[1]
+
+
+def _text(node: Node) -> str:
+    return node.hook_log.read_text() if node.hook_log.exists() else ""
 
 
 def test_etcd_losing_one_of_three_members_keeps_the_cluster_serving(
@@ -183,7 +192,7 @@ def test_etcd_losing_quorum_fences_the_leader_and_nobody_leads(
 ) -> None:
     etcd = etcd_cluster(3)
     nodes = [start_node(name, etcd.endpoints) for name in ("n1", "n2")]
-    leader, _epoch = wait_for("one leader", lambda: one_leader(nodes))
+    leader, epoch = wait_for("one leader", lambda: one_leader(nodes))
     etcd.members[1].kill()
     etcd.members[2].kill()
     # the leader cannot renew: it stops leading (before its lease could expire), nobody leads
@@ -194,3 +203,8 @@ def test_etcd_losing_quorum_fences_the_leader_and_nobody_leads(
         assert views[leader]["leader"] is None  # the fenced leader knows of no leader
         assert not any(v["etcd_ok"] for v in views.values())  # and all say why
         time.sleep(0.2)
+    # etcd back: a leader again, in a new epoch
+    etcd.members[1].restart()
+    etcd.members[2].restart()
+    _new_leader, new_epoch = wait_for("a leader again", lambda: one_leader(nodes))
+    assert new_epoch > epoch
