@@ -115,7 +115,9 @@ class ClusterNode:
             return
         effects = self.election.stop(self._now_ms())
         lease = self.election.lease_id
-        await self._apply_now(effects)
+        bound_s = self.settings.lease_ttl_s  # etcd may be down: do not hold the shutdown up
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._apply_now(effects), bound_s)
         self._task.cancel()
         for t in list(self._tasks):
             t.cancel()
@@ -124,8 +126,9 @@ class ClusterNode:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         assert self._etcd is not None
         if lease is not None:
-            with contextlib.suppress(EtcdUnavailableError):
-                await self._etcd.revoke(lease)  # deletes our node key at once
+            with contextlib.suppress(EtcdUnavailableError, TimeoutError):
+                # deletes our node key (and a leader key we still held) at once
+                await asyncio.wait_for(self._etcd.revoke(lease), bound_s)
         await self._etcd.aclose()
         self._task = None
 
@@ -260,8 +263,14 @@ class ClusterNode:
                     await self._observe(etcd)
                 case _:
                     raise AssertionError(eff)
-        except (EtcdUnavailableError, KeyError, ValueError) as exc:
-            log.debug("cluster: %s failed: %s", type(eff).__name__, exc)
+        except Exception as exc:  # every failure must answer the machine
+            # etcd unreachable or without quorum (EtcdUnavailableError), or an answer we cannot
+            # read: either way the request failed, and the machine must hear so (it allows one
+            # request of each kind in flight)
+            if isinstance(exc, EtcdUnavailableError | KeyError | ValueError):
+                log.debug("cluster: %s failed: %s", type(eff).__name__, exc)
+            else:
+                log.exception("cluster: %s failed", type(eff).__name__)
             now = self._now_ms()
             match eff:
                 case GrantLease() | RenewLease():
