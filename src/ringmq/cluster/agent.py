@@ -101,6 +101,7 @@ class ClusterNode:
         timeout_s = max(0.2, self.election.renew_ms / 1000)
         self._etcd = Etcd(self.settings.etcd, timeout_s=timeout_s)
         self._task = asyncio.create_task(self._run(), name=f"cluster {self.name}")
+        self._spawn(self._watch())
         log.info(
             "cluster %r: node %s joins shard %d through etcd %s",
             self.settings.name,
@@ -209,6 +210,20 @@ class ClusterNode:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay_ms / 1000)
+
+    async def _watch(self) -> None:
+        # a change under the shard's keys (the leader key deleted, an ISR written) triggers a
+        # read at once; the periodic read stays the safety net when the watch is down
+        assert self._etcd is not None
+        retry_s = self.election.retry_ms / 1000
+        while True:
+            try:
+                async for _revision in self._etcd.watch(self.keys.shard_prefix):
+                    self.election.changed()
+                    self._wake.set()
+            except (EtcdUnavailableError, ValueError) as exc:
+                log.debug("cluster: watch failed: %s", exc)
+            await asyncio.sleep(retry_s)
 
     def _apply(self, effects: list[Effect]) -> None:
         for eff in effects:

@@ -23,6 +23,8 @@ The rules (after LavinMQ's etcd coordinator and Artemis' activation sequence):
   another node win: two nodes never both believe they lead, in one epoch or across epochs.
   An observation (a read of the shard's keys) newer than the victory that shows another leader
   or epoch fences at once too.
+* Reads: the shard's keys are read every `poll_ms`, and at once when a watch reports a change
+  (`changed`), so a deleted leader key is seen without waiting for the next poll.
 * Planned step-down: fence first, then delete the leader key (`Resign`, only if it is still
   ours), then hold off campaigning for `ttl_ms` so that another ISR member takes over.
 
@@ -153,6 +155,7 @@ class Election:
         self._holdoff_until_ms = 0
         self._granting = self._renewing = self._campaigning = self._observing = False
         self._observed_since_lease = False
+        self._observe_again = False
 
     # -- what the node believes ----------------------------------------------------------------
 
@@ -264,7 +267,8 @@ class Election:
         """A read of the shard's keys at etcd `revision`: the leader key's node (None: absent),
         the epoch and the ISR."""
         self._observing = False
-        self._next_observe_ms = now_ms + self.poll_ms
+        self._next_observe_ms = 0 if self._observe_again else now_ms + self.poll_ms
+        self._observe_again = False
         if revision < self.revision:
             return []  # older than an answer already applied (a slow read)
         self.revision = revision
@@ -282,6 +286,12 @@ class Election:
         self.leader = leader
         self.epoch = epoch
         return out
+
+    def changed(self) -> None:
+        """etcd says the shard's keys changed (a watch event): read them now, and again after a
+        read already in flight (it may predate the change)."""
+        self._next_observe_ms = 0
+        self._observe_again = self._observing
 
     def observe_failed(self, now_ms: int) -> None:
         self._observing = False

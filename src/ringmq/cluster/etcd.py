@@ -6,6 +6,9 @@ API as JSON on its client port, and ringmq already depends on httpx; the gRPC cl
 travel base64-encoded, 64-bit numbers as decimal strings, and fields equal to their default
 (`succeeded: false`, `TTL: 0`) are left out of answers, as protobuf's JSON mapping does.
 
+`watch` streams change notifications (`/v3/watch`, one JSON object per line) so that nodes
+see a deleted leader key at once instead of at their next poll.
+
 Several endpoints: a request that cannot reach one (connection refused, timeout, 5xx) is tried
 on the next, and the one that answered is used first next time. Every request is bounded by
 `timeout_s`, so that a member without quorum (which holds requests) never stalls the election
@@ -15,7 +18,8 @@ past its fence deadline (the election's timer runs regardless; see `agent.py`).
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+import json
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +113,7 @@ class Etcd:
             raise ValueError("no etcd endpoint")
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self._first = 0
+        self._timeout_s = timeout_s
         self._http = httpx.AsyncClient(timeout=timeout_s)
 
     async def aclose(self) -> None:
@@ -155,6 +160,36 @@ class Etcd:
         """(revision, every key under `prefix`)."""
         r = await self.call("kv/range", {"key": b64(prefix), "range_end": prefix_end(prefix)})
         return int(r["header"]["revision"]), _kvs(r)
+
+    async def watch(self, prefix: str) -> AsyncIterator[int]:
+        """Yield the revision of each batch of changes under `prefix` (after the watch is
+        created, which yields 0) until the stream ends; raises EtcdUnavailableError when no
+        endpoint takes the watch. One endpoint serves the whole stream."""
+        body = {"create_request": {"key": b64(prefix), "range_end": prefix_end(prefix)}}
+        errors: list[str] = []
+        n = len(self.endpoints)
+        for i in range(n):
+            idx = (self._first + i) % n
+            url = f"{self.endpoints[idx]}/v3/watch"
+            try:
+                async with self._http.stream(
+                    "POST", url, json=body, timeout=httpx.Timeout(self._timeout_s, read=None)
+                ) as resp:
+                    if resp.status_code != 200:
+                        errors.append(f"{self.endpoints[idx]}: HTTP {resp.status_code}")
+                        continue
+                    async for line in resp.aiter_lines():
+                        if not line.strip():
+                            continue
+                        result = json.loads(line).get("result", {})
+                        if result.get("created"):
+                            yield 0
+                        elif result.get("events"):
+                            yield int(result["header"]["revision"])
+                    return
+            except httpx.HTTPError as exc:
+                errors.append(f"{self.endpoints[idx]}: {type(exc).__name__}")
+        raise EtcdUnavailableError("; ".join(errors))
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> None:
         await self.call("kv/put", put(key, value, lease)["request_put"])

@@ -189,6 +189,10 @@ class ElectionMachine(RuleBasedStateMachine):
                 pass
 
     @rule(node=st.sampled_from(NODES))
+    def watch_event(self, node: str) -> None:
+        self.nodes[node].changed()
+
+    @rule(node=st.sampled_from(NODES))
     def step_down(self, node: str) -> None:
         self._emit(node, self.nodes[node].step_down(self.etcd.now))
 
@@ -291,3 +295,15 @@ def test_a_key_naming_us_that_we_did_not_win_is_resigned() -> None:
     e.lease_granted(7, sent_ms=0)
     assert e.observed("a", 3, frozenset(), revision=5, now_ms=1) == [Resign(3)]
     assert not e.leads(2)
+
+
+def test_a_watch_event_reads_at_once_and_again_after_a_read_in_flight() -> None:
+    e = Election("a", ttl_ms=3000)
+    assert Observe() in e.tick(0)
+    e.changed()  # while that read is in flight
+    e.observed(None, 0, frozenset(), revision=4, now_ms=5)
+    assert Observe() in e.tick(6)  # not at 5 + poll_ms: the read may predate the change
+    e.observed(None, 0, frozenset(), revision=5, now_ms=7)
+    assert Observe() not in e.tick(8)
+    e.changed()
+    assert Observe() in e.tick(9)
