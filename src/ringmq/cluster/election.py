@@ -26,7 +26,9 @@ The rules (after LavinMQ's etcd coordinator and Artemis' activation sequence):
 * Reads: the shard's keys are read every `poll_ms`, and at once when a watch reports a change
   (`changed`), so a deleted leader key is seen without waiting for the next poll.
 * Planned step-down: fence first, then delete the leader key (`Resign`, only if it is still
-  ours), then hold off campaigning for `ttl_ms` so that another ISR member takes over.
+  ours), then hold off campaigning for `poll_ms` so that another ISR member takes over (its
+  watch, or at worst its next read, sees the key gone within that time; a longer hold-off
+  would leave nobody to lead after consecutive step-downs).
 
 Invariants: `role is LEADER` implies a lease and an epoch won by this node; at most one request
 of each kind is in flight (the I/O side answers each one exactly once, success or failure).
@@ -309,7 +311,7 @@ class Election:
         if self.stopped or not self.in_isr() or now_ms >= self.fence_at_ms():
             # won out of the ISR (LavinMQ steps down too), or too late to lead safely
             self.leader = None
-            self._holdoff_until_ms = now_ms + self.ttl_ms
+            self._holdoff_until_ms = now_ms + self.poll_ms
             return [Resign(epoch)]
         self.role = Role.LEADER
         self.leader = self.node
@@ -342,7 +344,7 @@ class Election:
             return []
         epoch = self.epoch
         out = self._fence()
-        self._holdoff_until_ms = now_ms + self.ttl_ms
+        self._holdoff_until_ms = now_ms + self.poll_ms
         return [*out, Resign(epoch)]
 
     def stop(self, now_ms: int) -> list[Effect]:

@@ -283,10 +283,10 @@ def test_step_down_fences_then_resigns_and_holds_off() -> None:
     e.campaign_won(1, frozenset(), revision=6, now_ms=3)
     assert e.step_down(10) == [RoleChanged(Role.FOLLOWER, 1, None), Resign(1)]
     e.observed(None, 1, frozenset({"a"}), revision=7, now_ms=20)
-    assert not any(isinstance(x, Campaign) for x in e.tick(20))
-    e.observed(None, 1, frozenset({"a"}), revision=8, now_ms=2000)
-    e.lease_renewed(7, sent_ms=2000)
-    assert Campaign(7, 1) in e.tick(3010)
+    # others get poll_ms (TTL/5) to see the key gone and win; then it may campaign again
+    assert e.poll_ms == 600
+    assert not any(isinstance(x, Campaign) for x in e.tick(609))
+    assert Campaign(7, 1) in e.tick(610)
 
 
 def test_a_key_naming_us_that_we_did_not_win_is_resigned() -> None:
