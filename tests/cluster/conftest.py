@@ -131,6 +131,14 @@ class EtcdCluster:
             time.sleep(0.1)
         raise AssertionError("etcd did not become healthy")
 
+    def leader(self) -> EtcdMember:
+        """The member etcd's own Raft has as leader now."""
+        for m in self.members:
+            status = httpx.post(f"{m.url}/v3/maintenance/status", json={}, timeout=2).json()
+            if status["leader"] == status["header"]["member_id"]:
+                return m
+        raise AssertionError("etcd has no leader")
+
     def stop(self) -> None:
         for m in self.members:
             m.kill()
