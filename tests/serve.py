@@ -44,6 +44,7 @@ class Serve:
         nofile: int | None = None,
         extra: tuple[str, ...] = (),
         wait: re.Pattern[bytes] | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
@@ -67,6 +68,7 @@ class Serve:
             "--data-dir",
             str(data_dir),
             *extra,
+            *extra_args,
         ]
 
         def limit() -> None:  # runs in the child, before exec

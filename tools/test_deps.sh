@@ -6,6 +6,7 @@
 #   mosquitto-clients          mosquitto_pub / mosquitto_sub (tests/integration/mqtt)
 #   rabbitmqadmin              RabbitMQ's script, extracted by tools/fetch_rabbitmqadmin.sh
 #   curl                       the README's shell block (tests/docs/test_blocks.py)
+#   etcd-server                etcd 3.4, started by the cluster tests (tests/cluster)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -14,6 +15,7 @@ command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || wanted+=(chromium-driver)
 command -v mosquitto_pub >/dev/null 2>&1 || wanted+=(mosquitto-clients)
 command -v curl >/dev/null 2>&1 || wanted+=(curl)
+command -v etcd >/dev/null 2>&1 || wanted+=(etcd-server)
 admin="${RINGMQ_RABBITMQADMIN:-$HOME/.cache/ringmq/rabbitmqadmin}"
 root_apt=0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then root_apt=1; fi

@@ -18,6 +18,11 @@ it; this module alone knows them all and puts them together:
   seam, `ringmq.adapters.handler`); `PROTOCOL_TICKS` their own periodic work. The server gets
   the table and imports no codec and no adapter (an import-linter contract says so): adding a
   protocol is an adapter plus a row here (and its listener's port in the options).
+* With `options.cluster` (`--cluster-etcd`), `cluster_node` adds a `ClusterNode` to the
+  server's services: it registers the node in etcd, campaigns for its shard and reports its role
+  to management (`ManagementRuntime.cluster`). Its role listeners (`add_role_listener`) are
+  where the replication is wired: a `RoleChange` to "leader" starts streaming the log to the
+  followers, one to "follower" connects to `leader_address` (and fences a former leader).
 * `server(options)` builds a `BrokerServer` from both; `BrokerThread` runs one on a thread
   (tests, embedding) and `run` in the foreground (`ringmq serve`).
 
@@ -39,6 +44,8 @@ from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
 from ringmq.adapters.stomp import stomp_handler
 from ringmq.adapters.stream import stream_handler
+from ringmq.cluster.agent import ClusterNode
+from ringmq.cluster.keys import NodeRecord
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
@@ -60,6 +67,7 @@ __all__ = [
     "BrokerThread",
     "ManagementRuntime",
     "build_broker",
+    "cluster_node",
     "management_app",
     "open_core",
     "protocol_handlers",
@@ -180,6 +188,10 @@ class ManagementRuntime:
         self.node = server.node
         self.started_at_ms = server.started_at_ms
         self.clock: Clock = server.clock
+        self.cluster: ClusterNode | None = next(
+            (s for s in server.services if isinstance(s, ClusterNode)), None
+        )
+        """This node's cluster membership (None: a single node)."""
 
     @property
     def options(self) -> ServerOptions:
@@ -244,7 +256,7 @@ def server(
     wired = protocol_handlers(options.config, amqp091)
     if handlers is not None:
         wired = {"amqp091": wired["amqp091"], **handlers}
-    return BrokerServer(
+    srv = BrokerServer(
         options,
         opener,
         clock=clock,
@@ -252,6 +264,36 @@ def server(
         handlers=wired,
         ticks=PROTOCOL_TICKS,
     )
+    if options.cluster is not None:
+        srv.services.append(cluster_node(srv))
+    return srv
+
+
+def cluster_node(srv: BrokerServer) -> ClusterNode:
+    """The `ClusterNode` of a server started with `options.cluster` (registered with the
+    server's listener ports, read once they are open)."""
+    settings = srv.options.cluster
+    assert settings is not None
+    assert settings.node_name
+    address = settings.advertise or f"{srv.options.host}:{settings.cluster_port}"
+
+    def record() -> NodeRecord:
+        return NodeRecord(
+            name=srv.node,
+            address=address,
+            amqp=_port(srv, "amqp"),
+            http=_port(srv, "http") or _port(srv, "https"),
+        )
+
+    clock = srv.clock
+    return ClusterNode(settings, record, lambda: int(clock.monotonic() * 1000))
+
+
+def _port(srv: BrokerServer, protocol: str) -> int | None:
+    try:
+        return srv.port_of(protocol)
+    except LookupError:
+        return None
 
 
 def _given(broker: Broker) -> OpenCore:

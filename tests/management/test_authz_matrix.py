@@ -178,6 +178,9 @@ CASES = [
     Case("POST", "/api/definitions/{vhost}", "/api/definitions/%2F", "admin", body={}),
     Case("GET", "/api/nodes", "/api/nodes", "monitor"),
     Case("GET", "/api/nodes/{name}", "/api/nodes/gone", "monitor"),
+    Case("GET", "/api/cluster", "/api/cluster", "monitor"),
+    # a single node: an allowed step-down answers 400 (not a cluster node)
+    Case("POST", "/api/cluster/step-down", "/api/cluster/step-down", "admin", body={}),
     Case("GET", "/api/health/checks/alarms", "/api/health/checks/alarms", "any"),
     Case("GET", "/api/health/checks/local-alarms", "/api/health/checks/local-alarms", "any"),
     Case(

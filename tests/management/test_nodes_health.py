@@ -35,6 +35,22 @@ async def test_nodes_lists_the_one_node_with_rabbitmq_field_names(
     assert (await client.get("/api/nodes/rabbit@elsewhere")).status_code == 404
 
 
+async def test_a_single_node_is_its_own_cluster_leader(client: httpx.AsyncClient) -> None:
+    # the cluster's fields on every /api/nodes entry; a single node leads, in epoch 0
+    (node,) = (await client.get("/api/nodes")).json()
+    assert (node["role"], node["epoch"], node["in_sync"]) == ("leader", 0, True)
+    assert (await client.get("/api/cluster")).json() == {
+        "clustered": False,
+        "node": "ringmq@test",
+        "role": "leader",
+    }
+    r = await client.post("/api/cluster/step-down", json={})
+    assert (r.status_code, r.json()["error"]) == (400, "bad_request")
+    metrics = (await client.get("/metrics")).text
+    assert "ringmq_cluster_role 1" in metrics
+    assert "ringmq_cluster_epoch 0" in metrics
+
+
 async def test_nodes_need_the_monitoring_tag(client: httpx.AsyncClient) -> None:
     body = {"password": "pw", "tags": "management"}
     assert (await client.put("/api/users/mgmt", json=body)).status_code in (201, 204)

@@ -22,13 +22,14 @@ def version() -> None:
 
 def _register() -> None:
     # Each submodule adds its commands to `app`; imported here so `ringmq --help` lists them all.
-    from ringmq.cli import access, admin, definitions, scheduled, serve
+    from ringmq.cli import access, admin, cluster, definitions, scheduled, serve
 
     serve.register(app)
     admin.register(app)
     scheduled.register(app)
     definitions.register(app)
     access.register(app)
+    cluster.register(app)
 
 
 def main() -> None:

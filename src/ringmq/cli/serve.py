@@ -94,15 +94,35 @@ def serve(
     paging: Annotated[
         bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
     ] = True,
-    # -- replication of the store (a leader and its followers; no etcd yet) --
+    # -- cluster on etcd (docs/clustering.md) --
+    cluster_etcd: Annotated[
+        str | None,
+        typer.Option(
+            help="Join a cluster: etcd client URLs, http://HOST:PORT[,...]. Without it (and "
+            "without [cluster]) the node is a single node."
+        ),
+    ] = None,
+    node_name: Annotated[
+        str | None,
+        typer.Option(help="This node's name, unique in the cluster (needed with --cluster-etcd)."),
+    ] = None,
     cluster_port: Annotated[
         int | None,
         typer.Option(
-            help="Leader: stream the store's log to followers on this port (0 picks one).",
+            help="Replication port of this node (with --cluster-etcd: default 5679; without: "
+            "this node leads, streaming its store's log to --follow nodes; 0 picks one).",
             min=0,
             max=65_535,
         ),
     ] = None,
+    cluster_advertise: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT other nodes and clients use for this node (default: the listen "
+            "host and --cluster-port)."
+        ),
+    ] = None,
+    # -- replication of the store without etcd: a static leader and its followers --
     follow: Annotated[
         str | None,
         typer.Option(
@@ -192,8 +212,15 @@ def serve(
             )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    # with etcd, the cluster decides who leads (docs/clustering.md); without, --cluster-port
+    # makes this node a static leader and --follow a follower
     replication = _replication(
-        cluster_port, follow, cluster_secret, cluster_shard, follower_fsync, confirm_replicated
+        None if cluster_etcd else cluster_port,
+        follow,
+        cluster_secret,
+        cluster_shard,
+        follower_fsync,
+        confirm_replicated,
     )
     amqp = _port_option(amqp_port, "--amqp-port")
     stomp = _port_option(stomp_port, "--stomp-port")
@@ -215,6 +242,10 @@ def serve(
             mqtt_port=mqtt,
             stream_port=stream,
             replication=replication,
+            cluster_etcd=cluster_etcd,
+            node_name=node_name,
+            cluster_port=cluster_port if cluster_etcd else None,
+            cluster_advertise=cluster_advertise,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)

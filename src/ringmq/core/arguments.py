@@ -73,8 +73,11 @@ ARTEMIS_LEGACY_LVQ_KEY: Final = "_AMQ_LVQ_NAME"
 QPID_LEGACY_LVQ_KEY: Final = "qpid.LVQ_key"
 """Key used by Qpid's legacy `qpid.last_value_queue` flag."""
 MAX_PRIORITY: Final = 255
-IMPLEMENTED_QUEUE_TYPES: Final = frozenset({"classic", "stream"})
-"""`x-queue-type` values ringmq serves; others (`quorum`) are refused, not downgraded."""
+IMPLEMENTED_QUEUE_TYPES: Final = frozenset({"classic", "quorum", "stream"})
+"""`x-queue-type` values ringmq serves; others are refused, not downgraded. A quorum
+queue is a durable queue with RabbitMQ's quorum rules (`ringmq.core.settings`); a stream
+is an append-only log (`ringmq.core.streamlog`)."""
+DEAD_LETTER_STRATEGIES: Final = ("at-most-once", "at-least-once")
 
 
 class SettingsError(ValueError):
@@ -226,7 +229,14 @@ def _queue_type_arg(queue: str, arg: str, value: Any) -> Any:
             + " and ".join(f"'{k}'" for k in sorted(IMPLEMENTED_QUEUE_TYPES))
             + " queues are)"
         )
-    return UNSET
+    return kind
+
+
+def _dead_letter_strategy_arg(queue: str, arg: str, value: Any) -> str:
+    strategy = _str_arg(queue, arg, value)
+    if strategy not in DEAD_LETTER_STRATEGIES:
+        raise _err(queue, arg, "at-most-once or at-least-once", value)
+    return strategy
 
 
 _AGE: Final = re.compile(r"^([0-9]+)([YMDhms])$")
@@ -319,7 +329,7 @@ class QueueArgument:
     argument: str
     """The declare argument name (`x-*`, or `qpid.*` for Qpid's own)."""
     field: str | None
-    """The `QueueSettings` field it sets; None: validated only (`x-queue-type`)."""
+    """The `QueueSettings` field it sets; None: validated only."""
     parse: Parser
     """(queue, argument, value) -> field value, or UNSET; raises `SettingsError`."""
     example: Any
@@ -498,7 +508,23 @@ QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (
     ),
     QueueArgument("x-max-priority", "max_priority", _priority_arg, example=10, off=0),
     SINGLE_ACTIVE_CONSUMER,
-    QueueArgument("x-queue-type", None, _queue_type_arg, example="classic"),
+    QueueArgument("x-queue-type", "queue_type", _queue_type_arg, example="classic"),
+    # quorum queues' own (RabbitMQ 4): accepted and reported; ringmq replicates per shard
+    QueueArgument(
+        "x-quorum-initial-group-size",
+        "quorum_initial_group_size",
+        lambda queue, arg, value: _int_arg(queue, arg, value, minimum=1),
+        example=3,
+    ),
+    QueueArgument(
+        "x-dead-letter-strategy",
+        "dead_letter_strategy",
+        _dead_letter_strategy_arg,
+        example="at-least-once",
+        policy_key="dead-letter-strategy",
+        policy_check=lambda v: v in DEAD_LETTER_STRATEGIES,
+        policy_expected="at-most-once or at-least-once",
+    ),
     # stream queues' (ringmq.core.streamlog reads them from the declared arguments)
     QueueArgument("x-max-age", None, _max_age_arg, example="7D"),
     QueueArgument("x-stream-max-segment-size-bytes", None, _int_from(1), example=1_000_000),

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ringmq.core import queuetypes
 from ringmq.core.auth import Access
 from ringmq.core.consumers import Consumer
 from ringmq.core.deadletter import DeadLetters
@@ -224,6 +225,7 @@ class Delivery:
         queue = self.topology.queue_name(s, queue)
         s.check(self.state.auth, Access.READ, "queue", queue)
         q = self.topology.queue_for(s, queue)
+        queuetypes.check_consume(q.settings.queue_type, q.vhost, queue, s.global_prefetch)
         if q.consumers and (exclusive or q.consumers.exclusive):
             raise BrokerError(
                 Condition.ACCESS_REFUSED,
@@ -379,7 +381,10 @@ class Delivery:
                 durability.delivered(q, d.seq, d.delivery_count)
         tag = s.next_untracked_tag() if no_ack else s.track(Unacked(q, d.seq, None))
         state.stats["delivered"] += 1
-        return Got(tag, d.redelivered, d.message, q.queue.ready_count)
+        msg = d.message
+        if d.redelivered and q.settings.queue_type == queuetypes.QUORUM:
+            msg = queuetypes.counted(msg, d.delivery_count)
+        return Got(tag, d.redelivered, msg, q.queue.ready_count)
 
     def take(self, q: QueueEntity, now_ms: int) -> Taken | None:
         """Take the next ready message of `q` for a caller with no session (the management
@@ -565,9 +570,12 @@ class Delivery:
                 if persisted and d.seq in persisted:
                     assert dur is not None
                     dur.delivered(q, d.seq, d.delivery_count)
+            msg = d.message
             if d.redelivered:
                 s.counts.redelivered += 1
-            append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
+                if q.settings.queue_type == queuetypes.QUORUM:
+                    msg = queuetypes.counted(msg, d.delivery_count)
+            append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, msg))
             budget -= 1
             if credited and c.credit is not None:
                 c.credit -= 1

@@ -143,6 +143,11 @@ class QueueSettings:
     """Failed deliveries allowed before the message is dead-lettered (None: unlimited)."""
     max_priority: int | None = None
     single_active_consumer: bool = False
+    queue_type: str = "classic"
+    """`x-queue-type`: "classic" or "quorum" (durable only, delivery limit 20 by default)."""
+    quorum_initial_group_size: int | None = None
+    dead_letter_strategy: str | None = None
+    """`x-dead-letter-strategy` as declared (RabbitMQ's quorum queues; reported)."""
     limit: Limit | None = None
     policy_name: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -288,6 +293,23 @@ def _limit(family: str | None, v: Mapping[str, Any]) -> Limit | None:
             raise AssertionError(family)
 
 
+QUORUM_DELIVERY_LIMIT: Final = 20
+"""A quorum queue's delivery limit when none is set (RabbitMQ 4.0; -1 disables it)."""
+
+
+def _quorum_rules(name: str, merged: dict[str, Any], sources: dict[str, str]) -> None:
+    # RabbitMQ 4's quorum queues: no reject-publish-dlx, a delivery limit of 20 by default
+    # (an explicit negative x-delivery-limit, parsed to None, disables it)
+    if merged.get("overflow") == Overflow.REJECT_PUBLISH_DLX:
+        raise SettingsError(
+            f"invalid arg 'x-overflow' for queue '{name}': reject-publish-dlx is not "
+            "supported by quorum queues"
+        )
+    if "delivery_limit" not in merged:
+        merged["delivery_limit"] = QUORUM_DELIVERY_LIMIT
+        sources["delivery_limit"] = "default"
+
+
 def resolve_queue_settings(
     name: str,
     arguments: Mapping[str, Any] | None,
@@ -343,5 +365,7 @@ def resolve_queue_settings(
         sources.pop("dead_letter_routing_key", None)
     if merged.get("lvq_key") and merged.get("max_priority"):
         raise SettingsError(f"queue '{name}': a last-value queue cannot have x-max-priority")
+    if merged.get("queue_type") == "quorum":
+        _quorum_rules(name, merged, sources)
     limit = _limit(family, merged)
     return QueueSettings(**merged, limit=limit, policy_name=policy_name, sources=sources)

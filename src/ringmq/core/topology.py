@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ringmq.core import queuetypes
 from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access
 from ringmq.core.consumers import ConsumerSet
@@ -273,6 +274,7 @@ class Topology:
         vh = s.vhost
         state.stats["queues_declared"] += 1
         if name == "":
+            queuetypes.check_server_named(arguments or {})
             name = state.gen_name("amq.gen-")
         elif name.startswith("amq."):
             raise BrokerError(
@@ -289,6 +291,14 @@ class Topology:
             self._assert_equivalent(vh, q, durable, exclusive, auto_delete, args)
             q.last_used_ms = now_ms
         else:
+            queuetypes.check_declare(
+                vh.name,
+                name,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=args,
+            )
             try:
                 q = self.create_queue(
                     vh.name,
@@ -337,6 +347,9 @@ class Topology:
             raise BrokerError(
                 Condition.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
             )
+        queuetypes.check_declare(
+            vh.name, name, durable=durable, exclusive=False, auto_delete=auto_delete, arguments=args
+        )
         try:
             self.create_queue(
                 vh.name,

@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ringmq import __version__
 from ringmq.core.broker import Broker
 from ringmq.core.throttle import LoginGuard
-from ringmq.management import bodies, browse, cliscript, health, metrics, nodes, streams
+from ringmq.management import bodies, browse, cliscript, cluster, health, metrics, nodes, streams
 from ringmq.management.access import Access
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import LOGIN_OUTCOME, Api, wall_ms
@@ -190,6 +190,8 @@ def create_app(
 
     def node_metrics() -> metrics.NodeMetrics:
         f = probe.read(clock_ms())
+        node_cluster = cluster.cluster_of(runtime)
+        view = node_cluster.view() if node_cluster is not None else None
         return metrics.NodeMetrics(
             mem_used=f.mem_used,
             mem_limit=f.mem_limit,
@@ -203,6 +205,10 @@ def create_app(
             started_at_ms=f.started_at_ms,
             stats=admin.stats(),
             by_protocol=admin.counts_by_protocol(),
+            cluster_leader=view is None or view.role == "leader",
+            cluster_epoch=view.epoch if view else 0,
+            cluster_isr_size=len(view.isr) if view else 1,
+            cluster_nodes_running=sum(n.running for n in view.nodes) if view else 1,
         )
 
     def scrape(per_object: bool) -> Response:
@@ -248,6 +254,7 @@ def create_app(
         *Definitions(api).routes(),  # /api/definitions
         *streams.mount(admin, runtime, api.guard),  # /api/streams: reservations for offset readers
         *nodes.routes(api, probe),  # /api/nodes (monitoring)
+        *cluster.routes(api, runtime),  # /api/cluster, /api/cluster/step-down
         *health.routes(api, probe),  # /api/health/checks/*, /api/aliveness-test (any user)
         *browse.routes(api),  # POST /api/queues/{vhost}/{name}/browse: peek in place
         Route("/metrics", metrics_endpoint, methods=["GET"]),

@@ -220,6 +220,8 @@ _r("/api/policies/{vhost}/{name}", "GET PUT DELETE", Gate.POLICIES)
 _r("/api/definitions", "GET POST", Gate.ADMIN)
 _r("/api/nodes", "GET", Gate.MONITOR)
 _r("/api/nodes/{name}", "GET", Gate.MONITOR)
+_r("/api/cluster", "GET", Gate.MONITOR)
+_r("/api/cluster/step-down", "POST", Gate.ADMIN)
 for _path in ("alarms", "local-alarms", "port-listener/{port}", "virtual-hosts"):
     _r("/api/health/checks/" + _path, "GET", Gate.ANY)
 _r("/api/aliveness-test/{vhost}", "GET", Gate.VHOST_ACCESS)

@@ -221,6 +221,11 @@ class NodeMetrics:
     """The core's broker-wide counters (`Broker.stats`)."""
     by_protocol: dict[str, dict[str, int]] = field(default_factory=dict)
     """The sessions' message counters by protocol label (`Broker.counts_by_protocol`)."""
+    cluster_leader: bool = True
+    """This node leads its shard (a single node always does)."""
+    cluster_epoch: int = 0
+    cluster_isr_size: int = 1
+    cluster_nodes_running: int = 1
 
 
 _GLOBAL: Final[tuple[tuple[str, str, Callable[[dict[str, int]], int]], ...]] = (
@@ -334,6 +339,25 @@ def _node_lines(lines: list[str], n: NodeMetrics, queues: list[QueueInfo], versi
             "gauge",
             "1 while the file descriptor limit alarm is in effect",
             int(n.fd_total > 0 and n.fd_used >= n.fd_total),
+        ),
+        (
+            "ringmq_cluster_role",
+            "gauge",
+            "1 while this node leads its shard, 0 while it follows (a single node leads)",
+            int(n.cluster_leader),
+        ),
+        (
+            "ringmq_cluster_epoch",
+            "gauge",
+            "The shard's epoch (activation sequence)",
+            n.cluster_epoch,
+        ),
+        ("ringmq_cluster_isr_size", "gauge", "Nodes in the shard's ISR", n.cluster_isr_size),
+        (
+            "ringmq_cluster_nodes_running",
+            "gauge",
+            "Nodes registered in etcd",
+            n.cluster_nodes_running,
         ),
     ):
         _header(lines, name, kind, help_text)

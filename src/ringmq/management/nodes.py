@@ -9,6 +9,11 @@ RabbitMQ's (`rabbit_mgmt_wm_nodes`: `mem_used`, `mem_limit`, `mem_alarm`, `disk_
 so rabbitmqadmin's `list nodes` and dashboards built on it fill in. The same probe feeds the
 health checks (health.py), `/metrics` (metrics.py) and the console's overview.
 
+Clustered (`--cluster-etcd`), the list has every node etcd knows: this one with its figures,
+the others with what etcd says of them (name, running, cluster address and ports). Every entry
+carries the cluster's fields: `role` ("leader"/"follower"), `epoch`, `in_sync` (in the ISR).
+A single node is its own leader: `role` "leader", `epoch` 0, `in_sync` true.
+
 Authorisation as RabbitMQ's `rabbit_mgmt_wm_node`: `is_authorized_monitor`, i.e. the
 `monitoring` or `administrator` tag.
 
@@ -33,6 +38,7 @@ from ringmq import __version__
 from ringmq.core.routing import EXCHANGE_TYPE_NAMES
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import Api
+from ringmq.management.cluster import cluster_of
 from ringmq.management.errors import NotFoundError
 from ringmq.management.port import Runtime
 
@@ -119,11 +125,46 @@ class NodeProbe:
         options = getattr(self.runtime, "options", None)
         return Path(getattr(options, "data_dir", "."))
 
+    def nodes_json(self, now_ms: int) -> list[dict[str, Any]]:
+        """RabbitMQ's `/api/nodes`: this node, and the cluster's others when clustered."""
+        cluster = cluster_of(self.runtime)
+        if cluster is None:
+            return [self.node_json(now_ms)]
+        view = cluster.view()
+        out = []
+        for n in view.nodes:
+            fields = {
+                "role": n.role,
+                "epoch": n.epoch,
+                "in_sync": n.in_sync,
+                "cluster_address": n.address,
+            }
+            if n.name == self.runtime.node:
+                out.append({**self.node_json(now_ms), **fields})
+            else:
+                out.append(
+                    {
+                        "name": n.name,
+                        "type": "disc",
+                        "running": n.running,
+                        "being_drained": False,
+                        "partitions": [],
+                        "alarms": [],
+                        "amqp_port": n.amqp_port,
+                        "http_port": n.http_port,
+                        **fields,
+                    }
+                )
+        return out
+
     def node_json(self, now_ms: int) -> dict[str, Any]:
-        """One element of RabbitMQ's `/api/nodes`."""
+        """This node's element of RabbitMQ's `/api/nodes`."""
         f = self.read(now_ms)
         return {
             "name": f.name,
+            "role": "leader",
+            "epoch": 0,
+            "in_sync": True,
             "type": "disc",
             "running": True,
             "being_drained": False,
@@ -169,13 +210,14 @@ def routes(api: Api, probe: NodeProbe) -> list[Route]:
     """`/api/nodes` and `/api/nodes/{name}`, wrapped by the API's error boundary."""
 
     async def nodes(request: Request) -> Response:
-        return JSONResponse([probe.node_json(api.clock_ms())])
+        return JSONResponse(probe.nodes_json(api.clock_ms()))
 
     async def node(request: Request) -> Response:
         name = unquote(request.path_params["name"])
-        if name != probe.runtime.node:
-            raise NotFoundError("Not Found")
-        return JSONResponse(probe.node_json(api.clock_ms()))
+        for entry in probe.nodes_json(api.clock_ms()):
+            if entry["name"] == name:
+                return JSONResponse(entry)
+        raise NotFoundError("Not Found")
 
     # who may call them: management.authz (monitoring or administrator, as RabbitMQ)
     return [

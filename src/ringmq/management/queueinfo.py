@@ -88,6 +88,7 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
         messages_persistent=persistent,
         consumers=len(q.consumers),
         ring_size=st.ring_size,
+        type=st.queue_type,
         counters=QueueCounters(
             publish=c.added + c.overflow_rejected,
             deliver=q.deliver,

@@ -68,7 +68,7 @@ class QueueInfo:
     exclusive_owner: str | None = None
     state: str = "running"
     type: str = "classic"
-    """`classic`, or `stream` (then `stream` says where its log stands)."""
+    """`x-queue-type`: "classic", "quorum" or "stream" (then `stream` says where its log stands)."""
     stream: dict[str, int] | None = None
     """A stream queue's log: first and last offsets, next offset, bytes and segments."""
 

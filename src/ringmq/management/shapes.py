@@ -97,6 +97,9 @@ def queue(q: QueueInfo, sampler: RateSampler, node: str) -> dict[str, Any]:
         "node": node,
         "type": q.type,
         **({"stream": q.stream} if q.stream is not None else {}),
+        # a quorum queue's group, as RabbitMQ lists it: here the node itself (replication is
+        # per shard, docs/clustering.md)
+        **({"leader": node, "members": [node]} if q.type == "quorum" else {}),
         "state": q.state,
         "messages": q.messages,
         "messages_ready": q.messages_ready,

@@ -14,6 +14,13 @@ import tomllib
 from pathlib import Path
 from typing import Any, Final
 
+from ringmq.cluster.settings import (
+    DEFAULT_CLUSTER_PORT,
+    DEFAULT_LEASE_TTL_S,
+    MIN_LEASE_TTL_S,
+    ClusterSettings,
+    parse_endpoints,
+)
 from ringmq.server.brokerxml import parse_artemis_xml
 from ringmq.server.configspec import (
     ARG_LAST_VALUE,
@@ -213,6 +220,7 @@ _TOP_KEYS: Final = frozenset(
         "amqp10",
         "auth",
         "management",
+        "cluster",
         "users",
         "vhosts",
         "permissions",
@@ -303,6 +311,11 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
     management = ManagementSpec()
     if (t := _table(doc, "management", where)) is not None:
         management = _management(t)
+        t.done()
+
+    cluster = None
+    if (t := _table(doc, "cluster", where)) is not None:
+        cluster = _cluster(t)
         t.done()
 
     users = []
@@ -432,6 +445,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         tls=tls,
         anonymous_login=anonymous,
         management=management,
+        cluster=cluster,
         users=tuple(users),
         vhosts=tuple(vhosts),
         permissions=tuple(perms),
@@ -448,6 +462,28 @@ def _anonymous(t: _Table, keys: tuple[str, str]) -> AnonymousLoginSpec:
     # the user: a user name, or "off"/"none"/false (no anonymous logins)
     user = t.value(keys[0], (str, bool), 'a user name or "off"')
     return AnonymousLoginSpec.of(user, t.opt_str(keys[1]), t.where, keys)
+
+
+def _cluster(t: _Table) -> ClusterSettings:
+    # [cluster]: etcd is a list of URLs or one comma-separated string, as --cluster-etcd
+    # (or absent: --cluster-etcd then says; options_from refuses a cluster without etcd)
+    raw = t.value("etcd", (str, list), "a list of etcd URLs")
+    etcd: tuple[str, ...] = ()
+    if raw is not None:
+        try:
+            etcd = parse_endpoints(raw if isinstance(raw, str) else ",".join(map(str, raw)))
+        except ValueError as exc:
+            raise ConfigError(f"{t.where}.etcd: {exc}") from None
+    port = t.opt_int("cluster_port", DEFAULT_CLUSTER_PORT, maximum=MAX_PORT)
+    return ClusterSettings(
+        etcd=etcd,
+        node_name=t.opt_str("node_name"),
+        cluster_port=_req(port),
+        advertise=t.opt_str("advertise"),
+        name=t.opt_str("name", "ringmq") or "ringmq",
+        lease_ttl_s=_req(t.opt_int("lease_ttl_s", DEFAULT_LEASE_TTL_S, minimum=MIN_LEASE_TTL_S)),
+        on_role_change=t.opt_str("on_role_change"),
+    )
 
 
 def _management(t: _Table) -> ManagementSpec:

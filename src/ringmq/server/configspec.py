@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from ringmq.cluster.settings import ClusterSettings
 from ringmq.core import arguments, wildcard
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
@@ -254,6 +255,8 @@ class FileConfig:
     tls: TLSSpec | None = None
     anonymous_login: AnonymousLoginSpec = AnonymousLoginSpec()
     management: ManagementSpec = ManagementSpec()
+    cluster: ClusterSettings | None = None
+    """The `[cluster]` table (None: a single node, as without one)."""
     users: tuple[UserSpec, ...] = ()
     vhosts: tuple[str, ...] = ()
     permissions: tuple[PermissionSpec, ...] = ()

@@ -6,10 +6,11 @@ table over the defaults; nothing here opens a socket or reads the clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
+from ringmq.cluster.settings import ClusterSettings, parse_endpoints
 from ringmq.server.configspec import ConfigError, FileConfig
 from ringmq.server.memory import MemoryLimits
 
@@ -20,6 +21,10 @@ DEFAULT_STOMP_PORT: Final = 61613
 DEFAULT_MQTT_PORT: Final = 1883
 DEFAULT_STREAM_PORT: Final = 5552
 DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
+
+
+DEFAULT_NODE: Final = "ringmq@localhost"
+"""The node name management reports when none is given (a cluster names its nodes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,8 @@ class ServerOptions:
             on a clean stop). `ringmq serve` names its data directory's and the user's
             runtime file; tests and embedding name none.
         replication: replicate the store to followers or follow a leader (None: single node).
+        node: node name reported to management (the cluster's node name when clustered).
+        cluster: how this node joins a cluster on etcd; None: a single node.
     """
 
     host: str = DEFAULT_HOST
@@ -81,9 +88,10 @@ class ServerOptions:
     data_dir: Path = DEFAULT_DATA_DIR
     config: FileConfig = field(default_factory=FileConfig)
     memory: MemoryLimits = field(default_factory=MemoryLimits)
-    node: str = "ringmq@localhost"
+    node: str = DEFAULT_NODE
     announce_to: tuple[Path, ...] = ()
     replication: ReplicationSettings | None = None
+    cluster: ClusterSettings | None = None
 
 
 def options_from(
@@ -101,6 +109,10 @@ def options_from(
     mqtt_port: int | None = None,
     stream_port: int | None = None,
     replication: ReplicationSettings | None = None,
+    cluster_etcd: str | None = None,
+    node_name: str | None = None,
+    cluster_port: int | None = None,
+    cluster_advertise: str | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -108,8 +120,12 @@ def options_from(
     the plain AMQP listener (only with TLS configured: some AMQP listener must remain), a
     stomp_port or mqtt_port of -1 that protocol's listener.
 
+    The cluster options (`--cluster-etcd` ...) win over the file's `[cluster]` table in the
+    same way; without either this is a single node.
+
     Raises:
-        ConfigError: the plain AMQP listener is off and no `[tls]` is configured.
+        ConfigError: the plain AMQP listener is off and no `[tls]` is configured; a cluster
+            option without etcd endpoints; a cluster node without a name.
     """
     listen = config.listen
     http = http_port if http_port is not None else listen.http_port
@@ -121,6 +137,8 @@ def options_from(
     stomp = _first(stomp_port, listen.stomp_port, DEFAULT_STOMP_PORT)
     mqtt = _first(mqtt_port, listen.mqtt_port, DEFAULT_MQTT_PORT)
     stream = _first(stream_port, listen.stream_port, DEFAULT_STREAM_PORT)
+    cluster = _cluster(config, cluster_etcd, node_name, cluster_port, cluster_advertise)
+    node = cluster.node_name if cluster is not None else node_name
     return ServerOptions(
         host=host or listen.host or DEFAULT_HOST,
         stomp_port=None if stomp < 0 else stomp,
@@ -135,7 +153,45 @@ def options_from(
         config=config,
         memory=memory or MemoryLimits(),
         replication=replication,
+        cluster=cluster,
+        node=node or DEFAULT_NODE,
     )
+
+
+def _cluster(
+    config: FileConfig,
+    etcd: str | None,
+    node_name: str | None,
+    port: int | None,
+    advertise: str | None,
+) -> ClusterSettings | None:
+    # the command line's cluster options over the file's [cluster]
+    settings = config.cluster
+    if etcd is not None:
+        try:
+            endpoints = parse_endpoints(etcd)
+        except ValueError as exc:
+            raise ConfigError(f"--cluster-etcd: {exc}") from None
+        settings = (
+            ClusterSettings(etcd=endpoints)
+            if settings is None
+            else replace(settings, etcd=endpoints)
+        )
+    if settings is None:
+        if port is not None or advertise is not None:
+            raise ConfigError("--cluster-port and --cluster-advertise need --cluster-etcd")
+        return None
+    if node_name is not None:
+        settings = replace(settings, node_name=node_name)
+    if port is not None:
+        settings = replace(settings, cluster_port=port)
+    if advertise is not None:
+        settings = replace(settings, advertise=advertise)
+    if not settings.etcd:
+        raise ConfigError("[cluster] needs etcd endpoints: [cluster] etcd or --cluster-etcd")
+    if not settings.node_name:
+        raise ConfigError("a cluster node needs a name: --node-name or [cluster] node_name")
+    return settings
 
 
 def _first(*values: int | None) -> int:

@@ -24,9 +24,13 @@ Management calls come in through the `Runtime` port methods below (`connections(
 so the effects it causes reach clients at once. The records they return are the server's own
 (`ringmq.status`: `ConnectionInfo`, `ListenerInfo`, the records management shows as they are).
 
-Shutdown: stop accepting, send Connection.Close 320 CONNECTION_FORCED to every client, give them
-a moment to answer, close the sockets, then stop the management server, wait for the last
-fsync and close the broker.
+Services (`Service`, e.g. the cluster node the composition root wires with `--cluster-etcd`)
+start once every listener is open and stop first at shutdown, before any connection closes
+(a leader steps down while it can still hand over).
+
+Shutdown: stop the services, stop accepting, send Connection.Close 320 CONNECTION_FORCED to
+every client, give them a moment to answer, close the sockets, then stop the management
+server, wait for the last fsync and close the broker.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias, TypeVar
 
 import uvicorn
 
@@ -98,6 +102,7 @@ __all__ = [
     "Core",
     "OpenCore",
     "ServerOptions",
+    "Service",
     "new_event_loop",
     "options_from",
     "tune_gc",
@@ -129,6 +134,16 @@ class Core:
 Emit: TypeAlias = Callable[[list[Effect]], None]
 OpenCore: TypeAlias = Callable[[Emit, int], Core]
 """`(emit, now_ms) -> Core`: builds the core; `emit` applies effects of admin calls as a batch."""
+
+
+class Service(Protocol):
+    """Something that runs beside the listeners on the server's loop (see the docstring)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 AppFactory: TypeAlias = Callable[["BrokerServer"], ASGIApp]
 """Builds the management app over a started server (its broker and its `Runtime` port)."""
 
@@ -197,6 +212,8 @@ class BrokerServer:
         """Failed logins per source address (AMQP and management HTTP share it)."""
         self.memory: MemoryMonitor | None = None
         """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
+        self.services: list[Service] = []
+        """Started after the listeners, stopped first (the composition root adds them)."""
 
     def attach(self, core: Core) -> None:
         """Build the server's parts around `core.broker` (`start()` does; benchmarks too)."""
@@ -371,6 +388,8 @@ class BrokerServer:
         self.timers.start(loop)
         self.reloader.start(loop)
         self._announce()
+        for service in self.services:
+            await service.start()
         self.ready.set()
 
     def _announce(self) -> None:
@@ -456,6 +475,11 @@ class BrokerServer:
         if self._stopped:
             return
         self._stopped = True
+        for service in reversed(self.services):
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("stopping %r failed", service)
         for lst in self._listeners:
             if lst.acceptor is not None:
                 lst.close()

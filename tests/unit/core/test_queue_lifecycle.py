@@ -157,7 +157,8 @@ def test_queue_types_ringmq_does_not_implement_are_refused_not_downgraded() -> N
     kit = Kit()
     ch = kit.open()
     kit.declare(ch, "plain", arguments={"x-queue-type": "classic"})
-    for kind in ("quorum",):
+    kit.declare(ch, "qq", durable=True, arguments={"x-queue-type": "quorum"})
+    for kind in ("mixed",):
         err = kit.error(ch, spec.QueueDeclare(queue=kind, arguments={"x-queue-type": kind}))
         assert err.code is ReplyCode.PRECONDITION_FAILED
         assert f"queue type '{kind}' is not implemented" in err.explanation

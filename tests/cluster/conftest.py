@@ -1,0 +1,210 @@
+"""etcd members and ringmq cluster nodes for the cluster tests (`@pytest.mark.cluster`).
+
+`etcd_cluster(n)` starts n etcd members (Debian's `etcd-server`: `.ci/run` installs it) on free
+loopback ports, each with its own data directory under tmp_path, and stops them; the tests skip,
+with the reason, when no etcd binary is found. `start_node` runs `ringmq serve` with the cluster
+options as a subprocess (tests/serve.py), so that a test can SIGKILL it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.serve import Serve
+
+ETCD = os.environ.get("RINGMQ_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
+LEASE_TTL_S = 2
+
+
+def etcd_binary() -> str:
+    if not (os.path.isfile(ETCD) and os.access(ETCD, os.X_OK)):
+        pytest.skip("no etcd binary (Debian's etcd-server; .ci/run installs it)")
+    return ETCD
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class EtcdMember:
+    def __init__(self, name: str, client: int, peer: int, data: Path) -> None:
+        self.name = name
+        self.client = client
+        self.peer = peer
+        self.data = data
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._args: tuple[str, str, Path] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client}"
+
+    def start(self, binary: str, initial_cluster: str, log: Path) -> None:
+        self._args = (binary, initial_cluster, log)
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    binary,
+                    "--name",
+                    self.name,
+                    "--data-dir",
+                    str(self.data),
+                    "--listen-client-urls",
+                    self.url,
+                    "--advertise-client-urls",
+                    self.url,
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{self.peer}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{self.peer}",
+                    "--initial-cluster",
+                    initial_cluster,
+                    "--initial-cluster-state",
+                    "new",
+                    "--initial-cluster-token",
+                    f"ringmq-test-{os.getpid()}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def restart(self) -> None:
+        """Start again on the same data directory (it rejoins its cluster)."""
+        assert self._args is not None
+        self.start(*self._args)
+
+
+class EtcdCluster:
+    """n etcd members on loopback (see the module docstring)."""
+
+    def __init__(self, n: int, root: Path) -> None:
+        binary = etcd_binary()
+        ports = free_ports(2 * n)
+        self.members = [
+            EtcdMember(f"e{i}", ports[2 * i], ports[2 * i + 1], root / f"etcd-e{i}")
+            for i in range(n)
+        ]
+        initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer}" for m in self.members)
+        for m in self.members:
+            m.start(binary, initial, root / f"etcd-{m.name}.log")
+        self.wait_healthy()
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(m.url for m in self.members)
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if all(
+                    httpx.get(f"{m.url}/health", timeout=1).json().get("health") == "true"
+                    for m in self.members
+                ):
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError("etcd did not become healthy")
+
+    def leader(self) -> EtcdMember:
+        """The member etcd's own Raft has as leader now."""
+        for m in self.members:
+            status = httpx.post(f"{m.url}/v3/maintenance/status", json={}, timeout=2).json()
+            if status["leader"] == status["header"]["member_id"]:
+                return m
+        raise AssertionError("etcd has no leader")
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.kill()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[Callable[[int], EtcdCluster]]:
+    started: list[EtcdCluster] = []
+
+    def start(n: int) -> EtcdCluster:
+        c = EtcdCluster(n, tmp_path)
+        started.append(c)
+        return c
+
+    yield start
+    for c in started:
+        c.stop()
+
+
+class Node(Serve):
+    """One clustered `ringmq serve` and its management API."""
+
+    def __init__(self, name: str, etcd: str, root: Path, *, ttl_s: int = LEASE_TTL_S) -> None:
+        self.name = name
+        self.hook_log = root / f"{name}.roles"
+        # the on_role_change hook appends "<role> <epoch> <leader>" to hook_log
+        hook = f"/bin/sh -c 'echo $0 $1 $2 >> {self.hook_log}'"
+        config = root / f"{name}.toml"
+        config.write_text(
+            f'[cluster]\nlease_ttl_s = {ttl_s}\nname = "test"\non_role_change = "{hook}"\n'
+        )
+        super().__init__(
+            root / name,
+            root / f"{name}.log",
+            http=True,
+            extra_args=(
+                "--config",
+                str(config),
+                "--cluster-etcd",
+                etcd,
+                "--node-name",
+                name,
+                "--cluster-port",
+                "0",
+            ),
+        )
+
+    def cluster(self) -> dict[str, Any]:
+        r = httpx.get(f"http://127.0.0.1:{self.http_port}/api/cluster", auth=("guest", "guest"))
+        r.raise_for_status()
+        body: dict[str, Any] = r.json()
+        return body
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+
+@pytest.fixture
+def start_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+    nodes: list[Node] = []
+
+    def start(name: str, etcd: str, **kw: Any) -> Node:
+        node = Node(name, etcd, tmp_path, **kw)
+        nodes.append(node)
+        return node
+
+    yield start
+    for n in nodes:
+        n.kill()
