@@ -55,6 +55,8 @@ LEAVES_PUBLISH: Final[dict[str, str]] = {
     "x-single-active-consumer": "which consumer gets deliveries: dispatch",
     "x-queue-type": "validated only ('classic'); a stream's publishes append to its log, a "
     "step every publish path takes before any fast one (`QueueEntity.stream`)",
+    "x-quorum-initial-group-size": "a quorum queue's group size: reported only",
+    "x-dead-letter-strategy": "how dead letters are handed on: not publish",
     "x-max-age": "a stream's retention by age: ignored by the other queue types",
     "x-stream-max-segment-size-bytes": "a stream's segment size: ignored by the other types",
 }
