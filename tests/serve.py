@@ -38,6 +38,7 @@ class Serve:
         mqtt: bool = False,
         timeout_s: float = 60.0,
         nofile: int | None = None,
+        config: Path | None = None,
     ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
@@ -59,6 +60,8 @@ class Serve:
             "--data-dir",
             str(data_dir),
         ]
+        if config is not None:
+            cmd += ["--config", str(config)]
 
         def limit() -> None:  # runs in the child, before exec
             assert nofile is not None

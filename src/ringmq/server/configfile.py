@@ -10,6 +10,7 @@ the names of `configspec.py` and `brokerxml.py` stay importable from here.
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Final
@@ -39,8 +40,10 @@ from ringmq.server.configspec import (
     LimitsSpec,
     ListenSpec,
     ManagementSpec,
+    NodeSpec,
     PermissionSpec,
     PolicySpec,
+    ProxySpec,
     QueueSpec,
     TLSSpec,
     UserSpec,
@@ -210,6 +213,7 @@ _TOP_KEYS: Final = frozenset(
         "server",
         "limits",
         "tls",
+        "cluster",
         "amqp10",
         "auth",
         "management",
@@ -297,6 +301,11 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
     if amqp10 is not None:  # the older spelling of the same setting
         anonymous = _anonymous(amqp10, ("anonymous_user", "anonymous_password"))
         amqp10.done()
+
+    proxy = ProxySpec()
+    if (t := _table(doc, "cluster", where)) is not None:
+        proxy = _proxy(t)
+        t.done()
 
     management = ManagementSpec()
     if (t := _table(doc, "management", where)) is not None:
@@ -438,8 +447,41 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         exchanges=tuple(exchanges),
         queues=tuple(queues),
         bindings=tuple(bindings),
+        proxy=proxy,
         refresh_period_ms=refresh,
     )
+
+
+def _proxy(t: _Table) -> ProxySpec:
+    # [cluster]: the client-facing keys (server/proxy.py)
+    trusted = t.str_list("proxy_protocol_from")
+    for entry in trusted:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ConfigError(f"{t.where}.proxy_protocol_from: bad address {entry!r}") from None
+    leader = t.table("leader")
+    raw_nodes = t.value("nodes", (list,), "an array of tables ([[cluster.nodes]])") or []
+    nodes = [_node(_Table(n, f"{t.where}.nodes[{i}]")) for i, n in enumerate(raw_nodes)]
+    return ProxySpec(
+        proxy=bool(t.opt_bool("proxy", True)),
+        proxy_protocol_from=trusted,
+        leader=_node(_Table(leader, f"{t.where}.leader")) if leader else None,
+        nodes=tuple(nodes),
+    )
+
+
+def _node(t: _Table) -> NodeSpec:
+    node = NodeSpec(
+        name=t.opt_str("name", "leader") or "leader",
+        host=t.req_str("host"),
+        amqp_port=t.opt_int("amqp_port", maximum=MAX_PORT),
+        stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
+        mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
+        http_port=t.opt_int("http_port", maximum=MAX_PORT),
+    )
+    t.done()
+    return node
 
 
 def _anonymous(t: _Table, keys: tuple[str, str]) -> AnonymousLoginSpec:

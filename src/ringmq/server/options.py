@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ringmq.server.configspec import ConfigError, FileConfig
 from ringmq.server.memory import MemoryLimits
+
+if TYPE_CHECKING:
+    from ringmq.server.proxy import LeaderProvider
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_AMQP_PORT: Final = 5672
@@ -41,6 +44,8 @@ class ServerOptions:
         announce_to: files the running broker writes its URLs to (`ringmq.announce`; removed
             on a clean stop). `ringmq serve` names its data directory's and the user's
             runtime file; tests and embedding name none.
+        leader: who leads the cluster (the etcd control plane's provider); None: the
+            configuration file's `[cluster.leader]`, if any, else a single node.
     """
 
     host: str = DEFAULT_HOST
@@ -56,6 +61,7 @@ class ServerOptions:
     memory: MemoryLimits = field(default_factory=MemoryLimits)
     node: str = "ringmq@localhost"
     announce_to: tuple[Path, ...] = ()
+    leader: LeaderProvider | None = None
 
 
 def options_from(
