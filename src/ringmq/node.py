@@ -34,10 +34,14 @@ from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.adapters.amqp091.connection import Amqp091Handlers
+from ringmq.adapters.amqp091.refusal import Amqp091Refuser
 from ringmq.adapters.amqp10.handler import factory as amqp10_handler
+from ringmq.adapters.amqp10.refusal import Amqp10Refuser
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
+from ringmq.adapters.mqtt.refusal import MqttRefuser
 from ringmq.adapters.stomp import stomp_handler
+from ringmq.adapters.stomp.refusal import StompRefuser
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
@@ -48,6 +52,7 @@ from ringmq.server.configspec import FileConfig
 from ringmq.server.httpserve import ASGIApp
 from ringmq.server.memory import MemoryMonitor
 from ringmq.server.options import ServerOptions
+from ringmq.server.refusal import RefuserFactory
 from ringmq.server.runtime import BrokerServer, Core, Emit, OpenCore
 from ringmq.server.setup import apply_declarations, broker_config
 from ringmq.server.thread import ServerThread, run_server
@@ -134,6 +139,15 @@ them from a configuration file."""
 
 
 PROTOCOL_TICKS: dict[str, ProtocolTick] = {"mqtt": mqtt_tick}
+
+PROTOCOL_REFUSERS: dict[str, RefuserFactory] = {
+    "amqp091": Amqp091Refuser,
+    "amqp10": Amqp10Refuser,
+    "stomp": StompRefuser,
+    "mqtt": MqttRefuser,
+}
+"""How each protocol refuses a client on a follower that does not relay (`[cluster] proxy =
+false`, server/refusal.py), by the keys of `PROTOCOL_HANDLERS`."""
 """The adapter protocols' own periodic work (`ProtocolTick`), by the same keys."""
 
 
@@ -249,6 +263,7 @@ def server(
         app_factory=management_app,
         handlers=wired,
         ticks=PROTOCOL_TICKS,
+        refusers=PROTOCOL_REFUSERS,
     )
 
 

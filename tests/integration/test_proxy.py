@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import queue
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from typing import Any
 import pika
 import pytest
 import stomp
-from proton import Message
+from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
 from tests.integration.conftest import wait_until
@@ -194,23 +195,109 @@ def test_a_leader_that_goes_away_closes_relayed_connections(tmp_path: Path) -> N
         leader.kill()
 
 
-def test_refusal_http_redirects_to_the_leader(tmp_path: Path) -> None:
-    leader = start(tmp_path, "leader", TRUST_LOOPBACK)
-    follower = start(tmp_path, "follower", follower_config(leader, proxy=False))
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve, Serve]]:
+    """A leader and a follower with `[cluster] proxy = false`."""
+    tmp = tmp_path_factory.mktemp("refusing")
+    leader = start(tmp, "leader", TRUST_LOOPBACK)
     try:
-        assert follower.http_port is not None
-        req = urllib.request.Request(f"http://127.0.0.1:{follower.http_port}/api/overview")
-        opener = urllib.request.build_opener(_NoRedirect)
-        with pytest.raises(urllib.error.HTTPError) as err:
-            opener.open(req, timeout=10)
-        err.value.close()
-        assert err.value.code == 307
-        assert err.value.headers["Location"] == (
-            f"http://127.0.0.1:{leader.http_port}/api/overview"
-        )
-    finally:
-        follower.stop()
+        follower = start(tmp, "follower", follower_config(leader, proxy=False))
+    except BaseException:
         leader.stop()
+        raise
+    yield leader, follower
+    follower.stop()
+    leader.stop()
+
+
+def test_refusal_amqp091_closes_with_530_naming_the_leader(
+    refusing: tuple[Serve, Serve],
+) -> None:
+    leader, follower = refusing
+    params = pika.ConnectionParameters("127.0.0.1", follower.port, connection_attempts=1)
+    # pika reports a close during the handshake as a refused vhost, with the broker's words
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as err:
+        pika.BlockingConnection(params)
+    assert "(530) 'NOT_ALLOWED - not the leader" in str(err.value)
+    assert f"127.0.0.1:{leader.port}" in str(err.value)
+
+
+def test_refusal_amqp10_redirects_to_the_leader(refusing: tuple[Serve, Serve]) -> None:
+    leader, follower = refusing
+    with pytest.raises(ConnectionException) as err:
+        BlockingConnection(f"amqp://guest:guest@127.0.0.1:{follower.port}", timeout=10)
+    cond = err.value.args[0]
+    assert "amqp:connection:redirect" in str(cond)
+    assert f"127.0.0.1:{leader.port}" in str(cond)
+
+
+def test_refusal_amqp10_redirect_info_names_the_leader(refusing: tuple[Serve, Serve]) -> None:
+    leader, follower = refusing
+    with socket.create_connection(("127.0.0.1", follower.port), timeout=10) as s:
+        s.sendall(b"AMQP\x00\x01\x00\x00")
+        got = b""
+        while True:  # until the follower closes (it does after the close frame)
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    assert got.startswith(b"AMQP\x00\x01\x00\x00")
+    assert b"amqp:connection:redirect" in got
+    assert b"network-host" in got
+    assert leader.port.to_bytes(4, "big") in got  # the port, a uint
+
+
+class _Errors(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.errors: queue.Queue[Any] = queue.Queue()
+
+    def on_error(self, frame: Any) -> None:
+        self.errors.put(frame)
+
+
+def test_refusal_stomp_error_names_the_leader(refusing: tuple[Serve, Serve]) -> None:
+    leader, follower = refusing
+    assert follower.stomp_port is not None
+    conn = stomp.Connection12([("127.0.0.1", follower.stomp_port)], reconnect_attempts_max=1)
+    errors = _Errors()
+    conn.set_listener("errors", errors)
+    with pytest.raises(stomp.exception.ConnectFailedException):
+        conn.connect("guest", "guest", wait=True)
+    frame = errors.errors.get(timeout=10)
+    assert f"127.0.0.1:{leader.stomp_port}" in frame.headers["message"]
+
+
+def test_refusal_mqtt5_says_use_another_server(refusing: tuple[Serve, Serve]) -> None:
+    _leader, follower = refusing
+    assert follower.mqtt_port is not None
+    client = Paho(follower.mqtt_port, "refused-v5", v5=True)
+    try:
+        assert client.refused
+        assert client.connack.value == 0x9C  # use another server
+    finally:
+        client.disconnect()
+
+
+def test_refusal_mqtt311_is_refused(refusing: tuple[Serve, Serve]) -> None:
+    _leader, follower = refusing
+    assert follower.mqtt_port is not None
+    client = Paho(follower.mqtt_port, "refused-v3")
+    try:
+        assert client.refused
+    finally:
+        client.disconnect()
+
+
+def test_refusal_http_redirects_to_the_leader(refusing: tuple[Serve, Serve]) -> None:
+    leader, follower = refusing
+    assert follower.http_port is not None
+    req = urllib.request.Request(f"http://127.0.0.1:{follower.http_port}/api/overview")
+    opener = urllib.request.build_opener(_NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        opener.open(req, timeout=10)
+    err.value.close()
+    assert err.value.code == 307
+    assert err.value.headers["Location"] == (f"http://127.0.0.1:{leader.http_port}/api/overview")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol, cast
 
+from ringmq.server.handlers import AMQP10_HEADERS
 from ringmq.server.proxy import LeaderAddresses
 
 log = logging.getLogger(__name__)
@@ -104,16 +105,41 @@ class HttpRefuser:
         return (head + body).encode("latin-1"), True
 
 
+class AmqpPortRefuser:
+    """The AMQP port's refusal: 0-9-1's or 1.0's, told apart by the protocol header."""
+
+    def __init__(self, amqp091: Refuser, amqp10: Refuser) -> None:
+        self.amqp091 = amqp091
+        self.amqp10 = amqp10
+        self.chosen: Refuser | None = None
+        self.head = b""
+
+    def receive(self, data: bytes) -> tuple[bytes, bool]:
+        if self.chosen is None:
+            self.head += data
+            if len(self.head) < 8:
+                return b"", False
+            is_10 = self.head[:8] in AMQP10_HEADERS
+            self.chosen = self.amqp10 if is_10 else self.amqp091
+            data, self.head = self.head, b""
+        return self.chosen.receive(data)
+
+
 class Refusals:
     """The refusal of each listener's protocol (`ProxyGate`'s `refuse`).
 
     Args:
-        refusers: the protocols' refusers by listener protocol ("amqp", "stomp", "mqtt"),
-            from the composition root; "http" is added here.
+        refusers: the protocols' refusers by handler key ("amqp091", "amqp10", "stomp",
+            "mqtt"), from the composition root; the AMQP port's and HTTP's are made here.
     """
 
     def __init__(self, refusers: Mapping[str, RefuserFactory]) -> None:
         self.refusers: dict[str, RefuserFactory] = {"http": HttpRefuser, **refusers}
+        amqp091, amqp10 = refusers.get("amqp091"), refusers.get("amqp10")
+        if amqp091 is not None and amqp10 is not None:
+            self.refusers["amqp"] = lambda h, p: AmqpPortRefuser(amqp091(h, p), amqp10(h, p))
+        elif amqp091 is not None or amqp10 is not None:
+            self.refusers["amqp"] = cast("RefuserFactory", amqp091 or amqp10)
 
     def __call__(self, protocol: str, leader: LeaderAddresses) -> asyncio.Protocol | None:
         base = protocol.split("/", 1)[0]
