@@ -25,7 +25,8 @@ import stomp
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
-from tests.integration.conftest import wait_until
+from ringmq.server.proxy import LeaderAddresses, StaticLeader
+from tests.integration.conftest import BrokerFactory, wait_until
 from tests.integration.mqtt.clients import Paho
 from tests.serve import Serve
 
@@ -303,3 +304,25 @@ def test_refusal_http_redirects_to_the_leader(refusing: tuple[Serve, Serve]) -> 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
+
+
+def test_a_leader_change_closes_relays_and_new_clients_follow_it(
+    broker_factory: BrokerFactory,
+) -> None:
+    # in-process nodes, so the test can tell the follower's provider that the leader changed
+    leader = broker_factory(TRUST_LOOPBACK)
+    provider = StaticLeader(LeaderAddresses("leader", "127.0.0.1", amqp_port=leader.port))
+    follower = broker_factory(leader=provider)
+    relayed = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", follower.port))
+    relayed.channel().queue_declare("only-on-the-old-leader")
+    follower.call(lambda: provider.set(None))  # this node leads now
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        drain_until_closed(relayed)
+    # a new client is served by the follower itself, which has no such queue
+    direct = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", follower.port))
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+            direct.channel().queue_declare("only-on-the-old-leader", passive=True)
+        assert err.value.reply_code == 404
+    finally:
+        direct.close()
