@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -52,6 +53,7 @@ from ringmq.server.configspec import FileConfig
 from ringmq.server.httpserve import ASGIApp
 from ringmq.server.memory import MemoryMonitor
 from ringmq.server.options import ServerOptions
+from ringmq.server.proxy import LeaderProvider, static_provider
 from ringmq.server.refusal import RefuserFactory
 from ringmq.server.runtime import BrokerServer, Core, Emit, OpenCore
 from ringmq.server.setup import apply_declarations, broker_config
@@ -254,6 +256,11 @@ def server(
     """
     opener = open_core(options) if broker is None else _given(broker)
     wired = protocol_handlers(options.config, amqp091)
+    provider = options.leader or static_provider(options.config.proxy)
+    if provider is not None:
+        # one provider for the relays and AMQP 1.0's failover list
+        options = replace(options, leader=provider)
+        wired["amqp10"] = amqp10_handler(failover=_failover_list(provider))
     if handlers is not None:
         wired = {"amqp091": wired["amqp091"], **handlers}
     return BrokerServer(
@@ -265,6 +272,13 @@ def server(
         ticks=PROTOCOL_TICKS,
         refusers=PROTOCOL_REFUSERS,
     )
+
+
+def _failover_list(provider: LeaderProvider) -> Callable[[], list[tuple[str, int]]]:
+    def servers() -> list[tuple[str, int]]:
+        return [(n.host, n.amqp_port) for n in provider.nodes() if n.amqp_port is not None]
+
+    return servers
 
 
 def _given(broker: Broker) -> OpenCore:

@@ -326,3 +326,32 @@ def test_a_leader_change_closes_relays_and_new_clients_follow_it(
         assert err.value.reply_code == 404
     finally:
         direct.close()
+
+
+def open_properties(port: int) -> dict[Any, Any]:
+    c = BlockingConnection(f"amqp://guest:guest@127.0.0.1:{port}", timeout=10)
+    try:
+        assert c.conn is not None
+        return dict(c.conn.remote_properties or {})
+    finally:
+        c.close()
+
+
+def test_amqp10_open_lists_the_cluster_nodes_for_failover(broker_factory: BrokerFactory) -> None:
+    node = broker_factory(
+        "[[cluster.nodes]]\n"
+        'name = "a"\nhost = "10.0.0.1"\namqp_port = 5672\n'
+        "[[cluster.nodes]]\n"
+        'name = "b"\nhost = "10.0.0.2"\namqp_port = 5673\n'
+    )
+    servers = open_properties(node.port)["failover-server-list"]
+    assert [(s["network-host"], s["port"]) for s in servers] == [
+        ("10.0.0.1", 5672),
+        ("10.0.0.2", 5673),
+    ]
+
+
+def test_a_single_node_open_has_no_failover_list(broker_factory: BrokerFactory) -> None:
+    props = open_properties(broker_factory().port)
+    assert "failover-server-list" not in props
+    assert props["product"] == "ringmq"
