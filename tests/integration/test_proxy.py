@@ -13,6 +13,7 @@ import base64
 import json
 import queue
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,8 +27,10 @@ from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
 from ringmq.server.proxy import LeaderAddresses, StaticLeader
+from tests.facade import admin_of
 from tests.integration.conftest import BrokerFactory, wait_until
 from tests.integration.mqtt.clients import Paho
+from tests.integration.test_config import _self_signed
 from tests.serve import Serve
 
 pytestmark = pytest.mark.integration
@@ -355,3 +358,29 @@ def test_a_single_node_open_has_no_failover_list(broker_factory: BrokerFactory) 
     props = open_properties(broker_factory().port)
     assert "failover-server-list" not in props
     assert props["product"] == "ringmq"
+
+
+def test_amqps_ends_at_the_follower_and_is_relayed_in_clear(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    leader = broker_factory(TRUST_LOOPBACK)
+    cert, key = _self_signed(tmp_path)
+    provider = StaticLeader(LeaderAddresses("leader", "127.0.0.1", amqp_port=leader.port))
+    follower = broker_factory(
+        f'[tls]\ncert_file = "{cert}"\nkey_file = "{key}"\nport = 0\n', leader=provider
+    )
+    ctx = ssl.create_default_context(cafile=str(cert))
+    params = pika.ConnectionParameters(
+        "127.0.0.1", follower.server.amqps_port, ssl_options=pika.SSLOptions(ctx)
+    )
+    with pika.BlockingConnection(params) as conn:
+        ch = conn.channel()
+        ch.queue_declare("secure-via-follower")
+        ch.basic_publish("", "secure-via-follower", b"tls")
+        assert ch.basic_get("secure-via-follower", auto_ack=True)[2] == b"tls"
+        client_port = pika_local_port(conn)
+        peers = {c.peer_port for c in leader.call(leader.server.connections)}
+        assert client_port in peers
+    assert "secure-via-follower" not in {
+        q.name for q in follower.call(lambda: admin_of(follower).queues("/"))
+    }
