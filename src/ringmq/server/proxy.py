@@ -291,8 +291,9 @@ class ProxyGate:
                 return refusal if refusal is not None else factory()
             port = leader.port_of(protocol)
             if port is None:
-                log.info("the leader %s has no %s port: serving locally", leader.node, protocol)
-                return factory()
+                # serving here would write beside the leader: the client must go elsewhere
+                log.info("the leader %s has no %s port: closing the client", leader.node, protocol)
+                return _Closer()
             # the management port's leader reads no PROXY header (uvicorn does not parse one)
             relay = Relay((leader.host, port), self.relays, header=protocol not in _NO_HEADER)
             return relay.client
@@ -317,6 +318,13 @@ class ProxyGate:
 
 
 _NO_HEADER: Final = frozenset({"http", "https"})
+
+
+class _Closer(asyncio.Protocol):
+    """Closes the connection at once (a protocol the leader does not serve)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
 
 
 def addresses(node: NodeSpec) -> LeaderAddresses:
