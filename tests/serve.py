@@ -45,6 +45,7 @@ class Serve:
         extra: tuple[str, ...] = (),
         wait: re.Pattern[bytes] | None = None,
         extra_args: tuple[str, ...] = (),
+        config: Path | None = None,
     ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
@@ -70,6 +71,8 @@ class Serve:
             *extra,
             *extra_args,
         ]
+        if config is not None:
+            cmd += ["--config", str(config)]
 
         def limit() -> None:  # runs in the child, before exec
             assert nofile is not None

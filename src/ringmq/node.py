@@ -34,15 +34,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.adapters.amqp091.connection import Amqp091Handlers
+from ringmq.adapters.amqp091.refusal import Amqp091Refuser
 from ringmq.adapters.amqp10.handler import factory as amqp10_handler
+from ringmq.adapters.amqp10.refusal import Amqp10Refuser
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
+from ringmq.adapters.mqtt.refusal import MqttRefuser
 from ringmq.adapters.stomp import stomp_handler
+from ringmq.adapters.stomp.refusal import StompRefuser
 from ringmq.adapters.stream import stream_handler
 from ringmq.cluster.agent import ClusterNode
 from ringmq.cluster.keys import NodeRecord
@@ -56,6 +61,8 @@ from ringmq.server.configspec import FileConfig
 from ringmq.server.httpserve import ASGIApp
 from ringmq.server.memory import MemoryMonitor
 from ringmq.server.options import ServerOptions
+from ringmq.server.proxy import LeaderProvider, static_provider
+from ringmq.server.refusal import RefuserFactory
 from ringmq.server.runtime import BrokerServer, Core, Emit, OpenCore
 from ringmq.server.setup import apply_declarations, broker_config
 from ringmq.server.thread import ServerThread, run_server
@@ -144,6 +151,15 @@ them from a configuration file."""
 
 
 PROTOCOL_TICKS: dict[str, ProtocolTick] = {"mqtt": mqtt_tick}
+
+PROTOCOL_REFUSERS: dict[str, RefuserFactory] = {
+    "amqp091": Amqp091Refuser,
+    "amqp10": Amqp10Refuser,
+    "stomp": StompRefuser,
+    "mqtt": MqttRefuser,
+}
+"""How each protocol refuses a client on a follower that does not relay (`[cluster] proxy =
+false`, server/refusal.py), by the keys of `PROTOCOL_HANDLERS`."""
 """The adapter protocols' own periodic work (`ProtocolTick`), by the same keys."""
 
 
@@ -254,6 +270,11 @@ def server(
     """
     opener = open_core(options) if broker is None else _given(broker)
     wired = protocol_handlers(options.config, amqp091)
+    provider = options.leader or static_provider(options.config.proxy)
+    if provider is not None:
+        # one provider for the relays and AMQP 1.0's failover list
+        options = replace(options, leader=provider)
+        wired["amqp10"] = amqp10_handler(failover=_failover_list(provider))
     if handlers is not None:
         wired = {"amqp091": wired["amqp091"], **handlers}
     srv = BrokerServer(
@@ -263,6 +284,7 @@ def server(
         app_factory=management_app,
         handlers=wired,
         ticks=PROTOCOL_TICKS,
+        refusers=PROTOCOL_REFUSERS,
     )
     if options.cluster is not None:
         srv.services.append(cluster_node(srv))
@@ -294,6 +316,13 @@ def _port(srv: BrokerServer, protocol: str) -> int | None:
         return srv.port_of(protocol)
     except LookupError:
         return None
+
+
+def _failover_list(provider: LeaderProvider) -> Callable[[], list[tuple[str, int]]]:
+    def servers() -> list[tuple[str, int]]:
+        return [(n.host, n.amqp_port) for n in provider.nodes() if n.amqp_port is not None]
+
+    return servers
 
 
 def _given(broker: Broker) -> OpenCore:

@@ -10,6 +10,7 @@ the names of `configspec.py` and `brokerxml.py` stay importable from here.
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Final
@@ -46,8 +47,10 @@ from ringmq.server.configspec import (
     LimitsSpec,
     ListenSpec,
     ManagementSpec,
+    NodeSpec,
     PermissionSpec,
     PolicySpec,
+    ProxySpec,
     QueueSpec,
     TLSSpec,
     UserSpec,
@@ -146,6 +149,10 @@ class _Table:
         if not isinstance(value, types):
             raise ConfigError(f"{self.where}.{key}: expected {what}, got {type(value).__name__}")
         return value
+
+    def has_any(self, keys: tuple[str, ...]) -> bool:
+        """Whether any of `keys` is set (marks none of them used)."""
+        return any(k in self._data for k in keys)
 
     def opt_str(self, key: str, default: str | None = None) -> str | None:
         v = self.value(key, (str,), "a string")
@@ -308,14 +315,19 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         anonymous = _anonymous(amqp10, ("anonymous_user", "anonymous_password"))
         amqp10.done()
 
+    # [cluster]: the client-facing keys (server/proxy.py) and, when any of its keys is
+    # given, the etcd control plane's (ringmq.cluster): one table, every key checked once
+    proxy = ProxySpec()
+    cluster = None
+    if (t := _table(doc, "cluster", where)) is not None:
+        proxy = _proxy(t)
+        if t.has_any(_ETCD_CLUSTER_KEYS):
+            cluster = _cluster(t)
+        t.done()
+
     management = ManagementSpec()
     if (t := _table(doc, "management", where)) is not None:
         management = _management(t)
-        t.done()
-
-    cluster = None
-    if (t := _table(doc, "cluster", where)) is not None:
-        cluster = _cluster(t)
         t.done()
 
     users = []
@@ -454,14 +466,59 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         exchanges=tuple(exchanges),
         queues=tuple(queues),
         bindings=tuple(bindings),
+        proxy=proxy,
         refresh_period_ms=refresh,
     )
+
+
+def _proxy(t: _Table) -> ProxySpec:
+    # [cluster]: the client-facing keys (server/proxy.py)
+    trusted = t.str_list("proxy_protocol_from")
+    for entry in trusted:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ConfigError(f"{t.where}.proxy_protocol_from: bad address {entry!r}") from None
+    leader = t.table("leader")
+    raw_nodes = t.value("nodes", (list,), "an array of tables ([[cluster.nodes]])") or []
+    nodes = [_node(_Table(n, f"{t.where}.nodes[{i}]")) for i, n in enumerate(raw_nodes)]
+    return ProxySpec(
+        proxy=bool(t.opt_bool("proxy", True)),
+        proxy_protocol_from=trusted,
+        leader=_node(_Table(leader, f"{t.where}.leader")) if leader else None,
+        nodes=tuple(nodes),
+    )
+
+
+def _node(t: _Table) -> NodeSpec:
+    node = NodeSpec(
+        name=t.opt_str("name", "leader") or "leader",
+        host=t.req_str("host"),
+        amqp_port=t.opt_int("amqp_port", maximum=MAX_PORT),
+        stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
+        mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
+        http_port=t.opt_int("http_port", maximum=MAX_PORT),
+    )
+    t.done()
+    return node
 
 
 def _anonymous(t: _Table, keys: tuple[str, str]) -> AnonymousLoginSpec:
     # the user: a user name, or "off"/"none"/false (no anonymous logins)
     user = t.value(keys[0], (str, bool), 'a user name or "off"')
     return AnonymousLoginSpec.of(user, t.opt_str(keys[1]), t.where, keys)
+
+
+_ETCD_CLUSTER_KEYS: Final = (
+    "etcd",
+    "node_name",
+    "cluster_port",
+    "advertise",
+    "name",
+    "lease_ttl_s",
+    "on_role_change",
+)
+"""The `[cluster]` keys of the etcd control plane (`_cluster`); the others are the proxy's."""
 
 
 def _cluster(t: _Table) -> ClusterSettings:

@@ -245,6 +245,37 @@ class AnonymousLoginSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A cluster node's client-facing addresses, as a configuration file names them."""
+
+    name: str
+    host: str
+    amqp_port: int | None = None
+    stomp_port: int | None = None
+    mqtt_port: int | None = None
+    http_port: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySpec:
+    """How clients of a follower reach the leader (`[cluster]`, server/proxy.py).
+
+    Attributes:
+        proxy: relay a follower's client connections to the leader (False: refuse them with
+            each protocol's error naming the leader).
+        proxy_protocol_from: addresses or networks whose PROXY protocol headers this node
+            believes (the cluster's members); empty: none.
+        leader: a fixed leader (`[cluster.leader]`), for two nodes without etcd (tests).
+        nodes: the cluster's nodes (`[[cluster.nodes]]`), for AMQP 1.0's failover list.
+    """
+
+    proxy: bool = True
+    proxy_protocol_from: tuple[str, ...] = ()
+    leader: NodeSpec | None = None
+    nodes: tuple[NodeSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class FileConfig:
     """Everything one configuration file says."""
 
@@ -265,6 +296,7 @@ class FileConfig:
     exchanges: tuple[ExchangeSpec, ...] = ()
     queues: tuple[QueueSpec, ...] = ()
     bindings: tuple[BindingSpec, ...] = ()
+    proxy: ProxySpec = ProxySpec()
     refresh_period_ms: int | None = None
     """Reload address-settings when the file changes, polled at this period (None: never)."""
 

@@ -147,6 +147,23 @@ class Handlers:
 
         return make
 
+    def amqp_port_factory(self, *, tls: bool) -> Callable[[], asyncio.Protocol]:
+        """The AMQP port's connections: 0-9-1 or 1.0 alone, or told apart by the protocol
+        header (`AmqpPortSniffer`)."""
+        amqp091 = self.protocol_factory("amqp091", tls=tls) if "amqp091" in self.factories else None
+        amqp10 = self.protocol_factory("amqp10", tls=tls) if "amqp10" in self.factories else None
+        if amqp10 is None or amqp091 is None:
+            one = amqp091 or amqp10
+            if one is None:
+                raise LookupError("no AMQP protocol wired for the AMQP port")
+            return one
+        timeout_s = self.limits.handshake_timeout_ms / 1000
+
+        def make() -> asyncio.Protocol:
+            return AmqpPortSniffer(amqp091, amqp10, timeout_s)
+
+        return make
+
     def _now_ms(self) -> int:
         return self.clock.wall_ms()
 
@@ -346,6 +363,8 @@ class AmqpPortSniffer(asyncio.Protocol):
         self._transport: asyncio.BaseTransport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._head = b""
+        self.forwarded_peer: tuple[str, int] | None = None
+        """The client's address from a PROXY header, passed on to the connection."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
@@ -383,6 +402,8 @@ class AmqpPortSniffer(asyncio.Protocol):
         self._transport = None
         make = self._amqp10 if head[:8] in AMQP10_HEADERS else self._amqp091
         proto = make()
+        if self.forwarded_peer is not None and isinstance(proto, ClientConnection):
+            proto.forwarded_peer = self.forwarded_peer
         transport.set_protocol(proto)
         proto.connection_made(transport)
         proto.data_received(head)

@@ -90,10 +90,15 @@ def request_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
 
 
 def uvicorn_config(
-    app: ASGIApp, *, request_timeout_s: float, tls: TLSSpec | None = None
+    app: ASGIApp,
+    *,
+    request_timeout_s: float,
+    tls: TLSSpec | None = None,
+    wrap: Callable[[Callable[[], asyncio.Protocol]], Callable[[], asyncio.Protocol]] | None = None,
 ) -> uvicorn.Config:
     """The uvicorn configuration of the management server; HTTPS with `tls`'s certificate
-    (and its CA and `verify_peer` for client certificates) when given."""
+    (and its CA and `verify_peer` for client certificates) when given. `wrap` chooses per
+    connection between uvicorn's protocol and another (a cluster follower's relay)."""
     extra: dict[str, Any] = {}
     if tls is not None:
         extra = {
@@ -107,9 +112,24 @@ def uvicorn_config(
         log_level="warning",
         lifespan="off",
         access_log=False,
-        http=request_timeout_protocol(request_timeout_s),
+        http=_wrapped(request_timeout_protocol(request_timeout_s), wrap),
         **extra,
     )
+
+
+def _wrapped(
+    cls: type[H11Protocol],
+    wrap: Callable[[Callable[[], asyncio.Protocol]], Callable[[], asyncio.Protocol]] | None,
+) -> Any:
+    # uvicorn calls its `http` class with keyword arguments (config, server_state...); any
+    # callable returning a protocol will do
+    if wrap is None:
+        return cls
+
+    def make(**kwargs: Any) -> asyncio.Protocol:
+        return wrap(lambda: cls(**kwargs))()
+
+    return make
 
 
 __all__ = ["ASGIApp", "request_timeout_protocol", "uvicorn_config"]

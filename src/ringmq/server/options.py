@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ringmq.cluster.settings import ClusterSettings, parse_endpoints
 from ringmq.server.configspec import ConfigError, FileConfig
 from ringmq.server.memory import MemoryLimits
+
+if TYPE_CHECKING:
+    from ringmq.server.proxy import LeaderProvider
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_AMQP_PORT: Final = 5672
@@ -74,6 +77,8 @@ class ServerOptions:
         replication: replicate the store to followers or follow a leader (None: single node).
         node: node name reported to management (the cluster's node name when clustered).
         cluster: how this node joins a cluster on etcd; None: a single node.
+        leader: who leads the cluster (the etcd control plane's provider); None: the
+            configuration file's `[cluster.leader]`, if any, else a single node.
     """
 
     host: str = DEFAULT_HOST
@@ -92,6 +97,7 @@ class ServerOptions:
     announce_to: tuple[Path, ...] = ()
     replication: ReplicationSettings | None = None
     cluster: ClusterSettings | None = None
+    leader: LeaderProvider | None = None
 
 
 def options_from(

@@ -58,7 +58,7 @@ from ringmq.server.configspec import TLSSpec
 from ringmq.server.connections import Connections
 from ringmq.server.datadir import DataDirLock
 from ringmq.server.flow import PublisherFlow
-from ringmq.server.handlers import AmqpPortSniffer, Handlers
+from ringmq.server.handlers import Handlers
 from ringmq.server.httpserve import ASGIApp, uvicorn_config
 from ringmq.server.listener import (
     Listener,
@@ -77,7 +77,10 @@ from ringmq.server.options import (
     ServerOptions,
     options_from,
 )
+from ringmq.server.proxy import ProxyGate, static_provider
+from ringmq.server.proxyheader import TrustedPeers, reading_headers
 from ringmq.server.records import connection_info
+from ringmq.server.refusal import Refusals, RefuserFactory
 from ringmq.server.reload import ConfigReload
 from ringmq.server.replication_leader import ReplicationLeader
 from ringmq.server.timers import CLOSE_OK_TIMEOUT_S, Timers
@@ -164,6 +167,8 @@ class BrokerServer:
             missing here gets no listener (the AMQP port serves whichever of "amqp091" and
             "amqp10" are wired, told apart by the protocol header).
         ticks: the protocols' own periodic work, by the same keys (`ProtocolTick`).
+        refusers: how each listener's protocol ("amqp", "stomp", "mqtt") refuses a client
+            while another node leads and `[cluster] proxy = false` (server/refusal.py).
     """
 
     broker: Broker
@@ -184,9 +189,11 @@ class BrokerServer:
         app_factory: AppFactory | None = None,
         handlers: Mapping[str, HandlerFactory] | None = None,
         ticks: Mapping[str, ProtocolTick] | None = None,
+        refusers: Mapping[str, RefuserFactory] | None = None,
     ) -> None:
         self.options = options
         self.handler_factories: dict[str, HandlerFactory] = dict(handlers or {})
+        self.refusers: dict[str, RefuserFactory] = dict(refusers or {})
         self.protocol_ticks = [t for k, t in (ticks or {}).items() if k in self.handler_factories]
         self.clock: Clock = clock or SystemClock()
         self.node = options.node
@@ -214,6 +221,9 @@ class BrokerServer:
         """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
         self.services: list[Service] = []
         """Started after the listeners, stopped first (the composition root adds them)."""
+        self.gate: ProxyGate | None = None
+        """Relays (or refuses) clients while another node leads (server/proxy.py)."""
+        self._trusted = TrustedPeers(options.config.proxy.proxy_protocol_from)
 
     def attach(self, core: Core) -> None:
         """Build the server's parts around `core.broker` (`start()` does; benchmarks too)."""
@@ -340,11 +350,15 @@ class BrokerServer:
                 self.replication.on_progress = self.commit.replicated
         self.flow.loop = loop
         self.handlers.loop = loop
+        provider = opts.leader or static_provider(cfg.proxy)
+        if provider is not None and self.gate is None:
+            refuse = None if cfg.proxy.proxy else Refusals(self.refusers)
+            self.gate = ProxyGate(provider, refuse)
         self._start_memory_monitor(loop, core.spill)
 
         if amqp_pre is not None:
             amqp = await open_amqp_listener(
-                self._amqp_factory(tls=False),
+                self._client_factory("amqp", self.handlers.amqp_port_factory(tls=False)),
                 amqp_pre.host,
                 amqp_pre.port,
                 sock=amqp_pre.sock,
@@ -359,7 +373,7 @@ class BrokerServer:
         if cfg.tls is not None:
             ctx = tls_context(cfg.tls)
             amqps = await open_amqp_listener(
-                self._amqp_factory(tls=True),
+                self._client_factory("amqp/ssl", self.handlers.amqp_port_factory(tls=True)),
                 opts.amqps_bind or opts.host,
                 cfg.tls.port,
                 tls=ctx,
@@ -369,7 +383,9 @@ class BrokerServer:
             log.info("AMQPS listening on %s:%d", amqps.host, amqps.port)
         for pre in extra_pre:
             lst = await open_amqp_listener(
-                self.handlers.protocol_factory(pre.protocol, tls=False),
+                self._client_factory(
+                    pre.protocol, self.handlers.protocol_factory(pre.protocol, tls=False)
+                ),
                 pre.host,
                 pre.port,
                 sock=pre.sock,
@@ -422,7 +438,7 @@ class BrokerServer:
             if port is None or key not in self.handler_factories:
                 continue
             lst = await open_amqp_listener(
-                self.handlers.protocol_factory(key, tls=True),
+                self._client_factory(f"{key}/ssl", self.handlers.protocol_factory(key, tls=True)),
                 self.options.host,
                 port,
                 tls=ctx,
@@ -432,22 +448,13 @@ class BrokerServer:
             self._listeners.append(lst)
             log.info("%s/SSL listening on %s:%d", key.upper(), lst.host, lst.port)
 
-    def _amqp_factory(self, *, tls: bool) -> Callable[[], asyncio.Protocol]:
-        # The AMQP port's connections: 0-9-1 or 1.0 alone, or told apart by the protocol header
-        wired = self.handler_factories
-        amqp091 = self.handlers.protocol_factory("amqp091", tls=tls) if "amqp091" in wired else None
-        amqp10 = self.handlers.protocol_factory("amqp10", tls=tls) if "amqp10" in wired else None
-        if amqp10 is None or amqp091 is None:
-            one = amqp091 or amqp10
-            if one is None:
-                raise LookupError("no AMQP protocol wired for the AMQP port")
-            return one
-        timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
-
-        def make() -> asyncio.Protocol:
-            return AmqpPortSniffer(amqp091, amqp10, timeout_s)
-
-        return make
+    def _client_factory(
+        self, protocol: str, factory: Callable[[], asyncio.Protocol]
+    ) -> Callable[[], asyncio.Protocol]:
+        # a listener's connections: PROXY headers read from trusted peers (the leader's side),
+        # and relayed to the leader while another node leads (a follower's side)
+        local = reading_headers(factory, self._trusted)
+        return local if self.gate is None else self.gate.wrap(protocol, local)
 
     async def serve_forever(self, *, install_signals: bool = False) -> None:
         """Start, run until `request_stop()` (or SIGTERM/SIGINT), then stop cleanly."""
@@ -483,6 +490,8 @@ class BrokerServer:
         for lst in self._listeners:
             if lst.acceptor is not None:
                 lst.close()
+        if self.gate is not None:
+            self.gate.close()
         if self._attached:
             await self._close_connections(reason)
         if self.http_server is not None:
@@ -568,7 +577,11 @@ class BrokerServer:
             lst.protocol = "https"
         app = self._app_factory(self)
         timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
-        server = uvicorn.Server(uvicorn_config(app, request_timeout_s=timeout_s, tls=https))
+        gate = self.gate
+        wrap = None if gate is None else (lambda f: gate.wrap(lst.protocol, f))
+        server = uvicorn.Server(
+            uvicorn_config(app, request_timeout_s=timeout_s, tls=https, wrap=wrap)
+        )
         self.http_server = server
         assert lst.sock is not None
         self._http_task = asyncio.create_task(self._serve_http(server, lst))

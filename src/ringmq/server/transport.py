@@ -69,6 +69,8 @@ class ClientConnection(asyncio.Protocol):
 
     handler: Handler | None = None
     in_flight: InFlight | None = None
+    forwarded_peer: tuple[str, int] | None = None
+    """The client's address from a cluster relay's PROXY header (`server/proxyheader.py`)."""
     owner: Host[Any]
     """Whom the asyncio callbacks below report to (set by each subclass)."""
 
@@ -95,7 +97,7 @@ class ClientConnection(asyncio.Protocol):
     def _take_transport(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it
         self.transport = cast("asyncio.Transport", transport)
-        peer = transport.get_extra_info("peername") or ("", 0)
+        peer = self.forwarded_peer or transport.get_extra_info("peername") or ("", 0)
         sock = transport.get_extra_info("sockname") or ("", 0)
         self.peer = (str(peer[0]), int(peer[1]))
         self.sock_name = (str(sock[0]), int(sock[1]))

@@ -23,7 +23,7 @@ open's hostname names the vhost as RabbitMQ reads it ("vhost:NAME"; anything els
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ringmq.adapters.amqp10.errors import condition_of
@@ -31,6 +31,7 @@ from ringmq.adapters.amqp10.links import Links
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.amqp10 import events as ev
 from ringmq.amqp10.connection import Connection
+from ringmq.amqp10.types import Int, Symbol
 from ringmq.core.effects import (
     Block,
     CancelConsumer,
@@ -54,7 +55,7 @@ DEFAULT_VHOST: Final = "/"
 class Amqp10Handler:
     """One AMQP 1.0 client connection (see the module docstring)."""
 
-    def __init__(self, ctx: HandlerContext) -> None:
+    def __init__(self, ctx: HandlerContext, servers: Sequence[tuple[str, int]] = ()) -> None:
         self.ctx = ctx
         self.broker = ctx.broker
         self.conn_id = ctx.conn_id
@@ -65,7 +66,7 @@ class Amqp10Handler:
             channel_max=limits.channel_max,
             idle_timeout_ms=limits.heartbeat_s * 1000,
             max_message_size=limits.max_message_size,
-            properties={"product": "ringmq"},
+            properties=open_properties(servers),
             message_runs=True,
         )
         self.links = Links(self.broker, self.conn, self.conn_id)
@@ -253,10 +254,32 @@ class Amqp10Handler:
         )
 
 
-def factory() -> Callable[[HandlerContext], Amqp10Handler]:
-    """The `HandlerFactory` of AMQP 1.0 connections (`node.PROTOCOL_HANDLERS["amqp10"]`)."""
+FAILOVER_SERVER_LIST: Final = Symbol("failover-server-list")
+
+
+def open_properties(servers: Sequence[tuple[str, int]]) -> dict[Any, Any]:
+    """The open frame's properties: the product, and the cluster's nodes when there are any as
+    `failover-server-list`, the list of `{network-host, port}` maps Artemis sends and Qpid JMS
+    reads (its `failover.amqpOpenServerListAction`, ADD by default, adds them to its pool)."""
+    props: dict[Any, Any] = {"product": "ringmq"}
+    if servers:
+        props[FAILOVER_SERVER_LIST] = [
+            {Symbol("network-host"): host, Symbol("port"): Int(port)} for host, port in servers
+        ]
+    return props
+
+
+def factory(
+    failover: Callable[[], Sequence[tuple[str, int]]] | None = None,
+) -> Callable[[HandlerContext], Amqp10Handler]:
+    """The `HandlerFactory` of AMQP 1.0 connections (`node.PROTOCOL_HANDLERS["amqp10"]`).
+
+    Args:
+        failover: the cluster's nodes' (host, AMQP port), asked at each connection, for the
+            open frame's `failover-server-list` (None or empty: a single node, no list).
+    """
 
     def make(ctx: HandlerContext) -> Amqp10Handler:
-        return Amqp10Handler(ctx)
+        return Amqp10Handler(ctx, failover() if failover is not None else ())
 
     return make

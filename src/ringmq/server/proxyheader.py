@@ -1,0 +1,141 @@
+"""The leader's side of a relay: a PROXY protocol v1 header names the client's real address.
+
+Theory of operation: a follower's relay (`server/proxy.py`) writes `PROXY TCP4 src dst sport
+dport\\r\\n` before the client's first byte. `ProxyHeaderReader` sits in front of a listener's
+protocol factory on the leader: for a connection from a trusted address (the cluster's members,
+`[cluster] proxy_protocol_from`) it reads such a line if the first bytes start with `PROXY `,
+and hands the connection, and the bytes after the line, to the real protocol, telling it the
+client's address (`Forwardable.forwarded_peer`). A trusted peer may also connect directly (no
+header): AMQP, STOMP, MQTT and HTTP never begin with `PROXY `. From any other address nothing is
+read here: the connection goes to the protocol at once, so a client cannot forge its address.
+Only v1 (the text form) is read; a malformed header closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import Callable, Iterable
+from typing import Final, Protocol, cast, runtime_checkable
+
+log = logging.getLogger(__name__)
+
+PROXY_V1_MAX: Final = 107
+"""The longest v1 line, CRLF included (HAProxy's proxy-protocol.txt)."""
+_PREFIX: Final = b"PROXY "
+
+
+@runtime_checkable
+class Forwardable(Protocol):
+    """A protocol that records the client address a PROXY header gave (before
+    `connection_made`)."""
+
+    forwarded_peer: tuple[str, int] | None
+
+
+def parse_v1(line: bytes) -> tuple[str, int] | None:
+    """The source (host, port) of a v1 line without its CRLF; None for `PROXY UNKNOWN`.
+
+    Raises:
+        ValueError: the line is not a v1 header.
+    """
+    parts = line.decode("ascii").split(" ")
+    if parts[0] != "PROXY":
+        raise ValueError("not a PROXY header")
+    if len(parts) >= 2 and parts[1] == "UNKNOWN":
+        return None
+    if len(parts) != 6 or parts[1] not in ("TCP4", "TCP6"):
+        raise ValueError(f"bad PROXY header {line!r}")
+    src = ipaddress.ip_address(parts[2])
+    ipaddress.ip_address(parts[3])
+    if (src.version == 4) != (parts[1] == "TCP4"):
+        raise ValueError(f"bad PROXY header {line!r}")
+    port = int(parts[4])
+    if not 0 <= port <= 65535 or not 0 <= int(parts[5]) <= 65535:
+        raise ValueError(f"bad port in PROXY header {line!r}")
+    return (str(src), port)
+
+
+class TrustedPeers:
+    """The addresses whose PROXY headers are believed (exact addresses or networks)."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self.networks = tuple(ipaddress.ip_network(e, strict=False) for e in entries)
+
+    def __bool__(self) -> bool:
+        return bool(self.networks)
+
+    def trusts(self, host: str) -> bool:
+        try:
+            addr = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(addr in net for net in self.networks)
+
+
+class ProxyHeaderReader(asyncio.Protocol):
+    """Reads an optional PROXY v1 header from a trusted peer, then hands over (see above)."""
+
+    def __init__(self, make: Callable[[], asyncio.Protocol], trusted: TrustedPeers) -> None:
+        self._make = make
+        self._trusted = trusted
+        self._transport: asyncio.Transport | None = None
+        self._head = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast("asyncio.Transport", transport)
+        peer = transport.get_extra_info("peername") or ("",)
+        if not self._trusted.trusts(str(peer[0])):
+            self._hand_over(b"", None)
+
+    def data_received(self, data: bytes) -> None:
+        head = self._head = self._head + data
+        if not head.startswith(_PREFIX[: len(head)]):
+            self._hand_over(head, None)  # no header: a direct connection
+            return
+        end = head.find(b"\r\n")
+        if end < 0:
+            if len(head) >= PROXY_V1_MAX:
+                self._reject("PROXY header too long")
+            return
+        try:
+            peer = parse_v1(head[:end])
+        except ValueError as exc:
+            self._reject(str(exc))
+            return
+        self._hand_over(head[end + 2 :], peer)
+
+    def eof_received(self) -> bool | None:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+
+    def _reject(self, why: str) -> None:
+        log.info("closing a connection from a cluster peer: %s", why)
+        if self._transport is not None:
+            self._transport.abort()
+            self._transport = None
+
+    def _hand_over(self, rest: bytes, peer: tuple[str, int] | None) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        self._transport = None
+        proto = self._make()
+        if peer is not None and isinstance(proto, Forwardable):
+            proto.forwarded_peer = peer
+        transport.set_protocol(proto)
+        proto.connection_made(transport)
+        if rest and not transport.is_closing():
+            proto.data_received(rest)
+
+
+def reading_headers(
+    make: Callable[[], asyncio.Protocol], trusted: TrustedPeers
+) -> Callable[[], asyncio.Protocol]:
+    """`make` behind a `ProxyHeaderReader` (or `make` itself when nobody is trusted)."""
+    if not trusted:
+        return make
+    return lambda: ProxyHeaderReader(make, trusted)
