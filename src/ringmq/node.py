@@ -44,7 +44,7 @@ from ringmq.server.httpserve import ASGIApp
 from ringmq.server.memory import MemoryMonitor
 from ringmq.server.options import ServerOptions
 from ringmq.server.runtime import BrokerServer, Core, Emit, OpenCore
-from ringmq.server.setup import apply_declarations, broker_config
+from ringmq.server.setup import apply_auth, apply_declarations, broker_config
 from ringmq.server.thread import ServerThread, run_server
 from ringmq.status import ConnectionInfo, ListenerInfo
 from ringmq.storage.bodystore import SpillDirectory
@@ -150,6 +150,7 @@ def open_core(options: ServerOptions) -> OpenCore:
         broker = build_broker(broker_config(cfg), options.data_dir, now_ms)
         # effects of admin calls (management, config reload) reach clients in one batch
         broker.admin.emit = emit
+        apply_auth(broker, cfg)
         apply_declarations(broker, cfg, now_ms)
         dur = broker.durability
         store = dur.store if dur is not None else None

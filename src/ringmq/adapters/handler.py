@@ -64,6 +64,15 @@ class Peer:
     local_host: str
     local_port: int
     tls: bool = False
+    cert: bytes | None = None
+    """The client's certificate (DER), when TLS verified one: what SASL EXTERNAL and the
+    STOMP/MQTT certificate logins take the user name from (`core.certlogin`)."""
+
+    def cert_login(self, broker: Broker, protocol: str) -> bool:
+        """Whether a login of `protocol` ("stomp", "mqtt") without credentials is one by this
+        certificate (RabbitMQ's `stomp.ssl_cert_login`, `mqtt.ssl_cert_login`)."""
+        how = broker.auth.cert_login
+        return self.cert is not None and how is not None and bool(getattr(how, protocol))
 
     @property
     def address(self) -> str:
@@ -145,7 +154,8 @@ class Handler(Protocol):
 Login = Callable[[str, str, str, int], str]
 """`login(mechanism, user, password, now_ms) -> user`: checks credentials through the shared
 throttle; raises `BrokerError(ACCESS_REFUSED)` for bad credentials, a loopback-only user from
-another host, or an address throttled after repeated failures."""
+another host, or an address throttled after repeated failures. Mechanism "EXTERNAL" ignores
+`user` and `password`: the peer's verified certificate names the user it returns."""
 
 
 @dataclass(slots=True)
@@ -187,7 +197,10 @@ def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> 
                 f"too many failed logins from {peer.host}, retry later",
             )
         try:
-            broker.auth.login(mechanism, user, password, peer.loopback)
+            if mechanism == "EXTERNAL":
+                user = broker.auth.login_external(peer.cert, peer.loopback).name
+            else:
+                broker.auth.login(mechanism, user, password, peer.loopback)
         except BrokerError as exc:
             guard.failed(peer.host, user, protocol, exc.explanation, now_ms)
             raise

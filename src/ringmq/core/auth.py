@@ -22,6 +22,7 @@ import secrets
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ringmq.core.certlogin import CertLogin, cert_user
 from ringmq.core.errors import BrokerError, Condition
 
 _SALT_BYTES = 4
@@ -102,6 +103,9 @@ class AuthDB:
         self.permissions: dict[tuple[str, str], Permission] = {}
         self.generation = 0
         """Bumped on every user or permission change (callers may cache successful checks)."""
+        self.cert_login: CertLogin | None = None
+        """How a client certificate names its user; None: certificate logins (SASL EXTERNAL)
+        are off (`core.certlogin`)."""
 
     # -- administration -------------------------------------------------------------------
     def add_user(
@@ -165,6 +169,39 @@ class AuthDB:
                 Condition.ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {mechanism}. "
                 "For details see the broker logfile.",
+            )
+        return user
+
+    def login_external(self, cert_der: bytes | None, peer_loopback: bool) -> User:
+        """Log in by client certificate (SASL EXTERNAL, `core.certlogin`): the user the
+        verified certificate `cert_der` names must exist; no password is checked.
+
+        Raises:
+            BrokerError: ACCESS_REFUSED when certificate logins are off, there is no
+                certificate, it names no user, the user does not exist, or is loopback-only
+                and the peer is not.
+        """
+        how = self.cert_login
+        name: str | None = None
+        if how is not None and cert_der is not None:
+            try:
+                name = cert_user(cert_der, how)
+            except ValueError:
+                name = None
+        user = self.users.get(name) if name is not None else None
+        if user is None or not (peer_loopback or not user.loopback_only):
+            why = (
+                "certificate logins are off"
+                if how is None
+                else "no client certificate"
+                if cert_der is None
+                else f"the certificate names no user ({how.login_from.value})"
+                if name is None
+                else f"user {name!r} (from the client certificate) refused"
+            )
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism EXTERNAL: {why}",
             )
         return user
 

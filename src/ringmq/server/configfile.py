@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Final
 
+from ringmq.server.authconfig import parse_auth
 from ringmq.server.brokerxml import parse_artemis_xml
 from ringmq.server.configspec import (
     ARG_LAST_VALUE,
@@ -32,7 +33,9 @@ from ringmq.server.configspec import (
     OFF_WORDS,
     AddressSetting,
     Amqp10Spec,
+    AuthSpec,
     BindingSpec,
+    CertLoginSpec,
     ConfigError,
     ExchangeSpec,
     FileConfig,
@@ -66,7 +69,9 @@ __all__ = [
     "OFF_WORDS",
     "AddressSetting",
     "Amqp10Spec",
+    "AuthSpec",
     "BindingSpec",
+    "CertLoginSpec",
     "ConfigError",
     "ExchangeSpec",
     "FileConfig",
@@ -212,6 +217,7 @@ _TOP_KEYS: Final = frozenset(
         "tls",
         "amqp10",
         "management",
+        "auth",
         "users",
         "vhosts",
         "permissions",
@@ -290,6 +296,11 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
     management = ManagementSpec()
     if (t := _table(doc, "management", where)) is not None:
         management = _management(t)
+        t.done()
+
+    auth = AuthSpec()
+    if (t := _table(doc, "auth", where)) is not None:
+        auth = parse_auth(t)
         t.done()
 
     users = []
@@ -419,6 +430,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         tls=tls,
         amqp10=amqp10,
         management=management,
+        auth=auth,
         users=tuple(users),
         vhosts=tuple(vhosts),
         permissions=tuple(perms),

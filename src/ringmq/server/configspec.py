@@ -222,6 +222,42 @@ class Amqp10Spec:
         return cls(anonymous_user=str(user), anonymous_password=password)
 
 
+PASSWORD_MECHANISMS: Final = ("PLAIN", "AMQPLAIN")
+"""The SASL mechanisms ringmq always offers AMQP 0-9-1 clients."""
+
+
+@dataclass(frozen=True, slots=True)
+class CertLoginSpec:
+    """Logins by client certificate (RabbitMQ's `ssl_cert_login_*` keys; `core.certlogin`).
+
+    Attributes:
+        login_from: "distinguished_name", "common_name" or "subject_alternative_name".
+        san_type / san_index: which subjectAltName entry names the user.
+        external: SASL EXTERNAL offered to AMQP 0-9-1 and 1.0 clients with a verified
+            certificate (`auth_mechanisms` lists EXTERNAL).
+        stomp / mqtt: a CONNECT without credentials logs in by certificate
+            (`stomp.ssl_cert_login`, `mqtt.ssl_cert_login`).
+    """
+
+    login_from: str = "distinguished_name"
+    san_type: str = "dns"
+    san_index: int = 0
+    external: bool = True
+    stomp: bool = False
+    mqtt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSpec:
+    """How clients log in (the `[auth]` table; `server/authconfig.py` reads it).
+
+    Attributes:
+        cert_login: logins by client certificate; None: off.
+    """
+
+    cert_login: CertLoginSpec | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class FileConfig:
     """Everything one configuration file says."""
@@ -233,6 +269,7 @@ class FileConfig:
     tls: TLSSpec | None = None
     amqp10: Amqp10Spec = Amqp10Spec()
     management: ManagementSpec = ManagementSpec()
+    auth: AuthSpec = AuthSpec()
     users: tuple[UserSpec, ...] = ()
     vhosts: tuple[str, ...] = ()
     permissions: tuple[PermissionSpec, ...] = ()

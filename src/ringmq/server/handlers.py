@@ -134,7 +134,9 @@ class Handlers:
     def connection_made(self, c: HandlerConnection) -> None:
         if not self.conns.admit(c, self.limits):
             return
-        peer = Peer(c.peer[0], c.peer[1], c.sock_name[0], c.sock_name[1], tls=c.tls)
+        peer = Peer(
+            c.peer[0], c.peer[1], c.sock_name[0], c.sock_name[1], tls=c.tls, cert=c.peer_cert
+        )
         context = HandlerContext(
             broker=self.broker,
             conn_id=c.conn_id,

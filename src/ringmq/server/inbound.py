@@ -56,11 +56,12 @@ from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.certlogin import offers_external
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
 from ringmq.protocol import events as ev
 from ringmq.protocol.connection import ServerConnection
-from ringmq.protocol.handshake import TuneParams
+from ringmq.protocol.handshake import EXTERNAL, TuneParams
 from ringmq.server.clock import Clock
 from ringmq.server.configspec import LimitsSpec
 from ringmq.server.connections import Connections
@@ -148,6 +149,8 @@ class Inbound:
     def connection_made(self, c: AMQPConnection) -> None:
         if not self.conns.admit(c, self.limits):
             return
+        if c.peer_cert is not None and offers_external(self.broker.auth.cert_login):
+            c.proto.mechanisms = (*c.proto.mechanisms, EXTERNAL)
         check = self.amqp091.check_publish
         conn_id = c.conn_id
         c.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
@@ -420,7 +423,9 @@ class Inbound:
     def _login(self, c: AMQPConnection, event: ev.LoginRequested, now: int) -> list[ev.Event]:
         source = c.peer[0]
         try:
-            user = self.amqp091.check_login(event.mechanism, event.response, c.peer_loopback)
+            user = self.amqp091.check_login(
+                event.mechanism, event.response, c.peer_loopback, c.peer_cert
+            )
         except AMQPError as err:
             self.login_guard.failed(source, event.username, "AMQP", err.explanation, now)
             c.proto.reject_login(err.explanation)

@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
+from ringmq.server.authconfig import core_cert_login
 from ringmq.server.configspec import (
     AddressSetting,
     FileConfig,
@@ -94,6 +95,11 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
         address_settings=core_address_settings(cfg.address_settings),
         max_message_size=cfg.limits.max_message_size,
     )
+
+
+def apply_auth(broker: Broker, cfg: FileConfig) -> None:
+    """Give the broker the file's login settings beside its user table (certificate logins)."""
+    broker.auth.cert_login = core_cert_login(cfg.auth)
 
 
 def _declared_args(q: QueueSpec, cfg: FileConfig) -> dict[str, Any]:

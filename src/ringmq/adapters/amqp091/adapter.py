@@ -57,13 +57,26 @@ _TX: Final = ChannelMode.TX
 _CONFIRM: Final = ChannelMode.CONFIRM
 
 
-def check_login(broker: Broker, mechanism: str, response: bytes, peer_loopback: bool) -> str:
+def check_login(
+    broker: Broker,
+    mechanism: str,
+    response: bytes,
+    peer_loopback: bool,
+    cert: bytes | None = None,
+) -> str:
     """Authenticate a connection.start-ok response; return the user name.
 
     PLAIN is `\\0user\\0password`; AMQPLAIN is a field table without its length prefix
-    holding LOGIN and PASSWORD. Raises ACCESS_REFUSED on bad credentials (and for the
-    loopback-only default user from a remote peer), COMMAND_INVALID for an unknown mechanism.
+    holding LOGIN and PASSWORD; EXTERNAL takes the name from `cert`, the client's verified
+    certificate (DER; `core.certlogin`). Raises ACCESS_REFUSED on bad credentials (and for
+    the loopback-only default user from a remote peer), COMMAND_INVALID for an unknown
+    mechanism.
     """
+    if mechanism == "EXTERNAL":
+        try:
+            return broker.auth.login_external(cert, peer_loopback).name
+        except BrokerError as exc:
+            raise to_amqp(exc) from None
     if mechanism == "PLAIN":
         parts = response.split(b"\x00")
         if len(parts) != 3:
@@ -100,9 +113,11 @@ class Amqp091:
         self.calls = broker.calls
 
     # ------------------------------------------------------------------ connections
-    def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
+    def check_login(
+        self, mechanism: str, response: bytes, peer_loopback: bool, cert: bytes | None = None
+    ) -> str:
         """Authenticate a connection.start-ok response (`check_login`)."""
-        return check_login(self.broker, mechanism, response, peer_loopback)
+        return check_login(self.broker, mechanism, response, peer_loopback, cert)
 
     def connection_opened(
         self,

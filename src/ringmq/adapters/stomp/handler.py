@@ -246,13 +246,17 @@ class StompHandler:
         config = self.broker.config
         login = frame.get("login")
         passcode = frame.get("passcode")
-        if login is None:  # RabbitMQ's default_user for a CONNECT without credentials
+        mechanism = "PLAIN"
+        if login is None and ctx.peer.cert_login(self.broker, "stomp"):
+            # RabbitMQ's stomp.ssl_cert_login: the verified certificate names the user
+            mechanism, login = "EXTERNAL", ""
+        elif login is None:  # RabbitMQ's default_user for a CONNECT without credentials
             login, passcode = config.default_user, config.default_password
         vhost = self._vhost(frame.get("host"))
         self.client_id = frame.get("client-id") or ""
         props = {"client_id": self.client_id} if self.client_id else {}
         try:
-            user = ctx.login("PLAIN", login, passcode or "", now_ms)
+            user = ctx.login(mechanism, login, passcode or "", now_ms)
             self.broker.connection_opened(
                 self.conn_id, user, vhost, ctx.peer.address, props, now_ms, protocol="stomp"
             )
@@ -267,7 +271,7 @@ class StompHandler:
             protocol=f"STOMP {conn.version}",
             user=user,
             vhost=vhost,
-            auth_mechanism="PLAIN",
+            auth_mechanism=mechanism,
             client_properties=props,
             channels=1,
             heartbeat_s=conn.send_every_ms // 1000,
