@@ -200,7 +200,7 @@ def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> 
             if mechanism == "EXTERNAL":
                 user = broker.auth.login_external(peer.cert, peer.loopback).name
             else:
-                broker.auth.login(mechanism, user, password, peer.loopback)
+                user = broker.auth.login_any(mechanism, user, password, peer.loopback, now_ms)
         except BrokerError as exc:
             guard.failed(peer.host, user, protocol, exc.explanation, now_ms)
             raise

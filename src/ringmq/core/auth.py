@@ -24,6 +24,7 @@ from enum import Enum
 
 from ringmq.core.certlogin import CertLogin, cert_user
 from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.oauth import Grant, TokenBackend
 
 _SALT_BYTES = 4
 
@@ -106,6 +107,14 @@ class AuthDB:
         self.cert_login: CertLogin | None = None
         """How a client certificate names its user; None: certificate logins (SASL EXTERNAL)
         are off (`core.certlogin`)."""
+        self.backends: tuple[str, ...] = ("internal",)
+        """The password-checking backends, tried in order (RabbitMQ's `auth_backends`):
+        "internal" (this user table), "oauth2" (`tokens`)."""
+        self.tokens: TokenBackend | None = None
+        """The OAuth 2 token check (`core.oauth`); None: no "oauth2" backend."""
+        self.grants: dict[str, Grant] = {}
+        """Users logged in by token: what their latest valid token grants (it replaces the
+        user table's permissions for them until it expires)."""
 
     # -- administration -------------------------------------------------------------------
     def add_user(
@@ -172,6 +181,71 @@ class AuthDB:
             )
         return user
 
+    def login_any(
+        self, mechanism: str, username: str, password: str, peer_loopback: bool, now_ms: int
+    ) -> str:
+        """Try each of `backends` in order, as RabbitMQ's `auth_backends` chain; return the
+        user name the first that accepts gives (an OAuth 2 token names its own user).
+
+        Raises:
+            BrokerError: ACCESS_REFUSED when none accepts (the last backend's reason).
+        """
+        error: BrokerError | None = None
+        for backend in self.backends:
+            try:
+                if backend == "oauth2" and self.tokens is not None:
+                    # the token is the password (or the user name when there is none)
+                    grant = self.tokens.verify(password or username, now_ms)
+                    self.grants[grant.user] = grant
+                    self.generation += 1
+                    return grant.user
+                if backend == "internal":
+                    self.login(mechanism, username, password, peer_loopback)
+                    if self.grants.pop(username, None) is not None:
+                        self.generation += 1
+                    return username
+            except BrokerError as exc:
+                error = exc
+        raise error or BrokerError(
+            Condition.ACCESS_REFUSED,
+            f"Login was refused using authentication mechanism {mechanism}.",
+        )
+
+    def update_secret(self, username: str, secret: str, now_ms: int) -> None:
+        """A connection of `username` sends a fresh token (AMQP 0-9-1 update-secret): it must
+        be valid and name the same user; its grant replaces the old one.
+
+        Raises:
+            BrokerError: ACCESS_REFUSED when the token is refused or names another user.
+        """
+        if self.tokens is None or username not in self.grants:
+            raise BrokerError(Condition.ACCESS_REFUSED, "no token to update on this connection")
+        grant = self.tokens.verify(secret, now_ms)
+        if grant.user != username:
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
+                f"the new token names user {grant.user!r}, not {username!r}",
+            )
+        self.grants[username] = grant
+        self.generation += 1
+
+    def next_expiry_ms(self) -> int | None:
+        """When the earliest token grant expires (None: none will)."""
+        times = [g.expires_ms for g in self.grants.values() if g.expires_ms is not None]
+        return min(times) if times else None
+
+    def expire_grants(self, now_ms: int) -> list[str]:
+        """Drop the grants whose token expired by `now_ms`; return their users (whose open
+        connections the broker closes: "credential expired")."""
+        gone = [
+            u for u, g in self.grants.items() if g.expires_ms is not None and g.expires_ms <= now_ms
+        ]
+        for u in gone:
+            del self.grants[u]
+        if gone:
+            self.generation += 1
+        return gone
+
     def login_external(self, cert_der: bytes | None, peer_loopback: bool) -> User:
         """Log in by client certificate (SASL EXTERNAL, `core.certlogin`): the user the
         verified certificate `cert_der` names must exist; no password is checked.
@@ -207,7 +281,12 @@ class AuthDB:
 
     def check_vhost_access(self, username: str, vhost: str) -> None:
         """Raise NOT_ALLOWED unless `username` has any permissions in `vhost`."""
-        if (username, vhost) not in self.permissions:
+        grant = self.grants.get(username)
+        if grant is not None:
+            allowed = grant.allows_vhost(vhost)
+        else:
+            allowed = (username, vhost) in self.permissions
+        if not allowed:
             raise BrokerError(
                 Condition.NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{username}'"
             )
@@ -222,9 +301,14 @@ class AuthDB:
             kind: "queue" or "exchange" (used in the error text).
             name: the resource name ("" for the default exchange is checked as "amq.default").
         """
-        perm = self.permissions.get((username, vhost))
         resource = name if name or kind != "exchange" else "amq.default"
-        if perm is None or not perm.allows(access, resource):
+        grant = self.grants.get(username)
+        if grant is not None:
+            allowed = grant.allows(access.value, vhost, resource)
+        else:
+            perm = self.permissions.get((username, vhost))
+            allowed = perm is not None and perm.allows(access, resource)
+        if not allowed:
             raise BrokerError(
                 Condition.ACCESS_REFUSED,
                 f"{access.value} access to {kind} '{resource}' in vhost '{vhost}' "

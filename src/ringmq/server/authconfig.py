@@ -2,16 +2,29 @@
 
 Keys are RabbitMQ's, spelled as TOML allows (`auth_mechanisms.1 = EXTERNAL` becomes
 `mechanisms = ["PLAIN", "AMQPLAIN", "EXTERNAL"]`; `stomp.ssl_cert_login = true` becomes
-`stomp_ssl_cert_login = true`); docs/security.md maps them. `core_cert_login` turns the parsed
-spec into the core's `CertLogin`. Plain translation: no I/O.
+`stomp_ssl_cert_login = true`; `auth_oauth2.resource_server_id` becomes `[auth.oauth2]`
+`resource_server_id`); docs/security.md maps them. `core_cert_login` and `core_tokens` turn
+the parsed spec into the core's objects; the latter reads the configured signing keys' PEM
+files (start-up I/O, in server/).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from ringmq.core.certlogin import SAN_TYPES, CertLogin, CertLoginFrom
-from ringmq.server.configspec import PASSWORD_MECHANISMS, AuthSpec, CertLoginSpec, ConfigError
+from ringmq.core.oauth import DEFAULT_ALGORITHMS, OAuth2Settings, TokenBackend
+from ringmq.server.configspec import (
+    AUTH_BACKENDS,
+    PASSWORD_MECHANISMS,
+    AuthSpec,
+    CertLoginSpec,
+    ConfigError,
+    OAuth2Spec,
+)
 
 if TYPE_CHECKING:
     from ringmq.server.configfile import _Table
@@ -51,7 +64,82 @@ def parse_auth(t: _Table) -> AuthSpec:
     cert = None
     if external or stomp or mqtt:
         cert = CertLoginSpec(login_from, san_type, san_index, external, stomp, mqtt)
-    return AuthSpec(cert_login=cert)
+    # RabbitMQ's module names (rabbit_auth_backend_oauth2) are accepted for its short ones
+    backends = tuple(b.removeprefix("rabbit_auth_backend_") for b in t.str_list("backends")) or (
+        "internal",
+    )
+    unknown = sorted(set(backends) - set(AUTH_BACKENDS))
+    if unknown:
+        raise ConfigError(
+            f"{t.where}.backends: unknown backend(s) {', '.join(unknown)} "
+            f"(known: {', '.join(AUTH_BACKENDS)})"
+        )
+    oauth2 = None
+    raw = t.value("oauth2", (dict,), "a table")
+    if raw is not None:
+        oauth2 = _oauth2(type(t)(dict(raw), f"{t.where}.oauth2"))
+    if "oauth2" in backends and oauth2 is None:
+        raise ConfigError(f"{t.where}.backends: oauth2 needs an [auth.oauth2] table")
+    return AuthSpec(cert_login=cert, backends=backends, oauth2=oauth2)
+
+
+def _oauth2(t: _Table) -> OAuth2Spec:
+    keys = t.table("signing_keys")
+    if not all(isinstance(v, str) for v in keys.values()):
+        raise ConfigError(f"{t.where}.signing_keys: key id = PEM file path")
+    jwks_url = t.opt_str("jwks_url")
+    if not keys and jwks_url is None:
+        raise ConfigError(f"{t.where}: give signing_keys or jwks_url (or both)")
+    default_key = t.opt_str("default_key")
+    if default_key is not None and default_key not in keys:
+        raise ConfigError(f"{t.where}.default_key: {default_key!r} is not in signing_keys")
+    cafile = t.opt_str("https_cacertfile")
+    algorithms = t.str_list("algorithms")
+    bad = sorted(set(algorithms) - set(DEFAULT_ALGORITHMS) - {"PS384", "PS512", "EdDSA"})
+    if bad:
+        raise ConfigError(f"{t.where}.algorithms: unsupported {', '.join(bad)}")
+    spec = OAuth2Spec(
+        resource_server_id=t.req_str("resource_server_id"),
+        scope_prefix=t.opt_str("scope_prefix"),
+        verify_aud=bool(t.opt_bool("verify_aud", True)),
+        preferred_username_claims=t.str_list("preferred_username_claims") or ("sub", "client_id"),
+        additional_scopes_key=t.opt_str("additional_scopes_key"),
+        default_key=default_key,
+        signing_keys=tuple((k, Path(v)) for k, v in keys.items()),
+        jwks_url=jwks_url,
+        jwks_refresh_s=t.opt_int("jwks_refresh_s", 300, minimum=1) or 300,
+        https_cacertfile=Path(cafile) if cafile else None,
+        algorithms=algorithms,
+    )
+    t.done()
+    return spec
+
+
+def core_tokens(spec: AuthSpec) -> TokenBackend | None:
+    """The core's token check, its configured signing keys read (None: no oauth2 backend).
+
+    Raises:
+        ConfigError: a signing key file that cannot be read or is no PEM public key.
+    """
+    o = spec.oauth2
+    if o is None or "oauth2" not in spec.backends:
+        return None
+    keys: dict[str, Any] = {}
+    for kid, path in o.signing_keys:
+        try:
+            keys[kid] = load_pem_public_key(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"auth.oauth2.signing_keys.{kid}: {path}: {exc}") from None
+    settings = OAuth2Settings(
+        resource_server_id=o.resource_server_id,
+        scope_prefix=o.scope_prefix,
+        verify_aud=o.verify_aud,
+        preferred_username_claims=o.preferred_username_claims,
+        additional_scopes_key=o.additional_scopes_key,
+        default_key=o.default_key,
+        algorithms=o.algorithms or DEFAULT_ALGORITHMS,
+    )
+    return TokenBackend(settings, keys)
 
 
 def core_cert_login(spec: AuthSpec) -> CertLogin | None:
@@ -69,4 +157,4 @@ def core_cert_login(spec: AuthSpec) -> CertLogin | None:
     )
 
 
-__all__ = ["core_cert_login", "parse_auth"]
+__all__ = ["core_cert_login", "core_tokens", "parse_auth"]

@@ -248,14 +248,41 @@ class CertLoginSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class OAuth2Spec:
+    """RabbitMQ's `auth_oauth2.*` keys (the `[auth.oauth2]` table; `core.oauth`)."""
+
+    resource_server_id: str
+    scope_prefix: str | None = None
+    verify_aud: bool = True
+    preferred_username_claims: tuple[str, ...] = ("sub", "client_id")
+    additional_scopes_key: str | None = None
+    default_key: str | None = None
+    signing_keys: tuple[tuple[str, Path], ...] = ()
+    """(key id, PEM file of the public key)."""
+    jwks_url: str | None = None
+    jwks_refresh_s: int = 300
+    https_cacertfile: Path | None = None
+    """CA bundle that verifies the JWKS server (`auth_oauth2.https.cacertfile`)."""
+    algorithms: tuple[str, ...] = ()
+    """Accepted signature algorithms; empty: the RSA and EC ones (`core.oauth`)."""
+
+
+AUTH_BACKENDS: Final = ("internal", "oauth2")
+
+
+@dataclass(frozen=True, slots=True)
 class AuthSpec:
     """How clients log in (the `[auth]` table; `server/authconfig.py` reads it).
 
     Attributes:
         cert_login: logins by client certificate; None: off.
+        backends: the password backends in order (RabbitMQ's `auth_backends`).
+        oauth2: the OAuth 2 backend's settings (needed when `backends` has "oauth2").
     """
 
     cert_login: CertLoginSpec | None = None
+    backends: tuple[str, ...] = ("internal",)
+    oauth2: OAuth2Spec | None = None
 
 
 @dataclass(frozen=True, slots=True)

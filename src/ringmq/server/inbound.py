@@ -407,8 +407,12 @@ class Inbound:
                 # requeues the channel's unacked messages and drops its consumers now
                 c.channels = max(0, c.channels - 1)
                 self.conns.apply(broker.channel_closed(c.conn_id, ch, now))
-            case ev.SecretUpdated():
-                pass  # nothing here expires with a secret; Update-Secret-Ok is already queued
+            case ev.SecretUpdated(new_secret=secret):
+                # a fresh OAuth 2 token (RabbitMQ 3.11+); a refused one closes the connection
+                try:
+                    self.amqp091.update_secret(c.user, secret, now)
+                except AMQPError as err:
+                    c.proto.close(err.code, err.explanation, 10, 70)
             case ev.ProtocolError(channel=ch, reply_code=code, reply_text=text):
                 log.info("closing %s channel %d: %s", c.name, ch, text)
                 if code == ReplyCode.INTERNAL_ERROR:
@@ -424,7 +428,7 @@ class Inbound:
         source = c.peer[0]
         try:
             user = self.amqp091.check_login(
-                event.mechanism, event.response, c.peer_loopback, c.peer_cert
+                event.mechanism, event.response, c.peer_loopback, c.peer_cert, now
             )
         except AMQPError as err:
             self.login_guard.failed(source, event.username, "AMQP", err.explanation, now)

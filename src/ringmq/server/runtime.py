@@ -56,6 +56,7 @@ from ringmq.server.flow import PublisherFlow
 from ringmq.server.handlers import AmqpPortSniffer, Handlers
 from ringmq.server.httpserve import ASGIApp, uvicorn_config
 from ringmq.server.inbound import Inbound
+from ringmq.server.jwks import JwksFetcher, start_jwks
 from ringmq.server.listener import (
     Listener,
     bind_http_socket,
@@ -195,6 +196,8 @@ class BrokerServer:
         self.login_guard = LoginGuard()
         """Failed logins per source address (AMQP and management HTTP share it)."""
         self.memory: MemoryMonitor | None = None
+        self.jwks: JwksFetcher | None = None
+        """Keeps the OAuth 2 backend's JWKS keys fresh (when `jwks_url` is set)."""
         """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
 
     def attach(self, core: Core) -> None:
@@ -316,6 +319,7 @@ class BrokerServer:
         self.flow.loop = loop
         self.inbound.loop = loop
         self._start_memory_monitor(loop, core.spill)
+        self.jwks = await start_jwks(self.broker, cfg.auth)
 
         if amqp_pre is not None:
             amqp = await open_amqp_listener(
@@ -432,6 +436,8 @@ class BrokerServer:
                     await asyncio.wait_for(self._http_task, timeout=5)
         for lst in self._listeners:
             lst.close()
+        if self.jwks is not None:
+            self.jwks.stop()
         if self.commit is not None:
             await self.commit.close()
         if self._attached:

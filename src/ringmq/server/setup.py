@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
-from ringmq.server.authconfig import core_cert_login
+from ringmq.server.authconfig import core_cert_login, core_tokens
 from ringmq.server.configspec import (
     AddressSetting,
     FileConfig,
@@ -98,8 +98,11 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
 
 
 def apply_auth(broker: Broker, cfg: FileConfig) -> None:
-    """Give the broker the file's login settings beside its user table (certificate logins)."""
+    """Give the broker the file's login settings beside its user table: certificate logins,
+    the backends in order and the OAuth 2 token check."""
     broker.auth.cert_login = core_cert_login(cfg.auth)
+    broker.auth.backends = cfg.auth.backends
+    broker.auth.tokens = core_tokens(cfg.auth)
 
 
 def _declared_args(q: QueueSpec, cfg: FileConfig) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ringmq.core.certlogin import CertLogin, CertLoginFrom
-from ringmq.server.authconfig import core_cert_login
+from ringmq.server.authconfig import core_cert_login, core_tokens
 from ringmq.server.configfile import ConfigError, parse_toml
 
 
@@ -44,3 +46,49 @@ def test_stomp_certificate_login_without_external() -> None:
 def test_auth_errors(text: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         parse_toml(text)
+
+
+def test_oauth2_settings(tmp_path: Path) -> None:
+    from tests.idp import SigningKey
+
+    pem = tmp_path / "k.pem"
+    key = SigningKey("k")
+    pem.write_bytes(key.public_pem())
+    cfg = parse_toml(
+        "[auth]\nbackends = ['rabbit_auth_backend_internal', 'oauth2']\n"
+        "[auth.oauth2]\nresource_server_id = 'mq'\nscope_prefix = 'mq:'\n"
+        f"signing_keys = {{ k = '{pem}' }}\ndefault_key = 'k'\n"
+        "additional_scopes_key = 'roles'\njwks_url = 'https://idp/jwks'\n"
+    )
+    assert cfg.auth.backends == ("internal", "oauth2")
+    tokens = core_tokens(cfg.auth)
+    assert tokens is not None
+    assert tokens.settings.prefix == "mq:"
+    assert tokens.verify(key.token(aud="mq", kid="", scope="mq:read:*/*"), 0).user == "app"
+    assert core_tokens(parse_toml("").auth) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[auth]\nbackends = ['ldap2']\n", "unknown backend"),
+        ("[auth]\nbackends = ['oauth2']\n", r"needs an \[auth.oauth2\]"),
+        ("[auth.oauth2]\nresource_server_id = 'x'\n", "signing_keys or jwks_url"),
+        ("[auth.oauth2]\njwks_url = 'http://x'\n", "resource_server_id"),
+        ("[auth.oauth2]\nresource_server_id='x'\njwks_url='u'\ndefault_key='k'\n", "default_key"),
+        ("[auth.oauth2]\nresource_server_id='x'\njwks_url='u'\nalgorithms=['none']\n", "none"),
+        ("[auth.oauth2]\nresource_server_id='x'\njwks_url='u'\nissuer='u'\n", "unknown key"),
+    ],
+)
+def test_oauth2_errors(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_toml(text)
+
+
+def test_an_unreadable_signing_key(tmp_path: Path) -> None:
+    cfg = parse_toml(
+        "[auth]\nbackends = ['oauth2']\n[auth.oauth2]\nresource_server_id = 'mq'\n"
+        f"signing_keys = {{ k = '{tmp_path / 'missing.pem'}' }}\n"
+    )
+    with pytest.raises(ConfigError, match=r"missing\.pem"):
+        core_tokens(cfg.auth)

@@ -74,7 +74,12 @@ class ScriptedBroker:
         pass
 
     def check_login(
-        self, mechanism: str, response: bytes, peer_loopback: bool, cert: bytes | None = None
+        self,
+        mechanism: str,
+        response: bytes,
+        peer_loopback: bool,
+        cert: bytes | None = None,
+        now_ms: int = 0,
     ) -> str:
         user = response.split(b"\x00")[1].decode()
         if response.split(b"\x00")[2] != b"guest":
