@@ -21,6 +21,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from ringmq.core.certlogin import CertLogin, cert_user
 from ringmq.core.errors import BrokerError, Condition
@@ -96,6 +97,20 @@ class Permission:
         return pattern is not None and pattern.search(name) is not None
 
 
+class ExternalGrant(Protocol):
+    """What a backend other than the user table (OAuth 2 token, LDAP) decided for a user at
+    login: it answers that user's checks instead of the permission table."""
+
+    @property
+    def user(self) -> str: ...
+    @property
+    def tags(self) -> tuple[str, ...]: ...
+    @property
+    def expires_ms(self) -> int | None: ...
+    def allows_vhost(self, vhost: str) -> bool: ...
+    def allows(self, access: str, vhost: str, name: str, kind: str = "queue") -> bool: ...
+
+
 class AuthDB:
     """User and permission tables with RabbitMQ's checks."""
 
@@ -112,9 +127,9 @@ class AuthDB:
         "internal" (this user table), "oauth2" (`tokens`)."""
         self.tokens: TokenBackend | None = None
         """The OAuth 2 token check (`core.oauth`); None: no "oauth2" backend."""
-        self.grants: dict[str, Grant] = {}
-        """Users logged in by token: what their latest valid token grants (it replaces the
-        user table's permissions for them until it expires)."""
+        self.grants: dict[str, ExternalGrant] = {}
+        """Users logged in by token or LDAP: what their latest login grants (it replaces the
+        user table's permissions for them; a token's until it expires)."""
 
     # -- administration -------------------------------------------------------------------
     def add_user(
@@ -196,8 +211,7 @@ class AuthDB:
                 if backend == "oauth2" and self.tokens is not None:
                     # the token is the password (or the user name when there is none)
                     grant = self.tokens.verify(password or username, now_ms)
-                    self.grants[grant.user] = grant
-                    self.generation += 1
+                    self.grant(grant)
                     return grant.user
                 if backend == "internal":
                     self.login(mechanism, username, password, peer_loopback)
@@ -211,6 +225,12 @@ class AuthDB:
             f"Login was refused using authentication mechanism {mechanism}.",
         )
 
+    def grant(self, grant: ExternalGrant) -> None:
+        """A backend other than the user table logged `grant.user` in: its checks now follow
+        `grant` (the newest login of that user wins)."""
+        self.grants[grant.user] = grant
+        self.generation += 1
+
     def update_secret(self, username: str, secret: str, now_ms: int) -> None:
         """A connection of `username` sends a fresh token (AMQP 0-9-1 update-secret): it must
         be valid and name the same user; its grant replaces the old one.
@@ -218,7 +238,7 @@ class AuthDB:
         Raises:
             BrokerError: ACCESS_REFUSED when the token is refused or names another user.
         """
-        if self.tokens is None or username not in self.grants:
+        if self.tokens is None or not isinstance(self.grants.get(username), Grant):
             raise BrokerError(Condition.ACCESS_REFUSED, "no token to update on this connection")
         grant = self.tokens.verify(secret, now_ms)
         if grant.user != username:
@@ -304,7 +324,7 @@ class AuthDB:
         resource = name if name or kind != "exchange" else "amq.default"
         grant = self.grants.get(username)
         if grant is not None:
-            allowed = grant.allows(access.value, vhost, resource)
+            allowed = grant.allows(access.value, vhost, resource, kind)
         else:
             perm = self.permissions.get((username, vhost))
             allowed = perm is not None and perm.allows(access, resource)

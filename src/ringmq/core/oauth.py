@@ -87,8 +87,9 @@ class Grant:
     def allows_vhost(self, vhost: str) -> bool:
         return any(p.vhost.fullmatch(vhost) for p in self.permissions)
 
-    def allows(self, access: str, vhost: str, name: str) -> bool:
-        """`access` is "configure", "write" or "read" (`core.auth.Access` values)."""
+    def allows(self, access: str, vhost: str, name: str, kind: str = "queue") -> bool:
+        """`access` is "configure", "write" or "read" (`core.auth.Access` values); scopes
+        name queues and exchanges alike (`kind` is not read)."""
         return any(
             p.access.value == access and p.vhost.fullmatch(vhost) and p.name.fullmatch(name)
             for p in self.permissions

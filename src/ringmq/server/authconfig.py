@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from ringmq.core.certlogin import SAN_TYPES, CertLogin, CertLoginFrom
+from ringmq.core.ldapquery import TRUE, LdapQueries, Query, parse_query
 from ringmq.core.oauth import DEFAULT_ALGORITHMS, OAuth2Settings, TokenBackend
 from ringmq.server.configspec import (
     AUTH_BACKENDS,
@@ -23,6 +24,7 @@ from ringmq.server.configspec import (
     AuthSpec,
     CertLoginSpec,
     ConfigError,
+    LdapSpec,
     OAuth2Spec,
 )
 
@@ -80,7 +82,61 @@ def parse_auth(t: _Table) -> AuthSpec:
         oauth2 = _oauth2(type(t)(dict(raw), f"{t.where}.oauth2"))
     if "oauth2" in backends and oauth2 is None:
         raise ConfigError(f"{t.where}.backends: oauth2 needs an [auth.oauth2] table")
-    return AuthSpec(cert_login=cert, backends=backends, oauth2=oauth2)
+    ldap = None
+    raw = t.value("ldap", (dict,), "a table")
+    if raw is not None:
+        ldap = _ldap(type(t)(dict(raw), f"{t.where}.ldap"))
+    if "ldap" in backends and ldap is None:
+        raise ConfigError(f"{t.where}.backends: ldap needs an [auth.ldap] table")
+    return AuthSpec(cert_login=cert, backends=backends, oauth2=oauth2, ldap=ldap)
+
+
+def _ldap(t: _Table) -> LdapSpec:
+    servers = t.str_list("servers")
+    if not servers:
+        raise ConfigError(f"{t.where}.servers: at least one LDAP server")
+    other = t.value("other_bind", (str, dict), '"as_user", "anon" or { user_dn, password }')
+    other_dn = other_pw = None
+    if isinstance(other, dict):
+        other_dn, other_pw = other.get("user_dn"), other.get("password")
+        if not isinstance(other_dn, str) or not isinstance(other_pw, str) or len(other) != 2:
+            raise ConfigError(f"{t.where}.other_bind: {{ user_dn = ..., password = ... }}")
+        other = "dn"
+    elif other is None:
+        other = "as_user"
+    elif other not in ("as_user", "anon"):
+        raise ConfigError(f'{t.where}.other_bind: "as_user", "anon" or {{ user_dn, password }}')
+    try:
+        tags = tuple(
+            (tag, parse_query(q, f"{t.where}.tag_queries.{tag}"))
+            for tag, q in t.table("tag_queries").items()
+        )
+        queries = LdapQueries(
+            vhost_access=_query(t, "vhost_access_query"),
+            resource_access=_query(t, "resource_access_query"),
+            tags=tags,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    timeout = t.value("timeout_s", (int, float), "seconds")
+    spec = LdapSpec(
+        servers=servers,
+        user_dn_pattern=t.req_str("user_dn_pattern"),
+        port=t.opt_int("port", 389, minimum=1, maximum=65535) or 389,
+        use_ssl=bool(t.opt_bool("use_ssl", False)),
+        timeout_s=float(timeout) if timeout is not None else 5.0,
+        other_bind=other,
+        other_bind_dn=other_dn,
+        other_bind_password=other_pw,
+        queries=queries,
+    )
+    t.done()
+    return spec
+
+
+def _query(t: _Table, key: str) -> Query:
+    raw = t.value(key, (dict,), "a query table")
+    return TRUE if raw is None else parse_query(raw, f"{t.where}.{key}")
 
 
 def _oauth2(t: _Table) -> OAuth2Spec:

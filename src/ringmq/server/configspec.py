@@ -267,7 +267,26 @@ class OAuth2Spec:
     """Accepted signature algorithms; empty: the RSA and EC ones (`core.oauth`)."""
 
 
-AUTH_BACKENDS: Final = ("internal", "oauth2")
+@dataclass(frozen=True, slots=True)
+class LdapSpec:
+    """RabbitMQ's `auth_ldap.*` keys (the `[auth.ldap]` table; server/ldapauth.py).
+
+    `queries` holds the vhost, resource and tag queries (`core.ldapquery`), parsed.
+    """
+
+    servers: tuple[str, ...]
+    user_dn_pattern: str
+    port: int = 389
+    use_ssl: bool = False
+    timeout_s: float = 5.0
+    other_bind: str = "as_user"
+    """"as_user", "anon", or "dn" (bind as `other_bind_dn` with `other_bind_password`)."""
+    other_bind_dn: str | None = None
+    other_bind_password: str | None = None
+    queries: Any = None
+
+
+AUTH_BACKENDS: Final = ("internal", "oauth2", "ldap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,11 +297,13 @@ class AuthSpec:
         cert_login: logins by client certificate; None: off.
         backends: the password backends in order (RabbitMQ's `auth_backends`).
         oauth2: the OAuth 2 backend's settings (needed when `backends` has "oauth2").
+        ldap: the LDAP backend's settings (needed when `backends` has "ldap").
     """
 
     cert_login: CertLoginSpec | None = None
     backends: tuple[str, ...] = ("internal",)
     oauth2: OAuth2Spec | None = None
+    ldap: LdapSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ reader hands a run of whole publishes with one method frame over as one `Publish
 no command each): `_publish_columns` gives it to `Amqp091.publish_run` as it is.
 
 Logins: repeated failures from one address delay the next credential check (`LoginGuard`,
-shared with management's HTTP logins); the connection's machine waits in AUTHENTICATING.
+shared with management's HTTP logins); the connection's machine waits in AUTHENTICATING, as it
+does while a backend that blocks (LDAP) is asked in a worker thread (`slow_login`).
 
 Errors: `AMQPError`s raised by the broker become Channel.Close or Connection.Close on that
 connection (soft/hard, as RabbitMQ); commands parsed in the same read behind one that failed
@@ -113,6 +114,9 @@ class Inbound:
         """The memory monitor, once the server started it (large bodies are measured at once)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         """Set by the server once it runs (delayed logins need it)."""
+        self.slow_login: Callable[[AMQPConnection, ev.LoginRequested], bool] | None = None
+        """Tries a login the quick backends refused off the loop (LDAP, server/ldapauth.py):
+        True when it took it; it answers through `login_done`."""
         self.ids: Iterator[int] = itertools.count(1)
         """Connection ids, shared with the other protocols' connections (`server.handlers`)."""
         self.publish_runs = True
@@ -425,16 +429,45 @@ class Inbound:
         return []
 
     def _login(self, c: AMQPConnection, event: ev.LoginRequested, now: int) -> list[ev.Event]:
-        source = c.peer[0]
         try:
             user = self.amqp091.check_login(
                 event.mechanism, event.response, c.peer_loopback, c.peer_cert, now
             )
         except AMQPError as err:
-            self.login_guard.failed(source, event.username, "AMQP", err.explanation, now)
-            c.proto.reject_login(err.explanation)
-            return []
-        self.login_guard.succeeded(source)
+            if self.slow_login is not None and self.slow_login(c, event):
+                return []  # asked off the loop (LDAP); it answers through login_done
+            return self._login_refused(c, event, err.explanation, now)
+        return self._login_accepted(c, event, user)
+
+    def login_done(
+        self, c: AMQPConnection, event: ev.LoginRequested, user: str | None, why: str
+    ) -> None:
+        """The answer of a login that was asked off the loop (`slow_login`): `user`, or None
+        and `why` it was refused."""
+        if c.closing or self.conns.table.get(c.conn_id) is not c:
+            return  # the client gave up meanwhile
+        with self.conns.batch():
+            try:
+                now = self._now_ms()
+                if user is None:
+                    self._login_refused(c, event, why, now)
+                elif more := self._login_accepted(c, event, user):
+                    self.on_events(c, more)
+            except Exception:  # noqa: BLE001 - see data_received
+                self.internal_error(c)
+            self.conns.dirty.add(c)
+
+    def _login_refused(
+        self, c: AMQPConnection, event: ev.LoginRequested, why: str, now: int
+    ) -> list[ev.Event]:
+        self.login_guard.failed(c.peer[0], event.username, "AMQP", why, now)
+        c.proto.reject_login(why)
+        return []
+
+    def _login_accepted(
+        self, c: AMQPConnection, event: ev.LoginRequested, user: str
+    ) -> list[ev.Event]:
+        self.login_guard.succeeded(c.peer[0])
         c.user = user
         c.auth_mechanism = event.mechanism
         c.client_properties = dict(event.client_properties)

@@ -57,6 +57,7 @@ from ringmq.server.handlers import AmqpPortSniffer, Handlers
 from ringmq.server.httpserve import ASGIApp, uvicorn_config
 from ringmq.server.inbound import Inbound
 from ringmq.server.jwks import JwksFetcher, start_jwks
+from ringmq.server.ldapauth import LdapLogins
 from ringmq.server.listener import (
     Listener,
     bind_http_socket,
@@ -198,6 +199,8 @@ class BrokerServer:
         self.memory: MemoryMonitor | None = None
         self.jwks: JwksFetcher | None = None
         """Keeps the OAuth 2 backend's JWKS keys fresh (when `jwks_url` is set)."""
+        self.ldap: LdapLogins | None = None
+        """Checks logins against LDAP off the loop (when `ldap` is a backend)."""
         """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
 
     def attach(self, core: Core) -> None:
@@ -320,6 +323,10 @@ class BrokerServer:
         self.inbound.loop = loop
         self._start_memory_monitor(loop, core.spill)
         self.jwks = await start_jwks(self.broker, cfg.auth)
+        if "ldap" in cfg.auth.backends and cfg.auth.ldap is not None:
+            self.ldap = LdapLogins(cfg.auth.ldap, self.broker, self.inbound)
+            self.ldap.loop = loop
+            self.inbound.slow_login = self.ldap.take
 
         if amqp_pre is not None:
             amqp = await open_amqp_listener(
@@ -438,6 +445,8 @@ class BrokerServer:
             lst.close()
         if self.jwks is not None:
             self.jwks.stop()
+        if self.ldap is not None:
+            self.ldap.close()
         if self.commit is not None:
             await self.commit.close()
         if self._attached:

@@ -92,3 +92,43 @@ def test_an_unreadable_signing_key(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"missing\.pem"):
         core_tokens(cfg.auth)
+
+
+def test_ldap_settings() -> None:
+    cfg = parse_toml(
+        "[auth]\nbackends = ['internal', 'ldap']\n[auth.ldap]\nservers = ['ldap1', 'ldap2']\n"
+        "user_dn_pattern = 'cn=${username},ou=People,dc=ex'\nport = 636\nuse_ssl = true\n"
+        "timeout_s = 2.5\nother_bind = { user_dn = 'cn=svc,dc=ex', password = 'pw' }\n"
+        "vhost_access_query = { exists = 'ou=${vhost},ou=vhosts,dc=ex' }\n"
+        "[auth.ldap.tag_queries]\nadministrator = { in_group = 'cn=admins,dc=ex' }\n"
+    )
+    ldap = cfg.auth.ldap
+    assert ldap is not None
+    assert (ldap.servers, ldap.port, ldap.use_ssl, ldap.timeout_s) == (
+        ("ldap1", "ldap2"),
+        636,
+        True,
+        2.5,
+    )
+    assert (ldap.other_bind, ldap.other_bind_dn) == ("dn", "cn=svc,dc=ex")
+    assert ldap.queries.vhost_access.op == "exists"
+    assert [t for t, _ in ldap.queries.tags] == ["administrator"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[auth]\nbackends = ['ldap']\n", r"needs an \[auth.ldap\]"),
+        ("[auth.ldap]\nservers = []\nuser_dn_pattern = 'x'\n", "at least one"),
+        ("[auth.ldap]\nservers = ['h']\n", "user_dn_pattern"),
+        ("[auth.ldap]\nservers = ['h']\nuser_dn_pattern = 'x'\nother_bind = 'root'\n", "as_user"),
+        (
+            "[auth.ldap]\nservers = ['h']\nuser_dn_pattern = 'x'\n"
+            "resource_access_query = { in_group = 'cn=${name}' }\n",
+            "only",
+        ),
+    ],
+)
+def test_ldap_errors(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_toml(text)
