@@ -33,6 +33,7 @@ from ringmq.adapters.amqp10.handler import factory as amqp10_handler
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
 from ringmq.adapters.stomp import stomp_handler
+from ringmq.adapters.websocket import MQTT_SUBPROTOCOLS, STOMP_SUBPROTOCOLS, websocket_handler
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
@@ -120,6 +121,8 @@ PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {
     "amqp10": amqp10_handler(),
     "stomp": stomp_handler,
     "mqtt": mqtt_handler,
+    "web-stomp": websocket_handler(stomp_handler, STOMP_SUBPROTOCOLS, text=True),
+    "web-mqtt": websocket_handler(mqtt_handler, MQTT_SUBPROTOCOLS, text=False),
 }
 """The adapter protocols a node serves beside AMQP 0-9-1, by key ("amqp10", "stomp", "mqtt"):
 each one's `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each

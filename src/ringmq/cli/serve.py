@@ -51,6 +51,14 @@ def serve(
         str | None,
         typer.Option(help="MQTT port (default 1883; 0 picks a free port; off: no listener)."),
     ] = None,
+    web_stomp_port: Annotated[
+        str | None,
+        typer.Option(help="STOMP over WebSockets, path /ws (RabbitMQ's 15674; default off)."),
+    ] = None,
+    web_mqtt_port: Annotated[
+        str | None,
+        typer.Option(help="MQTT over WebSockets, path /ws (RabbitMQ's 15675; default off)."),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
     ] = None,
@@ -153,6 +161,8 @@ def serve(
     amqp = _port_option(amqp_port, "--amqp-port")
     stomp = _port_option(stomp_port, "--stomp-port")
     mqtt = _port_option(mqtt_port, "--mqtt-port")
+    web_stomp = _port_option(web_stomp_port, "--web-stomp-port")
+    web_mqtt = _port_option(web_mqtt_port, "--web-mqtt-port")
     try:
         options = options_from(
             file_config,
@@ -166,6 +176,8 @@ def serve(
             http_bind=http_bind,
             stomp_port=stomp,
             mqtt_port=mqtt,
+            web_stomp_port=web_stomp,
+            web_mqtt_port=web_mqtt,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)

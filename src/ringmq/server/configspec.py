@@ -165,6 +165,10 @@ class ListenSpec:
     """-1: no STOMP listener."""
     mqtt_port: int | None = None
     """-1: no MQTT listener."""
+    web_stomp_port: int | None = None
+    web_mqtt_port: int | None = None
+    """STOMP and MQTT over WebSockets (RabbitMQ's Web STOMP and Web MQTT, path /ws; usually
+    15674 and 15675); None or -1: no listener."""
     data_dir: Path | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None

@@ -18,6 +18,9 @@ DEFAULT_AMQP_PORT: Final = 5672
 DEFAULT_HTTP_PORT: Final = 15672
 DEFAULT_STOMP_PORT: Final = 61613
 DEFAULT_MQTT_PORT: Final = 1883
+DEFAULT_WEB_STOMP_PORT: Final = 15674
+DEFAULT_WEB_MQTT_PORT: Final = 15675
+"""RabbitMQ's Web STOMP and Web MQTT ports (their listeners are off unless a port is given)."""
 DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
 
 
@@ -29,6 +32,8 @@ class ServerOptions:
         host: address of every listener without its own (`*_bind`).
         amqp_port: AMQP port; 0 picks a free one; None: no plain AMQP listener (TLS only).
         http_port: management HTTP port; 0 picks a free one; None disables it.
+        web_stomp_port / web_mqtt_port: STOMP and MQTT over WebSockets (path /ws); 0 picks
+            a free one; None (the default, as RabbitMQ's plugins are off until enabled): none.
         stomp_port / mqtt_port: STOMP and MQTT ports; 0 picks a free one; None: no listener
             (the default here; `options_from`, for `ringmq serve`, defaults them to 61613 and
             1883). A protocol whose adapter is not wired (`BrokerServer(handlers=...)`) gets
@@ -45,6 +50,8 @@ class ServerOptions:
     http_port: int | None = DEFAULT_HTTP_PORT
     stomp_port: int | None = None
     mqtt_port: int | None = None
+    web_stomp_port: int | None = None
+    web_mqtt_port: int | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None
     http_bind: str | None = None
@@ -67,6 +74,8 @@ def options_from(
     http_bind: str | None = None,
     stomp_port: int | None = None,
     mqtt_port: int | None = None,
+    web_stomp_port: int | None = None,
+    web_mqtt_port: int | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -86,10 +95,14 @@ def options_from(
         raise ConfigError("the plain AMQP listener is off (amqp_port off) but [tls] is not set")
     stomp = _first(stomp_port, listen.stomp_port, DEFAULT_STOMP_PORT)
     mqtt = _first(mqtt_port, listen.mqtt_port, DEFAULT_MQTT_PORT)
+    web_stomp = _first(web_stomp_port, listen.web_stomp_port, -1)
+    web_mqtt = _first(web_mqtt_port, listen.web_mqtt_port, -1)
     return ServerOptions(
         host=host or listen.host or DEFAULT_HOST,
         stomp_port=None if stomp < 0 else stomp,
         mqtt_port=None if mqtt < 0 else mqtt,
+        web_stomp_port=None if web_stomp < 0 else web_stomp,
+        web_mqtt_port=None if web_mqtt < 0 else web_mqtt,
         amqp_port=None if amqp < 0 else amqp,
         amqp_bind=amqp_bind or listen.amqp_bind,
         amqps_bind=amqps_bind or listen.amqps_bind,

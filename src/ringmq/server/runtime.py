@@ -298,6 +298,8 @@ class BrokerServer:
         for key, port, option in (
             ("stomp", opts.stomp_port, "--stomp-port"),
             ("mqtt", opts.mqtt_port, "--mqtt-port"),
+            ("web-stomp", opts.web_stomp_port, "--web-stomp-port"),
+            ("web-mqtt", opts.web_mqtt_port, "--web-mqtt-port"),
         ):
             if port is not None and key in self.handler_factories:
                 pre = bind_socket(opts.host, port, key, backlog=1024, option=option)
