@@ -6,6 +6,14 @@ Passwords are stored as RabbitMQ stores them (`rabbit_password_hashing_sha256`):
 Permission patterns are regular expressions searched (not anchored), as RabbitMQ does; an empty
 pattern grants nothing. Compiled patterns are cached per permission entry.
 
+Beside the table (additive; the table's rules are unchanged): `login_external` logs in by
+client certificate (`core.certlogin`); `login_any` tries the `backends` in order, as RabbitMQ's
+`auth_backends` ("internal": this table; "oauth2": `core.oauth`; "ldap" is asked off the loop by
+the server and reported here with `grant`). A user logged in by a backend other than the table
+has a grant (`grants`, an `ExternalGrant`): it answers that user's vhost and resource checks
+instead of the permission table, until a token's expiry (`expire_grants`, from the broker's
+tick) or a newer login of the user.
+
 Checks raise `BrokerError` with RabbitMQ's conditions and texts: login failures are
 ACCESS_REFUSED (0-9-1 code 403), vhost access NOT_ALLOWED (530), resource permissions
 ACCESS_REFUSED.
@@ -127,6 +135,8 @@ class AuthDB:
         "internal" (this user table), "oauth2" (`tokens`)."""
         self.tokens: TokenBackend | None = None
         """The OAuth 2 token check (`core.oauth`); None: no "oauth2" backend."""
+        self._next_expiry: int | None = None
+        self._expiry_generation = -1
         self.grants: dict[str, ExternalGrant] = {}
         """Users logged in by token or LDAP: what their latest login grants (it replaces the
         user table's permissions for them; a token's until it expires)."""
@@ -250,13 +260,21 @@ class AuthDB:
         self.generation += 1
 
     def next_expiry_ms(self) -> int | None:
-        """When the earliest token grant expires (None: none will)."""
-        times = [g.expires_ms for g in self.grants.values() if g.expires_ms is not None]
-        return min(times) if times else None
+        """When the earliest token grant expires (None: none will). Asked after every batch
+        (the server's deadline timer): recomputed only when the grants changed (every change
+        bumps `generation`)."""
+        if self._expiry_generation != self.generation:
+            times = [g.expires_ms for g in self.grants.values() if g.expires_ms is not None]
+            self._next_expiry = min(times) if times else None
+            self._expiry_generation = self.generation
+        return self._next_expiry
 
     def expire_grants(self, now_ms: int) -> list[str]:
         """Drop the grants whose token expired by `now_ms`; return their users (whose open
         connections the broker closes: "credential expired")."""
+        due = self.next_expiry_ms()
+        if due is None or due > now_ms:
+            return []
         gone = [
             u for u, g in self.grants.items() if g.expires_ms is not None and g.expires_ms <= now_ms
         ]
