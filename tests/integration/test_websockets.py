@@ -9,7 +9,9 @@ import base64
 import os
 import queue
 import socket
+import ssl
 import threading
+from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -20,6 +22,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from ringmq.node import BrokerThread
 from tests.integration.conftest import BrokerFactory
+from tests.pki import CA, person
 
 pytestmark = pytest.mark.integration
 TIMEOUT_S = 10.0
@@ -163,3 +166,26 @@ def test_a_malformed_frame_closes_that_connection(web: BrokerThread) -> None:
     assert int.from_bytes(frames[2:4], "big") == 1002  # protocol error
     with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", web.port)) as conn:
         assert conn.channel().is_open
+
+
+def test_mqtt_over_secure_websockets(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    ca = CA(tmp_path, "wss")
+    server = ca.issue("server", person("localhost"), server=True)
+    b = broker_factory(
+        f'[tls]\ncert_file = "{server.cert}"\nkey_file = "{server.key}"\nport = 0\n'
+        "web_mqtt_port = 0\n",
+    )
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="wss-paho", transport="websockets")
+    client.ws_set_options(path="/ws")
+    client.tls_set_context(ssl.create_default_context(cafile=str(ca.cert_file)))
+    client.username_pw_set("guest", "guest")
+    reasons: queue.Queue[Any] = queue.Queue()
+    client.on_connect = lambda _c, _u, _f, reason, _p: reasons.put(reason)
+    client.connect("127.0.0.1", b.port_of("web-mqtt/ssl"), keepalive=30)
+    client.loop_start()
+    try:
+        assert not reasons.get(timeout=TIMEOUT_S).is_failure
+        assert ("Web MQTT 3.1.1", "guest") in _users(b)
+    finally:
+        client.loop_stop()
+        client.disconnect()

@@ -287,6 +287,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             https=bool(t.opt_bool("https", False)),
             stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
             mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
+            web_stomp_port=t.opt_int("web_stomp_port", maximum=MAX_PORT),
+            web_mqtt_port=t.opt_int("web_mqtt_port", maximum=MAX_PORT),
         )
         t.done()
 

@@ -151,6 +151,10 @@ class TLSSpec:
     """STOMP over TLS on this port (RabbitMQ's `stomp.listeners.ssl`, usually 61614); None: off."""
     mqtt_port: int | None = None
     """MQTT over TLS on this port (RabbitMQ's `mqtt.listeners.ssl`, usually 8883); None: off."""
+    web_stomp_port: int | None = None
+    web_mqtt_port: int | None = None
+    """STOMP and MQTT over secure WebSockets (wss://, path /ws; RabbitMQ's `web_stomp.ssl.port`
+    15673 and `web_mqtt.ssl.port` 15676); None: off."""
 
 
 @dataclass(frozen=True, slots=True)

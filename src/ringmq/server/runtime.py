@@ -380,7 +380,12 @@ class BrokerServer:
     async def _open_tls_listeners(self, spec: TLSSpec) -> None:
         # STOMP and MQTT over TLS, where [tls] names their ports (RabbitMQ's ssl listeners)
         ctx = tls_context(spec)
-        for key, port in (("stomp", spec.stomp_port), ("mqtt", spec.mqtt_port)):
+        for key, port in (
+            ("stomp", spec.stomp_port),
+            ("mqtt", spec.mqtt_port),
+            ("web-stomp", spec.web_stomp_port),
+            ("web-mqtt", spec.web_mqtt_port),
+        ):
             if port is None or key not in self.handler_factories:
                 continue
             lst = await open_amqp_listener(
