@@ -6,6 +6,8 @@
 #   mosquitto-clients          mosquitto_pub / mosquitto_sub (tests/integration/mqtt)
 #   rabbitmqadmin              RabbitMQ's script, extracted by tools/fetch_rabbitmqadmin.sh
 #   curl                       the README's shell block (tests/docs/test_blocks.py)
+#   slapd, ldap-utils          OpenLDAP for the LDAP login tests (tests/integration/auth/
+#                              test_ldap.py start their own slapd on a loopback port)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -14,6 +16,7 @@ command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || wanted+=(chromium-driver)
 command -v mosquitto_pub >/dev/null 2>&1 || wanted+=(mosquitto-clients)
 command -v curl >/dev/null 2>&1 || wanted+=(curl)
+command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || wanted+=(slapd ldap-utils)
 admin="${RINGMQ_RABBITMQADMIN:-$HOME/.cache/ringmq/rabbitmqadmin}"
 root_apt=0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then root_apt=1; fi
