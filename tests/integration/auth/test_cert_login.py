@@ -230,8 +230,11 @@ def test_stomp_certificate_login(broker_factory: BrokerFactory, pki: Pki) -> Non
     bad, errors = _stomp(b, pki, pki.stranger)
     with pytest.raises(stomp.exception.ConnectFailedException):
         bad.connect(wait=True)
-    error = errors.errors.get(timeout=TIMEOUT_S)
-    assert "EXTERNAL" in error.body.decode()
+    try:
+        error = errors.errors.get(timeout=TIMEOUT_S)
+        assert "EXTERNAL" in error.body.decode()
+    finally:
+        bad.transport.disconnect_socket()  # its TLS close, which the broker's close waits for
 
 
 def _paho(b: BrokerThread, pki: Pki, who: Issued) -> tuple[mqtt.Client, Callable[[], Any]]:
