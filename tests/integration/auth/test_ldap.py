@@ -101,6 +101,32 @@ def test_refusals_say_why(broker_factory: BrokerFactory, slapd: Slapd) -> None:
         assert conn.channel().is_open
 
 
+def test_ldap_refusals_count_toward_the_login_throttle(
+    broker_factory: BrokerFactory, slapd: Slapd
+) -> None:
+    # the answer comes back through HandlerContext.slow_login, run as a read of the connection
+    b = broker_factory(_config(slapd.port))
+
+    def shorten() -> None:  # keep the throttle's delays short: the second refusal waits on it
+        t = b.server.login_guard.throttle
+        t.base_ms, t.max_ms = 20, 80
+
+    b.call(shorten)
+
+    def failures() -> int:
+        return b.call(
+            lambda: b.server.login_guard.throttle.failures("127.0.0.1", b.server.clock.wall_ms())
+        )
+
+    for n in (1, 2):
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError, match="LDAP"):
+            _pika(b, "alice", "wrong")
+        assert failures() == n
+    with _pika(b, "alice", "alice-pw") as conn:  # an LDAP success clears the record
+        assert conn.channel().is_open
+    assert failures() == 0
+
+
 def test_an_ldap_server_that_is_down_refuses_the_login_alone(
     broker_factory: BrokerFactory, tmp_path: Path
 ) -> None:
