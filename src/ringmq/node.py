@@ -49,6 +49,7 @@ from ringmq.adapters.mqtt.refusal import MqttRefuser
 from ringmq.adapters.stomp import stomp_handler
 from ringmq.adapters.stomp.refusal import StompRefuser
 from ringmq.adapters.stream import stream_handler
+from ringmq.adapters.websocket import MQTT_SUBPROTOCOLS, STOMP_SUBPROTOCOLS, websocket_handler
 from ringmq.cluster.agent import ClusterNode
 from ringmq.cluster.keys import NodeRecord
 from ringmq.core.broker import Broker
@@ -64,7 +65,7 @@ from ringmq.server.options import ServerOptions
 from ringmq.server.proxy import LeaderProvider, static_provider
 from ringmq.server.refusal import RefuserFactory
 from ringmq.server.runtime import BrokerServer, Core, Emit, OpenCore
-from ringmq.server.setup import apply_declarations, broker_config
+from ringmq.server.setup import apply_auth, apply_declarations, broker_config
 from ringmq.server.thread import ServerThread, run_server
 from ringmq.status import ConnectionInfo, ListenerInfo
 from ringmq.storage.bodystore import SpillDirectory
@@ -143,8 +144,11 @@ PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {
     "stomp": stomp_handler,
     "mqtt": mqtt_handler,
     "stream": stream_handler,
+    "web-stomp": websocket_handler(stomp_handler, STOMP_SUBPROTOCOLS, text=True),
+    "web-mqtt": websocket_handler(mqtt_handler, MQTT_SUBPROTOCOLS, text=False),
 }
-"""The protocols a node serves, by key ("amqp091", "amqp10", "stomp", "mqtt"): each one's
+"""The protocols a node serves, by key ("amqp091", "amqp10", "stomp", "mqtt", "stream",
+"web-stomp", "web-mqtt": STOMP and MQTT over WebSockets): each one's
 `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each (AMQP 0-9-1
 and 1.0 share the AMQP port, told apart by the protocol header). `protocol_handlers` builds
 them from a configuration file."""
@@ -180,6 +184,7 @@ def open_core(options: ServerOptions) -> OpenCore:
         broker = build_broker(broker_config(cfg), options.data_dir, now_ms)
         # effects of admin calls (management, config reload) reach clients in one batch
         broker.admin.emit = emit
+        apply_auth(broker, cfg)
         apply_declarations(broker, cfg, now_ms)
         dur = broker.durability
         store = dur.store if dur is not None else None

@@ -49,7 +49,11 @@ this module. One driver (`server/handlers.py`) runs every protocol, all on the l
 Logins go through `HandlerContext.login`, which applies the shared failed-login throttle
 (`core.throttle.LoginGuard`, also used by the management API) and refuses a throttled address
 at once. AMQP 0-9-1 delays the check instead (RabbitMQ's behaviour): it asks the guard itself
-(`HandlerContext.login_guard`) and resumes the handshake through `HandlerContext.later`.
+(`HandlerContext.login_guard`) and resumes the handshake through `HandlerContext.later`. A
+password the quick backends refused may still pass a slow one (LDAP, asked off the loop):
+`HandlerContext.slow_login` hands it over and answers later, as a read of the connection (only
+AMQP 0-9-1 waits for it so far; STOMP, MQTT and AMQP 1.0 refuse an LDAP-only user, since their
+CONNECT / SASL steps do not yet wait for an answer).
 
 The rest of the context is for what only some protocols need: `socket` (whether the server
 paused reading, for heartbeat judgement; `abort`), `check_in_flight` (a large body announced:
@@ -80,6 +84,15 @@ class Peer:
     local_host: str
     local_port: int
     tls: bool = False
+    cert: bytes | None = None
+    """The client's certificate (DER), when TLS verified one: what SASL EXTERNAL and the
+    STOMP/MQTT certificate logins take the user name from (`core.certlogin`)."""
+
+    def cert_login(self, broker: Broker, protocol: str) -> bool:
+        """Whether a login of `protocol` ("stomp", "mqtt") without credentials is one by this
+        certificate (RabbitMQ's `stomp.ssl_cert_login`, `mqtt.ssl_cert_login`)."""
+        how = broker.auth.cert_login
+        return self.cert is not None and how is not None and bool(getattr(how, protocol))
 
     @property
     def address(self) -> str:
@@ -196,6 +209,18 @@ connection (what it emits is applied, the dispatch runs, its output is written),
 connection is gone by then."""
 
 
+SlowAnswer = Callable[[str | None, str, int], None]
+"""`answer(user, why, now_ms)`: the outcome of a slow login, run on the loop thread as a read of
+the connection (what it emits is applied, the dispatch runs, its output is written), unless the
+connection is gone by then: the user it logged in as, or None and `why` it was refused."""
+
+SlowLogin = Callable[[str, str, SlowAnswer], bool]
+"""`slow_login(user, password, answer) -> taken`: hands a password login the quick backends
+refused to a backend that blocks (LDAP, asked off the loop); True when it took it (then
+`answer` is called exactly once, unless the connection is gone), False when it does not try
+(it decides at once). The throttle's counting is the caller's: the backend only answers."""
+
+
 def _no_emit(effects: Iterable[Effect]) -> None:
     raise RuntimeError("this handler's context has no emit (a server wires it)")
 
@@ -211,7 +236,8 @@ def _nothing() -> None:
 Login = Callable[[str, str, str, int], str]
 """`login(mechanism, user, password, now_ms) -> user`: checks credentials through the shared
 throttle; raises `BrokerError(ACCESS_REFUSED)` for bad credentials, a loopback-only user from
-another host, or an address throttled after repeated failures."""
+another host, or an address throttled after repeated failures. Mechanism "EXTERNAL" ignores
+`user` and `password`: the peer's verified certificate names the user it returns."""
 
 
 @dataclass(slots=True)
@@ -236,6 +262,8 @@ class HandlerContext:
     """The shared failed-login throttle itself (for a protocol that delays, not refuses)."""
     check_in_flight: Callable[[], None] = _nothing
     """Asks the memory monitor to measure now (a large body was announced)."""
+    slow_login: SlowLogin | None = None
+    """The slow login backends (LDAP) when any is configured (None: none; see `SlowLogin`)."""
 
 
 HandlerFactory = Callable[[HandlerContext], Handler]
@@ -263,7 +291,10 @@ def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> 
                 f"too many failed logins from {peer.host}, retry later",
             )
         try:
-            broker.auth.login(mechanism, user, password, peer.loopback)
+            if mechanism == "EXTERNAL":
+                user = broker.auth.login_external(peer.cert, peer.loopback).name
+            else:
+                user = broker.auth.login_any(mechanism, user, password, peer.loopback, now_ms)
         except BrokerError as exc:
             guard.failed(peer.host, user, protocol, exc.explanation, now_ms)
             raise

@@ -58,6 +58,14 @@ def serve(
             help="RabbitMQ stream protocol port (default 5552; 0 picks a free port; off: none)."
         ),
     ] = None,
+    web_stomp_port: Annotated[
+        str | None,
+        typer.Option(help="STOMP over WebSockets, path /ws (RabbitMQ's 15674; default off)."),
+    ] = None,
+    web_mqtt_port: Annotated[
+        str | None,
+        typer.Option(help="MQTT over WebSockets, path /ws (RabbitMQ's 15675; default off)."),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
     ] = None,
@@ -227,6 +235,8 @@ def serve(
     mqtt = _port_option(mqtt_port, "--mqtt-port")
     http = _port_option(http_port, "--http-port")
     stream = _port_option(stream_port, "--stream-port")
+    web_stomp = _port_option(web_stomp_port, "--web-stomp-port")
+    web_mqtt = _port_option(web_mqtt_port, "--web-mqtt-port")
     try:
         options = options_from(
             file_config,
@@ -246,6 +256,8 @@ def serve(
             node_name=node_name,
             cluster_port=cluster_port if cluster_etcd else None,
             cluster_advertise=cluster_advertise,
+            web_stomp_port=web_stomp,
+            web_mqtt_port=web_mqtt,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)

@@ -6,6 +6,14 @@ Passwords are stored as RabbitMQ stores them (`rabbit_password_hashing_sha256`):
 Permission patterns are regular expressions searched (not anchored), as RabbitMQ does; an empty
 pattern grants nothing. Compiled patterns are cached per permission entry.
 
+Beside the table (additive; the table's rules are unchanged): `login_external` logs in by
+client certificate (`core.certlogin`); `login_any` tries the `backends` in order, as RabbitMQ's
+`auth_backends` ("internal": this table; "oauth2": `core.oauth`; "ldap" is asked off the loop by
+the server and reported here with `grant`). A user logged in by a backend other than the table
+has a grant (`grants`, an `ExternalGrant`): it answers that user's vhost and resource checks
+instead of the permission table, until a token's expiry (`expire_grants`, from the broker's
+tick) or a newer login of the user.
+
 Checks raise `BrokerError` with RabbitMQ's conditions and texts: login failures are
 ACCESS_REFUSED (0-9-1 code 403), vhost access NOT_ALLOWED (530), resource permissions
 ACCESS_REFUSED.
@@ -21,8 +29,11 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
+from ringmq.core.certlogin import CertLogin, cert_user
 from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.oauth import Grant, TokenBackend
 
 _SALT_BYTES = 4
 
@@ -94,6 +105,20 @@ class Permission:
         return pattern is not None and pattern.search(name) is not None
 
 
+class ExternalGrant(Protocol):
+    """What a backend other than the user table (OAuth 2 token, LDAP) decided for a user at
+    login: it answers that user's checks instead of the permission table."""
+
+    @property
+    def user(self) -> str: ...
+    @property
+    def tags(self) -> tuple[str, ...]: ...
+    @property
+    def expires_ms(self) -> int | None: ...
+    def allows_vhost(self, vhost: str) -> bool: ...
+    def allows(self, access: str, vhost: str, name: str, kind: str = "queue") -> bool: ...
+
+
 class AuthDB:
     """User and permission tables with RabbitMQ's checks."""
 
@@ -102,6 +127,19 @@ class AuthDB:
         self.permissions: dict[tuple[str, str], Permission] = {}
         self.generation = 0
         """Bumped on every user or permission change (callers may cache successful checks)."""
+        self.cert_login: CertLogin | None = None
+        """How a client certificate names its user; None: certificate logins (SASL EXTERNAL)
+        are off (`core.certlogin`)."""
+        self.backends: tuple[str, ...] = ("internal",)
+        """The password-checking backends, tried in order (RabbitMQ's `auth_backends`):
+        "internal" (this user table), "oauth2" (`tokens`)."""
+        self.tokens: TokenBackend | None = None
+        """The OAuth 2 token check (`core.oauth`); None: no "oauth2" backend."""
+        self._next_expiry: int | None = None
+        self._expiry_generation = -1
+        self.grants: dict[str, ExternalGrant] = {}
+        """Users logged in by token or LDAP: what their latest login grants (it replaces the
+        user table's permissions for them; a token's until it expires)."""
 
     # -- administration -------------------------------------------------------------------
     def add_user(
@@ -168,9 +206,125 @@ class AuthDB:
             )
         return user
 
+    def login_any(
+        self, mechanism: str, username: str, password: str, peer_loopback: bool, now_ms: int
+    ) -> str:
+        """Try each of `backends` in order, as RabbitMQ's `auth_backends` chain; return the
+        user name the first that accepts gives (an OAuth 2 token names its own user).
+
+        Raises:
+            BrokerError: ACCESS_REFUSED when none accepts (the last backend's reason).
+        """
+        error: BrokerError | None = None
+        for backend in self.backends:
+            try:
+                if backend == "oauth2" and self.tokens is not None:
+                    # the token is the password (or the user name when there is none)
+                    grant = self.tokens.verify(password or username, now_ms)
+                    self.grant(grant)
+                    return grant.user
+                if backend == "internal":
+                    self.login(mechanism, username, password, peer_loopback)
+                    if self.grants.pop(username, None) is not None:
+                        self.generation += 1
+                    return username
+            except BrokerError as exc:
+                error = exc
+        raise error or BrokerError(
+            Condition.ACCESS_REFUSED,
+            f"Login was refused using authentication mechanism {mechanism}.",
+        )
+
+    def grant(self, grant: ExternalGrant) -> None:
+        """A backend other than the user table logged `grant.user` in: its checks now follow
+        `grant` (the newest login of that user wins)."""
+        self.grants[grant.user] = grant
+        self.generation += 1
+
+    def update_secret(self, username: str, secret: str, now_ms: int) -> None:
+        """A connection of `username` sends a fresh token (AMQP 0-9-1 update-secret): it must
+        be valid and name the same user; its grant replaces the old one.
+
+        Raises:
+            BrokerError: ACCESS_REFUSED when the token is refused or names another user.
+        """
+        if self.tokens is None or not isinstance(self.grants.get(username), Grant):
+            raise BrokerError(Condition.ACCESS_REFUSED, "no token to update on this connection")
+        grant = self.tokens.verify(secret, now_ms)
+        if grant.user != username:
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
+                f"the new token names user {grant.user!r}, not {username!r}",
+            )
+        self.grants[username] = grant
+        self.generation += 1
+
+    def next_expiry_ms(self) -> int | None:
+        """When the earliest token grant expires (None: none will). Asked after every batch
+        (the server's deadline timer): recomputed only when the grants changed (every change
+        bumps `generation`)."""
+        if self._expiry_generation != self.generation:
+            times = [g.expires_ms for g in self.grants.values() if g.expires_ms is not None]
+            self._next_expiry = min(times) if times else None
+            self._expiry_generation = self.generation
+        return self._next_expiry
+
+    def expire_grants(self, now_ms: int) -> list[str]:
+        """Drop the grants whose token expired by `now_ms`; return their users (whose open
+        connections the broker closes: "credential expired")."""
+        due = self.next_expiry_ms()
+        if due is None or due > now_ms:
+            return []
+        gone = [
+            u for u, g in self.grants.items() if g.expires_ms is not None and g.expires_ms <= now_ms
+        ]
+        for u in gone:
+            del self.grants[u]
+        if gone:
+            self.generation += 1
+        return gone
+
+    def login_external(self, cert_der: bytes | None, peer_loopback: bool) -> User:
+        """Log in by client certificate (SASL EXTERNAL, `core.certlogin`): the user the
+        verified certificate `cert_der` names must exist; no password is checked.
+
+        Raises:
+            BrokerError: ACCESS_REFUSED when certificate logins are off, there is no
+                certificate, it names no user, the user does not exist, or is loopback-only
+                and the peer is not.
+        """
+        how = self.cert_login
+        name: str | None = None
+        if how is not None and cert_der is not None:
+            try:
+                name = cert_user(cert_der, how)
+            except ValueError:
+                name = None
+        user = self.users.get(name) if name is not None else None
+        if user is None or not (peer_loopback or not user.loopback_only):
+            why = (
+                "certificate logins are off"
+                if how is None
+                else "no client certificate"
+                if cert_der is None
+                else f"the certificate names no user ({how.login_from.value})"
+                if name is None
+                else f"user {name!r} (from the client certificate) refused"
+            )
+            raise BrokerError(
+                Condition.ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism EXTERNAL: {why}",
+            )
+        return user
+
     def check_vhost_access(self, username: str, vhost: str) -> None:
         """Raise NOT_ALLOWED unless `username` has any permissions in `vhost`."""
-        if (username, vhost) not in self.permissions:
+        grant = self.grants.get(username)
+        if grant is not None:
+            allowed = grant.allows_vhost(vhost)
+        else:
+            allowed = (username, vhost) in self.permissions
+        if not allowed:
             raise BrokerError(
                 Condition.NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{username}'"
             )
@@ -185,9 +339,14 @@ class AuthDB:
             kind: "queue" or "exchange" (used in the error text).
             name: the resource name ("" for the default exchange is checked as "amq.default").
         """
-        perm = self.permissions.get((username, vhost))
         resource = name if name or kind != "exchange" else "amq.default"
-        if perm is None or not perm.allows(access, resource):
+        grant = self.grants.get(username)
+        if grant is not None:
+            allowed = grant.allows(access.value, vhost, resource, kind)
+        else:
+            perm = self.permissions.get((username, vhost))
+            allowed = perm is not None and perm.allows(access, resource)
+        if not allowed:
             raise BrokerError(
                 Condition.ACCESS_REFUSED,
                 f"{access.value} access to {kind} '{resource}' in vhost '{vhost}' "

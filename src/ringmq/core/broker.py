@@ -57,7 +57,7 @@ from ringmq.core.deadletter import DeadLetters
 from ringmq.core.dedup import PublishDedup
 from ringmq.core.delivery import Delivery
 from ringmq.core.durability import Durability
-from ringmq.core.effects import Effect
+from ringmq.core.effects import CloseConnection, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges
 from ringmq.core.message import Message, SeqId
@@ -290,11 +290,23 @@ class Broker:
         """Run timers: queue TTLs, `x-expires`, delayed exchanges, and pending dispatch."""
         with self.call(now_ms) as out:
             self.timers.tick(now_ms)
+            # connections whose OAuth 2 token expired are closed, as RabbitMQ's
+            expired = self.state.auth.expire_grants(now_ms)
+            out.extend(
+                CloseConnection(c.conn_id, Condition.ACCESS_REFUSED, "credential expired")
+                for c in list(self.state.conns.values())
+                if c.user in expired
+            )
         return out
 
     def next_deadline_ms(self) -> int | None:
         """Earliest time `tick` has work (an immediate time when dispatch is pending)."""
-        return self.timers.next_deadline_ms()
+        due = [
+            d
+            for d in (self.timers.next_deadline_ms(), self.state.auth.next_expiry_ms())
+            if d is not None
+        ]
+        return min(due) if due else None
 
     # ================================================================== connections
     def add_vhost(self, name: str) -> VHost:

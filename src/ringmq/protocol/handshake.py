@@ -15,6 +15,9 @@ from ringmq.amqp.tables import decode_table
 
 MECHANISMS: Final = ("PLAIN", "AMQPLAIN")
 """SASL mechanisms offered in Connection.Start, in preference order."""
+EXTERNAL: Final = "EXTERNAL"
+"""The certificate mechanism, offered beside those only where the client presented a verified
+certificate (RabbitMQ's `rabbit_auth_mechanism_ssl:should_offer`)."""
 
 CAPABILITIES: Final[dict[str, Any]] = {
     "publisher_confirms": True,
@@ -69,6 +72,10 @@ def parse_sasl(mechanism: str, response: bytes) -> Credentials:
             return Credentials(user.decode("utf-8"), password.decode("utf-8"))
         except UnicodeDecodeError:
             raise AMQPError(ReplyCode.ACCESS_REFUSED, "PLAIN response is not UTF-8") from None
+    if mechanism == EXTERNAL:
+        # the name comes from the certificate; the response (an authzid, if any) is ignored,
+        # as RabbitMQ ignores it
+        return Credentials("", "")
     if mechanism == "AMQPLAIN":
         # A field table without its length prefix (RabbitMQ's rabbit_auth_mechanism_amqplain).
         try:
@@ -143,6 +150,7 @@ def negotiate(ours: TuneParams, channel_max: int, frame_max: int, heartbeat: int
 
 __all__ = [
     "CAPABILITIES",
+    "EXTERNAL",
     "MECHANISMS",
     "Credentials",
     "TuneParams",

@@ -58,6 +58,7 @@ class ConnectionMethods(FrameWriter):
     client_properties: dict[str, Any]
     mechanism: str
     username: str
+    mechanisms: tuple[str, ...]
     vhost: str
     _server_properties: dict[str, Any]
     _close_code: int
@@ -76,6 +77,9 @@ class ConnectionMethods(FrameWriter):
         self.client_properties = {}
         self.mechanism = ""
         self.username = ""
+        self.mechanisms = MECHANISMS
+        """Offered in Start; the server adds EXTERNAL where a verified client certificate
+        may name the user (before the protocol header arrives)."""
         self.vhost = ""
         self._server_properties = server_properties
         self._close_code = 0
@@ -93,7 +97,7 @@ class ConnectionMethods(FrameWriter):
                 version_major=0,
                 version_minor=9,
                 server_properties=self._server_properties,
-                mechanisms=" ".join(MECHANISMS).encode(),
+                mechanisms=" ".join(self.mechanisms).encode(),
                 locales=b"en_US",
             )
         )
@@ -123,7 +127,7 @@ class ConnectionMethods(FrameWriter):
 
     def _on_start_ok(self, method: Method, events: list[Event]) -> None:
         assert isinstance(method, spec.ConnectionStartOk)
-        if method.mechanism not in MECHANISMS:
+        if method.mechanism not in self.mechanisms:
             raise AMQPError(
                 ReplyCode.COMMAND_INVALID,
                 f"unknown authentication mechanism {method.mechanism!r}",

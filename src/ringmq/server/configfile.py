@@ -22,6 +22,7 @@ from ringmq.cluster.settings import (
     ClusterSettings,
     parse_endpoints,
 )
+from ringmq.server.authconfig import parse_auth
 from ringmq.server.brokerxml import parse_artemis_xml
 from ringmq.server.configspec import (
     ARG_LAST_VALUE,
@@ -40,7 +41,9 @@ from ringmq.server.configspec import (
     OFF_WORDS,
     AddressSetting,
     AnonymousLoginSpec,
+    AuthSpec,
     BindingSpec,
+    CertLoginSpec,
     ConfigError,
     ExchangeSpec,
     FileConfig,
@@ -76,7 +79,9 @@ __all__ = [
     "OFF_WORDS",
     "AddressSetting",
     "AnonymousLoginSpec",
+    "AuthSpec",
     "BindingSpec",
+    "CertLoginSpec",
     "ConfigError",
     "ExchangeSpec",
     "FileConfig",
@@ -137,6 +142,9 @@ class _Table:
         self._data = data
         self.where = where
         self._used: set[str] = set()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._data
 
     def value(self, key: str, types: tuple[type, ...], what: str) -> Any:
         self._used.add(key)
@@ -262,6 +270,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             stomp_port=_port_or_off(t, "stomp_port"),
             mqtt_port=_port_or_off(t, "mqtt_port"),
             stream_port=_port_or_off(t, "stream_port"),
+            web_stomp_port=_port_or_off(t, "web_stomp_port"),
+            web_mqtt_port=_port_or_off(t, "web_mqtt_port"),
             data_dir=Path(data_dir) if data_dir else None,
             amqp_bind=t.opt_str("amqp_bind"),
             amqps_bind=t.opt_str("amqps_bind"),
@@ -297,19 +307,26 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
             mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
             stream_port=t.opt_int("stream_port", maximum=MAX_PORT),
+            web_stomp_port=t.opt_int("web_stomp_port", maximum=MAX_PORT),
+            web_mqtt_port=t.opt_int("web_mqtt_port", maximum=MAX_PORT),
         )
         t.done()
 
     anonymous = AnonymousLoginSpec()
+    anonymous_keys = ("anonymous_login_user", "anonymous_login_pass")
     auth = _table(doc, "auth", where)
     amqp10 = _table(doc, "amqp10", where)
-    if auth is not None and amqp10 is not None:
+    if auth is not None and amqp10 is not None and any(k in auth for k in anonymous_keys):
         raise ConfigError(
             f"{where}: [auth] and [amqp10] both set the anonymous login: keep [auth] "
             "(anonymous_login_user, anonymous_login_pass)"
         )
+    auth_spec = AuthSpec()
     if auth is not None:
-        anonymous = _anonymous(auth, ("anonymous_login_user", "anonymous_login_pass"))
+        # one [auth] table: the anonymous login beside the mechanisms and backends
+        if any(k in auth for k in anonymous_keys):
+            anonymous = _anonymous(auth, anonymous_keys)
+        auth_spec = parse_auth(auth)
         auth.done()
     if amqp10 is not None:  # the older spelling of the same setting
         anonymous = _anonymous(amqp10, ("anonymous_user", "anonymous_password"))
@@ -458,6 +475,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         anonymous_login=anonymous,
         management=management,
         cluster=cluster,
+        auth=auth_spec,
         users=tuple(users),
         vhosts=tuple(vhosts),
         permissions=tuple(perms),

@@ -154,6 +154,10 @@ class TLSSpec:
     """MQTT over TLS on this port (RabbitMQ's `mqtt.listeners.ssl`, usually 8883); None: off."""
     stream_port: int | None = None
     """The stream protocol over TLS (RabbitMQ's `stream.listeners.ssl`, usually 5551)."""
+    web_stomp_port: int | None = None
+    web_mqtt_port: int | None = None
+    """STOMP and MQTT over secure WebSockets (wss://, path /ws; RabbitMQ's `web_stomp.ssl.port`
+    15673 and `web_mqtt.ssl.port` 15676); None: off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +174,10 @@ class ListenSpec:
     """-1: no MQTT listener."""
     stream_port: int | None = None
     """-1: no stream protocol listener."""
+    web_stomp_port: int | None = None
+    web_mqtt_port: int | None = None
+    """STOMP and MQTT over WebSockets (RabbitMQ's Web STOMP and Web MQTT, path /ws; usually
+    15674 and 15675); None or -1: no listener."""
     data_dir: Path | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None
@@ -244,6 +252,91 @@ class AnonymousLoginSpec:
         return cls(anonymous_user=str(user), anonymous_password=password)
 
 
+PASSWORD_MECHANISMS: Final = ("PLAIN", "AMQPLAIN")
+"""The SASL mechanisms ringmq always offers AMQP 0-9-1 clients."""
+
+
+@dataclass(frozen=True, slots=True)
+class CertLoginSpec:
+    """Logins by client certificate (RabbitMQ's `ssl_cert_login_*` keys; `core.certlogin`).
+
+    Attributes:
+        login_from: "distinguished_name", "common_name" or "subject_alternative_name".
+        san_type / san_index: which subjectAltName entry names the user.
+        external: SASL EXTERNAL offered to AMQP 0-9-1 and 1.0 clients with a verified
+            certificate (`auth_mechanisms` lists EXTERNAL).
+        stomp / mqtt: a CONNECT without credentials logs in by certificate
+            (`stomp.ssl_cert_login`, `mqtt.ssl_cert_login`).
+    """
+
+    login_from: str = "distinguished_name"
+    san_type: str = "dns"
+    san_index: int = 0
+    external: bool = True
+    stomp: bool = False
+    mqtt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OAuth2Spec:
+    """RabbitMQ's `auth_oauth2.*` keys (the `[auth.oauth2]` table; `core.oauth`)."""
+
+    resource_server_id: str
+    scope_prefix: str | None = None
+    verify_aud: bool = True
+    preferred_username_claims: tuple[str, ...] = ("sub", "client_id")
+    additional_scopes_key: str | None = None
+    default_key: str | None = None
+    signing_keys: tuple[tuple[str, Path], ...] = ()
+    """(key id, PEM file of the public key)."""
+    jwks_url: str | None = None
+    jwks_refresh_s: int = 300
+    https_cacertfile: Path | None = None
+    """CA bundle that verifies the JWKS server (`auth_oauth2.https.cacertfile`)."""
+    algorithms: tuple[str, ...] = ()
+    """Accepted signature algorithms; empty: the RSA and EC ones (`core.oauth`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LdapSpec:
+    """RabbitMQ's `auth_ldap.*` keys (the `[auth.ldap]` table; server/ldapauth.py).
+
+    `queries` holds the vhost, resource and tag queries (`core.ldapquery`), parsed.
+    """
+
+    servers: tuple[str, ...]
+    user_dn_pattern: str
+    port: int = 389
+    use_ssl: bool = False
+    timeout_s: float = 5.0
+    other_bind: str = "as_user"
+    """"as_user", "anon", or "dn" (bind as `other_bind_dn` with `other_bind_password`)."""
+    other_bind_dn: str | None = None
+    other_bind_password: str | None = None
+    queries: Any = None
+
+
+AUTH_BACKENDS: Final = ("internal", "oauth2", "ldap")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSpec:
+    """How clients log in (the `[auth]` table; `server/authconfig.py` reads it; the same
+    table's `anonymous_login_user`/`anonymous_login_pass` are `FileConfig.anonymous_login`).
+
+    Attributes:
+        cert_login: logins by client certificate; None: off.
+        backends: the password backends in order (RabbitMQ's `auth_backends`).
+        oauth2: the OAuth 2 backend's settings (needed when `backends` has "oauth2").
+        ldap: the LDAP backend's settings (needed when `backends` has "ldap").
+    """
+
+    cert_login: CertLoginSpec | None = None
+    backends: tuple[str, ...] = ("internal",)
+    oauth2: OAuth2Spec | None = None
+    ldap: LdapSpec | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     """A cluster node's client-facing addresses, as a configuration file names them."""
@@ -288,6 +381,7 @@ class FileConfig:
     management: ManagementSpec = ManagementSpec()
     cluster: ClusterSettings | None = None
     """The `[cluster]` table (None: a single node, as without one)."""
+    auth: AuthSpec = AuthSpec()
     users: tuple[UserSpec, ...] = ()
     vhosts: tuple[str, ...] = ()
     permissions: tuple[PermissionSpec, ...] = ()

@@ -9,8 +9,9 @@ is the server's side of that contract and imports no codec and no adapter:
   `connection_made`, once both ends of the socket are known).
 * `Handlers` owns what the server does for them: admission (the shared `Connections.admit`),
   building each handler from its protocol's `HandlerFactory` and a `HandlerContext` (its
-  `emit` is `Connections.apply`, its `later` a loop timer run as a read, its `socket` the
-  connection itself), feeding it the bytes read, the periodic `tick` (from `server/timers.py`),
+  `emit` is `Connections.apply`, its `later` a loop timer run as a read, its `slow_login` the
+  blocking login backends (LDAP) whose answer runs the same way, its `socket` the connection
+  itself), feeding it the bytes read, the periodic `tick` (from `server/timers.py`),
   and the end of a connection (`Handler.connection_lost` once, for a connection that was ever
   opened).
 * One read: `receive_data` -> its effects to `Connections.apply` (a handler may have emitted
@@ -43,6 +44,8 @@ from ringmq.adapters.handler import (
     HandlerFactory,
     HandlerLimits,
     Peer,
+    SlowAnswer,
+    SlowLogin,
     make_login,
 )
 from ringmq.core.errors import Condition
@@ -68,8 +71,14 @@ PROTOCOL_NAMES: Final = {
     "stomp": "STOMP",
     "mqtt": "MQTT",
     "stream": "RabbitMQ Stream",
+    "web-stomp": "Web STOMP",
+    "web-mqtt": "Web MQTT",
 }
 """How logs (and the failed-login log) name each protocol."""
+
+SlowBackend = Callable[[str, str, Callable[[str | None, str], None]], bool]
+"""A login backend that blocks (server/ldapauth.py): `take(user, password, answer)`, True when
+it took the login; it calls `answer(user or None, why)` once, on the loop thread."""
 
 
 class HandlerConnection(ClientConnection):
@@ -133,6 +142,9 @@ class Handlers:
         """The memory monitor, once the server started it (large bodies are measured at once)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         """Set by the server once it runs (handlers' timers need it)."""
+        self.slow_login: SlowBackend | None = None
+        """The login backends that block (LDAP, server/ldapauth.py), set by the server when
+        configured: handlers reach them through `HandlerContext.slow_login`."""
         # one dispatch per read batch, bound once: the read path calls it per read
         broker.defer_dispatch = True
         self._dispatch_pending = broker.dispatch_pending
@@ -172,7 +184,9 @@ class Handlers:
     def connection_made(self, c: HandlerConnection) -> None:
         if not self.conns.admit(c, self.limits):
             return
-        peer = Peer(c.peer[0], c.peer[1], c.sock_name[0], c.sock_name[1], tls=c.tls)
+        peer = Peer(
+            c.peer[0], c.peer[1], c.sock_name[0], c.sock_name[1], tls=c.tls, cert=c.peer_cert
+        )
         context = HandlerContext(
             broker=self.broker,
             conn_id=c.conn_id,
@@ -187,6 +201,7 @@ class Handlers:
             socket=c,
             login_guard=self.login_guard,
             check_in_flight=self._check_in_flight,
+            slow_login=None if self.slow_login is None else self._slow_login(c),
         )
         try:
             h = c.handler = self.factories[c.protocol](context)
@@ -255,6 +270,21 @@ class Handlers:
                     self.internal_error(c)
 
         self.loop.call_later(delay_ms / 1000, fire)
+
+    def _slow_login(self, c: HandlerConnection) -> SlowLogin:
+        # `HandlerContext.slow_login` of `c`: the backend answers on the loop thread; the
+        # handler's answer then runs as a read of `c` (its timer's way), unless `c` is gone
+        def slow_login(user: str, password: str, answer: SlowAnswer) -> bool:
+            backend = self.slow_login
+            if backend is None:
+                return False
+
+            def answered(who: str | None, why: str) -> None:
+                self._later(c, 0, lambda now_ms: answer(who, why, now_ms))
+
+            return backend(user, password, answered)
+
+        return slow_login
 
     def _check_in_flight(self) -> None:
         if self.memory is not None:

@@ -60,6 +60,8 @@ from ringmq.server.datadir import DataDirLock
 from ringmq.server.flow import PublisherFlow
 from ringmq.server.handlers import Handlers
 from ringmq.server.httpserve import ASGIApp, uvicorn_config
+from ringmq.server.jwks import JwksFetcher, start_jwks
+from ringmq.server.ldapauth import LdapLogins
 from ringmq.server.listener import (
     Listener,
     bind_http_socket,
@@ -218,6 +220,10 @@ class BrokerServer:
         self.login_guard = LoginGuard()
         """Failed logins per source address (AMQP and management HTTP share it)."""
         self.memory: MemoryMonitor | None = None
+        self.jwks: JwksFetcher | None = None
+        """Keeps the OAuth 2 backend's JWKS keys fresh (when `jwks_url` is set)."""
+        self.ldap: LdapLogins | None = None
+        """Checks logins against LDAP off the loop (when `ldap` is a backend)."""
         """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
         self.services: list[Service] = []
         """Started after the listeners, stopped first (the composition root adds them)."""
@@ -315,6 +321,8 @@ class BrokerServer:
             ("stomp", opts.stomp_port, "--stomp-port"),
             ("mqtt", opts.mqtt_port, "--mqtt-port"),
             ("stream", opts.stream_port, "--stream-port"),
+            ("web-stomp", opts.web_stomp_port, "--web-stomp-port"),
+            ("web-mqtt", opts.web_mqtt_port, "--web-mqtt-port"),
         ):
             if port is not None and key in self.handler_factories:
                 pre = bind_socket(opts.host, port, key, backlog=1024, option=option)
@@ -355,6 +363,11 @@ class BrokerServer:
             refuse = None if cfg.proxy.proxy else Refusals(self.refusers)
             self.gate = ProxyGate(provider, refuse)
         self._start_memory_monitor(loop, core.spill)
+        self.jwks = await start_jwks(self.broker, cfg.auth)
+        if "ldap" in cfg.auth.backends and cfg.auth.ldap is not None:
+            self.ldap = LdapLogins(cfg.auth.ldap, self.broker)
+            self.ldap.loop = loop
+            self.handlers.slow_login = self.ldap.take
 
         if amqp_pre is not None:
             amqp = await open_amqp_listener(
@@ -433,6 +446,8 @@ class BrokerServer:
             ("stomp", spec.stomp_port),
             ("mqtt", spec.mqtt_port),
             ("stream", spec.stream_port),
+            ("web-stomp", spec.web_stomp_port),
+            ("web-mqtt", spec.web_mqtt_port),
         )
         for key, port in tls_ports:
             if port is None or key not in self.handler_factories:
@@ -501,6 +516,10 @@ class BrokerServer:
                     await asyncio.wait_for(self._http_task, timeout=5)
         for lst in self._listeners:
             lst.close()
+        if self.jwks is not None:
+            self.jwks.stop()
+        if self.ldap is not None:
+            self.ldap.close()
         if self.commit is not None:
             await self.commit.close()
         if self._attached:

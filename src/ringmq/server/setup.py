@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
+from ringmq.server.authconfig import core_cert_login, core_tokens
 from ringmq.server.configspec import (
     AddressSetting,
     FileConfig,
@@ -95,6 +96,14 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
         max_message_size=cfg.limits.max_message_size,
         anonymous_login=cfg.anonymous_login.login,
     )
+
+
+def apply_auth(broker: Broker, cfg: FileConfig) -> None:
+    """Give the broker the file's login settings beside its user table: certificate logins,
+    the backends in order and the OAuth 2 token check."""
+    broker.auth.cert_login = core_cert_login(cfg.auth)
+    broker.auth.backends = cfg.auth.backends
+    broker.auth.tokens = core_tokens(cfg.auth)
 
 
 def _declared_args(q: QueueSpec, cfg: FileConfig) -> dict[str, Any]:

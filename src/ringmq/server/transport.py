@@ -93,6 +93,8 @@ class ClientConnection(asyncio.Protocol):
         self._reading_paused = False
         self._pause_reasons: set[str] = set()
         self._writable = True
+        self.peer_cert: bytes | None = None
+        """The client's certificate (DER) when TLS verified one (certificate logins)."""
 
     def _take_transport(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it
@@ -101,6 +103,11 @@ class ClientConnection(asyncio.Protocol):
         sock = transport.get_extra_info("sockname") or ("", 0)
         self.peer = (str(peer[0]), int(peer[1]))
         self.sock_name = (str(sock[0]), int(sock[1]))
+        tls = transport.get_extra_info("ssl_object")
+        if tls is not None:
+            # None unless the client sent one and the context verified it (CERT_REQUIRED or
+            # CERT_OPTIONAL): an unverified certificate never names a user
+            self.peer_cert = tls.getpeercert(binary_form=True)
         # a large high-water mark: deliveries are batched; pause only on real backlog
         self.transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
 

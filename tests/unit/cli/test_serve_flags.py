@@ -212,3 +212,17 @@ def test_bad_replication_flags_are_usage_errors(
     result = CliRunner().invoke(app, ["serve", *args])
     assert result.exit_code == 2
     assert "options" not in seen
+
+
+def test_web_stomp_and_web_mqtt_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve", "--web-stomp-port", "15674"])
+    assert result.exit_code == 0, result.output
+    opts = seen["options"]
+    assert (opts.web_stomp_port, opts.web_mqtt_port) == (15674, None)  # off unless given
+    toml = tmp_path / "web.toml"
+    toml.write_text("[server]\nweb_stomp_port = 15674\nweb_mqtt_port = 15675\n")
+    result = CliRunner().invoke(app, ["serve", "--config", str(toml), "--web-stomp-port", "off"])
+    assert result.exit_code == 0, result.output
+    opts = seen["options"]
+    assert (opts.web_stomp_port, opts.web_mqtt_port) == (None, 15675)

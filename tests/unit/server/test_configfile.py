@@ -127,7 +127,7 @@ def test_toml_full_schema() -> None:
         ("[amqp10]\nanonymous_user = 'off'\nanonymous_password = 'x'\n", "are off"),
         ("[auth]\nanonymous_login_user = 'app'\n", "needs anonymous_login_pass"),
         ("[auth]\nanonymous_user = 'app'\n", "unknown key"),
-        ("[auth]\n[amqp10]\n", "both set the anonymous login"),
+        ("[auth]\nanonymous_login_user = 'off'\n[amqp10]\n", "both set the anonymous login"),
         ("this is not toml", "<toml>"),
     ],
 )
@@ -154,6 +154,32 @@ def test_toml_errors(text: str, needle: str) -> None:
 def test_anonymous_login(text: str, user: str | None, password: str) -> None:
     spec = parse_toml(text).anonymous_login
     assert (spec.anonymous_user, spec.anonymous_password) == (user, password)
+
+
+def test_one_auth_table_holds_the_anonymous_login_and_the_mechanisms() -> None:
+    cfg = parse_toml(
+        "[auth]\nanonymous_login_user = 'off'\n"
+        "mechanisms = ['PLAIN', 'AMQPLAIN', 'EXTERNAL']\nbackends = ['internal', 'oauth2']\n"
+        "[auth.oauth2]\nresource_server_id = 'rabbitmq'\njwks_url = 'https://idp/certs'\n"
+    )
+    assert cfg.anonymous_login.anonymous_user is None
+    assert cfg.auth.cert_login is not None
+    assert cfg.auth.cert_login.external
+    assert cfg.auth.backends == ("internal", "oauth2")
+
+
+def test_auth_mechanisms_beside_the_older_amqp10_anonymous_login() -> None:
+    # [auth] without the anonymous keys does not clash with [amqp10]'s older spelling
+    cfg = parse_toml(
+        "[auth]\nmechanisms = ['PLAIN', 'AMQPLAIN', 'EXTERNAL']\n"
+        "[amqp10]\nanonymous_user = 'app'\nanonymous_password = 'pw'\n"
+    )
+    assert (cfg.anonymous_login.anonymous_user, cfg.anonymous_login.anonymous_password) == (
+        "app",
+        "pw",
+    )
+    assert cfg.auth.cert_login is not None
+    assert cfg.auth.cert_login.external
 
 
 BROKER_XML = """<?xml version="1.0"?>

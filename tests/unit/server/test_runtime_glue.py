@@ -73,7 +73,14 @@ class ScriptedBroker:
     def close(self) -> None:
         pass
 
-    def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
+    def check_login(
+        self,
+        mechanism: str,
+        response: bytes,
+        peer_loopback: bool,
+        cert: bytes | None = None,
+        now_ms: int = 0,
+    ) -> str:
         user = response.split(b"\x00")[1].decode()
         if response.split(b"\x00")[2] != b"guest":
             raise AMQPError(ReplyCode.ACCESS_REFUSED, "bad password")

@@ -44,6 +44,7 @@ from ringmq.amqp.properties import FLAG_DELIVERY_MODE
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.tables import decode_table
 from ringmq.core.broker import Broker
+from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message
@@ -58,13 +59,27 @@ _TX: Final = ChannelMode.TX
 _CONFIRM: Final = ChannelMode.CONFIRM
 
 
-def check_login(broker: Broker, mechanism: str, response: bytes, peer_loopback: bool) -> str:
+def check_login(
+    broker: Broker,
+    mechanism: str,
+    response: bytes,
+    peer_loopback: bool,
+    cert: bytes | None = None,
+    now_ms: int = 0,
+) -> str:
     """Authenticate a connection.start-ok response; return the user name.
 
     PLAIN is `\\0user\\0password`; AMQPLAIN is a field table without its length prefix
-    holding LOGIN and PASSWORD. Raises ACCESS_REFUSED on bad credentials (and for the
-    loopback-only default user from a remote peer), COMMAND_INVALID for an unknown mechanism.
+    holding LOGIN and PASSWORD; EXTERNAL takes the name from `cert`, the client's verified
+    certificate (DER; `core.certlogin`). Raises ACCESS_REFUSED on bad credentials (and for
+    the loopback-only default user from a remote peer), COMMAND_INVALID for an unknown
+    mechanism.
     """
+    if mechanism == "EXTERNAL" and offers_external(broker.auth.cert_login):
+        try:
+            return broker.auth.login_external(cert, peer_loopback).name
+        except BrokerError as exc:
+            raise to_amqp(exc) from None
     if mechanism == "PLAIN":
         parts = response.split(b"\x00")
         if len(parts) != 3:
@@ -83,11 +98,12 @@ def check_login(broker: Broker, mechanism: str, response: bytes, peer_loopback: 
             ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'"
         )
     name = user.decode("utf-8", "replace")
+    secret = password.decode("utf-8", "replace")
     try:
-        broker.auth.login(mechanism, name, password.decode("utf-8", "replace"), peer_loopback)
+        # the backends in turn (an OAuth 2 token as the password names its own user)
+        return broker.auth.login_any(mechanism, name, secret, peer_loopback, now_ms)
     except BrokerError as exc:
         raise to_amqp(exc) from None
-    return name
 
 
 class Amqp091:
@@ -101,9 +117,24 @@ class Amqp091:
         self.calls = broker.calls
 
     # ------------------------------------------------------------------ connections
-    def check_login(self, mechanism: str, response: bytes, peer_loopback: bool) -> str:
+    def check_login(
+        self,
+        mechanism: str,
+        response: bytes,
+        peer_loopback: bool,
+        cert: bytes | None = None,
+        now_ms: int = 0,
+    ) -> str:
         """Authenticate a connection.start-ok response (`check_login`)."""
-        return check_login(self.broker, mechanism, response, peer_loopback)
+        return check_login(self.broker, mechanism, response, peer_loopback, cert, now_ms)
+
+    def update_secret(self, user: str, secret: bytes, now_ms: int) -> None:
+        """Connection.Update-Secret: a fresh OAuth 2 token for the connection's user (raises
+        ACCESS_REFUSED when it is refused)."""
+        try:
+            self.auth.update_secret(user, secret.decode("utf-8", "replace"), now_ms)
+        except BrokerError as exc:
+            raise to_amqp(exc) from None
 
     def connection_opened(
         self,

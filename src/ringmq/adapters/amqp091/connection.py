@@ -25,7 +25,10 @@ each read, consecutive publishes of a read go to the core as one batch.
 
 Logins: repeated failures from one address delay the next credential check (`LoginGuard`,
 shared with management's HTTP logins; `HandlerContext.later` resumes it); the connection's
-machine waits in AUTHENTICATING.
+machine waits in AUTHENTICATING, as it does while a backend that blocks (LDAP) is asked off the
+loop (`HandlerContext.slow_login`, for a PLAIN/AMQPLAIN password the quick backends refused; its
+answer finishes the login, the throttle counting a refusal then). EXTERNAL is offered when TLS
+verified the client's certificate and `[auth]` lists it (`core.certlogin`).
 
 Errors: `AMQPError`s raised by the adapter become Channel.Close or Connection.Close on this
 connection (soft/hard, as RabbitMQ); commands parsed in the same read behind one that failed
@@ -46,10 +49,11 @@ from typing import Final, assert_never
 from ringmq.adapters.amqp091.adapter import Amqp091
 from ringmq.adapters.amqp091.frames import frame_of, reply_code
 from ringmq.adapters.amqp091.runs import publish_columns, publish_rows
-from ringmq.adapters.handler import HandlerContext, HandlerInfo
+from ringmq.adapters.handler import HandlerContext, HandlerInfo, SlowAnswer
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
+from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import (
     Block,
     CancelConsumer,
@@ -68,12 +72,15 @@ from ringmq.core.errors import Condition
 from ringmq.core.message import amqp091_content
 from ringmq.protocol import events as ev
 from ringmq.protocol.connection import ServerConnection
-from ringmq.protocol.handshake import TuneParams
+from ringmq.protocol.handshake import EXTERNAL, TuneParams
 
 log = logging.getLogger(__name__)
 
 PROTOCOL: Final = "AMQP 0-9-1"
 """How management names the protocol."""
+
+PASSWORD_MECHANISMS: Final = frozenset({"PLAIN", "AMQPLAIN"})
+"""The mechanisms whose password a slow backend (LDAP) may check."""
 
 _Command = ev.Command
 _PublishRun = ev.PublishRun
@@ -105,6 +112,8 @@ class Amqp091Handler:
             ),
             max_message_size=limits.max_message_size,
         )
+        if ctx.peer.cert is not None and offers_external(ctx.broker.auth.cert_login):
+            self.proto.mechanisms = (*self.proto.mechanisms, EXTERNAL)
         check = adapter.check_publish
         conn_id = self.conn_id
         self.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
@@ -367,8 +376,12 @@ class Amqp091Handler:
                 # requeues the channel's unacked messages and drops its consumers now
                 self.channels = max(0, self.channels - 1)
                 self.emit(broker.channel_closed(self.conn_id, ch, now))
-            case ev.SecretUpdated():
-                pass  # nothing here expires with a secret; Update-Secret-Ok is already queued
+            case ev.SecretUpdated(new_secret=secret):
+                # a fresh OAuth 2 token (RabbitMQ 3.11+); a refused one closes the connection
+                try:
+                    self.amqp091.update_secret(self.user, secret, now)
+                except AMQPError as err:
+                    proto.close(err.code, err.explanation, 10, 70)
             case ev.ProtocolError(channel=ch, reply_code=code, reply_text=text):
                 log.info("closing %s channel %d: %s", self.ctx.peer.name, ch, text)
                 if code == ReplyCode.INTERNAL_ERROR:
@@ -381,16 +394,47 @@ class Amqp091Handler:
 
     def _login(self, event: ev.LoginRequested, now: int) -> list[ev.Event]:
         peer = self.ctx.peer
-        guard = self.ctx.login_guard
         try:
-            user = self.amqp091.check_login(event.mechanism, event.response, peer.loopback)
+            user = self.amqp091.check_login(
+                event.mechanism, event.response, peer.loopback, peer.cert, now
+            )
         except AMQPError as err:
-            if guard is not None:
-                guard.failed(peer.host, event.username, "AMQP", err.explanation, now)
-            self.proto.reject_login(err.explanation)
-            return []
+            slow = self.ctx.slow_login
+            if (
+                slow is not None
+                and event.mechanism in PASSWORD_MECHANISMS
+                and slow(event.username, event.password, self._slow_answer(event))
+            ):
+                return []  # asked off the loop (LDAP): the machine stays AUTHENTICATING
+            return self._login_refused(event, err.explanation, now)
+        return self._login_accepted(event, user)
+
+    def _slow_answer(self, event: ev.LoginRequested) -> SlowAnswer:
+        # `HandlerContext.slow_login`'s answer: the driver runs it as a read of this connection
+        def answer(user: str | None, why: str, now: int) -> None:
+            if self._closed:
+                return
+            more = (
+                self._login_refused(event, why, now)
+                if user is None
+                else self._login_accepted(event, user)
+            )
+            if more:
+                self.on_events(more, now)
+
+        return answer
+
+    def _login_refused(self, event: ev.LoginRequested, why: str, now: int) -> list[ev.Event]:
+        guard = self.ctx.login_guard
         if guard is not None:
-            guard.succeeded(peer.host)
+            guard.failed(self.ctx.peer.host, event.username, "AMQP", why, now)
+        self.proto.reject_login(why)
+        return []
+
+    def _login_accepted(self, event: ev.LoginRequested, user: str) -> list[ev.Event]:
+        guard = self.ctx.login_guard
+        if guard is not None:
+            guard.succeeded(self.ctx.peer.host)
         self.user = user
         self.auth_mechanism = event.mechanism
         self.client_properties = dict(event.client_properties)

@@ -32,6 +32,7 @@ from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.amqp10 import events as ev
 from ringmq.amqp10.connection import Connection
 from ringmq.amqp10.types import Int, Symbol
+from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import (
     Block,
     CancelConsumer,
@@ -68,6 +69,13 @@ class Amqp10Handler:
             max_message_size=limits.max_message_size,
             properties=open_properties(servers),
             message_runs=True,
+            # EXTERNAL only where a verified client certificate may name the user (as
+            # RabbitMQ's rabbit_auth_mechanism_ssl offers it)
+            mechanisms=(
+                ("EXTERNAL", "PLAIN", "ANONYMOUS")
+                if ctx.peer.cert is not None and offers_external(ctx.broker.auth.cert_login)
+                else ("PLAIN", "ANONYMOUS")
+            ),
         )
         self.links = Links(self.broker, self.conn, self.conn_id)
         self.user = ""
@@ -168,6 +176,8 @@ class Amqp10Handler:
             if len(parts) != 3:
                 return "malformed SASL PLAIN response"
             user, password = (x.decode("utf-8", "replace") for x in parts[1:])
+        elif e.mechanism == "EXTERNAL":
+            user = password = ""  # the certificate names the user (`ctx.login`)
         elif e.mechanism == "ANONYMOUS" and self.broker.config.anonymous_login is not None:
             user, password = self.broker.config.anonymous_login
         else:

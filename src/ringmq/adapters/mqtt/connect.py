@@ -15,8 +15,9 @@ TOPIC_ALIAS_MAXIMUM: Final = 64
 """Inbound topic aliases a client may use (CONNACK's Topic Alias Maximum)."""
 
 
-def connect_refusal(c: Connect) -> tuple[Reason, str] | None:
-    """Why a CONNECT is refused before any login (None: it is not)."""
+def connect_refusal(c: Connect, *, by_cert: bool = False) -> tuple[Reason, str] | None:
+    """Why a CONNECT is refused before any login (None: it is not); `by_cert`: the client
+    logs in by its certificate, without a user name."""
     if not c.client_id and not c.clean_start and c.protocol_level != V5:
         return Reason.CLIENT_IDENTIFIER_NOT_VALID, "empty client id, clean session 0"
     if c.will is not None:

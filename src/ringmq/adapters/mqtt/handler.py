@@ -269,24 +269,34 @@ class MqttHandler:
         if props.authentication_method is not None:
             m.refuse(Reason.BAD_AUTHENTICATION_METHOD, "enhanced authentication not supported")
             return
-        refused = connect_refusal(c)
+        # RabbitMQ's mqtt.ssl_cert_login: no credentials, a verified certificate names the user
+        by_cert = (
+            c.username is None
+            and c.password is None
+            and self.ctx.peer.cert_login(self.broker, "mqtt")
+        )
+        refused = connect_refusal(c, by_cert=by_cert)
         if refused is not None:
             m.refuse(*refused)
             return
-        login = credentials(c, self.broker.vhosts, self.broker.config.anonymous_login)
-        if login is None:
-            m.refuse(
-                Reason.BAD_USER_NAME_OR_PASSWORD,
-                "anonymous logins are off: a user name is required",
-            )
-            return
-        vhost, user, password = login
+        mechanism = "PLAIN"
+        if by_cert:
+            vhost, user, mechanism, password = "/", "", "EXTERNAL", ""
+        else:
+            login = credentials(c, self.broker.vhosts, self.broker.config.anonymous_login)
+            if login is None:
+                m.refuse(
+                    Reason.BAD_USER_NAME_OR_PASSWORD,
+                    "anonymous logins are off: a user name is required",
+                )
+                return
+            vhost, user, password = login
         cid = c.client_id
         assigned = None
         if not cid:
             cid = assigned = self.broker.state.gen_name("mqtt-")
         try:
-            self.ctx.login("PLAIN", user, password, now_ms)
+            user = self.ctx.login(mechanism, user, password, now_ms)
         except BrokerError as exc:
             m.refuse(Reason.BAD_USER_NAME_OR_PASSWORD, exc.explanation)
             return

@@ -246,7 +246,13 @@ class StompHandler:
         config = self.broker.config
         login = frame.get("login")
         passcode = frame.get("passcode")
-        if login is None:  # the anonymous login (RabbitMQ's default_user, 4's anonymous_login_user)
+        mechanism = "PLAIN"
+        if login is None and ctx.peer.cert_login(self.broker, "stomp"):
+            # RabbitMQ's stomp.ssl_cert_login: the verified certificate names the user
+            mechanism, login = "EXTERNAL", ""
+        elif (
+            login is None
+        ):  # the anonymous login (RabbitMQ's default_user, 4's anonymous_login_user)
             if config.anonymous_login is None:
                 self.conn.fail(
                     "Bad CONNECT", "anonymous logins are off: send login and passcode", frame=frame
@@ -257,7 +263,7 @@ class StompHandler:
         self.client_id = frame.get("client-id") or ""
         props = {"client_id": self.client_id} if self.client_id else {}
         try:
-            user = ctx.login("PLAIN", login, passcode or "", now_ms)
+            user = ctx.login(mechanism, login, passcode or "", now_ms)
             self.broker.connection_opened(
                 self.conn_id, user, vhost, ctx.peer.address, props, now_ms, protocol="stomp"
             )
@@ -272,7 +278,7 @@ class StompHandler:
             protocol=f"STOMP {conn.version}",
             user=user,
             vhost=vhost,
-            auth_mechanism="PLAIN",
+            auth_mechanism=mechanism,
             client_properties=props,
             channels=1,
             heartbeat_s=conn.send_every_ms // 1000,

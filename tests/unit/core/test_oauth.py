@@ -1,0 +1,145 @@
+"""OAuth 2 tokens (`core.oauth`) and the backend chain and grants of `AuthDB`: RabbitMQ's
+oauth2 backend semantics, with the clock as an argument."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ringmq.core.auth import Access, AuthDB
+from ringmq.core.errors import BrokerError
+from ringmq.core.oauth import OAuth2Settings, TokenBackend
+from tests.idp import SigningKey
+
+NOW_MS = int(time.time() * 1000)
+"""Tokens are minted around now; tests judge them at this fixed time, whatever the clock."""
+
+
+@pytest.fixture(scope="module")
+def key() -> SigningKey:
+    return SigningKey("k1")
+
+
+def _backend(key: SigningKey, **settings: object) -> TokenBackend:
+    return TokenBackend(
+        OAuth2Settings("rabbitmq", **settings),  # type: ignore[arg-type]
+        {key.kid: key.private.public_key()},
+    )
+
+
+def test_scopes_become_permissions(key: SigningKey) -> None:
+    scope = (
+        "rabbitmq.read:%2F/q-* rabbitmq.write:prod/x.* rabbitmq.configure:*/tmp-*/rk "
+        "rabbitmq.tag:administrator openid other.read:*/*"
+    )
+    g = _backend(key).verify(key.token(sub="svc", scope=scope), NOW_MS)
+    assert g.user == "svc"
+    assert g.tags == ("administrator",)
+    assert g.allows("read", "/", "q-1")
+    assert not g.allows("read", "/", "p-1")
+    assert not g.allows("write", "/", "q-1")
+    assert g.allows("write", "prod", "x.orders")
+    assert not g.allows("write", "dev", "x.orders")
+    assert g.allows("configure", "any", "tmp-1")  # a routing-key part is accepted
+    assert all(g.allows_vhost(v) for v in ("/", "prod", "dev"))
+    assert g.expires_ms is not None
+    assert g.expires_ms > NOW_MS
+
+
+def test_scope_list_prefix_and_additional_scopes_key(key: SigningKey) -> None:
+    backend = _backend(key, scope_prefix="mq/", additional_scopes_key="realm_access.roles")
+    token = key.token(
+        scope=["mq/read:*/a"], realm_access={"roles": ["mq/write:*/b", "rabbitmq.read:*/c"]}
+    )
+    g = backend.verify(token, NOW_MS)
+    assert g.allows("read", "/", "a")
+    assert g.allows("write", "/", "b")
+    assert not g.allows("read", "/", "c")  # not the configured prefix
+
+
+def test_username_claims_in_order(key: SigningKey) -> None:
+    backend = _backend(key, preferred_username_claims=("user_name", "client_id"))
+    assert backend.verify(key.token(client_id="cid"), NOW_MS).user == "cid"
+    assert backend.verify(key.token(user_name="u", client_id="cid"), NOW_MS).user == "u"
+    with pytest.raises(BrokerError, match="none of user_name, client_id"):
+        backend.verify(key.token(), NOW_MS)
+
+
+@pytest.mark.parametrize(
+    ("claims", "why"),
+    [
+        ({"exp_in_s": -3600}, "expired"),
+        ({"nbf": NOW_MS // 1000 + 3600}, "not valid yet"),
+        ({"aud": ["a", "b"]}, "audience"),
+        ({"kid": "k9"}, "no signing key 'k9'"),
+    ],
+)
+def test_refusals(key: SigningKey, claims: dict[str, object], why: str) -> None:
+    backend = _backend(key)
+    with pytest.raises(BrokerError, match=why):
+        backend.verify(key.token(**claims), NOW_MS)  # type: ignore[arg-type]
+
+
+def test_expiry_is_judged_at_now_ms_not_by_the_clock(key: SigningKey) -> None:
+    token = key.token(exp=NOW_MS // 1000 + 60)
+    backend = _backend(key)
+    assert backend.verify(token, NOW_MS).user == "app"
+    with pytest.raises(BrokerError, match="expired"):
+        backend.verify(token, NOW_MS + 60_000)
+
+
+def test_audience_unchecked_when_verify_aud_is_off(key: SigningKey) -> None:
+    assert _backend(key, verify_aud=False).verify(key.token(aud="x"), NOW_MS).user == "app"
+
+
+def _wants_keys(backend: TokenBackend) -> bool:
+    return backend.wants_keys
+
+
+def test_forged_signature_and_unknown_kid_asks_for_keys(key: SigningKey) -> None:
+    backend = _backend(key)
+    forger = SigningKey("k1")
+    with pytest.raises(BrokerError, match="signature"):
+        backend.verify(forger.token(), NOW_MS)
+    assert not _wants_keys(backend)
+    with pytest.raises(BrokerError, match="no signing key"):
+        backend.verify(key.token(kid="new"), NOW_MS)
+    assert _wants_keys(backend)
+    backend.set_jwks_keys({"new": key.private.public_key()})
+    assert not _wants_keys(backend)
+    assert backend.verify(key.token(kid="new"), NOW_MS).user == "app"
+
+
+def test_the_backend_chain_grants_and_expiry(key: SigningKey) -> None:
+    auth = AuthDB()
+    auth.add_user("guest", password="guest")
+    auth.set_permissions("guest", "/")
+    token = key.token(sub="svc", scope="rabbitmq.read:*/q", exp=NOW_MS // 1000 + 10)
+    with pytest.raises(BrokerError, match="Login was refused"):
+        auth.login_any("PLAIN", "", token, True, NOW_MS)  # internal only
+    auth.backends = ("internal", "oauth2")
+    auth.tokens = _backend(key)
+    assert auth.login_any("PLAIN", "guest", "guest", True, NOW_MS) == "guest"
+    assert auth.login_any("PLAIN", "", token, True, NOW_MS) == "svc"
+    auth.check_vhost_access("svc", "/")
+    auth.check("svc", "/", Access.READ, "queue", "q")
+    with pytest.raises(BrokerError, match="write access to queue 'q'"):
+        auth.check("svc", "/", Access.WRITE, "queue", "q")
+    with pytest.raises(BrokerError, match="expired"):  # the last backend's reason
+        auth.login_any("PLAIN", "", key.token(exp_in_s=-3600), True, NOW_MS)
+    # update-secret: a fresh token of the same user moves the expiry; another user's is refused
+    expiry = auth.next_expiry_ms()
+    assert expiry is not None
+    auth.update_secret("svc", key.token(sub="svc", scope="rabbitmq.read:*/q"), NOW_MS)
+    assert auth.next_expiry_ms() != expiry
+    with pytest.raises(BrokerError, match="names user 'eve'"):
+        auth.update_secret("svc", key.token(sub="eve"), NOW_MS)
+    with pytest.raises(BrokerError, match="no token"):
+        auth.update_secret("guest", token, NOW_MS)
+    generation = auth.generation
+    assert auth.expire_grants(NOW_MS + 3_600_000) == ["svc"]
+    assert auth.generation > generation
+    assert auth.next_expiry_ms() is None
+    with pytest.raises(BrokerError):  # no grant and no table entry: nothing
+        auth.check_vhost_access("svc", "/")
