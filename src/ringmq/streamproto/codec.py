@@ -309,6 +309,12 @@ class Publish:
     all with the batch's publishing id."""
     refused: list[int] = field(default_factory=list)
     """Publishing ids of sub-entry batches with a compression this broker does not read."""
+    spans: list[tuple[int, int]] = field(default_factory=list, compare=False)
+    """Where each message's entry (``[u32 size][message]``, as a chunk holds it) is in
+    `content`, in the order of `messages`; empty when a sub-entry batch came (no span per
+    message then)."""
+    content: bytes = field(default=b"", compare=False)
+    """The frame's content (`spans` index it): entries are stored as they arrived."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,13 +429,17 @@ Command = (
 
 def _publish(r: _In, version: int) -> Publish:
     pid = r.u8()
-    out = Publish(pid)
+    out = Publish(pid, content=r.data)
+    messages, spans = out.messages, out.spans
+    batches = False
+    data_ = r.data
     for _ in range(r.count()):
         pub_id = r.u64()
         if version >= 2:
             r.string()  # the filter value: no stream filtering here
-        first = r.data[r.pos] if r.pos < len(r.data) else 0
+        first = data_[r.pos] if r.pos < len(data_) else 0
         if first & 0x80:  # a sub-entry batch: [type][u16 n][u32 size][u32 data size][data]
+            batches = True
             kind = (r.u8() >> 4) & 0x07
             n = r.u16()
             r.u32()
@@ -438,9 +448,13 @@ def _publish(r: _In, version: int) -> Publish:
                 out.refused.append(pub_id)
                 continue
             sub = _In(data)
-            out.messages.extend((pub_id, sub.bytes_()) for _ in range(n))
+            messages.extend((pub_id, sub.bytes_()) for _ in range(n))
         else:
-            out.messages.append((pub_id, r.bytes_()))
+            start = r.pos
+            messages.append((pub_id, r.bytes_()))
+            spans.append((start, r.pos))
+    if batches:
+        spans.clear()
     return out
 
 

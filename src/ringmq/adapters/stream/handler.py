@@ -15,19 +15,21 @@ Streams are the core's stream queues (`x-queue-type: stream`): create, delete an
 are declarations, deletions and look-ups of those queues.
 
 Publishing: one core session (channel 1, confirm mode). A declared publisher has an id, a
-stream and maybe a reference; each message (AMQP 1.0 bytes, or a sub-entry batch without
-compression) is published to the default exchange under the stream's name and its publishing
-id waits for the core's confirm of that publish (`_confirming`: publish seq -> publisher,
-publishing id), answered as PublishConfirm / PublishError. With a reference, a publishing id
-not above the last one the stream stored for it (`Tracking.writers`) is a duplicate: confirmed,
-not stored (RabbitMQ's de-duplication).
+stream and maybe a reference. A publish frame of simple entries is appended to the stream as
+one chunk, its entries as they arrived (`Publisher.publish_chunk`, core/streamchunk.py), with
+one core confirm for the frame; a frame with sub-entry batches is published message by message
+to the default exchange under the stream's name. Either way the publishing ids wait for the
+core's confirm (`_confirming`: publish seq -> publisher, publishing ids), answered as
+PublishConfirm / PublishError. With a reference, a publishing id not above the last one the
+stream stored for it (`Tracking.writers`) is a duplicate: confirmed, not stored (RabbitMQ's
+de-duplication).
 
 Consuming: a subscription is a core consumer of the stream on its own session (channel
-2, 3...), browsing from its offset specification, settled by nothing; its credit is in chunks
-and the core's is in messages, so the core's is set to `CHUNK_MESSAGES` per chunk of credit.
-The deliveries of a batch are gathered per subscription and sent, at `data_to_send`, as chunks
-of consecutive offsets (`streamproto.chunk`, with the CRC-32 clients check), each spending one
-chunk of credit. A stream deleted under a subscription ends it with a MetadataUpdate.
+2, 3...), browsing from its offset specification, settled by nothing, in chunk mode
+(`Consumer.chunks`): each delivery is one stored chunk, sent as it is behind the Deliver
+frame's header (the chunk carries its first offset and the CRC-32 clients check), and the
+core's credit is the subscription's, in chunks, as RabbitMQ counts it. A stream deleted under a
+subscription ends it with a MetadataUpdate.
 
 Stored offsets (`store offset` / `query offset`) live with the stream (`Tracking.offsets`).
 """
@@ -35,30 +37,29 @@ Stored offsets (`store offset` / `query offset`) live with the stream (`Tracking
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from ringmq import __version__
-from ringmq.adapters.amqp10.message import build, payload_for_amqp10
+from ringmq.adapters.amqp10.message import build
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.adapters.stream import superstreams
 from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.message import Message
 from ringmq.core.session import Session
 from ringmq.core.settings import SettingsError
 from ringmq.core.streamlog import STREAM, StreamLog
 from ringmq.core.vhost import QueueEntity
 from ringmq.streamproto import codec as sp
-from ringmq.streamproto.chunk import chunk, deliver_frame
+from ringmq.streamproto.chunk import deliver_header
 from ringmq.streamproto.codec import RESPONSE, Code, Key, Writer
 
 log = logging.getLogger(__name__)
 
 PUBLISH_CHANNEL: Final = 1
-CHUNK_MESSAGES: Final = 256
-"""Most messages in one delivered chunk; the core's credit is this many per chunk."""
+MAX_ENTRIES: Final = 0xFFFF
+"""Most entries in one chunk (the header's entry count is a u16)."""
 DEFAULT_FRAME_MAX: Final = 1_048_576
 _ARGUMENTS: Final = {
     "max-length-bytes": ("x-max-length-bytes", int),
@@ -86,9 +87,6 @@ class Subscription:
     id: int
     channel: int
     stream: str
-    credit: int
-    pending: list[tuple[int, Message]] = field(default_factory=list)
-    """Delivered (offset, message) not sent yet (waiting for credit, or the batch's end)."""
 
 
 def _queue_arguments(props: dict[str, str]) -> dict[str, Any]:
@@ -133,8 +131,8 @@ class StreamHandler:
         self._user: str | None = None
         self._info = HandlerInfo(protocol="RabbitMQ Stream")
         self._publishers: dict[int, Publisher] = {}
-        self._confirming: dict[int, tuple[int, int]] = {}
-        """Publish seq -> (publisher id, publishing id), waiting for the core's confirm."""
+        self._confirming: dict[int, tuple[int, list[int]]] = {}
+        """Publish seq -> (publisher id, publishing ids), waiting for the core's confirm."""
         self._subs: dict[int, Subscription] = {}
         self._by_channel: dict[int, Subscription] = {}
         self._next_channel = PUBLISH_CHANNEL + 1
@@ -166,8 +164,10 @@ class StreamHandler:
         match effect:
             case Deliver():
                 sub = self._by_channel.get(effect.channel)
-                if sub is not None and effect.offset is not None:
-                    sub.pending.append((effect.offset, effect.message))
+                if sub is not None:  # one stored chunk, sent as it is
+                    chunk = effect.message.body
+                    self.out += deliver_header(sub.id, len(chunk))
+                    self.out += chunk
             case Confirm():
                 if effect.channel == PUBLISH_CHANNEL:
                     self._confirmed(effect)
@@ -183,9 +183,6 @@ class StreamHandler:
                 pass
 
     def data_to_send(self) -> bytes:
-        for sub in self._subs.values():
-            if sub.pending:
-                self._chunks(sub)
         if not self.out:
             return b""
         data = bytes(self.out)
@@ -405,8 +402,10 @@ class StreamHandler:
                     w = Writer().u16(Code.SUBSCRIPTION_ID_DOES_NOT_EXIST).u8(cmd.subscription_id)
                     self._send(w.frame(Key.CREDIT | RESPONSE))
                     return
-                sub.credit += cmd.credit
-                self._flow(sub)
+                s_ = self._session(sub.channel)
+                c = s_.consumers.get(f"stream-{sub.id}")
+                left = c.credit or 0 if c is not None else 0
+                b.delivery.flow(s_, f"stream-{sub.id}", credit=left + cmd.credit, drain=False)
             case sp.StoreOffset():
                 log_ = self._log(cmd.stream)
                 if log_ is not None:
@@ -480,21 +479,50 @@ class StreamHandler:
         vh, x = b.publisher.exchange_for(s, "")
         tracking = log_.tracking
         ref = pub.reference
-        dups: list[int] = []
-        for pub_id, data in cmd.messages:
-            if ref and pub_id <= tracking.writers.get(ref, -1):
-                dups.append(pub_id)  # de-duplicated: confirmed, not stored again
-                continue
-            try:
-                msg = build(data, exchange="", routing_key=pub.stream, now_ms=now_ms)
-            except ValueError:
-                msg = build(_wrapped(data), exchange="", routing_key=pub.stream, now_ms=now_ms)
-            b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
-            self._confirming[s.publish_seq] = (pid, pub_id)
-            if ref:
-                tracking.set_writer(ref, pub_id)
+        last = tracking.writers.get(ref, -1) if ref else -1
+        dups = [i for i, _ in cmd.messages if i <= last] if ref else []
+        if cmd.spans and not cmd.refused:
+            self._publish_chunks(cmd, pid, pub, s, last, now_ms)
+        else:
+            for pub_id, data in cmd.messages:
+                if pub_id <= last:
+                    continue  # de-duplicated: confirmed, not stored again
+                try:
+                    msg = build(data, exchange="", routing_key=pub.stream, now_ms=now_ms)
+                except ValueError:
+                    msg = build(_wrapped(data), exchange="", routing_key=pub.stream, now_ms=now_ms)
+                b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
+                self._confirming[s.publish_seq] = (pid, [pub_id])
+                if ref:
+                    tracking.set_writer(ref, pub_id)
         if dups:
             self._send(_confirm_frame(pid, dups))
+
+    def _publish_chunks(
+        self, cmd: sp.Publish, pid: int, pub: Publisher, s: Session, last: int, now_ms: int
+    ) -> None:
+        # The frame's entries (duplicates left out) as they arrived: one chunk per frame (more
+        # only past the header's entry count).
+        q = self._stream(pub.stream)
+        assert q is not None
+        assert q.stream is not None
+        content = memoryview(cmd.content)
+        ids = [i for i, _ in cmd.messages]
+        spans = cmd.spans
+        if last >= 0:
+            keep = [n for n, i in enumerate(ids) if i > last]
+            ids = [ids[n] for n in keep]
+            spans = [spans[n] for n in keep]
+        publish_chunk = self.broker.publisher.publish_chunk
+        for at in range(0, len(ids), MAX_ENTRIES):
+            part = spans[at : at + MAX_ENTRIES]
+            data = b"".join([content[b:e] for b, e in part])
+            seq = publish_chunk(s, q, data, len(part), len(part), now_ms)
+            got = ids[at : at + MAX_ENTRIES]
+            if seq:
+                self._confirming[seq] = (pid, got)
+            if pub.reference:
+                q.stream.tracking.set_writer(pub.reference, got[-1])
 
     def _errors(self, pid: int, ids: list[int], code: Code) -> None:
         if ids:
@@ -512,11 +540,11 @@ class StreamHandler:
                 seq = next(iter(waiting))
                 if seq > c.seq:
                     break
-                pid, pub_id = waiting.pop(seq)
-                settled.setdefault(pid, []).append(pub_id)
+                pid, ids = waiting.pop(seq)
+                settled.setdefault(pid, []).extend(ids)
         elif c.seq in waiting:
-            pid, pub_id = waiting.pop(c.seq)
-            settled[pid] = [pub_id]
+            pid, ids = waiting.pop(c.seq)
+            settled[pid] = ids
         for pid, ids in settled.items():
             if c.ok:
                 self._send(_confirm_frame(pid, ids))
@@ -546,46 +574,17 @@ class StreamHandler:
         self._next_channel += 1
         b.channel_opened(self.conn_id, channel, now_ms)
         s = self._session(channel)
-        sub = Subscription(cmd.subscription_id, channel, cmd.stream, cmd.credit)
+        sub = Subscription(cmd.subscription_id, channel, cmd.stream)
         # the response goes before any delivery the subscription enables
         self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.OK))
         b.delivery.consume(
             s, cmd.stream, f"stream-{sub.id}", no_ack=True, exclusive=False,
             arguments={"x-stream-offset": spec}, now_ms=now_ms, credit_flow=True,
-            offset_header=False,
+            offset_header=False, chunks=True,
         )  # fmt: skip
         self._subs[sub.id] = sub
         self._by_channel[channel] = sub
-        self._flow(sub)
-
-    def _flow(self, sub: Subscription) -> None:
-        s = self._session(sub.channel)
-        window = max(sub.credit * CHUNK_MESSAGES - len(sub.pending), 0)
-        self.broker.delivery.flow(s, f"stream-{sub.id}", credit=window, drain=False)
-
-    def _chunks(self, sub: Subscription) -> None:
-        # The deliveries as chunks of consecutive offsets, each one chunk of credit; what the
-        # credit does not cover waits for the next Credit (the core's window, in messages,
-        # bounds it: `_flow`).
-        msgs = sub.pending
-        start = 0
-        while start < len(msgs) and sub.credit > 0:
-            first = msgs[start][0]
-            end = start + 1
-            while (
-                end < len(msgs)
-                and end - start < CHUNK_MESSAGES
-                and msgs[end][0] == first + end - start
-            ):
-                end += 1
-            run = [
-                payload_for_amqp10(m, first_acquirer=False, delivery_count=0)
-                for _, m in msgs[start:end]
-            ]
-            self._send(deliver_frame(sub.id, chunk(first, msgs[start][1].timestamp_ms, run)))
-            sub.credit -= 1
-            start = end
-        sub.pending = msgs[start:]
+        b.delivery.flow(s, f"stream-{sub.id}", credit=cmd.credit, drain=False)
 
 
 def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
