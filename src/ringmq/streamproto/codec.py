@@ -355,6 +355,12 @@ class QueryOffset:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamStats:
+    correlation_id: int
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
 class ExchangeCommandVersions:
     correlation_id: int
     versions: list[tuple[int, int, int]]
@@ -418,6 +424,7 @@ Command = (
     | Credit
     | StoreOffset
     | QueryOffset
+    | StreamStats
     | ExchangeCommandVersions
     | Route
     | Partitions
@@ -516,6 +523,8 @@ def decode(key: int, version: int, content: bytes) -> Command:
             cmd = StoreOffset(r.string(), r.string(), r.u64())
         case Key.QUERY_OFFSET:
             cmd = QueryOffset(r.u32(), r.string(), r.string())
+        case Key.STREAM_STATS:
+            cmd = StreamStats(r.u32(), r.string())
         case Key.EXCHANGE_COMMAND_VERSIONS:
             corr = r.u32()
             cmd = ExchangeCommandVersions(
@@ -565,6 +574,10 @@ class Writer:
 
     def u64(self, v: int) -> Writer:
         self.parts.append(_U64.pack(v))
+        return self
+
+    def i64(self, v: int) -> Writer:
+        self.parts.append(v.to_bytes(8, "big", signed=True))
         return self
 
     def string(self, v: str) -> Writer:

@@ -251,7 +251,7 @@ class StreamHandler:
             case sp.Heartbeat():
                 pass
             case sp.Unsupported():
-                # super streams, stats...: not served (docs/streams.md)
+                # single active consumer's updates...: not served (docs/streams.md)
                 if cmd.correlation_id is not None:
                     w = sp.Writer().u32(cmd.correlation_id).u16(Code.UNKNOWN_FRAME)
                     self._send(w.frame(cmd.key | RESPONSE))
@@ -419,6 +419,8 @@ class StreamHandler:
                     code = Code.OK if stored is not None else Code.NO_OFFSET
                 w = sp.response(Key.QUERY_OFFSET, cmd.correlation_id, code).u64(stored or 0)
                 self._send(w.frame(Key.QUERY_OFFSET | RESPONSE))
+            case sp.StreamStats():
+                self._stats(cmd)
             case sp.CreateSuperStream():
                 args = _queue_arguments(cmd.arguments)
                 self._send(superstreams.create(b, s, cmd, args, now_ms))
@@ -449,6 +451,22 @@ class StreamHandler:
             else:
                 w.string(name).u16(Code.STREAM_DOES_NOT_EXIST).u16(0xFFFF).count(0)
         self._send(w.frame(Key.METADATA | RESPONSE))
+
+    def _stats(self, cmd: sp.StreamStats) -> None:
+        # RabbitMQ's statistics (osiris): the first offset of the first and of the last chunk
+        # kept (every chunk is committed once written here), -1 for none.
+        log_ = self._log(cmd.stream)
+        if log_ is None:
+            w = sp.response(Key.STREAM_STATS, cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST)
+            self._send(w.count(0).frame(Key.STREAM_STATS | RESPONSE))
+            return
+        index = log_.index
+        empty = index.next_offset == index.first_offset
+        first = -1 if empty else index.first_offset
+        committed = -1 if empty else index.last_chunk_offset
+        w = sp.response(Key.STREAM_STATS, cmd.correlation_id, Code.OK).count(2)
+        w.string("first_chunk_id").i64(first).string("committed_chunk_id").i64(committed)
+        self._send(w.frame(Key.STREAM_STATS | RESPONSE))
 
     def _declare_publisher(self, cmd: sp.DeclarePublisher, s: Session) -> None:
         corr = cmd.correlation_id
@@ -601,6 +619,7 @@ def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
         sp.Credit: Key.CREDIT,
         sp.StoreOffset: Key.STORE_OFFSET,
         sp.QueryOffset: Key.QUERY_OFFSET,
+        sp.StreamStats: Key.STREAM_STATS,
         sp.ExchangeCommandVersions: Key.EXCHANGE_COMMAND_VERSIONS,
         sp.CreateSuperStream: Key.CREATE_SUPER_STREAM,
         sp.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
