@@ -355,6 +355,16 @@ class QueryOffset:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerUpdateAnswer:
+    """The client's answer to the broker's consumer update: where the consumer starts."""
+
+    correlation_id: int
+    code: int
+    offset_type: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class StreamStats:
     correlation_id: int
     stream: str
@@ -425,6 +435,7 @@ Command = (
     | StoreOffset
     | QueryOffset
     | StreamStats
+    | ConsumerUpdateAnswer
     | ExchangeCommandVersions
     | Route
     | Partitions
@@ -474,6 +485,10 @@ def decode(key: int, version: int, content: bytes) -> Command:
     if response:
         if key == Key.CLOSE:
             cmd = CloseOk(r.u32())
+        elif key == Key.CONSUMER_UPDATE:
+            corr, code, kind = r.u32(), r.u16(), r.u16()
+            offset = r.u64() if len(content) - r.pos >= 8 else 0
+            return ConsumerUpdateAnswer(corr, code, kind, offset)
         else:  # a response from the client to something this broker never asks
             return Unsupported(key | RESPONSE, None)
         return cmd

@@ -45,11 +45,19 @@ from ringmq import __version__
 from ringmq.adapters.amqp10.message import build
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.adapters.stream import superstreams
-from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
+from ringmq.core.effects import (
+    ActivateConsumer,
+    CancelConsumer,
+    CloseConnection,
+    Confirm,
+    Deliver,
+    Effect,
+)
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.session import Session
 from ringmq.core.settings import SettingsError
 from ringmq.core.streamlog import STREAM, StreamLog
+from ringmq.core.streamsac import GroupKey
 from ringmq.core.vhost import QueueEntity
 from ringmq.streamproto import codec as sp
 from ringmq.streamproto.chunk import deliver_header
@@ -87,6 +95,10 @@ class Subscription:
     id: int
     channel: int
     stream: str
+    group: GroupKey | None = None
+    """Its single-active-consumer group (None: not one)."""
+    waiting: int = -1
+    """Chunks of credit held while it is not active (-1: active, credit with the core)."""
 
 
 def _queue_arguments(props: dict[str, str]) -> dict[str, Any]:
@@ -136,6 +148,12 @@ class StreamHandler:
         self._subs: dict[int, Subscription] = {}
         self._by_channel: dict[int, Subscription] = {}
         self._next_channel = PUBLISH_CHANNEL + 1
+        self._updates: dict[int, int] = {}
+        """Consumer updates asked of the client: correlation id -> subscription id."""
+        self._next_corr = 1
+        self._effects: list[Effect] = []
+        """Effects for other connections (a group's next active consumer), sent with the
+        effects of the call that made them."""
         self.heartbeat_s = ctx.limits.heartbeat_s
         self._last_in = self._last_out = -1
 
@@ -158,6 +176,9 @@ class StreamHandler:
         except sp.ProtocolError as exc:
             log.debug("stream connection %d: %s", self.conn_id, exc)
             self._close(exc.code, str(exc))
+        if self._effects:
+            out += self._effects
+            self._effects = []
         return out
 
     def apply(self, effect: Effect) -> None:
@@ -171,6 +192,10 @@ class StreamHandler:
             case Confirm():
                 if effect.channel == PUBLISH_CHANNEL:
                     self._confirmed(effect)
+            case ActivateConsumer():
+                sub = self._subs.get(effect.subscription_id)
+                if sub is not None and sub.group is not None:
+                    self._consumer_update(sub)
             case CancelConsumer():
                 sub = self._by_channel.pop(effect.channel, None)
                 if sub is not None:
@@ -210,7 +235,11 @@ class StreamHandler:
         if not self._opened:
             return []
         self._opened = False
-        return self.broker.connection_closed(self.conn_id, now_ms)
+        for sub in self._subs.values():
+            self._leave(sub)
+        out = self._effects
+        self._effects = []
+        return out + self.broker.connection_closed(self.conn_id, now_ms)
 
     def info(self) -> HandlerInfo:
         self._info.channels = 1 + len(self._subs)
@@ -251,7 +280,7 @@ class StreamHandler:
             case sp.Heartbeat():
                 pass
             case sp.Unsupported():
-                # single active consumer's updates...: not served (docs/streams.md)
+                # a command this broker does not serve (docs/streams.md)
                 if cmd.correlation_id is not None:
                     w = sp.Writer().u32(cmd.correlation_id).u16(Code.UNKNOWN_FRAME)
                     self._send(w.frame(cmd.key | RESPONSE))
@@ -394,6 +423,7 @@ class StreamHandler:
                 else:
                     self._by_channel.pop(sub.channel, None)
                     b.delivery.cancel(self._session(sub.channel), f"stream-{sub.id}", now_ms)
+                    self._leave(sub)
                     code = Code.OK
                 self._send(sp.simple_response(Key.UNSUBSCRIBE, cmd.correlation_id, code))
             case sp.Credit():
@@ -401,6 +431,9 @@ class StreamHandler:
                 if sub is None:
                     w = Writer().u16(Code.SUBSCRIPTION_ID_DOES_NOT_EXIST).u8(cmd.subscription_id)
                     self._send(w.frame(Key.CREDIT | RESPONSE))
+                    return
+                if sub.waiting >= 0:  # not active: kept for when it is
+                    sub.waiting += cmd.credit
                     return
                 s_ = self._session(sub.channel)
                 c = s_.consumers.get(f"stream-{sub.id}")
@@ -421,6 +454,8 @@ class StreamHandler:
                 self._send(w.frame(Key.QUERY_OFFSET | RESPONSE))
             case sp.StreamStats():
                 self._stats(cmd)
+            case sp.ConsumerUpdateAnswer():
+                self._activated(cmd, now_ms)
             case sp.CreateSuperStream():
                 args = _queue_arguments(cmd.arguments)
                 self._send(superstreams.create(b, s, cmd, args, now_ms))
@@ -577,14 +612,10 @@ class StreamHandler:
         if self._stream(cmd.stream) is None:
             self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.STREAM_DOES_NOT_EXIST))
             return
-        spec: Any
-        if cmd.offset_type in _OFFSET_KINDS:
-            spec = _OFFSET_KINDS[cmd.offset_type]
-        elif cmd.offset_type == 4:
-            spec = cmd.offset
-        elif cmd.offset_type == 5:
-            spec = datetime.fromtimestamp(cmd.offset / 1000, UTC)
-        else:
+        spec = _offset_spec(cmd.offset_type, cmd.offset)
+        sac = cmd.properties.get("single-active-consumer") == "true"
+        name = cmd.properties.get("name", "")
+        if spec is None or (sac and not name):
             self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.PRECONDITION_FAILED))
             return
         b = self.broker
@@ -593,6 +624,9 @@ class StreamHandler:
         b.channel_opened(self.conn_id, channel, now_ms)
         s = self._session(channel)
         sub = Subscription(cmd.subscription_id, channel, cmd.stream)
+        if sac:  # no credit until its client answers the consumer update of its activation
+            sub.group = (self._session(PUBLISH_CHANNEL).vhost.name, cmd.stream, name)
+            sub.waiting = cmd.credit
         # the response goes before any delivery the subscription enables
         self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.OK))
         b.delivery.consume(
@@ -602,7 +636,58 @@ class StreamHandler:
         )  # fmt: skip
         self._subs[sub.id] = sub
         self._by_channel[channel] = sub
-        b.delivery.flow(s, f"stream-{sub.id}", credit=cmd.credit, drain=False)
+        credit = cmd.credit if sub.group is None else 0
+        b.delivery.flow(s, f"stream-{sub.id}", credit=credit, drain=False)
+        if sub.group is not None and b.stream_groups.join(sub.group, (self.conn_id, sub.id)):
+            self._consumer_update(sub)
+
+    # -- single active consumer (core/streamsac.py) -------------------------------------------
+    def _consumer_update(self, sub: Subscription) -> None:
+        # Tell the client its subscription is active; it answers where to start
+        # (`_activated`).
+        corr = self._next_corr
+        self._next_corr += 1
+        self._updates[corr] = sub.id
+        self._send(Writer().u32(corr).u8(sub.id).u8(1).frame(Key.CONSUMER_UPDATE))
+
+    def _activated(self, cmd: sp.ConsumerUpdateAnswer, now_ms: int) -> None:
+        # The client's answer: the consumer starts again at the offset it gives, with the
+        # credit it was given meanwhile.
+        sub = self._subs.get(self._updates.pop(cmd.correlation_id, -1))
+        if sub is None or sub.group is None or sub.waiting < 0:
+            return
+        spec = _offset_spec(cmd.offset_type, cmd.offset)
+        b = self.broker
+        s = self._session(sub.channel)
+        tag = f"stream-{sub.id}"
+        if spec is not None:
+            b.delivery.cancel(s, tag, now_ms)
+            b.delivery.consume(
+                s, sub.stream, tag, no_ack=True, exclusive=False,
+                arguments={"x-stream-offset": spec}, now_ms=now_ms, credit_flow=True,
+                offset_header=False, chunks=True,
+            )  # fmt: skip
+        b.delivery.flow(s, tag, credit=sub.waiting, drain=False)
+        sub.waiting = -1
+
+    def _leave(self, sub: Subscription) -> None:
+        # A subscription gone from its group: the next one, if it became active, is told.
+        if sub.group is None:
+            return
+        nxt = self.broker.stream_groups.leave(sub.group, (self.conn_id, sub.id))
+        if nxt is not None:
+            self._effects.append(ActivateConsumer(*nxt))
+
+
+def _offset_spec(kind: int, offset: int) -> Any:
+    # The stream protocol's offset specification as `x-stream-offset` (None: not one).
+    if kind in _OFFSET_KINDS:
+        return _OFFSET_KINDS[kind]
+    if kind == 4:
+        return offset
+    if kind == 5:
+        return datetime.fromtimestamp(offset / 1000, UTC)
+    return None
 
 
 def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
@@ -620,6 +705,7 @@ def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
         sp.StoreOffset: Key.STORE_OFFSET,
         sp.QueryOffset: Key.QUERY_OFFSET,
         sp.StreamStats: Key.STREAM_STATS,
+        sp.ConsumerUpdateAnswer: Key.CONSUMER_UPDATE,
         sp.ExchangeCommandVersions: Key.EXCHANGE_COMMAND_VERSIONS,
         sp.CreateSuperStream: Key.CREATE_SUPER_STREAM,
         sp.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
