@@ -451,6 +451,7 @@ def _publish(r: _In, version: int) -> Publish:
     messages, spans = out.messages, out.spans
     batches = False
     data_ = r.data
+    total = len(data_)
     for _ in range(r.count()):
         pub_id = r.u64()
         if version >= 2:
@@ -467,10 +468,16 @@ def _publish(r: _In, version: int) -> Publish:
                 continue
             sub = _In(data)
             messages.extend((pub_id, sub.bytes_()) for _ in range(n))
-        else:
+        else:  # a simple entry ([i32 size][message], size >= 0: the top bit is clear)
             start = r.pos
-            messages.append((pub_id, r.bytes_()))
-            spans.append((start, r.pos))
+            if start + 4 > total:
+                raise ProtocolError(Code.UNKNOWN_FRAME, "truncated frame")
+            end = start + 4 + int.from_bytes(data_[start : start + 4])
+            if end > total:
+                raise ProtocolError(Code.UNKNOWN_FRAME, "truncated frame")
+            messages.append((pub_id, data_[start + 4 : end]))
+            spans.append((start, end))
+            r.pos = end
     if batches:
         spans.clear()
     return out

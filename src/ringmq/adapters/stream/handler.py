@@ -37,6 +37,7 @@ Stored offsets (`store offset` / `query offset`) live with the stream (`Tracking
 from __future__ import annotations
 
 import logging
+import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -716,7 +717,5 @@ def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
 
 
 def _confirm_frame(pid: int, ids: list[int]) -> bytes:
-    w = Writer().u8(pid).count(len(ids))
-    for i in ids:
-        w.u64(i)
-    return w.frame(Key.PUBLISH_CONFIRM)
+    n = len(ids)
+    return Writer().raw(struct.pack(f">Bi{n}Q", pid, n, *ids)).frame(Key.PUBLISH_CONFIRM)
