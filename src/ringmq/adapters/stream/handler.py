@@ -37,15 +37,23 @@ Stored offsets (`store offset` / `query offset`) live with the stream (`Tracking
 from __future__ import annotations
 
 import logging
-import struct
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 from ringmq import __version__
 from ringmq.adapters.amqp10.message import build
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.adapters.stream import superstreams
+from ringmq.adapters.stream.replies import (
+    client_properties,
+    code_of,
+    confirm_frame,
+    key_of,
+    offset_spec,
+    queue_arguments,
+    stats_frame,
+    wrapped,
+)
 from ringmq.core.effects import (
     ActivateConsumer,
     CancelConsumer,
@@ -70,19 +78,6 @@ PUBLISH_CHANNEL: Final = 1
 MAX_ENTRIES: Final = 0xFFFF
 """Most entries in one chunk (the header's entry count is a u16)."""
 DEFAULT_FRAME_MAX: Final = 1_048_576
-_ARGUMENTS: Final = {
-    "max-length-bytes": ("x-max-length-bytes", int),
-    "max-age": ("x-max-age", str),
-    "stream-max-segment-size-bytes": ("x-stream-max-segment-size-bytes", int),
-}
-"""Create's arguments (strings on the wire) as queue arguments (RabbitMQ's mapping)."""
-_CONDITION_CODES: Final = {
-    Condition.ACCESS_REFUSED: Code.ACCESS_REFUSED,
-    Condition.PRECONDITION_FAILED: Code.PRECONDITION_FAILED,
-    Condition.NOT_FOUND: Code.STREAM_DOES_NOT_EXIST,
-    Condition.RESOURCE_LOCKED: Code.PRECONDITION_FAILED,
-}
-_OFFSET_KINDS: Final = {1: "first", 2: "last", 3: "next"}
 
 
 @dataclass(slots=True)
@@ -100,33 +95,6 @@ class Subscription:
     """Its single-active-consumer group (None: not one)."""
     waiting: int = -1
     """Chunks of credit held while it is not active (-1: active, credit with the core)."""
-
-
-def _queue_arguments(props: dict[str, str]) -> dict[str, Any]:
-    # Create's arguments (strings on the wire) as stream queue arguments.
-    args: dict[str, Any] = {}
-    for name, value in props.items():
-        known = _ARGUMENTS.get(name)
-        if known is not None:
-            try:
-                args[known[0]] = known[1](value)
-            except ValueError:
-                raise BrokerError(Condition.PRECONDITION_FAILED, f"bad {name}") from None
-    return args
-
-
-def _properties() -> dict[str, Any]:
-    # A deleted stream ends its subscriptions with a MetadataUpdate (`CancelConsumer`).
-    return {"capabilities": {"consumer_cancel_notify": True}}
-
-
-def _code(exc: BrokerError) -> Code:
-    return _CONDITION_CODES.get(exc.condition, Code.INTERNAL_ERROR)
-
-
-def _wrapped(data: bytes) -> bytes:
-    # A payload that is not an AMQP 1.0 message: kept as the body of one (a data section).
-    return b"\x00\x53\x75\xb0" + len(data).to_bytes(4, "big") + data
 
 
 class StreamHandler:
@@ -319,7 +287,7 @@ class StreamHandler:
         ctx, broker = self.ctx, self.broker
         try:
             broker.connection_opened(
-                self.conn_id, self._user, cmd.vhost, ctx.peer.address, _properties(), now_ms,
+                self.conn_id, self._user, cmd.vhost, ctx.peer.address, client_properties(), now_ms,
                 protocol="stream",
             )  # fmt: skip
         except BrokerError:
@@ -361,12 +329,12 @@ class StreamHandler:
         # A command that reads or changes the core: one core call; a refusal is its code.
         calls = self.broker.calls
         out = calls.begin(now_ms)
-        key, corr = _key_of(cmd)
+        key, corr = key_of(cmd)
         try:
             self._core_command(cmd, now_ms)
         except (BrokerError, SettingsError) as exc:
             calls.abort()
-            code = _code(exc) if isinstance(exc, BrokerError) else Code.PRECONDITION_FAILED
+            code = code_of(exc) if isinstance(exc, BrokerError) else Code.PRECONDITION_FAILED
             log.debug("stream connection %d: %s refused: %s", self.conn_id, key, exc)
             if corr is not None:
                 self._send(sp.simple_response(key, corr, code))
@@ -386,7 +354,7 @@ class StreamHandler:
                         )
                     )
                     return
-                args = {"x-queue-type": STREAM, **_queue_arguments(cmd.arguments)}
+                args = {"x-queue-type": STREAM, **queue_arguments(cmd.arguments)}
                 b.topology.declare_queue(
                     s, cmd.stream, durable=True, exclusive=False, auto_delete=False,
                     arguments=args, now_ms=now_ms,
@@ -458,7 +426,7 @@ class StreamHandler:
             case sp.ConsumerUpdateAnswer():
                 self._activated(cmd, now_ms)
             case sp.CreateSuperStream():
-                args = _queue_arguments(cmd.arguments)
+                args = queue_arguments(cmd.arguments)
                 self._send(superstreams.create(b, s, cmd, args, now_ms))
             case sp.DeleteSuperStream():
                 self._send(superstreams.delete(b, s, cmd, now_ms))
@@ -489,20 +457,7 @@ class StreamHandler:
         self._send(w.frame(Key.METADATA | RESPONSE))
 
     def _stats(self, cmd: sp.StreamStats) -> None:
-        # RabbitMQ's statistics (osiris): the first offset of the first and of the last chunk
-        # kept (every chunk is committed once written here), -1 for none.
-        log_ = self._log(cmd.stream)
-        if log_ is None:
-            w = sp.response(Key.STREAM_STATS, cmd.correlation_id, Code.STREAM_DOES_NOT_EXIST)
-            self._send(w.count(0).frame(Key.STREAM_STATS | RESPONSE))
-            return
-        index = log_.index
-        empty = index.next_offset == index.first_offset
-        first = -1 if empty else index.first_offset
-        committed = -1 if empty else index.last_chunk_offset
-        w = sp.response(Key.STREAM_STATS, cmd.correlation_id, Code.OK).count(2)
-        w.string("first_chunk_id").i64(first).string("committed_chunk_id").i64(committed)
-        self._send(w.frame(Key.STREAM_STATS | RESPONSE))
+        self._send(stats_frame(self._log(cmd.stream), cmd.correlation_id))
 
     def _declare_publisher(self, cmd: sp.DeclarePublisher, s: Session) -> None:
         corr = cmd.correlation_id
@@ -544,13 +499,13 @@ class StreamHandler:
                 try:
                     msg = build(data, exchange="", routing_key=pub.stream, now_ms=now_ms)
                 except ValueError:
-                    msg = build(_wrapped(data), exchange="", routing_key=pub.stream, now_ms=now_ms)
+                    msg = build(wrapped(data), exchange="", routing_key=pub.stream, now_ms=now_ms)
                 b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
                 self._confirming[s.publish_seq] = (pid, [pub_id])
                 if ref:
                     tracking.set_writer(ref, pub_id)
         if dups:
-            self._send(_confirm_frame(pid, dups))
+            self._send(confirm_frame(pid, dups))
 
     def _publish_chunks(
         self, cmd: sp.Publish, pid: int, pub: Publisher, s: Session, last: int, now_ms: int
@@ -601,7 +556,7 @@ class StreamHandler:
             settled[pid] = ids
         for pid, ids in settled.items():
             if c.ok:
-                self._send(_confirm_frame(pid, ids))
+                self._send(confirm_frame(pid, ids))
             else:
                 self._errors(pid, ids, Code.INTERNAL_ERROR)
 
@@ -613,7 +568,7 @@ class StreamHandler:
         if self._stream(cmd.stream) is None:
             self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.STREAM_DOES_NOT_EXIST))
             return
-        spec = _offset_spec(cmd.offset_type, cmd.offset)
+        spec = offset_spec(cmd.offset_type, cmd.offset)
         sac = cmd.properties.get("single-active-consumer") == "true"
         name = cmd.properties.get("name", "")
         if spec is None or (sac and not name):
@@ -657,7 +612,7 @@ class StreamHandler:
         sub = self._subs.get(self._updates.pop(cmd.correlation_id, -1))
         if sub is None or sub.group is None or sub.waiting < 0:
             return
-        spec = _offset_spec(cmd.offset_type, cmd.offset)
+        spec = offset_spec(cmd.offset_type, cmd.offset)
         b = self.broker
         s = self._session(sub.channel)
         tag = f"stream-{sub.id}"
@@ -678,44 +633,3 @@ class StreamHandler:
         nxt = self.broker.stream_groups.leave(sub.group, (self.conn_id, sub.id))
         if nxt is not None:
             self._effects.append(ActivateConsumer(*nxt))
-
-
-def _offset_spec(kind: int, offset: int) -> Any:
-    # The stream protocol's offset specification as `x-stream-offset` (None: not one).
-    if kind in _OFFSET_KINDS:
-        return _OFFSET_KINDS[kind]
-    if kind == 4:
-        return offset
-    if kind == 5:
-        return datetime.fromtimestamp(offset / 1000, UTC)
-    return None
-
-
-def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
-    keys = {
-        sp.Create: Key.CREATE,
-        sp.Delete: Key.DELETE,
-        sp.Metadata: Key.METADATA,
-        sp.DeclarePublisher: Key.DECLARE_PUBLISHER,
-        sp.DeletePublisher: Key.DELETE_PUBLISHER,
-        sp.QueryPublisherSequence: Key.QUERY_PUBLISHER_SEQUENCE,
-        sp.Publish: Key.PUBLISH,
-        sp.Subscribe: Key.SUBSCRIBE,
-        sp.Unsubscribe: Key.UNSUBSCRIBE,
-        sp.Credit: Key.CREDIT,
-        sp.StoreOffset: Key.STORE_OFFSET,
-        sp.QueryOffset: Key.QUERY_OFFSET,
-        sp.StreamStats: Key.STREAM_STATS,
-        sp.ConsumerUpdateAnswer: Key.CONSUMER_UPDATE,
-        sp.ExchangeCommandVersions: Key.EXCHANGE_COMMAND_VERSIONS,
-        sp.CreateSuperStream: Key.CREATE_SUPER_STREAM,
-        sp.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
-        sp.Partitions: Key.PARTITIONS,
-        sp.Route: Key.ROUTE,
-    }
-    return keys[type(cmd)], getattr(cmd, "correlation_id", None)
-
-
-def _confirm_frame(pid: int, ids: list[int]) -> bytes:
-    n = len(ids)
-    return Writer().raw(struct.pack(f">Bi{n}Q", pid, n, *ids)).frame(Key.PUBLISH_CONFIRM)
