@@ -1,24 +1,30 @@
-"""Stream protocol load: publish and consume msg/s with rstream, pipelined, and broker CPU.
+"""Stream protocol load: publish and consume msg/s, pipelined, and broker CPU, side by side.
 
-Usage (docs/streams.md; `benchmarks/stream_bench.py` is the Spark streams API's, not this):
+Usage (docs/benchmarks.md; `benchmarks/stream_bench.py` is the Spark streams API's, not this):
 
-    python -m benchmarks.streamproto_bench                         # 100 B and 1 KiB, 3 rounds
-    python -m benchmarks.streamproto_bench --messages 20000 --sizes 100 --rounds 1
-    python -m benchmarks.streamproto_bench --rabbitmq-port 5552    # also a running RabbitMQ
+    python -m benchmarks.streamproto_bench                      # ringmq, 100 B and 1 KiB, 3 rounds
+    python -m benchmarks.streamproto_bench --target both --rabbitmq-port 25552
+    python -m benchmarks.streamproto_bench --target both --large 1000000 --sizes 100 --rounds 1
 
 Theory of operation: one load generator drives each broker in turn, size by size, round by
-round (interleaved, so a slow minute of the shared machine hits every broker alike). A round
-creates a fresh stream, publishes `--messages` messages of the size with one rstream
-`Producer` (`send_batch` of `--batch` messages, up to `--in-flight` batches unconfirmed: the
-pipelining rstream does), waits for every confirm, then reads the whole stream from `first`
-with one `Consumer` (rstream's default credit) and stops at the last message. Reported per
+round (interleaved, so a slow minute of the shared machine hits every broker alike). The
+generator speaks the protocol itself, with frames built and read with `struct`, so what is
+measured is the broker and not a Python client's per-message objects: rstream's framing and
+pipelining (a publish frame of `--batch` messages, up to `--in-flight` frames unconfirmed;
+a subscription with rstream's initial credit of 10 chunks and one Credit per chunk read),
+without rstream's per-message encoding and decoding. A round creates a fresh stream, publishes
+`--messages` messages of the size, waits for every confirm, then reads the whole stream from
+`first` and stops at the last message (a chunk's record count from its header). Reported per
 size: the median publish and consume msg/s, and the broker's CPU seconds per 1,000 messages
-from /proc (`amqp_brokers.ProcessStats`) for the ringmq it started.
+(published and consumed) from /proc/<pid>/stat (utime + stime: `amqp_brokers.ProcessStats`).
+
+`--large N` adds one case per broker: a stream of N messages (100 B) published, then read from
+the start by one consumer (msg/s of the read alone).
 
 * ringmq: `ringmq serve` on free loopback ports with a temporary data dir, stopped at the end.
 * RabbitMQ: never started here; used when its stream listener answers on loopback
-  (`--rabbitmq-port`; `rabbitmq-plugins enable rabbitmq_stream`), skipped otherwise (its CPU
-  is read when `listening_pid` finds its process).
+  (`--rabbitmq-port`; docs/benchmarks.md says how to start one), its CPU read from the process
+  that listens there.
 
 Every round is bounded by its message count and `--timeout`; a failed round is reported.
 """
@@ -29,18 +35,17 @@ import argparse
 import asyncio
 import socket
 import statistics
+import struct
 import time
 from dataclasses import dataclass
 
 from benchmarks import amqp_brokers as brokers
-from rstream import (
-    AMQPMessage,
-    Consumer,
-    ConsumerOffsetSpecification,
-    MessageContext,
-    OffsetType,
-    Producer,
-)
+
+_U32 = struct.Struct(">I")
+_HEAD = struct.Struct(">IHH")  # frame size, key, version
+_MSG = struct.Struct(">QI")  # publishing id, message size
+_CREDIT = struct.Struct(">IHHBH").pack(7, 9, 1, 1, 1)  # Credit: subscription 1, one chunk
+_BODY_SECTION = b"\x00\x53\x75\xb0"  # an AMQP 1.0 data section (vbin32)
 
 
 @dataclass(slots=True)
@@ -50,57 +55,128 @@ class Round:
     cpu_per_k: float | None
 
 
-async def _round(
-    port: int, stream: str, n: int, size: int, batch: int, in_flight: int, limit_s: float
-) -> tuple[float, float]:
-    body = b"x" * size
-    async with Producer("127.0.0.1", port=port, username="guest", password="guest") as p:
-        await p.create_stream(stream, exists_ok=True)
+def _str(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">H", len(b)) + b
+
+
+def _frame(key: int, body: bytes, version: int = 1) -> bytes:
+    return _HEAD.pack(len(body) + 4, key, version) + body
+
+
+class _Conn:
+    """One stream-protocol connection: frames out, frames in (key, content)."""
+
+    def __init__(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        self.r, self.w = r, w
+
+    @classmethod
+    async def open(cls, port: int) -> _Conn:
+        c = cls(*await asyncio.open_connection("127.0.0.1", port))
+        c.w.write(_frame(17, _U32.pack(1) + _U32.pack(0)))  # peer properties: none
+        await c.expect(17 | 0x8000)
+        c.w.write(_frame(18, _U32.pack(2)))  # SASL handshake
+        await c.expect(18 | 0x8000)
+        c.w.write(_frame(19, _U32.pack(3) + _str("PLAIN") + _U32.pack(12) + b"\0guest\0guest"))
+        await c.expect(19 | 0x8000)
+        _k, tune = await c.expect(20)
+        c.w.write(_frame(20, tune))  # the server's frame max and heartbeat, accepted
+        c.w.write(_frame(21, _U32.pack(4) + _str("/")))
+        await c.expect(21 | 0x8000)
+        return c
+
+    async def read(self) -> tuple[int, bytes]:
+        (n,) = _U32.unpack(await self.r.readexactly(4))
+        data = await self.r.readexactly(n)
+        return int.from_bytes(data[:2], "big"), data[4:]
+
+    async def expect(self, key: int) -> tuple[int, bytes]:
+        while True:
+            k, content = await self.read()
+            if k == key:
+                return k, content
+
+    async def call(self, key: int, body: bytes) -> int:
+        """A request with correlation id 9; its response code."""
+        self.w.write(_frame(key, _U32.pack(9) + body))
+        _k, content = await self.expect(key | 0x8000)
+        return int.from_bytes(content[4:6], "big")
+
+    async def close(self) -> None:
+        self.w.close()
+        await self.w.wait_closed()
+
+
+async def _publish(port: int, stream: str, n: int, size: int, batch: int, in_flight: int) -> float:
+    body = _BODY_SECTION + _U32.pack(size) + b"x" * size  # what rstream sends for a body
+    c = await _Conn.open(port)
+    try:
+        await c.call(13, _str(stream) + _U32.pack(0))  # create (exists: fine)
+        assert await c.call(1, b"\x01" + _str("") + _str(stream)) == 1  # publisher 1
         window = asyncio.Semaphore(in_flight)
-        done = asyncio.Event()
         confirmed = 0
+        done = asyncio.Event()
 
-        def on_confirm(_: object) -> None:
+        async def confirms() -> None:
             nonlocal confirmed
-            confirmed += 1
-            if confirmed % batch == 0 or confirmed == n:
-                window.release()
-            if confirmed == n:
-                done.set()
+            while confirmed < n:
+                k, content = await c.read()
+                if k == 3:  # PublishConfirm: [publisher][count][ids]
+                    got = _U32.unpack_from(content, 1)[0]
+                    before = confirmed // batch
+                    confirmed += got
+                    for _ in range(confirmed // batch - before):
+                        window.release()
+                elif k == 4:
+                    raise RuntimeError("publish error")
+            done.set()
 
+        reader = asyncio.create_task(confirms())
         t0 = time.perf_counter()
         sent = 0
         while sent < n:
             k = min(batch, n - sent)
             await window.acquire()
-            await p.send_batch(
-                stream, [AMQPMessage(body=body) for _ in range(k)], on_publish_confirm=on_confirm
-            )
+            parts = [b"\x01", _U32.pack(k)]
+            for i in range(sent, sent + k):
+                parts += (_MSG.pack(i, len(body)), body)
+            c.w.write(_frame(2, b"".join(parts)))
             sent += k
-        await asyncio.wait_for(done.wait(), limit_s)
-        publish_s = time.perf_counter() - t0
-    got = 0
-    finished = asyncio.Event()
-
-    def on_message(_msg: bytes, _ctx: MessageContext) -> None:
-        nonlocal got
-        got += 1
-        if got == n:
-            finished.set()
-
-    c = Consumer("127.0.0.1", port=port, username="guest", password="guest")
-    await c.start()
-    try:
-        t0 = time.perf_counter()
-        await c.subscribe(
-            stream, on_message, offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST)
-        )
-        await asyncio.wait_for(finished.wait(), limit_s)
-        consume_s = time.perf_counter() - t0
-        await c.delete_stream(stream)
+            if c.w.transport.get_write_buffer_size() > 1 << 20:
+                await c.w.drain()
+        await reader
+        return n / (time.perf_counter() - t0)
     finally:
         await c.close()
-    return n / publish_s, n / consume_s
+
+
+async def _consume(port: int, stream: str, n: int) -> float:
+    c = await _Conn.open(port)
+    try:
+        t0 = time.perf_counter()
+        sub = b"\x01" + _str(stream) + struct.pack(">HH", 1, 10) + _U32.pack(0)  # first, 10
+        c.w.write(_frame(7, _U32.pack(9) + sub))
+        got = 0
+        while got < n:
+            k, content = await c.read()
+            if k == 8:  # Deliver (v1): [sub][magic][type][u16 entries][u32 records]...
+                got += _U32.unpack_from(content, 5)[0]
+                c.w.write(_CREDIT)
+            elif k == 7 | 0x8000 and int.from_bytes(content[4:6], "big") != 1:
+                raise RuntimeError("subscribe refused")
+        rate = n / (time.perf_counter() - t0)
+        await c.call(14, _str(stream))  # delete
+        return rate
+    finally:
+        await c.close()
+
+
+async def _round(
+    port: int, stream: str, n: int, size: int, batch: int, in_flight: int, limit_s: float
+) -> tuple[float, float]:
+    pub = await asyncio.wait_for(_publish(port, stream, n, size, batch, in_flight), limit_s)
+    con = await asyncio.wait_for(_consume(port, stream, n), limit_s)
+    return pub, con
 
 
 def _open(port: int) -> bool:
@@ -111,6 +187,30 @@ def _open(port: int) -> bool:
         return False
 
 
+def _run(name: str, port: int, pid: int | None, fn: object, n: int) -> Round | None:
+    # One measured case: its rates and the broker's CPU per 1,000 messages (both directions).
+    stats = brokers.ProcessStats(pid)
+    before = stats.sample()
+    try:
+        pub, con = asyncio.run(fn)  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 - reported, not retried
+        print(f"{name}: failed: {exc!r}")
+        return None
+    after = stats.sample()
+    cpu = None
+    if before is not None and after is not None:
+        cpu = (after.cpu_s - before.cpu_s) / (2 * n) * 1000
+    return Round(pub, con, cpu)
+
+
+def _median_row(label: str, rounds: list[Round]) -> str:
+    pub = statistics.median(x.publish_rate for x in rounds)
+    con = statistics.median(x.consume_rate for x in rounds)
+    cpus = [x.cpu_per_k for x in rounds if x.cpu_per_k is not None]
+    cpu = f"{statistics.median(cpus):9.4f}" if cpus else f"{'-':>9}"
+    return f"{label:18} {pub:>14,.0f} {con:>14,.0f} {cpu} {len(rounds):>7}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=100_000)
@@ -119,50 +219,52 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--target", choices=("ringmq", "rabbitmq", "both"), default="ringmq")
     ap.add_argument("--rabbitmq-port", type=int, default=5552)
+    ap.add_argument("--large", type=int, default=0, help="messages of the read-from-start case")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    ringmq = brokers.RingmqProcess(protocols=("stream",))
-    ringmq.start()
-    targets: dict[str, tuple[int, int | None]] = {"ringmq": (ringmq.ports["stream"], ringmq.pid)}
-    if args.rabbitmq_port != ringmq.ports["stream"] and _open(args.rabbitmq_port):
-        targets["rabbitmq"] = (args.rabbitmq_port, brokers.listening_pid(args.rabbitmq_port))
+    targets: dict[str, tuple[int, int | None]] = {}
+    ringmq: brokers.RingmqProcess | None = None
+    if args.target in ("ringmq", "both"):
+        ringmq = brokers.RingmqProcess(protocols=("stream",))
+        ringmq.start()
+        targets["ringmq"] = (ringmq.ports["stream"], ringmq.pid)
+    if args.target in ("rabbitmq", "both"):
+        if _open(args.rabbitmq_port):
+            targets["rabbitmq"] = (args.rabbitmq_port, brokers.listening_pid(args.rabbitmq_port))
+        else:
+            print(f"rabbitmq: nothing listens on 127.0.0.1:{args.rabbitmq_port}; skipped")
     results: dict[tuple[str, int], list[Round]] = {}
+    large: dict[str, Round] = {}
     try:
         for r in range(args.rounds):
             for size in sizes:
                 for name, (port, pid) in targets.items():
-                    stats = brokers.ProcessStats(pid)
-                    before = stats.sample()
-                    try:
-                        pub, con = asyncio.run(
-                            _round(
-                                port,
-                                f"bench-{size}-{r}",
-                                args.messages,
-                                size,
-                                args.batch,
-                                args.in_flight,
-                                args.timeout,
-                            )
-                        )
-                    except Exception as exc:  # noqa: BLE001 - reported, not retried
-                        print(f"{name} {size} B round {r}: failed: {exc!r}")
-                        continue
-                    after = stats.sample()
-                    cpu = None
-                    if before is not None and after is not None:
-                        cpu = (after.cpu_s - before.cpu_s) / (2 * args.messages) * 1000
-                    results.setdefault((name, size), []).append(Round(pub, con, cpu))
+                    job = _round(
+                        port, f"bench-{size}-{r}", args.messages, size, args.batch,
+                        args.in_flight, args.timeout,
+                    )  # fmt: skip
+                    got = _run(f"{name} {size} B round {r}", port, pid, job, args.messages)
+                    if got is not None:
+                        results.setdefault((name, size), []).append(got)
+        if args.large:
+            for name, (port, pid) in targets.items():
+                job = _round(
+                    port, "bench-large", args.large, 100, args.batch, args.in_flight,
+                    args.timeout,
+                )  # fmt: skip
+                got = _run(f"{name} large", port, pid, job, args.large)
+                if got is not None:
+                    large[name] = got
     finally:
-        ringmq.stop()
-    print(f"{'broker':10} {'size':>6} {'publish msg/s':>14} {'consume msg/s':>14} {'CPU s/1k':>9}")
+        if ringmq is not None:
+            ringmq.stop()
+    print(f"{'broker, size':18} {'publish msg/s':>14} {'consume msg/s':>14} {'CPU s/1k':>9} rounds")
     for (name, size), rounds in sorted(results.items()):
-        pub = statistics.median(x.publish_rate for x in rounds)
-        con = statistics.median(x.consume_rate for x in rounds)
-        cpus = [x.cpu_per_k for x in rounds if x.cpu_per_k is not None]
-        cpu = f"{statistics.median(cpus):9.4f}" if cpus else f"{'-':>9}"
-        print(f"{name:10} {size:>6} {pub:>14,.0f} {con:>14,.0f} {cpu}")
+        print(_median_row(f"{name} {size} B", rounds))
+    for name, got in sorted(large.items()):
+        print(_median_row(f"{name} {args.large:,} x 100 B", [got]))
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ from ringmq.core.settings import QueueSettings
 from ringmq.core.state import State
 from ringmq.core.storeport import StorePort
 from ringmq.core.streambooks import StreamBooks
+from ringmq.core.streamsac import ActiveGroups
 from ringmq.core.timers import Timers
 from ringmq.core.topology import Topology
 from ringmq.core.transactions import Confirms, Transactions
@@ -105,6 +106,8 @@ class Broker:
         self.topology = Topology(state, self.resources, self.exchanges)
         self.dead_letters = DeadLetters(state)
         self.delivery = Delivery(state, self.topology, self.resources, self.dead_letters)
+        self.stream_groups = ActiveGroups()
+        """Single active consumer groups on streams (the stream protocol's)."""
         self.confirms = Confirms(state)
         self.publisher = Publisher(state, self.resources, self.delivery, self.confirms)
         # The pipeline by position: the call protocol's one-publish call is per message.

@@ -76,6 +76,9 @@ class Consumer:
     """On a stream: each delivery carries its offset in an `x-stream-offset` header (the
     message re-encoded); False: the message as stored, the offset in `Deliver.offset` alone
     (the stream protocol, whose chunks carry offsets)."""
+    chunks: bool = False
+    """A stream-protocol consumer: each delivery is one stored chunk (its message's body, as
+    stored; `Deliver.offset` its first offset), and credit counts chunks (RabbitMQ's)."""
 
     def has_capacity(self) -> bool:
         """True when a message may be delivered to it now."""

@@ -194,6 +194,7 @@ class Delivery:
         owner: str | None = None,
         credit_flow: bool = False,
         offset_header: bool = True,
+        chunks: bool = False,
     ) -> None:
         """Subscribe `tag` to `queue` on `s` (read permission; exclusive use respected; an
         empty name is the session's last declared queue). With `browse`, the consumer reads
@@ -216,7 +217,8 @@ class Delivery:
         RabbitMQ's rules apply: a prefetch (or, `credit_flow`, link credit that the adapter
         gives with `flow`: AMQP 1.0) and acknowledgements are required; without
         `offset_header`, deliveries are the messages as stored, their offsets in
-        `Deliver.offset` only (the stream protocol)."""
+        `Deliver.offset` only; with `chunks` too, each delivery is one stored chunk in the
+        stream protocol's format (the stream protocol: `streamread.stream_read`)."""
         if tag in s.consumers or (s.reply_to_token is not None and s.reply_tag == tag):
             raise BrokerError(Condition.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if queue == REPLY_TO_QUEUE:
@@ -255,6 +257,7 @@ class Delivery:
         )
         consumer.cursor = cursor
         consumer.offset_header = offset_header
+        consumer.chunks = chunks and q.stream is not None
         if no_local:
             q.no_local = NoLocal(s.conn_id, owner, self.state.conns)
         elif owner is not None and q.no_local is not None and q.no_local.owner == owner:

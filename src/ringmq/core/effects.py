@@ -138,6 +138,15 @@ class Unblock:
     conn_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class ActivateConsumer:
+    """A waiting single-active-consumer subscription becomes the active one of its group
+    (core/streamsac.py): its adapter tells its client (the stream protocol's consumer update)."""
+
+    conn_id: int
+    subscription_id: int
+
+
 Effect = (
     SendMethod
     | SendContent
@@ -150,4 +159,5 @@ Effect = (
     | CloseConnection
     | Block
     | Unblock
+    | ActivateConsumer
 )

@@ -33,7 +33,7 @@ that opens them (the file store's streams). Pure: no I/O, no clock (time is `now
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -41,6 +41,13 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from ringmq.core.arguments import SettingsError, parse_max_age
 from ringmq.core.message import Message
+from ringmq.core.streamchunk import (
+    HEADER_SIZE,
+    chunk_info,
+    decode_chunk,
+    gather,
+    osiris_chunk,
+)
 
 __all__ = [
     "DEFAULT_MAX_SEGMENT_BYTES",
@@ -462,9 +469,17 @@ class StreamLog(Protocol):
     def append(self, messages: Sequence[Message], now_ms: int) -> int:
         """Append `messages` as one chunk stamped `now_ms`; returns the first's offset."""
 
+    def append_chunk(self, data: bytes, entries: int, records: int, now_ms: int) -> int:
+        """Append the entries `data` (as a stream-protocol publish carried them) as one chunk
+        stamped `now_ms`, kept as it is (core/streamchunk.py); returns its first offset."""
+
     def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
         """Up to `max_count` (offset, message) from `offset` on (from the first kept when
         `offset` is older); [] at the end."""
+
+    def read_chunks(self, offset: int, max_chunks: int) -> list[tuple[int, int, bytes]]:
+        """Up to `max_chunks` whole chunks from the one holding `offset` on, each as (first
+        offset, record count, the chunk in the stream protocol's format: as stored)."""
 
     def offset_at(self, ts_ms: int) -> int:
         """The first offset of the first chunk stamped at or after `ts_ms` (next: none)."""
@@ -501,18 +516,28 @@ class MemoryStreamLog:
     def __init__(self, spec: StreamSpec) -> None:
         self.index = SegmentIndex(spec)
         self.tracking = Tracking()
-        self._chunks: dict[int, list[tuple[int, int, list[Message]]]] = {}
-        """segment first offset -> its chunks: (first offset, timestamp, messages)."""
+        self._chunks: dict[int, list[tuple[int, int, list[Message] | bytes]]] = {}
+        """segment first offset -> its chunks: (first offset, timestamp, messages or, for a
+        chunk kept as it arrived, its bytes)."""
 
     def append(self, messages: Sequence[Message], now_ms: int) -> int:
         size = sum(len(m.body) + len(m.properties_bin) + 32 for m in messages)
         index = self.index
         if index.should_roll(size):
-            seg = index.open_segment()
-            self._chunks[seg.first_offset] = []
+            self._chunks[index.open_segment().first_offset] = []
         chunks = self._chunks[index.segments[-1].first_offset]
         first = index.add_chunk(len(messages), now_ms, len(chunks), size)
         chunks.append((first, now_ms, list(messages)))
+        return first
+
+    def append_chunk(self, data: bytes, entries: int, records: int, now_ms: int) -> int:
+        index = self.index
+        size = HEADER_SIZE + len(data)
+        if index.should_roll(size):
+            self._chunks[index.open_segment().first_offset] = []
+        chunks = self._chunks[index.segments[-1].first_offset]
+        first = index.add_chunk(records, now_ms, len(chunks), size)
+        chunks.append((first, now_ms, osiris_chunk(first, now_ms, entries, records, data)))
         return first
 
     def _chunk_index(self, seg: Segment, offset: int) -> int:
@@ -522,29 +547,42 @@ class MemoryStreamLog:
             pos += 1
         return pos
 
-    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+    def _walk(self, offset: int) -> Iterator[tuple[int, int, list[Message] | bytes]]:
+        # Every chunk from the one holding `offset` on.
         index = self.index
         offset = max(offset, index.first_offset)
-        out: list[tuple[int, Message]] = []
-        while len(out) < max_count:
-            seg = index.segment_of(offset)
-            if seg is None:
-                break
+        while (seg := index.segment_of(offset)) is not None:
             chunks = self._chunks[seg.first_offset]
-            for i in range(self._chunk_index(seg, offset), len(chunks)):
-                first, _ts, msgs = chunks[i]
-                for j in range(max(0, offset - first), len(msgs)):
-                    out.append((first + j, msgs[j]))
-                    if len(out) == max_count:
-                        return out
+            yield from chunks[self._chunk_index(seg, offset) :]
             offset = seg.next_offset
+
+    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+        offset = max(offset, self.index.first_offset)
+        out: list[tuple[int, Message]] = []
+        for first, _ts, body in self._walk(offset):
+            if isinstance(body, bytes):
+                got = decode_chunk(body, max(0, offset - first))
+            else:
+                got = [(first + j, body[j]) for j in range(max(0, offset - first), len(body))]
+            out += got[: max_count - len(out)]
+            if len(out) >= max_count:
+                break
         return out
+
+    def read_chunks(self, offset: int, max_chunks: int) -> list[tuple[int, int, bytes]]:
+        return gather(
+            (
+                (first, ts, chunk_info(b)[2] if isinstance(b, bytes) else len(b), b)
+                for first, ts, b in self._walk(offset)
+            ),
+            max_chunks,
+        )
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)
         if seg is None:
             return self.index.next_offset
-        for first, ts, _msgs in self._chunks[seg.first_offset]:
+        for first, ts, _body in self._chunks[seg.first_offset]:
             if ts >= ts_ms:
                 return first
         return seg.next_offset

@@ -16,7 +16,7 @@ from typing import Any
 
 from ringmq.core.consumers import Consumer
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.message import SeqId
+from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.session import Session
 from ringmq.core.streamlog import StreamLog, parse_offset_spec, start_offset
@@ -59,11 +59,25 @@ def stream_cursor(
     return SeqId(start_offset(q.stream, spec) - 1)
 
 
+def _chunk_message(data: bytes) -> Message:
+    # A stored chunk as the body of a delivery (`Consumer.chunks`): nothing reads it but the
+    # stream protocol's adapter, which sends it as it is.
+    return Message("", "", b"", data)
+
+
 def stream_read(c: Consumer, log: StreamLog, want: int) -> list[Handed]:
     """Up to `want` messages of stream `log` past consumer `c`'s cursor, each with its offset
-    in an `x-stream-offset` header (as RabbitMQ delivers them); the cursor moves past them."""
+    in an `x-stream-offset` header (as RabbitMQ delivers them); the cursor moves past them.
+    A chunk consumer (`Consumer.chunks`) gets up to `want` whole chunks instead."""
     cursor = c.cursor
     assert cursor is not None
+    if c.chunks:  # whole chunks as stored, one delivery each (body: the chunk's bytes)
+        chunks = log.read_chunks(cursor + 1, want)
+        if not chunks:
+            return []
+        first, count, _ = chunks[-1]
+        c.cursor = SeqId(first + count - 1)
+        return [Handed(SeqId(f), _chunk_message(data), False, 1) for f, _n, data in chunks]
     got = log.read(cursor + 1, want)
     if not got:
         return []

@@ -52,6 +52,7 @@ class RecordType(IntEnum):
     DEDUP_DISCARD = 13
     PAGED_RUN = 14  # page files: a run of plain messages as columns (pageruns.py)
     STREAM_CHUNK = 15  # stream segment files: one chunk of a stream queue (streamfiles.py)
+    STREAM_OSIRIS = 16  # stream segment files: a chunk kept as published (core/streamchunk.py)
 
 
 # crc32 of the single type byte, the starting value for crc32(payload)

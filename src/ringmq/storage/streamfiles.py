@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Final
 
 from ringmq.core.message import Message
+from ringmq.core.streamchunk import HEADER_SIZE as OSIRIS_HEADER
+from ringmq.core.streamchunk import chunk_info, decode_chunk, gather, osiris_chunk
 from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
 from ringmq.storage.records import (
     HEADER,
@@ -56,6 +58,7 @@ from ringmq.storage.records import (
 _CHUNK: Final = struct.Struct("<QqI")  # first offset, timestamp ms, count
 _LEN: Final = struct.Struct("<I")
 _HEAD: Final = HEADER_SIZE + _CHUNK.size
+_HEAD_OSIRIS: Final = HEADER_SIZE + OSIRIS_HEADER
 INDEX_STRIDE: Final = 64 * 1024
 """Bytes of chunks between two index points (a read scans at most this much to its offset)."""
 BLOCK: Final = 256 * 1024
@@ -70,35 +73,43 @@ def _seg_name(first_offset: int) -> str:
 
 def _chunks(
     fd: int, pos: int, end: int, *, payloads: bool, verify: bool = False
-) -> Iterator[tuple[int, int, int, int, bytes | None, int]]:
+) -> Iterator[tuple[int, int, int, int, memoryview | None, int, bool]]:
     """Chunks of a segment from `pos` to `end`: (position, first offset, timestamp, count,
-    the record's bytes when `payloads` else None, record size). Stops at a bad record (a torn
-    tail: `verify` checks each CRC)."""
-    buf = b""
+    the record's bytes when `payloads` else None, record size, kept as published). Stops at a
+    bad record (a torn tail: `verify` checks each CRC). Reads go through blocks of `BLOCK`
+    bytes (or one chunk's size), so a scan holds at most one block whatever the segment."""
+    buf = memoryview(b"")
     base = pos
     while pos + _HEAD <= end:
         at = pos - base
-        if at + _HEAD > len(buf):
-            buf = os.pread(fd, min(BLOCK, end - pos), pos)
+        if at + _HEAD_OSIRIS > len(buf) and base + len(buf) < end:
+            buf = memoryview(os.pread(fd, min(BLOCK, end - pos), pos))
             base, at = pos, 0
             if len(buf) < _HEAD:
                 return
         length, crc, rtype = HEADER.unpack_from(buf, at)
         size = HEADER_SIZE + length
-        if rtype != RecordType.STREAM_CHUNK or length > MAX_RECORD or pos + size > end:
+        if length > MAX_RECORD or pos + size > end:
             return
-        first, ts, count = _CHUNK.unpack_from(buf, at + HEADER_SIZE)
-        record: bytes | None = None
+        if rtype == RecordType.STREAM_OSIRIS and length >= OSIRIS_HEADER:
+            first, ts, count, _n = chunk_info(buf, at + HEADER_SIZE)
+            raw = True
+        elif rtype == RecordType.STREAM_CHUNK:
+            first, ts, count = _CHUNK.unpack_from(buf, at + HEADER_SIZE)
+            raw = False
+        else:
+            return
+        record: memoryview | None = None
         if payloads or verify:
             if at + size > len(buf):
-                buf = os.pread(fd, max(BLOCK, size), pos)
+                buf = memoryview(os.pread(fd, max(BLOCK, size), pos))
                 base, at = pos, 0
                 if len(buf) < size:
                     return
             record = buf[at : at + size]
             if verify and zlib.crc32(record[HEADER_SIZE:], TYPE_CRC[rtype]) != crc:
                 return
-        yield pos, first, ts, count, record if payloads else None, size
+        yield pos, first, ts, count, record if payloads else None, size, raw
         pos += size
 
 
@@ -153,7 +164,7 @@ class FileStreamLog:
                 end = os.fstat(fd).st_size
                 seg = index.open_segment()
                 good = 0
-                for pos, first, ts, count, _rec, size in _chunks(
+                for pos, first, ts, count, _rec, size, _raw in _chunks(
                     fd, 0, end, payloads=False, verify=last
                 ):
                     if first != index.next_offset:
@@ -187,6 +198,19 @@ class FileStreamLog:
         self._buf += record
         self._dirty = True
         return index.add_chunk(len(messages), now_ms, pos, len(record))
+
+    def append_chunk(self, data: bytes, entries: int, records: int, now_ms: int) -> int:
+        index = self.index
+        first = index.next_offset
+        record = frame(
+            RecordType.STREAM_OSIRIS, osiris_chunk(first, now_ms, entries, records, data)
+        )
+        if index.should_roll(len(record)):
+            self._roll()
+        pos = self._size + len(self._buf)
+        self._buf += record
+        self._dirty = True
+        return index.add_chunk(records, now_ms, pos, len(record))
 
     def _roll(self) -> None:
         # A new active segment at the next offset; the old one is fsynced by the next flush.
@@ -240,31 +264,50 @@ class FileStreamLog:
             return self._fd, False
         return os.open(self.directory / _seg_name(seg.first_offset), os.O_RDONLY), True
 
-    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+    def _walk(self, offset: int) -> Iterator[tuple[int, int, int, memoryview | bytes, bool]]:
+        # Every chunk from the one holding `offset` on: (first, timestamp, count, record, raw).
         index = self.index
         offset = max(offset, index.first_offset)
-        out: list[tuple[int, Message]] = []
-        while len(out) < max_count:
-            seg = index.segment_of(offset)
-            if seg is None:
-                break
+        while (seg := index.segment_of(offset)) is not None:
             fd, owned = self._open(seg)
             try:
                 _, pos = seg.point_before(offset)
                 end = self._size if not owned else os.fstat(fd).st_size
-                for _pos, first, _ts, count, rec, _size in _chunks(fd, pos, end, payloads=True):
-                    if first + count <= offset:
-                        continue
-                    assert rec is not None
-                    for item in _entries(rec, first, count, max(0, offset - first)):
-                        out.append(item)
-                        if len(out) == max_count:
-                            return out
+                for _p, first, ts, count, rec, _s, raw in _chunks(fd, pos, end, payloads=True):
+                    if first + count > offset:
+                        assert rec is not None  # a core chunk is decoded: bytes, not a view
+                        yield first, ts, count, rec if raw else bytes(rec), raw
             finally:
                 if owned:
                     os.close(fd)
             offset = seg.next_offset
+
+    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+        offset = max(offset, self.index.first_offset)
+        out: list[tuple[int, Message]] = []
+        for first, _ts, count, rec, raw in self._walk(offset):
+            skip = max(0, offset - first)
+            if raw:
+                got = decode_chunk(rec[HEADER_SIZE:], skip)
+            else:
+                got = list(_entries(bytes(rec), first, count, skip))
+            out += got[: max_count - len(out)]
+            if len(out) >= max_count:
+                break
         return out
+
+    def read_chunks(self, offset: int, max_chunks: int) -> list[tuple[int, int, bytes]]:
+        return gather(
+            (
+                (
+                    first, ts, count,
+                    bytes(rec[HEADER_SIZE:]) if raw  # as stored: the record's payload
+                    else [m for _, m in _entries(bytes(rec), first, count, 0)],
+                )
+                for first, ts, count, rec, raw in self._walk(offset)
+            ),
+            max_chunks,
+        )  # fmt: skip
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)
@@ -274,7 +317,7 @@ class FileStreamLog:
         try:
             _, pos = seg.point_before_time(ts_ms)
             end = self._size if not owned else os.fstat(fd).st_size
-            for _pos, first, ts, _count, _rec, _size in _chunks(fd, pos, end, payloads=False):
+            for _pos, first, ts, _c, _rec, _size, _raw in _chunks(fd, pos, end, payloads=False):
                 if ts >= ts_ms:
                     return first
         finally:

@@ -49,3 +49,8 @@ def deliver_frame(subscription_id: int, chunk_bytes: bytes) -> bytes:
     """The `Deliver` frame (version 1) of one chunk for a subscription."""
     head = _DELIVER.pack(len(chunk_bytes) + 5, Key.DELIVER, 1, subscription_id)
     return head + chunk_bytes
+
+
+def deliver_header(subscription_id: int, chunk_size: int) -> bytes:
+    """The header of the `Deliver` frame (version 1) of a chunk of `chunk_size` bytes."""
+    return _DELIVER.pack(chunk_size + 5, Key.DELIVER, 1, subscription_id)

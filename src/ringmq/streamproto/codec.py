@@ -309,6 +309,12 @@ class Publish:
     all with the batch's publishing id."""
     refused: list[int] = field(default_factory=list)
     """Publishing ids of sub-entry batches with a compression this broker does not read."""
+    spans: list[tuple[int, int]] = field(default_factory=list, compare=False)
+    """Where each message's entry (``[u32 size][message]``, as a chunk holds it) is in
+    `content`, in the order of `messages`; empty when a sub-entry batch came (no span per
+    message then)."""
+    content: bytes = field(default=b"", compare=False)
+    """The frame's content (`spans` index it): entries are stored as they arrived."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +351,22 @@ class StoreOffset:
 class QueryOffset:
     correlation_id: int
     reference: str
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerUpdateAnswer:
+    """The client's answer to the broker's consumer update: where the consumer starts."""
+
+    correlation_id: int
+    code: int
+    offset_type: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    correlation_id: int
     stream: str
 
 
@@ -412,6 +434,8 @@ Command = (
     | Credit
     | StoreOffset
     | QueryOffset
+    | StreamStats
+    | ConsumerUpdateAnswer
     | ExchangeCommandVersions
     | Route
     | Partitions
@@ -423,13 +447,18 @@ Command = (
 
 def _publish(r: _In, version: int) -> Publish:
     pid = r.u8()
-    out = Publish(pid)
+    out = Publish(pid, content=r.data)
+    messages, spans = out.messages, out.spans
+    batches = False
+    data_ = r.data
+    total = len(data_)
     for _ in range(r.count()):
         pub_id = r.u64()
         if version >= 2:
             r.string()  # the filter value: no stream filtering here
-        first = r.data[r.pos] if r.pos < len(r.data) else 0
+        first = data_[r.pos] if r.pos < len(data_) else 0
         if first & 0x80:  # a sub-entry batch: [type][u16 n][u32 size][u32 data size][data]
+            batches = True
             kind = (r.u8() >> 4) & 0x07
             n = r.u16()
             r.u32()
@@ -438,9 +467,19 @@ def _publish(r: _In, version: int) -> Publish:
                 out.refused.append(pub_id)
                 continue
             sub = _In(data)
-            out.messages.extend((pub_id, sub.bytes_()) for _ in range(n))
-        else:
-            out.messages.append((pub_id, r.bytes_()))
+            messages.extend((pub_id, sub.bytes_()) for _ in range(n))
+        else:  # a simple entry ([i32 size][message], size >= 0: the top bit is clear)
+            start = r.pos
+            if start + 4 > total:
+                raise ProtocolError(Code.UNKNOWN_FRAME, "truncated frame")
+            end = start + 4 + int.from_bytes(data_[start : start + 4])
+            if end > total:
+                raise ProtocolError(Code.UNKNOWN_FRAME, "truncated frame")
+            messages.append((pub_id, data_[start + 4 : end]))
+            spans.append((start, end))
+            r.pos = end
+    if batches:
+        spans.clear()
     return out
 
 
@@ -453,6 +492,10 @@ def decode(key: int, version: int, content: bytes) -> Command:
     if response:
         if key == Key.CLOSE:
             cmd = CloseOk(r.u32())
+        elif key == Key.CONSUMER_UPDATE:
+            corr, code, kind = r.u32(), r.u16(), r.u16()
+            offset = r.u64() if len(content) - r.pos >= 8 else 0
+            return ConsumerUpdateAnswer(corr, code, kind, offset)
         else:  # a response from the client to something this broker never asks
             return Unsupported(key | RESPONSE, None)
         return cmd
@@ -502,6 +545,8 @@ def decode(key: int, version: int, content: bytes) -> Command:
             cmd = StoreOffset(r.string(), r.string(), r.u64())
         case Key.QUERY_OFFSET:
             cmd = QueryOffset(r.u32(), r.string(), r.string())
+        case Key.STREAM_STATS:
+            cmd = StreamStats(r.u32(), r.string())
         case Key.EXCHANGE_COMMAND_VERSIONS:
             corr = r.u32()
             cmd = ExchangeCommandVersions(
@@ -551,6 +596,10 @@ class Writer:
 
     def u64(self, v: int) -> Writer:
         self.parts.append(_U64.pack(v))
+        return self
+
+    def i64(self, v: int) -> Writer:
+        self.parts.append(v.to_bytes(8, "big", signed=True))
         return self
 
     def string(self, v: str) -> Writer:

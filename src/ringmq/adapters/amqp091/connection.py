@@ -55,6 +55,7 @@ from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
 from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import (
+    ActivateConsumer,
     Block,
     CancelConsumer,
     CloseConnection,
@@ -204,8 +205,9 @@ class Amqp091Handler:
                     proto.send_method(frame.channel, frame.method)
                 elif type(frame) is SendContent:
                     proto.send_content(frame.channel, frame.method, *amqp091_content(frame.message))
-            case Drained():
-                pass  # link credit is AMQP 1.0's: no 0-9-1 consumer has any to give back
+            case Drained() | ActivateConsumer():
+                # link credit is AMQP 1.0's, activation the stream protocol's: never sent here
+                pass
             case CloseConnection():
                 pass  # the server closes (`close`) before handing it on
             case Block(reason=reason):

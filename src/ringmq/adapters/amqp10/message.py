@@ -61,6 +61,7 @@ from ringmq.core.message import (
     register_conversion,
     register_form,
 )
+from ringmq.core.streamchunk import register_entry_codec
 
 FORM_AMQP10: Final = 1
 """AMQP 1.0: the encoded sections before the body, and the body sections (module docstring)."""
@@ -320,3 +321,20 @@ AMQP10_FORM: Final = Amqp10Form()
 register_form(FORM_AMQP10, AMQP10_FORM)
 register_conversion(FORM_AMQP10, FORM_AMQP091, _to_amqp091)
 register_conversion(FORM_AMQP091, FORM_AMQP10, _from_amqp091)
+
+
+def _stream_entry(data: bytes, timestamp_ms: int) -> Message:
+    # An entry of a stream chunk kept as published (core/streamchunk.py), for a consumer of
+    # another protocol; what is not an AMQP 1.0 message is the body of one.
+    try:
+        return build(data, exchange="", routing_key="", now_ms=timestamp_ms)
+    except ValueError:
+        wrapped = b"\x00\x53\x75\xb0" + len(data).to_bytes(4, "big") + data
+        return build(wrapped, exchange="", routing_key="", now_ms=timestamp_ms)
+
+
+def _stream_payload(msg: Message) -> bytes:
+    return payload_for_amqp10(msg, first_acquirer=False, delivery_count=0)
+
+
+register_entry_codec(_stream_entry, _stream_payload)

@@ -15,19 +15,21 @@ Streams are the core's stream queues (`x-queue-type: stream`): create, delete an
 are declarations, deletions and look-ups of those queues.
 
 Publishing: one core session (channel 1, confirm mode). A declared publisher has an id, a
-stream and maybe a reference; each message (AMQP 1.0 bytes, or a sub-entry batch without
-compression) is published to the default exchange under the stream's name and its publishing
-id waits for the core's confirm of that publish (`_confirming`: publish seq -> publisher,
-publishing id), answered as PublishConfirm / PublishError. With a reference, a publishing id
-not above the last one the stream stored for it (`Tracking.writers`) is a duplicate: confirmed,
-not stored (RabbitMQ's de-duplication).
+stream and maybe a reference. A publish frame of simple entries is appended to the stream as
+one chunk, its entries as they arrived (`Publisher.publish_chunk`, core/streamchunk.py), with
+one core confirm for the frame; a frame with sub-entry batches is published message by message
+to the default exchange under the stream's name. Either way the publishing ids wait for the
+core's confirm (`_confirming`: publish seq -> publisher, publishing ids), answered as
+PublishConfirm / PublishError. With a reference, a publishing id not above the last one the
+stream stored for it (`Tracking.writers`) is a duplicate: confirmed, not stored (RabbitMQ's
+de-duplication).
 
 Consuming: a subscription is a core consumer of the stream on its own session (channel
-2, 3...), browsing from its offset specification, settled by nothing; its credit is in chunks
-and the core's is in messages, so the core's is set to `CHUNK_MESSAGES` per chunk of credit.
-The deliveries of a batch are gathered per subscription and sent, at `data_to_send`, as chunks
-of consecutive offsets (`streamproto.chunk`, with the CRC-32 clients check), each spending one
-chunk of credit. A stream deleted under a subscription ends it with a MetadataUpdate.
+2, 3...), browsing from its offset specification, settled by nothing, in chunk mode
+(`Consumer.chunks`): each delivery is one stored chunk, sent as it is behind the Deliver
+frame's header (the chunk carries its first offset and the CRC-32 clients check), and the
+core's credit is the subscription's, in chunks, as RabbitMQ counts it. A stream deleted under a
+subscription ends it with a MetadataUpdate.
 
 Stored offsets (`store offset` / `query offset`) live with the stream (`Tracking.offsets`).
 """
@@ -35,44 +37,47 @@ Stored offsets (`store offset` / `query offset`) live with the stream (`Tracking
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
 from ringmq import __version__
-from ringmq.adapters.amqp10.message import build, payload_for_amqp10
+from ringmq.adapters.amqp10.message import build
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.adapters.stream import superstreams
-from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
+from ringmq.adapters.stream.replies import (
+    client_properties,
+    code_of,
+    confirm_frame,
+    key_of,
+    offset_spec,
+    queue_arguments,
+    stats_frame,
+    wrapped,
+)
+from ringmq.core.effects import (
+    ActivateConsumer,
+    CancelConsumer,
+    CloseConnection,
+    Confirm,
+    Deliver,
+    Effect,
+)
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.message import Message
 from ringmq.core.session import Session
 from ringmq.core.settings import SettingsError
 from ringmq.core.streamlog import STREAM, StreamLog
+from ringmq.core.streamsac import GroupKey
 from ringmq.core.vhost import QueueEntity
 from ringmq.streamproto import codec as sp
-from ringmq.streamproto.chunk import chunk, deliver_frame
+from ringmq.streamproto.chunk import deliver_header
 from ringmq.streamproto.codec import RESPONSE, Code, Key, Writer
 
 log = logging.getLogger(__name__)
 
 PUBLISH_CHANNEL: Final = 1
-CHUNK_MESSAGES: Final = 256
-"""Most messages in one delivered chunk; the core's credit is this many per chunk."""
+MAX_ENTRIES: Final = 0xFFFF
+"""Most entries in one chunk (the header's entry count is a u16)."""
 DEFAULT_FRAME_MAX: Final = 1_048_576
-_ARGUMENTS: Final = {
-    "max-length-bytes": ("x-max-length-bytes", int),
-    "max-age": ("x-max-age", str),
-    "stream-max-segment-size-bytes": ("x-stream-max-segment-size-bytes", int),
-}
-"""Create's arguments (strings on the wire) as queue arguments (RabbitMQ's mapping)."""
-_CONDITION_CODES: Final = {
-    Condition.ACCESS_REFUSED: Code.ACCESS_REFUSED,
-    Condition.PRECONDITION_FAILED: Code.PRECONDITION_FAILED,
-    Condition.NOT_FOUND: Code.STREAM_DOES_NOT_EXIST,
-    Condition.RESOURCE_LOCKED: Code.PRECONDITION_FAILED,
-}
-_OFFSET_KINDS: Final = {1: "first", 2: "last", 3: "next"}
 
 
 @dataclass(slots=True)
@@ -86,36 +91,10 @@ class Subscription:
     id: int
     channel: int
     stream: str
-    credit: int
-    pending: list[tuple[int, Message]] = field(default_factory=list)
-    """Delivered (offset, message) not sent yet (waiting for credit, or the batch's end)."""
-
-
-def _queue_arguments(props: dict[str, str]) -> dict[str, Any]:
-    # Create's arguments (strings on the wire) as stream queue arguments.
-    args: dict[str, Any] = {}
-    for name, value in props.items():
-        known = _ARGUMENTS.get(name)
-        if known is not None:
-            try:
-                args[known[0]] = known[1](value)
-            except ValueError:
-                raise BrokerError(Condition.PRECONDITION_FAILED, f"bad {name}") from None
-    return args
-
-
-def _properties() -> dict[str, Any]:
-    # A deleted stream ends its subscriptions with a MetadataUpdate (`CancelConsumer`).
-    return {"capabilities": {"consumer_cancel_notify": True}}
-
-
-def _code(exc: BrokerError) -> Code:
-    return _CONDITION_CODES.get(exc.condition, Code.INTERNAL_ERROR)
-
-
-def _wrapped(data: bytes) -> bytes:
-    # A payload that is not an AMQP 1.0 message: kept as the body of one (a data section).
-    return b"\x00\x53\x75\xb0" + len(data).to_bytes(4, "big") + data
+    group: GroupKey | None = None
+    """Its single-active-consumer group (None: not one)."""
+    waiting: int = -1
+    """Chunks of credit held while it is not active (-1: active, credit with the core)."""
 
 
 class StreamHandler:
@@ -133,11 +112,17 @@ class StreamHandler:
         self._user: str | None = None
         self._info = HandlerInfo(protocol="RabbitMQ Stream")
         self._publishers: dict[int, Publisher] = {}
-        self._confirming: dict[int, tuple[int, int]] = {}
-        """Publish seq -> (publisher id, publishing id), waiting for the core's confirm."""
+        self._confirming: dict[int, tuple[int, list[int]]] = {}
+        """Publish seq -> (publisher id, publishing ids), waiting for the core's confirm."""
         self._subs: dict[int, Subscription] = {}
         self._by_channel: dict[int, Subscription] = {}
         self._next_channel = PUBLISH_CHANNEL + 1
+        self._updates: dict[int, int] = {}
+        """Consumer updates asked of the client: correlation id -> subscription id."""
+        self._next_corr = 1
+        self._effects: list[Effect] = []
+        """Effects for other connections (a group's next active consumer), sent with the
+        effects of the call that made them."""
         self.heartbeat_s = ctx.limits.heartbeat_s
         self._last_in = self._last_out = -1
 
@@ -160,17 +145,26 @@ class StreamHandler:
         except sp.ProtocolError as exc:
             log.debug("stream connection %d: %s", self.conn_id, exc)
             self._close(exc.code, str(exc))
+        if self._effects:
+            out += self._effects
+            self._effects = []
         return out
 
     def apply(self, effect: Effect) -> None:
         match effect:
             case Deliver():
                 sub = self._by_channel.get(effect.channel)
-                if sub is not None and effect.offset is not None:
-                    sub.pending.append((effect.offset, effect.message))
+                if sub is not None:  # one stored chunk, sent as it is
+                    chunk = effect.message.body
+                    self.out += deliver_header(sub.id, len(chunk))
+                    self.out += chunk
             case Confirm():
                 if effect.channel == PUBLISH_CHANNEL:
                     self._confirmed(effect)
+            case ActivateConsumer():
+                sub = self._subs.get(effect.subscription_id)
+                if sub is not None and sub.group is not None:
+                    self._consumer_update(sub)
             case CancelConsumer():
                 sub = self._by_channel.pop(effect.channel, None)
                 if sub is not None:
@@ -183,9 +177,6 @@ class StreamHandler:
                 pass
 
     def data_to_send(self) -> bytes:
-        for sub in self._subs.values():
-            if sub.pending:
-                self._chunks(sub)
         if not self.out:
             return b""
         data = bytes(self.out)
@@ -213,7 +204,11 @@ class StreamHandler:
         if not self._opened:
             return []
         self._opened = False
-        return self.broker.connection_closed(self.conn_id, now_ms)
+        for sub in self._subs.values():
+            self._leave(sub)
+        out = self._effects
+        self._effects = []
+        return out + self.broker.connection_closed(self.conn_id, now_ms)
 
     def info(self) -> HandlerInfo:
         self._info.channels = 1 + len(self._subs)
@@ -254,7 +249,7 @@ class StreamHandler:
             case sp.Heartbeat():
                 pass
             case sp.Unsupported():
-                # super streams, stats...: not served (docs/streams.md)
+                # a command this broker does not serve (docs/streams.md)
                 if cmd.correlation_id is not None:
                     w = sp.Writer().u32(cmd.correlation_id).u16(Code.UNKNOWN_FRAME)
                     self._send(w.frame(cmd.key | RESPONSE))
@@ -292,7 +287,7 @@ class StreamHandler:
         ctx, broker = self.ctx, self.broker
         try:
             broker.connection_opened(
-                self.conn_id, self._user, cmd.vhost, ctx.peer.address, _properties(), now_ms,
+                self.conn_id, self._user, cmd.vhost, ctx.peer.address, client_properties(), now_ms,
                 protocol="stream",
             )  # fmt: skip
         except BrokerError:
@@ -334,12 +329,12 @@ class StreamHandler:
         # A command that reads or changes the core: one core call; a refusal is its code.
         calls = self.broker.calls
         out = calls.begin(now_ms)
-        key, corr = _key_of(cmd)
+        key, corr = key_of(cmd)
         try:
             self._core_command(cmd, now_ms)
         except (BrokerError, SettingsError) as exc:
             calls.abort()
-            code = _code(exc) if isinstance(exc, BrokerError) else Code.PRECONDITION_FAILED
+            code = code_of(exc) if isinstance(exc, BrokerError) else Code.PRECONDITION_FAILED
             log.debug("stream connection %d: %s refused: %s", self.conn_id, key, exc)
             if corr is not None:
                 self._send(sp.simple_response(key, corr, code))
@@ -359,7 +354,7 @@ class StreamHandler:
                         )
                     )
                     return
-                args = {"x-queue-type": STREAM, **_queue_arguments(cmd.arguments)}
+                args = {"x-queue-type": STREAM, **queue_arguments(cmd.arguments)}
                 b.topology.declare_queue(
                     s, cmd.stream, durable=True, exclusive=False, auto_delete=False,
                     arguments=args, now_ms=now_ms,
@@ -397,6 +392,7 @@ class StreamHandler:
                 else:
                     self._by_channel.pop(sub.channel, None)
                     b.delivery.cancel(self._session(sub.channel), f"stream-{sub.id}", now_ms)
+                    self._leave(sub)
                     code = Code.OK
                 self._send(sp.simple_response(Key.UNSUBSCRIBE, cmd.correlation_id, code))
             case sp.Credit():
@@ -405,8 +401,13 @@ class StreamHandler:
                     w = Writer().u16(Code.SUBSCRIPTION_ID_DOES_NOT_EXIST).u8(cmd.subscription_id)
                     self._send(w.frame(Key.CREDIT | RESPONSE))
                     return
-                sub.credit += cmd.credit
-                self._flow(sub)
+                if sub.waiting >= 0:  # not active: kept for when it is
+                    sub.waiting += cmd.credit
+                    return
+                s_ = self._session(sub.channel)
+                c = s_.consumers.get(f"stream-{sub.id}")
+                left = c.credit or 0 if c is not None else 0
+                b.delivery.flow(s_, f"stream-{sub.id}", credit=left + cmd.credit, drain=False)
             case sp.StoreOffset():
                 log_ = self._log(cmd.stream)
                 if log_ is not None:
@@ -420,8 +421,12 @@ class StreamHandler:
                     code = Code.OK if stored is not None else Code.NO_OFFSET
                 w = sp.response(Key.QUERY_OFFSET, cmd.correlation_id, code).u64(stored or 0)
                 self._send(w.frame(Key.QUERY_OFFSET | RESPONSE))
+            case sp.StreamStats():
+                self._stats(cmd)
+            case sp.ConsumerUpdateAnswer():
+                self._activated(cmd, now_ms)
             case sp.CreateSuperStream():
-                args = _queue_arguments(cmd.arguments)
+                args = queue_arguments(cmd.arguments)
                 self._send(superstreams.create(b, s, cmd, args, now_ms))
             case sp.DeleteSuperStream():
                 self._send(superstreams.delete(b, s, cmd, now_ms))
@@ -450,6 +455,9 @@ class StreamHandler:
             else:
                 w.string(name).u16(Code.STREAM_DOES_NOT_EXIST).u16(0xFFFF).count(0)
         self._send(w.frame(Key.METADATA | RESPONSE))
+
+    def _stats(self, cmd: sp.StreamStats) -> None:
+        self._send(stats_frame(self._log(cmd.stream), cmd.correlation_id))
 
     def _declare_publisher(self, cmd: sp.DeclarePublisher, s: Session) -> None:
         corr = cmd.correlation_id
@@ -480,21 +488,50 @@ class StreamHandler:
         vh, x = b.publisher.exchange_for(s, "")
         tracking = log_.tracking
         ref = pub.reference
-        dups: list[int] = []
-        for pub_id, data in cmd.messages:
-            if ref and pub_id <= tracking.writers.get(ref, -1):
-                dups.append(pub_id)  # de-duplicated: confirmed, not stored again
-                continue
-            try:
-                msg = build(data, exchange="", routing_key=pub.stream, now_ms=now_ms)
-            except ValueError:
-                msg = build(_wrapped(data), exchange="", routing_key=pub.stream, now_ms=now_ms)
-            b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
-            self._confirming[s.publish_seq] = (pid, pub_id)
-            if ref:
-                tracking.set_writer(ref, pub_id)
+        last = tracking.writers.get(ref, -1) if ref else -1
+        dups = [i for i, _ in cmd.messages if i <= last] if ref else []
+        if cmd.spans and not cmd.refused:
+            self._publish_chunks(cmd, pid, pub, s, last, now_ms)
+        else:
+            for pub_id, data in cmd.messages:
+                if pub_id <= last:
+                    continue  # de-duplicated: confirmed, not stored again
+                try:
+                    msg = build(data, exchange="", routing_key=pub.stream, now_ms=now_ms)
+                except ValueError:
+                    msg = build(wrapped(data), exchange="", routing_key=pub.stream, now_ms=now_ms)
+                b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
+                self._confirming[s.publish_seq] = (pid, [pub_id])
+                if ref:
+                    tracking.set_writer(ref, pub_id)
         if dups:
-            self._send(_confirm_frame(pid, dups))
+            self._send(confirm_frame(pid, dups))
+
+    def _publish_chunks(
+        self, cmd: sp.Publish, pid: int, pub: Publisher, s: Session, last: int, now_ms: int
+    ) -> None:
+        # The frame's entries (duplicates left out) as they arrived: one chunk per frame (more
+        # only past the header's entry count).
+        q = self._stream(pub.stream)
+        assert q is not None
+        assert q.stream is not None
+        content = memoryview(cmd.content)
+        ids = [i for i, _ in cmd.messages]
+        spans = cmd.spans
+        if last >= 0:
+            keep = [n for n, i in enumerate(ids) if i > last]
+            ids = [ids[n] for n in keep]
+            spans = [spans[n] for n in keep]
+        publish_chunk = self.broker.publisher.publish_chunk
+        for at in range(0, len(ids), MAX_ENTRIES):
+            part = spans[at : at + MAX_ENTRIES]
+            data = b"".join([content[b:e] for b, e in part])
+            seq = publish_chunk(s, q, data, len(part), len(part), now_ms)
+            got = ids[at : at + MAX_ENTRIES]
+            if seq:
+                self._confirming[seq] = (pid, got)
+            if pub.reference:
+                q.stream.tracking.set_writer(pub.reference, got[-1])
 
     def _errors(self, pid: int, ids: list[int], code: Code) -> None:
         if ids:
@@ -512,14 +549,14 @@ class StreamHandler:
                 seq = next(iter(waiting))
                 if seq > c.seq:
                     break
-                pid, pub_id = waiting.pop(seq)
-                settled.setdefault(pid, []).append(pub_id)
+                pid, ids = waiting.pop(seq)
+                settled.setdefault(pid, []).extend(ids)
         elif c.seq in waiting:
-            pid, pub_id = waiting.pop(c.seq)
-            settled[pid] = [pub_id]
+            pid, ids = waiting.pop(c.seq)
+            settled[pid] = ids
         for pid, ids in settled.items():
             if c.ok:
-                self._send(_confirm_frame(pid, ids))
+                self._send(confirm_frame(pid, ids))
             else:
                 self._errors(pid, ids, Code.INTERNAL_ERROR)
 
@@ -531,14 +568,10 @@ class StreamHandler:
         if self._stream(cmd.stream) is None:
             self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.STREAM_DOES_NOT_EXIST))
             return
-        spec: Any
-        if cmd.offset_type in _OFFSET_KINDS:
-            spec = _OFFSET_KINDS[cmd.offset_type]
-        elif cmd.offset_type == 4:
-            spec = cmd.offset
-        elif cmd.offset_type == 5:
-            spec = datetime.fromtimestamp(cmd.offset / 1000, UTC)
-        else:
+        spec = offset_spec(cmd.offset_type, cmd.offset)
+        sac = cmd.properties.get("single-active-consumer") == "true"
+        name = cmd.properties.get("name", "")
+        if spec is None or (sac and not name):
             self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.PRECONDITION_FAILED))
             return
         b = self.broker
@@ -546,73 +579,57 @@ class StreamHandler:
         self._next_channel += 1
         b.channel_opened(self.conn_id, channel, now_ms)
         s = self._session(channel)
-        sub = Subscription(cmd.subscription_id, channel, cmd.stream, cmd.credit)
+        sub = Subscription(cmd.subscription_id, channel, cmd.stream)
+        if sac:  # no credit until its client answers the consumer update of its activation
+            sub.group = (self._session(PUBLISH_CHANNEL).vhost.name, cmd.stream, name)
+            sub.waiting = cmd.credit
         # the response goes before any delivery the subscription enables
         self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.OK))
         b.delivery.consume(
             s, cmd.stream, f"stream-{sub.id}", no_ack=True, exclusive=False,
             arguments={"x-stream-offset": spec}, now_ms=now_ms, credit_flow=True,
-            offset_header=False,
+            offset_header=False, chunks=True,
         )  # fmt: skip
         self._subs[sub.id] = sub
         self._by_channel[channel] = sub
-        self._flow(sub)
+        credit = cmd.credit if sub.group is None else 0
+        b.delivery.flow(s, f"stream-{sub.id}", credit=credit, drain=False)
+        if sub.group is not None and b.stream_groups.join(sub.group, (self.conn_id, sub.id)):
+            self._consumer_update(sub)
 
-    def _flow(self, sub: Subscription) -> None:
+    # -- single active consumer (core/streamsac.py) -------------------------------------------
+    def _consumer_update(self, sub: Subscription) -> None:
+        # Tell the client its subscription is active; it answers where to start
+        # (`_activated`).
+        corr = self._next_corr
+        self._next_corr += 1
+        self._updates[corr] = sub.id
+        self._send(Writer().u32(corr).u8(sub.id).u8(1).frame(Key.CONSUMER_UPDATE))
+
+    def _activated(self, cmd: sp.ConsumerUpdateAnswer, now_ms: int) -> None:
+        # The client's answer: the consumer starts again at the offset it gives, with the
+        # credit it was given meanwhile.
+        sub = self._subs.get(self._updates.pop(cmd.correlation_id, -1))
+        if sub is None or sub.group is None or sub.waiting < 0:
+            return
+        spec = offset_spec(cmd.offset_type, cmd.offset)
+        b = self.broker
         s = self._session(sub.channel)
-        window = max(sub.credit * CHUNK_MESSAGES - len(sub.pending), 0)
-        self.broker.delivery.flow(s, f"stream-{sub.id}", credit=window, drain=False)
+        tag = f"stream-{sub.id}"
+        if spec is not None:
+            b.delivery.cancel(s, tag, now_ms)
+            b.delivery.consume(
+                s, sub.stream, tag, no_ack=True, exclusive=False,
+                arguments={"x-stream-offset": spec}, now_ms=now_ms, credit_flow=True,
+                offset_header=False, chunks=True,
+            )  # fmt: skip
+        b.delivery.flow(s, tag, credit=sub.waiting, drain=False)
+        sub.waiting = -1
 
-    def _chunks(self, sub: Subscription) -> None:
-        # The deliveries as chunks of consecutive offsets, each one chunk of credit; what the
-        # credit does not cover waits for the next Credit (the core's window, in messages,
-        # bounds it: `_flow`).
-        msgs = sub.pending
-        start = 0
-        while start < len(msgs) and sub.credit > 0:
-            first = msgs[start][0]
-            end = start + 1
-            while (
-                end < len(msgs)
-                and end - start < CHUNK_MESSAGES
-                and msgs[end][0] == first + end - start
-            ):
-                end += 1
-            run = [
-                payload_for_amqp10(m, first_acquirer=False, delivery_count=0)
-                for _, m in msgs[start:end]
-            ]
-            self._send(deliver_frame(sub.id, chunk(first, msgs[start][1].timestamp_ms, run)))
-            sub.credit -= 1
-            start = end
-        sub.pending = msgs[start:]
-
-
-def _key_of(cmd: sp.Command) -> tuple[Key, int | None]:
-    keys = {
-        sp.Create: Key.CREATE,
-        sp.Delete: Key.DELETE,
-        sp.Metadata: Key.METADATA,
-        sp.DeclarePublisher: Key.DECLARE_PUBLISHER,
-        sp.DeletePublisher: Key.DELETE_PUBLISHER,
-        sp.QueryPublisherSequence: Key.QUERY_PUBLISHER_SEQUENCE,
-        sp.Publish: Key.PUBLISH,
-        sp.Subscribe: Key.SUBSCRIBE,
-        sp.Unsubscribe: Key.UNSUBSCRIBE,
-        sp.Credit: Key.CREDIT,
-        sp.StoreOffset: Key.STORE_OFFSET,
-        sp.QueryOffset: Key.QUERY_OFFSET,
-        sp.ExchangeCommandVersions: Key.EXCHANGE_COMMAND_VERSIONS,
-        sp.CreateSuperStream: Key.CREATE_SUPER_STREAM,
-        sp.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
-        sp.Partitions: Key.PARTITIONS,
-        sp.Route: Key.ROUTE,
-    }
-    return keys[type(cmd)], getattr(cmd, "correlation_id", None)
-
-
-def _confirm_frame(pid: int, ids: list[int]) -> bytes:
-    w = Writer().u8(pid).count(len(ids))
-    for i in ids:
-        w.u64(i)
-    return w.frame(Key.PUBLISH_CONFIRM)
+    def _leave(self, sub: Subscription) -> None:
+        # A subscription gone from its group: the next one, if it became active, is told.
+        if sub.group is None:
+            return
+        nxt = self.broker.stream_groups.leave(sub.group, (self.conn_id, sub.id))
+        if nxt is not None:
+            self._effects.append(ActivateConsumer(*nxt))

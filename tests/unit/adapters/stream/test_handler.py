@@ -100,12 +100,12 @@ def test_credit_is_in_chunks_and_a_deleted_stream_ends_its_subscription() -> Non
     got = kit.send(schema.Subscribe(8, 1, "s", first, 1, []))
     assert got[0].response_code == 1
     delivered = [f for f in got[1:] if isinstance(f, schema.Deliver)]
-    # one chunk of credit: one chunk (the three messages, consecutive offsets, in it)
-    assert [(d.chunk_first_offset, d.num_entries) for d in delivered] == [(0, 3)]
+    # one chunk of credit: one stored chunk (the first publish frame's)
+    assert [(d.chunk_first_offset, d.num_entries) for d in delivered] == [(0, 1)]
     got = kit.send(schema.Publish(0, [schema.Message(9, None, b"\x00\x53\x77\xa1\x01y")]))
     assert not [f for f in got if isinstance(f, schema.Deliver)]  # no credit left
-    got = kit.send(schema.Credit(1, 1))
-    assert [(d.chunk_first_offset, d.num_entries) for d in got] == [(3, 1)]
+    got = kit.send(schema.Credit(1, 3))  # three more: the three other chunks, as stored
+    assert [(d.chunk_first_offset, d.num_entries) for d in got] == [(1, 1), (2, 1), (3, 1)]
     (deleted, *rest) = kit.send(schema.Delete(10, "s"))
     updates = [f for f in [deleted, *rest] if isinstance(f, schema.MetadataUpdate)]
     assert [(u.metadata_info.code, u.metadata_info.stream) for u in updates] == [(6, "s")]
