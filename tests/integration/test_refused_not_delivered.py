@@ -84,9 +84,11 @@ def test_nacked_publishes_reach_no_consumer(
     def settled() -> bool:
         sub.process_data_events(0.01)
         return b.call(
-            lambda: q.message_count == 0
-            and q.unacked_count == 0
-            and commit.store.durable_position == commit.store.position
+            lambda: (
+                q.message_count == 0
+                and q.unacked_count == 0
+                and commit.store.durable_position == commit.store.position
+            )
         )
 
     wait_until(settled)

@@ -359,7 +359,11 @@ NON_DESTRUCTIVE: Final = QueueArgument(
     address_default="default-non-destructive",
 )
 SINGLE_ACTIVE_CONSUMER: Final = QueueArgument(
-    "x-single-active-consumer", "single_active_consumer", _bool_arg, example=True
+    "x-single-active-consumer",
+    "single_active_consumer",
+    _bool_arg,
+    example=True,
+    address_default="default-exclusive-queue",
 )
 
 QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (

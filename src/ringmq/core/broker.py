@@ -103,7 +103,7 @@ class Broker:
         self.resources = Resources(state)
         self.exchanges = Exchanges(state)
         self.topology = Topology(state, self.resources, self.exchanges)
-        self.dead_letters = DeadLetters(state)
+        self.dead_letters = DeadLetters(state, self.topology.create_queue)
         self.delivery = Delivery(state, self.topology, self.resources, self.dead_letters)
         self.confirms = Confirms(state)
         self.publisher = Publisher(state, self.resources, self.delivery, self.confirms)

@@ -456,7 +456,11 @@ class Delivery:
             if q.deleted:
                 continue
             st = q.settings
-            if st.message_ttl_ms is not None or st.expires_ms is not None:
+            if (
+                st.message_ttl_ms is not None
+                or st.expires_ms is not None
+                or st.redelivery is not None  # delayed redeliveries wait in the schedule
+            ):
                 state.timed[id(q)] = q
             consumers = q.consumers
             if consumers.all:
@@ -472,7 +476,7 @@ class Delivery:
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
             q.queue.drop_expired(now_ms)
-            if st.dead_letter_exchange is not None:  # the engine dead-letters only with a DLX
+            if st.dead_lettering:  # the engine dead-letters only with a DLX, DLA or expiry
                 self.dead.drain(q, now_ms)
             if blocked_by and id(q) in blocked_by:
                 self.resources.maybe_unblock(q)

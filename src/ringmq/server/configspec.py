@@ -87,10 +87,26 @@ class AddressSetting:
     max_size_bytes: int | None = None
     max_size_messages: int | None = None
     dead_letter_address: str | None = None
+    auto_create_dead_letter_resources: bool | None = None
+    dead_letter_queue_prefix: str | None = None
+    dead_letter_queue_suffix: str | None = None
     expiry_address: str | None = None
+    auto_create_expiry_resources: bool | None = None
+    expiry_queue_prefix: str | None = None
+    expiry_queue_suffix: str | None = None
     expiry_delay_ms: int | None = None
     max_delivery_attempts: int | None = None
     redelivery_delay_ms: int | None = None
+    redelivery_delay_multiplier: float | None = None
+    max_redelivery_delay_ms: int | None = None
+    auto_create_queues: bool | None = None
+    auto_create_addresses: bool | None = None
+    auto_delete_queues: bool | None = None
+    auto_delete_addresses: bool | None = None
+    auto_delete_queues_delay_ms: int | None = None
+    auto_delete_queues_message_count: int | None = None
+    default_address_routing_type: str | None = None
+    default_queue_routing_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
