@@ -465,6 +465,16 @@ QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (
         setting_key="delivery-limit",
     ),
     QueueArgument("x-max-priority", "max_priority", _priority_arg, example=10, off=0),
+    QueueArgument(
+        "x-consumer-timeout",
+        "consumer_timeout_ms",
+        _int_from(1),
+        example=60000,
+        policy_key="consumer-timeout",
+        policy_check=positive_int,
+        policy_expected="a positive integer",
+        setting_key="consumer-timeout",
+    ),
     SINGLE_ACTIVE_CONSUMER,
     QueueArgument("x-queue-type", None, _queue_type_arg, example="classic"),
 )

@@ -356,7 +356,11 @@ class Delivery:
             persisted = durability.persisted(q)
             if persisted and d.seq in persisted:
                 durability.delivered(q, d.seq, d.delivery_count)
-        tag = s.next_untracked_tag() if no_ack else s.track(Unacked(q, d.seq, None))
+        if no_ack:
+            tag = s.next_untracked_tag()
+        else:
+            tag = s.track(Unacked(q, d.seq, None, False, 0, now_ms))
+            state.arm_consumer_check(q, now_ms)
         state.stats["delivered"] += 1
         return Got(tag, d.redelivered, d.message, q.queue.ready_count)
 
@@ -530,7 +534,7 @@ class Delivery:
                 no_ack_count += 1
                 s.counts.delivered_auto += 1
             else:
-                tag = s.track(Unacked(q, d.seq, c))
+                tag = s.track(Unacked(q, d.seq, c, False, 0, now_ms))
                 s.counts.delivered_manual += 1
                 if persisted and d.seq in persisted:
                     assert dur is not None
@@ -545,6 +549,8 @@ class Delivery:
         if delivered:
             state.stats["delivered"] += delivered
             q.deliver += delivered - no_ack_count
+            if delivered > no_ack_count:
+                state.arm_consumer_check(q, now_ms)
             q.deliver_no_ack += no_ack_count
 
     def _dispatch_browse(self, q: QueueEntity, browsers: list[Consumer], now_ms: int) -> None:
@@ -571,7 +577,8 @@ class Delivery:
                 if c.no_ack:
                     tag = s.next_untracked_tag()
                 else:
-                    tag = s.track(Unacked(q, d.seq, c, browse=True))
+                    tag = s.track(Unacked(q, d.seq, c, True, 0, now_ms))
+                    self.state.arm_consumer_check(q, now_ms)
                 out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))
                 budget -= 1
                 if c.credit is not None:

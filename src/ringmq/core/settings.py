@@ -185,6 +185,8 @@ class QueueSettings:
     """The auto-created expiry queue (`auto-create-expiry-resources`), if any."""
     redelivery: Redelivery | None = None
     """Artemis delayed redelivery, if a delay is set."""
+    consumer_timeout_ms: int | None = None
+    """RabbitMQ `x-consumer-timeout` / policy `consumer-timeout` (None: the broker's)."""
     limit: Limit | None = None
     policy_name: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -417,6 +419,13 @@ def resolve_queue_settings(
             if key not in merged:
                 merged[key] = value
                 sources[key] = source
+    # RabbitMQ (3.12+): an argument and a policy both setting the consumer timeout, the lower
+    # wins (every other key: the argument).
+    by_arg = levels[0][1].get("consumer_timeout_ms")
+    by_policy = levels[1][1].get("consumer_timeout_ms")
+    if by_arg is not None and by_policy is not None and by_policy < by_arg:
+        merged["consumer_timeout_ms"] = by_policy
+        sources["consumer_timeout_ms"] = "policy"
     # "" (the default exchange) is a valid dead-letter exchange, as in RabbitMQ.
     dlx = merged.get("dead_letter_exchange")
     if merged.get("dead_letter_routing_key") is not None and dlx is None:

@@ -69,6 +69,7 @@ class State:
         "by_protocol",
         "config",
         "conns",
+        "consumer_check_ms",
         "dedup",
         "defer_dispatch",
         "defs_dirty",
@@ -104,6 +105,9 @@ class State:
         """Queues with more to deliver than one call may (`DISPATCH_BATCH`)."""
         self.timed: dict[int, QueueEntity] = {}
         """Queues that ever had timer work (TTL, x-expires, schedules): what `tick` visits."""
+        self.consumer_check_ms: int | None = None
+        """When the oldest acknowledgement-required delivery may pass its consumer timeout
+        (`Timers.consumer_timeouts`); None while none is tracked since the last check."""
         self.eager = False
         self.defer_dispatch = False
         """When True, dispatching after a publish that reached only plain queues waits for the
@@ -120,6 +124,17 @@ class State:
         """`q` may have work (deliveries, dead letters, unblocking): visit it on the flush."""
         if not q.deleted:
             self.dirty[id(q)] = q
+
+    def arm_consumer_check(self, q: QueueEntity, delivered_at: int) -> None:
+        """A delivery of `q` at `delivered_at` waits for its acknowledgement: make sure the
+        consumer-timeout check runs by its deadline (once per dispatch, not per message)."""
+        timeout = q.settings.consumer_timeout_ms or self.config.consumer_timeout_ms
+        if timeout is None:
+            return
+        due = delivered_at + timeout
+        current = self.consumer_check_ms
+        if current is None or due < current:
+            self.consumer_check_ms = due
 
     def track_timers(self, q: QueueEntity) -> None:
         """Remember a queue that may have timer work (TTL, x-expires, scheduled messages)."""

@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Final
 
+from ringmq.core.config import DEFAULT_CONSUMER_TIMEOUT_MS
 from ringmq.server.brokerxml import parse_artemis_xml
 from ringmq.server.configspec import (
     ARG_LAST_VALUE,
@@ -268,6 +269,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             channel_max=_req(t.opt_int("channel_max", DEFAULT_CHANNEL_MAX)),
             max_connections=t.opt_int("max_connections", minimum=1),
             handshake_timeout_ms=_req(t.opt_int("handshake_timeout_ms", 10_000, minimum=1)),
+            consumer_timeout_ms=t.opt_int("consumer_timeout_ms", DEFAULT_CONSUMER_TIMEOUT_MS)
+            or None,
         )
         t.done()
 

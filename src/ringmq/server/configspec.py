@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ringmq.core import arguments, wildcard
+from ringmq.core.config import DEFAULT_CONSUMER_TIMEOUT_MS
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
 DEFAULT_HEARTBEAT_S: Final = 60
@@ -152,6 +153,8 @@ class LimitsSpec:
     channel_max: int = DEFAULT_CHANNEL_MAX
     max_connections: int | None = None
     handshake_timeout_ms: int = 10_000
+    consumer_timeout_ms: int | None = DEFAULT_CONSUMER_TIMEOUT_MS
+    """RabbitMQ's `consumer_timeout` (30 minutes; TOML 0: none)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, assert_never
 
 from ringmq.adapters.amqp091 import frame_of, reply_code
 from ringmq.adapters.handler import Handler
-from ringmq.amqp.reply_codes import ReplyCode
+from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.effects import (
     Block,
     CancelConsumer,
+    CloseChannel,
     CloseConnection,
     Confirm,
     Deliver,
@@ -174,6 +175,9 @@ class Connections:
                     pass  # link credit is AMQP 1.0's: no 0-9-1 consumer has any to give back
                 case CloseConnection(condition=condition, text=text):
                     self.close(c, condition, text)
+                case CloseChannel(channel=ch, condition=condition, text=text):
+                    # a consumer timeout: Channel.Close; its Close-Ok returns the rest
+                    a.proto.send_error(ch, AMQPError(reply_code(condition), text))
                 case Block(reason=reason):
                     a.proto.send_blocked(reason)
                     self._block(c, reason)

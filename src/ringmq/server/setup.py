@@ -144,6 +144,7 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
             cfg.address_settings, artemis_defaults=cfg.kind == "artemis"
         ),
         max_message_size=cfg.limits.max_message_size,
+        consumer_timeout_ms=cfg.limits.consumer_timeout_ms,
     )
 
 

@@ -329,8 +329,11 @@ class Links:
         if link is not None:
             self.conn.drained(channel, link.handle)
 
-    def cancelled(self, channel: int, tag: str) -> None:
-        """A `CancelConsumer`: its queue was deleted; the link is detached."""
+    def cancelled(
+        self, channel: int, tag: str, condition: str | None = None, text: str | None = None
+    ) -> None:
+        """A `CancelConsumer`: its queue was deleted; the link is detached (with `condition`
+        and `text`: the consumer timed out; the core has returned its deliveries)."""
         ls = self.sessions.get(channel)
         link = ls.by_tag.pop(tag, None) if ls is not None else None
         if ls is None or link is None:
@@ -339,7 +342,10 @@ class Links:
         for d in [d for d, (_t, lk) in ls.unsettled.items() if lk is link]:
             del ls.unsettled[d]
         self.conn.detach(
-            channel, link.handle, c.RESOURCE_DELETED, f"queue '{link.queue}' was deleted"
+            channel,
+            link.handle,
+            condition or c.RESOURCE_DELETED,
+            text or f"queue '{link.queue}' was deleted",
         )
 
     def settled(self, ev: Settled, now_ms: int) -> None:

@@ -76,7 +76,14 @@ from ringmq.adapters.mqtt.topics import (
     to_routing_key,
 )
 from ringmq.adapters.mqtt.wills import publish_will, store_retained
-from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
+from ringmq.core.effects import (
+    CancelConsumer,
+    CloseChannel,
+    CloseConnection,
+    Confirm,
+    Deliver,
+    Effect,
+)
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.session import Session, SettleKind
 from ringmq.core.settings import SettingsError
@@ -184,6 +191,8 @@ class MqttHandler:
             case Confirm():
                 self._confirmed(effect)
             case CloseConnection():  # the server calls `close` for these; direct drivers may not
+                self.close(effect.condition, effect.text)
+            case CloseChannel():  # a consumer timeout: MQTT's session is the connection
                 self.close(effect.condition, effect.text)
             case CancelConsumer():
                 self.subs.cancelled(effect.consumer_tag)

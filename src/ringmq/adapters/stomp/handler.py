@@ -47,6 +47,7 @@ from ringmq.adapters.stomp.receipts import Receipts
 from ringmq.adapters.stomp.subscribe import Subscriber, truthy
 from ringmq.core.effects import (
     CancelConsumer,
+    CloseChannel,
     CloseConnection,
     Confirm,
     Deliver,
@@ -175,7 +176,7 @@ class StompHandler:
                 self.conn.fail(
                     "subscription ended", f"the queue of subscription '{name}' was deleted"
                 )
-            case CloseConnection():
+            case CloseConnection() | CloseChannel():  # a consumer timeout ends the connection
                 self.conn.fail(effect.text, f"{effect.condition.label} - {effect.text}")
             case _:
                 pass  # flow (Block/Unblock) pauses the socket; STOMP has no word for it
