@@ -84,6 +84,8 @@ class BrokerConfig:
         consumer_timeout_ms: RabbitMQ's `consumer_timeout`: a delivery unacknowledged this long
             closes its channel (PRECONDITION_FAILED); a queue's `x-consumer-timeout` or policy
             `consumer-timeout` overrides it. None: no timeout.
+        id_cache_size: Artemis' `id-cache-size`: `_AMQ_DUPL_ID`s remembered per address.
+        persist_id_cache: Artemis' `persist-id-cache`: those ids survive a restart.
         default_user / default_password: created when `users` is empty (guest/guest).
         loopback_users: users that may only log in from a loopback address.
         name_seed: seed of the generator for `amq.gen-*` queue names and `amq.ctag-*` tags
@@ -99,6 +101,8 @@ class BrokerConfig:
     address_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     consumer_timeout_ms: int | None = DEFAULT_CONSUMER_TIMEOUT_MS
+    id_cache_size: int = 20_000
+    persist_id_cache: bool = True
     default_user: str = "guest"
     default_password: str = "guest"  # noqa: S105 - RabbitMQ's well-known loopback-only default
     loopback_users: tuple[str, ...] = ("guest",)

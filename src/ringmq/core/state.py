@@ -92,7 +92,10 @@ class State:
         self.address_settings = AddressSettingsTable()
         self.vhosts: dict[str, VHost] = {}
         self.conns: dict[int, Conn] = {}
-        self.dedup = PublishDedup()  # message_id de-duplication (core/dedup.py)
+        # message_id de-duplication and Artemis' _AMQ_DUPL_ID caches (core/dedup.py)
+        self.dedup = PublishDedup(
+            id_cache_size=config.id_cache_size, persist_id_cache=config.persist_id_cache
+        )
         self.durability: Durability | None = None
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         self.by_protocol: dict[str, ProtocolCounts] = {"amqp091": ProtocolCounts()}

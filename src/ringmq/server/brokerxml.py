@@ -130,6 +130,14 @@ def parse_artemis_xml(data: bytes | str, *, source: Path | None = None) -> FileC
     refresh = DEFAULT_REFRESH_PERIOD_MS
     if (r := _text(_child(core, "configuration-file-refresh-period"))) is not None:
         refresh = _xml_int(r, f"{where}: configuration-file-refresh-period")
+    id_cache_size = 20_000
+    if (t := _text(_child(core, "id-cache-size"))) is not None:
+        id_cache_size = _xml_int(t, f"{where}: id-cache-size")
+        if id_cache_size <= 0:
+            raise ConfigError(f"{where}: id-cache-size must be > 0, got {id_cache_size}")
+    persist_ids = True
+    if (t := _text(_child(core, "persist-id-cache"))) is not None:
+        persist_ids = _xml_bool(t, f"{where}: persist-id-cache")
 
     settings = _artemis_address_settings(core, where)
     exchanges: list[ExchangeSpec] = []
@@ -159,6 +167,8 @@ def parse_artemis_xml(data: bytes | str, *, source: Path | None = None) -> FileC
         queues=tuple(queues),
         bindings=tuple(bindings),
         refresh_period_ms=refresh if refresh > 0 else None,
+        id_cache_size=id_cache_size,
+        persist_id_cache=persist_ids,
     )
 
 

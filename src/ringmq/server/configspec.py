@@ -262,6 +262,10 @@ class FileConfig:
     bindings: tuple[BindingSpec, ...] = ()
     refresh_period_ms: int | None = None
     """Reload address-settings when the file changes, polled at this period (None: never)."""
+    id_cache_size: int = 20_000
+    """Artemis `id-cache-size` (broker.xml `<id-cache-size>`)."""
+    persist_id_cache: bool = True
+    """Artemis `persist-id-cache` (broker.xml `<persist-id-cache>`)."""
 
 
 OFF_WORDS: Final = ("off", "none")

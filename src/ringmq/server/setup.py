@@ -145,6 +145,8 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
         ),
         max_message_size=cfg.limits.max_message_size,
         consumer_timeout_ms=cfg.limits.consumer_timeout_ms,
+        id_cache_size=cfg.id_cache_size,
+        persist_id_cache=cfg.persist_id_cache,
     )
 
 
