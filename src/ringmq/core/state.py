@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from ringmq.core.auth import AuthDB
 from ringmq.core.config import BrokerConfig
 from ringmq.core.dedup import PublishDedup
+from ringmq.core.limits import TenantLimits
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.session import ProtocolCounts
 
@@ -76,6 +77,7 @@ class State:
         "dirty",
         "durability",
         "eager",
+        "limits",
         "now_ms",
         "out",
         "policies",
@@ -90,6 +92,8 @@ class State:
         self.auth = AuthDB()
         self.policies = PolicyTable()
         self.address_settings = AddressSettingsTable()
+        self.limits = TenantLimits()
+        """Vhost and user limits (`core/limits.py`)."""
         self.vhosts: dict[str, VHost] = {}
         self.conns: dict[int, Conn] = {}
         # message_id de-duplication and Artemis' _AMQ_DUPL_ID caches (core/dedup.py)

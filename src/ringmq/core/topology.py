@@ -251,6 +251,8 @@ class Topology:
             self._assert_equivalent(vh, q, durable, exclusive, auto_delete, args)
             q.last_used_ms = now_ms
         else:
+            if state.limits.vhosts:
+                state.limits.check_queue(vh.name, len(vh.queues), name)
             try:
                 q = self.create_queue(
                     vh.name,

@@ -47,6 +47,7 @@ from ringmq.amqp10 import sections
 from ringmq.amqp10.connection import error
 from ringmq.amqp10.events import MessagesReceived
 from ringmq.amqp10.types import DecodeError
+from ringmq.core.effects import CloseConnection
 from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
 from ringmq.core.session import SettleKind
@@ -105,7 +106,10 @@ class Links:
     def session_begun(self, channel: int, now_ms: int) -> None:
         """A session began: its core sessions, plain and in confirm mode."""
         b = self.broker
-        b.channel_opened(self.conn_id, channel, now_ms)
+        for refusal in b.channel_opened(self.conn_id, channel, now_ms):
+            if isinstance(refusal, CloseConnection):  # the user's max-channels
+                self.conn.close(c.NOT_ALLOWED, refusal.text)
+                return
         b.channel_opened(self.conn_id, CONFIRM_CHANNEL_BASE + channel, now_ms, part_of=channel)
         s = b.session(self.conn_id, channel)
         confirm = b.session(self.conn_id, CONFIRM_CHANNEL_BASE + channel)

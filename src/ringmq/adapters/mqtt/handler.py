@@ -309,8 +309,11 @@ class MqttHandler:
             return
         self._opened = True
         self.client_id, self.vhost, self.user = cid, vhost, user
-        self.broker.channel_opened(self.conn_id, CHANNEL, now_ms)
-        self.broker.channel_opened(self.conn_id, CONFIRM_CHANNEL, now_ms)
+        for channel in (CHANNEL, CONFIRM_CHANNEL):
+            for e in self.broker.channel_opened(self.conn_id, channel, now_ms):
+                if isinstance(e, CloseConnection):  # the user's max-channels
+                    self._refuse_opened(Reason.NOT_AUTHORIZED, e.text, out, now_ms)
+                    return
         s = self.session = self.broker.session(self.conn_id, CHANNEL)
         self.confirming = self.broker.session(self.conn_id, CONFIRM_CHANNEL)
         assert s is not None

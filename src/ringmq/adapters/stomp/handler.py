@@ -261,7 +261,9 @@ class StompHandler:
             self.conn.fail("Bad CONNECT", exc.text, frame=frame)
             return
         self._opened = True
-        self.broker.channel_opened(self.conn_id, PUBLISH_CHANNEL, now_ms)
+        if (refusal := self._refusal(PUBLISH_CHANNEL, now_ms)) is not None:
+            self.conn.fail("Bad CONNECT", refusal, frame=frame)
+            return
         self._publishing = self._session(PUBLISH_CHANNEL)
         conn = self.conn
         self._info = HandlerInfo(
@@ -304,8 +306,16 @@ class StompHandler:
     def _open(self, now_ms: int) -> Session:
         channel = self._next_channel
         self._next_channel += 1
-        self.broker.channel_opened(self.conn_id, channel, now_ms)
+        if (refusal := self._refusal(channel, now_ms)) is not None:
+            raise BrokerError(Condition.NOT_ALLOWED, refusal)
         return self._session(channel)
+
+    def _refusal(self, channel: int, now_ms: int) -> str | None:
+        # Open a core session; the user's max-channels may refuse it (its text).
+        for e in self.broker.channel_opened(self.conn_id, channel, now_ms):
+            if isinstance(e, CloseConnection):
+                return e.text
+        return None
 
     def _destination(self, frame: Frame, s: Session) -> Destination:
         # RabbitMQ's destinations depend on nothing but their text: read once per connection.
