@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -147,3 +148,25 @@ def test_vhost_max_queues(broker: BrokerThread, http: httpx.Client) -> None:
     with pytest.raises(Exception, match="queue limit"):
         amqp.create_receiver("three")  # an anycast address would create its queue
     amqp.close()
+
+
+def test_limits_survive_a_restart_and_go_with_their_user(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "kept"
+    first = broker_factory(http_port=0, data_dir=data)
+    base = f"http://127.0.0.1:{first.server.http_port}"
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=30) as http:
+        http.put("/api/vhost-limits/%2F/max-queues", json={"value": 4})
+        http.put("/api/users/carol", json={"password": "pw", "tags": ""})
+        http.put("/api/user-limits/carol/max-channels", json={"value": 2})
+        http.put("/api/user-limits/guest/max-connections", json={"value": 9})
+        http.delete("/api/users/carol")
+    first.stop()
+    second = broker_factory(http_port=0, data_dir=data)
+    base = f"http://127.0.0.1:{second.server.http_port}"
+    with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=30) as http:
+        assert http.get("/api/vhost-limits").json() == [{"vhost": "/", "value": {"max-queues": 4}}]
+        assert http.get("/api/user-limits").json() == [
+            {"user": "guest", "value": {"max-connections": 9}}
+        ]

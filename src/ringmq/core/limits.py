@@ -18,8 +18,8 @@ user `max-connections` and `max-channels`. A negative value means no limit (Rabb
   `BrokerError(PRECONDITION_FAILED)` with RabbitMQ's text.
 
 Counting walks the open connections (or the vhost's queues) only when a limit is set, at
-admission time, never per message. The limits live in memory: they are not yet part of the
-durable definitions (docs/management.md says so).
+admission time, never per message. The limits are stored with their vhost's and user's
+durable definitions (`core/defsync.py`, `core/recovery.py`) and dropped with them.
 
 Pure: no I/O, no clock.
 """

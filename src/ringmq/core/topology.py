@@ -527,6 +527,7 @@ class Topology:
         for q in list(vh.queues.values()):
             self.delete_queue(vh, q, now_ms)
         del state.vhosts[vh.name]
+        state.limits.forget_vhost(vh.name)
         auth = state.auth
         for user, vhost in list(auth.permissions):
             if vhost == vh.name:

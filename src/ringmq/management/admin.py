@@ -284,7 +284,9 @@ class CoreAdmin(StreamsFacade):
 
     @_writes(full=False)
     def delete_user(self, name: str) -> bool:
-        """Delete a user and its permissions (open connections stay, as in RabbitMQ 3.x)."""
+        """Delete a user, its permissions and limits (open connections stay, as in RabbitMQ
+        3.x)."""
+        self.broker.limits.forget_user(name)
         return self.broker.auth.delete_user(name)
 
     @_writes(full=False)

@@ -58,8 +58,10 @@ class Limits(Resource):
         if request.method == "DELETE":
             if not self._table.clear_vhost(vhost, name):
                 raise NotFoundError(f"no limit {name!r} on vhost {vhost!r}")
-            return no_content()
-        self._set(lambda value: self._table.set_vhost(vhost, name, value), await json_body(request))
+        else:
+            body = await json_body(request)
+            self._set(lambda value: self._table.set_vhost(vhost, name, value), body)
+        self.admin.broker.definitions_changed(full=False)  # kept with the vhost's definition
         return no_content()
 
     async def user_limits(self, request: Request) -> Response:
@@ -81,8 +83,10 @@ class Limits(Resource):
         if request.method == "DELETE":
             if not self._table.clear_user(user, name):
                 raise NotFoundError(f"no limit {name!r} on user {user!r}")
-            return no_content()
-        self._set(lambda value: self._table.set_user(user, name, value), await json_body(request))
+        else:
+            body = await json_body(request)
+            self._set(lambda value: self._table.set_user(user, name, value), body)
+        self.admin.broker.definitions_changed(full=False)  # kept with the user's definition
         return no_content()
 
     @staticmethod
