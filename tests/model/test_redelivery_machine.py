@@ -6,7 +6,9 @@ scheduled; when due it goes to the head, the messages due together in (due, seq)
 front of the one before (a scheduled release); in a ring (`default-ring-size`) a message
 returning to a full ring is itself deleted, as a scheduled message is (the ring-queue seed).
 Publishing to a full ring evicts the head. A message given back without a failure returns to
-its place at once. Expiry times are kept across the wait.
+its place at once: by seq among the messages not put at the head (RabbitMQ), or at the head in
+a ring (Artemis). As the engine's lanes (`core/queue/lanes.py`), what was put at the head is
+served before the rest.
 """
 
 from __future__ import annotations
@@ -35,23 +37,32 @@ class _Model:
     multiplier: float
     max_delay: int | None
     ring: int | None
-    ready: list[_Item] = field(default_factory=list)  # head first
+    head: list[_Item] = field(default_factory=list)  # put at the head, served first
+    rest: list[_Item] = field(default_factory=list)  # by seq
     unacked: dict[int, _Item] = field(default_factory=dict)
     waiting: list[tuple[int, _Item]] = field(default_factory=list)  # (due, item)
+
+    @property
+    def ready(self) -> list[_Item]:
+        return self.head + self.rest
 
     def wait_after(self, failures: int) -> int:
         cap = self.max_delay if self.max_delay is not None else self.delay * 10
         return int(min(self.delay * self.multiplier ** (failures - 1), cap))
 
+    def _evict_head(self) -> None:
+        if self.ring is not None and len(self.head) + len(self.rest) > self.ring:
+            (self.head if self.head else self.rest).pop(0)
+
     def publish(self, item: _Item) -> None:
-        self.ready.append(item)
-        if self.ring is not None and len(self.ready) > self.ring:
-            self.ready.pop(0)
+        self.rest.append(item)
+        self._evict_head()
 
     def fetch(self) -> _Item | None:
-        if not self.ready:
+        source = self.head if self.head else self.rest
+        if not source:
             return None
-        item = self.ready.pop(0)
+        item = source.pop(0)
         self.unacked[item.seq] = item
         return item
 
@@ -61,23 +72,21 @@ class _Model:
         self.waiting.append((now + self.wait_after(item.failures), item))
 
     def release(self, seq: int) -> None:
-        # Given back unfailed: to its place by seq (RabbitMQ order) or, in a ring, the head.
+        # Given back unfailed: in a ring to the head, else to its place by seq.
         item = self.unacked.pop(seq)
         if self.ring is not None:
-            self.ready.insert(0, item)
-            if len(self.ready) > self.ring:
-                self.ready.pop(0)
+            self.head.insert(0, item)
+            self._evict_head()
             return
-        at = next((i for i, r in enumerate(self.ready) if r.seq > seq), len(self.ready))
-        self.ready.insert(at, item)
+        at = next((i for i, r in enumerate(self.rest) if r.seq > seq), len(self.rest))
+        self.rest.insert(at, item)
 
     def tick(self, now: int) -> None:
         due = sorted((d, it.seq, it) for d, it in self.waiting if d <= now)
         self.waiting = [(d, it) for d, it in self.waiting if d > now]
         for _, _, item in due:
-            self.ready.insert(0, item)
-            if self.ring is not None and len(self.ready) > self.ring:
-                self.ready.pop(0)  # the returning message itself
+            self.head.insert(0, item)
+            self._evict_head()  # in a full ring: the returning message itself
 
 
 class RedeliveryMachine(RuleBasedStateMachine):

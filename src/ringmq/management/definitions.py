@@ -92,7 +92,7 @@ def export(admin: CoreAdmin, vhost: str | None = None) -> dict[str, Any]:
         "product_name": "RingMQ",
         "product_version": __version__,
     }
-    limits = admin.broker.limits
+    limits = admin.limits()
     parameters = [
         {"vhost": v, "component": _VHOST_LIMITS_COMPONENT, "name": "limits", "value": dict(vals)}
         for v, vals in sorted(limits.vhosts.items())
@@ -407,15 +407,12 @@ def import_(
         )
     for b in plan.bindings:
         admin.bind(b, now_ms=now_ms)
-    limits = admin.broker.limits
     for v, values in plan.vhost_limits.items():
         for name, n in values.items():
-            limits.set_vhost(v, name, n)
+            admin.set_limit("vhost", v, name, n)
     for user, values in plan.user_limits.items():
         for name, n in values.items():
-            limits.set_user(user, name, n)
-    if plan.vhost_limits or plan.user_limits:
-        admin.broker.definitions_changed(full=False)
+            admin.set_limit("user", user, name, n)
     return {
         "vhosts": len(plan.vhosts),
         "users": len(plan.users),

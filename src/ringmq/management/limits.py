@@ -39,7 +39,7 @@ class Limits(Resource):
 
     @property
     def _table(self) -> TenantLimits:
-        return self.admin.broker.limits
+        return self.admin.limits()
 
     async def vhost_limits(self, request: Request) -> Response:
         vhost = self.api.vhost_of(request)
@@ -56,17 +56,16 @@ class Limits(Resource):
         assert vhost is not None
         name = param(request, "name")
         if request.method == "DELETE":
-            if not self._table.clear_vhost(vhost, name):
+            if not self.admin.clear_limit("vhost", vhost, name):
                 raise NotFoundError(f"no limit {name!r} on vhost {vhost!r}")
         else:
             body = await json_body(request)
-            self._set(lambda value: self._table.set_vhost(vhost, name, value), body)
-        self.admin.broker.definitions_changed(full=False)  # kept with the vhost's definition
+            self._set(lambda value: self.admin.set_limit("vhost", vhost, name, value), body)
         return no_content()
 
     async def user_limits(self, request: Request) -> Response:
         user = param(request, "user") if "user" in request.path_params else None
-        if user is not None and user not in self.admin.broker.auth.users:
+        if user is not None and user not in {u.name for u in self.admin.users()}:
             raise NotFoundError(f"no user {user!r}")
         items = [
             {"user": u, "value": dict(values)}
@@ -77,16 +76,15 @@ class Limits(Resource):
 
     async def user_limit(self, request: Request) -> Response:
         user = param(request, "user")
-        if user not in self.admin.broker.auth.users:
+        if user not in {u.name for u in self.admin.users()}:
             raise NotFoundError(f"no user {user!r}")
         name = param(request, "name")
         if request.method == "DELETE":
-            if not self._table.clear_user(user, name):
+            if not self.admin.clear_limit("user", user, name):
                 raise NotFoundError(f"no limit {name!r} on user {user!r}")
         else:
             body = await json_body(request)
-            self._set(lambda value: self._table.set_user(user, name, value), body)
-        self.admin.broker.definitions_changed(full=False)  # kept with the user's definition
+            self._set(lambda value: self.admin.set_limit("user", user, name, value), body)
         return no_content()
 
     @staticmethod
