@@ -181,6 +181,28 @@ CASES = [
     Case("GET", "/api/cluster", "/api/cluster", "monitor"),
     # a single node: an allowed step-down answers 400 (not a cluster node)
     Case("POST", "/api/cluster/step-down", "/api/cluster/step-down", "admin", body={}),
+    Case("GET", "/api/vhost-limits", "/api/vhost-limits", "monitor"),
+    Case("GET", "/api/vhost-limits/{vhost}", "/api/vhost-limits/%2F", "vhost_visible"),
+    Case(
+        "PUT",
+        "/api/vhost-limits/{vhost}/{name}",
+        "/api/vhost-limits/%2F/max-queues",
+        "admin",
+        body={"value": -1},
+    ),
+    Case("DELETE", "/api/vhost-limits/{vhost}/{name}", "/api/vhost-limits/%2F/max-queues", "admin"),
+    Case("GET", "/api/user-limits", "/api/user-limits", "admin"),
+    Case("GET", "/api/user-limits/{user}", "/api/user-limits/guest", "admin"),
+    Case(
+        "PUT",
+        "/api/user-limits/{user}/{name}",
+        "/api/user-limits/guest/max-channels",
+        "admin",
+        body={"value": -1},
+    ),
+    Case(
+        "DELETE", "/api/user-limits/{user}/{name}", "/api/user-limits/guest/max-channels", "admin"
+    ),
     Case("GET", "/api/health/checks/alarms", "/api/health/checks/alarms", "any"),
     Case("GET", "/api/health/checks/local-alarms", "/api/health/checks/local-alarms", "any"),
     Case(

@@ -405,7 +405,11 @@ NON_DESTRUCTIVE: Final = QueueArgument(
     address_default="default-non-destructive",
 )
 SINGLE_ACTIVE_CONSUMER: Final = QueueArgument(
-    "x-single-active-consumer", "single_active_consumer", _bool_arg, example=True
+    "x-single-active-consumer",
+    "single_active_consumer",
+    _bool_arg,
+    example=True,
+    address_default="default-exclusive-queue",
 )
 
 QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (
@@ -507,6 +511,16 @@ QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (
         setting_key="delivery-limit",
     ),
     QueueArgument("x-max-priority", "max_priority", _priority_arg, example=10, off=0),
+    QueueArgument(
+        "x-consumer-timeout",
+        "consumer_timeout_ms",
+        _int_from(1),
+        example=60000,
+        policy_key="consumer-timeout",
+        policy_check=positive_int,
+        policy_expected="a positive integer",
+        setting_key="consumer-timeout",
+    ),
     SINGLE_ACTIVE_CONSUMER,
     QueueArgument("x-queue-type", "queue_type", _queue_type_arg, example="classic"),
     # quorum queues' own (RabbitMQ 4): accepted and reported; ringmq replicates per shard

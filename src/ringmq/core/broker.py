@@ -60,6 +60,7 @@ from ringmq.core.durability import Durability
 from ringmq.core.effects import CloseConnection, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges
+from ringmq.core.limits import TenantLimits
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.publish import BatchPublished, Publisher
@@ -104,7 +105,7 @@ class Broker:
         self.resources = Resources(state)
         self.exchanges = Exchanges(state)
         self.topology = Topology(state, self.resources, self.exchanges)
-        self.dead_letters = DeadLetters(state)
+        self.dead_letters = DeadLetters(state, self.topology.create_queue)
         self.delivery = Delivery(state, self.topology, self.resources, self.dead_letters)
         self.stream_groups = ActiveGroups()
         """Single active consumer groups on streams (the stream protocol's)."""
@@ -186,6 +187,11 @@ class Broker:
     def policies(self) -> PolicyTable:
         """RabbitMQ policies."""
         return self.state.policies
+
+    @property
+    def limits(self) -> TenantLimits:
+        """Vhost and user limits (`core/limits.py`), set by the management API."""
+        return self.state.limits
 
     @property
     def address_settings(self) -> AddressSettingsTable:
@@ -333,6 +339,7 @@ class Broker:
         if vhost not in state.vhosts:
             raise BrokerError(Condition.NOT_ALLOWED, f"vhost {vhost} not found")
         state.auth.check_vhost_access(user, vhost)
+        state.limits.check_connection(state.conns.values(), user, vhost)
         counts = state.by_protocol.get(protocol)
         if counts is None:
             counts = state.by_protocol[protocol] = ProtocolCounts()
@@ -352,9 +359,15 @@ class Broker:
         self, conn_id: int, channel: int, now_ms: int, *, part_of: int | None = None
     ) -> list[Effect]:
         """Create the core state of a newly opened session (`part_of`: the client session
-        this helper session of an adapter serves, see `Session.part_of`)."""
+        this helper session of an adapter serves, see `Session.part_of`). Over the user's
+        `max-channels` no session is made and the answer is a `CloseConnection` (RabbitMQ
+        closes the connection with NOT_ALLOWED)."""
         state = self.state
         conn = state.conns[conn_id]
+        if part_of is None and state.limits.users:
+            refusal = state.limits.channel_refusal(state.conns.values(), conn.user)
+            if refusal is not None:
+                return [CloseConnection(conn_id, Condition.NOT_ALLOWED, refusal)]
         s = conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
         s.part_of = part_of
         if part_of is None:  # a helper session is no channel of its own (not counted)

@@ -13,6 +13,8 @@ from typing import Any, Final
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
 """RabbitMQ's default `max_message_size` (16 MiB since 4.0; 128 MiB in 3.8-3.13)."""
+DEFAULT_CONSUMER_TIMEOUT_MS: Final = 30 * 60 * 1000
+"""RabbitMQ's default `consumer_timeout` (30 minutes)."""
 
 DEFAULT_VHOST: Final = "/"
 
@@ -79,6 +81,11 @@ class BrokerConfig:
         address_settings: Artemis-style address settings, `match` pattern -> settings mapping,
             handed to the queue engine's `AddressSettingsTable`.
         max_message_size: largest accepted body in bytes (406 above it).
+        consumer_timeout_ms: RabbitMQ's `consumer_timeout`: a delivery unacknowledged this long
+            closes its channel (PRECONDITION_FAILED); a queue's `x-consumer-timeout` or policy
+            `consumer-timeout` overrides it. None: no timeout.
+        id_cache_size: Artemis' `id-cache-size`: `_AMQ_DUPL_ID`s remembered per address.
+        persist_id_cache: Artemis' `persist-id-cache`: those ids survive a restart.
         default_user / default_password: created when `users` is empty (guest/guest).
         loopback_users: users that may only log in from a loopback address.
         anonymous_login: the (user, password) an anonymous client logs in as, checked as any
@@ -97,6 +104,9 @@ class BrokerConfig:
     policies: list[PolicyConfig] = field(default_factory=list)
     address_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    consumer_timeout_ms: int | None = DEFAULT_CONSUMER_TIMEOUT_MS
+    id_cache_size: int = 20_000
+    persist_id_cache: bool = True
     default_user: str = "guest"
     default_password: str = "guest"  # noqa: S105 - RabbitMQ's well-known loopback-only default
     loopback_users: tuple[str, ...] = ("guest",)

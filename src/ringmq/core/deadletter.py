@@ -11,11 +11,20 @@ it to, except to a queue it already died in when no client rejection is in the c
 drops such cycles). The new headers are encoded in the message's own protocol form
 (`Message.reheadered`). Targets are marked dirty for the flush in progress.
 
+A letter for an Artemis dead-letter or expiry address (`DeadLetter.address`) goes, with the
+same headers plus Artemis' `_AMQ_ORIG_ADDRESS` / `_AMQ_ORIG_QUEUE`, to what the address names
+in ringmq's model: an exchange of that name (a broker.xml multicast address) routes it with
+its routing key, else the queue of that name (an anycast address), else nowhere (Artemis
+drops a letter whose address has no queue). With `auto-create-*-resources` the queue
+`prefix + queue + suffix` is created (durable) when missing and receives it as well, as
+Artemis' auto-created queue filtered on the original address does.
+
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,12 +35,17 @@ from ringmq.core.state import State
 from ringmq.core.texts import as_str
 from ringmq.core.vhost import QueueEntity, VHost
 
+CreateQueue = Callable[..., QueueEntity]
+"""`Topology.create_queue`: (vhost, name, *, durable, now_ms) -> the new queue."""
+
 
 class DeadLetters:
     """Routes queues' dead letters (see the module docstring)."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, create_queue: CreateQueue | None = None) -> None:
         self.state = state
+        self.create_queue = create_queue
+        """Creates the auto-created dead-letter and expiry queues (`Topology.create_queue`)."""
 
     def drain(self, q: QueueEntity, now_ms: int) -> None:
         """Route what `q` dead-lettered since the last drain."""
@@ -42,13 +56,40 @@ class DeadLetters:
         if vh is None:
             return
         for item in dead:
+            if item.address:
+                self._dead_letter(vh, None, item, now_ms)
+                continue
             dlx = vh.exchanges.get(item.exchange)
             if dlx is None:
                 continue
             self._dead_letter(vh, dlx, item, now_ms)
 
-    def _dead_letter(self, vh: VHost, dlx: Exchange, dead: DeadLetter, now_ms: int) -> None:
-        # Route one dead letter to its DLX with RabbitMQ's `x-death` bookkeeping.
+    def _address_targets(
+        self, vh: VHost, dead: DeadLetter, headers: dict[str, Any], now_ms: int
+    ) -> tuple[str, str, list[QueueEntity]]:
+        # (exchange, routing key, queues) of a letter for an Artemis address (module doc).
+        msg = dead.message
+        address = dead.exchange
+        targets: list[QueueEntity] = []
+        exchange, rk = "", address
+        x = vh.exchanges.get(address) if address else None
+        if x is not None and x.type is not ExchangeType.DELAYED:
+            exchange, rk = address, msg.routing_key
+            targets.extend(vh.route(x, rk, headers))
+        elif (q := vh.queues.get(address)) is not None:
+            targets.append(q)
+        extra = dead.address_queue
+        if extra is not None:
+            q = vh.queues.get(extra)
+            if q is None and self.create_queue is not None:
+                q = self.create_queue(vh.name, extra, durable=True, now_ms=now_ms)
+            if q is not None and all(t is not q for t in targets):
+                targets.append(q)
+        return exchange, rk, targets
+
+    def _dead_letter(self, vh: VHost, dlx: Exchange | None, dead: DeadLetter, now_ms: int) -> None:
+        # Route one dead letter to its DLX (None: its Artemis address) with RabbitMQ's
+        # `x-death` bookkeeping.
         msg = dead.message
         reason = str(dead.reason)
         qname = dead.queue
@@ -89,11 +130,18 @@ class DeadLetters:
         headers["x-last-death-reason"] = reason
         headers["x-last-death-queue"] = qname
         headers["x-last-death-exchange"] = msg.exchange
-        rk = dead.routing_key if dead.routing_key is not None else msg.routing_key
+        targets: Iterable[QueueEntity]
+        if dlx is None:
+            headers.setdefault("_AMQ_ORIG_ADDRESS", msg.exchange or msg.routing_key)
+            headers.setdefault("_AMQ_ORIG_QUEUE", qname)
+            exchange, rk, targets = self._address_targets(vh, dead, headers, now_ms)
+        else:
+            exchange = dlx.name
+            rk = dead.routing_key if dead.routing_key is not None else msg.routing_key
+            targets = vh.route(dlx, rk, headers) if dlx.type is not ExchangeType.DELAYED else ()
         new = msg.reheadered(
-            headers, exchange=dlx.name, routing_key=rk, drop_expiration=True, timestamp_ms=now_ms
+            headers, exchange=exchange, routing_key=rk, drop_expiration=True, timestamp_ms=now_ms
         )
-        targets = vh.route(dlx, rk, headers) if dlx.type is not ExchangeType.DELAYED else ()
         state = self.state
         state.stats["dead_lettered"] += 1
         durability = state.durability

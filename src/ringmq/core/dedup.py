@@ -8,6 +8,15 @@ exchange) for a time window and a bounded count; the broker asks `seen()` before
 `PublishDedup` is the broker's publish-path hook over it for `x-message-deduplication-window-ms`
 (see its docstring), including the journal hooks that make the window of durable scopes
 survive a restart (`storage.dedup`). Pure and synchronous; time is `now_ms`.
+
+Beside it, Artemis' duplicate detection (`PublishDedup.admit_address`): a message carrying
+`_AMQ_DUPL_ID` (a 0-9-1 or STOMP header, an AMQP 1.0 application property, an MQTT 5 user
+property: all the message's neutral headers) is dropped when its address accepted that id
+among its last `id-cache-size` ids (Artemis' circular cache: by count, not by time). An
+address is what Artemis would call it in ringmq's model: the exchange for a named exchange
+(a multicast address), the routing key for the default exchange (an anycast address). With
+`persist-id-cache` the accepted ids are journaled as the message-id window's are, under
+`address` scope keys, so a restart keeps them; without it they start empty.
 """
 
 from __future__ import annotations
@@ -154,6 +163,28 @@ class Deduplicator(Generic[KeyT]):
             del ids[oldest_id]
 
 
+DUPL_ID_HEADER: Final = "_AMQ_DUPL_ID"
+"""Artemis' duplicate-id property (`Message.HDR_DUPLICATE_DETECTION_ID`)."""
+DEFAULT_ID_CACHE_SIZE: Final = 20_000
+"""Artemis' default `id-cache-size`."""
+_FOREVER_MS: Final = 1 << 62  # Artemis' cache forgets by count only
+
+
+def dupl_id(value: object) -> str | None:
+    """The cache key of a `_AMQ_DUPL_ID` value (a string, or bytes as Artemis' core clients
+    send it; bytes that are not UTF-8 are keyed by their hex form); None when unusable."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode() or None
+        except UnicodeDecodeError:
+            return "\x00hex:" + bytes(value).hex()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
 DEDUP_WINDOW_ARG: Final = "x-message-deduplication-window-ms"
 """Queue or exchange argument turning on de-duplication by `message_id` for that scope."""
 
@@ -191,10 +222,42 @@ class PublishDedup:
     Store scope keys are `"<queue|exchange>\x1f<vhost>\x1f<name>"`.
     """
 
-    def __init__(self, max_ids: int = DEFAULT_DEDUP_MAX_IDS) -> None:
+    def __init__(
+        self,
+        max_ids: int = DEFAULT_DEDUP_MAX_IDS,
+        *,
+        id_cache_size: int = DEFAULT_ID_CACHE_SIZE,
+        persist_id_cache: bool = True,
+    ) -> None:
         self.ids: Deduplicator[_Scope] = Deduplicator(max_ids=max_ids)
+        self.addresses: Deduplicator[_Scope] = Deduplicator(_FOREVER_MS, id_cache_size)
+        """Artemis' duplicate-id caches, one per address (module docstring)."""
+        self.persist_id_cache = persist_id_cache
         self.journal: Callable[[str, str, int], None] | None = None
         self.unjournal: Callable[[str, str], None] | None = None
+
+    def admit_address(self, vhost: str, address: str, value: object, now_ms: int) -> bool:
+        """Artemis duplicate detection: False when `value` (a `_AMQ_DUPL_ID`) is in the cache
+        of `address` (drop the message, confirmed as accepted); else it is recorded (and
+        journaled with `persist-id-cache`) and the message goes on."""
+        key = dupl_id(value)
+        if key is None:
+            return True
+        scope: _Scope = ("address", vhost, address)
+        fresh = self.addresses.admit_many(scope, (key,), now_ms, _FOREVER_MS)[0]
+        if fresh and self.persist_id_cache and self.journal is not None:
+            self.journal(_SEP.join(scope), key, now_ms)
+        return fresh
+
+    def refused_address(self, vhost: str, address: str, value: object) -> None:
+        """The publish carrying `value` was refused after all: a retry must get through."""
+        key = dupl_id(value)
+        if key is None:
+            return
+        scope: _Scope = ("address", vhost, address)
+        self.addresses.discard(scope, key)
+        if self.persist_id_cache and self.unjournal is not None:
+            self.unjournal(_SEP.join(scope), key)
 
     def admit(
         self,
@@ -303,7 +366,11 @@ class PublishDedup:
 
     def live(self) -> dict[str, list[tuple[str, int]]]:
         """The remembered ids per store scope key, oldest first (for the store's compaction)."""
-        return {_SEP.join(scope): list(ids.items()) for scope, ids in self.ids.scopes()}
+        live = {_SEP.join(scope): list(ids.items()) for scope, ids in self.ids.scopes()}
+        if self.persist_id_cache:
+            for scope, ids in self.addresses.scopes():
+                live[_SEP.join(scope)] = list(ids.items())
+        return live
 
     def restore(self, stored: Mapping[str, Mapping[str, int]], vhosts: Any, now_ms: int) -> int:
         """Rebuild the windows of durable scopes from the store (recovery); ids of scopes
@@ -313,6 +380,12 @@ class PublishDedup:
         for key, ids in stored.items():
             kind, _, rest = key.partition(_SEP)
             vhost, _, name = rest.partition(_SEP)
+            if kind == "address":  # Artemis' cache: kept while persist-id-cache is on
+                if self.persist_id_cache and vhost in vhosts:
+                    n += self.addresses.restore(
+                        (kind, vhost, name), ids.items(), now_ms, _FOREVER_MS
+                    )
+                continue
             vh = vhosts.get(vhost)
             table = None if vh is None else (vh.queues if kind == "queue" else vh.exchanges)
             entity = None if table is None else table.get(name)

@@ -223,8 +223,11 @@ class DefinitionSync:
         # vhosts, users, permissions, policies: few, changed by management; diffed whole.
         b = self.registry
         defs: dict[str, dict[str, Any]] = {VHOST: {}, USER: {}, PERMISSION: {}, POLICY: {}}
+        limits = b.limits
         for name in b.vhosts:
             defs[VHOST][name] = {"name": name}
+            if name in limits.vhosts:  # `/api/vhost-limits`, kept with the vhost
+                defs[VHOST][name]["limits"] = dict(limits.vhosts[name])
         for user in b.auth.users.values():
             defs[USER][user.name] = {
                 "name": user.name,
@@ -232,6 +235,8 @@ class DefinitionSync:
                 "tags": list(user.tags),
                 "loopback_only": user.loopback_only,
             }
+            if user.name in limits.users:  # `/api/user-limits`, as RabbitMQ's user `limits`
+                defs[USER][user.name]["limits"] = dict(limits.users[user.name])
         for (user_name, vhost), perm in b.auth.permissions.items():
             defs[PERMISSION][f"{vhost}{SEP}{user_name}"] = {
                 "user": user_name,

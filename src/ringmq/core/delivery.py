@@ -382,7 +382,11 @@ class Delivery:
             persisted = durability.persisted(q)
             if persisted and d.seq in persisted:
                 durability.delivered(q, d.seq, d.delivery_count)
-        tag = s.next_untracked_tag() if no_ack else s.track(Unacked(q, d.seq, None))
+        if no_ack:
+            tag = s.next_untracked_tag()
+        else:
+            tag = s.track(Unacked(q, d.seq, None, False, 0, now_ms))
+            state.arm_consumer_check(q, now_ms)
         state.stats["delivered"] += 1
         msg = d.message
         if d.redelivered and q.settings.queue_type == queuetypes.QUORUM:
@@ -498,7 +502,11 @@ class Delivery:
                     self._dispatch_browse(q, q.consumers.all, now_ms)
                 continue
             st = q.settings
-            if st.message_ttl_ms is not None or st.expires_ms is not None:
+            if (
+                st.message_ttl_ms is not None
+                or st.expires_ms is not None
+                or st.redelivery is not None  # delayed redeliveries wait in the schedule
+            ):
                 state.timed[id(q)] = q
             consumers = q.consumers
             if consumers.all:
@@ -514,7 +522,7 @@ class Delivery:
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
             q.queue.drop_expired(now_ms)
-            if st.dead_letter_exchange is not None:  # the engine dead-letters only with a DLX
+            if st.dead_lettering:  # the engine dead-letters only with a DLX, DLA or expiry
                 self.dead.drain(q, now_ms)
             if blocked_by and id(q) in blocked_by:
                 self.resources.maybe_unblock(q)
@@ -568,7 +576,7 @@ class Delivery:
                 no_ack_count += 1
                 s.counts.delivered_auto += 1
             else:
-                tag = s.track(Unacked(q, d.seq, c))
+                tag = s.track(Unacked(q, d.seq, c, False, 0, now_ms))
                 s.counts.delivered_manual += 1
                 if persisted and d.seq in persisted:
                     assert dur is not None
@@ -586,6 +594,8 @@ class Delivery:
         if delivered:
             state.stats["delivered"] += delivered
             q.deliver += delivered - no_ack_count
+            if delivered > no_ack_count:
+                state.arm_consumer_check(q, now_ms)
             q.deliver_no_ack += no_ack_count
 
     def _dispatch_browse(self, q: QueueEntity, browsers: list[Consumer], now_ms: int) -> None:
@@ -614,7 +624,8 @@ class Delivery:
                 if c.no_ack:
                     tag = s.next_untracked_tag()
                 else:
-                    tag = s.track(Unacked(q, d.seq, c, browse=True))
+                    tag = s.track(Unacked(q, d.seq, c, True, 0, now_ms))
+                    self.state.arm_consumer_check(q, now_ms)
                 out.append(
                     Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message, offset)
                 )

@@ -124,6 +124,23 @@ class CloseConnection:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseChannel:
+    """Close one session from the broker side: a delivery passed its consumer timeout.
+
+    Each protocol says it its way: AMQP 0-9-1 closes the channel (RabbitMQ's
+    PRECONDITION_FAILED text), AMQP 1.0 detaches the consumer's link with
+    `amqp:resource-limit-exceeded`, STOMP sends an ERROR, MQTT disconnects. The core has
+    already ended `consumer_tag` (if any) and returned its unacknowledged messages.
+    """
+
+    conn_id: int
+    channel: int
+    consumer_tag: str | None
+    condition: Condition
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Block:
     """Tell this publishing connection it is blocked and stop reading from it."""
 
@@ -157,6 +174,7 @@ Effect = (
     | CancelConsumer
     | Drained
     | CloseConnection
+    | CloseChannel
     | Block
     | Unblock
     | ActivateConsumer

@@ -27,7 +27,13 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
-from ringmq.core.arguments import QUEUE_ARGUMENTS, ring_size, string
+from ringmq.core.arguments import (
+    QUEUE_ARGUMENTS,
+    any_int,
+    non_negative_int,
+    ring_size,
+    string,
+)
 from ringmq.core.wildcard import matches, most_specific_first
 
 __all__ = [
@@ -39,6 +45,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyTable",
+    "RoutingType",
     "validate_definition",
 ]
 
@@ -55,6 +62,13 @@ class ApplyTo(StrEnum):
     QUORUM_QUEUES = "quorum_queues"
     EXCHANGES = "exchanges"
     ALL = "all"
+
+
+class RoutingType(StrEnum):
+    """Artemis routing types: queue semantics (ANYCAST) or topic semantics (MULTICAST)."""
+
+    ANYCAST = "ANYCAST"
+    MULTICAST = "MULTICAST"
 
 
 class AddressFullPolicy(StrEnum):
@@ -221,18 +235,68 @@ class AddressSettings:
         default_ring_size: ring size for queues without an explicit one (-1: no ring).
         default_last_value_key: LVQ key for queues without an explicit one.
         default_non_destructive: non-destructive consumption by default.
+        default_exclusive_queue: one active consumer at a time by default (Artemis' exclusive
+            queue, `x-single-active-consumer`).
         address_full_policy: PAGE (bodies go to storage), DROP (new messages silently
             dropped), BLOCK (producers blocked), FAIL (new messages refused).
         max_size_bytes: body bytes at which the address is full (-1: unlimited).
         max_size_messages: messages at which the address is full (-1: unlimited).
+        dead_letter_address: where messages rejected by a client or over the delivery limit
+            go (Artemis DLA); an existing exchange of that name routes them, else a queue.
+        auto_create_dead_letter_resources: also create the queue `dead_letter_queue_prefix`
+            + queue name + `dead_letter_queue_suffix` and send the queue's dead letters to it.
+        expiry_address, auto_create_expiry_resources, expiry_queue_prefix, expiry_queue_suffix:
+            the same for expired messages.
+        max_delivery_attempts: deliveries before a message goes to the dead-letter address
+            (-1 or 0: unlimited). Artemis' default 10 is added for broker.xml configurations.
+        redelivery_delay: ms before a message that failed a delivery is ready again (it
+            returns to the head when due, as a scheduled message does).
+        redelivery_delay_multiplier: the delay grows by this factor with each failure.
+        max_redelivery_delay: the bound of the growing delay (unset: 10 x redelivery_delay).
+        auto_create_queues, auto_create_addresses: whether a client may create an anycast
+            queue by naming it (both must allow it).
+        auto_delete_queues, auto_delete_addresses: ringmq accepts only false for the first
+            (see docs/configuration.md); addresses have no life apart from their queues.
+        default_address_routing_type, default_queue_routing_type: the routing type of a
+            plain address that names nothing yet (ANYCAST or MULTICAST).
     """
 
     default_ring_size: int | None = None
     default_last_value_key: str | None = None
     default_non_destructive: bool | None = None
+    default_exclusive_queue: bool | None = None
     address_full_policy: AddressFullPolicy | None = None
     max_size_bytes: int | None = None
     max_size_messages: int | None = None
+    dead_letter_address: str | None = None
+    auto_create_dead_letter_resources: bool | None = None
+    dead_letter_queue_prefix: str | None = None
+    dead_letter_queue_suffix: str | None = None
+    expiry_address: str | None = None
+    auto_create_expiry_resources: bool | None = None
+    expiry_queue_prefix: str | None = None
+    expiry_queue_suffix: str | None = None
+    max_delivery_attempts: int | None = None
+    redelivery_delay: int | None = None
+    redelivery_delay_multiplier: float | None = None
+    max_redelivery_delay: int | None = None
+    auto_create_queues: bool | None = None
+    auto_create_addresses: bool | None = None
+    auto_delete_queues: bool | None = None
+    auto_delete_addresses: bool | None = None
+    default_address_routing_type: RoutingType | None = None
+    default_queue_routing_type: RoutingType | None = None
+
+    @property
+    def may_auto_create(self) -> bool:
+        """Whether a client may create a queue by naming its address (Artemis' defaults:
+        yes)."""
+        return self.auto_create_queues is not False and self.auto_create_addresses is not False
+
+    @property
+    def routing_type(self) -> RoutingType | None:
+        """The routing type of a plain address that names nothing yet, if set."""
+        return self.default_address_routing_type or self.default_queue_routing_type
 
     def merged_with(self, fallback: AddressSettings) -> AddressSettings:
         """Fields unset here are taken from `fallback` (a less specific match)."""
@@ -256,14 +320,20 @@ class AddressSettings:
             if key not in _ADDRESS_CHECKS:
                 raise PolicyError(f"unknown address-setting {raw_key!r}")
             check, expected = _ADDRESS_CHECKS[key]
-            if key == "address_full_policy" and isinstance(value, str):
+            if key in _UPPER and isinstance(value, str):
                 value = value.upper()
+            if key == "redelivery_delay_multiplier" and type(value) is int:
+                value = float(value)
             if not check(value):
                 raise PolicyError(f"address-setting {raw_key!r} must be {expected}, got {value!r}")
             if key == "address_full_policy":
                 value = AddressFullPolicy(value)
+            elif key in _UPPER:
+                value = RoutingType(value)
             kwargs[key] = value
-        return cls(**kwargs)
+        out = cls(**kwargs)
+        _check_combination(out)
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         """Set fields only, with Artemis names."""
@@ -271,23 +341,71 @@ class AddressSettings:
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name.replace("_", "-")] = (
-                    str(value) if f.name == "address_full_policy" else value
-                )
+                out[f.name.replace("_", "-")] = str(value) if f.name in _ENUMS else value
         return out
+
+
+def _boolean(value: Any) -> bool:
+    return type(value) is bool
 
 
 _ADDRESS_CHECKS: Final[dict[str, tuple[_Check, str]]] = {
     "default_ring_size": (ring_size, "an integer >= -1"),
     "default_last_value_key": (string, "a string"),
     "default_non_destructive": (lambda v: type(v) is bool, "a boolean"),
+    "default_exclusive_queue": (lambda v: type(v) is bool, "a boolean"),
     "address_full_policy": (
         lambda v: v in AddressFullPolicy.__members__,
         "one of PAGE, DROP, BLOCK, FAIL",
     ),
     "max_size_bytes": (ring_size, "an integer >= -1"),
     "max_size_messages": (ring_size, "an integer >= -1"),
+    "dead_letter_address": (string, "a string"),
+    "auto_create_dead_letter_resources": (_boolean, "a boolean"),
+    "dead_letter_queue_prefix": (string, "a string"),
+    "dead_letter_queue_suffix": (string, "a string"),
+    "expiry_address": (string, "a string"),
+    "auto_create_expiry_resources": (_boolean, "a boolean"),
+    "expiry_queue_prefix": (string, "a string"),
+    "expiry_queue_suffix": (string, "a string"),
+    "max_delivery_attempts": (any_int, "an integer (-1 or 0: unlimited)"),
+    "redelivery_delay": (non_negative_int, "a non-negative integer (ms)"),
+    "redelivery_delay_multiplier": (
+        lambda v: type(v) is float and v >= 1.0,
+        "a number >= 1.0",
+    ),
+    "max_redelivery_delay": (non_negative_int, "a non-negative integer (ms)"),
+    "auto_create_queues": (_boolean, "a boolean"),
+    "auto_create_addresses": (_boolean, "a boolean"),
+    "auto_delete_queues": (
+        lambda v: v is False,
+        "false (ringmq does not delete auto-created queues; see docs/configuration.md)",
+    ),
+    "auto_delete_addresses": (_boolean, "a boolean"),
+    "default_address_routing_type": (
+        lambda v: v in RoutingType.__members__,
+        "ANYCAST or MULTICAST",
+    ),
+    "default_queue_routing_type": (
+        lambda v: v in RoutingType.__members__,
+        "ANYCAST or MULTICAST",
+    ),
 }
+_UPPER: Final = frozenset(
+    {"address_full_policy", "default_address_routing_type", "default_queue_routing_type"}
+)
+_ENUMS: Final = _UPPER
+
+
+def _check_combination(s: AddressSettings) -> None:
+    # Both routing-type defaults decide one thing here (a plain name is a queue or a topic):
+    # two different values cannot both hold.
+    a, q = s.default_address_routing_type, s.default_queue_routing_type
+    if a is not None and q is not None and a is not q:
+        raise PolicyError(
+            f"default-address-routing-type {a} and default-queue-routing-type {q} differ: "
+            "ringmq gives a plain address one routing type (set them equal)"
+        )
 
 
 class AddressSettingsTable:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ringmq.core.config import BrokerConfig
     from ringmq.core.dedup import PublishDedup
     from ringmq.core.exchange import Exchange
+    from ringmq.core.limits import TenantLimits
     from ringmq.core.message import Message
     from ringmq.core.policies import PolicyTable
     from ringmq.core.routing import ExchangeType
@@ -53,6 +54,9 @@ class Registry(Protocol):
 
     @property
     def dedup(self) -> PublishDedup: ...
+
+    @property
+    def limits(self) -> TenantLimits: ...
 
 
 class Restorer(Protocol):

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ringmq.core.auth import Access
+from ringmq.core.dedup import DUPL_ID_HEADER
 from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
 from ringmq.core.effects import Block, Effect, Return
 from ringmq.core.errors import BrokerError, Condition
@@ -313,6 +314,10 @@ class Publisher:
                     refused = OVERFLOW
                 if msg.message_id is not None:
                     self.state.dedup.refused(vhost.name, exchange, q, msg.message_id)
+                hdrs = msg.headers
+                if hdrs and DUPL_ID_HEADER in hdrs:
+                    address = exchange.name or msg.routing_key
+                    self.state.dedup.refused_address(vhost.name, address, hdrs[DUPL_ID_HEADER])
             else:
                 if outcome is _SCHEDULED or msg.expiration_ms is not None:
                     self.state.timed[id(q)] = q
@@ -529,6 +534,12 @@ class Publisher:
                 # x-message-deduplication-window-ms (core/dedup.py): drop duplicates.
                 queues = tuple(self.state.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
                 if not queues:
+                    return (), msg, False
+            if hdrs and DUPL_ID_HEADER in hdrs and queues:  # Artemis duplicate detection
+                address = x.name or rk
+                if not self.state.dedup.admit_address(
+                    vh.name, address, hdrs[DUPL_ID_HEADER], now_ms
+                ):
                     return (), msg, False
         if not queues:
             stats = self._stats

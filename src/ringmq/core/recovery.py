@@ -75,6 +75,11 @@ def restore_definitions(
             tags=tuple(value.get("tags", ())),
             loopback_only=bool(value.get("loopback_only", False)),
         )
+    for kind, table in ((VHOST, b.limits.vhosts), (USER, b.limits.users)):
+        for value in defs.get(kind, {}).values():
+            stored = value.get("limits")
+            if isinstance(stored, dict) and stored:
+                table[str(value["name"])] = {str(k): int(v) for k, v in stored.items()}
     for value in defs.get(PERMISSION, {}).values():
         b.auth.set_permissions(
             str(value["user"]),

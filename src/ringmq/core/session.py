@@ -62,6 +62,7 @@ class Unacked:
         browse: True for a non-destructive (browsing) delivery: settling it does not touch the
             queue.
         tag: its delivery tag (set by `Session.track`; orders deliveries by consumption).
+        delivered_at: when it was delivered (epoch ms): the consumer timeout counts from it.
     """
 
     queue: QueueEntity
@@ -69,6 +70,7 @@ class Unacked:
     consumer: Consumer | None
     browse: bool = False
     tag: int = 0
+    delivered_at: int = 0
 
 
 class SettleKind(Enum):
@@ -134,6 +136,8 @@ class Session:
         self.perm_ok: set[tuple[str, str, str]] = set()
         self.write_ok: set[str] = set()  # exchanges this channel may publish to (cached)
         self.perm_generation = 0
+        self.timed_out = False
+        """A delivery passed its consumer timeout: the channel is being closed."""
         self.part_of: int | None = None
         """The client session this one serves, when an adapter opened it as a helper (AMQP
         1.0's confirm and transaction sessions): management shows it as part of that one."""

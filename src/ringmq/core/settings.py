@@ -67,6 +67,7 @@ __all__ = [
     "Overflow",
     "QpidPolicy",
     "QueueSettings",
+    "Redelivery",
     "SettingsError",
     "resolve_queue_settings",
 ]
@@ -117,6 +118,37 @@ class Limit:
 
 
 @dataclass(frozen=True, slots=True)
+class Redelivery:
+    """Artemis delayed redelivery: a message that failed a delivery waits before it is ready.
+
+    The wait after the n-th failed delivery is `delay_ms * multiplier ** (n - 1)`, at most
+    `max_delay_ms` (Artemis `QueueImpl.calculateRedeliveryDelay`)."""
+
+    delay_ms: int
+    multiplier: float = 1.0
+    max_delay_ms: int | None = None
+    """None: ten times `delay_ms` (Artemis' default for `max-redelivery-delay`)."""
+
+    def delay_after(self, failures: int) -> int:
+        """The wait in ms after `failures` failed deliveries (>= 1)."""
+        cap = self.max_delay_ms if self.max_delay_ms is not None else self.delay_ms * 10
+        exponent = max(failures - 1, 0)
+        if self.multiplier == 1.0:
+            return min(self.delay_ms, cap)
+        # Bounded before the power grows huge: once over the cap, the cap.
+        delay = float(self.delay_ms)
+        for _ in range(exponent):
+            delay *= self.multiplier
+            if delay >= cap:
+                return cap
+        return min(int(delay), cap)
+
+
+DEFAULT_DEAD_LETTER_QUEUE_PREFIX: Final = "DLQ."
+DEFAULT_EXPIRY_QUEUE_PREFIX: Final = "EXP."
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     """Every effective setting of one queue. Build it with `resolve_queue_settings`.
 
@@ -148,10 +180,32 @@ class QueueSettings:
     quorum_initial_group_size: int | None = None
     dead_letter_strategy: str | None = None
     """`x-dead-letter-strategy` as declared (RabbitMQ's quorum queues; reported)."""
+    dead_letter_address: str | None = None
+    """Artemis DLA for rejected and over-limit messages (a RabbitMQ DLX takes precedence)."""
+    dead_letter_queue: str | None = None
+    """The auto-created dead-letter queue (`auto-create-dead-letter-resources`), if any."""
+    expiry_address: str | None = None
+    """Artemis expiry address for expired messages (a RabbitMQ DLX takes precedence)."""
+    expiry_queue: str | None = None
+    """The auto-created expiry queue (`auto-create-expiry-resources`), if any."""
+    redelivery: Redelivery | None = None
+    """Artemis delayed redelivery, if a delay is set."""
+    consumer_timeout_ms: int | None = None
+    """RabbitMQ `x-consumer-timeout` / policy `consumer-timeout` (None: the broker's)."""
     limit: Limit | None = None
     policy_name: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     """For each set field: "argument", "policy", "address-settings"."""
+
+    @property
+    def dead_lettering(self) -> bool:
+        """Whether some dead letters of this queue go somewhere (DLX, DLA or expiry
+        address)."""
+        return (
+            self.dead_letter_exchange is not None
+            or self.dead_letter_address is not None
+            or self.expiry_address is not None
+        )
 
 
 # --- the three sources ----------------------------------------------------------------------
@@ -215,8 +269,8 @@ def _from_policy(name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _from_address(settings: AddressSettings) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _from_address(name: str, settings: AddressSettings) -> dict[str, Any]:
+    out: dict[str, Any] = _artemis_delivery(name, settings)
     for row in ADDRESS_DEFAULTS:
         # the address-setting, if AddressSettings has it (default-last-value-queue is
         # broker.xml's only: it becomes a declared argument there)
@@ -232,6 +286,35 @@ def _from_address(settings: AddressSettings) -> dict[str, Any]:
         if size_msgs is not None and size_msgs >= 0:
             out["address_max_size_messages"] = size_msgs
         out["address_full_policy"] = settings.address_full_policy or AddressFullPolicy.PAGE
+    return out
+
+
+def _artemis_delivery(name: str, s: AddressSettings) -> dict[str, Any]:
+    # Artemis' undelivered-message settings of queue `name` (its address, in ringmq's
+    # anycast model): the dead-letter and expiry addresses with their auto-created queues,
+    # max-delivery-attempts as a delivery limit, and delayed redelivery.
+    out: dict[str, Any] = {}
+    if s.dead_letter_address:
+        out["dead_letter_address"] = s.dead_letter_address
+        if s.auto_create_dead_letter_resources:
+            prefix = s.dead_letter_queue_prefix
+            prefix = DEFAULT_DEAD_LETTER_QUEUE_PREFIX if prefix is None else prefix
+            out["dead_letter_queue"] = f"{prefix}{name}{s.dead_letter_queue_suffix or ''}"
+    if s.expiry_address:
+        out["expiry_address"] = s.expiry_address
+        if s.auto_create_expiry_resources:
+            prefix = s.expiry_queue_prefix
+            prefix = DEFAULT_EXPIRY_QUEUE_PREFIX if prefix is None else prefix
+            out["expiry_queue"] = f"{prefix}{name}{s.expiry_queue_suffix or ''}"
+    attempts = s.max_delivery_attempts
+    if attempts is not None and attempts > 0:
+        # Artemis counts deliveries (the n-th failed one goes to the DLA); the delivery
+        # limit counts failures allowed before that (RabbitMQ's x-delivery-limit).
+        out["delivery_limit"] = attempts - 1
+    if s.redelivery_delay:
+        out["redelivery"] = Redelivery(
+            s.redelivery_delay, s.redelivery_delay_multiplier or 1.0, s.max_redelivery_delay
+        )
     return out
 
 
@@ -333,7 +416,7 @@ def resolve_queue_settings(
     levels: list[tuple[str, dict[str, Any]]] = [
         ("argument", _from_arguments(name, arguments or {})),
         ("policy", _from_policy(name, policy or {})),
-        ("address-settings", _from_address(address_settings or AddressSettings())),
+        ("address-settings", _from_address(name, address_settings or AddressSettings())),
     ]
     for source, values in levels[:2]:
         fams = _families(values)
@@ -358,6 +441,13 @@ def resolve_queue_settings(
             if key not in merged:
                 merged[key] = value
                 sources[key] = source
+    # RabbitMQ (3.12+): an argument and a policy both setting the consumer timeout, the lower
+    # wins (every other key: the argument).
+    by_arg = levels[0][1].get("consumer_timeout_ms")
+    by_policy = levels[1][1].get("consumer_timeout_ms")
+    if by_arg is not None and by_policy is not None and by_policy < by_arg:
+        merged["consumer_timeout_ms"] = by_policy
+        sources["consumer_timeout_ms"] = "policy"
     # "" (the default exchange) is a valid dead-letter exchange, as in RabbitMQ.
     dlx = merged.get("dead_letter_exchange")
     if merged.get("dead_letter_routing_key") is not None and dlx is None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from ringmq.core.auth import AuthDB
 from ringmq.core.config import BrokerConfig
 from ringmq.core.dedup import PublishDedup
+from ringmq.core.limits import TenantLimits
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.session import ProtocolCounts
 
@@ -69,12 +70,14 @@ class State:
         "by_protocol",
         "config",
         "conns",
+        "consumer_check_ms",
         "dedup",
         "defer_dispatch",
         "defs_dirty",
         "dirty",
         "durability",
         "eager",
+        "limits",
         "now_ms",
         "out",
         "policies",
@@ -90,9 +93,14 @@ class State:
         self.auth = AuthDB()
         self.policies = PolicyTable()
         self.address_settings = AddressSettingsTable()
+        self.limits = TenantLimits()
+        """Vhost and user limits (`core/limits.py`)."""
         self.vhosts: dict[str, VHost] = {}
         self.conns: dict[int, Conn] = {}
-        self.dedup = PublishDedup()  # message_id de-duplication (core/dedup.py)
+        # message_id de-duplication and Artemis' _AMQ_DUPL_ID caches (core/dedup.py)
+        self.dedup = PublishDedup(
+            id_cache_size=config.id_cache_size, persist_id_cache=config.persist_id_cache
+        )
         self.durability: Durability | None = None
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         self.by_protocol: dict[str, ProtocolCounts] = {"amqp091": ProtocolCounts()}
@@ -107,6 +115,9 @@ class State:
         """Queues that ever had timer work (TTL, x-expires, schedules): what `tick` visits."""
         self.streams: dict[int, QueueEntity] = {}
         """Stream queues (by id): the tick applies their retention by age."""
+        self.consumer_check_ms: int | None = None
+        """When the oldest acknowledgement-required delivery may pass its consumer timeout
+        (`Timers.consumer_timeouts`); None while none is tracked since the last check."""
         self.eager = False
         self.defer_dispatch = False
         """When True, dispatching after a publish that reached only plain queues waits for the
@@ -123,6 +134,17 @@ class State:
         """`q` may have work (deliveries, dead letters, unblocking): visit it on the flush."""
         if not q.deleted:
             self.dirty[id(q)] = q
+
+    def arm_consumer_check(self, q: QueueEntity, delivered_at: int) -> None:
+        """A delivery of `q` at `delivered_at` waits for its acknowledgement: make sure the
+        consumer-timeout check runs by its deadline (once per dispatch, not per message)."""
+        timeout = q.settings.consumer_timeout_ms or self.config.consumer_timeout_ms
+        if timeout is None:
+            return
+        due = delivered_at + timeout
+        current = self.consumer_check_ms
+        if current is None or due < current:
+            self.consumer_check_ms = due
 
     def track_timers(self, q: QueueEntity) -> None:
         """Remember a queue that may have timer work (TTL, x-expires, scheduled messages)."""

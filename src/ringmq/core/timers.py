@@ -9,13 +9,27 @@ consumed) through the publish pipeline; the broker flushes afterwards. `next_dea
 the earliest time any of that is due, or "now" while a dispatch is pending (`State.dirty`,
 `State.backlog`): the server arms one timer for it.
 
+Consumer timeouts (RabbitMQ's `consumer_timeout`, `x-consumer-timeout`): every dispatch that
+leaves a delivery waiting for its acknowledgement makes sure `State.consumer_check_ms` is no
+later than that delivery's deadline (`State.arm_consumer_check`). When it is due,
+`consumer_timeouts` visits each open session once and looks at its oldest outstanding delivery
+only, as RabbitMQ's channel does: past its queue's timeout (else the broker's), the session is
+consumer of that delivery is cancelled and its deliveries go back to their queue (counted as
+failed deliveries; a `basic.get` delivery, which has no consumer, marks the session timed out
+instead), and a `CloseChannel` effect tells the protocol (0-9-1: PRECONDITION_FAILED channel
+close, whose Close-Ok returns the rest; AMQP 1.0: that link detached, the session stays). The next
+check is the earliest deadline still ahead, or none.
+
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+from ringmq.core.effects import CloseChannel
+from ringmq.core.errors import Condition
 from ringmq.core.message import Message, SeqId
 from ringmq.core.publish import Publisher
+from ringmq.core.session import SettleKind
 from ringmq.core.state import State
 from ringmq.core.topology import Topology
 from ringmq.core.vhost import QueueEntity
@@ -58,6 +72,9 @@ class Timers:
         for q in state.streams.values():  # retention by age (appends apply it too)
             assert q.stream is not None
             q.stream.enforce(now_ms)
+        check = state.consumer_check_ms
+        if check is not None and check <= now_ms:
+            self.consumer_timeouts(now_ms)
         timed = state.timed
         for key, q in list(timed.items()):
             if q.deleted:
@@ -85,12 +102,53 @@ class Timers:
                 if state.durability is not None:
                     state.durability.released(vh.name, x, [n for n, _ in released])
 
+    def consumer_timeouts(self, now_ms: int) -> None:
+        """Close the sessions whose oldest delivery passed its consumer timeout (module doc)."""
+        state = self.state
+        default = state.config.consumer_timeout_ms
+        delivery = self.publisher.delivery
+        upcoming: int | None = None
+        for conn in list(state.conns.values()):
+            for s in list(conn.sessions.values()):
+                if s.timed_out or not s.unacked:
+                    continue
+                oldest = next(iter(s.unacked.values()))
+                timeout = oldest.queue.settings.consumer_timeout_ms or default
+                if timeout is None:
+                    continue
+                due = oldest.delivered_at + timeout
+                if due > now_ms:
+                    upcoming = due if upcoming is None or due < upcoming else upcoming
+                    continue
+                consumer = oldest.consumer
+                tag = consumer.tag if consumer is not None else None
+                if consumer is None:
+                    s.timed_out = True  # a basic.get: the channel's close returns it
+                else:
+                    # its deliveries leave the session, so the next check sees later ones
+                    taken = [t for t, e in s.unacked.items() if e.consumer is consumer]
+                    entries = [e for t in taken for e in s.take(t, False)]
+                    delivery.cancel(s, consumer.tag, now_ms)
+                    delivery.settle_entries(entries, SettleKind.REQUEUE, now_ms)
+                state.out.append(
+                    CloseChannel(
+                        s.conn_id,
+                        s.channel,
+                        tag,
+                        Condition.PRECONDITION_FAILED,
+                        f"delivery acknowledgement on channel {s.channel} timed out. Timeout "
+                        f"value used: {timeout} ms. This timeout value can be configured, see "
+                        "consumers doc guide to learn more",
+                    )
+                )
+        state.consumer_check_ms = upcoming
+
     def next_deadline_ms(self) -> int | None:
         """Earliest time `tick` has work (an immediate time when dispatch is pending)."""
         state = self.state
         if state.backlog or state.dirty:
             return state.now_ms
-        best: int | None = None
+        best: int | None = state.consumer_check_ms
         for q in state.timed.values():
             for t in (q.queue.next_deadline_ms(), q.expires_at_ms()):
                 if t is not None and (best is None or t < best):

@@ -299,6 +299,8 @@ class Topology:
                 auto_delete=auto_delete,
                 arguments=args,
             )
+            if state.limits.vhosts:
+                state.limits.check_queue(vh.name, len(vh.queues), name)
             try:
                 q = self.create_queue(
                     vh.name,
@@ -576,6 +578,7 @@ class Topology:
         for q in list(vh.queues.values()):
             self.delete_queue(vh, q, now_ms)
         del state.vhosts[vh.name]
+        state.limits.forget_vhost(vh.name)
         auth = state.auth
         for user, vhost in list(auth.permissions):
             if vhost == vh.name:

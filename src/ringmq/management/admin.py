@@ -56,6 +56,7 @@ from ringmq.core.auth import Access
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.limits import TenantLimits
 from ringmq.core.message import FORM_AMQP091, SeqId, form
 from ringmq.core.publish import UNROUTABLE
 from ringmq.core.vhost import QueueEntity, VHost
@@ -291,7 +292,9 @@ class CoreAdmin(StreamsFacade):
 
     @_writes(full=False)
     def delete_user(self, name: str) -> bool:
-        """Delete a user and its permissions (open connections stay, as in RabbitMQ 3.x)."""
+        """Delete a user, its permissions and limits (open connections stay, as in RabbitMQ
+        3.x)."""
+        self.broker.limits.forget_user(name)
         return self.broker.auth.delete_user(name)
 
     @_writes(full=False)
@@ -542,6 +545,20 @@ class CoreAdmin(StreamsFacade):
         vh = self._vhost(vhost)
         with self.call(now_ms):
             self.broker.topology.reapply_settings(vh, now_ms)
+
+    # -- vhost and user limits (core/limits.py; `kind` is "vhost" or "user") ---------------
+    def limits(self) -> TenantLimits:
+        return self.broker.limits
+
+    @_writes(full=False)
+    def set_limit(self, kind: str, key: str, name: str, value: object) -> None:
+        t = self.broker.limits
+        (t.set_vhost if kind == "vhost" else t.set_user)(key, name, value)
+
+    @_writes(full=False)
+    def clear_limit(self, kind: str, key: str, name: str) -> bool:
+        t = self.broker.limits
+        return (t.clear_vhost if kind == "vhost" else t.clear_user)(key, name)
 
     def channels(self) -> list[ChannelInfo]:
         return corerecords.channels(c for _, c in sorted(self.broker.conns.items()))

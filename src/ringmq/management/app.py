@@ -48,6 +48,7 @@ from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import LOGIN_OUTCOME, Api, wall_ms
 from ringmq.management.definitions import Definitions
 from ringmq.management.errors import UnauthorizedError, to_response
+from ringmq.management.limits import Limits
 from ringmq.management.port import Runtime
 from ringmq.management.queues import Queues
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
@@ -250,6 +251,7 @@ def create_app(
         *Topology(api).routes(),  # /api/exchanges, /api/bindings
         *Queues(api).routes(),  # /api/queues
         *Access(api).routes(),  # /api/vhosts, /api/users, /api/permissions, /api/policies
+        *Limits(api).routes(),  # /api/vhost-limits, /api/user-limits
         *Sessions(api).routes(),  # /api/connections, /api/channels, /api/consumers
         *Definitions(api).routes(),  # /api/definitions
         *streams.mount(admin, runtime, api.guard),  # /api/streams: reservations for offset readers

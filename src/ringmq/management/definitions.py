@@ -14,15 +14,19 @@ use (`params.parse_user|parse_permission|parse_policy`). Stateless.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ringmq import __version__
+from ringmq.core.limits import USER_LIMITS, VHOST_LIMITS
 from ringmq.core.routing import parse_exchange_type
+from ringmq.core.settings import SettingsError, resolve_queue_settings
 from ringmq.management import shapes
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import Resource
@@ -88,13 +92,25 @@ def export(admin: CoreAdmin, vhost: str | None = None) -> dict[str, Any]:
         "product_name": "RingMQ",
         "product_version": __version__,
     }
+    limits = admin.limits()
+    parameters = [
+        {"vhost": v, "component": _VHOST_LIMITS_COMPONENT, "name": "limits", "value": dict(vals)}
+        for v, vals in sorted(limits.vhosts.items())
+        if vhost is None or v == vhost
+    ]
     if vhost is None:
-        out["users"] = [shapes.user(u) for u in admin.users()]
+        out["users"] = [
+            shapes.user(u)
+            | ({"limits": dict(limits.users[u.name])} if u.name in limits.users else {})
+            for u in admin.users()
+        ]
         out["vhosts"] = [{"name": v, "description": "", "tags": []} for v in admin.vhosts()]
         out["permissions"] = [shapes.permission(p) for p in admin.permissions()]
         out["topic_permissions"] = []
-        out["parameters"] = []
+        out["parameters"] = parameters
         out["global_parameters"] = []
+    elif parameters:
+        out["parameters"] = [strip(p) for p in parameters]
     out["policies"] = policies
     out["queues"] = queues
     out["exchanges"] = exchanges
@@ -118,6 +134,8 @@ class _Plan:
     exchanges: list[dict[str, Any]]
     queues: list[dict[str, Any]]
     bindings: list[BindingInfo]
+    vhost_limits: dict[str, dict[str, int]]
+    user_limits: dict[str, dict[str, int]]
 
 
 def _list(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -134,45 +152,108 @@ def _field(item: dict[str, Any], key: str, kind: type, where: str, default: Any 
     return value
 
 
+class _Refusals:
+    """Every refusal of one document: each item is checked in its own `each()` block, so a
+    refused item is reported and the check goes on (nothing is applied if any is refused)."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    @contextmanager
+    def each(self) -> Iterator[None]:
+        try:
+            yield
+        except BadRequestError as exc:
+            self.reasons.append(exc.reason.removeprefix("definitions: "))
+
+    def check(self) -> None:
+        if self.reasons:
+            n = len(self.reasons)
+            raise BadRequestError(
+                f"definitions: {n} refused, nothing applied: " + "; ".join(self.reasons)
+            )
+
+
+# RabbitMQ's exports always carry these global parameters; they name the exporting cluster,
+# which ringmq does not take over (docs/management.md).
+_NODE_GLOBALS: Final = frozenset({"cluster_name", "internal_cluster_id"})
+_VHOST_LIMITS_COMPONENT: Final = "vhost-limits"
+
+
+def _limits(value: Any, allowed: tuple[str, ...], where: str) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise BadRequestError(f"definitions: {where}: limits must be an object")
+    out: dict[str, int] = {}
+    for name, n in value.items():
+        if name not in allowed or type(n) is not int:
+            raise BadRequestError(f"definitions: {where}: bad limit {name!r}: {n!r}")
+        out[name] = n
+    return out
+
+
 def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Plan:
+    refusals = _Refusals()
+    each = refusals.each
     known_vhosts = set(admin.vhosts())
     new_vhosts: list[str] = []
     users: list[_User] = []
     permissions: list[PermissionInfo] = []
+    vhost_limits: dict[str, dict[str, int]] = {}
+    user_limits: dict[str, dict[str, int]] = {}
     if only_vhost is None:
         for v in _list(doc, "vhosts"):
-            name = _field(v, "name", str, "vhost")
-            if not name:
-                raise BadRequestError("definitions: empty vhost name")
-            if name not in known_vhosts:
-                new_vhosts.append(name)
-                known_vhosts.add(name)
+            with each():
+                name = _field(v, "name", str, "vhost")
+                if not name:
+                    raise BadRequestError("definitions: empty vhost name")
+                if name not in known_vhosts:
+                    new_vhosts.append(name)
+                    known_vhosts.add(name)
         user_names = {u.name for u in admin.users()}
         for u in _list(doc, "users"):
-            name = _field(u, "name", str, "user")
-            where = f"user {name!r}"
-            if not name:
-                raise BadRequestError("definitions: empty user name")
-            if "password" in u:
-                raise BadRequestError(f"definitions: {where}: give password_hash, not password")
-            try:
-                _, password_hash, tags = parse_user({**u, "password_hash": u.get("password_hash")})
-            except BadRequestError as exc:
-                raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
-            users.append(_User(name, password_hash or "", tags))
-            user_names.add(name)
+            with each():
+                name = _field(u, "name", str, "user")
+                where = f"user {name!r}"
+                if not name:
+                    raise BadRequestError("definitions: empty user name")
+                if "password" in u:
+                    raise BadRequestError(f"definitions: {where}: give password_hash, not password")
+                try:
+                    _, password_hash, tags = parse_user(
+                        {k: v for k, v in u.items() if k != "limits"}
+                        | {"password_hash": u.get("password_hash")}
+                    )
+                except BadRequestError as exc:
+                    raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
+                if u.get("limits"):  # RabbitMQ 3.9+: the user's limits
+                    user_limits[name] = _limits(u["limits"], USER_LIMITS, where)
+                users.append(_User(name, password_hash or "", tags))
+                user_names.add(name)
         for p in _list(doc, "permissions"):
-            user = _field(p, "user", str, "permission")
-            vhost = _field(p, "vhost", str, "permission")
-            where = f"permission of {user!r} in {vhost!r}"
-            if user not in user_names:
-                raise BadRequestError(f"definitions: {where}: no such user")
-            if vhost not in known_vhosts:
-                raise BadRequestError(f"definitions: {where}: vhost does not exist")
-            try:
-                permissions.append(parse_permission(vhost, user, p))
-            except BadRequestError as exc:
-                raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
+            with each():
+                user = _field(p, "user", str, "permission")
+                vhost = _field(p, "vhost", str, "permission")
+                where = f"permission of {user!r} in {vhost!r}"
+                if user not in user_names:
+                    raise BadRequestError(f"definitions: {where}: no such user")
+                if vhost not in known_vhosts:
+                    raise BadRequestError(f"definitions: {where}: vhost does not exist")
+                try:
+                    permissions.append(parse_permission(vhost, user, p))
+                except BadRequestError as exc:
+                    raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
+        for t in _list(doc, "topic_permissions"):
+            with each():
+                raise BadRequestError(
+                    f"definitions: topic permission of {t.get('user')!r} in "
+                    f"{t.get('vhost')!r}: topic authorisation is not implemented by ringmq"
+                )
+        for g in _list(doc, "global_parameters"):
+            with each():
+                if g.get("name") not in _NODE_GLOBALS:
+                    raise BadRequestError(
+                        f"definitions: global parameter {g.get('name')!r} is not supported"
+                    )
 
     def vhost_of(item: dict[str, Any], where: str) -> str:
         vhost = only_vhost if only_vhost is not None else item.get("vhost", "/")
@@ -180,85 +261,115 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
             raise BadRequestError(f"definitions: {where}: vhost {vhost!r} does not exist")
         return vhost
 
+    for prm in _list(doc, "parameters"):
+        with each():
+            component = prm.get("component")
+            where = f"parameter {component!r}/{prm.get('name')!r}"
+            if component != _VHOST_LIMITS_COMPONENT:
+                raise BadRequestError(
+                    f"definitions: {where}: component {component!r} is not supported"
+                )
+            vhost = vhost_of(prm, where)
+            vhost_limits[vhost] = _limits(prm.get("value"), VHOST_LIMITS, where)
+
     policies = []
     for p in _list(doc, "policies"):
-        where = f"policy {p.get('name')!r}"
-        vhost = vhost_of(p, where)
-        policies.append(parse_policy(vhost, _field(p, "name", str, where), p))
+        with each():
+            where = f"policy {p.get('name')!r}"
+            vhost = vhost_of(p, where)
+            policies.append(parse_policy(vhost, _field(p, "name", str, where), p))
 
     existing_x = {(x.vhost, x.name): x for x in admin.exchanges()}
     exchanges = []
     for x in _list(doc, "exchanges"):
-        where = f"exchange {x.get('name')!r}"
-        spec = {
-            "vhost": vhost_of(x, where),
-            "name": _field(x, "name", str, where),
-            "type": _field(x, "type", str, where),
-            "durable": _field(x, "durable", bool, where, True),
-            "auto_delete": _field(x, "auto_delete", bool, where, False),
-            "internal": _field(x, "internal", bool, where, False),
-            "arguments": _field(x, "arguments", dict, where, {}),
-        }
-        try:
-            parse_exchange_type(spec["type"], spec["arguments"])
-        except ValueError as exc:
-            raise BadRequestError(f"definitions: {where}: {exc}") from None
-        old = existing_x.get((spec["vhost"], spec["name"]))
-        if old is not None and (old.type, old.durable, old.auto_delete, old.internal) != (
-            spec["type"],
-            spec["durable"],
-            spec["auto_delete"],
-            spec["internal"],
-        ):
-            raise BadRequestError(f"definitions: {where} exists with different settings")
-        exchanges.append(spec)
+        with each():
+            where = f"exchange {x.get('name')!r}"
+            spec = {
+                "vhost": vhost_of(x, where),
+                "name": _field(x, "name", str, where),
+                "type": _field(x, "type", str, where),
+                "durable": _field(x, "durable", bool, where, True),
+                "auto_delete": _field(x, "auto_delete", bool, where, False),
+                "internal": _field(x, "internal", bool, where, False),
+                "arguments": _field(x, "arguments", dict, where, {}),
+            }
+            try:
+                parse_exchange_type(spec["type"], spec["arguments"])
+            except ValueError as exc:
+                raise BadRequestError(f"definitions: {where}: {exc}") from None
+            old = existing_x.get((spec["vhost"], spec["name"]))
+            if old is not None and (old.type, old.durable, old.auto_delete, old.internal) != (
+                spec["type"],
+                spec["durable"],
+                spec["auto_delete"],
+                spec["internal"],
+            ):
+                raise BadRequestError(f"definitions: {where} exists with different settings")
+            exchanges.append(spec)
 
     existing_q = {(q.vhost, q.name): q for q in admin.queues()}
     queues = []
     for q in _list(doc, "queues"):
-        where = f"queue {q.get('name')!r}"
-        spec = {
-            "vhost": vhost_of(q, where),
-            "name": _field(q, "name", str, where),
-            "durable": _field(q, "durable", bool, where, True),
-            "auto_delete": _field(q, "auto_delete", bool, where, False),
-            "arguments": _field(q, "arguments", dict, where, {}),
-        }
-        if not spec["name"]:
-            raise BadRequestError(f"definitions: {where}: empty queue name")
-        old_q = existing_q.get((spec["vhost"], spec["name"]))
-        if old_q is not None and (old_q.durable, old_q.auto_delete, old_q.arguments) != (
-            spec["durable"],
-            spec["auto_delete"],
-            spec["arguments"],
-        ):
-            raise BadRequestError(f"definitions: {where} exists with different settings")
-        queues.append(spec)
+        with each():
+            where = f"queue {q.get('name')!r}"
+            spec = {
+                "vhost": vhost_of(q, where),
+                "name": _field(q, "name", str, where),
+                "durable": _field(q, "durable", bool, where, True),
+                "auto_delete": _field(q, "auto_delete", bool, where, False),
+                "arguments": _field(q, "arguments", dict, where, {}),
+            }
+            if not spec["name"]:
+                raise BadRequestError(f"definitions: {where}: empty queue name")
+            try:  # the arguments as a declare checks them (x-queue-type, types, values)
+                resolve_queue_settings(spec["name"], spec["arguments"])
+            except SettingsError as exc:
+                raise BadRequestError(f"definitions: {where}: {exc}") from None
+            old_q = existing_q.get((spec["vhost"], spec["name"]))
+            if old_q is not None and (old_q.durable, old_q.auto_delete, old_q.arguments) != (
+                spec["durable"],
+                spec["auto_delete"],
+                spec["arguments"],
+            ):
+                raise BadRequestError(f"definitions: {where} exists with different settings")
+            queues.append(spec)
 
     x_names = set(existing_x) | {(x["vhost"], x["name"]) for x in exchanges}
     q_names = set(existing_q) | {(q["vhost"], q["name"]) for q in queues}
     bindings = []
     for b in _list(doc, "bindings"):
-        where = f"binding {b.get('source')!r} -> {b.get('destination')!r}"
-        vhost = vhost_of(b, where)
-        dtype = _field(b, "destination_type", str, where, "queue")
-        if dtype not in ("queue", "exchange"):
-            raise BadRequestError(f"definitions: {where}: bad destination_type {dtype!r}")
-        binding = BindingInfo(
-            vhost=vhost,
-            source=_field(b, "source", str, where),
-            destination=_field(b, "destination", str, where),
-            destination_type="queue" if dtype == "queue" else "exchange",
-            routing_key=_field(b, "routing_key", str, where, ""),
-            arguments=_field(b, "arguments", dict, where, {}),
-        )
-        if (vhost, binding.source) not in x_names:
-            raise BadRequestError(f"definitions: {where}: no source exchange")
-        dest_known = q_names if dtype == "queue" else x_names
-        if (vhost, binding.destination) not in dest_known:
-            raise BadRequestError(f"definitions: {where}: no destination {dtype}")
-        bindings.append(binding)
-    return _Plan(new_vhosts, users, permissions, policies, exchanges, queues, bindings)
+        with each():
+            where = f"binding {b.get('source')!r} -> {b.get('destination')!r}"
+            vhost = vhost_of(b, where)
+            dtype = _field(b, "destination_type", str, where, "queue")
+            if dtype not in ("queue", "exchange"):
+                raise BadRequestError(f"definitions: {where}: bad destination_type {dtype!r}")
+            binding = BindingInfo(
+                vhost=vhost,
+                source=_field(b, "source", str, where),
+                destination=_field(b, "destination", str, where),
+                destination_type="queue" if dtype == "queue" else "exchange",
+                routing_key=_field(b, "routing_key", str, where, ""),
+                arguments=_field(b, "arguments", dict, where, {}),
+            )
+            if (vhost, binding.source) not in x_names:
+                raise BadRequestError(f"definitions: {where}: no source exchange")
+            dest_known = q_names if dtype == "queue" else x_names
+            if (vhost, binding.destination) not in dest_known:
+                raise BadRequestError(f"definitions: {where}: no destination {dtype}")
+            bindings.append(binding)
+    refusals.check()
+    return _Plan(
+        new_vhosts,
+        users,
+        permissions,
+        policies,
+        exchanges,
+        queues,
+        bindings,
+        vhost_limits,
+        user_limits,
+    )
 
 
 def import_(
@@ -296,6 +407,12 @@ def import_(
         )
     for b in plan.bindings:
         admin.bind(b, now_ms=now_ms)
+    for v, values in plan.vhost_limits.items():
+        for name, n in values.items():
+            admin.set_limit("vhost", v, name, n)
+    for user, values in plan.user_limits.items():
+        for name, n in values.items():
+            admin.set_limit("user", user, name, n)
     return {
         "vhosts": len(plan.vhosts),
         "users": len(plan.users),

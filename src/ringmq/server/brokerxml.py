@@ -15,6 +15,7 @@ clients). Pure parsing: no broker, no I/O.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Final
 from xml.etree.ElementTree import Element
@@ -39,6 +40,8 @@ from ringmq.server.configspec import (
     FileConfig,
     QueueSpec,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _local(tag: str) -> str:
@@ -128,6 +131,14 @@ def parse_artemis_xml(data: bytes | str, *, source: Path | None = None) -> FileC
     refresh = DEFAULT_REFRESH_PERIOD_MS
     if (r := _text(_child(core, "configuration-file-refresh-period"))) is not None:
         refresh = _xml_int(r, f"{where}: configuration-file-refresh-period")
+    id_cache_size = 20_000
+    if (t := _text(_child(core, "id-cache-size"))) is not None:
+        id_cache_size = _xml_int(t, f"{where}: id-cache-size")
+        if id_cache_size <= 0:
+            raise ConfigError(f"{where}: id-cache-size must be > 0, got {id_cache_size}")
+    persist_ids = True
+    if (t := _text(_child(core, "persist-id-cache"))) is not None:
+        persist_ids = _xml_bool(t, f"{where}: persist-id-cache")
 
     settings = _artemis_address_settings(core, where)
     exchanges: list[ExchangeSpec] = []
@@ -157,6 +168,8 @@ def parse_artemis_xml(data: bytes | str, *, source: Path | None = None) -> FileC
         queues=tuple(queues),
         bindings=tuple(bindings),
         refresh_period_ms=refresh if refresh > 0 else None,
+        id_cache_size=id_cache_size,
+        persist_id_cache=persist_ids,
     )
 
 
@@ -223,7 +236,7 @@ def _artemis_queue(q: Element, address: str, where: str) -> QueueSpec:
 
 
 _SETTING_FIELDS: Final[dict[str, tuple[str, str]]] = {
-    # element name -> (AddressSetting field, value kind)
+    # element name -> (AddressSetting field, value kind); what each does: docs/configuration.md
     "default-ring-size": ("default_ring_size", "int"),
     "default-last-value-key": ("default_last_value_key", "str"),
     "default-last-value-queue": ("default_last_value_queue", "bool"),
@@ -233,11 +246,60 @@ _SETTING_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "max-size-bytes": ("max_size_bytes", "size"),
     "max-size-messages": ("max_size_messages", "int"),
     "dead-letter-address": ("dead_letter_address", "str"),
+    "auto-create-dead-letter-resources": ("auto_create_dead_letter_resources", "bool"),
+    "dead-letter-queue-prefix": ("dead_letter_queue_prefix", "str"),
+    "dead-letter-queue-suffix": ("dead_letter_queue_suffix", "str"),
     "expiry-address": ("expiry_address", "str"),
+    "auto-create-expiry-resources": ("auto_create_expiry_resources", "bool"),
+    "expiry-queue-prefix": ("expiry_queue_prefix", "str"),
+    "expiry-queue-suffix": ("expiry_queue_suffix", "str"),
     "expiry-delay": ("expiry_delay_ms", "int"),
     "max-delivery-attempts": ("max_delivery_attempts", "int"),
     "redelivery-delay": ("redelivery_delay_ms", "int"),
+    "redelivery-delay-multiplier": ("redelivery_delay_multiplier", "float"),
+    "max-redelivery-delay": ("max_redelivery_delay_ms", "int"),
+    "auto-create-queues": ("auto_create_queues", "bool"),
+    "auto-create-addresses": ("auto_create_addresses", "bool"),
+    "auto-delete-queues": ("auto_delete_queues", "bool"),
+    "auto-delete-addresses": ("auto_delete_addresses", "bool"),
+    "auto-delete-queues-delay": ("auto_delete_queues_delay_ms", "int"),
+    "auto-delete-queues-message-count": ("auto_delete_queues_message_count", "int"),
+    "default-address-routing-type": ("default_address_routing_type", "str"),
+    "default-queue-routing-type": ("default_queue_routing_type", "str"),
 }
+
+NO_EFFECT_SETTINGS: Final[dict[str, str]] = {
+    # Settings of Artemis' default broker.xml that tune Artemis' own paging and statistics
+    # machinery; ringmq pages by its own bounds (docs/storage.md) and keeps no message-counter
+    # history. They change nothing a client sees, so they are accepted and logged once at
+    # start-up as having no effect (docs/configuration.md lists them).
+    "page-size-bytes": "ringmq's paged segments are sized by ringmq (docs/storage.md)",
+    "max-read-page-messages": "ringmq bounds its in-memory head itself (docs/storage.md)",
+    "max-read-page-bytes": "ringmq bounds its in-memory head itself (docs/storage.md)",
+    "page-max-cache-size": "ringmq caches no page files",
+    "message-counter-history-day-limit": "ringmq keeps no message-counter history",
+    "redistribution-delay": "no Artemis cluster connection to redistribute messages over",
+}
+
+_ONLY_VALUES: Final[dict[str, tuple[str, ...]]] = {
+    # Settings whose only accepted values are what ringmq does anyway (they work as written);
+    # any other value is refused at start-up.
+    "page-limit-bytes": ("-1",),
+    "page-limit-messages": ("-1",),
+    "send-to-dla-on-no-route": ("false",),
+    "redelivery-collision-avoidance-factor": ("0", "0.0"),
+}
+
+
+class UnsupportedSettingError(ConfigError):
+    """An Artemis address-setting ringmq does not implement (refused at start-up)."""
+
+
+def _float(text: str, where: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ConfigError(f"{where}: expected a number, got {text!r}") from None
 
 
 def _artemis_address_settings(core: Element, where: str) -> list[AddressSetting]:
@@ -250,17 +312,35 @@ def _artemis_address_settings(core: Element, where: str) -> list[AddressSetting]
         values: dict[str, Any] = {}
         for el in s:
             tag = _name(el)
-            if tag is None or tag not in _SETTING_FIELDS:
-                continue  # the many Artemis settings this broker has no use for
-            fname, kind = _SETTING_FIELDS[tag]
-            text = el.text.strip() if el.text else ""
+            if tag is None:
+                continue  # a comment
+            text = (el.text or "").strip()
             w = f"{where}: address-setting {match!r} <{tag}>"
+            if tag in NO_EFFECT_SETTINGS:
+                log.info("%s: no effect in ringmq (%s)", w, NO_EFFECT_SETTINGS[tag])
+                continue
+            if tag in _ONLY_VALUES:
+                if text.lower() not in _ONLY_VALUES[tag]:
+                    allowed = " or ".join(_ONLY_VALUES[tag])
+                    raise UnsupportedSettingError(
+                        f"{w}: only {allowed} is supported by ringmq, got {text!r} "
+                        "(see docs/configuration.md)"
+                    )
+                continue
+            if tag not in _SETTING_FIELDS:
+                raise UnsupportedSettingError(
+                    f"{w}: not supported by ringmq; remove it (docs/configuration.md lists "
+                    "the address-settings ringmq reads)"
+                )
+            fname, kind = _SETTING_FIELDS[tag]
             if kind == "int":
                 values[fname] = _xml_int(text, w)
             elif kind == "size":
                 values[fname] = _xml_size(text, w)
             elif kind == "bool":
                 values[fname] = _xml_bool(text, w)
+            elif kind == "float":
+                values[fname] = _float(text, w)
             elif kind == "policy":
                 if text.upper() not in FULL_POLICIES:
                     raise ConfigError(f"{w}: unknown policy {text!r}")

@@ -22,6 +22,7 @@ from ringmq.cluster.settings import (
     ClusterSettings,
     parse_endpoints,
 )
+from ringmq.core.config import DEFAULT_CONSUMER_TIMEOUT_MS
 from ringmq.server.authconfig import parse_auth
 from ringmq.server.brokerxml import parse_artemis_xml
 from ringmq.server.configspec import (
@@ -189,6 +190,10 @@ class _Table:
             raise ConfigError(f"{self.where}.{key}: must be <= {maximum}, got {v}")
         return int(v)
 
+    def opt_float(self, key: str) -> float | None:
+        v = self.value(key, (int, float), "a number")
+        return None if v is None else float(v)
+
     def opt_bool(self, key: str, default: bool | None = None) -> bool | None:
         v = self.value(key, (bool,), "a boolean")
         return default if v is None else bool(v)
@@ -291,6 +296,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             channel_max=_req(t.opt_int("channel_max", DEFAULT_CHANNEL_MAX)),
             max_connections=t.opt_int("max_connections", minimum=1),
             handshake_timeout_ms=_req(t.opt_int("handshake_timeout_ms", 10_000, minimum=1)),
+            consumer_timeout_ms=t.opt_int("consumer_timeout_ms", DEFAULT_CONSUMER_TIMEOUT_MS)
+            or None,
         )
         t.done()
 
@@ -412,10 +419,28 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
                 max_size_bytes=t.opt_int("max_size_bytes", minimum=-1),
                 max_size_messages=t.opt_int("max_size_messages", minimum=-1),
                 dead_letter_address=t.opt_str("dead_letter_address"),
+                auto_create_dead_letter_resources=t.opt_bool("auto_create_dead_letter_resources"),
+                dead_letter_queue_prefix=t.opt_str("dead_letter_queue_prefix"),
+                dead_letter_queue_suffix=t.opt_str("dead_letter_queue_suffix"),
                 expiry_address=t.opt_str("expiry_address"),
+                auto_create_expiry_resources=t.opt_bool("auto_create_expiry_resources"),
+                expiry_queue_prefix=t.opt_str("expiry_queue_prefix"),
+                expiry_queue_suffix=t.opt_str("expiry_queue_suffix"),
                 expiry_delay_ms=t.opt_int("expiry_delay_ms", minimum=-1),
                 max_delivery_attempts=t.opt_int("max_delivery_attempts", minimum=-1),
                 redelivery_delay_ms=t.opt_int("redelivery_delay_ms"),
+                redelivery_delay_multiplier=t.opt_float("redelivery_delay_multiplier"),
+                max_redelivery_delay_ms=t.opt_int("max_redelivery_delay_ms"),
+                auto_create_queues=t.opt_bool("auto_create_queues"),
+                auto_create_addresses=t.opt_bool("auto_create_addresses"),
+                auto_delete_queues=t.opt_bool("auto_delete_queues"),
+                auto_delete_addresses=t.opt_bool("auto_delete_addresses"),
+                auto_delete_queues_delay_ms=t.opt_int("auto_delete_queues_delay_ms"),
+                auto_delete_queues_message_count=t.opt_int(
+                    "auto_delete_queues_message_count", minimum=-1
+                ),
+                default_address_routing_type=t.opt_str("default_address_routing_type"),
+                default_queue_routing_type=t.opt_str("default_queue_routing_type"),
             )
         )
         t.done()

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from ringmq.cluster.settings import ClusterSettings
 from ringmq.core import arguments, wildcard
+from ringmq.core.config import DEFAULT_CONSUMER_TIMEOUT_MS
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
 DEFAULT_HEARTBEAT_S: Final = 60
@@ -88,10 +89,26 @@ class AddressSetting:
     max_size_bytes: int | None = None
     max_size_messages: int | None = None
     dead_letter_address: str | None = None
+    auto_create_dead_letter_resources: bool | None = None
+    dead_letter_queue_prefix: str | None = None
+    dead_letter_queue_suffix: str | None = None
     expiry_address: str | None = None
+    auto_create_expiry_resources: bool | None = None
+    expiry_queue_prefix: str | None = None
+    expiry_queue_suffix: str | None = None
     expiry_delay_ms: int | None = None
     max_delivery_attempts: int | None = None
     redelivery_delay_ms: int | None = None
+    redelivery_delay_multiplier: float | None = None
+    max_redelivery_delay_ms: int | None = None
+    auto_create_queues: bool | None = None
+    auto_create_addresses: bool | None = None
+    auto_delete_queues: bool | None = None
+    auto_delete_addresses: bool | None = None
+    auto_delete_queues_delay_ms: int | None = None
+    auto_delete_queues_message_count: int | None = None
+    default_address_routing_type: str | None = None
+    default_queue_routing_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +154,8 @@ class LimitsSpec:
     channel_max: int = DEFAULT_CHANNEL_MAX
     max_connections: int | None = None
     handshake_timeout_ms: int = 10_000
+    consumer_timeout_ms: int | None = DEFAULT_CONSUMER_TIMEOUT_MS
+    """RabbitMQ's `consumer_timeout` (30 minutes; TOML 0: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +412,10 @@ class FileConfig:
     proxy: ProxySpec = ProxySpec()
     refresh_period_ms: int | None = None
     """Reload address-settings when the file changes, polled at this period (None: never)."""
+    id_cache_size: int = 20_000
+    """Artemis `id-cache-size` (broker.xml `<id-cache-size>`)."""
+    persist_id_cache: bool = True
+    """Artemis `persist-id-cache` (broker.xml `<persist-id-cache>`)."""
 
 
 OFF_WORDS: Final = ("off", "none")

@@ -14,12 +14,16 @@ Runs on the loop thread; pure translation apart from the calls into the broker.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+from ringmq.core import wildcard
+from ringmq.core.arguments import ARTEMIS_LEGACY_LVQ_KEY
 from ringmq.core.config import BrokerConfig, PermissionConfig, PolicyConfig, UserConfig
+from ringmq.core.policies import AddressSettings, PolicyError
 from ringmq.server.authconfig import core_cert_login, core_tokens
 from ringmq.server.configspec import (
     AddressSetting,
+    ConfigError,
     FileConfig,
     QueueSpec,
     queue_arguments,
@@ -30,21 +34,62 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# AddressSetting fields the core's AddressSettings understands (Artemis names)
-_CORE_SETTING_FIELDS = {
+# AddressSetting fields -> the core's AddressSettings names (Artemis names): every field of
+# AddressSetting is either here, handled below, or refused; none is dropped.
+_CORE_SETTING_FIELDS: Final = {
     "default_ring_size": "default-ring-size",
     "default_last_value_key": "default-last-value-key",
     "default_non_destructive": "default-non-destructive",
+    "default_exclusive_queue": "default-exclusive-queue",
     "address_full_policy": "address-full-policy",
     "max_size_bytes": "max-size-bytes",
     "max_size_messages": "max-size-messages",
+    "dead_letter_address": "dead-letter-address",
+    "auto_create_dead_letter_resources": "auto-create-dead-letter-resources",
+    "dead_letter_queue_prefix": "dead-letter-queue-prefix",
+    "dead_letter_queue_suffix": "dead-letter-queue-suffix",
+    "expiry_address": "expiry-address",
+    "auto_create_expiry_resources": "auto-create-expiry-resources",
+    "expiry_queue_prefix": "expiry-queue-prefix",
+    "expiry_queue_suffix": "expiry-queue-suffix",
+    "max_delivery_attempts": "max-delivery-attempts",
+    "redelivery_delay_ms": "redelivery-delay",
+    "redelivery_delay_multiplier": "redelivery-delay-multiplier",
+    "max_redelivery_delay_ms": "max-redelivery-delay",
+    "auto_create_queues": "auto-create-queues",
+    "auto_create_addresses": "auto-create-addresses",
+    "auto_delete_queues": "auto-delete-queues",
+    "auto_delete_addresses": "auto-delete-addresses",
+    "default_address_routing_type": "default-address-routing-type",
+    "default_queue_routing_type": "default-queue-routing-type",
 }
 
+ARTEMIS_MAX_DELIVERY_ATTEMPTS: Final = 10
+"""Artemis' default `max-delivery-attempts`, applied to broker.xml configurations."""
 
-def core_address_settings(settings: tuple[AddressSetting, ...]) -> dict[str, dict[str, Any]]:
-    """`match -> {artemis-name: value}` for the core, dropping settings it does not implement.
 
-    Unsupported settings that are set are logged once, so nobody believes they act.
+def _unsupported(fname: str, value: Any) -> str | None:
+    # Why a set field cannot be honoured (refused at start-up), or None when it can.
+    match fname:
+        case "expiry_delay_ms" if value != -1:
+            return "expiry-delay (a default expiration for messages without one) is not supported"
+        case "auto_delete_queues_delay_ms" | "auto_delete_queues_message_count":
+            return None  # only read with auto-delete-queues, which must be false here
+    return None
+
+
+def core_address_settings(
+    settings: tuple[AddressSetting, ...], *, artemis_defaults: bool = False
+) -> dict[str, dict[str, Any]]:
+    """`match -> {artemis-name: value}` for the core.
+
+    Every set field is passed on or refused: a setting ringmq cannot honour raises
+    `ConfigError` naming it (nothing is dropped). With `artemis_defaults` (a broker.xml file),
+    Artemis' own defaults that differ from ringmq's are added under `#` as Artemis applies
+    them to every address: `max-delivery-attempts` 10.
+
+    Raises:
+        ConfigError: an unsupported setting or value, or an invalid combination.
     """
     out: dict[str, dict[str, Any]] = {}
     for s in settings:
@@ -55,17 +100,21 @@ def core_address_settings(settings: tuple[AddressSetting, ...]) -> dict[str, dic
             value = getattr(s, fname)
             if value is None:
                 continue
+            why = _unsupported(fname, value)
+            if why is not None:
+                raise ConfigError(f"address-setting {s.match!r}: {why}")
             if fname in _CORE_SETTING_FIELDS:
                 values[_CORE_SETTING_FIELDS[fname]] = value
             elif fname == "default_last_value_queue" and value:
-                values.setdefault("default-last-value-key", "_AMQ_LVQ_NAME")
-            else:
-                log.warning(
-                    "address-setting %r: %s is not supported and is ignored",
-                    s.match,
-                    fname.replace("_", "-"),
-                )
+                values.setdefault("default-last-value-key", ARTEMIS_LEGACY_LVQ_KEY)
+        try:
+            AddressSettings.from_dict(values)
+        except PolicyError as exc:
+            raise ConfigError(f"address-setting {s.match!r}: {exc}") from None
         out[s.match] = values
+    if artemis_defaults:
+        catch_all = out.setdefault(wildcard.ANY_WORDS, {})
+        catch_all.setdefault("max-delivery-attempts", ARTEMIS_MAX_DELIVERY_ATTEMPTS)
     return out
 
 
@@ -92,9 +141,14 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
             )
             for p in cfg.policies
         ],
-        address_settings=core_address_settings(cfg.address_settings),
+        address_settings=core_address_settings(
+            cfg.address_settings, artemis_defaults=cfg.kind == "artemis"
+        ),
         max_message_size=cfg.limits.max_message_size,
         anonymous_login=cfg.anonymous_login.login,
+        consumer_timeout_ms=cfg.limits.consumer_timeout_ms,
+        id_cache_size=cfg.id_cache_size,
+        persist_id_cache=cfg.persist_id_cache,
     )
 
 
@@ -153,5 +207,8 @@ def apply_declarations(broker: Broker, cfg: FileConfig, now_ms: int) -> None:
 
 def reload_settings(broker: Broker, cfg: FileConfig, now_ms: int) -> None:
     """Replace address-settings with the file's, then declare anything new it lists."""
-    broker.replace_address_settings(core_address_settings(cfg.address_settings), now_ms=now_ms)
+    broker.replace_address_settings(
+        core_address_settings(cfg.address_settings, artemis_defaults=cfg.kind == "artemis"),
+        now_ms=now_ms,
+    )
     apply_declarations(broker, cfg, now_ms)

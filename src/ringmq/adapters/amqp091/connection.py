@@ -58,6 +58,7 @@ from ringmq.core.effects import (
     ActivateConsumer,
     Block,
     CancelConsumer,
+    CloseChannel,
     CloseConnection,
     Confirm,
     Deliver,
@@ -208,6 +209,9 @@ class Amqp091Handler:
             case Drained() | ActivateConsumer():
                 # link credit is AMQP 1.0's, activation the stream protocol's: never sent here
                 pass
+            case CloseChannel(channel=ch, condition=condition, text=text):
+                # a consumer timeout: Channel.Close; its Close-Ok returns the rest
+                proto.send_error(ch, AMQPError(reply_code(condition), text))
             case CloseConnection():
                 pass  # the server closes (`close`) before handing it on
             case Block(reason=reason):

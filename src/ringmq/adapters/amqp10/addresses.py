@@ -9,7 +9,8 @@
   queue bound with it, so Artemis' `#` and `*` wildcards work for receivers). The routing type
   comes from a prefix (`queue://`, `topic://`, Artemis' `anycastPrefix` / `multicastPrefix`
   as Qpid JMS users configure them) or from the terminus capabilities (`queue`, `topic`, as
-  Qpid JMS sends them); a plain name without either is anycast.
+  Qpid JMS sends them); a plain name without either takes the routing type the caller's
+  `plain` gives (Artemis' `default-address-routing-type` for that name), anycast when unset.
 
 A receiver's source filters are read by `filters.py`.
 
@@ -18,6 +19,7 @@ Pure: a function of the address text and capabilities.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -77,8 +79,13 @@ class AddressError(ValueError):
     """An address this broker cannot read (`amqp:invalid-field`)."""
 
 
-def resolve(address: str, capabilities: tuple[str, ...] | None = None) -> Node:
-    """The node `address` names, with the routing type its capabilities ask for.
+def resolve(
+    address: str,
+    capabilities: tuple[str, ...] | None = None,
+    plain: Callable[[str], Kind | None] | None = None,
+) -> Node:
+    """The node `address` names, with the routing type its capabilities ask for (`plain`: the
+    routing type of a plain name without prefix or capability, if configured).
 
     Raises:
         AddressError: an empty name or a malformed v2 address.
@@ -92,6 +99,8 @@ def resolve(address: str, capabilities: tuple[str, ...] | None = None) -> Node:
     caps = capabilities or ()
     if "topic" in caps and "queue" not in caps:
         return _named(address, Kind.MULTICAST)
+    if "queue" not in caps and plain is not None and address:
+        return _named(address, plain(address) or Kind.ANYCAST)
     return _named(address, Kind.ANYCAST)
 
 

@@ -29,6 +29,7 @@ from ringmq.adapters.amqp10.linkstate import InLink, LinkSession, OutLink, Refus
 from ringmq.amqp10 import conditions as c
 from ringmq.amqp10 import performatives as p
 from ringmq.core.errors import BrokerError
+from ringmq.core.policies import RoutingType
 from ringmq.core.selector import Selector, SelectorError
 
 if TYPE_CHECKING:
@@ -131,8 +132,8 @@ class Attacher:
             node = Node(Kind.QUEUE, temporary)
             target = _answered(target, temporary)
         elif target.address is not None:
-            node = self._node(str(target.address), _caps(target.capabilities))
             s = ls.core
+            node = self._node(s, str(target.address), _caps(target.capabilities))
             if node.kind is Kind.ANYCAST:
                 self._ensure_queue(s, node.name, now_ms)
             elif node.kind is Kind.QUEUE:
@@ -165,7 +166,7 @@ class Attacher:
             if source.address is None:
                 raise RefusalError(c.INVALID_FIELD, "a receiver's source needs an address")
             address = str(source.address)
-            node = self._node(address, caps)
+            node = self._node(s, address, caps)
             match node.kind:
                 case Kind.QUEUE:
                     queue = node.name
@@ -231,14 +232,23 @@ class Attacher:
     def relay_node(self, s: Session, address: str, now_ms: int) -> Node:
         """The node an anonymous relay's message names by its `to` (an anycast queue is
         created if missing, as for a sender attaching to it); RefusalError if invalid."""
-        node = self._node(address, ())
+        node = self._node(s, address, ())
         if node.kind is Kind.ANYCAST:
             self._ensure_queue(s, node.name, now_ms)
         return node
 
-    def _node(self, address: str, caps: tuple[str, ...]) -> Node:
+    def _node(self, s: Session, address: str, caps: tuple[str, ...]) -> Node:
+        def plain(name: str) -> Kind | None:
+            # Artemis' default-address-routing-type, for a plain name that is no queue yet.
+            if name in s.vhost.queues:
+                return Kind.ANYCAST
+            routing = self.broker.address_settings.resolve(name).routing_type
+            if routing is None:
+                return None
+            return Kind.MULTICAST if routing is RoutingType.MULTICAST else Kind.ANYCAST
+
         try:
-            return resolve(address, caps)
+            return resolve(address, caps, plain)
         except AddressError as exc:
             raise RefusalError(c.INVALID_FIELD, str(exc)) from None
 
@@ -255,6 +265,12 @@ class Attacher:
         # Artemis auto-create-queues: an anycast address without its queue gets one (durable,
         # so the address settings for its name apply, as to Artemis' auto-created queues).
         if name not in s.vhost.queues:
+            if not self.broker.address_settings.resolve(name).may_auto_create:
+                raise RefusalError(
+                    c.NOT_FOUND,
+                    f"no queue '{name}' in vhost '{s.vhost.name}' and auto-create-queues "
+                    "is off for this address",
+                )
             self.broker.topology.declare_queue(
                 s, name, durable=True, exclusive=False, auto_delete=False, arguments=None,
                 now_ms=now_ms,

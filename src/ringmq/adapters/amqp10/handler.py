@@ -30,12 +30,14 @@ from ringmq.adapters.amqp10.errors import condition_of
 from ringmq.adapters.amqp10.links import Links
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.amqp10 import events as ev
+from ringmq.amqp10.conditions import RESOURCE_LIMIT_EXCEEDED
 from ringmq.amqp10.connection import Connection
 from ringmq.amqp10.types import Int, Symbol
 from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import (
     Block,
     CancelConsumer,
+    CloseChannel,
     CloseConnection,
     Confirm,
     Deliver,
@@ -227,6 +229,8 @@ class Amqp10Handler:
                 links.drained(effect.channel, effect.consumer_tag)
             case CancelConsumer():
                 links.cancelled(effect.channel, effect.consumer_tag)
+            case CloseChannel(consumer_tag=tag) if tag is not None:
+                links.cancelled(effect.channel, tag, RESOURCE_LIMIT_EXCEEDED, effect.text)
             case Block():
                 self.conn.pause_incoming(True)
             case Unblock():

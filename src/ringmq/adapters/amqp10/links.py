@@ -47,6 +47,7 @@ from ringmq.amqp10 import sections
 from ringmq.amqp10.connection import error
 from ringmq.amqp10.events import MessagesReceived
 from ringmq.amqp10.types import DecodeError
+from ringmq.core.effects import CloseConnection
 from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
 from ringmq.core.session import SettleKind
@@ -105,7 +106,10 @@ class Links:
     def session_begun(self, channel: int, now_ms: int) -> None:
         """A session began: its core sessions, plain and in confirm mode."""
         b = self.broker
-        b.channel_opened(self.conn_id, channel, now_ms)
+        for refusal in b.channel_opened(self.conn_id, channel, now_ms):
+            if isinstance(refusal, CloseConnection):  # the user's max-channels
+                self.conn.close(c.NOT_ALLOWED, refusal.text)
+                return
         b.channel_opened(self.conn_id, CONFIRM_CHANNEL_BASE + channel, now_ms, part_of=channel)
         s = b.session(self.conn_id, channel)
         confirm = b.session(self.conn_id, CONFIRM_CHANNEL_BASE + channel)
@@ -329,8 +333,11 @@ class Links:
         if link is not None:
             self.conn.drained(channel, link.handle)
 
-    def cancelled(self, channel: int, tag: str) -> None:
-        """A `CancelConsumer`: its queue was deleted; the link is detached."""
+    def cancelled(
+        self, channel: int, tag: str, condition: str | None = None, text: str | None = None
+    ) -> None:
+        """A `CancelConsumer`: its queue was deleted; the link is detached (with `condition`
+        and `text`: the consumer timed out; the core has returned its deliveries)."""
         ls = self.sessions.get(channel)
         link = ls.by_tag.pop(tag, None) if ls is not None else None
         if ls is None or link is None:
@@ -339,7 +346,10 @@ class Links:
         for d in [d for d, (_t, lk) in ls.unsettled.items() if lk is link]:
             del ls.unsettled[d]
         self.conn.detach(
-            channel, link.handle, c.RESOURCE_DELETED, f"queue '{link.queue}' was deleted"
+            channel,
+            link.handle,
+            condition or c.RESOURCE_DELETED,
+            text or f"queue '{link.queue}' was deleted",
         )
 
     def settled(self, ev: Settled, now_ms: int) -> None:

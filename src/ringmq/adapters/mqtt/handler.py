@@ -77,7 +77,14 @@ from ringmq.adapters.mqtt.topics import (
     to_routing_key,
 )
 from ringmq.adapters.mqtt.wills import publish_will, store_retained
-from ringmq.core.effects import CancelConsumer, CloseConnection, Confirm, Deliver, Effect
+from ringmq.core.effects import (
+    CancelConsumer,
+    CloseChannel,
+    CloseConnection,
+    Confirm,
+    Deliver,
+    Effect,
+)
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.session import Session, SettleKind
 from ringmq.core.settings import SettingsError
@@ -185,6 +192,8 @@ class MqttHandler:
             case Confirm():
                 self._confirmed(effect)
             case CloseConnection():  # the server calls `close` for these; direct drivers may not
+                self.close(effect.condition, effect.text)
+            case CloseChannel():  # a consumer timeout: MQTT's session is the connection
                 self.close(effect.condition, effect.text)
             case CancelConsumer():
                 self.subs.cancelled(effect.consumer_tag)
@@ -316,8 +325,11 @@ class MqttHandler:
             return
         self._opened = True
         self.client_id, self.vhost, self.user = cid, vhost, user
-        self.broker.channel_opened(self.conn_id, CHANNEL, now_ms)
-        self.broker.channel_opened(self.conn_id, CONFIRM_CHANNEL, now_ms)
+        for channel in (CHANNEL, CONFIRM_CHANNEL):
+            for e in self.broker.channel_opened(self.conn_id, channel, now_ms):
+                if isinstance(e, CloseConnection):  # the user's max-channels
+                    self._refuse_opened(Reason.NOT_AUTHORIZED, e.text, out, now_ms)
+                    return
         s = self.session = self.broker.session(self.conn_id, CHANNEL)
         self.confirming = self.broker.session(self.conn_id, CONFIRM_CHANNEL)
         assert s is not None

@@ -20,7 +20,8 @@ Artemis' dialect (any other name, or the anycast / multicast prefixes): an addre
 exchange of that name, each subscription a queue bound to it), as `server/brokerxml.py` maps
 broker.xml addresses. The routing type comes from the prefix (`queue://`, `topic://`), then
 the `destination-type` / `subscription-type` header, then what exists (an exchange of that
-name: multicast; a queue: anycast), then the configured default.
+name: multicast; a queue: anycast), then the address-setting `default-address-routing-type`
+for that name, then the configured default.
 """
 
 from __future__ import annotations
@@ -108,8 +109,11 @@ def parse(
     *,
     exchange_exists: Callable[[str], bool],
     queue_exists: Callable[[str], bool],
+    routing_for: Callable[[str], str | None] | None = None,
 ) -> Destination:
-    """Read destination `text` of a frame with `headers` (NOT_FOUND when malformed)."""
+    """Read destination `text` of a frame with `headers` (NOT_FOUND when malformed);
+    `routing_for` gives the configured routing type of a plain address that names nothing yet
+    (Artemis' `default-address-routing-type`), else `dialects.default_routing` applies."""
     for prefix, kind in _RABBIT:
         if text.startswith(prefix):
             rest = text[len(prefix) :]
@@ -151,7 +155,7 @@ def parse(
         elif queue_exists(name):
             routing = ANYCAST
         else:
-            routing = dialects.default_routing
+            routing = (routing_for(name) if routing_for else None) or dialects.default_routing
     if routing == MULTICAST:
         return Destination(text, Kind.MULTICAST, name, "", name)
     return Destination(text, Kind.ANYCAST, "", name, name)

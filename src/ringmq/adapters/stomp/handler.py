@@ -47,6 +47,7 @@ from ringmq.adapters.stomp.receipts import Receipts
 from ringmq.adapters.stomp.subscribe import Subscriber, stream_offset_argument, truthy
 from ringmq.core.effects import (
     CancelConsumer,
+    CloseChannel,
     CloseConnection,
     Confirm,
     Deliver,
@@ -175,7 +176,7 @@ class StompHandler:
                 self.conn.fail(
                     "subscription ended", f"the queue of subscription '{name}' was deleted"
                 )
-            case CloseConnection():
+            case CloseConnection() | CloseChannel():  # a consumer timeout ends the connection
                 self.conn.fail(effect.text, f"{effect.condition.label} - {effect.text}")
             case _:
                 pass  # flow (Block/Unblock) pauses the socket; STOMP has no word for it
@@ -271,7 +272,9 @@ class StompHandler:
             self.conn.fail("Bad CONNECT", exc.text, frame=frame)
             return
         self._opened = True
-        self.broker.channel_opened(self.conn_id, PUBLISH_CHANNEL, now_ms)
+        if (refusal := self._refusal(PUBLISH_CHANNEL, now_ms)) is not None:
+            self.conn.fail("Bad CONNECT", refusal, frame=frame)
+            return
         self._publishing = self._session(PUBLISH_CHANNEL)
         conn = self.conn
         self._info = HandlerInfo(
@@ -314,8 +317,16 @@ class StompHandler:
     def _open(self, now_ms: int) -> Session:
         channel = self._next_channel
         self._next_channel += 1
-        self.broker.channel_opened(self.conn_id, channel, now_ms)
+        if (refusal := self._refusal(channel, now_ms)) is not None:
+            raise BrokerError(Condition.NOT_ALLOWED, refusal)
         return self._session(channel)
+
+    def _refusal(self, channel: int, now_ms: int) -> str | None:
+        # Open a core session; the user's max-channels may refuse it (its text).
+        for e in self.broker.channel_opened(self.conn_id, channel, now_ms):
+            if isinstance(e, CloseConnection):
+                return e.text
+        return None
 
     def _destination(self, frame: Frame, s: Session) -> Destination:
         # RabbitMQ's destinations depend on nothing but their text: read once per connection.

@@ -109,7 +109,25 @@ class Subscriber:
             self.dialects,
             exchange_exists=lambda n: n in vh.exchanges,
             queue_exists=lambda n: n in vh.queues,
+            routing_for=self._routing_for,
         )
+
+    def _routing_for(self, name: str) -> str | None:
+        routing = self.broker.address_settings.resolve(name).routing_type
+        return None if routing is None else str(routing)
+
+    def _may_create(self, s: Session, dest: Destination) -> None:
+        # Artemis' auto-create-queues / auto-create-addresses for an anycast address.
+        if (
+            dest.kind is Kind.ANYCAST
+            and dest.name not in s.vhost.queues
+            and not self.broker.address_settings.resolve(dest.name).may_auto_create
+        ):
+            raise BrokerError(
+                Condition.NOT_FOUND,
+                f"no queue '{dest.name}' in vhost '{s.vhost.name}' and auto-create-queues "
+                "is off for this address",
+            )
 
     # ------------------------------------------------------------------ declares
     def _declare(
@@ -163,6 +181,7 @@ class Subscriber:
         match dest.kind:
             case Kind.QUEUE | Kind.ANYCAST:
                 if dest.name not in s.vhost.queues:
+                    self._may_create(s, dest)
                     self._declare(s, dest.name, headers, now_ms, durable=True)
             case Kind.MULTICAST:
                 self._address(s, dest.name)
@@ -184,6 +203,7 @@ class Subscriber:
             case Kind.QUEUE | Kind.ANYCAST:
                 if dest.name in s.vhost.queues and not _queue_params(headers):
                     return dest.name, False  # an existing queue, used as it is
+                self._may_create(s, dest)
                 return self._declare(s, dest.name, headers, now_ms, durable=True), False
             case Kind.AMQ_QUEUE:
                 return dest.name, False

@@ -136,7 +136,7 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         self._dead = dead = DeadLetters(name, c)
         self._expiry = Expiry(contents, dead, self._saw_expiry_now)
         self._overflow = Overflow(contents, dead, self._expiry)
-        self._settle = Settlement(contents, self._overflow, dead)
+        self._settle = Settlement(contents, self._overflow, dead, self._scheduler)
         # Hot-path aliases of the owners' containers and steps (see the module docstring).
         self._lanes, self._lane, self._unacked = contents.lanes, contents.lane, contents.unacked
         self._lvq, self._paging, self._raw = contents.lvq, contents.paging, contents.raw
@@ -174,8 +174,16 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         self.settings = settings
         self._expiry.ttl = settings.message_ttl_ms
         self._dlx = settings.dead_letter_exchange
-        self._dead.target(self._dlx, settings.dead_letter_routing_key)
+        dla = settings.dead_letter_address
+        expiry = settings.expiry_address
+        self._dead.target(
+            self._dlx,
+            settings.dead_letter_routing_key,
+            dead_letter_address=(dla, settings.dead_letter_queue) if dla else None,
+            expiry_address=(expiry, settings.expiry_queue) if expiry else None,
+        )
         self._settle.delivery_limit = settings.delivery_limit
+        self._settle.redelivery = settings.redelivery
         self._apply_paths()
         fast = FastBounds.of(self._bounded)
         self._reject_n, self._reject_b = fast.reject_n, fast.reject_b

@@ -98,7 +98,9 @@ class Overflow:
         msg = e.msg
         assert msg is not None
         e.state = GONE  # until enqueued below (a refused entry has left the queue)
-        self._expiry.stamp(e, now_ms)
+        if not (head and e.redelivered):
+            # A delayed redelivery keeps the expiry time it had (TTL runs from the enqueue).
+            self._expiry.stamp(e, now_ms)
         contents = self._contents
         c = self._counters
         lvq = contents.lvq

@@ -102,6 +102,9 @@ class DeadLetter:
         routing_key: the dead-letter routing key, or None to keep the original routing key(s).
         time_ms: when it died.
         delivery_count: how many times it had been delivered.
+        address: `exchange` names an Artemis address (dead-letter or expiry address: an
+            exchange of that name if one exists, else a queue), not a RabbitMQ DLX.
+        address_queue: the auto-created dead-letter or expiry queue that also receives it.
     """
 
     message: Message
@@ -111,6 +114,8 @@ class DeadLetter:
     routing_key: str | None
     time_ms: int
     delivery_count: int
+    address: bool = False
+    address_queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

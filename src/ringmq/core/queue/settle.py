@@ -15,6 +15,12 @@ and the rules they apply:
   itself deleted (`Overflow.evict_head`); all others go back to their original position by seq
   (the lane's `returns` heap: RabbitMQ, Qpid), then a drop-head limit drops from the head, the
   returned messages first.
+  With Artemis' delayed redelivery (`redelivery`), a message returning after a failed
+  delivery goes to the `Scheduler` instead, due after the delay its failure count gives; when
+  due it is released to the head under the limit, exactly as a scheduled message (a full ring
+  deletes it: the seed's rule for scheduled messages). Returns that are not failures (a
+  release, a consumer's prefetched messages given back without `count_failure`) are not
+  delayed.
 * `reject` (requeue=false): dead-letter (`rejected`) when a dead-letter exchange is set, else
   drop.
 
@@ -35,7 +41,8 @@ from ringmq.core.queue.lanes import GONE, READY, Entry
 from ringmq.core.queue.limits import over
 from ringmq.core.queue.overflow import Overflow
 from ringmq.core.queue.records import DeadLetterReason
-from ringmq.core.settings import LimitAction
+from ringmq.core.queue.scheduler import Scheduler, clamp_due
+from ringmq.core.settings import LimitAction, Redelivery
 
 __all__ = ["Settlement"]
 
@@ -43,13 +50,17 @@ __all__ = ["Settlement"]
 class Settlement:
     """Requeue and reject of unacked messages (see the module docstring)."""
 
-    __slots__ = ("_contents", "_dead", "_overflow", "delivery_limit")
+    __slots__ = ("_contents", "_dead", "_overflow", "_scheduler", "delivery_limit", "redelivery")
 
-    def __init__(self, contents: Contents, overflow: Overflow, dead: DeadLetters) -> None:
+    def __init__(
+        self, contents: Contents, overflow: Overflow, dead: DeadLetters, scheduler: Scheduler
+    ) -> None:
         self._contents = contents
         self._overflow = overflow
         self._dead = dead
+        self._scheduler = scheduler
         self.delivery_limit: int | None = None
+        self.redelivery: Redelivery | None = None
 
     def take(self, seqs: Iterable[SeqId]) -> list[Entry]:
         """Take the known `seqs` out of the unacked map, in the given order (raw rows among
@@ -81,6 +92,7 @@ class Settlement:
         c = contents.counters
         lvq = contents.lvq
         dl = self.delivery_limit
+        delayed = self.redelivery if count_failure else None
         for e in reversed(entries) if ring else entries:
             msg = e.msg
             assert msg is not None
@@ -101,9 +113,12 @@ class Settlement:
                     continue
                 if current is e:
                     del lvq[key]  # the requeued copy is not replaced by later values
-            e.state = READY
             e.redelivered = True
             c.requeued += 1
+            if delayed is not None:
+                self._scheduler.add(clamp_due(now_ms + delayed.delay_after(e.failures)), e)
+                continue
+            e.state = READY
             c.ready += 1
             c.ready_bytes += e.size
             lane = contents.lanes[e.level]
