@@ -776,6 +776,39 @@ async def test_message_rates_from_timed_samples(client: httpx.AsyncClient, clock
     assert q["message_stats"]["publish_details"]["rate"] == 0.0
 
 
+async def test_queue_history_as_rabbitmq_samples(client: httpx.AsyncClient, clock: Clock) -> None:
+    """`lengths_age`/`msg_rates_age` answer the last minutes the server kept (issue 30)."""
+    await declare(client, "q")
+    clock.advance(5_000)
+    await queue(client, "q")  # samples at 0 messages
+    for burst in (10, 5):
+        for i in range(burst):
+            await publish(client, "q", str(i))
+        clock.advance(5_000)
+        await queue(client, "q")  # a sample per interval, as the timer takes them
+    plain = await queue(client, "q")
+    assert "samples" not in plain["messages_details"]
+    r = await client.get(
+        "/api/queues/%2F/q",
+        params={"lengths_age": 60, "lengths_incr": 5, "msg_rates_age": 60, "msg_rates_incr": 5},
+    )
+    q = r.json()
+    samples = q["messages_details"]["samples"]
+    # newest first, at multiples of the increment, values from before this request
+    assert [s["sample"] for s in samples][:3] == [15, 10, 0]
+    times = [s["timestamp"] for s in samples]
+    assert times == sorted(times, reverse=True)
+    assert all(t % 5_000 == 0 for t in times)
+    assert times[0] <= clock.now_ms
+    assert [s["sample"] for s in q["message_stats"]["publish_details"]["samples"]][:2] == [15, 10]
+    details = q["messages_details"]
+    assert details["avg"] == sum(s["sample"] for s in samples) / len(samples)
+    assert details["avg_rate"] > 0
+    assert q["messages_ready_details"]["samples"][0]["sample"] == 15
+    r = await client.get("/api/queues/%2F/q", params={"lengths_incr": 0})
+    assert r.status_code == 400
+
+
 async def test_loopback_only_user_is_refused_from_a_remote_address(
     broker: Broker, runtime: FakeRuntime, clock: Clock
 ) -> None:

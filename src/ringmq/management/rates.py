@@ -4,9 +4,18 @@ Theory of operation: the core only keeps monotonic totals (published, delivered,
 it never computes rates. The management app calls `RateSampler.sample(now_ms, totals)` on a
 timer (and lazily before answering a request when the last sample is stale), never per
 message. For each key (the whole broker, or one queue) it keeps the previous and the current
-sample, so a rate is `(current - previous) / elapsed seconds`. The broker-wide key also keeps a
-bounded history of rates for the console's live plot. Keys that vanish from a sample (deleted
-queues) are forgotten. Time is an argument (`now_ms`), so this module is pure and testable.
+sample, so a rate is `(current - previous) / elapsed seconds`.
+
+History: every key (the broker-wide one, each queue, each exchange) also keeps a ring of its
+last `history_len` samples, as RabbitMQ's management keeps a short history server-side so that
+a chart opened now already shows the last minutes. A ring is a `deque(maxlen=history_len)` of
+`(time, values)` where `values` is a tuple of floats in the key's fixed counter order (the names
+are stored once per key, not per sample), so memory is bounded: at the defaults (120 samples
+every 5 s: the last 10 minutes) a queue's 12 counters cost about 120 x 12 floats, some 15 KiB
+of Python objects per queue, whatever the message rate. The broker-wide rates of
+`history()` and the per-key samples of `samples()` both read these rings (one implementation).
+Keys that vanish from a sample (deleted queues) are forgotten with their ring. Time is an
+argument (`now_ms`), so this module is pure and testable.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from typing import Final
 
 DEFAULT_INTERVAL_MS: Final = 5_000
 HISTORY_SAMPLES: Final = 120
+MAX_POINTS: Final = 1_000  # bound on the points of one `series` answer, whatever age/incr ask
 
 
 @dataclass(slots=True)
@@ -26,6 +36,8 @@ class _Track:
     prev: dict[str, int]
     cur_ms: int
     cur: dict[str, int]
+    names: tuple[str, ...]
+    ring: deque[tuple[int, tuple[float, ...]]]
 
 
 @dataclass(slots=True)
@@ -37,7 +49,6 @@ class RateSampler:
     history_len: int = HISTORY_SAMPLES
     last_ms: int | None = None
     _tracks: dict[str, _Track] = field(default_factory=dict)
-    _history: deque[tuple[int, dict[str, float]]] = field(default_factory=deque)
 
     def due(self, now_ms: int) -> bool:
         """True when no sample was taken in the last `interval_ms`."""
@@ -53,17 +64,21 @@ class RateSampler:
             snapshot = dict(counters)
             track = tracks.get(key)
             if track is None:
-                tracks[key] = _Track(now_ms, snapshot, now_ms, snapshot)
+                names = tuple(sorted(snapshot))
+                ring: deque[tuple[int, tuple[float, ...]]] = deque(
+                    # one more than kept, so the oldest kept sample still has a rate
+                    maxlen=self.history_len + 1
+                )
+                track = tracks[key] = _Track(now_ms, snapshot, now_ms, snapshot, names, ring)
             elif now_ms > track.cur_ms:
                 track.prev_ms, track.prev = track.cur_ms, track.cur
                 track.cur_ms, track.cur = now_ms, snapshot
             else:
                 track.cur = snapshot
+                if track.ring and track.ring[-1][0] == now_ms:
+                    track.ring.pop()  # a second sample at the same instant replaces the first
+            track.ring.append((now_ms, tuple(float(snapshot.get(n, 0)) for n in track.names)))
         self.last_ms = now_ms
-        if self.history_key in tracks:
-            self._history.append((now_ms, self.rates(self.history_key)))
-            while len(self._history) > self.history_len:
-                self._history.popleft()
 
     def rates(self, key: str) -> dict[str, float]:
         """Per-second rate of each counter of `key` between its last two samples (0 if one)."""
@@ -83,6 +98,71 @@ class RateSampler:
     def rate(self, key: str, counter: str) -> float:
         return self.rates(key).get(counter, 0.0)
 
+    def samples(self, key: str, age_ms: int | None = None) -> list[tuple[int, dict[str, float]]]:
+        """(sample time, counter values) of `key` from its ring, oldest first.
+
+        With `age_ms`, only the samples of the last `age_ms` before the newest one.
+        """
+        track = self._tracks.get(key)
+        if track is None:
+            return []
+        return self._window(track, age_ms)[-self.history_len :]
+
+    def series(
+        self, key: str, age_ms: int, incr_ms: int, now_ms: int
+    ) -> list[tuple[int, dict[str, float]]]:
+        """RabbitMQ's `samples` of `key`: newest first, at multiples of `incr_ms` back `age_ms`.
+
+        The value at each point is the newest sample taken at or before it; points older than
+        the ring (or than the key) are left out. At most `MAX_POINTS` points.
+        """
+        track = self._tracks.get(key)
+        if track is None or not track.ring or incr_ms <= 0 or age_ms < 0:
+            return []
+        kept = self._window(track, None)[-self.history_len :]
+        end = now_ms - now_ms % incr_ms
+        out: list[tuple[int, dict[str, float]]] = []
+        i = len(kept) - 1
+        for step in range(min(age_ms // incr_ms, MAX_POINTS - 1) + 1):
+            at = end - step * incr_ms
+            while i >= 0 and kept[i][0] > at:
+                i -= 1
+            if i < 0:
+                break
+            out.append((at, kept[i][1]))
+        return out
+
+    @staticmethod
+    def _window(track: _Track, age_ms: int | None) -> list[tuple[int, dict[str, float]]]:
+        newest = track.ring[-1][0] if track.ring else 0
+        return [
+            (t, dict(zip(track.names, values, strict=True)))
+            for t, values in track.ring
+            if age_ms is None or newest - t <= age_ms
+        ]
+
     def history(self) -> list[tuple[int, dict[str, float]]]:
-        """(sample time, rates) of the broker-wide key, oldest first."""
-        return list(self._history)
+        """(sample time, rates) of the broker-wide key, oldest first.
+
+        Each rate is between a sample and the one before it (0 for the very first).
+        """
+        track = self._tracks.get(self.history_key)
+        if track is None:
+            return []
+        out: list[tuple[int, dict[str, float]]] = []
+        prev: tuple[int, dict[str, float]] | None = None
+        for t, values in self._window(track, None):
+            elapsed_s = (t - prev[0]) / 1000 if prev else 0
+            out.append(
+                (
+                    t,
+                    {
+                        name: round(max(0.0, value - prev[1].get(name, value)) / elapsed_s, 2)
+                        if prev and elapsed_s > 0
+                        else 0.0
+                        for name, value in values.items()
+                    },
+                )
+            )
+            prev = (t, values)
+        return out[-self.history_len :]
