@@ -752,6 +752,30 @@ async def test_connections_show_who_is_blocked_and_close(
     assert runtime.closed == [("127.0.0.1:50002 -> 127.0.0.1:5672", "maintenance")]
 
 
+async def test_connection_byte_rates_and_samples(
+    client: httpx.AsyncClient, runtime: FakeRuntime, clock: Clock
+) -> None:
+    """A connection's byte rates come from the server's samples, at once (issue 30)."""
+    name = "127.0.0.1:50001 -> 127.0.0.1:5672"
+    quoted = "127.0.0.1%3A50001%20-%3E%20127.0.0.1%3A5672"
+    for i, (recv, send) in enumerate(((0, 0), (5_000, 1_000), (15_000, 1_500))):
+        runtime.conns = [_conn(name, 1, recv_oct=recv, send_oct=send)]
+        if i:
+            clock.advance(5_000)
+        await client.get("/api/overview")  # a stale sample is refreshed before answering
+    one = (await client.get(f"/api/connections/{quoted}")).json()
+    assert one["recv_oct_details"]["rate"] == 2_000.0
+    assert one["send_oct_details"]["rate"] == 100.0
+    assert "samples" not in one["recv_oct_details"]
+    r = await client.get(
+        f"/api/connections/{quoted}", params={"data_rates_age": 60, "data_rates_incr": 5}
+    )
+    samples = r.json()["recv_oct_details"]["samples"]
+    assert [s["sample"] for s in samples] == [15_000, 5_000, 0]
+    listed = (await client.get("/api/connections")).json()
+    assert listed[0]["recv_oct_details"]["rate"] == 2_000.0
+
+
 # -- rates ----------------------------------------------------------------------------------------
 
 

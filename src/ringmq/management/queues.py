@@ -26,6 +26,7 @@ from ringmq.management.params import (
     as_str,
     caller,
     dumps,
+    history_window,
     json_body,
     json_response,
     no_content,
@@ -109,19 +110,14 @@ class Queues(Resource):
     def _add_history(self, request: Request, out: dict[str, Any], key: str, now: int) -> None:
         """RabbitMQ's `lengths_age`/`lengths_incr` and `msg_rates_age`/`msg_rates_incr` (seconds):
         samples of the lengths and of the message_stats counters from the sampler's history."""
-        q = request.query_params
         for prefix, names, details in (
             ("lengths", shapes.DEPTH_NAMES, out),
             ("msg_rates", (*shapes.STAT_NAMES, "deliver_get"), out["message_stats"]),
         ):
-            if f"{prefix}_age" not in q and f"{prefix}_incr" not in q:
-                continue
-            age_s = as_int(q.get(f"{prefix}_age"), f"{prefix}_age", 60)
-            incr_s = as_int(q.get(f"{prefix}_incr"), f"{prefix}_incr", 5)
-            if age_s < 0 or incr_s <= 0:
-                raise BadRequestError(f"{prefix}_age must be >= 0 and {prefix}_incr > 0")
-            points = self.api.sampler.series(key, age_s * 1000, incr_s * 1000, now)
-            shapes.add_samples(details, names, points)
+            window = history_window(request, prefix)
+            if window is not None:
+                points = self.api.sampler.series(key, *window, now)
+                shapes.add_samples(details, names, points)
 
     async def queue_bindings(self, request: Request) -> Response:
         vhost, name = self._queue_path(request)

@@ -45,6 +45,11 @@ def queue_key(vhost: str, name: str) -> str:
     return f"q\x00{vhost}\x00{name}"
 
 
+def connection_key(name: str) -> str:
+    """The rate sampler's key for a connection (its byte totals)."""
+    return f"c\x00{name}"
+
+
 def queue_totals(q: QueueInfo) -> dict[str, int]:
     """What the rate sampler records for a queue: its message_stats counters and depths."""
     c = q.counters
