@@ -8,11 +8,11 @@ sample, so a rate is `(current - previous) / elapsed seconds`.
 
 History: every key (the broker-wide one, each queue, each exchange) also keeps a ring of its
 last `history_len` samples, as RabbitMQ's management keeps a short history server-side so that
-a chart opened now already shows the last minutes. A ring is a `deque(maxlen=history_len)` of
-`(time, values)` where `values` is a tuple of floats in the key's fixed counter order (the names
-are stored once per key, not per sample), so memory is bounded: at the defaults (120 samples
-every 5 s: the last 10 minutes) a queue's 12 counters cost about 120 x 12 floats, some 15 KiB
-of Python objects per queue, whatever the message rate. The broker-wide rates of
+a chart opened now already shows the last minutes. A ring (`_Ring`) is one flat `array('d')`
+allocated when the key first appears: a row per sample, the time then each counter in the key's
+fixed order (the names are stored once per key, not per sample). Memory is bounded and fixed: at
+the defaults (121 rows of 13 doubles, 10 minutes at 5 s) a queue's ring is 12.6 KB, whatever the
+message rate. The broker-wide rates of
 `history()` and the per-key samples of `samples()` both read these rings (one implementation).
 Keys that vanish from a sample (deleted queues) are forgotten with their ring. Time is an
 argument (`now_ms`), so this module is pure and testable.
@@ -20,8 +20,8 @@ argument (`now_ms`), so this module is pure and testable.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Mapping
+from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -37,7 +37,44 @@ class _Track:
     cur_ms: int
     cur: dict[str, int]
     names: tuple[str, ...]
-    ring: deque[tuple[int, tuple[float, ...]]]
+    ring: _Ring
+
+
+class _Ring:
+    """A fixed-size ring of rows of doubles: the time in ms, then one value per counter.
+
+    One flat `array('d')` of `capacity * width` slots, allocated once: 8 bytes a value.
+    """
+
+    __slots__ = ("capacity", "count", "head", "slots", "width")
+
+    def __init__(self, capacity: int, width: int) -> None:
+        self.capacity, self.width = capacity, width
+        self.slots = array("d", bytes(8 * capacity * width))
+        self.head = 0  # the slot row the next append writes
+        self.count = 0
+
+    def append(self, row: tuple[float, ...]) -> None:
+        at = self.head * self.width
+        self.slots[at : at + self.width] = array("d", row)
+        self.head = (self.head + 1) % self.capacity
+        self.count = min(self.count + 1, self.capacity)
+
+    def pop(self) -> None:
+        """Forget the newest row."""
+        self.head = (self.head - 1) % self.capacity
+        self.count -= 1
+
+    def last_time(self) -> float | None:
+        if not self.count:
+            return None
+        return self.slots[((self.head - 1) % self.capacity) * self.width]
+
+    def rows(self) -> Iterator[array[float]]:
+        """The rows, oldest first."""
+        for i in range(self.count):
+            at = ((self.head - self.count + i) % self.capacity) * self.width
+            yield self.slots[at : at + self.width]
 
 
 @dataclass(slots=True)
@@ -65,19 +102,17 @@ class RateSampler:
             track = tracks.get(key)
             if track is None:
                 names = tuple(sorted(snapshot))
-                ring: deque[tuple[int, tuple[float, ...]]] = deque(
-                    # one more than kept, so the oldest kept sample still has a rate
-                    maxlen=self.history_len + 1
-                )
+                # one row more than kept, so the oldest kept sample still has a rate
+                ring = _Ring(self.history_len + 1, 1 + len(names))
                 track = tracks[key] = _Track(now_ms, snapshot, now_ms, snapshot, names, ring)
             elif now_ms > track.cur_ms:
                 track.prev_ms, track.prev = track.cur_ms, track.cur
                 track.cur_ms, track.cur = now_ms, snapshot
             else:
                 track.cur = snapshot
-                if track.ring and track.ring[-1][0] == now_ms:
+                if track.ring.last_time() == now_ms:
                     track.ring.pop()  # a second sample at the same instant replaces the first
-            track.ring.append((now_ms, tuple(float(snapshot.get(n, 0)) for n in track.names)))
+            track.ring.append((now_ms, *(float(snapshot.get(n, 0)) for n in track.names)))
         self.last_ms = now_ms
 
     def rates(self, key: str) -> dict[str, float]:
@@ -117,7 +152,7 @@ class RateSampler:
         the ring (or than the key) are left out. At most `MAX_POINTS` points.
         """
         track = self._tracks.get(key)
-        if track is None or not track.ring or incr_ms <= 0 or age_ms < 0:
+        if track is None or not track.ring.count or incr_ms <= 0 or age_ms < 0:
             return []
         kept = self._window(track, None)[-self.history_len :]
         end = now_ms - now_ms % incr_ms
@@ -134,11 +169,11 @@ class RateSampler:
 
     @staticmethod
     def _window(track: _Track, age_ms: int | None) -> list[tuple[int, dict[str, float]]]:
-        newest = track.ring[-1][0] if track.ring else 0
+        newest = track.ring.last_time() or 0
         return [
-            (t, dict(zip(track.names, values, strict=True)))
-            for t, values in track.ring
-            if age_ms is None or newest - t <= age_ms
+            (int(row[0]), dict(zip(track.names, row[1:], strict=True)))
+            for row in track.ring.rows()
+            if age_ms is None or newest - row[0] <= age_ms
         ]
 
     def history(self) -> list[tuple[int, dict[str, float]]]:
