@@ -752,6 +752,30 @@ async def test_connections_show_who_is_blocked_and_close(
     assert runtime.closed == [("127.0.0.1:50002 -> 127.0.0.1:5672", "maintenance")]
 
 
+async def test_connection_byte_rates_and_samples(
+    client: httpx.AsyncClient, runtime: FakeRuntime, clock: Clock
+) -> None:
+    """A connection's byte rates come from the server's samples, at once (issue 30)."""
+    name = "127.0.0.1:50001 -> 127.0.0.1:5672"
+    quoted = "127.0.0.1%3A50001%20-%3E%20127.0.0.1%3A5672"
+    for i, (recv, send) in enumerate(((0, 0), (5_000, 1_000), (15_000, 1_500))):
+        runtime.conns = [_conn(name, 1, recv_oct=recv, send_oct=send)]
+        if i:
+            clock.advance(5_000)
+        await client.get("/api/overview")  # a stale sample is refreshed before answering
+    one = (await client.get(f"/api/connections/{quoted}")).json()
+    assert one["recv_oct_details"]["rate"] == 2_000.0
+    assert one["send_oct_details"]["rate"] == 100.0
+    assert "samples" not in one["recv_oct_details"]
+    r = await client.get(
+        f"/api/connections/{quoted}", params={"data_rates_age": 60, "data_rates_incr": 5}
+    )
+    samples = r.json()["recv_oct_details"]["samples"]
+    assert [s["sample"] for s in samples] == [15_000, 5_000, 0]
+    listed = (await client.get("/api/connections")).json()
+    assert listed[0]["recv_oct_details"]["rate"] == 2_000.0
+
+
 # -- rates ----------------------------------------------------------------------------------------
 
 
@@ -774,6 +798,39 @@ async def test_message_rates_from_timed_samples(client: httpx.AsyncClient, clock
     clock.advance(5_000)
     q = await queue(client, "q")
     assert q["message_stats"]["publish_details"]["rate"] == 0.0
+
+
+async def test_queue_history_as_rabbitmq_samples(client: httpx.AsyncClient, clock: Clock) -> None:
+    """`lengths_age`/`msg_rates_age` answer the last minutes the server kept (issue 30)."""
+    await declare(client, "q")
+    clock.advance(5_000)
+    await queue(client, "q")  # samples at 0 messages
+    for burst in (10, 5):
+        for i in range(burst):
+            await publish(client, "q", str(i))
+        clock.advance(5_000)
+        await queue(client, "q")  # a sample per interval, as the timer takes them
+    plain = await queue(client, "q")
+    assert "samples" not in plain["messages_details"]
+    r = await client.get(
+        "/api/queues/%2F/q",
+        params={"lengths_age": 60, "lengths_incr": 5, "msg_rates_age": 60, "msg_rates_incr": 5},
+    )
+    q = r.json()
+    samples = q["messages_details"]["samples"]
+    # newest first, at multiples of the increment, values from before this request
+    assert [s["sample"] for s in samples][:3] == [15, 10, 0]
+    times = [s["timestamp"] for s in samples]
+    assert times == sorted(times, reverse=True)
+    assert all(t % 5_000 == 0 for t in times)
+    assert times[0] <= clock.now_ms
+    assert [s["sample"] for s in q["message_stats"]["publish_details"]["samples"]][:2] == [15, 10]
+    details = q["messages_details"]
+    assert details["avg"] == sum(s["sample"] for s in samples) / len(samples)
+    assert details["avg_rate"] > 0
+    assert q["messages_ready_details"]["samples"][0]["sample"] == 15
+    r = await client.get("/api/queues/%2F/q", params={"lengths_incr": 0})
+    assert r.status_code == 400
 
 
 async def test_loopback_only_user_is_refused_from_a_remote_address(

@@ -574,3 +574,60 @@ def test_console_newcomer_pages(
         _wait(driver, lambda d: text(d, "defs-import-result") == "imported")
         assert api.get("/queues/%2F/nc.imported").status_code == 200
         _shot(driver, "20-definitions")
+
+
+def test_console_queue_chart_starts_with_the_servers_history(
+    live: tuple[BrokerThread, str], driver: Any
+) -> None:
+    """Issue 30: the queue page's chart draws the samples the server kept before it loaded."""
+    import time
+
+    from selenium.webdriver.common.by import By
+
+    _, url = live
+    with _api(url) as api:
+        api.put("/queues/%2F/charted", json={}).raise_for_status()
+        history = "/queues/%2F/charted?msg_rates_age=600&msg_rates_incr=5"
+
+        def publish_samples() -> list[int]:
+            # publish a few, then read which running totals the server's timer has sampled
+            for i in range(5):
+                api.post(
+                    "/exchanges/%2F/amq.default/publish",
+                    json={
+                        "routing_key": "charted",
+                        "payload": str(i),
+                        "payload_encoding": "string",
+                        "properties": {},
+                    },
+                ).raise_for_status()
+            details = api.get(history).json()["message_stats"].get("publish_details", {})
+            return [s["sample"] for s in details.get("samples", [])]
+
+        # bounded: the timer samples every 5 s; three samples of a growing total are enough
+        deadline = time.monotonic() + 45
+        while len(set(publish_samples())) < 3:
+            assert time.monotonic() < deadline, "the server kept no queue history"
+            time.sleep(0.5)
+
+    driver.get(url + "/#/overview")
+    _wait(
+        driver,
+        lambda d: (
+            d.find_element(By.ID, "login").is_displayed() or d.find_element(By.ID, "whoami").text
+        ),
+    )
+    if driver.find_element(By.ID, "login").is_displayed():
+        driver.find_element(By.ID, "login-password").send_keys("guest")
+        driver.find_element(By.ID, "login-submit").click()
+    _wait(driver, lambda d: d.find_element(By.ID, "whoami").text == "guest")
+    loaded_ms = int(time.time() * 1000)
+    driver.get(url + "/#/queue/%2F/charted")
+    canvas = _wait(driver, lambda d: d.find_element(By.ID, "rate-chart"))
+    _wait(
+        driver,
+        lambda d: int(d.find_element(By.ID, "rate-chart").get_attribute("data-points") or 0) >= 2,
+    )
+    since = int(canvas.get_attribute("data-since"))
+    assert since < loaded_ms  # points from before the page was opened
+    _shot(driver, "21-queue-chart")

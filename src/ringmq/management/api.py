@@ -145,6 +145,8 @@ class Api:
                 "publish_in": x.publish_in,
                 "publish_out": x.publish_out,
             }
+        for c in self.runtime.connections():
+            totals[shapes.connection_key(c.name)] = {"recv_oct": c.recv_oct, "send_oct": c.send_oct}
         totals[OVERVIEW_KEY] = overview
         self.sampler.sample(now, totals)
 

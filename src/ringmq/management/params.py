@@ -67,6 +67,19 @@ def as_int(value: Any, field: str, default: int | None = None) -> int:
         raise BadRequestError(f"{field} must be an integer, got {value!r}") from None
 
 
+def history_window(request: Request, prefix: str) -> tuple[int, int] | None:
+    """RabbitMQ's `<prefix>_age` and `<prefix>_incr` query parameters (seconds) as ms, or None
+    when neither is given (no samples asked for); 400 on a negative age or an increment < 1."""
+    q = request.query_params
+    if f"{prefix}_age" not in q and f"{prefix}_incr" not in q:
+        return None
+    age_s = as_int(q.get(f"{prefix}_age"), f"{prefix}_age", 60)
+    incr_s = as_int(q.get(f"{prefix}_incr"), f"{prefix}_incr", 5)
+    if age_s < 0 or incr_s <= 0:
+        raise BadRequestError(f"{prefix}_age must be >= 0 and {prefix}_incr > 0")
+    return age_s * 1000, incr_s * 1000
+
+
 async def json_body(request: Request) -> dict[str, Any]:
     """The request's body as a JSON object (`{}` when empty); 400 otherwise (`bodies`)."""
     return json_object(await request.body())

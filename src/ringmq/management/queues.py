@@ -10,7 +10,7 @@ yielding between them, and holds what it fetched until it settles it all at the 
 from __future__ import annotations
 
 import asyncio
-from typing import Final, cast
+from typing import Any, Final, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,6 +26,7 @@ from ringmq.management.params import (
     as_str,
     caller,
     dumps,
+    history_window,
     json_body,
     json_response,
     no_content,
@@ -76,7 +77,10 @@ class Queues(Resource):
         vhost, name = self._queue_path(request)
         now = self.clock_ms()
         if request.method == "GET":
-            return json_response(self.api.queue_json(self.api.find_queue(vhost, name)))
+            found = self.api.find_queue(vhost, name)
+            out = self.api.queue_json(found)
+            self._add_history(request, out, shapes.queue_key(vhost, name), now)
+            return json_response(out)
         if request.method == "DELETE":
             self.api.find_queue(vhost, name)
             q = request.query_params
@@ -102,6 +106,18 @@ class Queues(Resource):
             now_ms=now,
         )
         return no_content(201 if created else 204)
+
+    def _add_history(self, request: Request, out: dict[str, Any], key: str, now: int) -> None:
+        """RabbitMQ's `lengths_age`/`lengths_incr` and `msg_rates_age`/`msg_rates_incr` (seconds):
+        samples of the lengths and of the message_stats counters from the sampler's history."""
+        for prefix, names, details in (
+            ("lengths", shapes.DEPTH_NAMES, out),
+            ("msg_rates", (*shapes.STAT_NAMES, "deliver_get"), out["message_stats"]),
+        ):
+            window = history_window(request, prefix)
+            if window is not None:
+                points = self.api.sampler.series(key, *window, now)
+                shapes.add_samples(details, names, points)
 
     async def queue_bindings(self, request: Request) -> Response:
         vhost, name = self._queue_path(request)

@@ -16,7 +16,13 @@ from starlette.routing import Route
 from ringmq.management import shapes
 from ringmq.management.api import Resource
 from ringmq.management.errors import NotFoundError
-from ringmq.management.params import caller, json_response, no_content, param
+from ringmq.management.params import (
+    caller,
+    history_window,
+    json_response,
+    no_content,
+    param,
+)
 from ringmq.management.port import ConnectionInfo
 
 
@@ -44,6 +50,9 @@ class Sessions(Resource):
     def _connection_json(self, c: ConnectionInfo, counts: Counter[int]) -> dict[str, Any]:
         shown = shapes.connection(c, self.runtime.node)
         shown["channels"] = counts.get(c.conn_id, c.channels)
+        rates = self.api.sampler.rates(shapes.connection_key(c.name))
+        for name in ("recv_oct", "send_oct"):
+            shown[f"{name}_details"] = {"rate": rates.get(name, 0.0)}
         return shown
 
     async def connections(self, request: Request) -> Response:
@@ -68,7 +77,12 @@ class Sessions(Resource):
             reason = request.headers.get("x-reason", "Closed via management plugin")
             self.runtime.close_connection(name, reason)
             return no_content()
-        return json_response(self._connection_json(found, self._channel_counts()))
+        shown = self._connection_json(found, self._channel_counts())
+        window = history_window(request, "data_rates")  # RabbitMQ's samples of the byte totals
+        if window is not None:
+            points = self.api.sampler.series(shapes.connection_key(name), *window, self.clock_ms())
+            shapes.add_samples(shown, ("recv_oct", "send_oct"), points)
+        return json_response(shown)
 
     async def channels(self, request: Request) -> Response:
         conns = self.api.connections_by_id()

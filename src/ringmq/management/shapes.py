@@ -45,6 +45,11 @@ def queue_key(vhost: str, name: str) -> str:
     return f"q\x00{vhost}\x00{name}"
 
 
+def connection_key(name: str) -> str:
+    """The rate sampler's key for a connection (its byte totals)."""
+    return f"c\x00{name}"
+
+
 def queue_totals(q: QueueInfo) -> dict[str, int]:
     """What the rate sampler records for a queue: its message_stats counters and depths."""
     c = q.counters
@@ -139,6 +144,29 @@ def queue(q: QueueInfo, sampler: RateSampler, node: str) -> dict[str, Any]:
         },
         "message_stats": message_stats(totals, rates),
     }
+
+
+def add_samples(
+    details: dict[str, Any], names: tuple[str, ...], points: list[tuple[int, dict[str, float]]]
+) -> None:
+    """Add RabbitMQ's `samples`, `avg` and `avg_rate` to the `<name>_details` in `details`.
+
+    `points` come newest first (`RateSampler.series`); a sample is the counter's value at its
+    timestamp (a length, or a running total), `avg` their mean and `avg_rate` the change per
+    second from the oldest point to the newest. A counter absent from `details` (a
+    message_stats counter still at 0) gets no details, as `message_stats` leaves it out.
+    """
+    span_s = (points[0][0] - points[-1][0]) / 1000 if points else 0
+    for name in names:
+        detail = details.get(f"{name}_details")
+        if detail is None:
+            continue
+        values = [v.get(name, 0.0) for _, v in points]
+        detail["samples"] = [
+            {"sample": int(v), "timestamp": t} for (t, _), v in zip(points, values, strict=True)
+        ]
+        detail["avg"] = sum(values) / len(values) if values else 0.0
+        detail["avg_rate"] = round(max(0.0, values[0] - values[-1]) / span_s, 2) if span_s else 0.0
 
 
 def exchange(x: ExchangeInfo, sampler: RateSampler) -> dict[str, Any]:

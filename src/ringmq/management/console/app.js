@@ -140,6 +140,28 @@
     for (const s of RATE_SERIES) v[s.key] = ((ms || {})[s.key + "_details"] || {}).rate || 0;
     return v;
   }
+  // Chart points (oldest first) from the `samples` of a message_stats fetched with
+  // msg_rates_age/msg_rates_incr: each sample is a running total, newest first, so a rate is the
+  // change between two neighbouring samples over the time between them.
+  function sampledRates(ms) {
+    const times = [];
+    for (const s of RATE_SERIES) {
+      const samples = ((ms || {})[s.key + "_details"] || {}).samples || [];
+      for (const p of samples) if (!times.includes(p.timestamp)) times.push(p.timestamp);
+    }
+    times.sort((a, b) => a - b);
+    const at = (key, t) => {
+      const p = (((ms || {})[key + "_details"] || {}).samples || []).find((x) => x.timestamp === t);
+      return p ? p.sample : 0;
+    };
+    const points = [];
+    for (let i = 1; i < times.length; i++) {
+      const dt = (times[i] - times[i - 1]) / 1000, values = {};
+      for (const s of RATE_SERIES) values[s.key] = Math.max(0, at(s.key, times[i]) - at(s.key, times[i - 1])) / dt;
+      points.push({ t: times[i], values });
+    }
+    return points;
+  }
   // Sortable, filterable table bound to rows of objects.
   function table(el, cols, rows, state, rowAttrs) {
     if (!el) return;  // the page changed while its data was on the way
@@ -358,6 +380,11 @@
       try { const r = await api("DELETE", path + "/scheduled"); toast(`${r.purged} purged`); lastRender(); }
       catch (e) { toast(e.message); }
     });
+    try {
+      // the last ten minutes the server kept (RabbitMQ's samples), so the chart starts full
+      const h = await api("GET", path + "?msg_rates_age=600&msg_rates_incr=5&lengths_age=600&lengths_incr=5");
+      if (chart) chart.reset(sampledRates(h.message_stats));
+    } catch (e) { /* history is optional */ }
     poll(async () => {
       let q;
       try { q = await api("GET", path); } catch (e) { $("#q-stats").innerHTML = `<p class="error">${esc(e.message)}</p>`; return; }

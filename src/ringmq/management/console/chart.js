@@ -16,6 +16,9 @@ window.LineChart = class LineChart {
   reset(points) { this.points = points.slice(-this.maxPoints); this.draw(); }
   draw() {
     const c = this.canvas, dpr = window.devicePixelRatio || 1;
+    // what is drawn, for tests and the curious: how many points, since when (ms)
+    c.dataset.points = this.points.length;
+    c.dataset.since = this.points.length ? this.points[0].t : "";
     const w = c.clientWidth || 600, h = c.clientHeight || 200;
     if (c.width !== Math.round(w * dpr)) { c.width = Math.round(w * dpr); c.height = Math.round(h * dpr); }
     const g = c.getContext("2d");

@@ -36,7 +36,9 @@
     const recv = meter(), send = meter(), state = { sort: "number", rev: false, filter: "" };
     poll(async () => {
       const [c, chans] = await Promise.all([api("GET", `/connections/${enc(name)}`), api("GET", "/channels")]);
-      const now = Date.now(), inRate = recv(c.recv_oct, now), outRate = send(c.send_oct, now);
+      // the server's rate (sampled every few seconds) until two polls measure one here
+      const server = (k) => (c[k + "_details"] || {}).rate;
+      const now = Date.now(), inRate = recv(c.recv_oct, now) ?? server("recv_oct"), outRate = send(c.send_oct, now) ?? server("send_oct");
       const mine = chans.filter((ch) => (ch.connection_details || {}).name === name);
       R.$("#conn-stats").innerHTML = R.statGrid([["Channels", num(c.channels), "conn-channel-count"],
         ["Received", perSecond(inRate), "conn-recv-rate"], ["Sent", perSecond(outRate), "conn-send-rate"],
