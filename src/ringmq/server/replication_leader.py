@@ -72,7 +72,12 @@ class ReplicationLeader:
         held = read_state(root)
         if held is not None and held.shard != self.settings.shard:
             raise ValueError(f"{root} holds shard {held.shard!r}, not {self.settings.shard!r}")
-        epoch = (held.epoch if held is not None else 0) + 1
+        epoch = self.settings.epoch
+        if epoch is None:
+            epoch = (held.epoch if held is not None else 0) + 1
+        elif held is not None and held.epoch >= epoch:
+            # followers refuse an epoch at or below the one they hold: etcd's count must lead
+            raise ValueError(f"{root} holds epoch {held.epoch}, not below etcd's {epoch}")
         start = held.position if held is not None else 0
         write_state(root, ShardState(self.settings.shard, epoch, start))
         shard_log = ShardLog(root, self.settings.shard, epoch, start)
