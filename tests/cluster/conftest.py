@@ -172,6 +172,7 @@ class Node(Serve):
         extra_config: str = "",
     ) -> None:
         self.name = name
+        self.etcd = etcd
         self.hook_log = root / f"{name}.roles"
         # the on_role_change hook appends "<role> <epoch> <leader>" to hook_log
         hook = f"/bin/sh -c 'echo $0 $1 $2 >> {self.hook_log}'"
