@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 `ReplicationLeader.start` gives the broker's `FileStore` a `ShardLog` (storage/shardlog.py)
-of a new epoch (one above the epoch in the store's `SHARD`, which it then records: the
-activation sequence, until a control plane hands one out) and listens on the cluster port.
+of a new epoch (etcd's, `ReplicationSettings.epoch`, on a cluster member; in the static mode
+one above the epoch in the store's `SHARD`), records it in `SHARD` and listens on the cluster
+port.
 Each follower connection runs a `replication.leader.LeaderSession` (sans-IO) in two tasks on
 the broker's loop: one reads the follower's frames (and performs a bulk sync when the session
 asks: the file index and the file chunks are read in the default executor, so the loop keeps
@@ -17,8 +18,8 @@ synced again.
 the last position of this epoch it acknowledged. With `--confirm-replicated` the group commit
 asks `covers(position)` before it releases confirms, and `on_progress` (its `replicated`) runs
 whenever an acknowledgement moves or a follower leaves (server/commit.py). A follower still in
-its bulk sync does not count yet, and one that disconnects stops counting at once: deciding
-which followers must count (an in-sync set in etcd) is the control plane's.
+its bulk sync does not count yet, and one that disconnects stops counting at once; a cluster
+member gates confirms on the ISR instead, reading `acked` (server/member.py).
 
 Only this module and `replication_follower.py` open replication sockets.
 """
