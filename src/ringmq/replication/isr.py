@@ -13,9 +13,9 @@ when it already holds everything the leader confirmed:
   counts until etcd has the new set, and one being added already counts, so no confirm is
   released that a member of either set lacks.
 * `decide(now_ms, acked, confirmed, waiting)` returns the set to write, or None:
-  - a member that holds back a waiting confirm (`acked` below `waiting`, the position of the
-    oldest fsynced group still parked) or is not connected at all (absent from `acked`) for
-    `timeout_ms` is dropped;
+  - a member that holds back one waiting confirm (`acked` below `waiting`, the position of the
+    oldest fsynced group still parked, when first noticed) or is not connected at all (absent
+    from `acked`) for `timeout_ms` is dropped;
   - a connected follower outside the set whose acknowledgement reaches `confirmed` (the log
     position of the last group released: every confirm so far) is added; from that instant
     it counts (`proposed`), so it holds every later confirm too.
@@ -32,6 +32,8 @@ from collections.abc import Mapping
 
 __all__ = ["IsrKeeper"]
 
+_ABSENT = 1 << 62  # no position clears a follower that is not connected: only reconnecting
+
 
 class IsrKeeper:
     """The ISR rules of one leader for one epoch (see the module docstring)."""
@@ -42,7 +44,8 @@ class IsrKeeper:
         self.timeout_ms = timeout_ms
         self.proposed: frozenset[str] | None = None
         """The set being written to etcd (None: no write under way)."""
-        self._behind_since: dict[str, int] = {}
+        self._behind: dict[str, tuple[int, int]] = {}
+        """Followers found late: since when, and the position that clears them."""
 
     def counted(self) -> frozenset[str]:
         """The followers a confirm waits for now (both sets while a write is under way)."""
@@ -61,12 +64,21 @@ class IsrKeeper:
             return None
         drop = set()
         for name in self.isr - {self.me}:
-            behind = name not in acked or (waiting is not None and acked[name] < waiting)
-            if not behind:
-                self._behind_since.pop(name, None)
-                continue
-            since = self._behind_since.setdefault(name, now_ms)
-            if now_ms - since >= self.timeout_ms:
+            # late: absent, or below the confirm it was first found holding back (a follower
+            # that keeps acknowledging, each confirm a little late, is not dropped)
+            noticed = self._behind.get(name)
+            if noticed is not None and name in acked and acked[name] >= noticed[1]:
+                del self._behind[name]
+                noticed = None
+            if noticed is None:
+                if name not in acked:
+                    noticed = (now_ms, _ABSENT)
+                elif waiting is not None and acked[name] < waiting:
+                    noticed = (now_ms, waiting)
+                else:
+                    continue
+                self._behind[name] = noticed
+            if now_ms - noticed[0] >= self.timeout_ms:
                 drop.add(name)
         add = {n for n, pos in acked.items() if n not in self.isr and pos >= confirmed}
         if not drop and not add:
@@ -78,6 +90,6 @@ class IsrKeeper:
         """The write of `proposed` to etcd succeeded (`ok`) or did not."""
         if ok and self.proposed is not None:
             for name in self.isr - self.proposed:
-                self._behind_since.pop(name, None)
+                self._behind.pop(name, None)
             self.isr = self.proposed
         self.proposed = None

@@ -56,3 +56,18 @@ def test_an_isr_follower_that_answers_in_time_stays() -> None:
     for t in range(0, 5 * TIMEOUT, 100):
         assert k.decide(t, {"b": t, "c": t}, confirmed=t, waiting=t) is None
     assert k.isr == frozenset({"a", "b", "c"})
+
+
+def test_a_slow_follower_that_keeps_acknowledging_stays_and_a_stuck_one_is_dropped() -> None:
+    k = keeper()
+    # b releases each waiting confirm a little late (each within the timeout): it stays
+    for t in range(0, 10 * TIMEOUT, TIMEOUT // 2):
+        acked = {"b": t, "c": t + 1000}
+        assert k.decide(t, acked, confirmed=t, waiting=t + 1) is None
+    # c stops at 5000 while confirms wait for 5001, then later ones: dropped after the timeout
+    k = keeper()
+    for t in range(0, TIMEOUT, 100):
+        assert k.decide(t, {"b": 6000 + t, "c": 5000}, confirmed=5000, waiting=5001 + t) is None
+    assert k.decide(TIMEOUT, {"b": 7000, "c": 5000}, confirmed=5000, waiting=6000) == frozenset(
+        {"a", "b"}
+    )
