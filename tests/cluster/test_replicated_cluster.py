@@ -138,3 +138,27 @@ def test_kill_9_of_a_follower_stalls_confirms_until_it_leaves_the_isr_and_it_rej
     name, _ = wait_for("the rejoined node leads", lambda: one_leader([back]))
     assert name == victim.name
     check(confirmed, drain(back))
+
+
+def test_a_fenced_leader_confirms_nothing_more_and_the_next_leader_has_what_it_confirmed(
+    etcd_cluster: Callable[[int], EtcdCluster], start_node: Callable[..., Node]
+) -> None:
+    etcd = etcd_cluster(1)
+    nodes = [start_node(n, etcd.endpoints, extra_config=ISR_TIMEOUT) for n in ("n1", "n2")]
+    name, epoch = wait_for("one leader", lambda: one_leader(nodes))
+    wait_for("two in sync", lambda: len(nodes[0].cluster()["isr"]) == 2)
+    leader = next(n for n in nodes if n.name == name)
+    confirmed = publish(leader, range(100))
+    conn = connect(leader)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    etcd.members[0].kill()  # no renewal succeeds: the leader fences itself
+    wait_for("the leader fenced", lambda: leader.cluster()["role"] == "follower")
+    # a publish on a connection opened while it led is never confirmed: the fenced leader
+    # closes its clients (and would not release a confirm before that)
+    with pytest.raises(pika.exceptions.AMQPError):
+        ch.basic_publish("", QUEUE, b"after-the-fence", pika.BasicProperties(delivery_mode=2))
+    etcd.members[0].restart()
+    name, new_epoch = wait_for("a leader again", lambda: one_leader(nodes))
+    assert new_epoch > epoch
+    check(confirmed, drain(next(n for n in nodes if n.name == name)))
