@@ -18,15 +18,15 @@ it; this module alone knows them all and puts them together:
   seam, `ringmq.adapters.handler`); `PROTOCOL_TICKS` their own periodic work. The server gets
   the table and imports no codec and no adapter (an import-linter contract says so): adding a
   protocol is an adapter plus a row here (and its listener's port in the options).
-* With `options.cluster` (`--cluster-etcd`), `cluster_node` adds a `ClusterNode` to the
-  server's services: it registers the node in etcd, campaigns for its shard and reports its role
-  to management (`ManagementRuntime.cluster`). Its role listeners (`add_role_listener`) are
-  where the replication is wired: a `RoleChange` to "leader" starts streaming the log to the
-  followers, one to "follower" connects to `leader_address` (and fences a former leader).
+* With `options.cluster` (`--cluster-etcd`), `run` (`ringmq serve`) runs a replicated
+  `ringmq.server.member.ClusterMember`: it owns the `ClusterNode` (etcd membership, election)
+  and runs, as the node's role says, `leader_server` (this module's full server, confirms
+  gated on the ISR) or a follower of the leader's log. Embedded (`server(options)`,
+  `BrokerThread`), `cluster_node` adds the `ClusterNode` to the server's services instead: the
+  control plane alone, every node serving its own data directory.
 * `server(options)` builds a `BrokerServer` from both; `BrokerThread` runs one on a thread
-  (tests, embedding) and `run` in the foreground (`ringmq serve`). With `--cluster-etcd`,
-  `ringmq serve` runs a `ringmq.server.member.ClusterMember` instead: the replicated member, which
-  runs a leader's server or a follower and switches between them as etcd decides.
+  (tests, embedding) and `run` in the foreground (`ringmq serve`; a cluster member with
+  `--cluster-etcd`, above).
 
 `server/` imports nothing of `management/` (an import-linter contract says so); only this
 module imports both. Nothing here runs per message.

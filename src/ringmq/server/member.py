@@ -129,11 +129,11 @@ class ClusterMember:
         await self.cluster.start()
         try:
             while not self._stopping.is_set():
+                self._wake.clear()  # before the step: a change during it wakes the next one
                 try:
                     await self._step()
                 except Exception:
                     log.exception("cluster member: a role transition failed")
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), _POLL_S)
         finally:
@@ -238,10 +238,10 @@ class ClusterMember:
         if self.server is None:
             self.server = self._management_only()
             await self.server.start()
-        self._following = address
         secret = self.cluster.secret
         if address is None or secret is None:
-            return
+            return  # nobody to follow yet (or no secret read yet): the next step tries again
+        self._following = address
         host, _, port = address.rpartition(":")
         settings = ReplicationSettings(
             secret=secret.encode(), shard=str(self.settings.shard), follow=(host, int(port))
