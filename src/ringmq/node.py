@@ -18,13 +18,15 @@ it; this module alone knows them all and puts them together:
   seam, `ringmq.adapters.handler`); `PROTOCOL_TICKS` their own periodic work. The server gets
   the table and imports no codec and no adapter (an import-linter contract says so): adding a
   protocol is an adapter plus a row here (and its listener's port in the options).
-* With `options.cluster` (`--cluster-etcd`), `cluster_node` adds a `ClusterNode` to the
-  server's services: it registers the node in etcd, campaigns for its shard and reports its role
-  to management (`ManagementRuntime.cluster`). Its role listeners (`add_role_listener`) are
-  where the replication is wired: a `RoleChange` to "leader" starts streaming the log to the
-  followers, one to "follower" connects to `leader_address` (and fences a former leader).
+* With `options.cluster` (`--cluster-etcd`), `run` (`ringmq serve`) runs a replicated
+  `ringmq.server.member.ClusterMember`: it owns the `ClusterNode` (etcd membership, election)
+  and runs, as the node's role says, `leader_server` (this module's full server, confirms
+  gated on the ISR) or a follower of the leader's log. Embedded (`server(options)`,
+  `BrokerThread`), `cluster_node` adds the `ClusterNode` to the server's services instead: the
+  control plane alone, every node serving its own data directory.
 * `server(options)` builds a `BrokerServer` from both; `BrokerThread` runs one on a thread
-  (tests, embedding) and `run` in the foreground (`ringmq serve`).
+  (tests, embedding) and `run` in the foreground (`ringmq serve`; a cluster member with
+  `--cluster-etcd`, above).
 
 `server/` imports nothing of `management/` (an import-linter contract says so); only this
 module imports both. Nothing here runs per message.
@@ -60,6 +62,7 @@ from ringmq.management.app import create_app
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.configspec import FileConfig
 from ringmq.server.httpserve import ASGIApp
+from ringmq.server.member import run_member
 from ringmq.server.memory import MemoryMonitor
 from ringmq.server.options import ServerOptions
 from ringmq.server.proxy import LeaderProvider, static_provider
@@ -204,15 +207,16 @@ class ManagementRuntime:
     port names too); batches, effects and durability go straight through.
     """
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, cluster: ClusterNode | None = None) -> None:
         self.server = server
         self.node = server.node
         self.started_at_ms = server.started_at_ms
         self.clock: Clock = server.clock
-        self.cluster: ClusterNode | None = next(
+        self.cluster: ClusterNode | None = cluster or next(
             (s for s in server.services if isinstance(s, ClusterNode)), None
         )
-        """This node's cluster membership (None: a single node)."""
+        """This node's cluster membership (None: a single node); given by a `ClusterMember`,
+        whose `ClusterNode` outlives the servers it runs, or one of the server's services."""
 
     @property
     def options(self) -> ServerOptions:
@@ -245,11 +249,11 @@ class ManagementRuntime:
         await self.server.until_durable()
 
 
-def management_app(server: BrokerServer) -> ASGIApp:
+def management_app(server: BrokerServer, cluster: ClusterNode | None = None) -> ASGIApp:
     """The server's `AppFactory`: the management app over its broker and runtime."""
     settings = server.options.config.management
     return create_app(
-        server.broker, ManagementRuntime(server), max_body_size=settings.max_body_size
+        server.broker, ManagementRuntime(server, cluster), max_body_size=settings.max_body_size
     )
 
 
@@ -330,6 +334,25 @@ def _failover_list(provider: LeaderProvider) -> Callable[[], list[tuple[str, int
     return servers
 
 
+def leader_server(options: ServerOptions, cluster: ClusterNode) -> BrokerServer:
+    """A cluster leader's full server (`ringmq.server.member`): the node's store, protocols
+    and management app, reporting `cluster` (which outlives the server)."""
+    return BrokerServer(
+        options,
+        open_core(options),
+        app_factory=_app_of(cluster),
+        handlers=protocol_handlers(options.config),
+        ticks=PROTOCOL_TICKS,
+    )
+
+
+def _app_of(cluster: ClusterNode) -> Callable[[BrokerServer], ASGIApp]:
+    def factory(server: BrokerServer) -> ASGIApp:
+        return management_app(server, cluster)
+
+    return factory
+
+
 def _given(broker: Broker) -> OpenCore:
     def open_(emit: Emit, now_ms: int) -> Core:
         return Core(broker)
@@ -364,4 +387,6 @@ def run(options: ServerOptions) -> int:
         from ringmq.server.replication_follower import run_follower
 
         return run_follower(options)
+    if options.cluster is not None:
+        return run_member(options, leader_server, _app_of)
     return run_server(server(options))

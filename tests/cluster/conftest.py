@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.serve import Serve
+from tests.serve import _HTTP, Serve
 
 ETCD = os.environ.get("RINGMQ_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
 LEASE_TTL_S = 2
@@ -161,19 +161,37 @@ def etcd_cluster(tmp_path: Path) -> Iterator[Callable[[int], EtcdCluster]]:
 class Node(Serve):
     """One clustered `ringmq serve` and its management API."""
 
-    def __init__(self, name: str, etcd: str, root: Path, *, ttl_s: int = LEASE_TTL_S) -> None:
+    def __init__(
+        self,
+        name: str,
+        etcd: str,
+        root: Path,
+        *,
+        ttl_s: int = LEASE_TTL_S,
+        ports: tuple[int, int, int] | None = None,
+        extra_config: str = "",
+    ) -> None:
         self.name = name
+        self.etcd = etcd
         self.hook_log = root / f"{name}.roles"
         # the on_role_change hook appends "<role> <epoch> <leader>" to hook_log
         hook = f"/bin/sh -c 'echo $0 $1 $2 >> {self.hook_log}'"
         config = root / f"{name}.toml"
         config.write_text(
             f'[cluster]\nlease_ttl_s = {ttl_s}\nname = "test"\non_role_change = "{hook}"\n'
+            + extra_config
         )
+        # fixed ports: a follower keeps its client ports closed and opens them when it leads,
+        # so its log names the AMQP port only then (tests read the management port's line)
+        amqp, http, cluster = ports or free_ports(3)
+        self.ports = (amqp, http, cluster)
         super().__init__(
             root / name,
             root / f"{name}.log",
             http=True,
+            amqp_port=amqp,
+            http_port=http,
+            wait=_HTTP,
             extra_args=(
                 "--config",
                 str(config),
@@ -182,9 +200,10 @@ class Node(Serve):
                 "--node-name",
                 name,
                 "--cluster-port",
-                "0",
+                str(cluster),
             ),
         )
+        self.port, self.http_port = amqp, http
 
     def cluster(self) -> dict[str, Any]:
         r = httpx.get(f"http://127.0.0.1:{self.http_port}/api/cluster", auth=("guest", "guest"))

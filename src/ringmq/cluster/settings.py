@@ -5,10 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["DEFAULT_CLUSTER_PORT", "DEFAULT_LEASE_TTL_S", "ClusterSettings", "parse_endpoints"]
+__all__ = [
+    "DEFAULT_CLUSTER_PORT",
+    "DEFAULT_ISR_TIMEOUT_MS",
+    "DEFAULT_LEASE_TTL_S",
+    "ClusterSettings",
+    "parse_endpoints",
+]
 
 DEFAULT_CLUSTER_PORT: Final = 5679  # LavinMQ's clustering port
 DEFAULT_LEASE_TTL_S: Final = 5
+DEFAULT_ISR_TIMEOUT_MS: Final = 3000
 MIN_LEASE_TTL_S: Final = 2  # etcd raises shorter TTLs to about 1.5 election timeouts anyway
 
 
@@ -27,8 +34,11 @@ class ClusterSettings:
         lease_ttl_s: the leader lease's TTL: a dead leader is replaced within about this long.
         on_role_change: a command run as `<command> <role> <epoch> <leader>` when this node's
             role changes (LavinMQ's `on_leader_elected`); None: no hook.
-        auto_isr: the leader keeps every registered node in the ISR (until the replicated log
-            reports which followers are in sync).
+        auto_isr: the leader keeps every registered node in the ISR (the control plane alone;
+            a node that replicates its log turns it off and keeps the ISR from the followers'
+            acknowledgements instead).
+        isr_timeout_ms: how long a confirm waits for an ISR follower's acknowledgement before
+            the leader removes that follower from the ISR in etcd and confirms without it.
     """
 
     etcd: tuple[str, ...] = ()
@@ -40,6 +50,7 @@ class ClusterSettings:
     lease_ttl_s: int = DEFAULT_LEASE_TTL_S
     on_role_change: str | None = None
     auto_isr: bool = True
+    isr_timeout_ms: int = DEFAULT_ISR_TIMEOUT_MS
 
 
 def parse_endpoints(text: str) -> tuple[str, ...]:

@@ -46,9 +46,10 @@ store's writes are replicated (server/replication_leader.py), a group whose fsyn
 released only once every connected follower acknowledged the shard-log position its writes
 reached (`SyncPoint.log_position`); until then it is *parked*, and later groups park behind
 it so that confirms and the durability hold stay in order. The replication listener calls
-`replicated()` when acknowledgements move or a follower leaves. Which followers count (an
-in-sync set kept in etcd, removed there before the leader confirms without one) is the
-control plane's; today every connected follower counts, and none connected means no wait.
+`replicated()` when acknowledgements move or a follower leaves. Which followers count is the
+gate's: in the static mode every connected follower (none connected means no wait); in a
+cluster on etcd the ISR (`ringmq.server.member`, `replication.isr`), whose gate also refuses
+everything once the node stops leading (the election's fence).
 
 Only the loop thread calls these methods; the executor thread only runs `store.fsync`.
 """
@@ -121,6 +122,13 @@ class GroupCommit:
         """Set: groups also wait for the followers' acknowledgements (module docstring)."""
         # fsynced groups waiting for the followers: (log position, durable, healthy, group)
         self._parked: list[tuple[int, int, bool, list[tuple[int, int, int]]]] = []
+        self.released_log_position = 0
+        """The shard-log position of the last group released (every confirm so far is below)."""
+
+    @property
+    def waiting_log_position(self) -> int | None:
+        """The shard-log position the oldest parked group waits for (None: none parked)."""
+        return self._parked[0][0] if self._parked else None
 
     def after_batch(self) -> None:
         """End of a batch: collect held confirms, start a group fsync or hand writes to the OS."""
@@ -209,7 +217,8 @@ class GroupCommit:
         """Followers acknowledged more (or one left): release the parked groups now covered."""
         gate = self.replica_gate
         while self._parked and (gate is None or gate.covers(self._parked[0][0])):
-            _, durable, healthy, group = self._parked.pop(0)
+            log_position, durable, healthy, group = self._parked.pop(0)
+            self.released_log_position = max(self.released_log_position, log_position)
             self._release(durable, healthy, group)
 
     def _release(self, durable: int, healthy: bool, group: list[tuple[int, int, int]]) -> None:
@@ -249,6 +258,7 @@ class GroupCommit:
         if gate is not None and (self._parked or not gate.covers(log_position)):
             self._parked.append((log_position, durable, healthy, group))
         else:
+            self.released_log_position = max(self.released_log_position, log_position)
             self._release(durable, healthy, group)
         if (self.waiting or self._durable_waiters or self._holding()) and self.in_flight is None:
             self._start()

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from ringmq.cluster.settings import (
     DEFAULT_CLUSTER_PORT,
+    DEFAULT_ISR_TIMEOUT_MS,
     DEFAULT_LEASE_TTL_S,
     MIN_LEASE_TTL_S,
     ClusterSettings,
@@ -583,6 +584,7 @@ def _cluster(t: _Table) -> ClusterSettings:
         name=t.opt_str("name", "ringmq") or "ringmq",
         lease_ttl_s=_req(t.opt_int("lease_ttl_s", DEFAULT_LEASE_TTL_S, minimum=MIN_LEASE_TTL_S)),
         on_role_change=t.opt_str("on_role_change"),
+        isr_timeout_ms=_req(t.opt_int("isr_timeout_ms", DEFAULT_ISR_TIMEOUT_MS, minimum=100)),
     )
 
 

@@ -47,6 +47,8 @@ class ReplicationSettings:
             written, as Artemis' backups do by default).
         confirm_replicated: a leader releases confirms only once the followers acknowledged
             the writes too (server/commit.py; off by default).
+        epoch: the leader's epoch as etcd handed it out (None: one above the epoch its
+            store's `SHARD` holds, the static mode's own count).
     """
 
     secret: bytes
@@ -55,6 +57,7 @@ class ReplicationSettings:
     follow: tuple[str, int] | None = None
     follower_fsync: bool = False
     confirm_replicated: bool = False
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

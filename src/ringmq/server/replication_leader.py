@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 `ReplicationLeader.start` gives the broker's `FileStore` a `ShardLog` (storage/shardlog.py)
-of a new epoch (one above the epoch in the store's `SHARD`, which it then records: the
-activation sequence, until a control plane hands one out) and listens on the cluster port.
+of a new epoch (etcd's, `ReplicationSettings.epoch`, on a cluster member; in the static mode
+one above the epoch in the store's `SHARD`), records it in `SHARD` and listens on the cluster
+port.
 Each follower connection runs a `replication.leader.LeaderSession` (sans-IO) in two tasks on
 the broker's loop: one reads the follower's frames (and performs a bulk sync when the session
 asks: the file index and the file chunks are read in the default executor, so the loop keeps
@@ -17,8 +18,8 @@ synced again.
 the last position of this epoch it acknowledged. With `--confirm-replicated` the group commit
 asks `covers(position)` before it releases confirms, and `on_progress` (its `replicated`) runs
 whenever an acknowledgement moves or a follower leaves (server/commit.py). A follower still in
-its bulk sync does not count yet, and one that disconnects stops counting at once: deciding
-which followers must count (an in-sync set in etcd) is the control plane's.
+its bulk sync does not count yet, and one that disconnects stops counting at once; a cluster
+member gates confirms on the ISR instead, reading `acked` (server/member.py).
 
 Only this module and `replication_follower.py` open replication sockets.
 """
@@ -72,7 +73,12 @@ class ReplicationLeader:
         held = read_state(root)
         if held is not None and held.shard != self.settings.shard:
             raise ValueError(f"{root} holds shard {held.shard!r}, not {self.settings.shard!r}")
-        epoch = (held.epoch if held is not None else 0) + 1
+        epoch = self.settings.epoch
+        if epoch is None:
+            epoch = (held.epoch if held is not None else 0) + 1
+        elif held is not None and held.epoch >= epoch:
+            # followers refuse an epoch at or below the one they hold: etcd's count must lead
+            raise ValueError(f"{root} holds epoch {held.epoch}, not below etcd's {epoch}")
         start = held.position if held is not None else 0
         write_state(root, ShardState(self.settings.shard, epoch, start))
         shard_log = ShardLog(root, self.settings.shard, epoch, start)

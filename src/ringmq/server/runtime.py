@@ -53,7 +53,7 @@ from ringmq.core.effects import Effect
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
 from ringmq.server.clock import Clock, SystemClock
-from ringmq.server.commit import GroupCommit
+from ringmq.server.commit import GroupCommit, ReplicaGate
 from ringmq.server.configspec import TLSSpec
 from ringmq.server.connections import Connections
 from ringmq.server.datadir import DataDirLock
@@ -214,6 +214,9 @@ class BrokerServer:
         """Group-commit fsync of the broker's store (None without a store)."""
         self.replication: ReplicationLeader | None = None
         """The cluster-port listener streaming the store's log to followers (`--cluster-port`)."""
+        self.gate_for: Callable[[ReplicationLeader, GroupCommit], ReplicaGate] | None = None
+        """Set (a cluster on etcd): the gate confirms pass, built over the replication listener
+        before any client can connect (default: the listener itself, every follower counts)."""
         self.ready = threading.Event()
         """Set once every listener accepts connections (for threads waiting on start-up)."""
         self._data_lock: DataDirLock | None = None
@@ -354,7 +357,10 @@ class BrokerServer:
             self.replication = ReplicationLeader(core.store, replication, opts.host)
             await self.replication.start()
             if replication.confirm_replicated and self.commit is not None:
-                self.commit.replica_gate = self.replication
+                gate = self.replication
+                self.commit.replica_gate = (
+                    gate if self.gate_for is None else self.gate_for(gate, self.commit)
+                )
                 self.replication.on_progress = self.commit.replicated
         self.flow.loop = loop
         self.handlers.loop = loop

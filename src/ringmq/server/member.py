@@ -1,0 +1,354 @@
+"""A replicated cluster member: one node on etcd that leads its shard or follows its leader.
+
+Theory of operation
+-------------------
+`ClusterMember` (what `ringmq serve --cluster-etcd` runs) owns the node's `ClusterNode`
+(membership and election on etcd) for the whole process and, beside it, one of two states:
+
+* **leading**: a full `BrokerServer` over `<data-dir>` with a replication listener on the
+  cluster port, in etcd's epoch, with etcd's cluster secret, confirms waiting for the ISR
+  (`IsrGate`);
+* **following**: a `ReplicationFollower` keeping `<data-dir>/store` a warm copy of the
+  leader's, and a management-only `BrokerServer` (HTTP alone, over an empty in-memory broker)
+  so that `/api/cluster` and `/api/nodes` answer. The client listeners stay **closed** on a
+  follower: a client's connection is refused by the OS and a client given every node's
+  address (pika's list of hosts, Qpid JMS `failover:`) moves on to the next one.
+
+Promotion stops the follower (it saves its `SHARD` and closes its files) and then opens the
+leader's server on the same directory, in the same process: `FileStore.open` replays the
+journal exactly as `ringmq serve` does on a follower's directory in the static mode (the copy
+is the leader's directory at some position, a valid data directory as after a kill -9), so
+nothing is copied or fetched. Restarting the server around a fresh core was chosen over
+swapping the core of a running server: every part of a `BrokerServer` (listeners' protocol
+factories, timers, flow, group commit) is built around one broker, and a role change is rare.
+
+Demotion: confirms stop at the election's fence, synchronously, because the gate asks
+`ClusterNode.leads()` (false from the fence deadline on, a quarter TTL before etcd can expire
+the lease) before every release; then the server stops (clients are disconnected, parked
+confirms are never sent) and the follower starts. The new leader's epoch is newer than the old
+leader's `SHARD`, so the old leader's directory is bulk synced: its divergent tail (records
+nobody acknowledged, so nothing confirmed) is cut or replaced.
+
+The ISR: while leading, a task asks the `IsrKeeper` (replication/isr.py) every
+`_ISR_TICK_S` which followers to drop (an ISR follower holding a confirm back, or absent, for
+`isr_timeout_ms`) or add (one whose acknowledgement covers every confirm so far), writes the
+answer with `ClusterNode.set_isr` (a transaction on the leader key), and only then lets the
+group commit release what the new set covers. The control plane's `auto_isr` is off here.
+
+One task (`_drive`) makes every transition, one at a time, toward what the `ClusterNode` says
+now: woken by each role change and every `_POLL_S` (a leader whose address etcd had not shown
+yet, a secret not read yet, a start that failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TypeAlias
+
+from ringmq.cluster.agent import ClusterNode
+from ringmq.cluster.etcd import EtcdUnavailableError
+from ringmq.cluster.keys import NodeRecord
+from ringmq.cluster.view import RoleChange
+from ringmq.core.broker import Broker
+from ringmq.replication.isr import IsrKeeper
+from ringmq.server.commit import GroupCommit, ReplicaGate
+from ringmq.server.configspec import ConfigError
+from ringmq.server.loop import new_event_loop, tune_gc
+from ringmq.server.options import ReplicationSettings, ServerOptions
+from ringmq.server.replication_follower import ReplicationFollower
+from ringmq.server.replication_leader import ReplicationLeader
+from ringmq.server.runtime import AppFactory, BrokerServer, Core, Emit, OpenCore
+from ringmq.server.setup import broker_config
+
+__all__ = ["ClusterMember", "IsrGate", "LeaderServer", "run_member"]
+
+LeaderServer: TypeAlias = Callable[[ServerOptions, ClusterNode], BrokerServer]
+"""Builds the leader's full server for options and the node (the composition root's wiring:
+its core opener, protocols and management app)."""
+
+ManagementApp: TypeAlias = Callable[[ClusterNode], AppFactory]
+"""The management app factory for a server of this node (it reports the cluster)."""
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.5
+_ISR_TICK_S = 0.1
+
+
+class IsrGate:
+    """The group commit's gate on a cluster leader: lead, and have every ISR follower's ack."""
+
+    def __init__(self, cluster: ClusterNode, leader: ReplicationLeader, keeper: IsrKeeper) -> None:
+        self.cluster = cluster
+        self.leader = leader
+        self.keeper = keeper
+
+    def covers(self, log_position: int) -> bool:
+        # leads() first: from the fence deadline on, nothing more is confirmed
+        return self.cluster.leads() and self.keeper.covers(log_position, self.leader.acked)
+
+
+class ClusterMember:
+    """One replicated cluster node (see the module docstring)."""
+
+    def __init__(
+        self, options: ServerOptions, leader_server: LeaderServer, management: ManagementApp
+    ) -> None:
+        assert options.cluster is not None
+        self._leader_server = leader_server
+        self._management = management
+        self.options = _fixed_ports(options)
+        cluster = self.options.cluster
+        assert cluster is not None
+        self.settings = cluster
+        self.name = self.options.node
+        self.cluster = ClusterNode(replace(cluster, auto_isr=False), self._record, self._now_ms)
+        self.server: BrokerServer | None = None
+        self.leading_epoch: int | None = None
+        """The epoch of the leader's server running now (None: following)."""
+        self.follower: ReplicationFollower | None = None
+        self._follower_task: asyncio.Task[None] | None = None
+        self._following: str | None = None
+        self._isr_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until `request_stop()`."""
+        self.cluster.add_role_listener(self._role_changed)
+        await self._follow_mode(None)
+        await self.cluster.start()
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()  # before the step: a change during it wakes the next one
+                try:
+                    await self._step()
+                except Exception:
+                    log.exception("cluster member: a role transition failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), _POLL_S)
+        finally:
+            # step down first (fence, hand over), then stop serving
+            await self.cluster.stop()
+            await self._stop_current()
+
+    def request_stop(self) -> None:
+        log.info("shutting down")
+        self._stopping.set()
+        self._wake.set()
+
+    def _role_changed(self, change: RoleChange) -> None:
+        # the fence itself needs nothing here: the gate asks leads() before each release
+        self._wake.set()
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    async def _step(self) -> None:
+        c = self.cluster
+        if c.leads():
+            epoch = c.election.epoch
+            if self.leading_epoch == epoch or c.secret is None:
+                return
+            await self._stop_current()
+            await self._lead(epoch, c.secret)
+            return
+        address = self._leader_address()
+        if self.leading_epoch is not None:
+            log.warning("cluster member: %s no longer leads; following", self.name)
+            await self._stop_current()
+        if self.server is None or self._following != address:
+            await self._follow_mode(address)
+
+    def _leader_address(self) -> str | None:
+        view = self.cluster.view()
+        if view.leader is None or view.leader == self.name:
+            return None
+        for n in view.nodes:
+            if n.name == view.leader:
+                return n.address
+        return None
+
+    async def _lead(self, epoch: int, secret: str) -> None:
+        opts = replace(
+            self.options,
+            replication=ReplicationSettings(
+                secret=secret.encode(),
+                shard=str(self.settings.shard),
+                port=self.settings.cluster_port,
+                confirm_replicated=True,
+                epoch=epoch,
+            ),
+        )
+        srv = self._leader_server(opts, self.cluster)
+        keeper = IsrKeeper(self.name, self.cluster.election.isr, self.settings.isr_timeout_ms)
+
+        def gate(leader: ReplicationLeader, commit: GroupCommit) -> ReplicaGate:
+            return IsrGate(self.cluster, leader, keeper)
+
+        srv.gate_for = gate
+        self.server = srv
+        try:
+            await srv.start()
+        except Exception:
+            log.exception("cluster member: cannot serve as the leader of epoch %d", epoch)
+            await self._stop_current()
+            await self.cluster.step_down()
+            return
+        self.leading_epoch = epoch
+        log.warning("cluster member: %s serves clients as the leader of epoch %d", self.name, epoch)
+        self._isr_task = asyncio.create_task(self._keep_isr(srv, keeper))
+
+    async def _keep_isr(self, srv: BrokerServer, keeper: IsrKeeper) -> None:
+        leader, commit = srv.replication, srv.commit
+        assert leader is not None
+        assert commit is not None
+        while True:
+            await asyncio.sleep(_ISR_TICK_S)
+            if not self.cluster.leads():
+                continue
+            want = keeper.decide(
+                self._now_ms(),
+                leader.acked,
+                commit.released_log_position,
+                commit.waiting_log_position,
+            )
+            if want is None:
+                continue
+            ok = False
+            try:
+                ok = await self.cluster.set_isr(want - {self.name})
+            except (EtcdUnavailableError, TimeoutError) as exc:
+                log.warning("cluster member: ISR %s not written: %s", sorted(want), exc)
+            keeper.written(ok)
+            if ok:
+                log.warning("cluster member: ISR is now %s", sorted(keeper.isr))
+            commit.replicated()
+
+    async def _follow_mode(self, address: str | None) -> None:
+        await self._stop_follower()
+        if self.server is None:
+            self.server = self._management_only()
+            await self.server.start()
+        secret = self.cluster.secret
+        if address is None or secret is None:
+            return  # nobody to follow yet (or no secret read yet): the next step tries again
+        self._following = address
+        host, _, port = address.rpartition(":")
+        settings = ReplicationSettings(
+            secret=secret.encode(), shard=str(self.settings.shard), follow=(host, int(port))
+        )
+        self.follower = ReplicationFollower(self.options.data_dir / "store", settings, self.name)
+        self._follower_task = asyncio.create_task(self.follower.run())
+
+    def _management_only(self) -> BrokerServer:
+        # a follower answers management (/api/cluster, /api/nodes) over an empty broker; its
+        # client listeners stay closed (module docstring)
+        opts = replace(
+            self.options,
+            amqp_port=None,
+            stomp_port=None,
+            mqtt_port=None,
+            stream_port=None,
+            replication=None,
+            config=dataclasses.replace(self.options.config, tls=None),
+        )
+        cfg = opts.config
+
+        def empty(emit: Emit, now_ms: int) -> Core:
+            return Core(Broker(broker_config(cfg), now_ms=now_ms))
+
+        opener: OpenCore = empty
+        return BrokerServer(opts, opener, app_factory=self._management(self.cluster), handlers={})
+
+    async def _stop_follower(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+        if self._follower_task is not None:
+            with contextlib.suppress(Exception):
+                await self._follower_task
+        self.follower = None
+        self._follower_task = None
+        self._following = None
+
+    async def _stop_current(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._isr_task
+            self._isr_task = None
+        await self._stop_follower()
+        if self.server is not None:
+            await self.server.stop("cluster role change")
+            self.server = None
+        self.leading_epoch = None
+
+    # -- what the ClusterNode reads ------------------------------------------------------------
+
+    def _record(self) -> NodeRecord:
+        opts = self.options
+        address = self.settings.advertise or f"{opts.host}:{self.settings.cluster_port}"
+        return NodeRecord(name=self.name, address=address, amqp=opts.amqp_port, http=opts.http_port)
+
+    def _now_ms(self) -> int:
+        return int(asyncio.get_running_loop().time() * 1000)
+
+
+def _fixed_ports(options: ServerOptions) -> ServerOptions:
+    # The leader's listeners open at each promotion, and the node's record in etcd names its
+    # ports once: a port of 0 ("any") is fixed to one free port now, for the process's life.
+    cluster = options.cluster
+    assert cluster is not None
+
+    def fix(port: int | None) -> int | None:
+        return _free_port(options.host) if port == 0 else port
+
+    return replace(
+        options,
+        amqp_port=fix(options.amqp_port),
+        http_port=fix(options.http_port),
+        stomp_port=fix(options.stomp_port),
+        mqtt_port=fix(options.mqtt_port),
+        stream_port=fix(options.stream_port),
+        cluster=replace(cluster, cluster_port=fix(cluster.cluster_port) or 0),
+    )
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def run_member(
+    options: ServerOptions, leader_server: LeaderServer, management: ManagementApp
+) -> int:
+    """`ringmq serve --cluster-etcd ...`: run a `ClusterMember` until SIGTERM/SIGINT."""
+    tune_gc()
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    async def main() -> None:
+        member = ClusterMember(options, leader_server, management)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, member.request_stop)
+        await member.run()
+
+    try:
+        loop.run_until_complete(main())
+    except (ConfigError, OSError, ValueError) as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    finally:
+        loop.close()
+    return 0
