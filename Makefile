@@ -35,6 +35,17 @@ $(RHEA_STAMP): $(RHEA)/package-lock.json
 	    || echo "rhea could not be installed: its AMQP 1.0 tests will be skipped"; \
 	else echo "no npm on PATH: the rhea AMQP 1.0 tests will be skipped"; fi
 
+# The browser builds of @stomp/stompjs and MQTT.js that tests/integration/test_browser.py's page
+# loads in headless Chromium (best effort, as rhea above).
+BROWSER := tests/integration/browser
+BROWSER_STAMP := $(BROWSER)/node_modules/.package-lock.json
+
+$(BROWSER_STAMP): $(BROWSER)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  (cd $(BROWSER) && npm ci --no-audit --no-fund --loglevel=error >/dev/null) \
+	    || echo "stompjs/mqtt.js could not be installed: the browser test will be skipped"; \
+	else echo "no npm on PATH: the browser test will be skipped"; fi
+
 # The Debian packages of the console, mosquitto and rabbitmqadmin tests, when missing and run as
 # root with apt-get (best effort: otherwise those tests skip and say why).
 DEPS_STAMP := $(VENV)/.test-deps
@@ -43,7 +54,7 @@ $(DEPS_STAMP): tools/test_deps.sh | $(BIN)/uv
 	@tools/test_deps.sh
 	@touch $(DEPS_STAMP)
 
-install: $(STAMP) $(RHEA_STAMP) $(DEPS_STAMP)
+install: $(STAMP) $(RHEA_STAMP) $(BROWSER_STAMP) $(DEPS_STAMP)
 
 # make run ARGS="--amqp-port 5673 --http-port 15673 --data-dir /var/lib/ringmq"
 run: $(RUN_STAMP)
@@ -56,7 +67,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache  # the layer contracts in pyproject.toml
 
 # Everything: lint and types, the broker's tests, then the Spark tests (need Java 17).
-test: lint $(RHEA_STAMP)
+test: lint $(RHEA_STAMP) $(BROWSER_STAMP)
 	$(BIN)/pytest -m "not spark" -q
 	@if command -v java >/dev/null 2>&1; then $(BIN)/pytest -m spark -q; \
 	else echo "SKIPPED: Spark tests (no java on PATH; Java 17 is needed)"; fi

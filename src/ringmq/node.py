@@ -51,7 +51,12 @@ from ringmq.adapters.mqtt.refusal import MqttRefuser
 from ringmq.adapters.stomp import stomp_handler
 from ringmq.adapters.stomp.refusal import StompRefuser
 from ringmq.adapters.stream import stream_handler
-from ringmq.adapters.websocket import MQTT_SUBPROTOCOLS, STOMP_SUBPROTOCOLS, websocket_handler
+from ringmq.adapters.websocket import (
+    AMQP_SUBPROTOCOLS,
+    MQTT_SUBPROTOCOLS,
+    STOMP_SUBPROTOCOLS,
+    websocket_handler,
+)
 from ringmq.cluster.agent import ClusterNode
 from ringmq.cluster.keys import NodeRecord
 from ringmq.core.broker import Broker
@@ -149,9 +154,10 @@ PROTOCOL_HANDLERS: dict[str, HandlerFactory] = {
     "stream": stream_handler,
     "web-stomp": websocket_handler(stomp_handler, STOMP_SUBPROTOCOLS, text=True),
     "web-mqtt": websocket_handler(mqtt_handler, MQTT_SUBPROTOCOLS, text=False),
+    "web-amqp": websocket_handler(amqp10_handler(), AMQP_SUBPROTOCOLS, text=False),
 }
 """The protocols a node serves, by key ("amqp091", "amqp10", "stomp", "mqtt", "stream",
-"web-stomp", "web-mqtt": STOMP and MQTT over WebSockets): each one's
+"web-stomp", "web-mqtt", "web-amqp": STOMP, MQTT and AMQP 1.0 over WebSockets): each one's
 `HandlerFactory` (`ringmq.adapters.handler`). The server opens a listener for each (AMQP 0-9-1
 and 1.0 share the AMQP port, told apart by the protocol header). `protocol_handlers` builds
 them from a configuration file."""

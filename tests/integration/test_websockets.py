@@ -1,15 +1,19 @@
-"""STOMP and MQTT over WebSockets (issue 29): the Web STOMP and Web MQTT listeners (path /ws,
-subprotocol negotiation), with real clients (stomp.py's WebSocket transport, paho-mqtt's
-`transport="websockets"`) exchanging messages with pika; a malformed handshake, a wrong path
-and a malformed frame close that connection alone."""
+"""STOMP, MQTT and AMQP 1.0 over WebSockets (issue 29): the Web STOMP, Web MQTT and Web AMQP
+listeners (path /ws, subprotocol negotiation), with real clients (stomp.py's WebSocket
+transport, paho-mqtt's `transport="websockets"`, rhea with the `ws` package) exchanging
+messages with pika; a malformed handshake, a wrong path and a malformed frame close that
+connection alone. The browser's clients: test_browser.py."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import queue
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -189,3 +193,79 @@ def test_mqtt_over_secure_websockets(broker_factory: BrokerFactory, tmp_path: Pa
     finally:
         client.loop_stop()
         client.disconnect()
+
+
+def _masked(payload: bytes) -> bytes:
+    """One binary frame as a client sends it (masked: RFC 6455 5.3), payload under 126 bytes."""
+    mask = os.urandom(4)
+    return (
+        bytes([0x82, 0x80 | len(payload)])
+        + mask
+        + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    )
+
+
+def _amqp_header_over(s: socket.socket) -> None:
+    """Upgrade `s` offering two AMQP subprotocols, send the SASL header, check the answer."""
+    s.sendall(_upgrade(protocols="AMQPWSB10, amqp") + _masked(b"AMQP\x03\x01\x00\x00"))
+    got = b""
+    while b"\r\n\r\n" not in got or len(got.partition(b"\r\n\r\n")[2]) < 10:
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    head, _, frames = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101")
+    assert b"sec-websocket-protocol: amqpwsb10" in head.lower()  # the first one offered
+    assert frames[:1] == b"\x82"  # binary, as the WebSocket binding requires
+    assert frames[2:10] == b"AMQP\x03\x01\x00\x00"  # the SASL layer's header back
+
+
+def test_amqp10_over_websockets_answers_the_protocol_header(
+    broker_factory: BrokerFactory,
+) -> None:
+    b = broker_factory(web_amqp_port=0)
+    with socket.create_connection(("127.0.0.1", b.port_of("web-amqp")), TIMEOUT_S) as s:
+        _amqp_header_over(s)
+
+
+def test_amqp10_over_secure_websockets(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    ca = CA(tmp_path, "wss-amqp")
+    server = ca.issue("server", person("localhost"), server=True)
+    b = broker_factory(
+        f'[tls]\ncert_file = "{server.cert}"\nkey_file = "{server.key}"\nport = 0\n'
+        "web_amqp_port = 0\n",
+    )
+    context = ssl.create_default_context(cafile=str(ca.cert_file))
+    context.check_hostname = False
+    raw = socket.create_connection(("127.0.0.1", b.port_of("web-amqp/ssl")), TIMEOUT_S)
+    with context.wrap_socket(raw) as s:
+        _amqp_header_over(s)
+
+
+RHEA = Path(__file__).resolve().parent / "amqp10" / "rhea"
+
+
+def test_amqp10_over_websockets_with_rhea_meets_pika(broker_factory: BrokerFactory) -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not on PATH (rhea needs Node.js)")
+    for package in ("rhea", "ws"):
+        if not (RHEA / "node_modules" / package / "package.json").exists():
+            pytest.skip(f"{package} is not installed: run `npm ci` in {RHEA} (make install does)")
+    b = broker_factory(web_amqp_port=0)
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port)) as conn:
+        ch = conn.channel()
+        for q in ("ws-amqp-in", "ws-amqp-out"):
+            ch.queue_declare(q)
+        ch.basic_publish("", "ws-amqp-in", b"from pika")
+        proc = subprocess.run(
+            [node, str(RHEA / "websocket.js"), str(b.port_of("web-amqp"))],
+            cwd=RHEA,
+            capture_output=True,
+            text=True,
+            timeout=30,  # the script gives up after 15 s itself
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"body": "from pika"}
+        assert _get(conn, "ws-amqp-out") == b"from rhea over websockets"

@@ -1,24 +1,26 @@
-"""STOMP and MQTT over WebSockets: a transport wrapper in front of their handlers.
+"""STOMP, MQTT and AMQP 1.0 over WebSockets: a transport wrapper in front of their handlers.
 
 Theory of operation: `WebSocketHandler` is a `Handler` (adapters/handler.py) that owns a
 sans-IO WebSocket server connection (wsproto) and the handler of the protocol it carries
-(`inner`, the ordinary STOMP or MQTT handler of the same `HandlerContext`, so the same limits,
-logins, throttle and authorisation apply as on the TCP listeners). Bytes in:
+(`inner`, the ordinary STOMP, MQTT or AMQP 1.0 handler of the same `HandlerContext`, so the
+same limits, logins, throttle and authorisation apply as on the TCP listeners). Bytes in:
 
     socket bytes -> wsproto -> the HTTP upgrade request (answered here) | messages
     -> message payloads, in order -> inner.receive_data -> core effects
 
 and out: whatever `inner` queued is sent as one WebSocket message per `data_to_send` (text
 frames for STOMP when the bytes are UTF-8, as RabbitMQ's Web STOMP sends by default; binary
-for MQTT, which RFC 6455 MQTT requires).
+for MQTT, which RFC 6455 MQTT requires, and for AMQP 1.0, whose WebSocket binding requires
+them too).
 
 The upgrade: the request's path must be `path` ("/ws", RabbitMQ's Web STOMP and Web MQTT
 default), else 404; of the client's subprotocols the first one we speak is chosen (STOMP:
-v12.stomp, v11.stomp, v10.stomp; MQTT: mqtt, mqttv3.1); a client that offers only others is
-refused (400), one that offers none is accepted without one. A malformed request is answered
-400 and the connection closed; a malformed frame gets wsproto's close (1002), then the close.
-Pings are answered. The carried protocol's own close (`inner.closed`) becomes a WebSocket
-close (1000), and a peer's close is answered and ends the connection.
+v12.stomp, v11.stomp, v10.stomp; MQTT: mqtt, mqttv3.1; AMQP 1.0: amqp, AMQPWSB10); a client
+that offers only others is refused (400), one that offers none is accepted without one. A
+malformed request is answered 400 and the connection closed; a malformed frame gets wsproto's
+close (1002), then the close. Pings are answered. The carried protocol's own close
+(`inner.closed`) becomes a WebSocket close (1000), and a peer's close is answered and ends the
+connection.
 
 Pure: no I/O; owned by the loop thread like the handler it wraps.
 """
@@ -50,6 +52,9 @@ from ringmq.core.errors import Condition
 DEFAULT_PATH: Final = "/ws"
 STOMP_SUBPROTOCOLS: Final = ("v12.stomp", "v11.stomp", "v10.stomp")
 MQTT_SUBPROTOCOLS: Final = ("mqtt", "mqttv3.1")
+AMQP_SUBPROTOCOLS: Final = ("amqp", "AMQPWSB10")
+"""AMQP 1.0: the WebSocket binding's `amqp` (Qpid JMS's `amqpws://`, Artemis, rhea) and its
+drafts' `AMQPWSB10`, which older clients still offer."""
 MAX_REQUEST_BYTES: Final = 16 * 1024
 """The largest upgrade request taken (a browser's is well under 2 KiB)."""
 _BAD_REQUEST: Final = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -221,6 +226,7 @@ def websocket_handler(
 
 
 __all__ = [
+    "AMQP_SUBPROTOCOLS",
     "DEFAULT_PATH",
     "MQTT_SUBPROTOCOLS",
     "STOMP_SUBPROTOCOLS",

@@ -66,6 +66,10 @@ def serve(
         str | None,
         typer.Option(help="MQTT over WebSockets, path /ws (RabbitMQ's 15675; default off)."),
     ] = None,
+    web_amqp_port: Annotated[
+        str | None,
+        typer.Option(help="AMQP 1.0 over WebSockets, path /ws (usually 15678; default off)."),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
     ] = None,
@@ -237,6 +241,7 @@ def serve(
     stream = _port_option(stream_port, "--stream-port")
     web_stomp = _port_option(web_stomp_port, "--web-stomp-port")
     web_mqtt = _port_option(web_mqtt_port, "--web-mqtt-port")
+    web_amqp = _port_option(web_amqp_port, "--web-amqp-port")
     try:
         options = options_from(
             file_config,
@@ -258,6 +263,7 @@ def serve(
             cluster_advertise=cluster_advertise,
             web_stomp_port=web_stomp,
             web_mqtt_port=web_mqtt,
+            web_amqp_port=web_amqp,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)

@@ -278,6 +278,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             stream_port=_port_or_off(t, "stream_port"),
             web_stomp_port=_port_or_off(t, "web_stomp_port"),
             web_mqtt_port=_port_or_off(t, "web_mqtt_port"),
+            web_amqp_port=_port_or_off(t, "web_amqp_port"),
             data_dir=Path(data_dir) if data_dir else None,
             amqp_bind=t.opt_str("amqp_bind"),
             amqps_bind=t.opt_str("amqps_bind"),
@@ -317,6 +318,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             stream_port=t.opt_int("stream_port", maximum=MAX_PORT),
             web_stomp_port=t.opt_int("web_stomp_port", maximum=MAX_PORT),
             web_mqtt_port=t.opt_int("web_mqtt_port", maximum=MAX_PORT),
+            web_amqp_port=t.opt_int("web_amqp_port", maximum=MAX_PORT),
         )
         t.done()
 

@@ -177,6 +177,8 @@ class TLSSpec:
     web_mqtt_port: int | None = None
     """STOMP and MQTT over secure WebSockets (wss://, path /ws; RabbitMQ's `web_stomp.ssl.port`
     15673 and `web_mqtt.ssl.port` 15676); None: off."""
+    web_amqp_port: int | None = None
+    """AMQP 1.0 over secure WebSockets (wss://, path /ws, subprotocol `amqp`); None: off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +199,8 @@ class ListenSpec:
     web_mqtt_port: int | None = None
     """STOMP and MQTT over WebSockets (RabbitMQ's Web STOMP and Web MQTT, path /ws; usually
     15674 and 15675); None or -1: no listener."""
+    web_amqp_port: int | None = None
+    """AMQP 1.0 over WebSockets (path /ws, subprotocol `amqp`; usually 15678); None or -1: none."""
     data_dir: Path | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None

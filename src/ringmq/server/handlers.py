@@ -73,6 +73,7 @@ PROTOCOL_NAMES: Final = {
     "stream": "RabbitMQ Stream",
     "web-stomp": "Web STOMP",
     "web-mqtt": "Web MQTT",
+    "web-amqp": "Web AMQP 1.0",
 }
 """How logs (and the failed-login log) name each protocol."""
 

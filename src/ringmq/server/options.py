@@ -26,6 +26,9 @@ DEFAULT_STREAM_PORT: Final = 5552
 DEFAULT_WEB_STOMP_PORT: Final = 15674
 DEFAULT_WEB_MQTT_PORT: Final = 15675
 """RabbitMQ's Web STOMP and Web MQTT ports (their listeners are off unless a port is given)."""
+DEFAULT_WEB_AMQP_PORT: Final = 15678
+"""AMQP 1.0 over WebSockets (off unless given): the port the docs suggest, next to Web STOMP's
+and Web MQTT's (Artemis serves WebSockets on its all-protocols acceptor instead)."""
 DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
 
 
@@ -72,7 +75,8 @@ class ServerOptions:
             free one; None: no listener (the default here; `options_from`, for `ringmq serve`,
             defaults them to 61613, 1883 and 5552). A protocol whose adapter is not wired
             (`BrokerServer(handlers=...)`) gets no listener either.
-        web_stomp_port / web_mqtt_port: STOMP and MQTT over WebSockets (path /ws); 0 picks
+        web_stomp_port / web_mqtt_port / web_amqp_port: STOMP, MQTT and AMQP 1.0 over
+            WebSockets (path /ws); 0 picks
             a free one; None (the default, as RabbitMQ's plugins are off until enabled): none.
         amqp_bind / amqps_bind / http_bind: the address of that listener (None: `host`).
         data_dir: directory for messages and definitions.
@@ -97,6 +101,7 @@ class ServerOptions:
     stream_port: int | None = None
     web_stomp_port: int | None = None
     web_mqtt_port: int | None = None
+    web_amqp_port: int | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None
     http_bind: str | None = None
@@ -131,6 +136,7 @@ def options_from(
     cluster_advertise: str | None = None,
     web_stomp_port: int | None = None,
     web_mqtt_port: int | None = None,
+    web_amqp_port: int | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -159,6 +165,7 @@ def options_from(
     node = cluster.node_name if cluster is not None else node_name
     web_stomp = _first(web_stomp_port, listen.web_stomp_port, -1)
     web_mqtt = _first(web_mqtt_port, listen.web_mqtt_port, -1)
+    web_amqp = _first(web_amqp_port, listen.web_amqp_port, -1)
     return ServerOptions(
         host=host or listen.host or DEFAULT_HOST,
         stomp_port=None if stomp < 0 else stomp,
@@ -166,6 +173,7 @@ def options_from(
         stream_port=None if stream < 0 else stream,
         web_stomp_port=None if web_stomp < 0 else web_stomp,
         web_mqtt_port=None if web_mqtt < 0 else web_mqtt,
+        web_amqp_port=None if web_amqp < 0 else web_amqp,
         amqp_port=None if amqp < 0 else amqp,
         amqp_bind=amqp_bind or listen.amqp_bind,
         amqps_bind=amqps_bind or listen.amqps_bind,

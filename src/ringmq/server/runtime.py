@@ -326,6 +326,7 @@ class BrokerServer:
             ("stream", opts.stream_port, "--stream-port"),
             ("web-stomp", opts.web_stomp_port, "--web-stomp-port"),
             ("web-mqtt", opts.web_mqtt_port, "--web-mqtt-port"),
+            ("web-amqp", opts.web_amqp_port, "--web-amqp-port"),
         ):
             if port is not None and key in self.handler_factories:
                 pre = bind_socket(opts.host, port, key, backlog=1024, option=option)
@@ -454,6 +455,7 @@ class BrokerServer:
             ("stream", spec.stream_port),
             ("web-stomp", spec.web_stomp_port),
             ("web-mqtt", spec.web_mqtt_port),
+            ("web-amqp", spec.web_amqp_port),
         )
         for key, port in tls_ports:
             if port is None or key not in self.handler_factories:

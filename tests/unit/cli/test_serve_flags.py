@@ -226,3 +226,20 @@ def test_web_stomp_and_web_mqtt_flags(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert result.exit_code == 0, result.output
     opts = seen["options"]
     assert (opts.web_stomp_port, opts.web_mqtt_port) == (None, 15675)
+
+
+def test_web_amqp_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    seen = _captured(monkeypatch)
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 0, result.output
+    assert seen["options"].web_amqp_port is None  # off unless given
+    result = CliRunner().invoke(app, ["serve", "--web-amqp-port", "15678"])
+    assert result.exit_code == 0, result.output
+    opts = seen["options"]
+    assert opts.web_amqp_port == 15678
+    toml = tmp_path / "web.toml"
+    toml.write_text("[server]\nweb_amqp_port = 15678\n")
+    result = CliRunner().invoke(app, ["serve", "--config", str(toml), "--web-amqp-port", "off"])
+    assert result.exit_code == 0, result.output
+    opts = seen["options"]
+    assert opts.web_amqp_port is None

@@ -20,8 +20,9 @@ function check(cond, why) {
   if (!cond) fail(why);
 }
 
-// A new container and an open connection; errors of any endpoint fail the script.
-function connect(id) {
+// A new container and an open connection; errors of any endpoint fail the script. `options`
+// adds to or overrides the connect options (connection_details: another transport).
+function connect(id, options = {}) {
   const container = rhea.create_container({ id });
   container.on('error', (ctx) => fail(`error: ${ctx.error}`));
   container.on('connection_error', (ctx) => fail(`connection error: ${JSON.stringify(ctx.connection.error)}`));
@@ -32,7 +33,7 @@ function connect(id) {
     if (!ctx.connection.is_closed()) fail(`disconnected: ${ctx.error}`);
   });
   const connection = container.connect({
-    host: '127.0.0.1', port, username: 'guest', password: 'guest', reconnect: false,
+    host: '127.0.0.1', port, username: 'guest', password: 'guest', reconnect: false, ...options,
   });
   return connection;
 }
