@@ -160,6 +160,7 @@ def test_batch_read_of_an_offset_range(env: Env, spark: Any) -> None:
     assert whole.count() == 40  # earliest to latest
 
 
+@pytest.mark.slow  # two driver JVMs, one killed: minutes on a loaded 2-core machine
 def test_kill9_driver_mid_batch_then_restart(env: Env, tmp_path: Path) -> None:
     n, per_batch = 120, 40
     _declare(env.broker.port, "sk-in", **STREAM)
@@ -190,6 +191,7 @@ def test_kill9_driver_mid_batch_then_restart(env: Env, tmp_path: Path) -> None:
     assert env.info("sk-in")["leases"] == []
 
 
+@pytest.mark.slow  # a broker subprocess killed and restarted under a running query
 def test_broker_kill_mid_query_is_exactly_once(spark: Any, tmp_path: Path) -> None:
     from pyspark.errors import StreamingQueryException
 
