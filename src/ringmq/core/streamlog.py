@@ -41,6 +41,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from ringmq.core.arguments import SettingsError, parse_max_age
 from ringmq.core.message import Message
+from ringmq.core.queue.columns import Columns
 
 __all__ = [
     "DEFAULT_MAX_SEGMENT_BYTES",
@@ -466,6 +467,10 @@ class StreamLog(Protocol):
         """Up to `max_count` (offset, message) from `offset` on (from the first kept when
         `offset` is older); [] at the end."""
 
+    def read_columns(self, offset: int, stop: int, out: Columns) -> None:
+        """The messages at offsets `[offset, stop)` (from the first kept when `offset` is
+        older) appended to `out` as rows whose seq is the offset (an offset reader's range)."""
+
     def offset_at(self, ts_ms: int) -> int:
         """The first offset of the first chunk stamped at or after `ts_ms` (next: none)."""
 
@@ -539,6 +544,9 @@ class MemoryStreamLog:
                         return out
             offset = seg.next_offset
         return out
+
+    def read_columns(self, offset: int, stop: int, out: Columns) -> None:
+        out.add_rows((o, o, False, m) for o, m in self.read(offset, max(0, stop - offset)))
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)

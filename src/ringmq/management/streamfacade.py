@@ -185,15 +185,7 @@ class StreamsFacade:
         if hi - lo > max_span:
             raise ValueError(f"range too large (at most {max_span} offsets)")
         cols = Columns()
-        at = lo
-        while at < hi:
-            got = log.read(at, hi - at)
-            if not got:
-                break
-            if got[-1][0] >= hi:  # a read never goes past max_count, but keep `hi` exact
-                got = [(off, m) for off, m in got if off < hi]
-            cols.add_rows((off, off, False, m) for off, m in got)
-            at = got[-1][0] + 1 if got else hi
+        log.read_columns(lo, hi, cols)
         return cols
 
     def expire_leases(self, now_ms: int) -> list[tuple[str, str, list[str]]]:

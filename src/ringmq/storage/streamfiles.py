@@ -36,11 +36,12 @@ import os
 import shutil
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
 from ringmq.core.message import Message
+from ringmq.core.queue.columns import Columns
 from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
 from ringmq.storage.records import (
     HEADER,
@@ -50,6 +51,7 @@ from ringmq.storage.records import (
     RecordType,
     decode_entry_at,
     encode_message,
+    entry_row_at,
     frame,
 )
 
@@ -240,14 +242,14 @@ class FileStreamLog:
             return self._fd, False
         return os.open(self.directory / _seg_name(seg.first_offset), os.O_RDONLY), True
 
-    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+    def _chunk_records(self, offset: int) -> Generator[tuple[bytes, int, int], None, None]:
+        """(record, first offset, count) of the chunk holding `offset` and of every later one,
+        in order (close the generator to release a sealed segment's descriptor early)."""
         index = self.index
-        offset = max(offset, index.first_offset)
-        out: list[tuple[int, Message]] = []
-        while len(out) < max_count:
+        while True:
             seg = index.segment_of(offset)
             if seg is None:
-                break
+                return
             fd, owned = self._open(seg)
             try:
                 _, pos = seg.point_before(offset)
@@ -256,15 +258,59 @@ class FileStreamLog:
                     if first + count <= offset:
                         continue
                     assert rec is not None
-                    for item in _entries(rec, first, count, max(0, offset - first)):
-                        out.append(item)
-                        if len(out) == max_count:
-                            return out
+                    yield rec, first, count
             finally:
                 if owned:
                     os.close(fd)
             offset = seg.next_offset
+
+    def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
+        offset = max(offset, self.index.first_offset)
+        out: list[tuple[int, Message]] = []
+        if max_count <= 0:
+            return out
+        with contextlib.closing(self._chunk_records(offset)) as chunks:
+            for rec, first, count in chunks:
+                for item in _entries(rec, first, count, max(0, offset - first)):
+                    out.append(item)
+                    if len(out) == max_count:
+                        return out
         return out
+
+    def read_columns(self, offset: int, stop: int, out: Columns) -> None:
+        # An offset range read: the fields go from the entries to the columns as stored
+        # (`entry_row_at`), no message built, as a browse reads page records.
+        offset = max(offset, self.index.first_offset)
+        if stop <= offset:
+            return
+        seqs, flags, stamps = out.seqs, out.redelivered, out.timestamps
+        exchanges, keys = out.exchanges.rows(), out.routing_keys.rows()
+        props, bodies = out.properties.rows(), out.bodies.rows()
+        unpack = _LEN.unpack_from
+        with contextlib.closing(self._chunk_records(offset)) as chunks:
+            for rec, first, count in chunks:
+                if first >= stop:
+                    return
+                p = _HEAD
+                for i in range(count):
+                    (n,) = unpack(rec, p)
+                    p += 4
+                    o = first + i
+                    if o >= stop:
+                        return
+                    if o >= offset:
+                        row = entry_row_at(rec, p, p + n)
+                        if row is None:  # another protocol's form: from the message
+                            out.add_rows(((o, o, False, decode_entry_at(rec, p, p + n).message),))
+                        else:
+                            seqs.append(o)
+                            flags.append(0)
+                            stamps.append(row[2])
+                            exchanges.append(row[3])
+                            keys.append(row[4])
+                            props.append(row[5])
+                            bodies.append(row[6])
+                    p += n
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)
