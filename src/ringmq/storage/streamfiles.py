@@ -281,6 +281,7 @@ class FileStreamLog:
         # An offset range read: the fields go from the entries to the columns as stored
         # (`entry_row_at`), no message built, as a browse reads page records.
         offset = max(offset, self.index.first_offset)
+        stop = min(stop, self.index.next_offset)  # only what the index has taken in
         if stop <= offset:
             return
         seqs, flags, stamps = out.seqs, out.redelivered, out.timestamps
