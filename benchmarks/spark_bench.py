@@ -15,6 +15,11 @@ messages (`--messages` is n), each next to its Parquet ceiling on the same rows:
   (reserve, parallel columnar range reads, settle), one micro-batch per action
   (`maxMessagesPerBatch` = the action's message count); ceiling: `readStream.parquet` of the
   same file with AvailableNow into `noop`, with its own checkpoint;
+* ringmq -> Spark (stream offsets): `readStream.format("ringmq")` on a stream queue
+  (`x-queue-type: stream`, filled like the queues) with AvailableNow into `noop`: the offsets
+  live in the checkpoint, executors read offset ranges from `/log`; nothing reserved or
+  settled, so every round reads the same stream from `earliest` with a fresh checkpoint;
+  path `offsets` (beside the stream's floor and ceiling);
 * Spark -> ringmq (write, http): `df.write.format("ringmq")` with `httpUrl` (bulk publish,
   confirmed, message ids); ceiling: `df.write.parquet` of the same DataFrame;
 * Spark -> ringmq (write, amqp): the same through AMQP publisher confirms;
@@ -144,6 +149,7 @@ def random_bodies(n: int, size: int, seed: int) -> Any:
 FLOOR_OF = {
     "ringmq -> Spark (browse)": "Python source floor (read)",
     "ringmq -> Spark (stream)": "Python source floor (stream)",
+    "ringmq -> Spark (stream offsets)": "Python source floor (stream)",
     "Spark -> ringmq (write, http)": "Python sink floor (write)",
     "Spark -> ringmq (write, amqp)": "Python sink floor (write)",
 }
@@ -198,8 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--driver-memory", default="4g", help="JVM heap (the cached rows live there)")
     ap.add_argument(
         "--paths",
-        default="browse,stream,write-http,write-amqp,floor",
-        help="comma-separated: browse, stream, write-http, write-amqp, floor (a do-nothing "
+        default="browse,stream,offsets,write-http,write-amqp,floor",
+        help="comma-separated: browse, stream, offsets (a stream queue read by offset), "
+        "write-http, write-amqp, floor (a do-nothing "
         "Python data source beside each direction), parquet-constant "
         "(each ringmq path runs with its Parquet ceiling)",
     )
@@ -294,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             for df in frames.values():
                 df.count()
 
-            def fill(q: str, n: int) -> float:
-                ch.queue_declare(q)
+            def fill(q: str, n: int, **arguments: Any) -> float:
+                ch.queue_declare(q, durable=bool(arguments), arguments=arguments or None)
                 t = time.perf_counter()
                 for a in range(0, n, 10_000):
                     part = bodies.slice(a, min(10_000, n - a)).to_pylist()
@@ -308,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             t_pub = 0.0
             published = 0
             queues = []
-            if paths & {"browse", "stream"}:
+            if paths & {"browse", "stream", "offsets"}:
                 queues += [(f"bench-{size}-{n}-browse", n) for n in (small, big)]
             if "stream" in paths:
                 queues += [(f"bench-{size}-{small}--1", small)]
@@ -318,6 +325,10 @@ def main(argv: list[str] | None = None) -> int:
             for q, n in queues:
                 t_pub += fill(q, n)
                 published += n
+            if "offsets" in paths:  # stream queues, read again by every round
+                for n in (small, big):
+                    t_pub += fill(f"bench-{size}-{n}-log", n, **{"x-queue-type": "stream"})
+                    published += n
             if published:
                 res.rate(size, "publish (bulk http, confirmed)", published / t_pub)
 
@@ -335,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
 
             # The ceilings' input: exactly the rows a browse returns, every column.
             same = {n: str(work / f"same-{size}-{n}") for n in (small, big)}
-            if paths & {"browse", "stream"}:
+            if paths & {"browse", "stream", "offsets"}:
                 for n, path in same.items():
                     ringmq_read(n).write.mode("overwrite").parquet(path)
 
@@ -356,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
 
                     timed(size, "Python source floor (read)", null_read, "Parquet -> Spark (read)")
 
-            if "stream" in paths:
+            if paths & {"stream", "offsets"}:
 
                 def stream(r: int, n: int) -> None:
                     q = f"bench-{size}-{n}-{r}"
@@ -373,8 +384,25 @@ def main(argv: list[str] | None = None) -> int:
                 def parquet_stream(r: int, n: int) -> None:
                     available_now(spark.readStream.schema(schema).parquet(same[n]), n, "parquet")
 
+                def offsets(r: int, n: int) -> None:
+                    df = (
+                        spark.readStream.format("ringmq")
+                        .options(url=amqp, httpUrl=http, queue=f"bench-{size}-{n}-log")
+                        .options(stream="true", minMessagesPerPartition="1")
+                        .load()
+                    )
+                    available_now(df, n, "stream offsets")
+
                 timed(size, "Parquet -> Spark (stream)", parquet_stream)
-                timed(size, "ringmq -> Spark (stream)", stream, "Parquet -> Spark (stream)")
+                if "stream" in paths:
+                    timed(size, "ringmq -> Spark (stream)", stream, "Parquet -> Spark (stream)")
+                if "offsets" in paths:
+                    timed(
+                        size,
+                        "ringmq -> Spark (stream offsets)",
+                        offsets,
+                        "Parquet -> Spark (stream)",
+                    )
                 if "floor" in paths:
 
                     def null_stream(r: int, n: int) -> None:

@@ -230,6 +230,7 @@ CASES = [
         "GET", ST + "/read", "/api/streams/%2F/q.open/read?consumer=c", "vhost", ("read", "q.open")
     ),
     Case("GET", ST + "/browse", "/api/streams/%2F/q.secret/browse", "vhost", ("read", "q.secret")),
+    Case("GET", ST + "/log", "/api/streams/%2F/q.open/log?lo=0&hi=1", "vhost", ("read", "q.open")),
     Case(
         "POST",
         ST + "/reserve",

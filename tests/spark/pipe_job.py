@@ -1,6 +1,8 @@
 """A Spark driver for the kill -9 test: queue -> slow map -> ringmq sink, AvailableNow.
 
 Usage: python pipe_job.py AMQP_URL HTTP_URL IN OUT CONSUMER CHECKPOINT SLOW_MS PER_BATCH LEASE_MS
+[stream]. With `stream`, IN is a stream queue read by offset (`maxOffsetsPerTrigger`
+PER_BATCH; CONSUMER and LEASE_MS are unused).
 Prints "BATCH <id>" as batches complete and "DONE" at the end.
 """
 
@@ -11,7 +13,8 @@ import time
 
 
 def main(argv: list[str]) -> int:
-    amqp, http, src, dst, consumer, checkpoint, slow_ms, per_batch, lease_ms = argv
+    amqp, http, src, dst, consumer, checkpoint, slow_ms, per_batch, lease_ms = argv[:9]
+    by_offset = argv[9:] == ["stream"]
     from pyspark.sql.functions import col, udf
     from pyspark.sql.types import BinaryType
 
@@ -25,14 +28,17 @@ def main(argv: list[str]) -> int:
         time.sleep(delay)
         return body
 
-    df = (
+    reader = (
         spark.readStream.format("ringmq")
-        .options(url=amqp, httpUrl=http, queue=src, consumerName=consumer)
-        .option("maxMessagesPerBatch", per_batch)
+        .options(url=amqp, httpUrl=http, queue=src)
         .option("minMessagesPerPartition", "1")
-        .option("leaseMs", lease_ms)
-        .load()
     )
+    if by_offset:
+        reader = reader.option("stream", "true").option("maxOffsetsPerTrigger", per_batch)
+    else:
+        reader = reader.options(consumerName=consumer, maxMessagesPerBatch=per_batch)
+        reader = reader.option("leaseMs", lease_ms)
+    df = reader.load()
     q = (
         df.select(slow(col("body")).alias("body"))
         .writeStream.format("ringmq")

@@ -224,6 +224,19 @@ class StreamClient:
         path = self._path(queue, f"/read?consumer={c}&lo={lo}&hi={hi}&format=columns")
         return self._request("GET", path)
 
+    def stream_bounds(self, queue: str, timestamp_ms: int | None = None) -> dict[str, Any]:
+        """`info`; on a stream queue it also has `type` "stream", `first_offset` and
+        `next_offset` (answered once durable), and with `timestamp_ms` `offset_at`: the first
+        offset stored at or after that time."""
+        q = "" if timestamp_ms is None else f"?timestamp={int(timestamp_ms)}"
+        out: dict[str, Any] = json.loads(self._request("GET", self._path(queue, q)))
+        return out
+
+    def read_log_columns(self, queue: str, lo: int, hi: int) -> bytes:
+        """A stream queue's offsets `[lo, hi)` as one `application/x-ringmq-columns` body (at
+        most 200 000; nothing reserved, repeatable)."""
+        return self._request("GET", self._path(queue, f"/log?lo={lo}&hi={hi}"))
+
     def browse_columns(self, queue: str, after: int | None = None, limit: int = 1000) -> bytes:
         """`browse` as one `application/x-ringmq-columns` body."""
         q = f"/browse?format=columns&limit={limit}" + ("" if after is None else f"&after={after}")

@@ -41,6 +41,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from ringmq.core.arguments import SettingsError, parse_max_age
 from ringmq.core.message import Message
+from ringmq.core.queue.columns import Columns
 from ringmq.core.streamchunk import (
     HEADER_SIZE,
     chunk_info,
@@ -481,6 +482,10 @@ class StreamLog(Protocol):
         """Up to `max_chunks` whole chunks from the one holding `offset` on, each as (first
         offset, record count, the chunk in the stream protocol's format: as stored)."""
 
+    def read_columns(self, offset: int, stop: int, out: Columns) -> None:
+        """The messages at offsets `[offset, stop)` (from the first kept when `offset` is
+        older) appended to `out` as rows whose seq is the offset (an offset reader's range)."""
+
     def offset_at(self, ts_ms: int) -> int:
         """The first offset of the first chunk stamped at or after `ts_ms` (next: none)."""
 
@@ -577,6 +582,9 @@ class MemoryStreamLog:
             ),
             max_chunks,
         )
+
+    def read_columns(self, offset: int, stop: int, out: Columns) -> None:
+        out.add_rows((o, o, False, m) for o, m in self.read(offset, max(0, stop - offset)))
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)

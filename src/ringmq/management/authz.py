@@ -233,7 +233,7 @@ for _path in ("alarms", "local-alarms", "port-listener/{port}", "virtual-hosts")
 _r("/api/aliveness-test/{vhost}", "GET", Gate.VHOST_ACCESS)
 _r("/api/definitions/{vhost}", "GET POST", Gate.ADMIN)
 _STREAM = "/api/streams/{vhost}/{queue}"
-for _path in ("", "/read", "/browse"):
+for _path in ("", "/read", "/log", "/browse"):
     _r(_STREAM + _path, "GET", Gate.VHOST, STREAM_READ, refusal=403)
 for _path in ("/reserve", "/settle"):
     _r(_STREAM + _path, "POST", Gate.VHOST, STREAM_READ, refusal=403)

@@ -152,12 +152,41 @@ class StreamsFacade:
             self._kick(q, now_ms)
         return found
 
-    def stream_info(self, vhost: str, name: str) -> tuple[dict[str, Any], list[Lease[SeqId]]]:
-        """A queue's bounds (head included) and its leases."""
+    def stream_info(
+        self, vhost: str, name: str, *, timestamp_ms: int | None = None
+    ) -> tuple[dict[str, Any], list[Lease[SeqId]]]:
+        """A queue's bounds (head included) and its leases; a stream queue's log bounds too
+        (`type`, `first_offset`, `next_offset`, and with `timestamp_ms` the offset of the first
+        chunk stored at or after it: `offset_at`)."""
         q = self._named(vhost, name)
         book = self.broker.streams.existing(q)
         leases = list(book.leases()) if book is not None else []
-        return stream_bounds(q, head=True), leases
+        bounds = stream_bounds(q, head=True)
+        log = q.stream
+        if log is not None:
+            bounds["type"] = "stream"
+            bounds["first_offset"] = log.index.first_offset
+            bounds["next_offset"] = log.index.next_offset
+            if timestamp_ms is not None:
+                bounds["offset_at"] = log.offset_at(timestamp_ms)
+        return bounds, leases
+
+    def read_log_columns(
+        self, vhost: str, name: str, lo: int, hi: int, *, max_span: int
+    ) -> Columns:
+        """Stream `name`'s messages at offsets `[lo, hi)` as columns (position = seq = offset).
+
+        Exact and repeatable: offsets are stable, so the same range reads the same messages,
+        short only where retention removed segments or below the log's end (ValueError: not
+        a stream, or a range wider than `max_span`)."""
+        log = self._named(vhost, name).stream
+        if log is None:
+            raise ValueError(f"queue {name!r} is not a stream (x-queue-type: stream)")
+        if hi - lo > max_span:
+            raise ValueError(f"range too large (at most {max_span} offsets)")
+        cols = Columns()
+        log.read_columns(lo, hi, cols)
+        return cols
 
     def expire_leases(self, now_ms: int) -> list[tuple[str, str, list[str]]]:
         """Expire the leases of every book: (vhost, queue, consumers) of each that gave

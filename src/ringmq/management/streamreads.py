@@ -149,9 +149,20 @@ class StreamReads:
         except (AMQPError, BrokerError) as exc:
             raise refused(exc) from None
 
-    def info(self, vhost: str, name: str) -> dict[str, Any]:
+    def read_log(self, vhost: str, name: str, lo: int, hi: int) -> bytes:
+        """A stream queue's offsets `[lo, hi)` in the columns encoding (nothing is reserved:
+        an offset reader keeps its own position)."""
         try:
-            bounds, leases = self.admin.stream_info(vhost, name)
+            cols = self.admin.read_log_columns(vhost, name, lo, hi, max_span=MAX_READ)
+        except (AMQPError, BrokerError) as exc:
+            raise refused(exc) from None
+        except ValueError as exc:
+            raise StreamError(400, str(exc)) from None
+        return encode_column_set(cols)
+
+    def info(self, vhost: str, name: str, timestamp_ms: int | None = None) -> dict[str, Any]:
+        try:
+            bounds, leases = self.admin.stream_info(vhost, name, timestamp_ms=timestamp_ms)
         except (AMQPError, BrokerError) as exc:
             raise refused(exc) from None
         return {

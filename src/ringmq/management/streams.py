@@ -108,7 +108,21 @@ def routes(
         return json_object(await request.body())  # 400 bad_request unless a JSON object
 
     async def info(request: Request, vhost: str, name: str) -> Response:
-        return JSONResponse(svc.info(vhost, name))
+        ts = request.query_params.get("timestamp")
+        stamp = None if ts is None else parse_int(ts, "timestamp", 0)
+        answer = svc.info(vhost, name, stamp)
+        if "next_offset" in answer:
+            # A stream's end is told only once durable: an offset a reader has seen is never
+            # reused by a broker that lost it in a crash (Kafka's high watermark).
+            await svc.durable()
+        return JSONResponse(answer)
+
+    async def log_read(request: Request, vhost: str, name: str) -> Response:
+        # A stream queue's offsets [lo, hi): nothing reserved, nothing to settle.
+        p = request.query_params
+        lo = parse_int(p.get("lo"), "lo", 0)
+        hi = parse_int(p.get("hi"), "hi", lo)
+        return Response(svc.read_log(vhost, name, lo, hi), media_type=COLUMNS_MEDIA_TYPE)
 
     async def reserve(request: Request, vhost: str, name: str) -> Response:
         body = await body_of(request)
@@ -165,6 +179,7 @@ def routes(
         route("", info, "GET"),
         route("/reserve", reserve, "POST"),
         route("/read", read, "GET"),
+        route("/log", log_read, "GET"),
         route("/settle", settle, "POST"),
         route("/browse", browse, "GET"),
         route("/leases/{consumer}", drop, "DELETE"),

@@ -36,11 +36,12 @@ import os
 import shutil
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
 from ringmq.core.message import Message
+from ringmq.core.queue.columns import Columns
 from ringmq.core.streamchunk import HEADER_SIZE as OSIRIS_HEADER
 from ringmq.core.streamchunk import chunk_info, decode_chunk, gather, osiris_chunk
 from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
@@ -52,6 +53,7 @@ from ringmq.storage.records import (
     RecordType,
     decode_entry_at,
     encode_message,
+    entry_row_at,
     frame,
 )
 
@@ -264,7 +266,9 @@ class FileStreamLog:
             return self._fd, False
         return os.open(self.directory / _seg_name(seg.first_offset), os.O_RDONLY), True
 
-    def _walk(self, offset: int) -> Iterator[tuple[int, int, int, memoryview | bytes, bool]]:
+    def _walk(
+        self, offset: int
+    ) -> Generator[tuple[int, int, int, memoryview | bytes, bool], None, None]:
         # Every chunk from the one holding `offset` on: (first, timestamp, count, record, raw).
         index = self.index
         offset = max(offset, index.first_offset)
@@ -308,6 +312,49 @@ class FileStreamLog:
             ),
             max_chunks,
         )  # fmt: skip
+
+    def read_columns(self, offset: int, stop: int, out: Columns) -> None:
+        # An offset range read: the fields go from the entries to the columns as stored
+        # (`entry_row_at`), no message built, as a browse reads page records.
+        offset = max(offset, self.index.first_offset)
+        stop = min(stop, self.index.next_offset)  # only what the index has taken in
+        if stop <= offset:
+            return
+        seqs, flags, stamps = out.seqs, out.redelivered, out.timestamps
+        exchanges, keys = out.exchanges.rows(), out.routing_keys.rows()
+        props, bodies = out.properties.rows(), out.bodies.rows()
+        unpack = _LEN.unpack_from
+        with contextlib.closing(self._walk(offset)) as chunks:
+            for first, _ts, count, rec, raw in chunks:
+                if first >= stop:
+                    return
+                if raw:  # a stream-protocol chunk, as stored: its messages decoded
+                    for o, m in decode_chunk(rec[HEADER_SIZE:], max(0, offset - first)):
+                        if o >= stop:
+                            return
+                        out.add_rows(((o, o, False, m),))
+                    continue
+                assert isinstance(rec, bytes)  # a core chunk is yielded as bytes
+                p = _HEAD
+                for i in range(count):
+                    (n,) = unpack(rec, p)
+                    p += 4
+                    o = first + i
+                    if o >= stop:
+                        return
+                    if o >= offset:
+                        row = entry_row_at(rec, p, p + n)
+                        if row is None:  # another protocol's form: from the message
+                            out.add_rows(((o, o, False, decode_entry_at(rec, p, p + n).message),))
+                        else:
+                            seqs.append(o)
+                            flags.append(0)
+                            stamps.append(row[2])
+                            exchanges.append(row[3])
+                            keys.append(row[4])
+                            props.append(row[5])
+                            bodies.append(row[6])
+                    p += n
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)

@@ -35,13 +35,19 @@ class RingMQDataSource(DataSource):
 
     def reader(self, schema: Any) -> Any:
         from ringmq.connector.spark.source import RingMQBatchReader
+        from ringmq.connector.spark.streamsource import StreamRangeReader, is_stream
 
-        return RingMQBatchReader(self._options())
+        o = self._options()
+        return StreamRangeReader(o) if is_stream(o) else RingMQBatchReader(o)
 
     def streamReader(self, schema: Any) -> Any:  # noqa: N802 - Spark's API name
+        # Stream queues are read by offset (the checkpoint holds them); destructive queues
+        # through reservations. The `stream` option answers without asking the broker.
         from ringmq.connector.spark.source import RingMQStreamReader
+        from ringmq.connector.spark.streamsource import StreamOffsetReader, is_stream
 
-        return RingMQStreamReader(self._options())
+        o = self._options()
+        return StreamOffsetReader(o) if is_stream(o) else RingMQStreamReader(o)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
         from ringmq.connector.spark.sink import RingMQBatchWriter

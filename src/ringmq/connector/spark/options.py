@@ -54,6 +54,14 @@ class Options:
     """Writer path: "http" (bulk publish endpoint) or "amqp" (confirmed AMQP publishes)."""
     persistent: bool = False
     """Writer: publish with delivery_mode 2 (stored by durable queues, survive a restart)."""
+    stream: bool | None = None
+    """Read the queues as stream queues by offset (None: ask the broker each queue's type)."""
+    starting_offsets: str = "earliest"
+    """Stream reads: `earliest`, `latest`, an offset, or `timestamp:<ms>`."""
+    ending_offsets: str = "latest"
+    """Stream batch reads: `latest`, an offset, or `timestamp:<ms>` (exclusive)."""
+    max_offsets_per_trigger: int | None = None
+    """Stream micro-batches: most offsets per trigger over all queues (None: all there is)."""
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> Options:
@@ -69,6 +77,16 @@ class Options:
         via = (low.get("publishvia") or ("http" if low.get("httpurl") else "amqp")).lower()
         if via not in ("http", "amqp"):
             raise OptionError(f"option publishVia must be http or amqp, got {via!r}")
+        stream = low.get("stream")
+        if stream is not None and stream.strip().lower() not in ("true", "false"):
+            raise OptionError(f"option stream must be true or false, got {stream!r}")
+        starting = low.get("startingoffsets") or "earliest"
+        if low.get("startingtimestamp"):  # Kafka's option name for a start in time
+            starting = "timestamp:" + low["startingtimestamp"]
+        ending = low.get("endingoffsets") or "latest"
+        for key, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
+            check_offset_spec(key, spec, allow_earliest=key == "startingOffsets")
+        per_trigger = low.get("maxoffsetspertrigger")
         return cls(
             url=url,
             http_url=http_url,
@@ -88,6 +106,12 @@ class Options:
             message_id_prefix=low.get("messageidprefix") or None,
             publish_via=via,
             persistent=low.get("persistent", "false").strip().lower() in ("true", "1", "yes"),
+            stream=None if stream is None else stream.strip().lower() == "true",
+            starting_offsets=starting.strip().lower(),
+            ending_offsets=ending.strip().lower(),
+            max_offsets_per_trigger=(
+                None if not per_trigger else _int(low, "maxoffsetspertrigger", 1)
+            ),
         )
 
     def require_queues(self) -> tuple[str, ...]:
@@ -102,6 +126,18 @@ class Options:
                 "reservation that survives restarts (like Kafka's group id)"
             )
         return self.consumer
+
+
+def check_offset_spec(key: str, spec: str, *, allow_earliest: bool) -> None:
+    """`spec` is `latest`, an offset >= 0, `timestamp:<ms>`, or (a start) `earliest`."""
+    v = spec.strip().lower()
+    if v == "latest" or (allow_earliest and v == "earliest"):
+        return
+    raw = v.removeprefix("timestamp:")
+    if raw.isdigit():
+        return
+    forms = "earliest, latest" if allow_earliest else "latest"
+    raise OptionError(f"option {key} must be {forms}, an offset or timestamp:<ms>, got {spec!r}")
 
 
 def _http_from_amqp(amqp: AMQPParams) -> str:

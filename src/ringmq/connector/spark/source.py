@@ -27,7 +27,7 @@ partition reads the same messages while the queue is unchanged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -60,10 +60,32 @@ def _one_thread() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(1, thread_name_prefix="ringmq-read")
 
 
-def _client(o: Options) -> StreamClient:
+def client_of(o: Options) -> StreamClient:
+    """A client of the streams API for the options' management URL, credentials and vhost."""
     from ringmq.connector.client import StreamClient
 
     return StreamClient(http_with_credentials(o.http_url, o.user, o.password), o.vhost)
+
+
+def read_ranges(
+    o: Options, queue: str, lo: int, hi: int, fetch: Callable[[StreamClient, int, int], bytes]
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: `[lo, hi)` as Arrow batches, `fetch(client, a, b)` giving the columnar
+    body of each step of `_READ_STEP`. The next step is under way while a batch is built and
+    consumed (one thread owns the task's connection)."""
+    from ringmq.connector.spark.rows import columns_to_batch
+
+    ranges = [(a, min(hi, a + _READ_STEP)) for a in range(lo, hi, _READ_STEP)]
+    with client_of(o) as c, _one_thread() as pool:
+        ahead = [pool.submit(fetch, c, a, b) for a, b in ranges[:1]]
+        for i in range(len(ranges)):
+            data = ahead.pop().result()
+            if i + 1 < len(ranges):
+                ahead.append(pool.submit(fetch, c, *ranges[i + 1]))
+            batch = columns_to_batch(queue, data)
+            if batch.num_rows:
+                yield batch
+    freeze_heap()
 
 
 @dataclass
@@ -140,7 +162,7 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _c(self) -> StreamClient:
         if self._client is None:
-            self._client = _client(self.options)
+            self._client = client_of(self.options)
         return self._client
 
     def _offset(self, values: dict[str, int]) -> dict[str, int]:
@@ -247,24 +269,15 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor side: the reserved range as Arrow batches (never acks). The next request
         is under way while a batch is built and consumed (one thread owns the connection)."""
         assert isinstance(partition, RangePartition)
-        from ringmq.connector.spark.rows import columns_to_batch
-
         q = partition.queue
         consumer = partition.options.require_consumer()
-        ranges = [
-            (a, min(partition.hi, a + _READ_STEP))
-            for a in range(partition.lo, partition.hi, _READ_STEP)
-        ]
-        with _client(partition.options) as c, _one_thread() as pool:
-            ahead = [pool.submit(c.read_columns, q, consumer, a, b) for a, b in ranges[:1]]
-            for i in range(len(ranges)):
-                data = ahead.pop().result()
-                if i + 1 < len(ranges):
-                    ahead.append(pool.submit(c.read_columns, q, consumer, *ranges[i + 1]))
-                batch = columns_to_batch(q, data)
-                if batch.num_rows:
-                    yield batch
-        freeze_heap()
+        yield from read_ranges(
+            partition.options,
+            q,
+            partition.lo,
+            partition.hi,
+            lambda c, a, b: c.read_columns(q, consumer, a, b),
+        )
 
     def commit(self, end: dict[str, int]) -> None:
         """The batch ending at `end` is durable in the sink: settle (delete) below it."""
@@ -290,7 +303,7 @@ class RingMQBatchReader(DataSourceReader):
     def partitions(self) -> list[BrowsePartition]:
         o = self.options
         out: list[BrowsePartition] = []
-        with _client(o) as c:
+        with client_of(o) as c:
             for q in self.queues:
                 info = c.info(q)
                 head, tail = info.get("head_seq"), int(info.get("tail_seq") or 0)
@@ -314,7 +327,7 @@ class RingMQBatchReader(DataSourceReader):
         if partition.last < 0:
             return
         q = partition.queue
-        with _client(partition.options) as c, _one_thread() as pool:
+        with client_of(partition.options) as c, _one_thread() as pool:
             ahead = [pool.submit(c.browse_columns, q, partition.after, _READ_STEP)]
             while ahead:
                 data = ahead.pop().result()

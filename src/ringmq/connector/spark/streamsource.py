@@ -1,0 +1,218 @@
+"""Readers of stream queues (`x-queue-type: stream`) by offset, as Spark's Kafka source reads.
+
+Theory of operation (docs/spark.md has the long form)
+-----------------------------------------------------
+A stream's offsets are stable and reading removes nothing, so the offsets live in Spark's
+checkpoint alone and the broker holds nothing for the job: no reservation, no lease, nothing
+to settle. A streaming offset is `{queue: next offset}`; a micro-batch is the range
+`[start, end)` of each queue, and replaying a batch (after a driver or broker kill) reads the
+same range again, which holds the same messages.
+
+In the driver's runner process `latestOffset(start, limit)` asks the broker each stream's
+`next_offset` (one small GET, answered only once the log is durable up to it: an offset a
+batch has planned is never reused by a broker that lost its tail in a crash) and returns
+`min(next_offset, start + share of the per-trigger limit)`. `initialOffset` resolves
+`startingOffsets` (`earliest`, `latest`, an offset, `timestamp:<ms>`) once, for a new query;
+a restarted query starts from its checkpoint and never calls it. `commit` does nothing.
+
+Executors read `[lo, hi)` with `GET /api/streams/{vhost}/{queue}/log?lo=..&hi=..` in steps of
+`_READ_STEP` offsets, in the columnar wire format the queue source uses, the next step asked
+for while the current one is built into Arrow (`source.read_ranges`). A range whose start
+retention has removed reads from the stream's first offset (what is gone is gone).
+
+`spark.read` of a stream resolves `startingOffsets` and `endingOffsets` (default `earliest` and
+`latest`) in the planner and reads the range the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from ringmq.connector.spark.options import OptionError, Options
+from ringmq.connector.spark.source import client_of, read_ranges, split
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ringmq.connector.client import StreamClient
+
+
+def is_stream(o: Options) -> bool:
+    """Whether `o`'s queues are streams: the `stream` option, else each queue's type as the
+    broker tells it (all of them alike, or an OptionError)."""
+    if o.stream is not None:
+        return o.stream
+    with client_of(o) as c:
+        kinds = {q: c.info(q).get("type") == "stream" for q in o.require_queues()}
+    if len(set(kinds.values())) > 1:
+        raise OptionError(f"queues mix stream and other queue types: {kinds}; read them apart")
+    return next(iter(kinds.values()))
+
+
+def resolve(c: StreamClient, queue: str, spec: str) -> int:
+    """The offset `spec` names on `queue` now: `earliest` the first offset kept, `latest` the
+    next one to be written, a number itself, `timestamp:<ms>` the first chunk at or after it."""
+    if spec.startswith("timestamp:"):
+        return int(c.stream_bounds(queue, int(spec[len("timestamp:") :]))["offset_at"])
+    if spec.isdigit():
+        return int(spec)
+    b = c.stream_bounds(queue)
+    if b.get("type") != "stream":
+        raise OptionError(f"queue {queue!r} is not a stream queue")
+    return int(b["first_offset"] if spec == "earliest" else b["next_offset"])
+
+
+@dataclass
+class OffsetRange(InputPartition):
+    """Offsets `[lo, hi)` of stream `queue` (picklable)."""
+
+    options: Options
+    queue: str
+    lo: int
+    hi: int
+
+    def __init__(self, options: Options, queue: str, lo: int, hi: int) -> None:
+        super().__init__((queue, lo, hi))
+        self.options = options
+        self.queue = queue
+        self.lo = lo
+        self.hi = hi
+
+
+def _partitions(o: Options, ranges: dict[str, tuple[int, int]]) -> list[OffsetRange]:
+    out = []
+    for q, (lo, hi) in ranges.items():
+        for a, b in split(lo, hi, o.partitions_per_range, o.min_messages_per_partition):
+            out.append(OffsetRange(o, q, a, b))
+    return out
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    assert isinstance(partition, OffsetRange)
+    q = partition.queue
+    yield from read_ranges(
+        partition.options,
+        q,
+        partition.lo,
+        partition.hi,
+        lambda c, a, b: c.read_log_columns(q, a, b),
+    )
+
+
+class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over stream offsets kept in Spark's checkpoint (module docstring)."""
+
+    def __init__(self, options: Options) -> None:
+        # Runs in several processes per query start: parse only, never connect here.
+        self.options = options
+        self.queues = options.require_queues()
+        self._client: StreamClient | None = None
+        self._position: dict[str, int] | None = None  # for 4.0/4.1's latestOffset()
+        self._target: dict[str, int] | None = None  # AvailableNow stop offsets
+        self._latest: dict[str, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles reader instances to executors: never ship the driver's connection.
+        return {**self.__dict__, "_client": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def _c(self) -> StreamClient:
+        if self._client is None:
+            self._client = client_of(self.options)
+        return self._client
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's API name
+        """Where a new query starts (`startingOffsets`); a restart starts at its checkpoint."""
+        return {q: resolve(self._c(), q, self.options.starting_offsets) for q in self.queues}
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's API name
+        n = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's API name
+        """Fix the stop offsets: each stream's end right now."""
+        self._target = {q: self._next(q) for q in self.queues}
+
+    def _next(self, q: str) -> int:
+        b = self._c().stream_bounds(q)
+        if b.get("type") != "stream":
+            raise OptionError(f"queue {q!r} is not a stream queue")
+        return int(b["next_offset"])
+
+    def latestOffset(  # noqa: N802 - Spark's API name
+        self, start: dict[str, int] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, int]:
+        """Each stream's end now (or the AvailableNow target), capped by the limit: the
+        limit is shared out evenly, what one stream leaves goes to the next."""
+        if start is None:  # Spark 4.0/4.1: no admission control, we track the position
+            start = self._position if self._position is not None else self.initialOffset()
+        budget: int | None = None
+        if isinstance(limit, ReadMaxRows):
+            budget = int(limit.max_rows)
+        elif limit is not None and not isinstance(limit, ReadAllAvailable):
+            budget = self.options.max_offsets_per_trigger  # files, bytes: the option's limit
+        end: dict[str, int] = {}
+        for i, q in enumerate(self.queues):
+            s = int(start[q]) if q in start else self.initialOffset()[q]
+            top = self._target[q] if self._target is not None else self._next(q)
+            self._latest[q] = top
+            e = max(s, top)  # a start past the end (an offset option) waits for the log
+            if budget is not None:
+                e = min(e, s + -(-budget // (len(self.queues) - i)))
+                budget -= e - s
+            end[q] = e
+        self._position = end
+        return end
+
+    def reportLatestOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's API name
+        """For progress: each stream's end as last seen."""
+        return dict(self._latest)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[OffsetRange]:
+        ranges = {q: (int(start.get(q, end[q])), int(end[q])) for q in self.queues if q in end}
+        return _partitions(self.options, ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: the range's messages as Arrow batches (nothing reserved)."""
+        return _read(partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: the offsets are in the checkpoint, the broker keeps no state."""
+
+    def stop(self) -> None:
+        # Best effort only: Spark kills the runner without calling this (docs/spark.md).
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class StreamRangeReader(DataSourceReader):
+    """`spark.read` of streams: `[startingOffsets, endingOffsets)` of each."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.queues = options.require_queues()
+
+    def partitions(self) -> list[OffsetRange]:
+        o = self.options
+        with client_of(o) as c:
+            ranges = {
+                q: (resolve(c, q, o.starting_offsets), resolve(c, q, o.ending_offsets))
+                for q in self.queues
+            }
+        return _partitions(o, ranges) or [OffsetRange(o, self.queues[0], 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
