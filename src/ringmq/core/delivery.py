@@ -51,7 +51,7 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
 from ringmq.core.selector import Selector
-from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
+from ringmq.core.session import PublishMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
 from ringmq.core.topology import Topology
 from ringmq.core.vhost import NoLocal, QueueEntity
@@ -73,13 +73,13 @@ class Got:
     """One message taken by `Delivery.get`.
 
     Attributes:
-        delivery_tag: its tag on the session (settle it with this unless taken no-ack).
+        delivery_id: its id on the session (settle it with this unless taken no-ack).
         redelivered: it was delivered before.
         message: the message.
         message_count: ready messages left in the queue.
     """
 
-    delivery_tag: int
+    delivery_id: int
     redelivered: bool
     message: Message
     message_count: int
@@ -291,7 +291,7 @@ class Delivery:
                 entries.extend(settled)
             s.tx = None
         entries.extend(s.take_all())
-        entries.sort(key=lambda e: e.tag)  # consumption order
+        entries.sort(key=lambda e: e.delivery_id)  # consumption order
         self.settle_entries(entries, SettleKind.REQUEUE, now_ms)
         for consumer in list(s.consumers.values()):
             self.remove_consumer(consumer, now_ms)
@@ -312,7 +312,7 @@ class Delivery:
                 session.conn_id,
                 session.channel,
                 tag,
-                session.next_untracked_tag(),
+                session.next_untracked_id(),
                 routing_key,
                 msg,
             )
@@ -356,7 +356,7 @@ class Delivery:
             persisted = durability.persisted(q)
             if persisted and d.seq in persisted:
                 durability.delivered(q, d.seq, d.delivery_count)
-        tag = s.next_untracked_tag() if no_ack else s.track(Unacked(q, d.seq, None))
+        tag = s.next_untracked_id() if no_ack else s.track(Unacked(q, d.seq, None))
         state.stats["delivered"] += 1
         return Got(tag, d.redelivered, d.message, q.queue.ready_count)
 
@@ -381,7 +381,7 @@ class Delivery:
         """Settle delivery `tag` of `s` (and every earlier one when `multiple`; tag 0 with
         `multiple` is all). In a transaction the settle waits for the commit."""
         entries = s.take(tag, multiple)
-        if s.mode is ChannelMode.TX:
+        if s.mode is PublishMode.TX:
             assert s.tx is not None
             s.tx.settles.append((kind, entries))
             return
@@ -521,8 +521,8 @@ class Delivery:
                     continue
             s = c.session
             if no_ack:
-                tag = s.next_tag
-                s.next_tag = tag + 1
+                tag = s.next_delivery_id
+                s.next_delivery_id = tag + 1
                 no_ack_count += 1
                 s.counts.delivered_auto += 1
             else:
@@ -565,7 +565,7 @@ class Delivery:
                 continue
             for d in _browsed(c, want, now_ms):
                 if c.no_ack:
-                    tag = s.next_untracked_tag()
+                    tag = s.next_untracked_id()
                 else:
                     tag = s.track(Unacked(q, d.seq, c, browse=True))
                 out.append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message))

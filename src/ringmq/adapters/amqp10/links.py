@@ -305,7 +305,7 @@ class Links:
                 msg, first_acquirer=not redelivered, delivery_count=1 if redelivered else 0
             )
             body = b""
-        tag = d.delivery_tag
+        tag = d.delivery_id
         settled = link.settled
         did = self.conn.sessions[channel].send_transfer(
             link.handle, tag.to_bytes(8, "big"), payload, settled, body
