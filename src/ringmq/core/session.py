@@ -144,7 +144,7 @@ class Session:
         self.perm_generation = 0
         self.part_of: int | None = None
         """The client session this one serves, when an adapter opened it as a helper (AMQP
-        1.0's confirm and transaction sessions): management shows it as part of that one."""
+        1.0's transaction sessions): management shows it as part of that one."""
 
     # -- permissions ----------------------------------------------------------------------
     def check(self, auth: AuthDB, access: Access, kind: str, name: str) -> None:

@@ -151,7 +151,7 @@ def _shown(number: int, s: Session) -> int:
 
 def channels(conns: Iterable[Conn]) -> list[ChannelInfo]:
     """The open sessions of `conns`, by connection and number; an adapter's helper sessions
-    (`Session.part_of`: AMQP 1.0's confirm and transaction sessions) are counted in the
+    (`Session.part_of`: AMQP 1.0's transaction sessions) are counted in the
     client session they serve, so an AMQP 1.0 session is one channel."""
     out = []
     for c in conns:

@@ -54,9 +54,8 @@ class LinkSession:
     """The links of one session and what they wait for."""
 
     core: Session
-    """Consumers and pre-settled publishes (no confirms)."""
-    confirm: Session
-    """Unsettled publishes: a core session in confirm mode (channel + `CONFIRM_CHANNEL_BASE`)."""
+    """The core session under the same number: its consumers and its publishes (in confirm
+    mode but while a pre-settled transfer publishes, `Links.message`)."""
     ins: dict[int, InLink] = field(default_factory=dict)
     outs: dict[int, OutLink] = field(default_factory=dict)
     by_tag: dict[str, OutLink] = field(default_factory=dict)
