@@ -1,5 +1,6 @@
 """An AMQP 1.0 session in management's channel list (python-qpid-proton): one channel per
-session, whatever core sessions the adapter uses behind it (one per open transaction), with its receivers as that channel's consumers."""
+session, whatever core sessions the adapter uses behind it (one per open transaction), with
+its receivers as that channel's consumers."""
 
 from __future__ import annotations
 
