@@ -17,7 +17,7 @@ the whole batch (a queue that would refuse any message fails the commit with 406
 is applied), then applies settles and publishes in order, as one store transaction synced
 before the commit is answered. `rollback` discards the buffer and returns every delivered
 unacked message of the session to its queue head in consumption order (Artemis: the ring keeps
-its tail); their old delivery tags become unknown.
+its tail); their old delivery ids become unknown.
 
 Pure: no I/O, no clock.
 """

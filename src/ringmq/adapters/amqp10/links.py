@@ -17,7 +17,7 @@ per session (`LinkSession`):
   are dropped.
 * links the broker **sends** on (`OutLink`, the peer's receivers): each is a core consumer
   (`Delivery.consume`) whose link credit is the core's (`Delivery.flow`; drain comes back as
-  `Drained`); each unsettled delivery's id maps to its core delivery tag (`unsettled`) until
+  `Drained`); each unsettled delivery's id maps to its core delivery id (`unsettled`) until
   the peer's disposition settles it: accepted -> ACK, released -> RELEASE, rejected -> REJECT
   (dead-letter), modified with undeliverable-here -> REJECT, other modified -> REQUEUE
   (counted as a failed delivery). A detached link returns its unsettled deliveries to their

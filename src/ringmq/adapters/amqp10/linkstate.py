@@ -60,7 +60,7 @@ class LinkSession:
     outs: dict[int, OutLink] = field(default_factory=dict)
     by_tag: dict[str, OutLink] = field(default_factory=dict)
     unsettled: dict[int, tuple[int, OutLink]] = field(default_factory=dict)
-    """The broker's unsettled deliveries: delivery id -> (core delivery tag, link)."""
+    """The broker's unsettled deliveries: delivery id -> (core delivery id, link)."""
     confirms: dict[int, int] = field(default_factory=dict)
     """Unsettled publishes waiting for their confirm: publish number -> delivery id."""
     unroutable: set[int] = field(default_factory=set)
