@@ -136,10 +136,9 @@ class CloseConnection:
 class CloseChannel:
     """Close one session from the broker side: a delivery passed its consumer timeout.
 
-    Each protocol says it its way: AMQP 0-9-1 closes the channel (RabbitMQ's
-    PRECONDITION_FAILED text), AMQP 1.0 detaches the consumer's link with
-    `amqp:resource-limit-exceeded`, STOMP sends an ERROR, MQTT disconnects. The core has
-    already ended `consumer_tag` (if any) and returned its unacknowledged messages.
+    Each adapter says it in its protocol's words (a session close with `condition`, a link
+    detach, an error frame or a disconnect). The core has already ended `consumer_tag` (if
+    any) and returned its unacknowledged messages.
     """
 
     conn_id: int

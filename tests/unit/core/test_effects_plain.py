@@ -28,8 +28,10 @@ SAMPLES: list[Any] = [
     effects.CancelConsumer(7, 1, "ctag"),
     effects.Drained(7, 1, "ctag", 3),
     effects.CloseConnection(7, Condition.CONNECTION_FORCED, "bye"),
+    effects.CloseChannel(7, 1, "ctag", Condition.PRECONDITION_FAILED, "timed out"),
     effects.Block(7, "memory"),
     effects.Unblock(7),
+    effects.ActivateConsumer(7, 3),
 ]
 
 _PLAIN = (int, str, bytes, bool, float, type(None), Condition, Message, tuple)
