@@ -10,7 +10,7 @@ from ringmq.amqp import spec
 from ringmq.amqp.properties import BasicProperties
 from ringmq.core.admin import Declarations
 from ringmq.core.broker import Broker
-from ringmq.core.effects import CloseConnection, Deliver, SendContent, SendMethod
+from ringmq.core.effects import CloseConnection, Deliver, Reply, ReplyContent
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.records import BindingInfo, PermissionInfo, PolicyInfo, UserInfo
@@ -98,7 +98,7 @@ def test_delete_queue_applies_the_cancel_in_a_batch() -> None:
     kit.consume(ch, "q", "c")
     admin, runtime = facade(kit.broker)
     assert admin.delete_queue("/", "q", now_ms=0) == 0
-    assert [e.method for e in as_frames(runtime.applied) if isinstance(e, SendMethod)] == [
+    assert [e.frame for e in as_frames(runtime.applied) if isinstance(e, Reply)] == [
         spec.BasicCancel(consumer_tag="c", no_wait=True)
     ]
     assert runtime.batches == 1
@@ -176,7 +176,7 @@ def test_update_queue_and_scheduled_admin_ops() -> None:
     runtime.applied.clear()
     assert admin.deliver_scheduled_now("/", "ring", None, now_ms=kit.now) == 1
     seen = runtime.applied
-    assert bodies([e for e in seen if isinstance(e, SendContent | Deliver)]) == [b"later"]
+    assert bodies([e for e in seen if isinstance(e, ReplyContent | Deliver)]) == [b"later"]
 
 
 def test_queue_counters_follow_rabbitmq_message_stats() -> None:

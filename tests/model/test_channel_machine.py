@@ -68,7 +68,7 @@ class ChannelMachine(RuleBasedStateMachine):
 
     def check(self, effects: list[Any]) -> None:
         got = [
-            (e.delivery_tag, int(e.message.body), e.redelivered)
+            (e.delivery_id, int(e.message.body), e.redelivered)
             for e in effects
             if isinstance(e, Deliver)
         ]

@@ -52,7 +52,7 @@ from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
 from ringmq.core.selector import Selector
-from ringmq.core.session import ChannelMode, Session, SettleKind, Unacked
+from ringmq.core.session import PublishMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
 from ringmq.core.streamread import stream_cursor, stream_read
 from ringmq.core.topology import Topology
@@ -75,13 +75,13 @@ class Got:
     """One message taken by `Delivery.get`.
 
     Attributes:
-        delivery_tag: its tag on the session (settle it with this unless taken no-ack).
+        delivery_id: its id on the session (settle it with this unless taken no-ack).
         redelivered: it was delivered before.
         message: the message.
         message_count: ready messages left in the queue.
     """
 
-    delivery_tag: int
+    delivery_id: int
     redelivered: bool
     message: Message
     message_count: int
@@ -312,7 +312,7 @@ class Delivery:
                 entries.extend(settled)
             s.tx = None
         entries.extend(s.take_all())
-        entries.sort(key=lambda e: e.tag)  # consumption order
+        entries.sort(key=lambda e: e.delivery_id)  # consumption order
         self.settle_entries(entries, SettleKind.REQUEUE, now_ms)
         for consumer in list(s.consumers.values()):
             self.remove_consumer(consumer, now_ms)
@@ -333,7 +333,7 @@ class Delivery:
                 session.conn_id,
                 session.channel,
                 tag,
-                session.next_untracked_tag(),
+                session.next_untracked_id(),
                 routing_key,
                 msg,
             )
@@ -383,7 +383,7 @@ class Delivery:
             if persisted and d.seq in persisted:
                 durability.delivered(q, d.seq, d.delivery_count)
         if no_ack:
-            tag = s.next_untracked_tag()
+            tag = s.next_untracked_id()
         else:
             tag = s.track(Unacked(q, d.seq, None, False, 0, now_ms))
             state.arm_consumer_check(q, now_ms)
@@ -423,7 +423,7 @@ class Delivery:
                         "basic.nack and basic.reject not supported by stream queues "
                         f"queue '{q.name}' in vhost '{q.vhost}'",
                     )
-        if s.mode is ChannelMode.TX:
+        if s.mode is PublishMode.TX:
             assert s.tx is not None
             s.tx.settles.append((kind, entries))
             return
@@ -571,8 +571,8 @@ class Delivery:
                     continue
             s = c.session
             if no_ack:
-                tag = s.next_tag
-                s.next_tag = tag + 1
+                tag = s.next_delivery_id
+                s.next_delivery_id = tag + 1
                 no_ack_count += 1
                 s.counts.delivered_auto += 1
             else:
@@ -622,7 +622,7 @@ class Delivery:
             for d in _browsed(c, want, now_ms):
                 offset = d.seq if stream else None
                 if c.no_ack:
-                    tag = s.next_untracked_tag()
+                    tag = s.next_untracked_id()
                 else:
                     tag = s.track(Unacked(q, d.seq, c, True, 0, now_ms))
                     self.state.arm_consumer_check(q, now_ms)

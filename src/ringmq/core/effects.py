@@ -1,10 +1,18 @@
 """Effects: what the pure core asks the server to do, in no protocol's words.
 
 Core calls return lists of effects; the server applies them in order, through the adapter of
-each target connection's protocol (AMQP 0-9-1: `ringmq.adapters.amqp091.frames`), and writes
-each connection's output once per read batch. Effects are imperatives (STYLE §5). `conn_id`
-and `channel` name the connection and the session (an AMQP 0-9-1 channel, an AMQP 1.0
-session) the effect is for.
+each target connection's protocol (`Handler.apply`), and writes each connection's output once
+per read batch. Effects are imperatives (STYLE §5) and plain values: ints, strings, bools, an
+enum, the stored `Message` (itself plain: bytes and a few fields) and, in `Reply` and
+`ReplyContent`, the adapter's own frame value, so a list of them could cross a process
+boundary (`tests/unit/core/test_effects_plain.py` pickles each kind). `conn_id` and `channel`
+name the connection and the session on it (the number the adapter opened it under).
+
+The core speaks of deliveries, settlements, outcomes and credit. A delivery carries its
+`delivery_id`, a per-session number the core allocates in delivery order (1, 2, ...); a
+settle names deliveries by it. An adapter whose protocol numbers deliveries the same way uses
+it as its own number, others keep a map. A publish that asked for an outcome gets a `Confirm`
+naming its `seq`, the session's per-publish number for publishes that want one.
 """
 
 from __future__ import annotations
@@ -17,30 +25,30 @@ from ringmq.core.message import Message
 
 
 @dataclass(frozen=True, slots=True)
-class SendMethod:
-    """Send a protocol adapter's reply (`method`: a frame of the adapter's protocol, e.g. an
-    AMQP 0-9-1 queue.declare-ok), in order with the core's effects. The core never builds one:
-    adapters append their replies to the call's effects so that a reply precedes the
-    deliveries it enables."""
+class Reply:
+    """Send a protocol adapter's reply (`frame`: a value of the adapter's protocol), in order
+    with the core's effects. The core never builds one: adapters append their replies to the
+    call's effects so that a reply precedes the deliveries it enables."""
 
     conn_id: int
     channel: int
-    method: Any  # the adapter's frame type; the core never reads it
+    frame: Any  # the adapter's frame value; the core never reads it
 
 
 @dataclass(frozen=True, slots=True)
-class SendContent:
-    """Send an adapter's reply that carries a message (an AMQP 0-9-1 basic.get-ok)."""
+class ReplyContent:
+    """Send an adapter's reply that carries a message (a get's answer)."""
 
     conn_id: int
     channel: int
-    method: Any
+    frame: Any
     message: Message
 
 
 @dataclass(slots=True)
 class Deliver:
-    """Deliver `message` to a consumer (its exchange and routing key are the message's).
+    """Deliver `message` to a consumer (its exchange and routing key are the message's) as
+    delivery `delivery_id` of the session.
 
     The delivery hot path builds one per delivered message, so it is a plain slotted class
     (a frozen dataclass's __init__ sets each field through object.__setattr__, several times
@@ -50,7 +58,7 @@ class Deliver:
     conn_id: int
     channel: int
     consumer_tag: str
-    delivery_tag: int
+    delivery_id: int
     redelivered: bool
     message: Message
     offset: int | None = None
@@ -60,19 +68,20 @@ class Deliver:
 @dataclass(frozen=True, slots=True)
 class DeliverReply:
     """Deliver `message` to a direct reply-to consumer under the routing key it was published
-    with (`amq.rabbitmq.reply-to.<token>`), never tracked for acknowledgement."""
+    with (`amq.rabbitmq.reply-to.<token>`), never tracked for settlement."""
 
     conn_id: int
     channel: int
     consumer_tag: str
-    delivery_tag: int
+    delivery_id: int
     routing_key: str
     message: Message
 
 
 @dataclass(frozen=True, slots=True)
-class Return:
-    """Hand an unroutable mandatory publish back to its publisher (`reason`: "NO_ROUTE")."""
+class Bounce:
+    """Hand an unroutable publish that asked to be told back to its publisher (`reason`:
+    "NO_ROUTE")."""
 
     conn_id: int
     channel: int
@@ -127,10 +136,9 @@ class CloseConnection:
 class CloseChannel:
     """Close one session from the broker side: a delivery passed its consumer timeout.
 
-    Each protocol says it its way: AMQP 0-9-1 closes the channel (RabbitMQ's
-    PRECONDITION_FAILED text), AMQP 1.0 detaches the consumer's link with
-    `amqp:resource-limit-exceeded`, STOMP sends an ERROR, MQTT disconnects. The core has
-    already ended `consumer_tag` (if any) and returned its unacknowledged messages.
+    Each adapter says it in its protocol's words (a session close with `condition`, a link
+    detach, an error frame or a disconnect). The core has already ended `consumer_tag` (if
+    any) and returned its unacknowledged messages.
     """
 
     conn_id: int
@@ -165,11 +173,11 @@ class ActivateConsumer:
 
 
 Effect = (
-    SendMethod
-    | SendContent
+    Reply
+    | ReplyContent
     | Deliver
     | DeliverReply
-    | Return
+    | Bounce
     | Confirm
     | CancelConsumer
     | Drained

@@ -51,7 +51,7 @@ from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
 from ringmq.core.queue import RunColumns
 from ringmq.core.routing import ExchangeType
-from ringmq.core.session import ChannelMode, Session
+from ringmq.core.session import PublishMode, Session
 from ringmq.core.vhost import QueueEntity, VHost
 
 if TYPE_CHECKING:
@@ -62,8 +62,8 @@ INGEST_RUN: Final = 256
 """Messages `Publisher.publish_batch` offers `ingest_run` at a time."""
 
 _DELAYED: Final = ExchangeType.DELAYED
-_CONFIRM: Final = ChannelMode.CONFIRM
-_TX: Final = ChannelMode.TX
+_CONFIRM: Final = PublishMode.CONFIRM
+_TX: Final = PublishMode.TX
 
 
 class Pipeline(Protocol):

@@ -18,7 +18,7 @@ and whether the message was persisted). The pipeline is that one method, in four
    consumer; otherwise the vhost routes it (bindings, alternate exchanges), widened by the CC
    and BCC headers (RabbitMQ sender-selected distribution: BCC is removed before delivery)
    and narrowed by de-duplication on message id. Nothing reached: counted unroutable, and
-   handed back to a `mandatory` publisher (`Return`).
+   handed back to a `mandatory` publisher (`Bounce`).
 3. **enqueue each**: the per-queue step, the same for every path: the engine decides
    (enqueued, scheduled, refused by a limit), persistent messages reaching durable queues are
    journaled, the queue is marked dirty, and the step notes what the call must do next:
@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Final
 from ringmq.core.auth import Access
 from ringmq.core.dedup import DUPL_ID_HEADER
 from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
-from ringmq.core.effects import Block, Effect, Return
+from ringmq.core.effects import Block, Bounce, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
 from ringmq.core.ingest import INGEST_RUN, ingest_columns, ingest_run
@@ -71,7 +71,7 @@ from ringmq.core.queue import PublishOutcome, RunColumns
 from ringmq.core.queue.scheduler import clamp_due
 from ringmq.core.resources import FLOW_HIGH, FLOW_HIGH_BYTES, Resources
 from ringmq.core.routing import ExchangeType
-from ringmq.core.session import ChannelMode, Session, TxPublish
+from ringmq.core.session import PublishMode, Session, TxPublish
 from ringmq.core.settings import LimitAction
 from ringmq.core.state import State
 from ringmq.core.texts import as_str
@@ -91,10 +91,10 @@ ADDRESS_FULL: Final = "address-full"
 
 _REJECTED: Final = PublishOutcome.REJECTED
 _SCHEDULED: Final = PublishOutcome.SCHEDULED
-_TX: Final = ChannelMode.TX
+_TX: Final = PublishMode.TX
 _DELAYED: Final = ExchangeType.DELAYED
 _BLOCK: Final = LimitAction.BLOCK
-_CONFIRM: Final = ChannelMode.CONFIRM
+_CONFIRM: Final = PublishMode.CONFIRM
 _NOT_REFUSED: Final = frozenset({ACCEPTED, BUFFERED, UNROUTABLE})
 
 
@@ -549,7 +549,7 @@ class Publisher:
                 if mandatory:
                     stats["returned"] += 1
                     s.counts.returned += 1
-                    self.state.out.append(Return(s.conn_id, s.channel, "NO_ROUTE", msg))
+                    self.state.out.append(Bounce(s.conn_id, s.channel, "NO_ROUTE", msg))
             return (), msg, None
         return queues, msg, None
 

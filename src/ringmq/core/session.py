@@ -1,25 +1,27 @@
-"""Per-connection and per-channel state: delivery tags, unacked messages, prefetch, confirms, tx.
+"""Per-connection and per-session state: deliveries, unsettled messages, prefetch, outcomes, tx.
 
 Theory of operation: a `Session` is one open session of a client connection as the core sees it
-(an AMQP 0-9-1 channel, an AMQP 1.0 session). It owns
+(whatever its protocol calls it). It owns
 
-* the delivery-tag counter and the unacked map `tag -> Unacked` (insertion ordered by tag, with a
-  deque of tags so `multiple=True` settles pop from the front in O(settled));
-* prefetch accounting: `prefetch_count` is what new consumers get (basic.qos global=false, the
-  RabbitMQ interpretation), `global_prefetch` caps all unacked deliveries of the channel
-  (global=true); `global_unacked` counts deliveries to consumers that need an ack;
-* publisher confirms: the publish sequence counter, the set of confirms held back for the storage
-  layer, the "floor" at and under which every publish is settled, and the publishes nacked above
-  it; from these `confirm_acks` coalesces acks into `multiple=True` ones (the one place the
-  rule below lives);
-* the transaction buffer (publishes and settles applied at tx.commit);
+* the delivery id counter and the unsettled map `delivery id -> Unacked` (insertion ordered by
+  id, with a deque of ids so a settle of "this one and every earlier one" pops from the front
+  in O(settled)); the ids are the session's, 1, 2, ... in delivery order, and an adapter whose
+  protocol numbers deliveries per session that way sends them as they are;
+* prefetch accounting: `prefetch_count` is what new consumers get (the RabbitMQ
+  interpretation of a per-consumer limit), `global_prefetch` caps all unsettled deliveries of
+  the session; `global_unacked` counts deliveries to consumers that need a settle;
+* publish outcomes: the publish sequence counter, the set of outcomes held back for the
+  storage layer, the "floor" at and under which every publish is settled, and the publishes
+  refused above it; from these `confirm_acks` coalesces acceptances into multiple ones (the one
+  place the rule below lives);
+* the transaction buffer (publishes and settles applied at the commit);
 * the cache of its successful permission checks (`check`).
 
-**The confirm rule.** A client reads `basic.ack(tag, multiple=True)` as "every publish of mine
-up to `tag` that is still waiting is accepted" (aiormq, pika), and most drop an ack whose tag is
-not itself waiting. So a multiple ack's tag is always a publish acked by that call, and its range
-(the floor before it, tag] holds only accepted publishes: none still held for the fsync, none
-nacked (a nack splits the range: an ack below it and another above), as RabbitMQ's
+**The confirm rule.** A client reads a multiple acceptance of publish `n` as "every publish of
+mine up to `n` that is still waiting is accepted" (aiormq, pika), and most drop one whose
+number is not itself waiting. So a multiple acceptance names a publish accepted by that call,
+and its range (the floor before it, n] holds only accepted publishes: none still held for the
+fsync, none nacked (a nack splits the range: an ack below it and another above), as RabbitMQ's
 `rabbit_channel` coalescing does and stricter (RabbitMQ lets a range run over an earlier nack).
 Invariants: every publish at or under `confirm_floor` is settled (acked or nacked) on the wire;
 every held publish is above it; every nacked one above it is in `confirm_nacked` (empty unless a
@@ -44,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
+from ringmq.core.texts import unknown_delivery
 
 if TYPE_CHECKING:
     from ringmq.core.auth import Access, AuthDB
@@ -53,15 +56,16 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Unacked:
-    """A delivery waiting for ack/nack/reject on its channel.
+    """A delivery waiting for its settlement on its session.
 
     Attributes:
         queue: the queue it came from.
         seq: its sequence number in that queue.
-        consumer: the consumer it was delivered to (None for basic.get).
+        consumer: the consumer it was delivered to (None for a get).
         browse: True for a non-destructive (browsing) delivery: settling it does not touch the
             queue.
-        tag: its delivery tag (set by `Session.track`; orders deliveries by consumption).
+        delivery_id: its id on the session (set by `Session.track`; orders deliveries by
+            consumption).
         delivered_at: when it was delivered (epoch ms): the consumer timeout counts from it.
     """
 
@@ -69,12 +73,12 @@ class Unacked:
     seq: SeqId
     consumer: Consumer | None
     browse: bool = False
-    tag: int = 0
+    delivery_id: int = 0
     delivered_at: int = 0
 
 
 class SettleKind(Enum):
-    """What to do with settled deliveries (AMQP 1.0's outcomes; 0-9-1 uses three of them)."""
+    """What to do with settled deliveries (AMQP 1.0's outcomes; other protocols use some)."""
 
     ACK = "ack"  # accepted: delete
     REQUEUE = (
@@ -96,20 +100,24 @@ class TxPublish:
 
 @dataclass(slots=True)
 class TxState:
-    """Publishes and settles buffered until tx.commit (discarded by tx.rollback)."""
+    """Publishes and settles buffered until the commit (discarded by a rollback)."""
 
     publishes: list[TxPublish] = field(default_factory=list)
     settles: list[tuple[SettleKind, list[Unacked]]] = field(default_factory=list)
 
 
-class ChannelMode(Enum):
+class PublishMode(Enum):
+    """What a session's publishes get back: nothing (NORMAL), each its outcome (CONFIRM,
+    `effects.Confirm` by the session's publish number), or nothing until they are committed
+    together (TX, the session's `TxState`)."""
+
     NORMAL = "normal"
     CONFIRM = "confirm"
     TX = "tx"
 
 
 class Session:
-    """State of one open channel."""
+    """State of one open session."""
 
     def __init__(self, conn: Conn, channel: int, vhost: VHost) -> None:
         self.conn = conn
@@ -117,14 +125,14 @@ class Session:
         self.channel = channel
         self.conn_id = conn.conn_id
         self.counts = conn.counts
-        self.next_tag = 1
+        self.next_delivery_id = 1
         self.unacked: dict[int, Unacked] = {}
         self._order: deque[int] = deque()
         self.prefetch_count = 0
         self.global_prefetch = 0
         self.global_unacked = 0
         self.consumers: dict[str, Consumer] = {}
-        self.mode = ChannelMode.NORMAL
+        self.mode = PublishMode.NORMAL
         self.publish_seq = 0
         self.confirm_held: set[int] = set()
         self.confirm_floor = 0
@@ -134,13 +142,13 @@ class Session:
         self.reply_tag: str | None = None
         self.last_queue = ""
         self.perm_ok: set[tuple[str, str, str]] = set()
-        self.write_ok: set[str] = set()  # exchanges this channel may publish to (cached)
+        self.write_ok: set[str] = set()  # exchanges this session may publish to (cached)
         self.perm_generation = 0
         self.timed_out = False
         """A delivery passed its consumer timeout: the channel is being closed."""
         self.part_of: int | None = None
         """The client session this one serves, when an adapter opened it as a helper (AMQP
-        1.0's confirm and transaction sessions): management shows it as part of that one."""
+        1.0's transaction sessions): management shows it as part of that one."""
 
     # -- permissions ----------------------------------------------------------------------
     def check(self, auth: AuthDB, access: Access, kind: str, name: str) -> None:
@@ -160,37 +168,36 @@ class Session:
 
     # -- deliveries -----------------------------------------------------------------------
     def track(self, entry: Unacked) -> int:
-        """Allocate the next delivery tag for an ack-required delivery and remember it."""
-        tag = self.next_tag
-        self.next_tag = tag + 1
-        entry.tag = tag
-        self.unacked[tag] = entry
-        self._order.append(tag)
+        """Allocate the next delivery id for a delivery that needs a settle and remember it."""
+        delivery_id = self.next_delivery_id
+        self.next_delivery_id = delivery_id + 1
+        entry.delivery_id = delivery_id
+        self.unacked[delivery_id] = entry
+        self._order.append(delivery_id)
         consumer = entry.consumer
         if consumer is not None:
             consumer.unacked += 1
             self.global_unacked += 1
-        return tag
+        return delivery_id
 
-    def next_untracked_tag(self) -> int:
-        """A delivery tag for a no-ack delivery (nothing to remember)."""
-        tag = self.next_tag
-        self.next_tag = tag + 1
-        return tag
+    def next_untracked_id(self) -> int:
+        """A delivery id for a delivery settled as it goes (nothing to remember)."""
+        delivery_id = self.next_delivery_id
+        self.next_delivery_id = delivery_id + 1
+        return delivery_id
 
-    def take(self, delivery_tag: int, multiple: bool) -> list[Unacked]:
+    def take(self, delivery_id: int, multiple: bool) -> list[Unacked]:
         """Remove and return the deliveries a settle names, in delivery order.
 
-        `multiple=True` with tag 0 means every outstanding delivery (RabbitMQ). An unknown tag
-        raises PRECONDITION_FAILED "unknown delivery tag N" (the channel then closes).
+        `multiple=True` with id 0 means every outstanding delivery (RabbitMQ). An unknown id
+        raises PRECONDITION_FAILED with RabbitMQ's text (`texts.unknown_delivery`; the session
+        then closes).
         """
         unacked = self.unacked
         if multiple:
-            if delivery_tag != 0 and delivery_tag not in unacked:
-                raise BrokerError(
-                    Condition.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}"
-                )
-            upto = delivery_tag if delivery_tag else self.next_tag
+            if delivery_id != 0 and delivery_id not in unacked:
+                raise BrokerError(Condition.PRECONDITION_FAILED, unknown_delivery(delivery_id))
+            upto = delivery_id if delivery_id else self.next_delivery_id
             out: list[Unacked] = []
             order = self._order
             while order and order[0] <= upto:
@@ -199,9 +206,9 @@ class Session:
                     out.append(entry)
             self._release(out)
             return out
-        entry = unacked.pop(delivery_tag, None)
+        entry = unacked.pop(delivery_id, None)
         if entry is None:
-            raise BrokerError(Condition.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}")
+            raise BrokerError(Condition.PRECONDITION_FAILED, unknown_delivery(delivery_id))
         order = self._order
         while order and order[0] not in unacked:
             order.popleft()
@@ -223,9 +230,9 @@ class Session:
                 consumer.unacked -= 1
                 self.global_unacked -= 1
 
-    # -- publisher confirms ---------------------------------------------------------------
+    # -- publish outcomes -----------------------------------------------------------------
     def next_publish_seq(self) -> int:
-        """Sequence number of the next publish on a confirm channel."""
+        """Sequence number of the next publish that wants its outcome."""
         self.publish_seq += 1
         return self.publish_seq
 
@@ -236,8 +243,8 @@ class Session:
         return range(first, first + n)
 
     def confirm_acks(self, released: list[int]) -> list[tuple[int, bool]]:
-        """(delivery_tag, multiple) acks to send for `released` publish seqs (now confirmed),
-        in tag order; the seqs leave the held set.
+        """(seq, multiple) acceptances to send for `released` publish seqs (now confirmed), in
+        seq order; the seqs leave the held set.
 
         The seqs at or under the new floor (everything under the lowest still held) are
         coalesced into one `multiple=True` ack, or one per run between nacked publishes (the
@@ -356,7 +363,7 @@ class Conn:
         client_properties: the client's Connection.StartOk properties.
         opened_ms: when it opened.
         writable: False while its socket buffer is full (no dispatch to it).
-        sessions: open channels by number.
+        sessions: open sessions by number.
         exclusive_queues: names of exclusive queues it owns.
         protocol: the adapter's protocol label (`amqp091`, `amqp10`, `stomp`, `mqtt311`, ...).
         counts: that protocol's message counters (shared by its connections).
@@ -376,6 +383,6 @@ class Conn:
 
     @property
     def cancel_notify(self) -> bool:
-        """True when the client understands server-sent basic.cancel (capability advertised)."""
+        """True when the client accepts a consumer cancelled by the broker (a capability)."""
         caps = self.client_properties.get("capabilities")
         return isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))

@@ -43,3 +43,8 @@ def as_str(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value if isinstance(value, str) else None
+
+
+def unknown_delivery(delivery_id: int) -> str:
+    """RabbitMQ's text for a settle that names no outstanding delivery (clients compare it)."""
+    return f"unknown delivery tag {delivery_id}"

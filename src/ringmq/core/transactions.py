@@ -17,7 +17,7 @@ the whole batch (a queue that would refuse any message fails the commit with 406
 is applied), then applies settles and publishes in order, as one store transaction synced
 before the commit is answered. `rollback` discards the buffer and returns every delivered
 unacked message of the session to its queue head in consumption order (Artemis: the ring keeps
-its tail); their old delivery tags become unknown.
+its tail); their old delivery ids become unknown.
 
 Pure: no I/O, no clock.
 """
@@ -31,7 +31,7 @@ from ringmq.core.effects import Confirm
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
 from ringmq.core.routing import ExchangeType
-from ringmq.core.session import ChannelMode, Session, SettleKind, TxPublish, TxState, Unacked
+from ringmq.core.session import PublishMode, Session, SettleKind, TxPublish, TxState, Unacked
 from ringmq.core.state import State
 from ringmq.core.vhost import QueueEntity, VHost
 
@@ -53,11 +53,11 @@ class Confirms:
 
     def select(self, s: Session) -> None:
         """Put `s` in confirm mode."""
-        if s.mode is ChannelMode.TX:
+        if s.mode is PublishMode.TX:
             raise BrokerError(
                 Condition.PRECONDITION_FAILED, "cannot switch from tx to confirm mode"
             )
-        s.mode = ChannelMode.CONFIRM
+        s.mode = PublishMode.CONFIRM
 
     def confirm_publish(
         self,
@@ -166,17 +166,17 @@ class Transactions:
     @staticmethod
     def select(s: Session) -> None:
         """Put `s` in transactional mode."""
-        if s.mode is ChannelMode.CONFIRM:
+        if s.mode is PublishMode.CONFIRM:
             raise BrokerError(
                 Condition.PRECONDITION_FAILED, "cannot switch from confirm to tx mode"
             )
         if s.tx is None:
             s.tx = TxState()
-        s.mode = ChannelMode.TX
+        s.mode = PublishMode.TX
 
     @staticmethod
     def _require_tx(s: Session) -> TxState:
-        if s.mode is not ChannelMode.TX or s.tx is None:
+        if s.mode is not PublishMode.TX or s.tx is None:
             raise BrokerError(Condition.PRECONDITION_FAILED, "channel is not transactional")
         return s.tx
 
@@ -251,7 +251,7 @@ class Transactions:
         tx.settles = []
         tx.publishes = []
         entries.extend(s.take_all())
-        entries.sort(key=lambda e: e.tag)
+        entries.sort(key=lambda e: e.delivery_id)
         self.delivery.settle_entries(entries, SettleKind.REQUEUE, now_ms)
         for consumer in s.consumers.values():
             self.state.mark(consumer.queue)

@@ -17,7 +17,7 @@ from ringmq.core.auth import AuthDB, User
 from ringmq.core.message import Message, amqp091_content, form_of
 from ringmq.core.policies import Policy
 from ringmq.core.routing import QUEUE
-from ringmq.core.session import ChannelMode, Conn, Session
+from ringmq.core.session import Conn, PublishMode, Session
 from ringmq.core.vhost import VHost
 from ringmq.management.records import (
     BindingInfo,
@@ -151,7 +151,7 @@ def _shown(number: int, s: Session) -> int:
 
 def channels(conns: Iterable[Conn]) -> list[ChannelInfo]:
     """The open sessions of `conns`, by connection and number; an adapter's helper sessions
-    (`Session.part_of`: AMQP 1.0's confirm and transaction sessions) are counted in the
+    (`Session.part_of`: AMQP 1.0's transaction sessions) are counted in the
     client session they serve, so an AMQP 1.0 session is one channel."""
     out = []
     for c in conns:
@@ -168,8 +168,8 @@ def channels(conns: Iterable[Conn]) -> list[ChannelInfo]:
                     messages_unacknowledged=sum(len(s.unacked) for s in parts),
                     prefetch_count=main.prefetch_count,
                     global_prefetch_count=main.global_prefetch,
-                    confirm=any(s.mode is ChannelMode.CONFIRM for s in parts),
-                    transactional=any(s.mode is ChannelMode.TX for s in parts),
+                    confirm=any(s.mode is PublishMode.CONFIRM for s in parts),
+                    transactional=any(s.mode is PublishMode.TX for s in parts),
                     state="running",
                 )
             )

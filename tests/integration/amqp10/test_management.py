@@ -1,6 +1,6 @@
 """An AMQP 1.0 session in management's channel list (python-qpid-proton): one channel per
-session, whatever core sessions the adapter uses behind it (its confirm session for unsettled
-sends, one per open transaction), with its receivers as that channel's consumers."""
+session, whatever core sessions the adapter uses behind it (one per open transaction), with
+its receivers as that channel's consumers."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def listing(b: BrokerThread) -> tuple[list[ChannelInfo], list[ConsumerInfo]]:
 def test_a_session_is_one_channel_with_its_receivers(broker: BrokerThread) -> None:
     c = BlockingConnection(f"amqp://guest:guest@127.0.0.1:{broker.port}", timeout=5)
     try:
-        c.create_sender("m-q").send(Message(body="x"))  # unsettled: the confirm session
+        c.create_sender("m-q").send(Message(body="x"))  # unsettled: confirmed
         r1 = c.create_receiver("m-q", name="r1")
         c.create_receiver("topic://m-t", name="r2")
         assert r1.receive(timeout=5).body == "x"  # out to r1, not settled yet

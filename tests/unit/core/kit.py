@@ -13,7 +13,7 @@ from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
-from ringmq.core.effects import Deliver, Effect, SendContent, SendMethod
+from ringmq.core.effects import Deliver, Effect, Reply, ReplyContent
 
 PERSISTENT = BasicProperties(delivery_mode=2)
 CAPS = {"capabilities": {"consumer_cancel_notify": True, "publisher_confirms": True}}
@@ -104,9 +104,9 @@ class Kit:
 def methods(effects: list[Effect]) -> list[Any]:
     """The 0-9-1 methods of the effects that are frames, in order."""
     return [
-        deliver_method(e) if isinstance(e, Deliver) else e.method
+        deliver_method(e) if isinstance(e, Deliver) else e.frame
         for e in as_frames(list(effects))
-        if isinstance(e, SendMethod | SendContent | Deliver)
+        if isinstance(e, Reply | ReplyContent | Deliver)
     ]
 
 
@@ -116,12 +116,12 @@ def delivered(effects: list[Effect]) -> list[Delivered]:
         Delivered(
             e.conn_id,
             e.channel,
-            deliver_method(e) if isinstance(e, Deliver) else e.method,
+            deliver_method(e) if isinstance(e, Deliver) else e.frame,
             e.message.body,
             e.message.properties_bin,
         )
         for e in as_frames(list(effects))
-        if isinstance(e, SendContent | Deliver)
+        if isinstance(e, ReplyContent | Deliver)
     ]
 
 

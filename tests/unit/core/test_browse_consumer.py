@@ -50,7 +50,7 @@ def test_a_browser_reads_everything_and_takes_nothing() -> None:
     got = _browse(k, sub, "q", "b", None)
     assert bodies(got) == [b"m0", b"m1", b"m2", b"m3"]
     assert _ready(k) == 4
-    tags = [e.delivery_tag for e in got if isinstance(e, Deliver)]
+    tags = [e.delivery_id for e in got if isinstance(e, Deliver)]
     s = k.broker.session(*sub)
     assert s is not None
     _call(k, lambda: k.broker.delivery.settle(s, tags[-1], True, SettleKind.ACK, k.now))

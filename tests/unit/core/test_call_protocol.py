@@ -11,7 +11,7 @@ import pytest
 from ringmq.amqp import spec
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
-from ringmq.core.effects import Deliver, Effect, SendMethod
+from ringmq.core.effects import Deliver, Effect, Reply
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
@@ -233,7 +233,7 @@ def test_an_aborted_pair_dispatches_nothing() -> None:
 def _outside_any_call(b: Broker) -> bool:
     # Between calls, `emit` refuses: no call was left open (or taken for the outer one).
     try:
-        b.calls.emit(SendMethod(9, 1, spec.BasicQosOk()))
+        b.calls.emit(Reply(9, 1, spec.BasicQosOk()))
     except AssertionError:
         return True
     return False
@@ -270,8 +270,8 @@ def test_a_nested_whole_call_leaves_the_outer_call_current() -> None:
     k = Kit()
     closing = k.open()
     b = k.broker
-    first = SendMethod(9, 1, spec.BasicQosOk())
-    second = SendMethod(9, 1, spec.ConfirmSelectOk())
+    first = Reply(9, 1, spec.BasicQosOk())
+    second = Reply(9, 1, spec.ConfirmSelectOk())
     with b.call(k.now) as out:
         b.calls.emit(first)
         inner = b.channel_closed(*closing, k.now)
@@ -284,7 +284,7 @@ def test_a_nested_whole_call_leaves_the_outer_call_current() -> None:
 def test_a_nested_call_that_raised_leaves_the_outer_call_current() -> None:
     k, pub = _consumed_queue()
     b = k.broker
-    after = SendMethod(9, 1, spec.BasicQosOk())
+    after = Reply(9, 1, spec.BasicQosOk())
     with b.call(k.now) as out:
         with pytest.raises(BrokerError), b.call(k.now + 5):
             raise BrokerError(Condition.NOT_FOUND, "inner refused")
@@ -298,7 +298,7 @@ def test_a_nested_call_that_raised_leaves_the_outer_call_current() -> None:
 def test_a_publish_call_inside_a_call_nests() -> None:
     k, pub = _consumed_queue()
     b = k.broker
-    after = SendMethod(9, 1, spec.BasicQosOk())
+    after = Reply(9, 1, spec.BasicQosOk())
     with b.call(k.now) as out:
         inner = b.calls.publish(*_args(b, pub, b"m"), False, k.now)
         b.calls.emit(after)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import ReplyCode
-from ringmq.core.effects import CloseConnection, Deliver, SendContent
+from ringmq.core.effects import CloseConnection, Deliver, ReplyContent
 from ringmq.core.session import SettleKind
 from tests.facade import admin_over
 from tests.unit.core.kit import Kit, bodies, delivered, methods, of_type
@@ -144,7 +144,7 @@ def test_connection_closed_filters_its_own_effects(kit: Kit) -> None:
     kit.declare(ch, "q")
     out = kit.broker.connection_closed(ch[0], kit.now)
     assert all(e.conn_id != ch[0] for e in out)
-    assert not any(isinstance(e, CloseConnection | SendContent | Deliver) for e in out)
+    assert not any(isinstance(e, CloseConnection | ReplyContent | Deliver) for e in out)
 
 
 def test_non_destructive_queue_gives_every_consumer_every_message() -> None:
@@ -222,10 +222,10 @@ def test_a_released_delivery_goes_back_without_counting_a_failed_delivery() -> N
     for _ in range(3):
         got = broker.delivery.get(session, "q", no_ack=False, now_ms=kit.now)
         assert got is not None
-        broker.delivery.settle(session, got.delivery_tag, False, SettleKind.RELEASE, kit.now)
+        broker.delivery.settle(session, got.delivery_id, False, SettleKind.RELEASE, kit.now)
     assert q.queue.ready_count == 1  # three releases: still there
     for expected_ready in (1, 0):
         got = broker.delivery.get(session, "q", no_ack=False, now_ms=kit.now)
         assert got is not None
-        broker.delivery.settle(session, got.delivery_tag, False, SettleKind.REQUEUE, kit.now)
+        broker.delivery.settle(session, got.delivery_id, False, SettleKind.REQUEUE, kit.now)
         assert q.queue.ready_count == expected_ready  # the second failure is over the limit

@@ -13,7 +13,7 @@ from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
-from ringmq.core.effects import Block, Effect, SendMethod
+from ringmq.core.effects import Block, Effect, Reply
 from tests.unit.core.kit import Kit
 
 _QUEUES: dict[str, dict[str, Any]] = {
@@ -70,8 +70,8 @@ def _acks(effects: list[Effect]) -> tuple[set[int], set[int]]:
     acked: set[int] = set()
     nacked: set[int] = set()
     for e in as_frames(effects):
-        if isinstance(e, SendMethod):
-            m = e.method
+        if isinstance(e, Reply):
+            m = e.frame
             if isinstance(m, spec.BasicNack):
                 nacked.add(m.delivery_tag)
             elif isinstance(m, spec.BasicAck):
@@ -114,12 +114,12 @@ def test_batch_equals_per_message(
     # Acks and nacks keep the channel's order: each nack comes after the acks of earlier seqs.
     settled: set[int] = set()
     for e in batch:
-        if isinstance(e, SendMethod) and isinstance(e.method, spec.BasicNack):
-            tag = e.method.delivery_tag
+        if isinstance(e, Reply) and isinstance(e.frame, spec.BasicNack):
+            tag = e.frame.delivery_tag
             assert {t for t in acked if t < tag} <= settled
             settled.add(tag)
-        elif isinstance(e, SendMethod) and isinstance(e.method, spec.BasicAck):
-            m = e.method
+        elif isinstance(e, Reply) and isinstance(e.frame, spec.BasicAck):
+            m = e.frame
             settled.update(range(1, m.delivery_tag + 1) if m.multiple else [m.delivery_tag])
 
 
@@ -146,7 +146,7 @@ def test_without_confirms_and_in_tx() -> None:
     messages = [("dedup", pb, b"1"), ("dedup", pb, b"2"), ("plain", pb, b"3")]
     done = kit.amqp.publish_batch(ch[0], ch[1], "", messages, 0, 3, kit.now)
     assert done.published == 3
-    assert not [e for e in as_frames(done.effects) if isinstance(e, SendMethod)]
+    assert not [e for e in as_frames(done.effects) if isinstance(e, Reply)]
     assert _contents(kit.broker)["dedup"] == [b"1"]
     kit2, ch2 = _setup(confirm=False)
     kit2.call(ch2, spec.TxSelect())

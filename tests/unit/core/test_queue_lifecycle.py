@@ -7,7 +7,7 @@ from __future__ import annotations
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
-from ringmq.core.effects import SendMethod
+from ringmq.core.effects import Reply
 from tests.unit.core.kit import Kit, of_type
 
 
@@ -113,10 +113,8 @@ def test_delete_if_unused_if_empty_and_cancel_notification(kit: Kit) -> None:
     ch = kit.open()
     consumer_chan = (1, 1)
     out = kit.call(ch, spec.QueueDelete(queue="q"))
-    cancels = [
-        e for e in out if isinstance(e, SendMethod) and isinstance(e.method, spec.BasicCancel)
-    ]
-    assert [(c.conn_id, c.channel, c.method.consumer_tag) for c in cancels] == [
+    cancels = [e for e in out if isinstance(e, Reply) and isinstance(e.frame, spec.BasicCancel)]
+    assert [(c.conn_id, c.channel, c.frame.consumer_tag) for c in cancels] == [
         (*consumer_chan, "c")
     ]
     assert of_type(out, spec.QueueDeleteOk) == [spec.QueueDeleteOk(message_count=0)]

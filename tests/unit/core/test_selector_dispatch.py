@@ -63,7 +63,7 @@ def test_a_requeued_selected_message_comes_back_once() -> None:
     assert bodies(got) == [b"red1"]
     s = k.broker.session(*sub)
     assert s is not None
-    tag = next(e.delivery_tag for e in got if isinstance(e, Deliver))
+    tag = next(e.delivery_id for e in got if isinstance(e, Deliver))
     with k.broker.call(k.now) as out:
         k.broker.delivery.cancel(s, "r", k.now)
         k.broker.delivery.settle(s, tag, False, SettleKind.RELEASE, k.now)

@@ -20,7 +20,7 @@ from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
-from ringmq.core.effects import Effect, SendContent, SendMethod
+from ringmq.core.effects import Effect, Reply, ReplyContent
 from ringmq.core.message import Message
 from ringmq.node import BrokerThread
 from ringmq.server.runtime import ServerOptions
@@ -121,19 +121,17 @@ class ScriptedBroker:
                 )
             if method.queue == "tick":
                 self.deadline = now_ms + 50
-            return [SendMethod(conn_id, channel, spec.QueueDeclareOk(method.queue, 0, 0))]
+            return [Reply(conn_id, channel, spec.QueueDeclareOk(method.queue, 0, 0))]
         if isinstance(method, spec.BasicConsume):
             self.consumers.append((conn_id, channel, method.consumer_tag or "ctag"))
-            return [
-                SendMethod(conn_id, channel, spec.BasicConsumeOk(method.consumer_tag or "ctag"))
-            ]
+            return [Reply(conn_id, channel, spec.BasicConsumeOk(method.consumer_tag or "ctag"))]
         if isinstance(method, spec.BasicCancel):
             self.consumers = [c for c in self.consumers if c[2] != method.consumer_tag]
-            return [SendMethod(conn_id, channel, spec.BasicCancelOk(method.consumer_tag))]
+            return [Reply(conn_id, channel, spec.BasicCancelOk(method.consumer_tag))]
         if isinstance(method, spec.BasicPublish):
             msg = Message("", method.routing_key, content.properties_bin, bytes(content.body))
             return [
-                SendContent(
+                ReplyContent(
                     c, ch, spec.BasicDeliver(tag, i + 1, False, "", method.routing_key), msg
                 )
                 for i, (c, ch, tag) in enumerate(self.consumers)

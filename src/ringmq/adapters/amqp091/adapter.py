@@ -10,7 +10,7 @@ handler (`methods.py`), then `Calls.end(publish=<a basic.publish>)`, whose one r
 whether to dispatch now (a publish's dispatch may wait for the read batch's
 `dispatch_pending`), and which writes the durable definitions; a plain basic.publish is one
 `Calls.publish`. It returns the call's effects in order: the core's own (neutral: `Deliver`,
-`Confirm`, `Return`...; `frames.py` says how each goes on the wire) and the handler's 0-9-1
+`Confirm`, `Bounce`...; `frames.py` says how each goes on the wire) and the handler's 0-9-1
 replies (`Calls.emit`).
 
 Errors: a core `BrokerError` becomes an `AMQPError` with the reply code of its condition
@@ -50,13 +50,13 @@ from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message
 from ringmq.core.publish import BatchPublished
 from ringmq.core.queue.ports import RunColumns
-from ringmq.core.session import ChannelMode, Session
+from ringmq.core.session import PublishMode, Session
 from ringmq.core.settings import SettingsError
 
 _PUBLISH: Final = spec.BasicPublish
 _PUBLISH_IDS: Final = (spec.BasicPublish.CLASS_ID, spec.BasicPublish.METHOD_ID)
-_TX: Final = ChannelMode.TX
-_CONFIRM: Final = ChannelMode.CONFIRM
+_TX: Final = PublishMode.TX
+_CONFIRM: Final = PublishMode.CONFIRM
 
 
 def check_login(

@@ -57,6 +57,7 @@ from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import (
     ActivateConsumer,
     Block,
+    Bounce,
     CancelConsumer,
     CloseChannel,
     CloseConnection,
@@ -65,9 +66,8 @@ from ringmq.core.effects import (
     DeliverReply,
     Drained,
     Effect,
-    Return,
-    SendContent,
-    SendMethod,
+    Reply,
+    ReplyContent,
     Unblock,
 )
 from ringmq.core.errors import Condition
@@ -182,7 +182,7 @@ class Amqp091Handler:
         self.proto.send_deliver(
             e.channel,
             e.consumer_tag,
-            e.delivery_tag,
+            e.delivery_id,
             e.redelivered,
             msg.exchange,
             msg.routing_key,
@@ -193,19 +193,19 @@ class Amqp091Handler:
     def _apply(self, e: Effect) -> None:
         proto = self.proto
         match e:
-            case SendContent(channel=ch, method=method, message=msg):
+            case ReplyContent(channel=ch, frame=method, message=msg):
                 proto.send_content(ch, method, *amqp091_content(msg))
             case Deliver():
                 raise AssertionError("handled above")
-            case SendMethod(channel=ch, method=method):
+            case Reply(channel=ch, frame=method):
                 proto.send_method(ch, method)
-            case Confirm() | Return() | CancelConsumer() | DeliverReply():
+            case Confirm() | Bounce() | CancelConsumer() | DeliverReply():
                 # the core's neutral effects, as this connection's protocol frames
                 frame = frame_of(e)
-                if type(frame) is SendMethod:
-                    proto.send_method(frame.channel, frame.method)
-                elif type(frame) is SendContent:
-                    proto.send_content(frame.channel, frame.method, *amqp091_content(frame.message))
+                if type(frame) is Reply:
+                    proto.send_method(frame.channel, frame.frame)
+                elif type(frame) is ReplyContent:
+                    proto.send_content(frame.channel, frame.frame, *amqp091_content(frame.message))
             case Drained() | ActivateConsumer():
                 # link credit is AMQP 1.0's, activation the stream protocol's: never sent here
                 pass

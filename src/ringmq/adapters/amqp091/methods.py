@@ -3,7 +3,7 @@ method.
 
 Theory of operation: each handler reads its method's fields, calls the core owner that does
 the work (`Topology`, `Publisher`, `Delivery`, `Confirms`, `Transactions`) with plain values,
-and appends the method's reply (`SendMethod`/`SendContent`) to the call's effects unless the
+and appends the method's reply (`Reply`/`ReplyContent`) to the call's effects unless the
 client asked for no-wait. Replies go out before the flush that follows the call, so they
 precede the deliveries they enable (consume-ok before the first basic.deliver). Core errors
 come back as `BrokerError`s; `Amqp091.handle` maps them to reply codes with this method's
@@ -21,7 +21,7 @@ from ringmq.adapters.amqp091.message import build
 from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.core.delivery import REPLY_TO_PREFIX, REPLY_TO_QUEUE
-from ringmq.core.effects import SendContent, SendMethod
+from ringmq.core.effects import Reply, ReplyContent
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.session import Session, SettleKind
 
@@ -32,7 +32,7 @@ Handler = Callable[["Broker", Session, Any, RawContent | None, int], None]
 
 
 def _reply(b: Broker, s: Session, method: object) -> None:
-    b.calls.emit(SendMethod(s.conn_id, s.channel, method))
+    b.calls.emit(Reply(s.conn_id, s.channel, method))
 
 
 # ---------------------------------------------------------------------- exchanges
@@ -189,11 +189,11 @@ def basic_get(b: Broker, s: Session, m: spec.BasicGet, _c: RawContent | None, no
         return
     msg = got.message
     b.calls.emit(
-        SendContent(
+        ReplyContent(
             s.conn_id,
             s.channel,
             spec.BasicGetOk(
-                delivery_tag=got.delivery_tag,
+                delivery_tag=got.delivery_id,
                 redelivered=got.redelivered,
                 exchange=msg.exchange,
                 routing_key=msg.routing_key,

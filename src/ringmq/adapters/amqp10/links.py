@@ -17,7 +17,7 @@ per session (`LinkSession`):
   are dropped.
 * links the broker **sends** on (`OutLink`, the peer's receivers): each is a core consumer
   (`Delivery.consume`) whose link credit is the core's (`Delivery.flow`; drain comes back as
-  `Drained`); each unsettled delivery's id maps to its core delivery tag (`unsettled`) until
+  `Drained`); each unsettled delivery's id maps to its core delivery id (`unsettled`) until
   the peer's disposition settles it: accepted -> ACK, released -> RELEASE, rejected -> REJECT
   (dead-letter), modified with undeliverable-here -> REJECT, other modified -> REQUEUE
   (counted as a failed delivery). A detached link returns its unsettled deliveries to their
@@ -50,7 +50,7 @@ from ringmq.amqp10.types import DecodeError
 from ringmq.core.effects import CloseConnection
 from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
-from ringmq.core.session import SettleKind
+from ringmq.core.session import PublishMode, SettleKind
 
 if TYPE_CHECKING:
     from ringmq.amqp10.connection import Connection
@@ -58,11 +58,13 @@ if TYPE_CHECKING:
     from ringmq.core.broker import Broker
     from ringmq.core.effects import Deliver
 
-CONFIRM_CHANNEL_BASE: Final = 1 << 16
-"""Core session numbers of the confirm-mode twin of each session (above every ushort)."""
 log = logging.getLogger(__name__)
 
 _ACCEPTED: Final = p.Accepted()
+_OUTCOMES: Final = PublishMode.CONFIRM
+"""A session's resting mode: its unsettled transfers' outcomes are their confirms."""
+_AT_MOST_ONCE: Final = PublishMode.NORMAL
+"""The mode a pre-settled transfer publishes in: no outcome (no publish number)."""
 _RELEASED: Final = p.Released()
 
 
@@ -104,19 +106,18 @@ class Links:
 
     # ------------------------------------------------------------------ sessions
     def session_begun(self, channel: int, now_ms: int) -> None:
-        """A session began: its core sessions, plain and in confirm mode."""
+        """A session began: its core session, under the same number. It rests in confirm mode
+        (an unsettled transfer's outcome is its confirm); a pre-settled transfer publishes in
+        normal mode (`_at_most_once`), as AMQP 1.0 chooses the settle mode per transfer."""
         b = self.broker
         for refusal in b.channel_opened(self.conn_id, channel, now_ms):
             if isinstance(refusal, CloseConnection):  # the user's max-channels
                 self.conn.close(c.NOT_ALLOWED, refusal.text)
                 return
-        b.channel_opened(self.conn_id, CONFIRM_CHANNEL_BASE + channel, now_ms, part_of=channel)
         s = b.session(self.conn_id, channel)
-        confirm = b.session(self.conn_id, CONFIRM_CHANNEL_BASE + channel)
         assert s is not None
-        assert confirm is not None
-        b.confirms.select(confirm)
-        self.sessions[channel] = LinkSession(s, confirm)
+        b.confirms.select(s)
+        self.sessions[channel] = LinkSession(s)
 
     def session_ended(self, channel: int, now_ms: int) -> list[int]:
         """Forget a session's links (a dynamic target's queue goes with its link, as on a
@@ -127,7 +128,7 @@ class Links:
             for link in ls.ins.values():
                 if link.temporary is not None:
                     self.broker.topology.delete_named(ls.core, link.temporary, now_ms)
-        return [channel, CONFIRM_CHANNEL_BASE + channel]
+        return [channel]
 
     # ------------------------------------------------------------------ attach
     def attach(self, ev: LinkAttaching, now_ms: int) -> None:
@@ -191,13 +192,15 @@ class Links:
         if link.coordinator:
             self.txn.control(ev, now_ms)
             return
-        s = ls.core if ev.settled else ls.confirm
+        s = ls.core
         b = self.broker
         publisher = b.publisher
         try:
             txs = None if ev.state is None else self.txn.session(ev.state)
             if txs is not None:
                 s = txs
+            elif ev.settled:
+                s.mode = _AT_MOST_ONCE  # this publish wants no outcome (restored below)
             node = link.node
             if node is None:
                 to = m10.address_of(ev.payload)
@@ -223,6 +226,8 @@ class Links:
         except DecodeError as exc:
             self._refused(ev, c.DECODE_ERROR, str(exc))
             return
+        finally:
+            ls.core.mode = _OUTCOMES
         if txs is not None:  # buffered: the outcome takes effect at the commit
             if not ev.settled:
                 txn_id = ev.state.txn_id
@@ -250,9 +255,8 @@ class Links:
     def confirmed(
         self, channel: int, seq: int, multiple: bool, ok: bool, reason: str | None
     ) -> None:
-        """A `Confirm` (for the confirm-mode twin of session `channel`): settle the publishes it
-        names with their outcome."""
-        channel -= CONFIRM_CHANNEL_BASE
+        """A `Confirm` for session `channel`: settle the publishes it names with their
+        outcome."""
         ls = self.sessions.get(channel)
         if ls is None:
             return
@@ -309,7 +313,7 @@ class Links:
                 msg, first_acquirer=not redelivered, delivery_count=1 if redelivered else 0
             )
             body = b""
-        tag = d.delivery_tag
+        tag = d.delivery_id
         settled = link.settled
         did = self.conn.sessions[channel].send_transfer(
             link.handle, tag.to_bytes(8, "big"), payload, settled, body

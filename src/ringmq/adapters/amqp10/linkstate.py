@@ -54,14 +54,13 @@ class LinkSession:
     """The links of one session and what they wait for."""
 
     core: Session
-    """Consumers and pre-settled publishes (no confirms)."""
-    confirm: Session
-    """Unsettled publishes: a core session in confirm mode (channel + `CONFIRM_CHANNEL_BASE`)."""
+    """The core session under the same number: its consumers and its publishes (in confirm
+    mode but while a pre-settled transfer publishes, `Links.message`)."""
     ins: dict[int, InLink] = field(default_factory=dict)
     outs: dict[int, OutLink] = field(default_factory=dict)
     by_tag: dict[str, OutLink] = field(default_factory=dict)
     unsettled: dict[int, tuple[int, OutLink]] = field(default_factory=dict)
-    """The broker's unsettled deliveries: delivery id -> (core delivery tag, link)."""
+    """The broker's unsettled deliveries: delivery id -> (core delivery id, link)."""
     confirms: dict[int, int] = field(default_factory=dict)
     """Unsettled publishes waiting for their confirm: publish number -> delivery id."""
     unroutable: set[int] = field(default_factory=set)

@@ -22,6 +22,7 @@ from ringmq.amqp10.events import MessageReceived
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.errors import BrokerError
 from ringmq.core.publish import UNROUTABLE
+from ringmq.core.session import PublishMode
 
 if TYPE_CHECKING:
     from ringmq.adapters.amqp10.links import Links
@@ -50,7 +51,7 @@ def publish_run(links: Links, ev: MessagesReceived, now_ms: int) -> None:
 
 def _plain(links: Links, ls: LinkSession, link: InLink, ev: MessagesReceived, now_ms: int) -> None:
     settled = ev.settled
-    s = ls.core if settled else ls.confirm
+    s = ls.core
     publisher = links.broker.publisher
     exchange = link.exchange
     rk = link.routing_key
@@ -67,22 +68,27 @@ def _plain(links: Links, ls: LinkSession, link: InLink, ev: MessagesReceived, no
     publish = publisher.publish
     build = m10.build
     confirms = ls.confirms
-    for payload in ev.payloads:
-        did += 1
-        try:
-            if len(payload) > max_size:
-                publisher.check_size(len(payload))
-            msg = build(payload, exchange=exchange, routing_key=rk, now_ms=now_ms)
-            outcome = publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms).outcome
-        except BrokerError as exc:
-            links.refuse(ev.channel, did, settled, condition_of(exc.condition), exc.text)
-            continue
-        except DecodeError as exc:
-            links.refuse(ev.channel, did, settled, c.DECODE_ERROR, str(exc))
-            continue
-        if settled:
-            continue  # at most once: no outcome to send
-        seq = s.publish_seq
-        if outcome == UNROUTABLE:
-            ls.unroutable.add(seq)
-        confirms[seq] = did
+    if settled:  # at most once: no outcomes, no publish numbers (`Links.message`)
+        s.mode = PublishMode.NORMAL
+    try:
+        for payload in ev.payloads:
+            did += 1
+            try:
+                if len(payload) > max_size:
+                    publisher.check_size(len(payload))
+                msg = build(payload, exchange=exchange, routing_key=rk, now_ms=now_ms)
+                outcome = publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms).outcome
+            except BrokerError as exc:
+                links.refuse(ev.channel, did, settled, condition_of(exc.condition), exc.text)
+                continue
+            except DecodeError as exc:
+                links.refuse(ev.channel, did, settled, c.DECODE_ERROR, str(exc))
+                continue
+            if settled:
+                continue  # at most once: no outcome to send
+            seq = s.publish_seq
+            if outcome == UNROUTABLE:
+                ls.unroutable.add(seq)
+            confirms[seq] = did
+    finally:
+        s.mode = PublishMode.CONFIRM  # the session's resting mode

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ringmq.core.broker import Broker
 
 TX_CHANNEL_BASE: Final = 1 << 17
-"""Core session numbers of transactions: above every AMQP 1.0 channel and its confirm twin."""
+"""Core session numbers of transactions: above every AMQP 1.0 channel."""
 _AMQP_VALUE: Final = 0x77
 
 

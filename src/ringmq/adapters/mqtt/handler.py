@@ -580,7 +580,7 @@ class MqttHandler:
         subs = self.subs.matching(d.consumer_tag, topic, msg)
         if not subs:
             if acked:
-                self._settle(d.delivery_tag, self.now_ms)
+                self._settle(d.delivery_id, self.now_ms)
             return
         qos = min(published_qos(msg), max(sub.qos for sub in subs))
         retain = retained_topic(msg) is not None and any(sub.retain_as_published for sub in subs)
@@ -592,18 +592,18 @@ class MqttHandler:
             )
         # A message sent before in this session and not acknowledged goes again under its
         # packet identifier (§4.4): the client recognises a QoS 2 message it already has.
-        key = self._queue_key(d.delivery_tag) if qos and acked else None
+        key = self._queue_key(d.delivery_id) if qos and acked else None
         pid = self.resend_ids.pop(key, 0) if key is not None and d.redelivered else 0
         if pid in self.machine.outbound:
             pid = 0
         p = Publish(topic, payload_of(msg), qos, retain, d.redelivered and qos > 0, pid, props)
         sent = self.machine.send_publish(p)
         if sent and qos:
-            self.out_tags[p.packet_id] = d.delivery_tag if acked else 0
+            self.out_tags[p.packet_id] = d.delivery_id if acked else 0
             if key is not None:
                 self.out_keys[p.packet_id] = key
         elif acked:
-            self._settle(d.delivery_tag, self.now_ms)
+            self._settle(d.delivery_id, self.now_ms)
 
     def _queue_key(self, tag: int) -> tuple[str, int] | None:
         # (queue, seq) of an acknowledged delivery: what names a message across connections.

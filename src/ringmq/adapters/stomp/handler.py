@@ -505,7 +505,7 @@ class StompHandler:
         if sub is None:
             return  # delivered to a subscription ended in this batch: it is requeued
         msg = d.message
-        ident = f"{d.channel}-{d.delivery_tag}"
+        ident = f"{d.channel}-{d.delivery_id}"
         key = (msg.exchange, msg.routing_key, sub.destination.rabbit)
         destination = self._written.get(key)
         if destination is None:

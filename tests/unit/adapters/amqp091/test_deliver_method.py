@@ -1,4 +1,4 @@
-"""The delivery effect says exactly what a SendContent with a BasicDeliver says."""
+"""The delivery effect says exactly what a ReplyContent with a BasicDeliver says."""
 
 from __future__ import annotations
 

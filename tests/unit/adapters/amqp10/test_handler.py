@@ -181,3 +181,28 @@ def test_block_withholds_credit_and_close_effect_closes() -> None:
     assert c.handler.closed
     assert c.handler.connection_lost(9) == []
     assert 1 not in b.conns
+
+
+def test_a_session_is_one_core_session_whatever_its_transfers_settle_mode() -> None:
+    # AMQP 1.0 picks the settle mode per transfer: the core session under the same number
+    # takes both kinds (no helper session in confirm mode); only the unsettled transfers get
+    # an outcome, each its own, in order.
+    b = Broker()
+    pub = Client(b, 1)
+    login(pub)
+    session(pub)
+    pub.send(
+        encode_frame(0, p.Attach(name="s", handle=0, role=p.ROLE_SENDER, target=p.Target("q")))
+    )
+    pub.read()
+    frames = [transfer(i, b"m%d" % i, settled=i % 2 == 1) for i in range(5)]
+    route([pub], pub.send(*frames))
+    outcomes = [
+        (d.first, d.last or d.first, d.state) for d in pub.read() if isinstance(d, p.Disposition)
+    ]
+    assert {i for first, last, _ in outcomes for i in range(first, last + 1)} == {0, 2, 4}
+    assert {state for _, _, state in outcomes} == {p.Accepted()}
+    assert b.vhosts["/"].queues["q"].queue.ready_count == 5
+    conn = b.conns[1]
+    assert list(conn.sessions) == [0]
+    assert conn.sessions[0].publish_seq == 3  # only the unsettled ones are numbered

@@ -590,7 +590,7 @@ def test_the_091_delivery_path_converts_10_messages() -> None:
     from ringmq.adapters.handler import HandlerContext, HandlerLimits, Peer
     from ringmq.amqp import spec
     from ringmq.core.broker import Broker
-    from ringmq.core.effects import Deliver, SendContent
+    from ringmq.core.effects import Deliver, ReplyContent
     from ringmq.server.connections import Connections
     from ringmq.server.handlers import HandlerConnection
 
@@ -614,7 +614,7 @@ def test_the_091_delivery_path_converts_10_messages() -> None:
         [
             Deliver(7, 1, "ctag", 1, False, m10),
             Deliver(7, 1, "ctag", 2, False, m091),
-            SendContent(7, 1, get_ok, m10),
+            ReplyContent(7, 1, get_ok, m10),
         ]
     )
     sent = h.proto.sent  # type: ignore[attr-defined]
