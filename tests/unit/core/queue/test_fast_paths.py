@@ -55,6 +55,7 @@ LEAVES_PUBLISH: Final[dict[str, str]] = {
     "x-single-active-consumer": "which consumer gets deliveries: dispatch",
     "x-queue-type": "validated only ('classic'); a stream's publishes append to its log, a "
     "step every publish path takes before any fast one (`QueueEntity.stream`)",
+    "x-consumer-timeout": "how long a delivery may stay unacknowledged: settlement",
     "x-quorum-initial-group-size": "a quorum queue's group size: reported only",
     "x-dead-letter-strategy": "how dead letters are handed on: not publish",
     "x-max-age": "a stream's retention by age: ignored by the other queue types",
@@ -80,6 +81,27 @@ ADDRESS_SETTINGS: Final[dict[str, tuple[dict[str, Any], bool]]] = {
     "address_full_policy": ({"address-full-policy": "FAIL"}, True),  # no size: no limit
     "max_size_bytes": ({"max-size-bytes": 1000}, False),  # PAGE at 1000 bytes
     "max_size_messages": ({"max-size-messages": 10}, False),
+    # where dead letters and expired messages go, redelivery and auto-creation: settlement,
+    # expiry and naming, never what a publish does
+    "default_exclusive_queue": ({"default-exclusive-queue": True}, True),
+    "dead_letter_address": ({"dead-letter-address": "DLA"}, True),
+    "auto_create_dead_letter_resources": ({"auto-create-dead-letter-resources": True}, True),
+    "dead_letter_queue_prefix": ({"dead-letter-queue-prefix": "DLQ."}, True),
+    "dead_letter_queue_suffix": ({"dead-letter-queue-suffix": ".dlq"}, True),
+    "expiry_address": ({"expiry-address": "ExpiryQueue"}, True),
+    "auto_create_expiry_resources": ({"auto-create-expiry-resources": True}, True),
+    "expiry_queue_prefix": ({"expiry-queue-prefix": "EXP."}, True),
+    "expiry_queue_suffix": ({"expiry-queue-suffix": ".exp"}, True),
+    "max_delivery_attempts": ({"max-delivery-attempts": 3}, True),
+    "redelivery_delay": ({"redelivery-delay": 1000}, True),
+    "redelivery_delay_multiplier": ({"redelivery-delay-multiplier": 2.0}, True),
+    "max_redelivery_delay": ({"max-redelivery-delay": 5000}, True),
+    "auto_create_queues": ({"auto-create-queues": False}, True),
+    "auto_create_addresses": ({"auto-create-addresses": False}, True),
+    "auto_delete_queues": ({"auto-delete-queues": False}, True),
+    "auto_delete_addresses": ({"auto-delete-addresses": False}, True),
+    "default_address_routing_type": ({"default-address-routing-type": "ANYCAST"}, True),
+    "default_queue_routing_type": ({"default-queue-routing-type": "ANYCAST"}, True),
 }
 """Every Artemis address-setting field: (the setting, whether the queue stays plain)."""
 
@@ -91,6 +113,11 @@ DERIVED_FIELDS: Final = frozenset(
         "address_max_size_messages",
         "policy_name",  # display
         "sources",  # display
+        "dead_letter_address",  # the Artemis address-settings' (ADDRESS_SETTINGS)
+        "dead_letter_queue",
+        "expiry_address",
+        "expiry_queue",
+        "redelivery",
     }
 )
 """`QueueSettings` fields no queue argument sets."""
