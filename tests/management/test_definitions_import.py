@@ -40,7 +40,7 @@ async def test_every_refusal_is_reported_and_nothing_is_applied(client: httpx.As
                 "name": "qq",
                 "vhost": "prod",
                 "durable": True,
-                "arguments": {"x-queue-type": "quorum"},
+                "arguments": {"x-queue-type": "mixed"},  # a type ringmq does not implement
             },
             {"name": "bad", "vhost": "prod", "durable": True, "arguments": {"x-max-length": -1}},
         ],
@@ -56,7 +56,7 @@ async def test_every_refusal_is_reported_and_nothing_is_applied(client: httpx.As
         "topic authorisation is not implemented",
         "component 'federation-upstream' is not supported",
         "queue 'qq'",
-        "'quorum' is not implemented",
+        "'mixed' is not implemented",
         "queue 'bad'",
         "no source exchange",
     ):
