@@ -192,7 +192,7 @@ class Node(Serve):
             amqp_port=amqp,
             http_port=http,
             wait=_HTTP,
-            extra_args=(
+            extra=(
                 "--config",
                 str(config),
                 "--cluster-etcd",
@@ -206,10 +206,21 @@ class Node(Serve):
         self.port, self.http_port = amqp, http
 
     def cluster(self) -> dict[str, Any]:
-        r = httpx.get(f"http://127.0.0.1:{self.http_port}/api/cluster", auth=("guest", "guest"))
-        r.raise_for_status()
-        body: dict[str, Any] = r.json()
-        return body
+        # A node changing roles restarts its server (ringmq.server.member): its management
+        # port is closed for that moment. Ask again, a bounded number of times.
+        url = f"http://127.0.0.1:{self.http_port}/api/cluster"
+        for _ in range(50):
+            try:
+                r = httpx.get(url, auth=("guest", "guest"))
+            except httpx.ConnectError:
+                if not self.running():
+                    raise
+                time.sleep(0.1)
+                continue
+            r.raise_for_status()
+            body: dict[str, Any] = r.json()
+            return body
+        raise AssertionError(f"{self.name}: management port closed for 5 s")
 
     def running(self) -> bool:
         return self.proc.poll() is None
