@@ -44,7 +44,6 @@ class Serve:
         nofile: int | None = None,
         extra: tuple[str, ...] = (),
         wait: re.Pattern[bytes] | None = None,
-        extra_args: tuple[str, ...] = (),
         config: Path | None = None,
     ) -> None:
         self.log_path = log_path
@@ -69,7 +68,6 @@ class Serve:
             "--data-dir",
             str(data_dir),
             *extra,
-            *extra_args,
         ]
         if config is not None:
             cmd += ["--config", str(config)]

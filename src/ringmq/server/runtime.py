@@ -118,6 +118,18 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 SHUTDOWN_GRACE_S: Final = 1.0
+
+OWN_PORT_LISTENERS: Final = ("stomp", "mqtt", "stream", "web-stomp", "web-mqtt", "web-amqp")
+"""The protocols with a port of their own (the AMQP port is shared and sniffed): each key's
+port is the `<key>_port` field of `ServerOptions` and of `[tls]`, its flag `--<key>-port`."""
+
+
+def _port_of(settings: object, key: str) -> int | None:
+    # `OWN_PORT_LISTENERS`' rule: "web-stomp" -> `settings.web_stomp_port`
+    port: int | None = getattr(settings, f"{key.replace('-', '_')}_port")
+    return port
+
+
 """How long clients get to answer Connection.Close(320) before their sockets are closed."""
 
 
@@ -320,16 +332,10 @@ class BrokerServer:
             )
             self._listeners.append(amqp_pre)
         extra_pre: list[Listener] = []
-        for key, port, option in (
-            ("stomp", opts.stomp_port, "--stomp-port"),
-            ("mqtt", opts.mqtt_port, "--mqtt-port"),
-            ("stream", opts.stream_port, "--stream-port"),
-            ("web-stomp", opts.web_stomp_port, "--web-stomp-port"),
-            ("web-mqtt", opts.web_mqtt_port, "--web-mqtt-port"),
-            ("web-amqp", opts.web_amqp_port, "--web-amqp-port"),
-        ):
+        for key in OWN_PORT_LISTENERS:
+            port = _port_of(opts, key)
             if port is not None and key in self.handler_factories:
-                pre = bind_socket(opts.host, port, key, backlog=1024, option=option)
+                pre = bind_socket(opts.host, port, key, backlog=1024, option=f"--{key}-port")
                 self._listeners.append(pre)
                 extra_pre.append(pre)
         http_pre = None
@@ -449,15 +455,8 @@ class BrokerServer:
     async def _open_tls_listeners(self, spec: TLSSpec) -> None:
         # STOMP and MQTT over TLS, where [tls] names their ports (RabbitMQ's ssl listeners)
         ctx = tls_context(spec)
-        tls_ports = (
-            ("stomp", spec.stomp_port),
-            ("mqtt", spec.mqtt_port),
-            ("stream", spec.stream_port),
-            ("web-stomp", spec.web_stomp_port),
-            ("web-mqtt", spec.web_mqtt_port),
-            ("web-amqp", spec.web_amqp_port),
-        )
-        for key, port in tls_ports:
+        for key in OWN_PORT_LISTENERS:
+            port = _port_of(spec, key)
             if port is None or key not in self.handler_factories:
                 continue
             lst = await open_amqp_listener(

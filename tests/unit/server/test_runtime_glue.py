@@ -303,3 +303,18 @@ def test_timeouts_follow_the_injected_clock(tmp_path: Path) -> None:
             assert s.recv(64) == b""
     finally:
         b.stop()
+
+
+def test_each_own_port_listener_has_its_port_field_plain_and_tls() -> None:
+    # runtime.py opens the listeners of `OWN_PORT_LISTENERS` by the `<key>_port` rule: a key
+    # without its field in the options or in [tls] would fail only when a broker starts
+    from dataclasses import fields
+
+    from ringmq.server.configspec import TLSSpec
+    from ringmq.server.options import ServerOptions
+    from ringmq.server.runtime import OWN_PORT_LISTENERS
+
+    plain = {f.name for f in fields(ServerOptions)}
+    tls = {f.name for f in fields(TLSSpec)}
+    for key in OWN_PORT_LISTENERS:
+        assert f"{key.replace('-', '_')}_port" in plain & tls, key
