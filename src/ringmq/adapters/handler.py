@@ -63,7 +63,7 @@ have (the declared sizes of contents being received, counted toward the memory w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -174,6 +174,20 @@ class Handler(Protocol):
 
     def info(self) -> HandlerInfo:
         """The connection as management shows it."""
+
+
+class AppliesRuns(Protocol):
+    """What a `Handler` may add: a run of effects in one call (the server uses it when there).
+
+    A dispatch hands out a queue's messages consumer by consumer, so the effects for one
+    connection come in runs; a handler whose protocol delivers at high rate (AMQP 0-9-1)
+    takes a run in one call rather than a call per effect (one Python call is about 1% of a
+    publish-deliver-ack cycle under callgrind, benchmarks/hotpath_bench.py)."""
+
+    def apply_run(self, effects: Sequence[Effect], start: int, stop: int) -> None:
+        """Queue the frames of `effects[start:stop]`, in order, as `apply` on each would: all
+        for this connection, none that the server acts on itself (`Block`, `Unblock`,
+        `CloseConnection`)."""
 
 
 class Socket(Protocol):

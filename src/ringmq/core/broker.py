@@ -110,10 +110,11 @@ class Broker:
         self.stream_groups = ActiveGroups()
         """Single active consumer groups on streams (the stream protocol's)."""
         self.confirms = Confirms(state)
-        self.publisher = Publisher(state, self.resources, self.delivery, self.confirms)
-        # The pipeline by position: the call protocol's one-publish call is per message.
-        self.calls = Calls(state, self.delivery.flush, self.publisher.pipeline)
+        self.calls = Calls(state, self.delivery.flush)
         """The call protocol (`call.py`): every call starts and ends through it."""
+        self.publisher = Publisher(state, self.resources, self.delivery, self.confirms, self.calls)
+        # The call protocol's one-publish call is the pipeline's (`Publisher.publish_call`).
+        self.calls.pipeline = self.publisher.publish_call
         self.transactions = Transactions(state, self.publisher, self.delivery)
         self.timers = Timers(state, self.topology, self.publisher)
         self.restore = Restore(state, self.topology, self.publisher)

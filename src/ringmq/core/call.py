@@ -44,11 +44,13 @@ Three forms of the same protocol:
 * `out = calls.begin(now_ms)`, the steps, then `calls.end(publish=...)`, or `calls.abort()`
   when a step raised (the caller's `try`): two plain method calls, where a `with` costs
   several times as much (a scope object, `__enter__` and `__exit__` called from C; callgrind);
-* `calls.publish(session, vhost, exchange, message, mandatory, now_ms)`: one publish as a
-  whole call, `begin` + `Publisher.publish` + `end(publish=True)` in one method body, for the
-  AMQP 0-9-1 publish path, the broker's hottest (each Python call there is about 1.5% of a
-  publish, under callgrind). Its end is `end`'s rule written out once more, next to it; the
-  rule's tests run through both.
+* one publish as a whole call, for the AMQP 0-9-1 publish path, the broker's hottest (each
+  Python call there is about 1.5% of a publish, under callgrind): the pipeline itself begins
+  and ends it (`Publisher.publish_call(..., out)`, core/publish.py: `begin` written out, the
+  steps, then `end(publish=True)` behind a guard that skips it when it would only close the
+  call, `abort` on an exception), so the publish is one Python call into the core.
+  `calls.publish(session, vhost, exchange, message, mandatory, now_ms)` is that call with a
+  fresh effect list, which it returns. The rule's tests run through every form.
 
 `emit(effect)` appends an effect of the caller's own (a 0-9-1 reply frame) to the call in
 progress, in order with the core's.
@@ -70,42 +72,45 @@ if TYPE_CHECKING:
     from ringmq.core.state import State
     from ringmq.core.vhost import VHost
 
-Publish = Callable[["Message", "Session", "VHost", "Exchange", int, bool], object]
-"""`Publisher.pipeline(message, session, vhost, exchange, now_ms, mandatory)`: the pipeline,
-`Publisher.publish`, with its parameters by position (one specialised call per publish)."""
+Publish = Callable[["Message", "Session", "VHost", "Exchange", int, bool, "list[Effect]"], object]
+"""`Publisher.publish_call(message, session, vhost, exchange, now_ms, mandatory, out)`: one
+publish as a whole call whose effects go in `out` (the pipeline begins and ends the call)."""
 
 
 class Calls:
     """The call protocol over a broker's `State` (see the module docstring).
 
     Args:
-        state: the broker's shared state, whose call fields this object alone manages.
+        state: the broker's shared state, whose call fields this object manages (and the
+            pipeline's one-publish call, the third form).
         flush: the delivery owner's dispatch of the dirty queues (`Delivery.flush`).
-        publish: the publish pipeline (`Publisher.publish`), for `publish`.
     """
 
-    __slots__ = ("_flush", "_open", "_outer", "_publish", "_state")
+    __slots__ = ("_flush", "_outer", "_state", "pipeline")
 
-    def __init__(self, state: State, flush: Callable[[int], None], publish: Publish) -> None:
+    def __init__(self, state: State, flush: Callable[[int], None]) -> None:
         self._state = state
         self._flush = flush
-        self._publish = publish
-        self._open = False
         self._outer: list[tuple[list[Effect], int]] = []
         """The effect lists and times of the calls a nested call interrupted, innermost last."""
+        self.pipeline: Publish | None = None
+        """The publish pipeline's one-publish call (`Publisher.publish_call`), for `publish`;
+        set by the composition root once the pipeline exists (it holds this object)."""
 
-    def begin(self, now_ms: int) -> list[Effect]:
-        """Start a call at `now_ms`; returns its effect list (in order, filled by the owners).
+    def begin(self, now_ms: int, out: list[Effect] | None = None) -> list[Effect]:
+        """Start a call at `now_ms`; returns its effect list (in order, filled by the owners):
+        `out` when given, else a fresh one.
 
         Every `begin` is followed by exactly one `end` or `abort`. Inside another call, the
         outer call's list and time are saved, and restored by this call's `end` / `abort`.
         """
         state = self._state
-        if self._open:
+        if state.calling:
             self._outer.append((state.out, state.now_ms))
         else:
-            self._open = True
-        out: list[Effect] = []
+            state.calling = True
+        if out is None:
+            out = []
         state.out = out
         state.now_ms = now_ms
         return out
@@ -128,53 +133,30 @@ class Calls:
             if self._outer:
                 state.out, state.now_ms = self._outer.pop()
             else:
-                self._open = False
+                state.calling = False
 
     def abort(self) -> None:
         """End the call in progress after an exception: no dispatch, no definitions written
         (both wait for the next call); the outer call (if any) is current again."""
+        state = self._state
         if self._outer:
-            state = self._state
             state.out, state.now_ms = self._outer.pop()
         else:
-            self._open = False
+            state.calling = False
 
     def publish(
         self, s: Session, vh: VHost, x: Exchange, msg: Message, mandatory: bool, now_ms: int
     ) -> list[Effect]:
-        """One publish as a whole call: `begin(now_ms)`, the pipeline (`Publisher.publish`,
-        called by position as `Publisher.pipeline(msg, s, vh, x, now_ms, mandatory)`),
-        `end(publish=True)` (or `abort` when it raises); returns the call's effects. The AMQP
-        0-9-1 publish path's call (module docstring)."""
-        if self._open:  # inside another call: the general form, which nests
-            out = self.begin(now_ms)
-            try:
-                self._publish(msg, s, vh, x, now_ms, mandatory)
-            except BaseException:
-                self.abort()
-                raise
-            self.end(True)
-            return out
-        state = self._state
-        self._open = True
-        out = []
-        state.out = out
-        state.now_ms = now_ms
-        try:
-            self._publish(msg, s, vh, x, now_ms, mandatory)
-            # `end(publish=True)` written out (one call less per publish): the same rule.
-            if state.dirty and (state.eager or not state.defer_dispatch):
-                state.eager = False
-                self._flush(now_ms)
-            if state.defs_dirty:
-                state.sync_definitions(full=False)
-        finally:  # an exception skipped the end above: the call is aborted
-            self._open = False
+        """One publish as a whole call (the pipeline's `publish_call`, which nests inside
+        another call); returns the call's effects."""
+        assert self.pipeline is not None, "no pipeline: the composition root sets it"
+        out: list[Effect] = []
+        self.pipeline(msg, s, vh, x, now_ms, mandatory, out)
         return out
 
     def emit(self, effect: Effect) -> None:
         """Append a caller's own effect (a reply frame) to the call in progress."""
-        assert self._open, "emit outside a call"
+        assert self._state.calling, "emit outside a call"
         self._state.out.append(effect)
 
 

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ringmq.core.auth import Access
+from ringmq.core.call import Calls
 from ringmq.core.dedup import DUPL_ID_HEADER
 from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
 from ringmq.core.effects import Block, Bounce, Effect
@@ -164,9 +165,16 @@ class Publisher:
     """The publish pipeline (see the module docstring)."""
 
     def __init__(
-        self, state: State, resources: Resources, delivery: Delivery, confirms: Confirms
+        self,
+        state: State,
+        resources: Resources,
+        delivery: Delivery,
+        confirms: Confirms,
+        calls: Calls,
     ) -> None:
         self.state = state
+        self.calls = calls
+        """The call protocol, for the one-publish call (`publish_call`)."""
         self.resources = resources
         self.delivery = delivery
         self.confirms = confirms
@@ -215,6 +223,7 @@ class Publisher:
         exchange: Exchange,
         now_ms: int,
         mandatory: bool = False,
+        call: list[Effect] | None = None,
         classify: bool = True,
         queues: tuple[QueueEntity, ...] = (),
         released: list[int] | None = None,
@@ -232,145 +241,175 @@ class Publisher:
         Raises BrokerError when an Artemis FAIL queue refuses a publish its publisher does
         not confirm (`address_full`): its send fails.
 
+        `call` given: the publish is a whole call of its own (the call protocol's one-publish
+        call, `call.py`), whose effects go in that list: begun here, ended by the call's rule
+        on return, aborted on an exception (`publish_call`).
+
         Callers use `publish` (the same function, keywords only); the core's own per-message
-        callers (the call protocol's one-publish call, `publish_batch`) pass the parameters by
-        position under this name (see `publish`). Nothing outside `core/` calls it.
+        callers (`publish_batch`) pass the parameters by position under this name, and the
+        AMQP 0-9-1 adapter's publish calls it as `publish_call` (see `publish`).
         """
-        seq = 0
-        if classify:  # 1. classify
-            assert session is not None
-            self._stats["published"] += 1
-            session.counts.received += 1
-            conn_id: int | None = session.conn_id
-            if self._alarms_on:
-                self.resources.alarm_publish(session.conn_id)
-            mode = session.mode
-            if mode is _TX:
-                assert session.tx is not None
-                session.tx.publishes.append(
-                    TxPublish(exchange.name, msg.routing_key, mandatory, msg)
-                )
-                return _BUFFERED
-            if mode is _CONFIRM:
-                seq = session.next_publish_seq()
-        else:
-            conn_id = session.conn_id if session is not None else None
-        # 2. route (unless `enqueue` gave the queues): a guard for the common message (no
-        # headers, no message id, not delayed) in front of the full routing (`_route`), which
-        # the rest takes.
-        if (
-            not queues
-            and msg.headers is None
-            and msg.message_id is None
-            and exchange.type is not _DELAYED
-        ):
-            if exchange.name:
-                queues = vhost.route(exchange, msg.routing_key, None)
-            else:  # the default exchange: the queue of that name (reply-to names are none)
-                queues = vhost.direct.get(msg.routing_key) or vhost.route(
-                    exchange, msg.routing_key, None
-                )
-        if not queues:
-            queues, msg, held = self._route(vhost, exchange, msg, mandatory, session, now_ms)
-            if not queues:  # held, answered by a reply-to consumer, a duplicate or unroutable
-                stored = bool(held)
-                if seq:
-                    assert session is not None
-                    self.confirms.confirm_publish(session, seq, None, stored, released)
-                if held is None:
-                    return _UNROUTABLE
-                return _ACCEPTED_STORED if stored else _ACCEPTED
-        refused: str | None = None
-        full: QueueEntity | None = None  # the Artemis FAIL queue that refused it
-        stored = False
-        # 3. enqueue each: the engine decides; persistent messages reaching durable queues are
-        # journaled; the queue is marked dirty; then what the call must do next.
-        dirty = self._dirty
-        persistent = msg.persistent
-        for q in queues:
-            if q.no_local is not None and q.no_local.excludes(conn_id):
-                continue  # a no-local consumer's queue: not its own connection's messages
-            log = q.stream
-            if log is not None:  # a stream: appended to its log, durable whatever the mode
-                if seq and self._store_failing():
-                    refused = STORE_FAILED
-                    continue
-                log.append((msg,), now_ms)
-                log.enforce(now_ms)
-                stored = stored or self.state.durability is not None
-                dirty[id(q)] = q
-                continue
-            if seq and persistent and q.durable and self._store_failing():
-                refused = STORE_FAILED  # not enqueued: it could not be made durable
-                continue
-            engine = q.queue
-            outcome = engine.publish(msg, now_ms)
-            if outcome is _REJECTED:
-                limit = q.settings.limit
-                if limit is not None and limit.family == "address":
-                    full = q
-                    refused = ADDRESS_FULL  # it decides: the producer's send fails
-                elif refused is None:
-                    refused = OVERFLOW
-                if msg.message_id is not None:
-                    self.state.dedup.refused(vhost.name, exchange, q, msg.message_id)
-                hdrs = msg.headers
-                if hdrs and DUPL_ID_HEADER in hdrs:
-                    address = exchange.name or msg.routing_key
-                    self.state.dedup.refused_address(vhost.name, address, hdrs[DUPL_ID_HEADER])
+        if call is not None:  # the one-publish call (call.py): its begin
+            state = self.state
+            nested = state.calling
+            if nested:  # inside another call: the general form, which nests
+                self.calls.begin(now_ms, call)
+            else:  # `Calls.begin` written out (one Python call less per publish)
+                state.calling = True
+                state.out = call
+                state.now_ms = now_ms
+        aborted = False
+        try:
+            seq = 0
+            if classify:  # 1. classify
+                assert session is not None
+                self._stats["published"] += 1
+                session.counts.received += 1
+                conn_id: int | None = session.conn_id
+                if self._alarms_on:
+                    self.resources.alarm_publish(session.conn_id)
+                mode = session.mode
+                if mode is _TX:
+                    assert session.tx is not None
+                    session.tx.publishes.append(
+                        TxPublish(exchange.name, msg.routing_key, mandatory, msg)
+                    )
+                    return _BUFFERED
+                if mode is _CONFIRM:
+                    seq = session.next_publish_seq()
             else:
-                if outcome is _SCHEDULED or msg.expiration_ms is not None:
-                    self.state.timed[id(q)] = q
-                if persistent and q.durable:
-                    dur = self.state.durability
-                    if dur is None or dur.published(q, msg, outcome, now_ms, hold=seq != 0):
-                        stored = True
-            dirty[id(q)] = q
-            if not engine.plain:
-                # The options (`Queue.plain` is the guard: a plain queue has none to act on).
-                st = q.settings
-                limit = st.limit
-                if limit is not None or st.lvq_key is not None or st.non_destructive:
-                    # A ring counts what waits: deliver before the next publish. Nothing to do
-                    # now when this queue is the only dirty one and has no consumer, no dead
-                    # letters to move, no blocked publisher and no message that may expire
-                    # (the flush would only mark it clean).
-                    if (
-                        q.consumers.all
-                        or st.dead_letter_exchange is not None
-                        or len(dirty) > 1
-                        or self._blocked_by
-                        or msg.expiration_ms is not None
-                    ):
-                        self.state.eager = True
-                    if (
-                        limit is not None
-                        and limit.action is _BLOCK
-                        and engine.over_limit
-                        and conn_id is not None
-                    ):
-                        self.resources.block(conn_id, q)
+                conn_id = session.conn_id if session is not None else None
+            # 2. route (unless `enqueue` gave the queues): a guard for the common message (no
+            # headers, no message id, not delayed) in front of the full routing (`_route`), which
+            # the rest takes.
+            if (
+                not queues
+                and msg.headers is None
+                and msg.message_id is None
+                and exchange.type is not _DELAYED
+            ):
+                if exchange.name:
+                    queues = vhost.route(exchange, msg.routing_key, None)
+                else:  # the default exchange: the queue of that name (reply-to names are none)
+                    queues = vhost.direct.get(msg.routing_key) or vhost.route(
+                        exchange, msg.routing_key, None
+                    )
+            if not queues:
+                queues, msg, held = self._route(vhost, exchange, msg, mandatory, session, now_ms)
+                if not queues:  # held, answered by a reply-to consumer, a duplicate or unroutable
+                    stored = bool(held)
+                    if seq:
+                        assert session is not None
+                        self.confirms.confirm_publish(session, seq, None, stored, released)
+                    if held is None:
+                        return _UNROUTABLE
+                    return _ACCEPTED_STORED if stored else _ACCEPTED
+            refused: str | None = None
+            full: QueueEntity | None = None  # the Artemis FAIL queue that refused it
+            stored = False
+            # 3. enqueue each: the engine decides; persistent messages reaching durable queues are
+            # journaled; the queue is marked dirty; then what the call must do next.
+            dirty = self._dirty
+            persistent = msg.persistent
+            for q in queues:
+                if q.no_local is not None and q.no_local.excludes(conn_id):
+                    continue  # a no-local consumer's queue: not its own connection's messages
+                log = q.stream
+                if log is not None:  # a stream: appended to its log, durable whatever the mode
+                    if seq and self._store_failing():
+                        refused = STORE_FAILED
+                        continue
+                    log.append((msg,), now_ms)
+                    log.enforce(now_ms)
+                    stored = stored or self.state.durability is not None
+                    dirty[id(q)] = q
                     continue
-                if st.max_priority:  # a higher priority may overtake: dispatch before it
-                    self.state.eager = True
-            # An unbounded queue (no limit, LVQ or non-destructive consumers): publisher flow.
-            if conn_id is not None and q.consumers.fetchers:
-                counters = engine.counters
-                if counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES:
-                    self.resources.flow_requests[conn_id] = q
-        # 4. confirm
-        if seq:
-            assert session is not None
-            self.confirms.confirm_publish(session, seq, refused, stored, released)
-        elif full is not None and classify:
-            # Artemis FAIL without confirms: the producer's send fails (a session error);
-            # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
-            # A limited queue was published to: the next command flushes.
-            self.state.eager = True
-            raise address_full(full)
-        if refused is None:
-            return _ACCEPTED_STORED if stored else _ACCEPTED
-        return _RESULTS[refused, stored]
+                if seq and persistent and q.durable and self._store_failing():
+                    refused = STORE_FAILED  # not enqueued: it could not be made durable
+                    continue
+                engine = q.queue
+                outcome = engine.publish(msg, now_ms)
+                if outcome is _REJECTED:
+                    limit = q.settings.limit
+                    if limit is not None and limit.family == "address":
+                        full = q
+                        refused = ADDRESS_FULL  # it decides: the producer's send fails
+                    elif refused is None:
+                        refused = OVERFLOW
+                    if msg.message_id is not None:
+                        self.state.dedup.refused(vhost.name, exchange, q, msg.message_id)
+                    hdrs = msg.headers
+                    if hdrs and DUPL_ID_HEADER in hdrs:
+                        address = exchange.name or msg.routing_key
+                        self.state.dedup.refused_address(vhost.name, address, hdrs[DUPL_ID_HEADER])
+                else:
+                    if outcome is _SCHEDULED or msg.expiration_ms is not None:
+                        self.state.timed[id(q)] = q
+                    if persistent and q.durable:
+                        dur = self.state.durability
+                        if dur is None or dur.published(q, msg, outcome, now_ms, hold=seq != 0):
+                            stored = True
+                dirty[id(q)] = q
+                if not engine.plain:
+                    # The options (`Queue.plain` is the guard: a plain queue has none to act on).
+                    st = q.settings
+                    limit = st.limit
+                    if limit is not None or st.lvq_key is not None or st.non_destructive:
+                        # A ring counts what waits: deliver before the next publish. Nothing to do
+                        # now when this queue is the only dirty one and has no consumer, no dead
+                        # letters to move, no blocked publisher and no message that may expire
+                        # (the flush would only mark it clean).
+                        if (
+                            q.consumers.all
+                            or st.dead_letter_exchange is not None
+                            or len(dirty) > 1
+                            or self._blocked_by
+                            or msg.expiration_ms is not None
+                        ):
+                            self.state.eager = True
+                        if (
+                            limit is not None
+                            and limit.action is _BLOCK
+                            and engine.over_limit
+                            and conn_id is not None
+                        ):
+                            self.resources.block(conn_id, q)
+                        continue
+                    if st.max_priority:  # a higher priority may overtake: dispatch before it
+                        self.state.eager = True
+                # An unbounded queue (no limit, LVQ or non-destructive consumers): publisher flow.
+                if conn_id is not None and q.consumers.fetchers:
+                    counters = engine.counters
+                    if counters.ready > FLOW_HIGH or counters.ready_bytes > FLOW_HIGH_BYTES:
+                        self.resources.flow_requests[conn_id] = q
+            # 4. confirm
+            if seq:
+                assert session is not None
+                self.confirms.confirm_publish(session, seq, refused, stored, released)
+            elif full is not None and classify:
+                # Artemis FAIL without confirms: the producer's send fails (a session error);
+                # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
+                # A limited queue was published to: the next command flushes.
+                self.state.eager = True
+                raise address_full(full)
+            if refused is None:
+                return _ACCEPTED_STORED if stored else _ACCEPTED
+            return _RESULTS[refused, stored]
+
+        except BaseException:
+            if call is not None:  # the call ends with the exception: aborted
+                aborted = True
+                self.calls.abort()
+            raise
+        finally:
+            # The one-publish call's end, after a normal return: `Calls.end(publish=True)`,
+            # behind a guard that skips it when all it would do is close the call (nothing
+            # makes a deferred publish dispatch now, no definitions to write, not nested).
+            if call is not None and not aborted:
+                if nested or state.eager or not state.defer_dispatch or state.defs_dirty:
+                    self.calls.end(True)
+                else:
+                    state.calling = False
 
     if TYPE_CHECKING:
 
@@ -389,15 +428,30 @@ class Publisher:
         ) -> Published:
             """The pipeline, steps 1 to 4 (`pipeline`, whose docstring says the rest)."""
 
+        def publish_call(
+            self,
+            msg: Message,
+            session: Session,
+            vhost: VHost,
+            exchange: Exchange,
+            now_ms: int,
+            mandatory: bool,
+            call: list[Effect],
+            /,
+        ) -> Published:
+            """One publish as a whole call whose effects go in `call` (`pipeline`)."""
+
     else:
         # One function under two names: `publish`, the API, takes keywords only (mypy holds
         # every caller to it; the stub above is its signature), and `pipeline` takes them by
         # position. A keyword call costs CPython its specialised call (CALL_PY_WITH_DEFAULTS
         # wants positional arguments and no keyword-only parameters): about 900 of a 50,000
         # instruction publish under callgrind (benchmarks/hotpath_bench.py), so the core's
-        # per-message callers call `pipeline`. No wrapper: that would be a call more for the
-        # keyword callers.
+        # per-message callers call `pipeline`, and the one-publish call `publish_call` (the
+        # call protocol folded into the pipeline: a Python call less per publish than a
+        # call-protocol method around it). No wrapper: that would be a call more.
         publish = pipeline
+        publish_call = pipeline
 
     def _store_failing(self) -> bool:
         # The store's writes fail (hold.py): a confirmed publish of a persistent message to a
@@ -648,7 +702,7 @@ class Publisher:
                         run = []
                 for msg in run:
                     n_out = len(out)
-                    publish(msg, s, vh, x, now_ms, False, True, (), released)
+                    publish(msg, s, vh, x, now_ms, False, None, True, (), released)
                     done.published += 1
                     if state.eager and state.dirty:
                         state.eager = False

@@ -16,8 +16,8 @@ next publish, a ring, a limit, LVQ, priorities, browsing; `defer_dispatch`: the 
 dispatches plain publishes once per read batch), then writes the durable definitions the call
 changed. `backlog` holds the queues that had more to deliver than one call may. No owner writes
 another's private fields; they write these, through the names below. Nothing outside `core/`
-touches the call fields (`out`, `now_ms`, `dirty`, `eager`, `defer_dispatch`): callers go
-through `Calls`.
+touches the call fields (`out`, `now_ms`, `calling`, `dirty`, `eager`, `defer_dispatch`):
+callers go through `Calls` (or the pipeline's one-publish call, its third form).
 
 Pure: no I/O, no clock (`now_ms` is an argument of every call).
 """
@@ -68,6 +68,7 @@ class State:
         "auth",
         "backlog",
         "by_protocol",
+        "calling",
         "config",
         "conns",
         "consumer_check_ms",
@@ -107,6 +108,8 @@ class State:
         """Message counters per protocol label (`Conn.counts`), kept after connections close."""
         self.out: list[Effect] = []
         self.now_ms = 0
+        self.calling = False
+        """A call is in progress (`call.py`): a call begun now nests inside it."""
         self.dirty: dict[int, QueueEntity] = {}
         """Queues touched by the call, by id: dispatched and drained by `Delivery.flush`."""
         self.backlog: dict[int, QueueEntity] = {}

@@ -11,8 +11,9 @@ costs 20 writes, not 100. Batches nest (`batch()`, or `depth` on the read path);
 outermost one flushes.
 
 Connections of every protocol share the table, and every connection is driven by its
-protocol's `Handler` (`ClientConnection.handler`): each effect goes to its `Handler.apply`,
-which queues that protocol's frames (AMQP 0-9-1 included: the 0-9-1 adapter turns core effects
+protocol's `Handler` (`ClientConnection.handler`): each effect goes to its `Handler.apply`
+(a run of one connection's effects in one `apply_run`, for a handler that has it), which
+queues that protocol's frames (AMQP 0-9-1 included: the 0-9-1 adapter turns core effects
 into 0-9-1 frames), after the server's own part (`Block`/`Unblock` pause and resume reading,
 `CloseConnection` closes instead). A handler that has finished (`Handler.closed`) has its
 socket closed once its output is written. This module imports no codec and no adapter.
@@ -32,7 +33,6 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
-from ringmq.adapters.handler import Handler
 from ringmq.core.effects import Block, CloseConnection, Effect, Unblock
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LogLimiter
@@ -52,9 +52,7 @@ def _nothing() -> None:
 
 
 # The effects the server acts on itself before (or, for a close, instead of) the handler.
-_BLOCK: Final = Block
-_UNBLOCK: Final = Unblock
-_CLOSE: Final = CloseConnection
+_SERVER_PART: Final = frozenset({Block, Unblock, CloseConnection})
 
 
 class Connections:
@@ -104,31 +102,53 @@ class Connections:
         return True
 
     def apply(self, effects: Iterable[Effect]) -> None:
-        """Queue the output of `effects` on their target connections (flushed at batch end)."""
+        """Queue the output of `effects` on their target connections (flushed at batch end).
+
+        Effects come in runs per connection (a dispatch hands out a queue's deliveries to one
+        consumer after another): each run goes to its handler in one `apply_run` when the
+        handler has it (`adapters/handler.AppliesRuns`), else effect by effect. An effect the
+        server acts on itself (`Block`, `Unblock`, `CloseConnection`) goes alone, after the
+        server's part."""
+        if type(effects) is not list:
+            effects = list(effects)
         conns = self.table
         dirty = self.dirty
-        last_id = -1
-        c: ClientConnection | None = None
-        h: Handler | None = None
-        put: Callable[[Effect], None] = _ignore
-        for e in effects:
-            if e.conn_id != last_id:  # runs of effects for one connection look it up once
-                last_id = e.conn_id
-                c = conns.get(last_id)
-                h = None
-                if c is not None:
-                    dirty.add(c)
-                    h = c.handler
-                    if h is not None:
-                        put = h.apply
-            if h is None or c is None or c.closing:
-                continue  # the target went away meanwhile; the broker learns it separately
-            t = type(e)
-            if t is _BLOCK or t is _UNBLOCK or t is _CLOSE:
-                if not self._server_part(c, e):
-                    continue
+        n = len(effects)
+        i = 0
+        while i < n:
+            e = effects[i]
+            conn_id = e.conn_id
+            c = conns.get(conn_id)
+            j = i + 1
+            if c is not None:
                 dirty.add(c)
-            put(e)
+                h = c.handler
+                if h is not None and not c.closing:
+                    if type(e) in _SERVER_PART:
+                        if self._server_part(c, e):
+                            dirty.add(c)
+                            h.apply(e)
+                        i = j
+                        continue
+                    # the run of this connection's effects the server has no part in
+                    while j < n:
+                        f = effects[j]
+                        if f.conn_id != conn_id or type(f) in _SERVER_PART:
+                            break
+                        j += 1
+                    run = getattr(h, "apply_run", None)
+                    if run is not None:
+                        run(effects, i, j)
+                    else:
+                        put = h.apply
+                        for k in range(i, j):
+                            put(effects[k])
+                    i = j
+                    continue
+            # the target went away meanwhile (the broker learns it separately): its run goes
+            while j < n and effects[j].conn_id == conn_id:
+                j += 1
+            i = j
 
     def _server_part(self, c: ClientConnection, e: Effect) -> bool:
         # The server's part of an effect; False when the handler is not to see it (a close:
@@ -224,7 +244,3 @@ class Connections:
             for c in self.table.values()
             if (f := c.in_flight) is not None
         )
-
-
-def _ignore(e: Effect) -> None:
-    pass

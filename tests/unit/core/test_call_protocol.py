@@ -20,7 +20,7 @@ from ringmq.core.vhost import VHost
 from tests.unit.core.kit import Kit
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "ringmq"
-CALL_FIELDS = frozenset({"out", "now_ms", "dirty", "eager", "defer_dispatch"})
+CALL_FIELDS = frozenset({"out", "now_ms", "calling", "dirty", "eager", "defer_dispatch"})
 """The fields of `State` that only the core touches (`Calls` and the owners)."""
 
 

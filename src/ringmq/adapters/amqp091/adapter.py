@@ -4,13 +4,14 @@ Theory of operation
 -------------------
 Each 0-9-1 connection (`connection.Amqp091Handler`, behind the server's `Handler` seam, over
 the sans-IO `protocol.connection.ServerConnection`) assembles commands and hands each one to
-`Amqp091.handle(conn_id, channel, method, content, now_ms)`,
-which runs one core call (the call protocol, `core/call.py`): `Calls.begin`, the method's
-handler (`methods.py`), then `Calls.end(publish=<a basic.publish>)`, whose one rule says
-whether to dispatch now (a publish's dispatch may wait for the read batch's
-`dispatch_pending`), and which writes the durable definitions; a plain basic.publish is one
-`Calls.publish`. It returns the call's effects in order: the core's own (neutral: `Deliver`,
-`Confirm`, `Bounce`...; `frames.py` says how each goes on the wire) and the handler's 0-9-1
+`Amqp091.handle(conn_id, channel, method, content, now_ms)`, which runs one core call (the
+call protocol, `core/call.py`): `Calls.begin`, the method's handler (`methods.py`), then
+`Calls.end(publish=<a basic.publish>)`, whose one rule says whether to dispatch now (a
+publish's dispatch may wait for the read batch's `dispatch_pending`), and which writes the
+durable definitions; a plain basic.publish is one `Publisher.publish_call` (the pipeline as
+one whole call, the call protocol's third form). It returns the call's effects in order: the
+core's own (neutral: `Deliver`, `Confirm`, `Bounce`...; `frames.py` says how each goes on the
+wire) and the handler's 0-9-1
 replies (`Calls.emit`).
 
 Errors: a core `BrokerError` becomes an `AMQPError` with the reply code of its condition
@@ -114,6 +115,8 @@ class Amqp091:
         self.conns = broker.state.conns
         self.auth = broker.state.auth
         self.publisher = broker.publisher
+        self.publish_call = broker.publisher.publish_call
+        """The pipeline as one whole call (`Publisher.publish_call`, bound once)."""
         self.calls = broker.calls
 
     # ------------------------------------------------------------------ connections
@@ -173,12 +176,13 @@ class Amqp091:
         # benchmarks/hotpath_bench.py --profile). The same steps as `methods.basic_publish` on
         # an open non-tx channel with content; the rest goes to `_handle`, before anything
         # has changed. The checks and the message come first, then the publish as one core
-        # call (`Calls.publish`: the call and the pipeline, one Python call less than a
-        # `begin` ... `end` pair around `Publisher.publish`; callgrind, hotpath_bench.py).
+        # call (`Publisher.publish_call`: the pipeline begins and ends the call itself, one
+        # Python call into the core per publish; callgrind, hotpath_bench.py).
         s = self.conns[conn_id].sessions.get(channel)
         if s is None or s.mode is _TX or content is None or method.immediate:
             return self._handle(conn_id, channel, method, content, now_ms)
         publisher = self.publisher
+        publish_call = self.publish_call
         name = method.exchange
         vh = s.vhost
         x = vh.exchanges.get(name)
@@ -214,7 +218,9 @@ class Amqp091:
                 )
             else:
                 msg = build(s, name, method.routing_key, pb, body, now_ms)
-            return self.calls.publish(s, vh, x, msg, method.mandatory, now_ms)
+            out: list[Effect] = []
+            publish_call(msg, s, vh, x, now_ms, method.mandatory, out)
+            return out
         except BrokerError as exc:
             raise to_amqp(exc, *_PUBLISH_IDS) from None
         except AMQPError as exc:
