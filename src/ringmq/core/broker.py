@@ -9,7 +9,8 @@ progress, `state.py`):
 * `Exchanges` (exchanges.py): vhosts, exchanges and exchange bindings;
 * `Topology` (topology.py): queues and their bindings; declare, bind, purge, delete;
 * `Publisher` (publish.py): the one publish pipeline (classify, route, enqueue each, confirm);
-* `Delivery` (delivery.py): consume, get, settle, and the dispatch of dirty queues (`flush`);
+* `Delivery` (delivery.py): consume, get, settle; `Dispatcher` (dispatch.py): the dispatch of
+  dirty queues (`flush`);
 * `DeadLetters` (deadletter.py): dead letters routed with `x-death`;
 * `Confirms` and `Transactions` (transactions.py);
 * `Resources` (resources.py): paging bounds, alarms, Artemis BLOCK/FAIL, publisher flow;
@@ -56,6 +57,7 @@ from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.deadletter import DeadLetters
 from ringmq.core.dedup import PublishDedup
 from ringmq.core.delivery import Delivery
+from ringmq.core.dispatch import Dispatcher
 from ringmq.core.durability import Durability
 from ringmq.core.effects import CloseConnection, Effect
 from ringmq.core.errors import BrokerError, Condition
@@ -63,7 +65,8 @@ from ringmq.core.exchanges import Exchanges
 from ringmq.core.limits import TenantLimits
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
-from ringmq.core.publish import BatchPublished, Publisher
+from ringmq.core.publish import Publisher
+from ringmq.core.publishbatch import BatchPublished, publish_batch
 from ringmq.core.queue import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_HEAD_COUNT,
@@ -106,11 +109,13 @@ class Broker:
         self.exchanges = Exchanges(state)
         self.topology = Topology(state, self.resources, self.exchanges)
         self.dead_letters = DeadLetters(state, self.topology.create_queue)
-        self.delivery = Delivery(state, self.topology, self.resources, self.dead_letters)
+        self.dispatcher = Dispatcher(state, self.resources, self.dead_letters)
+        """The dispatch of the queues each call touched (dispatch.py), at the call's end."""
+        self.delivery = Delivery(state, self.topology, self.dispatcher)
         self.stream_groups = ActiveGroups()
         """Single active consumer groups on streams (the stream protocol's)."""
         self.confirms = Confirms(state)
-        self.calls = Calls(state, self.delivery.flush)
+        self.calls = Calls(state, self.dispatcher.flush)
         """The call protocol (`call.py`): every call starts and ends through it."""
         self.publisher = Publisher(state, self.resources, self.delivery, self.confirms, self.calls)
         # The call protocol's one-publish call is the pipeline's (`Publisher.publish_call`).
@@ -387,7 +392,7 @@ class Broker:
                 if session.part_of is None:
                     state.stats["channels_closed"] += 1
                 self.delivery.close_session(session, now_ms)
-            self.delivery.flush(now_ms)  # even with no queue dirty: draining consumers
+            self.dispatcher.flush(now_ms)  # even with no queue dirty: draining consumers
         return out
 
     def connection_closed(self, conn_id: int, now_ms: int) -> list[Effect]:
@@ -411,7 +416,7 @@ class Broker:
                     q = vh.queues.get(qname)
                     if q is not None:
                         self.topology.delete_queue(vh, q, now_ms)
-            self.delivery.flush(now_ms)  # even with no queue dirty: draining consumers
+            self.dispatcher.flush(now_ms)  # even with no queue dirty: draining consumers
         return [e for e in out if e.conn_id != conn_id]
 
     def set_writable(self, conn_id: int, writable: bool, now_ms: int) -> list[Effect]:
@@ -439,7 +444,7 @@ class Broker:
         columns: RunColumns | None = None,
     ) -> BatchPublished:
         """Publish a batch on an open session with one confirm step and one dispatch per
-        batch (`Publisher.publish_batch`; `columns`: publishes before `messages`, as
+        batch (`publishbatch.publish_batch`; `columns`: publishes before `messages`, as
         columns); NOT_FOUND... errors stop the batch (`error`). Raises CHANNEL_ERROR only
         when the session is not open."""
         s = self.session(conn_id, channel)
@@ -448,11 +453,12 @@ class Broker:
                 Condition.CHANNEL_ERROR, f"expected 'channel.open' on channel {channel}"
             )
         with self.call(now_ms, publish=True):
-            return self.publisher.publish_batch(
+            return publish_batch(
+                self.publisher,
                 messages,
                 session=s,
                 exchange=exchange,
-                flush=self.delivery.flush,
+                flush=self.dispatcher.flush,
                 now_ms=now_ms,
                 columns=columns,
             )

@@ -1,4 +1,4 @@
-"""Delivery: subscriptions, gets, settlement, and the dispatch of dirty queues.
+"""Delivery: subscriptions, gets and settlement.
 
 Theory of operation
 -------------------
@@ -18,21 +18,10 @@ Theory of operation
   to its original position, redelivered, counted as a failed delivery), released (back, not
   counted) or rejected (dropped or dead-lettered), grouped per queue in delivery order;
   `recover` requeues everything outstanding on a session.
-* **flush**: after every call, each queue the call marked dirty (`State.dirty`) is dispatched to
-  its consumers with capacity: browsers first, each by its cursor (`_dispatch_browse`), then
-  the consumers that take messages, in the queue's rotation (priority groups, round robin,
-  single-active-consumer: `ConsumerSet.pick`), by fetch in one loop (`_dispatch`, the hot
-  path, which a queue without browsers or selector consumers reaches after one test); a
-  selector consumer's turn takes the first message it matches (at most `SELECTOR_SCAN`
-  selector evaluations per message taken or browsed).
-  Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still has work
-  goes to `State.backlog` and the broker asks for an immediate tick. Then its expired heads
-  are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked released
-  (`Resources.maybe_unblock`). Dead-lettering may dirty more queues: the flush runs until
-  nothing is dirty (bounded).
 
-Replies precede the deliveries they enable: an adapter appends its reply to `State.out`
-before the broker flushes. Deliveries are `effects.Deliver`, one per message (the hot path).
+The dispatch of the queues a call touched to these subscriptions is `Dispatcher`'s
+(dispatch.py), at the end of every call; a get flushes it first when the queue has publishes
+waiting for it, and a drain registers with it.
 
 Pure: no I/O, no clock.
 """
@@ -45,26 +34,16 @@ from typing import Any, Final
 from ringmq.core import queuetypes
 from ringmq.core.auth import Access
 from ringmq.core.consumers import Consumer
-from ringmq.core.deadletter import DeadLetters
-from ringmq.core.effects import Deliver, DeliverReply, Drained
+from ringmq.core.dispatch import Dispatcher
+from ringmq.core.effects import DeliverReply
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
-from ringmq.core.queue import Delivery as Handed
-from ringmq.core.resources import Resources
 from ringmq.core.selector import Selector
 from ringmq.core.session import PublishMode, Session, SettleKind, Unacked
 from ringmq.core.state import State
-from ringmq.core.streamread import stream_cursor, stream_read
+from ringmq.core.streamread import stream_cursor
 from ringmq.core.topology import Topology
 from ringmq.core.vhost import NoLocal, QueueEntity
-
-DISPATCH_BATCH: Final = 4096
-"""Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""
-
-SELECTOR_SCAN: Final = 1000
-"""Most messages a selector looks at per message it takes or browses (queue/select.py): a
-queue of messages it does not match costs a dispatch round at most this many evaluations per
-selector consumer, never a stall."""
 
 REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."
@@ -105,19 +84,15 @@ class Taken:
 
 
 class Delivery:
-    """Consume, get, settle and dispatch (see the module docstring)."""
+    """Consume, get and settle (see the module docstring)."""
 
-    def __init__(
-        self, state: State, topology: Topology, resources: Resources, dead: DeadLetters
-    ) -> None:
+    def __init__(self, state: State, topology: Topology, dispatcher: Dispatcher) -> None:
         self.state = state
         self.topology = topology
-        self.resources = resources
-        self.dead = dead
+        self.dispatcher = dispatcher
+        """The dispatch of dirty queues (dispatch.py): a get flushes first, drains register."""
         self.replies: dict[str, tuple[Session, str]] = {}
         """Direct reply-to consumers: token -> (session, consumer tag)."""
-        self.draining: dict[int, Consumer] = {}
-        """Consumers asked to drain their credit (by id): checked after each flush."""
 
     # ------------------------------------------------------------------ subscriptions
     def set_prefetch(self, s: Session, count: int, *, session_wide: bool) -> None:
@@ -142,41 +117,8 @@ class Delivery:
         if credit is not None:
             consumer.queue.consumers.credited = True
         consumer.drain = drain and credit is not None
-        if consumer.drain:
-            self.draining[id(consumer)] = consumer
-        else:
-            self.draining.pop(id(consumer), None)
+        self.dispatcher.watch_drain(consumer)
         self.state.mark(consumer.queue)
-
-    def _drain(self, now_ms: int) -> None:
-        # After a flush: draining consumers whose queue has nothing more for them give their
-        # unused credit back.
-        out = self.state.out
-        for key, c in list(self.draining.items()):
-            q = c.queue
-            left = c.credit or 0
-            if q.deleted or c.session.consumers.get(c.tag) is not c:
-                del self.draining[key]
-            elif left <= 0 or not self._has_more(c, now_ms):
-                del self.draining[key]
-                c.drain = False
-                c.credit = 0
-                s = c.session
-                out.append(Drained(s.conn_id, s.channel, c.tag, left))
-
-    @staticmethod
-    def _has_more(c: Consumer, now_ms: int) -> bool:
-        # Whether a consumer could take another message now: a ready one, or for a browser one
-        # past its cursor.
-        q = c.queue
-        if c.browse or q.settings.non_destructive:
-            cursor = c.cursor
-            more = bool(_browsed(c, 1, now_ms))
-            c.cursor = cursor  # a look, not a browse
-            return more
-        if c.selector is not None:
-            return q.queue.has_matching(c.selector.matches_message, SELECTOR_SCAN, now_ms)
-        return bool(q.queue.ready_count)
 
     def consume(
         self,
@@ -359,7 +301,7 @@ class Delivery:
             # Publishes earlier in this read batch wait for `dispatch_pending`; RabbitMQ's queue
             # handles them before this get: their consumers are served and, what nobody took,
             # expired (a TTL 0 message) first.
-            self.flush(now_ms)
+            self.dispatcher.flush(now_ms)
         d = q.queue.fetch(now_ms, ack_required=not no_ack)
         # RabbitMQ drops the expired heads the fetch exposed before it counts what is left
         q.queue.drop_expired(now_ms)
@@ -484,185 +426,3 @@ class Delivery:
         durability = self.state.durability
         if q.durable and durability is not None:
             durability.acked(q, seqs)
-
-    # ------------------------------------------------------------------ dispatch
-    def flush(self, now_ms: int) -> None:
-        """Dispatch and drain dead letters of dirty queues until nothing changes (bounded)."""
-        state = self.state
-        dirty = state.dirty
-        blocked_by = self.resources.blocked_by
-        rounds = 0
-        while dirty and rounds < 10_000:
-            rounds += 1
-            _, q = dirty.popitem()
-            if q.deleted:
-                continue
-            if q.stream is not None:  # a stream: each consumer reads the log at its offset
-                if q.consumers.all:
-                    self._dispatch_browse(q, q.consumers.all, now_ms)
-                continue
-            st = q.settings
-            if (
-                st.message_ttl_ms is not None
-                or st.expires_ms is not None
-                or st.redelivery is not None  # delayed redeliveries wait in the schedule
-            ):
-                state.timed[id(q)] = q
-            consumers = q.consumers
-            if consumers.all:
-                if st.non_destructive:
-                    self._dispatch_browse(q, consumers.all, now_ms)
-                else:
-                    if consumers.special:  # browsers first: they see what the others take
-                        if consumers.browsers:
-                            self._dispatch_browse(q, consumers.browsers, now_ms)
-                        self._dispatch(q, now_ms, bool(consumers.selective))
-                    else:
-                        self._dispatch(q, now_ms)
-            # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
-            # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
-            q.queue.drop_expired(now_ms)
-            if st.dead_lettering:  # the engine dead-letters only with a DLX, DLA or expiry
-                self.dead.drain(q, now_ms)
-            if blocked_by and id(q) in blocked_by:
-                self.resources.maybe_unblock(q)
-        if self.draining:
-            self._drain(now_ms)
-
-    def _dispatch(self, q: QueueEntity, now_ms: int, selective: bool = False) -> None:
-        # Hot path: locals only; one fetch + one tracked delivery + one effect per message.
-        # A queue with selector consumers (`selective`): every consumer that takes messages
-        # gets its turn in the queue's rotation (`pick`: priorities, round robin,
-        # single-active), as Artemis serves filtered consumers with the others. A plain
-        # consumer's turn takes the head; a selector consumer's the first ready message it
-        # matches (`Queue.fetch_matching`: at most SELECTOR_SCAN evaluations), and one that
-        # finds none sits out this round (`missed`).
-        engine = q.queue
-        consumers = q.consumers
-        pick = consumers.pick
-        fetch = engine.fetch
-        state = self.state
-        append = state.out.append
-        budget = DISPATCH_BATCH
-        no_ack_count = 0
-        dur = state.durability
-        persisted = dur.persisted(q) if dur is not None else None
-        counters = engine.counters  # ready_count = ready + paged, without the property call
-        credited = consumers.credited  # link credit is counted only where some was given
-        missed: set[Consumer] | None = set() if selective else None
-        while counters.ready or counters.paged:
-            if not budget:
-                state.backlog[id(q)] = q
-                break
-            c = pick() if missed is None else pick(missed)
-            if c is None:
-                break
-            no_ack = c.no_ack
-            if missed is None or c.selector is None:
-                d = fetch(now_ms, not no_ack)
-                if d is None:
-                    break
-            else:
-                d = engine.fetch_matching(
-                    c.selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
-                )
-                if d is None:
-                    missed.add(c)
-                    continue
-            s = c.session
-            if no_ack:
-                tag = s.next_delivery_id
-                s.next_delivery_id = tag + 1
-                no_ack_count += 1
-                s.counts.delivered_auto += 1
-            else:
-                tag = s.track(Unacked(q, d.seq, c, False, 0, now_ms))
-                s.counts.delivered_manual += 1
-                if persisted and d.seq in persisted:
-                    assert dur is not None
-                    dur.delivered(q, d.seq, d.delivery_count)
-            msg = d.message
-            if d.redelivered:
-                s.counts.redelivered += 1
-                if q.settings.queue_type == queuetypes.QUORUM:
-                    msg = queuetypes.counted(msg, d.delivery_count)
-            append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, msg))
-            budget -= 1
-            if credited and c.credit is not None:
-                c.credit -= 1
-        delivered = DISPATCH_BATCH - budget
-        if delivered:
-            state.stats["delivered"] += delivered
-            q.deliver += delivered - no_ack_count
-            if delivered > no_ack_count:
-                state.arm_consumer_check(q, now_ms)
-            q.deliver_no_ack += no_ack_count
-
-    def _dispatch_browse(self, q: QueueEntity, browsers: list[Consumer], now_ms: int) -> None:
-        # The one browsing rule: each of `browsers` (every consumer of a non-destructive queue,
-        # the browsing consumers of any other) reads the queue through its own cursor, and
-        # sees only what its selector matches (`_browsed`).
-        out = self.state.out
-        budget = DISPATCH_BATCH
-        stream = q.stream is not None
-        for c in list(browsers):
-            s = c.session
-            # What `has_capacity` allows, counted once: each tracked delivery below raises the
-            # consumer's and the channel's unacked count by one, as a check per message would.
-            want = budget if c.has_capacity() else 0
-            if want and c.credit is not None:
-                want = min(want, c.credit)
-            if want and not c.no_ack:
-                if c.prefetch:
-                    want = min(want, c.prefetch - c.unacked)
-                if s.global_prefetch:
-                    want = min(want, s.global_prefetch - s.global_unacked)
-            if want <= 0:
-                continue
-            for d in _browsed(c, want, now_ms):
-                offset = d.seq if stream else None
-                if c.no_ack:
-                    tag = s.next_untracked_id()
-                else:
-                    tag = s.track(Unacked(q, d.seq, c, True, 0, now_ms))
-                    self.state.arm_consumer_check(q, now_ms)
-                out.append(
-                    Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message, offset)
-                )
-                budget -= 1
-                if c.credit is not None:
-                    c.credit -= 1
-            if not budget:
-                break
-        if not budget:
-            self.state.backlog[id(q)] = q
-
-
-def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
-    """Up to `want` messages past browser `c`'s cursor that its selector (if any) matches; the
-    cursor moves past every message looked at (at most SELECTOR_SCAN per one browsed)."""
-    log = c.queue.stream
-    if log is not None:
-        return stream_read(c, log, want)
-    engine = c.queue.queue
-    selector = c.selector
-    if selector is None:
-        got = engine.browse_many(c.cursor, want, now_ms)
-        if got:
-            c.cursor = got[-1].seq
-        return got
-    out: list[Handed] = []
-    looked = 0
-    limit = want * SELECTOR_SCAN
-    while len(out) < want and looked < limit:
-        batch = engine.browse_many(c.cursor, min(want, limit - looked), now_ms)
-        if not batch:
-            break
-        looked += len(batch)
-        for d in batch:
-            c.cursor = d.seq
-            if selector.matches_message(d.message):
-                out.append(d)
-                if len(out) == want:
-                    break
-    return out

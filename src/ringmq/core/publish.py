@@ -33,29 +33,25 @@ and whether the message was persisted). The pipeline is that one method, in four
    delayed confirms -> held for the fsync; else confirmed now, or, in a batch, released with
    the batch's other acks (`released`).
 
-Every entry runs these steps through `publish`: `publish_batch` (a batch of messages with one
-confirm step and one dispatch per batch: the streams API's bulk publish and the 0-9-1 publish
-runs) calls it per message with the batch's `released` acks; callers that count, classify and
-confirm themselves run steps 2 and 3 (`classify=False`: `route`, for a transaction's commit
-and delayed messages now due; `enqueue`, step 3 into given queues; `publish_without_session`,
-the management API). The one bulk form is a guard in front of the per-message steps, not a
-copy of them: `publish_batch` offers each run of messages, or its columns, to `core/ingest.py`,
-which takes the run in one step only when every decision the steps would make is the same for
-each message and trivial (one plain queue already paging), and otherwise leaves it to
-`publish`, message by message.
+Every entry runs these steps through `publish`: `publishbatch.publish_batch` (a batch with
+one confirm step, the streams API's bulk publish and the 0-9-1 publish runs; its bulk form,
+core/ingest.py, is a guard in front of these steps) calls it per message with the batch's
+`released` acks; callers that count, classify and confirm themselves run steps 2 and 3
+(`classify=False`: `route`, for a transaction's commit and delayed messages now due;
+`enqueue`, step 3 into given queues; `publish_without_session`, the management API).
 
-Hot path: an AMQP 0-9-1 publish to a plain queue is one call into the core, `publish` (then
-the queue engine's `publish`); everything optional (headers, delays, dedup, CC/BCC, limits)
-is behind one test each, and the common results are shared constants (no object per publish).
-Callers pass `publish` keywords; the core's per-message callers (`Calls.publish`, the batch
-loop) call the same function by position as `pipeline`, which CPython specialises.
+Hot path: an AMQP 0-9-1 publish to a plain queue is one Python call into the core,
+`publish_call` (the same function as a whole call: the call protocol's begin and end folded
+in), then the queue engine's `publish`; everything optional (headers, delays, dedup, CC/BCC,
+limits) is behind one test each, and the common results are shared constants (no object per
+publish). Callers pass `publish` keywords; the batch loop calls it by position as `pipeline`,
+which CPython specialises.
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -63,12 +59,11 @@ from ringmq.core.auth import Access
 from ringmq.core.call import Calls
 from ringmq.core.dedup import DUPL_ID_HEADER
 from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
-from ringmq.core.effects import Block, Bounce, Effect
+from ringmq.core.effects import Bounce, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
-from ringmq.core.ingest import INGEST_RUN, ingest_columns, ingest_run
 from ringmq.core.message import Message
-from ringmq.core.queue import PublishOutcome, RunColumns
+from ringmq.core.queue import PublishOutcome
 from ringmq.core.queue.scheduler import clamp_due
 from ringmq.core.resources import FLOW_HIGH, FLOW_HIGH_BYTES, Resources
 from ringmq.core.routing import ExchangeType
@@ -137,28 +132,6 @@ def address_full(q: QueueEntity) -> BrokerError:
         Condition.PRECONDITION_FAILED,
         f"queue {q.name!r} in vhost {q.vhost!r} is full (address-full-policy FAIL)",
     )
-
-
-class BatchPublished:
-    """What `Publisher.publish_batch` did.
-
-    Attributes:
-        effects: the effects to apply, in order (confirms, deliveries, blocks...).
-        published: messages of the batch taken by the broker (routed, refused with a negative
-            confirm or dropped as duplicates).
-        error: the error the next message raised (None if none): a `BrokerError` from the
-            core, which an adapter may replace with its protocol's; the caller closes the
-            session.
-        blocked: the last published message blocked the connection (a resource limit).
-    """
-
-    __slots__ = ("blocked", "effects", "error", "published")
-
-    def __init__(self, effects: list[Effect]) -> None:
-        self.effects = effects
-        self.published = 0
-        self.error: Exception | None = None
-        self.blocked = False
 
 
 class Publisher:
@@ -258,7 +231,6 @@ class Publisher:
                 state.calling = True
                 state.out = call
                 state.now_ms = now_ms
-        aborted = False
         try:
             seq = 0
             if classify:  # 1. classify
@@ -397,15 +369,15 @@ class Publisher:
             return _RESULTS[refused, stored]
 
         except BaseException:
-            if call is not None:  # the call ends with the exception: aborted
-                aborted = True
+            if call is not None:  # the call ends with the exception: aborted, not ended below
+                call = None
                 self.calls.abort()
             raise
         finally:
             # The one-publish call's end, after a normal return: `Calls.end(publish=True)`,
             # behind a guard that skips it when all it would do is close the call (nothing
             # makes a deferred publish dispatch now, no definitions to write, not nested).
-            if call is not None and not aborted:
+            if call is not None:
                 if nested or state.eager or not state.defer_dispatch or state.defs_dirty:
                     self.calls.end(True)
                 else:
@@ -627,97 +599,3 @@ class Publisher:
         if "BCC" in headers:
             msg = msg.reheadered({k: v for k, v in headers.items() if k != "BCC"})
         return tuple(found.values()), msg
-
-    # ------------------------------------------------------------------ batches
-    def publish_batch(
-        self,
-        messages: Iterable[Message],
-        *,
-        session: Session,
-        exchange: str,
-        flush: Callable[[int], None],
-        now_ms: int,
-        columns: RunColumns | None = None,
-    ) -> BatchPublished:
-        """Publish `messages` (built lazily: a message that fails to build stops the batch
-        there) to `exchange` on `session`, as that many publishes would (each through
-        `publish`), with one confirm step per batch: the acks of confirmed publishes are
-        coalesced and sent at the end (a refusal first sends the acks before it, so the order
-        on the session is kept).
-
-        The batch stops early at the first message whose publish raises (`error` is set,
-        `published` counts the messages before it) or that blocks the connection (`blocked`;
-        that message is published). `flush` is called with `now_ms` when a queue of the batch
-        must dispatch before the next publish (rings, limits). Runs of messages that all go to
-        the same plain queue are published in one step (`core/ingest.py`).
-
-        `columns`, when given, are publishes that come before `messages`, as columns: offered
-        whole to the columnar ingest (`ingest_columns`); while its guard refuses, they go as
-        messages (`RunColumns.messages`), INGEST_RUN at a time, the way `messages` go, and
-        the rest is offered again.
-        """
-        state = self.state
-        s = session
-        done = BatchPublished(state.out)
-        out = done.effects
-        conn_id = s.conn_id
-        released: list[int] = []
-        try:
-            vh, x = self.exchange_for(s, exchange)
-            publish = self.pipeline  # by position (see `publish`)
-            it = iter(messages)
-            more = True
-            at = 0  # the columns' next row
-            n_cols = 0 if columns is None else len(columns)
-            while more:
-                run: list[Message] = []
-                failed: BrokerError | None = None
-                if at < n_cols:
-                    # The columns first: whole when the columnar ingest takes them, else
-                    # their next INGEST_RUN rows as messages, one at a time below.
-                    assert columns is not None
-                    rest = columns.rows(at, n_cols)
-                    if ingest_columns(self, s, vh, x, rest, now_ms, released):
-                        done.published += len(rest)
-                        at = n_cols
-                        continue
-                    run = columns.rows(at, at + INGEST_RUN).messages()
-                    at += len(run)
-                else:
-                    # Runs of INGEST_RUN messages: the bulk step when its guard allows, else
-                    # one at a time (a message that fails to build ends the batch after the
-                    # ones built before it).
-                    try:
-                        for msg in it:
-                            run.append(msg)
-                            if len(run) == INGEST_RUN:
-                                break
-                        else:
-                            more = False
-                    except BrokerError as exc:
-                        failed = exc
-                        more = False
-                    if ingest_run(self, s, vh, x, run, now_ms, released):
-                        done.published += len(run)
-                        run = []
-                for msg in run:
-                    n_out = len(out)
-                    publish(msg, s, vh, x, now_ms, False, None, True, (), released)
-                    done.published += 1
-                    if state.eager and state.dirty:
-                        state.eager = False
-                        flush(now_ms)
-                    if len(out) != n_out and any(
-                        type(e) is Block and e.conn_id == conn_id for e in out[n_out:]
-                    ):
-                        done.blocked = True
-                        more = False
-                        failed = None
-                        break
-                if failed is not None:
-                    raise failed
-        except BrokerError as exc:
-            done.error = exc
-        if released:
-            self.confirms.send(s, released)
-        return done

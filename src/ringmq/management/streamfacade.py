@@ -26,7 +26,7 @@ from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
-from ringmq.core.publish import BatchPublished
+from ringmq.core.publishbatch import BatchPublished
 from ringmq.core.queue.columns import Columns
 from ringmq.core.reservations import Lease, Reservations
 from ringmq.core.vhost import QueueEntity

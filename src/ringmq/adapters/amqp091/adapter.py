@@ -49,7 +49,7 @@ from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message
-from ringmq.core.publish import BatchPublished
+from ringmq.core.publishbatch import BatchPublished
 from ringmq.core.queue.ports import RunColumns
 from ringmq.core.session import PublishMode, Session
 from ringmq.core.settings import SettingsError

@@ -130,18 +130,12 @@ class Amqp091Handler:
         """`proto.content_in_flight` after the previous read (a rise: a new large body)."""
         self.login_delay_ms = 0
         """How long the login throttle held this connection's credential check (0: not)."""
-        self._opened = False
-        self._closed = False
+        # `Handler.opened` / `closed` as plain attributes: the driver reads them after every
+        # read and every flush (a property is a Python call each time).
+        self.opened = False
+        self.closed = False
 
     # -- Handler -----------------------------------------------------------------------------------
-
-    @property
-    def opened(self) -> bool:
-        return self._opened
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def data_to_send(self) -> bytes:
         return self.proto.data_to_send()
@@ -252,7 +246,7 @@ class Amqp091Handler:
         self.proto.close(code, _explanation(code, text))
 
     def connection_lost(self, now_ms: int) -> list[Effect]:
-        self._closed = True
+        self.closed = True
         return self.broker.connection_closed(self.conn_id, now_ms)
 
     def info(self) -> HandlerInfo:
@@ -292,7 +286,7 @@ class Amqp091Handler:
         assert runs is not False
         solo = 0
         i = 0
-        while i < len(events) and not self._closed:
+        while i < len(events) and not self.closed:
             event = events[i]
             i += 1
             if type(event) is _Command:  # hot path: publish, ack, ...
@@ -379,7 +373,7 @@ class Amqp091Handler:
                 except AMQPError as err:
                     proto.close(err.code, err.explanation, err.class_id, err.method_id)
                     return []
-                self._opened = True
+                self.opened = True
                 self.vhost = vhost
                 return proto.accept_open()
             case ev.ChannelOpened(channel=ch):
@@ -401,7 +395,7 @@ class Amqp091Handler:
                 if code == ReplyCode.INTERNAL_ERROR:
                     log.error("protocol layer internal error on %s", self.ctx.peer.name)
             case ev.ConnectionClosed():
-                self._closed = True  # the server closes the socket and releases the connection
+                self.closed = True  # the server closes the socket and releases the connection
             case _:
                 assert_never(event)
         return []
@@ -426,7 +420,7 @@ class Amqp091Handler:
     def _slow_answer(self, event: ev.LoginRequested) -> SlowAnswer:
         # `HandlerContext.slow_login`'s answer: the driver runs it as a read of this connection
         def answer(user: str | None, why: str, now: int) -> None:
-            if self._closed:
+            if self.closed:
                 return
             more = (
                 self._login_refused(event, why, now)
