@@ -83,7 +83,7 @@ class Calls:
     Args:
         state: the broker's shared state, whose call fields this object manages (and the
             pipeline's one-publish call, the third form).
-        flush: the delivery owner's dispatch of the dirty queues (`Delivery.flush`).
+        flush: the dispatch of the dirty queues (`Dispatcher.flush`, dispatch.py).
     """
 
     __slots__ = ("_flush", "_outer", "_state", "pipeline")

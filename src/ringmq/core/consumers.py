@@ -7,11 +7,12 @@ consumer with capacity wins (RabbitMQ consumer priorities), and within a group c
 turns. With single-active-consumer only one consumer is eligible: the earliest registered one
 of the highest priority; when it goes, the next one takes over. A *browsing* consumer (AMQP 1.0
 distribution mode `copy`) is in `all` and `browsers` but in no priority group: `pick()` never
-returns it, dispatch serves it through its own cursor instead (`Delivery._dispatch_browse`).
+returns it, dispatch serves it through its own cursor instead (dispatch.py,
+`Dispatcher._dispatch_browse`).
 A consumer with a JMS selector (also in `selective`) takes its turn like any other, in its
 priority group and under single-active-consumer, as Artemis serves filtered consumers round
 robin with the others: when `pick()` returns it, dispatch hands it the first message its
-selector matches (`Delivery._dispatch`), and a consumer that finds none is passed
+selector matches (`Dispatcher._dispatch`), and a consumer that finds none is passed
 over (`skip`) for the rest of that round. `fetchers` are the consumers that take messages
 (all but the browsers); `special` says whether there are browsers or selector consumers (the
 one test in front of the hot path). Capacity = the connection is

@@ -2,13 +2,13 @@
 
 Theory of operation
 -------------------
-`Publisher.publish_batch` (the streams API's bulk publish, a Spark sink's write) hands runs of
-its messages to `ingest_run`, which is the publish pipeline (`core/publish.py`) done for many
-messages at once where nothing in the run can make one message's path differ from another's.
-A guard in front decides; when it says no, the caller publishes the run one message at a time
-through the per-message pipeline, so every rule (routing, alternate exchanges, limits, flow,
-durability, confirms) has exactly one implementation and the bulk step only skips repeating
-it. The guard takes a run when:
+`publish_batch` (core/publishbatch.py: the streams API's bulk publish, a Spark sink's write)
+hands runs of its messages to `ingest_run`, which is the publish pipeline (`core/publish.py`)
+done for many messages at once where nothing in the run can make one message's path differ
+from another's. A guard in front decides; when it says no, the caller publishes the run one
+message at a time through the per-message pipeline, so every rule (routing, alternate
+exchanges, limits, flow, durability, confirms) has exactly one implementation and the bulk
+step only skips repeating it. The guard takes a run when:
 
 * the session is not blocked by a resource alarm (an alarm blocks per publish);
 * every message has the same routing key, no headers (so no CC/BCC, scheduling, LVQ key or
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from ringmq.core.state import State
 
 INGEST_RUN: Final = 256
-"""Messages `Publisher.publish_batch` offers `ingest_run` at a time."""
+"""Messages `publishbatch.publish_batch` offers `ingest_run` at a time."""
 
 _DELAYED: Final = ExchangeType.DELAYED
 _CONFIRM: Final = PublishMode.CONFIRM

@@ -111,7 +111,7 @@ class State:
         self.calling = False
         """A call is in progress (`call.py`): a call begun now nests inside it."""
         self.dirty: dict[int, QueueEntity] = {}
-        """Queues touched by the call, by id: dispatched and drained by `Delivery.flush`."""
+        """Queues touched by the call, by id: dispatched and drained by `Dispatcher.flush`."""
         self.backlog: dict[int, QueueEntity] = {}
         """Queues with more to deliver than one call may (`DISPATCH_BATCH`)."""
         self.timed: dict[int, QueueEntity] = {}

@@ -327,7 +327,7 @@ class Amqp091:
     ) -> BatchPublished:
         """Publish `messages[start:stop]` ((routing key, raw properties, body) each) to
         `exchange` on an open channel, as that many `basic.publish` (mandatory and immediate
-        false) would, with one confirm step per batch (`Publisher.publish_batch`).
+        false) would, with one confirm step per batch (`publishbatch.publish_batch`).
 
         The batch stops early at the first message whose publish raises (`error` is set, an
         AMQPError; `published` counts the messages before it; the caller closes the channel)
