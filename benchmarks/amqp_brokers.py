@@ -178,7 +178,11 @@ class RingmqProcess:
         startup_timeout_s: float = 30.0,
         profile_path: Path | None = None,
         protocols: tuple[str, ...] = (),
+        src: Path | None = None,
     ) -> None:
+        self.src = src
+        """Another source tree's `src` to run instead of this one's (`run_all --baseline-src`:
+        an older commit's, with this interpreter); None: the installed ringmq."""
         self._dir = Path(tempfile.mkdtemp(prefix="ringmq-bench-"))
         self.log_path = self._dir / "ringmq.log"
         self._timeout = startup_timeout_s
@@ -202,9 +206,17 @@ class RingmqProcess:
             "--stream-port", "0" if "stream" in self.protocols else "off",
             "--data-dir", str(self._dir / "data"),
         ]  # fmt: skip
+        env = None
+        if self.src is not None:
+            env = {**os.environ, "PYTHONPATH": str(self.src)}
+            serve = self.src / "ringmq" / "cli" / "serve.py"
+            if "stream_port" not in serve.read_text(encoding="utf-8"):
+                # a tree from before the stream protocol: it has no such listener to turn off
+                at = cmd.index("--stream-port")
+                del cmd[at : at + 2]
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self._timeout
         while time.monotonic() < deadline:
             with self.log_path.open("rb") as log:

@@ -4,11 +4,16 @@ Usage (from the repository root)::
 
     .venv/bin/python -m benchmarks.run_all [--quick] [--rounds 3] [--scenarios a,b,...]
         [--ringmq-url URL | --no-ringmq] [--rabbitmq-url URL | --no-rabbitmq] [--json FILE]
+        [--baseline-src OLD/src]
 
 Without ``--ringmq-url`` a ``ringmq serve`` subprocess is started on ephemeral ports and
 stopped at the end. RabbitMQ is never started or stopped: when nothing answers on its URL it
 is skipped. For every scenario and round the brokers run one after the other, the order
 alternating between rounds; the table shows medians and ringmq/RabbitMQ ratios.
+
+``--baseline-src`` compares two commits of ringmq instead of ringmq and RabbitMQ: the source
+tree given (``git archive <commit> | tar -x -C OLD``, then ``OLD/src``) is started too, with
+this interpreter, as broker ``baseline``, and the ratio column is ringmq/baseline.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from benchmarks import amqp_load as load
 from benchmarks import scenarios as sc
 
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
+STARTUP_S = 120.0
+"""How long a started ringmq may take to listen (a loaded machine compiling every module)."""
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,6 +52,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         default=None,
         help="run the ringmq it starts under cProfile, writing this file at the end",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="also start the ringmq of this source tree's src/ (an older commit, e.g. from "
+        "`git archive`) as broker 'baseline', interleaved with this one: the ratio column is "
+        "ringmq/baseline",
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="about 1/10 of the counts")
@@ -83,7 +98,7 @@ def _median(runs: list[dict[str, Any]], metric: str) -> float | None:
 def _table(results: list[dict[str, Any]], names: list[str], keys: list[str]) -> str:
     header = ["scenario", "metric", *names]
     if len(names) == 2:
-        header.append("ringmq/rabbitmq")
+        header.append(f"{names[0]}/{names[1]}")
     rows = [header]
     for key in keys:
         wanted = {**sc.METRICS[key], **sc.COMMON_METRICS}
@@ -97,9 +112,10 @@ def _table(results: list[dict[str, Any]], names: list[str], keys: list[str]) -> 
             row = [key, metric + ("" if higher_better else " (lower better)")]
             row += [_fmt(medians[n]) for n in names]
             if len(names) == 2:
-                ring, rabbit = medians.get("ringmq"), medians.get("rabbitmq")
-                # Always ringmq/rabbitmq: above 1 is better for throughputs, worse otherwise.
-                row.append(f"{ring / rabbit:.2f}" if ring is not None and rabbit else "-")
+                ring, other = medians.get(names[0]), medians.get(names[1])
+                # Always the first over the second (ringmq/rabbitmq, ringmq/baseline): above 1
+                # is better for throughputs, worse otherwise.
+                row.append(f"{ring / other:.3f}" if ring is not None and other else "-")
             rows.append(row)
         for n in names:
             failed = [
@@ -123,11 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     targets: list[brokers.BrokerTarget] = []
     started: brokers.RingmqProcess | None = None
+    baseline: brokers.RingmqProcess | None = None
     try:
         if not args.no_ringmq:
             url = args.ringmq_url
             if not url:
-                started = brokers.RingmqProcess(profile_path=args.ringmq_profile)
+                started = brokers.RingmqProcess(
+                    profile_path=args.ringmq_profile, startup_timeout_s=STARTUP_S
+                )
                 try:
                     url = started.start()
                 except (RuntimeError, OSError) as exc:
@@ -135,7 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                     started = None
             if url:
                 targets.append(brokers.BrokerTarget.at("ringmq", url))
-        if not args.no_rabbitmq:
+        if args.baseline_src is not None:
+            # The same scenarios against an older tree's broker, in the same run (alternating
+            # per round), so that the machine's load weighs on both alike.
+            baseline = brokers.RingmqProcess(
+                src=args.baseline_src.resolve(), startup_timeout_s=STARTUP_S
+            )
+            targets.append(brokers.BrokerTarget.at("baseline", baseline.start()))
+        elif not args.no_rabbitmq:
             if brokers.port_open(args.rabbitmq_url):
                 targets.append(brokers.BrokerTarget.at("rabbitmq", args.rabbitmq_url))
             else:
@@ -145,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return _run(args, targets)
     finally:
-        if started is not None:
-            started.stop()
+        for proc in (started, baseline):
+            if proc is not None:
+                proc.stop()
 
 
 def _run(args: argparse.Namespace, targets: list[brokers.BrokerTarget]) -> int:
