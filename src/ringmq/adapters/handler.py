@@ -8,6 +8,7 @@ this module. One driver (`server/handlers.py`) runs every protocol, all on the l
 
     socket bytes -> Handler.receive_data(data, now_ms) -> core calls -> effects (any connection)
     -> the server applies them: an effect for a Handler connection -> Handler.apply(effect)
+       (a run of one connection's effects in one AppliesRuns.apply_run, when it has one)
     -> once per batch: Handler.data_to_send() -> one transport.write
 
 * `receive_data` decodes, runs the protocol's machine and calls the core (the owners of
