@@ -58,20 +58,36 @@ def parse_v1(line: bytes) -> tuple[str, int] | None:
 
 
 class TrustedPeers:
-    """The addresses whose PROXY headers are believed (exact addresses or networks)."""
+    """The addresses whose PROXY headers are believed: exact addresses or networks
+    (`[cluster] proxy_protocol_from`), and, on etcd, the hosts the cluster's nodes advertise
+    (`members`, read at each connection: a node that joins is trusted from then on)."""
 
-    def __init__(self, entries: Iterable[str]) -> None:
+    def __init__(
+        self, entries: Iterable[str], members: Callable[[], Iterable[str]] | None = None
+    ) -> None:
         self.networks = tuple(ipaddress.ip_network(e, strict=False) for e in entries)
+        self.members = members
 
     def __bool__(self) -> bool:
-        return bool(self.networks)
+        return bool(self.networks) or self.members is not None
 
     def trusts(self, host: str) -> bool:
         try:
             addr = ipaddress.ip_address(host)
         except ValueError:
             return False
-        return any(addr in net for net in self.networks)
+        if any(addr in net for net in self.networks):
+            return True
+        return self.members is not None and any(_same(addr, member) for member in self.members())
+
+
+def _same(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str) -> bool:
+    # an advertised host that is a name (not an address) is not matched: list the nodes'
+    # addresses in `proxy_protocol_from` then
+    try:
+        return addr == ipaddress.ip_address(host)
+    except ValueError:
+        return False
 
 
 class ProxyHeaderReader(asyncio.Protocol):

@@ -243,8 +243,13 @@ class BrokerServer:
         self.services: list[Service] = []
         """Started after the listeners, stopped first (the composition root adds them)."""
         self.gate: ProxyGate | None = None
-        """Relays (or refuses) clients while another node leads (server/proxy.py)."""
-        self._trusted = TrustedPeers(options.config.proxy.proxy_protocol_from)
+        """Relays (or refuses) clients while another node leads (server/proxy.py); built at
+        `start()` from `options.leader` unless set before."""
+        self.relay_http = True
+        """The gate relays the management port too (False: its app forwards per request,
+        a follower on etcd, server/httpforward.py)."""
+        self.trusted = TrustedPeers(options.config.proxy.proxy_protocol_from)
+        """Whose PROXY headers are read (a leader on etcd adds the cluster's nodes)."""
 
     def attach(self, core: Core) -> None:
         """Build the server's parts around `core.broker` (`start()` does; benchmarks too)."""
@@ -475,7 +480,7 @@ class BrokerServer:
     ) -> Callable[[], asyncio.Protocol]:
         # a listener's connections: PROXY headers read from trusted peers (the leader's side),
         # and relayed to the leader while another node leads (a follower's side)
-        local = reading_headers(factory, self._trusted)
+        local = reading_headers(factory, self.trusted)
         return local if self.gate is None else self.gate.wrap(protocol, local)
 
     async def serve_forever(self, *, install_signals: bool = False) -> None:
@@ -603,7 +608,7 @@ class BrokerServer:
             lst.protocol = "https"
         app = self._app_factory(self)
         timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
-        gate = self.gate
+        gate = self.gate if self.relay_http else None
         wrap = None if gate is None else (lambda f: gate.wrap(lst.protocol, f))
         server = uvicorn.Server(
             uvicorn_config(app, request_timeout_s=timeout_s, tls=https, wrap=wrap)
