@@ -11,6 +11,11 @@ apply before this). With `[cluster] proxy = false` the follower answers 307 to t
 the leader instead; while no leader is known, 503. A WebSocket request is not forwarded (the
 management port serves none of the API over one): it is closed.
 
+On the leader, `ForwardedFor` takes the client's address from the last `X-Forwarded-For` entry
+of a request that comes from a trusted peer (a cluster node, as for PROXY headers), so that the
+management API's per-address login throttle and its logs see the client, not the follower that
+forwarded it. From any other peer the header is ignored.
+
 The relay of the other protocols is byte for byte (`server/proxy.py`); HTTP is forwarded per
 request because the follower must keep answering its own `/api/cluster` on the same port.
 """
@@ -24,6 +29,7 @@ from typing import Any, Final
 import httpx
 
 from ringmq.server.proxy import LeaderProvider
+from ringmq.server.proxyheader import TrustedPeers
 
 log = logging.getLogger(__name__)
 
@@ -157,3 +163,22 @@ async def _answer(
     ]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
+
+
+class ForwardedFor:
+    """The leader's management app, with the client address a trusted follower forwarded."""
+
+    def __init__(self, app: App, trusted: TrustedPeers) -> None:
+        self.app = app
+        self.trusted = trusted
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        if scope["type"] in ("http", "websocket") and client and self.trusted.trusts(client[0]):
+            values = [v for k, v in scope["headers"] if k.lower() == b"x-forwarded-for"]
+            if values:
+                # the last entry is the one the trusted follower added
+                last = values[-1].decode("latin-1").split(",")[-1].strip()
+                if last:
+                    scope = dict(scope, client=(last, 0))
+        await self.app(scope, receive, send)

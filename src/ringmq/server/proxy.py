@@ -294,7 +294,10 @@ class ProxyGate:
                 return factory() if self.serve_unled else _Closer()
             if self.refuse is not None:
                 refusal = self.refuse(protocol, leader)
-                return refusal if refusal is not None else factory()
+                if refusal is not None:
+                    return refusal
+                # no refusal in this protocol's words: serve here, or close on a stand-in
+                return factory() if self.serve_unled else _Closer()
             port = leader.port_of(protocol)
             if port is None:
                 # serving here would write beside the leader: the client must go elsewhere

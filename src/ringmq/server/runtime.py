@@ -61,6 +61,7 @@ from ringmq.server.connections import Connections
 from ringmq.server.datadir import DataDirLock
 from ringmq.server.flow import PublisherFlow
 from ringmq.server.handlers import Handlers
+from ringmq.server.httpforward import ForwardedFor
 from ringmq.server.httpserve import ASGIApp, ManagementServer
 from ringmq.server.jwks import JwksFetcher, start_jwks
 from ringmq.server.ldapauth import LdapLogins
@@ -488,8 +489,11 @@ class BrokerServer:
         if https is not None:
             lst.protocol = "https"
         gate = self.gate if self.relay_http else None
+        app = self._app_factory(self)
+        if self.trusted:  # requests a follower forwarded name their client
+            app = ForwardedFor(app, self.trusted)
         self.management = ManagementServer(
-            self._app_factory(self),
+            app,
             lst,
             request_timeout_s=self.options.config.limits.handshake_timeout_ms / 1000,
             tls=https,
