@@ -174,7 +174,17 @@ def test_after_a_step_down_clients_reconnect_through_the_same_follower_and_resen
     finally:
         conn.close()
     assert sorted(got) == list(range(8)), got
-    # STOMP and MQTT through the same follower reach the new leader too
+    # AMQP 1.0, STOMP, MQTT and the HTTP API through the same follower reach the new leader
+    c = BlockingConnection(f"amqp://guest:guest@127.0.0.1:{via.port}", timeout=10)
+    try:
+        c.create_sender(f"/queues/{DEDUP_QUEUE}").send(Message(body="1.0 again"))
+        rcv = c.create_receiver(f"/queues/{DEDUP_QUEUE}")
+        assert rcv.receive(timeout=10).body == "1.0 again"
+        rcv.accept()
+    finally:
+        c.close()
+    url = f"http://127.0.0.1:{via.http_port}/api/queues/%2F/{DEDUP_QUEUE}"
+    assert httpx.get(url, auth=AUTH, timeout=10).json()["node"] == new.name
     sc = stomp.Connection12([("127.0.0.1", via.stomp_port)])
     inbox = _Inbox()
     sc.set_listener("inbox", inbox)
