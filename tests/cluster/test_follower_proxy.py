@@ -10,7 +10,9 @@ naming the leader. Waits are bounded against hanging, never timed.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pika
@@ -19,9 +21,10 @@ import stomp
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
-from tests.cluster.conftest import EtcdCluster, Node
+from tests.cluster.conftest import EtcdCluster, Node, free_ports
 from tests.cluster.test_election_etcd import one_leader, wait_for
 from tests.integration.mqtt.clients import Paho
+from tests.integration.test_config import _self_signed
 from tests.integration.test_proxy import _Errors, _Inbox, drain_until_closed, pika_local_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
@@ -34,17 +37,38 @@ def start_three(
     etcd_cluster: Callable[[int], EtcdCluster],
     start_node: Callable[..., Node],
     extra_config: str = "",
+    tls: tuple[Path, Path] | None = None,
 ) -> tuple[Node, list[Node], list[Node]]:
-    """Three nodes with STOMP and MQTT ports: (leader, followers, all), every one in the ISR."""
+    """Three nodes with STOMP and MQTT ports (and, with `tls`'s certificate and key, AMQPS and
+    STOMP over TLS on the ports `TLS_PORTS` lists by node): (leader, followers, all), every one
+    in the ISR."""
     etcd = etcd_cluster(1)
-    nodes = [
-        start_node(n, etcd.endpoints, extra_config=ISR_TIMEOUT + extra_config, stomp_mqtt=True)
-        for n in ("n1", "n2", "n3")
-    ]
+    nodes = []
+    for name in ("n1", "n2", "n3"):
+        more = ""
+        if tls is not None:
+            amqps, stomps = free_ports(2)
+            TLS_PORTS[name] = (amqps, stomps)
+            more = (
+                f'[tls]\ncert_file = "{tls[0]}"\nkey_file = "{tls[1]}"\n'
+                f"port = {amqps}\nstomp_port = {stomps}\n"
+            )
+        nodes.append(
+            start_node(
+                name,
+                etcd.endpoints,
+                extra_config=ISR_TIMEOUT + extra_config + more,
+                stomp_mqtt=True,
+            )
+        )
     name, _ = wait_for("one leader", lambda: one_leader(nodes))
     wait_for("three in sync", lambda: len(nodes[0].cluster()["isr"]) == 3)
     leader = next(n for n in nodes if n.name == name)
     return leader, [n for n in nodes if n is not leader], nodes
+
+
+TLS_PORTS: dict[str, tuple[int, int]] = {}
+"""(AMQPS, STOMP over TLS) ports by node name, of the nodes `start_three` gave a [tls] table."""
 
 
 def connect(node: Node) -> pika.BlockingConnection:
@@ -72,9 +96,10 @@ def peer_ports(leader: Node) -> set[int]:
 
 
 def test_every_protocol_and_the_api_reach_the_leader_through_a_follower(
-    etcd_cluster: Callable[[int], EtcdCluster], start_node: Callable[..., Node]
+    etcd_cluster: Callable[[int], EtcdCluster], start_node: Callable[..., Node], tmp_path: Path
 ) -> None:
-    leader, followers, _ = start_three(etcd_cluster, start_node)
+    cert, key = _self_signed(tmp_path)
+    leader, followers, _ = start_three(etcd_cluster, start_node, tls=(cert, key))
     via = followers[0]
     # AMQP 0-9-1: publish with confirms and consume through the follower
     conn = reconnect(via)
@@ -118,6 +143,27 @@ def test_every_protocol_and_the_api_reach_the_leader_through_a_follower(
         assert client.get(timeout=10).payload == b"mqtt"
     finally:
         client.disconnect()
+    # TLS ends at the follower, which relays to the leader's plain ports: AMQPS and STOMP
+    amqps, stomps = TLS_PORTS[via.name]
+    ctx = ssl.create_default_context(cafile=str(cert))
+    params = pika.ConnectionParameters("127.0.0.1", amqps, ssl_options=pika.SSLOptions(ctx))
+    with pika.BlockingConnection(params) as secure:
+        ch = secure.channel()
+        ch.basic_publish("", "via-follower", b"amqps")
+        assert ch.basic_get("via-follower", auto_ack=True)[2] == b"amqps"
+        port = pika_local_port(secure)
+        wait_for("the TLS client's port on the leader", lambda: port in peer_ports(leader))
+    sc = stomp.Connection12([("127.0.0.1", stomps)])
+    sc.set_ssl(for_hosts=[("127.0.0.1", stomps)], ca_certs=str(cert))
+    inbox = _Inbox()
+    sc.set_listener("inbox", inbox)
+    sc.connect("guest", "guest", wait=True)
+    try:
+        sc.subscribe("/queue/via-follower-stomps", id="1", ack="auto")
+        sc.send("/queue/via-follower-stomps", "stomps", receipt="r1")
+        assert inbox.messages.get(timeout=10).body == "stomps"
+    finally:
+        sc.disconnect()
     # the HTTP API: the follower's own broker is empty, the leader's queue is answered
     base = f"http://127.0.0.1:{via.http_port}"
     got = httpx.get(f"{base}/api/queues/%2F/via-follower", auth=AUTH, timeout=10)
