@@ -21,7 +21,8 @@ it; this module alone knows them all and puts them together:
 * With `options.cluster` (`--cluster-etcd`), `run` (`ringmq serve`) runs a replicated
   `ringmq.server.member.ClusterMember`: it owns the `ClusterNode` (etcd membership, election)
   and runs, as the node's role says, `leader_server` (this module's full server, confirms
-  gated on the ISR) or a follower of the leader's log. Embedded (`server(options)`,
+  gated on the ISR) or a follower of the leader's log beside `follower_server` (client ports
+  that relay to the leader). Embedded (`server(options)`,
   `BrokerThread`), `cluster_node` adds the `ClusterNode` to the server's services instead: the
   control plane alone, every node serving its own data directory.
 * `server(options)` builds a `BrokerServer` from both; `BrokerThread` runs one on a thread
@@ -65,13 +66,16 @@ from ringmq.core.effects import Effect
 from ringmq.core.throttle import LoginGuard
 from ringmq.management.app import create_app
 from ringmq.server.clock import Clock, SystemClock
+from ringmq.server.clusterleader import ViewLeader
 from ringmq.server.configspec import FileConfig
+from ringmq.server.httpforward import LeaderForwarding
 from ringmq.server.httpserve import ASGIApp
 from ringmq.server.member import run_member
 from ringmq.server.memory import MemoryMonitor
 from ringmq.server.options import ServerOptions
-from ringmq.server.proxy import LeaderProvider, static_provider
-from ringmq.server.refusal import RefuserFactory
+from ringmq.server.proxy import LeaderProvider, ProxyGate, static_provider
+from ringmq.server.proxyheader import TrustedPeers
+from ringmq.server.refusal import Refusals, RefuserFactory
 from ringmq.server.runtime import BrokerServer, Core, Emit, OpenCore
 from ringmq.server.setup import apply_auth, apply_declarations, broker_config
 from ringmq.server.thread import ServerThread, run_server
@@ -340,16 +344,65 @@ def _failover_list(provider: LeaderProvider) -> Callable[[], list[tuple[str, int
     return servers
 
 
-def leader_server(options: ServerOptions, cluster: ClusterNode) -> BrokerServer:
+def leader_server(options: ServerOptions, cluster: ClusterNode, leader: ViewLeader) -> BrokerServer:
     """A cluster leader's full server (`ringmq.server.member`): the node's store, protocols
-    and management app, reporting `cluster` (which outlives the server)."""
-    return BrokerServer(
+    and management app, reporting `cluster` (which outlives the server). AMQP 1.0's open
+    lists every node (`failover-server-list`), and PROXY headers from the cluster's nodes
+    name the clients the followers relay."""
+    handlers = protocol_handlers(options.config)
+    handlers["amqp10"] = amqp10_handler(failover=_failover_list(leader))
+    srv = BrokerServer(
         options,
         open_core(options),
         app_factory=_app_of(cluster),
-        handlers=protocol_handlers(options.config),
+        handlers=handlers,
         ticks=PROTOCOL_TICKS,
     )
+    srv.trusted = TrustedPeers(options.config.proxy.proxy_protocol_from, leader.peer_hosts)
+    return srv
+
+
+def follower_server(
+    options: ServerOptions, cluster: ClusterNode, leader: ViewLeader
+) -> BrokerServer:
+    """A cluster follower's server (`ringmq.server.member`): its client ports relay every
+    connection to the leader (or refuse it, naming the leader, with `[cluster] proxy = false`;
+    or close it while no leader is known), over an empty broker that serves nobody; its
+    management port answers `/api/cluster` and `/api/nodes` and forwards the rest."""
+    cfg = options.config
+    opts = replace(
+        options,
+        stream_port=None,  # the ports the relay does not carry stay closed on a follower
+        web_stomp_port=None,
+        web_mqtt_port=None,
+        web_amqp_port=None,
+        replication=None,
+        leader=leader,
+    )
+
+    def empty(emit: Emit, now_ms: int) -> Core:
+        return Core(Broker(broker_config(cfg), now_ms=now_ms))
+
+    forward = LeaderForwarding(leader, redirect=not cfg.proxy.proxy)
+    app = _app_of(cluster)
+
+    def factory(server: BrokerServer) -> ASGIApp:
+        forward.app = app(server)
+        return forward
+
+    srv = BrokerServer(
+        opts,
+        empty,
+        app_factory=factory,
+        handlers=protocol_handlers(cfg),
+        ticks=PROTOCOL_TICKS,
+        refusers=PROTOCOL_REFUSERS,
+    )
+    refuse = None if cfg.proxy.proxy else Refusals(srv.refusers)
+    srv.gate = ProxyGate(leader, refuse, serve_unled=False)
+    srv.relay_http = False
+    srv.services.append(forward)
+    return srv
 
 
 def _app_of(cluster: ClusterNode) -> Callable[[BrokerServer], ASGIApp]:
@@ -394,5 +447,5 @@ def run(options: ServerOptions) -> int:
 
         return run_follower(options)
     if options.cluster is not None:
-        return run_member(options, leader_server, _app_of)
+        return run_member(options, leader_server, follower_server)
     return run_server(server(options))

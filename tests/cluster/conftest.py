@@ -170,6 +170,7 @@ class Node(Serve):
         ttl_s: int = LEASE_TTL_S,
         ports: tuple[int, int, int] | None = None,
         extra_config: str = "",
+        stomp_mqtt: bool = False,
     ) -> None:
         self.name = name
         self.etcd = etcd
@@ -181,10 +182,14 @@ class Node(Serve):
             f'[cluster]\nlease_ttl_s = {ttl_s}\nname = "test"\non_role_change = "{hook}"\n'
             + extra_config
         )
-        # fixed ports: a follower keeps its client ports closed and opens them when it leads,
-        # so its log names the AMQP port only then (tests read the management port's line)
+        # fixed ports: a node restarts its server at each role change (tests read the
+        # management port's line and know the others)
         amqp, http, cluster = ports or free_ports(3)
         self.ports = (amqp, http, cluster)
+        more: tuple[str, ...] = ()
+        if stomp_mqtt:  # (the last --stomp-port/--mqtt-port given wins over Serve's "off")
+            stomp, mqtt = free_ports(2)
+            more = ("--stomp-port", str(stomp), "--mqtt-port", str(mqtt))
         super().__init__(
             root / name,
             root / f"{name}.log",
@@ -201,9 +206,12 @@ class Node(Serve):
                 name,
                 "--cluster-port",
                 str(cluster),
+                *more,
             ),
         )
         self.port, self.http_port = amqp, http
+        if stomp_mqtt:
+            self.stomp_port, self.mqtt_port = stomp, mqtt
 
     def cluster(self) -> dict[str, Any]:
         # A node changing roles restarts its server (ringmq.server.member): its management

@@ -184,6 +184,8 @@ class ClusterNode:
                     address=rec.address if rec else None,
                     amqp_port=rec.amqp if rec else None,
                     http_port=rec.http if rec else None,
+                    stomp_port=rec.stomp if rec else None,
+                    mqtt_port=rec.mqtt if rec else None,
                 )
             )
         return ClusterView(

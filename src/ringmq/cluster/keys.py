@@ -3,8 +3,9 @@
 Layout, under the cluster's name (`[cluster] name`, default "ringmq"):
 
     /ringmq/<cluster>/secret                  random token followers present to the leader
-    /ringmq/<cluster>/nodes/<node>            JSON {"name", "address", "amqp", "http"}, with
-                                              that node's lease (gone when the node is)
+    /ringmq/<cluster>/nodes/<node>            JSON {"name", "address", "amqp", "http", "stomp",
+                                              "mqtt"}, with that node's lease (gone when the
+                                              node is)
     /ringmq/<cluster>/shards/<id>/leader      JSON {"node", "epoch"}, with the leader's lease
     /ringmq/<cluster>/shards/<id>/epoch       decimal epoch (activation sequence), no lease
     /ringmq/<cluster>/shards/<id>/isr         JSON sorted list of node names, no lease
@@ -64,16 +65,26 @@ class ClusterKeys:
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
-    """What a node advertises: its cluster (replication) address and client ports."""
+    """What a node advertises: its cluster (replication) address and client ports (the host
+    of `address` serves them: followers relay clients there)."""
 
     name: str
     address: str
     amqp: int | None = None
     http: int | None = None
+    stomp: int | None = None
+    mqtt: int | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
-            {"name": self.name, "address": self.address, "amqp": self.amqp, "http": self.http},
+            {
+                "name": self.name,
+                "address": self.address,
+                "amqp": self.amqp,
+                "http": self.http,
+                "stomp": self.stomp,
+                "mqtt": self.mqtt,
+            },
             sort_keys=True,
         ).encode()
 
@@ -85,11 +96,18 @@ class NodeRecord:
             return cls(
                 name=str(d["name"]),
                 address=str(d["address"]),
-                amqp=None if d.get("amqp") is None else int(d["amqp"]),
-                http=None if d.get("http") is None else int(d["http"]),
+                amqp=_port(d, "amqp"),
+                http=_port(d, "http"),
+                stomp=_port(d, "stomp"),
+                mqtt=_port(d, "mqtt"),
             )
         except (ValueError, KeyError, TypeError):
             return None
+
+
+def _port(d: Any, key: str) -> int | None:
+    # a record written by an older node has no "stomp" or "mqtt"
+    return None if d.get(key) is None else int(d[key])
 
 
 def leader_value(node: str, epoch: int) -> bytes:

@@ -42,6 +42,8 @@ class NodeView:
     address: str | None = None
     amqp_port: int | None = None
     http_port: int | None = None
+    stomp_port: int | None = None
+    mqtt_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,13 +29,13 @@ from ringmq.server.configspec import (
 )
 
 if TYPE_CHECKING:
-    from ringmq.server.configfile import _Table
+    from ringmq.server.configtable import Table
 
 EXTERNAL: Final = "EXTERNAL"
 _LOGIN_FROM: Final = {f.value for f in CertLoginFrom} | {"subject_alt_name"}
 
 
-def parse_auth(t: _Table) -> AuthSpec:
+def parse_auth(t: Table) -> AuthSpec:
     """The `[auth]` table (`t.done()` is the caller's).
 
     Raises:
@@ -91,7 +91,7 @@ def parse_auth(t: _Table) -> AuthSpec:
     return AuthSpec(cert_login=cert, backends=backends, oauth2=oauth2, ldap=ldap)
 
 
-def _ldap(t: _Table) -> LdapSpec:
+def _ldap(t: Table) -> LdapSpec:
     servers = t.str_list("servers")
     if not servers:
         raise ConfigError(f"{t.where}.servers: at least one LDAP server")
@@ -134,12 +134,12 @@ def _ldap(t: _Table) -> LdapSpec:
     return spec
 
 
-def _query(t: _Table, key: str) -> Query:
+def _query(t: Table, key: str) -> Query:
     raw = t.value(key, (dict,), "a query table")
     return TRUE if raw is None else parse_query(raw, f"{t.where}.{key}")
 
 
-def _oauth2(t: _Table) -> OAuth2Spec:
+def _oauth2(t: Table) -> OAuth2Spec:
     keys = t.table("signing_keys")
     if not all(isinstance(v, str) for v in keys.values()):
         raise ConfigError(f"{t.where}.signing_keys: key id = PEM file path")

@@ -5,27 +5,21 @@ Theory of operation: `load_config(path)` reads one file into a `FileConfig` (the
 file, or one starting with `<`, goes to the Artemis reader (`brokerxml.py`); anything else is
 TOML, read here: the schema documented in docs/configuration.md, where unknown keys are errors
 naming their path. This module only parses and validates, so it is testable without a broker;
-the names of `configspec.py` and `brokerxml.py` stay importable from here.
+the names of `configspec.py` and `brokerxml.py` stay importable from here. The typed table
+reader is `configtable.Table`; sections with a module of their own: `[auth]`
+(`authconfig.py`) and `[cluster]` (`clusterconfig.py`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import tomllib
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from ringmq.cluster.settings import (
-    DEFAULT_CLUSTER_PORT,
-    DEFAULT_ISR_TIMEOUT_MS,
-    DEFAULT_LEASE_TTL_S,
-    MIN_LEASE_TTL_S,
-    ClusterSettings,
-    parse_endpoints,
-)
 from ringmq.core.config import DEFAULT_CONSUMER_TIMEOUT_MS
 from ringmq.server.authconfig import parse_auth
 from ringmq.server.brokerxml import parse_artemis_xml
+from ringmq.server.clusterconfig import parse_cluster
 from ringmq.server.configspec import (
     ARG_LAST_VALUE,
     ARG_LAST_VALUE_KEY,
@@ -52,7 +46,6 @@ from ringmq.server.configspec import (
     LimitsSpec,
     ListenSpec,
     ManagementSpec,
-    NodeSpec,
     PermissionSpec,
     PolicySpec,
     ProxySpec,
@@ -64,6 +57,7 @@ from ringmq.server.configspec import (
     queue_arguments,
     resolve_address_settings,
 )
+from ringmq.server.configtable import Table, table, tables
 
 __all__ = [
     "ARG_LAST_VALUE",
@@ -105,7 +99,7 @@ __all__ = [
 ]
 
 
-def _port_or_off(t: _Table, key: str) -> int | None:
+def _port_or_off(t: Table, key: str) -> int | None:
     value = t.value(key, (int, str), 'a port number or "off"')
     if value is None:
         return None
@@ -135,102 +129,6 @@ def load_config(path: str | Path) -> FileConfig:
     if p.suffix.lower() == ".xml" or head == b"<":
         return parse_artemis_xml(data, source=p)
     return parse_toml(data.decode("utf-8"), source=p)
-
-
-class _Table:
-    """Typed access to one TOML table that remembers which keys were used."""
-
-    def __init__(self, data: dict[str, Any], where: str) -> None:
-        self._data = data
-        self.where = where
-        self._used: set[str] = set()
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._data
-
-    def value(self, key: str, types: tuple[type, ...], what: str) -> Any:
-        self._used.add(key)
-        if key not in self._data:
-            return None
-        value = self._data[key]
-        # bool is an int subclass; a boolean where a number is expected is a mistake
-        if isinstance(value, bool) and bool not in types:
-            raise ConfigError(f"{self.where}.{key}: expected {what}, got a boolean")
-        if not isinstance(value, types):
-            raise ConfigError(f"{self.where}.{key}: expected {what}, got {type(value).__name__}")
-        return value
-
-    def has_any(self, keys: tuple[str, ...]) -> bool:
-        """Whether any of `keys` is set (marks none of them used)."""
-        return any(k in self._data for k in keys)
-
-    def opt_str(self, key: str, default: str | None = None) -> str | None:
-        v = self.value(key, (str,), "a string")
-        return default if v is None else str(v)
-
-    def req_str(self, key: str) -> str:
-        v = self.opt_str(key)
-        if v is None:
-            raise ConfigError(f"{self.where}: missing required key {key!r}")
-        return v
-
-    def opt_int(
-        self,
-        key: str,
-        default: int | None = None,
-        *,
-        minimum: int = 0,
-        maximum: int | None = None,
-    ) -> int | None:
-        v = self.value(key, (int,), "an integer")
-        if v is None:
-            return default
-        if v < minimum:
-            raise ConfigError(f"{self.where}.{key}: must be >= {minimum}, got {v}")
-        if maximum is not None and v > maximum:
-            raise ConfigError(f"{self.where}.{key}: must be <= {maximum}, got {v}")
-        return int(v)
-
-    def opt_float(self, key: str) -> float | None:
-        v = self.value(key, (int, float), "a number")
-        return None if v is None else float(v)
-
-    def opt_bool(self, key: str, default: bool | None = None) -> bool | None:
-        v = self.value(key, (bool,), "a boolean")
-        return default if v is None else bool(v)
-
-    def table(self, key: str) -> dict[str, Any]:
-        v = self.value(key, (dict,), "a table")
-        return {} if v is None else dict(v)
-
-    def str_list(self, key: str) -> tuple[str, ...]:
-        v = self.value(key, (list,), "a list of strings")
-        if v is None:
-            return ()
-        if not all(isinstance(x, str) for x in v):
-            raise ConfigError(f"{self.where}.{key}: expected a list of strings")
-        return tuple(v)
-
-    def done(self) -> None:
-        unknown = sorted(set(self._data) - self._used)
-        if unknown:
-            raise ConfigError(f"{self.where}: unknown key(s) {', '.join(map(repr, unknown))}")
-
-
-def _tables(doc: dict[str, Any], key: str, where: str) -> list[_Table]:
-    raw = doc.get(key, [])
-    if not isinstance(raw, list) or not all(isinstance(x, dict) for x in raw):
-        raise ConfigError(f"{where}: {key!r} must be an array of tables ([[{key}]])")
-    return [_Table(x, f"{where}: {key}[{i}]") for i, x in enumerate(raw)]
-
-
-def _table(doc: dict[str, Any], key: str, where: str) -> _Table | None:
-    raw = doc.get(key)
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: {key!r} must be a table ([{key}])")
-    return _Table(raw, f"{where}: {key}")
 
 
 _TOP_KEYS: Final = frozenset(
@@ -267,7 +165,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
 
     listen = ListenSpec()
     refresh: int | None = None
-    if (t := _table(doc, "server", where)) is not None:
+    if (t := table(doc, "server", where)) is not None:
         data_dir = t.opt_str("data_dir")
         listen = ListenSpec(
             host=t.opt_str("host"),
@@ -288,7 +186,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         t.done()
 
     limits = LimitsSpec()
-    if (t := _table(doc, "limits", where)) is not None:
+    if (t := table(doc, "limits", where)) is not None:
         limits = LimitsSpec(
             max_message_size=_req(
                 t.opt_int("max_message_size", DEFAULT_MAX_MESSAGE_SIZE, minimum=1)
@@ -304,7 +202,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         t.done()
 
     tls: TLSSpec | None = None
-    if (t := _table(doc, "tls", where)) is not None:
+    if (t := table(doc, "tls", where)) is not None:
         ca = t.opt_str("ca_file")
         tls = TLSSpec(
             cert_file=Path(t.req_str("cert_file")),
@@ -324,8 +222,8 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
 
     anonymous = AnonymousLoginSpec()
     anonymous_keys = ("anonymous_login_user", "anonymous_login_pass")
-    auth = _table(doc, "auth", where)
-    amqp10 = _table(doc, "amqp10", where)
+    auth = table(doc, "auth", where)
+    amqp10 = table(doc, "amqp10", where)
     if auth is not None and amqp10 is not None and any(k in auth for k in anonymous_keys):
         raise ConfigError(
             f"{where}: [auth] and [amqp10] both set the anonymous login: keep [auth] "
@@ -346,19 +244,17 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
     # given, the etcd control plane's (ringmq.cluster): one table, every key checked once
     proxy = ProxySpec()
     cluster = None
-    if (t := _table(doc, "cluster", where)) is not None:
-        proxy = _proxy(t)
-        if t.has_any(_ETCD_CLUSTER_KEYS):
-            cluster = _cluster(t)
+    if (t := table(doc, "cluster", where)) is not None:
+        proxy, cluster = parse_cluster(t)
         t.done()
 
     management = ManagementSpec()
-    if (t := _table(doc, "management", where)) is not None:
+    if (t := table(doc, "management", where)) is not None:
         management = _management(t)
         t.done()
 
     users = []
-    for t in _tables(doc, "users", where):
+    for t in tables(doc, "users", where):
         u = UserSpec(
             name=t.req_str("name"),
             password=t.opt_str("password"),
@@ -371,12 +267,12 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         users.append(u)
 
     vhosts = []
-    for t in _tables(doc, "vhosts", where):
+    for t in tables(doc, "vhosts", where):
         vhosts.append(t.req_str("name"))
         t.done()
 
     perms = []
-    for t in _tables(doc, "permissions", where):
+    for t in tables(doc, "permissions", where):
         perms.append(
             PermissionSpec(
                 user=t.req_str("user"),
@@ -389,7 +285,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         t.done()
 
     policies = []
-    for t in _tables(doc, "policies", where):
+    for t in tables(doc, "policies", where):
         apply_to = t.opt_str("apply_to", "all") or "all"
         if apply_to not in {"all", "queues", "exchanges", "classic_queues"}:
             raise ConfigError(f"{t.where}.apply_to: unknown value {apply_to!r}")
@@ -406,7 +302,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         t.done()
 
     settings = []
-    for t in _tables(doc, "address_settings", where):
+    for t in tables(doc, "address_settings", where):
         full = t.opt_str("address_full_policy")
         if full is not None and full.upper() not in FULL_POLICIES:
             raise ConfigError(f"{t.where}.address_full_policy: unknown value {full!r}")
@@ -449,7 +345,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         t.done()
 
     exchanges = []
-    for t in _tables(doc, "exchanges", where):
+    for t in tables(doc, "exchanges", where):
         exchanges.append(
             ExchangeSpec(
                 name=t.req_str("name"),
@@ -464,7 +360,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         t.done()
 
     queues = []
-    for t in _tables(doc, "queues", where):
+    for t in tables(doc, "queues", where):
         queues.append(
             QueueSpec(
                 name=t.req_str("name"),
@@ -478,7 +374,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         t.done()
 
     bindings = []
-    for t in _tables(doc, "bindings", where):
+    for t in tables(doc, "bindings", where):
         dtype = t.opt_str("destination_type", "queue") or "queue"
         if dtype not in {"queue", "exchange"}:
             raise ConfigError(f"{t.where}.destination_type: must be 'queue' or 'exchange'")
@@ -517,86 +413,19 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
     )
 
 
-def _proxy(t: _Table) -> ProxySpec:
-    # [cluster]: the client-facing keys (server/proxy.py)
-    trusted = t.str_list("proxy_protocol_from")
-    for entry in trusted:
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            raise ConfigError(f"{t.where}.proxy_protocol_from: bad address {entry!r}") from None
-    leader = t.table("leader")
-    raw_nodes = t.value("nodes", (list,), "an array of tables ([[cluster.nodes]])") or []
-    nodes = [_node(_Table(n, f"{t.where}.nodes[{i}]")) for i, n in enumerate(raw_nodes)]
-    return ProxySpec(
-        proxy=bool(t.opt_bool("proxy", True)),
-        proxy_protocol_from=trusted,
-        leader=_node(_Table(leader, f"{t.where}.leader")) if leader else None,
-        nodes=tuple(nodes),
-    )
-
-
-def _node(t: _Table) -> NodeSpec:
-    node = NodeSpec(
-        name=t.opt_str("name", "leader") or "leader",
-        host=t.req_str("host"),
-        amqp_port=t.opt_int("amqp_port", maximum=MAX_PORT),
-        stomp_port=t.opt_int("stomp_port", maximum=MAX_PORT),
-        mqtt_port=t.opt_int("mqtt_port", maximum=MAX_PORT),
-        http_port=t.opt_int("http_port", maximum=MAX_PORT),
-    )
-    t.done()
-    return node
-
-
-def _anonymous(t: _Table, keys: tuple[str, str]) -> AnonymousLoginSpec:
+def _anonymous(t: Table, keys: tuple[str, str]) -> AnonymousLoginSpec:
     # the user: a user name, or "off"/"none"/false (no anonymous logins)
     user = t.value(keys[0], (str, bool), 'a user name or "off"')
     return AnonymousLoginSpec.of(user, t.opt_str(keys[1]), t.where, keys)
 
 
-_ETCD_CLUSTER_KEYS: Final = (
-    "etcd",
-    "node_name",
-    "cluster_port",
-    "advertise",
-    "name",
-    "lease_ttl_s",
-    "on_role_change",
-)
-"""The `[cluster]` keys of the etcd control plane (`_cluster`); the others are the proxy's."""
-
-
-def _cluster(t: _Table) -> ClusterSettings:
-    # [cluster]: etcd is a list of URLs or one comma-separated string, as --cluster-etcd
-    # (or absent: --cluster-etcd then says; options_from refuses a cluster without etcd)
-    raw = t.value("etcd", (str, list), "a list of etcd URLs")
-    etcd: tuple[str, ...] = ()
-    if raw is not None:
-        try:
-            etcd = parse_endpoints(raw if isinstance(raw, str) else ",".join(map(str, raw)))
-        except ValueError as exc:
-            raise ConfigError(f"{t.where}.etcd: {exc}") from None
-    port = t.opt_int("cluster_port", DEFAULT_CLUSTER_PORT, maximum=MAX_PORT)
-    return ClusterSettings(
-        etcd=etcd,
-        node_name=t.opt_str("node_name"),
-        cluster_port=_req(port),
-        advertise=t.opt_str("advertise"),
-        name=t.opt_str("name", "ringmq") or "ringmq",
-        lease_ttl_s=_req(t.opt_int("lease_ttl_s", DEFAULT_LEASE_TTL_S, minimum=MIN_LEASE_TTL_S)),
-        on_role_change=t.opt_str("on_role_change"),
-        isr_timeout_ms=_req(t.opt_int("isr_timeout_ms", DEFAULT_ISR_TIMEOUT_MS, minimum=100)),
-    )
-
-
-def _management(t: _Table) -> ManagementSpec:
+def _management(t: Table) -> ManagementSpec:
     # RabbitMQ's keys verbatim: `management.http.max_body_size = N` is valid TOML at the top of
     # the file, as is `[management.http]` with `max_body_size = N` (the only key so far)
     raw = t.value("http", (dict,), "a table")
     if raw is None:
         return ManagementSpec()
-    http = _Table(dict(raw), f"{t.where}.http")
+    http = Table(dict(raw), f"{t.where}.http")
     spec = ManagementSpec(max_body_size=http.opt_int("max_body_size", minimum=1))
     http.done()
     return spec

@@ -11,12 +11,14 @@ limited by it (a slow upload or a long poll is the application's business).
 
 `uvicorn_config` builds the `uvicorn.Config` the runtime serves the management app with: HTTPS
 when `[tls] https = true` (the AMQPS certificate and key), so Basic credentials never cross in
-clear.
+clear. `ManagementServer` runs it on the broker's loop over the listener's bound socket, without
+uvicorn's own signal capture (the broker handles SIGINT/SIGTERM), and stops it at shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -26,6 +28,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ringmq.server.configfile import TLSSpec
+from ringmq.server.listener import Listener
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,8 @@ ASGIApp: TypeAlias = Callable[
     Awaitable[None],
 ]
 """An ASGI 3 application (scope, receive, send): what the management app is to the server."""
+Wrap: TypeAlias = Callable[[Callable[[], asyncio.Protocol]], Callable[[], asyncio.Protocol]]
+"""Wraps a listener's protocol factory (a cluster follower's relay gate)."""
 
 
 class _RequestTimeoutH11(H11Protocol):
@@ -94,7 +99,7 @@ def uvicorn_config(
     *,
     request_timeout_s: float,
     tls: TLSSpec | None = None,
-    wrap: Callable[[Callable[[], asyncio.Protocol]], Callable[[], asyncio.Protocol]] | None = None,
+    wrap: Wrap | None = None,
 ) -> uvicorn.Config:
     """The uvicorn configuration of the management server; HTTPS with `tls`'s certificate
     (and its CA and `verify_peer` for client certificates) when given. `wrap` chooses per
@@ -117,10 +122,7 @@ def uvicorn_config(
     )
 
 
-def _wrapped(
-    cls: type[H11Protocol],
-    wrap: Callable[[Callable[[], asyncio.Protocol]], Callable[[], asyncio.Protocol]] | None,
-) -> Any:
+def _wrapped(cls: type[H11Protocol], wrap: Wrap | None) -> Any:
     # uvicorn calls its `http` class with keyword arguments (config, server_state...); any
     # callable returning a protocol will do
     if wrap is None:
@@ -132,4 +134,47 @@ def _wrapped(
     return make
 
 
-__all__ = ["ASGIApp", "request_timeout_protocol", "uvicorn_config"]
+class ManagementServer:
+    """The management app served by uvicorn on a bound listener (see the module docstring).
+
+    Args:
+        app: the management ASGI app.
+        lst: the listener whose bound socket uvicorn serves.
+        request_timeout_s: the request-head limit (`request_timeout_protocol`).
+        tls: HTTPS with this certificate (None: plain HTTP).
+        wrap: chooses per connection between uvicorn's protocol and another (`uvicorn_config`).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        lst: Listener,
+        *,
+        request_timeout_s: float,
+        tls: TLSSpec | None = None,
+        wrap: Wrap | None = None,
+    ) -> None:
+        self.server = uvicorn.Server(
+            uvicorn_config(app, request_timeout_s=request_timeout_s, tls=tls, wrap=wrap)
+        )
+        sock = lst.sock
+        assert sock is not None
+        self._task = asyncio.create_task(self._serve(sock))
+
+    async def _serve(self, sock: Any) -> None:
+        # `_serve` skips uvicorn's own signal capture, which would swallow SIGINT/SIGTERM meant
+        # for the whole broker; the broker stops uvicorn itself (should_exit) on shutdown.
+        serve = getattr(self.server, "_serve", None) or self.server.serve
+        try:
+            await serve(sockets=[sock])
+        except Exception:
+            log.exception("management server failed")
+
+    async def stop(self) -> None:
+        """Ask uvicorn to finish its requests and stop (bounded by 5 s)."""
+        self.server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(self._task, timeout=5)
+
+
+__all__ = ["ASGIApp", "ManagementServer", "request_timeout_protocol", "uvicorn_config"]

@@ -9,10 +9,17 @@ Theory of operation
   cluster port, in etcd's epoch, with etcd's cluster secret, confirms waiting for the ISR
   (`IsrGate`);
 * **following**: a `ReplicationFollower` keeping `<data-dir>/store` a warm copy of the
-  leader's, and a management-only `BrokerServer` (HTTP alone, over an empty in-memory broker)
-  so that `/api/cluster` and `/api/nodes` answer. The client listeners stay **closed** on a
-  follower: a client's connection is refused by the OS and a client given every node's
-  address (pika's list of hosts, Qpid JMS `failover:`) moves on to the next one.
+  leader's, and a follower's `BrokerServer` over an empty in-memory broker whose client ports
+  are open and relay each connection to the leader (`server/proxy.py`, with a PROXY header
+  naming the client), or refuse it naming the leader (`[cluster] proxy = false`); its
+  management port answers `/api/cluster` and `/api/nodes` itself and forwards the rest of the
+  API to the leader (`server/httpforward.py`). While no leader is known, client connections
+  are closed at once (the client retries).
+
+Who leads, for that side, is a `ViewLeader` (server/clusterleader.py) over the `ClusterNode`'s
+view, refreshed at each role change and each step: when the leader changes, every relay to the
+old one is closed (its clients reconnect, through the same follower, to the new one); a node
+that becomes the leader stops its follower's server (closing its relays) and serves.
 
 Promotion stops the follower (it saves its `SHARD` and closes its files) and then opens the
 leader's server on the same directory, in the same process: `FileStore.open` replays the
@@ -44,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import signal
 import socket
@@ -56,25 +62,22 @@ from ringmq.cluster.agent import ClusterNode
 from ringmq.cluster.etcd import EtcdUnavailableError
 from ringmq.cluster.keys import NodeRecord
 from ringmq.cluster.view import RoleChange
-from ringmq.core.broker import Broker
 from ringmq.replication.isr import IsrKeeper
+from ringmq.server.clusterleader import ViewLeader
 from ringmq.server.commit import GroupCommit, ReplicaGate
 from ringmq.server.configspec import ConfigError
 from ringmq.server.loop import new_event_loop, tune_gc
 from ringmq.server.options import ReplicationSettings, ServerOptions
 from ringmq.server.replication_follower import ReplicationFollower
 from ringmq.server.replication_leader import ReplicationLeader
-from ringmq.server.runtime import AppFactory, BrokerServer, Core, Emit, OpenCore
-from ringmq.server.setup import broker_config
+from ringmq.server.runtime import BrokerServer
 
-__all__ = ["ClusterMember", "IsrGate", "LeaderServer", "run_member"]
+__all__ = ["ClusterMember", "IsrGate", "RoleServer", "run_member"]
 
-LeaderServer: TypeAlias = Callable[[ServerOptions, ClusterNode], BrokerServer]
-"""Builds the leader's full server for options and the node (the composition root's wiring:
-its core opener, protocols and management app)."""
-
-ManagementApp: TypeAlias = Callable[[ClusterNode], AppFactory]
-"""The management app factory for a server of this node (it reports the cluster)."""
+RoleServer: TypeAlias = Callable[[ServerOptions, ClusterNode, ViewLeader], BrokerServer]
+"""Builds a role's server for options, the node and who leads (the composition root's wiring:
+the leader's over the node's store, protocols and management app; the follower's over an
+empty broker, relaying clients to the leader)."""
 
 log = logging.getLogger(__name__)
 
@@ -99,17 +102,19 @@ class ClusterMember:
     """One replicated cluster node (see the module docstring)."""
 
     def __init__(
-        self, options: ServerOptions, leader_server: LeaderServer, management: ManagementApp
+        self, options: ServerOptions, leader_server: RoleServer, follower_server: RoleServer
     ) -> None:
         assert options.cluster is not None
         self._leader_server = leader_server
-        self._management = management
+        self._follower_server = follower_server
         self.options = _fixed_ports(options)
         cluster = self.options.cluster
         assert cluster is not None
         self.settings = cluster
         self.name = self.options.node
         self.cluster = ClusterNode(replace(cluster, auto_isr=False), self._record, self._now_ms)
+        self.leader = ViewLeader(self.cluster)
+        """Who leads, for the client-facing side (relays, AMQP 1.0's failover list)."""
         self.server: BrokerServer | None = None
         self.leading_epoch: int | None = None
         """The epoch of the leader's server running now (None: following)."""
@@ -147,13 +152,16 @@ class ClusterMember:
         self._wake.set()
 
     def _role_changed(self, change: RoleChange) -> None:
-        # the fence itself needs nothing here: the gate asks leads() before each release
+        # the fence itself needs nothing here: the gate asks leads() before each release;
+        # relays to a leader that no longer leads close now
+        self.leader.refresh()
         self._wake.set()
 
     # -- transitions ---------------------------------------------------------------------------
 
     async def _step(self) -> None:
         c = self.cluster
+        self.leader.refresh()
         if c.leads():
             epoch = c.election.epoch
             if self.leading_epoch == epoch or c.secret is None:
@@ -188,7 +196,7 @@ class ClusterMember:
                 epoch=epoch,
             ),
         )
-        srv = self._leader_server(opts, self.cluster)
+        srv = self._leader_server(opts, self.cluster, self.leader)
         keeper = IsrKeeper(self.name, self.cluster.election.isr, self.settings.isr_timeout_ms)
 
         def gate(leader: ReplicationLeader, commit: GroupCommit) -> ReplicaGate:
@@ -236,7 +244,7 @@ class ClusterMember:
     async def _follow_mode(self, address: str | None) -> None:
         await self._stop_follower()
         if self.server is None:
-            self.server = self._management_only()
+            self.server = self._follower_server(self.options, self.cluster, self.leader)
             await self.server.start()
         secret = self.cluster.secret
         if address is None or secret is None:
@@ -248,26 +256,6 @@ class ClusterMember:
         )
         self.follower = ReplicationFollower(self.options.data_dir / "store", settings, self.name)
         self._follower_task = asyncio.create_task(self.follower.run())
-
-    def _management_only(self) -> BrokerServer:
-        # a follower answers management (/api/cluster, /api/nodes) over an empty broker; its
-        # client listeners stay closed (module docstring)
-        opts = replace(
-            self.options,
-            amqp_port=None,
-            stomp_port=None,
-            mqtt_port=None,
-            stream_port=None,
-            replication=None,
-            config=dataclasses.replace(self.options.config, tls=None),
-        )
-        cfg = opts.config
-
-        def empty(emit: Emit, now_ms: int) -> Core:
-            return Core(Broker(broker_config(cfg), now_ms=now_ms))
-
-        opener: OpenCore = empty
-        return BrokerServer(opts, opener, app_factory=self._management(self.cluster), handlers={})
 
     async def _stop_follower(self) -> None:
         if self.follower is not None:
@@ -296,7 +284,14 @@ class ClusterMember:
     def _record(self) -> NodeRecord:
         opts = self.options
         address = self.settings.advertise or f"{opts.host}:{self.settings.cluster_port}"
-        return NodeRecord(name=self.name, address=address, amqp=opts.amqp_port, http=opts.http_port)
+        return NodeRecord(
+            name=self.name,
+            address=address,
+            amqp=opts.amqp_port,
+            http=opts.http_port,
+            stomp=opts.stomp_port,
+            mqtt=opts.mqtt_port,
+        )
 
     def _now_ms(self) -> int:
         return int(asyncio.get_running_loop().time() * 1000)
@@ -330,7 +325,7 @@ def _free_port(host: str) -> int:
 
 
 def run_member(
-    options: ServerOptions, leader_server: LeaderServer, management: ManagementApp
+    options: ServerOptions, leader_server: RoleServer, follower_server: RoleServer
 ) -> int:
     """`ringmq serve --cluster-etcd ...`: run a `ClusterMember` until SIGTERM/SIGINT."""
     tune_gc()
@@ -338,7 +333,7 @@ def run_member(
     asyncio.set_event_loop(loop)
 
     async def main() -> None:
-        member = ClusterMember(options, leader_server, management)
+        member = ClusterMember(options, leader_server, follower_server)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, member.request_stop)

@@ -61,6 +61,7 @@ from ringmq.storage.pagefile import DiskHealth
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
+    from ringmq.storage.bodystore import SpillDirectory
 
 __all__ = [
     "DEFAULT_DISK_FREE_LIMIT",
@@ -73,6 +74,7 @@ __all__ = [
     "parse_size",
     "parse_watermark",
     "read_rss",
+    "start_memory_monitor",
     "total_memory",
 ]
 
@@ -485,3 +487,35 @@ class MemoryMonitor:
             "disk_alarm": self._disk_reason,
             "queue_head_bound": list(self.broker.memory_bound),
         }
+
+
+def start_memory_monitor(
+    broker: Broker,
+    limits: MemoryLimits,
+    data_dir: Path,
+    emit: Callable[[list[Effect]], None],
+    spill: SpillDirectory | None,
+    in_flight: Callable[[], int],
+    loop: asyncio.AbstractEventLoop,
+) -> MemoryMonitor:
+    """Paging under the one paging directory (wiped: paged data is transient) and the
+    periodic memory/disk check that tightens queue heads and raises alarms, started."""
+    if limits.paging and spill is not None:
+        broker.enable_paging(spill, limits.head_count, limits.head_bytes, spill.body_store)
+    monitor = MemoryMonitor(
+        broker,
+        limits,
+        data_dir,
+        emit,
+        paging_health=spill.health if spill is not None else None,
+        in_flight=in_flight,
+    )
+    monitor.start(loop)
+    log.info(
+        "memory high watermark %d bytes, free disk limit %d bytes, queue head %d / %d bytes",
+        monitor.governor.watermark_bytes,
+        limits.disk_free_limit,
+        limits.head_count,
+        limits.head_bytes,
+    )
+    return monitor

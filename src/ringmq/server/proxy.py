@@ -271,11 +271,17 @@ class ProxyGate:
     Args:
         provider: who leads.
         refuse: with `[cluster] proxy = false`, builds the refusal of a protocol; None: relay.
+        serve_unled: while nobody else leads, serve the client here (a node that may lead);
+            False: close it at once (a follower on etcd, whose broker is an empty stand-in:
+            the client retries, and reaches the leader once one is known).
     """
 
-    def __init__(self, provider: LeaderProvider, refuse: Refuse | None = None) -> None:
+    def __init__(
+        self, provider: LeaderProvider, refuse: Refuse | None = None, *, serve_unled: bool = True
+    ) -> None:
         self.provider = provider
         self.refuse = refuse
+        self.serve_unled = serve_unled
         self.relays: set[Relay] = set()
         self._unsubscribe = provider.subscribe(self._leader_changed)
 
@@ -285,10 +291,13 @@ class ProxyGate:
         def make() -> asyncio.Protocol:
             leader = self.provider.leader()
             if leader is None:
-                return factory()
+                return factory() if self.serve_unled else _Closer()
             if self.refuse is not None:
                 refusal = self.refuse(protocol, leader)
-                return refusal if refusal is not None else factory()
+                if refusal is not None:
+                    return refusal
+                # no refusal in this protocol's words: serve here, or close on a stand-in
+                return factory() if self.serve_unled else _Closer()
             port = leader.port_of(protocol)
             if port is None:
                 # serving here would write beside the leader: the client must go elsewhere

@@ -17,7 +17,10 @@ root hands over in `handlers`; `server/` imports no codec and no adapter),
 `PublisherFlow` (pausing publishers that outrun their consumers), `Timers` (the broker's
 deadline; heartbeats and timeouts), `ConfigReload` (the config file's refresh), `GroupCommit`
 (the store's group fsync, server/commit.py) and `MemoryMonitor` (memory and disk alarms,
-server/memory.py).
+server/memory.py). The listening ports are `ServerPorts`' (server/ports.py: bound before the
+core opens, accepting after), the management HTTP server `ManagementServer`'s
+(server/httpserve.py); this module chooses each listener's protocol factory (PROXY headers
+from trusted peers, and the cluster's relay gate, server/proxy.py).
 
 Management calls come in through the `Runtime` port methods below (`connections()`,
 `listeners()`, `close_connection()`, `run_batch()`, `apply_effects()`): each runs as one batch,
@@ -54,23 +57,17 @@ from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.commit import GroupCommit, ReplicaGate
-from ringmq.server.configspec import TLSSpec
 from ringmq.server.connections import Connections
 from ringmq.server.datadir import DataDirLock
 from ringmq.server.flow import PublisherFlow
 from ringmq.server.handlers import Handlers
-from ringmq.server.httpserve import ASGIApp, uvicorn_config
+from ringmq.server.httpforward import ForwardedFor
+from ringmq.server.httpserve import ASGIApp, ManagementServer
 from ringmq.server.jwks import JwksFetcher, start_jwks
 from ringmq.server.ldapauth import LdapLogins
-from ringmq.server.listener import (
-    Listener,
-    bind_http_socket,
-    bind_socket,
-    open_amqp_listener,
-    tls_context,
-)
+from ringmq.server.listener import Listener
 from ringmq.server.loop import GC_THRESHOLDS, new_event_loop, tune_gc
-from ringmq.server.memory import MemoryMonitor
+from ringmq.server.memory import MemoryMonitor, start_memory_monitor
 from ringmq.server.options import (
     DEFAULT_AMQP_PORT,
     DEFAULT_DATA_DIR,
@@ -79,6 +76,7 @@ from ringmq.server.options import (
     ServerOptions,
     options_from,
 )
+from ringmq.server.ports import ServerPorts
 from ringmq.server.proxy import ProxyGate, static_provider
 from ringmq.server.proxyheader import TrustedPeers, reading_headers
 from ringmq.server.records import connection_info
@@ -118,18 +116,6 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 SHUTDOWN_GRACE_S: Final = 1.0
-
-OWN_PORT_LISTENERS: Final = ("stomp", "mqtt", "stream", "web-stomp", "web-mqtt", "web-amqp")
-"""The protocols with a port of their own (the AMQP port is shared and sniffed): each key's
-port is the `<key>_port` field of `ServerOptions` and of `[tls]`, its flag `--<key>-port`."""
-
-
-def _port_of(settings: object, key: str) -> int | None:
-    # `OWN_PORT_LISTENERS`' rule: "web-stomp" -> `settings.web_stomp_port`
-    port: int | None = getattr(settings, f"{key.replace('-', '_')}_port")
-    return port
-
-
 """How long clients get to answer Connection.Close(320) before their sockets are closed."""
 
 
@@ -216,10 +202,10 @@ class BrokerServer:
         self._app_factory = app_factory
         self._attached = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._listeners: list[Listener] = []
-        self.http_server: uvicorn.Server | None = None
-        """The management HTTP server, while it runs."""
-        self._http_task: asyncio.Task[None] | None = None
+        self.ports = ServerPorts(options, self.handler_factories, self.clock.wall_ms)
+        self._listeners = self.ports.listeners
+        self.management: ManagementServer | None = None
+        """The management HTTP server (server/httpserve.py), while it runs."""
         self._stopping: asyncio.Event | None = None
         self._stopped = False
         self.commit: GroupCommit | None = None
@@ -235,16 +221,21 @@ class BrokerServer:
         self.login_guard = LoginGuard()
         """Failed logins per source address (AMQP and management HTTP share it)."""
         self.memory: MemoryMonitor | None = None
+        """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
         self.jwks: JwksFetcher | None = None
         """Keeps the OAuth 2 backend's JWKS keys fresh (when `jwks_url` is set)."""
         self.ldap: LdapLogins | None = None
         """Checks logins against LDAP off the loop (when `ldap` is a backend)."""
-        """Memory/disk monitor (watermark, alarms, paging bounds); set by `start()`."""
         self.services: list[Service] = []
         """Started after the listeners, stopped first (the composition root adds them)."""
         self.gate: ProxyGate | None = None
-        """Relays (or refuses) clients while another node leads (server/proxy.py)."""
-        self._trusted = TrustedPeers(options.config.proxy.proxy_protocol_from)
+        """Relays (or refuses) clients while another node leads (server/proxy.py); built at
+        `start()` from `options.leader` unless set before."""
+        self.relay_http = True
+        """The gate relays the management port too (False: its app forwards per request,
+        a follower on etcd, server/httpforward.py)."""
+        self.trusted = TrustedPeers(options.config.proxy.proxy_protocol_from)
+        """Whose PROXY headers are read (a leader on etcd adds the cluster's nodes)."""
 
     def attach(self, core: Core) -> None:
         """Build the server's parts around `core.broker` (`start()` does; benchmarks too)."""
@@ -300,10 +291,7 @@ class BrokerServer:
     def port_of(self, protocol: str) -> int:
         """The port of the listener of `protocol` ("amqp", "amqp/ssl", "stomp", "mqtt",
         "http"); LookupError when there is none."""
-        for lst in self._listeners:
-            if lst.protocol == protocol:
-                return lst.port
-        raise LookupError(f"no {protocol} listener")
+        return self.ports.port_of(protocol)
 
     @property
     def flow_stats(self) -> dict[str, int]:
@@ -321,27 +309,7 @@ class BrokerServer:
         self.started_at_ms = self.clock.wall_ms()
         # lock the data directory and bind the ports before the store is opened, so a start
         # that fails on either writes nothing into the directory
-        amqp_pre = None
-        if opts.amqp_port is not None:
-            amqp_pre = bind_socket(
-                opts.amqp_bind or opts.host,
-                opts.amqp_port,
-                "amqp",
-                backlog=1024,
-                option="--amqp-port",
-            )
-            self._listeners.append(amqp_pre)
-        extra_pre: list[Listener] = []
-        for key in OWN_PORT_LISTENERS:
-            port = _port_of(opts, key)
-            if port is not None and key in self.handler_factories:
-                pre = bind_socket(opts.host, port, key, backlog=1024, option=f"--{key}-port")
-                self._listeners.append(pre)
-                extra_pre.append(pre)
-        http_pre = None
-        if opts.http_port is not None:
-            http_pre = bind_http_socket(opts.http_bind or opts.host, opts.http_port)
-            self._listeners.append(http_pre)
+        self.ports.bind()
         self._data_lock = DataDirLock.acquire(opts.data_dir)
         if not self._attached:
             self.attach(self._open_core(self.emit, self.clock.wall_ms()))
@@ -375,57 +343,26 @@ class BrokerServer:
         if provider is not None and self.gate is None:
             refuse = None if cfg.proxy.proxy else Refusals(self.refusers)
             self.gate = ProxyGate(provider, refuse)
-        self._start_memory_monitor(loop, core.spill)
+        if self.memory is None:
+            self.memory = start_memory_monitor(
+                self.broker,
+                self.options.memory,
+                self.options.data_dir,
+                self.emit,
+                core.spill,
+                self.conns.content_in_flight,
+                loop,
+            )
+            self.handlers.memory = self.memory
         self.jwks = await start_jwks(self.broker, cfg.auth)
         if "ldap" in cfg.auth.backends and cfg.auth.ldap is not None:
             self.ldap = LdapLogins(cfg.auth.ldap, self.broker)
             self.ldap.loop = loop
             self.handlers.slow_login = self.ldap.take
 
-        if amqp_pre is not None:
-            amqp = await open_amqp_listener(
-                self._client_factory("amqp", self.handlers.amqp_port_factory(tls=False)),
-                amqp_pre.host,
-                amqp_pre.port,
-                sock=amqp_pre.sock,
-                now_ms=self.clock.wall_ms,
-            )
-            amqp_pre.sock = None  # the acceptor owns it now
-            self._listeners.remove(amqp_pre)
-            self._listeners.append(amqp)
-            log.info("AMQP listening on %s:%d", amqp.host, amqp.port)
-        else:
-            log.info("plain AMQP listener off (TLS only)")
-        if cfg.tls is not None:
-            ctx = tls_context(cfg.tls)
-            amqps = await open_amqp_listener(
-                self._client_factory("amqp/ssl", self.handlers.amqp_port_factory(tls=True)),
-                opts.amqps_bind or opts.host,
-                cfg.tls.port,
-                tls=ctx,
-                now_ms=self.clock.wall_ms,
-            )
-            self._listeners.append(amqps)
-            log.info("AMQPS listening on %s:%d", amqps.host, amqps.port)
-        for pre in extra_pre:
-            lst = await open_amqp_listener(
-                self._client_factory(
-                    pre.protocol, self.handlers.protocol_factory(pre.protocol, tls=False)
-                ),
-                pre.host,
-                pre.port,
-                sock=pre.sock,
-                now_ms=self.clock.wall_ms,
-                protocol=pre.protocol,
-            )
-            pre.sock = None
-            self._listeners.remove(pre)
-            self._listeners.append(lst)
-            log.info("%s listening on %s:%d", pre.protocol.upper(), lst.host, lst.port)
-        if cfg.tls is not None:
-            await self._open_tls_listeners(cfg.tls)
-        if http_pre is not None:
-            self._start_management(http_pre)
+        await self.ports.open(self._factory_for)
+        if self.ports.http is not None:
+            self._start_management(self.ports.http)
 
         self.timers.start(loop)
         self.reloader.start(loop)
@@ -452,31 +389,15 @@ class BrokerServer:
         except OSError as exc:
             log.warning("cannot write where this broker listens: %s", exc)
 
-    async def _open_tls_listeners(self, spec: TLSSpec) -> None:
-        # STOMP and MQTT over TLS, where [tls] names their ports (RabbitMQ's ssl listeners)
-        ctx = tls_context(spec)
-        for key in OWN_PORT_LISTENERS:
-            port = _port_of(spec, key)
-            if port is None or key not in self.handler_factories:
-                continue
-            lst = await open_amqp_listener(
-                self._client_factory(f"{key}/ssl", self.handlers.protocol_factory(key, tls=True)),
-                self.options.host,
-                port,
-                tls=ctx,
-                now_ms=self.clock.wall_ms,
-                protocol=f"{key}/ssl",
-            )
-            self._listeners.append(lst)
-            log.info("%s/SSL listening on %s:%d", key.upper(), lst.host, lst.port)
-
-    def _client_factory(
-        self, protocol: str, factory: Callable[[], asyncio.Protocol]
-    ) -> Callable[[], asyncio.Protocol]:
+    def _factory_for(self, label: str, key: str, tls: bool) -> Callable[[], asyncio.Protocol]:
         # a listener's connections: PROXY headers read from trusted peers (the leader's side),
         # and relayed to the leader while another node leads (a follower's side)
-        local = reading_headers(factory, self._trusted)
-        return local if self.gate is None else self.gate.wrap(protocol, local)
+        if key == "amqp":
+            factory = self.handlers.amqp_port_factory(tls=tls)
+        else:
+            factory = self.handlers.protocol_factory(key, tls=tls)
+        local = reading_headers(factory, self.trusted)
+        return local if self.gate is None else self.gate.wrap(label, local)
 
     async def serve_forever(self, *, install_signals: bool = False) -> None:
         """Start, run until `request_stop()` (or SIGTERM/SIGINT), then stop cleanly."""
@@ -509,20 +430,14 @@ class BrokerServer:
                 await service.stop()
             except Exception:
                 log.exception("stopping %r failed", service)
-        for lst in self._listeners:
-            if lst.acceptor is not None:
-                lst.close()
+        self.ports.stop_accepting()
         if self.gate is not None:
             self.gate.close()
         if self._attached:
             await self._close_connections(reason)
-        if self.http_server is not None:
-            self.http_server.should_exit = True
-            if self._http_task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(self._http_task, timeout=5)
-        for lst in self._listeners:
-            lst.close()
+        if self.management is not None:
+            await self.management.stop()
+        self.ports.close()
         if self.jwks is not None:
             self.jwks.stop()
         if self.ldap is not None:
@@ -563,34 +478,6 @@ class BrokerServer:
             c.abort()
             self.timers.forget(c)
 
-    def _start_memory_monitor(
-        self, loop: asyncio.AbstractEventLoop, spill: SpillDirectory | None
-    ) -> None:
-        # Paging under the one paging directory (wiped: paged data is transient) and the
-        # periodic memory/disk check that tightens queue heads and raises alarms.
-        if self.memory is not None:
-            return
-        lim = self.options.memory
-        if lim.paging and spill is not None:
-            self.broker.enable_paging(spill, lim.head_count, lim.head_bytes, spill.body_store)
-        self.memory = MemoryMonitor(
-            self.broker,
-            lim,
-            self.options.data_dir,
-            self.emit,
-            paging_health=spill.health if spill is not None else None,
-            in_flight=self.conns.content_in_flight,
-        )
-        self.handlers.memory = self.memory
-        self.memory.start(loop)
-        log.info(
-            "memory high watermark %d bytes, free disk limit %d bytes, queue head %d / %d bytes",
-            self.memory.governor.watermark_bytes,
-            lim.disk_free_limit,
-            lim.head_count,
-            lim.head_bytes,
-        )
-
     # -- management --------------------------------------------------------------------------------
 
     def _start_management(self, lst: Listener) -> None:
@@ -601,28 +488,23 @@ class BrokerServer:
         https = tls if tls is not None and tls.https else None
         if https is not None:
             lst.protocol = "https"
+        gate = self.gate if self.relay_http else None
         app = self._app_factory(self)
-        timeout_s = self.options.config.limits.handshake_timeout_ms / 1000
-        gate = self.gate
-        wrap = None if gate is None else (lambda f: gate.wrap(lst.protocol, f))
-        server = uvicorn.Server(
-            uvicorn_config(app, request_timeout_s=timeout_s, tls=https, wrap=wrap)
+        if self.trusted:  # requests a follower forwarded name their client
+            app = ForwardedFor(app, self.trusted)
+        self.management = ManagementServer(
+            app,
+            lst,
+            request_timeout_s=self.options.config.limits.handshake_timeout_ms / 1000,
+            tls=https,
+            wrap=None if gate is None else (lambda f: gate.wrap(lst.protocol, f)),
         )
-        self.http_server = server
-        assert lst.sock is not None
-        self._http_task = asyncio.create_task(self._serve_http(server, lst))
         log.info("%s listening on %s:%d", lst.protocol.upper(), lst.host, lst.port)
 
-    async def _serve_http(self, server: uvicorn.Server, lst: Listener) -> None:
-        # `_serve` skips uvicorn's own signal capture, which would swallow SIGINT/SIGTERM meant
-        # for the whole broker; the broker stops uvicorn itself (should_exit) on shutdown.
-        serve = getattr(server, "_serve", None) or server.serve
-        sock = lst.sock
-        assert sock is not None
-        try:
-            await serve(sockets=[sock])
-        except Exception:
-            log.exception("management server failed")
+    @property
+    def http_server(self) -> uvicorn.Server | None:
+        """The management HTTP server, while it runs."""
+        return None if self.management is None else self.management.server
 
     # -- Runtime port (management, through the composition root) -----------------------------------
 

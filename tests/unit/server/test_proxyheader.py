@@ -1,4 +1,4 @@
-"""The leader's reading of PROXY v1 headers: parsing, and trust only in configured peers."""
+"""The leader's reading of PROXY v1 and v2 headers: parsing, and trust only in known peers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from ringmq.server.proxy import proxy_v1_header
-from ringmq.server.proxyheader import ProxyHeaderReader, TrustedPeers, parse_v1
+from ringmq.server.proxyheader import (
+    V2_SIGNATURE,
+    ProxyHeaderReader,
+    TrustedPeers,
+    parse_v1,
+    parse_v2,
+)
 
 
 def test_parse_v1_gives_the_source() -> None:
@@ -112,3 +118,71 @@ def test_a_malformed_header_from_a_trusted_peer_closes() -> None:
     reader.data_received(b"PROXY TCP4 nonsense\r\n")
     assert transport.aborted
     assert made == []
+
+
+def _v2(command: int, family: int, addresses: bytes, tlvs: bytes = b"") -> bytes:
+    body = addresses + tlvs
+    return V2_SIGNATURE + bytes([0x20 | command, family]) + len(body).to_bytes(2, "big") + body
+
+
+V2_TCP4 = _v2(
+    1,
+    0x11,
+    bytes([192, 0, 2, 9]) + bytes([10, 1, 0, 1]) + (40000).to_bytes(2, "big") + b"\x16\x28",
+    tlvs=b"\x04\x00\x02ok",  # a TLV (NOOP), skipped
+)
+
+
+def test_parse_v2_gives_the_source_of_tcp4_and_tcp6() -> None:
+    assert parse_v2(V2_TCP4) == (len(V2_TCP4), ("192.0.2.9", 40000))
+    six = _v2(1, 0x21, bytes(15) + b"\x01" + bytes(16) + (4000).to_bytes(2, "big") + b"\x00\x01")
+    assert parse_v2(six) == (len(six), ("::1", 4000))
+
+
+def test_parse_v2_needs_the_whole_header_and_names_nobody_for_local() -> None:
+    assert parse_v2(V2_TCP4[:20]) == (0, None)
+    local = _v2(0, 0x00, b"")
+    assert parse_v2(local) == (16, None)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"\r\n\r\n\x00\r\nQUIX\n" + b"\x21\x11\x00\x0c" + bytes(12),  # signature
+        V2_SIGNATURE + b"\x11\x11\x00\x0c" + bytes(12),  # version 1 in a v2 header
+        V2_SIGNATURE + b"\x21\x11\xff\xff",  # longer than anything a peer sends
+    ],
+)
+def test_parse_v2_rejects_bad_headers(header: bytes) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        parse_v2(header)
+
+
+def test_a_trusted_peer_names_the_client_with_a_v2_header() -> None:
+    reader, transport, made = _reader(("10.1.2.3", 1000))
+    reader.data_received(V2_TCP4[:7])  # split inside the signature, then inside the body
+    reader.data_received(V2_TCP4[7:20])
+    assert made == []
+    reader.data_received(V2_TCP4[20:] + b"AMQP\x00\x00\x09\x01")
+    assert made[0].forwarded_peer == ("192.0.2.9", 40000)
+    assert made[0].data == b"AMQP\x00\x00\x09\x01"
+    assert transport.protocol is made[0]
+
+
+def test_a_bad_v2_header_from_a_trusted_peer_closes() -> None:
+    reader, transport, made = _reader(("10.1.2.3", 1000))
+    reader.data_received(V2_SIGNATURE + b"\x11\x11\x00\x0c")
+    assert transport.aborted
+    assert made == []
+
+
+def test_cluster_members_are_trusted_as_they_come_and_go() -> None:
+    members = {"10.9.0.1"}
+    trusted = TrustedPeers([], members=lambda: members)
+    assert trusted  # a reader is put in front of the listeners even with no fixed entry
+    assert trusted.trusts("10.9.0.1")
+    assert not trusted.trusts("10.9.0.2")
+    members.add("10.9.0.2")
+    assert trusted.trusts("10.9.0.2")
+    members.add("node3.example")  # a name, not an address: never matches
+    assert not trusted.trusts("10.9.0.3")

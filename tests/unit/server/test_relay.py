@@ -137,3 +137,27 @@ async def test_an_unreachable_leader_closes_the_client() -> None:
     writer.close()
     gate.close()
     fsrv.close()
+
+
+class _Local(asyncio.Protocol):
+    """The node's own protocol (a stand-in broker's, on a follower)."""
+
+
+def test_a_follower_closes_clients_while_no_leader_is_known() -> None:
+    provider = StaticLeader(None)
+    serving = ProxyGate(provider).wrap("amqp", _Local)
+    stand_in = ProxyGate(provider, serve_unled=False).wrap("amqp", _Local)
+    assert isinstance(serving(), _Local)  # a node that may lead serves its clients
+    assert not isinstance(stand_in(), _Local)  # a follower's stand-in broker serves nobody
+
+
+def test_a_refusing_follower_closes_a_protocol_it_cannot_refuse_in_words() -> None:
+    leader = LeaderAddresses("n1", "127.0.0.1", amqp_port=5672)
+
+    def no_words(protocol: str, at: LeaderAddresses) -> asyncio.Protocol | None:
+        return None
+
+    provider = StaticLeader(leader)
+    assert isinstance(ProxyGate(provider, no_words).wrap("stomp", _Local)(), _Local)
+    closing = ProxyGate(provider, no_words, serve_unled=False).wrap("stomp", _Local)
+    assert not isinstance(closing(), _Local)

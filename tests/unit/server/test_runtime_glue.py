@@ -312,7 +312,7 @@ def test_each_own_port_listener_has_its_port_field_plain_and_tls() -> None:
 
     from ringmq.server.configspec import TLSSpec
     from ringmq.server.options import ServerOptions
-    from ringmq.server.runtime import OWN_PORT_LISTENERS
+    from ringmq.server.ports import OWN_PORT_LISTENERS
 
     plain = {f.name for f in fields(ServerOptions)}
     tls = {f.name for f in fields(TLSSpec)}
