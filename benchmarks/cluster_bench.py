@@ -224,6 +224,29 @@ def report(runs: list[dict[str, Any]], names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _per_node(
+    nodes: list[brokers.ProcessStats],
+    before: list[brokers.Sample | None],
+    scenario: sc.Scenario,
+    quick: bool,
+) -> list[dict[str, float]]:
+    """Each node's CPU per message over the run and its RSS at the end (the leader first)."""
+    count = scenario.quick_count if quick else scenario.count
+    out: list[dict[str, float]] = []
+    for stats, was in zip(nodes, before, strict=True):
+        now = stats.sample()
+        if was is None or now is None:
+            continue
+        out.append(
+            {
+                "pid": float(stats.pid or 0),
+                "cpu_us_per_msg": (now.cpu_s - was.cpu_s) / count * 1e6,
+                "rss_mib": now.rss_bytes / (1024 * 1024),
+            }
+        )
+    return out
+
+
 def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -293,6 +316,8 @@ def _run(
         for target in targets[shift:] + targets[:shift]:
             t0 = time.monotonic()
             run: dict[str, Any] = {"system": target.name, "round": round_no, "load": _load()}
+            nodes = [brokers.ProcessStats(pid) for pid in (target.pid, *target.others)]
+            before = [n.sample() for n in nodes]
             try:
                 run["metrics"] = sc.run_once(
                     scenario,
@@ -310,12 +335,16 @@ def _run(
             ) as exc:
                 run.update(ok=False, error=str(exc).splitlines()[0] or repr(exc), metrics={})
             run["wall_s"] = round(time.monotonic() - t0, 2)
+            run["per_node"] = _per_node(nodes, before, scenario, args.quick)
             if cluster is not None and target.name == CLUSTER:
                 run["isr_after"] = cluster.isr(target.pid)
             runs.append(run)
             shown = ", ".join(f"{k}={_fmt(v)}" for k, v in run["metrics"].items())
             status = shown if run["ok"] else f"FAILED: {run['error']}"
             more = f" isr={run['isr_after']}" if "isr_after" in run else ""
+            more += " per node (CPU us/msg, RSS MiB): " + ", ".join(
+                f"{n['cpu_us_per_msg']:.1f}/{n['rss_mib']:.0f}" for n in run["per_node"]
+            )
             print(
                 f"[round {round_no + 1}/{args.rounds} {target.name} load {run['load']}] "
                 f"{status}{more}",
