@@ -60,15 +60,26 @@ METRICS = (
     ("broker_peak_rss_mib", "broker peak RSS MiB (all nodes)"),
     ("broker_runq_wait_s", "broker run-queue wait s"),
 )
-SINGLE, CLUSTER, RABBIT = "ringmq-1", "ringmq-3", "rabbitmq-3"
+SINGLE, CLUSTER, RABBIT, BASE = "ringmq-1", "ringmq-3", "rabbitmq-3", "ringmq-3-base"
 
 
 class RingmqCluster:
     """One etcd member and three ringmq nodes on loopback; ``target`` is the leader."""
 
-    def __init__(self, size: int = 3, timeout_s: float = 90.0) -> None:
+    def __init__(
+        self,
+        size: int = 3,
+        timeout_s: float = 90.0,
+        *,
+        name: str = CLUSTER,
+        src: Path | None = None,
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="ringmq-cluster-bench-"))
         self.size, self.timeout_s = size, timeout_s
+        self.name = name
+        self.env = dict(os.environ)
+        if src is not None:  # another checkout's `src`, ahead of the installed ringmq
+            self.env["PYTHONPATH"] = str(src.resolve())
         self.etcd: subprocess.Popen[bytes] | None = None
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
         self.amqp: dict[str, int] = {}
@@ -105,12 +116,13 @@ class RingmqCluster:
                 ],
                 stdout=(self.root / f"{name}.log").open("ab"),
                 stderr=subprocess.STDOUT,
+                env=self.env,
             )  # fmt: skip
         leader = self._wait_in_sync()
         pid = self.nodes[leader].pid
         others = tuple(p.pid for n, p in self.nodes.items() if n != leader)
         url = f"amqp://guest:guest@127.0.0.1:{self.amqp[leader]}/"
-        return brokers.BrokerTarget(CLUSTER, url, pid, others)
+        return brokers.BrokerTarget(self.name, url, pid, others)
 
     def _view(self, name: str) -> dict[str, Any] | None:
         try:
@@ -171,6 +183,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-cluster", action="store_true", help="skip the ringmq cluster")
     ap.add_argument("--no-rabbitmq", action="store_true", help="skip the RabbitMQ cluster")
     ap.add_argument("--json", type=Path, default=None, help="write every run here")
+    ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="also a ringmq cluster running this `src` directory (e.g. a `git archive` of an"
+        " older commit), as ringmq-3-base: an old/new comparison in the same run",
+    )
     args = ap.parse_args(argv)
     if not args.timeout:
         args.timeout = 120.0 if args.quick else 400.0
@@ -200,6 +219,12 @@ def report(runs: list[dict[str, Any]], names: list[str]) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     c, s, r = med.get(CLUSTER, {}), med.get(SINGLE, {}), med.get(RABBIT, {})
     lines.append("")
+    if c and med.get(BASE):
+        b = med[BASE]
+        lines.append(
+            f"ringmq-3/ringmq-3-base msg/s {c['confirmed_msg_s'] / b['confirmed_msg_s']:.2f},"
+            f" CPU/msg {c['broker_cpu_us_per_msg'] / b['broker_cpu_us_per_msg']:.2f}"
+        )
     if c and s:
         ratio = c["confirmed_msg_s"] / s["confirmed_msg_s"]
         extra = c["confirm_p50_ms"] - s["confirm_p50_ms"]
@@ -257,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     targets: list[brokers.BrokerTarget] = []
     single: brokers.RingmqProcess | None = None
     cluster: RingmqCluster | None = None
+    base: RingmqCluster | None = None
     rabbits: rabbit.RabbitCluster | None = None
     try:
         if not args.no_single:
@@ -269,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 cluster = RingmqCluster()
                 targets.append(cluster.start())
+                if args.baseline_src is not None:
+                    base = RingmqCluster(name=BASE, src=args.baseline_src)
+                    targets.append(base.start())
         if not args.no_rabbitmq:
             why = rabbit.available()
             if why:
@@ -281,9 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         if not targets:
             print("no system to benchmark", file=sys.stderr)
             return 2
-        return _run(args, scenario, targets, cluster, rabbits)
+        clusters = [c for c in (cluster, base) if c is not None]
+        return _run(args, scenario, targets, clusters, rabbits)
     finally:
-        for stoppable in (rabbits, cluster, single):
+        for stoppable in (rabbits, base, cluster, single):
             if stoppable is not None:
                 with contextlib.suppress(Exception):
                     stoppable.stop()
@@ -293,7 +323,7 @@ def _run(
     args: argparse.Namespace,
     scenario: sc.Scenario,
     targets: list[brokers.BrokerTarget],
-    cluster: RingmqCluster | None,
+    clusters: list[RingmqCluster],
     rabbits: rabbit.RabbitCluster | None,
 ) -> int:
     meta = {
@@ -336,8 +366,9 @@ def _run(
                 run.update(ok=False, error=str(exc).splitlines()[0] or repr(exc), metrics={})
             run["wall_s"] = round(time.monotonic() - t0, 2)
             run["per_node"] = _per_node(nodes, before, scenario, args.quick)
-            if cluster is not None and target.name == CLUSTER:
-                run["isr_after"] = cluster.isr(target.pid)
+            for c in clusters:
+                if target.name == c.name:
+                    run["isr_after"] = c.isr(target.pid)
             runs.append(run)
             shown = ", ".join(f"{k}={_fmt(v)}" for k, v in run["metrics"].items())
             status = shown if run["ok"] else f"FAILED: {run['error']}"
