@@ -76,13 +76,14 @@ test: lint $(RHEA_STAMP) $(BROWSER_STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -m "not spark and not slow" -q
 
-bench: $(STAMP)  # BENCH_ARGS="--quick --rounds 1 --scenarios a,g", AMQP10_BENCH_ARGS, PROTO_BENCH_ARGS, STREAMPROTO_BENCH_ARGS (docs/benchmarks.md)
+bench: $(STAMP)  # BENCH_ARGS="--quick --rounds 1 --scenarios a,g", AMQP10_BENCH_ARGS, PROTO_BENCH_ARGS, STREAMPROTO_BENCH_ARGS, CLUSTER_BENCH_ARGS (docs/benchmarks.md)
 	@if [ -f benchmarks/engine_bench.py ]; then $(BIN)/python benchmarks/engine_bench.py; fi
 	$(BIN)/python benchmarks/paging_bench.py --runs 3
 	$(BIN)/python -m benchmarks.run_all $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.amqp10_bench $(AMQP10_BENCH_ARGS)
 	$(BIN)/python -m benchmarks.proto_bench $(PROTO_BENCH_ARGS)
 	$(BIN)/python -m benchmarks.streamproto_bench $(STREAMPROTO_BENCH_ARGS)
+	$(BIN)/python -m benchmarks.cluster_bench $(CLUSTER_BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -78,36 +78,42 @@ class Sample:
 
 
 class ProcessStats:
-    """CPU and memory of one broker process, sampled from /proc."""
+    """CPU and memory of one broker process, sampled from /proc; with ``others``, of a group
+    of processes (a cluster's nodes) summed: CPU, RSS, VmHWM and run-queue wait."""
 
-    def __init__(self, pid: int | None) -> None:
+    def __init__(self, pid: int | None, others: tuple[int, ...] = ()) -> None:
         self.pid = pid
+        self.pids = (pid, *others) if pid is not None else ()
         self.peak_rss_bytes = 0
 
     def sample(self) -> Sample | None:
-        if self.pid is None:
+        if not self.pids:
             return None
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-            status = Path(f"/proc/{self.pid}/status").read_text()
-        except OSError:
-            return None
-        fields = stat.rsplit(")", 1)[1].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
-        kib = {
-            line.split(":")[0]: int(line.split()[1])
-            for line in status.splitlines()
-            if line.startswith(("VmRSS:", "VmHWM:"))
-        }
-        rss, hwm = kib.get("VmRSS", 0) * 1024, kib.get("VmHWM", 0) * 1024
+        cpu_s, rss, hwm = 0.0, 0, 0
+        for pid in self.pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                return None
+            fields = stat.rsplit(")", 1)[1].split()
+            cpu_s += (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+            kib = {
+                line.split(":")[0]: int(line.split()[1])
+                for line in status.splitlines()
+                if line.startswith(("VmRSS:", "VmHWM:"))
+            }
+            rss += kib.get("VmRSS", 0) * 1024
+            hwm += kib.get("VmHWM", 0) * 1024
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-        return Sample(cpu_s, rss, hwm, self._runq_wait_s())
+        return Sample(cpu_s, rss, hwm, sum(self._runq_wait_s(pid) for pid in self.pids))
 
-    def _runq_wait_s(self) -> float:
+    @staticmethod
+    def _runq_wait_s(pid: int) -> float:
         # /proc/<pid>/task/<tid>/schedstat: on-CPU ns, run-queue wait ns, timeslices.
         total = 0
         try:
-            for task in Path(f"/proc/{self.pid}/task").iterdir():
+            for task in Path(f"/proc/{pid}/task").iterdir():
                 with contextlib.suppress(OSError, IndexError, ValueError):
                     total += int((task / "schedstat").read_text().split()[1])
         except OSError:
@@ -117,10 +123,11 @@ class ProcessStats:
     def reset_peak(self) -> bool:
         """Reset VmHWM to the current RSS (Linux clear_refs 5); False when not permitted."""
         self.peak_rss_bytes = 0
-        if self.pid is None:
+        if not self.pids:
             return False
         try:
-            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+            for pid in self.pids:
+                Path(f"/proc/{pid}/clear_refs").write_text("5")
         except OSError:
             return False
         return True
@@ -131,6 +138,7 @@ class BrokerTarget:
     name: str
     url: str
     pid: int | None
+    others: tuple[int, ...] = ()  # the other processes of a cluster, counted with `pid`
 
     @classmethod
     def at(cls, name: str, url: str) -> BrokerTarget:
@@ -139,7 +147,8 @@ class BrokerTarget:
 
     def describe(self) -> str:
         proc = f"pid {self.pid} ({process_name(self.pid)})" if self.pid else "pid unknown"
-        return f"{self.name} at {self.url} - {proc}"
+        more = f" + pids {', '.join(map(str, self.others))}" if self.others else ""
+        return f"{self.name} at {self.url} - {proc}{more}"
 
 
 def port_open(url: str, timeout_s: float = 1.0) -> bool:

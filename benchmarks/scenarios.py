@@ -140,7 +140,7 @@ def run_once(
     """One run of ``scenario`` against ``broker``; the metrics, or ``RunFailedError``."""
     count = scenario.quick_count if quick else scenario.count
     topo = _topology(scenario, f"{tag}.{os.getpid()}")
-    stats = ProcessStats(broker.pid)
+    stats = ProcessStats(broker.pid, broker.others)
     load.setup_topology(broker.url, topo)
     hwm_reset = stats.reset_peak()
     before = stats.sample()

@@ -28,6 +28,11 @@ Where streaming starts (the hello's epoch and position against the leader's):
 Acknowledgements: `Ack(epoch, written, durable)` of the leader's epoch move `acked` and
 `durable` forward (the positions confirms may wait for) and yield an `Acked` event.
 
+Output: frames are kept as a list of encoded frames and joined only when taken (one copy of
+each record's bytes between the log and the socket, none when one frame is waiting). Sessions
+of one log may share a `FrameCache`: followers in step are sent the same `Records` frames, so
+each is encoded once however many followers there are.
+
 Imports: the codec and the shard log's value types only (no asyncio, no sockets, no files).
 """
 
@@ -61,6 +66,28 @@ from ringmq.replication.codec import (
 from ringmq.storage.shardlog import FileEntry, FileOp
 
 _MAX_SEND_BUFFER: Final = 4 * CHUNK_BYTES  # `pump` stops filling past this
+
+
+class FrameCache:
+    """The last few `Records` frames encoded for one epoch's log, shared by its sessions.
+
+    A frame is named by (epoch, first position, number of records): records are immutable
+    once appended, so two sessions asking for the same name get the same bytes.
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._frames: dict[tuple[int, int, int], bytes] = {}
+
+    def records(self, epoch: int, first: int, ops: Sequence[FileOp]) -> bytes:
+        key = (epoch, first, len(ops))
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = encode(Records(epoch, first, tuple(ops)))
+            self._frames[key] = frame
+            if len(self._frames) > self.size:
+                del self._frames[next(iter(self._frames))]  # the oldest
+        return frame
 
 
 class LogView(Protocol):
@@ -132,8 +159,15 @@ class LeaderSession:
         ends: epoch -> the position it ended at, for earlier epochs this leader knows.
     """
 
-    def __init__(self, log: LogView, secret: bytes, ends: Mapping[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        log: LogView,
+        secret: bytes,
+        ends: Mapping[int, int] | None = None,
+        frames: FrameCache | None = None,
+    ) -> None:
         self.log = log
+        self.frames = frames or FrameCache(1)
         self.secret = secret
         self.ends = dict(ends or {})
         self.state = State.HELLO
@@ -147,7 +181,8 @@ class LeaderSession:
         self.syncs = 0
         """Bulk syncs started."""
         self._reader = FrameReader()
-        self._out = bytearray()
+        self._out: list[bytes] = []  # encoded frames, oldest first
+        self._out_bytes = 0
         self._index: tuple[FileEntry, ...] = ()
         self._index_at = 0
         self._announce = False  # the next Records frame goes out even when empty (new epoch)
@@ -212,7 +247,7 @@ class LeaderSession:
                 f"stale leader: epoch {log.epoch} is older than the follower's {hello.epoch}"
             )
         self.node = hello.node
-        self._out += encode(Welcome(log.epoch, log.start, log.position))
+        self._emit(encode(Welcome(log.epoch, log.start, log.position)))
         events: list[Event] = [Authenticated(hello.node)]
         frm: int | None = None
         if hello.epoch == log.epoch:
@@ -234,7 +269,7 @@ class LeaderSession:
         return [NeedIndex()]
 
     def _refuse(self, reason: str) -> list[Event]:
-        self._out += encode(Refuse(reason))
+        self._emit(encode(Refuse(reason)))
         self.state = State.CLOSED
         return [Closed(reason)]
 
@@ -246,19 +281,19 @@ class LeaderSession:
         assert self.state is State.INDEXING
         self._index = tuple(entries)
         self._index_at = position
-        self._out += encode(Index(self.log.epoch, position, self._index))
+        self._emit(encode(Index(self.log.epoch, position, self._index)))
         self.state = State.WANT
 
     def chunk(self, path: str, offset: int, data: bytes) -> None:
         """Bytes of a file `SendFiles` named (read at any time after the index was taken)."""
         assert self.state is State.COPYING
-        self._out += encode(Chunk(path, offset, data))
+        self._emit(encode(Chunk(path, offset, data)))
 
     def files_done(self) -> list[Event]:
         """Every wanted file was sent: stream from the index's position (or sync again when
         the log no longer holds it)."""
         assert self.state is State.COPYING
-        self._out += encode(Synced())
+        self._emit(encode(Synced()))
         self.sent = self._index_at
         self.state = State.STREAMING
         if self.log.since(self.sent, 0) is None:
@@ -273,7 +308,7 @@ class LeaderSession:
         if self.state is not State.STREAMING:
             return []
         log = self.log
-        while len(self._out) < _MAX_SEND_BUFFER and (self.sent < log.position or self._announce):
+        while self._out_bytes < _MAX_SEND_BUFFER and (self.sent < log.position or self._announce):
             ops = log.since(self.sent, 256)
             if ops is None:
                 return self._bulk()  # fell behind what the log holds
@@ -284,7 +319,7 @@ class LeaderSession:
                     break
                 batch.append(op)
                 size += len(op.data)
-            self._out += encode(Records(log.epoch, self.sent + 1, tuple(batch)))
+            self._emit(self.frames.records(log.epoch, self.sent + 1, batch))
             self.sent += len(batch)
             self._announce = False
         return []
@@ -296,11 +331,16 @@ class LeaderSession:
 
     def data_to_send(self) -> bytes:
         """Bytes to write to the follower's socket."""
-        out = bytes(self._out)
+        out = self._out[0] if len(self._out) == 1 else b"".join(self._out)
         self._out.clear()
+        self._out_bytes = 0
         return out
+
+    def _emit(self, frame: bytes) -> None:
+        self._out.append(frame)
+        self._out_bytes += len(frame)
 
     @property
     def backlogged(self) -> int:
         """Bytes waiting in the output."""
-        return len(self._out)
+        return self._out_bytes

@@ -38,6 +38,7 @@ from ringmq.replication.leader import (
     Authenticated,
     Closed,
     Event,
+    FrameCache,
     LeaderSession,
     NeedIndex,
     SendFiles,
@@ -59,6 +60,7 @@ class ReplicationLeader:
         self.host = host
         self.port = 0
         self.log: ShardLog | None = None
+        self._frames = FrameCache()  # the sessions' encoded records, shared (one per log)
         self.acked: dict[str, int] = {}
         """Follower name -> last position of this epoch it acknowledged."""
         self._server: asyncio.Server | None = None
@@ -85,6 +87,7 @@ class ReplicationLeader:
         shard_log.on_append = self._wake
         self.store.attach_log(shard_log)
         self.log = shard_log
+        self._frames = FrameCache()
         self._server = await asyncio.start_server(
             self._serve, self.host, self.settings.port, limit=CHUNK_BYTES
         )
@@ -115,7 +118,7 @@ class ReplicationLeader:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self.log is not None
-        session = LeaderSession(self.log, self.settings.secret)
+        session = LeaderSession(self.log, self.settings.secret, frames=self._frames)
         wake = asyncio.Event()
         peer = writer.get_extra_info("peername")
         sender = asyncio.create_task(self._send_loop(session, writer, wake))

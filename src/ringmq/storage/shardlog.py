@@ -75,6 +75,10 @@ class FileOp:
     data: bytes = b""
 
 
+_TRIMMED: Final = FileOp(OpKind.DELETE, "")
+"""What a record's slot holds once the backlog let it go (never read: below the head)."""
+
+
 @dataclass(frozen=True, slots=True)
 class FileEntry:
     """A file of a bulk sync's index: its size and the crc32 of its content."""
@@ -144,6 +148,9 @@ class ShardLog:
         ops = self._ops
         while self._held > self.backlog_bytes and len(ops) - self._head > 1:
             self._held -= len(ops[self._head].data)
+            # drop the data now, not at the next compaction: up to 4096 trimmed records of a
+            # group commit's size each would otherwise stay alive past `backlog_bytes`
+            ops[self._head] = _TRIMMED
             self._head += 1
             self._base += 1
         if self._head > 4096 and self._head * 2 > len(ops):

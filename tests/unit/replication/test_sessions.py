@@ -26,7 +26,14 @@ from ringmq.replication.codec import (
     hello_mac,
 )
 from ringmq.replication.follower import FollowerSession
-from ringmq.replication.leader import Acked, Authenticated, Closed, LeaderSession, NeedIndex
+from ringmq.replication.leader import (
+    Acked,
+    Authenticated,
+    Closed,
+    FrameCache,
+    LeaderSession,
+    NeedIndex,
+)
 from ringmq.replication.leader import State as LState
 from ringmq.storage.replica import ShardState
 from ringmq.storage.shardlog import FileEntry, FileOp, OpKind, ShardLog
@@ -167,3 +174,37 @@ def test_follower_cuts_back_a_divergent_tail_for_a_newer_epoch() -> None:
     assert (follower.epoch, follower.position) == (2, 2)
     assert replica.snapshot() == {"journal/1.seg": b"aaZZ"}
     assert replica.saved == ShardState("s0", 2, 1)
+
+
+def test_sessions_sharing_a_frame_cache_send_the_same_records_encoded_once() -> None:
+    log = _log()
+    frames = FrameCache()
+    a, b = (LeaderSession(log, b"k", frames=frames) for _ in range(2))
+    for s in (a, b):
+        s.receive_data(_hello(b"k"))
+        s.data_to_send()  # the welcome and the first record
+    log.append(ROOT / "journal/1.seg", 3, b"def")
+    log.append(ROOT / "journal/1.seg", 6, b"ghi")
+    a.pump()
+    b.pump()
+    sent_a, sent_b = a.data_to_send(), b.data_to_send()
+    assert sent_a is sent_b  # one encoding, handed to both
+    reader = FrameReader()
+    reader.feed(sent_a)
+    assert reader.next_frame() == Records(
+        3,
+        12,
+        (
+            FileOp(OpKind.APPEND, "journal/1.seg", 3, b"def"),
+            FileOp(OpKind.APPEND, "journal/1.seg", 6, b"ghi"),
+        ),
+    )
+    # a session behind the others is sent its own batch, from where it is
+    c = LeaderSession(log, b"k", frames=frames)
+    c.receive_data(_hello(b"k", position=11))
+    reader = FrameReader()
+    reader.feed(c.data_to_send())
+    assert reader.next_frame() == Welcome(3, 10, 13)
+    frame = reader.next_frame()
+    assert isinstance(frame, Records)
+    assert (frame.first, [op.data for op in frame.ops]) == (12, [b"def", b"ghi"])

@@ -8,6 +8,7 @@ directory, and a `FileStore` opened there (a promotion) must recover exactly wha
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,20 @@ def test_backlog_is_bounded_and_says_what_it_no_longer_holds(tmp_path: Path) -> 
     assert sum(len(op.data) for op in held) <= 10 + 4
     assert log.since(log.first - 1) is None
     assert [op.offset for op in log.since(9) or []] == [16, 20]
+
+
+def test_records_the_backlog_let_go_of_are_freed_at_once(tmp_path: Path) -> None:
+    # They used to stay referenced until 4096 had piled up: with a group commit's write per
+    # record, hundreds of MiB past `backlog_bytes` on a replicating leader.
+    log = ShardLog(tmp_path, "s0", 1, backlog_bytes=10)
+    first = bytes(bytearray(b"a" * 8))  # an object of its own, referenced by this frame only
+    alone = sys.getrefcount(first)
+    log.append(tmp_path / "journal" / "1.seg", 0, first)
+    assert sys.getrefcount(first) == alone + 1  # the backlog holds it
+    for i in range(1, 4):
+        log.append(tmp_path / "journal" / "1.seg", i * 8, b"b" * 8)
+    assert log.since(0) is None  # trimmed...
+    assert sys.getrefcount(first) == alone  # ...and no longer referenced
 
 
 def test_a_copy_cut_short_in_a_bulk_sync_is_refused(tmp_path: Path) -> None:
