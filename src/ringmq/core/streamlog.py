@@ -464,6 +464,11 @@ class StreamLog(Protocol):
     def index(self) -> SegmentIndex: ...
 
     @property
+    def name(self) -> str:
+        """The stream's name: the routing key of the messages it got as stream-protocol
+        chunks, when read by the other protocols."""
+
+    @property
     def tracking(self) -> Tracking:
         """Stored consumer offsets and publisher sequences (durable with the stream)."""
 
@@ -503,8 +508,8 @@ class StreamLog(Protocol):
 class StreamStorePort(Protocol):
     """A store that keeps streams (the file store: segment files under its directory)."""
 
-    def open_stream(self, key: str, spec: StreamSpec) -> StreamLog:
-        """Open (recover, or create empty) the stream of store key `key`."""
+    def open_stream(self, key: str, spec: StreamSpec, name: str) -> StreamLog:
+        """Open (recover, or create empty) the stream `name` of store key `key`."""
 
 
 def start_offset(log: StreamLog, spec: OffsetSpec) -> int:
@@ -518,9 +523,10 @@ class MemoryStreamLog:
     retention as the file log, chunks kept as message lists (a position is a chunk's ordinal
     in its segment)."""
 
-    def __init__(self, spec: StreamSpec) -> None:
+    def __init__(self, spec: StreamSpec, name: str = "") -> None:
         self.index = SegmentIndex(spec)
         self.tracking = Tracking()
+        self.name = name
         self._chunks: dict[int, list[tuple[int, int, list[Message] | bytes]]] = {}
         """segment first offset -> its chunks: (first offset, timestamp, messages or, for a
         chunk kept as it arrived, its bytes)."""
@@ -566,7 +572,7 @@ class MemoryStreamLog:
         out: list[tuple[int, Message]] = []
         for first, _ts, body in self._walk(offset):
             if isinstance(body, bytes):
-                got = decode_chunk(body, max(0, offset - first))
+                got = decode_chunk(body, max(0, offset - first), self.name)
             else:
                 got = [(first + j, body[j]) for j in range(max(0, offset - first), len(body))]
             out += got[: max_count - len(out)]
@@ -584,6 +590,8 @@ class MemoryStreamLog:
         )
 
     def read_columns(self, offset: int, stop: int, out: Columns) -> None:
+        # `read` starts at the first kept offset when `offset` is older: bound by `stop` too
+        offset = max(offset, self.index.first_offset)
         out.add_rows((o, o, False, m) for o, m in self.read(offset, max(0, stop - offset)))
 
     def offset_at(self, ts_ms: int) -> int:
