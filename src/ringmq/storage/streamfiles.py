@@ -38,7 +38,7 @@ import shutil
 import struct
 import zlib
 from collections import deque
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -67,6 +67,12 @@ INDEX_STRIDE: Final = 64 * 1024
 """Bytes of chunks between two index points (a read scans at most this much to its offset)."""
 BLOCK: Final = 256 * 1024
 """Bytes read at once when scanning a segment."""
+SMALL_BLOCK: Final = 32 * 1024
+"""Bytes read at once for a few chunks from a known position (a consumer's next chunk)."""
+_READERS: Final = 4
+"""Sealed segments kept open for reading, per stream."""
+_HINTS: Final = 1024
+"""Most read positions remembered (`FileStreamLog._hints`)."""
 _SUFFIX: Final = ".seg"
 _TRACKING: Final = "tracking.json"
 _TRACKING_TMP: Final = _TRACKING + ".tmp"
@@ -85,18 +91,18 @@ def _seg_name(first_offset: int) -> str:
 
 
 def _chunks(
-    fd: int, pos: int, end: int, *, payloads: bool, verify: bool = False
+    fd: int, pos: int, end: int, *, payloads: bool, verify: bool = False, block: int = BLOCK
 ) -> Iterator[tuple[int, int, int, int, memoryview | None, int, bool]]:
     """Chunks of a segment from `pos` to `end`: (position, first offset, timestamp, count,
     the record's bytes when `payloads` else None, record size, kept as published). Stops at a
-    bad record (a torn tail: `verify` checks each CRC). Reads go through blocks of `BLOCK`
+    bad record (a torn tail: `verify` checks each CRC). Reads go through blocks of `block`
     bytes (or one chunk's size), so a scan holds at most one block whatever the segment."""
     buf = memoryview(b"")
     base = pos
     while pos + _HEAD <= end:
         at = pos - base
         if at + _HEAD_OSIRIS > len(buf) and base + len(buf) < end:
-            buf = memoryview(os.pread(fd, min(BLOCK, end - pos), pos))
+            buf = memoryview(os.pread(fd, min(block, end - pos), pos))
             base, at = pos, 0
             if len(buf) < _HEAD:
                 return
@@ -115,7 +121,7 @@ def _chunks(
         record: memoryview | None = None
         if payloads or verify:
             if at + size > len(buf):
-                buf = memoryview(os.pread(fd, max(BLOCK, size), pos))
+                buf = memoryview(os.pread(fd, min(max(block, size), end - pos), pos))
                 base, at = pos, 0
                 if len(buf) < size:
                     return
@@ -161,6 +167,12 @@ class FileStreamLog:
         self.tracking = Tracking()
         self.tracking_pending = False
         """A temporary copy of the tracking file waits for its fsync and rename."""
+        self._readers: dict[int, tuple[int, int]] = {}
+        """Sealed segments open for reading: first offset -> (descriptor, size)."""
+        self._hints: dict[int, tuple[int, int]] = {}
+        """offset -> (its segment's first offset, position of the chunk starting there): where
+        the last reads stopped, so a consumer's next read starts at its chunk instead of the
+        index point before it (a scan of up to `INDEX_STRIDE` bytes per read)."""
         self._recover()
 
     # -- recovery --------------------------------------------------------------------------
@@ -314,30 +326,51 @@ class FileStreamLog:
         return fds
 
     # -- reads -----------------------------------------------------------------------------
-    def _open(self, seg: Segment) -> tuple[int, bool]:
+    def _open(self, seg: Segment) -> tuple[int, int]:
+        # (descriptor, size) to read `seg` through: the active segment's own, or a sealed
+        # one's kept open (`_readers`: a consumer reads the same segment call after call).
         if seg is self.index.segments[-1] and self._fd >= 0:
             self.write_out()
-            return self._fd, False
-        return os.open(self.directory / _seg_name(seg.first_offset), os.O_RDONLY), True
+            return self._fd, self._size
+        got = self._readers.get(seg.first_offset)
+        if got is None:
+            if len(self._readers) >= _READERS:
+                os.close(self._readers.pop(next(iter(self._readers)))[0])
+            fd = os.open(self.directory / _seg_name(seg.first_offset), os.O_RDONLY)
+            got = self._readers[seg.first_offset] = (fd, os.fstat(fd).st_size)
+        return got
+
+    def _close_readers(self, firsts: Iterable[int]) -> None:
+        for first in firsts:
+            got = self._readers.pop(first, None)
+            if got is not None:
+                os.close(got[0])
 
     def _walk(
-        self, offset: int
+        self, offset: int, block: int = BLOCK
     ) -> Generator[tuple[int, int, int, memoryview | bytes, bool], None, None]:
         # Every chunk from the one holding `offset` on: (first, timestamp, count, record, raw).
+        # Where it stops is remembered (`_hints`): the reader's next call starts there.
         index = self.index
         offset = max(offset, index.first_offset)
+        hints = self._hints
         while (seg := index.segment_of(offset)) is not None:
-            fd, owned = self._open(seg)
-            try:
+            fd, end = self._open(seg)
+            hint = hints.pop(offset, None)
+            if hint is not None and hint[0] == seg.first_offset:
+                pos = hint[1]
+            else:
                 _, pos = seg.point_before(offset)
-                end = self._size if not owned else os.fstat(fd).st_size
-                for _p, first, ts, count, rec, _s, raw in _chunks(fd, pos, end, payloads=True):
-                    if first + count > offset:
-                        assert rec is not None  # a core chunk is decoded: bytes, not a view
-                        yield first, ts, count, rec if raw else bytes(rec), raw
-            finally:
-                if owned:
-                    os.close(fd)
+                block = BLOCK  # a scan from an index point
+            for p, first, ts, count, rec, size, raw in _chunks(
+                fd, pos, end, payloads=True, block=block
+            ):
+                if first + count > offset:
+                    assert rec is not None  # a core chunk is decoded: bytes, not a view
+                    if len(hints) >= _HINTS:
+                        hints.clear()
+                    hints[first + count] = (seg.first_offset, p + size)
+                    yield first, ts, count, rec if raw else bytes(rec), raw
             offset = seg.next_offset
 
     def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
@@ -362,7 +395,9 @@ class FileStreamLog:
                     bytes(rec[HEADER_SIZE:]) if raw  # as stored: the record's payload
                     else [m for _, m in _entries(bytes(rec), first, count, 0)],
                 )
-                for first, ts, count, rec, raw in self._walk(offset)
+                for first, ts, count, rec, raw in self._walk(
+                    offset, SMALL_BLOCK if max_chunks <= 4 else BLOCK
+                )
             ),
             max_chunks,
         )  # fmt: skip
@@ -414,21 +449,17 @@ class FileStreamLog:
         seg = self.index.segment_at_time(ts_ms)
         if seg is None:
             return self.index.next_offset
-        fd, owned = self._open(seg)
-        try:
-            _, pos = seg.point_before_time(ts_ms)
-            end = self._size if not owned else os.fstat(fd).st_size
-            for _pos, first, ts, _c, _rec, _size, _raw in _chunks(fd, pos, end, payloads=False):
-                if ts >= ts_ms:
-                    return first
-        finally:
-            if owned:
-                os.close(fd)
+        fd, end = self._open(seg)
+        _, pos = seg.point_before_time(ts_ms)
+        for _pos, first, ts, _c, _rec, _size, _raw in _chunks(fd, pos, end, payloads=False):
+            if ts >= ts_ms:
+                return first
         return seg.next_offset
 
     # -- retention and lifetime ------------------------------------------------------------
     def enforce(self, now_ms: int) -> int:
         gone = self.index.expired(now_ms)
+        self._close_readers(seg.first_offset for seg in gone)
         for seg in gone:
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / _seg_name(seg.first_offset)).unlink()
@@ -447,6 +478,7 @@ class FileStreamLog:
 
     def abandon(self) -> None:
         """Close without writing what is buffered (a simulated crash)."""
+        self._close_readers(list(self._readers))
         for fd in self._sealed:
             os.close(fd)
         self._sealed = []
