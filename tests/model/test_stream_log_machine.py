@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ringmq.core.message import Message
+from ringmq.core.queue.columns import Columns
 from ringmq.core.streamlog import (
     MemoryStreamLog,
     OffsetKind,
@@ -98,6 +99,15 @@ class StreamLogMachine(RuleBasedStateMachine):
         for log in self.logs():
             want = [(o, b) for o, b in self.kept(log) if o >= offset][:count]
             assert [(o, m.body) for o, m in log.read(offset, count)] == want
+
+    @rule(offset=st.integers(0, 80), count=st.integers(0, 20))
+    def read_columns(self, offset: int, count: int) -> None:
+        # An offset range [offset, offset + count) as columns: seq = offset, the bodies.
+        for log in self.logs():
+            want = [(o, b) for o, b in self.kept(log) if offset <= o < offset + count]
+            cols = Columns()
+            log.read_columns(offset, offset + count, cols)
+            assert list(zip(cols.seqs, cols.bodies.values(), strict=True)) == want
 
     @rule(kind=st.sampled_from(list(OffsetKind)), value=st.integers(0, 4000))
     def resolve(self, kind: OffsetKind, value: int) -> None:

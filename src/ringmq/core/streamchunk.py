@@ -50,8 +50,10 @@ GATHER_MESSAGES: Final = 256
 _SIZE: Final = struct.Struct(">I")
 _SUB: Final = struct.Struct(">BHII")  # sub-entry batch: type, records, uncompressed, size
 
-Decode = Callable[[bytes, int], Message]
-"""An entry's message bytes and the chunk's timestamp -> the core's message."""
+Decode = Callable[[bytes, int, str], Message]
+"""An entry's message bytes, the chunk's timestamp and the stream's name -> the core's message
+(published to the default exchange with the stream's name as its routing key, as RabbitMQ
+delivers a message published over the stream protocol to its other protocols' consumers)."""
 Encode = Callable[[Message], bytes]
 """A core message -> the bytes of its entry (an AMQP 1.0 message)."""
 
@@ -97,9 +99,12 @@ def encode_chunk(first_offset: int, timestamp_ms: int, messages: Sequence[Messag
     return osiris_chunk(first_offset, timestamp_ms, n, n, b"".join(parts))
 
 
-def decode_chunk(chunk: bytes | memoryview, skip: int = 0) -> list[tuple[int, Message]]:
-    """The (offset, message) of a chunk from its `skip`-th record on (sub-entry batches
-    without compression are unpacked; a compressed one's records are skipped)."""
+def decode_chunk(
+    chunk: bytes | memoryview, skip: int = 0, stream: str = ""
+) -> list[tuple[int, Message]]:
+    """The (offset, message) of a chunk of stream `stream` from its `skip`-th record on
+    (sub-entry batches without compression are unpacked; a compressed one's records are
+    skipped)."""
     decode = _the_codec()[0]
     buf = bytes(chunk)
     _mv, _t, entries, _r, ts, _ep, first, _crc, dlen, _tl, _rs = HEADER.unpack_from(buf, 0)
@@ -116,7 +121,7 @@ def decode_chunk(chunk: bytes | memoryview, skip: int = 0) -> list[tuple[int, Me
                 for _ in range(n):
                     (k,) = _SIZE.unpack_from(buf, p)
                     if i >= skip:
-                        out.append((first + i, decode(buf[p + 4 : p + 4 + k], ts)))
+                        out.append((first + i, decode(buf[p + 4 : p + 4 + k], ts, stream)))
                     p += 4 + k
                     i += 1
             else:
@@ -125,7 +130,7 @@ def decode_chunk(chunk: bytes | memoryview, skip: int = 0) -> list[tuple[int, Me
         else:
             (k,) = _SIZE.unpack_from(buf, pos)
             if i >= skip:
-                out.append((first + i, decode(buf[pos + 4 : pos + 4 + k], ts)))
+                out.append((first + i, decode(buf[pos + 4 : pos + 4 + k], ts, stream)))
             pos += 4 + k
             i += 1
     return out

@@ -17,7 +17,8 @@ pure part of it, the rules both log implementations share:
   never the active one (RabbitMQ does the same: a stream keeps at least its last segment).
 * **Offset specifications** (`x-stream-offset`: `first`, `last`, `next`, an offset, a
   timestamp, an interval such as `1h`) resolve against the index to the offset a reader
-  starts at (`OffsetSpec`, `parse_offset_spec`).
+  starts at (`OffsetSpec`, `parse_offset_spec`: `ringmq.core.streamspec`, with the declare
+  checks; re-exported here).
 
 `SegmentIndex` is the bookkeeping: per segment its first and next offsets, first and last
 chunk timestamps, its size, and *index points* (offset, position, timestamp) for some of its
@@ -34,12 +35,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from ringmq.core.arguments import SettingsError, parse_max_age
 from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
 from ringmq.core.streamchunk import (
@@ -49,9 +46,24 @@ from ringmq.core.streamchunk import (
     gather,
     osiris_chunk,
 )
+from ringmq.core.streamspec import (
+    DEFAULT_MAX_SEGMENT_BYTES,
+    MAX_SEGMENT_BYTES,
+    NEXT,
+    STREAM,
+    STREAM_ARGUMENTS,
+    OffsetKind,
+    OffsetSpec,
+    StreamSpec,
+    check_stream_declare,
+    parse_offset_spec,
+    stream_spec,
+)
 
 __all__ = [
     "DEFAULT_MAX_SEGMENT_BYTES",
+    "MAX_SEGMENT_BYTES",
+    "NEXT",
     "STREAM",
     "STREAM_ARGUMENTS",
     "MemoryStreamLog",
@@ -65,165 +77,9 @@ __all__ = [
     "Tracking",
     "check_stream_declare",
     "parse_offset_spec",
+    "start_offset",
     "stream_spec",
 ]
-
-STREAM: Final = "stream"
-"""The `x-queue-type` of a stream queue."""
-DEFAULT_MAX_SEGMENT_BYTES: Final = 500_000_000
-"""RabbitMQ's default `x-stream-max-segment-size-bytes`."""
-MAX_SEGMENT_BYTES: Final = 3_000_000_000
-"""RabbitMQ's ceiling for `x-stream-max-segment-size-bytes` (?MAX_STREAM_MAX_SEGMENT_SIZE)."""
-STREAM_ARGUMENTS: Final = frozenset(
-    {
-        "x-queue-type",
-        "x-max-length-bytes",
-        "x-max-age",
-        "x-stream-max-segment-size-bytes",
-        "x-initial-cluster-size",
-        "x-queue-leader-locator",
-        "x-stream-filter-size-bytes",
-    }
-)
-"""Arguments a stream accepts (RabbitMQ's `rabbit_stream_queue:capabilities`); the other
-arguments RabbitMQ knows are refused on a stream."""
-
-# Arguments RabbitMQ knows for other queue types, refused on a stream ("invalid arg ... of queue
-# type rabbit_stream_queue"); anything else is ignored, as on any queue.
-_REFUSED_ON_STREAM: Final = frozenset(
-    {
-        "x-expires",
-        "x-message-ttl",
-        "x-dead-letter-exchange",
-        "x-dead-letter-routing-key",
-        "x-max-length",
-        "x-max-priority",
-        "x-overflow",
-        "x-queue-mode",
-        "x-single-active-consumer",
-        "x-delivery-limit",
-        "x-dead-letter-strategy",
-        "x-quorum-initial-group-size",
-        "x-queue-version",
-        "x-queue-master-locator",
-        "x-ring-size",
-        "x-last-value-key",
-        "x-last-value",
-        "x-non-destructive",
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamSpec:
-    """A stream's storage settings."""
-
-    max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES
-    max_bytes: int | None = None
-    """`x-max-length-bytes`: retention by size (None: unbounded)."""
-    max_age_ms: int | None = None
-    """`x-max-age`: retention by age (None: unbounded)."""
-
-
-def _rs(name: str, vhost: str) -> str:
-    # rabbit_misc:rs/1 of a queue resource
-    return f"queue '{name}' in vhost '{vhost}'"
-
-
-def check_stream_declare(
-    name: str,
-    vhost: str,
-    *,
-    durable: bool,
-    exclusive: bool,
-    auto_delete: bool,
-    arguments: Mapping[str, Any],
-) -> None:
-    """RabbitMQ's checks on a stream declare, in its order and words (SettingsError: 406)."""
-    if auto_delete:
-        raise SettingsError(f"invalid property 'auto-delete' for {_rs(name, vhost)}")
-    if exclusive:
-        raise SettingsError(f"invalid property 'exclusive-owner' for {_rs(name, vhost)}")
-    if not durable:
-        raise SettingsError(f"invalid property 'non-durable' for {_rs(name, vhost)}")
-    for arg in sorted(arguments):
-        if arg in _REFUSED_ON_STREAM:
-            raise SettingsError(
-                f"invalid arg '{arg}' for {_rs(name, vhost)} of queue type rabbit_stream_queue"
-            )
-    stream_spec(name, arguments, None)
-
-
-def stream_spec(name: str, arguments: Mapping[str, Any], max_bytes: int | None) -> StreamSpec:
-    """The `StreamSpec` of stream `name` from its arguments (`max_bytes`: the effective
-    `x-max-length-bytes`, argument or policy)."""
-    seg = arguments.get("x-stream-max-segment-size-bytes", DEFAULT_MAX_SEGMENT_BYTES)
-    if type(seg) is not int or seg < 1:
-        raise SettingsError(
-            f"invalid arg 'x-stream-max-segment-size-bytes' for queue '{name}': "
-            f"expected a positive integer, got {seg!r}"
-        )
-    if seg > MAX_SEGMENT_BYTES:
-        raise SettingsError("Exceeded max value for x-stream-max-segment-size-bytes")
-    age = arguments.get("x-max-age")
-    age_ms = None
-    if age is not None:
-        try:
-            age_ms = parse_max_age(age)
-        except ValueError:
-            raise SettingsError(
-                f"invalid arg 'x-max-age' for queue '{name}': expected a duration such as "
-                f"'7D' or '1h' (units Y M D h m s), got {age!r}"
-            ) from None
-    if max_bytes is None:
-        mb = arguments.get("x-max-length-bytes")
-        max_bytes = mb if type(mb) is int else None
-    return StreamSpec(seg, max_bytes, age_ms)
-
-
-# --- offset specifications --------------------------------------------------------------------
-
-
-class OffsetKind(StrEnum):
-    """Where a stream reader starts."""
-
-    FIRST = "first"
-    LAST = "last"
-    NEXT = "next"
-    OFFSET = "offset"
-    TIMESTAMP = "timestamp"
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetSpec:
-    """A reader's starting point (`value`: the offset, or the timestamp in ms)."""
-
-    kind: OffsetKind
-    value: int = 0
-
-
-NEXT: Final = OffsetSpec(OffsetKind.NEXT)
-
-
-def parse_offset_spec(value: Any, now_ms: int) -> OffsetSpec:
-    """`x-stream-offset` as RabbitMQ reads it (`rabbit_stream_queue:parse_offset_arg`):
-    absent: next; `first`, `last`, `next`; an integer: that offset; an AMQP timestamp
-    (a `datetime`, seconds): that time; another string: an interval back from now (`1h`).
-    ValueError for anything else."""
-    if value is None:
-        return NEXT
-    if isinstance(value, bytes):
-        value = value.decode()
-    if isinstance(value, str):
-        if value in ("first", "last", "next"):
-            return OffsetSpec(OffsetKind(value))
-        return OffsetSpec(OffsetKind.TIMESTAMP, now_ms - parse_max_age(value))
-    if isinstance(value, datetime):
-        return OffsetSpec(OffsetKind.TIMESTAMP, int(value.timestamp() * 1000))
-    if type(value) is int and value >= 0:
-        return OffsetSpec(OffsetKind.OFFSET, value)
-    raise ValueError(value)
-
 
 # --- the index ---------------------------------------------------------------------------------
 
@@ -464,6 +320,11 @@ class StreamLog(Protocol):
     def index(self) -> SegmentIndex: ...
 
     @property
+    def name(self) -> str:
+        """The stream's name: the routing key of the messages it got as stream-protocol
+        chunks, when read by the other protocols."""
+
+    @property
     def tracking(self) -> Tracking:
         """Stored consumer offsets and publisher sequences (durable with the stream)."""
 
@@ -503,8 +364,8 @@ class StreamLog(Protocol):
 class StreamStorePort(Protocol):
     """A store that keeps streams (the file store: segment files under its directory)."""
 
-    def open_stream(self, key: str, spec: StreamSpec) -> StreamLog:
-        """Open (recover, or create empty) the stream of store key `key`."""
+    def open_stream(self, key: str, spec: StreamSpec, name: str) -> StreamLog:
+        """Open (recover, or create empty) the stream `name` of store key `key`."""
 
 
 def start_offset(log: StreamLog, spec: OffsetSpec) -> int:
@@ -518,9 +379,10 @@ class MemoryStreamLog:
     retention as the file log, chunks kept as message lists (a position is a chunk's ordinal
     in its segment)."""
 
-    def __init__(self, spec: StreamSpec) -> None:
+    def __init__(self, spec: StreamSpec, name: str = "") -> None:
         self.index = SegmentIndex(spec)
         self.tracking = Tracking()
+        self.name = name
         self._chunks: dict[int, list[tuple[int, int, list[Message] | bytes]]] = {}
         """segment first offset -> its chunks: (first offset, timestamp, messages or, for a
         chunk kept as it arrived, its bytes)."""
@@ -566,7 +428,7 @@ class MemoryStreamLog:
         out: list[tuple[int, Message]] = []
         for first, _ts, body in self._walk(offset):
             if isinstance(body, bytes):
-                got = decode_chunk(body, max(0, offset - first))
+                got = decode_chunk(body, max(0, offset - first), self.name)
             else:
                 got = [(first + j, body[j]) for j in range(max(0, offset - first), len(body))]
             out += got[: max_count - len(out)]
@@ -584,6 +446,8 @@ class MemoryStreamLog:
         )
 
     def read_columns(self, offset: int, stop: int, out: Columns) -> None:
+        # `read` starts at the first kept offset when `offset` is older: bound by `stop` too
+        offset = max(offset, self.index.first_offset)
         out.add_rows((o, o, False, m) for o, m in self.read(offset, max(0, stop - offset)))
 
     def offset_at(self, ts_ms: int) -> int:

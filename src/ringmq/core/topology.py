@@ -254,8 +254,8 @@ class Topology:
         dur = self.state.durability
         store: object = dur.store if dur is not None else None
         if isinstance(store, StreamStorePort):
-            return store.open_stream(queue_key(vhost, name), spec)
-        return MemoryStreamLog(spec)
+            return store.open_stream(queue_key(vhost, name), spec, name)
+        return MemoryStreamLog(spec, name)
 
     def declare_queue(
         self,

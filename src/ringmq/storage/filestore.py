@@ -354,9 +354,9 @@ class FileStore:
         """Replace the dedup log with the live window, durably (synchronous fsync)."""
         self._dedup.rewrite(window)
 
-    def open_stream(self, key: str, spec: StreamSpec) -> FileStreamLog:
-        """The stream queue of store key `key` (recovered, or created empty)."""
-        return self.streams.open_stream(key, spec)
+    def open_stream(self, key: str, spec: StreamSpec, name: str = "") -> FileStreamLog:
+        """The stream queue `name` of store key `key` (recovered, or created empty)."""
+        return self.streams.open_stream(key, spec, name)
 
     def definitions(self) -> dict[str, dict[str, Any]]:
         """Current durable definitions (kind -> key -> value)."""
@@ -391,7 +391,7 @@ class FileStore:
             fds += self._journal.flush()
             fds += self._defs.flush()
             fds += self._dedup.flush()
-            fds += self.streams.flush()
+            fds += self.streams.flush(self._position)
         except OSError:
             self._pending_fds = _one_per_file(fds)
             raise
@@ -428,6 +428,7 @@ class FileStore:
     def fsync(self, point: SyncPoint) -> int:
         try:
             fsync_fds(list(point.fds))
+            self.streams.synced(point.position)  # tracking files this point covered
         except OSError as exc:
             # the kernel may have dropped the dirty pages ("fsyncgate"): never trust a later
             # fsync to cover them; stop writing (a plain store is atomic under the GIL)

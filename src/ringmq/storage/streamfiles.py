@@ -19,7 +19,8 @@ Writes: `append` frames the chunk into the active segment's buffer; `write_out` 
 to the OS (readers call it before reading the active segment, so they see every append);
 `flush` returns descriptors (dup'ed, or of sealed segments) for the store's group fsync, so a
 stream append is confirmed by the same fsync as the journal's records. Retention unlinks whole
-segment files.
+segment files. The tracking file (`tracking.json`: stored offsets, publisher sequences) is
+replaced whole, by a temporary copy renamed only once an fsync covered it (`_save_tracking`).
 
 Recovery (`FileStreamLog.__init__`): segment files in offset order; every chunk header is read
 to rebuild the index (without reading payloads, except for the last segment, whose chunks are
@@ -36,7 +37,8 @@ import os
 import shutil
 import struct
 import zlib
-from collections.abc import Generator, Iterator, Sequence
+from collections import deque
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -65,8 +67,23 @@ INDEX_STRIDE: Final = 64 * 1024
 """Bytes of chunks between two index points (a read scans at most this much to its offset)."""
 BLOCK: Final = 256 * 1024
 """Bytes read at once when scanning a segment."""
+SMALL_BLOCK: Final = 32 * 1024
+"""Bytes read at once for a few chunks from a known position (a consumer's next chunk)."""
+_READERS: Final = 4
+"""Sealed segments kept open for reading, per stream."""
+_HINTS: Final = 1024
+"""Most read positions remembered (`FileStreamLog._hints`)."""
 _SUFFIX: Final = ".seg"
 _TRACKING: Final = "tracking.json"
+_TRACKING_TMP: Final = _TRACKING + ".tmp"
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _seg_name(first_offset: int) -> str:
@@ -74,18 +91,18 @@ def _seg_name(first_offset: int) -> str:
 
 
 def _chunks(
-    fd: int, pos: int, end: int, *, payloads: bool, verify: bool = False
+    fd: int, pos: int, end: int, *, payloads: bool, verify: bool = False, block: int = BLOCK
 ) -> Iterator[tuple[int, int, int, int, memoryview | None, int, bool]]:
     """Chunks of a segment from `pos` to `end`: (position, first offset, timestamp, count,
     the record's bytes when `payloads` else None, record size, kept as published). Stops at a
-    bad record (a torn tail: `verify` checks each CRC). Reads go through blocks of `BLOCK`
+    bad record (a torn tail: `verify` checks each CRC). Reads go through blocks of `block`
     bytes (or one chunk's size), so a scan holds at most one block whatever the segment."""
     buf = memoryview(b"")
     base = pos
     while pos + _HEAD <= end:
         at = pos - base
         if at + _HEAD_OSIRIS > len(buf) and base + len(buf) < end:
-            buf = memoryview(os.pread(fd, min(BLOCK, end - pos), pos))
+            buf = memoryview(os.pread(fd, min(block, end - pos), pos))
             base, at = pos, 0
             if len(buf) < _HEAD:
                 return
@@ -104,7 +121,7 @@ def _chunks(
         record: memoryview | None = None
         if payloads or verify:
             if at + size > len(buf):
-                buf = memoryview(os.pread(fd, max(BLOCK, size), pos))
+                buf = memoryview(os.pread(fd, min(max(block, size), end - pos), pos))
                 base, at = pos, 0
                 if len(buf) < size:
                     return
@@ -134,8 +151,10 @@ class FileStreamLog:
         spec: segment size and retention.
     """
 
-    def __init__(self, directory: Path, spec: StreamSpec) -> None:
+    def __init__(self, directory: Path, spec: StreamSpec, name: str = "") -> None:
         self.directory = directory
+        self.name = name
+        """The stream's name (the routing key of its stream-protocol chunks' messages)."""
         directory.mkdir(parents=True, exist_ok=True)
         self.index = SegmentIndex(spec, INDEX_STRIDE)
         self._fd = -1  # the active segment's descriptor
@@ -146,6 +165,14 @@ class FileStreamLog:
         self._sealed: list[int] = []  # rolled segments' descriptors, fsynced by the next flush
         self.deleted = False
         self.tracking = Tracking()
+        self.tracking_pending = False
+        """A temporary copy of the tracking file waits for its fsync and rename."""
+        self._readers: dict[int, tuple[int, int]] = {}
+        """Sealed segments open for reading: first offset -> (descriptor, size)."""
+        self._hints: dict[int, tuple[int, int]] = {}
+        """offset -> (its segment's first offset, position of the chunk starting there): where
+        the last reads stopped, so a consumer's next read starts at its chunk instead of the
+        index point before it (a scan of up to `INDEX_STRIDE` bytes per read)."""
         self._recover()
 
     # -- recovery --------------------------------------------------------------------------
@@ -177,7 +204,10 @@ class FileStreamLog:
                     os.ftruncate(fd, good)  # a torn tail (the crash cut the last write)
                 if seg.nbytes == 0:
                     index.segments.pop()
-                    path.unlink()
+                    if not last:
+                        path.unlink()
+                    # else kept, empty: its name is the next offset, which nothing else may
+                    # hold (retention removed the older segments; offsets are never reused)
             finally:
                 os.close(fd)
         if index.segments:  # the last segment kept is the active one again
@@ -236,21 +266,57 @@ class FileStreamLog:
             self._size += len(self._buf)
             self._buf.clear()
 
-    def _save_tracking(self) -> None:
-        # Offsets and publisher sequences: a small file replaced whole (write, rename).
-        if not self.tracking.dirty:
-            return
-        tmp = self.directory / (_TRACKING + ".tmp")
-        tmp.write_text(json.dumps(self.tracking.snapshot()))
-        tmp.replace(self.directory / _TRACKING)
+    def _save_tracking(self, fds: list[int]) -> bool:
+        # Offsets and publisher sequences: a small file replaced whole, and only by a copy
+        # already on disk (else a crash just after the rename could leave it empty or cut).
+        # Two steps, neither an fsync on this thread: the snapshot goes to the temporary file,
+        # whose descriptor this flush's fsync covers; once that fsync is done, the store's
+        # fsync thread renames it and fsyncs the directory (`tracking_synced`). One temporary
+        # at a time: a newer snapshot waits for the rename (the file stays `dirty`).
+        if self.tracking_pending or not self.tracking.dirty:
+            return False
+        fd = os.open(self.directory / _TRACKING_TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, json.dumps(self.tracking.snapshot()).encode())
+        except OSError:
+            os.close(fd)
+            raise
+        fds.append(fd)
+        self.tracking_pending = True
         self.tracking.dirty = False
-        self._dir_dirty = True
+        return True
+
+    def tracking_synced(self) -> None:
+        """The fsync covering the tracking file's temporary copy is done: put it in place
+        (rename, fsync the directory). Runs on the store's fsync thread."""
+        try:
+            (self.directory / _TRACKING_TMP).replace(self.directory / _TRACKING)
+            _fsync_path(self.directory)
+        except FileNotFoundError:
+            pass  # the stream was deleted meanwhile
+        self.tracking_pending = False
+
+    def _save_tracking_now(self) -> None:
+        # At close: the same replacement with its fsyncs done here.
+        if not self.tracking.dirty and not self.tracking_pending:
+            return
+        fds: list[int] = []
+        self.tracking_pending = False
+        self._save_tracking(fds)
+        if not fds:  # a copy a flush wrote, its fsync not known to be done
+            fds.append(os.open(self.directory / _TRACKING_TMP, os.O_RDONLY))
+        try:
+            os.fsync(fds[0])
+        finally:
+            os.close(fds[0])
+        self.tracking_synced()
 
     def flush(self) -> list[int]:
-        """Write out, and return the descriptors an fsync must cover (the caller closes them)."""
+        """Write out, and return the descriptors an fsync must cover (the caller closes them,
+        then calls `tracking_synced` when `tracking_pending`)."""
         self.write_out()
-        self._save_tracking()
         fds, self._sealed = self._sealed, []
+        self._save_tracking(fds)
         if self._dirty and self._fd >= 0:
             fds.append(os.dup(self._fd))
         self._dirty = False
@@ -260,30 +326,51 @@ class FileStreamLog:
         return fds
 
     # -- reads -----------------------------------------------------------------------------
-    def _open(self, seg: Segment) -> tuple[int, bool]:
+    def _open(self, seg: Segment) -> tuple[int, int]:
+        # (descriptor, size) to read `seg` through: the active segment's own, or a sealed
+        # one's kept open (`_readers`: a consumer reads the same segment call after call).
         if seg is self.index.segments[-1] and self._fd >= 0:
             self.write_out()
-            return self._fd, False
-        return os.open(self.directory / _seg_name(seg.first_offset), os.O_RDONLY), True
+            return self._fd, self._size
+        got = self._readers.get(seg.first_offset)
+        if got is None:
+            if len(self._readers) >= _READERS:
+                os.close(self._readers.pop(next(iter(self._readers)))[0])
+            fd = os.open(self.directory / _seg_name(seg.first_offset), os.O_RDONLY)
+            got = self._readers[seg.first_offset] = (fd, os.fstat(fd).st_size)
+        return got
+
+    def _close_readers(self, firsts: Iterable[int]) -> None:
+        for first in firsts:
+            got = self._readers.pop(first, None)
+            if got is not None:
+                os.close(got[0])
 
     def _walk(
-        self, offset: int
+        self, offset: int, block: int = BLOCK
     ) -> Generator[tuple[int, int, int, memoryview | bytes, bool], None, None]:
         # Every chunk from the one holding `offset` on: (first, timestamp, count, record, raw).
+        # Where it stops is remembered (`_hints`): the reader's next call starts there.
         index = self.index
         offset = max(offset, index.first_offset)
+        hints = self._hints
         while (seg := index.segment_of(offset)) is not None:
-            fd, owned = self._open(seg)
-            try:
+            fd, end = self._open(seg)
+            hint = hints.pop(offset, None)
+            if hint is not None and hint[0] == seg.first_offset:
+                pos = hint[1]
+            else:
                 _, pos = seg.point_before(offset)
-                end = self._size if not owned else os.fstat(fd).st_size
-                for _p, first, ts, count, rec, _s, raw in _chunks(fd, pos, end, payloads=True):
-                    if first + count > offset:
-                        assert rec is not None  # a core chunk is decoded: bytes, not a view
-                        yield first, ts, count, rec if raw else bytes(rec), raw
-            finally:
-                if owned:
-                    os.close(fd)
+                block = BLOCK  # a scan from an index point
+            for p, first, ts, count, rec, size, raw in _chunks(
+                fd, pos, end, payloads=True, block=block
+            ):
+                if first + count > offset:
+                    assert rec is not None  # a core chunk is decoded: bytes, not a view
+                    if len(hints) >= _HINTS:
+                        hints.clear()
+                    hints[first + count] = (seg.first_offset, p + size)
+                    yield first, ts, count, rec if raw else bytes(rec), raw
             offset = seg.next_offset
 
     def read(self, offset: int, max_count: int) -> list[tuple[int, Message]]:
@@ -292,7 +379,7 @@ class FileStreamLog:
         for first, _ts, count, rec, raw in self._walk(offset):
             skip = max(0, offset - first)
             if raw:
-                got = decode_chunk(rec[HEADER_SIZE:], skip)
+                got = decode_chunk(rec[HEADER_SIZE:], skip, self.name)
             else:
                 got = list(_entries(bytes(rec), first, count, skip))
             out += got[: max_count - len(out)]
@@ -308,7 +395,9 @@ class FileStreamLog:
                     bytes(rec[HEADER_SIZE:]) if raw  # as stored: the record's payload
                     else [m for _, m in _entries(bytes(rec), first, count, 0)],
                 )
-                for first, ts, count, rec, raw in self._walk(offset)
+                for first, ts, count, rec, raw in self._walk(
+                    offset, SMALL_BLOCK if max_chunks <= 4 else BLOCK
+                )
             ),
             max_chunks,
         )  # fmt: skip
@@ -329,7 +418,7 @@ class FileStreamLog:
                 if first >= stop:
                     return
                 if raw:  # a stream-protocol chunk, as stored: its messages decoded
-                    for o, m in decode_chunk(rec[HEADER_SIZE:], max(0, offset - first)):
+                    for o, m in decode_chunk(rec[HEADER_SIZE:], max(0, offset - first), self.name):
                         if o >= stop:
                             return
                         out.add_rows(((o, o, False, m),))
@@ -360,21 +449,17 @@ class FileStreamLog:
         seg = self.index.segment_at_time(ts_ms)
         if seg is None:
             return self.index.next_offset
-        fd, owned = self._open(seg)
-        try:
-            _, pos = seg.point_before_time(ts_ms)
-            end = self._size if not owned else os.fstat(fd).st_size
-            for _pos, first, ts, _c, _rec, _size, _raw in _chunks(fd, pos, end, payloads=False):
-                if ts >= ts_ms:
-                    return first
-        finally:
-            if owned:
-                os.close(fd)
+        fd, end = self._open(seg)
+        _, pos = seg.point_before_time(ts_ms)
+        for _pos, first, ts, _c, _rec, _size, _raw in _chunks(fd, pos, end, payloads=False):
+            if ts >= ts_ms:
+                return first
         return seg.next_offset
 
     # -- retention and lifetime ------------------------------------------------------------
     def enforce(self, now_ms: int) -> int:
         gone = self.index.expired(now_ms)
+        self._close_readers(seg.first_offset for seg in gone)
         for seg in gone:
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / _seg_name(seg.first_offset)).unlink()
@@ -388,11 +473,12 @@ class FileStreamLog:
     def close(self) -> None:
         """Write out and close (the store's close fsyncs first through `flush`)."""
         self.write_out()
-        self._save_tracking()
+        self._save_tracking_now()
         self.abandon()
 
     def abandon(self) -> None:
         """Close without writing what is buffered (a simulated crash)."""
+        self._close_readers(list(self._readers))
         for fd in self._sealed:
             os.close(fd)
         self._sealed = []
@@ -414,18 +500,21 @@ class StreamFiles:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._open: dict[str, FileStreamLog] = {}
+        self._renames: deque[tuple[int, FileStreamLog]] = deque()
+        """(sync point, log) whose tracking file waits for that point's fsync."""
 
     def _dir(self, key: str) -> Path:
         return self.directory / hashlib.sha256(key.encode()).hexdigest()
 
-    def open_stream(self, key: str, spec: StreamSpec) -> FileStreamLog:
+    def open_stream(self, key: str, spec: StreamSpec, name: str = "") -> FileStreamLog:
         log = self._open.get(key)
         if log is None or log.deleted:  # a stream deleted and declared again starts empty
             path = self._dir(key)
-            log = self._open[key] = FileStreamLog(path, spec)
+            log = self._open[key] = FileStreamLog(path, spec, name)
             (path / "KEY").write_text(key)
         else:
             log.set_spec(spec)
+            log.name = name or log.name
         return log
 
     def drop_stream(self, key: str) -> None:
@@ -435,14 +524,25 @@ class StreamFiles:
         else:
             shutil.rmtree(self._dir(key), ignore_errors=True)
 
-    def flush(self) -> list[int]:
+    def flush(self, position: int) -> list[int]:
+        """Every stream's `FileStreamLog.flush`, for the store's sync point `position`."""
         fds: list[int] = []
         for key, log in list(self._open.items()):
             if log.deleted:  # deleted through the core's port (its queue went)
                 del self._open[key]
             else:
+                pending = log.tracking_pending
                 fds += log.flush()
+                if log.tracking_pending and not pending:
+                    self._renames.append((position, log))
         return fds
+
+    def synced(self, position: int) -> None:
+        """The fsync of sync point `position` is done: put the tracking files it covered in
+        place (on the store's fsync thread; a deque, so the loop thread may append meanwhile)."""
+        renames = self._renames
+        while renames and renames[0][0] <= position:
+            renames.popleft()[1].tracking_synced()
 
     def write_out(self) -> None:
         for log in self._open.values():

@@ -6,12 +6,14 @@ one leaves."""
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 
 import ringmq.adapters.amqp10.message  # noqa: F401 - registers the entry codec
 from ringmq.core.message import Message
 from ringmq.core.streamchunk import HEADER_SIZE, chunk_info, decode_chunk, gather, osiris_chunk
 from ringmq.core.streamlog import MemoryStreamLog, StreamSpec
 from ringmq.core.streamsac import ActiveGroups
+from ringmq.storage.streamfiles import FileStreamLog
 
 DATA = b"\x00\x53\x75\xa0\x02"  # an AMQP 1.0 message: one data section (vbin8, 2 bytes)
 
@@ -49,6 +51,19 @@ def test_stored_chunks_go_as_they_are_and_core_messages_are_gathered() -> None:
     # the credit bounds the chunks: one chunk, from the one holding the offset
     assert [(first, n) for first, n, _ in log.read_chunks(1, 1)] == [(0, 2)]
     assert gather([], 5) == []
+
+
+def test_a_stored_chunks_messages_are_routed_by_the_streams_name(tmp_path: Path) -> None:
+    # RabbitMQ gives a message published over the stream protocol (no exchange, no routing
+    # key of its own) the default exchange and the stream's name when another protocol reads it
+    for log in (
+        MemoryStreamLog(StreamSpec(), "orders"),
+        FileStreamLog(tmp_path, StreamSpec(), "orders"),
+    ):
+        log.append_chunk(_entry(b"ab") + _entry(b"cd"), 2, 2, 1000)
+        log.append([Message("amq.fanout", "", b"\x00\x00", b"p0")], 2000)  # its own kept
+        got = [(o, m.exchange, m.routing_key) for o, m in log.read(0, 10)]
+        assert got == [(0, "", "orders"), (1, "", "orders"), (2, "amq.fanout", "")]
 
 
 def test_the_next_member_is_active_when_the_active_one_leaves() -> None:

@@ -88,3 +88,19 @@ def test_stream_declare_checks_follow_rabbitmqs_order() -> None:
             "q", "/", durable=True, exclusive=False, auto_delete=False,
             arguments={"x-stream-max-segment-size-bytes": 4_000_000_000},
         )  # fmt: skip
+
+
+def test_a_range_read_from_before_the_first_kept_offset_stops_at_its_end() -> None:
+    # Retention removed offset 0: a range [0, 1) holds nothing (the stream log model found
+    # the memory log returning offset 1, the first kept, there)
+    from ringmq.core.queue.columns import Columns
+
+    log = MemoryStreamLog(AGE)
+    log.append([_msg()], 0)
+    log.append([_msg()], 10)
+    assert log.enforce(1001) == 1
+    cols = Columns()
+    log.read_columns(0, 1, cols)
+    assert list(cols.seqs) == []
+    log.read_columns(0, 2, cols)
+    assert list(cols.seqs) == [1]

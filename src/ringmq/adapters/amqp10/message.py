@@ -323,14 +323,16 @@ register_conversion(FORM_AMQP10, FORM_AMQP091, _to_amqp091)
 register_conversion(FORM_AMQP091, FORM_AMQP10, _from_amqp091)
 
 
-def _stream_entry(data: bytes, timestamp_ms: int) -> Message:
+def _stream_entry(data: bytes, timestamp_ms: int, stream: str) -> Message:
     # An entry of a stream chunk kept as published (core/streamchunk.py), for a consumer of
-    # another protocol; what is not an AMQP 1.0 message is the body of one.
+    # another protocol; what is not an AMQP 1.0 message is the body of one. It carries no
+    # exchange or routing key: RabbitMQ's defaults, as if sent to the default exchange with
+    # the stream's name (rabbit_stream_queue:entry_to_msg).
     try:
-        return build(data, exchange="", routing_key="", now_ms=timestamp_ms)
+        return build(data, exchange="", routing_key=stream, now_ms=timestamp_ms)
     except ValueError:
         wrapped = b"\x00\x53\x75\xb0" + len(data).to_bytes(4, "big") + data
-        return build(wrapped, exchange="", routing_key="", now_ms=timestamp_ms)
+        return build(wrapped, exchange="", routing_key=stream, now_ms=timestamp_ms)
 
 
 def _stream_payload(msg: Message) -> bytes:
