@@ -19,24 +19,29 @@ from ringmq.core.effects import Deliver, Effect
 from ringmq.core.message import Message
 from ringmq.core.publish import Published
 from ringmq.core.queue import Queue
-from ringmq.core.session import Session
+from ringmq.core.session import Session, SettleKind
 
 NO_PROPERTIES = b"\x00\x00"
 """The stored form of a message with no properties."""
 
 
-def message(routing_key: str, body: bytes = b"x", *, exchange: str = "") -> Message:
-    """A plain message as the core stores it."""
-    return Message(exchange, routing_key, NO_PROPERTIES, body)
+def message(routing_key: str, body: bytes = b"x", *, exchange: str = "", **fields: Any) -> Message:
+    """A message as the core stores it, no properties (`fields`: other `Message` fields,
+    such as `headers`, `priority`, `persistent`)."""
+    return Message(exchange, routing_key, NO_PROPERTIES, body, **fields)
 
 
 class Core:
-    """A broker, a fake clock and the core calls a test needs (see the module docstring)."""
+    """A broker, a fake clock and the core calls a test needs (see the module docstring).
+
+    Each step is one call of the call protocol and returns the call's effects (`get` its
+    `Got`); `published` is what the last `publish` did."""
 
     def __init__(self, config: BrokerConfig | None = None) -> None:
         self.broker = Broker(config or BrokerConfig(name_seed=7))
         self.now = 1_000_000
         self._next_conn = 1
+        self.published: Published | None = None
 
     # ------------------------------------------------------------------ sessions
     def connect(self, user: str = "guest", vhost: str = "/") -> int:
@@ -62,7 +67,7 @@ class Core:
             step(*args, **kw)
         return out
 
-    def declare(self, s: Session, name: str, **arguments: Any) -> None:
+    def declare(self, s: Session, name: str, arguments: dict[str, Any] | None = None) -> None:
         self.run(
             self.broker.topology.declare_queue,
             s,
@@ -70,19 +75,29 @@ class Core:
             durable=False,
             exclusive=False,
             auto_delete=False,
-            arguments=arguments or None,
+            arguments=arguments,
             now_ms=self.now,
         )
 
     def publish(
-        self, s: Session, routing_key: str, body: bytes = b"x", *, exchange: str = ""
-    ) -> Published:
-        """Publish on `s` as one call; what it did (see `run` for the effects)."""
+        self,
+        s: Session,
+        routing_key: str,
+        body: bytes = b"x",
+        *,
+        exchange: str = "",
+        mandatory: bool = False,
+        **fields: Any,
+    ) -> list[Effect]:
+        """Publish on `s` as one call (`fields`: see `message`); what it did is `published`."""
         publisher = self.broker.publisher
-        with self.broker.call(self.now, publish=True):
+        with self.broker.call(self.now, publish=True) as out:
             vh, x = publisher.exchange_for(s, exchange)
-            msg = message(routing_key, body, exchange=exchange)
-            return publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=self.now)
+            msg = message(routing_key, body, exchange=exchange, **fields)
+            self.published = publisher.publish(
+                msg, session=s, vhost=vh, exchange=x, now_ms=self.now, mandatory=mandatory
+            )
+        return out
 
     def get(self, s: Session, queue: str, *, no_ack: bool = False) -> Got | None:
         with self.broker.call(self.now):
@@ -94,6 +109,16 @@ class Core:
         kw.setdefault("arguments", {})
         return self.run(self.broker.delivery.consume, s, queue, tag, now_ms=self.now, **kw)
 
+    def settle(
+        self, s: Session, delivery_id: int, kind: SettleKind, *, multiple: bool = False
+    ) -> list[Effect]:
+        return self.run(self.broker.delivery.settle, s, delivery_id, multiple, kind, self.now)
+
+    def tick(self, ms: int) -> list[Effect]:
+        """Move the clock `ms` on and run the broker's timers."""
+        self.now += ms
+        return self.broker.tick(self.now)
+
     # ------------------------------------------------------------------ reading
     def queue(self, name: str, vhost: str = "/") -> Queue:
         return self.broker.vhosts[vhost].queues[name].queue
@@ -103,6 +128,6 @@ class Core:
         return [m.body for m in self.queue(name, vhost).ready_messages()]
 
 
-def delivered(effects: list[Effect]) -> list[bytes]:
+def bodies(effects: list[Effect]) -> list[bytes]:
     """The bodies of the `Deliver` effects, in order."""
     return [e.message.body for e in effects if isinstance(e, Deliver)]

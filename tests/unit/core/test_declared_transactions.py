@@ -59,7 +59,9 @@ def test_transactions_of_one_session_are_independent_of_each_other_and_of_its_mo
     assert first != second
     _publish_in(core, s, first, b"one")
     _publish_in(core, s, second, b"two")
-    assert core.publish(s, "q", b"plain").outcome == "accepted"  # not buffered: confirmed
+    core.publish(s, "q", b"plain")
+    assert core.published is not None
+    assert core.published.outcome == "accepted"  # not buffered: confirmed
     assert s.mode is PublishMode.CONFIRM
     core.run(tx.rollback, s, core.now, second)
     core.run(tx.commit, s, core.now, first)
@@ -95,7 +97,7 @@ def test_settles_wait_for_the_end_and_a_rollback_returns_them_only() -> None:
 def test_a_refused_commit_ends_the_transaction_rolled_back() -> None:
     core = Core()
     s = core.open()
-    core.declare(s, "small", **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    core.declare(s, "small", {"x-max-length": 1, "x-overflow": "reject-publish"})
     core.declare(s, "q")
     core.publish(s, "q", b"held")
     tx = core.broker.transactions
