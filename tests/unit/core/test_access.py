@@ -13,7 +13,7 @@ from ringmq.amqp.tables import encode_table
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, UserConfig
 from ringmq.core.errors import BrokerError, Condition
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 
 def test_plain_and_amqplain_login() -> None:

@@ -13,7 +13,7 @@ from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Block, Unblock
 from ringmq.storage.bodystore import SpillDirectory
-from tests.unit.core.kit import Kit, delivered, methods
+from tests.unit.adapters.amqp091.kit import Kit, delivered, methods
 
 
 def test_address_full_block_blocks_and_unblocks_the_publisher() -> None:

@@ -13,7 +13,7 @@ from ringmq.amqp.properties import BasicProperties, decode_properties
 from ringmq.core.config import BrokerConfig
 from ringmq.core.policies import AddressSettings, PolicyError
 from ringmq.core.settings import Redelivery
-from tests.unit.core.kit import Kit, bodies, delivered
+from tests.unit.adapters.amqp091.kit import Kit, bodies, delivered
 
 
 def _kit(settings: dict[str, dict[str, Any]]) -> Kit:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from ringmq.amqp import spec
 from ringmq.core.effects import Deliver, Drained, Effect
 from ringmq.core.session import SettleKind
-from tests.unit.core.kit import Kit, bodies
+from tests.unit.adapters.amqp091.kit import Kit, bodies
 
 
 def _browse(k: Kit, ch: tuple[int, int], queue: str, tag: str, credit: int | None) -> list[Effect]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ringmq.amqp import spec
-from tests.unit.core.kit import Kit, bodies
+from tests.unit.adapters.amqp091.kit import Kit, bodies
 
 
 def _setup(n: int) -> tuple[Kit, tuple[int, int]]:

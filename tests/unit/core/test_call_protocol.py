@@ -17,7 +17,7 @@ from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
 from ringmq.core.session import Session
 from ringmq.core.vhost import VHost
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "ringmq"
 CALL_FIELDS = frozenset({"out", "now_ms", "dirty", "eager", "defer_dispatch"})

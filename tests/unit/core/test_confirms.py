@@ -15,7 +15,7 @@ from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
-from tests.unit.core.kit import Kit, methods
+from tests.unit.adapters.amqp091.kit import Kit, methods
 
 # Where a publish goes decides its outcome: a persistent message to the durable queue is held
 # for the fsync; one to a transient queue or to no queue is acked at once; one to the full

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ringmq.amqp import spec
 from ringmq.amqp.properties import decode_properties
-from tests.unit.core.kit import Kit, delivered, of_type
+from tests.unit.adapters.amqp091.kit import Kit, delivered, of_type
 
 
 def test_dead_letter_on_reject_with_x_death(kit: Kit) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ringmq.amqp import spec
 from ringmq.storage.bodystore import SpillDirectory
-from tests.unit.core.kit import Kit, delivered
+from tests.unit.adapters.amqp091.kit import Kit, delivered
 
 
 def test_broker_pages_every_queue_and_tightens_under_pressure(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Block, Effect, Reply
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 _QUEUES: dict[str, dict[str, Any]] = {
     "plain": {},

@@ -7,7 +7,7 @@ from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.effects import Effect
 from ringmq.core.resources import FLOW_HIGH, FLOW_LOW
-from tests.unit.core.kit import Kit, bodies, delivered
+from tests.unit.adapters.amqp091.kit import Kit, bodies, delivered
 
 _PROPS = encode_properties(BasicProperties())
 

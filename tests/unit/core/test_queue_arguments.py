@@ -28,7 +28,7 @@ from ringmq.core.settings import QueueSettings, resolve_queue_settings
 from ringmq.management.admin import SETTING_ARGUMENTS as MANAGEMENT_SETTINGS
 from ringmq.management.admin import settings_arguments
 from ringmq.server.configfile import AddressSetting, QueueSpec, parse_artemis_xml, queue_arguments
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 ROWS = [pytest.param(row, id=row.argument) for row in QUEUE_ARGUMENTS]
 NAMES = [pytest.param(row, name, id=name) for row in QUEUE_ARGUMENTS for name in row.names]

@@ -14,7 +14,7 @@ from ringmq.core.routing import (
     TopicTable,
     parse_x_match,
 )
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 
 def _model_match(pattern: list[str], words: list[str]) -> bool:

@@ -12,7 +12,7 @@ from ringmq.core import delivery as delivery_module
 from ringmq.core.effects import Deliver, Drained, Effect
 from ringmq.core.selector import parse
 from ringmq.core.session import SettleKind
-from tests.unit.core.kit import Kit, bodies
+from tests.unit.adapters.amqp091.kit import Kit, bodies
 
 
 def _setup(colours: list[str | None]) -> tuple[Kit, tuple[int, int]]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ringmq.amqp.properties import BasicProperties
 from ringmq.core.effects import Deliver, Effect
 from ringmq.core.selector import parse
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 COLOURS = ("red", "blue", None)
 SELECTORS = {"red": "colour = 'red'", "blue": "colour = 'blue'", "any": None}

@@ -22,7 +22,7 @@ from ringmq.core.queue.columns import Columns
 from ringmq.storage import appendlog, journal, pagefile, paging
 from ringmq.storage.records import Entry
 from ringmq.storage.store import FileStore, RecoveredState
-from tests.unit.core.kit import PERSISTENT, StoreKit, of_type
+from tests.unit.adapters.amqp091.kit import PERSISTENT, StoreKit, of_type
 
 
 def msg(body: bytes) -> Message:
