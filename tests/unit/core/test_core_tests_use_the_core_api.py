@@ -27,8 +27,6 @@ STILL_ON_AMQP091 = frozenset(
         "test_access.py",
         "test_address_full.py",
         "test_artemis_delivery.py",
-        "test_browse_consumer.py",
-        "test_browse_dispatch.py",
         "test_call_protocol.py",
         "test_column_ingest.py",
         "test_confirms.py",
@@ -44,8 +42,6 @@ STILL_ON_AMQP091 = frozenset(
         "test_queue_arguments.py",
         "test_queue_lifecycle.py",
         "test_routing.py",
-        "test_selector_dispatch.py",
-        "test_selector_rotation.py",
     }
 )
 """Core test modules that still drive the core through AMQP 0-9-1 (to move onto
