@@ -34,7 +34,6 @@ STILL_ON_AMQP091 = frozenset(
         "test_delivery.py",
         "test_exchange_rules.py",
         "test_ingest.py",
-        "test_paging.py",
         "test_persistence.py",
         "test_publish.py",
         "test_publish_batch.py",
