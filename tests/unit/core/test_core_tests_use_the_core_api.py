@@ -24,7 +24,6 @@ STILL_ON_AMQP091 = frozenset(
     {
         "queue/test_durability_hold.py",
         "queue/test_fast_paths.py",
-        "test_access.py",
         "test_address_full.py",
         "test_artemis_delivery.py",
         "test_call_protocol.py",
@@ -36,8 +35,6 @@ STILL_ON_AMQP091 = frozenset(
         "test_ingest.py",
         "test_persistence.py",
         "test_publish.py",
-        "test_publish_batch.py",
-        "test_publish_flow.py",
         "test_queue_arguments.py",
         "test_queue_lifecycle.py",
         "test_routing.py",

@@ -1,4 +1,5 @@
-"""Broker.publish_batch: the same outcome as one basic.publish per message."""
+"""The 0-9-1 adapter's `publish_batch` (publish runs, the streams API's bulk publish): the same
+outcome as one basic.publish per message."""
 
 from __future__ import annotations
 
