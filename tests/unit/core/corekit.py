@@ -79,6 +79,17 @@ class Core:
             now_ms=self.now,
         )
 
+    def exchange(self, s: Session, name: str, type_: str = "direct", **kw: Any) -> None:
+        """Declare exchange `name` for `s` (`kw`: durable, auto_delete, internal, arguments)."""
+        kw.setdefault("durable", False)
+        kw.setdefault("auto_delete", False)
+        kw.setdefault("internal", False)
+        kw.setdefault("arguments", {})
+        self.run(self.broker.exchanges.declare_exchange, s.vhost, name, type_, grant=s, **kw)
+
+    def bind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
+        self.run(self.broker.topology.bind_queue, s, queue, exchange, routing_key, {})
+
     def publish(
         self,
         s: Session,

@@ -27,7 +27,6 @@ STILL_ON_AMQP091 = frozenset(
         "test_artemis_delivery.py",
         "test_call_protocol.py",
         "test_column_ingest.py",
-        "test_dead_letters.py",
         "test_delivery.py",
         "test_exchange_rules.py",
         "test_ingest.py",
