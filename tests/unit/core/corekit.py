@@ -90,6 +90,17 @@ class Core:
     def bind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
         self.run(self.broker.topology.bind_queue, s, queue, exchange, routing_key, {})
 
+    def unbind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
+        self.run(self.broker.topology.unbind_queue, s, queue, exchange, routing_key, {})
+
+    def delete(self, s: Session, queue: str) -> None:
+        """Delete queue `queue` as its owner's command does (checked, then deleted)."""
+        topology = self.broker.topology
+        with self.broker.call(self.now):
+            name, _count = topology.delete_for(s, queue, if_unused=False, if_empty=False)
+            if name:
+                topology.delete_named(s, name, self.now)
+
     def publish(
         self,
         s: Session,

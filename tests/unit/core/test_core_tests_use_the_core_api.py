@@ -33,7 +33,6 @@ STILL_ON_AMQP091 = frozenset(
         "test_publish.py",
         "test_queue_arguments.py",
         "test_queue_lifecycle.py",
-        "test_routing.py",
     }
 )
 """Core test modules that still drive the core through AMQP 0-9-1 (to move onto

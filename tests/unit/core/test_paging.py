@@ -45,7 +45,5 @@ def test_qpid_flow_to_disk_writes_bodies_to_disk_and_reads_them_back(tmp_path: P
     assert [p for p in body_dirs[0].iterdir() if p.suffix == ".msg"], "spill files exist"
     got = [d.message.body for d in iter(lambda: q.fetch(0, False), None)]
     assert got == [b"body-%d" % i for i in range(10)]
-    topology = kit.broker.topology
-    name, _count = topology.delete_for(ch, "ftd", if_unused=False, if_empty=False)
-    kit.run(topology.delete_named, ch, name, kit.now)
+    kit.delete(ch, "ftd")
     assert not [p for p in (tmp_path / "paging").iterdir() if p.name.startswith("b")]
