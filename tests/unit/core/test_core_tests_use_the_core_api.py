@@ -31,7 +31,6 @@ STILL_ON_AMQP091 = frozenset(
         "test_ingest.py",
         "test_persistence.py",
         "test_publish.py",
-        "test_queue_arguments.py",
         "test_queue_lifecycle.py",
     }
 )
