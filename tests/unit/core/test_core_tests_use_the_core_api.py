@@ -24,7 +24,6 @@ STILL_ON_AMQP091 = frozenset(
     {
         "queue/test_durability_hold.py",
         "queue/test_fast_paths.py",
-        "test_call_protocol.py",
         "test_column_ingest.py",
         "test_delivery.py",
         "test_exchange_rules.py",
