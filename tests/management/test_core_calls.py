@@ -14,7 +14,7 @@ from ringmq.core.effects import CloseConnection, Deliver, Reply, ReplyContent
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.records import BindingInfo, PermissionInfo, PolicyInfo, UserInfo
-from tests.unit.core.kit import Kit, bodies
+from tests.unit.adapters.amqp091.kit import Kit, bodies
 
 from .conftest import FakeRuntime
 

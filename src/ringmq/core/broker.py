@@ -361,23 +361,18 @@ class Broker:
         )
         state.stats["connections_opened"] += 1
 
-    def channel_opened(
-        self, conn_id: int, channel: int, now_ms: int, *, part_of: int | None = None
-    ) -> list[Effect]:
-        """Create the core state of a newly opened session (`part_of`: the client session
-        this helper session of an adapter serves, see `Session.part_of`). Over the user's
-        `max-channels` no session is made and the answer is a `CloseConnection` (RabbitMQ
-        closes the connection with NOT_ALLOWED)."""
+    def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
+        """Create the core state of a newly opened session. Over the user's `max-channels`
+        no session is made and the answer is a `CloseConnection` (RabbitMQ closes the
+        connection with NOT_ALLOWED)."""
         state = self.state
         conn = state.conns[conn_id]
-        if part_of is None and state.limits.users:
+        if state.limits.users:
             refusal = state.limits.channel_refusal(state.conns.values(), conn.user)
             if refusal is not None:
                 return [CloseConnection(conn_id, Condition.NOT_ALLOWED, refusal)]
-        s = conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
-        s.part_of = part_of
-        if part_of is None:  # a helper session is no channel of its own (not counted)
-            state.stats["channels_opened"] += 1
+        conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
+        state.stats["channels_opened"] += 1
         return []
 
     def channel_closed(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
@@ -389,8 +384,7 @@ class Broker:
                 return out
             session = conn.sessions.pop(channel, None)
             if session is not None:
-                if session.part_of is None:
-                    state.stats["channels_closed"] += 1
+                state.stats["channels_closed"] += 1
                 self.delivery.close_session(session, now_ms)
             self.dispatcher.flush(now_ms)  # even with no queue dirty: draining consumers
         return out
@@ -403,9 +397,7 @@ class Broker:
             if conn is None:
                 return out
             state.stats["connections_closed"] += 1
-            state.stats["channels_closed"] += sum(
-                1 for s in conn.sessions.values() if s.part_of is None
-            )
+            state.stats["channels_closed"] += len(conn.sessions)
             self.resources.forget_connection(conn_id)
             for session in list(conn.sessions.values()):
                 self.delivery.close_session(session, now_ms)

@@ -246,13 +246,15 @@ class Delivery:
         self.state.mark(q)
 
     def close_session(self, s: Session, now_ms: int) -> None:
-        """A session ends: its transaction's settles and its unacked deliveries go back
+        """A session ends: its transactions' settles and its unacked deliveries go back
         (in consumption order), its consumers and reply-to registration go."""
         entries: list[Unacked] = []
         if s.tx is not None:
-            for _kind, settled in s.tx.settles:
-                entries.extend(settled)
+            entries.extend(s.tx.discard())
             s.tx = None
+        for tx in s.txns.values():
+            entries.extend(tx.discard())
+        s.txns.clear()
         entries.extend(s.take_all())
         entries.sort(key=lambda e: e.delivery_id)  # consumption order
         self.settle_entries(entries, SettleKind.REQUEUE, now_ms)

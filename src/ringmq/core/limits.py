@@ -11,9 +11,9 @@ user `max-connections` and `max-channels`. A negative value means no limit (Rabb
   the vhost's open connections, then the user's, against their limits; over one, a
   `BrokerError(NOT_ALLOWED)` with RabbitMQ's text, which each protocol turns into its refusal
   (0-9-1 `connection.close` 530, AMQP 1.0 open refused, STOMP ERROR, MQTT CONNACK);
-* a channel (`channel_refusal`, from `Broker.channel_opened`): the user's open sessions that
-  are channels of their own (not an adapter's helper sessions); RabbitMQ closes the
-  connection with NOT_ALLOWED;
+* a channel (`channel_refusal`, from `Broker.channel_opened`): the user's open sessions (an
+  AMQP 1.0 session is one, its transactions included); RabbitMQ closes the connection with
+  NOT_ALLOWED;
 * a new queue (`check_queue`, from `Topology.declare_queue`): the vhost's queues; a
   `BrokerError(PRECONDITION_FAILED)` with RabbitMQ's text.
 
@@ -111,9 +111,7 @@ class TenantLimits:
         limit = _limit(self.users, user, "max-channels")
         if limit is None:
             return None
-        opened = sum(
-            1 for c in conns if c.user == user for s in c.sessions.values() if s.part_of is None
-        )
+        opened = sum(len(c.sessions) for c in conns if c.user == user)
         if opened < limit:
             return None
         return (

@@ -71,7 +71,7 @@ from ringmq.core.session import PublishMode, Session, TxPublish
 from ringmq.core.settings import LimitAction
 from ringmq.core.state import State
 from ringmq.core.texts import as_str
-from ringmq.core.transactions import STORE_FAILED, Confirms
+from ringmq.core.transactions import STORE_FAILED, Confirms, Transactions
 from ringmq.core.vhost import QueueEntity, VHost
 
 ACCEPTED: Final = "accepted"
@@ -458,6 +458,26 @@ class Publisher:
             stored = self.state.durability is not None
             self.confirms.confirm_publish(session, seq, None, stored)
         return seq
+
+    def publish_in(
+        self, txn: int, msg: Message, *, session: Session, exchange: Exchange,
+        mandatory: bool = False,
+    ) -> Published:  # fmt: skip
+        """Step 1 of a publish into transaction `txn` declared on `session`
+        (`Transactions.declare`, AMQP 1.0's transactional transfers): counted as received and
+        buffered until the commit routes it (`BUFFERED`). A session in transactional mode
+        needs no such call: `publish` buffers its publishes in its own transaction.
+
+        Raises:
+            BrokerError: NOT_FOUND when `session` has no open transaction `txn`.
+        """
+        tx = Transactions.declared(session, txn)
+        self._stats["published"] += 1
+        session.counts.received += 1
+        if self._alarms_on:
+            self.resources.alarm_publish(session.conn_id)
+        tx.publishes.append(TxPublish(exchange.name, msg.routing_key, mandatory, msg))
+        return _BUFFERED
 
     def publish_without_session(
         self, msg: Message, *, vhost: VHost, exchange: Exchange, now_ms: int

@@ -14,7 +14,11 @@ Theory of operation: a `Session` is one open session of a client connection as t
   storage layer, the "floor" at and under which every publish is settled, and the publishes
   refused above it; from these `confirm_acks` coalesces acceptances into multiple ones (the one
   place the rule below lives);
-* the transaction buffer (publishes and settles applied at the commit);
+* transactions (publishes and settles buffered until a commit applies them): the session's
+  own in transactional mode (`tx`: every publish and settle of the session waits), and any
+  number declared beside its publish mode and named by an id of the session (`txns`,
+  `Transactions.declare`: AMQP 1.0's transactions, which a transfer or disposition names);
+  closing the session rolls back every one;
 * the cache of its successful permission checks (`check`).
 
 **The confirm rule.** A client reads a multiple acceptance of publish `n` as "every publish of
@@ -105,6 +109,14 @@ class TxState:
     publishes: list[TxPublish] = field(default_factory=list)
     settles: list[tuple[SettleKind, list[Unacked]]] = field(default_factory=list)
 
+    def discard(self) -> list[Unacked]:
+        """Empty the buffer; returns the deliveries its settles took (a rollback returns
+        them to their queues)."""
+        entries = [e for _kind, settled in self.settles for e in settled]
+        self.settles = []
+        self.publishes = []
+        return entries
+
 
 class PublishMode(Enum):
     """What a session's publishes get back: nothing (NORMAL), each its outcome (CONFIRM,
@@ -138,6 +150,9 @@ class Session:
         self.confirm_floor = 0
         self.confirm_nacked: set[int] = set()  # nacked publishes above the floor (rarely any)
         self.tx: TxState | None = None
+        self.txns: dict[int, TxState] = {}
+        """Transactions declared on the session by id (`Transactions.declare`)."""
+        self.txn_seq = 0
         self.reply_to_token: str | None = None
         self.reply_tag: str | None = None
         self.last_queue = ""
@@ -146,9 +161,6 @@ class Session:
         self.perm_generation = 0
         self.timed_out = False
         """A delivery passed its consumer timeout: the channel is being closed."""
-        self.part_of: int | None = None
-        """The client session this one serves, when an adapter opened it as a helper (AMQP
-        1.0's transaction sessions): management shows it as part of that one."""
 
     # -- permissions ----------------------------------------------------------------------
     def check(self, auth: AuthDB, access: Access, kind: str, name: str) -> None:

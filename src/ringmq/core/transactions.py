@@ -19,6 +19,15 @@ before the commit is answered. `rollback` discards the buffer and returns every 
 unacked message of the session to its queue head in consumption order (Artemis: the ring keeps
 its tail); their old delivery ids become unknown.
 
+A session holds either kind of transaction (`session.py`): its own, in transactional mode
+(`select`: every publish and settle of the session is buffered, and a commit or rollback
+starts the next one), or any number **declared** by id beside its publish mode (`declare`:
+AMQP 1.0's transactions, which each transfer or disposition names; one publishes with
+`Publisher.publish_in`, settles with `buffer_settles`). A declared transaction ends with its
+commit or rollback (`txn=` its id); a commit the core refuses rolls it back. Rolling one back
+returns the deliveries its settles took, not the session's other unacked deliveries, which
+are not part of it. Closing the session rolls back every transaction it holds.
+
 Pure: no I/O, no clock.
 """
 
@@ -175,14 +184,55 @@ class Transactions:
         s.mode = PublishMode.TX
 
     @staticmethod
+    def declare(s: Session) -> int:
+        """Declare a transaction on `s` (its publish mode unchanged); returns its id, new on
+        the session (1, 2, ...)."""
+        s.txn_seq += 1
+        s.txns[s.txn_seq] = TxState()
+        return s.txn_seq
+
+    @staticmethod
+    def declared(s: Session, txn: int) -> TxState:
+        """Transaction `txn` declared on `s`.
+
+        Raises:
+            BrokerError: NOT_FOUND when `s` has no such open transaction.
+        """
+        tx = s.txns.get(txn)
+        if tx is None:
+            raise BrokerError(Condition.NOT_FOUND, f"no transaction {txn} on the session")
+        return tx
+
+    def buffer_settles(
+        self, s: Session, txn: int, kind: SettleKind, entries: list[Unacked]
+    ) -> None:
+        """Hold the settle (`kind`) of deliveries in transaction `txn` of `s` until it ends:
+        the caller took them from their own session (`Session.take`), which may be another
+        session of the connection."""
+        self.declared(s, txn).settles.append((kind, entries))
+
+    @staticmethod
     def _require_tx(s: Session) -> TxState:
         if s.mode is not PublishMode.TX or s.tx is None:
             raise BrokerError(Condition.PRECONDITION_FAILED, "channel is not transactional")
         return s.tx
 
-    def commit(self, s: Session, now_ms: int) -> None:
-        """Apply the buffered settles then publishes of `s`, all or nothing (see above)."""
-        tx = self._require_tx(s)
+    def commit(self, s: Session, now_ms: int, txn: int | None = None) -> None:
+        """Apply the buffered settles then publishes of the session's own transaction, or of
+        the one declared as `txn`, all or nothing (see above). A declared transaction ends:
+        refused (BrokerError), it is rolled back first."""
+        if txn is None:
+            self._commit(s, self._require_tx(s), now_ms)
+            return
+        tx = self.declared(s, txn)
+        try:
+            self._commit(s, tx, now_ms)
+        except BrokerError:
+            self.rollback(s, now_ms, txn)
+            raise
+        del s.txns[txn]
+
+    def _commit(self, s: Session, tx: TxState, now_ms: int) -> None:
         vh = s.vhost
         # 1. Route everything first and check reject-type limits for the whole batch.
         routed: list[tuple[TxPublish, Exchange]] = []
@@ -207,18 +257,21 @@ class Transactions:
                     f"tx.commit refused: queue '{q.name}' in vhost '{vh.name}' {reason}; "
                     "nothing was committed",
                 )
-        # 2. Apply settles in order, then publishes in order.
-        settles, tx.settles = tx.settles, []
-        tx.publishes = []
         dur = self.state.durability
         if dur is not None:
             failure = getattr(dur.store, "failure", None)
             if failure is not None:  # a disk write failed: commit-ok could not mean durable
+                # (the buffer stays whole: a rollback or the session's close returns its
+                # settled deliveries)
                 raise BrokerError(
                     Condition.PRECONDITION_FAILED,
                     f"tx.commit refused: the message store cannot write to disk ({failure}); "
                     "nothing was committed",
                 )
+        # 2. Apply settles in order, then publishes in order.
+        settles, tx.settles = tx.settles, []
+        tx.publishes = []
+        if dur is not None:
             dur.store.tx_begin()  # replayed whole or not at all
         for kind, entries in settles:
             self.delivery.settle_entries(entries, kind, now_ms, s)
@@ -241,16 +294,16 @@ class Transactions:
         for consumer in s.consumers.values():
             self.state.mark(consumer.queue)
 
-    def rollback(self, s: Session, now_ms: int) -> None:
-        """Discard the buffer of `s`; every delivered-unacked message returns to its queue's
-        head in consumption order."""
-        tx = self._require_tx(s)
-        entries: list[Unacked] = []
-        for _kind, settled in tx.settles:
-            entries.extend(settled)
-        tx.settles = []
-        tx.publishes = []
-        entries.extend(s.take_all())
+    def rollback(self, s: Session, now_ms: int, txn: int | None = None) -> None:
+        """Discard the buffer of the session's own transaction, whose settled and still
+        unacked deliveries of `s` return to their queues' heads in consumption order; or end
+        the one declared as `txn`, whose settled deliveries return so."""
+        if txn is None:
+            entries = self._require_tx(s).discard()
+            entries.extend(s.take_all())
+        else:
+            entries = self.declared(s, txn).discard()
+            del s.txns[txn]
         entries.sort(key=lambda e: e.delivery_id)
         self.delivery.settle_entries(entries, SettleKind.REQUEUE, now_ms)
         for consumer in s.consumers.values():

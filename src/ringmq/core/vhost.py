@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from ringmq.core.consumers import ConsumerSet
 from ringmq.core.exchange import Exchange
@@ -27,9 +27,6 @@ from ringmq.core.queue import Queue
 from ringmq.core.routing import EXCHANGE, QUEUE, Dest, ExchangeType
 from ringmq.core.settings import QueueSettings
 from ringmq.core.streamlog import StreamLog
-
-if TYPE_CHECKING:
-    from ringmq.core.session import Conn
 
 STANDARD_EXCHANGES: Final = (
     ("", ExchangeType.DIRECT),
@@ -48,6 +45,14 @@ OWNER_PROPERTY: Final = "container_id"
 the open's container id), the key of an owner's no-local rule (`NoLocal`)."""
 
 
+class Peer(Protocol):
+    """What the no-local rule reads of a connection (`session.Conn`; named here by what it
+    provides, so that this module, below the sessions, imports none)."""
+
+    @property
+    def client_properties(self) -> dict[str, Any]: ...
+
+
 class NoLocal:
     """A queue's no-local rule: the queue takes no message its owner publishes.
 
@@ -62,7 +67,7 @@ class NoLocal:
 
     __slots__ = ("conn_id", "conns", "owner")
 
-    def __init__(self, conn_id: int, owner: str | None, conns: Mapping[int, Conn]) -> None:
+    def __init__(self, conn_id: int, owner: str | None, conns: Mapping[int, Peer]) -> None:
         self.conn_id = conn_id
         self.owner = owner
         self.conns = conns

@@ -17,7 +17,7 @@ from ringmq.core.auth import AuthDB, User
 from ringmq.core.message import Message, amqp091_content, form_of
 from ringmq.core.policies import Policy
 from ringmq.core.routing import QUEUE
-from ringmq.core.session import Conn, PublishMode, Session
+from ringmq.core.session import Conn, PublishMode
 from ringmq.core.vhost import VHost
 from ringmq.management.records import (
     BindingInfo,
@@ -144,36 +144,24 @@ def bindings(vhosts: Iterable[VHost]) -> list[BindingInfo]:
     return out
 
 
-def _shown(number: int, s: Session) -> int:
-    # the channel a session is shown as: an adapter's helper session as the one it serves
-    return number if s.part_of is None else s.part_of
-
-
 def channels(conns: Iterable[Conn]) -> list[ChannelInfo]:
-    """The open sessions of `conns`, by connection and number; an adapter's helper sessions
-    (`Session.part_of`: AMQP 1.0's transaction sessions) are counted in the
-    client session they serve, so an AMQP 1.0 session is one channel."""
-    out = []
-    for c in conns:
-        groups: dict[int, list[Session]] = {}
-        for number, s in sorted(c.sessions.items()):
-            groups.setdefault(_shown(number, s), []).append(s)
-        for number, parts in sorted(groups.items()):
-            main = c.sessions.get(number, parts[0])
-            out.append(
-                ChannelInfo(
-                    conn_id=c.conn_id,
-                    number=number,
-                    consumer_count=sum(len(s.consumers) for s in parts),
-                    messages_unacknowledged=sum(len(s.unacked) for s in parts),
-                    prefetch_count=main.prefetch_count,
-                    global_prefetch_count=main.global_prefetch,
-                    confirm=any(s.mode is PublishMode.CONFIRM for s in parts),
-                    transactional=any(s.mode is PublishMode.TX for s in parts),
-                    state="running",
-                )
-            )
-    return out
+    """The open sessions of `conns`, by connection and number (an AMQP 1.0 session is one
+    core session, its open transactions included)."""
+    return [
+        ChannelInfo(
+            conn_id=c.conn_id,
+            number=number,
+            consumer_count=len(s.consumers),
+            messages_unacknowledged=len(s.unacked),
+            prefetch_count=s.prefetch_count,
+            global_prefetch_count=s.global_prefetch,
+            confirm=s.mode is PublishMode.CONFIRM,
+            transactional=s.mode is PublishMode.TX or bool(s.txns),
+            state="running",
+        )
+        for c in conns
+        for number, s in sorted(c.sessions.items())
+    ]
 
 
 def consumers(conns: Iterable[Conn]) -> list[ConsumerInfo]:
@@ -182,7 +170,7 @@ def consumers(conns: Iterable[Conn]) -> list[ConsumerInfo]:
     return [
         ConsumerInfo(
             conn_id=c.conn_id,
-            channel=_shown(number, s),
+            channel=number,
             consumer_tag=tag,
             vhost=consumer.queue.vhost,
             queue=consumer.queue.name,

@@ -1,6 +1,6 @@
 """An AMQP 1.0 session in management's channel list (python-qpid-proton): one channel per
-session, whatever core sessions the adapter uses behind it (one per open transaction), with
-its receivers as that channel's consumers."""
+session, its open transactions included, with its receivers as that channel's consumers;
+and in the core: one core session per AMQP 1.0 session, no helper sessions."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ from ringmq.node import BrokerThread
 from tests.facade import admin_of
 
 pytestmark = pytest.mark.integration
+
+
+def core_sessions(b: BrokerThread) -> list[list[int]]:
+    """The core's session numbers of each open connection."""
+    return b.call(lambda: [sorted(c.sessions) for c in b.broker.state.conns.values()])
 
 
 def listing(b: BrokerThread) -> tuple[list[ChannelInfo], list[ConsumerInfo]]:
@@ -49,6 +54,7 @@ class TxOpen(MessagingHandler, TransactionHandler):
         super().__init__()
         self.b = b
         self.seen: tuple[list[ChannelInfo], list[ConsumerInfo]] | None = None
+        self.core: list[list[int]] | None = None
 
     def on_start(self, event: Any) -> None:
         url = f"amqp://guest:guest@127.0.0.1:{self.b.port}"
@@ -58,6 +64,7 @@ class TxOpen(MessagingHandler, TransactionHandler):
 
     def on_transaction_declared(self, event: Any) -> None:
         self.seen = listing(self.b)
+        self.core = core_sessions(self.b)
         event.transaction.abort()
 
     def on_transaction_aborted(self, event: Any) -> None:
@@ -74,3 +81,14 @@ def test_an_open_transaction_is_no_channel_of_its_own(broker: BrokerThread) -> N
     assert ch.number < 1 << 16
     assert ch.transactional
     assert [x.channel for x in consumers] == [ch.number]
+
+
+def test_a_transaction_opens_no_core_session(broker: BrokerThread) -> None:
+    h = TxOpen(broker)
+    Container(h).run()
+    assert h.seen is not None
+    assert h.core is not None
+    channels, _consumers = h.seen
+    (ch,) = channels
+    # exactly the connection's AMQP 1.0 sessions: the one proton began, no helper beside it
+    assert h.core == [[ch.number]]

@@ -1,19 +1,18 @@
-"""Artemis address-full policies through the broker: BLOCK blocks and unblocks the
-publisher, FAIL is a channel error or a nack, DROP and PAGE."""
+"""Artemis address-full policies in the core: BLOCK blocks and unblocks the
+publisher, FAIL refuses the publish (a BrokerError) or nacks it, DROP and PAGE."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ringmq.amqp import spec
-from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
-from ringmq.core.effects import Block, Unblock
+from ringmq.core.effects import Block, Confirm, Unblock
+from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.session import SettleKind
 from ringmq.storage.bodystore import SpillDirectory
-from tests.unit.core.kit import Kit, delivered, methods
+from tests.unit.core.corekit import Core
 
 
 def test_address_full_block_blocks_and_unblocks_the_publisher() -> None:
@@ -21,43 +20,38 @@ def test_address_full_block_blocks_and_unblocks_the_publisher() -> None:
         name_seed=1,
         address_settings={"full.#": {"address-full-policy": "BLOCK", "max-size-messages": 2}},
     )
-    kit = Kit(cfg)
+    kit = Core(cfg)
     ch = kit.open()
     kit.declare(ch, "full.q")
     assert not any(isinstance(e, Block) for e in kit.publish(ch, "full.q"))
     out = kit.publish(ch, "full.q")
     assert [e for e in out if isinstance(e, Block)] == [
-        Block(ch[0], "queue 'full.q' in vhost '/' is full")
+        Block(ch.conn_id, "queue 'full.q' in vhost '/' is full")
     ]
     consumer = kit.open()
-    (got,) = delivered(kit.call(consumer, spec.BasicGet(queue="full.q")))
-    out = kit.call(consumer, spec.BasicAck(delivery_tag=got.method.delivery_tag))
-    assert [e for e in out if isinstance(e, Unblock)] == [Unblock(ch[0])]
+    got = kit.get(consumer, "full.q")
+    assert got is not None
+    out = kit.settle(consumer, got.delivery_id, SettleKind.ACK)
+    assert [e for e in out if isinstance(e, Unblock)] == [Unblock(ch.conn_id)]
 
 
-def test_artemis_fail_is_a_channel_error_without_confirms_and_a_nack_with() -> None:
+def test_artemis_fail_refuses_a_publish_without_confirms_and_nacks_one_with() -> None:
     cfg = BrokerConfig(
         name_seed=7,
         address_settings={"f": {"max-size-messages": 1, "address-full-policy": "FAIL"}},
     )
-    kit = Kit(cfg)
+    kit = Core(cfg)
     ch = kit.open()
     kit.declare(ch, "f")
     kit.publish(ch, "f", b"1")
-    err = kit.error(ch, spec.BasicPublish(routing_key="f"), _content(b"2"))
-    assert err.code is ReplyCode.PRECONDITION_FAILED
-    assert "address-full-policy FAIL" in err.explanation
+    with pytest.raises(BrokerError) as err:
+        kit.publish(ch, "f", b"2")
+    assert err.value.condition is Condition.PRECONDITION_FAILED
+    assert "address-full-policy FAIL" in err.value.explanation
     confirm = kit.open()
-    kit.call(confirm, spec.ConfirmSelect())
-    nacks = [m for m in methods(kit.publish(confirm, "f", b"3")) if isinstance(m, spec.BasicNack)]
+    kit.broker.confirms.select(confirm)
+    nacks = [e for e in kit.publish(confirm, "f", b"3") if isinstance(e, Confirm) and not e.ok]
     assert len(nacks) == 1
-
-
-def _content(body: bytes) -> Any:
-    from ringmq.amqp.frames import RawContent
-    from ringmq.amqp.properties import BasicProperties, encode_properties
-
-    return RawContent(60, len(body), encode_properties(BasicProperties()), body)
 
 
 @pytest.mark.parametrize("policy", ["DROP", "PAGE"])
@@ -66,7 +60,7 @@ def test_artemis_drop_and_page(policy: str, tmp_path: Path) -> None:
         name_seed=7,
         address_settings={"a": {"max-size-messages": 2, "address-full-policy": policy}},
     )
-    kit = Kit(cfg)
+    kit = Core(cfg)
     kit.broker.enable_paging(SpillDirectory(tmp_path / "paging"))
     ch = kit.open()
     kit.declare(ch, "a")

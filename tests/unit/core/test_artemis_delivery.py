@@ -1,4 +1,4 @@
-"""Artemis undelivered-message settings through the broker core: the dead-letter and expiry
+"""Artemis undelivered-message settings in the core: the dead-letter and expiry
 addresses (with auto-created queues), max-delivery-attempts and delayed redelivery, applied by
 the address-settings' wildcard matcher."""
 
@@ -8,24 +8,30 @@ from typing import Any
 
 import pytest
 
-from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties, decode_properties
 from ringmq.core.config import BrokerConfig
+from ringmq.core.effects import Deliver, Effect
 from ringmq.core.policies import AddressSettings, PolicyError
+from ringmq.core.session import Session, SettleKind
 from ringmq.core.settings import Redelivery
-from tests.unit.core.kit import Kit, bodies, delivered
+from tests.unit.core.corekit import Core, bodies
+
+REQUEUE, REJECT = SettleKind.REQUEUE, SettleKind.REJECT
 
 
-def _kit(settings: dict[str, dict[str, Any]]) -> Kit:
-    return Kit(BrokerConfig(name_seed=7, address_settings=settings))
+def _kit(settings: dict[str, dict[str, Any]]) -> Core:
+    return Core(BrokerConfig(name_seed=7, address_settings=settings))
 
 
-def _ready(kit: Kit, name: str) -> list[bytes]:
-    return [m.body for m in kit.broker.vhosts["/"].queues[name].queue.ready_messages()]
+def _ready(kit: Core, name: str) -> list[bytes]:
+    return kit.ready(name)
 
 
-def _fail(kit: Kit, ch: tuple[int, int], tag: int) -> None:
-    kit.call(ch, spec.BasicNack(delivery_tag=tag, requeue=True))
+def _fail(kit: Core, ch: Session, delivery_id: int) -> list[Effect]:
+    return kit.settle(ch, delivery_id, REQUEUE)
+
+
+def _delivered(effects: list[Effect]) -> list[Deliver]:
+    return [e for e in effects if isinstance(e, Deliver)]
 
 
 def test_max_delivery_attempts_sends_to_the_dead_letter_address() -> None:
@@ -34,15 +40,15 @@ def test_max_delivery_attempts_sends_to_the_dead_letter_address() -> None:
     kit.declare(ch, "DLQ")
     kit.declare(ch, "orders.eu")
     kit.publish(ch, "orders.eu", b"poison")
-    got = delivered(kit.consume(ch, "orders.eu", "c"))
-    assert [d.body for d in got] == [b"poison"]
-    again = delivered(kit.call(ch, spec.BasicNack(delivery_tag=1, requeue=True)))
-    assert [(d.body, d.method.redelivered) for d in again] == [(b"poison", True)]
+    got = _delivered(kit.consume(ch, "orders.eu", "c"))
+    assert [d.message.body for d in got] == [b"poison"]
+    again = _delivered(_fail(kit, ch, 1))
+    assert [(d.message.body, d.redelivered) for d in again] == [(b"poison", True)]
     # the second failed delivery is the last one allowed: the message goes to the DLA
-    assert delivered(kit.call(ch, spec.BasicNack(delivery_tag=2, requeue=True))) == []
+    assert _delivered(_fail(kit, ch, 2)) == []
     assert _ready(kit, "DLQ") == [b"poison"]
     (msg,) = kit.broker.vhosts["/"].queues["DLQ"].queue.ready_messages()
-    headers = decode_properties(msg.properties_bin).headers or {}
+    headers = msg.headers or {}
     assert headers["_AMQ_ORIG_QUEUE"] == "orders.eu"
     assert headers["x-death"][0]["reason"] == "delivery_limit"
 
@@ -61,7 +67,7 @@ def test_rejected_message_goes_to_the_dla_and_its_auto_created_queue() -> None:
     kit.declare(ch, "work")
     kit.publish(ch, "work", b"bad")
     kit.consume(ch, "work", "c")
-    kit.call(ch, spec.BasicReject(delivery_tag=1, requeue=False))
+    kit.settle(ch, 1, REJECT)
     queues = kit.broker.vhosts["/"].queues
     # no DLA queue exists: only the auto-created one (prefix DLQ., this suffix) receives it
     assert "DLA" not in queues
@@ -83,7 +89,7 @@ def test_expired_message_goes_to_the_expiry_address_not_the_dla() -> None:
     kit.declare(ch, "DLQ")
     kit.declare(ch, "ExpiryQueue")
     kit.declare(ch, "short")
-    kit.publish(ch, "short", b"old", props=BasicProperties(expiration="10"))
+    kit.publish(ch, "short", b"old", expiration_ms=10)
     kit.tick(50)
     assert _ready(kit, "ExpiryQueue") == [b"old"]
     assert _ready(kit, "EXP.short") == [b"old"]
@@ -98,11 +104,11 @@ def test_rabbitmq_dead_letter_exchange_wins_over_the_artemis_address() -> None:
     kit.declare(
         ch,
         "work",
-        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "rabbit-dead"},
+        {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "rabbit-dead"},
     )
     kit.publish(ch, "work", b"m")
     kit.consume(ch, "work", "c")
-    kit.call(ch, spec.BasicReject(delivery_tag=1, requeue=False))
+    kit.settle(ch, 1, REJECT)
     assert _ready(kit, "rabbit-dead") == [b"m"]
     assert _ready(kit, "DLQ") == []
 
@@ -115,7 +121,7 @@ def test_redelivery_delay_holds_a_failed_message_then_returns_it() -> None:
     kit.declare(ch, "slow.q")
     kit.publish(ch, "slow.q", b"m")
     kit.consume(ch, "slow.q", "c")
-    assert delivered(kit.call(ch, spec.BasicNack(delivery_tag=1, requeue=True))) == []
+    assert _delivered(_fail(kit, ch, 1)) == []
     q = kit.broker.vhosts["/"].queues["slow.q"].queue
     assert q.counters.scheduled == 1
     assert bodies(kit.tick(99)) == []
@@ -133,8 +139,8 @@ def test_redelivered_message_into_a_full_ring_is_dropped_when_due() -> None:
     kit.declare(ch, "ring.q")
     kit.publish(ch, "ring.q", b"A")
     kit.consume(ch, "ring.q", "c", arguments={})
-    kit.call(ch, spec.BasicCancel(consumer_tag="c"))
-    kit.call(ch, spec.BasicNack(delivery_tag=1, requeue=True))
+    kit.run(kit.broker.delivery.cancel, ch, "c", kit.now)
+    _fail(kit, ch, 1)
     kit.publish(ch, "ring.q", b"B")
     kit.publish(ch, "ring.q", b"C")
     kit.tick(60)

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ringmq.amqp import spec
 from ringmq.core.effects import Deliver, Drained, Effect
-from ringmq.core.session import SettleKind
-from tests.unit.core.kit import Kit, bodies
+from ringmq.core.session import Session, SettleKind
+from tests.unit.core.corekit import Core, bodies
 
 
-def _browse(k: Kit, ch: tuple[int, int], queue: str, tag: str, credit: int | None) -> list[Effect]:
+def _browse(k: Core, s: Session, queue: str, tag: str, credit: int | None) -> list[Effect]:
     b = k.broker
-    s = b.session(*ch)
-    assert s is not None
     with b.call(k.now) as out:
         b.delivery.consume(
             s, queue, tag, no_ack=False, exclusive=False, arguments={}, now_ms=k.now, browse=True
@@ -25,14 +22,14 @@ def _browse(k: Kit, ch: tuple[int, int], queue: str, tag: str, credit: int | Non
     return out
 
 
-def _call(k: Kit, step: Callable[[], object]) -> list[Effect]:
+def _call(k: Core, step: Callable[[], object]) -> list[Effect]:
     with k.broker.call(k.now) as out:
         step()
     return out
 
 
-def _setup(n: int) -> tuple[Kit, tuple[int, int]]:
-    k = Kit()
+def _setup(n: int) -> tuple[Core, Session]:
+    k = Core()
     ch = k.open()
     k.declare(ch, "q")
     for i in range(n):
@@ -40,7 +37,7 @@ def _setup(n: int) -> tuple[Kit, tuple[int, int]]:
     return k, ch
 
 
-def _ready(k: Kit) -> int:
+def _ready(k: Core) -> int:
     return k.broker.vhosts["/"].queues["q"].queue.ready_count
 
 
@@ -51,8 +48,7 @@ def test_a_browser_reads_everything_and_takes_nothing() -> None:
     assert bodies(got) == [b"m0", b"m1", b"m2", b"m3"]
     assert _ready(k) == 4
     tags = [e.delivery_id for e in got if isinstance(e, Deliver)]
-    s = k.broker.session(*sub)
-    assert s is not None
+    s = sub
     _call(k, lambda: k.broker.delivery.settle(s, tags[-1], True, SettleKind.ACK, k.now))
     assert _ready(k) == 4  # accepting a browsed delivery does not consume it
     other = k.open()
@@ -74,8 +70,7 @@ def test_a_browser_is_bounded_by_its_credit_and_drains_at_its_cursor() -> None:
     k, _ = _setup(3)
     sub = k.open()
     assert bodies(_browse(k, sub, "q", "b", 2)) == [b"m0", b"m1"]
-    s = k.broker.session(*sub)
-    assert s is not None
+    s = sub
     got = _call(k, lambda: k.broker.delivery.flow(s, "b", credit=5, drain=True))
     assert bodies(got) == [b"m2"]
     assert [(e.consumer_tag, e.credit) for e in got if isinstance(e, Drained)] == [("b", 4)]
@@ -85,7 +80,7 @@ def test_a_browser_is_bounded_by_its_credit_and_drains_at_its_cursor() -> None:
 def test_a_browser_is_never_the_picked_consumer() -> None:
     k, _ = _setup(0)
     sub = k.open()
-    k.call(sub, spec.BasicQos(prefetch_count=1))
+    k.broker.delivery.set_prefetch(sub, 1, session_wide=False)
     _browse(k, sub, "q", "b", None)
     q = k.broker.vhosts["/"].queues["q"]
     assert q.consumers.pick() is None

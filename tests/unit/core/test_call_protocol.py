@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from ringmq.amqp import spec
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Deliver, Effect, Reply
@@ -17,9 +16,11 @@ from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
 from ringmq.core.session import Session
 from ringmq.core.vhost import VHost
-from tests.unit.core.kit import Kit
+from tests.unit.core.corekit import Core
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "ringmq"
+FIRST, SECOND = "first reply", "second reply"
+"""An adapter's reply frames, opaque to the core (`Reply.frame`)."""
 CALL_FIELDS = frozenset({"out", "now_ms", "calling", "dirty", "eager", "defer_dispatch"})
 """The fields of `State` that only the core touches (`Calls` and the owners)."""
 
@@ -112,30 +113,28 @@ def test_the_guard_leaves_other_names_alone(source: str) -> None:
 
 
 # ---------------------------------------------------------------------- the rule
-def _consumed_queue() -> tuple[Kit, tuple[int, int]]:
+def _consumed_queue() -> tuple[Core, Session]:
     # A plain queue "q" with a consumer on a channel of its own; returns the publisher's.
-    k = Kit()
+    k = Core()
     sub = k.open()
     k.declare(sub, "q")
     k.consume(sub, "q", "c", no_ack=True)
     return k, k.open()
 
 
-def _args(b: Broker, ch: tuple[int, int], body: bytes) -> tuple[Session, VHost, Exchange, Message]:
-    # What `Publisher.publish` takes for a publish of `body` to "q" on channel `ch`.
-    s = b.session(*ch)
-    assert s is not None
+def _args(b: Broker, s: Session, body: bytes) -> tuple[Session, VHost, Exchange, Message]:
+    # What `Publisher.publish` takes for a publish of `body` to "q" on session `s`.
     vh, x = b.publisher.exchange_for(s, "")
     return s, vh, x, Message("", "q", b"\x00\x00", body)
 
 
-def _publish(b: Broker, ch: tuple[int, int], body: bytes, now_ms: int) -> None:
+def _publish(b: Broker, ch: Session, body: bytes, now_ms: int) -> None:
     s, vh, x, msg = _args(b, ch, body)
     b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
 
 
 def _publish_call(
-    b: Broker, form: str, ch: tuple[int, int], body: bytes, now_ms: int, publish: bool
+    b: Broker, form: str, ch: Session, body: bytes, now_ms: int, publish: bool
 ) -> list[Effect]:
     # One publish as one call, in each form the protocol offers.
     if form == "with":
@@ -186,9 +185,9 @@ def test_a_call_dispatches_at_its_end_unless_a_deferred_publish(
 @pytest.mark.parametrize("form", ["with", "pair", "publish"])
 def test_a_deferred_publish_to_an_eager_queue_dispatches_at_once(form: str) -> None:
     # A limited queue must hand out what it holds before the next publish counts against it.
-    k = Kit()
+    k = Core()
     sub = k.open()
-    k.declare(sub, "q", arguments={"x-max-length": 1})
+    k.declare(sub, "q", {"x-max-length": 1})
     k.consume(sub, "q", "c", no_ack=True)
     pub = k.open()
     b = k.broker
@@ -196,7 +195,7 @@ def test_a_deferred_publish_to_an_eager_queue_dispatches_at_once(form: str) -> N
     assert _delivered(_publish_call(b, form, pub, b"m", k.now, True)) == [b"m"]
 
 
-def _refused_after_publishing(b: Broker, ch: tuple[int, int], now_ms: int) -> list[Effect]:
+def _refused_after_publishing(b: Broker, ch: Session, now_ms: int) -> list[Effect]:
     # A call that publishes, then fails; returns its effect list.
     kept: list[list[Effect]] = []
 
@@ -233,7 +232,7 @@ def test_an_aborted_pair_dispatches_nothing() -> None:
 def _outside_any_call(b: Broker) -> bool:
     # Between calls, `emit` refuses: no call was left open (or taken for the outer one).
     try:
-        b.calls.emit(Reply(9, 1, spec.BasicQosOk()))
+        b.calls.emit(Reply(9, 1, FIRST))
     except AssertionError:
         return True
     return False
@@ -242,7 +241,7 @@ def _outside_any_call(b: Broker) -> bool:
 def test_a_refused_publish_call_is_aborted() -> None:
     # An Artemis FAIL address refuses the second publish (no confirms): the call ends there.
     full = {"q": {"address-full-policy": "FAIL", "max-size-messages": 1}}
-    k = Kit(BrokerConfig(name_seed=7, address_settings=full))
+    k = Core(BrokerConfig(name_seed=7, address_settings=full))
     ch = k.open()
     k.declare(ch, "q")
     b = k.broker
@@ -267,14 +266,14 @@ def test_the_end_of_every_form_leaves_no_call_open() -> None:
 def test_a_nested_whole_call_leaves_the_outer_call_current() -> None:
     # Effects emitted after a whole call made inside a call belong to the outer call: the
     # inner one (channel_closed, as MQTT's takeover makes) has its own list.
-    k = Kit()
+    k = Core()
     closing = k.open()
     b = k.broker
-    first = Reply(9, 1, spec.BasicQosOk())
-    second = Reply(9, 1, spec.ConfirmSelectOk())
+    first = Reply(9, 1, FIRST)
+    second = Reply(9, 1, SECOND)
     with b.call(k.now) as out:
         b.calls.emit(first)
-        inner = b.channel_closed(*closing, k.now)
+        inner = b.channel_closed(closing.conn_id, closing.channel, k.now)
         b.calls.emit(second)
     assert out == [first, second]
     assert first not in inner
@@ -284,7 +283,7 @@ def test_a_nested_whole_call_leaves_the_outer_call_current() -> None:
 def test_a_nested_call_that_raised_leaves_the_outer_call_current() -> None:
     k, pub = _consumed_queue()
     b = k.broker
-    after = Reply(9, 1, spec.BasicQosOk())
+    after = Reply(9, 1, FIRST)
     with b.call(k.now) as out:
         with pytest.raises(BrokerError), b.call(k.now + 5):
             raise BrokerError(Condition.NOT_FOUND, "inner refused")
@@ -298,7 +297,7 @@ def test_a_nested_call_that_raised_leaves_the_outer_call_current() -> None:
 def test_a_publish_call_inside_a_call_nests() -> None:
     k, pub = _consumed_queue()
     b = k.broker
-    after = Reply(9, 1, spec.BasicQosOk())
+    after = Reply(9, 1, FIRST)
     with b.call(k.now) as out:
         inner = b.calls.publish(*_args(b, pub, b"m"), False, k.now)
         b.calls.emit(after)

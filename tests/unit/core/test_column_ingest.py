@@ -21,8 +21,8 @@ from ringmq.core import ingest
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
 from ringmq.storage.bodystore import DiskSpillStore
-from tests.unit.core.kit import Kit
-from tests.unit.core.test_publish_batch import _acks
+from tests.unit.adapters.amqp091.kit import Kit
+from tests.unit.adapters.amqp091.test_publish_batch import _acks
 
 _WINDOW = {"x-message-deduplication-window-ms": 60_000}
 _HEAD = 3  # in-memory bound: the queues page from the 4th message on

@@ -1,7 +1,7 @@
 """Publisher confirms (core/transactions.py `Confirms`, core/session.py `confirm_acks`): any
 interleaving of accepted, held-then-released (in any order), store-failed and refused
-publishes, read as a client reads basic.ack / basic.nack, settles every publish exactly once,
-with its own outcome, and never before its outcome is known."""
+publishes, read from the core's `Confirm` effects as a client reads its acks and nacks, settles
+every publish exactly once, with its own outcome, and never before its outcome is known."""
 
 from __future__ import annotations
 
@@ -10,19 +10,20 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ringmq.amqp import spec
-from ringmq.amqp.frames import RawContent
-from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.config import BrokerConfig
-from ringmq.core.effects import Effect
-from tests.unit.core.kit import Kit, methods
+from ringmq.core.effects import Confirm, Effect
+from ringmq.core.message import Message
+from tests.unit.core.corekit import Core, message
 
 # Where a publish goes decides its outcome: a persistent message to the durable queue is held
 # for the fsync; one to a transient queue or to no queue is acked at once; one to the full
 # reject-publish queue is nacked at once.
 _HELD, _ACK, _NACK = "held", "ack", "nack"
 _KINDS = {"durable": _HELD, "transient": _ACK, "nowhere": _ACK, "full": _NACK}
-_PERSISTENT = encode_properties(BasicProperties(delivery_mode=2))
+
+
+def _persistent(rk: str) -> Message:
+    return message(rk, b"x", persistent=True)
 
 
 class ClientView:
@@ -37,9 +38,9 @@ class ClientView:
         self.floor = 0  # every publish up to it is settled
 
     def read(self, effects: list[Effect], outcome: dict[int, str]) -> None:
-        for m in methods(effects):
-            if isinstance(m, spec.BasicAck | spec.BasicNack):
-                self._confirm(m.delivery_tag, m.multiple, isinstance(m, spec.BasicAck), outcome)
+        for e in effects:
+            if isinstance(e, Confirm):
+                self._confirm(e.seq, e.multiple, e.ok, outcome)
 
     def _confirm(self, tag: int, multiple: bool, ok: bool, outcome: dict[int, str]) -> None:
         assert tag in self.waiting, f"confirm of tag {tag}, which is not waiting"
@@ -63,15 +64,18 @@ class ClientView:
 class ConfirmMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.kit = Kit(BrokerConfig(name_seed=7, delay_persistent_confirms=True))
+        self.kit = Core(BrokerConfig(name_seed=7, delay_persistent_confirms=True))
         kit = self.kit
         setup = kit.open()
-        kit.declare(setup, "durable", durable=True)
+        kit.run(
+            kit.broker.topology.declare_queue, setup, "durable", durable=True, exclusive=False,
+            auto_delete=False, arguments=None, now_ms=kit.now,
+        )  # fmt: skip
         kit.declare(setup, "transient")
-        kit.declare(setup, "full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+        kit.declare(setup, "full", {"x-max-length": 1, "x-overflow": "reject-publish"})
         kit.publish(setup, "full")  # full from now on
         self.ch = kit.open()
-        kit.call(self.ch, spec.ConfirmSelect())
+        kit.broker.confirms.select(self.ch)
         self.seq = 0
         self.outcome: dict[int, str] = {}  # publish seq -> ack or nack, once known
         self.held: list[int] = []  # publishes held for the fsync, not yet released or failed
@@ -90,26 +94,22 @@ class ConfirmMachine(RuleBasedStateMachine):
     def _drain(self) -> None:
         ch = self.ch
         got = self.kit.broker.drain_unconfirmed()
-        assert all((c, n) == ch for c, n, _ in got)
+        assert all((c, n) == (ch.conn_id, ch.channel) for c, n, _ in got)
 
     @rule(rk=st.sampled_from(sorted(_KINDS)))
     def publish(self, rk: str) -> None:
         self._numbered([rk])
-        body = b"x"
-        effects = self.kit.call(
-            self.ch,
-            spec.BasicPublish(exchange="", routing_key=rk),
-            RawContent(60, len(body), _PERSISTENT, body),
-        )
+        effects = self.kit.publish(self.ch, rk, persistent=True)
         self._drain()
         self.client.read(effects, self.outcome)
 
     @rule(rks=st.lists(st.sampled_from(sorted(_KINDS)), min_size=1, max_size=12))
     def publish_batch(self, rks: list[str]) -> None:
-        messages = [(rk, _PERSISTENT, b"x") for rk in rks]
+        messages = [_persistent(rk) for rk in rks]
         self._numbered(rks)
         kit = self.kit
-        done = kit.amqp.publish_batch(self.ch[0], self.ch[1], "", messages, 0, len(rks), kit.now)
+        ch = self.ch
+        done = kit.broker.publish_batch(ch.conn_id, ch.channel, "", messages, kit.now)
         assert done.error is None
         self._drain()
         self.client.read(done.effects, self.outcome)
@@ -127,7 +127,7 @@ class ConfirmMachine(RuleBasedStateMachine):
         picked = self._pick(data)
         for q in picked:
             self.outcome[q] = _ACK
-        effects = self.kit.broker.confirm_stored(self.ch[0], self.ch[1], picked)
+        effects = self.kit.broker.confirm_stored(self.ch.conn_id, self.ch.channel, picked)
         self.client.read(effects, self.outcome)
 
     @precondition(lambda self: self.held)
@@ -136,7 +136,7 @@ class ConfirmMachine(RuleBasedStateMachine):
         picked = self._pick(data)
         for q in picked:
             self.outcome[q] = _NACK
-        effects = self.kit.broker.fail_unconfirmed(self.ch[0], self.ch[1], picked)
+        effects = self.kit.broker.fail_unconfirmed(self.ch.conn_id, self.ch.channel, picked)
         self.client.read(effects, self.outcome)
 
     @invariant()

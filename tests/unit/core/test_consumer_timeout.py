@@ -3,11 +3,11 @@ timeout ends its consumer, returns its messages and asks the protocol to close t
 
 from __future__ import annotations
 
-from ringmq.amqp import spec
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import CloseChannel, Effect
 from ringmq.core.errors import Condition
-from tests.unit.core.kit import Kit, delivered
+from ringmq.core.session import SettleKind
+from tests.unit.core.corekit import Core, bodies
 
 
 def closes(effects: list[Effect]) -> list[CloseChannel]:
@@ -21,11 +21,11 @@ TEXT = (
 
 
 def test_queue_argument_timeout_closes_the_channel_and_requeues() -> None:
-    kit = Kit()
+    kit = Core()
     ch = kit.open()
-    kit.declare(ch, "q", arguments={"x-consumer-timeout": 100})
+    kit.declare(ch, "q", {"x-consumer-timeout": 100})
     kit.publish(ch, "q", b"m")
-    assert len(delivered(kit.consume(ch, "q", "c"))) == 1
+    assert len(bodies(kit.consume(ch, "q", "c"))) == 1
     assert closes(kit.tick(99)) == []
     (close,) = closes(kit.tick(1))
     assert close == CloseChannel(1, 1, "c", Condition.PRECONDITION_FAILED, TEXT.format(100))
@@ -35,16 +35,16 @@ def test_queue_argument_timeout_closes_the_channel_and_requeues() -> None:
 
 
 def test_broker_default_and_the_lower_of_argument_and_policy() -> None:
-    kit = Kit(BrokerConfig(name_seed=7, consumer_timeout_ms=1000))
+    kit = Core(BrokerConfig(name_seed=7, consumer_timeout_ms=1000))
     kit.broker.policies.set("short", "^p", {"consumer-timeout": 50})
     ch = kit.open()
     kit.declare(ch, "other")
-    kit.declare(ch, "p", arguments={"x-consumer-timeout": 500})
+    kit.declare(ch, "p", {"x-consumer-timeout": 500})
     queues = kit.broker.vhosts["/"].queues
     assert queues["other"].settings.consumer_timeout_ms is None
     assert queues["p"].settings.consumer_timeout_ms == 50
     kit.publish(ch, "other", b"m")
-    kit.call(ch, spec.BasicGet(queue="other"))
+    kit.get(ch, "other")
     assert closes(kit.tick(999)) == []
     (close,) = closes(kit.tick(1))
     assert close.consumer_tag is None
@@ -52,12 +52,12 @@ def test_broker_default_and_the_lower_of_argument_and_policy() -> None:
 
 
 def test_acknowledged_in_time_closes_nothing() -> None:
-    kit = Kit(BrokerConfig(name_seed=7, consumer_timeout_ms=100))
+    kit = Core(BrokerConfig(name_seed=7, consumer_timeout_ms=100))
     ch = kit.open()
     kit.declare(ch, "q")
     kit.publish(ch, "q", b"m")
     kit.consume(ch, "q", "c")
     kit.tick(50)
-    kit.call(ch, spec.BasicAck(delivery_tag=1))
+    kit.settle(ch, 1, SettleKind.ACK)
     assert closes(kit.tick(500)) == []
     assert kit.broker.timers.next_deadline_ms() is None

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringmq.core.effects import Deliver, Drained, Effect
-from tests.unit.core.kit import Kit
+from ringmq.core.session import Session
+from tests.unit.core.corekit import Core
 
 _step = st.one_of(
     st.tuples(st.just("publish"), st.integers(1, 4)),
@@ -16,13 +17,8 @@ _step = st.one_of(
 )
 
 
-def _flow(kit: Kit, ch: tuple[int, int], credit: int | None, drain: bool) -> list[Effect]:
-    broker = kit.broker
-    session = broker.session(*ch)
-    assert session is not None
-    with broker.call(kit.now) as out:
-        broker.delivery.flow(session, "c", credit=credit, drain=drain)
-    return out
+def _flow(kit: Core, session: Session, credit: int | None, drain: bool) -> list[Effect]:
+    return kit.run(kit.broker.delivery.flow, session, "c", credit=credit, drain=drain)
 
 
 def _deliveries(effects: list[Effect]) -> int:
@@ -32,7 +28,7 @@ def _deliveries(effects: list[Effect]) -> int:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_step, max_size=25))
 def test_credit_bounds_deliveries_and_drain_gives_the_rest_back(steps: list) -> None:
-    kit = Kit()
+    kit = Core()
     ch = kit.open()
     kit.declare(ch, "q")
     kit.consume(ch, "q", "c", no_ack=True)
@@ -69,15 +65,13 @@ def test_flow_names_a_known_consumer_and_a_non_negative_credit() -> None:
 
     from ringmq.core.errors import BrokerError, Condition
 
-    kit = Kit()
-    ch = kit.open()
-    kit.declare(ch, "q")
-    session = kit.broker.session(*ch)
-    assert session is not None
+    kit = Core()
+    session = kit.open()
+    kit.declare(session, "q")
     with pytest.raises(BrokerError) as missing:
         kit.broker.delivery.flow(session, "nope", credit=1, drain=False)
     assert missing.value.condition is Condition.NOT_FOUND
-    kit.consume(ch, "q", "c")
+    kit.consume(session, "q", "c")
     with pytest.raises(BrokerError) as bad:
         kit.broker.delivery.flow(session, "c", credit=-1, drain=False)
     assert bad.value.condition is Condition.PRECONDITION_FAILED

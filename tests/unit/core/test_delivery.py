@@ -9,7 +9,7 @@ from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.effects import CloseConnection, Deliver, ReplyContent
 from ringmq.core.session import SettleKind
 from tests.facade import admin_over
-from tests.unit.core.kit import Kit, bodies, delivered, methods, of_type
+from tests.unit.adapters.amqp091.kit import Kit, bodies, delivered, methods, of_type
 
 
 def test_consume_replies_before_deliveries_and_round_robin(kit: Kit) -> None:

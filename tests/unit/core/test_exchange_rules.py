@@ -9,7 +9,7 @@ from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, decode_properties
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig, PolicyConfig
-from tests.unit.core.kit import Kit, bodies, of_type
+from tests.unit.adapters.amqp091.kit import Kit, bodies, of_type
 
 
 def test_exchange_declare_rules(kit: Kit) -> None:

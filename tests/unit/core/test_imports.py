@@ -21,12 +21,12 @@ ENTITY_BACK_REFERENCES = frozenset(
     {
         ("ringmq.core.consumers", "ringmq.core.session"),  # Consumer.session
         ("ringmq.core.consumers", "ringmq.core.vhost"),  # Consumer.queue
-        ("ringmq.core.vhost", "ringmq.core.session"),  # NoLocal reads connections
     }
 )
 """The one cycle left, the live objects' graph: a consumer refers to its session and its queue,
 which hold it (`Session.consumers`, `QueueEntity.consumers`), a session to its vhost and its
-unacked queues, and a queue's no-local rule to the connections. Breaking it takes one module for
+unacked queues (a queue's no-local rule reads connections through `vhost.Peer`, a protocol,
+and is out of the cycle). Breaking it takes one module for
 sessions, consumers, queues and vhosts, or protocols in their place on the delivery path; until
 then these imports (all under TYPE_CHECKING) are the only ones a cycle may use."""
 

@@ -17,8 +17,8 @@ from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
 from ringmq.core.queue.ports import MemorySpillStore
 from ringmq.core.vhost import NoLocal
-from tests.unit.core.kit import Kit
-from tests.unit.core.test_publish_batch import _acks
+from tests.unit.adapters.amqp091.kit import Kit
+from tests.unit.adapters.amqp091.test_publish_batch import _acks
 
 _WINDOW = {"x-message-deduplication-window-ms": 60_000}
 _QUEUES: dict[str, dict[str, Any]] = {

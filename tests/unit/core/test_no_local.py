@@ -10,20 +10,19 @@ from typing import Any
 from ringmq.core.effects import Effect
 from ringmq.core.session import Session
 from ringmq.core.vhost import OWNER_PROPERTY
-from tests.unit.core.kit import Kit, bodies
+from tests.unit.core.corekit import Core, bodies
 
 
-def _ready(k: Kit) -> int:
+def _ready(k: Core) -> int:
     return k.broker.vhosts["/"].queues["q"].queue.ready_count
 
 
 def test_no_local_keeps_the_consumers_own_publishes_out() -> None:
-    k = Kit()
+    k = Core()
     mine, other = k.open(), k.open()
     k.declare(mine, "q")
     b = k.broker
-    s = b.session(*mine)
-    assert s is not None
+    s = mine
     out: list[Effect]
     with b.call(k.now) as out:
         b.delivery.consume(
@@ -39,18 +38,16 @@ def test_no_local_keeps_the_consumers_own_publishes_out() -> None:
     assert _ready(k) == 1
 
 
-def _conn(k: Kit, container_id: str) -> tuple[int, int]:
+def _conn(k: Core, container_id: str) -> Session:
     # a connection whose adapter names its owner (AMQP 1.0: the container id)
     conn_id = k.connect()
     conn = k.broker.state.conns[conn_id]
     conn.client_properties[OWNER_PROPERTY] = container_id
-    return k.channel(conn_id)
+    return k.session(conn_id)
 
 
-def _consume(k: Kit, chan: tuple[int, int], tag: str, **kw: Any) -> Session:
+def _consume(k: Core, s: Session, tag: str, **kw: Any) -> Session:
     b = k.broker
-    s = b.session(*chan)
-    assert s is not None
     with b.call(k.now):
         b.delivery.consume(
             s, "q", tag, no_ack=True, exclusive=False, arguments={}, now_ms=k.now, **kw
@@ -58,13 +55,13 @@ def _consume(k: Kit, chan: tuple[int, int], tag: str, **kw: Any) -> Session:
     return s
 
 
-def _cancel(k: Kit, s: Session, tag: str) -> None:
+def _cancel(k: Core, s: Session, tag: str) -> None:
     with k.broker.call(k.now):
         k.broker.delivery.cancel(s, tag, k.now)
 
 
 def test_an_owners_rule_covers_all_its_connections_and_outlives_its_consumer() -> None:
-    k = Kit()
+    k = Core()
     sub, mine, other = _conn(k, "c1"), _conn(k, "c1"), _conn(k, "c2")
     plain = k.open()  # no owner identity: only its connection is itself
     k.declare(sub, "q")
@@ -83,7 +80,7 @@ def test_an_owners_rule_covers_all_its_connections_and_outlives_its_consumer() -
 
 def test_a_connections_rule_is_not_an_owners() -> None:
     # without an owner the rule is the connection's, even between connections of one container
-    k = Kit()
+    k = Core()
     sub, mine = _conn(k, "c1"), _conn(k, "c1")
     k.declare(sub, "q")
     _consume(k, sub, "nl", no_local=True)

@@ -17,7 +17,7 @@ from ringmq.core.routing import QUEUE
 from ringmq.management.records import BindingInfo, PermissionInfo
 from ringmq.storage import FileStore, MemoryStore
 from tests.facade import admin_over
-from tests.unit.core.kit import PERSISTENT, StoreKit, bodies, delivered, of_type
+from tests.unit.adapters.amqp091.kit import PERSISTENT, StoreKit, bodies, delivered, of_type
 
 
 def _file_restart(kit: StoreKit, path: Path, *, clean: bool) -> None:

@@ -11,7 +11,7 @@ from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Confirm
 from ringmq.core.session import Session
-from tests.unit.core.kit import Kit, bodies, delivered, of_type
+from tests.unit.adapters.amqp091.kit import Kit, bodies, delivered, of_type
 
 
 def _content(body: bytes = b"x") -> RawContent:

@@ -1,35 +1,35 @@
-"""Publisher flow requests and per-batch dispatch (`defer_dispatch`) in the pure broker."""
+"""Publisher flow requests and per-batch dispatch (`defer_dispatch`) in the pure broker, on the
+core's own API."""
 
 from __future__ import annotations
 
-from ringmq.amqp import spec
-from ringmq.amqp.frames import RawContent
-from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.effects import Effect
 from ringmq.core.resources import FLOW_HIGH, FLOW_LOW
-from tests.unit.core.kit import Kit, bodies, delivered
-
-_PROPS = encode_properties(BasicProperties())
-
-
-def _publish(k: Kit, ch: tuple[int, int], queue: str, body: bytes) -> list[Effect]:
-    content = RawContent(60, len(body), _PROPS, body)
-    return list(k.call(ch, spec.BasicPublish(exchange="", routing_key=queue), content))
+from ringmq.core.session import Session
+from tests.unit.core.corekit import Core, bodies
 
 
-def _fill(k: Kit, ch: tuple[int, int], queue: str, n: int) -> None:
+def _publish(k: Core, s: Session, queue: str, body: bytes) -> list[Effect]:
+    return k.publish(s, queue, body)
+
+
+def _fill(k: Core, s: Session, queue: str, n: int) -> None:
     for i in range(n):
-        _publish(k, ch, queue, b"%d" % i)
+        _publish(k, s, queue, b"%d" % i)
+
+
+def _prefetch_one(k: Core, s: Session) -> None:
+    k.broker.delivery.set_prefetch(s, 1, session_wide=False)
 
 
 def test_a_consumed_queue_over_the_high_mark_asks_to_pause_its_publisher() -> None:
-    k = Kit()
+    k = Core()
     cons = k.open()
     k.declare(cons, "q")
-    k.call(cons, spec.BasicQos(prefetch_count=1))
+    _prefetch_one(k, cons)
     k.consume(cons, "q", "c1")
     pub_conn = k.connect()
-    pub = k.channel(pub_conn)
+    pub = k.session(pub_conn)
     _fill(k, pub, "q", FLOW_HIGH + 1)  # one delivered (prefetch 1), FLOW_HIGH ready
     assert k.broker.take_flow() == []
     _publish(k, pub, "q", b"over")
@@ -40,24 +40,24 @@ def test_a_consumed_queue_over_the_high_mark_asks_to_pause_its_publisher() -> No
     assert not k.broker.flow_settled(q)
     getter = k.open()
     while q.queue.ready_count > FLOW_LOW + 1:
-        k.call(getter, spec.BasicGet(queue="q", no_ack=True))
+        k.get(getter, "q", no_ack=True)
     assert not k.broker.flow_settled(q)
-    k.call(getter, spec.BasicGet(queue="q", no_ack=True))
+    k.get(getter, "q", no_ack=True)
     assert k.broker.flow_settled(q)  # drained to the low mark
     _fill(k, pub, "q", FLOW_HIGH)
     assert not k.broker.flow_settled(q)
-    k.call(cons, spec.BasicCancel(consumer_tag="c1"))
+    k.run(k.broker.delivery.cancel, cons, "c1", k.now)
     assert k.broker.flow_settled(q)  # no consumers: pausing cannot help any more
 
 
 def test_queues_without_consumers_and_consuming_publishers_never_ask_for_flow() -> None:
-    k = Kit()
+    k = Core()
     ch = k.open()
     k.declare(ch, "idle")
     _fill(k, ch, "idle", FLOW_HIGH + 10)  # a backlog with no consumer is just a backlog
     assert k.broker.take_flow() == []
     k.declare(ch, "busy")
-    k.call(ch, spec.BasicQos(prefetch_count=1))
+    _prefetch_one(k, ch)
     k.consume(ch, "busy", "mine")
     # the publisher consumes on its own connection: pausing its reads would stop its acks
     _fill(k, ch, "busy", FLOW_HIGH + 10)
@@ -67,9 +67,9 @@ def test_queues_without_consumers_and_consuming_publishers_never_ask_for_flow() 
 def test_bounded_lvq_and_browsed_queues_apply_their_own_policy_instead_of_flow() -> None:
     # A ring or max-length queue drops or refuses by its own rule, an LVQ replaces, browsers
     # never drain: pausing the publisher would defeat the policy the user chose.
-    k = Kit()
+    k = Core()
     cons = k.open()
-    k.call(cons, spec.BasicQos(prefetch_count=1))
+    _prefetch_one(k, cons)
     args: dict[str, dict[str, object]] = {
         "ring": {"x-ring-size": FLOW_HIGH * 4},
         "maxlen": {"x-max-length": FLOW_HIGH * 4},
@@ -77,9 +77,9 @@ def test_bounded_lvq_and_browsed_queues_apply_their_own_policy_instead_of_flow()
         "browse": {"x-non-destructive": True},
     }
     for name, a in args.items():
-        k.declare(cons, name, arguments=a)
+        k.declare(cons, name, a)
         k.consume(cons, name, name)
-    pub = k.channel(k.connect())
+    pub = k.session(k.connect())
     for name in args:
         _fill(k, pub, name, FLOW_HIGH + 10)
         assert k.broker.take_flow() == [], name
@@ -90,14 +90,14 @@ def test_bounded_lvq_and_browsed_queues_apply_their_own_policy_instead_of_flow()
 
 
 def test_deferred_dispatch_delivers_a_batch_of_publishes_once_per_batch() -> None:
-    k = Kit()
+    k = Core()
     k.broker.defer_dispatch = True
     cons = k.open()
     k.declare(cons, "plain")
     k.consume(cons, "plain", "c", no_ack=True)
     pub = k.open()
-    assert delivered(_publish(k, pub, "plain", b"a")) == []
-    assert delivered(_publish(k, pub, "plain", b"b")) == []
+    assert bodies(_publish(k, pub, "plain", b"a")) == []
+    assert bodies(_publish(k, pub, "plain", b"b")) == []
     out = k.broker.dispatch_pending(k.now)
     assert bodies(out) == [b"a", b"b"]
     assert k.broker.dispatch_pending(k.now) == []
@@ -105,10 +105,10 @@ def test_deferred_dispatch_delivers_a_batch_of_publishes_once_per_batch() -> Non
 
 def test_deferred_dispatch_still_delivers_at_once_where_timing_matters() -> None:
     # A ring counts pending messages: deliver before the next publish, as without deferral.
-    k = Kit()
+    k = Core()
     k.broker.defer_dispatch = True
     cons = k.open()
-    k.declare(cons, "ring", arguments={"x-ring-size": 1})
+    k.declare(cons, "ring", {"x-ring-size": 1})
     k.consume(cons, "ring", "c", no_ack=True)
     pub = k.open()
     got = [bodies(_publish(k, pub, "ring", b)) for b in (b"A", b"B")]
@@ -116,12 +116,12 @@ def test_deferred_dispatch_still_delivers_at_once_where_timing_matters() -> None
 
 
 def test_a_non_publish_method_flushes_deferred_deliveries_first() -> None:
-    k = Kit()
+    k = Core()
     k.broker.defer_dispatch = True
     cons = k.open()
     k.declare(cons, "plain")
     k.consume(cons, "plain", "c", no_ack=True)
     pub = k.open()
     _publish(k, pub, "plain", b"x")
-    out = k.call(pub, spec.QueueDeclare(queue="plain", passive=True))
+    out = k.run(k.broker.topology.declare_queue_passive, pub, "plain", k.now)
     assert bodies(out) == [b"x"]

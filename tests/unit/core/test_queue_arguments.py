@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.arguments import (
     ADDRESS_DEFAULTS,
     BY_ARGUMENT,
@@ -23,12 +22,13 @@ from ringmq.core.arguments import (
     UNSET,
     QueueArgument,
 )
+from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.policies import POLICY_KEYS, AddressSettings, PolicyError, validate_definition
 from ringmq.core.settings import QueueSettings, resolve_queue_settings
 from ringmq.management.admin import SETTING_ARGUMENTS as MANAGEMENT_SETTINGS
 from ringmq.management.admin import settings_arguments
 from ringmq.server.configfile import AddressSetting, QueueSpec, parse_artemis_xml, queue_arguments
-from tests.unit.core.kit import Kit
+from tests.unit.core.corekit import Core
 
 ROWS = [pytest.param(row, id=row.argument) for row in QUEUE_ARGUMENTS]
 NAMES = [pytest.param(row, name, id=name) for row in QUEUE_ARGUMENTS for name in row.names]
@@ -113,13 +113,13 @@ def test_management_knows_only_the_tables_setting_keys() -> None:
     assert f"(known: {', '.join(sorted(table))}, or any x-* argument)" in str(info.value)
 
 
-def _redeclare_error(kit: Kit, name: str, value: Any) -> AMQPError | None:
+def _redeclare_error(kit: Core, name: str, value: Any) -> BrokerError | None:
     chan = kit.open()
     queue = f"q-{name}"
     kit.declare(chan, queue)
     try:
-        kit.declare(chan, queue, arguments={name: value})
-    except AMQPError as exc:
+        kit.declare(chan, queue, {name: value})
+    except BrokerError as exc:
         return exc
     return None
 
@@ -129,17 +129,17 @@ def test_redeclare_compares_every_equivalence_row(row: QueueArgument, name: str)
     assert (name in EQUIVALENCE_ARGUMENTS) == row.redeclare
     # x-queue-type's example, "classic", is the default: a redeclare must name another type
     value = "quorum" if name == "x-queue-type" else row.example
-    err = _redeclare_error(Kit(), name, value)
+    err = _redeclare_error(Core(), name, value)
     if not row.redeclare:
         assert err is None
         return
     assert err is not None
-    assert err.code is ReplyCode.PRECONDITION_FAILED
+    assert err.condition is Condition.PRECONDITION_FAILED
     assert err.explanation.startswith(f"inequivalent arg '{name}' for queue 'q-{name}'")
 
 
 def test_arguments_outside_the_table_are_not_compared_on_redeclare() -> None:
-    assert _redeclare_error(Kit(), "x-queue-mode", "lazy") is None
+    assert _redeclare_error(Core(), "x-queue-mode", "lazy") is None
 
 
 @pytest.mark.parametrize("row", DEFAULT_ROWS)

@@ -8,7 +8,7 @@ from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import ReplyCode
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Reply
-from tests.unit.core.kit import Kit, of_type
+from tests.unit.adapters.amqp091.kit import Kit, of_type
 
 
 def test_queue_declare_passive_and_reserved_names(kit: Kit) -> None:

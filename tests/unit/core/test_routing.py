@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringmq.amqp import spec
 from ringmq.core.routing import (
     DirectTable,
     FanoutTable,
@@ -14,7 +13,7 @@ from ringmq.core.routing import (
     TopicTable,
     parse_x_match,
 )
-from tests.unit.core.kit import Kit
+from tests.unit.core.corekit import Core
 
 
 def _model_match(pattern: list[str], words: list[str]) -> bool:
@@ -134,7 +133,7 @@ _ops = st.lists(
 @given(ops=_ops)
 def test_route_cache_follows_binding_changes(ops: list[tuple[str, str, str, str]]) -> None:
     """Publishes through the broker's cached routes agree with a fresh match every time."""
-    kit = Kit()
+    kit = Core()
     ch = kit.open()
     bound: set[tuple[str, str]] = set()
     expected: dict[str, int] = {}
@@ -146,13 +145,13 @@ def test_route_cache_follows_binding_changes(ops: list[tuple[str, str, str, str]
             if q not in expected:
                 kit.declare(ch, q)
                 expected[q] = 0
-            kit.call(ch, spec.QueueBind(queue=q, exchange="amq.topic", routing_key=pattern))
+            kit.bind(ch, q, "amq.topic", pattern)
             bound.add((q, pattern))
         elif op == "unbind" and q in expected:
-            kit.call(ch, spec.QueueUnbind(queue=q, exchange="amq.topic", routing_key=pattern))
+            kit.unbind(ch, q, "amq.topic", pattern)
             bound.discard((q, pattern))
         elif op == "delete_queue" and q in expected:
-            kit.call(ch, spec.QueueDelete(queue=q))
+            kit.delete(ch, q)
             del expected[q]
             bound = {b for b in bound if b[0] != q}
         elif op == "publish":
@@ -167,14 +166,14 @@ def test_route_cache_follows_binding_changes(ops: list[tuple[str, str, str, str]
 def test_the_default_exchange_route_cache_follows_queue_changes() -> None:
     """The default exchange's routes are cached per queue name (`VHost.direct`): a deleted
     queue's name routes nowhere, a redeclared one to the new queue."""
-    kit = Kit()
+    kit = Core()
     ch = kit.open()
     kit.declare(ch, "q")
     kit.publish(ch, "q")
     vh = kit.broker.vhosts["/"]
     old = vh.queues["q"]
     assert vh.direct == {"q": (old,)}
-    kit.call(ch, spec.QueueDelete(queue="q"))
+    kit.delete(ch, "q")
     kit.publish(ch, "q")
     assert kit.broker.stats["unroutable"] == 1
     kit.declare(ch, "q")

@@ -6,31 +6,25 @@ from __future__ import annotations
 
 import pytest
 
-from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties
 from ringmq.core import delivery as delivery_module
 from ringmq.core.effects import Deliver, Drained, Effect
 from ringmq.core.selector import parse
-from ringmq.core.session import SettleKind
-from tests.unit.core.kit import Kit, bodies
+from ringmq.core.session import Session, SettleKind
+from tests.unit.core.corekit import Core, bodies
 
 
-def _setup(colours: list[str | None]) -> tuple[Kit, tuple[int, int]]:
-    k = Kit()
+def _setup(colours: list[str | None]) -> tuple[Core, Session]:
+    k = Core()
     ch = k.open()
     k.declare(ch, "q")
     for i, colour in enumerate(colours):
         headers = None if colour is None else {"colour": colour}
-        k.publish(ch, "q", f"{colour}{i}".encode(), props=BasicProperties(headers=headers))
+        k.publish(ch, "q", f"{colour}{i}".encode(), headers=headers)
     return k, ch
 
 
-def _select(
-    k: Kit, ch: tuple[int, int], tag: str, text: str, credit: int | None = None
-) -> list[Effect]:
+def _select(k: Core, s: Session, tag: str, text: str, credit: int | None = None) -> list[Effect]:
     b = k.broker
-    s = b.session(*ch)
-    assert s is not None
     with b.call(k.now) as out:
         b.delivery.consume(
             s, "q", tag, no_ack=False, exclusive=False, arguments={}, now_ms=k.now,
@@ -41,7 +35,7 @@ def _select(
     return out
 
 
-def _ready(k: Kit) -> int:
+def _ready(k: Core) -> int:
     return k.broker.vhosts["/"].queues["q"].queue.ready_count
 
 
@@ -50,7 +44,7 @@ def test_a_selector_takes_its_messages_and_leaves_the_others() -> None:
     sub = k.open()
     assert bodies(_select(k, sub, "r", "colour = 'red'")) == [b"red0", b"red3"]
     assert _ready(k) == 2
-    got = k.publish(pub, "q", b"late", props=BasicProperties(headers={"colour": "red"}))
+    got = k.publish(pub, "q", b"late", headers={"colour": "red"})
     assert [e.consumer_tag for e in got if isinstance(e, Deliver)] == ["r"]
     other = k.open()
     assert bodies(k.consume(other, "q", "c", no_ack=True)) == [b"blue1", b"None2"]
@@ -61,8 +55,7 @@ def test_a_requeued_selected_message_comes_back_once() -> None:
     sub = k.open()
     got = _select(k, sub, "r", "colour = 'red'", credit=1)
     assert bodies(got) == [b"red1"]
-    s = k.broker.session(*sub)
-    assert s is not None
+    s = sub
     tag = next(e.delivery_id for e in got if isinstance(e, Deliver))
     with k.broker.call(k.now) as out:
         k.broker.delivery.cancel(s, "r", k.now)
@@ -78,8 +71,9 @@ def test_the_scan_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     sub = k.open()
     assert bodies(_select(k, sub, "r", "colour = 'red'")) == []  # the red one is 4th
     assert _ready(k) == 4
-    got = k.call(ch, spec.BasicGet(queue="q", no_ack=True))  # takes blue0: red3 is in reach
-    assert bodies(got) == [b"red3"]  # (the get's own message is no basic.deliver)
+    # the get takes blue0: red3 is in reach (the get's own message is no `Deliver`)
+    got = k.run(k.broker.delivery.get, ch, "q", no_ack=True, now_ms=k.now)
+    assert bodies(got) == [b"red3"]
     assert _ready(k) == 2
 
 
@@ -87,8 +81,7 @@ def test_drain_gives_back_what_nothing_matches() -> None:
     k, _ = _setup(["blue", "red"])
     sub = k.open()
     assert bodies(_select(k, sub, "r", "colour = 'red'", credit=0)) == []
-    s = k.broker.session(*sub)
-    assert s is not None
+    s = sub
     with k.broker.call(k.now) as out:
         k.broker.delivery.flow(s, "r", credit=5, drain=True)
     assert bodies(out) == [b"red1"]

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringmq.amqp.properties import BasicProperties
 from ringmq.core.effects import Deliver, Effect
 from ringmq.core.selector import parse
-from tests.unit.core.kit import Kit
+from tests.unit.core.corekit import Core
 
 COLOURS = ("red", "blue", None)
 SELECTORS = {"red": "colour = 'red'", "blue": "colour = 'blue'", "any": None}
@@ -33,18 +32,14 @@ def _run(
 ) -> tuple[list[tuple[str, str | None]], int]:
     """Publish `colours`, then register `consumers` (c0, c1...) in one core call; returns the
     deliveries (consumer tag, colour) in order, and the messages left ready."""
-    k = Kit()
+    k = Core()
     pub = k.open()
-    k.declare(pub, "q", arguments=arguments or {})
+    k.declare(pub, "q", dict(arguments or {}))
     for i, colour in enumerate(colours):
         headers = None if colour is None else {"colour": colour}
-        k.publish(pub, "q", f"{colour}-{i}".encode(), props=BasicProperties(headers=headers))
+        k.publish(pub, "q", f"{colour}-{i}".encode(), headers=headers)
     b = k.broker
-    sessions = []
-    for _ in consumers:
-        s = b.session(*k.open())
-        assert s is not None
-        sessions.append(s)
+    sessions = [k.open() for _ in consumers]
     out: list[Effect]
     with b.call(k.now) as out:
         for i, (c, s) in enumerate(zip(consumers, sessions, strict=True)):

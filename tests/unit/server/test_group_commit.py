@@ -25,7 +25,7 @@ from ringmq.storage import journal
 from ringmq.storage.journal import MAX_UNSYNCED_SEGMENTS
 from ringmq.storage.shardlog import ShardLog
 from ringmq.storage.store import FileStore
-from tests.unit.core.kit import PERSISTENT, StoreKit, of_type
+from tests.unit.adapters.amqp091.kit import PERSISTENT, StoreKit, of_type
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 

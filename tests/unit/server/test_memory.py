@@ -19,7 +19,7 @@ from ringmq.server.memory import (
 )
 from ringmq.storage.bodystore import SpillDirectory
 from ringmq.storage.pagefile import DiskHealth
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 MiB = 1024 * 1024
 

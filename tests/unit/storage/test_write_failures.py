@@ -22,7 +22,7 @@ from ringmq.core.queue.columns import Columns
 from ringmq.storage import appendlog, journal, pagefile, paging
 from ringmq.storage.records import Entry
 from ringmq.storage.store import FileStore, RecoveredState
-from tests.unit.core.kit import PERSISTENT, StoreKit, of_type
+from tests.unit.adapters.amqp091.kit import PERSISTENT, StoreKit, of_type
 
 
 def msg(body: bytes) -> Message:
@@ -283,6 +283,32 @@ def test_tx_commit_answers_a_channel_error_when_the_write_fails(tmp_path: Path, 
     err = kit.error(ch2, spec.TxCommit())  # refused up front while the store is failing
     assert err.code is ReplyCode.PRECONDITION_FAILED
     assert "nothing was committed" in err.explanation
+
+
+def test_a_commit_refused_while_the_store_fails_keeps_its_settles(
+    tmp_path: Path, disk: Disk
+) -> None:
+    # The refused commit applies nothing, its buffered ack included: closing the channel
+    # returns the message it took, as for any unacked delivery.
+    store = FileStore.open(tmp_path / "data")
+    kit = StoreKit(store)
+    ch = kit.open()
+    kit.declare(ch, "d", durable=True)
+    kit.publish(ch, "d", b"m", props=PERSISTENT)
+    store.sync()
+    kit.call(ch, spec.TxSelect())
+    (got,) = of_type(kit.call(ch, spec.BasicGet(queue="d")), spec.BasicGetOk)
+    kit.call(ch, spec.BasicAck(delivery_tag=got.delivery_tag))
+    other = kit.channel(ch[0], 2)
+    kit.publish(other, "d", b"pending", props=PERSISTENT)
+    disk.full = True
+    with pytest.raises(OSError):
+        store.flush()
+    err = kit.error(ch, spec.TxCommit())
+    assert "nothing was committed" in err.explanation
+    kit.broker.channel_closed(ch[0], ch[1], kit.now)
+    q = kit.broker.vhosts["/"].queues["d"].queue
+    assert [m.body for m in q.ready_messages()] == [b"m", b"pending"]
 
 
 # -- paging ------------------------------------------------------------------------------------

@@ -138,9 +138,9 @@ class Amqp10Handler:
                 if self._opened:
                     links.session_begun(e.channel, now_ms)
             case ev.SessionEnded():
-                for channel in links.session_ended(e.channel, now_ms):
-                    if self._opened:
-                        out += self.broker.channel_closed(self.conn_id, channel, now_ms)
+                links.session_ended(e.channel, now_ms)
+                if self._opened:
+                    out += self.broker.channel_closed(self.conn_id, e.channel, now_ms)
             case ev.Authenticate():
                 refused = self._login(e, now_ms)
                 events += self.conn.sasl_outcome(refused is None, refused or "")
@@ -148,11 +148,7 @@ class Amqp10Handler:
                 self._open(e, now_ms)
 
     def _messages(self, batch: list[Any], now_ms: int, out: list[Effect]) -> None:
-        links = self.links
-        out += self._call(now_ms, links.messages, batch, now_ms, publish=True)
-        ended = links.txn.ended
-        while ended:  # discharged transactions: their core sessions close
-            out += self.broker.channel_closed(self.conn_id, ended.pop(), now_ms)
+        out += self._call(now_ms, self.links.messages, batch, now_ms, publish=True)
 
     def _call(
         self, now_ms: int, step: Callable[..., None], *args: Any, publish: bool = False

@@ -92,7 +92,7 @@ class Links:
         self.conn = conn
         self.conn_id = conn_id
         self.sessions: dict[int, LinkSession] = {}
-        self.txn = Coordinator(broker, conn, conn_id)
+        self.txn = Coordinator(broker, conn)
         self._attacher = Attacher(broker, conn, self.sessions)
 
     @property
@@ -119,16 +119,16 @@ class Links:
         b.confirms.select(s)
         self.sessions[channel] = LinkSession(s)
 
-    def session_ended(self, channel: int, now_ms: int) -> list[int]:
+    def session_ended(self, channel: int, now_ms: int) -> None:
         """Forget a session's links (a dynamic target's queue goes with its link, as on a
-        detach); returns its core sessions, for the caller to close (the core's channel close
-        returns what was unsettled)."""
+        detach) and its transactions; the caller closes its core session (the core's
+        channel close returns what was unsettled and rolls its transactions back)."""
         ls = self.sessions.pop(channel, None)
         if ls is not None:
             for link in ls.ins.values():
                 if link.temporary is not None:
                     self.broker.topology.delete_named(ls.core, link.temporary, now_ms)
-        return [channel]
+            self.txn.forget(ls.core)
 
     # ------------------------------------------------------------------ attach
     def attach(self, ev: LinkAttaching, now_ms: int) -> None:
@@ -190,16 +190,14 @@ class Links:
         if link is None:
             return
         if link.coordinator:
-            self.txn.control(ev, now_ms)
+            self.txn.control(ev, ls.core, now_ms)
             return
         s = ls.core
         b = self.broker
         publisher = b.publisher
         try:
-            txs = None if ev.state is None else self.txn.session(ev.state)
-            if txs is not None:
-                s = txs
-            elif ev.settled:
+            txn = None if ev.state is None else self.txn.named(ev.state)
+            if txn is None and ev.settled:
                 s.mode = _AT_MOST_ONCE  # this publish wants no outcome (restored below)
             node = link.node
             if node is None:
@@ -216,7 +214,16 @@ class Links:
             vh, x = publisher.exchange_for(s, exchange)
             publisher.check_size(len(ev.payload))
             msg = m10.build(ev.payload, exchange=exchange, routing_key=rk, now_ms=now_ms)
-            outcome = publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms).outcome
+            if txn is None:
+                outcome = publisher.publish(
+                    msg, session=s, vhost=vh, exchange=x, now_ms=now_ms
+                ).outcome
+            else:  # buffered: the outcome takes effect at the commit
+                publisher.publish_in(txn[1], msg, session=txn[0], exchange=x)
+                if not ev.settled:
+                    done = p.TransactionalState(txn_id=ev.state.txn_id, outcome=_ACCEPTED)
+                    self.conn.settle(ev.channel, ev.delivery_id, ev.delivery_id, done)
+                return
         except RefusalError as exc:
             self._refused(ev, exc.condition, exc.description)
             return
@@ -227,13 +234,7 @@ class Links:
             self._refused(ev, c.DECODE_ERROR, str(exc))
             return
         finally:
-            ls.core.mode = _OUTCOMES
-        if txs is not None:  # buffered: the outcome takes effect at the commit
-            if not ev.settled:
-                txn_id = ev.state.txn_id
-                done = p.TransactionalState(txn_id=txn_id, outcome=_ACCEPTED)
-                self.conn.settle(ev.channel, ev.delivery_id, ev.delivery_id, done)
-            return
+            s.mode = _OUTCOMES
         if ev.settled:
             return  # at most once: no outcome to send
         seq = s.publish_seq
@@ -388,8 +389,8 @@ class Links:
     def _settled_in(self, ls: LinkSession, ev: Settled) -> None:
         # A transactional disposition: the deliveries leave their session now and their
         # outcome waits in the transaction (a rollback returns them to their queues).
-        txs = self.txn.session(ev.state)
-        assert txs is not None
+        txn = self.txn.named(ev.state)
+        assert txn is not None
         kind = _outcome(ev.state.outcome) or SettleKind.ACK
         s = ls.core
         entries = []
@@ -397,7 +398,7 @@ class Links:
             tag, _link = ls.unsettled.pop(d)
             if tag in s.unacked:
                 entries.extend(s.take(tag, False))
-        self.txn.buffer_settles(txs, kind, entries)
+        self.broker.transactions.buffer_settles(txn[0], txn[1], kind, entries)
         if not ev.settled:
             self.conn.settle(ev.channel, ev.first, ev.last, ev.state, receiving=False)
 

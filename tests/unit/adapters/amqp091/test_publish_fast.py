@@ -21,7 +21,7 @@ from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core import publish as publish_module
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 _QUEUES: dict[str, dict[str, Any]] = {
     "plain": {},

@@ -10,7 +10,7 @@ from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
 from ringmq.storage import MemoryStore
-from tests.unit.core.kit import StoreKit, bodies, delivered, methods
+from tests.unit.adapters.amqp091.kit import StoreKit, bodies, delivered, methods
 
 PERSISTENT = BasicProperties(delivery_mode=2)
 

@@ -27,7 +27,7 @@ from ringmq.core.config import BrokerConfig, PolicyConfig
 from ringmq.core.policies import AddressSettings
 from ringmq.core.queue import Queue
 from ringmq.core.settings import QueueSettings
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 CHANGES_PUBLISH: Final[dict[str, str]] = {
     "x-ring-size": "a full ring evicts its head at publish",

@@ -1,4 +1,5 @@
-"""Broker.publish_batch: the same outcome as one basic.publish per message."""
+"""The 0-9-1 adapter's `publish_batch` (publish runs, the streams API's bulk publish): the same
+outcome as one basic.publish per message."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Block, Effect, Reply
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 _QUEUES: dict[str, dict[str, Any]] = {
     "plain": {},

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ringmq.amqp import spec
 from ringmq.amqp.properties import BasicProperties
 from ringmq.amqp.reply_codes import AMQPError
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 _names = st.sampled_from(["q1", "q2", "amq.gen-x", ""])
 _xnames = st.sampled_from(["", "x1", "amq.topic", "dlx", "nope"])

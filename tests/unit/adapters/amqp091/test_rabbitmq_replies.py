@@ -8,7 +8,7 @@ from ringmq.amqp import spec
 from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import BasicProperties, decode_properties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
-from tests.unit.core.kit import Kit, bodies, delivered, methods, of_type
+from tests.unit.adapters.amqp091.kit import Kit, bodies, delivered, methods, of_type
 
 
 # ---------------------------------------------------------------- unbind of what is gone

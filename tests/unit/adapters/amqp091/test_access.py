@@ -1,6 +1,7 @@
-"""Logins, vhost access and permissions through the broker: PLAIN and AMQPLAIN, refused
-logins, configured users, the permission regexes with RabbitMQ's texts, and what declaring with a
-dead-letter or alternate exchange needs."""
+"""Logins, vhost access and permissions as AMQP 0-9-1 clients see them: PLAIN and AMQPLAIN,
+refused logins with their reply codes, configured users, the permission regexes with
+RabbitMQ's texts and the method they name, and what declaring with a dead-letter or alternate
+exchange needs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ringmq.amqp.tables import encode_table
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PermissionConfig, UserConfig
 from ringmq.core.errors import BrokerError, Condition
-from tests.unit.core.kit import Kit
+from tests.unit.adapters.amqp091.kit import Kit
 
 
 def test_plain_and_amqplain_login() -> None:

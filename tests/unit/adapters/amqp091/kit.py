@@ -1,5 +1,7 @@
 """A tiny in-process client for driving the broker through its AMQP 0-9-1 adapter in tests,
-and `StoreKit`, the same over a `Store` that can be restarted (no tests of its own)."""
+and `StoreKit`, the same over a `Store` that can be restarted (no tests of its own).
+
+Tests of the core itself use `tests/unit/core/corekit.py` (the core's own API) instead."""
 
 from __future__ import annotations
 

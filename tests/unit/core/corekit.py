@@ -1,0 +1,155 @@
+"""A broker driven through the core's own API, no protocol in between (no tests of its own).
+
+`Core` opens connections and sessions, declares queues, publishes, gets, consumes and
+settles with the calls adapters make (`Broker.call` around the owners' steps:
+`Topology.declare_queue`, `Publisher.publish`, `Delivery.get`, ...), so a core test states
+its case in the core's words: sessions, delivery ids, settle kinds, effects. Messages are
+built as the core stores them (`Message`, empty properties).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ringmq.core.broker import Broker
+from ringmq.core.config import BrokerConfig
+from ringmq.core.delivery import Got
+from ringmq.core.effects import Deliver, Effect
+from ringmq.core.message import Message
+from ringmq.core.publish import Published
+from ringmq.core.queue import Queue
+from ringmq.core.session import Session, SettleKind
+
+NO_PROPERTIES = b"\x00\x00"
+"""The stored form of a message with no properties."""
+
+
+def message(routing_key: str, body: bytes = b"x", *, exchange: str = "", **fields: Any) -> Message:
+    """A message as the core stores it, no properties (`fields`: other `Message` fields,
+    such as `headers`, `priority`, `persistent`)."""
+    return Message(exchange, routing_key, NO_PROPERTIES, body, **fields)
+
+
+class Core:
+    """A broker, a fake clock and the core calls a test needs (see the module docstring).
+
+    Each step is one call of the call protocol and returns the call's effects (`get` its
+    `Got`); `published` is what the last `publish` did."""
+
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        self.broker = Broker(config or BrokerConfig(name_seed=7))
+        self.now = 1_000_000
+        self._next_conn = 1
+        self.published: Published | None = None
+
+    # ------------------------------------------------------------------ sessions
+    def connect(self, user: str = "guest", vhost: str = "/") -> int:
+        conn_id = self._next_conn
+        self._next_conn += 1
+        self.broker.connection_opened(conn_id, user, vhost, "127.0.0.1:1", {}, self.now)
+        return conn_id
+
+    def session(self, conn_id: int, channel: int = 1) -> Session:
+        assert self.broker.channel_opened(conn_id, channel, self.now) == []
+        s = self.broker.session(conn_id, channel)
+        assert s is not None
+        return s
+
+    def open(self) -> Session:
+        """A session on a new connection."""
+        return self.session(self.connect())
+
+    # ------------------------------------------------------------------ calls
+    def run(self, step: Callable[..., Any], *args: Any, **kw: Any) -> list[Effect]:
+        """`step(*args, **kw)` as one core call; its effects."""
+        with self.broker.call(self.now) as out:
+            step(*args, **kw)
+        return out
+
+    def declare(self, s: Session, name: str, arguments: dict[str, Any] | None = None) -> None:
+        self.run(
+            self.broker.topology.declare_queue,
+            s,
+            name,
+            durable=False,
+            exclusive=False,
+            auto_delete=False,
+            arguments=arguments,
+            now_ms=self.now,
+        )
+
+    def exchange(self, s: Session, name: str, type_: str = "direct", **kw: Any) -> None:
+        """Declare exchange `name` for `s` (`kw`: durable, auto_delete, internal, arguments)."""
+        kw.setdefault("durable", False)
+        kw.setdefault("auto_delete", False)
+        kw.setdefault("internal", False)
+        kw.setdefault("arguments", {})
+        self.run(self.broker.exchanges.declare_exchange, s.vhost, name, type_, grant=s, **kw)
+
+    def bind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
+        self.run(self.broker.topology.bind_queue, s, queue, exchange, routing_key, {})
+
+    def unbind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
+        self.run(self.broker.topology.unbind_queue, s, queue, exchange, routing_key, {})
+
+    def delete(self, s: Session, queue: str) -> None:
+        """Delete queue `queue` as its owner's command does (checked, then deleted)."""
+        topology = self.broker.topology
+        with self.broker.call(self.now):
+            name, _count = topology.delete_for(s, queue, if_unused=False, if_empty=False)
+            if name:
+                topology.delete_named(s, name, self.now)
+
+    def publish(
+        self,
+        s: Session,
+        routing_key: str,
+        body: bytes = b"x",
+        *,
+        exchange: str = "",
+        mandatory: bool = False,
+        **fields: Any,
+    ) -> list[Effect]:
+        """Publish on `s` as one call (`fields`: see `message`); what it did is `published`."""
+        publisher = self.broker.publisher
+        with self.broker.call(self.now, publish=True) as out:
+            vh, x = publisher.exchange_for(s, exchange)
+            msg = message(routing_key, body, exchange=exchange, **fields)
+            self.published = publisher.publish(
+                msg, session=s, vhost=vh, exchange=x, now_ms=self.now, mandatory=mandatory
+            )
+        return out
+
+    def get(self, s: Session, queue: str, *, no_ack: bool = False) -> Got | None:
+        with self.broker.call(self.now):
+            return self.broker.delivery.get(s, queue, no_ack=no_ack, now_ms=self.now)
+
+    def consume(self, s: Session, queue: str, tag: str, **kw: Any) -> list[Effect]:
+        kw.setdefault("no_ack", False)
+        kw.setdefault("exclusive", False)
+        kw.setdefault("arguments", {})
+        return self.run(self.broker.delivery.consume, s, queue, tag, now_ms=self.now, **kw)
+
+    def settle(
+        self, s: Session, delivery_id: int, kind: SettleKind, *, multiple: bool = False
+    ) -> list[Effect]:
+        return self.run(self.broker.delivery.settle, s, delivery_id, multiple, kind, self.now)
+
+    def tick(self, ms: int) -> list[Effect]:
+        """Move the clock `ms` on and run the broker's timers."""
+        self.now += ms
+        return self.broker.tick(self.now)
+
+    # ------------------------------------------------------------------ reading
+    def queue(self, name: str, vhost: str = "/") -> Queue:
+        return self.broker.vhosts[vhost].queues[name].queue
+
+    def ready(self, name: str, vhost: str = "/") -> list[bytes]:
+        """The bodies of the ready messages of queue `name`, in order."""
+        return [m.body for m in self.queue(name, vhost).ready_messages()]
+
+
+def bodies(effects: list[Effect]) -> list[bytes]:
+    """The bodies of the `Deliver` effects, in order."""
+    return [e.message.body for e in effects if isinstance(e, Deliver)]
