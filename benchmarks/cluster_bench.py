@@ -3,7 +3,7 @@
 Usage (from the repository root; needs Debian's etcd-server and rabbitmq-server)::
 
     .venv/bin/python -m benchmarks.cluster_bench [--quick] [--rounds 3] [--json FILE]
-        [--no-single] [--no-cluster] [--no-rabbitmq]
+        [--no-single] [--no-cluster] [--no-rabbitmq] [--rate MSG_S] [--baseline-src DIR]
 
 Theory of operation: every system is started first and stays up for the whole run: one
 ``ringmq serve`` (``amqp_brokers.RingmqProcess``); one etcd member and three ``ringmq serve
