@@ -131,7 +131,11 @@ async def _produce(spec: ProducerSpec) -> Result:
             await client.rpc(channel, wire.confirm_select(channel), wire.CONFIRM_SELECT_OK)
             tracker = client.confirms(channel)
         t_start = time.monotonic()
-        if spec.rate_per_s:
+        if spec.rate_per_s and tracker is not None:
+            await client_mod.publish_confirmed_paced(
+                client, tracker, template.frames, spec.count, spec.confirm_window, spec.rate_per_s
+            )
+        elif spec.rate_per_s:
             await client_mod.publish_paced(client, template, spec.count, spec.rate_per_s)
         elif tracker is not None:
             await client_mod.publish_confirmed(

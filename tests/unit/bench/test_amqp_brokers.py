@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 
 from benchmarks import amqp_brokers as brokers
 
@@ -34,3 +36,21 @@ def test_process_stats_reads_cpu_and_memory_of_a_process() -> None:
     assert second.cpu_s >= first.cpu_s
     assert second.runq_wait_s >= first.runq_wait_s >= 0.0
     assert brokers.ProcessStats(None).sample() is None
+
+
+def test_process_stats_sums_the_processes_of_a_cluster() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        alone = brokers.ProcessStats(os.getpid()).sample()
+        other = brokers.ProcessStats(child.pid).sample()
+        both = brokers.ProcessStats(os.getpid(), (child.pid,)).sample()
+        assert alone is not None
+        assert other is not None
+        assert both is not None
+        # RSS moves a little between the samples; the sum holds both processes
+        assert both.rss_bytes > alone.rss_bytes + other.rss_bytes // 2
+        assert both.cpu_s >= alone.cpu_s
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert brokers.ProcessStats(os.getpid(), (child.pid,)).sample() is None  # one is gone
