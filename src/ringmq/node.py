@@ -324,6 +324,8 @@ def cluster_node(srv: BrokerServer) -> ClusterNode:
             address=address,
             amqp=_port(srv, "amqp"),
             http=_port(srv, "http") or _port(srv, "https"),
+            stomp=_port(srv, "stomp"),
+            mqtt=_port(srv, "mqtt"),
         )
 
     clock = srv.clock
