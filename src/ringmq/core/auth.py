@@ -34,6 +34,7 @@ from typing import Protocol
 from ringmq.core.certlogin import CertLogin, cert_user
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.oauth import Grant, TokenBackend
+from ringmq.core.topicauth import TopicPermission, TopicPermissions
 
 _SALT_BYTES = 4
 
@@ -140,6 +141,9 @@ class AuthDB:
         self.grants: dict[str, ExternalGrant] = {}
         """Users logged in by token or LDAP: what their latest login grants (it replaces the
         user table's permissions for them; a token's until it expires)."""
+        self.topics = TopicPermissions()
+        """RabbitMQ's topic permissions (`core.topicauth`): change them through
+        `set_topic_permission` / `clear_topic_permission`, which bump `generation`."""
 
     # -- administration -------------------------------------------------------------------
     def add_user(
@@ -165,6 +169,7 @@ class AuthDB:
             return False
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
+        self.topics.forget_user(name)
         self.generation += 1
         return True
 
@@ -181,6 +186,31 @@ class AuthDB:
         """Remove `user`'s permissions in `vhost`; False when there were none."""
         self.generation += 1
         return self.permissions.pop((user, vhost), None) is not None
+
+    def set_topic_permission(
+        self, user: str, vhost: str, exchange: str, write: str, read: str
+    ) -> None:
+        """Set `user`'s topic permission on `exchange` of `vhost` (`core.topicauth`).
+
+        Raises:
+            ValueError: a pattern is not a valid regular expression.
+        """
+        self.topics.set(user, vhost, exchange, write, read)
+        self.generation += 1
+
+    def clear_topic_permission(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """Remove `user`'s topic permission on `exchange` of `vhost` (None: all of that vhost);
+        False when there was none."""
+        self.generation += 1
+        return self.topics.clear(user, vhost, exchange)
+
+    def topic_rule(self, user: str, vhost: str, exchange: str) -> TopicPermission | None:
+        """The topic permission that checks `user`'s routing keys on topic exchange
+        `exchange`, or None: no check (none set, or the user logged in by another backend,
+        whose topic access RabbitMQ allows by default)."""
+        if user in self.grants:
+            return None
+        return self.topics.rule(user, vhost, exchange)
 
     # -- checks -----------------------------------------------------------------------------
     def authenticate(self, username: str, password: str) -> User | None:

@@ -74,6 +74,7 @@ from ringmq.management.records import (
     PolicyInfo,
     QueueInfo,
     ScheduledInfo,
+    TopicPermissionInfo,
     UserInfo,
 )
 from ringmq.management.streamfacade import StreamsFacade
@@ -308,6 +309,27 @@ class CoreAdmin(StreamsFacade):
     @_writes(full=False)
     def clear_permissions(self, user: str, vhost: str) -> bool:
         return self.broker.auth.clear_permissions(user, vhost)
+
+    def topic_permissions(self) -> list[TopicPermissionInfo]:
+        return corerecords.topic_permissions(self.broker.auth)
+
+    @_writes(full=False)
+    def set_topic_permission(self, t: TopicPermissionInfo) -> None:
+        """Set a topic permission (`core.topicauth`); the user and vhost must exist.
+
+        Raises:
+            BrokerError: NOT_FOUND for a missing user or vhost.
+            ValueError: a pattern that is not a regular expression.
+        """
+        if t.user not in self.broker.auth.users:
+            raise BrokerError(Condition.NOT_FOUND, f"no user '{t.user}'")
+        self._vhost(t.vhost)
+        self.broker.auth.set_topic_permission(t.user, t.vhost, t.exchange, t.write, t.read)
+
+    @_writes(full=False)
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """Remove `user`'s topic permissions in `vhost` (one exchange's, or all)."""
+        return self.broker.auth.clear_topic_permission(user, vhost, exchange)
 
     def has_vhost_access(self, user: str, vhost: str) -> bool:
         """The user has permissions in `vhost` (AMQP's vhost access check)."""

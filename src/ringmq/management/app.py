@@ -53,6 +53,7 @@ from ringmq.management.port import Runtime
 from ringmq.management.queues import Queues
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
 from ringmq.management.sessions import Sessions
+from ringmq.management.topicperms import TopicPermissions
 from ringmq.management.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -251,6 +252,7 @@ def create_app(
         *Topology(api).routes(),  # /api/exchanges, /api/bindings
         *Queues(api).routes(),  # /api/queues
         *Access(api).routes(),  # /api/vhosts, /api/users, /api/permissions, /api/policies
+        *TopicPermissions(api).routes(),  # /api/topic-permissions
         *Limits(api).routes(),  # /api/vhost-limits, /api/user-limits
         *Sessions(api).routes(),  # /api/connections, /api/channels, /api/consumers
         *Definitions(api).routes(),  # /api/definitions

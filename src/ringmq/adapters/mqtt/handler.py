@@ -337,7 +337,7 @@ class MqttHandler:
         self.broker.confirms.select(self.confirming)
         if c.will is not None:
             try:
-                self.broker.publisher.exchange_for(s, EXCHANGE)
+                self.broker.publisher.exchange_for(s, EXCHANGE, to_routing_key(c.will.topic))
             except BrokerError as exc:
                 self._refuse_opened(Reason.NOT_AUTHORIZED, exc.explanation, out, now_ms)
                 return
@@ -470,12 +470,13 @@ class MqttHandler:
             raise MQTTError(Reason.TOPIC_NAME_INVALID, str(exc)) from None
         publisher = self.broker.publisher
         try:
-            vh, x = publisher.exchange_for(s, EXCHANGE)
+            routing_key = to_routing_key(p.topic)
+            vh, x = publisher.exchange_for(s, EXCHANGE, routing_key)
             publisher.check_size(len(p.payload))
             msg = incoming(
                 s,
                 p,
-                to_routing_key(p.topic),
+                routing_key,
                 now_ms,
                 publisher=self.client_id if self.subs.no_local else None,
             )

@@ -362,7 +362,7 @@ class StompHandler:
         broker = self.broker
         publisher = broker.publisher
         self.subscriber.prepare_send(s, dest, frame.headers, now_ms)
-        vh, x = publisher.exchange_for(s, dest.exchange)
+        vh, x = publisher.exchange_for(s, dest.exchange, dest.routing_key)
         publisher.check_size(len(frame.body))
         msg = build_message(s, dest.exchange, dest.routing_key, headers, frame.body, now_ms)
         publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
