@@ -37,10 +37,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from ringmq import __version__
-from ringmq.adapters.handler import HandlerContext, HandlerFactory, HandlerInfo
+from ringmq.adapters.handler import (
+    HandlerContext,
+    HandlerFactory,
+    HandlerInfo,
+    LoginThrottledError,
+    SlowAnswer,
+    ask_slow_login,
+)
 from ringmq.adapters.stomp.destinations import Destination, Dialects, Kind, message_destination
 from ringmq.adapters.stomp.message import build_message, message_body, message_headers
 from ringmq.adapters.stomp.receipts import Receipts
@@ -107,6 +114,7 @@ class StompHandler:
         self.subscriber = Subscriber(ctx.broker, self.dialects)
         self._opened = False
         self._released = False
+        self._waiting_login = False  # a slow backend (LDAP) checks the CONNECT's login
         self._publishing: Session
         """The core session of SENDs outside transactions (set at CONNECT)."""
         self._confirming = False
@@ -146,7 +154,7 @@ class StompHandler:
             return []  # after DISCONNECT: nothing more is read
         conn.receive_data(data)
         out: list[Effect] = []
-        while (frame := conn.next_frame()) is not None:
+        while not self._waiting_login and (frame := conn.next_frame()) is not None:
             out.extend(self._frame(frame, now_ms))
             if conn.closed:
                 break
@@ -265,8 +273,49 @@ class StompHandler:
         props = {"client_id": self.client_id} if self.client_id else {}
         try:
             user = ctx.login(mechanism, login, passcode or "", now_ms)
+        except LoginThrottledError as exc:
+            self.conn.fail("Bad CONNECT", exc.text, frame=frame)
+            return
+        except BrokerError as exc:
+            answer = self._slow_answer(frame, mechanism, vhost, props)
+            if ask_slow_login(ctx, mechanism, login, passcode or "", answer):
+                self._waiting_login = True  # later frames wait in the reader
+                return
+            self.conn.fail("Bad CONNECT", exc.text, frame=frame)
+            return
+        self._open_as(frame, user, mechanism, vhost, props, now_ms)
+
+    def _slow_answer(
+        self, frame: Frame, mechanism: str, vhost: str, props: dict[str, Any]
+    ) -> SlowAnswer:
+        # A slow backend's (LDAP) answer, as a read of the connection: CONNECTED or ERROR,
+        # then the frames that waited.
+        def answer(user: str | None, why: str, now_ms: int) -> None:
+            if self.conn.closed:
+                return
+            self._waiting_login = False
+            if user is None:
+                text = BrokerError(Condition.ACCESS_REFUSED, why).text
+                self.conn.fail("Bad CONNECT", text, frame=frame)
+            else:
+                self._open_as(frame, user, mechanism, vhost, props, now_ms)
+            self.ctx.emit(self.receive_data(b"", now_ms))
+
+        return answer
+
+    def _open_as(
+        self,
+        frame: Frame,
+        user: str,
+        mechanism: str,
+        vhost: str,
+        props: dict[str, Any],
+        now_ms: int,
+    ) -> None:
+        # The CONNECT of logged-in `user`: the core connection, CONNECTED.
+        try:
             self.broker.connection_opened(
-                self.conn_id, user, vhost, ctx.peer.address, props, now_ms, protocol="stomp"
+                self.conn_id, user, vhost, self.ctx.peer.address, props, now_ms, protocol="stomp"
             )
         except BrokerError as exc:
             self.conn.fail("Bad CONNECT", exc.text, frame=frame)
