@@ -252,6 +252,27 @@ class CoreAdmin(StreamsFacade):
         found = self.broker.auth.authenticate(user, password)
         return None if found is None else corerecords.user(found)
 
+    def token_user(self, token: str, now_ms: int) -> UserInfo | None:
+        """The user an OAuth 2 token names, when the "oauth2" backend is configured and the
+        token is valid (`core.oauth`: signature, audience, expiry); its scopes give the tags
+        (`rabbitmq.tag:administrator`) and, as for AMQP logins, its permissions. None
+        otherwise."""
+        auth = self.broker.auth
+        if auth.tokens is None or "oauth2" not in auth.backends:
+            return None
+        try:
+            grant = auth.tokens.verify(token, now_ms)
+        except BrokerError:
+            return None
+        auth.grant(grant)
+        return UserInfo(name=grant.user, tags=list(grant.tags))
+
+    def granted_user(self, name: str) -> UserInfo | None:
+        """The user a backend other than the table (LDAP) just logged in, with the tags its
+        grant gives; None when there is no grant for `name`."""
+        grant = self.broker.auth.grants.get(name)
+        return None if grant is None else UserInfo(name=grant.user, tags=list(grant.tags))
+
     def permissions(self) -> list[PermissionInfo]:
         return corerecords.permissions(self.broker.auth)
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pika
 import pytest
 import stomp
@@ -127,3 +128,18 @@ def test_mqtt(broker: BrokerThread) -> None:
     ok = Paho(broker, "guest-dev")  # the internal backend first
     assert not ok.refused
     ok.disconnect()
+
+
+def test_management_api(broker_factory: BrokerFactory, ldap: Slapd) -> None:
+    b = broker_factory(_config(ldap.port), http_port=0)
+    base = f"http://127.0.0.1:{b.server.http_port}"
+    with httpx.Client(base_url=base, timeout=30) as http:
+        r = http.get("/api/whoami", auth=("alice", "alice-pw"))  # administrator by LDAP group
+        assert r.status_code == 200
+        assert r.json() == {"name": "alice", "tags": ["administrator"]}
+        assert http.get("/api/queues", auth=("alice", "alice-pw")).status_code == 200
+        r = http.get("/api/whoami", auth=("bob", "bob-pw"))  # no management tag
+        assert r.status_code == 401
+        assert r.json()["reason"] == "Not management user"
+        assert http.get("/api/whoami", auth=("alice", "wrong")).status_code == 401
+        assert http.get("/api/whoami", auth=("guest", "guest")).status_code == 200
