@@ -16,6 +16,8 @@ import pika
 import pika.exceptions
 import pytest
 import stomp
+from proton import Disposition, Message
+from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from ringmq.node import BrokerThread
 from tests.integration.conftest import BrokerFactory, wait_until
@@ -322,3 +324,25 @@ def test_topic_permissions_survive_a_restart(broker_factory: BrokerFactory, tmp_
 
 
 _ = mqtt  # paho's module, for its types in this file's clients
+
+
+def test_amqp10_addresses(broker: BrokerThread, http: httpx.Client) -> None:
+    # RabbitMQ 4's /exchanges/X/KEY and Artemis' topic:// addresses route on amq.topic: the
+    # key is checked; a refused transfer is rejected with unauthorized-access
+    _app_user(http)
+    rule = {"exchange": "amq.topic", "write": "^app\\.", "read": "^app\\."}
+    http.put("/api/topic-permissions/%2F/app", json=rule)
+    conn = BlockingConnection(f"amqp://app:app-pw@127.0.0.1:{broker.port}", timeout=20)
+    try:
+        receiver = conn.create_receiver("topic://app.#")  # a binding with key app.#: read
+        conn.create_sender("/exchanges/amq.topic/app.x").send(Message(body="ok"))
+        assert receiver.receive(timeout=10).body == "ok"
+        receiver.accept()
+        refused = conn.create_sender("/exchanges/amq.topic/other.x")
+        with pytest.raises(SendException) as exc:
+            refused.send(Message(body="refused"))
+        assert exc.value.state == Disposition.REJECTED
+        with pytest.raises(LinkDetached, match=r"read access to topic 'other\.#'"):
+            conn.create_receiver("topic://other.#")
+    finally:
+        conn.close()
