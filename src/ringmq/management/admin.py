@@ -59,6 +59,8 @@ from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.limits import TenantLimits
 from ringmq.core.message import FORM_AMQP091, SeqId, form
 from ringmq.core.publish import UNROUTABLE
+from ringmq.core.routing import ExchangeType
+from ringmq.core.topicauth import check_topic
 from ringmq.core.vhost import QueueEntity, VHost
 from ringmq.management import corerecords
 from ringmq.management.port import Runtime
@@ -266,6 +268,21 @@ class CoreAdmin(StreamsFacade):
             return None
         auth.grant(grant)
         return UserInfo(name=grant.user, tags=list(grant.tags))
+
+    def check_topic(self, user: str, vhost: str, exchange: str, access: str, key: str) -> None:
+        """Topic authorisation of a management publish (write) or binding (read), as an AMQP
+        channel of `user` would be checked (`core.topicauth`).
+
+        Raises:
+            BrokerError: ACCESS_REFUSED with RabbitMQ's text.
+        """
+        vh = self.broker.vhosts.get(vhost)
+        x = vh.exchanges.get(exchange) if vh is not None else None
+        if x is None or x.type is not ExchangeType.TOPIC:
+            return
+        rule = self.broker.auth.topic_rule(user, vhost, exchange)
+        if rule is not None:
+            check_topic(rule, access, key, {"username": user, "vhost": vhost})
 
     def granted_user(self, name: str) -> UserInfo | None:
         """The user a backend other than the table (LDAP) just logged in, with the tags its

@@ -346,3 +346,27 @@ def test_amqp10_addresses(broker: BrokerThread, http: httpx.Client) -> None:
             conn.create_receiver("topic://other.#")
     finally:
         conn.close()
+
+
+def test_management_publish_and_bind(http: httpx.Client) -> None:
+    # the API's publish and bindings are checked as the caller's AMQP channel would be
+    assert http.put("/api/users/app", json={"password": "app-pw", "tags": "management"}).is_success
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert http.put("/api/permissions/%2F/app", json=everything).is_success
+    rule = {"exchange": "amq.topic", "write": "^app\\.", "read": "^app\\."}
+    http.put("/api/topic-permissions/%2F/app", json=rule)
+    app = ("app", "app-pw")
+    assert http.put("/api/queues/%2F/mine", json={}, auth=app).status_code == 201
+    bind = "/api/bindings/%2F/e/amq.topic/q/mine"
+    assert http.post(bind, json={"routing_key": "app.#"}, auth=app).status_code == 201
+    r = http.post(bind, json={"routing_key": "other.#"}, auth=app)
+    assert r.status_code == 401
+    assert "read access to topic 'other.#'" in r.json()["reason"]
+    publish = "/api/exchanges/%2F/amq.topic/publish"
+    msg = {"routing_key": "app.x", "payload": "ok", "payload_encoding": "string", "properties": {}}
+    assert http.post(publish, json=msg, auth=app).json() == {"routed": True}
+    r = http.post(publish, json=msg | {"routing_key": "other.x"}, auth=app)
+    assert r.status_code == 401
+    assert "write access to topic 'other.x'" in r.json()["reason"]
+    # guest has no topic permission: not concerned
+    assert http.post(publish, json=msg | {"routing_key": "other.x"}).status_code == 200
