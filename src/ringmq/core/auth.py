@@ -29,12 +29,16 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ringmq.core.certlogin import CertLogin, cert_user
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.oauth import Grant, TokenBackend
-from ringmq.core.topicauth import TopicPermission, TopicPermissions
+from ringmq.core.routing import ExchangeType
+from ringmq.core.topicauth import TopicPermission, TopicPermissions, check_topic
+
+if TYPE_CHECKING:
+    from ringmq.core.exchange import Exchange
 
 _SALT_BYTES = 4
 
@@ -203,6 +207,32 @@ class AuthDB:
         False when there was none."""
         self.generation += 1
         return self.topics.clear(user, vhost, exchange)
+
+    def check_topic(
+        self,
+        user: str,
+        vhost: str,
+        x: Exchange,
+        access: str,
+        routing_key: str | None,
+        client_id: str | None = None,
+    ) -> bool:
+        """Topic authorisation (`core.topicauth`): raise ACCESS_REFUSED unless `user` may
+        `access` ("write" or "read") `routing_key` on `x`. False when `x` is not a topic
+        exchange or has no topic permission for the user (nothing to check: callers may cache
+        that); True when it has one and the key passed (or `routing_key` is None: only asked
+        whether). `client_id` (MQTT's) fills `{client_id}`."""
+        if x.type is not ExchangeType.TOPIC:
+            return False
+        rule = self.topic_rule(user, vhost, x.name)
+        if rule is None:
+            return False
+        if routing_key is not None:
+            variables = {"username": user, "vhost": vhost}
+            if client_id is not None:
+                variables["client_id"] = client_id
+            check_topic(rule, access, routing_key, variables)
+        return True
 
     def topic_rule(self, user: str, vhost: str, exchange: str) -> TopicPermission | None:
         """The topic permission that checks `user`'s routing keys on topic exchange

@@ -46,9 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
-from ringmq.core.routing import ExchangeType
 from ringmq.core.texts import unknown_delivery
-from ringmq.core.topicauth import check_topic
 
 if TYPE_CHECKING:
     from ringmq.core.auth import Access, AuthDB
@@ -170,23 +168,13 @@ class Session:
         self.perm_ok.add(key)
 
     def check_topic(self, auth: AuthDB, x: Exchange, access: str, routing_key: str | None) -> bool:
-        """Topic authorisation (`core.topicauth`): raise ACCESS_REFUSED unless the user may
-        `access` ("write" or "read") `routing_key` on `x`. Returns False when `x` has no
-        topic permission for the user (nothing to check: callers may cache that), True when
-        it has one and the key passed (or `routing_key` is None: only asked whether)."""
-        if x.type is not ExchangeType.TOPIC:
-            return False
+        """`AuthDB.check_topic` for this session's connection (its user, vhost and, for MQTT,
+        client id)."""
         conn = self.conn
-        rule = auth.topic_rule(conn.user, conn.vhost, x.name)
-        if rule is None:
-            return False
-        if routing_key is None:
-            return True
-        variables = {"username": conn.user, "vhost": conn.vhost}
+        client_id = None
         if conn.protocol.startswith("mqtt"):
-            variables["client_id"] = str(conn.client_properties.get("client_id", ""))
-        check_topic(rule, access, routing_key, variables)
-        return True
+            client_id = str(conn.client_properties.get("client_id", ""))
+        return auth.check_topic(conn.user, conn.vhost, x, access, routing_key, client_id)
 
     # -- deliveries -----------------------------------------------------------------------
     def track(self, entry: Unacked) -> int:

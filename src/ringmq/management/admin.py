@@ -59,8 +59,6 @@ from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.limits import TenantLimits
 from ringmq.core.message import FORM_AMQP091, SeqId, form
 from ringmq.core.publish import UNROUTABLE
-from ringmq.core.routing import ExchangeType
-from ringmq.core.topicauth import check_topic
 from ringmq.core.vhost import QueueEntity, VHost
 from ringmq.management import corerecords
 from ringmq.management.port import Runtime
@@ -278,11 +276,8 @@ class CoreAdmin(StreamsFacade):
         """
         vh = self.broker.vhosts.get(vhost)
         x = vh.exchanges.get(exchange) if vh is not None else None
-        if x is None or x.type is not ExchangeType.TOPIC:
-            return
-        rule = self.broker.auth.topic_rule(user, vhost, exchange)
-        if rule is not None:
-            check_topic(rule, access, key, {"username": user, "vhost": vhost})
+        if x is not None:
+            self.broker.auth.check_topic(user, vhost, x, access, key)
 
     def granted_user(self, name: str) -> UserInfo | None:
         """The user a backend other than the table (LDAP) just logged in, with the tags its
