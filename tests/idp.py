@@ -51,7 +51,8 @@ class SigningKey:
 
 
 class JwksServer:
-    """Serves `{"keys": [...]}` of `keys` at http://127.0.0.1:PORT/jwks (keys may change)."""
+    """Serves `{"keys": [...]}` of `keys` at http://127.0.0.1:PORT/jwks (keys may change), and
+    the OpenID Connect discovery document naming it (`issuer` is http://127.0.0.1:PORT)."""
 
     def __init__(self, keys: list[SigningKey]) -> None:
         self.keys = list(keys)
@@ -61,8 +62,13 @@ class JwksServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 outer.requests += 1
-                body = json.dumps({"keys": [k.jwk() for k in outer.keys]}).encode()
-                self.send_response(200 if self.path == "/jwks" else 404)
+                if self.path == "/.well-known/openid-configuration":  # OpenID discovery
+                    doc: dict[str, Any] = {"issuer": outer.issuer, "jwks_uri": outer.url}
+                else:
+                    doc = {"keys": [k.jwk() for k in outer.keys]}
+                body = json.dumps(doc).encode()
+                known = ("/jwks", "/.well-known/openid-configuration")
+                self.send_response(200 if self.path in known else 404)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -72,7 +78,8 @@ class JwksServer:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/jwks"
+        self.issuer = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = f"{self.issuer}/jwks"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 

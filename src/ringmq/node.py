@@ -262,8 +262,16 @@ class ManagementRuntime:
 def management_app(server: BrokerServer, cluster: ClusterNode | None = None) -> ASGIApp:
     """The server's `AppFactory`: the management app over its broker and runtime."""
     settings = server.options.config.management
+
+    async def ldap_login(user: str, password: str) -> str | None:
+        # the server's LDAP backend, when it has one by the time a request asks
+        return None if server.ldap is None else await server.ldap.login(user, password)
+
     return create_app(
-        server.broker, ManagementRuntime(server, cluster), max_body_size=settings.max_body_size
+        server.broker,
+        ManagementRuntime(server, cluster),
+        max_body_size=settings.max_body_size,
+        slow_login=ldap_login if "ldap" in server.options.config.auth.backends else None,
     )
 
 

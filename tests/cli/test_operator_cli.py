@@ -46,6 +46,17 @@ def test_users_vhosts_and_permissions(run: Run) -> None:
         ".*",
         "q.*",
     )
+    run("topic-permission", "set", "cli.ops", "amq.topic", "^{username}[.]", ".*", "-V", "cli.vh")
+    (topic,) = json.loads(run("list", "topic-permissions", "--json").stdout)
+    assert topic == {
+        "user": "cli.ops",
+        "vhost": "cli.vh",
+        "exchange": "amq.topic",
+        "write": "^{username}[.]",
+        "read": ".*",
+    }
+    run("topic-permission", "clear", "cli.ops", "--vhost", "cli.vh")
+    assert json.loads(run("list", "topic-permissions", "--json").stdout) == []
     run("permission", "clear", "cli.ops", "--vhost", "cli.vh")
     perms = json.loads(run("list", "permissions", "--json").stdout)
     assert not [p for p in perms if p["user"] == "cli.ops"]

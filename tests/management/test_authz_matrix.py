@@ -81,6 +81,32 @@ CASES = [
     Case("GET", "/api/permissions/{vhost}/{user}", "/api/permissions/%2F/guest", "admin"),
     Case("PUT", "/api/permissions/{vhost}/{user}", "/api/permissions/%2F/gone", "admin", body={}),
     Case("DELETE", "/api/permissions/{vhost}/{user}", "/api/permissions/%2F/gone", "admin"),
+    Case("GET", "/api/topic-permissions", "/api/topic-permissions", "admin"),
+    Case(
+        "GET",
+        "/api/topic-permissions/{vhost}/{user}",
+        "/api/topic-permissions/%2F/guest",
+        "admin",
+    ),
+    Case(
+        "PUT",
+        "/api/topic-permissions/{vhost}/{user}",
+        "/api/topic-permissions/%2F/gone",
+        "admin",
+        body={},
+    ),
+    Case(
+        "DELETE",
+        "/api/topic-permissions/{vhost}/{user}",
+        "/api/topic-permissions/%2F/gone",
+        "admin",
+    ),
+    Case(
+        "GET", "/api/users/{user}/topic-permissions", "/api/users/guest/topic-permissions", "admin"
+    ),
+    Case(
+        "GET", "/api/vhosts/{vhost}/topic-permissions", "/api/vhosts/%2F/topic-permissions", "admin"
+    ),
     Case("GET", "/api/connections", "/api/connections", "any"),
     Case("GET", "/api/connections/{name}", "/api/connections/gone", "any"),
     Case("DELETE", "/api/connections/{name}", "/api/connections/gone", "any"),

@@ -290,6 +290,32 @@ connection (MQTT's delayed wills, whose connection is gone), run by the server's
 or not any connection of that protocol is open."""
 
 
+class LoginThrottledError(BrokerError):
+    """`HandlerContext.login` refused the attempt unchecked: too many failed logins from the
+    address (no slow backend is asked then)."""
+
+
+def ask_slow_login(
+    ctx: HandlerContext, mechanism: str, user: str, password: str, answer: SlowAnswer
+) -> bool:
+    """After `ctx.login` refused a password login (not a `LoginThrottledError` one), hand it to the
+    slow backends (LDAP, `HandlerContext.slow_login`); True when one took it (`answer` comes
+    later, as a read of the connection), False when none is configured or the login is not a
+    password one. The quick refusal already counted one failure with the throttle; a login
+    the slow backend accepts clears it, as any successful login does."""
+    slow = ctx.slow_login
+    if slow is None or mechanism == "EXTERNAL" or not password:
+        return False
+    guard, host = ctx.login_guard, ctx.peer.host
+
+    def answered(who: str | None, why: str, now_ms: int) -> None:
+        if who is not None and guard is not None:
+            guard.succeeded(host)
+        answer(who, why, now_ms)
+
+    return slow(user, password, answered)
+
+
 def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> Login:
     """The `HandlerContext.login` of a connection from `peer`, speaking `protocol`.
 
@@ -301,7 +327,7 @@ def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> 
     def login(mechanism: str, user: str, password: str, now_ms: int) -> str:
         delay = guard.before(peer.host, now_ms)
         if delay is None or delay > 0:
-            raise BrokerError(
+            raise LoginThrottledError(
                 Condition.ACCESS_REFUSED,
                 f"too many failed logins from {peer.host}, retry later",
             )

@@ -1,8 +1,9 @@
-"""`ringmq user|vhost|permission ...` (`ringmq list users|vhosts|permissions` are `_LISTS` entries
-in cli/admin.py).
+"""`ringmq user|vhost|permission|topic-permission ...` (`ringmq list users|vhosts|permissions|
+topic-permissions` are `_LISTS` entries in cli/admin.py).
 
 The same HTTP API and options as cli/admin.py (RabbitMQ's `rabbitmqctl add_user`,
-`add_vhost`, `set_permissions` over `/api/users`, `/api/vhosts`, `/api/permissions`).
+`add_vhost`, `set_permissions`, `set_topic_permissions` over `/api/users`, `/api/vhosts`,
+`/api/permissions`, `/api/topic-permissions`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from ringmq.cli.admin import (
 user_app = typer.Typer(help="Add, change or delete users.")
 vhost_app = typer.Typer(help="Add or delete virtual hosts.")
 permission_app = typer.Typer(help="Set or clear a user's permissions in a virtual host.")
+topic_permission_app = typer.Typer(
+    help="Set or clear a user's topic permissions (routing keys on a topic exchange)."
+)
 
 Tags = Annotated[
     str, typer.Option("--tags", help="Comma-separated: administrator, monitoring, management...")
@@ -119,8 +123,42 @@ def permission_clear(
     out.print(f"permissions of {name} in {vhost} cleared")
 
 
+@topic_permission_app.command(name="set")
+def topic_permission_set(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    exchange: Annotated[str, typer.Argument(help="The topic exchange.")],
+    write: Annotated[str, typer.Argument(help="Regex of routing keys it may publish with.")],
+    read: Annotated[str, typer.Argument(help="Regex of binding keys it may bind with.")],
+    vhost: InVhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Set a user's topic permission on one exchange (`rabbitmqctl set_topic_permissions`;
+    `{username}`, `{vhost}` and, for MQTT, `{client_id}` stand for the connection's values)."""
+    body = {"exchange": exchange, "write": write, "read": read}
+    with _client(url, user, password) as c:
+        c.request("PUT", f"/topic-permissions/{_q(vhost)}/{_q(name)}", body)
+    out.print(f"topic permission of {name} on {exchange} in {vhost} set")
+
+
+@topic_permission_app.command(name="clear")
+def topic_permission_clear(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    vhost: InVhost = "/",
+    url: Url = DEFAULT_URL,
+    user: User = DEFAULT_USER,
+    password: Password = DEFAULT_PASSWORD,
+) -> None:
+    """Remove a user's topic permissions in a virtual host."""
+    with _client(url, user, password) as c:
+        c.request("DELETE", f"/topic-permissions/{_q(vhost)}/{_q(name)}")
+    out.print(f"topic permissions of {name} in {vhost} cleared")
+
+
 def register(app: typer.Typer) -> None:
     """Add `user`, `vhost` and `permission` (the `list` commands join cli/admin.py's group)."""
     app.add_typer(user_app, name="user")
     app.add_typer(vhost_app, name="vhost")
     app.add_typer(permission_app, name="permission")
+    app.add_typer(topic_permission_app, name="topic-permission")

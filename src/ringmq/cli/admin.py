@@ -228,6 +228,16 @@ _LISTS: Final[dict[str, tuple[str, list[tuple[str, str]]]]] = {
             ("read", "read"),
         ],
     ),
+    "topic-permissions": (
+        "/topic-permissions",
+        [
+            ("user", "user"),
+            ("vhost", "vhost"),
+            ("exchange", "exchange"),
+            ("write", "write"),
+            ("read", "read"),
+        ],
+    ),
     "queues": (
         "/queues",
         [

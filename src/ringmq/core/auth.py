@@ -29,11 +29,16 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ringmq.core.certlogin import CertLogin, cert_user
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.oauth import Grant, TokenBackend
+from ringmq.core.routing import ExchangeType
+from ringmq.core.topicauth import TopicPermission, TopicPermissions, check_topic
+
+if TYPE_CHECKING:
+    from ringmq.core.exchange import Exchange
 
 _SALT_BYTES = 4
 
@@ -140,6 +145,9 @@ class AuthDB:
         self.grants: dict[str, ExternalGrant] = {}
         """Users logged in by token or LDAP: what their latest login grants (it replaces the
         user table's permissions for them; a token's until it expires)."""
+        self.topics = TopicPermissions()
+        """RabbitMQ's topic permissions (`core.topicauth`): change them through
+        `set_topic_permission` / `clear_topic_permission`, which bump `generation`."""
 
     # -- administration -------------------------------------------------------------------
     def add_user(
@@ -165,6 +173,7 @@ class AuthDB:
             return False
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
+        self.topics.forget_user(name)
         self.generation += 1
         return True
 
@@ -181,6 +190,57 @@ class AuthDB:
         """Remove `user`'s permissions in `vhost`; False when there were none."""
         self.generation += 1
         return self.permissions.pop((user, vhost), None) is not None
+
+    def set_topic_permission(
+        self, user: str, vhost: str, exchange: str, write: str, read: str
+    ) -> None:
+        """Set `user`'s topic permission on `exchange` of `vhost` (`core.topicauth`).
+
+        Raises:
+            ValueError: a pattern is not a valid regular expression.
+        """
+        self.topics.set(user, vhost, exchange, write, read)
+        self.generation += 1
+
+    def clear_topic_permission(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """Remove `user`'s topic permission on `exchange` of `vhost` (None: all of that vhost);
+        False when there was none."""
+        self.generation += 1
+        return self.topics.clear(user, vhost, exchange)
+
+    def check_topic(
+        self,
+        user: str,
+        vhost: str,
+        x: Exchange,
+        access: str,
+        routing_key: str | None,
+        client_id: str | None = None,
+    ) -> bool:
+        """Topic authorisation (`core.topicauth`): raise ACCESS_REFUSED unless `user` may
+        `access` ("write" or "read") `routing_key` on `x`. False when `x` is not a topic
+        exchange or has no topic permission for the user (nothing to check: callers may cache
+        that); True when it has one and the key passed (or `routing_key` is None: only asked
+        whether). `client_id` (MQTT's) fills `{client_id}`."""
+        if x.type is not ExchangeType.TOPIC:
+            return False
+        rule = self.topic_rule(user, vhost, x.name)
+        if rule is None:
+            return False
+        if routing_key is not None:
+            variables = {"username": user, "vhost": vhost}
+            if client_id is not None:
+                variables["client_id"] = client_id
+            check_topic(rule, access, routing_key, variables)
+        return True
+
+    def topic_rule(self, user: str, vhost: str, exchange: str) -> TopicPermission | None:
+        """The topic permission that checks `user`'s routing keys on topic exchange
+        `exchange`, or None: no check (none set, or the user logged in by another backend,
+        whose topic access RabbitMQ allows by default)."""
+        if user in self.grants:
+            return None
+        return self.topics.rule(user, vhost, exchange)
 
     # -- checks -----------------------------------------------------------------------------
     def authenticate(self, username: str, password: str) -> User | None:

@@ -39,6 +39,7 @@ from ringmq.core.storeport import (
     POLICY,
     QUEUE_DEF,
     SEP,
+    TOPIC_PERMISSION,
     USER,
     VHOST,
     DefinitionStorePort,
@@ -222,7 +223,13 @@ class DefinitionSync:
     def _small_defs(self) -> dict[str, dict[str, Any]]:
         # vhosts, users, permissions, policies: few, changed by management; diffed whole.
         b = self.registry
-        defs: dict[str, dict[str, Any]] = {VHOST: {}, USER: {}, PERMISSION: {}, POLICY: {}}
+        defs: dict[str, dict[str, Any]] = {
+            VHOST: {},
+            USER: {},
+            PERMISSION: {},
+            TOPIC_PERMISSION: {},
+            POLICY: {},
+        }
         limits = b.limits
         for name in b.vhosts:
             defs[VHOST][name] = {"name": name}
@@ -244,6 +251,14 @@ class DefinitionSync:
                 "configure": perm.configure,
                 "write": perm.write,
                 "read": perm.read,
+            }
+        for t in b.auth.topics:
+            defs[TOPIC_PERMISSION][f"{t.vhost}{SEP}{t.user}{SEP}{t.exchange}"] = {
+                "user": t.user,
+                "vhost": t.vhost,
+                "exchange": t.exchange,
+                "write": t.write,
+                "read": t.read,
             }
         for pol in b.policies.list():
             defs[POLICY][f"{pol.vhost}{SEP}{pol.name}"] = {

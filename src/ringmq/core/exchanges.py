@@ -249,6 +249,8 @@ class Exchanges:
             grant.check(auth, Access.WRITE, "exchange", destination)
             grant.check(auth, Access.READ, "exchange", source)
         src = self.exchange(vh, source)
+        if grant is not None:  # the binding key by the user's topic permission on the source
+            grant.check_topic(self.state.auth, src, "read", routing_key)
         self.exchange(vh, destination)
         self.bind(src, (EXCHANGE, destination), routing_key, arguments)
         vh.invalidate()
@@ -274,6 +276,8 @@ class Exchanges:
             grant.check(auth, Access.WRITE, "exchange", destination)
             grant.check(auth, Access.READ, "exchange", source)
         src = vh.exchanges.get(source)
+        if grant is not None and src is not None:
+            grant.check_topic(self.state.auth, src, "read", routing_key)
         if (
             src is not None
             and destination in vh.exchanges

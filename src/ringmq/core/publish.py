@@ -162,8 +162,16 @@ class Publisher:
         self._blocked_by = resources.blocked_by
 
     # ------------------------------------------------------------------ checks
-    def exchange_for(self, s: Session, name: str) -> tuple[VHost, Exchange]:
-        """The exchange a publish on `s` names, checked: exists, not internal, writable."""
+    def exchange_for(
+        self, s: Session, name: str, routing_key: str | None = None
+    ) -> tuple[VHost, Exchange]:
+        """The exchange a publish on `s` names, checked: exists, not internal, writable, and
+        `routing_key` (when given) allowed by the user's topic permission on it, if any
+        (`Session.check_topic`). An exchange with such a permission never joins the session's
+        cached `write_ok`, so the callers that skip this call for a cached exchange (the 0-9-1
+        publish) come here for each publish on it; the others that publish several messages
+        after one call check each key with `Session.check_topic` when the name is not in
+        `write_ok` (`publish_batch`)."""
         vh = s.vhost
         x = vh.exchanges.get(name)
         if x is None:
@@ -176,7 +184,8 @@ class Publisher:
         auth = self.state.auth
         if s.perm_generation != auth.generation or name not in s.write_ok:
             s.check(auth, Access.WRITE, "exchange", name)
-            s.write_ok.add(name)
+            if not s.check_topic(auth, x, "write", routing_key):
+                s.write_ok.add(name)
         return vh, x
 
     def check_size(self, size: int) -> None:

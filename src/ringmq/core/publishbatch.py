@@ -23,10 +23,13 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+
+from ringmq.core.auth import AuthDB
 
 from ringmq.core.effects import Block, Effect
 from ringmq.core.errors import BrokerError
+from ringmq.core.exchange import Exchange
 from ringmq.core.ingest import INGEST_RUN, ingest_columns, ingest_run
 from ringmq.core.message import Message
 from ringmq.core.publish import Publisher
@@ -91,6 +94,9 @@ def publish_batch(
     released: list[int] = []
     try:
         vh, x = publisher.exchange_for(s, exchange)
+        if exchange not in s.write_ok:  # a topic permission: each key checked as it comes
+            messages = _topic_checked(s, state.auth, x, columns, messages)
+            columns = None
         publish = publisher.pipeline  # by position (see `publish`)
         it = iter(messages)
         more = True
@@ -148,3 +154,22 @@ def publish_batch(
     if released:
         publisher.confirms.send(s, released)
     return done
+
+
+def _topic_checked(
+    s: Session,
+    auth: AuthDB,
+    x: Exchange,
+    columns: RunColumns | None,
+    messages: Iterable[Message],
+) -> Iterator[Message]:
+    # `publish_batch`'s messages (its columns first, as messages) with each routing key
+    # checked by the user's topic permission: a refused key stops the batch there, as a
+    # message that fails to build does.
+    if columns is not None:
+        for msg in columns.rows(0, len(columns)).messages():
+            s.check_topic(auth, x, "write", msg.routing_key)
+            yield msg
+    for msg in messages:
+        s.check_topic(auth, x, "write", msg.routing_key)
+        yield msg

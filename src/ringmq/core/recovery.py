@@ -40,6 +40,7 @@ from ringmq.core.storeport import (
     POLICY,
     QUEUE_DEF,
     SEP,
+    TOPIC_PERMISSION,
     USER,
     VHOST,
     LazyRecoveredPort,
@@ -88,6 +89,17 @@ def restore_definitions(
             str(value["write"]),
             str(value["read"]),
         )
+    for value in defs.get(TOPIC_PERMISSION, {}).values():
+        try:
+            b.auth.set_topic_permission(
+                str(value["user"]),
+                str(value["vhost"]),
+                str(value["exchange"]),
+                str(value["write"]),
+                str(value["read"]),
+            )
+        except ValueError:
+            log.warning("stored topic permission of %r refused at recovery", value.get("user"))
     for value in defs.get(POLICY, {}).values():
         try:
             b.policies.set(

@@ -55,6 +55,7 @@ from ringmq.core.texts import unknown_delivery
 if TYPE_CHECKING:
     from ringmq.core.auth import Access, AuthDB
     from ringmq.core.consumers import Consumer
+    from ringmq.core.exchange import Exchange
     from ringmq.core.vhost import QueueEntity, VHost
 
 
@@ -177,6 +178,15 @@ class Session:
             self.write_ok.clear()
             self.perm_generation = auth.generation
         self.perm_ok.add(key)
+
+    def check_topic(self, auth: AuthDB, x: Exchange, access: str, routing_key: str | None) -> bool:
+        """`AuthDB.check_topic` for this session's connection (its user, vhost and, for MQTT,
+        client id)."""
+        conn = self.conn
+        client_id = None
+        if conn.protocol.startswith("mqtt"):
+            client_id = str(conn.client_properties.get("client_id", ""))
+        return auth.check_topic(conn.user, conn.vhost, x, access, routing_key, client_id)
 
     # -- deliveries -----------------------------------------------------------------------
     def track(self, entry: Unacked) -> int:

@@ -28,11 +28,21 @@ SEP: Final = "\x1f"
 VHOST: Final = "vhost"
 USER: Final = "user"
 PERMISSION: Final = "permission"
+TOPIC_PERMISSION: Final = "topic_permission"
 POLICY: Final = "policy"
 EXCHANGE_DEF: Final = "exchange"
 QUEUE_DEF: Final = "queue"
 BINDING: Final = "binding"
-KINDS: Final = (VHOST, USER, PERMISSION, POLICY, EXCHANGE_DEF, QUEUE_DEF, BINDING)
+KINDS: Final = (
+    VHOST,
+    USER,
+    PERMISSION,
+    TOPIC_PERMISSION,
+    POLICY,
+    EXCHANGE_DEF,
+    QUEUE_DEF,
+    BINDING,
+)
 """Every definition kind, in the order recovery restores them."""
 
 

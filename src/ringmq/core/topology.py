@@ -413,6 +413,9 @@ class Topology:
         auth = self.state.auth
         s.check(auth, Access.WRITE, "queue", qname)
         s.check(auth, Access.READ, "exchange", exchange)
+        x = vh.exchanges.get(exchange)
+        if x is not None:  # the binding key by the user's topic permission (core.topicauth)
+            s.check_topic(auth, x, "read", routing_key)
         self.queue_for(s, qname)
         self.bind(vh, exchange, qname, routing_key, arguments)
 
@@ -487,6 +490,8 @@ class Topology:
         s.check(auth, Access.WRITE, "queue", qname)
         s.check(auth, Access.READ, "exchange", exchange)
         x = vh.exchanges.get(exchange)
+        if x is not None:
+            s.check_topic(auth, x, "read", routing_key)
         if (
             qname in vh.queues
             and x is not None
@@ -583,6 +588,7 @@ class Topology:
         for user, vhost in list(auth.permissions):
             if vhost == vh.name:
                 auth.clear_permissions(user, vhost)
+        auth.topics.forget_vhost(vh.name)
 
     def delete_queue(self, vh: VHost, q: QueueEntity, now_ms: int) -> None:
         """Remove a queue: cancel its consumers (notifying them), drop its bindings."""

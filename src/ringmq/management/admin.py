@@ -74,6 +74,7 @@ from ringmq.management.records import (
     PolicyInfo,
     QueueInfo,
     ScheduledInfo,
+    TopicPermissionInfo,
     UserInfo,
 )
 from ringmq.management.streamfacade import StreamsFacade
@@ -251,6 +252,39 @@ class CoreAdmin(StreamsFacade):
         found = self.broker.auth.authenticate(user, password)
         return None if found is None else corerecords.user(found)
 
+    def token_user(self, token: str, now_ms: int) -> UserInfo | None:
+        """The user an OAuth 2 token names, when the "oauth2" backend is configured and the
+        token is valid (`core.oauth`: signature, audience, expiry); its scopes give the tags
+        (`rabbitmq.tag:administrator`) and, as for AMQP logins, its permissions. None
+        otherwise."""
+        auth = self.broker.auth
+        if auth.tokens is None or "oauth2" not in auth.backends:
+            return None
+        try:
+            grant = auth.tokens.verify(token, now_ms)
+        except BrokerError:
+            return None
+        auth.grant(grant)
+        return UserInfo(name=grant.user, tags=list(grant.tags))
+
+    def check_topic(self, user: str, vhost: str, exchange: str, access: str, key: str) -> None:
+        """Topic authorisation of a management publish (write) or binding (read), as an AMQP
+        channel of `user` would be checked (`core.topicauth`).
+
+        Raises:
+            BrokerError: ACCESS_REFUSED with RabbitMQ's text.
+        """
+        vh = self.broker.vhosts.get(vhost)
+        x = vh.exchanges.get(exchange) if vh is not None else None
+        if x is not None:
+            self.broker.auth.check_topic(user, vhost, x, access, key)
+
+    def granted_user(self, name: str) -> UserInfo | None:
+        """The user a backend other than the table (LDAP) just logged in, with the tags its
+        grant gives; None when there is no grant for `name`."""
+        grant = self.broker.auth.grants.get(name)
+        return None if grant is None else UserInfo(name=grant.user, tags=list(grant.tags))
+
     def permissions(self) -> list[PermissionInfo]:
         return corerecords.permissions(self.broker.auth)
 
@@ -308,6 +342,27 @@ class CoreAdmin(StreamsFacade):
     @_writes(full=False)
     def clear_permissions(self, user: str, vhost: str) -> bool:
         return self.broker.auth.clear_permissions(user, vhost)
+
+    def topic_permissions(self) -> list[TopicPermissionInfo]:
+        return corerecords.topic_permissions(self.broker.auth)
+
+    @_writes(full=False)
+    def set_topic_permission(self, t: TopicPermissionInfo) -> None:
+        """Set a topic permission (`core.topicauth`); the user and vhost must exist.
+
+        Raises:
+            BrokerError: NOT_FOUND for a missing user or vhost.
+            ValueError: a pattern that is not a regular expression.
+        """
+        if t.user not in self.broker.auth.users:
+            raise BrokerError(Condition.NOT_FOUND, f"no user '{t.user}'")
+        self._vhost(t.vhost)
+        self.broker.auth.set_topic_permission(t.user, t.vhost, t.exchange, t.write, t.read)
+
+    @_writes(full=False)
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """Remove `user`'s topic permissions in `vhost` (one exchange's, or all)."""
+        return self.broker.auth.clear_topic_permission(user, vhost, exchange)
 
     def has_vhost_access(self, user: str, vhost: str) -> bool:
         """The user has permissions in `vhost` (AMQP's vhost access check)."""

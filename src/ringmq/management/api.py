@@ -52,6 +52,9 @@ from ringmq.management.port import ConnectionInfo, Runtime
 from ringmq.management.rates import RateSampler
 from ringmq.management.records import QueueInfo, UserInfo
 
+SlowLogin = Callable[[str, str], Awaitable[str | None]]
+"""`await slow_login(user, password)`: the user a slow backend (LDAP) logs in, or None."""
+
 log = logging.getLogger(__name__)
 
 EXCHANGE_TYPES: Final = EXCHANGE_TYPE_NAMES  # the broker's own list (core.routing)
@@ -84,47 +87,83 @@ class Api:
         runtime: Runtime,
         sampler: RateSampler,
         clock_ms: Callable[[], int] = wall_ms,
+        slow_login: SlowLogin | None = None,
     ) -> None:
         self.admin = admin
         self.runtime = runtime
         self.sampler = sampler
         self.clock_ms = clock_ms
+        self.slow_login = slow_login
+        """The slow login backends (LDAP), asked when the user table refuses a password:
+        `await slow_login(user, password)` is the user they log in, or None."""
         self._auth_cache: dict[str, tuple[int, UserInfo]] = {}
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def authenticate(self, request: Request) -> UserInfo:
-        """The user of a request's Basic credentials; raise 401 otherwise."""
+    def _credentials(self, request: Request) -> tuple[str, str, str]:
+        # (cache key, user, password) of Basic credentials; a Bearer token (the console's
+        # OAuth 2 login, RabbitMQ's management.oauth) is (key, "", token)
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "basic" or not token:
+        if scheme.lower() not in ("basic", "bearer") or not token:
             raise UnauthorizedError("Not_Authorized")
-        now = self.clock_ms()
         client = request.client.host if request.client else ""
-        key = hashlib.sha256(f"{client}\0{token}".encode()).hexdigest()
-        cached = self._auth_cache.get(key)
-        if cached is not None and now - cached[0] < _AUTH_CACHE_MS:
-            request.scope[LOGIN_OUTCOME] = True
-            return cached[1]
+        key = hashlib.sha256(f"{client}\0{scheme.lower()}\0{token}".encode()).hexdigest()
+        if scheme.lower() == "bearer":
+            return key, "", token
         try:
             username, sep, password = base64.b64decode(token).decode("utf-8").partition(":")
         except (binascii.Error, UnicodeDecodeError):
             raise UnauthorizedError("Not_Authorized") from None
         if not sep:
             raise UnauthorizedError("Not_Authorized")
-        found = self.admin.authenticate(username, password)
+        return key, username, password
+
+    async def authenticate_any(self, request: Request) -> UserInfo:
+        """`authenticate`, then the slow backends (LDAP) for a password the user table and
+        the tokens refused."""
+        try:
+            return self.authenticate(request)
+        except UnauthorizedError as exc:
+            if self.slow_login is None or exc.reason != "Login failed":
+                raise
+            key, username, password = self._credentials(request)
+            if not username:
+                raise
+            who = await self.slow_login(username, password)
+            found = self.admin.granted_user(who) if who is not None else None
+            if found is None:
+                raise
+            request.scope[LOGIN_OUTCOME] = True
+            return self._admit(request, key, found)
+
+    def authenticate(self, request: Request) -> UserInfo:
+        """The user of a request's Basic credentials (or Bearer token); raise 401 otherwise."""
+        key, username, password = self._credentials(request)
+        now = self.clock_ms()
+        cached = self._auth_cache.get(key)
+        if cached is not None and now - cached[0] < _AUTH_CACHE_MS:
+            request.scope[LOGIN_OUTCOME] = True
+            return cached[1]
+        if username:
+            found = self.admin.authenticate(username, password)
+        else:  # a token: valid, signed, for this resource server (`core.oauth`)
+            found = self.admin.token_user(password, now)
         # what the login throttle counts (management.app): wrong credentials only, not a
         # refusal of a user who logged in (a missing tag or permission)
         request.scope[LOGIN_OUTCOME] = found is not None
         if found is None:
             raise UnauthorizedError("Login failed")
+        return self._admit(request, key, found)
+
+    def _admit(self, request: Request, key: str, found: UserInfo) -> UserInfo:
         if not MANAGEMENT_TAGS.intersection(found.tags):
             raise UnauthorizedError("Not management user")
         if found.loopback_only and not _is_loopback(request):
             raise UnauthorizedError("User can only log in via localhost")
         if len(self._auth_cache) > 256:
             self._auth_cache.clear()
-        self._auth_cache[key] = (now, found)
+        self._auth_cache[key] = (self.clock_ms(), found)
         return found
 
     def refresh_rates(self, force: bool = False) -> None:
@@ -162,7 +201,7 @@ class Api:
             raise NotAuthorisedError("no authorisation rule for this endpoint")
         if rule.gate is authz.Gate.PUBLIC:
             return None
-        principal = Principal(self.authenticate(request), self.admin)
+        principal = Principal(await self.authenticate_any(request), self.admin)
         request.state.principal = principal
         params = cast(dict[str, str], request.path_params)
         vhost = unquote(params["vhost"]) if "vhost" in params else None
@@ -324,7 +363,7 @@ class Api:
         )
 
     async def whoami(self, request: Request) -> Response:
-        u = self.authenticate(request)
+        u = await self.authenticate_any(request)
         return json_response({"name": u.name, "tags": list(u.tags)})
 
     async def rate_history(self, request: Request) -> Response:

@@ -45,7 +45,7 @@ from ringmq.core.throttle import LoginGuard
 from ringmq.management import bodies, browse, cliscript, cluster, health, metrics, nodes, streams
 from ringmq.management.access import Access
 from ringmq.management.admin import CoreAdmin
-from ringmq.management.api import LOGIN_OUTCOME, Api, wall_ms
+from ringmq.management.api import LOGIN_OUTCOME, Api, SlowLogin, wall_ms
 from ringmq.management.definitions import Definitions
 from ringmq.management.errors import UnauthorizedError, to_response
 from ringmq.management.limits import Limits
@@ -53,6 +53,7 @@ from ringmq.management.port import Runtime
 from ringmq.management.queues import Queues
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
 from ringmq.management.sessions import Sessions
+from ringmq.management.topicperms import TopicPermissions
 from ringmq.management.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -169,6 +170,7 @@ def create_app(
     background_rates: bool = True,
     clock_ms: Callable[[], int] = wall_ms,
     max_body_size: int | None = None,
+    slow_login: SlowLogin | None = None,
 ) -> Starlette:
     """The management ASGI app for a core broker.
 
@@ -180,11 +182,12 @@ def create_app(
         clock_ms: wall clock in ms (tests pass a fake).
         max_body_size: largest request body in bytes, larger ones are answered 413
             (`management.http.max_body_size`; None: `bodies.DEFAULT_MAX_BODY_SIZE`).
+        slow_login: the slow login backends (LDAP) for passwords the user table refuses.
     """
     max_body = bodies.DEFAULT_MAX_BODY_SIZE if max_body_size is None else max_body_size
     admin = CoreAdmin(broker, runtime)
     sampler = RateSampler(interval_ms=rate_interval_ms, history_key="overview")
-    api = Api(admin, runtime, sampler, clock_ms)
+    api = Api(admin, runtime, sampler, clock_ms, slow_login)
     background = _Sampler(api, rate_interval_ms / 1000)
 
     probe = nodes.NodeProbe(admin, runtime)
@@ -251,6 +254,7 @@ def create_app(
         *Topology(api).routes(),  # /api/exchanges, /api/bindings
         *Queues(api).routes(),  # /api/queues
         *Access(api).routes(),  # /api/vhosts, /api/users, /api/permissions, /api/policies
+        *TopicPermissions(api).routes(),  # /api/topic-permissions
         *Limits(api).routes(),  # /api/vhost-limits, /api/user-limits
         *Sessions(api).routes(),  # /api/connections, /api/channels, /api/consumers
         *Definitions(api).routes(),  # /api/definitions

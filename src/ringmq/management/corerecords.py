@@ -28,6 +28,7 @@ from ringmq.management.records import (
     PermissionInfo,
     PolicyInfo,
     ScheduledInfo,
+    TopicPermissionInfo,
     UserInfo,
 )
 
@@ -82,6 +83,14 @@ def permissions(auth: AuthDB) -> list[PermissionInfo]:
         PermissionInfo(user=u, vhost=v, configure=p.configure, write=p.write, read=p.read)
         for (u, v), p in sorted(auth.permissions.items())
     ]
+
+
+def topic_permissions(auth: AuthDB) -> list[TopicPermissionInfo]:
+    """Every topic permission, by user, vhost and exchange."""
+    return sorted(
+        (TopicPermissionInfo(t.user, t.vhost, t.exchange, t.write, t.read) for t in auth.topics),
+        key=lambda t: (t.user, t.vhost, t.exchange),
+    )
 
 
 def policy(p: Policy) -> PolicyInfo:

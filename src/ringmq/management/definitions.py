@@ -5,7 +5,7 @@ is all-or-nothing at the HTTP level: the whole document is parsed and checked fi
 types, vhosts that exist or are created by the document, valid password hashes and permission
 patterns, no conflicting redeclaration of an existing queue or exchange, bindings whose ends
 exist or are part of the document), and only then applied in dependency order (vhosts, users,
-permissions, policies, exchanges, queues, bindings). Users carry RabbitMQ's
+permissions, topic permissions, policies, exchanges, queues, bindings). Users carry RabbitMQ's
 `rabbit_password_hashing_sha256` hashes, which ringmq uses too, so a RabbitMQ export imports
 as is. A per-vhost import (`/api/definitions/{vhost}`) takes only the vhost-scoped sections.
 Users, permissions and policies are checked by the rules `PUT /api/users|permissions|policies`
@@ -39,7 +39,14 @@ from ringmq.management.params import (
     parse_policy,
     parse_user,
 )
-from ringmq.management.records import BindingInfo, PermissionInfo, PolicyInfo
+from ringmq.management.records import (
+    BindingInfo,
+    PermissionInfo,
+    PolicyInfo,
+    TopicPermissionInfo,
+)
+from ringmq.management.topicperms import parse_topic_permission
+from ringmq.management.topicperms import shape as topic_shape
 
 _BUILT_IN_PREFIX = "amq."
 
@@ -106,7 +113,7 @@ def export(admin: CoreAdmin, vhost: str | None = None) -> dict[str, Any]:
         ]
         out["vhosts"] = [{"name": v, "description": "", "tags": []} for v in admin.vhosts()]
         out["permissions"] = [shapes.permission(p) for p in admin.permissions()]
-        out["topic_permissions"] = []
+        out["topic_permissions"] = [topic_shape(t) for t in admin.topic_permissions()]
         out["parameters"] = parameters
         out["global_parameters"] = []
     elif parameters:
@@ -136,6 +143,7 @@ class _Plan:
     bindings: list[BindingInfo]
     vhost_limits: dict[str, dict[str, int]]
     user_limits: dict[str, dict[str, int]]
+    topic_permissions: list[TopicPermissionInfo]
 
 
 def _list(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -198,6 +206,7 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
     new_vhosts: list[str] = []
     users: list[_User] = []
     permissions: list[PermissionInfo] = []
+    topic_permissions: list[TopicPermissionInfo] = []
     vhost_limits: dict[str, dict[str, int]] = {}
     user_limits: dict[str, dict[str, int]] = {}
     if only_vhost is None:
@@ -244,10 +253,17 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
                     raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
         for t in _list(doc, "topic_permissions"):
             with each():
-                raise BadRequestError(
-                    f"definitions: topic permission of {t.get('user')!r} in "
-                    f"{t.get('vhost')!r}: topic authorisation is not implemented by ringmq"
-                )
+                user = _field(t, "user", str, "topic permission")
+                vhost = _field(t, "vhost", str, "topic permission")
+                where = f"topic permission of {user!r} in {vhost!r}"
+                if user not in user_names:
+                    raise BadRequestError(f"definitions: {where}: no such user")
+                if vhost not in known_vhosts:
+                    raise BadRequestError(f"definitions: {where}: vhost does not exist")
+                try:
+                    topic_permissions.append(parse_topic_permission(vhost, user, t))
+                except BadRequestError as exc:
+                    raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
         for g in _list(doc, "global_parameters"):
             with each():
                 if g.get("name") not in _NODE_GLOBALS:
@@ -369,6 +385,7 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
         bindings,
         vhost_limits,
         user_limits,
+        topic_permissions,
     )
 
 
@@ -383,6 +400,8 @@ def import_(
         admin.add_user(u.name, password=None, password_hash=u.password_hash, tags=u.tags)
     for perm in plan.permissions:
         admin.set_permissions(perm)
+    for t in plan.topic_permissions:
+        admin.set_topic_permission(t)
     for p in plan.policies:
         admin.set_policy(p, now_ms=now_ms)
     for x in plan.exchanges:
@@ -417,6 +436,7 @@ def import_(
         "vhosts": len(plan.vhosts),
         "users": len(plan.users),
         "permissions": len(plan.permissions),
+        "topic_permissions": len(plan.topic_permissions),
         "policies": len(plan.policies),
         "exchanges": len(plan.exchanges),
         "queues": len(plan.queues),

@@ -138,6 +138,17 @@ class PermissionInfo:
 
 
 @dataclass(slots=True)
+class TopicPermissionInfo:
+    """RabbitMQ's topic permission: `write`/`read` regexes for routing keys on one exchange."""
+
+    user: str
+    vhost: str
+    exchange: str
+    write: str
+    read: str
+
+
+@dataclass(slots=True)
 class FetchedMessage:
     """One message returned by `/get` (fetched, then settled as the ack mode says)."""
 

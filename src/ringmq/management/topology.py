@@ -13,9 +13,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ringmq.core.errors import BrokerError
 from ringmq.core.routing import parse_exchange_type
 from ringmq.management import shapes
 from ringmq.management.api import Resource
+from ringmq.management.authz import NotAuthorisedError
 from ringmq.management.errors import BadRequestError, NotFoundError
 from ringmq.management.params import (
     as_bool,
@@ -123,10 +125,18 @@ class Topology(Resource):
             raise BadRequestError(f"payload_encoding must be string or base64, got {encoding!r}")
         if name:
             self.api.find_exchange(vhost, name)
+        self._topic(request, vhost, name, "write", routing_key)
         routed = self.admin.publish(
             vhost, name, routing_key, raw, properties, now_ms=self.clock_ms()
         )
         return json_response({"routed": routed})
+
+    def _topic(self, request: Request, vhost: str, exchange: str, access: str, key: str) -> None:
+        # the caller's topic permission on `exchange` (docs/security.md): 401 not_authorised
+        try:
+            self.admin.check_topic(caller(request).name, vhost, exchange, access, key)
+        except BrokerError as exc:
+            raise NotAuthorisedError(exc.explanation) from None
 
     async def exchange_bindings(self, request: Request) -> Response:
         vhost = self.api.vhost_of(request)
@@ -189,6 +199,7 @@ class Topology(Resource):
         arguments = as_dict(body.get("arguments"), "arguments")
         if not source:
             raise BadRequestError("cannot bind to the default exchange")
+        self._topic(request, vhost, source, "read", routing_key)
         binding = BindingInfo(
             vhost=vhost,
             source=source,

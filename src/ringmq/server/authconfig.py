@@ -144,8 +144,9 @@ def _oauth2(t: Table) -> OAuth2Spec:
     if not all(isinstance(v, str) for v in keys.values()):
         raise ConfigError(f"{t.where}.signing_keys: key id = PEM file path")
     jwks_url = t.opt_str("jwks_url")
-    if not keys and jwks_url is None:
-        raise ConfigError(f"{t.where}: give signing_keys or jwks_url (or both)")
+    issuer = t.opt_str("issuer")
+    if not keys and jwks_url is None and issuer is None:
+        raise ConfigError(f"{t.where}: give signing_keys, jwks_url or issuer")
     default_key = t.opt_str("default_key")
     if default_key is not None and default_key not in keys:
         raise ConfigError(f"{t.where}.default_key: {default_key!r} is not in signing_keys")
@@ -163,6 +164,7 @@ def _oauth2(t: Table) -> OAuth2Spec:
         default_key=default_key,
         signing_keys=tuple((k, Path(v)) for k, v in keys.items()),
         jwks_url=jwks_url,
+        issuer=issuer,
         jwks_refresh_s=t.opt_int("jwks_refresh_s", 300, minimum=1) or 300,
         https_cacertfile=Path(cafile) if cafile else None,
         algorithms=algorithms,

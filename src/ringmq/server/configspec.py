@@ -313,6 +313,9 @@ class OAuth2Spec:
     signing_keys: tuple[tuple[str, Path], ...] = ()
     """(key id, PEM file of the public key)."""
     jwks_url: str | None = None
+    issuer: str | None = None
+    """The identity provider (`auth_oauth2.issuer`): without `jwks_url`, its OpenID Connect
+    discovery document (`{issuer}/.well-known/openid-configuration`) names the JWKS URL."""
     jwks_refresh_s: int = 300
     https_cacertfile: Path | None = None
     """CA bundle that verifies the JWKS server (`auth_oauth2.https.cacertfile`)."""

@@ -8,6 +8,10 @@ the core; RabbitMQ refetches on an unknown `kid` too), at most once per `MIN_GAP
 that fails (the server down, a malformed document) keeps the keys already known: tokens
 signed with them still verify; others are refused with "no signing key".
 
+Without a `jwks_url`, the `issuer`'s OpenID Connect discovery document
+(`{issuer}/.well-known/openid-configuration`, RabbitMQ's `auth_oauth2.issuer`) names it
+(`jwks_uri`): asked before the first fetch, and again after a fetch that failed.
+
 The HTTP client (httpx, async) runs on the broker's loop: no thread, no blocking call; the
 core only ever sees the parsed keys. Owned by the loop thread.
 """
@@ -48,9 +52,18 @@ class JwksFetcher:
     """Fetches `url` into `backend` (see the module docstring)."""
 
     def __init__(
-        self, url: str, backend: TokenBackend, *, refresh_s: float, verify: bool | str = True
+        self,
+        url: str | None,
+        backend: TokenBackend,
+        *,
+        refresh_s: float,
+        verify: bool | str = True,
+        issuer: str | None = None,
     ) -> None:
         self.url = url
+        self.issuer = issuer
+        self._rediscover = False
+        """The issuer's discovery named `url`, and the last fetch failed: ask it again."""
         self.backend = backend
         self.refresh_s = refresh_s
         self.verify = verify
@@ -73,17 +86,37 @@ class JwksFetcher:
         self.fetches += 1
         try:
             async with httpx.AsyncClient(timeout=FETCH_TIMEOUT_S, verify=self.verify) as http:
+                if self.issuer is not None and (self.url is None or self._rediscover):
+                    self.url = await self._discover(http)
+                if self.url is None:
+                    raise ValueError("no JWKS URL and no issuer to discover it from")
                 r = await http.get(self.url)
                 r.raise_for_status()
                 keys = parse_jwks(r.json())
         except (httpx.HTTPError, ValueError, jwt.PyJWTError) as exc:
             self.failures += 1
             self.backend.wants_keys = False  # retried at the next period, not at once
-            log.error("OAuth 2: could not fetch the JWKS document %s: %s", self.url, exc)
+            self._rediscover = self.issuer is not None
+            where = self.url or f"(discovery of {self.issuer})"
+            log.error("OAuth 2: could not fetch the JWKS document %s: %s", where, exc)
             return False
+        self._rediscover = False
         self.backend.set_jwks_keys(keys)
         log.info("OAuth 2: %d signing key(s) from %s", len(keys), self.url)
         return True
+
+    async def _discover(self, http: httpx.AsyncClient) -> str:
+        # OpenID Connect discovery: the issuer's configuration names its `jwks_uri`
+        assert self.issuer is not None
+        url = self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+        r = await http.get(url)
+        r.raise_for_status()
+        doc = r.json()
+        jwks_uri = doc.get("jwks_uri") if isinstance(doc, dict) else None
+        if not isinstance(jwks_uri, str) or not jwks_uri:
+            raise ValueError(f"{url} names no jwks_uri")
+        log.info("OAuth 2: %s names the JWKS document %s", url, jwks_uri)
+        return jwks_uri
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -102,13 +135,15 @@ class JwksFetcher:
 
 async def start_jwks(broker: Broker, spec: AuthSpec) -> JwksFetcher | None:
     """Fetch the configured JWKS document into the broker's token check and keep it fresh;
-    None when there is no `jwks_url` (or no oauth2 backend)."""
+    None when there is neither `jwks_url` nor `issuer` (or no oauth2 backend)."""
     o = spec.oauth2
-    if o is None or o.jwks_url is None or broker.auth.tokens is None:
+    if o is None or (o.jwks_url is None and o.issuer is None) or broker.auth.tokens is None:
         return None
     tokens = broker.auth.tokens
     verify: bool | str = str(o.https_cacertfile) if o.https_cacertfile is not None else True
-    fetcher = JwksFetcher(o.jwks_url, tokens, refresh_s=o.jwks_refresh_s, verify=verify)
+    fetcher = JwksFetcher(
+        o.jwks_url, tokens, refresh_s=o.jwks_refresh_s, verify=verify, issuer=o.issuer
+    )
     await fetcher.start()
     return fetcher
 

@@ -150,6 +150,19 @@ class LdapLogins:
         future.add_done_callback(done)
         return True
 
+    async def login(self, user: str, password: str) -> str | None:
+        """`take` for a caller on the loop that can wait (the management API's login): the
+        user LDAP logs in, or None (refused, or the server is not running)."""
+        waiting: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        def answer(who: str | None, _why: str) -> None:
+            if not waiting.done():
+                waiting.set_result(who)
+
+        if not self.take(user, password, answer):
+            return None
+        return await waiting
+
     def _answer(
         self, user: str, future: Future[LdapGrant], answer: Callable[[str | None, str], None]
     ) -> None:

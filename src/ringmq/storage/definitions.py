@@ -33,6 +33,7 @@ KINDS: Final = (
     "vhost",
     "user",
     "permission",
+    "topic_permission",
     "exchange",
     "queue",
     "binding",

@@ -73,11 +73,11 @@ def test_oauth2_settings(tmp_path: Path) -> None:
     [
         ("[auth]\nbackends = ['ldap2']\n", "unknown backend"),
         ("[auth]\nbackends = ['oauth2']\n", r"needs an \[auth.oauth2\]"),
-        ("[auth.oauth2]\nresource_server_id = 'x'\n", "signing_keys or jwks_url"),
+        ("[auth.oauth2]\nresource_server_id = 'x'\n", "signing_keys, jwks_url or issuer"),
         ("[auth.oauth2]\njwks_url = 'http://x'\n", "resource_server_id"),
         ("[auth.oauth2]\nresource_server_id='x'\njwks_url='u'\ndefault_key='k'\n", "default_key"),
         ("[auth.oauth2]\nresource_server_id='x'\njwks_url='u'\nalgorithms=['none']\n", "none"),
-        ("[auth.oauth2]\nresource_server_id='x'\njwks_url='u'\nissuer='u'\n", "unknown key"),
+        ("[auth.oauth2]\nresource_server_id='x'\njwks_url='u'\nissuerr='u'\n", "unknown key"),
     ],
 )
 def test_oauth2_errors(text: str, needle: str) -> None:

@@ -200,7 +200,7 @@ class Amqp091:
                 or s.perm_generation != self.auth.generation
                 or name not in s.write_ok
             ):
-                vh, x = publisher.exchange_for(s, name)
+                vh, x = publisher.exchange_for(s, name, method.routing_key)
             if len(body) > publisher.max_message_size:
                 publisher.check_size(len(body))
             # A list too short to hold its flags takes `build`, which refuses it.
@@ -290,7 +290,7 @@ class Amqp091:
         if s is None or type(method) is not _PUBLISH:
             return  # `handle` reports these with the whole command
         try:
-            self.broker.publisher.exchange_for(s, method.exchange)
+            self.broker.publisher.exchange_for(s, method.exchange, method.routing_key)
         except BrokerError as exc:
             raise to_amqp(exc, *_PUBLISH_IDS) from None
         if method.immediate:

@@ -235,7 +235,7 @@ def basic_publish(
     b: Broker, s: Session, m: spec.BasicPublish, content: RawContent | None, now_ms: int
 ) -> None:
     publisher = b.publisher
-    vh, x = publisher.exchange_for(s, m.exchange)
+    vh, x = publisher.exchange_for(s, m.exchange, m.routing_key)
     if content is None:
         raise BrokerError(Condition.UNEXPECTED_FRAME, "basic.publish without content")
     publisher.check_size(len(content.body))

@@ -13,7 +13,8 @@ come back through `apply` (deliveries become transfers, confirms become disposit
 `Drained` a drain's echo, `CancelConsumer` a detach, `Block`/`Unblock` withhold link credit,
 `CloseConnection` a close).
 
-Login: SASL PLAIN checks ringmq's users through the shared throttle (`HandlerContext.login`);
+Login: SASL PLAIN checks ringmq's users through the shared throttle (`HandlerContext.login`),
+then a slow backend (LDAP: `ask_slow_login`, answered later while SASL waits) if configured;
 ANONYMOUS (and a client that skips SASL) logs in as the broker's anonymous login
 (`BrokerConfig.anonymous_login`, the one setting of every protocol's anonymous clients), as
 RabbitMQ 4 does (default guest/guest, which is loopback-only; None switches it off). The
@@ -28,7 +29,13 @@ from typing import Any, Final
 
 from ringmq.adapters.amqp10.errors import condition_of
 from ringmq.adapters.amqp10.links import Links
-from ringmq.adapters.handler import HandlerContext, HandlerInfo
+from ringmq.adapters.handler import (
+    HandlerContext,
+    HandlerInfo,
+    LoginThrottledError,
+    SlowAnswer,
+    ask_slow_login,
+)
 from ringmq.amqp10 import events as ev
 from ringmq.amqp10.conditions import RESOURCE_LIMIT_EXCEEDED
 from ringmq.amqp10.connection import Connection
@@ -51,6 +58,8 @@ log = logging.getLogger(__name__)
 
 PROTOCOL: Final = "AMQP 1.0"
 _MESSAGES: Final = (ev.MessagesReceived, ev.MessageReceived)
+_ASKED: Final = "asked a slow login backend"
+"""`_login`'s answer when a slow backend (LDAP) took the login: the outcome comes later."""
 """The events that publish (a tuple: its `in` tests by identity first)."""
 DEFAULT_VHOST: Final = "/"
 
@@ -99,9 +108,12 @@ class Amqp10Handler:
         return self.conn.data_to_send()
 
     def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
+        return self._run(self.conn.receive_data(data), now_ms)
+
+    def _run(self, events: list[ev.Event], now_ms: int) -> list[Effect]:
+        # The machine's events in order, then what it held back behind them, until none.
         out: list[Effect] = []
         conn = self.conn
-        events = conn.receive_data(data)
         while events:
             i = 0
             while i < len(events):
@@ -143,7 +155,8 @@ class Amqp10Handler:
                     out += self.broker.channel_closed(self.conn_id, e.channel, now_ms)
             case ev.Authenticate():
                 refused = self._login(e, now_ms)
-                events += self.conn.sasl_outcome(refused is None, refused or "")
+                if refused is not _ASKED:  # else a slow backend answers (`_slow_answer`)
+                    events += self.conn.sasl_outcome(refused is None, refused or "")
             case ev.Opened():
                 self._open(e, now_ms)
 
@@ -183,10 +196,30 @@ class Amqp10Handler:
         try:
             self.user = self.ctx.login(e.mechanism, user, password, now_ms)
         except BrokerError as exc:
+            slow = not isinstance(exc, LoginThrottledError)
+            if slow and ask_slow_login(
+                self.ctx, e.mechanism, user, password, self._slow_answer(e.mechanism)
+            ):
+                return _ASKED  # SASL waits in SASL_CHECK; later bytes stay buffered
             log.info("AMQP 1.0 login refused for %r from %s: %s", user, self.ctx.peer.address, exc)
             return exc.text
         self.mechanism = e.mechanism
         return None
+
+    def _slow_answer(self, mechanism: str) -> SlowAnswer:
+        # A slow backend's (LDAP) answer, as a read of the connection: the SASL outcome, then
+        # what the peer sent behind its login.
+        def answer(user: str | None, why: str, now_ms: int) -> None:
+            if user is not None:
+                self.user, self.mechanism = user, mechanism
+                outcome = self.conn.sasl_outcome(True)
+            else:
+                text = BrokerError(Condition.ACCESS_REFUSED, why).text
+                log.info("AMQP 1.0 login refused from %s: %s", self.ctx.peer.address, text)
+                outcome = self.conn.sasl_outcome(False, text)
+            self.ctx.emit(self._run(outcome, now_ms))
+
+        return answer
 
     def _open(self, e: ev.Opened, now_ms: int) -> None:
         host = e.hostname or ""

@@ -211,7 +211,7 @@ class Links:
             if rk is None:  # /exchanges/:x: the message's subject is its routing key
                 props = sections.scan(ev.payload).properties
                 rk = (props.subject if props is not None else None) or ""
-            vh, x = publisher.exchange_for(s, exchange)
+            vh, x = publisher.exchange_for(s, exchange, rk)
             publisher.check_size(len(ev.payload))
             msg = m10.build(ev.payload, exchange=exchange, routing_key=rk, now_ms=now_ms)
             if txn is None:

@@ -58,7 +58,7 @@ def _plain(links: Links, ls: LinkSession, link: InLink, ev: MessagesReceived, no
     assert rk is not None
     did = ev.first_id - 1
     try:
-        vh, x = publisher.exchange_for(s, exchange)
+        vh, x = publisher.exchange_for(s, exchange, rk)
     except BrokerError as exc:
         for _ in ev.payloads:
             did += 1

@@ -12,10 +12,11 @@ which hands this connection's own (deliveries, confirms) to `apply`. A client id
 releases the old connection inside the CONNECT's call: whole calls nested in it, which the
 core's call protocol allows (`core/call.py`); their effects join the batch's.
 
-* CONNECT: login through `HandlerContext.login` (`vhost:user` picks the vhost, else "/"; no
-  user name: the broker's anonymous login, `connect.credentials`),
-  the core connection and session, client id takeover (`sessions.Registry.live`), the
-  session (clean or resumed: its queues, their bindings, the saved QoS 2 state), CONNACK.
+* CONNECT (`opening.py`): login through `HandlerContext.login` (`vhost:user` picks the vhost,
+  else "/"; no user name: the broker's anonymous login, `connect.credentials`), or a slow
+  backend (LDAP) while the packets after it wait, the core connection and session, client id
+  takeover (`sessions.Registry.live`), the session (clean or resumed: its queues, their
+  bindings, the saved QoS 2 state), CONNACK.
 * PUBLISH from the client: routed through `amq.topic` (`topics.to_routing_key`), stored as
   an AMQP 0-9-1 message (`message.incoming`); a retained one is also put in the vhost's
   retained store. QoS 1/2 publishes are acknowledged (PUBACK / PUBREC) when the core's
@@ -47,9 +48,6 @@ from typing import Final
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.adapters.mqtt.connect import (
     TOPIC_ALIAS_MAXIMUM,
-    connack,
-    connect_refusal,
-    credentials,
 )
 from ringmq.adapters.mqtt.errors import CLOSE, REFUSED, reason_of
 from ringmq.adapters.mqtt.message import (
@@ -60,6 +58,7 @@ from ringmq.adapters.mqtt.message import (
     published_qos,
     retained_topic,
 )
+from ringmq.adapters.mqtt.opening import CHANNEL, connect
 from ringmq.adapters.mqtt.sessions import (
     SavedSession,
     Sub,
@@ -95,7 +94,6 @@ from ringmq.mqtt import (
     Disconnect,
     MqttConnection,
     MQTTError,
-    Properties,
     PubAck,
     Publish,
     PubRec,
@@ -111,15 +109,9 @@ from ringmq.mqtt import (
 
 log = logging.getLogger(__name__)
 
-CHANNEL: Final = 1
-"""The core session of subscriptions, QoS 0 publishes and wills."""
-CONFIRM_CHANNEL: Final = 2
-"""The core session of QoS 1/2 publishes, in confirm mode (QoS 0 ones need no confirm)."""
 DEFAULT_INFLIGHT: Final = 100
 """Unacknowledged QoS 1/2 deliveries to a 3.1.1 client (5.0: its Receive Maximum)."""
 _MQTT_MAX_PACKET: Final = 268_435_460
-PROTOCOL_LABELS: Final = {3: "mqtt310", 4: "mqtt311", 5: "mqtt50"}
-"""The `/metrics` protocol label of each MQTT protocol level, as rabbitmq_prometheus names them."""
 
 
 class MqttHandler:
@@ -134,8 +126,10 @@ class MqttHandler:
         self.machine = MqttConnection(
             max_packet_size=self.max_packet_size, topic_alias_maximum=TOPIC_ALIAS_MAXIMUM
         )
-        self._opened = False
-        self._released = False
+        self.is_open = False
+        self.released = False
+        self.waiting_login = False
+        """A slow backend (LDAP) checks the CONNECT's login: packets wait (`opening.py`)."""
         self.client_id = ""
         self.vhost = "/"
         self.user = ""
@@ -159,7 +153,7 @@ class MqttHandler:
     # ------------------------------------------------------------------ Handler
     @property
     def opened(self) -> bool:
-        return self._opened
+        return self.is_open
 
     @property
     def closed(self) -> bool:
@@ -175,14 +169,20 @@ class MqttHandler:
         m = self.machine
         m.feed(data, now_ms)
         with self.broker.call(now_ms, publish=True) as out:
-            while (event := m.next_event()) is not None:
-                try:
-                    self._event(event, out, now_ms)
-                except MQTTError as exc:
-                    self._disconnect(exc.reason, exc.text)
-                except BrokerError as exc:
-                    self._disconnect(reason_of(exc), exc.explanation)
+            self.take_events(out, now_ms)
         return out
+
+    def take_events(self, out: list[Effect], now_ms: int) -> None:
+        """Run the machine's whole packets, in a core call (none while a slow login of the
+        CONNECT is asked: `opening.py`, which calls this again when it is answered)."""
+        m = self.machine
+        while not self.waiting_login and (event := m.next_event()) is not None:
+            try:
+                self._event(event, out, now_ms)
+            except MQTTError as exc:
+                self.disconnect(exc.reason, exc.text)
+            except BrokerError as exc:
+                self.disconnect(reason_of(exc), exc.explanation)
 
     def apply(self, effect: Effect) -> None:
         """Queue the packets of a core effect for this connection."""
@@ -206,7 +206,7 @@ class MqttHandler:
     def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
         """Keep-alive (the delayed wills are `wills.mqtt_tick`'s, the protocol's own tick)."""
         self.now_ms = now_ms
-        if not self._opened or self._released:
+        if not self.is_open or self.released:
             return []
         # The rule of a read batch's call: what is dirty waits for the server's next dispatch.
         with self.broker.call(now_ms, publish=True) as out:
@@ -223,9 +223,9 @@ class MqttHandler:
         self.machine.close(reason, text)
 
     def connection_lost(self, now_ms: int) -> list[Effect]:
-        if not self._opened or self._released:
+        if not self.is_open or self.released:
             return []
-        return self._release(now_ms)
+        return self.release(now_ms)
 
     def info(self) -> HandlerInfo:
         proto = {3: "MQTT 3.1", 4: "MQTT 3.1.1", 5: "MQTT 5.0"}.get(self.version, "MQTT")
@@ -235,7 +235,7 @@ class MqttHandler:
             vhost=self.vhost,
             auth_mechanism="PLAIN" if self.user else "",
             client_properties={"client_id": self.client_id, "clean_session": not self.persistent},
-            channels=1 if self._opened and not self._released else 0,
+            channels=1 if self.is_open and not self.released else 0,
             heartbeat_s=self.machine.keep_alive_s,
             frame_max=self.max_packet_size,
         )
@@ -255,7 +255,7 @@ class MqttHandler:
             case Unsubscribe():
                 self._unsubscribe(event, now_ms)
             case Connect():
-                self._connect(event, out, now_ms)
+                connect(self, event, out, now_ms)
             case Disconnect():
                 self._client_disconnect(event)
             case Auth():
@@ -265,139 +265,12 @@ class MqttHandler:
             case _:
                 raise MQTTError(Reason.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")
 
-    def _disconnect(self, reason: Reason, text: str) -> None:
+    def disconnect(self, reason: Reason, text: str) -> None:
         log.info("MQTT connection %s closed: %s (%s)", self.conn_id, text, reason.name)
         self.machine.close(reason, text)
 
-    # ------------------------------------------------------------------ CONNECT
-    def _connect(self, c: Connect, out: list[Effect], now_ms: int) -> None:
-        m = self.machine
-        v5 = c.protocol_level == V5
-        self.version = c.protocol_level
-        props = c.properties or Properties()
-        if props.authentication_method is not None:
-            m.refuse(Reason.BAD_AUTHENTICATION_METHOD, "enhanced authentication not supported")
-            return
-        # RabbitMQ's mqtt.ssl_cert_login: no credentials, a verified certificate names the user
-        by_cert = (
-            c.username is None
-            and c.password is None
-            and self.ctx.peer.cert_login(self.broker, "mqtt")
-        )
-        refused = connect_refusal(c, by_cert=by_cert)
-        if refused is not None:
-            m.refuse(*refused)
-            return
-        mechanism = "PLAIN"
-        if by_cert:
-            vhost, user, mechanism, password = "/", "", "EXTERNAL", ""
-        else:
-            login = credentials(c, self.broker.vhosts, self.broker.config.anonymous_login)
-            if login is None:
-                m.refuse(
-                    Reason.BAD_USER_NAME_OR_PASSWORD,
-                    "anonymous logins are off: a user name is required",
-                )
-                return
-            vhost, user, password = login
-        cid = c.client_id
-        assigned = None
-        if not cid:
-            cid = assigned = self.broker.state.gen_name("mqtt-")
-        try:
-            user = self.ctx.login(mechanism, user, password, now_ms)
-        except BrokerError as exc:
-            m.refuse(Reason.BAD_USER_NAME_OR_PASSWORD, exc.explanation)
-            return
-        client_props = {"client_id": cid, "protocol": f"MQTT {self.version}"}
-        try:
-            self.broker.connection_opened(
-                self.conn_id,
-                user,
-                vhost,
-                self.ctx.peer.address,
-                client_props,
-                now_ms,
-                protocol=PROTOCOL_LABELS.get(self.version, "mqtt"),
-            )
-        except BrokerError as exc:
-            m.refuse(Reason.NOT_AUTHORIZED, exc.explanation)
-            return
-        self._opened = True
-        self.client_id, self.vhost, self.user = cid, vhost, user
-        for channel in (CHANNEL, CONFIRM_CHANNEL):
-            for e in self.broker.channel_opened(self.conn_id, channel, now_ms):
-                if isinstance(e, CloseConnection):  # the user's max-channels
-                    self._refuse_opened(Reason.NOT_AUTHORIZED, e.text, out, now_ms)
-                    return
-        s = self.session = self.broker.session(self.conn_id, CHANNEL)
-        self.confirming = self.broker.session(self.conn_id, CONFIRM_CHANNEL)
-        assert s is not None
-        assert self.confirming is not None
-        self.broker.confirms.select(self.confirming)
-        if c.will is not None:
-            try:
-                self.broker.publisher.exchange_for(s, EXCHANGE)
-            except BrokerError as exc:
-                self._refuse_opened(Reason.NOT_AUTHORIZED, exc.explanation, out, now_ms)
-                return
-            w = c.will
-            self.will = Publish(w.topic, w.payload, w.qos, w.retain, properties=w.properties)
-            if w.properties is not None:
-                self.will_delay_s = w.properties.will_delay_interval or 0
-                w.properties.will_delay_interval = None
-        if v5:
-            self.expiry_s = props.session_expiry_interval or 0
-            self.persistent = self.expiry_s > 0
-            self.inflight = props.receive_maximum or 0xFFFF
-        else:
-            self.persistent = not c.clean_start
-            self.expiry_s = NEVER_EXPIRES if self.persistent else 0
-        self.subs = Subscriptions(
-            self.broker,
-            s,
-            cid,
-            persistent=self.persistent,
-            expiry_s=self.expiry_s,
-            inflight=self.inflight,
-        )
-        self._take_over(out, now_ms)
-        self.registry.wills.pop(self.key, None)  # back before the will's delay: no will
-        if c.clean_start:
-            self._discard_session(now_ms)
-        present = not c.clean_start and self._session_exists(now_ms)
-        m.accept(connack(present, v5, assigned, self.max_packet_size))
-        self.registry.live[self.key] = self
-        try:
-            self._resume(present, now_ms)
-        except (BrokerError, SettingsError) as exc:
-            self._disconnect(Reason.IMPLEMENTATION_SPECIFIC_ERROR, f"session not resumed: {exc}")
-
-    def _refuse_opened(self, reason: Reason, text: str, out: list[Effect], now_ms: int) -> None:
-        # Refuse a CONNECT after the core connection opened: close that too.
-        self.machine.refuse(reason, text)
-        self._released = True
-        out.extend(self.broker.connection_closed(self.conn_id, now_ms))  # a nested call
-
-    def _take_over(self, out: list[Effect], now_ms: int) -> None:
-        # §3.1.4-3: a second connection with a client id in use closes the first.
-        old = self.registry.live.get(self.key)
-        if old is None or old is self or not isinstance(old, MqttHandler):
-            return
-        old.taken_over = True
-        if not old._released:  # noqa: SLF001 - the same class
-            out.extend(old._release(now_ms))  # noqa: SLF001 - the same class; nested calls
-        out.append(CloseConnection(old.conn_id, Condition.CONNECTION_FORCED, "session taken over"))
-
-    def _session_exists(self, now_ms: int) -> bool:
-        vh = self.broker.vhosts[self.vhost]
-        if self.registry.saved_session(self.key, now_ms) is not None:
-            return True
-        if any(queue_name(self.client_id, qos) in vh.queues for qos in (0, 1)):
-            return True
-        return bool(self.subs.member_bindings())  # only shared subscriptions
-
-    def _discard_session(self, now_ms: int) -> None:
+    # ------------------------------------------------------------------ CONNECT (opening.py)
+    def discard_session(self, now_ms: int) -> None:
         # A clean start, or the end of a session that does not outlive its connection:
         # whatever the client id has or left behind goes (queues, group bindings, saved state).
         self.registry.saved.pop(self.key, None)
@@ -407,18 +280,6 @@ class MqttHandler:
             q = vh.queues.get(queue_name(self.client_id, qos))
             if q is not None and q.exclusive_owner is None:
                 self.broker.topology.delete_queue(vh, q, now_ms)
-
-    def _resume(self, present: bool, now_ms: int) -> None:
-        # A resumed session: its subscriptions and consumers, its QoS 2 state.
-        if not present:
-            return
-        found = self.registry.saved.pop(self.key, None)
-        self.subs.restore(found, now_ms)
-        saved = found or SavedSession()
-        self.machine.qos2_in = set(saved.qos2_in)
-        self.resend_ids = dict(saved.resend_ids)
-        for pid in sorted(saved.pubrel_out):
-            self.machine.resend_pubrel(pid)
 
     def _client_disconnect(self, d: Disconnect) -> None:
         self.graceful = d.reason_code != Reason.DISCONNECT_WITH_WILL
@@ -431,9 +292,9 @@ class MqttHandler:
                 self.persistent = False
 
     # ------------------------------------------------------------------ the end
-    def _release(self, now_ms: int) -> list[Effect]:
+    def release(self, now_ms: int) -> list[Effect]:
         # The connection is over (lost, or taken over): will, session, core connection.
-        self._released = True
+        self.released = True
         with self.broker.call(now_ms) as out:
             if self.will is not None and not self.graceful:
                 assert self.session is not None
@@ -452,7 +313,7 @@ class MqttHandler:
                     None if self.expiry_s == NEVER_EXPIRES else now_ms + self.expiry_s * 1000,
                 )
             else:
-                self._discard_session(now_ms)
+                self.discard_session(now_ms)
         if self.registry.live.get(self.key) is self:
             del self.registry.live[self.key]
         closed = self.broker.connection_closed(self.conn_id, now_ms)
@@ -470,12 +331,13 @@ class MqttHandler:
             raise MQTTError(Reason.TOPIC_NAME_INVALID, str(exc)) from None
         publisher = self.broker.publisher
         try:
-            vh, x = publisher.exchange_for(s, EXCHANGE)
+            routing_key = to_routing_key(p.topic)
+            vh, x = publisher.exchange_for(s, EXCHANGE, routing_key)
             publisher.check_size(len(p.payload))
             msg = incoming(
                 s,
                 p,
-                to_routing_key(p.topic),
+                routing_key,
                 now_ms,
                 publisher=self.client_id if self.subs.no_local else None,
             )
@@ -504,7 +366,7 @@ class MqttHandler:
                 reason = REFUSED.get(c.reason or "", Reason.IMPLEMENTATION_SPECIFIC_ERROR)
                 self.machine.settle_publish(pid, reason)
             else:  # 3.1.1 cannot refuse a publish: close, the client publishes it again
-                self._disconnect(Reason.UNSPECIFIED_ERROR, f"publish refused: {c.reason}")
+                self.disconnect(Reason.UNSPECIFIED_ERROR, f"publish refused: {c.reason}")
                 return
 
     # ------------------------------------------------------------------ SUBSCRIBE
@@ -613,7 +475,7 @@ class MqttHandler:
 
     def _settle(self, tag: int, now_ms: int) -> None:
         s = self.session
-        if s is None or (self._released and self.broker.session(self.conn_id, CHANNEL) is None):
+        if s is None or (self.released and self.broker.session(self.conn_id, CHANNEL) is None):
             return
         try:
             self.broker.delivery.settle(s, tag, False, SettleKind.ACK, now_ms)

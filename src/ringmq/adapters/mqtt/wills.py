@@ -51,8 +51,9 @@ def publish_will(
     """Publish the will of the connection of session `s` (client `key`), or hold it for
     `delay_s` seconds."""
     try:
-        vh, x = broker.publisher.exchange_for(s, EXCHANGE)
-        msg = incoming(s, will, to_routing_key(will.topic), now_ms)
+        routing_key = to_routing_key(will.topic)
+        vh, x = broker.publisher.exchange_for(s, EXCHANGE, routing_key)
+        msg = incoming(s, will, routing_key, now_ms)
     except BrokerError as exc:
         log.info("MQTT will of %r not published: %s", key[1], exc.explanation)
         return

@@ -7,7 +7,8 @@ Theory of operation
 frame as one core call (owner calls between `Calls.begin` and `Calls.end`, whose one rule
 says whether to dispatch now: a SEND's dispatch may wait for the read batch's
 `dispatch_pending`, as a 0-9-1 publish's does) and answers it: RECEIPT when asked, ERROR (then
-close) when the frame or the core refuses it.
+close) when the frame or the core refuses it. CONNECT (login, vhost, the core connection,
+CONNECTED; a slow login backend's wait) is `opening.py`'s.
 
 Core sessions: the connection opens one core session for its plain SENDs (channel 1, in
 confirm mode from the first SEND that asks a RECEIPT, so that a SEND's RECEIPT follows the
@@ -39,10 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from ringmq import __version__
-from ringmq.adapters.handler import HandlerContext, HandlerFactory, HandlerInfo
+from ringmq.adapters.handler import (
+    HandlerContext,
+    HandlerFactory,
+    HandlerInfo,
+)
 from ringmq.adapters.stomp.destinations import Destination, Dialects, Kind, message_destination
 from ringmq.adapters.stomp.message import build_message, message_body, message_headers
+from ringmq.adapters.stomp.opening import PUBLISH_CHANNEL, connect
 from ringmq.adapters.stomp.receipts import Receipts
 from ringmq.adapters.stomp.subscribe import Subscriber, stream_offset_argument, truthy
 from ringmq.core.effects import (
@@ -60,8 +65,6 @@ from ringmq.stomp import V1_2, Command, Frame, FrameLimits, StompConnection
 
 log = logging.getLogger(__name__)
 
-PUBLISH_CHANNEL: Final = 1
-"""The core session of a connection's SENDs outside transactions."""
 TEMP_QUEUE: Final = "/temp-queue/"
 REPLY_QUEUE: Final = "/reply-queue/"
 _DEST_CACHE: Final = 1000
@@ -105,12 +108,13 @@ class StompHandler:
         self.conn = StompConnection(FrameLimits(max_body=ctx.limits.max_message_size))
         self.dialects = dialects or Dialects()
         self.subscriber = Subscriber(ctx.broker, self.dialects)
-        self._opened = False
+        self.is_open = False
         self._released = False
-        self._publishing: Session
+        self.waiting_login = False  # a slow backend (LDAP) checks the CONNECT's login
+        self.publishing: Session
         """The core session of SENDs outside transactions (set at CONNECT)."""
         self._confirming = False
-        self._info = HandlerInfo(protocol="STOMP")
+        self.record = HandlerInfo(protocol="STOMP")
         self._next_channel = PUBLISH_CHANNEL + 1
         self._subs: dict[str, Subscription] = {}
         self._by_channel: dict[int, Subscription] = {}
@@ -132,7 +136,7 @@ class StompHandler:
     @property
     def opened(self) -> bool:
         """True once the core knows the connection."""
-        return self._opened
+        return self.is_open
 
     @property
     def closed(self) -> bool:
@@ -146,7 +150,7 @@ class StompHandler:
             return []  # after DISCONNECT: nothing more is read
         conn.receive_data(data)
         out: list[Effect] = []
-        while (frame := conn.next_frame()) is not None:
+        while not self.waiting_login and (frame := conn.next_frame()) is not None:
             out.extend(self._frame(frame, now_ms))
             if conn.closed:
                 break
@@ -158,7 +162,7 @@ class StompHandler:
         # The connection is over (ERROR, DISCONNECT, missed heart-beats): its subscriptions end
         # now, so no message is handed to a socket about to close (an auto-ack delivery would
         # be lost); `connection_lost` then has nothing left to do.
-        if not self._opened or self._released:
+        if not self.is_open or self._released:
             return []
         self._released = True
         return self.broker.connection_closed(self.conn_id, now_ms)
@@ -200,14 +204,14 @@ class StompHandler:
 
     def info(self) -> HandlerInfo:
         """The connection as management shows it."""
-        return self._info
+        return self.record
 
     # ------------------------------------------------------------------ frames
     def _frame(self, frame: Frame, now_ms: int) -> list[Effect]:
         # One frame as one core call; a refusal is an ERROR on this connection only.
         command = frame.command
         if command in (Command.CONNECT, Command.STOMP):
-            self._connect(frame, now_ms)
+            connect(self, frame, now_ms)
             return []
         if command == Command.DISCONNECT:
             if self._receipts:  # its RECEIPT follows those of the SENDs before it
@@ -242,73 +246,8 @@ class StompHandler:
             out.extend(broker.channel_closed(self.conn_id, self._closing.pop(0), now_ms))
         return out
 
-    def _connect(self, frame: Frame, now_ms: int) -> None:
-        ctx = self.ctx
-        config = self.broker.config
-        login = frame.get("login")
-        passcode = frame.get("passcode")
-        mechanism = "PLAIN"
-        if login is None and ctx.peer.cert_login(self.broker, "stomp"):
-            # RabbitMQ's stomp.ssl_cert_login: the verified certificate names the user
-            mechanism, login = "EXTERNAL", ""
-        elif (
-            login is None
-        ):  # the anonymous login (RabbitMQ's default_user, 4's anonymous_login_user)
-            if config.anonymous_login is None:
-                self.conn.fail(
-                    "Bad CONNECT", "anonymous logins are off: send login and passcode", frame=frame
-                )
-                return
-            login, passcode = config.anonymous_login
-        vhost = self._vhost(frame.get("host"))
-        self.client_id = frame.get("client-id") or ""
-        props = {"client_id": self.client_id} if self.client_id else {}
-        try:
-            user = ctx.login(mechanism, login, passcode or "", now_ms)
-            self.broker.connection_opened(
-                self.conn_id, user, vhost, ctx.peer.address, props, now_ms, protocol="stomp"
-            )
-        except BrokerError as exc:
-            self.conn.fail("Bad CONNECT", exc.text, frame=frame)
-            return
-        self._opened = True
-        if (refusal := self._refusal(PUBLISH_CHANNEL, now_ms)) is not None:
-            self.conn.fail("Bad CONNECT", refusal, frame=frame)
-            return
-        self._publishing = self._session(PUBLISH_CHANNEL)
-        conn = self.conn
-        self._info = HandlerInfo(
-            protocol=f"STOMP {conn.version}",
-            user=user,
-            vhost=vhost,
-            auth_mechanism=mechanism,
-            client_properties=props,
-            channels=1,
-            heartbeat_s=conn.send_every_ms // 1000,
-            frame_max=conn.reader.limits.max_body,
-        )
-        conn.accept(
-            {
-                "server": f"ringmq/{__version__}",
-                "session": f"session-{self.conn_id}",
-                "user-name": user,
-            }
-        )
-
-    def _vhost(self, host: str | None) -> str:
-        # RabbitMQ: the `host` header names the vhost, "/" without one. Clients that fill it
-        # with the host they dialled (stomp.py does) get "/" when no vhost has that name.
-        if not host:
-            return "/"
-        if host in self.broker.vhosts:
-            return host
-        peer = self.ctx.peer
-        if host in ("localhost", peer.local_host, f"{peer.local_host}:{peer.local_port}"):
-            return "/"
-        return host  # connection_opened refuses it: not a vhost
-
     # ------------------------------------------------------------------ commands
-    def _session(self, channel: int) -> Session:
+    def session_of(self, channel: int) -> Session:
         s = self.broker.session(self.conn_id, channel)
         if s is None:
             raise BrokerError(Condition.CHANNEL_ERROR, f"no session {channel}")
@@ -317,11 +256,11 @@ class StompHandler:
     def _open(self, now_ms: int) -> Session:
         channel = self._next_channel
         self._next_channel += 1
-        if (refusal := self._refusal(channel, now_ms)) is not None:
+        if (refusal := self.channel_refusal(channel, now_ms)) is not None:
             raise BrokerError(Condition.NOT_ALLOWED, refusal)
-        return self._session(channel)
+        return self.session_of(channel)
 
-    def _refusal(self, channel: int, now_ms: int) -> str | None:
+    def channel_refusal(self, channel: int, now_ms: int) -> str | None:
         # Open a core session; the user's max-channels may refuse it (its text).
         for e in self.broker.channel_opened(self.conn_id, channel, now_ms):
             if isinstance(e, CloseConnection):
@@ -342,9 +281,9 @@ class StompHandler:
         tx_name = frame.get("transaction")
         receipt = frame.get("receipt")
         if tx_name:
-            s = self._session(self._tx(tx_name).channel)
+            s = self.session_of(self._tx(tx_name).channel)
         else:
-            s = self._publishing
+            s = self.publishing
             if receipt is not None and not self._confirming:
                 # Confirm mode from the first SEND that asks a receipt on: its RECEIPT waits
                 # for its confirm (and every later SEND is numbered); SENDs without receipts
@@ -362,7 +301,7 @@ class StompHandler:
         broker = self.broker
         publisher = broker.publisher
         self.subscriber.prepare_send(s, dest, frame.headers, now_ms)
-        vh, x = publisher.exchange_for(s, dest.exchange)
+        vh, x = publisher.exchange_for(s, dest.exchange, dest.routing_key)
         publisher.check_size(len(frame.body))
         msg = build_message(s, dest.exchange, dest.routing_key, headers, frame.body, now_ms)
         publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
@@ -420,14 +359,14 @@ class StompHandler:
     def _unsubscribe(self, frame: Frame, now_ms: int) -> bool:
         sub = self._subs.pop(frame.get("id") or frame.get("destination") or "")
         del self._by_channel[sub.channel]
-        s = self._session(sub.channel)
+        s = self.session_of(sub.channel)
         self.broker.delivery.cancel(s, sub.id, now_ms)
         h = frame.headers
         forget = truthy(h.get("durable") or h.get("persistent")) or (
             "durable-subscription-name" in h or "activemq.subscriptionName" in h
         )
         if sub.durable and forget:
-            self.subscriber.delete_queue(self._publishing, sub.queue, now_ms)
+            self.subscriber.delete_queue(self.publishing, sub.queue, now_ms)
         self._closing.append(sub.channel)  # its unacked messages go back
         return True
 
@@ -437,7 +376,7 @@ class StompHandler:
         sub = self._by_channel.get(channel)
         if sub is None or sub.ack == "auto":
             raise BrokerError(Condition.PRECONDITION_FAILED, f"unknown message id '{ident}'")
-        s = self._session(channel)
+        s = self.session_of(channel)
         if tag not in s.unacked:
             raise BrokerError(Condition.PRECONDITION_FAILED, f"unknown message id '{ident}'")
         if frame.command == Command.ACK:
@@ -467,7 +406,7 @@ class StompHandler:
         name = frame.get("transaction") or ""
         tx = self._tx(name)
         broker = self.broker
-        broker.transactions.commit(self._session(tx.channel), now_ms)  # all or nothing
+        broker.transactions.commit(self.session_of(tx.channel), now_ms)  # all or nothing
         del self._txs[name]
         for channel, tag, multiple, kind in tx.settles:
             s = broker.session(self.conn_id, channel)
@@ -484,7 +423,7 @@ class StompHandler:
             s = broker.session(self.conn_id, channel)
             if s is not None and tag in s.unacked:
                 broker.delivery.settle(s, tag, multiple, SettleKind.REQUEUE, now_ms)
-        broker.transactions.rollback(self._session(tx.channel), now_ms)
+        broker.transactions.rollback(self.session_of(tx.channel), now_ms)
         self._closing.append(tx.channel)
         return True
 
