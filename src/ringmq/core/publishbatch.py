@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from ringmq.core.auth import AuthDB
-
 from ringmq.core.effects import Block, Effect
 from ringmq.core.errors import BrokerError
 from ringmq.core.exchange import Exchange
