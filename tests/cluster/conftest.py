@@ -253,10 +253,12 @@ class Node(Serve):
         # A node changing roles restarts its server (ringmq.server.member): its management
         # port is closed for that moment. Ask again, a bounded number of times.
         url = f"http://{self.host}:{self.http_port}/api/cluster"
-        for _ in range(50):
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
             try:
-                r = httpx.get(url, auth=(self.user, self.password), timeout=3)
+                r = httpx.get(url, auth=(self.user, self.password), timeout=2)
             except httpx.ConnectError:
+                # refused while it restarts; "no route" (a cut node) takes seconds: bounded
                 if not self.running():
                     raise
                 time.sleep(0.1)

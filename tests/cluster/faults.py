@@ -185,7 +185,8 @@ class Amqp10(Publisher):
 
     def connect(self, node: Node) -> None:
         url = f"amqp://{node.user}:{node.password}@{node.host}:{node.port}"
-        self.conn = BlockingConnection(url, timeout=ACK_TIMEOUT_S)
+        # a heartbeat: after a cut (no FIN), close() would otherwise wait on the socket forever
+        self.conn = BlockingConnection(url, timeout=ACK_TIMEOUT_S, heartbeat=2)
         self.sender = self.conn.create_sender(f"/queues/{QUEUE}")
 
     def send(self, body: bytes) -> None:
@@ -275,12 +276,17 @@ def drain(node: Node) -> list[bytes]:
     got: list[bytes] = []
     try:
         ch = conn.channel()
-        ch.queue_declare(QUEUE, durable=True)
-        for _ in range(1_000_000):  # bounded
-            method, _props, body = ch.basic_get(QUEUE, auto_ack=True)
+        depth = ch.queue_declare(QUEUE, durable=True).method.message_count
+        ch.basic_qos(prefetch_count=1000)
+        # bounded: the depth read above, or a second without a delivery
+        for method, _props, body in ch.consume(QUEUE, inactivity_timeout=1.0):
             if method is None:
                 break
             got.append(body)
+            ch.basic_ack(method.delivery_tag)
+            if len(got) >= depth:
+                break
+        ch.cancel()
     finally:
         conn.close()
     return got

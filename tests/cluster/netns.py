@@ -92,8 +92,11 @@ class Network:
             self._blackholed.discard(name)
 
     def close(self) -> None:
-        for ns in self.namespaces.values():
+        for name, ns in self.namespaces.items():
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 _ip("netns", "del", ns)
+            # a process still in the namespace keeps it (and the pair) alive: delete our end
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                _ip("link", "del", f"rqh{self.tag}{self.index[name]}")
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             _ip("link", "del", self.bridge)

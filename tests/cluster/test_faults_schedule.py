@@ -27,7 +27,7 @@ import pytest
 from tests.cluster import netns
 from tests.cluster.conftest import EtcdCluster, Node
 from tests.cluster.faults import PROTOCOLS, Publisher, check, declare, drain, leader_of
-from tests.cluster.test_election_etcd import wait_for
+from tests.cluster.test_election_etcd import one_leader, wait_for
 from tests.cluster.test_faults_kill import etcd_isr
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -60,7 +60,7 @@ def test_a_random_fault_schedule_loses_no_confirmed_message(
                 start_node(name, etcd.endpoints, extra_config=ISR_TIMEOUT, protocols=True, **kw)
             )
         leader = wait_for("one leader", lambda: leader_of(nodes))
-        wait_for("three in sync", lambda: len(etcd_isr(etcd)) == 3)
+        wait_for("settled", functools.partial(_settled, nodes, etcd))
         declare(leader)
         pubs: list[Publisher] = [
             cls(name_=proto, nodes=lambda: list(nodes), deadline_s=500.0)
@@ -78,6 +78,7 @@ def test_a_random_fault_schedule_loses_no_confirmed_message(
                 leader = wait_for("a leader", lambda: leader_of(nodes))
                 epoch = leader.cluster()["epoch"]
                 at = time.monotonic()
+                print(f"fault {i + 1}: {kind} (leader {leader.name}, epoch {epoch})")
                 broken: Node | None = None
                 if kind == "kill-leader":
                     broken = leader
@@ -109,7 +110,7 @@ def test_a_random_fault_schedule_loses_no_confirmed_message(
                     nodes[nodes.index(broken)] = start_node(**broken.spec)
                 if network is not None and kind.startswith("cut"):
                     network.heal(leader.name)
-                wait_for("three in sync again", lambda: len(etcd_isr(etcd)) == 3, 90)
+                wait_for("settled again", functools.partial(_settled, nodes, etcd), 90)
         finally:
             for p in pubs:
                 p.stop()
@@ -123,6 +124,11 @@ def test_a_random_fault_schedule_loses_no_confirmed_message(
             for n in nodes:
                 n.kill()
             network.close()
+
+
+def _settled(nodes: list[Node], etcd: EtcdCluster) -> bool:
+    """One leader every node agrees on, and three nodes in the ISR in etcd."""
+    return one_leader(nodes) is not None and len(etcd_isr(etcd)) == 3
 
 
 def _leads_after(nodes: list[Node], epoch: int) -> bool:
