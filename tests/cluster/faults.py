@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import socket
 import threading
 import time
 import uuid
@@ -351,3 +352,63 @@ def check(publishers: Sequence[Publisher], delivered: list[bytes]) -> list[Repor
         assert not r.unknown, f"{r.publisher}: never published: {r.unknown[:20]}"
         assert r.in_order, f"{r.publisher}: first deliveries out of order"
     return reports
+
+
+class DelayProxy:
+    """A loopback TCP proxy that holds every chunk sent to `target` for `delay_s` first.
+
+    In front of etcd it makes each of the nodes' etcd requests (an ISR write among them) take
+    `delay_s` longer, so that a leader that confirmed before its ISR write reached etcd would
+    be caught by a read made right after the confirm. Threads, one pair per connection.
+    """
+
+    def __init__(self, target: tuple[str, int], delay_s: float) -> None:
+        self.target = target
+        self.delay_s = delay_s
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets |= {client, upstream}
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, delayed: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if delayed:
+                    time.sleep(self.delay_s)
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._closed.set()
+        self.listener.close()
+        with self._lock:
+            for s in self._sockets:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            self._sockets.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import threading
 import time
 from collections.abc import Callable
 
@@ -19,8 +20,17 @@ import httpx
 import pika
 import pytest
 
-from tests.cluster.conftest import EtcdCluster, Node
-from tests.cluster.faults import PROTOCOLS, QUEUE, Amqp091, Publisher, check, declare, drain
+from tests.cluster.conftest import LEASE_TTL_S, EtcdCluster, Node
+from tests.cluster.faults import (
+    PROTOCOLS,
+    QUEUE,
+    Amqp091,
+    DelayProxy,
+    Publisher,
+    check,
+    declare,
+    drain,
+)
 from tests.cluster.test_election_etcd import one_leader, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -30,11 +40,14 @@ ISR_KEY = "/ringmq/test/shards/0/isr"  # conftest's nodes run cluster "test", sh
 
 
 def start_three(
-    etcd_cluster: Callable[[int], EtcdCluster], start_node: Callable[..., Node]
+    etcd_cluster: Callable[[int], EtcdCluster],
+    start_node: Callable[..., Node],
+    endpoints: Callable[[EtcdCluster], str] = lambda etcd: etcd.endpoints,
+    ttl_s: int = LEASE_TTL_S,
 ) -> tuple[EtcdCluster, list[Node], Node]:
     etcd = etcd_cluster(1)
     nodes = [
-        start_node(n, etcd.endpoints, extra_config=ISR_TIMEOUT, protocols=True)
+        start_node(n, endpoints(etcd), extra_config=ISR_TIMEOUT, protocols=True, ttl_s=ttl_s)
         for n in ("n1", "n2", "n3")
     ]
     name, _ = wait_for("one leader", lambda: one_leader(nodes))
@@ -112,7 +125,16 @@ def test_kill_9_of_the_leader_in_four_protocols_loses_no_confirmed_message(
 def test_kill_9_of_a_follower_leaves_the_isr_in_etcd_before_the_next_confirm(
     etcd_cluster: Callable[[int], EtcdCluster], start_node: Callable[..., Node]
 ) -> None:
-    etcd, nodes, leader = start_three(etcd_cluster, start_node)
+    proxies: list[DelayProxy] = []
+
+    def slow_etcd(etcd: EtcdCluster) -> str:
+        # every etcd request of the nodes takes 0.15 s longer (module DelayProxy): a confirm
+        # released before the ISR write reached etcd would come well before the write lands
+        proxies.append(DelayProxy(("127.0.0.1", etcd.members[0].client), 0.15))
+        return proxies[-1].url
+
+    # a longer lease: the slower renewals keep well inside it on a loaded machine
+    etcd, nodes, leader = start_three(etcd_cluster, start_node, slow_etcd, ttl_s=4)
     load = [Amqp091(name_=f"load{i}", nodes=lambda: list(nodes), deadline_s=200.0) for i in (1, 2)]
     for p in load:
         p.start()
@@ -120,6 +142,12 @@ def test_kill_9_of_a_follower_leaves_the_isr_in_etcd_before_the_next_confirm(
     ch = conn.channel()
     ch.confirm_delivery()
     props = pika.BasicProperties(delivery_mode=2)
+    # and writes without confirms all along: the live follower's acknowledgements keep coming
+    # while the ISR write is under way, so a leader that released confirms on them before
+    # etcd had the smaller set would do so then
+    stop_noise = threading.Event()
+    noise = threading.Thread(target=_noise, args=(leader, stop_noise), daemon=True)
+    noise.start()
     try:
         for p in load:
             p.wait_confirms(20)
@@ -152,8 +180,32 @@ def test_kill_9_of_a_follower_leaves_the_isr_in_etcd_before_the_next_confirm(
             p.stop()
         for p in load:
             p.join(timeout=60)
+        stop_noise.set()
+        noise.join(timeout=30)
         if conn.is_open:
             conn.close()
-    got = drain(leader)
+    try:
+        got = drain(leader)
+    finally:
+        for proxy in proxies:
+            proxy.close()
     assert b"probe:0" in got
     check(load, [b for b in got if not b.startswith(b"probe:")])
+
+
+def _noise(node: Node, stop: threading.Event) -> None:
+    """Persistent publishes without confirms to another queue, about 200 a second, until
+    `stop` (bounded by count too)."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters(node.host, node.port))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("noise", durable=True)
+        props = pika.BasicProperties(delivery_mode=2)
+        for _ in range(100_000):
+            if stop.is_set():
+                break
+            ch.basic_publish("", "noise", b"x", props)
+            conn.process_data_events(time_limit=0.005)
+    finally:
+        if conn.is_open:
+            conn.close()
