@@ -17,7 +17,7 @@ from tests.cluster.conftest import EtcdCluster, Node
 from tests.cluster.faults import Amqp091, check, declare, drain, leader_of
 from tests.cluster.test_election_etcd import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
 
 ISR_TIMEOUT = "isr_timeout_ms = 1500\n"
 

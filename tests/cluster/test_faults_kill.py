@@ -71,7 +71,7 @@ def in_sync(node: Node, size: int) -> bool:
     return len(node.cluster()["isr"]) == size
 
 
-@pytest.mark.parametrize("rounds", [2, pytest.param(10, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("rounds", [1, pytest.param(10, marks=pytest.mark.slow)])
 def test_kill_9_of_the_leader_in_four_protocols_loses_no_confirmed_message(
     etcd_cluster: Callable[[int], EtcdCluster], start_node: Callable[..., Node], rounds: int
 ) -> None:
