@@ -45,10 +45,12 @@ class Serve:
         extra: tuple[str, ...] = (),
         wait: re.Pattern[bytes] | None = None,
         config: Path | None = None,
+        wrap: tuple[str, ...] = (),
     ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
         cmd = [
+            *wrap,  # e.g. ("ip", "netns", "exec", NS): it execs, so the pid stays ringmq's
             sys.executable,
             "-m",
             "ringmq",

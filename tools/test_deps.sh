@@ -7,6 +7,7 @@
 #   rabbitmqadmin              RabbitMQ's script, extracted by tools/fetch_rabbitmqadmin.sh
 #   curl                       the README's shell block (tests/docs/test_blocks.py)
 #   etcd-server                etcd 3.4, started by the cluster tests (tests/cluster)
+#   iproute2                   `ip netns` for the partition tests (tests/cluster/netns.py; as root)
 #   slapd, ldap-utils          OpenLDAP for the LDAP login tests (tests/integration/auth/
 #                              test_ldap.py start their own slapd on a loopback port)
 set -uo pipefail
@@ -18,6 +19,7 @@ command -v chromedriver >/dev/null 2>&1 || wanted+=(chromium-driver)
 command -v mosquitto_pub >/dev/null 2>&1 || wanted+=(mosquitto-clients)
 command -v curl >/dev/null 2>&1 || wanted+=(curl)
 command -v etcd >/dev/null 2>&1 || wanted+=(etcd-server)
+command -v ip >/dev/null 2>&1 || wanted+=(iproute2)
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || wanted+=(slapd ldap-utils)
 admin="${RINGMQ_RABBITMQADMIN:-$HOME/.cache/ringmq/rabbitmqadmin}"
 root_apt=0

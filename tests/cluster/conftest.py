@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.cluster.netns import Network
 from tests.serve import _HTTP, Serve
 
 ETCD = os.environ.get("RINGMQ_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
@@ -46,7 +47,10 @@ def free_ports(n: int) -> list[int]:
 
 
 class EtcdMember:
-    def __init__(self, name: str, client: int, peer: int, data: Path) -> None:
+    def __init__(
+        self, name: str, client: int, peer: int, data: Path, host: str = "127.0.0.1"
+    ) -> None:
+        self.host = host
         self.name = name
         self.client = client
         self.peer = peer
@@ -56,7 +60,7 @@ class EtcdMember:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.client}"
+        return f"http://{self.host}:{self.client}"
 
     def start(self, binary: str, initial_cluster: str, log: Path) -> None:
         self._args = (binary, initial_cluster, log)
@@ -73,9 +77,9 @@ class EtcdMember:
                     "--advertise-client-urls",
                     self.url,
                     "--listen-peer-urls",
-                    f"http://127.0.0.1:{self.peer}",
+                    f"http://{self.host}:{self.peer}",
                     "--initial-advertise-peer-urls",
-                    f"http://127.0.0.1:{self.peer}",
+                    f"http://{self.host}:{self.peer}",
                     "--initial-cluster",
                     initial_cluster,
                     "--initial-cluster-state",
@@ -101,14 +105,14 @@ class EtcdMember:
 class EtcdCluster:
     """n etcd members on loopback (see the module docstring)."""
 
-    def __init__(self, n: int, root: Path) -> None:
+    def __init__(self, n: int, root: Path, host: str = "127.0.0.1") -> None:
         binary = etcd_binary()
         ports = free_ports(2 * n)
         self.members = [
-            EtcdMember(f"e{i}", ports[2 * i], ports[2 * i + 1], root / f"etcd-e{i}")
+            EtcdMember(f"e{i}", ports[2 * i], ports[2 * i + 1], root / f"etcd-e{i}", host)
             for i in range(n)
         ]
-        initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer}" for m in self.members)
+        initial = ",".join(f"{m.name}=http://{host}:{m.peer}" for m in self.members)
         for m in self.members:
             m.start(binary, initial, root / f"etcd-{m.name}.log")
         self.wait_healthy()
@@ -145,11 +149,11 @@ class EtcdCluster:
 
 
 @pytest.fixture
-def etcd_cluster(tmp_path: Path) -> Iterator[Callable[[int], EtcdCluster]]:
+def etcd_cluster(tmp_path: Path) -> Iterator[Callable[..., EtcdCluster]]:
     started: list[EtcdCluster] = []
 
-    def start(n: int) -> EtcdCluster:
-        c = EtcdCluster(n, tmp_path)
+    def start(n: int, host: str = "127.0.0.1") -> EtcdCluster:
+        c = EtcdCluster(n, tmp_path, host)
         started.append(c)
         return c
 
@@ -159,7 +163,12 @@ def etcd_cluster(tmp_path: Path) -> Iterator[Callable[[int], EtcdCluster]]:
 
 
 class Node(Serve):
-    """One clustered `ringmq serve` and its management API."""
+    """One clustered `ringmq serve` and its management API.
+
+    `protocols=True` opens STOMP and MQTT too, on fixed ports; `host` and `wrap` put the node
+    on another address (a network namespace: `wrap=("ip", "netns", "exec", NS)`). `spec` keeps
+    what started it, so that `start_node(**node.spec)` restarts it on the same ports and data.
+    """
 
     def __init__(
         self,
@@ -170,26 +179,51 @@ class Node(Serve):
         ttl_s: int = LEASE_TTL_S,
         ports: tuple[int, int, int] | None = None,
         extra_config: str = "",
-        stomp_mqtt: bool = False,
+        protocols: bool = False,
+        protocol_ports: tuple[int, int] | None = None,
+        host: str = "127.0.0.1",
+        wrap: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.etcd = etcd
+        self.host = host
         self.hook_log = root / f"{name}.roles"
         # the on_role_change hook appends "<role> <epoch> <leader>" to hook_log
         hook = f"/bin/sh -c 'echo $0 $1 $2 >> {self.hook_log}'"
         config = root / f"{name}.toml"
+        # guest may log in from loopback only: a node on another address gets a user of its own
+        self.user = self.password = "guest" if host == "127.0.0.1" else "faults"
+        users = (
+            ""
+            if self.user == "guest"
+            else '\n[[users]]\nname = "faults"\npassword = "faults"\ntags = ["administrator"]\n'
+            '\n[[permissions]]\nuser = "faults"\n'
+        )
         config.write_text(
             f'[cluster]\nlease_ttl_s = {ttl_s}\nname = "test"\non_role_change = "{hook}"\n'
             + extra_config
+            + users
         )
         # fixed ports: a node restarts its server at each role change (tests read the
         # management port's line and know the others)
         amqp, http, cluster = ports or free_ports(3)
         self.ports = (amqp, http, cluster)
         more: tuple[str, ...] = ()
-        if stomp_mqtt:  # (the last --stomp-port/--mqtt-port given wins over Serve's "off")
-            stomp, mqtt = free_ports(2)
-            more = ("--stomp-port", str(stomp), "--mqtt-port", str(mqtt))
+        stomp_port = mqtt_port = None
+        if protocols:
+            stomp_port, mqtt_port = protocol_ports or free_ports(2)
+            more = ("--stomp-port", str(stomp_port), "--mqtt-port", str(mqtt_port))
+        self.spec: dict[str, Any] = {
+            "name": name,
+            "etcd": etcd,
+            "ttl_s": ttl_s,
+            "ports": self.ports,
+            "extra_config": extra_config,
+            "protocols": protocols,
+            "protocol_ports": (stomp_port, mqtt_port) if protocols else None,
+            "host": host,
+            "wrap": wrap,
+        }
         super().__init__(
             root / name,
             root / f"{name}.log",
@@ -197,6 +231,7 @@ class Node(Serve):
             amqp_port=amqp,
             http_port=http,
             wait=_HTTP,
+            wrap=wrap,
             extra=(
                 "--config",
                 str(config),
@@ -206,21 +241,24 @@ class Node(Serve):
                 name,
                 "--cluster-port",
                 str(cluster),
+                "--host",
+                host,
                 *more,
             ),
         )
         self.port, self.http_port = amqp, http
-        if stomp_mqtt:
-            self.stomp_port, self.mqtt_port = stomp, mqtt
+        self.stomp_port, self.mqtt_port = stomp_port, mqtt_port
 
     def cluster(self) -> dict[str, Any]:
         # A node changing roles restarts its server (ringmq.server.member): its management
         # port is closed for that moment. Ask again, a bounded number of times.
-        url = f"http://127.0.0.1:{self.http_port}/api/cluster"
-        for _ in range(50):
+        url = f"http://{self.host}:{self.http_port}/api/cluster"
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
             try:
-                r = httpx.get(url, auth=("guest", "guest"))
+                r = httpx.get(url, auth=(self.user, self.password), timeout=2)
             except httpx.ConnectError:
+                # refused while it restarts; "no route" (a cut node) takes seconds: bounded
                 if not self.running():
                     raise
                 time.sleep(0.1)
@@ -246,3 +284,14 @@ def start_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
     yield start
     for n in nodes:
         n.kill()
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    """Network namespaces for the nodes (tests/cluster/netns.py); skips unless root. List it
+    before `start_node` so that it is torn down after the nodes are killed."""
+    net = Network()
+    try:
+        yield net
+    finally:
+        net.close()

@@ -58,7 +58,7 @@ def start_three(
                 name,
                 etcd.endpoints,
                 extra_config=ISR_TIMEOUT + extra_config + more,
-                stomp_mqtt=True,
+                protocols=True,
             )
         )
     name, _ = wait_for("one leader", lambda: one_leader(nodes))

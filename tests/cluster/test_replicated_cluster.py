@@ -88,6 +88,8 @@ def check(confirmed: list[int], got: list[int]) -> None:
     assert not lost, f"{len(lost)} confirmed messages lost: {sorted(lost)[:20]}"
 
 
+# slow: test_faults_kill.py's four-protocol round covers it in the quick suite
+@pytest.mark.slow
 def test_kill_9_of_the_leader_loses_no_confirmed_message(
     etcd_cluster: Callable[[int], EtcdCluster], start_node: Callable[..., Node]
 ) -> None:

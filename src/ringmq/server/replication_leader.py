@@ -66,6 +66,8 @@ class ReplicationLeader:
         self._server: asyncio.Server | None = None
         self._wakers: set[asyncio.Event] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        """Every session's socket: `stop()` closes them (the listener's close does not)."""
         self.on_progress: Callable[[], None] | None = None
         """Called when an acknowledgement moved or a follower left (the group commit)."""
 
@@ -123,6 +125,7 @@ class ReplicationLeader:
         peer = writer.get_extra_info("peername")
         sender = asyncio.create_task(self._send_loop(session, writer, wake))
         self._tasks.add(sender)
+        self._writers.add(writer)
         try:
             while not session.closed:
                 data = await reader.read(CHUNK_BYTES)
@@ -143,6 +146,7 @@ class ReplicationLeader:
             with contextlib.suppress(BaseException):
                 await sender
             self._tasks.discard(sender)
+            self._writers.discard(writer)
             with contextlib.suppress(Exception):
                 writer.write(session.data_to_send())
                 writer.close()
@@ -227,6 +231,12 @@ class ReplicationLeader:
             self._server.close()
         for task in list(self._tasks):
             task.cancel()
+        # End every session too: a follower left connected to this epoch's session would wait
+        # on it for good (asyncio's Server.close keeps accepted connections open before 3.12),
+        # never reconnecting to the node's next epoch, often at the same address.
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), timeout=2)
