@@ -403,6 +403,7 @@ class Publisher:
             exchange: Exchange,
             now_ms: int,
             mandatory: bool = False,
+            call: list[Effect] | None = None,
             classify: bool = True,
             queues: tuple[QueueEntity, ...] = (),
             released: list[int] | None = None,

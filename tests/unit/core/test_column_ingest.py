@@ -124,7 +124,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             taken.append(len(args[4]))
         return ok
 
-    monkeypatch.setattr("ringmq.core.publish.ingest_columns", spy)
+    monkeypatch.setattr("ringmq.core.publishbatch.ingest_columns", spy)
     return taken
 
 

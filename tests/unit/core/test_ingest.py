@@ -81,7 +81,7 @@ def _runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
                 taken.append(len(args[4]))
             return ok
 
-        monkeypatch.setattr(f"ringmq.core.publish.{name}", spy)
+        monkeypatch.setattr(f"ringmq.core.publishbatch.{name}", spy)
     return taken
 
 

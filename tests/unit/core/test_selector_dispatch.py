@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringmq.core import delivery as delivery_module
+from ringmq.core import dispatch as dispatch_module
 from ringmq.core.effects import Deliver, Drained, Effect
 from ringmq.core.selector import parse
 from ringmq.core.session import Session, SettleKind
@@ -66,7 +66,7 @@ def test_a_requeued_selected_message_comes_back_once() -> None:
 
 
 def test_the_scan_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(delivery_module, "SELECTOR_SCAN", 3)
+    monkeypatch.setattr(dispatch_module, "SELECTOR_SCAN", 3)
     k, ch = _setup(["blue", "blue", "blue", "red"])
     sub = k.open()
     assert bodies(_select(k, sub, "r", "colour = 'red'")) == []  # the red one is 4th
