@@ -112,15 +112,19 @@ class Publishing:
         if run:
             self._publish_run(run, s, now_ms)
 
-    def _target(self, pid: int, ids: list[int], s: Session) -> tuple[Publisher, QueueEntity] | None:
+    def _target(
+        self, pid: int, cmds: list[sp.Publish], s: Session
+    ) -> tuple[Publisher, QueueEntity] | None:
         # The publisher and its stream, or None once the client is told why not.
         pub = self.publishers.get(pid)
         if pub is None:
-            self._errors(pid, ids, Code.PUBLISHER_DOES_NOT_EXIST)
+            self._errors(
+                pid, [i for c in cmds for i, _ in c.messages], Code.PUBLISHER_DOES_NOT_EXIST
+            )
             return None
         q = self._stream(pub.stream)
         if q is None or q.stream is None:
-            self._errors(pid, ids, Code.STREAM_DOES_NOT_EXIST)
+            self._errors(pid, [i for c in cmds for i, _ in c.messages], Code.STREAM_DOES_NOT_EXIST)
             return None
         self.broker.publisher.exchange_for(s, "")
         return pub, q
@@ -129,7 +133,7 @@ class Publishing:
         # Frames of simple entries of one publisher (duplicates left out) as they arrived:
         # as few chunks as `chunk_data_max` and `MAX_ENTRIES` allow.
         pid = run[0].publisher_id
-        got = self._target(pid, [i for c in run for i, _ in c.messages], s)
+        got = self._target(pid, run, s)
         if got is None:
             return
         pub, q = got
@@ -145,27 +149,36 @@ class Publishing:
         size = 0
 
         def cut() -> None:
-            nonlocal size
+            nonlocal size, ids, parts
             seq = publish_chunk(s, q, b"".join(parts), len(parts), len(parts), now_ms)
             if seq:
-                self.confirming[seq] = (pid, ids[:])
+                self.confirming[seq] = (pid, ids)
             if ref:
                 log.tracking.set_writer(ref, ids[-1])
-            ids.clear()
-            parts.clear()
-            size = 0
+            ids, parts, size = [], [], 0
 
+        # frame by frame (comprehensions, no per-message statement): a frame's entries join
+        # the chunk whole, unless they would take it past the limits
         for cmd in run:
             content = memoryview(cmd.content)
-            for (pub_id, _), (b, e) in zip(cmd.messages, cmd.spans, strict=True):
-                if pub_id <= last:
-                    dups.append(pub_id)  # de-duplicated: confirmed, not stored again
+            spans = cmd.spans
+            frame_ids = [i for i, _ in cmd.messages]
+            if last >= 0 and min(frame_ids) <= last:
+                dups += [i for i in frame_ids if i <= last]
+                keep = [n for n, i in enumerate(frame_ids) if i > last]
+                frame_ids = [frame_ids[n] for n in keep]
+                spans = [spans[n] for n in keep]
+                if not frame_ids:
                     continue
-                if parts and (size + e - b > limit or len(parts) == MAX_ENTRIES):
+            nbytes = spans[-1][1] - spans[0][0]  # at most: publishing ids between entries
+            if parts and (size + nbytes > limit or len(parts) + len(frame_ids) > MAX_ENTRIES):
+                cut()
+            for at in range(0, len(frame_ids), MAX_ENTRIES):  # once, but for tiny messages
+                if at:
                     cut()
-                ids.append(pub_id)
-                parts.append(content[b:e])
-                size += e - b
+                ids += frame_ids[at : at + MAX_ENTRIES]
+                parts += [content[b:e] for b, e in spans[at : at + MAX_ENTRIES]]
+                size += nbytes
         if parts:
             cut()
         if dups:
@@ -181,7 +194,7 @@ class Publishing:
                 self._errors(pid, [i for i, _ in cmd.messages] + cmd.refused,
                              Code.PUBLISHER_DOES_NOT_EXIST)  # fmt: skip
                 return
-        got = self._target(pid, [i for i, _ in cmd.messages], s)
+        got = self._target(pid, [cmd], s)
         if got is None:
             return
         pub, q = got
