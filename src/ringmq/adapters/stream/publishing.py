@@ -170,6 +170,8 @@ class Publishing:
                 spans = [spans[n] for n in keep]
                 if not frame_ids:
                     continue
+            if ref:  # the next frame's duplicates of these too (the tracking is set at a cut)
+                last = max(last, max(frame_ids))
             nbytes = spans[-1][1] - spans[0][0]  # at most: publishing ids between entries
             if parts and (size + nbytes > limit or len(parts) + len(frame_ids) > MAX_ENTRIES):
                 cut()

@@ -127,9 +127,12 @@ def test_the_publish_frames_of_one_read_are_one_chunk_and_duplicates_are_left_ou
     # again, with publishing ids already stored: those are confirmed, not stored again
     got = kit.send(frame(4, 5), frame(6))
     assert sorted(i for f in got for i in f.publishing_ids) == [4, 5, 6]
+    # and the same ids twice in one read: the second frame's are duplicates of the first's
+    got = kit.send(frame(7, 8), frame(7, 8))
+    assert sorted(i for f in got for i in f.publishing_ids) == [7, 7, 8, 8]
     got = kit.send(schema.Subscribe(8, 1, "s", schema.OffsetSpec(OffsetType.FIRST), 5, []))
     delivered = [f for f in got[1:] if isinstance(f, schema.Deliver)]
-    assert [(d.chunk_first_offset, d.num_entries) for d in delivered] == [(0, 5), (5, 1)]
+    assert [(d.chunk_first_offset, d.num_entries) for d in delivered] == [(0, 5), (5, 1), (6, 2)]
 
 
 def test_a_chunk_of_several_frames_stays_within_one_frame() -> None:
