@@ -173,13 +173,16 @@ async def test_stream_stats_follow_the_chunks(broker: BrokerThread) -> None:
 
             def on_confirm(c: object) -> None:
                 confirmed.append(c)
-                if len(confirmed) == 15:
+                if len(confirmed) % 5 == 0:
                     done.set()
 
-            for k in range(3):  # three frames of five: chunks at 0, 5 and 10
+            # three frames of five, each confirmed before the next is sent (frames that
+            # arrive together are one chunk): chunks at 0, 5 and 10
+            for k in range(3):
+                done.clear()
                 batch = [AMQPMessage(body=b"%d" % k) for _ in range(5)]
                 await p.send_batch("s", batch, on_publish_confirm=on_confirm)
-            await asyncio.wait_for(done.wait(), 10)
+                await asyncio.wait_for(done.wait(), 10)
         full = await wire.stats("s")
     finally:
         await wire.close()

@@ -14,15 +14,9 @@ address), which is where `rstream` connects for a stream's leader after a metada
 Streams are the core's stream queues (`x-queue-type: stream`): create, delete and metadata
 are declarations, deletions and look-ups of those queues.
 
-Publishing: one core session (channel 1, confirm mode). A declared publisher has an id, a
-stream and maybe a reference. A publish frame of simple entries is appended to the stream as
-one chunk, its entries as they arrived (`Publisher.publish_chunk`, core/streamchunk.py), with
-one core confirm for the frame; a frame with sub-entry batches is published message by message
-to the default exchange under the stream's name. Either way the publishing ids wait for the
-core's confirm (`_confirming`: publish seq -> publisher, publishing ids), answered as
-PublishConfirm / PublishError. With a reference, a publishing id not above the last one the
-stream stored for it (`Tracking.writers`) is a duplicate: confirmed, not stored (RabbitMQ's
-de-duplication).
+Publishing: one core session (channel 1, confirm mode), `adapters/stream/publishing.py`. The
+publish frames of one read are handled together, in one core call (`_publish_held`): a run
+of frames of one publisher becomes one chunk, kept as the entries arrived.
 
 Consuming: a subscription is a core consumer of the stream on its own session (channel
 2, 3...), browsing from its offset specification, settled by nothing, in chunk mode
@@ -41,18 +35,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from ringmq import __version__
-from ringmq.adapters.amqp10.message import build
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.adapters.stream import superstreams
+from ringmq.adapters.stream.publishing import Publishing
 from ringmq.adapters.stream.replies import (
     client_properties,
     code_of,
-    confirm_frame,
     key_of,
     offset_spec,
     queue_arguments,
     stats_frame,
-    wrapped,
 )
 from ringmq.core.effects import (
     ActivateConsumer,
@@ -75,15 +67,7 @@ from ringmq.streamproto.codec import RESPONSE, Code, Key, Writer
 log = logging.getLogger(__name__)
 
 PUBLISH_CHANNEL: Final = 1
-MAX_ENTRIES: Final = 0xFFFF
-"""Most entries in one chunk (the header's entry count is a u16)."""
 DEFAULT_FRAME_MAX: Final = 1_048_576
-
-
-@dataclass(slots=True)
-class Publisher:
-    stream: str
-    reference: str
 
 
 @dataclass(slots=True)
@@ -111,9 +95,7 @@ class StreamHandler:
         self._closed = False
         self._user: str | None = None
         self._info = HandlerInfo(protocol="RabbitMQ Stream")
-        self._publishers: dict[int, Publisher] = {}
-        self._confirming: dict[int, tuple[int, list[int]]] = {}
-        """Publish seq -> (publisher id, publishing ids), waiting for the core's confirm."""
+        self.publishing = Publishing(self.broker, self._send, self._stream, self.frame_max)
         self._subs: dict[int, Subscription] = {}
         self._by_channel: dict[int, Subscription] = {}
         self._next_channel = PUBLISH_CHANNEL + 1
@@ -138,13 +120,23 @@ class StreamHandler:
     def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
         self._last_in = -1  # seen: the next tick takes the time
         out: list[Effect] = []
+        held: list[sp.Publish] = []  # publish frames, handled together (`_publish_held`)
         try:
             self.reader.feed(data)
             while not self._closed and (frame := self.reader.next_frame()) is not None:
-                out.extend(self._command(sp.decode(*frame), now_ms))
+                cmd = sp.decode(*frame)
+                if type(cmd) is sp.Publish and self._opened:
+                    held.append(cmd)
+                    continue
+                if held:
+                    out.extend(self._publish_held(held, now_ms))
+                    held = []
+                out.extend(self._command(cmd, now_ms))
         except sp.ProtocolError as exc:
             log.debug("stream connection %d: %s", self.conn_id, exc)
             self._close(exc.code, str(exc))
+        if held:  # before a frame that could not be read: published as they came
+            out.extend(self._publish_held(held, now_ms))
         if self._effects:
             out += self._effects
             self._effects = []
@@ -160,7 +152,7 @@ class StreamHandler:
                     self.out += chunk
             case Confirm():
                 if effect.channel == PUBLISH_CHANNEL:
-                    self._confirmed(effect)
+                    self.publishing.confirmed(effect)
             case ActivateConsumer():
                 sub = self._subs.get(effect.subscription_id)
                 if sub is not None and sub.group is not None:
@@ -342,6 +334,20 @@ class StreamHandler:
         calls.end(publish=isinstance(cmd, sp.Publish))
         return out
 
+    def _publish_held(self, held: list[sp.Publish], now_ms: int) -> list[Effect]:
+        # A read's publish frames in one core call (a refusal: the frames' publisher is told
+        # nothing more, as a refused single publish).
+        calls = self.broker.calls
+        out = calls.begin(now_ms)
+        try:
+            self.publishing.publish(held, self._session(PUBLISH_CHANNEL), now_ms)
+        except (BrokerError, SettingsError) as exc:
+            calls.abort()
+            log.debug("stream connection %d: publish refused: %s", self.conn_id, exc)
+            return out
+        calls.end(publish=True)
+        return out
+
     def _core_command(self, cmd: sp.Command, now_ms: int) -> None:
         b = self.broker
         s = self._session(PUBLISH_CHANNEL)
@@ -370,11 +376,9 @@ class StreamHandler:
             case sp.Metadata():
                 self._metadata(cmd)
             case sp.DeclarePublisher():
-                self._declare_publisher(cmd, s)
+                self.publishing.declare(cmd, s)
             case sp.DeletePublisher():
-                gone = self._publishers.pop(cmd.publisher_id, None)
-                code = Code.OK if gone is not None else Code.PUBLISHER_DOES_NOT_EXIST
-                self._send(sp.simple_response(Key.DELETE_PUBLISHER, cmd.correlation_id, code))
+                self.publishing.delete(cmd)
             case sp.QueryPublisherSequence():
                 log_ = self._log(cmd.stream)
                 code = Code.OK if log_ is not None else Code.STREAM_DOES_NOT_EXIST
@@ -382,7 +386,7 @@ class StreamHandler:
                 w = sp.response(Key.QUERY_PUBLISHER_SEQUENCE, cmd.correlation_id, code).u64(seq)
                 self._send(w.frame(Key.QUERY_PUBLISHER_SEQUENCE | RESPONSE))
             case sp.Publish():
-                self._publish(cmd, s, now_ms)
+                self.publishing.publish([cmd], s, now_ms)
             case sp.Subscribe():
                 self._subscribe(cmd, now_ms)
             case sp.Unsubscribe():
@@ -458,107 +462,6 @@ class StreamHandler:
 
     def _stats(self, cmd: sp.StreamStats) -> None:
         self._send(stats_frame(self._log(cmd.stream), cmd.correlation_id))
-
-    def _declare_publisher(self, cmd: sp.DeclarePublisher, s: Session) -> None:
-        corr = cmd.correlation_id
-        if self._stream(cmd.stream) is None:
-            code = Code.STREAM_DOES_NOT_EXIST
-        elif cmd.publisher_id in self._publishers:
-            code = Code.PRECONDITION_FAILED
-        else:
-            self.broker.publisher.exchange_for(s, "")  # write permission on the default
-            self._publishers[cmd.publisher_id] = Publisher(cmd.stream, cmd.reference)
-            code = Code.OK
-        self._send(sp.simple_response(Key.DECLARE_PUBLISHER, corr, code))
-
-    def _publish(self, cmd: sp.Publish, s: Session, now_ms: int) -> None:
-        pid = cmd.publisher_id
-        pub = self._publishers.get(pid)
-        if pub is None:
-            ids = [i for i, _ in cmd.messages] + cmd.refused
-            self._errors(pid, ids, Code.PUBLISHER_DOES_NOT_EXIST)
-            return
-        if cmd.refused:
-            self._errors(pid, cmd.refused, Code.PRECONDITION_FAILED)
-        log_ = self._log(pub.stream)
-        if log_ is None:
-            self._errors(pid, [i for i, _ in cmd.messages], Code.STREAM_DOES_NOT_EXIST)
-            return
-        b = self.broker
-        vh, x = b.publisher.exchange_for(s, "")
-        tracking = log_.tracking
-        ref = pub.reference
-        last = tracking.writers.get(ref, -1) if ref else -1
-        dups = [i for i, _ in cmd.messages if i <= last] if ref else []
-        if cmd.spans and not cmd.refused:
-            self._publish_chunks(cmd, pid, pub, s, last, now_ms)
-        else:
-            for pub_id, data in cmd.messages:
-                if pub_id <= last:
-                    continue  # de-duplicated: confirmed, not stored again
-                try:
-                    msg = build(data, exchange="", routing_key=pub.stream, now_ms=now_ms)
-                except ValueError:
-                    msg = build(wrapped(data), exchange="", routing_key=pub.stream, now_ms=now_ms)
-                b.publisher.publish(msg, session=s, vhost=vh, exchange=x, now_ms=now_ms)
-                self._confirming[s.publish_seq] = (pid, [pub_id])
-                if ref:
-                    tracking.set_writer(ref, pub_id)
-        if dups:
-            self._send(confirm_frame(pid, dups))
-
-    def _publish_chunks(
-        self, cmd: sp.Publish, pid: int, pub: Publisher, s: Session, last: int, now_ms: int
-    ) -> None:
-        # The frame's entries (duplicates left out) as they arrived: one chunk per frame (more
-        # only past the header's entry count).
-        q = self._stream(pub.stream)
-        assert q is not None
-        assert q.stream is not None
-        content = memoryview(cmd.content)
-        ids = [i for i, _ in cmd.messages]
-        spans = cmd.spans
-        if last >= 0:
-            keep = [n for n, i in enumerate(ids) if i > last]
-            ids = [ids[n] for n in keep]
-            spans = [spans[n] for n in keep]
-        publish_chunk = self.broker.publisher.publish_chunk
-        for at in range(0, len(ids), MAX_ENTRIES):
-            part = spans[at : at + MAX_ENTRIES]
-            data = b"".join([content[b:e] for b, e in part])
-            seq = publish_chunk(s, q, data, len(part), len(part), now_ms)
-            got = ids[at : at + MAX_ENTRIES]
-            if seq:
-                self._confirming[seq] = (pid, got)
-            if pub.reference:
-                q.stream.tracking.set_writer(pub.reference, got[-1])
-
-    def _errors(self, pid: int, ids: list[int], code: Code) -> None:
-        if ids:
-            w = Writer().u8(pid).count(len(ids))
-            for i in ids:
-                w.u64(i).u16(code)
-            self._send(w.frame(Key.PUBLISH_ERROR))
-
-    def _confirmed(self, c: Confirm) -> None:
-        # One confirm (or refusal) of publish `seq`, or of every one up to it (`multiple`).
-        settled: dict[int, list[int]] = {}
-        waiting = self._confirming
-        if c.multiple:
-            while waiting:
-                seq = next(iter(waiting))
-                if seq > c.seq:
-                    break
-                pid, ids = waiting.pop(seq)
-                settled.setdefault(pid, []).extend(ids)
-        elif c.seq in waiting:
-            pid, ids = waiting.pop(c.seq)
-            settled[pid] = ids
-        for pid, ids in settled.items():
-            if c.ok:
-                self._send(confirm_frame(pid, ids))
-            else:
-                self._errors(pid, ids, Code.INTERNAL_ERROR)
 
     def _subscribe(self, cmd: sp.Subscribe, now_ms: int) -> None:
         corr = cmd.correlation_id

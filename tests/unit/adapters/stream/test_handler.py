@@ -21,7 +21,7 @@ NOW = 1_000_000
 
 
 class Kit:
-    def __init__(self) -> None:
+    def __init__(self, frame_max: int = 1 << 20) -> None:
         self.broker = Broker(BrokerConfig(name_seed=1))
         self.broker.defer_dispatch = True
         peer = Peer("127.0.0.1", 40001, "10.0.0.7", 5552)
@@ -29,7 +29,7 @@ class Kit:
             broker=self.broker,
             conn_id=1,
             peer=peer,
-            limits=HandlerLimits(1 << 20, 1 << 20, 2047, 60),
+            limits=HandlerLimits(1 << 20, frame_max, 2047, 60),
             login=make_login(self.broker, LoginGuard(), peer, "stream"),
         )
         self.h = StreamHandler(ctx)
@@ -109,3 +109,46 @@ def test_credit_is_in_chunks_and_a_deleted_stream_ends_its_subscription() -> Non
     (deleted, *rest) = kit.send(schema.Delete(10, "s"))
     updates = [f for f in [deleted, *rest] if isinstance(f, schema.MetadataUpdate)]
     assert [(u.metadata_info.code, u.metadata_info.stream) for u in updates] == [(6, "s")]
+
+
+def test_the_publish_frames_of_one_read_are_one_chunk_and_duplicates_are_left_out() -> None:
+    kit = Kit()
+    kit.connect()
+    kit.send(schema.Tune(1 << 20, 0), schema.Open(4, "/"))
+    kit.send(schema.Create(5, "s", []))
+    kit.send(schema.DeclarePublisher(7, 0, "ref", "s"))
+
+    def frame(*ids: int) -> schema.Publish:
+        return schema.Publish(0, [schema.Message(i, None, b"\x00\x53\x77\xa1\x01x") for i in ids])
+
+    # three frames in one read (a pipelining client): one chunk, one confirm of them all
+    got = kit.send(frame(1, 2), frame(3), frame(4, 5))
+    assert [(type(f), f.publishing_ids) for f in got] == [(schema.PublishConfirm, [1, 2, 3, 4, 5])]
+    # again, with publishing ids already stored: those are confirmed, not stored again
+    got = kit.send(frame(4, 5), frame(6))
+    assert sorted(i for f in got for i in f.publishing_ids) == [4, 5, 6]
+    # and the same ids twice in one read: the second frame's are duplicates of the first's
+    got = kit.send(frame(7, 8), frame(7, 8))
+    assert sorted(i for f in got for i in f.publishing_ids) == [7, 7, 8, 8]
+    got = kit.send(schema.Subscribe(8, 1, "s", schema.OffsetSpec(OffsetType.FIRST), 5, []))
+    delivered = [f for f in got[1:] if isinstance(f, schema.Deliver)]
+    assert [(d.chunk_first_offset, d.num_entries) for d in delivered] == [(0, 5), (5, 1), (6, 2)]
+
+
+def test_a_chunk_of_several_frames_stays_within_one_frame() -> None:
+    # a consumer with the same frame max must be able to take every chunk
+    kit = Kit(frame_max=4096)
+    kit.connect()
+    kit.send(schema.Tune(4096, 0), schema.Open(4, "/"))
+    kit.send(schema.Create(5, "s", []))
+    kit.send(schema.DeclarePublisher(7, 0, "", "s"))
+    body = b"\x00\x53\x75\xb0" + (1000).to_bytes(4, "big") + b"x" * 1000
+    frames = [schema.Publish(0, [schema.Message(3 * f + i, None, body) for i in range(3)])
+              for f in range(4)]  # fmt: skip
+    got = kit.send(*frames)
+    assert sorted(i for f in got for i in f.publishing_ids) == list(range(12))
+    got = kit.send(schema.Subscribe(8, 1, "s", schema.OffsetSpec(OffsetType.FIRST), 20, []))
+    delivered = [f for f in got[1:] if isinstance(f, schema.Deliver)]
+    assert sum(d.num_entries for d in delivered) == 12
+    assert 1 < len(delivered) < 12
+    assert all(d.num_entries >= 3 for d in delivered)  # at least a frame's worth each
