@@ -166,6 +166,17 @@ CASES = [
         ("read", "q.secret"),
         {},
     ),
+    Case("GET", Q + "/groups", "/api/queues/%2F/q.open/groups", "vhost"),
+    Case(
+        "DELETE", Q + "/groups", "/api/queues/%2F/q.open/groups", "vhost", ("configure", "q.open")
+    ),
+    Case(
+        "DELETE",
+        Q + "/groups/{group}",
+        "/api/queues/%2F/q.open/groups/g1",
+        "vhost",
+        ("configure", "q.open"),
+    ),
     # no vhost in the path: any policymaker, who sees the policies of its own vhosts
     Case("GET", "/api/policies", "/api/policies", "policymaker"),
     Case("GET", "/api/policies/{vhost}", "/api/policies/%2F", "policies"),

@@ -48,6 +48,7 @@ from ringmq.core.consumers import Consumer
 from ringmq.core.deadletter import DeadLetters
 from ringmq.core.effects import Deliver, DeliverReply, Drained
 from ringmq.core.errors import BrokerError, Condition
+from ringmq.core.groups import marked_first, matcher
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
@@ -174,6 +175,10 @@ class Delivery:
             more = bool(_browsed(c, 1, now_ms))
             c.cursor = cursor  # a look, not a browse
             return more
+        groups = q.queue.groups
+        if groups is not None:
+            also = c.selector.matches_message if c.selector is not None else None
+            return q.queue.has_matching(matcher(groups, c, also), SELECTOR_SCAN, now_ms)
         if c.selector is not None:
             return q.queue.has_matching(c.selector.matches_message, SELECTOR_SCAN, now_ms)
         return bool(q.queue.ready_count)
@@ -264,6 +269,8 @@ class Delivery:
             q.no_local = None  # its owner subscribes again, without no-local
         s.consumers[tag] = consumer
         q.consumers.add(consumer)
+        if q.queue.groups is not None and not browse:
+            q.queue.groups.joined()  # group-rebalance (core/groups.py)
         q.had_consumer = True
         q.last_used_ms = now_ms
         self.state.mark(q)
@@ -292,6 +299,8 @@ class Delivery:
         q = consumer.queue
         if not q.consumers.remove(consumer):
             return
+        if q.queue.groups is not None:
+            q.queue.groups.left(consumer)  # its groups go to whoever takes them next
         rule = q.no_local  # a connection's rule goes with its consumer (an owner's stays)
         if consumer.no_local and rule is not None and rule.owner is None:
             q.no_local = None if rule.conn_id == consumer.session.conn_id else rule
@@ -516,9 +525,12 @@ class Delivery:
                     if consumers.special:  # browsers first: they see what the others take
                         if consumers.browsers:
                             self._dispatch_browse(q, consumers.browsers, now_ms)
-                        self._dispatch(q, now_ms, bool(consumers.selective))
+                        selective = bool(consumers.selective) or q.queue.groups is not None
+                        self._dispatch(q, now_ms, selective)
                     else:
-                        self._dispatch(q, now_ms)
+                        # a grouped queue (core/groups.py) takes each consumer's turn by
+                        # `fetch_matching`, as selector consumers do
+                        self._dispatch(q, now_ms, q.queue.groups is not None)
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
             q.queue.drop_expired(now_ms)
@@ -536,8 +548,11 @@ class Delivery:
         # single-active), as Artemis serves filtered consumers with the others. A plain
         # consumer's turn takes the head; a selector consumer's the first ready message it
         # matches (`Queue.fetch_matching`: at most SELECTOR_SCAN evaluations), and one that
-        # finds none sits out this round (`missed`).
+        # finds none sits out this round (`missed`). A grouped queue (core/groups.py) is
+        # served the same way, each consumer's predicate also admitting only the messages of
+        # groups it owns or that have no owner (`matcher`); the group binds when taken.
         engine = q.queue
+        groups = engine.groups if selective else None
         consumers = q.consumers
         pick = consumers.pick
         fetch = engine.fetch
@@ -558,17 +573,21 @@ class Delivery:
             if c is None:
                 break
             no_ack = c.no_ack
-            if missed is None or c.selector is None:
+            first = False
+            if missed is None or (c.selector is None and groups is None):
                 d = fetch(now_ms, not no_ack)
                 if d is None:
                     break
             else:
-                d = engine.fetch_matching(
-                    c.selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
-                )
+                also = None if c.selector is None else c.selector.matches_message
+                match = also if groups is None else matcher(groups, c, also)
+                assert match is not None
+                d = engine.fetch_matching(match, SELECTOR_SCAN, now_ms, not no_ack)
                 if d is None:
                     missed.add(c)
                     continue
+                if groups is not None:
+                    first = groups.taken(c, d.message.headers, now_ms)
             s = c.session
             if no_ack:
                 tag = s.next_delivery_id
@@ -586,6 +605,8 @@ class Delivery:
                 s.counts.redelivered += 1
                 if q.settings.queue_type == queuetypes.QUORUM:
                     msg = queuetypes.counted(msg, d.delivery_count)
+            if first and groups is not None and groups.first_key:
+                msg = marked_first(msg, groups.first_key)
             append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, msg))
             budget -= 1
             if credited and c.credit is not None:

@@ -237,6 +237,9 @@ class AddressSettings:
         default_non_destructive: non-destructive consumption by default.
         default_exclusive_queue: one active consumer at a time by default (Artemis' exclusive
             queue, `x-single-active-consumer`).
+        default_group_buckets, default_group_rebalance, default_group_first_key: Artemis'
+            message-group settings for queues that do not declare their own
+            (`x-group-buckets`...; core/groups.py).
         address_full_policy: PAGE (bodies go to storage), DROP (new messages silently
             dropped), BLOCK (producers blocked), FAIL (new messages refused).
         max_size_bytes: body bytes at which the address is full (-1: unlimited).
@@ -265,6 +268,9 @@ class AddressSettings:
     default_last_value_key: str | None = None
     default_non_destructive: bool | None = None
     default_exclusive_queue: bool | None = None
+    default_group_buckets: int | None = None
+    default_group_rebalance: bool | None = None
+    default_group_first_key: str | None = None
     address_full_policy: AddressFullPolicy | None = None
     max_size_bytes: int | None = None
     max_size_messages: int | None = None
@@ -354,6 +360,9 @@ _ADDRESS_CHECKS: Final[dict[str, tuple[_Check, str]]] = {
     "default_last_value_key": (string, "a string"),
     "default_non_destructive": (lambda v: type(v) is bool, "a boolean"),
     "default_exclusive_queue": (lambda v: type(v) is bool, "a boolean"),
+    "default_group_buckets": (ring_size, "an integer >= -1 (-1: by group id, 0: no grouping)"),
+    "default_group_rebalance": (lambda v: type(v) is bool, "a boolean"),
+    "default_group_first_key": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
     "address_full_policy": (
         lambda v: v in AddressFullPolicy.__members__,
         "one of PAGE, DROP, BLOCK, FAIL",

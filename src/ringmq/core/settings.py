@@ -192,6 +192,13 @@ class QueueSettings:
     """Artemis delayed redelivery, if a delay is set."""
     consumer_timeout_ms: int | None = None
     """RabbitMQ `x-consumer-timeout` / policy `consumer-timeout` (None: the broker's)."""
+    group_buckets: int = -1
+    """Artemis `group-buckets` (`x-group-buckets`): -1 groups by id, N > 0 hashes ids into N
+    buckets, 0 turns message grouping off (core/groups.py)."""
+    group_rebalance: bool = False
+    """Artemis `group-rebalance`: a consumer joining unbinds every group."""
+    group_first_key: str | None = None
+    """Artemis `group-first-key`: the header marking a group's first message for its owner."""
     limit: Limit | None = None
     policy_name: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)

@@ -440,6 +440,44 @@ class CoreAdmin(StreamsFacade):
                 q, None if seqs is None else [SeqId(s) for s in seqs], now_ms
             )
 
+    def groups(self, vhost: str, name: str) -> list[dict[str, Any]]:
+        """The message groups of a queue that have an owner (core/groups.py), by group key:
+        Artemis' `listGroups`, with the owner's consumer tag and channel."""
+        q = self._entity(vhost, name)
+        groups = q.queue.groups
+        if groups is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for key, b in groups.bindings():
+            c = b.owner
+            s = c.session
+            out.append(
+                {
+                    "group": b.group,
+                    "bucket": key if isinstance(key, int) else None,
+                    "consumer_tag": c.tag,
+                    "channel_details": {
+                        "connection_name": s.conn.peer,
+                        "number": s.channel,
+                    },
+                    "bound_at": b.since_ms,
+                    "delivered": b.delivered,
+                }
+            )
+        return out
+
+    def reset_groups(self, vhost: str, name: str, group: str | None, *, now_ms: int) -> int:
+        """Unbind group `group` of a queue (None: all), as Artemis' `resetGroup` /
+        `resetAllGroups`: their next messages go to whoever takes them. Returns how many."""
+        q = self._entity(vhost, name)
+        groups = q.queue.groups
+        if groups is None:
+            return 0
+        with self.call(now_ms):
+            n = groups.reset(group)
+            self.broker.state.mark(q)  # waiting messages may go to other consumers now
+        return n
+
     # -- exchanges and bindings -------------------------------------------------------------
 
     def exchanges(self, vhost: str | None = None) -> list[ExchangeInfo]:

@@ -213,6 +213,9 @@ _r(
     publishes_to=("dead-letter-exchange", "dead_letter_exchange", "x-dead-letter-exchange"),
 )
 _r("/api/queues/{vhost}/{name}/scheduled", "GET DELETE", Gate.VHOST, READ_QUEUE)
+_r("/api/queues/{vhost}/{name}/groups", "GET", Gate.VHOST)
+_r("/api/queues/{vhost}/{name}/groups", "DELETE", Gate.VHOST, CONFIGURE_QUEUE)
+_r("/api/queues/{vhost}/{name}/groups/{group}", "DELETE", Gate.VHOST, CONFIGURE_QUEUE)
 _r("/api/queues/{vhost}/{name}/scheduled/deliver", "POST", Gate.VHOST, READ_QUEUE)
 _r("/api/policies", "GET", Gate.POLICIES)
 _r("/api/policies/{vhost}", "GET", Gate.POLICIES)
