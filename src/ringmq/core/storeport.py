@@ -32,7 +32,19 @@ POLICY: Final = "policy"
 EXCHANGE_DEF: Final = "exchange"
 QUEUE_DEF: Final = "queue"
 BINDING: Final = "binding"
-KINDS: Final = (VHOST, USER, PERMISSION, POLICY, EXCHANGE_DEF, QUEUE_DEF, BINDING)
+PARAMETER: Final = "parameter"
+GLOBAL_PARAMETER: Final = "global_parameter"
+KINDS: Final = (
+    VHOST,
+    USER,
+    PERMISSION,
+    POLICY,
+    PARAMETER,
+    GLOBAL_PARAMETER,
+    EXCHANGE_DEF,
+    QUEUE_DEF,
+    BINDING,
+)
 """Every definition kind, in the order recovery restores them."""
 
 

@@ -58,6 +58,7 @@ from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.limits import TenantLimits
 from ringmq.core.message import FORM_AMQP091, SeqId, form
+from ringmq.core.parameters import Parameters
 from ringmq.core.publish import UNROUTABLE
 from ringmq.core.vhost import QueueEntity, VHost
 from ringmq.management import corerecords
@@ -269,6 +270,7 @@ class CoreAdmin(StreamsFacade):
         vh = self._vhost(name)
         with self.call(now_ms):
             self.broker.topology.delete_vhost(vh, now_ms)
+        self.broker.state.parameters.forget_vhost(name)  # its runtime parameters go with it
 
     @_writes(full=False)
     def add_user(
@@ -592,6 +594,25 @@ class CoreAdmin(StreamsFacade):
     def set_limit(self, kind: str, key: str, name: str, value: object) -> None:
         t = self.broker.limits
         (t.set_vhost if kind == "vhost" else t.set_user)(key, name, value)
+
+    def parameters(self) -> Parameters:
+        """Runtime parameters kept from definitions (`core/parameters.py`), read only."""
+        return self.broker.state.parameters
+
+    @_writes(full=False)
+    def set_parameter(self, vhost: str | None, component: str, name: str, value: Any) -> None:
+        """Keep a vhost's parameter, or a global one (`vhost` None)."""
+        table = self.broker.state.parameters
+        if vhost is None:
+            table.set_global(name, value)
+        else:
+            table.set(vhost, component, name, value)
+
+    @_writes(full=False)
+    def clear_parameter(self, vhost: str | None, component: str, name: str) -> bool:
+        """Forget a vhost's parameter, or a global one (`vhost` None); whether it was kept."""
+        table = self.broker.state.parameters
+        return table.clear_global(name) if vhost is None else table.clear(vhost, component, name)
 
     @_writes(full=False)
     def clear_limit(self, kind: str, key: str, name: str) -> bool:

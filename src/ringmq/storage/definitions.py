@@ -38,6 +38,7 @@ KINDS: Final = (
     "binding",
     "policy",
     "parameter",
+    "global_parameter",
 )
 DEFAULT_COMPACT_AFTER: Final = 1000
 
