@@ -180,3 +180,124 @@ async def test_parameters_api_put_and_delete(client: httpx.AsyncClient) -> None:
     assert (await client.get("/api/global-parameters/cluster_name")).json()["value"] == "c"
     assert (await client.delete("/api/global-parameters/cluster_name")).status_code == 204
     assert (await client.get("/api/global-parameters/cluster_name")).status_code == 404
+
+
+def _v4_export() -> dict[str, Any]:
+    # A RabbitMQ 4.x export written by hand after the documented format (rabbitmq.com
+    # "Definitions"): vhost metadata and default queue type, user limits, quorum and stream
+    # queues, parameters and the global parameters every export carries.
+    meta = {"description": "production", "tags": ["eu"], "default_queue_type": "classic"}
+    return {
+        "rabbit_version": "4.0.5",
+        "rabbitmq_version": "4.0.5",
+        "product_name": "RabbitMQ",
+        "product_version": "4.0.5",
+        "users": [
+            _user("app", limits={"max-connections": 20}) | {"tags": ["management"]},
+        ],
+        "vhosts": [{"name": "prod", **meta, "metadata": meta}],
+        "permissions": [
+            {"user": "app", "vhost": "prod", "configure": "", "write": ".*", "read": ".*"}
+        ],
+        "topic_permissions": [],
+        "parameters": [
+            {
+                "vhost": "prod",
+                "component": "federation-upstream",
+                "name": "dc2",
+                "value": FEDERATION,
+            },
+            {
+                "vhost": "prod",
+                "component": "vhost-limits",
+                "name": "limits",
+                "value": {"max-connections": 100},
+            },
+        ],
+        "global_parameters": [
+            {"name": "cluster_name", "value": "rabbit@node-a"},
+            {"name": "internal_cluster_id", "value": "rabbitmq-cluster-id-abc"},
+        ],
+        "policies": [
+            {
+                "vhost": "prod",
+                "name": "ttl",
+                "pattern": "^events$",
+                "apply-to": "classic_queues",
+                "definition": {"message-ttl": 60000},
+                "priority": 0,
+            }
+        ],
+        "queues": [
+            {
+                "name": "events",
+                "vhost": "prod",
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {},
+            },
+            {
+                "name": "jobs",
+                "vhost": "prod",
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-queue-type": "quorum", "x-delivery-limit": 20},
+            },
+            {
+                "name": "audit",
+                "vhost": "prod",
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-queue-type": "stream", "x-max-age": "7D"},
+            },
+        ],
+        "exchanges": [
+            {
+                "name": "in",
+                "vhost": "prod",
+                "type": "topic",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            }
+        ],
+        "bindings": [
+            {
+                "source": "in",
+                "vhost": "prod",
+                "destination": "jobs",
+                "destination_type": "queue",
+                "routing_key": "job.#",
+                "arguments": {},
+            }
+        ],
+    }
+
+
+async def test_a_hand_written_4x_export_imports_whole(client: httpx.AsyncClient) -> None:
+    r = await client.post("/api/definitions", json=_v4_export())
+    assert r.status_code == 204, r.text
+    queues = {q["name"]: q for q in (await client.get("/api/queues/prod")).json()}
+    assert queues["jobs"]["type"] == "quorum"
+    assert queues["audit"]["type"] == "stream"
+    assert queues["events"]["policy"] == "ttl"
+    assert (await client.get("/api/vhost-limits/prod")).json() == [
+        {"vhost": "prod", "value": {"max-connections": 100}}
+    ]
+    kept = (await client.get("/api/parameters/federation-upstream/prod/dc2")).json()
+    assert (kept["value"], kept["acted_on"]) == (FEDERATION, False)
+    names = [g["name"] for g in (await client.get("/api/global-parameters")).json()]
+    assert names == ["cluster_name", "internal_cluster_id"]
+
+
+async def test_a_vhost_default_queue_type_other_than_classic_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    doc = _v4_export()
+    doc["vhosts"][0]["metadata"]["default_queue_type"] = "quorum"
+    doc["vhosts"][0].pop("default_queue_type")
+    r = await client.post("/api/definitions", json=doc)
+    assert r.status_code == 400
+    assert "default_queue_type 'quorum' is not supported" in r.json()["reason"]
+    assert "prod" not in [v["name"] for v in (await client.get("/api/vhosts")).json()]

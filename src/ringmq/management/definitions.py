@@ -210,6 +210,17 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
                 name = _field(v, "name", str, "vhost")
                 if not name:
                     raise BadRequestError("definitions: empty vhost name")
+                # RabbitMQ 3.11+: the type of queues declared without x-queue-type (also in
+                # 4.x's `metadata`). ringmq declares classic ones: any other is refused.
+                meta = v.get("metadata")
+                dqt = v.get("default_queue_type") or (
+                    meta.get("default_queue_type") if isinstance(meta, dict) else None
+                )
+                if dqt not in (None, "classic", "undefined"):
+                    raise BadRequestError(
+                        f"definitions: vhost {name!r}: default_queue_type {dqt!r} is not "
+                        "supported (ringmq's default is classic; declare x-queue-type)"
+                    )
                 if name not in known_vhosts:
                     new_vhosts.append(name)
                     known_vhosts.add(name)
