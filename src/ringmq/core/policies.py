@@ -37,6 +37,7 @@ from ringmq.core.arguments import (
 from ringmq.core.wildcard import matches, most_specific_first
 
 __all__ = [
+    "ARTEMIS_POLICY_KEYS",
     "POLICY_KEYS",
     "AddressFullPolicy",
     "AddressSettings",
@@ -46,6 +47,7 @@ __all__ = [
     "PolicyError",
     "PolicyTable",
     "RoutingType",
+    "artemis_part",
     "validate_definition",
 ]
 
@@ -111,7 +113,11 @@ def validate_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
     if not definition:
         raise PolicyError("policy definition must not be empty")
     out: dict[str, Any] = {}
+    artemis_part(definition)  # the Artemis keys, checked as address-settings are
     for key, value in definition.items():
+        if key in ARTEMIS_POLICY_KEYS:
+            out[key] = value
+            continue
         spec = POLICY_KEYS.get(key)
         if spec is None:
             raise PolicyError(f"unrecognised policy key {key!r}")
@@ -193,8 +199,9 @@ class PolicyTable:
         if type(priority) is not int:
             raise PolicyError(f"priority must be an integer, got {priority!r}")
         checked = validate_definition(definition)
-        if target is ApplyTo.EXCHANGES and _QUEUE_ONLY & checked.keys():
-            keys = ", ".join(sorted(_QUEUE_ONLY & checked.keys()))
+        queue_only = _QUEUE_ONLY | ARTEMIS_POLICY_KEYS
+        if target is ApplyTo.EXCHANGES and queue_only & checked.keys():
+            keys = ", ".join(sorted(queue_only & checked.keys()))
             raise PolicyError(f"queue keys in an exchange policy: {keys}")
         policy = Policy(name, pattern, checked, vhost, target, priority)
         self._policies[(vhost, name)] = (policy, compiled)
@@ -403,6 +410,38 @@ _ADDRESS_CHECKS: Final[dict[str, tuple[_Check, str]]] = {
 _UPPER: Final = frozenset(
     {"address_full_policy", "default_address_routing_type", "default_queue_routing_type"}
 )
+
+ARTEMIS_POLICY_KEYS: Final = frozenset(
+    {
+        "dead-letter-address",
+        "auto-create-dead-letter-resources",
+        "dead-letter-queue-prefix",
+        "dead-letter-queue-suffix",
+        "expiry-address",
+        "auto-create-expiry-resources",
+        "expiry-queue-prefix",
+        "expiry-queue-suffix",
+        "max-delivery-attempts",
+        "redelivery-delay",
+        "redelivery-delay-multiplier",
+        "max-redelivery-delay",
+    }
+)
+"""Artemis address-settings a policy may set as well (live, through the management API): the
+undelivered-message ones. Their values are checked, and applied, by the address-settings'
+rules (`artemis_part`; `settings._artemis_delivery`)."""
+
+
+def artemis_part(definition: Mapping[str, Any]) -> AddressSettings | None:
+    """The Artemis keys of a policy definition as address-settings (None: it has none).
+
+    Raises:
+        PolicyError: a value the address-setting would refuse.
+    """
+    part = {k: v for k, v in definition.items() if k in ARTEMIS_POLICY_KEYS}
+    return AddressSettings.from_dict(part) if part else None
+
+
 _ENUMS: Final = _UPPER
 
 

@@ -24,7 +24,7 @@ from ringmq.amqp.properties import BasicProperties
 from ringmq.core.arguments import BY_ARGUMENT, QUEUE_ARGUMENTS
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PolicyConfig
-from ringmq.core.policies import AddressSettings
+from ringmq.core.policies import ARTEMIS_POLICY_KEYS, AddressSettings
 from ringmq.core.queue import Queue
 from ringmq.core.settings import QueueSettings
 from tests.unit.core.kit import Kit
@@ -275,3 +275,14 @@ def test_group_buckets_0_turns_grouping_off() -> None:
     kit.publish(ch, "q", props=BasicProperties(headers={"JMSXGroupID": "g1"}))
     assert _queue(kit, "q").plain
     assert _queue(kit, "q").groups is None
+
+
+@pytest.mark.parametrize("key", sorted(ARTEMIS_POLICY_KEYS))
+def test_an_artemis_policy_key_leaves_plain_on(key: str) -> None:
+    # Dead-letter and expiry addresses, delivery attempts and redelivery delays act at
+    # settlement and expiry, never at publish (as their address-settings: ADDRESS_SETTINGS).
+    field = key.replace("-", "_")
+    setting, stays_plain = ADDRESS_SETTINGS[field]
+    assert stays_plain
+    policy = PolicyConfig("p", "^q$", setting, apply_to="queues")
+    assert _plain({}, BrokerConfig(name_seed=7, policies=[policy]))
