@@ -5,6 +5,7 @@ delay with python-qpid-proton, and the policy removed again."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pika
@@ -69,7 +70,7 @@ def test_a_policy_delays_redelivery(broker: BrokerThread, http: httpx.Client) ->
     conn = BlockingConnection(f"amqp://guest:guest@127.0.0.1:{broker.port}", timeout=10)
     try:
         conn.create_sender("slow").send(Message(body="s"))
-        rcv = conn.create_receiver("slow", credit=1)
+        rcv: Any = conn.create_receiver("slow", credit=1)
         rcv.receive(timeout=5)
         rcv.fetcher.unsettled[0].local.failed = True
         rcv.settle(Delivery.MODIFIED)  # a failed delivery: ten minutes off the queue
