@@ -270,7 +270,7 @@ class CoreAdmin(StreamsFacade):
         vh = self._vhost(name)
         with self.call(now_ms):
             self.broker.topology.delete_vhost(vh, now_ms)
-        self.broker.state.parameters.forget_vhost(name)  # its runtime parameters go with it
+        self.broker.admin.parameters.forget_vhost(name)  # its runtime parameters go with it
 
     @_writes(full=False)
     def add_user(
@@ -475,9 +475,8 @@ class CoreAdmin(StreamsFacade):
         groups = q.queue.groups
         if groups is None:
             return 0
-        with self.call(now_ms):
-            n = groups.reset(group)
-            self.broker.state.mark(q)  # waiting messages may go to other consumers now
+        n = groups.reset(group)
+        self._emit(self.broker.queue_changed(q, now_ms))  # waiting messages may go out now
         return n
 
     # -- exchanges and bindings -------------------------------------------------------------
@@ -597,12 +596,12 @@ class CoreAdmin(StreamsFacade):
 
     def parameters(self) -> Parameters:
         """Runtime parameters kept from definitions (`core/parameters.py`), read only."""
-        return self.broker.state.parameters
+        return self.broker.admin.parameters
 
     @_writes(full=False)
     def set_parameter(self, vhost: str | None, component: str, name: str, value: Any) -> None:
         """Keep a vhost's parameter, or a global one (`vhost` None)."""
-        table = self.broker.state.parameters
+        table = self.broker.admin.parameters
         if vhost is None:
             table.set_global(name, value)
         else:
@@ -611,7 +610,7 @@ class CoreAdmin(StreamsFacade):
     @_writes(full=False)
     def clear_parameter(self, vhost: str | None, component: str, name: str) -> bool:
         """Forget a vhost's parameter, or a global one (`vhost` None); whether it was kept."""
-        table = self.broker.state.parameters
+        table = self.broker.admin.parameters
         return table.clear_global(name) if vhost is None else table.clear(vhost, component, name)
 
     @_writes(full=False)
