@@ -10,6 +10,9 @@
 #   iproute2                   `ip netns` for the partition tests (tests/cluster/netns.py; as root)
 #   slapd, ldap-utils          OpenLDAP for the LDAP login tests (tests/integration/auth/
 #                              test_ldap.py start their own slapd on a loopback port)
+#   rabbitmq-server            RabbitMQ 3.10.8 for the definitions export test (tests/integration/
+#                              test_rabbitmq_export.py starts its own node on loopback ports);
+#                              installed with a policy-rc.d that keeps the package's service off
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -21,6 +24,7 @@ command -v curl >/dev/null 2>&1 || wanted+=(curl)
 command -v etcd >/dev/null 2>&1 || wanted+=(etcd-server)
 command -v ip >/dev/null 2>&1 || wanted+=(iproute2)
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || wanted+=(slapd ldap-utils)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || wanted+=(rabbitmq-server)
 admin="${RINGMQ_RABBITMQADMIN:-$HOME/.cache/ringmq/rabbitmqadmin}"
 root_apt=0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then root_apt=1; fi
@@ -30,8 +34,16 @@ if [ "$root_apt" = 1 ] && { [ "${#wanted[@]}" -gt 0 ] || { [ ! -f "$admin" ] \
 fi
 if [ "${#wanted[@]}" -gt 0 ]; then
   if [ "$root_apt" = 1 ]; then
+    # no package's service is started (rabbitmq-server's would take port 5672): a policy-rc.d
+    # that refuses every start, only for this install and only if the machine has none
+    made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d \
+        && made_policy=1
+    fi
     apt-get install -y -qq "${wanted[@]}" >/dev/null \
       || echo "could not install ${wanted[*]}: the tests that need them will be skipped"
+    if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
   else
     echo "not installed: ${wanted[*]} (apt-get install as root, or run .ci/run):" \
       "the tests that need them will be skipped"

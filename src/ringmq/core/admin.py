@@ -15,7 +15,8 @@ definitions), not from the broker.
 `emit` is set by the composition root to the server's batch writer; `apply` hands it the
 effects of a broker call that returns none to its caller (`Broker.replace_address_settings`:
 a reload's new limits may deliver or dead-letter at once). Without `emit` they are kept in
-`pending` for `drain_effects()`.
+`pending` for `drain_effects()`. `parameters` hands the runtime parameters table to the
+same callers.
 
 Runs on the broker's loop thread; raises `BrokerError` (or `ValueError` for an empty name).
 """
@@ -29,6 +30,7 @@ from ringmq.core.effects import Effect
 
 if TYPE_CHECKING:
     from ringmq.core.exchanges import Exchanges
+    from ringmq.core.parameters import Parameters
     from ringmq.core.state import State
     from ringmq.core.topology import Topology
 
@@ -52,6 +54,12 @@ class Declarations:
             self.emit(effects)
         else:
             self.pending.extend(effects)
+
+    @property
+    def parameters(self) -> Parameters:
+        """The runtime parameters kept from definitions (`core/parameters.py`): callers
+        without a session (the management API) read and change them here."""
+        return self.state.parameters
 
     def drain_effects(self) -> list[Effect]:
         """Effects `apply` kept while no `emit` was set."""

@@ -61,6 +61,7 @@ __all__ = [
     "QueueArgument",
     "SettingsError",
     "any_int",
+    "boolean",
     "non_negative_int",
     "parse_max_age",
     "positive_int",
@@ -294,6 +295,10 @@ def string(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def boolean(value: Any) -> bool:
+    return type(value) is bool
+
+
 def _overflow_value(value: Any) -> bool:
     return value in ("drop-head", "reject-publish", "reject-publish-dlx")
 
@@ -522,6 +527,42 @@ QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (
         setting_key="consumer-timeout",
     ),
     SINGLE_ACTIVE_CONSUMER,
+    # Artemis' message groups (ringmq.core.groups); queue attributes there, x- arguments here
+    QueueArgument(
+        "x-group-buckets",
+        "group_buckets",
+        _int_from(-1),
+        example=16,
+        off=-1,
+        policy_key="group-buckets",
+        policy_check=ring_size,
+        policy_expected="an integer >= -1 (-1: by group id, 0: no grouping)",
+        setting_key="group-buckets",
+        address_default="default-group-buckets",
+        default_argument=_default_ring_size,
+    ),
+    QueueArgument(
+        "x-group-rebalance",
+        "group_rebalance",
+        _bool_arg,
+        example=True,
+        policy_key="group-rebalance",
+        policy_check=boolean,
+        policy_expected="a boolean",
+        setting_key="group-rebalance",
+        address_default="default-group-rebalance",
+    ),
+    QueueArgument(
+        "x-group-first-key",
+        "group_first_key",
+        _lvq_key_arg,
+        example="JMSXGroupFirstForConsumer",
+        policy_key="group-first-key",
+        policy_check=lambda v: isinstance(v, str) and bool(v),
+        policy_expected="a non-empty string",
+        setting_key="group-first-key",
+        address_default="default-group-first-key",
+    ),
     QueueArgument("x-queue-type", "queue_type", _queue_type_arg, example="classic"),
     # quorum queues' own (RabbitMQ 4): accepted and reported; ringmq replicates per shard
     QueueArgument(

@@ -34,7 +34,9 @@ from ringmq.core.routing import EXCHANGE, QUEUE
 from ringmq.core.storeport import (
     BINDING,
     EXCHANGE_DEF,
+    GLOBAL_PARAMETER,
     KINDS,
+    PARAMETER,
     PERMISSION,
     POLICY,
     QUEUE_DEF,
@@ -229,6 +231,8 @@ class DefinitionSync:
             PERMISSION: {},
             TOPIC_PERMISSION: {},
             POLICY: {},
+            PARAMETER: {},
+            GLOBAL_PARAMETER: {},
         }
         limits = b.limits
         for name in b.vhosts:
@@ -269,6 +273,16 @@ class DefinitionSync:
                 "priority": pol.priority,
                 "definition": args_json(pol.definition),
             }
+        params = b.parameters  # runtime parameters kept from definitions (core/parameters.py)
+        for (vhost, component, name), value in params.vhost.items():
+            defs[PARAMETER][f"{vhost}{SEP}{component}{SEP}{name}"] = {
+                "vhost": vhost,
+                "component": component,
+                "name": name,
+                "value": value,
+            }
+        for name, value in params.globals.items():
+            defs[GLOBAL_PARAMETER][name] = {"name": name, "value": value}
         return defs
 
     def snapshot(self) -> dict[str, dict[str, Any]]:

@@ -206,6 +206,8 @@ class Delivery:
             q.no_local = None  # its owner subscribes again, without no-local
         s.consumers[tag] = consumer
         q.consumers.add(consumer)
+        if q.queue.groups is not None and not browse:
+            q.queue.groups.joined()  # group-rebalance (core/groups.py)
         q.had_consumer = True
         q.last_used_ms = now_ms
         self.state.mark(q)
@@ -234,6 +236,8 @@ class Delivery:
         q = consumer.queue
         if not q.consumers.remove(consumer):
             return
+        if q.queue.groups is not None:
+            q.queue.groups.left(consumer)  # its groups go to whoever takes them next
         rule = q.no_local  # a connection's rule goes with its consumer (an owner's stays)
         if consumer.no_local and rule is not None and rule.owner is None:
             q.no_local = None if rule.conn_id == consumer.session.conn_id else rule

@@ -40,6 +40,7 @@ from ringmq.core import queuetypes
 from ringmq.core.consumers import Consumer
 from ringmq.core.deadletter import DeadLetters
 from ringmq.core.effects import Deliver, Drained
+from ringmq.core.groups import marked_first, matcher
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
 from ringmq.core.session import Unacked
@@ -103,9 +104,12 @@ class Dispatcher:
                     if consumers.special:  # browsers first: they see what the others take
                         if consumers.browsers:
                             self._dispatch_browse(q, consumers.browsers, now_ms)
-                        self._dispatch(q, now_ms, bool(consumers.selective))
+                        selective = bool(consumers.selective) or q.queue.groups is not None
+                        self._dispatch(q, now_ms, selective)
                     else:
-                        self._dispatch(q, now_ms)
+                        # a grouped queue (core/groups.py) takes each consumer's turn by
+                        # `fetch_matching`, as selector consumers do
+                        self._dispatch(q, now_ms, q.queue.groups is not None)
             # What no consumer took at once and has reached its expiry leaves now, as RabbitMQ
             # drops expired heads after an enqueue (a TTL 0 message never waits for the timer).
             q.queue.drop_expired(now_ms)
@@ -123,8 +127,11 @@ class Dispatcher:
         # single-active), as Artemis serves filtered consumers with the others. A plain
         # consumer's turn takes the head; a selector consumer's the first ready message it
         # matches (`Queue.fetch_matching`: at most SELECTOR_SCAN evaluations), and one that
-        # finds none sits out this round (`missed`).
+        # finds none sits out this round (`missed`). A grouped queue (core/groups.py) is
+        # served the same way, each consumer's predicate also admitting only the messages of
+        # groups it owns or that have no owner (`matcher`); the group binds when taken.
         engine = q.queue
+        groups = engine.groups if selective else None
         consumers = q.consumers
         pick = consumers.pick
         fetch = engine.fetch
@@ -145,17 +152,21 @@ class Dispatcher:
             if c is None:
                 break
             no_ack = c.no_ack
-            if missed is None or c.selector is None:
+            first = False
+            if missed is None or (c.selector is None and groups is None):
                 d = fetch(now_ms, not no_ack)
                 if d is None:
                     break
             else:
-                d = engine.fetch_matching(
-                    c.selector.matches_message, SELECTOR_SCAN, now_ms, not no_ack
-                )
+                also = None if c.selector is None else c.selector.matches_message
+                match = also if groups is None else matcher(groups, c, also)
+                assert match is not None
+                d = engine.fetch_matching(match, SELECTOR_SCAN, now_ms, not no_ack)
                 if d is None:
                     missed.add(c)
                     continue
+                if groups is not None:
+                    first = groups.taken(c, d.message.headers, now_ms)
             s = c.session
             if no_ack:
                 tag = s.next_delivery_id
@@ -173,6 +184,8 @@ class Dispatcher:
                 s.counts.redelivered += 1
                 if q.settings.queue_type == queuetypes.QUORUM:
                     msg = queuetypes.counted(msg, d.delivery_count)
+            if first and groups is not None and groups.first_key:
+                msg = marked_first(msg, groups.first_key)
             append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, msg))
             budget -= 1
             if credited and c.credit is not None:
@@ -250,6 +263,10 @@ class Dispatcher:
             more = bool(_browsed(c, 1, now_ms))
             c.cursor = cursor  # a look, not a browse
             return more
+        groups = q.queue.groups
+        if groups is not None:
+            also = c.selector.matches_message if c.selector is not None else None
+            return q.queue.has_matching(matcher(groups, c, also), SELECTOR_SCAN, now_ms)
         if c.selector is not None:
             return q.queue.has_matching(c.selector.matches_message, SELECTOR_SCAN, now_ms)
         return bool(q.queue.ready_count)

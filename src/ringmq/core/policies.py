@@ -37,6 +37,7 @@ from ringmq.core.arguments import (
 from ringmq.core.wildcard import matches, most_specific_first
 
 __all__ = [
+    "ARTEMIS_POLICY_KEYS",
     "POLICY_KEYS",
     "AddressFullPolicy",
     "AddressSettings",
@@ -46,6 +47,7 @@ __all__ = [
     "PolicyError",
     "PolicyTable",
     "RoutingType",
+    "artemis_part",
     "validate_definition",
 ]
 
@@ -111,7 +113,11 @@ def validate_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
     if not definition:
         raise PolicyError("policy definition must not be empty")
     out: dict[str, Any] = {}
+    artemis_part(definition)  # the Artemis keys, checked as address-settings are
     for key, value in definition.items():
+        if key in ARTEMIS_POLICY_KEYS:
+            out[key] = value
+            continue
         spec = POLICY_KEYS.get(key)
         if spec is None:
             raise PolicyError(f"unrecognised policy key {key!r}")
@@ -193,8 +199,9 @@ class PolicyTable:
         if type(priority) is not int:
             raise PolicyError(f"priority must be an integer, got {priority!r}")
         checked = validate_definition(definition)
-        if target is ApplyTo.EXCHANGES and _QUEUE_ONLY & checked.keys():
-            keys = ", ".join(sorted(_QUEUE_ONLY & checked.keys()))
+        queue_only = _QUEUE_ONLY | ARTEMIS_POLICY_KEYS
+        if target is ApplyTo.EXCHANGES and queue_only & checked.keys():
+            keys = ", ".join(sorted(queue_only & checked.keys()))
             raise PolicyError(f"queue keys in an exchange policy: {keys}")
         policy = Policy(name, pattern, checked, vhost, target, priority)
         self._policies[(vhost, name)] = (policy, compiled)
@@ -237,6 +244,9 @@ class AddressSettings:
         default_non_destructive: non-destructive consumption by default.
         default_exclusive_queue: one active consumer at a time by default (Artemis' exclusive
             queue, `x-single-active-consumer`).
+        default_group_buckets, default_group_rebalance, default_group_first_key: Artemis'
+            message-group settings for queues that do not declare their own
+            (`x-group-buckets`...; core/groups.py).
         address_full_policy: PAGE (bodies go to storage), DROP (new messages silently
             dropped), BLOCK (producers blocked), FAIL (new messages refused).
         max_size_bytes: body bytes at which the address is full (-1: unlimited).
@@ -265,6 +275,9 @@ class AddressSettings:
     default_last_value_key: str | None = None
     default_non_destructive: bool | None = None
     default_exclusive_queue: bool | None = None
+    default_group_buckets: int | None = None
+    default_group_rebalance: bool | None = None
+    default_group_first_key: str | None = None
     address_full_policy: AddressFullPolicy | None = None
     max_size_bytes: int | None = None
     max_size_messages: int | None = None
@@ -354,6 +367,9 @@ _ADDRESS_CHECKS: Final[dict[str, tuple[_Check, str]]] = {
     "default_last_value_key": (string, "a string"),
     "default_non_destructive": (lambda v: type(v) is bool, "a boolean"),
     "default_exclusive_queue": (lambda v: type(v) is bool, "a boolean"),
+    "default_group_buckets": (ring_size, "an integer >= -1 (-1: by group id, 0: no grouping)"),
+    "default_group_rebalance": (lambda v: type(v) is bool, "a boolean"),
+    "default_group_first_key": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
     "address_full_policy": (
         lambda v: v in AddressFullPolicy.__members__,
         "one of PAGE, DROP, BLOCK, FAIL",
@@ -394,6 +410,38 @@ _ADDRESS_CHECKS: Final[dict[str, tuple[_Check, str]]] = {
 _UPPER: Final = frozenset(
     {"address_full_policy", "default_address_routing_type", "default_queue_routing_type"}
 )
+
+ARTEMIS_POLICY_KEYS: Final = frozenset(
+    {
+        "dead-letter-address",
+        "auto-create-dead-letter-resources",
+        "dead-letter-queue-prefix",
+        "dead-letter-queue-suffix",
+        "expiry-address",
+        "auto-create-expiry-resources",
+        "expiry-queue-prefix",
+        "expiry-queue-suffix",
+        "max-delivery-attempts",
+        "redelivery-delay",
+        "redelivery-delay-multiplier",
+        "max-redelivery-delay",
+    }
+)
+"""Artemis address-settings a policy may set as well (live, through the management API): the
+undelivered-message ones. Their values are checked, and applied, by the address-settings'
+rules (`artemis_part`; `settings._artemis_delivery`)."""
+
+
+def artemis_part(definition: Mapping[str, Any]) -> AddressSettings | None:
+    """The Artemis keys of a policy definition as address-settings (None: it has none).
+
+    Raises:
+        PolicyError: a value the address-setting would refuse.
+    """
+    part = {k: v for k, v in definition.items() if k in ARTEMIS_POLICY_KEYS}
+    return AddressSettings.from_dict(part) if part else None
+
+
 _ENUMS: Final = _UPPER
 
 

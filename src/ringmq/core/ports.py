@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ringmq.core.exchange import Exchange
     from ringmq.core.limits import TenantLimits
     from ringmq.core.message import Message
+    from ringmq.core.parameters import Parameters
     from ringmq.core.policies import PolicyTable
     from ringmq.core.routing import ExchangeType
     from ringmq.core.vhost import QueueEntity, VHost
@@ -57,6 +58,9 @@ class Registry(Protocol):
 
     @property
     def limits(self) -> TenantLimits: ...
+
+    @property
+    def parameters(self) -> Parameters: ...
 
 
 class Restorer(Protocol):

@@ -36,6 +36,8 @@ from ringmq.core.storeport import (
     BINDING,
     DELAYED_PREFIX,
     EXCHANGE_DEF,
+    GLOBAL_PARAMETER,
+    PARAMETER,
     PERMISSION,
     POLICY,
     QUEUE_DEF,
@@ -81,6 +83,12 @@ def restore_definitions(
             stored = value.get("limits")
             if isinstance(stored, dict) and stored:
                 table[str(value["name"])] = {str(k): int(v) for k, v in stored.items()}
+    for value in defs.get(PARAMETER, {}).values():  # kept, not acted on (core/parameters.py)
+        b.parameters.set(
+            str(value["vhost"]), str(value["component"]), str(value["name"]), value["value"]
+        )
+    for value in defs.get(GLOBAL_PARAMETER, {}).values():
+        b.parameters.set_global(str(value["name"]), value["value"])
     for value in defs.get(PERMISSION, {}).values():
         b.auth.set_permissions(
             str(value["user"]),

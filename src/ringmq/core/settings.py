@@ -54,7 +54,7 @@ from ringmq.core.arguments import (
     QueueArgument,
     SettingsError,
 )
-from ringmq.core.policies import AddressFullPolicy, AddressSettings
+from ringmq.core.policies import AddressFullPolicy, AddressSettings, PolicyError, artemis_part
 
 __all__ = [
     "ARTEMIS_LEGACY_LVQ_KEY",
@@ -192,6 +192,13 @@ class QueueSettings:
     """Artemis delayed redelivery, if a delay is set."""
     consumer_timeout_ms: int | None = None
     """RabbitMQ `x-consumer-timeout` / policy `consumer-timeout` (None: the broker's)."""
+    group_buckets: int = -1
+    """Artemis `group-buckets` (`x-group-buckets`): -1 groups by id, N > 0 hashes ids into N
+    buckets, 0 turns message grouping off (core/groups.py)."""
+    group_rebalance: bool = False
+    """Artemis `group-rebalance`: a consumer joining unbinds every group."""
+    group_first_key: str | None = None
+    """Artemis `group-first-key`: the header marking a group's first message for its owner."""
     limit: Limit | None = None
     policy_name: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -256,7 +263,14 @@ _POLICY_ROWS: Final[dict[str, QueueArgument]] = {
 
 
 def _from_policy(name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    # Artemis' undelivered-message keys (dead-letter-address, redelivery-delay...) by the
+    # address-settings' rule, first: a RabbitMQ key setting the same field (delivery-limit)
+    # wins over them.
+    try:
+        part = artemis_part(definition)
+    except PolicyError as exc:
+        raise SettingsError(f"policy for queue '{name}': {exc}") from None
+    out: dict[str, Any] = _artemis_delivery(name, part) if part is not None else {}
     for key, value in definition.items():
         row = _POLICY_ROWS.get(key)
         if row is None:

@@ -32,6 +32,7 @@ from ringmq.core.auth import AuthDB
 from ringmq.core.config import BrokerConfig
 from ringmq.core.dedup import PublishDedup
 from ringmq.core.limits import TenantLimits
+from ringmq.core.parameters import Parameters
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.session import ProtocolCounts
 
@@ -81,6 +82,7 @@ class State:
         "limits",
         "now_ms",
         "out",
+        "parameters",
         "policies",
         "rng",
         "stats",
@@ -96,6 +98,8 @@ class State:
         self.address_settings = AddressSettingsTable()
         self.limits = TenantLimits()
         """Vhost and user limits (`core/limits.py`)."""
+        self.parameters = Parameters()
+        """Runtime parameters kept from definitions (`core/parameters.py`)."""
         self.vhosts: dict[str, VHost] = {}
         self.conns: dict[int, Conn] = {}
         # message_id de-duplication and Artemis' _AMQ_DUPL_ID caches (core/dedup.py)

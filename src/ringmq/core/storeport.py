@@ -33,12 +33,16 @@ POLICY: Final = "policy"
 EXCHANGE_DEF: Final = "exchange"
 QUEUE_DEF: Final = "queue"
 BINDING: Final = "binding"
+PARAMETER: Final = "parameter"
+GLOBAL_PARAMETER: Final = "global_parameter"
 KINDS: Final = (
     VHOST,
     USER,
     PERMISSION,
     TOPIC_PERMISSION,
     POLICY,
+    PARAMETER,
+    GLOBAL_PARAMETER,
     EXCHANGE_DEF,
     QUEUE_DEF,
     BINDING,

@@ -58,6 +58,7 @@ from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.limits import TenantLimits
 from ringmq.core.message import FORM_AMQP091, SeqId, form
+from ringmq.core.parameters import Parameters
 from ringmq.core.publish import UNROUTABLE
 from ringmq.core.vhost import QueueEntity, VHost
 from ringmq.management import corerecords
@@ -303,6 +304,7 @@ class CoreAdmin(StreamsFacade):
         vh = self._vhost(name)
         with self.call(now_ms):
             self.broker.topology.delete_vhost(vh, now_ms)
+        self.broker.admin.parameters.forget_vhost(name)  # its runtime parameters go with it
 
     @_writes(full=False)
     def add_user(
@@ -495,6 +497,43 @@ class CoreAdmin(StreamsFacade):
                 q, None if seqs is None else [SeqId(s) for s in seqs], now_ms
             )
 
+    def groups(self, vhost: str, name: str) -> list[dict[str, Any]]:
+        """The message groups of a queue that have an owner (core/groups.py), by group key:
+        Artemis' `listGroups`, with the owner's consumer tag and channel."""
+        q = self._entity(vhost, name)
+        groups = q.queue.groups
+        if groups is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for key, b in groups.bindings():
+            c = b.owner
+            s = c.session
+            out.append(
+                {
+                    "group": b.group,
+                    "bucket": key if isinstance(key, int) else None,
+                    "consumer_tag": c.tag,
+                    "channel_details": {
+                        "connection_name": s.conn.peer,
+                        "number": s.channel,
+                    },
+                    "bound_at": b.since_ms,
+                    "delivered": b.delivered,
+                }
+            )
+        return out
+
+    def reset_groups(self, vhost: str, name: str, group: str | None, *, now_ms: int) -> int:
+        """Unbind group `group` of a queue (None: all), as Artemis' `resetGroup` /
+        `resetAllGroups`: their next messages go to whoever takes them. Returns how many."""
+        q = self._entity(vhost, name)
+        groups = q.queue.groups
+        if groups is None:
+            return 0
+        n = groups.reset(group)
+        self._emit(self.broker.queue_changed(q, now_ms))  # waiting messages may go out now
+        return n
+
     # -- exchanges and bindings -------------------------------------------------------------
 
     def exchanges(self, vhost: str | None = None) -> list[ExchangeInfo]:
@@ -609,6 +648,25 @@ class CoreAdmin(StreamsFacade):
     def set_limit(self, kind: str, key: str, name: str, value: object) -> None:
         t = self.broker.limits
         (t.set_vhost if kind == "vhost" else t.set_user)(key, name, value)
+
+    def parameters(self) -> Parameters:
+        """Runtime parameters kept from definitions (`core/parameters.py`), read only."""
+        return self.broker.admin.parameters
+
+    @_writes(full=False)
+    def set_parameter(self, vhost: str | None, component: str, name: str, value: Any) -> None:
+        """Keep a vhost's parameter, or a global one (`vhost` None)."""
+        table = self.broker.admin.parameters
+        if vhost is None:
+            table.set_global(name, value)
+        else:
+            table.set(vhost, component, name, value)
+
+    @_writes(full=False)
+    def clear_parameter(self, vhost: str | None, component: str, name: str) -> bool:
+        """Forget a vhost's parameter, or a global one (`vhost` None); whether it was kept."""
+        table = self.broker.admin.parameters
+        return table.clear_global(name) if vhost is None else table.clear(vhost, component, name)
 
     @_writes(full=False)
     def clear_limit(self, kind: str, key: str, name: str) -> bool:

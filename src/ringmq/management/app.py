@@ -49,6 +49,7 @@ from ringmq.management.api import LOGIN_OUTCOME, Api, SlowLogin, wall_ms
 from ringmq.management.definitions import Definitions
 from ringmq.management.errors import UnauthorizedError, to_response
 from ringmq.management.limits import Limits
+from ringmq.management.parameters import Parameters
 from ringmq.management.port import Runtime
 from ringmq.management.queues import Queues
 from ringmq.management.rates import DEFAULT_INTERVAL_MS, RateSampler
@@ -256,6 +257,7 @@ def create_app(
         *Access(api).routes(),  # /api/vhosts, /api/users, /api/permissions, /api/policies
         *TopicPermissions(api).routes(),  # /api/topic-permissions
         *Limits(api).routes(),  # /api/vhost-limits, /api/user-limits
+        *Parameters(api).routes(),  # /api/parameters, /api/global-parameters
         *Sessions(api).routes(),  # /api/connections, /api/channels, /api/consumers
         *Definitions(api).routes(),  # /api/definitions
         *streams.mount(admin, runtime, api.guard),  # /api/streams: reservations for offset readers

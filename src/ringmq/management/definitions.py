@@ -31,6 +31,12 @@ from ringmq.management import shapes
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import Resource
 from ringmq.management.errors import BadRequestError
+from ringmq.management.parameters import (
+    global_parameters,
+    set_global_parameter,
+    set_vhost_parameter,
+    vhost_parameters,
+)
 from ringmq.management.params import (
     json_body,
     json_response,
@@ -100,11 +106,7 @@ def export(admin: CoreAdmin, vhost: str | None = None) -> dict[str, Any]:
         "product_version": __version__,
     }
     limits = admin.limits()
-    parameters = [
-        {"vhost": v, "component": _VHOST_LIMITS_COMPONENT, "name": "limits", "value": dict(vals)}
-        for v, vals in sorted(limits.vhosts.items())
-        if vhost is None or v == vhost
-    ]
+    parameters = vhost_parameters(admin, vhost)  # the vhost limits and the ones kept
     if vhost is None:
         out["users"] = [
             shapes.user(u)
@@ -115,7 +117,7 @@ def export(admin: CoreAdmin, vhost: str | None = None) -> dict[str, Any]:
         out["permissions"] = [shapes.permission(p) for p in admin.permissions()]
         out["topic_permissions"] = [topic_shape(t) for t in admin.topic_permissions()]
         out["parameters"] = parameters
-        out["global_parameters"] = []
+        out["global_parameters"] = global_parameters(admin)
     elif parameters:
         out["parameters"] = [strip(p) for p in parameters]
     out["policies"] = policies
@@ -144,6 +146,9 @@ class _Plan:
     vhost_limits: dict[str, dict[str, int]]
     user_limits: dict[str, dict[str, int]]
     topic_permissions: list[TopicPermissionInfo]
+    parameters: list[tuple[str, str, str, Any]]
+    """(vhost, component, name, value) of the components ringmq keeps without acting on."""
+    globals: dict[str, Any]
 
 
 def _list(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -182,9 +187,6 @@ class _Refusals:
             )
 
 
-# RabbitMQ's exports always carry these global parameters; they name the exporting cluster,
-# which ringmq does not take over (docs/management.md).
-_NODE_GLOBALS: Final = frozenset({"cluster_name", "internal_cluster_id"})
 _VHOST_LIMITS_COMPONENT: Final = "vhost-limits"
 
 
@@ -209,12 +211,25 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
     topic_permissions: list[TopicPermissionInfo] = []
     vhost_limits: dict[str, dict[str, int]] = {}
     user_limits: dict[str, dict[str, int]] = {}
+    parameters: list[tuple[str, str, str, Any]] = []
+    globals_: dict[str, Any] = {}
     if only_vhost is None:
         for v in _list(doc, "vhosts"):
             with each():
                 name = _field(v, "name", str, "vhost")
                 if not name:
                     raise BadRequestError("definitions: empty vhost name")
+                # RabbitMQ 3.11+: the type of queues declared without x-queue-type (also in
+                # 4.x's `metadata`). ringmq declares classic ones: any other is refused.
+                meta = v.get("metadata")
+                dqt = v.get("default_queue_type") or (
+                    meta.get("default_queue_type") if isinstance(meta, dict) else None
+                )
+                if dqt not in (None, "classic", "undefined"):
+                    raise BadRequestError(
+                        f"definitions: vhost {name!r}: default_queue_type {dqt!r} is not "
+                        "supported (ringmq's default is classic; declare x-queue-type)"
+                    )
                 if name not in known_vhosts:
                     new_vhosts.append(name)
                     known_vhosts.add(name)
@@ -265,11 +280,11 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
                 except BadRequestError as exc:
                     raise BadRequestError(f"definitions: {where}: {exc.reason}") from None
         for g in _list(doc, "global_parameters"):
-            with each():
-                if g.get("name") not in _NODE_GLOBALS:
-                    raise BadRequestError(
-                        f"definitions: global parameter {g.get('name')!r} is not supported"
-                    )
+            with each():  # kept and shown, acted on by none (core/parameters.py)
+                name = _field(g, "name", str, "global parameter")
+                if not name or "value" not in g:
+                    raise BadRequestError(f"definitions: global parameter {name!r}: no value")
+                globals_[name] = g["value"]
 
     def vhost_of(item: dict[str, Any], where: str) -> str:
         vhost = only_vhost if only_vhost is not None else item.get("vhost", "/")
@@ -281,12 +296,15 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
         with each():
             component = prm.get("component")
             where = f"parameter {component!r}/{prm.get('name')!r}"
-            if component != _VHOST_LIMITS_COMPONENT:
-                raise BadRequestError(
-                    f"definitions: {where}: component {component!r} is not supported"
-                )
+            component = _field(prm, "component", str, where)
+            name = _field(prm, "name", str, where)
+            if not component or not name or "value" not in prm:
+                raise BadRequestError(f"definitions: {where}: needs component, name and value")
             vhost = vhost_of(prm, where)
-            vhost_limits[vhost] = _limits(prm.get("value"), VHOST_LIMITS, where)
+            if component == _VHOST_LIMITS_COMPONENT:  # acted on: the vhost's limits
+                vhost_limits[vhost] = _limits(prm.get("value"), VHOST_LIMITS, where)
+            else:  # kept and shown, not acted on (federation, shovel...: core/parameters.py)
+                parameters.append((vhost, component, name, prm["value"]))
 
     policies = []
     for p in _list(doc, "policies"):
@@ -386,6 +404,8 @@ def _plan(admin: CoreAdmin, doc: dict[str, Any], only_vhost: str | None) -> _Pla
         vhost_limits,
         user_limits,
         topic_permissions,
+        parameters,
+        globals_,
     )
 
 
@@ -432,6 +452,10 @@ def import_(
     for user, values in plan.user_limits.items():
         for name, n in values.items():
             admin.set_limit("user", user, name, n)
+    for v, component, name, value in plan.parameters:
+        set_vhost_parameter(admin, v, component, name, value)
+    for name, value in plan.globals.items():
+        set_global_parameter(admin, name, value)
     return {
         "vhosts": len(plan.vhosts),
         "users": len(plan.users),
@@ -441,6 +465,8 @@ def import_(
         "exchanges": len(plan.exchanges),
         "queues": len(plan.queues),
         "bindings": len(plan.bindings),
+        "parameters": len(plan.parameters) + len(plan.vhost_limits),
+        "global_parameters": len(plan.globals),
     }
 
 

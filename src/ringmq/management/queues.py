@@ -56,6 +56,8 @@ class Queues(Resource):
             r("/api/queues/{vhost}/{name}/settings", self.settings, ["PUT"]),
             r("/api/queues/{vhost}/{name}/scheduled", self.scheduled, ["GET", "DELETE"]),
             r("/api/queues/{vhost}/{name}/scheduled/deliver", self.deliver_scheduled, ["POST"]),
+            r("/api/queues/{vhost}/{name}/groups", self.groups, ["GET", "DELETE"]),
+            r("/api/queues/{vhost}/{name}/groups/{group}", self.groups, ["DELETE"]),
         ]
 
     # -- queues --------------------------------------------------------------------------
@@ -198,3 +200,15 @@ class Queues(Resource):
         self.api.find_queue(vhost, name)
         moved = self.admin.deliver_scheduled_now(vhost, name, seqs, now_ms=self.clock_ms())
         return json_response({"delivered": moved})
+
+    async def groups(self, request: Request) -> Response:
+        """The owned message groups of a queue (GET), or unbind them (DELETE: all, or the one
+        named in the path): Artemis' `listGroups`, `resetAllGroups` and `resetGroup`."""
+        vhost, name = self._queue_path(request)
+        self.api.find_queue(vhost, name)
+        if request.method == "DELETE":
+            group = request.path_params.get("group")
+            reset = self.admin.reset_groups(vhost, name, group, now_ms=self.clock_ms())
+            return json_response({"reset": reset})
+        items = self.admin.groups(vhost, name)
+        return json_response(paging.apply(items, request.query_params))

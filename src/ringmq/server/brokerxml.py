@@ -230,6 +230,15 @@ def _artemis_queue(q: Element, address: str, where: str) -> QueueSpec:
         # Artemis' exclusive queue = one active consumer at a time (RabbitMQ's SAC), not a
         # connection-exclusive AMQP queue
         args[ARG_SINGLE_ACTIVE] = True
+    # Artemis' message-group queue attributes (core/groups.py)
+    if (buckets := q.get("group-buckets")) is not None:
+        n = _xml_int(buckets, f"{w} group-buckets")
+        if n >= 0:
+            args["x-group-buckets"] = n
+    if (rebalance := q.get("group-rebalance")) is not None:
+        args["x-group-rebalance"] = _xml_bool(rebalance, f"{w} group-rebalance")
+    if first := q.get("group-first-key"):
+        args["x-group-first-key"] = first
     return QueueSpec(
         name=name, durable=durable, exclusive=exclusive, arguments=args, address=address
     )
@@ -242,6 +251,9 @@ _SETTING_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "default-last-value-queue": ("default_last_value_queue", "bool"),
     "default-non-destructive": ("default_non_destructive", "bool"),
     "default-exclusive-queue": ("default_exclusive_queue", "bool"),
+    "default-group-buckets": ("default_group_buckets", "int"),
+    "default-group-rebalance": ("default_group_rebalance", "bool"),
+    "default-group-first-key": ("default_group_first_key", "str"),
     "address-full-policy": ("address_full_policy", "policy"),
     "max-size-bytes": ("max_size_bytes", "size"),
     "max-size-messages": ("max_size_messages", "int"),

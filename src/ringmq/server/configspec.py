@@ -85,6 +85,9 @@ class AddressSetting:
     default_last_value_queue: bool | None = None
     default_non_destructive: bool | None = None
     default_exclusive_queue: bool | None = None
+    default_group_buckets: int | None = None
+    default_group_rebalance: bool | None = None
+    default_group_first_key: str | None = None
     address_full_policy: str | None = None
     max_size_bytes: int | None = None
     max_size_messages: int | None = None

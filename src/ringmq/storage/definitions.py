@@ -39,6 +39,7 @@ KINDS: Final = (
     "binding",
     "policy",
     "parameter",
+    "global_parameter",
 )
 DEFAULT_COMPACT_AFTER: Final = 1000
 

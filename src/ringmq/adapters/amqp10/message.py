@@ -125,6 +125,14 @@ def build(payload: bytes, *, exchange: str, routing_key: str, now_ms: int) -> Me
     ma, ap = sc.message_annotations, sc.application_properties
     if ma or ap:
         msg.headers = neutral_headers(ma, ap)
+    if p is not None and p.group_id is not None:
+        # the group the engine groups by (core/groups.py), under JMS' names as Artemis maps
+        # them; the message's own sections are not changed
+        grouped = dict(msg.headers or {})
+        grouped["JMSXGroupID"] = str(p.group_id)
+        if p.group_sequence is not None:
+            grouped["JMSXGroupSeq"] = int(p.group_sequence)
+        msg.headers = grouped
     return msg
 
 

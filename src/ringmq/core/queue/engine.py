@@ -76,6 +76,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Final, cast
 
+from ringmq.core.groups import GROUP_ID_HEADERS, Groups, group_id
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import hold, select, takerun
 from ringmq.core.queue.browsing import QueueBrowsing
@@ -110,6 +111,8 @@ _ENQUEUED: Final = PublishOutcome.ENQUEUED
 _SCHEDULED_OUT: Final = PublishOutcome.SCHEDULED
 _REJECTED: Final = PublishOutcome.REJECTED
 _DROPPED: Final = PublishOutcome.DROPPED
+
+_GROUP_ID, _GROUP_ID_CORE = GROUP_ID_HEADERS  # the LVQ fast path leaves grouped messages
 
 # `new_delivery(Delivery)` then slot stores skips the Python-level __init__ on the hot path.
 new_delivery: Final = object.__new__
@@ -151,6 +154,9 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         self._lvq_header: str = self._lvq_key or ""  # the key, typed for the fast path
         self._non_destructive = settings.non_destructive
         self._index: list[Entry] | None = None  # browse index, built on first browse
+        self.groups: Groups | None = None
+        """The owners of this queue's message groups (core/groups.py): None until a message
+        with a group id arrives (`_entry`), which turns `plain` off for good."""
         self.hold = Hold()
         """What waits for the journal's fsync (hold.py; kept by core/durability.py)."""
         self.hold_from: int = NO_HOLD
@@ -184,6 +190,10 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         )
         self._settle.delivery_limit = settings.delivery_limit
         self._settle.redelivery = settings.redelivery
+        if self.groups is not None:
+            self.groups.configure(
+                settings.group_buckets, settings.group_rebalance, settings.group_first_key
+            )
         self._apply_paths()
         fast = FastBounds.of(self._bounded)
         self._reject_n, self._reject_b = fast.reject_n, fast.reject_b
@@ -195,7 +205,9 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
     def _apply_paths(self) -> None:
         # What the fast paths test, copied to attributes: `FastPaths.of` (limits.py) is the
         # one rule; `plain` is the property every publish path reads.
-        paths = self.paths = FastPaths.of(self.settings, self._expiry.seen)
+        paths = self.paths = FastPaths.of(
+            self.settings, self._expiry.seen, grouped=self.groups is not None
+        )
         self.plain, self._bounded = paths.plain, paths.bounded
         self._fetch_fast, self._lvq_fast = paths.fetch, paths.lvq
 
@@ -339,7 +351,11 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
                     # single lane: the new message is the last, so it went only if all went
                     return _ENQUEUED if c.ready + c.paged else _DROPPED
             elif (
-                self._lvq_fast and "x-delay" not in headers and "_AMQ_SCHED_DELIVERY" not in headers
+                self._lvq_fast
+                and "x-delay" not in headers
+                and "_AMQ_SCHED_DELIVERY" not in headers
+                and _GROUP_ID not in headers
+                and _GROUP_ID_CORE not in headers
             ):
                 # LVQ fast path: the key is the queue's only feature (`_lvq_fast`): `admit`
                 # without limits, TTL, priority lanes, schedule or paging (LVQs never spill).
@@ -384,9 +400,20 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         e = new_entry(seq, msg, len(msg.body))
         if self._max_priority:
             e.level = min(max(msg.priority, 0), self._max_priority)
-        if self._lvq_key is not None and msg.headers:
-            e.key = msg.headers.get(self._lvq_key)
+        headers = msg.headers
+        if headers:
+            if self._lvq_key is not None:
+                e.key = headers.get(self._lvq_key)
+            if self.groups is None and self.settings.group_buckets and group_id(headers):
+                self._saw_group()
         return e
+
+    def _saw_group(self) -> None:
+        # The first message with a group id: keep the groups' owners from now on (dispatch
+        # asks them, message by message) and leave the plain paths for good.
+        st = self.settings
+        self.groups = Groups(st.group_buckets, st.group_rebalance, st.group_first_key)
+        self._apply_paths()
 
     # --- consume and settle --------------------------------------------------------------
 
@@ -501,6 +528,9 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         (its consumers browse)."""
         if self._non_destructive:
             return None
+        # What `fetch` does before each pop: page the next batch in when memory ran low, or
+        # a queue all of whose consumers match (a grouped queue's) would never see its spill.
+        self._contents.read_ahead()
         found = select.find(self._contents, match, scan, now_ms)
         if found is None:
             return None

@@ -120,8 +120,10 @@ class FastPaths:
     envelopes in memory (`PAGEABLE_ACTIONS`); `Queue.pageable` adds "no browse index"."""
 
     @classmethod
-    def of(cls, settings: QueueSettings, saw_expiry: bool) -> FastPaths:
-        """The fast paths of `settings`; none that checks no expiry once a message had one."""
+    def of(cls, settings: QueueSettings, saw_expiry: bool, *, grouped: bool = False) -> FastPaths:
+        """The fast paths of `settings`; none that checks no expiry once a message had one,
+        and no plain one once a message had a group id (`grouped`: core/groups.py, whose
+        owners dispatch asks message by message)."""
         limit = settings.limit
         fetch = (
             settings.message_ttl_ms is None
@@ -137,7 +139,7 @@ class FastPaths:
             and limit.action in FAST_ACTIONS
         )
         return cls(
-            plain=simple and limit is None,
+            plain=simple and limit is None and not grouped,
             bounded=limit if bounded else None,
             fetch=fetch,
             lvq=settings.lvq_key is not None and limit is None and fetch,

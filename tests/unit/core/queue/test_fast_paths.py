@@ -24,7 +24,7 @@ from ringmq.amqp.properties import BasicProperties
 from ringmq.core.arguments import BY_ARGUMENT, QUEUE_ARGUMENTS
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PolicyConfig
-from ringmq.core.policies import AddressSettings
+from ringmq.core.policies import ARTEMIS_POLICY_KEYS, AddressSettings
 from ringmq.core.queue import Queue
 from ringmq.core.settings import QueueSettings
 from tests.unit.adapters.amqp091.kit import Kit
@@ -60,6 +60,10 @@ LEAVES_PUBLISH: Final[dict[str, str]] = {
     "x-dead-letter-strategy": "how dead letters are handed on: not publish",
     "x-max-age": "a stream's retention by age: ignored by the other queue types",
     "x-stream-max-segment-size-bytes": "a stream's segment size: ignored by the other types",
+    "x-group-buckets": "how message groups are keyed: dispatch (the first grouped message "
+    "turns plain off: `test_the_first_message_with_a_group_id_turns_plain_off_for_good`)",
+    "x-group-rebalance": "whether a joining consumer unbinds the groups: dispatch",
+    "x-group-first-key": "a header on a group's first delivery to its owner: dispatch",
 }
 """Arguments a publish ignores: `Queue.plain` stays on."""
 
@@ -84,6 +88,10 @@ ADDRESS_SETTINGS: Final[dict[str, tuple[dict[str, Any], bool]]] = {
     # where dead letters and expired messages go, redelivery and auto-creation: settlement,
     # expiry and naming, never what a publish does
     "default_exclusive_queue": ({"default-exclusive-queue": True}, True),
+    # message groups: dispatch, never what a publish does (a grouped message turns it off)
+    "default_group_buckets": ({"default-group-buckets": 8}, True),
+    "default_group_rebalance": ({"default-group-rebalance": True}, True),
+    "default_group_first_key": ({"default-group-first-key": "first"}, True),
     "dead_letter_address": ({"dead-letter-address": "DLA"}, True),
     "auto_create_dead_letter_resources": ({"auto-create-dead-letter-resources": True}, True),
     "dead_letter_queue_prefix": ({"dead-letter-queue-prefix": "DLQ."}, True),
@@ -241,3 +249,40 @@ def test_the_first_message_with_an_expiry_time_turns_plain_off_for_good() -> Non
     assert not _queue(kit, "q").plain
     kit.call(ch, spec.QueuePurge(queue="q"))
     assert not _queue(kit, "q").plain
+
+
+@pytest.mark.parametrize("header", ["JMSXGroupID", "_AMQ_GROUP_ID"])
+def test_the_first_message_with_a_group_id_turns_plain_off_for_good(header: str) -> None:
+    # The group guard (core/groups.py): from the first grouped message on, dispatch asks
+    # the group owners message by message, so no path may treat the queue as plain.
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q")
+    kit.publish(ch, "q", props=BasicProperties(headers={"other": 1}))
+    assert _queue(kit, "q").plain
+    assert _queue(kit, "q").groups is None
+    kit.publish(ch, "q", props=BasicProperties(headers={header: "g1"}))
+    assert not _queue(kit, "q").plain
+    assert _queue(kit, "q").groups is not None
+    kit.call(ch, spec.QueuePurge(queue="q"))
+    assert not _queue(kit, "q").plain
+
+
+def test_group_buckets_0_turns_grouping_off() -> None:
+    kit = Kit()
+    ch = kit.open()
+    kit.declare(ch, "q", arguments={"x-group-buckets": 0})
+    kit.publish(ch, "q", props=BasicProperties(headers={"JMSXGroupID": "g1"}))
+    assert _queue(kit, "q").plain
+    assert _queue(kit, "q").groups is None
+
+
+@pytest.mark.parametrize("key", sorted(ARTEMIS_POLICY_KEYS))
+def test_an_artemis_policy_key_leaves_plain_on(key: str) -> None:
+    # Dead-letter and expiry addresses, delivery attempts and redelivery delays act at
+    # settlement and expiry, never at publish (as their address-settings: ADDRESS_SETTINGS).
+    field = key.replace("-", "_")
+    setting, stays_plain = ADDRESS_SETTINGS[field]
+    assert stays_plain
+    policy = PolicyConfig("p", "^q$", setting, apply_to="queues")
+    assert _plain({}, BrokerConfig(name_seed=7, policies=[policy]))
