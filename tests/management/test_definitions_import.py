@@ -1,7 +1,7 @@
 """Definitions import of a whole RabbitMQ export (issue 28, item 6, in part): every refusal
 reported at once and nothing applied, queue arguments checked before anything is applied,
 vhost limits in `parameters` and user limits in `users[].limits` taken and exported back,
-topic permissions refused loudly, and the parameters of components ringmq does not implement
+topic permissions checked with the rest, and the parameters of components ringmq does not implement
 and global parameters kept, shown and exported, reported as not acted on."""
 
 from __future__ import annotations
