@@ -34,8 +34,8 @@ RUNS = [
 def test_table_shows_medians_ratios_and_failures() -> None:
     table = run_all._table(RUNS, ["ringmq", "rabbitmq"], ["a"])
     rows = {line.split()[1]: line.split() for line in table.splitlines()[1:]}
-    assert rows["e2e_msg_s"][2:] == ["200", "100", "2.00"]
-    assert rows["broker_cpu_s"][-3:] == ["3.00", "1.00", "3.00"]
+    assert rows["e2e_msg_s"][2:] == ["200", "100", "2.000"]
+    assert rows["broker_cpu_s"][-3:] == ["3.00", "1.00", "3.000"]
     assert "FAILED runs on rabbitmq: 1" in table
     assert "timeout" in table
 
