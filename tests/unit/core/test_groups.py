@@ -167,3 +167,25 @@ def test_header_readers() -> None:
     assert not closes_group({"JMSXGroupSeq": 0})
     assert not closes_group({"JMSXGroupSeq": 7})
     assert not closes_group({})
+
+
+def test_a_group_closed_mid_round_is_open_to_those_that_sat_it_out() -> None:
+    # c0 holds g's "1" (its owner) and "2", which closes g; "3" waits for c0, who is full.
+    # c0 leaves: "1" and "2" come back before "3", and in that one dispatch round the first
+    # consumer picked takes "1" (owning g), the other finds only g's messages and sits out,
+    # the owner takes "2", which unbinds g: the one that sat out may take "3" now.
+    k, pub, (c0,) = _setup(prefetch=2, consumers=1)
+    (d1,) = _deliveries(_pub(k, pub, "g", b"1"))
+    assert _got(_pub(k, pub, "g", b"2", JMSXGroupSeq=-1)) == [("c0", b"2")]
+    assert _got(k.settle(c0, d1.delivery_id, SettleKind.REQUEUE)) == [("c0", b"1")]
+    for tag in ("a", "b"):
+        s = k.open()
+        k.broker.delivery.set_prefetch(s, 2, session_wide=False)
+        k.consume(s, "q", tag)
+    assert _got(_pub(k, pub, "g", b"3")) == []  # g is c0's, and c0 is full
+    out = k.broker.channel_closed(c0.conn_id, c0.channel, k.now)
+    got = _got(out)
+    owner = got[0][0]
+    other = "b" if owner == "a" else "a"
+    assert sorted(got) == sorted([(owner, b"1"), (owner, b"2"), (other, b"3")])
+    assert k.ready("q") == []
