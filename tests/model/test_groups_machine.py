@@ -4,7 +4,7 @@ against a small model of who owns each group.
 The model is the rule as core/groups.py states it (Artemis' grouping): a group's first
 delivered message binds it to the consumer that took it; while bound, only that consumer takes
 the group's messages; a delivered message with a negative `JMSXGroupSeq` unbinds it after
-going to the owner; a consumer that leaves (its channel closes, its unacked messages go back)
+going to the owner; a consumer that leaves (its session closes, its unacked messages go back)
 unbinds its groups; a requeue (rollback) leaves the binding alone. Ring eviction and scheduled
 messages change which messages wait, never the bindings. The engine runs with a ring or not,
 and prefetch 2, so owners are often full.
@@ -26,10 +26,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties
+from ringmq.core.effects import Deliver, Effect
 from ringmq.core.groups import closes_group, group_id
-from tests.unit.core.kit import Kit, delivered
+from ringmq.core.queue import Queue
+from ringmq.core.session import Session, SettleKind
+from tests.unit.core.corekit import Core
 
 PREFETCH = 2
 MAX_CONSUMERS = 3
@@ -38,14 +39,14 @@ MAX_CONSUMERS = 3
 @dataclass
 class _Consumer:
     tag: str
-    chan: tuple[int, int]
-    outstanding: dict[int, int] = field(default_factory=dict)  # delivery tag -> message id
+    session: Session
+    outstanding: dict[int, int] = field(default_factory=dict)  # delivery id -> message id
 
 
 class GroupsMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.kit = Kit()
+        self.kit = Core()
         self.pub = self.kit.open()
         self.consumers: list[_Consumer] = []
         self.next_id = 0
@@ -57,25 +58,26 @@ class GroupsMachine(RuleBasedStateMachine):
     @initialize(ring=st.sampled_from([None, 3]))
     def declare(self, ring: int | None) -> None:
         args = {} if ring is None else {"x-ring-size": ring}
-        self.kit.declare(self.pub, "q", arguments=args)
+        self.kit.declare(self.pub, "q", args)
         self._join()
 
     # --- helpers ---------------------------------------------------------------------------
 
     @property
-    def engine(self) -> Any:
-        return self.kit.broker.vhosts["/"].queues["q"].queue
+    def engine(self) -> Queue:
+        return self.kit.queue("q")
 
-    def _absorb(self, effects: list[Any]) -> None:
-        by_chan = {c.chan: c for c in self.consumers}
-        for d in delivered(effects):
-            if not isinstance(d.method, spec.BasicDeliver):
+    def _absorb(self, effects: list[Effect]) -> None:
+        by_session = {(c.session.conn_id, c.session.channel): c for c in self.consumers}
+        for d in effects:
+            if not isinstance(d, Deliver):
                 continue
-            c = by_chan[(d.conn_id, d.channel)]
-            mid = int(d.body)
+            c = by_session[(d.conn_id, d.channel)]
+            assert d.consumer_tag == c.tag
+            mid = int(d.message.body)
             assert all(mid not in o.outstanding.values() for o in self.consumers), mid
             assert mid not in self.acked
-            c.outstanding[d.method.delivery_tag] = mid
+            c.outstanding[d.delivery_id] = mid
             headers = self.headers[mid]
             gid = group_id(headers)
             if gid is not None:
@@ -85,13 +87,13 @@ class GroupsMachine(RuleBasedStateMachine):
                     del self.owner[gid]
 
     def _join(self) -> None:
-        ch = self.kit.open()
-        self.kit.call(ch, spec.BasicQos(prefetch_count=PREFETCH))
+        s = self.kit.open()
+        self.kit.broker.delivery.set_prefetch(s, PREFETCH, session_wide=False)
         tag = f"c{self.next_tag}"
         self.next_tag += 1
-        c = _Consumer(tag, ch)
+        c = _Consumer(tag, s)
         self.consumers.append(c)
-        self._absorb(self.kit.consume(ch, "q", tag))
+        self._absorb(self.kit.consume(s, "q", tag))
 
     # --- rules -----------------------------------------------------------------------------
 
@@ -111,22 +113,21 @@ class GroupsMachine(RuleBasedStateMachine):
         if delay:
             headers["_AMQ_SCHED_DELIVERY"] = self.kit.now + delay
         self.headers[mid] = headers
-        props = BasicProperties(headers=headers or None)
-        self._absorb(self.kit.publish(self.pub, "q", b"%d" % mid, props=props))
+        self._absorb(self.kit.publish(self.pub, "q", b"%d" % mid, headers=headers or None))
 
     @precondition(lambda self: any(c.outstanding for c in self.consumers))
     @rule(pick=st.integers(0, 100), requeue=st.booleans())
     def settle(self, pick: int, requeue: bool) -> None:
         busy = [c for c in self.consumers if c.outstanding]
         c = busy[pick % len(busy)]
-        tag = sorted(c.outstanding)[pick % len(c.outstanding)]
-        mid = c.outstanding.pop(tag)
+        delivery_id = sorted(c.outstanding)[pick % len(c.outstanding)]
+        mid = c.outstanding.pop(delivery_id)
         if requeue:  # a rollback: back to its place, the binding stays
-            out = self.kit.call(c.chan, spec.BasicReject(delivery_tag=tag, requeue=True))
+            kind = SettleKind.REQUEUE
         else:
             self.acked.add(mid)
-            out = self.kit.call(c.chan, spec.BasicAck(delivery_tag=tag))
-        self._absorb(out)
+            kind = SettleKind.ACK
+        self._absorb(self.kit.settle(c.session, delivery_id, kind))
 
     @precondition(lambda self: self.consumers)
     @rule(pick=st.integers(0, 100))
@@ -134,7 +135,8 @@ class GroupsMachine(RuleBasedStateMachine):
         c = self.consumers.pop(pick % len(self.consumers))
         self.owner = {g: t for g, t in self.owner.items() if t != c.tag}
         c.outstanding.clear()  # they go back to the queue
-        self._absorb(self.kit.broker.channel_closed(c.chan[0], c.chan[1], self.kit.now))
+        s = c.session
+        self._absorb(self.kit.broker.channel_closed(s.conn_id, s.channel, self.kit.now))
 
     @precondition(lambda self: len(self.consumers) < MAX_CONSUMERS)
     @rule()

@@ -40,7 +40,7 @@ from ringmq.core import queuetypes
 from ringmq.core.consumers import Consumer
 from ringmq.core.deadletter import DeadLetters
 from ringmq.core.effects import Deliver, Drained
-from ringmq.core.groups import marked_first, matcher
+from ringmq.core.groups import closes_group, marked_first, matcher
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
 from ringmq.core.session import Unacked
@@ -167,6 +167,10 @@ class Dispatcher:
                     continue
                 if groups is not None:
                     first = groups.taken(c, d.message.headers, now_ms)
+                    if missed and closes_group(d.message.headers):
+                        # the group lost its owner: a consumer that sat out this round
+                        # (finding only messages of groups it did not own) may take its rest
+                        missed.clear()
             s = c.session
             if no_ack:
                 tag = s.next_delivery_id

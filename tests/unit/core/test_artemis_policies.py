@@ -7,19 +7,21 @@ from typing import Any
 
 import pytest
 
-from ringmq.amqp import spec
+from ringmq.core.effects import Deliver, Effect
 from ringmq.core.policies import PolicyError, validate_definition
-from tests.unit.core.kit import Kit, delivered
+from ringmq.core.session import Session, SettleKind
+from tests.unit.core.corekit import Core
+
+REQUEUE = SettleKind.REQUEUE
+"""A failed delivery back to its place (0-9-1's reject with requeue): counted as an attempt."""
 
 
-def _tags(effects: list[Any]) -> list[int]:
-    return [
-        d.method.delivery_tag for d in delivered(effects) if isinstance(d.method, spec.BasicDeliver)
-    ]
+def _ids(effects: list[Effect]) -> list[int]:
+    return [e.delivery_id for e in effects if isinstance(e, Deliver)]
 
 
-def _kit(definition: dict[str, Any]) -> tuple[Kit, tuple[int, int]]:
-    kit = Kit()
+def _kit(definition: dict[str, Any]) -> tuple[Core, Session]:
+    kit = Core()
     ch = kit.open()
     kit.declare(ch, "q")
     kit.declare(ch, "DLQ")
@@ -28,33 +30,29 @@ def _kit(definition: dict[str, Any]) -> tuple[Kit, tuple[int, int]]:
     return kit, ch
 
 
-def _engine(kit: Kit, name: str) -> Any:
-    return kit.broker.vhosts["/"].queues[name].queue
-
-
 def test_max_delivery_attempts_and_dead_letter_address_from_a_policy() -> None:
     kit, ch = _kit({"dead-letter-address": "DLQ", "max-delivery-attempts": 2})
     st = kit.broker.vhosts["/"].queues["q"].settings
     assert (st.dead_letter_address, st.delivery_limit) == ("DLQ", 1)
     assert st.sources["dead_letter_address"] == "policy"
     kit.publish(ch, "q", b"poison")
-    tags = _tags(kit.consume(ch, "q", "c"))
+    ids = _ids(kit.consume(ch, "q", "c"))
     for _ in range(2):
-        (tag,) = tags
-        tags = _tags(kit.call(ch, spec.BasicReject(delivery_tag=tag, requeue=True)))
-    assert tags == []
-    assert _engine(kit, "DLQ").ready_count == 1
-    assert _engine(kit, "q").message_count == 0
+        (delivery_id,) = ids
+        ids = _ids(kit.settle(ch, delivery_id, REQUEUE))
+    assert ids == []
+    assert kit.queue("DLQ").ready_count == 1
+    assert kit.queue("q").message_count == 0
 
 
 def test_redelivery_delay_from_a_policy() -> None:
     kit, ch = _kit({"redelivery-delay": 100, "redelivery-delay-multiplier": 2})
     kit.publish(ch, "q", b"m")
-    (tag,) = _tags(kit.consume(ch, "q", "c"))
-    assert _tags(kit.call(ch, spec.BasicReject(delivery_tag=tag, requeue=True))) == []
-    assert _engine(kit, "q").counters.scheduled == 1
-    assert _tags(kit.tick(50)) == []
-    assert len(_tags(kit.tick(60))) == 1  # back after 100 ms
+    (delivery_id,) = _ids(kit.consume(ch, "q", "c"))
+    assert _ids(kit.settle(ch, delivery_id, REQUEUE)) == []
+    assert kit.queue("q").counters.scheduled == 1
+    assert _ids(kit.tick(50)) == []
+    assert len(_ids(kit.tick(60))) == 1  # back after 100 ms
 
 
 def test_removing_the_policy_removes_the_settings_live() -> None:
