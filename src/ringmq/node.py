@@ -65,6 +65,7 @@ from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
 from ringmq.core.throttle import LoginGuard
 from ringmq.management.app import create_app
+from ringmq.management.consoleauth import ConsoleOAuth
 from ringmq.server.clock import Clock, SystemClock
 from ringmq.server.clusterleader import ViewLeader
 from ringmq.server.configspec import FileConfig
@@ -267,11 +268,17 @@ def management_app(server: BrokerServer, cluster: ClusterNode | None = None) -> 
         # the server's LDAP backend, when it has one by the time a request asks
         return None if server.ldap is None else await server.ldap.login(user, password)
 
+    console_oauth = None
+    if settings.oauth_enabled and settings.oauth_client_id and settings.oauth_provider_url:
+        console_oauth = ConsoleOAuth(
+            settings.oauth_client_id, settings.oauth_provider_url, settings.oauth_scopes
+        )
     return create_app(
         server.broker,
         ManagementRuntime(server, cluster),
         max_body_size=settings.max_body_size,
         slow_login=ldap_login if "ldap" in server.options.config.auth.backends else None,
+        console_oauth=console_oauth,
     )
 
 

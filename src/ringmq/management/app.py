@@ -42,10 +42,21 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ringmq import __version__
 from ringmq.core.broker import Broker
 from ringmq.core.throttle import LoginGuard
-from ringmq.management import bodies, browse, cliscript, cluster, health, metrics, nodes, streams
+from ringmq.management import (
+    bodies,
+    browse,
+    cliscript,
+    cluster,
+    consoleauth,
+    health,
+    metrics,
+    nodes,
+    streams,
+)
 from ringmq.management.access import Access
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.api import LOGIN_OUTCOME, Api, SlowLogin, wall_ms
+from ringmq.management.consoleauth import ConsoleOAuth
 from ringmq.management.definitions import Definitions
 from ringmq.management.errors import UnauthorizedError, to_response
 from ringmq.management.limits import Limits
@@ -172,6 +183,7 @@ def create_app(
     clock_ms: Callable[[], int] = wall_ms,
     max_body_size: int | None = None,
     slow_login: SlowLogin | None = None,
+    console_oauth: ConsoleOAuth | None = None,
 ) -> Starlette:
     """The management ASGI app for a core broker.
 
@@ -184,6 +196,7 @@ def create_app(
         max_body_size: largest request body in bytes, larger ones are answered 413
             (`management.http.max_body_size`; None: `bodies.DEFAULT_MAX_BODY_SIZE`).
         slow_login: the slow login backends (LDAP) for passwords the user table refuses.
+        console_oauth: the console's OAuth 2 login (`management.oauth_enabled`), or None.
     """
     max_body = bodies.DEFAULT_MAX_BODY_SIZE if max_body_size is None else max_body_size
     admin = CoreAdmin(broker, runtime)
@@ -251,6 +264,7 @@ def create_app(
         return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
 
     routes: list[Route | Mount] = [
+        *consoleauth.routes(console_oauth),  # /api/auth: how the console logs in
         *api.routes(),  # /api/overview, /api/whoami, /api/ringmq/rates
         *Topology(api).routes(),  # /api/exchanges, /api/bindings
         *Queues(api).routes(),  # /api/queues

@@ -250,7 +250,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
 
     management = ManagementSpec()
     if (t := table(doc, "management", where)) is not None:
-        management = _management(t)
+        management = _management(t, auth_spec)
         t.done()
 
     users = []
@@ -422,16 +422,39 @@ def _anonymous(t: Table, keys: tuple[str, str]) -> AnonymousLoginSpec:
     return AnonymousLoginSpec.of(user, t.opt_str(keys[1]), t.where, keys)
 
 
-def _management(t: Table) -> ManagementSpec:
+def _management(t: Table, auth: AuthSpec) -> ManagementSpec:
     # RabbitMQ's keys verbatim: `management.http.max_body_size = N` is valid TOML at the top of
-    # the file, as is `[management.http]` with `max_body_size = N` (the only key so far)
+    # the file, as is `[management.http]` with `max_body_size = N`; the console's OAuth login
+    # keys (`management.oauth_*`) sit in [management] itself
+    max_body_size = None
     raw = t.value("http", (dict,), "a table")
-    if raw is None:
-        return ManagementSpec()
-    http = Table(dict(raw), f"{t.where}.http")
-    spec = ManagementSpec(max_body_size=http.opt_int("max_body_size", minimum=1))
-    http.done()
-    return spec
+    if raw is not None:
+        http = Table(dict(raw), f"{t.where}.http")
+        max_body_size = http.opt_int("max_body_size", minimum=1)
+        http.done()
+    enabled = bool(t.opt_bool("oauth_enabled", False))
+    client_id = t.opt_str("oauth_client_id")
+    provider = t.opt_str("oauth_provider_url")
+    scopes = t.opt_str("oauth_scopes", "openid profile")
+    assert scopes is not None
+    if enabled:
+        # the console's token is checked by the oauth2 backend, as every other token
+        if auth.oauth2 is None or "oauth2" not in auth.backends:
+            raise ConfigError(f"{t.where}.oauth_enabled: needs the oauth2 backend ([auth.oauth2])")
+        if not client_id:
+            raise ConfigError(f"{t.where}.oauth_enabled: needs oauth_client_id")
+        provider = provider or auth.oauth2.issuer
+        if not provider:
+            raise ConfigError(
+                f"{t.where}.oauth_enabled: needs oauth_provider_url (or auth.oauth2.issuer)"
+            )
+    return ManagementSpec(
+        max_body_size=max_body_size,
+        oauth_enabled=enabled,
+        oauth_client_id=client_id,
+        oauth_provider_url=provider.rstrip("/") if provider else None,
+        oauth_scopes=scopes,
+    )
 
 
 def _req(v: int | None) -> int:

@@ -218,6 +218,16 @@ class ManagementSpec:
     max_body_size: int | None = None
     """Largest request body in bytes (`management.http.max_body_size`); larger ones are
     answered 413. None: the management default (20 MiB)."""
+    oauth_enabled: bool = False
+    """The console offers "Login with OAuth 2" (`management.oauth_enabled`): the authorization
+    code flow with PKCE in the browser, the token then sent as the API's bearer credential."""
+    oauth_client_id: str | None = None
+    """The console's client id at the identity provider (`management.oauth_client_id`)."""
+    oauth_provider_url: str | None = None
+    """The identity provider whose discovery document names the authorization and token
+    endpoints (`management.oauth_provider_url`); None: `auth.oauth2.issuer`."""
+    oauth_scopes: str = "openid profile"
+    """Scopes the console asks for (`management.oauth_scopes`, space separated)."""
 
 
 DEFAULT_ANONYMOUS_USER: Final = "guest"

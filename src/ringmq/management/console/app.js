@@ -18,10 +18,18 @@
 
   // -- API ---------------------------------------------------------------------------------
   function creds() { return sessionStorage.getItem("ringmq.auth"); }
+  // The OAuth 2 login's token (oauth.js; null once expired) or else the Basic credentials.
+  const signedIn = () => Boolean(window.RingMQOAuth.token() || creds());
+  function authorization() {
+    const token = window.RingMQOAuth.token();
+    return token ? "Bearer " + token : "Basic " + creds();
+  }
+  function signOut() { sessionStorage.removeItem("ringmq.auth"); window.RingMQOAuth.clear(); }
   async function api(method, path, body) {
     // Credentials go in an explicit header (the API never sends a Basic challenge, so the
     // browser never remembers them for cross-site requests); bodies are JSON only.
-    const headers = { Authorization: "Basic " + creds(), "X-Requested-With": "XMLHttpRequest" };
+    if (!signedIn()) { showLogin("Your session has expired: please sign in again."); throw new Error("unauthorized"); }
+    const headers = { Authorization: authorization(), "X-Requested-With": "XMLHttpRequest" };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const res = await fetch("/api" + path, {
       method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -30,14 +38,14 @@
     try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
     // 401 "not_authorized": bad credentials; 401 "not_authorised": signed in, not allowed.
     if (res.status === 401 && !(data && data.error === "not_authorised")) {
-      showLogin("Please sign in."); throw new Error("unauthorized");
+      signOut(); showLogin("Please sign in."); throw new Error("unauthorized");
     }
     if (!res.ok) throw new Error((data && data.reason) || res.statusText);
     return data;
   }
   // For optional figures (a user without the monitoring tag gets 401 from /nodes): null, no logout.
   async function apiMaybe(path) {
-    const res = await fetch("/api" + path, { headers: { Authorization: "Basic " + creds() } });
+    const res = await fetch("/api" + path, { headers: { Authorization: authorization() } });
     return res.ok ? res.json() : null;
   }
   const bytes = (n) => {
@@ -61,7 +69,11 @@
     stopPolling();
     $("#login").hidden = false; $("#view").innerHTML = ""; $("#who").hidden = true;
     $("#login-error").textContent = msg || "";
+    window.RingMQOAuth.settings().then((s) => { $("#oauth-login").hidden = !s.oauth_enabled; }).catch(() => {});
   }
+  $("#oauth-login-button").addEventListener("click", () => {
+    window.RingMQOAuth.begin().catch((err) => { $("#oauth-login-error").textContent = err.message; });
+  });
   $("#login-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     sessionStorage.setItem("ringmq.auth", btoa($("#login-user").value + ":" + $("#login-password").value));
@@ -71,7 +83,7 @@
       $("#login").hidden = true; route();
     } catch (err) { $("#login-error").textContent = "Login failed"; }
   });
-  $("#logout").addEventListener("click", () => { sessionStorage.removeItem("ringmq.auth"); showLogin(); });
+  $("#logout").addEventListener("click", () => { signOut(); $("#whoami").textContent = ""; showLogin(); });
 
   // -- vhost selector: "" is every vhost; lists and forms follow it -------------------------
   const vhost = () => sessionStorage.getItem("ringmq.vhost") || "";
@@ -103,7 +115,7 @@
     lastRender = run; run(); timer = setInterval(run, POLL_MS);
   }
   function route() {
-    if (!creds()) return showLogin();
+    if (!signedIn()) return showLogin();
     $("#login").hidden = true; $("#who").hidden = false; loadVhosts();
     if (!$("#whoami").textContent) api("GET", "/whoami").then((me) => { $("#whoami").textContent = me.name; }).catch(() => {});
     const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
@@ -550,6 +562,6 @@
 
   window.RingMQ = { api, apiMaybe, $, esc, num, rate, enc, bytes, table, poll, toast, statGrid,
     propsList, vhost, duration, views: window.RingMQ ? window.RingMQ.views : {}, rerender: () => lastRender && lastRender() };
-  if (creds()) api("GET", "/whoami").then((me) => { $("#whoami").textContent = me.name; route(); }).catch(() => {});
+  if (signedIn()) api("GET", "/whoami").then((me) => { $("#whoami").textContent = me.name; route(); }).catch(() => {});
   else showLogin();
 })();
