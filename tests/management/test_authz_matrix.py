@@ -66,6 +66,7 @@ CASES = [
     Case("GET", "/metrics/per-object", "/metrics/per-object", "public"),
     Case("GET", "/metrics/detailed", "/metrics/detailed?family=queue_coarse_metrics", "public"),
     Case("GET", "/cli/rabbitmqadmin", "/cli/rabbitmqadmin", "public"),
+    Case("GET", "/api/auth", "/api/auth", "public"),
     Case("GET", "/api/overview", "/api/overview", "any"),
     Case("GET", "/api/whoami", "/api/whoami", "any"),
     Case("GET", "/api/ringmq/rates", "/api/ringmq/rates", "any"),

@@ -156,6 +156,7 @@ _r("/metrics/per-object", "GET", Gate.PUBLIC)
 _r("/metrics/detailed", "GET", Gate.PUBLIC)
 _r("/cli/rabbitmqadmin", "GET", Gate.PUBLIC)  # RabbitMQ serves its CLI as a static file
 _r("/", "GET HEAD", Gate.PUBLIC)  # the console's static files (Mount "/")
+_r("/api/auth", "GET", Gate.PUBLIC)  # how the console logs in: asked before any login
 _r("/api/overview", "GET", Gate.ANY)
 _r("/api/whoami", "GET", Gate.ANY)
 _r("/api/ringmq/rates", "GET", Gate.ANY)  # node-wide history: empty for non-monitors
