@@ -92,5 +92,12 @@ def test_chromium_logs_in_with_oauth(broker_factory: BrokerFactory, chromium: An
         d.refresh()
         _wait(d, lambda d: d.find_element(By.ID, "login").is_displayed())
         assert d.execute_script("return sessionStorage.getItem('ringmq.oauth.token');") is None
+
+        # a user whose scopes give no management tag: signed in, refused, told why
+        idp.login_scope = "rabbitmq.read:*/*"
+        _wait(d, lambda d: d.find_element(By.ID, "oauth-login").is_displayed())
+        d.find_element(By.ID, "oauth-login-button").click()
+        _wait(d, lambda d: "Not management user" in d.find_element(By.ID, "login-error").text)
+        assert d.execute_script("return sessionStorage.getItem('ringmq.oauth.token');") is None
     finally:
         idp.close()

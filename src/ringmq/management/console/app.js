@@ -38,7 +38,9 @@
     try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
     // 401 "not_authorized": bad credentials; 401 "not_authorised": signed in, not allowed.
     if (res.status === 401 && !(data && data.error === "not_authorised")) {
-      signOut(); showLogin("Please sign in."); throw new Error("unauthorized");
+      // the reason says why a valid login is still refused (a token without a management tag)
+      signOut(); showLogin(data && data.reason ? "Signed out: " + data.reason : "Please sign in.");
+      throw new Error("unauthorized");
     }
     if (!res.ok) throw new Error((data && data.reason) || res.statusText);
     return data;
