@@ -83,6 +83,7 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.5
 _ISR_TICK_S = 0.1
+_HANDOVER_POLL_S = 0.01
 
 
 class IsrGate:
@@ -92,9 +93,13 @@ class IsrGate:
         self.cluster = cluster
         self.leader = leader
         self.keeper = keeper
+        self.hold_above: int | None = None
+        """Set (a step-down hands over): nothing past this log position is confirmed."""
 
     def covers(self, log_position: int) -> bool:
         # leads() first: from the fence deadline on, nothing more is confirmed
+        if self.hold_above is not None and log_position > self.hold_above:
+            return False
         return self.cluster.leads() and self.keeper.covers(log_position, self.leader.acked)
 
 
@@ -122,6 +127,8 @@ class ClusterMember:
         self._follower_task: asyncio.Task[None] | None = None
         self._following: str | None = None
         self._isr_task: asyncio.Task[None] | None = None
+        self._gate: IsrGate | None = None
+        self.cluster.handover = self._hand_over
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
 
@@ -200,7 +207,8 @@ class ClusterMember:
         keeper = IsrKeeper(self.name, self.cluster.election.isr, self.settings.isr_timeout_ms)
 
         def gate(leader: ReplicationLeader, commit: GroupCommit) -> ReplicaGate:
-            return IsrGate(self.cluster, leader, keeper)
+            self._gate = IsrGate(self.cluster, leader, keeper)
+            return self._gate
 
         srv.gate_for = gate
         self.server = srv
@@ -241,6 +249,53 @@ class ClusterMember:
                 log.warning("cluster member: ISR is now %s", sorted(keeper.isr))
             commit.replicated()
 
+    async def _hand_over(self) -> dict[str, object]:
+        """A planned step-down's first half (`ClusterNode.step_down` then fences and resigns):
+        hold every confirm past the log's end now, wait (at most `isr_timeout_ms`) until the
+        ISR followers acknowledged that end, and report what was waited for."""
+        gate, srv = self._gate, self.server
+        if self.leading_epoch is None or gate is None or srv is None or srv.replication is None:
+            return {}
+        shard_log = srv.replication.log
+        assert shard_log is not None
+        target = shard_log.position
+        gate.hold_above = target  # later writes are not confirmed: their publishers resend
+        acked = srv.replication.acked
+        started = self._now_ms()
+        deadline = started + self.settings.isr_timeout_ms
+        while True:
+            waited_for = sorted(gate.keeper.counted())
+            behind = {n: acked.get(n) for n in waited_for if acked.get(n, 0) < target}
+            if not behind or self._now_ms() >= deadline or not self.cluster.leads():
+                break
+            await asyncio.sleep(_HANDOVER_POLL_S)
+        caught_up = [n for n in waited_for if n not in behind]
+        report: dict[str, object] = {
+            "log_position": target,
+            "waited_ms": self._now_ms() - started,
+            "waited_for": waited_for,
+            "caught_up": caught_up,
+            "behind": behind,
+            "timed_out": bool(behind),
+        }
+        if behind and caught_up and self.cluster.leads():
+            # only a caught-up follower may win: the ISR shrinks to them before the resign
+            # (safe: they hold every confirm, which the hold keeps below `target`); the ISR
+            # task stops first, so no write of its own races this one
+            await self._stop_isr_task()
+            with contextlib.suppress(EtcdUnavailableError, TimeoutError):
+                if await self.cluster.set_isr(frozenset(caught_up)):
+                    report["isr"] = sorted({*caught_up, self.name})
+        log.warning("cluster member: %s hands over: %s", self.name, report)
+        return report
+
+    async def _stop_isr_task(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._isr_task
+            self._isr_task = None
+
     async def _follow_mode(self, address: str | None) -> None:
         await self._stop_follower()
         if self.server is None:
@@ -268,11 +323,8 @@ class ClusterMember:
         self._following = None
 
     async def _stop_current(self) -> None:
-        if self._isr_task is not None:
-            self._isr_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._isr_task
-            self._isr_task = None
+        await self._stop_isr_task()
+        self._gate = None
         await self._stop_follower()
         if self.server is not None:
             await self.server.stop("cluster role change")
