@@ -260,6 +260,11 @@ class ClusterMember:
         assert shard_log is not None
         target = shard_log.position
         gate.hold_above = target  # later writes are not confirmed: their publishers resend
+        # the fence follows the hand-over at once; should it not (the request cancelled),
+        # this node keeps leading and must confirm again
+        asyncio.get_running_loop().call_later(
+            self.settings.isr_timeout_ms / 1000 + self.settings.lease_ttl_s, self._unhold, gate
+        )
         acked = srv.replication.acked
         started = self._now_ms()
         deadline = started + self.settings.isr_timeout_ms
@@ -283,11 +288,29 @@ class ClusterMember:
             # (safe: they hold every confirm, which the hold keeps below `target`); the ISR
             # task stops first, so no write of its own races this one
             await self._stop_isr_task()
+            keeper = gate.keeper
+            keeper.proposed = frozenset({*caught_up, self.name})  # counted with the old set
+            ok = False
             with contextlib.suppress(EtcdUnavailableError, TimeoutError):
-                if await self.cluster.set_isr(frozenset(caught_up)):
-                    report["isr"] = sorted({*caught_up, self.name})
+                ok = await self.cluster.set_isr(frozenset(caught_up))
+            keeper.written(ok)
+            if ok:
+                report["isr"] = sorted(keeper.isr)
+                if srv.commit is not None:
+                    srv.commit.replicated()  # confirms up to `target` the laggard held back
         log.warning("cluster member: %s hands over: %s", self.name, report)
         return report
+
+    def _unhold(self, gate: IsrGate) -> None:
+        srv = self.server
+        if gate is not self._gate or gate.hold_above is None or not self.cluster.leads():
+            return  # stepped down (or demoted) as planned
+        log.warning("cluster member: no step-down followed the hand-over; confirming again")
+        gate.hold_above = None
+        if srv is not None and srv.commit is not None:
+            if self._isr_task is None:  # stopped to shrink the ISR: keep it again
+                self._isr_task = asyncio.create_task(self._keep_isr(srv, gate.keeper))
+            srv.commit.replicated()
 
     async def _stop_isr_task(self) -> None:
         if self._isr_task is not None:
