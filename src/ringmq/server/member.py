@@ -23,7 +23,8 @@ that becomes the leader stops its follower's server (closing its relays) and ser
 
 Promotion stops the follower (it saves its `SHARD` and closes its files) and then opens the
 leader's server on the same directory, in the same process: `FileStore.open` replays the
-journal exactly as `ringmq serve` does on a follower's directory in the static mode (the copy
+journal (on a worker thread, `BrokerServer.start`: the lease renewals on this loop go on
+meanwhile) exactly as `ringmq serve` does on a follower's directory in the static mode (the copy
 is the leader's directory at some position, a valid data directory as after a kill -9), so
 nothing is copied or fetched. Restarting the server around a fresh core was chosen over
 swapping the core of a running server: every part of a `BrokerServer` (listeners' protocol
@@ -35,6 +36,12 @@ the lease) before every release; then the server stops (clients are disconnected
 confirms are never sent) and the follower starts. The new leader's epoch is newer than the old
 leader's `SHARD`, so the old leader's directory is bulk synced: its divergent tail (records
 nobody acknowledged, so nothing confirmed) is cut or replaced.
+
+A planned step-down hands over first (`_hand_over`, `ClusterNode.handover`): confirms past
+the shard log's end are held (`IsrGate.hold_above`), the ISR followers get at most
+`isr_timeout_ms` to acknowledge that end, and if only some do, the ISR is written down to
+those before the resign, so that a lagging follower cannot win. The report (what was waited
+for) is the step-down's answer. Should no fence follow, `_unhold` lifts the hold.
 
 The ISR: while leading, a task asks the `IsrKeeper` (replication/isr.py) every
 `_ISR_TICK_S` which followers to drop (an ISR follower holding a confirm back, or absent, for
