@@ -86,8 +86,15 @@ def step_down(
     here = announce.locate(url, FALLBACK_URL).url
     target = here if leader == view["node"] else _leader_url(here, view, leader)
     with _client(target, user, password) as c:
-        c.request("POST", "/cluster/step-down", {})
-    out.print(f"{leader} stepped down (epoch {view['epoch']})")
+        report = c.request("POST", "/cluster/step-down", {}) or {}
+    out.print(f"{leader} stepped down (epoch {report.get('epoch', view['epoch'])})")
+    if "log_position" in report:
+        behind = report.get("behind") or {}
+        out.print(
+            f"waited {report['waited_ms']} ms for {', '.join(report['waited_for']) or 'nobody'}"
+            f" to reach log position {report['log_position']}"
+            + (f"; behind: {', '.join(sorted(behind))}" if behind else "")
+        )
 
 
 def _leader_url(url: str, view: dict[str, Any], leader: str) -> str:

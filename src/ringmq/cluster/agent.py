@@ -13,6 +13,9 @@ cluster (`Observe`) for `view()`, and, while it leads with `auto_isr`, keeps the
 the registered nodes. The replicated log replaces that last rule by calling `set_isr` with the
 followers that acknowledge in time.
 
+A planned `step_down` first runs `handover` (set by the replicated member: the followers catch
+up, server/member.py), then fences and resigns.
+
 Role changes go to the listeners (`add_role_listener`, see `view.RoleChange`): the one place
 where the replication wiring learns to lead (stream to followers) or to follow (connect to the
 leader's `leader_address`, presenting `secret`), and where a fenced leader stops confirming.
@@ -28,7 +31,7 @@ import contextlib
 import logging
 import secrets
 import shlex
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ringmq.cluster import etcd as gw
@@ -88,6 +91,9 @@ class ClusterNode:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._listeners: list[RoleListener] = []
+        self.handover: Callable[[], Awaitable[dict[str, object]]] | None = None
+        """Run by a planned `step_down` before the fence (the replicated member's: hold
+        confirms, let the ISR catch up; its report is returned with the step-down's)."""
         self._registered = False
         self._nodes: dict[str, NodeRecord] = {}
         self._etcd_ok = False
@@ -142,13 +148,22 @@ class ClusterNode:
         """True while this node leads its shard (false from the fence deadline on)."""
         return self.election.leads(self._now_ms())
 
-    async def step_down(self) -> bool:
-        """Planned switchover: fence, delete our leader key. False when not leading."""
+    async def step_down(self) -> dict[str, object] | None:
+        """Planned switchover: hand over (`handover`), fence, delete our leader key.
+
+        Returns:
+            What was done: `node`, the `epoch` given up and the handover's report (what it
+            waited for); None when this node does not lead.
+        """
+        if not self.leads():
+            return None
+        report = await self.handover() if self.handover is not None else {}
+        epoch = self.election.epoch
         effects = self.election.step_down(self._now_ms())
         if not effects:
-            return False
+            return None  # lost the lead while handing over
         await self._apply_now(effects)
-        return True
+        return {"node": self.name, "epoch": epoch, **report}
 
     async def set_isr(self, names: frozenset[str]) -> bool:
         """Write the shard's ISR, only while this node leads (etcd compares the leader key):

@@ -4,7 +4,8 @@ Theory of operation: a clustered node's server carries a `ClusterNode` (ringmq.c
 that management reaches through the `Runtime` port's optional `cluster` attribute, typed here by
 the `ClusterPort` protocol (what management needs of it: the last `ClusterView` and a planned
 step-down). A single node has none: `/api/cluster` then answers `{"clustered": false}` and a
-step-down is refused (400). `/api/nodes` (nodes.py) reads the same view.
+step-down is refused (400). A step-down answers 200 with the node's report: the epoch it gave
+up and what its handover waited for. `/api/nodes` (nodes.py) reads the same view.
 
 Authorisation: GET as `/api/nodes` (monitoring or administrator), POST administrator.
 """
@@ -31,7 +32,7 @@ class ClusterPort(Protocol):
 
     def view(self) -> ClusterView: ...
 
-    async def step_down(self) -> bool: ...
+    async def step_down(self) -> dict[str, object] | None: ...
 
 
 def cluster_of(runtime: Runtime) -> ClusterPort | None:
@@ -59,13 +60,15 @@ def routes(api: Api, runtime: Runtime) -> list[Route]:
         cluster = cluster_of(runtime)
         if cluster is None:
             raise BadRequestError("not a cluster node: nothing to step down from")
-        if not await cluster.step_down():
+        report = await cluster.step_down()
+        if report is None:
             view = cluster.view()
             raise BadRequestError(
                 f"{view.node} does not lead shard {view.shard}; the leader is "
                 f"{view.leader or 'not known'}"
             )
-        return Response(status_code=204)
+        # what it gave up and what it waited for (the followers' catch-up, server/member.py)
+        return JSONResponse(report)
 
     return [
         api.route("/api/cluster", status, ["GET"]),

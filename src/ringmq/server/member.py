@@ -23,7 +23,8 @@ that becomes the leader stops its follower's server (closing its relays) and ser
 
 Promotion stops the follower (it saves its `SHARD` and closes its files) and then opens the
 leader's server on the same directory, in the same process: `FileStore.open` replays the
-journal exactly as `ringmq serve` does on a follower's directory in the static mode (the copy
+journal (on a worker thread, `BrokerServer.start`: the lease renewals on this loop go on
+meanwhile) exactly as `ringmq serve` does on a follower's directory in the static mode (the copy
 is the leader's directory at some position, a valid data directory as after a kill -9), so
 nothing is copied or fetched. Restarting the server around a fresh core was chosen over
 swapping the core of a running server: every part of a `BrokerServer` (listeners' protocol
@@ -35,6 +36,12 @@ the lease) before every release; then the server stops (clients are disconnected
 confirms are never sent) and the follower starts. The new leader's epoch is newer than the old
 leader's `SHARD`, so the old leader's directory is bulk synced: its divergent tail (records
 nobody acknowledged, so nothing confirmed) is cut or replaced.
+
+A planned step-down hands over first (`_hand_over`, `ClusterNode.handover`): confirms past
+the shard log's end are held (`IsrGate.hold_above`), the ISR followers get at most
+`isr_timeout_ms` to acknowledge that end, and if only some do, the ISR is written down to
+those before the resign, so that a lagging follower cannot win. The report (what was waited
+for) is the step-down's answer. Should no fence follow, `_unhold` lifts the hold.
 
 The ISR: while leading, a task asks the `IsrKeeper` (replication/isr.py) every
 `_ISR_TICK_S` which followers to drop (an ISR follower holding a confirm back, or absent, for
@@ -83,6 +90,7 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.5
 _ISR_TICK_S = 0.1
+_HANDOVER_POLL_S = 0.01
 
 
 class IsrGate:
@@ -92,9 +100,13 @@ class IsrGate:
         self.cluster = cluster
         self.leader = leader
         self.keeper = keeper
+        self.hold_above: int | None = None
+        """Set (a step-down hands over): nothing past this log position is confirmed."""
 
     def covers(self, log_position: int) -> bool:
         # leads() first: from the fence deadline on, nothing more is confirmed
+        if self.hold_above is not None and log_position > self.hold_above:
+            return False
         return self.cluster.leads() and self.keeper.covers(log_position, self.leader.acked)
 
 
@@ -122,6 +134,8 @@ class ClusterMember:
         self._follower_task: asyncio.Task[None] | None = None
         self._following: str | None = None
         self._isr_task: asyncio.Task[None] | None = None
+        self._gate: IsrGate | None = None
+        self.cluster.handover = self._hand_over
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
 
@@ -200,7 +214,8 @@ class ClusterMember:
         keeper = IsrKeeper(self.name, self.cluster.election.isr, self.settings.isr_timeout_ms)
 
         def gate(leader: ReplicationLeader, commit: GroupCommit) -> ReplicaGate:
-            return IsrGate(self.cluster, leader, keeper)
+            self._gate = IsrGate(self.cluster, leader, keeper)
+            return self._gate
 
         srv.gate_for = gate
         self.server = srv
@@ -241,6 +256,76 @@ class ClusterMember:
                 log.warning("cluster member: ISR is now %s", sorted(keeper.isr))
             commit.replicated()
 
+    async def _hand_over(self) -> dict[str, object]:
+        """A planned step-down's first half (`ClusterNode.step_down` then fences and resigns):
+        hold every confirm past the log's end now, wait (at most `isr_timeout_ms`) until the
+        ISR followers acknowledged that end, and report what was waited for."""
+        gate, srv = self._gate, self.server
+        if self.leading_epoch is None or gate is None or srv is None or srv.replication is None:
+            return {}
+        shard_log = srv.replication.log
+        assert shard_log is not None
+        target = shard_log.position
+        gate.hold_above = target  # later writes are not confirmed: their publishers resend
+        # the fence follows the hand-over at once; should it not (the request cancelled),
+        # this node keeps leading and must confirm again
+        asyncio.get_running_loop().call_later(
+            self.settings.isr_timeout_ms / 1000 + self.settings.lease_ttl_s, self._unhold, gate
+        )
+        acked = srv.replication.acked
+        started = self._now_ms()
+        deadline = started + self.settings.isr_timeout_ms
+        while True:
+            waited_for = sorted(gate.keeper.counted())
+            behind = {n: acked.get(n) for n in waited_for if acked.get(n, 0) < target}
+            if not behind or self._now_ms() >= deadline or not self.cluster.leads():
+                break
+            await asyncio.sleep(_HANDOVER_POLL_S)
+        caught_up = [n for n in waited_for if n not in behind]
+        report: dict[str, object] = {
+            "log_position": target,
+            "waited_ms": self._now_ms() - started,
+            "waited_for": waited_for,
+            "caught_up": caught_up,
+            "behind": behind,
+            "timed_out": bool(behind),
+        }
+        if behind and caught_up and self.cluster.leads():
+            # only a caught-up follower may win: the ISR shrinks to them before the resign
+            # (safe: they hold every confirm, which the hold keeps below `target`); the ISR
+            # task stops first, so no write of its own races this one
+            await self._stop_isr_task()
+            keeper = gate.keeper
+            keeper.proposed = frozenset({*caught_up, self.name})  # counted with the old set
+            ok = False
+            with contextlib.suppress(EtcdUnavailableError, TimeoutError):
+                ok = await self.cluster.set_isr(frozenset(caught_up))
+            keeper.written(ok)
+            if ok:
+                report["isr"] = sorted(keeper.isr)
+                if srv.commit is not None:
+                    srv.commit.replicated()  # confirms up to `target` the laggard held back
+        log.warning("cluster member: %s hands over: %s", self.name, report)
+        return report
+
+    def _unhold(self, gate: IsrGate) -> None:
+        srv = self.server
+        if gate is not self._gate or gate.hold_above is None or not self.cluster.leads():
+            return  # stepped down (or demoted) as planned
+        log.warning("cluster member: no step-down followed the hand-over; confirming again")
+        gate.hold_above = None
+        if srv is not None and srv.commit is not None:
+            if self._isr_task is None:  # stopped to shrink the ISR: keep it again
+                self._isr_task = asyncio.create_task(self._keep_isr(srv, gate.keeper))
+            srv.commit.replicated()
+
+    async def _stop_isr_task(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._isr_task
+            self._isr_task = None
+
     async def _follow_mode(self, address: str | None) -> None:
         await self._stop_follower()
         if self.server is None:
@@ -268,11 +353,8 @@ class ClusterMember:
         self._following = None
 
     async def _stop_current(self) -> None:
-        if self._isr_task is not None:
-            self._isr_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._isr_task
-            self._isr_task = None
+        await self._stop_isr_task()
+        self._gate = None
         await self._stop_follower()
         if self.server is not None:
             await self.server.stop("cluster role change")

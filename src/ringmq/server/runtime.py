@@ -7,7 +7,9 @@ Theory of operation:
 (`ringmq.node`) hands it an `OpenCore` function, called once the data directory is locked and
 the ports are bound (so a start that fails on either writes nothing into the directory), which
 returns the `Core` (the broker, its store and its paging directory), and an `AppFactory` for
-the management app, if any. `server/` imports nothing of `management/`.
+the management app, if any. The opener runs on a worker thread: its journal replay must not
+stall the loop's other tasks (a cluster node's lease renewals run there). `server/` imports
+nothing of `management/`.
 
 Around the core, `attach` builds the server's parts, each in its own module and each owning one
 thing: `Connections` (the table, effects applied to connections, one write per batch),
@@ -201,6 +203,7 @@ class BrokerServer:
         self._open_core = open_core
         self._app_factory = app_factory
         self._attached = False
+        self._held_effects: list[list[Effect]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ports = ServerPorts(options, self.handler_factories, self.clock.wall_ms)
         self._listeners = self.ports.listeners
@@ -312,8 +315,11 @@ class BrokerServer:
         self.ports.bind()
         self._data_lock = DataDirLock.acquire(opts.data_dir)
         if not self._attached:
-            self.attach(self._open_core(self.emit, self.clock.wall_ms()))
+            self.attach(await self._open_off_loop())
         core = self._core
+        for effects in self._held_effects:
+            self.emit(effects)
+        self._held_effects = []
         if core.store is not None and self.commit is None:
             self.commit = GroupCommit(
                 self.broker,
@@ -370,6 +376,29 @@ class BrokerServer:
         for service in self.services:
             await service.start()
         self.ready.set()
+
+    async def _open_off_loop(self) -> Core:
+        # Opening a store replays its journal: seconds for a large one, and on a cluster node
+        # promoted to leader the lease renewals and etcd's watch run on this loop, so a replay
+        # on the loop could hold a renewal past the election's fence (the new leader fences
+        # itself, another election follows). The opener touches no loop state (the core and
+        # storage are synchronous and import no asyncio), so it runs on a worker thread; the
+        # loop waits for it and keeps its tasks going. Effects it emits meanwhile (none today:
+        # admin effects come from management, which is not up yet) are kept and applied on the
+        # loop once the server's parts exist, in order.
+        held: list[list[Effect]] = []
+        opened = False
+
+        def emit(effects: list[Effect]) -> None:
+            if opened:
+                self.emit(effects)
+            else:
+                held.append(effects)
+
+        core = await asyncio.to_thread(self._open_core, emit, self.clock.wall_ms())
+        opened = True
+        self._held_effects = held
+        return core
 
     def _announce(self) -> None:
         # where the CLI finds this broker (ringmq.announce); a convenience, so a failure to
