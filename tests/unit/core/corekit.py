@@ -12,14 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.delivery import Got
 from ringmq.core.effects import Deliver, Effect
+from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message
 from ringmq.core.publish import Published
 from ringmq.core.queue import Queue
 from ringmq.core.session import Session, SettleKind
+from ringmq.core.topology import Declared
 
 NO_PROPERTIES = b"\x00\x00"
 """The stored form of a message with no properties."""
@@ -42,12 +46,18 @@ class Core:
         self.now = 1_000_000
         self._next_conn = 1
         self.published: Published | None = None
+        self.deleted = 0
 
     # ------------------------------------------------------------------ sessions
-    def connect(self, user: str = "guest", vhost: str = "/") -> int:
+    def connect(
+        self, user: str = "guest", vhost: str = "/", properties: dict[str, Any] | None = None
+    ) -> int:
+        """A new connection (`properties`: the client's, such as its capabilities)."""
         conn_id = self._next_conn
         self._next_conn += 1
-        self.broker.connection_opened(conn_id, user, vhost, "127.0.0.1:1", {}, self.now)
+        self.broker.connection_opened(
+            conn_id, user, vhost, "127.0.0.1:1", properties or {}, self.now
+        )
         return conn_id
 
     def session(self, conn_id: int, channel: int = 1) -> Session:
@@ -67,17 +77,33 @@ class Core:
             step(*args, **kw)
         return out
 
-    def declare(self, s: Session, name: str, arguments: dict[str, Any] | None = None) -> None:
-        self.run(
-            self.broker.topology.declare_queue,
-            s,
-            name,
-            durable=False,
-            exclusive=False,
-            auto_delete=False,
-            arguments=arguments,
-            now_ms=self.now,
-        )
+    def refused(self, step: Callable[..., Any], *args: Any, **kw: Any) -> BrokerError:
+        """The `BrokerError` that `step(*args, **kw)`, run as one core call, raises."""
+        with pytest.raises(BrokerError) as err:
+            self.run(step, *args, **kw)
+        return err.value
+
+    def declare(
+        self,
+        s: Session,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+    ) -> Declared:
+        """Declare queue `name` for `s`; what the declare answered (the name, the counts)."""
+        with self.broker.call(self.now):
+            return self.broker.topology.declare_queue(
+                s,
+                name,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments,
+                now_ms=self.now,
+            )
 
     def exchange(self, s: Session, name: str, type_: str = "direct", **kw: Any) -> None:
         """Declare exchange `name` for `s` (`kw`: durable, auto_delete, internal, arguments)."""
@@ -87,19 +113,32 @@ class Core:
         kw.setdefault("arguments", {})
         self.run(self.broker.exchanges.declare_exchange, s.vhost, name, type_, grant=s, **kw)
 
-    def bind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
-        self.run(self.broker.topology.bind_queue, s, queue, exchange, routing_key, {})
+    def bind(
+        self,
+        s: Session,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.run(self.broker.topology.bind_queue, s, queue, exchange, routing_key, arguments or {})
 
     def unbind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
         self.run(self.broker.topology.unbind_queue, s, queue, exchange, routing_key, {})
 
-    def delete(self, s: Session, queue: str) -> None:
-        """Delete queue `queue` as its owner's command does (checked, then deleted)."""
+    def delete(
+        self, s: Session, queue: str, *, if_unused: bool = False, if_empty: bool = False
+    ) -> list[Effect]:
+        """Delete queue `queue` as its owner's command does (checked, then deleted); the
+        number of messages it held is `deleted`."""
         topology = self.broker.topology
-        with self.broker.call(self.now):
-            name, _count = topology.delete_for(s, queue, if_unused=False, if_empty=False)
+        with self.broker.call(self.now) as out:
+            name, self.deleted = topology.delete_for(
+                s, queue, if_unused=if_unused, if_empty=if_empty
+            )
             if name:
                 topology.delete_named(s, name, self.now)
+        return out
 
     def publish(
         self,
