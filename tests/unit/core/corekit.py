@@ -123,6 +123,19 @@ class Core:
     ) -> None:
         self.run(self.broker.topology.bind_queue, s, queue, exchange, routing_key, arguments or {})
 
+    def bind_exchange(
+        self, s: Session, source: str, destination: str, routing_key: str = ""
+    ) -> None:
+        self.run(
+            self.broker.exchanges.bind_exchange,
+            s.vhost,
+            source,
+            destination,
+            routing_key,
+            {},
+            grant=s,
+        )
+
     def unbind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
         self.run(self.broker.topology.unbind_queue, s, queue, exchange, routing_key, {})
 

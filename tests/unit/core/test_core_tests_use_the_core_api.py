@@ -26,7 +26,6 @@ STILL_ON_AMQP091 = frozenset(
         "queue/test_fast_paths.py",
         "test_column_ingest.py",
         "test_delivery.py",
-        "test_exchange_rules.py",
         "test_ingest.py",
         "test_persistence.py",
         "test_publish.py",
