@@ -183,6 +183,13 @@ class Core:
         kw.setdefault("arguments", {})
         return self.run(self.broker.delivery.consume, s, queue, tag, now_ms=self.now, **kw)
 
+    def cancel(self, s: Session, tag: str) -> list[Effect]:
+        return self.run(self.broker.delivery.cancel, s, tag, self.now)
+
+    def prefetch(self, s: Session, count: int, *, session_wide: bool = False) -> list[Effect]:
+        """Limit `s`'s unsettled deliveries per consumer (`session_wide`: over all of them)."""
+        return self.run(self.broker.delivery.set_prefetch, s, count, session_wide=session_wide)
+
     def settle(
         self, s: Session, delivery_id: int, kind: SettleKind, *, multiple: bool = False
     ) -> list[Effect]:

@@ -25,7 +25,6 @@ STILL_ON_AMQP091 = frozenset(
         "queue/test_durability_hold.py",
         "queue/test_fast_paths.py",
         "test_column_ingest.py",
-        "test_delivery.py",
         "test_ingest.py",
         "test_persistence.py",
         "test_publish.py",
@@ -66,7 +65,7 @@ def _modules() -> dict[str, Path]:
 
 
 def test_the_scan_sees_a_module_on_amqp091() -> None:
-    assert _on_amqp091(HERE / "test_delivery.py")
+    assert _on_amqp091(HERE / "test_persistence.py")
     assert not _on_amqp091(HERE / "test_transactions.py")
 
 
