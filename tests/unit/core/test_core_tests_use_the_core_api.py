@@ -27,7 +27,6 @@ STILL_ON_AMQP091 = frozenset(
         "test_column_ingest.py",
         "test_ingest.py",
         "test_persistence.py",
-        "test_publish.py",
     }
 )
 """Core test modules that still drive the core through AMQP 0-9-1 (to move onto
