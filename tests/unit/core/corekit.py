@@ -41,9 +41,15 @@ class Core:
     Each step is one call of the call protocol and returns the call's effects (`get` its
     `Got`); `published` is what the last `publish` did."""
 
-    def __init__(self, config: BrokerConfig | None = None) -> None:
-        self.broker = Broker(config or BrokerConfig(name_seed=7))
+    def __init__(self, config: BrokerConfig | None = None, store: Any = None) -> None:
+        """`store`: the `Store` the broker writes its durable state to (None: none)."""
         self.now = 1_000_000
+        config = config or BrokerConfig(name_seed=7)
+        if store is None:
+            self.broker = Broker(config)
+        else:
+            self.broker = Broker(config, store=store, now_ms=self.now)
+        self.store = store
         self._next_conn = 1
         self.published: Published | None = None
         self.deleted = 0
