@@ -22,7 +22,6 @@ PROTOCOL_MODULES = (
 
 STILL_ON_AMQP091 = frozenset(
     {
-        "queue/test_fast_paths.py",
         "test_column_ingest.py",
         "test_ingest.py",
         "test_persistence.py",
