@@ -44,15 +44,22 @@ class Core:
     def __init__(self, config: BrokerConfig | None = None, store: Any = None) -> None:
         """`store`: the `Store` the broker writes its durable state to (None: none)."""
         self.now = 1_000_000
-        config = config or BrokerConfig(name_seed=7)
+        self.config = config or BrokerConfig(name_seed=7)
         if store is None:
-            self.broker = Broker(config)
+            self.broker = Broker(self.config)
         else:
-            self.broker = Broker(config, store=store, now_ms=self.now)
+            self.broker = Broker(self.config, store=store, now_ms=self.now)
         self.store = store
         self._next_conn = 1
         self.published: Published | None = None
         self.deleted = 0
+
+    def restart(self, store: Any) -> None:
+        """A new broker over `store` (the old one's, reopened), as after a restart; the
+        connections start again from 1."""
+        self.store = store
+        self.broker = Broker(self.config, store=store, now_ms=self.now)
+        self._next_conn = 1
 
     # ------------------------------------------------------------------ sessions
     def connect(

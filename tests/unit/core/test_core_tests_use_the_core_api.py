@@ -24,7 +24,6 @@ STILL_ON_AMQP091 = frozenset(
     {
         "test_column_ingest.py",
         "test_ingest.py",
-        "test_persistence.py",
     }
 )
 """Core test modules that still drive the core through AMQP 0-9-1 (to move onto
@@ -62,7 +61,7 @@ def _modules() -> dict[str, Path]:
 
 
 def test_the_scan_sees_a_module_on_amqp091() -> None:
-    assert _on_amqp091(HERE / "test_persistence.py")
+    assert _on_amqp091(HERE / "test_ingest.py")
     assert not _on_amqp091(HERE / "test_transactions.py")
 
 
