@@ -22,7 +22,6 @@ PROTOCOL_MODULES = (
 
 STILL_ON_AMQP091 = frozenset(
     {
-        "test_column_ingest.py",
         "test_ingest.py",
     }
 )
