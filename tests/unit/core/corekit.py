@@ -12,14 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.delivery import Got
 from ringmq.core.effects import Deliver, Effect
+from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message
 from ringmq.core.publish import Published
 from ringmq.core.queue import Queue
 from ringmq.core.session import Session, SettleKind
+from ringmq.core.topology import Declared
 
 NO_PROPERTIES = b"\x00\x00"
 """The stored form of a message with no properties."""
@@ -37,17 +41,36 @@ class Core:
     Each step is one call of the call protocol and returns the call's effects (`get` its
     `Got`); `published` is what the last `publish` did."""
 
-    def __init__(self, config: BrokerConfig | None = None) -> None:
-        self.broker = Broker(config or BrokerConfig(name_seed=7))
+    def __init__(self, config: BrokerConfig | None = None, store: Any = None) -> None:
+        """`store`: the `Store` the broker writes its durable state to (None: none)."""
         self.now = 1_000_000
+        self.config = config or BrokerConfig(name_seed=7)
+        if store is None:
+            self.broker = Broker(self.config)
+        else:
+            self.broker = Broker(self.config, store=store, now_ms=self.now)
+        self.store = store
         self._next_conn = 1
         self.published: Published | None = None
+        self.deleted = 0
+
+    def restart(self, store: Any) -> None:
+        """A new broker over `store` (the old one's, reopened), as after a restart; the
+        connections start again from 1."""
+        self.store = store
+        self.broker = Broker(self.config, store=store, now_ms=self.now)
+        self._next_conn = 1
 
     # ------------------------------------------------------------------ sessions
-    def connect(self, user: str = "guest", vhost: str = "/") -> int:
+    def connect(
+        self, user: str = "guest", vhost: str = "/", properties: dict[str, Any] | None = None
+    ) -> int:
+        """A new connection (`properties`: the client's, such as its capabilities)."""
         conn_id = self._next_conn
         self._next_conn += 1
-        self.broker.connection_opened(conn_id, user, vhost, "127.0.0.1:1", {}, self.now)
+        self.broker.connection_opened(
+            conn_id, user, vhost, "127.0.0.1:1", properties or {}, self.now
+        )
         return conn_id
 
     def session(self, conn_id: int, channel: int = 1) -> Session:
@@ -67,17 +90,33 @@ class Core:
             step(*args, **kw)
         return out
 
-    def declare(self, s: Session, name: str, arguments: dict[str, Any] | None = None) -> None:
-        self.run(
-            self.broker.topology.declare_queue,
-            s,
-            name,
-            durable=False,
-            exclusive=False,
-            auto_delete=False,
-            arguments=arguments,
-            now_ms=self.now,
-        )
+    def refused(self, step: Callable[..., Any], *args: Any, **kw: Any) -> BrokerError:
+        """The `BrokerError` that `step(*args, **kw)`, run as one core call, raises."""
+        with pytest.raises(BrokerError) as err:
+            self.run(step, *args, **kw)
+        return err.value
+
+    def declare(
+        self,
+        s: Session,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+    ) -> Declared:
+        """Declare queue `name` for `s`; what the declare answered (the name, the counts)."""
+        with self.broker.call(self.now):
+            return self.broker.topology.declare_queue(
+                s,
+                name,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments,
+                now_ms=self.now,
+            )
 
     def exchange(self, s: Session, name: str, type_: str = "direct", **kw: Any) -> None:
         """Declare exchange `name` for `s` (`kw`: durable, auto_delete, internal, arguments)."""
@@ -87,19 +126,45 @@ class Core:
         kw.setdefault("arguments", {})
         self.run(self.broker.exchanges.declare_exchange, s.vhost, name, type_, grant=s, **kw)
 
-    def bind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
-        self.run(self.broker.topology.bind_queue, s, queue, exchange, routing_key, {})
+    def bind(
+        self,
+        s: Session,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.run(self.broker.topology.bind_queue, s, queue, exchange, routing_key, arguments or {})
+
+    def bind_exchange(
+        self, s: Session, source: str, destination: str, routing_key: str = ""
+    ) -> None:
+        self.run(
+            self.broker.exchanges.bind_exchange,
+            s.vhost,
+            source,
+            destination,
+            routing_key,
+            {},
+            grant=s,
+        )
 
     def unbind(self, s: Session, queue: str, exchange: str, routing_key: str = "") -> None:
         self.run(self.broker.topology.unbind_queue, s, queue, exchange, routing_key, {})
 
-    def delete(self, s: Session, queue: str) -> None:
-        """Delete queue `queue` as its owner's command does (checked, then deleted)."""
+    def delete(
+        self, s: Session, queue: str, *, if_unused: bool = False, if_empty: bool = False
+    ) -> list[Effect]:
+        """Delete queue `queue` as its owner's command does (checked, then deleted); the
+        number of messages it held is `deleted`."""
         topology = self.broker.topology
-        with self.broker.call(self.now):
-            name, _count = topology.delete_for(s, queue, if_unused=False, if_empty=False)
+        with self.broker.call(self.now) as out:
+            name, self.deleted = topology.delete_for(
+                s, queue, if_unused=if_unused, if_empty=if_empty
+            )
             if name:
                 topology.delete_named(s, name, self.now)
+        return out
 
     def publish(
         self,
@@ -130,6 +195,13 @@ class Core:
         kw.setdefault("exclusive", False)
         kw.setdefault("arguments", {})
         return self.run(self.broker.delivery.consume, s, queue, tag, now_ms=self.now, **kw)
+
+    def cancel(self, s: Session, tag: str) -> list[Effect]:
+        return self.run(self.broker.delivery.cancel, s, tag, self.now)
+
+    def prefetch(self, s: Session, count: int, *, session_wide: bool = False) -> list[Effect]:
+        """Limit `s`'s unsettled deliveries per consumer (`session_wide`: over all of them)."""
+        return self.run(self.broker.delivery.set_prefetch, s, count, session_wide=session_wide)
 
     def settle(
         self, s: Session, delivery_id: int, kind: SettleKind, *, multiple: bool = False

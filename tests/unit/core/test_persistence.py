@@ -1,4 +1,5 @@
-"""The broker over a `Store`: what is persisted, what is recovered, and what is not."""
+"""The broker over a `Store`, on the core's API: what is persisted, what is recovered, and what
+is not."""
 
 from __future__ import annotations
 
@@ -7,20 +8,20 @@ from typing import Any
 
 import pytest
 
-from ringmq.adapters.amqp091 import check_login
-from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties
 from ringmq.core.config import BrokerConfig
+from ringmq.core.delivery import Got
 from ringmq.core.durability import queue_key
+from ringmq.core.effects import Confirm, Deliver
 from ringmq.core.queue import MemorySpillStore
 from ringmq.core.routing import QUEUE
+from ringmq.core.session import Session, SettleKind
 from ringmq.management.records import BindingInfo, PermissionInfo
 from ringmq.storage import FileStore, MemoryStore
 from tests.facade import admin_over
-from tests.unit.adapters.amqp091.kit import PERSISTENT, StoreKit, bodies, delivered, of_type
+from tests.unit.core.corekit import Core, bodies
 
 
-def _file_restart(kit: StoreKit, path: Path, *, clean: bool) -> None:
+def _file_restart(kit: Core, path: Path, *, clean: bool) -> None:
     if clean:
         kit.broker.close()
     else:
@@ -34,39 +35,47 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _kit(kind: str, tmp_path: Path) -> StoreKit:
-    return StoreKit(MemoryStore() if kind == "memory" else FileStore.open(tmp_path / "data"))
+def _kit(kind: str, tmp_path: Path) -> Core:
+    return Core(store=MemoryStore() if kind == "memory" else FileStore.open(tmp_path / "data"))
 
 
-def _restart(kit: StoreKit, kind: str, tmp_path: Path) -> None:
+def _restart(kit: Core, kind: str, tmp_path: Path) -> None:
     if kind == "memory":
         kit.restart(kit.store)  # MemoryStore.recover() returns the live contents
     else:
         _file_restart(kit, tmp_path / "data", clean=True)
 
 
-def _get(kit: StoreKit, chan: tuple[int, int], queue: str, no_ack: bool = True) -> Any:
-    effects = kit.call(chan, spec.BasicGet(queue=queue, no_ack=no_ack))
-    got = delivered(effects)
-    return got[0] if got else None
+def _get(kit: Core, s: Session, queue: str, no_ack: bool = True) -> Got | None:
+    return kit.get(s, queue, no_ack=no_ack)
+
+
+def _body(kit: Core, s: Session, queue: str) -> bytes:
+    got = kit.get(s, queue, no_ack=True)
+    assert got is not None
+    return got.message.body
+
+
+def _delete_exchange(kit: Core, s: Session, name: str) -> None:
+    kit.run(kit.broker.exchanges.delete_exchange, s.vhost, name, if_unused=False, grant=s)
 
 
 def test_persistent_messages_on_durable_queues_survive(store_kind: str, tmp_path: Path) -> None:
     kit = _kit(store_kind, tmp_path)
-    ch = kit.open()
-    kit.declare(ch, "d", durable=True)
-    kit.declare(ch, "t", durable=False)
+    s = kit.open()
+    kit.declare(s, "d", durable=True)
+    kit.declare(s, "t", durable=False)
     for i in range(5):
-        kit.publish(ch, "d", b"p%d" % i, props=PERSISTENT)
-        kit.publish(ch, "d", b"x%d" % i)  # transient on a durable queue
-        kit.publish(ch, "t", b"t%d" % i, props=PERSISTENT)  # non-durable queue
+        kit.publish(s, "d", b"p%d" % i, persistent=True)
+        kit.publish(s, "d", b"x%d" % i)  # transient on a durable queue
+        kit.publish(s, "t", b"t%d" % i, persistent=True)  # non-durable queue
     _restart(kit, store_kind, tmp_path)
-    ch = kit.open()
+    s = kit.open()
     assert "t" not in kit.broker.vhosts["/"].queues
     got = []
-    while (d := _get(kit, ch, "d")) is not None:
-        got.append(d.body)
-        assert d.method.redelivered is False
+    while (d := _get(kit, s, "d")) is not None:
+        got.append(d.message.body)
+        assert d.redelivered is False
     assert got == [b"p%d" % i for i in range(5)]
 
 
@@ -74,39 +83,41 @@ def test_acked_messages_do_not_come_back_and_delivered_ones_are_redelivered(
     store_kind: str, tmp_path: Path
 ) -> None:
     kit = _kit(store_kind, tmp_path)
-    ch = kit.open()
-    kit.declare(ch, "q", durable=True)
+    s = kit.open()
+    kit.declare(s, "q", durable=True)
     for i in range(4):
-        kit.publish(ch, "q", b"m%d" % i, props=PERSISTENT)
-    first = _get(kit, ch, "q", no_ack=False)
-    second = _get(kit, ch, "q", no_ack=False)
-    assert (first.body, second.body) == (b"m0", b"m1")
-    kit.call(ch, spec.BasicAck(delivery_tag=first.method.delivery_tag))
+        kit.publish(s, "q", b"m%d" % i, persistent=True)
+    first = _get(kit, s, "q", no_ack=False)
+    second = _get(kit, s, "q", no_ack=False)
+    assert first is not None
+    assert second is not None
+    assert (first.message.body, second.message.body) == (b"m0", b"m1")
+    kit.settle(s, first.delivery_id, SettleKind.ACK)
     _restart(kit, store_kind, tmp_path)  # m1 unacked at stop: back, flagged redelivered
-    ch = kit.open()
-    again = [_get(kit, ch, "q") for _ in range(3)]
-    assert [(d.body, d.method.redelivered) for d in again] == [
+    s = kit.open()
+    again = [_get(kit, s, "q") for _ in range(3)]
+    assert [(d.message.body, d.redelivered) for d in again if d is not None] == [
         (b"m1", True),
         (b"m2", False),
         (b"m3", False),
     ]
-    assert _get(kit, ch, "q") is None
+    assert _get(kit, s, "q") is None
 
 
 def test_engine_removals_are_acked_in_the_store(store_kind: str, tmp_path: Path) -> None:
     kit = _kit(store_kind, tmp_path)
-    ch = kit.open()
-    kit.declare(ch, "ring", durable=True, arguments={"x-max-length": 2})
-    kit.declare(ch, "purged", durable=True)
-    kit.declare(ch, "lvq", durable=True, arguments={"x-last-value-key": "k"})
+    s = kit.open()
+    kit.declare(s, "ring", durable=True, arguments={"x-max-length": 2})
+    kit.declare(s, "purged", durable=True)
+    kit.declare(s, "lvq", durable=True, arguments={"x-last-value-key": "k"})
     for i in range(5):
-        kit.publish(ch, "ring", b"r%d" % i, props=PERSISTENT)
-        kit.publish(ch, "purged", b"p%d" % i, props=PERSISTENT)
-        props = BasicProperties(delivery_mode=2, headers={"k": "a" if i % 2 else "b"})
-        kit.publish(ch, "lvq", b"v%d" % i, props=props)
-    kit.call(ch, spec.QueuePurge(queue="purged"))
+        kit.publish(s, "ring", b"r%d" % i, persistent=True)
+        kit.publish(s, "purged", b"p%d" % i, persistent=True)
+        headers = {"k": "a" if i % 2 else "b"}
+        kit.publish(s, "lvq", b"v%d" % i, persistent=True, headers=headers)
+    kit.run(kit.broker.topology.purge_for, s, "purged")
     _restart(kit, store_kind, tmp_path)
-    ch = kit.open()
+    s = kit.open()
     vh = kit.broker.vhosts["/"]
     assert vh.queues["ring"].queue.message_count == 2
     assert vh.queues["purged"].queue.message_count == 0
@@ -115,41 +126,40 @@ def test_engine_removals_are_acked_in_the_store(store_kind: str, tmp_path: Path)
 
 def test_rejected_to_dlx_is_a_new_persistent_message(store_kind: str, tmp_path: Path) -> None:
     kit = _kit(store_kind, tmp_path)
-    ch = kit.open()
-    kit.declare(ch, "dead", durable=True)
-    kit.declare(ch, "work", durable=True, arguments={"x-dead-letter-exchange": ""})
-    kit.call(ch, spec.QueueBind(queue="dead", exchange="amq.direct", routing_key="dead"))
+    s = kit.open()
+    kit.declare(s, "dead", durable=True)
+    kit.declare(s, "work", durable=True, arguments={"x-dead-letter-exchange": ""})
+    kit.bind(s, "dead", "amq.direct", "dead")
     kit.declare(
-        ch,
+        s,
         "work2",
         durable=True,
         arguments={"x-dead-letter-exchange": "amq.direct", "x-dead-letter-routing-key": "dead"},
     )
-    kit.publish(ch, "work2", b"job", props=PERSISTENT)
-    d = _get(kit, ch, "work2", no_ack=False)
-    kit.call(ch, spec.BasicReject(delivery_tag=d.method.delivery_tag, requeue=False))
+    kit.publish(s, "work2", b"job", persistent=True)
+    d = _get(kit, s, "work2", no_ack=False)
+    assert d is not None
+    kit.settle(s, d.delivery_id, SettleKind.REJECT)
     _restart(kit, store_kind, tmp_path)
-    ch = kit.open()
+    s = kit.open()
     vh = kit.broker.vhosts["/"]
     assert vh.queues["work2"].queue.message_count == 0
-    got = _get(kit, ch, "dead")
-    assert got is not None
-    assert got.body == b"job"
+    assert _body(kit, s, "dead") == b"job"
 
 
 def test_definitions_survive_and_deleted_ones_stay_deleted(store_kind: str, tmp_path: Path) -> None:
     kit = _kit(store_kind, tmp_path)
-    ch = kit.open()
-    kit.call(ch, spec.ExchangeDeclare(exchange="logs", type="topic", durable=True))
-    kit.call(ch, spec.ExchangeDeclare(exchange="tmp", type="fanout", durable=False))
-    kit.call(ch, spec.ExchangeDeclare(exchange="gone", type="fanout", durable=True))
-    kit.call(ch, spec.ExchangeDelete(exchange="gone"))
+    s = kit.open()
+    kit.exchange(s, "logs", "topic", durable=True)
+    kit.exchange(s, "tmp", "fanout")
+    kit.exchange(s, "gone", "fanout", durable=True)
+    _delete_exchange(kit, s, "gone")
     kit.declare(
-        ch, "errors", durable=True, arguments={"x-max-length": 10, "x-overflow": "drop-head"}
+        s, "errors", durable=True, arguments={"x-max-length": 10, "x-overflow": "drop-head"}
     )
-    kit.declare(ch, "scratch", durable=False)
-    kit.call(ch, spec.QueueBind(queue="errors", exchange="logs", routing_key="*.error"))
-    kit.call(ch, spec.QueueBind(queue="scratch", exchange="logs", routing_key="#"))
+    kit.declare(s, "scratch", durable=False)
+    kit.bind(s, "errors", "logs", "*.error")
+    kit.bind(s, "scratch", "logs", "#")
     kit.broker.admin  # noqa: B018 - management facade exists
     kit.broker.auth.add_user("alice", password="s3cret", tags=("monitoring",))
     kit.broker.auth.set_permissions("alice", "/", "^a", ".*", ".*")
@@ -168,97 +178,97 @@ def test_definitions_survive_and_deleted_ones_stay_deleted(store_kind: str, tmp_
     assert "alice" in b.auth.users
     assert b.auth.users["alice"].tags == ("monitoring",)
     assert b.auth.permissions[("alice", "/")].configure == "^a"
-    assert check_login(b, "PLAIN", b"\0alice\0s3cret", True) == "alice"
+    assert b.auth.login("PLAIN", "alice", "s3cret", True).name == "alice"
     assert b.policies.get("cap") is not None
-    ch = kit.open()
-    kit.publish(ch, "a.error", b"e", exchange="logs", props=PERSISTENT)
-    kit.publish(ch, "a.info", b"i", exchange="logs", props=PERSISTENT)
+    s = kit.open()
+    kit.publish(s, "a.error", b"e", exchange="logs", persistent=True)
+    kit.publish(s, "a.info", b"i", exchange="logs", persistent=True)
     assert vh.queues["errors"].queue.message_count == 1
 
 
 def test_scheduled_messages_keep_their_due_time(store_kind: str, tmp_path: Path) -> None:
     kit = _kit(store_kind, tmp_path)
-    ch = kit.open()
-    kit.declare(ch, "later", durable=True)
-    props = BasicProperties(delivery_mode=2, headers={"x-delay": 10_000})
-    kit.publish(ch, "later", b"soon", props=props)
+    s = kit.open()
+    kit.declare(s, "later", durable=True)
+    kit.publish(s, "later", b"soon", persistent=True, headers={"x-delay": 10_000})
     kit.now += 4_000
     _restart(kit, store_kind, tmp_path)
-    ch = kit.open()
+    s = kit.open()
     kit.tick(0)
-    assert _get(kit, ch, "later") is None  # still 6 s to go, not 10 s from the restart
+    assert _get(kit, s, "later") is None  # still 6 s to go, not 10 s from the restart
     kit.tick(6_001)
-    got = _get(kit, ch, "later")
-    assert got is not None
-    assert got.body == b"soon"
+    assert _body(kit, s, "later") == b"soon"
 
 
 def test_confirms_wait_for_storage_and_transient_ones_do_not(tmp_path: Path) -> None:
     store = FileStore.open(tmp_path / "data")
-    kit = StoreKit(store, BrokerConfig(name_seed=7, delay_persistent_confirms=True))
-    ch = kit.open()
-    kit.call(ch, spec.ConfirmSelect())
-    kit.declare(ch, "d", durable=True)
-    assert of_type(kit.publish(ch, "d", b"t"), spec.BasicAck)  # transient: at once
-    assert not of_type(kit.publish(ch, "d", b"p", props=PERSISTENT), spec.BasicAck)
+    kit = Core(BrokerConfig(name_seed=7, delay_persistent_confirms=True), store)
+    s = kit.open()
+    kit.broker.confirms.select(s)
+    kit.declare(s, "d", durable=True)
+
+    def acks(effects: list[Any]) -> list[int]:
+        return [e.seq for e in effects if isinstance(e, Confirm) and e.ok]
+
+    assert acks(kit.publish(s, "d", b"t")) == [1]  # transient: at once
+    assert acks(kit.publish(s, "d", b"p", persistent=True)) == []
     held = kit.broker.drain_unconfirmed()
-    assert held == [(ch[0], ch[1], 2)]
+    assert held == [(s.conn_id, s.channel, 2)]
     store.sync()
-    acks = of_type(kit.broker.confirm_stored(ch[0], ch[1], [2]), spec.BasicAck)
-    assert [a.delivery_tag for a in acks] == [2]
+    assert acks(kit.broker.confirm_stored(s.conn_id, s.channel, [2])) == [2]
     kit.broker.close()
 
 
 def test_tx_commit_is_synced(tmp_path: Path) -> None:
     store = FileStore.open(tmp_path / "data")
-    kit = StoreKit(store)
-    ch = kit.open()
-    kit.declare(ch, "d", durable=True)
-    kit.call(ch, spec.TxSelect())
-    kit.publish(ch, "d", b"a", props=PERSISTENT)
-    kit.publish(ch, "d", b"b", props=PERSISTENT)
-    assert of_type(kit.call(ch, spec.TxCommit()), spec.TxCommitOk)
+    kit = Core(store=store)
+    s = kit.open()
+    kit.declare(s, "d", durable=True)
+    kit.broker.transactions.select(s)
+    kit.publish(s, "d", b"a", persistent=True)
+    kit.publish(s, "d", b"b", persistent=True)
+    kit.run(kit.broker.transactions.commit, s, kit.now)
     assert store.durable_position >= store.position - 1
     _file_restart(kit, tmp_path / "data", clean=False)
-    ch = kit.open()
-    assert [_get(kit, ch, "d").body for _ in range(2)] == [b"a", b"b"]
+    s = kit.open()
+    assert [_body(kit, s, "d") for _ in range(2)] == [b"a", b"b"]
 
 
 def test_dirty_restart_flags_everything_redelivered_and_consumers_get_it(
     tmp_path: Path,
 ) -> None:
-    kit = StoreKit(FileStore.open(tmp_path / "data"))
-    ch = kit.open()
-    kit.declare(ch, "q", durable=True)
+    kit = Core(store=FileStore.open(tmp_path / "data"))
+    s = kit.open()
+    kit.declare(s, "q", durable=True)
     for i in range(3):
-        kit.publish(ch, "q", b"%d" % i, props=PERSISTENT)
+        kit.publish(s, "q", b"%d" % i, persistent=True)
     _file_restart(kit, tmp_path / "data", clean=False)
-    ch = kit.open()
-    out = kit.consume(ch, "q", "c", no_ack=True)
+    s = kit.open()
+    out = kit.consume(s, "q", "c", no_ack=True)
     assert bodies(out) == [b"0", b"1", b"2"]
-    assert all(d.method.redelivered for d in delivered(out))
+    assert all(e.redelivered for e in out if isinstance(e, Deliver))
 
 
 def test_queue_delete_drops_messages_and_new_seqs_continue(store_kind: str, tmp_path: Path) -> None:
     kit = _kit(store_kind, tmp_path)
-    ch = kit.open()
-    kit.declare(ch, "q", durable=True)
-    kit.declare(ch, "keep", durable=True)
-    kit.publish(ch, "q", b"old", props=PERSISTENT)
-    kit.publish(ch, "keep", b"k1", props=PERSISTENT)
-    kit.call(ch, spec.QueueDelete(queue="q"))
+    s = kit.open()
+    kit.declare(s, "q", durable=True)
+    kit.declare(s, "keep", durable=True)
+    kit.publish(s, "q", b"old", persistent=True)
+    kit.publish(s, "keep", b"k1", persistent=True)
+    kit.delete(s, "q")
     _restart(kit, store_kind, tmp_path)
-    ch = kit.open()
+    s = kit.open()
     assert "q" not in kit.broker.vhosts["/"].queues
-    kit.publish(ch, "keep", b"k2", props=PERSISTENT)
+    kit.publish(s, "keep", b"k2", persistent=True)
     _restart(kit, store_kind, tmp_path)
-    ch = kit.open()
-    assert [_get(kit, ch, "keep").body for _ in range(2)] == [b"k1", b"k2"]
+    s = kit.open()
+    assert [_body(kit, s, "keep") for _ in range(2)] == [b"k1", b"k2"]
     assert queue_key("/", "keep") == "/\x1fkeep"
 
 
 def test_management_edits_are_written_without_an_explicit_call(tmp_path: Path) -> None:
-    kit = StoreKit(FileStore.open(tmp_path / "data"))
+    kit = Core(store=FileStore.open(tmp_path / "data"))
     admin = admin_over(kit.broker)
     admin.add_vhost("prod")
     admin.add_user("bob", password="pw", password_hash=None, tags=["administrator"])
@@ -268,16 +278,16 @@ def test_management_edits_are_written_without_an_explicit_call(tmp_path: Path) -
     b = kit.broker
     assert "prod" in b.vhosts
     assert b.auth.permissions[("bob", "prod")].read == ".*"
-    assert check_login(b, "PLAIN", b"\0bob\0pw", False) == "bob"
+    assert b.auth.login("PLAIN", "bob", "pw", False).name == "bob"
     assert "guest" not in b.auth.users  # the default user is created on a blank store only
 
 
 def test_management_get_with_ack_removes_from_the_store(tmp_path: Path) -> None:
-    kit = StoreKit(FileStore.open(tmp_path / "data"))
-    ch = kit.open()
-    kit.declare(ch, "q", durable=True)
+    kit = Core(store=FileStore.open(tmp_path / "data"))
+    s = kit.open()
+    kit.declare(s, "q", durable=True)
     for i in range(3):
-        kit.publish(ch, "q", b"%d" % i, props=PERSISTENT)
+        kit.publish(s, "q", b"%d" % i, persistent=True)
     got = admin_over(kit.broker).get_messages(
         "/", "q", count=2, ackmode="ack_requeue_false", now_ms=kit.now
     )
@@ -290,49 +300,47 @@ def test_management_get_with_ack_removes_from_the_store(tmp_path: Path) -> None:
 def test_paged_persistent_messages_recover_in_order_and_purge_drops_them(
     tmp_path: Path, purge: bool
 ) -> None:
-    kit = StoreKit(FileStore.open(tmp_path / "data"))
-    ch = kit.open()
-    kit.declare(ch, "q", durable=True)
+    kit = Core(store=FileStore.open(tmp_path / "data"))
+    s = kit.open()
+    kit.declare(s, "q", durable=True)
     engine = kit.broker.vhosts["/"].queues["q"].queue
     engine.set_spill(MemorySpillStore())
     engine.set_memory_bound(2, 1 << 20)
     for i in range(10):
-        kit.publish(ch, "q", b"%d" % i, props=PERSISTENT)
+        kit.publish(s, "q", b"%d" % i, persistent=True)
     assert engine.spilled > 0
     if purge:
-        kit.call(ch, spec.QueuePurge(queue="q"))
+        kit.run(kit.broker.topology.purge_for, s, "q")
     _file_restart(kit, tmp_path / "data", clean=True)
-    ch = kit.open()
+    s = kit.open()
     got = []
-    while (d := _get(kit, ch, "q")) is not None:
-        got.append(d.body)
+    while (d := _get(kit, s, "q")) is not None:
+        got.append(d.message.body)
     assert got == ([] if purge else [b"%d" % i for i in range(10)])
 
 
 def test_incremental_definition_writes_match_a_full_snapshot(tmp_path: Path) -> None:
-    kit = StoreKit(FileStore.open(tmp_path / "data"))
-    ch = kit.open()
-    x = spec.ExchangeDeclare
-    kit.call(ch, x(exchange="src", type="topic", durable=True))
-    kit.call(ch, x(exchange="mid", type="fanout", durable=True))
-    kit.call(ch, x(exchange="auto", type="direct", durable=True, auto_delete=True))
-    kit.call(ch, x(exchange="flimsy", type="direct", durable=False))
+    kit = Core(store=FileStore.open(tmp_path / "data"))
+    s = kit.open()
+    kit.exchange(s, "src", "topic", durable=True)
+    kit.exchange(s, "mid", "fanout", durable=True)
+    kit.exchange(s, "auto", "direct", durable=True, auto_delete=True)
+    kit.exchange(s, "flimsy", "direct")
     for name in ("a", "b", "c"):
-        kit.declare(ch, name, durable=True)
-    kit.declare(ch, "t", durable=False)
-    kit.declare(ch, "mine", durable=True, exclusive=True)
-    bind = spec.QueueBind
-    kit.call(ch, bind(queue="a", exchange="src", routing_key="x.*"))
-    kit.call(ch, bind(queue="a", exchange="src", routing_key="y.#", arguments={"k": b"v"}))
-    kit.call(ch, bind(queue="b", exchange="mid"))
-    kit.call(ch, bind(queue="c", exchange="auto", routing_key="c"))
-    kit.call(ch, bind(queue="t", exchange="src", routing_key="#"))
-    kit.call(ch, bind(queue="mine", exchange="src", routing_key="#"))
-    kit.call(ch, bind(queue="b", exchange="flimsy", routing_key="f"))
-    kit.call(ch, spec.ExchangeBind(destination="mid", source="src", routing_key="m"))
-    kit.call(ch, spec.QueueUnbind(queue="a", exchange="src", routing_key="x.*"))
-    kit.call(ch, spec.QueueDelete(queue="c"))  # auto-delete exchange goes with its last binding
-    kit.call(ch, spec.ExchangeDelete(exchange="mid"))
+        kit.declare(s, name, durable=True)
+    kit.declare(s, "t", durable=False)
+    kit.declare(s, "mine", durable=True, exclusive=True)
+    kit.bind(s, "a", "src", "x.*")
+    kit.bind(s, "a", "src", "y.#", {"k": b"v"})
+    kit.bind(s, "b", "mid")
+    kit.bind(s, "c", "auto", "c")
+    kit.bind(s, "t", "src", "#")
+    kit.bind(s, "mine", "src", "#")
+    kit.bind(s, "b", "flimsy", "f")
+    kit.bind_exchange(s, "src", "mid", "m")
+    kit.unbind(s, "a", "src", "x.*")
+    kit.delete(s, "c")  # auto-delete exchange goes with its last binding
+    _delete_exchange(kit, s, "mid")
     dur = kit.broker.durability
     assert dur is not None
     assert dur.definitions.cache == dur.snapshot()
@@ -349,7 +357,7 @@ def test_incremental_definition_writes_match_a_full_snapshot(tmp_path: Path) -> 
 
 
 def test_management_exchanges_queues_and_bindings_are_written(tmp_path: Path) -> None:
-    kit = StoreKit(FileStore.open(tmp_path / "data"))
+    kit = Core(store=FileStore.open(tmp_path / "data"))
     admin = admin_over(kit.broker)
     admin.declare_exchange("/", "orders", type="topic")
     admin.declare_queue("/", "billing")

@@ -1,150 +1,149 @@
-"""The durability hold (core/queue/hold.py): under delayed confirms a persistent message on a
-durable queue whose publisher waits for a confirm reaches no consumer until an fsync covers its
-write, and one whose write failed never does."""
+"""The durability hold (core/queue/hold.py) on the core's API: under delayed confirms a
+persistent message on a durable queue whose publisher waits for a confirm reaches no consumer
+until an fsync covers its write, and one whose write failed never does."""
 
 from __future__ import annotations
 
-from ringmq.adapters.amqp091 import as_frames
-from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core.config import BrokerConfig
-from ringmq.core.effects import Effect
+from ringmq.core.effects import Confirm, Effect
+from ringmq.core.session import Session
 from ringmq.storage import MemoryStore
-from tests.unit.adapters.amqp091.kit import StoreKit, bodies, delivered, methods
-
-PERSISTENT = BasicProperties(delivery_mode=2)
+from tests.unit.core.corekit import Core, bodies, message
 
 
-def _kit() -> StoreKit:
-    return StoreKit(MemoryStore(), BrokerConfig(name_seed=7, delay_persistent_confirms=True))
+def _core() -> Core:
+    return Core(BrokerConfig(name_seed=7, delay_persistent_confirms=True), MemoryStore())
 
 
-def _publisher(kit: StoreKit) -> tuple[int, int]:
-    ch = kit.open()
-    kit.call(ch, spec.ConfirmSelect())
-    return ch
+def _publisher(core: Core) -> Session:
+    s = core.open()
+    core.broker.confirms.select(s)
+    return s
 
 
-def _consumer(kit: StoreKit, queue: str) -> tuple[int, int]:
-    sub = kit.open()
-    kit.call(sub, spec.BasicQos(prefetch_count=100))
-    kit.consume(sub, queue)
+def _consumer(core: Core, queue: str) -> Session:
+    sub = core.open()
+    core.prefetch(sub, 100)
+    core.consume(sub, queue, "c")
     return sub
 
 
-def _stored(kit: StoreKit) -> list[Effect]:
-    return as_frames(kit.broker.stored(kit.store.sync()))
+def _stored(core: Core) -> list[Effect]:
+    return core.broker.stored(core.store.sync())
 
 
 def test_a_persistent_message_waits_for_the_fsync() -> None:
-    kit = _kit()
-    ch = _publisher(kit)
-    kit.declare(ch, "d", durable=True)
-    sub = _consumer(kit, "d")
-    out = kit.publish(ch, "d", b"p1", props=PERSISTENT)
-    out += kit.publish(ch, "d", b"t1")  # transient, behind it: waits too (order kept)
-    out += as_frames(kit.broker.dispatch_pending(kit.now))
+    core = _core()
+    s = _publisher(core)
+    core.declare(s, "d", durable=True)
+    _consumer(core, "d")
+    out = core.publish(s, "d", b"p1", persistent=True)
+    out += core.publish(s, "d", b"t1")  # transient, behind it: waits too (order kept)
+    out += core.broker.dispatch_pending(core.now)
     assert bodies(out) == []
-    assert bodies(_stored(kit)) == [b"p1", b"t1"]  # nothing is held any more
-    assert sub
-    assert kit.broker.vhosts["/"].queues["d"].queue.hold_from == 1 << 62
+    assert bodies(_stored(core)) == [b"p1", b"t1"]  # nothing is held any more
+    assert core.queue("d").hold_from == 1 << 62
 
 
 def test_transient_traffic_and_non_durable_queues_are_not_held() -> None:
-    kit = _kit()
-    ch = _publisher(kit)
-    kit.declare(ch, "d", durable=True)
-    kit.declare(ch, "t", durable=False)
-    _consumer(kit, "d")
-    _consumer(kit, "t")
-    out = kit.publish(ch, "d", b"x1")
-    out += kit.publish(ch, "t", b"p1", props=PERSISTENT)
-    out += as_frames(kit.broker.dispatch_pending(kit.now))
+    core = _core()
+    s = _publisher(core)
+    core.declare(s, "d", durable=True)
+    core.declare(s, "t")
+    _consumer(core, "d")
+    _consumer(core, "t")
+    out = core.publish(s, "d", b"x1")
+    out += core.publish(s, "t", b"p1", persistent=True)
+    out += core.broker.dispatch_pending(core.now)
     assert sorted(bodies(out)) == [b"p1", b"x1"]
 
 
 def test_a_refused_write_leaves_the_queue_unseen() -> None:
-    kit = _kit()
-    ch = _publisher(kit)
-    kit.declare(ch, "d", durable=True)
-    kit.publish(ch, "d", b"ok", props=PERSISTENT)
-    durable = kit.store.sync()
-    kit.broker.stored(durable)
-    kit.publish(ch, "d", b"lost1", props=PERSISTENT)
-    kit.publish(ch, "d", b"lost2", props=PERSISTENT)
-    kit.broker.unstored(durable)  # the writes after `durable` failed
-    q = kit.broker.vhosts["/"].queues["d"].queue
+    core = _core()
+    b = core.broker
+    s = _publisher(core)
+    core.declare(s, "d", durable=True)
+    core.publish(s, "d", b"ok", persistent=True)
+    durable = core.store.sync()
+    b.stored(durable)
+    core.publish(s, "d", b"lost1", persistent=True)
+    core.publish(s, "d", b"lost2", persistent=True)
+    b.unstored(durable)  # the writes after `durable` failed
+    q = core.queue("d")
     assert q.message_count == 1
     # while the store fails, a persistent publish to a durable queue is refused up front
-    kit.publish(ch, "d", b"refused", props=PERSISTENT)
+    core.publish(s, "d", b"refused", persistent=True)
     assert q.message_count == 1
-    sub = kit.open()
-    kit.call(sub, spec.BasicQos(prefetch_count=100))
-    out = kit.consume(sub, "d") + as_frames(kit.broker.dispatch_pending(kit.now))
+    sub = core.open()
+    core.prefetch(sub, 100)
+    out = core.consume(sub, "d", "c") + b.dispatch_pending(core.now)
     assert bodies(out) == [b"ok"]
-    kit.broker.stored(kit.store.sync())  # the disk is back: publishes are taken again
-    kit.publish(ch, "d", b"again", props=PERSISTENT)
-    assert bodies(_stored(kit)) == [b"again"]
+    b.stored(core.store.sync())  # the disk is back: publishes are taken again
+    core.publish(s, "d", b"again", persistent=True)
+    assert bodies(_stored(core)) == [b"again"]
 
 
-def test_a_basic_get_does_not_see_a_held_message() -> None:
-    kit = _kit()
-    ch = _publisher(kit)
-    kit.declare(ch, "d", durable=True)
-    kit.publish(ch, "d", b"p1", props=PERSISTENT)
-    assert delivered(kit.call(ch, spec.BasicGet(queue="d", no_ack=True))) == []
-    kit.broker.stored(kit.store.sync())
-    got = delivered(kit.call(ch, spec.BasicGet(queue="d", no_ack=True)))
-    assert [d.body for d in got] == [b"p1"]
+def test_a_get_does_not_see_a_held_message() -> None:
+    core = _core()
+    s = _publisher(core)
+    core.declare(s, "d", durable=True)
+    core.publish(s, "d", b"p1", persistent=True)
+    assert core.get(s, "d", no_ack=True) is None
+    core.broker.stored(core.store.sync())
+    got = core.get(s, "d", no_ack=True)
+    assert got is not None
+    assert got.message.body == b"p1"
 
 
 def test_a_publish_nobody_confirms_is_not_held() -> None:
-    """RabbitMQ's order on one channel: a basic.publish then a basic.get finds the message."""
-    kit = _kit()
-    ch = kit.open()
-    kit.declare(ch, "d", durable=True)
-    kit.publish(ch, "d", b"p1", props=PERSISTENT)
-    got = delivered(kit.call(ch, spec.BasicGet(queue="d", no_ack=True)))
-    assert [d.body for d in got] == [b"p1"]
+    """RabbitMQ's order on one session: a publish then a get finds the message."""
+    core = _core()
+    s = core.open()
+    core.declare(s, "d", durable=True)
+    core.publish(s, "d", b"p1", persistent=True)
+    got = core.get(s, "d", no_ack=True)
+    assert got is not None
+    assert got.message.body == b"p1"
 
 
-def _batch(kit: StoreKit, ch: tuple[int, int], *bodies: bytes) -> list[Effect]:
-    # A read's run of persistent publishes on a confirm channel, as the server hands it over
-    # (`Amqp091.publish_batch`: one batch, each message through the publish pipeline).
-    pb = encode_properties(PERSISTENT)
-    rows = [("d", pb, body) for body in bodies]
-    done = kit.amqp.publish_batch(ch[0], ch[1], "", rows, 0, len(rows), kit.now)
+def _batch(core: Core, s: Session, *bodies: bytes) -> list[Effect]:
+    # A batch of persistent publishes on a confirming session, as a read's run hands it over
+    # (`Broker.publish_batch`: one batch, each message through the publish pipeline).
+    msgs = [message("d", body, persistent=True, timestamp_ms=core.now) for body in bodies]
+    done = core.broker.publish_batch(s.conn_id, s.channel, "", msgs, core.now)
     assert done.error is None
-    assert done.published == len(rows)
-    return as_frames(done.effects)
+    assert done.published == len(msgs)
+    return done.effects
 
 
 def test_a_batch_holds_its_persistent_messages_as_single_publishes_do() -> None:
-    kit = _kit()
-    ch = _publisher(kit)
-    kit.declare(ch, "d", durable=True)
-    _consumer(kit, "d")
-    out = _batch(kit, ch, b"p1", b"p2")
-    out += as_frames(kit.broker.dispatch_pending(kit.now))
+    core = _core()
+    s = _publisher(core)
+    core.declare(s, "d", durable=True)
+    _consumer(core, "d")
+    out = _batch(core, s, b"p1", b"p2")
+    out += core.broker.dispatch_pending(core.now)
     assert bodies(out) == []
-    assert [m for m in methods(out) if isinstance(m, spec.BasicAck)] == []
-    session = kit.broker.session(*ch)
-    assert session is not None
-    assert session.confirm_held == {1, 2}  # their confirms wait for the fsync too
-    assert bodies(_stored(kit)) == [b"p1", b"p2"]
+    assert [e for e in out if isinstance(e, Confirm)] == []
+    assert s.confirm_held == {1, 2}  # their confirms wait for the fsync too
+    assert bodies(_stored(core)) == [b"p1", b"p2"]
 
 
 def test_a_batch_is_refused_up_front_while_the_store_fails() -> None:
-    kit = _kit()
-    ch = _publisher(kit)
-    kit.declare(ch, "d", durable=True)
-    kit.publish(ch, "d", b"ok", props=PERSISTENT)
-    durable = kit.store.sync()
-    kit.broker.stored(durable)
-    kit.publish(ch, "d", b"lost", props=PERSISTENT)
-    kit.broker.unstored(durable)  # the writes after `durable` failed: the store fails
-    q = kit.broker.vhosts["/"].queues["d"].queue
+    core = _core()
+    b = core.broker
+    s = _publisher(core)
+    core.declare(s, "d", durable=True)
+    core.publish(s, "d", b"ok", persistent=True)
+    durable = core.store.sync()
+    b.stored(durable)
+    core.publish(s, "d", b"lost", persistent=True)
+    b.unstored(durable)  # the writes after `durable` failed: the store fails
+    q = core.queue("d")
     assert q.message_count == 1
-    out = _batch(kit, ch, b"refused1", b"refused2")
+    out = _batch(core, s, b"refused1", b"refused2")
     assert q.message_count == 1
-    assert methods(out) == [spec.BasicNack(delivery_tag=3), spec.BasicNack(delivery_tag=4)]
+    assert [(e.seq, e.multiple, e.ok) for e in out if isinstance(e, Confirm)] == [
+        (3, False, False),
+        (4, False, False),
+    ]

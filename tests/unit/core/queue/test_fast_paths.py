@@ -19,15 +19,12 @@ from typing import Any, Final
 
 import pytest
 
-from ringmq.amqp import spec
-from ringmq.amqp.properties import BasicProperties
 from ringmq.core.arguments import BY_ARGUMENT, QUEUE_ARGUMENTS
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig, PolicyConfig
 from ringmq.core.policies import ARTEMIS_POLICY_KEYS, AddressSettings
-from ringmq.core.queue import Queue
 from ringmq.core.settings import QueueSettings
-from tests.unit.adapters.amqp091.kit import Kit
+from tests.unit.core.corekit import Core
 
 CHANGES_PUBLISH: Final[dict[str, str]] = {
     "x-ring-size": "a full ring evicts its head at publish",
@@ -139,8 +136,8 @@ def _plain(arguments: dict[str, Any], config: BrokerConfig | None = None) -> boo
     return broker.vhosts["/"].queues["q"].queue.plain
 
 
-def _queue(kit: Kit, name: str) -> Queue:
-    return kit.broker.vhosts["/"].queues[name].queue
+def _purge(core: Core, name: str) -> None:
+    core.run(core.broker.topology.purge_for, core.open(), name)
 
 
 def _classified(name: str) -> bool:
@@ -226,55 +223,54 @@ def test_every_queue_setting_is_an_argument_or_derived() -> None:
 
 def test_the_property_follows_live_settings_changes() -> None:
     # Computed when the settings change (a policy), not only at declare.
-    kit = Kit()
-    ch = kit.open()
-    kit.declare(ch, "q")
-    vh = kit.broker.vhosts["/"]
-    assert _queue(kit, "q").plain
-    kit.broker.policies.set("p", "^q$", {"max-length": 5}, apply_to="queues")
-    kit.broker.topology.reapply_settings(vh, kit.now)
-    assert not _queue(kit, "q").plain
-    kit.broker.policies.clear("p")
-    kit.broker.topology.reapply_settings(vh, kit.now)
-    assert _queue(kit, "q").plain
+    core = Core()
+    core.declare(core.open(), "q")
+    vh = core.broker.vhosts["/"]
+    assert core.queue("q").plain
+    core.broker.policies.set("p", "^q$", {"max-length": 5}, apply_to="queues")
+    core.broker.topology.reapply_settings(vh, core.now)
+    assert not core.queue("q").plain
+    core.broker.policies.clear("p")
+    core.broker.topology.reapply_settings(vh, core.now)
+    assert core.queue("q").plain
 
 
 def test_the_first_message_with_an_expiry_time_turns_plain_off_for_good() -> None:
-    kit = Kit()
-    ch = kit.open()
-    kit.declare(ch, "q")
-    kit.publish(ch, "q")
-    assert _queue(kit, "q").plain
-    kit.publish(ch, "q", props=BasicProperties(expiration="60000"))
-    assert not _queue(kit, "q").plain
-    kit.call(ch, spec.QueuePurge(queue="q"))
-    assert not _queue(kit, "q").plain
+    core = Core()
+    s = core.open()
+    core.declare(s, "q")
+    core.publish(s, "q")
+    assert core.queue("q").plain
+    core.publish(s, "q", expiration_ms=60_000)
+    assert not core.queue("q").plain
+    _purge(core, "q")
+    assert not core.queue("q").plain
 
 
 @pytest.mark.parametrize("header", ["JMSXGroupID", "_AMQ_GROUP_ID"])
 def test_the_first_message_with_a_group_id_turns_plain_off_for_good(header: str) -> None:
     # The group guard (core/groups.py): from the first grouped message on, dispatch asks
     # the group owners message by message, so no path may treat the queue as plain.
-    kit = Kit()
-    ch = kit.open()
-    kit.declare(ch, "q")
-    kit.publish(ch, "q", props=BasicProperties(headers={"other": 1}))
-    assert _queue(kit, "q").plain
-    assert _queue(kit, "q").groups is None
-    kit.publish(ch, "q", props=BasicProperties(headers={header: "g1"}))
-    assert not _queue(kit, "q").plain
-    assert _queue(kit, "q").groups is not None
-    kit.call(ch, spec.QueuePurge(queue="q"))
-    assert not _queue(kit, "q").plain
+    core = Core()
+    s = core.open()
+    core.declare(s, "q")
+    core.publish(s, "q", headers={"other": 1})
+    assert core.queue("q").plain
+    assert core.queue("q").groups is None
+    core.publish(s, "q", headers={header: "g1"})
+    assert not core.queue("q").plain
+    assert core.queue("q").groups is not None
+    _purge(core, "q")
+    assert not core.queue("q").plain
 
 
 def test_group_buckets_0_turns_grouping_off() -> None:
-    kit = Kit()
-    ch = kit.open()
-    kit.declare(ch, "q", arguments={"x-group-buckets": 0})
-    kit.publish(ch, "q", props=BasicProperties(headers={"JMSXGroupID": "g1"}))
-    assert _queue(kit, "q").plain
-    assert _queue(kit, "q").groups is None
+    core = Core()
+    s = core.open()
+    core.declare(s, "q", {"x-group-buckets": 0})
+    core.publish(s, "q", headers={"JMSXGroupID": "g1"})
+    assert core.queue("q").plain
+    assert core.queue("q").groups is None
 
 
 @pytest.mark.parametrize("key", sorted(ARTEMIS_POLICY_KEYS))

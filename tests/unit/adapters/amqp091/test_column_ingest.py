@@ -1,7 +1,10 @@
 """The columnar ingest (core/ingest.py `ingest_columns`, the AMQP 0-9-1 adapter's `columns_of`,
 storage/pageruns.py `column_records`): a batch published as columns onto queues paging to disk
 gives what one basic.publish per message gives: the queues' messages as a consumer reads them
-and as the browse reads them (every field), counters, confirms and de-duplication verdicts."""
+and as the browse reads them (every field), counters, confirms and de-duplication verdicts.
+
+Here with the adapter's tests: what it checks is the 0-9-1 translation into columns (raw
+property lists read by `columns_of`, `build` for the rest) against 0-9-1 publishes."""
 
 from __future__ import annotations
 
