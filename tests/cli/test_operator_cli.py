@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ringmq.cli import admin
+from ringmq.cli import apiclient
 from ringmq.cli.formats import format_ms, human_bytes, human_duration
 from ringmq.node import BrokerThread
 
@@ -92,12 +92,12 @@ def test_without_url_the_cli_talks_to_make_runs_broker(
 ) -> None:
     seen: list[tuple[str, str, str]] = []
 
-    class Recorder(admin.Client):
+    class Recorder(apiclient.Client):
         def __init__(self, url: str, user: str, password: str, timeout_s: float = 30.0) -> None:
             seen.append((url, user, password))
             raise ConnectionError("recorded")
 
-    monkeypatch.setattr(admin, "Client", Recorder)
+    monkeypatch.setattr(apiclient, "Client", Recorder)
     for var in ("RINGMQ_URL", "RINGMQ_USER", "RINGMQ_PASSWORD"):
         monkeypatch.delenv(var, raising=False)
     CliRunner().invoke(cli, ["list", "queues"])

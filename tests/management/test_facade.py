@@ -1,9 +1,9 @@
 """Management reaches the core through one facade, and its modules import each other acyclically.
 
-`admin.CoreAdmin` is the only management code that holds the core `Broker` (with its streams
-part, `streamfacade`; `queueinfo` and `corerecords` read the core objects the facade hands
-them); every other module, the streams endpoints included, calls the facade. These checks
-read the source, so a new shortcut fails here.
+`admin.CoreAdmin` is the only management code that holds the core `Broker` (with its users and
+permissions part, `accessfacade`, and its streams part, `streamfacade`; `queueinfo` and
+`corerecords` read the core objects the facade hands them); every other module, the streams
+endpoints included, calls the facade. These checks read the source, so a new shortcut fails here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 MANAGEMENT = Path(__file__).resolve().parents[2] / "src" / "ringmq" / "management"
-FACADE = {"admin.py", "streamfacade.py", "queueinfo.py", "corerecords.py"}
+FACADE = {"admin.py", "accessfacade.py", "streamfacade.py", "queueinfo.py", "corerecords.py"}
 
 
 def _touches_core_objects(path: Path) -> list[str]:

@@ -1,7 +1,7 @@
 """`ringmq user|vhost|permission|topic-permission ...` (`ringmq list users|vhosts|permissions|
 topic-permissions` are `_LISTS` entries in cli/admin.py).
 
-The same HTTP API and options as cli/admin.py (RabbitMQ's `rabbitmqctl add_user`,
+The same HTTP API and options as cli/admin.py (cli/apiclient.py; RabbitMQ's `rabbitmqctl add_user`,
 `add_vhost`, `set_permissions`, `set_topic_permissions` over `/api/users`, `/api/vhosts`,
 `/api/permissions`, `/api/topic-permissions`).
 """
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ringmq.cli.admin import (
+from ringmq.cli.apiclient import (
     DEFAULT_PASSWORD,
     DEFAULT_URL,
     DEFAULT_USER,

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import typer
 
 from ringmq import announce
-from ringmq.cli.admin import (
+from ringmq.cli.apiclient import (
     DEFAULT_PASSWORD,
     DEFAULT_URL,
     DEFAULT_USER,

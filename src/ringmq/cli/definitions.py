@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ringmq.cli.admin import (
-    _LISTS,
+from ringmq.cli.admin import _LISTS
+from ringmq.cli.apiclient import (
     DEFAULT_PASSWORD,
     DEFAULT_URL,
     DEFAULT_USER,

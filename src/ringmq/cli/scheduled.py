@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ringmq.cli.admin import (
+from ringmq.cli.apiclient import (
     DEFAULT_PASSWORD,
     DEFAULT_URL,
     DEFAULT_USER,

@@ -27,13 +27,8 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
-from ringmq.core.arguments import (
-    QUEUE_ARGUMENTS,
-    any_int,
-    non_negative_int,
-    ring_size,
-    string,
-)
+from ringmq.core.arguments import QUEUE_ARGUMENTS
+from ringmq.core.argvalues import any_int, non_negative_int, ring_size, string
 from ringmq.core.wildcard import matches, most_specific_first
 
 __all__ = [

@@ -43,15 +43,17 @@ from ringmq.core.arguments import (
     ADDRESS_DEFAULTS,
     ARTEMIS_LEGACY_LVQ_KEY,
     BY_ARGUMENT,
-    IMPLEMENTED_QUEUE_TYPES,
-    MAX_PRIORITY,
     QPID_LEGACY_LVQ_KEY,
     QUEUE_ARGUMENTS,
-    UNSET,
     Merge,
+    QueueArgument,
+)
+from ringmq.core.argvalues import (
+    IMPLEMENTED_QUEUE_TYPES,
+    MAX_PRIORITY,
+    UNSET,
     Overflow,
     QpidPolicy,
-    QueueArgument,
     SettingsError,
 )
 from ringmq.core.policies import AddressFullPolicy, AddressSettings, PolicyError, artemis_part

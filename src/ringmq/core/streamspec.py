@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from ringmq.core.arguments import SettingsError, parse_max_age
+from ringmq.core.argvalues import SettingsError, parse_max_age
 
 __all__ = [
     "DEFAULT_MAX_SEGMENT_BYTES",

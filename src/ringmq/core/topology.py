@@ -12,7 +12,7 @@ others take the vhost (`declare`, `bind`, `unbind`, `bind_destination`, `check_d
 a queue's own arguments changed (`update_arguments`, Artemis `updateQueue`), or re-resolved
 after a policy or address-settings change (`reapply_settings`, `replace_address_settings`).
 Each operation validates everything before it changes anything, so a refused call leaves no
-half-done change.
+half-done change. Lookups by name and bindings are its base's (`bindings.QueueBindings`).
 
 Rules kept here: `amq.*` names are reserved for new queues; a redeclare must be equivalent
 (flags and the arguments with semantics, as RabbitMQ compares them: the table of
@@ -30,15 +30,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from ringmq.core import queuetypes
 from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access
+from ringmq.core.bindings import QueueBindings, locked
 from ringmq.core.consumers import ConsumerSet
 from ringmq.core.effects import CancelConsumer, CloseConnection
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.exchanges import Exchanges, not_default
+from ringmq.core.exchanges import Exchanges
 from ringmq.core.resources import Resources
 from ringmq.core.routing import (
     QUEUE,
@@ -59,12 +60,6 @@ from ringmq.core.streamlog import (
 from ringmq.core.texts import flag, fmt_value
 from ringmq.core.vhost import QueueEntity, VHost
 
-_EXCLUSIVE_LOCKED: Final = (
-    "cannot obtain exclusive access to locked queue '{q}' in vhost '{v}'. It could be originally "
-    "declared on another connection or the exclusive property value does not match that of the "
-    "original declaration."
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Declared:
@@ -81,52 +76,18 @@ def _declared(q: QueueEntity) -> Declared:
     return Declared(q.name, q.queue.ready_count, len(q.consumers))
 
 
-def locked(q: str, vhost: str) -> BrokerError:
-    """RESOURCE_LOCKED for a queue another connection owns exclusively."""
-    return BrokerError(Condition.RESOURCE_LOCKED, _EXCLUSIVE_LOCKED.format(q=q, v=vhost))
-
-
 def _settings_error(exc: SettingsError) -> BrokerError:
     return BrokerError(Condition.PRECONDITION_FAILED, str(exc))
 
 
-class Topology:
-    """Queues and their bindings (see the module docstring)."""
+class Topology(QueueBindings):
+    """Queues and their bindings (see the module docstring; lookups and bindings are
+    `QueueBindings`')."""
 
     def __init__(self, state: State, resources: Resources, exchanges: Exchanges) -> None:
         self.state = state
         self.resources = resources
         self.exchanges = exchanges
-
-    # ------------------------------------------------------------------ lookups
-    @staticmethod
-    def queue(vh: VHost, name: str) -> QueueEntity:
-        """Queue `name` of `vh` (NOT_FOUND when missing), whoever owns it."""
-        q = vh.queues.get(name)
-        if q is None:
-            raise BrokerError(Condition.NOT_FOUND, f"no queue '{name}' in vhost '{vh.name}'")
-        return q
-
-    @staticmethod
-    def queue_name(s: Session, name: str) -> str:
-        """`name`, or for an empty name the last queue declared on the session (0-9-1 rule)."""
-        if name:
-            return name
-        if not s.last_queue:
-            raise BrokerError(Condition.NOT_FOUND, "no previously declared queue")
-        return s.last_queue
-
-    @staticmethod
-    def queue_for(s: Session, name: str) -> QueueEntity:
-        """Queue `name` as session `s` may use it (NOT_FOUND; RESOURCE_LOCKED when another
-        connection owns it exclusively)."""
-        vh = s.vhost
-        q = vh.queues.get(name)
-        if q is None:
-            raise BrokerError(Condition.NOT_FOUND, f"no queue '{name}' in vhost '{vh.name}'")
-        if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
-            raise locked(name, vh.name)
-        return q
 
     # ------------------------------------------------------------------ queues
     def resolve_settings(
@@ -395,131 +356,6 @@ class Topology:
                     got, cur = got or "classic", cur or "classic"
                 if got != cur:
                     raise fail(key, fmt_value(args.get(key)), fmt_value(q.arguments.get(key)))
-
-    def bind_queue(
-        self,
-        s: Session,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-    ) -> None:
-        """Bind `queue` to `exchange` for session `s` (an empty routing key with an empty
-        queue name binds with the last declared queue's name, as 0-9-1 says)."""
-        vh = s.vhost
-        qname = self.queue_name(s, queue)
-        routing_key = routing_key or (qname if not queue else "")
-        not_default(exchange)
-        auth = self.state.auth
-        s.check(auth, Access.WRITE, "queue", qname)
-        s.check(auth, Access.READ, "exchange", exchange)
-        x = vh.exchanges.get(exchange)
-        if x is not None:  # the binding key by the user's topic permission (core.topicauth)
-            s.check_topic(auth, x, "read", routing_key)
-        self.queue_for(s, qname)
-        self.bind(vh, exchange, qname, routing_key, arguments)
-
-    def bind(
-        self,
-        vh: VHost,
-        exchange: str,
-        queue: str,
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-    ) -> None:
-        """Bind queue `queue` to `exchange` in `vh` (no permission checks: `bind_queue` makes
-        a session's; the management API and config loading authorise their user)."""
-        not_default(exchange)
-        q = self.queue(vh, queue)
-        x = self.exchanges.exchange(vh, exchange)
-        self.exchanges.bind(x, (QUEUE, q.name), routing_key, arguments)
-        vh.invalidate()
-        if q.durable:
-            self.exchanges.touch_binding(vh, x, (QUEUE, q.name), routing_key, arguments)
-
-    def bind_destination(
-        self,
-        vh: VHost,
-        source: str,
-        destination_type: str,
-        destination: str,
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-    ) -> None:
-        """Bind a queue (`destination_type` "queue": `bind`) or an exchange ("exchange":
-        `Exchanges.bind_exchange`) to exchange `source`, with no permission checks (the
-        management API and config loading)."""
-        if destination_type == "queue":
-            self.bind(vh, source, destination, routing_key, arguments)
-        elif destination_type == "exchange":
-            self.exchanges.bind_exchange(vh, source, destination, routing_key, arguments)
-        else:
-            raise ValueError(
-                f"destination_type must be queue or exchange, got {destination_type!r}"
-            )
-
-    def unbind_destination(
-        self,
-        vh: VHost,
-        source: str,
-        destination_type: str,
-        destination: str,
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-    ) -> bool:
-        """Remove a binding `bind_destination` made; False when it does not exist."""
-        if destination_type == "queue":
-            return self.unbind(vh, source, destination, routing_key, arguments)
-        return self.exchanges.unbind_exchange(vh, source, destination, routing_key, arguments)
-
-    def unbind_queue(
-        self,
-        s: Session,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-    ) -> None:
-        """Remove a queue binding; a missing queue, exchange or binding is no error (RabbitMQ
-        answers unbind-ok: the binding is gone either way). As there, exclusivity is checked
-        only when the binding exists."""
-        vh = s.vhost
-        qname = self.queue_name(s, queue)
-        not_default(exchange)
-        auth = self.state.auth
-        s.check(auth, Access.WRITE, "queue", qname)
-        s.check(auth, Access.READ, "exchange", exchange)
-        x = vh.exchanges.get(exchange)
-        if x is not None:
-            s.check_topic(auth, x, "read", routing_key)
-        if (
-            qname in vh.queues
-            and x is not None
-            and x.has_binding((QUEUE, qname), routing_key, arguments)
-        ):
-            self.queue_for(s, qname)  # 405 when another connection owns it exclusively
-            self.unbind(vh, exchange, qname, routing_key, arguments)
-
-    def unbind(
-        self,
-        vh: VHost,
-        exchange: str,
-        queue: str,
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-    ) -> bool:
-        """Remove the binding of queue `queue` to `exchange` in `vh` (no checks); False when
-        it does not exist. An auto-delete exchange goes with its last binding."""
-        q = vh.queues.get(queue)
-        x = vh.exchanges.get(exchange)
-        dest = (QUEUE, queue)
-        if q is None or x is None or not x.unbind(dest, routing_key, arguments):
-            return False
-        vh.invalidate()
-        if q.durable:
-            self.exchanges.touch_binding(vh, x, dest, routing_key, arguments)
-        self.exchanges.maybe_auto_delete_exchange(vh, x)
-        return True
 
     def purge(self, q: QueueEntity) -> int:
         """Remove every ready message of `q`; returns how many."""

@@ -1,18 +1,19 @@
 """`CoreAdmin`: the one facade management calls to read and change the broker.
 
-Theory of operation: every management module (the HTTP API, definitions, authorisation,
-browse, health, nodes, metrics and the streams endpoints) reaches the broker only through this
-class; it is the single place under `management/` that touches core objects (with the record
-builders it calls, `corerecords` and `queueinfo`), and it touches only their public names (the
-list at the end of `docs/dev/contracts.md`). It calls the core's owners directly, as a
-protocol adapter does, except for declarations by name, which go through the core's one facade
-for callers without a session (`Broker.admin`, `core.admin.Declarations`), as config loading's
-do: `declare_exchange` and `declare_queue` are that facade's own methods, `bind` passes it a
-binding record's fields. `Exchanges` and `Topology` for unbinds, purges,
-deletes and live settings, `Publisher` for a publish, `Delivery` for a /get, `Timers` for scheduled
-messages, `AuthDB` for users and permissions, the policy table, and the reservation books
-(`Broker.streams`). Calls return the plain records of `management.records` (or plain values:
-dicts, ints, `Message`s), never an engine object a caller could change.
+Theory of operation: every management module (the HTTP API, definitions, authorisation, browse,
+health, nodes, metrics and the streams endpoints) reaches the broker only through this class (with
+its bases `accessfacade.AccessFacade`, users and permissions, and `streamfacade.StreamsFacade`); it
+is the single place under `management/` that touches core objects (with the record builders it
+calls, `corerecords` and `queueinfo`), and it touches only their public names (the list at the end
+of `docs/dev/contracts.md`). It calls the core's owners directly, as a protocol adapter does, except
+for declarations by name, which go through the core's one facade for callers without a session
+(`Broker.admin`, `core.admin.Declarations`), as config loading's do: `declare_exchange` and
+`declare_queue` are that facade's own methods, `bind` passes it a binding record's fields.
+`Exchanges` and `Topology` for unbinds, purges, deletes and live settings, `Publisher` for a
+publish, `Delivery` for a /get, `Timers` for scheduled messages, `AuthDB` for users and permissions,
+the policy table, and the reservation books (`Broker.streams`). Calls return the plain records of
+`management.records` (or plain values: dicts, ints, `Message`s), never an engine object a caller
+could change.
 
 What the HTTP layer promises beyond the owners' rules is added here:
 
@@ -25,7 +26,7 @@ What the HTTP layer promises beyond the owners' rules is added here:
   settles them as its `ackmode` says (`SlicedGet`);
 * queue listings are built from the engine's O(1) counters (`management.queueinfo`);
 * users created here keep RabbitMQ's loopback-only rule (`loopback_users`, guest by default)
-  across replacements and re-imports;
+  across replacements and re-imports (`accessfacade`);
 * the streams API's bulk publishes run on an in-process *virtual connection*, so that they are
   exactly AMQP publishes.
 
@@ -43,16 +44,14 @@ Everything runs on the broker's loop thread; nothing here blocks or locks.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core import arguments
-from ringmq.core.auth import Access
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
 from ringmq.core.errors import BrokerError, Condition
@@ -62,6 +61,7 @@ from ringmq.core.parameters import Parameters
 from ringmq.core.publish import UNROUTABLE
 from ringmq.core.vhost import QueueEntity, VHost
 from ringmq.management import corerecords
+from ringmq.management.accessfacade import AccessFacade, writes
 from ringmq.management.port import Runtime
 from ringmq.management.queueinfo import SettingsView, listing_record, snapshot_record
 from ringmq.management.records import (
@@ -71,12 +71,9 @@ from ringmq.management.records import (
     ConsumerInfo,
     ExchangeInfo,
     FetchedMessage,
-    PermissionInfo,
     PolicyInfo,
     QueueInfo,
     ScheduledInfo,
-    TopicPermissionInfo,
-    UserInfo,
 )
 from ringmq.management.streamfacade import StreamsFacade
 
@@ -113,28 +110,6 @@ def settings_arguments(settings: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"unknown setting {key!r} (known: {known}, or any x-* argument)")
         out[arg] = value
     return out
-
-
-def _writes(
-    full: bool,
-) -> Callable[[Callable[Concatenate[CoreAdmin, _P], _R]], Callable[Concatenate[CoreAdmin, _P], _R]]:
-    # After a call that may change durable definitions (even one that failed half-way), let
-    # the broker write what changed to its store (a no-op without a store): incremental where
-    # the owners record their changes (users, vhosts, permissions and policies are always
-    # diffed whole), `full` for calls whose changes they do not record one by one.
-    def decorate(
-        fn: Callable[Concatenate[CoreAdmin, _P], _R],
-    ) -> Callable[Concatenate[CoreAdmin, _P], _R]:
-        @functools.wraps(fn)
-        def wrapper(admin: CoreAdmin, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-            try:
-                return fn(admin, *args, **kwargs)
-            finally:
-                admin.broker.definitions_changed(full=full)
-
-        return wrapper
-
-    return decorate
 
 
 class SlicedGet:
@@ -186,9 +161,9 @@ class SlicedGet:
                 delivery.requeue_seqs(self.q, seqs, now_ms)
 
 
-class CoreAdmin(StreamsFacade):
-    """The management facade over the core `Broker` (see the module docstring); the streams
-    endpoints' calls are `StreamsFacade`'s."""
+class CoreAdmin(AccessFacade, StreamsFacade):
+    """The management facade over the core `Broker` (see the module docstring); the users and
+    permissions calls are `AccessFacade`'s, the streams endpoints' `StreamsFacade`'s."""
 
     def __init__(self, broker: Broker, runtime: Runtime) -> None:
         super().__init__(broker, runtime)
@@ -213,9 +188,6 @@ class CoreAdmin(StreamsFacade):
             yield
         self._emit(out)
 
-    def _vhost(self, vhost: str) -> VHost:
-        return self.broker.exchanges.vhost(vhost)
-
     def _entity(self, vhost: str, name: str) -> QueueEntity:
         return self.broker.topology.queue(self._vhost(vhost), name)
 
@@ -237,7 +209,7 @@ class CoreAdmin(StreamsFacade):
         """Message counters by protocol label (received, confirmed, delivered..., acknowledged)."""
         return self.broker.counts_by_protocol()
 
-    # -- users, vhosts ----------------------------------------------------------------------
+    # -- vhosts ------------------------------------------------------------------------------
 
     def vhosts(self) -> list[str]:
         return sorted(self.broker.vhosts)
@@ -245,51 +217,7 @@ class CoreAdmin(StreamsFacade):
     def has_vhost(self, vhost: str) -> bool:
         return vhost in self.broker.vhosts
 
-    def users(self) -> list[UserInfo]:
-        return [corerecords.user(u) for _, u in sorted(self.broker.auth.users.items())]
-
-    def authenticate(self, user: str, password: str) -> UserInfo | None:
-        """The user when the password matches (no loopback rule: HTTP has its own)."""
-        found = self.broker.auth.authenticate(user, password)
-        return None if found is None else corerecords.user(found)
-
-    def token_user(self, token: str, now_ms: int) -> UserInfo | None:
-        """The user an OAuth 2 token names, when the "oauth2" backend is configured and the
-        token is valid (`core.oauth`: signature, audience, expiry); its scopes give the tags
-        (`rabbitmq.tag:administrator`) and, as for AMQP logins, its permissions. None
-        otherwise."""
-        auth = self.broker.auth
-        if auth.tokens is None or "oauth2" not in auth.backends:
-            return None
-        try:
-            grant = auth.tokens.verify(token, now_ms)
-        except BrokerError:
-            return None
-        auth.grant(grant)
-        return UserInfo(name=grant.user, tags=list(grant.tags))
-
-    def check_topic(self, user: str, vhost: str, exchange: str, access: str, key: str) -> None:
-        """Topic authorisation of a management publish (write) or binding (read), as an AMQP
-        channel of `user` would be checked (`core.topicauth`).
-
-        Raises:
-            BrokerError: ACCESS_REFUSED with RabbitMQ's text.
-        """
-        vh = self.broker.vhosts.get(vhost)
-        x = vh.exchanges.get(exchange) if vh is not None else None
-        if x is not None:
-            self.broker.auth.check_topic(user, vhost, x, access, key)
-
-    def granted_user(self, name: str) -> UserInfo | None:
-        """The user a backend other than the table (LDAP) just logged in, with the tags its
-        grant gives; None when there is no grant for `name`."""
-        grant = self.broker.auth.grants.get(name)
-        return None if grant is None else UserInfo(name=grant.user, tags=list(grant.tags))
-
-    def permissions(self) -> list[PermissionInfo]:
-        return corerecords.permissions(self.broker.auth)
-
-    @_writes(full=False)
+    @writes(full=False)
     def add_vhost(self, name: str) -> bool:
         """Create a vhost; False when it existed."""
         if not name:
@@ -298,86 +226,13 @@ class CoreAdmin(StreamsFacade):
         self.broker.add_vhost(name)
         return not existed
 
-    @_writes(full=True)
+    @writes(full=True)
     def delete_vhost(self, name: str, *, now_ms: int) -> None:
         """Delete a vhost: its connections are closed (320) and its queues dropped."""
         vh = self._vhost(name)
         with self.call(now_ms):
             self.broker.topology.delete_vhost(vh, now_ms)
         self.broker.admin.parameters.forget_vhost(name)  # its runtime parameters go with it
-
-    @_writes(full=False)
-    def add_user(
-        self, name: str, *, password: str | None, password_hash: str | None, tags: list[str]
-    ) -> None:
-        """Create or replace a user; it keeps its loopback-only flag, and a new one gets
-        RabbitMQ's (`loopback_users`)."""
-        if not name:
-            raise ValueError("user name must not be empty")
-        auth = self.broker.auth
-        old = auth.users.get(name)
-        auth.add_user(
-            name,
-            password=password,
-            password_hash=password_hash,
-            tags=tuple(tags),
-            loopback_only=(
-                old.loopback_only if old is not None else name in self.broker.config.loopback_users
-            ),
-        )
-
-    @_writes(full=False)
-    def delete_user(self, name: str) -> bool:
-        """Delete a user, its permissions and limits (open connections stay, as in RabbitMQ
-        3.x)."""
-        self.broker.limits.forget_user(name)
-        return self.broker.auth.delete_user(name)
-
-    @_writes(full=False)
-    def set_permissions(self, permission: PermissionInfo) -> None:
-        p = permission
-        if p.user not in self.broker.auth.users:
-            raise BrokerError(Condition.NOT_FOUND, f"no user '{p.user}'")
-        self._vhost(p.vhost)
-        self.broker.auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
-
-    @_writes(full=False)
-    def clear_permissions(self, user: str, vhost: str) -> bool:
-        return self.broker.auth.clear_permissions(user, vhost)
-
-    def topic_permissions(self) -> list[TopicPermissionInfo]:
-        return corerecords.topic_permissions(self.broker.auth)
-
-    @_writes(full=False)
-    def set_topic_permission(self, t: TopicPermissionInfo) -> None:
-        """Set a topic permission (`core.topicauth`); the user and vhost must exist.
-
-        Raises:
-            BrokerError: NOT_FOUND for a missing user or vhost.
-            ValueError: a pattern that is not a regular expression.
-        """
-        if t.user not in self.broker.auth.users:
-            raise BrokerError(Condition.NOT_FOUND, f"no user '{t.user}'")
-        self._vhost(t.vhost)
-        self.broker.auth.set_topic_permission(t.user, t.vhost, t.exchange, t.write, t.read)
-
-    @_writes(full=False)
-    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
-        """Remove `user`'s topic permissions in `vhost` (one exchange's, or all)."""
-        return self.broker.auth.clear_topic_permission(user, vhost, exchange)
-
-    def has_vhost_access(self, user: str, vhost: str) -> bool:
-        """The user has permissions in `vhost` (AMQP's vhost access check)."""
-        try:
-            self.broker.auth.check_vhost_access(user, vhost)
-        except BrokerError:
-            return False
-        return True
-
-    def check_permission(self, user: str, vhost: str, access: Access, kind: str, name: str) -> None:
-        """Raise ACCESS_REFUSED unless `user` may `access` the resource: the AMQP channel's
-        own check (`core.auth.AuthDB.check`), not a second matcher."""
-        self.broker.auth.check(user, vhost, access, kind, name)
 
     # -- queues -----------------------------------------------------------------------------
 
@@ -410,7 +265,7 @@ class CoreAdmin(StreamsFacade):
         """One queue's full snapshot (head message timestamp included)."""
         return self._snapshot(self._entity(vhost, name))
 
-    @_writes(full=False)
+    @writes(full=False)
     def delete_queue(
         self,
         vhost: str,
@@ -539,7 +394,7 @@ class CoreAdmin(StreamsFacade):
     def exchanges(self, vhost: str | None = None) -> list[ExchangeInfo]:
         return corerecords.exchanges(self._vhosts(vhost))
 
-    @_writes(full=False)
+    @writes(full=False)
     def delete_exchange(
         self, vhost: str, name: str, *, if_unused: bool = False, now_ms: int = 0
     ) -> None:
@@ -589,7 +444,7 @@ class CoreAdmin(StreamsFacade):
             now_ms=now_ms,
         )
 
-    @_writes(full=True)
+    @writes(full=True)
     def unbind(self, binding: BindingInfo, *, now_ms: int) -> None:
         """Remove a binding; 404 when it does not exist."""
         b = binding
@@ -610,7 +465,7 @@ class CoreAdmin(StreamsFacade):
     def policies(self, vhost: str | None = None) -> list[PolicyInfo]:
         return [corerecords.policy(p) for p in self.broker.policies.list(vhost)]
 
-    @_writes(full=False)
+    @writes(full=False)
     def set_policy(self, policy: PolicyInfo, *, now_ms: int) -> bool:
         """Create or replace a policy and re-apply the settings of every queue of its vhost
         (a queue whose settings would become invalid keeps its old ones); True when created.
@@ -631,7 +486,7 @@ class CoreAdmin(StreamsFacade):
             self.broker.topology.reapply_settings(vh, now_ms)
         return not existed
 
-    @_writes(full=False)
+    @writes(full=False)
     def clear_policy(self, vhost: str, name: str, *, now_ms: int) -> None:
         """Delete a policy (404 when missing) and re-apply settings in its vhost."""
         if not self.broker.policies.clear(name, vhost=vhost):
@@ -644,7 +499,7 @@ class CoreAdmin(StreamsFacade):
     def limits(self) -> TenantLimits:
         return self.broker.limits
 
-    @_writes(full=False)
+    @writes(full=False)
     def set_limit(self, kind: str, key: str, name: str, value: object) -> None:
         t = self.broker.limits
         (t.set_vhost if kind == "vhost" else t.set_user)(key, name, value)
@@ -653,7 +508,7 @@ class CoreAdmin(StreamsFacade):
         """Runtime parameters kept from definitions (`core/parameters.py`), read only."""
         return self.broker.admin.parameters
 
-    @_writes(full=False)
+    @writes(full=False)
     def set_parameter(self, vhost: str | None, component: str, name: str, value: Any) -> None:
         """Keep a vhost's parameter, or a global one (`vhost` None)."""
         table = self.broker.admin.parameters
@@ -662,13 +517,13 @@ class CoreAdmin(StreamsFacade):
         else:
             table.set(vhost, component, name, value)
 
-    @_writes(full=False)
+    @writes(full=False)
     def clear_parameter(self, vhost: str | None, component: str, name: str) -> bool:
         """Forget a vhost's parameter, or a global one (`vhost` None); whether it was kept."""
         table = self.broker.admin.parameters
         return table.clear_global(name) if vhost is None else table.clear(vhost, component, name)
 
-    @_writes(full=False)
+    @writes(full=False)
     def clear_limit(self, kind: str, key: str, name: str) -> bool:
         t = self.broker.limits
         return (t.clear_vhost if kind == "vhost" else t.clear_user)(key, name)

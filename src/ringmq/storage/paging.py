@@ -6,9 +6,10 @@ The queue engine keeps a bounded *head* of each queue in memory (by count and by
 rest in a `PageQueue` (RabbitMQ >= 3.12's `q_head` / `q_tail`). A `PageQueue` is an ordered
 deque of *runs*; each run is a file of PAGED records (`records.py` framing, one message entry
 each, in queue order) and PAGED_RUN records (a run of plain messages with one exchange and
-routing key, as columns: `pageruns.py`; the front record may be partly read, `_Run.skip`).
+routing key, as columns: `pageruns.py`; the front record may be partly read, `PageRun.skip`).
 The record loops live beside this module: `pagetake.py` (page-in and peek into entries) and
-`pagerows.py` (peek into browse columns). Order is the caller's, never re-sorted here:
+`pagerows.py` (peek into browse columns); the browses are `pagepeek.PagePeeks`', a base of
+`PageQueue`. Order is the caller's, never re-sorted here:
 
 * `push_back(entries)` appends after everything paged (new publishes while a tail exists).
 * `push_front(entries)` puts a run *before* everything paged (the engine evicting the rear of
@@ -59,12 +60,11 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from ringmq.core.message import Message
-from ringmq.core.queue.columns import Columns
 from ringmq.core.queue.ports import RunColumns, Spilled
 from ringmq.storage.pagefile import DiskHealth, RunFile
-from ringmq.storage.pagerows import CorruptPageError, fill_refs, journal_rows, peek_rows
+from ringmq.storage.pagepeek import PagePeeks
 from ringmq.storage.pageruns import RunRows, column_records, encode_run, plain, run_end
-from ringmq.storage.pagetake import Taken, item_of, peek_entries, take_records, take_runs
+from ringmq.storage.pagetake import Taken, item_of, take_records, take_runs
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -114,7 +114,7 @@ class DurableCopies(Protocol):
 
 
 @dataclass(slots=True)
-class _Run:
+class PageRun:
     file: RunFile | None  # None: a memory run (`seqs`, read from the journal)
     count: int = 0  # records not yet read
     body_bytes: int = 0
@@ -129,7 +129,7 @@ class _Run:
         return self.file is not None and self.file.appending
 
 
-class PageQueue:
+class PageQueue(PagePeeks):
     """One queue's paged-out messages, in queue order (see the module docstring)."""
 
     def __init__(
@@ -148,7 +148,7 @@ class PageQueue:
         self.health = health or DiskHealth()
         self._since_retry = 0
         self._made_dir = False
-        self._runs: deque[_Run] = deque()
+        self._runs: deque[PageRun] = deque()
         self._next_name = 0
         self._count = 0
         self._bytes = 0
@@ -175,23 +175,19 @@ class PageQueue:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _new_run(self) -> _Run:
+    def _new_run(self) -> PageRun:
         if not self._made_dir:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._made_dir = True
         self._next_name += 1
-        return _Run(RunFile(self.directory / f"{self._next_name:010d}.page"))
+        return PageRun(RunFile(self.directory / f"{self._next_name:010d}.page"))
 
-    def _appending(self) -> _Run | None:
+    def _appending(self) -> PageRun | None:
         # The back run while records may be appended to it.
         run = self._runs[-1] if self._runs else None
         return run if run is not None and run.appending else None
 
-    def _file(self, run: _Run) -> RunFile:
-        assert run.file is not None, "a memory run has no page file"
-        return run.file
-
-    def _append(self, run: _Run, entry: Entry) -> None:
+    def _append(self, run: PageRun, entry: Entry) -> None:
         size = len(entry.message.body)
         copies = self.copies
         if copies is not None and entry.message.persistent and copies.holds(entry.seq):
@@ -201,7 +197,7 @@ class PageQueue:
             self._add(run, _PAGED, _encode_paged(entry), entry.seq, size)
 
     def _add(
-        self, run: _Run, rtype: int, payload: bytes, seq: int, size: int, count: int = 1
+        self, run: PageRun, rtype: int, payload: bytes, seq: int, size: int, count: int = 1
     ) -> None:
         # Frame one record (of `count` messages, the last `seq`) into the run's buffer (as
         # records.frame does) and count it.
@@ -209,7 +205,7 @@ class PageQueue:
         self._add_frames(run, [head, payload], HEADER_SIZE + len(payload), count, size, seq)
 
     def _add_frames(
-        self, run: _Run, parts: list[bytes], nbytes: int, count: int, body_bytes: int, last: int
+        self, run: PageRun, parts: list[bytes], nbytes: int, count: int, body_bytes: int, last: int
     ) -> None:
         # Append `count` framed records (`parts`: headers and payloads, `nbytes` in all, of
         # `body_bytes` bodies, the last with seq `last`) to the run's buffer and count them.
@@ -245,7 +241,7 @@ class PageQueue:
         if back is not None:
             self._file(back).seal(self.health)
         self._runs.append(
-            _Run(None, count=len(seqs), body_bytes=nbytes, seqs=seqs, last_seq=seqs[-1])
+            PageRun(None, count=len(seqs), body_bytes=nbytes, seqs=seqs, last_seq=seqs[-1])
         )
         self._count += len(seqs)
         self._bytes += nbytes
@@ -255,7 +251,7 @@ class PageQueue:
         for entry in entries:
             self._append(self._back(), entry)
 
-    def _back(self) -> _Run:
+    def _back(self) -> PageRun:
         # The run to append to: the open back run, sealed and replaced once it is full.
         run = self._appending()
         if run is None or self._file(run).size >= self.run_bytes:
@@ -394,7 +390,7 @@ class PageQueue:
 
     def _take(
         self,
-        run: _Run,
+        run: PageRun,
         data: bytes,
         out: list[Spilled],
         max_count: int,
@@ -411,7 +407,7 @@ class PageQueue:
             self._resolve(out, t.refs)
         return t.took, t.records
 
-    def _passed(self, run: _Run, t: Taken) -> None:
+    def _passed(self, run: PageRun, t: Taken) -> None:
         # What a read took leaves the run's and the queue's counts.
         run.read_offset += t.pos
         run.skip = t.skip
@@ -459,99 +455,8 @@ class PageQueue:
             self._drop_run(self._runs.popleft())
         return out
 
-    def peek_after(self, after: int | None, limit: int) -> list[Spilled]:
-        """Up to `limit` paged items with a seq above `after`, in order, without taking them
-        (a browse). Runs that end at or below `after` are skipped unread; tombstoned entries
-        are left out.
-
-        Raises:
-            RuntimeError: a page file is corrupt where the browse reads it.
-        """
-        out: list[Spilled] = []
-        low = -1 if after is None else after
-        tombstones = self._tombstones
-        for run in self._runs:
-            if len(out) >= limit:
-                break
-            if run.count == 0 or run.last_seq <= low:
-                continue
-            if run.seqs is not None:
-                assert self.copies is not None
-                want = [s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones]
-                out.extend(map(item_of, self.copies.read(want[: limit - len(out)])))
-                continue
-            data = self._file(run).read(run.read_offset, None, self.health)
-            self._peek_records(run, data, low, out, limit)
-        return out
-
-    def _peek_records(
-        self, run: _Run, data: bytes, low: int, out: list[Spilled], limit: int
-    ) -> None:
-        # The records of `data` (the unread rest of `run`) with seq > low into `out`.
-        refs, corrupt = peek_entries(data, run.skip, low, self._tombstones, out, limit)
-        if corrupt >= 0:
-            raise RuntimeError(
-                f"page file {self._file(run).path} is corrupt at {run.read_offset + corrupt}"
-            )
-        if refs:
-            self._resolve(out, refs)
-
-    def peek_columns(self, after: int | None, limit: int, now_ms: int, out: Columns) -> int | None:
-        """`peek_after` as columns: append to `out`, until it holds `limit` rows, the paged
-        messages with a seq above `after`, in order, without building them (`pagerows`);
-        tombstoned ones and those expired at `now_ms` are left out.
-
-        Returns the seq of the last record read when it stopped because `out` filled up
-        (more may follow that seq; `out` may hold fewer than `limit` rows when journal copies
-        read for it had expired), None when everything after `after` was read.
-
-        Raises:
-            RuntimeError: a page file is corrupt where the browse reads it.
-        """
-        low = -1 if after is None else after
-        tombstones = self._tombstones
-        for run in self._runs:
-            if run.count == 0 or run.last_seq <= low:
-                continue
-            if run.seqs is not None:
-                last = self._peek_memory_run(run, low, limit, now_ms, out)
-                if len(out) >= limit:
-                    return last
-                continue
-            data = self._file(run).view(run.read_offset, self.health)
-            try:
-                got = peek_rows(data, run.skip, low, tombstones, now_ms, limit, out)
-            except CorruptPageError as exc:
-                at = run.read_offset + exc.offset
-                raise RuntimeError(f"page file {self._file(run).path} is corrupt at {at}") from None
-            full = len(out) >= limit
-            if got.refs:
-                self._resolve_rows(out, got.refs, now_ms)  # may drop expired rows
-            if full:
-                return got.last_seq
-        return None
-
-    def _peek_memory_run(self, run: _Run, low: int, limit: int, now_ms: int, out: Columns) -> int:
-        # The rows of a memory run's unread seqs above `low`, read from the journal.
-        assert run.seqs is not None
-        assert self.copies is not None
-        tombstones = self._tombstones
-        want = [s for s in run.seqs[run.read_offset :] if s > low and s not in tombstones]
-        return journal_rows(self.copies.read, want, low, limit, now_ms, out)
-
-    def _resolve_rows(self, out: Columns, refs: list[tuple[int, int]], now_ms: int) -> None:
-        # PAGED_REF placeholder rows, filled from the journal copies (one batched read).
-        assert self.copies is not None, "a page file holds references but no journal is given"
-        fill_refs(out, refs, self.copies.read([s for _, s in refs]), now_ms)
-
-    def _resolve(self, out: list[Spilled], refs: list[tuple[int, int]]) -> None:
-        # PAGED_REF records: read the journal copies (one batched read) into their places.
-        assert self.copies is not None, "a page file holds references but no journal is given"
-        for (i, _), entry in zip(refs, self.copies.read([s for _, s in refs]), strict=True):
-            out[i] = item_of(entry)
-
     def _pop_memory_run(
-        self, run: _Run, out: list[Spilled], max_count: int, max_bytes: int | None, got: int
+        self, run: PageRun, out: list[Spilled], max_count: int, max_bytes: int | None, got: int
     ) -> int:
         # Take the next seqs of a memory run (tombstones skipped); returns the bytes taken.
         assert run.seqs is not None
@@ -587,7 +492,7 @@ class PageQueue:
         """Remove a paged message out of order (it is skipped when read)."""
         self._tombstones[seq] = size
 
-    def _drop_run(self, run: _Run) -> None:
+    def _drop_run(self, run: PageRun) -> None:
         if run.file is not None:
             run.file.delete()
 

@@ -8,19 +8,51 @@ response sets the key's high bit (0x8000). Strings are ``[i16 length][utf-8]`` (
 bytes ``[i32 length][data]``, arrays ``[i32 count][item]*``.
 
 `FrameReader` cuts frames out of a byte stream (`feed`, then `next_frame` until None, h11's
-"need data"); `decode` turns a client frame into one of the command dataclasses below (a
+"need data"); `decode` turns a client frame into one of the command dataclasses (a
 `ProtocolError` for a malformed one: the connection then closes, as RabbitMQ does). The
-`encode_*` functions build the server's frames. Chunks for `Deliver` are in `chunk.py`.
+`encode_*` functions build the server's frames. The command dataclasses are in `commands.py`,
+chunks for `Deliver` in `chunk.py`.
 
-Pure: no I/O, no clock; imports nothing from ringmq.
+Pure: no I/O, no clock; imports nothing from ringmq but its sibling `commands`.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Final
+
+from ringmq.streamproto.commands import (
+    Close,
+    CloseOk,
+    Command,
+    ConsumerUpdateAnswer,
+    Create,
+    CreateSuperStream,
+    Credit,
+    DeclarePublisher,
+    Delete,
+    DeletePublisher,
+    DeleteSuperStream,
+    ExchangeCommandVersions,
+    Heartbeat,
+    Metadata,
+    Open,
+    Partitions,
+    PeerProperties,
+    Publish,
+    QueryOffset,
+    QueryPublisherSequence,
+    Route,
+    SaslAuthenticate,
+    SaslHandshake,
+    StoreOffset,
+    StreamStats,
+    Subscribe,
+    Tune,
+    Unsubscribe,
+    Unsupported,
+)
 
 __all__ = [
     "RESPONSE",
@@ -209,240 +241,6 @@ class _In:
 
     def properties(self) -> dict[str, str]:
         return {self.string(): self.string() for _ in range(self.count())}
-
-
-# --- client commands ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PeerProperties:
-    correlation_id: int
-    properties: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class SaslHandshake:
-    correlation_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class SaslAuthenticate:
-    correlation_id: int
-    mechanism: str
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Tune:
-    frame_max: int
-    heartbeat_s: int
-
-
-@dataclass(frozen=True, slots=True)
-class Open:
-    correlation_id: int
-    vhost: str
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    correlation_id: int
-    code: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class CloseOk:
-    correlation_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Create:
-    correlation_id: int
-    stream: str
-    arguments: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    correlation_id: int
-    stream: str
-
-
-@dataclass(frozen=True, slots=True)
-class Metadata:
-    correlation_id: int
-    streams: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class DeclarePublisher:
-    correlation_id: int
-    publisher_id: int
-    reference: str
-    stream: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeletePublisher:
-    correlation_id: int
-    publisher_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class QueryPublisherSequence:
-    correlation_id: int
-    reference: str
-    stream: str
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    publisher_id: int
-    messages: list[tuple[int, bytes]] = field(default_factory=list)
-    """(publishing id, message) in order; a sub-entry batch is unpacked into its messages,
-    all with the batch's publishing id."""
-    refused: list[int] = field(default_factory=list)
-    """Publishing ids of sub-entry batches with a compression this broker does not read."""
-    spans: list[tuple[int, int]] = field(default_factory=list, compare=False)
-    """Where each message's entry (``[u32 size][message]``, as a chunk holds it) is in
-    `content`, in the order of `messages`; empty when a sub-entry batch came (no span per
-    message then)."""
-    content: bytes = field(default=b"", compare=False)
-    """The frame's content (`spans` index it): entries are stored as they arrived."""
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    correlation_id: int
-    subscription_id: int
-    stream: str
-    offset_type: int
-    offset: int
-    credit: int
-    properties: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Unsubscribe:
-    correlation_id: int
-    subscription_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Credit:
-    subscription_id: int
-    credit: int
-
-
-@dataclass(frozen=True, slots=True)
-class StoreOffset:
-    reference: str
-    stream: str
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class QueryOffset:
-    correlation_id: int
-    reference: str
-    stream: str
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerUpdateAnswer:
-    """The client's answer to the broker's consumer update: where the consumer starts."""
-
-    correlation_id: int
-    code: int
-    offset_type: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class StreamStats:
-    correlation_id: int
-    stream: str
-
-
-@dataclass(frozen=True, slots=True)
-class ExchangeCommandVersions:
-    correlation_id: int
-    versions: list[tuple[int, int, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    correlation_id: int
-    routing_key: str
-    super_stream: str
-
-
-@dataclass(frozen=True, slots=True)
-class Partitions:
-    correlation_id: int
-    super_stream: str
-
-
-@dataclass(frozen=True, slots=True)
-class CreateSuperStream:
-    correlation_id: int
-    name: str
-    partitions: list[str]
-    binding_keys: list[str]
-    arguments: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteSuperStream:
-    correlation_id: int
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Unsupported:
-    """A command this broker does not serve (super streams, stream stats...): answered with
-    `Code.UNKNOWN_FRAME` when it has a correlation id (`correlation_id` None: none)."""
-
-    key: int
-    correlation_id: int | None
-
-
-Command = (
-    PeerProperties
-    | SaslHandshake
-    | SaslAuthenticate
-    | Tune
-    | Open
-    | Close
-    | CloseOk
-    | Heartbeat
-    | Create
-    | Delete
-    | Metadata
-    | DeclarePublisher
-    | DeletePublisher
-    | QueryPublisherSequence
-    | Publish
-    | Subscribe
-    | Unsubscribe
-    | Credit
-    | StoreOffset
-    | QueryOffset
-    | StreamStats
-    | ConsumerUpdateAnswer
-    | ExchangeCommandVersions
-    | Route
-    | Partitions
-    | CreateSuperStream
-    | DeleteSuperStream
-    | Unsupported
-)
 
 
 def _publish(r: _In, version: int) -> Publish:

@@ -19,9 +19,9 @@ from ringmq.core.arguments import (
     BY_ARGUMENT,
     EQUIVALENCE_ARGUMENTS,
     QUEUE_ARGUMENTS,
-    UNSET,
     QueueArgument,
 )
+from ringmq.core.argvalues import UNSET
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.policies import POLICY_KEYS, AddressSettings, PolicyError, validate_definition
 from ringmq.core.settings import QueueSettings, resolve_queue_settings

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ringmq.core.arguments import SettingsError
+from ringmq.core.argvalues import SettingsError
 from ringmq.core.broker import Broker
 from ringmq.core.message import Message
 from ringmq.core.streamlog import (

@@ -14,43 +14,43 @@ from rstream import OffsetType, schema
 from rstream.encoding import decode_frame, encode_frame, encode_publish
 
 from ringmq.streamproto import FrameReader, ProtocolError, chunk, decode, deliver_frame
-from ringmq.streamproto import codec as sp
+from ringmq.streamproto import commands as sc
 
 FRAMES: list[tuple[Any, Any]] = [
     (
         schema.PeerProperties(1, [schema.Property("product", "rstream")]),
-        sp.PeerProperties(1, {"product": "rstream"}),
+        sc.PeerProperties(1, {"product": "rstream"}),
     ),
-    (schema.SaslHandshake(2), sp.SaslHandshake(2)),
-    (schema.SaslAuthenticate(3, "PLAIN", b"\0u\0p"), sp.SaslAuthenticate(3, "PLAIN", b"\0u\0p")),
-    (schema.Tune(1048576, 60), sp.Tune(1048576, 60)),
-    (schema.Open(4, "/"), sp.Open(4, "/")),
+    (schema.SaslHandshake(2), sc.SaslHandshake(2)),
+    (schema.SaslAuthenticate(3, "PLAIN", b"\0u\0p"), sc.SaslAuthenticate(3, "PLAIN", b"\0u\0p")),
+    (schema.Tune(1048576, 60), sc.Tune(1048576, 60)),
+    (schema.Open(4, "/"), sc.Open(4, "/")),
     (
         schema.Create(5, "s", [schema.Property("max-age", "1h")]),
-        sp.Create(5, "s", {"max-age": "1h"}),
+        sc.Create(5, "s", {"max-age": "1h"}),
     ),
-    (schema.Metadata(6, ["a", "b"]), sp.Metadata(6, ["a", "b"])),
-    (schema.DeclarePublisher(7, 3, "ref", "s"), sp.DeclarePublisher(7, 3, "ref", "s")),
+    (schema.Metadata(6, ["a", "b"]), sc.Metadata(6, ["a", "b"])),
+    (schema.DeclarePublisher(7, 3, "ref", "s"), sc.DeclarePublisher(7, 3, "ref", "s")),
     (
         schema.Subscribe(8, 1, "s", schema.OffsetSpecOffset(OffsetType.OFFSET, 42), 10, []),
-        sp.Subscribe(8, 1, "s", 4, 42, 10, {}),
+        sc.Subscribe(8, 1, "s", 4, 42, 10, {}),
     ),
     (
         schema.Subscribe(9, 2, "s", schema.OffsetSpec(OffsetType.FIRST), 5, []),
-        sp.Subscribe(9, 2, "s", 1, 0, 5, {}),
+        sc.Subscribe(9, 2, "s", 1, 0, 5, {}),
     ),
-    (schema.Credit(1, 3), sp.Credit(1, 3)),
-    (schema.StoreOffset("r", "s", 7), sp.StoreOffset("r", "s", 7)),
-    (schema.QueryOffset(10, "r", "s"), sp.QueryOffset(10, "r", "s")),
-    (schema.Close(11, 1, "bye"), sp.Close(11, 1, "bye")),
-    (schema.Heartbeat(), sp.Heartbeat()),
-    (schema.SuperStreamRoute(12, "k", "ss"), sp.Route(12, "k", "ss")),
-    (schema.SuperStreamPartitions(13, "ss"), sp.Partitions(13, "ss")),
+    (schema.Credit(1, 3), sc.Credit(1, 3)),
+    (schema.StoreOffset("r", "s", 7), sc.StoreOffset("r", "s", 7)),
+    (schema.QueryOffset(10, "r", "s"), sc.QueryOffset(10, "r", "s")),
+    (schema.Close(11, 1, "bye"), sc.Close(11, 1, "bye")),
+    (schema.Heartbeat(), sc.Heartbeat()),
+    (schema.SuperStreamRoute(12, "k", "ss"), sc.Route(12, "k", "ss")),
+    (schema.SuperStreamPartitions(13, "ss"), sc.Partitions(13, "ss")),
     (
         schema.CreateSuperStream(14, "ss", ["ss-0", "ss-1"], ["0", "1"], []),
-        sp.CreateSuperStream(14, "ss", ["ss-0", "ss-1"], ["0", "1"], {}),
+        sc.CreateSuperStream(14, "ss", ["ss-0", "ss-1"], ["0", "1"], {}),
     ),
-    (schema.DeleteSuperStream(15, "ss"), sp.DeleteSuperStream(15, "ss")),
+    (schema.DeleteSuperStream(15, "ss"), sc.DeleteSuperStream(15, "ss")),
 ]
 
 
@@ -74,7 +74,7 @@ def test_client_frames_decode_whole_byte_by_byte_and_back_to_back(step: int) -> 
 def test_publish_frames_decode_to_their_messages(messages: list[tuple[int, bytes]]) -> None:
     frame = schema.Publish(2, [schema.Message(i, None, d) for i, d in messages])
     (got,) = _frames(encode_publish(frame), 1 << 20)
-    assert got == sp.Publish(2, messages)
+    assert got == sc.Publish(2, messages)
 
 
 @given(

@@ -61,6 +61,7 @@ from ringmq.core.streamlog import STREAM, StreamLog
 from ringmq.core.streamsac import GroupKey
 from ringmq.core.vhost import QueueEntity
 from ringmq.streamproto import codec as sp
+from ringmq.streamproto import commands as sc
 from ringmq.streamproto.chunk import deliver_header
 from ringmq.streamproto.codec import RESPONSE, Code, Key, Writer
 
@@ -120,12 +121,12 @@ class StreamHandler:
     def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
         self._last_in = -1  # seen: the next tick takes the time
         out: list[Effect] = []
-        held: list[sp.Publish] = []  # publish frames, handled together (`_publish_held`)
+        held: list[sc.Publish] = []  # publish frames, handled together (`_publish_held`)
         try:
             self.reader.feed(data)
             while not self._closed and (frame := self.reader.next_frame()) is not None:
                 cmd = sp.decode(*frame)
-                if type(cmd) is sp.Publish and self._opened:
+                if type(cmd) is sc.Publish and self._opened:
                     held.append(cmd)
                     continue
                 if held:
@@ -215,32 +216,32 @@ class StreamHandler:
             self.out += Writer().u32(0).u16(code).string(reason[:255]).frame(Key.CLOSE)
             self._closed = True
 
-    def _command(self, cmd: sp.Command, now_ms: int) -> list[Effect]:
+    def _command(self, cmd: sc.Command, now_ms: int) -> list[Effect]:
         match cmd:
-            case sp.PeerProperties():
+            case sc.PeerProperties():
                 props = {"product": "ringmq", "version": __version__, "platform": "Python"}
                 w = sp.response(Key.PEER_PROPERTIES, cmd.correlation_id, Code.OK)
                 self._send(w.properties(props).frame(Key.PEER_PROPERTIES | RESPONSE))
-            case sp.SaslHandshake():
+            case sc.SaslHandshake():
                 w = sp.response(Key.SASL_HANDSHAKE, cmd.correlation_id, Code.OK)
                 self._send(w.count(1).string("PLAIN").frame(Key.SASL_HANDSHAKE | RESPONSE))
-            case sp.SaslAuthenticate():
+            case sc.SaslAuthenticate():
                 self._authenticate(cmd, now_ms)
-            case sp.Tune():
+            case sc.Tune():
                 if cmd.heartbeat_s:
                     self.heartbeat_s = min(self.heartbeat_s or cmd.heartbeat_s, cmd.heartbeat_s)
                 else:
                     self.heartbeat_s = 0
-            case sp.Open():
+            case sc.Open():
                 self._open(cmd, now_ms)
-            case sp.Close():
+            case sc.Close():
                 self._send(sp.simple_response(Key.CLOSE, cmd.correlation_id, Code.OK))
                 self._closed = True
-            case sp.CloseOk():
+            case sc.CloseOk():
                 self._closed = True
-            case sp.Heartbeat():
+            case sc.Heartbeat():
                 pass
-            case sp.Unsupported():
+            case sc.Unsupported():
                 # a command this broker does not serve (docs/streams.md)
                 if cmd.correlation_id is not None:
                     w = sp.Writer().u32(cmd.correlation_id).u16(Code.UNKNOWN_FRAME)
@@ -252,7 +253,7 @@ class StreamHandler:
                 return self._in_call(cmd, now_ms)
         return []
 
-    def _authenticate(self, cmd: sp.SaslAuthenticate, now_ms: int) -> None:
+    def _authenticate(self, cmd: sc.SaslAuthenticate, now_ms: int) -> None:
         corr = cmd.correlation_id
         if cmd.mechanism != "PLAIN":
             self._send(
@@ -270,7 +271,7 @@ class StreamHandler:
         self._send(sp.simple_response(Key.SASL_AUTHENTICATE, corr, Code.OK))
         self._send(Writer().u32(self.frame_max).u32(self.heartbeat_s).frame(Key.TUNE))
 
-    def _open(self, cmd: sp.Open, now_ms: int) -> None:
+    def _open(self, cmd: sc.Open, now_ms: int) -> None:
         corr = cmd.correlation_id
         if self._user is None or self._opened:
             self._send(sp.simple_response(Key.OPEN, corr, Code.VIRTUAL_HOST_ACCESS_FAILURE))
@@ -317,7 +318,7 @@ class StreamHandler:
         q = self._stream(name)
         return q.stream if q is not None else None
 
-    def _in_call(self, cmd: sp.Command, now_ms: int) -> list[Effect]:
+    def _in_call(self, cmd: sc.Command, now_ms: int) -> list[Effect]:
         # A command that reads or changes the core: one core call; a refusal is its code.
         calls = self.broker.calls
         out = calls.begin(now_ms)
@@ -331,10 +332,10 @@ class StreamHandler:
             if corr is not None:
                 self._send(sp.simple_response(key, corr, code))
             return out
-        calls.end(publish=isinstance(cmd, sp.Publish))
+        calls.end(publish=isinstance(cmd, sc.Publish))
         return out
 
-    def _publish_held(self, held: list[sp.Publish], now_ms: int) -> list[Effect]:
+    def _publish_held(self, held: list[sc.Publish], now_ms: int) -> list[Effect]:
         # A read's publish frames in one core call (a refusal: the frames' publisher is told
         # nothing more, as a refused single publish).
         calls = self.broker.calls
@@ -348,11 +349,11 @@ class StreamHandler:
         calls.end(publish=True)
         return out
 
-    def _core_command(self, cmd: sp.Command, now_ms: int) -> None:
+    def _core_command(self, cmd: sc.Command, now_ms: int) -> None:
         b = self.broker
         s = self._session(PUBLISH_CHANNEL)
         match cmd:
-            case sp.Create():
+            case sc.Create():
                 if cmd.stream in s.vhost.queues:
                     self._send(
                         sp.simple_response(
@@ -366,30 +367,30 @@ class StreamHandler:
                     arguments=args, now_ms=now_ms,
                 )  # fmt: skip
                 self._send(sp.simple_response(Key.CREATE, cmd.correlation_id, Code.OK))
-            case sp.Delete():
+            case sc.Delete():
                 if self._stream(cmd.stream) is None:
                     code = Code.STREAM_DOES_NOT_EXIST
                 else:
                     b.topology.delete_named(s, cmd.stream, now_ms)
                     code = Code.OK
                 self._send(sp.simple_response(Key.DELETE, cmd.correlation_id, code))
-            case sp.Metadata():
+            case sc.Metadata():
                 self._metadata(cmd)
-            case sp.DeclarePublisher():
+            case sc.DeclarePublisher():
                 self.publishing.declare(cmd, s)
-            case sp.DeletePublisher():
+            case sc.DeletePublisher():
                 self.publishing.delete(cmd)
-            case sp.QueryPublisherSequence():
+            case sc.QueryPublisherSequence():
                 log_ = self._log(cmd.stream)
                 code = Code.OK if log_ is not None else Code.STREAM_DOES_NOT_EXIST
                 seq = log_.tracking.writers.get(cmd.reference, 0) if log_ is not None else 0
                 w = sp.response(Key.QUERY_PUBLISHER_SEQUENCE, cmd.correlation_id, code).u64(seq)
                 self._send(w.frame(Key.QUERY_PUBLISHER_SEQUENCE | RESPONSE))
-            case sp.Publish():
+            case sc.Publish():
                 self.publishing.publish([cmd], s, now_ms)
-            case sp.Subscribe():
+            case sc.Subscribe():
                 self._subscribe(cmd, now_ms)
-            case sp.Unsubscribe():
+            case sc.Unsubscribe():
                 sub = self._subs.pop(cmd.subscription_id, None)
                 if sub is None:
                     code = Code.SUBSCRIPTION_ID_DOES_NOT_EXIST
@@ -399,7 +400,7 @@ class StreamHandler:
                     self._leave(sub)
                     code = Code.OK
                 self._send(sp.simple_response(Key.UNSUBSCRIBE, cmd.correlation_id, code))
-            case sp.Credit():
+            case sc.Credit():
                 sub = self._subs.get(cmd.subscription_id)
                 if sub is None:
                     w = Writer().u16(Code.SUBSCRIPTION_ID_DOES_NOT_EXIST).u8(cmd.subscription_id)
@@ -412,11 +413,11 @@ class StreamHandler:
                 c = s_.consumers.get(f"stream-{sub.id}")
                 left = c.credit or 0 if c is not None else 0
                 b.delivery.flow(s_, f"stream-{sub.id}", credit=left + cmd.credit, drain=False)
-            case sp.StoreOffset():
+            case sc.StoreOffset():
                 log_ = self._log(cmd.stream)
                 if log_ is not None:
                     log_.tracking.store_offset(cmd.reference, cmd.offset)
-            case sp.QueryOffset():
+            case sc.QueryOffset():
                 log_ = self._log(cmd.stream)
                 stored = log_.tracking.offsets.get(cmd.reference) if log_ is not None else None
                 if log_ is None:
@@ -425,20 +426,20 @@ class StreamHandler:
                     code = Code.OK if stored is not None else Code.NO_OFFSET
                 w = sp.response(Key.QUERY_OFFSET, cmd.correlation_id, code).u64(stored or 0)
                 self._send(w.frame(Key.QUERY_OFFSET | RESPONSE))
-            case sp.StreamStats():
+            case sc.StreamStats():
                 self._stats(cmd)
-            case sp.ConsumerUpdateAnswer():
+            case sc.ConsumerUpdateAnswer():
                 self._activated(cmd, now_ms)
-            case sp.CreateSuperStream():
+            case sc.CreateSuperStream():
                 args = queue_arguments(cmd.arguments)
                 self._send(superstreams.create(b, s, cmd, args, now_ms))
-            case sp.DeleteSuperStream():
+            case sc.DeleteSuperStream():
                 self._send(superstreams.delete(b, s, cmd, now_ms))
-            case sp.Partitions():
+            case sc.Partitions():
                 self._send(superstreams.partitions(s, cmd))
-            case sp.Route():
+            case sc.Route():
                 self._send(superstreams.route(s, cmd))
-            case sp.ExchangeCommandVersions():
+            case sc.ExchangeCommandVersions():
                 # rstream reads the answer by key - 1: every key from 1, in order
                 w = sp.response(Key.EXCHANGE_COMMAND_VERSIONS, cmd.correlation_id, Code.OK)
                 w.count(len(Key))
@@ -448,7 +449,7 @@ class StreamHandler:
             case _:
                 raise AssertionError(cmd)
 
-    def _metadata(self, cmd: sp.Metadata) -> None:
+    def _metadata(self, cmd: sc.Metadata) -> None:
         peer = self.ctx.peer
         w = sp.Writer().u32(cmd.correlation_id)
         w.count(1).u16(0).string(peer.local_host).u32(peer.local_port)
@@ -460,10 +461,10 @@ class StreamHandler:
                 w.string(name).u16(Code.STREAM_DOES_NOT_EXIST).u16(0xFFFF).count(0)
         self._send(w.frame(Key.METADATA | RESPONSE))
 
-    def _stats(self, cmd: sp.StreamStats) -> None:
+    def _stats(self, cmd: sc.StreamStats) -> None:
         self._send(stats_frame(self._log(cmd.stream), cmd.correlation_id))
 
-    def _subscribe(self, cmd: sp.Subscribe, now_ms: int) -> None:
+    def _subscribe(self, cmd: sc.Subscribe, now_ms: int) -> None:
         corr = cmd.correlation_id
         if cmd.subscription_id in self._subs:
             self._send(sp.simple_response(Key.SUBSCRIBE, corr, Code.SUBSCRIPTION_ID_ALREADY_EXISTS))
@@ -509,7 +510,7 @@ class StreamHandler:
         self._updates[corr] = sub.id
         self._send(Writer().u32(corr).u8(sub.id).u8(1).frame(Key.CONSUMER_UPDATE))
 
-    def _activated(self, cmd: sp.ConsumerUpdateAnswer, now_ms: int) -> None:
+    def _activated(self, cmd: sc.ConsumerUpdateAnswer, now_ms: int) -> None:
         # The client's answer: the consumer starts again at the offset it gives, with the
         # credit it was given meanwhile.
         sub = self._subs.get(self._updates.pop(cmd.correlation_id, -1))

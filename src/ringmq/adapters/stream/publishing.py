@@ -36,6 +36,7 @@ from ringmq.core.session import Session
 from ringmq.core.streamchunk import HEADER_SIZE
 from ringmq.core.vhost import QueueEntity
 from ringmq.streamproto import codec as sp
+from ringmq.streamproto import commands as sc
 from ringmq.streamproto.codec import Code, Key, Writer
 
 __all__ = ["MAX_ENTRIES", "Publisher", "Publishing"]
@@ -77,7 +78,7 @@ class Publishing:
         self.confirming: dict[int, tuple[int, list[int]]] = {}
         """Publish seq -> (publisher id, publishing ids), waiting for the core's confirm."""
 
-    def declare(self, cmd: sp.DeclarePublisher, s: Session) -> None:
+    def declare(self, cmd: sc.DeclarePublisher, s: Session) -> None:
         corr = cmd.correlation_id
         if self._stream(cmd.stream) is None:
             code = Code.STREAM_DOES_NOT_EXIST
@@ -89,15 +90,15 @@ class Publishing:
             code = Code.OK
         self._send(sp.simple_response(Key.DECLARE_PUBLISHER, corr, code))
 
-    def delete(self, cmd: sp.DeletePublisher) -> None:
+    def delete(self, cmd: sc.DeletePublisher) -> None:
         gone = self.publishers.pop(cmd.publisher_id, None)
         code = Code.OK if gone is not None else Code.PUBLISHER_DOES_NOT_EXIST
         self._send(sp.simple_response(Key.DELETE_PUBLISHER, cmd.correlation_id, code))
 
-    def publish(self, cmds: list[sp.Publish], s: Session, now_ms: int) -> None:
+    def publish(self, cmds: list[sc.Publish], s: Session, now_ms: int) -> None:
         """A read's publish frames, in order: runs of one publisher's simple entries as
         chunks, the others frame by frame."""
-        run: list[sp.Publish] = []
+        run: list[sc.Publish] = []
         for cmd in cmds:
             if cmd.spans and not cmd.refused:
                 if run and run[0].publisher_id != cmd.publisher_id:
@@ -113,7 +114,7 @@ class Publishing:
             self._publish_run(run, s, now_ms)
 
     def _target(
-        self, pid: int, cmds: list[sp.Publish], s: Session
+        self, pid: int, cmds: list[sc.Publish], s: Session
     ) -> tuple[Publisher, QueueEntity] | None:
         # The publisher and its stream, or None once the client is told why not.
         pub = self.publishers.get(pid)
@@ -129,7 +130,7 @@ class Publishing:
         self.broker.publisher.exchange_for(s, "")
         return pub, q
 
-    def _publish_run(self, run: list[sp.Publish], s: Session, now_ms: int) -> None:
+    def _publish_run(self, run: list[sc.Publish], s: Session, now_ms: int) -> None:
         # Frames of simple entries of one publisher (duplicates left out) as they arrived:
         # as few chunks as `chunk_data_max` and `MAX_ENTRIES` allow.
         pid = run[0].publisher_id
@@ -186,7 +187,7 @@ class Publishing:
         if dups:
             self._send(confirm_frame(pid, dups))
 
-    def _publish_messages(self, cmd: sp.Publish, s: Session, now_ms: int) -> None:
+    def _publish_messages(self, cmd: sc.Publish, s: Session, now_ms: int) -> None:
         # A frame with sub-entry batches: message by message through the default exchange.
         pid = cmd.publisher_id
         if cmd.refused:

@@ -13,6 +13,7 @@ from typing import Any, Final
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.streamlog import StreamLog
 from ringmq.streamproto import codec as sp
+from ringmq.streamproto import commands as sc
 from ringmq.streamproto.codec import RESPONSE, Code, Key, Writer
 
 ARGUMENTS: Final = {
@@ -68,27 +69,27 @@ def offset_spec(kind: int, offset: int) -> Any:
     return None
 
 
-def key_of(cmd: sp.Command) -> tuple[Key, int | None]:
+def key_of(cmd: sc.Command) -> tuple[Key, int | None]:
     keys = {
-        sp.Create: Key.CREATE,
-        sp.Delete: Key.DELETE,
-        sp.Metadata: Key.METADATA,
-        sp.DeclarePublisher: Key.DECLARE_PUBLISHER,
-        sp.DeletePublisher: Key.DELETE_PUBLISHER,
-        sp.QueryPublisherSequence: Key.QUERY_PUBLISHER_SEQUENCE,
-        sp.Publish: Key.PUBLISH,
-        sp.Subscribe: Key.SUBSCRIBE,
-        sp.Unsubscribe: Key.UNSUBSCRIBE,
-        sp.Credit: Key.CREDIT,
-        sp.StoreOffset: Key.STORE_OFFSET,
-        sp.QueryOffset: Key.QUERY_OFFSET,
-        sp.StreamStats: Key.STREAM_STATS,
-        sp.ConsumerUpdateAnswer: Key.CONSUMER_UPDATE,
-        sp.ExchangeCommandVersions: Key.EXCHANGE_COMMAND_VERSIONS,
-        sp.CreateSuperStream: Key.CREATE_SUPER_STREAM,
-        sp.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
-        sp.Partitions: Key.PARTITIONS,
-        sp.Route: Key.ROUTE,
+        sc.Create: Key.CREATE,
+        sc.Delete: Key.DELETE,
+        sc.Metadata: Key.METADATA,
+        sc.DeclarePublisher: Key.DECLARE_PUBLISHER,
+        sc.DeletePublisher: Key.DELETE_PUBLISHER,
+        sc.QueryPublisherSequence: Key.QUERY_PUBLISHER_SEQUENCE,
+        sc.Publish: Key.PUBLISH,
+        sc.Subscribe: Key.SUBSCRIBE,
+        sc.Unsubscribe: Key.UNSUBSCRIBE,
+        sc.Credit: Key.CREDIT,
+        sc.StoreOffset: Key.STORE_OFFSET,
+        sc.QueryOffset: Key.QUERY_OFFSET,
+        sc.StreamStats: Key.STREAM_STATS,
+        sc.ConsumerUpdateAnswer: Key.CONSUMER_UPDATE,
+        sc.ExchangeCommandVersions: Key.EXCHANGE_COMMAND_VERSIONS,
+        sc.CreateSuperStream: Key.CREATE_SUPER_STREAM,
+        sc.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
+        sc.Partitions: Key.PARTITIONS,
+        sc.Route: Key.ROUTE,
     }
     return keys[type(cmd)], getattr(cmd, "correlation_id", None)
 

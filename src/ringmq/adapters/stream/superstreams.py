@@ -19,6 +19,7 @@ from ringmq.core.routing import QUEUE
 from ringmq.core.session import Session
 from ringmq.core.streamlog import STREAM
 from ringmq.streamproto import codec as sp
+from ringmq.streamproto import commands as sc
 from ringmq.streamproto.codec import RESPONSE, Code, Key
 
 ORDER: Final = "x-stream-partition-order"
@@ -49,7 +50,7 @@ def _names(key: Key, corr: int, code: Code, names: list[str]) -> bytes:
     return w.frame(key | RESPONSE)
 
 
-def partitions(s: Session, cmd: sp.Partitions) -> bytes:
+def partitions(s: Session, cmd: sc.Partitions) -> bytes:
     """The partitions of a super stream, in order."""
     x = _super(s, cmd.super_stream)
     if x is None:
@@ -57,7 +58,7 @@ def partitions(s: Session, cmd: sp.Partitions) -> bytes:
     return _names(Key.PARTITIONS, cmd.correlation_id, Code.OK, _partitions(x))
 
 
-def route(s: Session, cmd: sp.Route) -> bytes:
+def route(s: Session, cmd: sc.Route) -> bytes:
     """The partitions a routing key reaches."""
     x = _super(s, cmd.super_stream)
     if x is None:
@@ -66,7 +67,7 @@ def route(s: Session, cmd: sp.Route) -> bytes:
 
 
 def create(
-    b: Broker, s: Session, cmd: sp.CreateSuperStream, arguments: dict[str, Any], now_ms: int
+    b: Broker, s: Session, cmd: sc.CreateSuperStream, arguments: dict[str, Any], now_ms: int
 ) -> bytes:
     """Declare the exchange, the partitions and their bindings (`arguments`: the partitions'
     queue arguments, already read)."""
@@ -89,7 +90,7 @@ def create(
     return sp.simple_response(Key.CREATE_SUPER_STREAM, corr, Code.OK)
 
 
-def delete(b: Broker, s: Session, cmd: sp.DeleteSuperStream, now_ms: int) -> bytes:
+def delete(b: Broker, s: Session, cmd: sc.DeleteSuperStream, now_ms: int) -> bytes:
     """Delete the partitions and the exchange."""
     x = _super(s, cmd.name)
     if x is None:

@@ -43,10 +43,10 @@ class QueueBrowsing:
 
     @property
     def pageable(self) -> bool:
-        raise NotImplementedError  # Queue's
+        raise NotImplementedError  # QueueMemoryBound's (membound.py)
 
     def _apply_bound(self) -> None:
-        raise NotImplementedError  # Queue's
+        raise NotImplementedError  # QueueMemoryBound's (membound.py)
 
     def _browse_index(self) -> list[Entry]:
         # Built on first use, kept up to date by publish, compacted once gone entries dominate.

@@ -19,13 +19,15 @@ and keeps the public API:
 * `DeadLetters` (deadletters.py): the outbox the broker drains (`drain_dead_letters`);
 * `QueueCounters` (records.py), updated incrementally so reading them is O(1).
 
-`Queue` subclasses `QueueViews` (views.py), which holds the read-only surface (counts, stats,
-O(n) listings) over the counters, `Contents` and `Scheduler` handed to its `__init__`, and
-`QueueBrowsing` (browsing.py), the non-destructive reads. `Queue.hold` (hold.py) keeps
+`Queue` subclasses `QueueViews` (views.py), which holds the read-only surface (counts, stats, O(n)
+listings) over the counters, `Contents` and `Scheduler` handed to its `__init__`, `QueueBrowsing`
+(browsing.py), the non-destructive reads, `QueueMemoryBound` (membound.py), the memory bound and
+paging controls, and `QueueDeadlines` (deadlines.py), the timed work (`tick`, `next_deadline_ms`,
+scheduled messages); the last two hold no state of their own. `Queue.hold` (hold.py) keeps
 persistent messages from every take and browse until the journal's fsync covers them. The
 collaborators are given each other explicitly (`Overflow` gets `Contents`, `DeadLetters` and
-`Expiry`; `Settlement` gets `Overflow`...) and expose what the others read as public names;
-none reads another's (or `Queue`'s) private attributes.
+`Expiry`; `Settlement` gets `Overflow`...) and expose what the others read as public names; none
+reads another's (or `Queue`'s) private attributes.
 
 Invariants: every live entry is in exactly one of {a lane or the paged tail (READY), the
 unacked map (ACQUIRED), the schedule (SCHEDULED)}; counters equal the sums over those sets;
@@ -61,12 +63,12 @@ paths append to it inline. With this shape, `engine_bench.py` alternated with th
 engine it replaced shows every scenario level (within the run-to-run noise).
 
 Paging (bounded in-memory head). With a `SpillStore` (given by the broker when a data directory
-exists), a `pageable` queue (single lane, no LVQ, no browse index, no limit that needs
-envelopes in memory) keeps at most `head_count` messages / `head_bytes` body bytes ready in
-memory (`set_memory_bound`, tightened by the broker under memory pressure); the `PagedTail`
-(paging.py states its theory and invariants) holds the rest, a suffix of the queue in seq
-order, counted in `paged`/`paged_bytes`. The publish fast paths test `counters.paged` (0 unless
-something is paged) before asking the paged tail.
+exists), a `pageable` queue (single lane, no LVQ, no browse index, no limit that needs envelopes in
+memory) keeps at most `head_count` messages / `head_bytes` body bytes ready in memory
+(`set_memory_bound`, membound.py: tightened by the broker under memory pressure); the `PagedTail`
+(paging.py states its theory and invariants) holds the rest, a suffix of the queue in seq order,
+counted in `paged`/`paged_bytes`. The publish fast paths test `counters.paged` (0 unless something
+is paged) before asking the paged tail.
 """
 
 from __future__ import annotations
@@ -82,11 +84,13 @@ from ringmq.core.queue import hold, select, takerun
 from ringmq.core.queue.browsing import QueueBrowsing
 from ringmq.core.queue.contents import Contents
 from ringmq.core.queue.deadletters import DeadLetters
+from ringmq.core.queue.deadlines import QueueDeadlines
 from ringmq.core.queue.expiry import Expiry
 from ringmq.core.queue.hold import NO_HOLD, Hold
 from ringmq.core.queue.ingest import QueueIngest
 from ringmq.core.queue.lanes import ACQUIRED, GONE, READY, Entry, new_entry
 from ringmq.core.queue.limits import FastBounds, FastPaths
+from ringmq.core.queue.membound import QueueMemoryBound
 from ringmq.core.queue.overflow import Overflow
 from ringmq.core.queue.ports import BodyStore, MemoryBodyStore, RawRows, SpillStore
 from ringmq.core.queue.records import (
@@ -118,7 +122,9 @@ _GROUP_ID, _GROUP_ID_CORE = GROUP_ID_HEADERS  # the LVQ fast path leaves grouped
 new_delivery: Final = object.__new__
 
 
-class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
+class Queue(
+    QueueMemoryBound, QueueDeadlines, QueueViews, QueueRecovery, QueueIngest, QueueBrowsing
+):
     """One queue's engine. See the module docstring for the theory of operation."""
 
     def __init__(
@@ -229,49 +235,6 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
         limit = settings.limit
         if limit is not None and limit.action is LimitAction.DROP_HEAD:
             self._overflow.drop_head(now_ms)
-
-    # --- paging (the paged tail is `Contents.paging`; paging.py) -------------------------
-
-    @property
-    def pageable(self) -> bool:
-        """Whether this queue can page its tail (given a spill store): its settings allow it
-        (`FastPaths.pageable`: single lane, no LVQ, no limit that needs envelopes in memory)
-        and it has no browse index."""
-        return self.paths.pageable and self._index is None
-
-    def _apply_bound(self) -> None:
-        paging = self._paging
-        paging.set_active(paging.spill is not None and self.pageable, self._lane.tail)
-        self._head_n, self._head_b = paging.head_n, paging.head_b
-
-    def set_spill(self, spill: SpillStore) -> None:
-        """Give the queue a spill store (paging starts within the current bound)."""
-        if self._paging.spill is None:
-            self._paging.spill = spill
-            self._apply_bound()
-            self.page_out()
-
-    def set_memory_bound(self, count: int, nbytes: int) -> None:
-        """Bound the ready messages held in memory; the rest pages (needs a spill store). A
-        lower bound pages the excess out at once; a higher one lets fetches page more in."""
-        self._paging.bound_n = count
-        self._paging.bound_b = nbytes
-        self._apply_bound()
-        self.page_out()
-
-    def page_out(self) -> int:
-        """Page the rear of the in-memory tail out until memory is within the bound; returns
-        how many messages moved (never-delivered ones from the tail's rear only: paging.py)."""
-        return self._contents.page_out()
-
-    def set_body_store(self, store: BodyStore) -> bool:
-        """Use `store` for bodies paged one by one (flow-to-disk limits). Refused (False)
-        while bodies are paged in the current store."""
-        return self._contents.set_store(store)
-
-    def close(self) -> None:
-        """The queue is deleted: release its paged data (spilled tail and paged bodies)."""
-        self._contents.close()
 
     @property
     def last_seq(self) -> SeqId:
@@ -577,40 +540,3 @@ class Queue(QueueViews, QueueRecovery, QueueIngest, QueueBrowsing):
     def drain_dead_letters(self) -> list[DeadLetter]:
         """Dead letters produced since the last call, in order; the broker routes them."""
         return self._dead.drain()
-
-    # --- time (scheduler.py, expiry.py) ------------------------------------------------
-
-    def tick(self, now_ms: int) -> None:
-        """Release due scheduled messages (at most `SCHEDULED_RELEASE_BATCH`) to the head and
-        expire the messages at the head of the queue whose time has passed (expiry.py: only
-        the head of the whole queue expires, as in RabbitMQ)."""
-        self._scheduler.release_due(now_ms, self._overflow.release)
-        if not self.plain:
-            self._expiry.expire_heads(now_ms, now_ms)
-
-    def drop_expired(self, now_ms: int) -> int:
-        """Expire the messages at the head whose expiry time has been reached by `now_ms`
-        (RabbitMQ's `drop_expired_msgs`, see expiry.py); returns how many expired."""
-        if not self._expiry.seen:
-            return 0
-        return self._expiry.expire_heads(now_ms + 1, now_ms)
-
-    def next_deadline_ms(self) -> int | None:
-        """Earliest time at which `tick` has work: a scheduled message due, or a head message
-        expiring (a message expires strictly after `publish time + ttl`)."""
-        best = self._scheduler.next_due_ms()
-        if self.plain:
-            return best
-        t = self._expiry.next_expiry_ms()
-        if t is not None and (best is None or t < best):
-            best = t
-        return best
-
-    def purge_scheduled(self) -> int:
-        """Drop every scheduled message; returns how many."""
-        return self._scheduler.purge(self._contents.on_remove)
-
-    def deliver_scheduled_now(self, seqs: Iterable[SeqId] | None, now_ms: int) -> int:
-        """Release the given scheduled messages (all when None) to the head now, under the
-        queue's limit; returns how many were released (accepted or not)."""
-        return self._scheduler.release_now(seqs, now_ms, self._overflow.release)

@@ -48,11 +48,11 @@ class QueueRecovery:
         raise NotImplementedError  # Queue's
 
     def _apply_bound(self) -> None:
-        raise NotImplementedError  # Queue's
+        raise NotImplementedError  # QueueMemoryBound's (membound.py)
 
     @property
     def pageable(self) -> bool:
-        raise NotImplementedError  # Queue's
+        raise NotImplementedError  # QueueMemoryBound's (membound.py)
 
     @property
     def last_seq(self) -> SeqId:
