@@ -23,7 +23,7 @@ import pytest
 
 from ringmq.node import BrokerThread
 from tests.integration.conftest import BrokerFactory
-from tests.management.test_console import CHROMEDRIVER, CHROMIUM, _missing
+from tests.management.test_console import _missing, headless_chromium
 
 pytestmark = pytest.mark.integration
 PAGE_DIR = Path(__file__).resolve().parent / "browser"
@@ -64,27 +64,8 @@ def chromium() -> Iterator[Any]:
     reason = _missing() or _missing_bundle()
     if reason is not None:
         pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-    ):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    d.set_page_load_timeout(TIMEOUT_S)
-    yield d
-    d.quit()
+    with headless_chromium(TIMEOUT_S) as d:
+        yield d
 
 
 def _state(driver: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -51,6 +52,36 @@ def _missing() -> str | None:
     return None
 
 
+@contextmanager
+def headless_chromium(page_load_timeout_s: float, *flags: str) -> Iterator[Any]:
+    """A headless Debian Chromium under selenium (browser console logs kept), quit on exit;
+    `flags` are added to the common ones. Callers skip first when `_missing()` says why."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        *flags,
+    ):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    try:
+        d.set_page_load_timeout(page_load_timeout_s)
+        yield d
+    finally:
+        d.quit()
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerThread, str]]:
     b = BrokerThread(
@@ -72,28 +103,8 @@ def driver() -> Iterator[Any]:
     reason = _missing()
     if reason is not None:
         pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1400,1000",
-    ):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    d.set_page_load_timeout(WAIT_S)
-    yield d
-    d.quit()
+    with headless_chromium(WAIT_S, "--window-size=1400,1000") as d:
+        yield d
 
 
 def _api(url: str) -> httpx.Client:

@@ -16,7 +16,7 @@ import pytest
 from tests.idp import JwksServer, SigningKey
 from tests.integration.auth.test_console_oauth import ADMIN, CLIENT_ID, _config
 from tests.integration.conftest import BrokerFactory
-from tests.management.test_console import CHROMEDRIVER, CHROMIUM, _missing, _wait
+from tests.management.test_console import _missing, _wait, headless_chromium
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 WAIT_S = 20
@@ -27,27 +27,8 @@ def chromium() -> Iterator[Any]:
     reason = _missing()
     if reason is not None:
         pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-    ):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    d.set_page_load_timeout(WAIT_S)
-    yield d
-    d.quit()
+    with headless_chromium(WAIT_S) as d:
+        yield d
 
 
 def test_chromium_logs_in_with_oauth(broker_factory: BrokerFactory, chromium: Any) -> None:
