@@ -34,13 +34,15 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from ringmq.core import queuetypes
 from ringmq.core.consumers import Consumer
 from ringmq.core.deadletter import DeadLetters
 from ringmq.core.effects import Deliver, Drained
-from ringmq.core.groups import closes_group, marked_first, matcher
+from ringmq.core.groups import Groups, closes_group, marked_first, matcher
+from ringmq.core.message import Message
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
 from ringmq.core.session import Unacked
@@ -158,8 +160,7 @@ class Dispatcher:
                 if d is None:
                     break
             else:
-                also = None if c.selector is None else c.selector.matches_message
-                match = also if groups is None else matcher(groups, c, also)
+                match = _wanted(c, groups)
                 assert match is not None
                 d = engine.fetch_matching(match, SELECTOR_SCAN, now_ms, not no_ack)
                 if d is None:
@@ -267,13 +268,18 @@ class Dispatcher:
             more = bool(_browsed(c, 1, now_ms))
             c.cursor = cursor  # a look, not a browse
             return more
-        groups = q.queue.groups
-        if groups is not None:
-            also = c.selector.matches_message if c.selector is not None else None
-            return q.queue.has_matching(matcher(groups, c, also), SELECTOR_SCAN, now_ms)
-        if c.selector is not None:
-            return q.queue.has_matching(c.selector.matches_message, SELECTOR_SCAN, now_ms)
+        match = _wanted(c, q.queue.groups)
+        if match is not None:
+            return q.queue.has_matching(match, SELECTOR_SCAN, now_ms)
         return bool(q.queue.ready_count)
+
+
+def _wanted(c: Consumer, groups: Groups | None) -> Callable[[Message], bool] | None:
+    # The one rule for which ready messages consumer `c` may take, for dispatch and for a
+    # drain's look ahead: what its selector matches and, on a grouped queue, what `matcher`
+    # admits it (groups it owns or that have no owner). None: any message, the head.
+    also = None if c.selector is None else c.selector.matches_message
+    return also if groups is None else matcher(groups, c, also)
 
 
 def _browsed(c: Consumer, want: int, now_ms: int) -> list[Handed]:
