@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 app = typer.Typer(
@@ -20,11 +22,18 @@ def version() -> None:
     typer.echo(__version__)
 
 
-def _register() -> None:
+def _register(argv: list[str] | None = None) -> None:
     # Each submodule adds its commands to `app`; imported here so `ringmq --help` lists them all.
-    from ringmq.cli import access, admin, cluster, definitions, scheduled, serve
+    # `ringmq serve` registers only itself: the broker is a long-lived process and the client
+    # commands' libraries (httpx, rich) would stay in its memory for nothing
+    # (tests/unit/server/test_lazy_imports.py).
+    from ringmq.cli import serve
 
     serve.register(app)
+    if argv is not None and argv[:1] == ["serve"]:
+        return
+    from ringmq.cli import access, admin, cluster, definitions, scheduled
+
     admin.register(app)
     scheduled.register(app)
     definitions.register(app)
@@ -33,5 +42,5 @@ def _register() -> None:
 
 
 def main() -> None:
-    _register()
+    _register(sys.argv[1:])
     app()

@@ -23,8 +23,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 __all__ = ["Etcd", "EtcdUnavailableError", "Kv", "TxnResult", "b64"]
 
 
@@ -114,6 +112,8 @@ class Etcd:
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self._first = 0
         self._timeout_s = timeout_s
+        import httpx  # imported here: only cluster nodes pay its MiBs of RSS
+
         self._http = httpx.AsyncClient(timeout=timeout_s)
 
     async def aclose(self) -> None:
@@ -121,6 +121,8 @@ class Etcd:
 
     async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST `body` to `/v3/<path>` on the first endpoint that answers 200."""
+        import httpx
+
         errors: list[str] = []
         n = len(self.endpoints)
         for i in range(n):
@@ -165,6 +167,8 @@ class Etcd:
         """Yield the revision of each batch of changes under `prefix` (after the watch is
         created, which yields 0) until the stream ends; raises EtcdUnavailableError when no
         endpoint takes the watch. One endpoint serves the whole stream."""
+        import httpx
+
         body = {"create_request": {"key": b64(prefix), "range_end": prefix_end(prefix)}}
         errors: list[str] = []
         n = len(self.endpoints)

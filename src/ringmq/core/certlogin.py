@@ -24,10 +24,12 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from cryptography import x509
-from cryptography.x509.oid import NameOID
+if TYPE_CHECKING:
+    # imported where a certificate is read: `cryptography` costs ~10 MiB of RSS, paid only by
+    # brokers that log users in by certificate (tests/unit/server/test_lazy_imports.py)
+    from cryptography import x509
 
 
 class CertLoginFrom(Enum):
@@ -41,12 +43,12 @@ class CertLoginFrom(Enum):
 SAN_TYPES: Final = ("dns", "email", "uri", "ip", "other_name")
 """RabbitMQ's `ssl_cert_login_san_type` values."""
 
-_SAN_CLASSES: Final[dict[str, type[x509.GeneralName]]] = {
-    "dns": x509.DNSName,
-    "email": x509.RFC822Name,
-    "uri": x509.UniformResourceIdentifier,
-    "ip": x509.IPAddress,
-    "other_name": x509.OtherName,
+_SAN_CLASS_NAMES: Final = {
+    "dns": "DNSName",
+    "email": "RFC822Name",
+    "uri": "UniformResourceIdentifier",
+    "ip": "IPAddress",
+    "other_name": "OtherName",
 }
 
 
@@ -91,6 +93,9 @@ def cert_user(der: bytes, how: CertLogin) -> str | None:
     Raises:
         ValueError: `der` is not a certificate.
     """
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     cert = x509.load_der_x509_certificate(der)
     match how.login_from:
         case CertLoginFrom.DISTINGUISHED_NAME:
@@ -103,11 +108,13 @@ def cert_user(der: bytes, how: CertLogin) -> str | None:
 
 
 def _san(cert: x509.Certificate, san_type: str, index: int) -> str | None:
+    from cryptography import x509
+
     try:
         ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:
         return None
-    names = [n for n in ext.value if isinstance(n, _SAN_CLASSES[san_type])]
+    names = [n for n in ext.value if isinstance(n, getattr(x509, _SAN_CLASS_NAMES[san_type]))]
     if index >= len(names):
         return None
     value = names[index].value

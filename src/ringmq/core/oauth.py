@@ -33,11 +33,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
-import jwt
-from jwt.types import Options
+if TYPE_CHECKING:
+    # pyjwt (and the `cryptography` it loads) is imported where a token is checked: ~10 MiB
+    # of RSS, paid only by brokers with the OAuth 2 backend (tests/unit/server/test_lazy_imports.py)
+    from jwt.types import Options
 
 from ringmq.core.errors import BrokerError, Condition
 
@@ -141,6 +143,8 @@ class TokenBackend:
             BrokerError: ACCESS_REFUSED saying why (malformed, unknown key, bad signature,
                 expired, not yet valid, wrong audience, no user name claim).
         """
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:

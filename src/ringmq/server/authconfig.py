@@ -13,8 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
-
 from ringmq.core.certlogin import SAN_TYPES, CertLogin, CertLoginFrom
 from ringmq.core.ldapquery import TRUE, LdapQueries, Query, parse_query
 from ringmq.core.oauth import DEFAULT_ALGORITHMS, OAuth2Settings, TokenBackend
@@ -185,6 +183,8 @@ def core_tokens(spec: AuthSpec) -> TokenBackend | None:
     keys: dict[str, Any] = {}
     for kid, path in o.signing_keys:
         try:
+            from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
             keys[kid] = load_pem_public_key(path.read_bytes())
         except (OSError, ValueError) as exc:
             raise ConfigError(f"auth.oauth2.signing_keys.{kid}: {path}: {exc}") from None

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from ringmq.server.proxy import LeaderProvider
 from ringmq.server.proxyheader import TrustedPeers
+
+if TYPE_CHECKING:
+    # imported where used: httpx costs ~6 MiB of RSS, paid only by cluster followers
+    # (tests/unit/server/test_lazy_imports.py)
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,8 @@ class LeaderForwarding:
             (b"x-forwarded-proto", scope.get("scheme", "http").encode()),
             (b"via", b"1.1 ringmq-follower"),
         ]
+        import httpx
+
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S, follow_redirects=False)
         try:

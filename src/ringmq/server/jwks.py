@@ -22,13 +22,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-import httpx
-import jwt
-
 from ringmq.core.oauth import TokenBackend
 from ringmq.server.configspec import AuthSpec
 
 if TYPE_CHECKING:
+    import httpx
+
     from ringmq.core.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -44,6 +43,8 @@ def parse_jwks(doc: object) -> dict[str, Any]:
     """The signing keys of a JWKS document by key id (keys without `kid` get "")."""
     if not isinstance(doc, dict):
         raise ValueError("a JWKS document is a JSON object with a 'keys' list")
+    import jwt
+
     keys = jwt.PyJWKSet.from_dict(doc).keys
     return {k.key_id or "": k for k in keys if k.public_key_use in (None, "sig")}
 
@@ -83,6 +84,9 @@ class JwksFetcher:
 
     async def fetch(self) -> bool:
         """One fetch; False (logged) when it failed and the known keys stay."""
+        import httpx  # imported where used: only brokers with a JWKS URL or issuer load it
+        import jwt
+
         self.fetches += 1
         try:
             async with httpx.AsyncClient(timeout=FETCH_TIMEOUT_S, verify=self.verify) as http:

@@ -66,7 +66,6 @@ from ringmq.server.handlers import Handlers
 from ringmq.server.httpforward import ForwardedFor
 from ringmq.server.httpserve import ASGIApp, ManagementServer
 from ringmq.server.jwks import JwksFetcher, start_jwks
-from ringmq.server.ldapauth import LdapLogins
 from ringmq.server.listener import Listener
 from ringmq.server.loop import GC_THRESHOLDS, new_event_loop, tune_gc
 from ringmq.server.memory import MemoryMonitor, start_memory_monitor
@@ -91,6 +90,7 @@ from ringmq.status import ConnectionInfo, ListenerInfo
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
+    from ringmq.server.ldapauth import LdapLogins
     from ringmq.storage.bodystore import SpillDirectory
     from ringmq.storage.store import FileStore
 
@@ -362,6 +362,9 @@ class BrokerServer:
             self.handlers.memory = self.memory
         self.jwks = await start_jwks(self.broker, cfg.auth)
         if "ldap" in cfg.auth.backends and cfg.auth.ldap is not None:
+            # imported here: ldap3 costs MiBs of RSS, paid only by brokers with the LDAP backend
+            from ringmq.server.ldapauth import LdapLogins
+
             self.ldap = LdapLogins(cfg.auth.ldap, self.broker)
             self.ldap.loop = loop
             self.handlers.slow_login = self.ldap.take
