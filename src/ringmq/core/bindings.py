@@ -21,12 +21,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ringmq.core.auth import Access
+from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges, not_default
 from ringmq.core.routing import QUEUE
 from ringmq.core.session import Session
 from ringmq.core.state import State
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 
 _EXCLUSIVE_LOCKED: Final = (
     "cannot obtain exclusive access to locked queue '{q}' in vhost '{v}'. It could be originally "

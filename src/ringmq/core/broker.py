@@ -60,6 +60,7 @@ from ringmq.core.delivery import Delivery
 from ringmq.core.dispatch import Dispatcher
 from ringmq.core.durability import Durability
 from ringmq.core.effects import CloseConnection, Effect
+from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges
 from ringmq.core.limits import TenantLimits
@@ -85,7 +86,7 @@ from ringmq.core.streamsac import ActiveGroups
 from ringmq.core.timers import Timers
 from ringmq.core.topology import Topology
 from ringmq.core.transactions import Confirms, Transactions
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 
 
 class Broker:

@@ -28,12 +28,13 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from ringmq.core.entities import QueueEntity
 from ringmq.core.exchange import Exchange
 from ringmq.core.queue import DeadLetter, PublishOutcome
 from ringmq.core.routing import ExchangeType
 from ringmq.core.state import State
 from ringmq.core.texts import as_str
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 
 CreateQueue = Callable[..., QueueEntity]
 """`Topology.create_queue`: (vhost, name, *, durable, now_ms) -> the new queue."""

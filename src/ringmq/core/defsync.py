@@ -49,9 +49,10 @@ from ringmq.core.storeport import (
 )
 
 if TYPE_CHECKING:
+    from ringmq.core.entities import QueueEntity
     from ringmq.core.exchange import Exchange
     from ringmq.core.ports import Registry
-    from ringmq.core.vhost import QueueEntity, VHost
+    from ringmq.core.vhost import VHost
 
 
 def _to_json(value: Any) -> Any:

@@ -33,17 +33,16 @@ from typing import Any, Final
 
 from ringmq.core import queuetypes
 from ringmq.core.auth import Access
-from ringmq.core.consumers import Consumer
 from ringmq.core.dispatch import Dispatcher
 from ringmq.core.effects import DeliverReply
+from ringmq.core.entities import Consumer, NoLocal, QueueEntity, Unacked
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
 from ringmq.core.selector import Selector
-from ringmq.core.session import PublishMode, Session, SettleKind, Unacked
+from ringmq.core.session import PublishMode, Session, SettleKind
 from ringmq.core.state import State
 from ringmq.core.streamread import stream_cursor
 from ringmq.core.topology import Topology
-from ringmq.core.vhost import NoLocal, QueueEntity
 
 REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX: Final = REPLY_TO_QUEUE + "."

@@ -38,17 +38,15 @@ from collections.abc import Callable
 from typing import Final
 
 from ringmq.core import queuetypes
-from ringmq.core.consumers import Consumer
 from ringmq.core.deadletter import DeadLetters
 from ringmq.core.effects import Deliver, Drained
+from ringmq.core.entities import Consumer, QueueEntity, Unacked
 from ringmq.core.groups import Groups, closes_group, marked_first, matcher
 from ringmq.core.message import Message
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.resources import Resources
-from ringmq.core.session import Unacked
 from ringmq.core.state import State
 from ringmq.core.streamread import stream_read
-from ringmq.core.vhost import QueueEntity
 
 DISPATCH_BATCH: Final = 4096
 """Most deliveries one queue makes per call; the rest waits for the next tick (fairness)."""

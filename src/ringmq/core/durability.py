@@ -75,9 +75,9 @@ from ringmq.core.storeport import (
 from ringmq.core.streambooks import LEASE
 
 if TYPE_CHECKING:
+    from ringmq.core.entities import QueueEntity
     from ringmq.core.exchange import Exchange
     from ringmq.core.ports import LeaseRecovery, Registry, Restorer
-    from ringmq.core.vhost import QueueEntity
 
 __all__ = [
     "BINDING",

@@ -47,12 +47,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 from ringmq.core.delivery import REPLY_TO_PREFIX
+from ringmq.core.entities import QueueEntity
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
 from ringmq.core.queue import RunColumns
 from ringmq.core.routing import ExchangeType
 from ringmq.core.session import PublishMode, Session
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 
 if TYPE_CHECKING:
     from ringmq.core.resources import Resources

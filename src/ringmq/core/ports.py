@@ -29,13 +29,14 @@ if TYPE_CHECKING:
     from ringmq.core.auth import AuthDB
     from ringmq.core.config import BrokerConfig
     from ringmq.core.dedup import PublishDedup
+    from ringmq.core.entities import QueueEntity
     from ringmq.core.exchange import Exchange
     from ringmq.core.limits import TenantLimits
     from ringmq.core.message import Message
     from ringmq.core.parameters import Parameters
     from ringmq.core.policies import PolicyTable
     from ringmq.core.routing import ExchangeType
-    from ringmq.core.vhost import QueueEntity, VHost
+    from ringmq.core.vhost import VHost
 
 
 class Registry(Protocol):

@@ -60,6 +60,7 @@ from ringmq.core.call import Calls
 from ringmq.core.dedup import DUPL_ID_HEADER
 from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
 from ringmq.core.effects import Bounce, Effect
+from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
@@ -72,7 +73,7 @@ from ringmq.core.settings import LimitAction
 from ringmq.core.state import State
 from ringmq.core.texts import as_str
 from ringmq.core.transactions import STORE_FAILED, Confirms, Transactions
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 
 ACCEPTED: Final = "accepted"
 """Every queue the publish reached took it."""

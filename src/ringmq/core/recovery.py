@@ -54,8 +54,8 @@ from ringmq.core.storeport import (
 )
 
 if TYPE_CHECKING:
+    from ringmq.core.entities import QueueEntity
     from ringmq.core.ports import Registry, Restorer
-    from ringmq.core.vhost import QueueEntity
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from collections.abc import Callable
 from typing import Final
 
 from ringmq.core.effects import Block, Unblock
+from ringmq.core.entities import QueueEntity
 from ringmq.core.queue import DEFAULT_HEAD_BYTES, DEFAULT_HEAD_COUNT, BodyStore, Queue, SpillStore
 from ringmq.core.settings import LimitAction, QueueSettings
 from ringmq.core.state import State
-from ringmq.core.vhost import QueueEntity
 
 FLOW_HIGH: Final = 8192
 """Ready backlog of a consumed queue above which its publisher is asked to pause (`flow`)."""

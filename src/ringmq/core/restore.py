@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ringmq.core.entities import QueueEntity
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
 from ringmq.core.publish import Publisher
@@ -24,7 +25,7 @@ from ringmq.core.settings import SettingsError
 from ringmq.core.state import State
 from ringmq.core.texts import as_str
 from ringmq.core.topology import Topology
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 
 log = logging.getLogger(__name__)
 

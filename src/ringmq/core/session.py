@@ -49,37 +49,14 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.message import Message, SeqId
+from ringmq.core.message import Message
 from ringmq.core.texts import unknown_delivery
 
 if TYPE_CHECKING:
     from ringmq.core.auth import Access, AuthDB
-    from ringmq.core.consumers import Consumer
+    from ringmq.core.entities import Consumer, Unacked
     from ringmq.core.exchange import Exchange
-    from ringmq.core.vhost import QueueEntity, VHost
-
-
-@dataclass(slots=True)
-class Unacked:
-    """A delivery waiting for its settlement on its session.
-
-    Attributes:
-        queue: the queue it came from.
-        seq: its sequence number in that queue.
-        consumer: the consumer it was delivered to (None for a get).
-        browse: True for a non-destructive (browsing) delivery: settling it does not touch the
-            queue.
-        delivery_id: its id on the session (set by `Session.track`; orders deliveries by
-            consumption).
-        delivered_at: when it was delivered (epoch ms): the consumer timeout counts from it.
-    """
-
-    queue: QueueEntity
-    seq: SeqId
-    consumer: Consumer | None
-    browse: bool = False
-    delivery_id: int = 0
-    delivered_at: int = 0
+    from ringmq.core.vhost import VHost
 
 
 class SettleKind(Enum):

@@ -39,8 +39,9 @@ from ringmq.core.session import ProtocolCounts
 if TYPE_CHECKING:
     from ringmq.core.durability import Durability
     from ringmq.core.effects import Effect
+    from ringmq.core.entities import QueueEntity
     from ringmq.core.session import Conn
-    from ringmq.core.vhost import QueueEntity, VHost
+    from ringmq.core.vhost import VHost
 
 STAT_NAMES: tuple[str, ...] = (
     "published",

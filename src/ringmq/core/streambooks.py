@@ -51,8 +51,9 @@ from ringmq.core.reservations import (
 from ringmq.core.reserveports import EngineAdapter
 
 if TYPE_CHECKING:
+    from ringmq.core.entities import QueueEntity
     from ringmq.core.storeport import DefinitionStorePort
-    from ringmq.core.vhost import QueueEntity, VHost
+    from ringmq.core.vhost import VHost
 
 log = logging.getLogger(__name__)
 

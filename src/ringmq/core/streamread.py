@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ringmq.core.consumers import Consumer
+from ringmq.core.entities import Consumer, QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Delivery as Handed
 from ringmq.core.session import Session
 from ringmq.core.streamlog import StreamLog, parse_offset_spec, start_offset
-from ringmq.core.vhost import QueueEntity
 
 
 def stream_cursor(

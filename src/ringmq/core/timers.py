@@ -26,13 +26,13 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from ringmq.core.effects import CloseChannel
+from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import Condition
 from ringmq.core.message import Message, SeqId
 from ringmq.core.publish import Publisher
 from ringmq.core.session import SettleKind
 from ringmq.core.state import State
 from ringmq.core.topology import Topology
-from ringmq.core.vhost import QueueEntity
 
 
 def undelayed(msg: Message) -> Message:

@@ -36,8 +36,8 @@ from ringmq.core import queuetypes
 from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access
 from ringmq.core.bindings import QueueBindings, locked
-from ringmq.core.consumers import ConsumerSet
 from ringmq.core.effects import CancelConsumer, CloseConnection
+from ringmq.core.entities import ConsumerSet, QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges
 from ringmq.core.resources import Resources
@@ -58,7 +58,7 @@ from ringmq.core.streamlog import (
     stream_spec,
 )
 from ringmq.core.texts import flag, fmt_value
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 
 
 @dataclass(frozen=True, slots=True)

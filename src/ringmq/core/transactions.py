@@ -37,12 +37,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final, Protocol
 
 from ringmq.core.effects import Confirm
+from ringmq.core.entities import QueueEntity, Unacked
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
 from ringmq.core.routing import ExchangeType
-from ringmq.core.session import PublishMode, Session, SettleKind, TxPublish, TxState, Unacked
+from ringmq.core.session import PublishMode, Session, SettleKind, TxPublish, TxState
 from ringmq.core.state import State
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 
 if TYPE_CHECKING:
     from ringmq.core.delivery import Delivery

@@ -9,24 +9,18 @@ an exchange on the path routes on headers, and the default exchange's per queue 
 (`direct`: a publish then builds no tuple); every binding, queue or exchange change clears the
 caches (changes are rare, publishes are not).
 
-A `QueueEntity` wraps one engine `Queue` with what AMQP adds: declare flags, owner connection
-of an exclusive queue, consumers, the no-local rule (`NoLocal`) and the bookkeeping for
-auto-delete and `x-expires`.
+The queues themselves (`QueueEntity`) live with their consumers in `entities.py`.
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from ringmq.core.consumers import ConsumerSet
+from ringmq.core.entities import QueueEntity
 from ringmq.core.exchange import Exchange
-from ringmq.core.queue import Queue
 from ringmq.core.routing import EXCHANGE, QUEUE, Dest, ExchangeType
-from ringmq.core.settings import QueueSettings
-from ringmq.core.streamlog import StreamLog
 
 STANDARD_EXCHANGES: Final = (
     ("", ExchangeType.DIRECT),
@@ -40,102 +34,6 @@ STANDARD_EXCHANGES: Final = (
 
 ROUTE_CACHE_MAX: Final = 65_536
 """Cached (exchange, routing key) routes per vhost before the cache is reset."""
-OWNER_PROPERTY: Final = "container_id"
-"""The client property in which an adapter names its connection's owner identity (AMQP 1.0:
-the open's container id), the key of an owner's no-local rule (`NoLocal`)."""
-
-
-class Peer(Protocol):
-    """What the no-local rule reads of a connection (`session.Conn`; named here by what it
-    provides, so that this module, below the sessions, imports none)."""
-
-    @property
-    def client_properties(self) -> dict[str, Any]: ...
-
-
-class NoLocal:
-    """A queue's no-local rule: the queue takes no message its owner publishes.
-
-    The owner is a connection (`conn_id`, AMQP 0-9-1 `basic.consume` no-local: the rule goes
-    with the consumer, `Delivery.remove_consumer`), or, when the consuming adapter supplies
-    one, an owner identity (`owner`, AMQP 1.0: the client container id, as Artemis keys its
-    no-local filter): then every connection whose `OWNER_PROPERTY` is that identity is the
-    owner, and the rule stays with the queue while its link is detached (a durable
-    subscription's). `excludes`, the one place the rule is decided, is what the publish
-    path asks.
-    """
-
-    __slots__ = ("conn_id", "conns", "owner")
-
-    def __init__(self, conn_id: int, owner: str | None, conns: Mapping[int, Peer]) -> None:
-        self.conn_id = conn_id
-        self.owner = owner
-        self.conns = conns
-
-    def excludes(self, conn_id: int | None) -> bool:
-        """True when a publish of connection `conn_id` is its owner's (None: no connection)."""
-        if self.owner is None or conn_id is None:
-            return conn_id == self.conn_id
-        conn = self.conns.get(conn_id)
-        return conn is not None and conn.client_properties.get(OWNER_PROPERTY) == self.owner
-
-    def __repr__(self) -> str:
-        if self.owner is None:
-            return f"NoLocal(conn_id={self.conn_id})"
-        return f"NoLocal(owner={self.owner!r})"
-
-
-@dataclass(slots=True, eq=False)
-class QueueEntity:
-    """A declared queue.
-
-    Attributes:
-        name: queue name.
-        vhost: vhost name.
-        queue: the engine queue (order, delivery state, limits).
-        settings: its effective settings.
-        durable, auto_delete: declare flags.
-        exclusive_owner: conn_id of the owning connection for exclusive queues.
-        no_local: the no-local rule of a no-local consumer (`Delivery.consume`): the queue
-            does not take the messages its owner publishes (`NoLocal`), else None.
-        arguments: declare arguments as received (for redeclare checks and listings).
-        consumers: its consumers.
-        last_used_ms: last declare/consume/get/cancel time (for `x-expires`).
-        had_consumer: auto-delete happens only after a first consumer came and went.
-        deleted: set when the queue is gone (late acks become no-ops).
-        deliver, deliver_no_ack, get, get_no_ack, get_empty: AMQP-level delivery totals
-            (RabbitMQ's message_stats); the engine counts the rest.
-        stream: a stream queue's log (`x-queue-type: stream`, core/streamlog.py), else None:
-            its messages live there, not in `queue` (which stays empty), and every consumer
-            reads it from its own offset.
-    """
-
-    name: str
-    vhost: str
-    queue: Queue
-    settings: QueueSettings
-    durable: bool = False
-    auto_delete: bool = False
-    exclusive_owner: int | None = None
-    no_local: NoLocal | None = None
-    arguments: dict[str, Any] = field(default_factory=dict)
-    consumers: ConsumerSet = field(default_factory=ConsumerSet)
-    last_used_ms: int = 0
-    had_consumer: bool = False
-    deleted: bool = False
-    deliver: int = 0
-    deliver_no_ack: int = 0
-    get: int = 0
-    get_no_ack: int = 0
-    get_empty: int = 0
-    stream: StreamLog | None = None
-
-    def expires_at_ms(self) -> int | None:
-        """When an unused queue expires (`x-expires`), or None."""
-        expires = self.settings.expires_ms
-        if expires is None or self.consumers:
-            return None
-        return self.last_used_ms + expires
 
 
 class VHost:

@@ -54,12 +54,13 @@ from ringmq.amqp.reply_codes import AMQPError
 from ringmq.core import arguments
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
+from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.limits import TenantLimits
 from ringmq.core.message import FORM_AMQP091, SeqId, form
 from ringmq.core.parameters import Parameters
 from ringmq.core.publish import UNROUTABLE
-from ringmq.core.vhost import QueueEntity, VHost
+from ringmq.core.vhost import VHost
 from ringmq.management import corerecords
 from ringmq.management.accessfacade import AccessFacade, writes
 from ringmq.management.port import Runtime

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
+from ringmq.core.entities import QueueEntity
 from ringmq.core.settings import QueueSettings
-from ringmq.core.vhost import QueueEntity
 from ringmq.management.records import QueueCounters, QueueInfo
 
 

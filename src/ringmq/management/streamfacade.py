@@ -24,12 +24,12 @@ from typing import Any
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
+from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
 from ringmq.core.publishbatch import BatchPublished
 from ringmq.core.queue.columns import Columns
 from ringmq.core.reservations import Lease, Reservations
-from ringmq.core.vhost import QueueEntity
 from ringmq.management.port import Runtime
 from ringmq.management.queueinfo import stream_bounds
 

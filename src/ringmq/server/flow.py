@@ -27,7 +27,7 @@ from ringmq.server.clock import Clock
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
-    from ringmq.core.vhost import QueueEntity
+    from ringmq.core.entities import QueueEntity
     from ringmq.server.transport import ClientConnection
 
 FLOW_CHECK_S: Final = 0.02

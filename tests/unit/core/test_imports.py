@@ -4,9 +4,11 @@ Every import of a module under `src/ringmq/core/` is read with `ast`, those unde
 `if TYPE_CHECKING:` and inside functions included (a type-only back-reference is still one),
 and resolved as grimp resolves them (`from a import b` is `a.b` when that is a module, else
 `a`). Two rules: no core module but `ringmq.core.broker` imports it, and the core modules
-import each other without cycles, but for the entity graph's type-only back-references
-(`ENTITY_BACK_REFERENCES`). import-linter says the same in `pyproject.toml` (`make lint`); this
-test keeps the rules where the tests run.
+import each other without cycles. The live objects' graph, whose classes refer to each other
+(a queue to its consumers, a consumer to its queue and its session, a session to its consumers
+and deliveries), is one module, `ringmq.core.entities`, that reaches its sessions through a
+Protocol (`ConsumerSession`). import-linter says the same in `pyproject.toml` (`make lint`);
+this test keeps the rules where the tests run.
 """
 
 from __future__ import annotations
@@ -17,18 +19,6 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[3] / "src"
 CORE = SRC / "ringmq" / "core"
 ROOT = "ringmq.core.broker"
-ENTITY_BACK_REFERENCES = frozenset(
-    {
-        ("ringmq.core.consumers", "ringmq.core.session"),  # Consumer.session
-        ("ringmq.core.consumers", "ringmq.core.vhost"),  # Consumer.queue
-    }
-)
-"""The one cycle left, the live objects' graph: a consumer refers to its session and its queue,
-which hold it (`Session.consumers`, `QueueEntity.consumers`), a session to its vhost and its
-unacked queues (a queue's no-local rule reads connections through `vhost.Peer`, a protocol,
-and is out of the cycle). Breaking it takes one module for
-sessions, consumers, queues and vhosts, or protocols in their place on the delivery path; until
-then these imports (all under TYPE_CHECKING) are the only ones a cycle may use."""
 
 
 def _name(path: Path) -> str:
@@ -117,8 +107,4 @@ def test_only_the_composition_root_knows_the_broker() -> None:
 
 
 def test_core_modules_import_each_other_without_cycles() -> None:
-    assert all(b in GRAPH[a] for a, b in ENTITY_BACK_REFERENCES)  # still there: keep the list true
-    rest = {
-        m: {d for d in deps if (m, d) not in ENTITY_BACK_REFERENCES} for m, deps in GRAPH.items()
-    }
-    assert _cycles(rest) == []
+    assert _cycles(GRAPH) == []

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from ringmq.core import ingest
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Confirm, Effect
+from ringmq.core.entities import NoLocal
 from ringmq.core.ingest import INGEST_RUN
 from ringmq.core.message import Message
 from ringmq.core.queue.ports import MemorySpillStore
 from ringmq.core.session import Session
-from ringmq.core.vhost import NoLocal
 from tests.unit.core.corekit import Core, message
 
 _WINDOW = {"x-message-deduplication-window-ms": 60_000}

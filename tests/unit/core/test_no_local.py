@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ringmq.core.effects import Effect
+from ringmq.core.entities import OWNER_PROPERTY
 from ringmq.core.session import Session
-from ringmq.core.vhost import OWNER_PROPERTY
 from tests.unit.core.corekit import Core, bodies
 
 

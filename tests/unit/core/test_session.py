@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from ringmq.core.entities import Unacked
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import SeqId
-from ringmq.core.session import Conn, Session, Unacked
+from ringmq.core.session import Conn, Session
 
 
 def _session() -> Session:

@@ -35,7 +35,7 @@ from ringmq.core.message import Message
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
-    from ringmq.core.vhost import QueueEntity
+    from ringmq.core.entities import QueueEntity
 
 RETAINED_QUEUE: Final = "mqtt-retained"
 RETAINED_MAX: Final = 100_000

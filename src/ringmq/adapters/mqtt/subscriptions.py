@@ -33,7 +33,7 @@ from ringmq.core.session import Session
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
-    from ringmq.core.vhost import QueueEntity
+    from ringmq.core.entities import QueueEntity
 
 TAG_QOS0: Final = "mqtt-qos0"
 TAG_QOS1: Final = "mqtt-qos1"

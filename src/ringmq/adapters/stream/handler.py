@@ -54,12 +54,12 @@ from ringmq.core.effects import (
     Deliver,
     Effect,
 )
+from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.session import Session
 from ringmq.core.settings import SettingsError
 from ringmq.core.streamlog import STREAM, StreamLog
 from ringmq.core.streamsac import GroupKey
-from ringmq.core.vhost import QueueEntity
 from ringmq.streamproto import codec as sp
 from ringmq.streamproto import commands as sc
 from ringmq.streamproto.chunk import deliver_header

@@ -32,9 +32,9 @@ from ringmq.adapters.amqp10.message import build
 from ringmq.adapters.stream.replies import confirm_frame, wrapped
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Confirm
+from ringmq.core.entities import QueueEntity
 from ringmq.core.session import Session
 from ringmq.core.streamchunk import HEADER_SIZE
-from ringmq.core.vhost import QueueEntity
 from ringmq.streamproto import codec as sp
 from ringmq.streamproto import commands as sc
 from ringmq.streamproto.codec import Code, Key, Writer

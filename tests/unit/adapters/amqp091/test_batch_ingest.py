@@ -17,8 +17,8 @@ from ringmq.amqp.properties import BasicProperties, encode_properties
 from ringmq.core import ingest
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect
+from ringmq.core.entities import NoLocal
 from ringmq.core.queue.ports import MemorySpillStore
-from ringmq.core.vhost import NoLocal
 from tests.unit.adapters.amqp091.kit import Kit
 from tests.unit.adapters.amqp091.test_publish_batch import _acks
 

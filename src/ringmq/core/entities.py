@@ -1,6 +1,26 @@
-"""Consumers of one queue and the choice of who gets the next message.
+"""The live objects of the delivery path: a declared queue, its consumers, the deliveries
+waiting for their settlement, and what a consumer reads of its session.
 
-Theory of operation: a `ConsumerSet` keeps a queue's consumers in registration order and, for
+Why one module: these objects refer to each other. A queue holds its consumers
+(`QueueEntity.consumers`), a consumer its queue (`Consumer.queue`), a delivery waiting for its
+settlement both (`Unacked`), and dispatch walks that graph on every message with the concrete
+classes (`dispatch.py`). Kept together, the core's modules import each other without cycles
+(`tests/unit/core/test_imports.py`, the import-linter contract in `pyproject.toml`). The
+session keeps its own module (its delivery ids, confirms and transactions are a module's worth,
+`core/session.py`), which holds consumers and unacked deliveries and so names this one; the
+one reference back, a consumer's session, is typed by a Protocol, `ConsumerSession`: what the
+consumer side (capacity, dispatch, cancel) reads and updates of a session. `session.Session`
+provides it structurally (mypy checks it where a `Consumer` is made), so the objects and the
+attribute accesses are the same and cost nothing at run time. A no-local rule reads
+connections through a Protocol too (`Peer`).
+
+Theory of operation
+-------------------
+A `QueueEntity` wraps one engine `Queue` with what AMQP adds: declare flags, owner connection
+of an exclusive queue, consumers, the no-local rule (`NoLocal`) and the bookkeeping for
+auto-delete and `x-expires`.
+
+A `ConsumerSet` keeps a queue's consumers in registration order and, for
 dispatch, grouped by `x-priority` (highest first) with a round-robin cursor per group. `pick()`
 returns the next consumer that can take a message: the highest-priority group that has any
 consumer with capacity wins (RabbitMQ consumer priorities), and within a group consumers take
@@ -17,20 +37,136 @@ over (`skip`) for the rest of that round. `fetchers` are the consumers that take
 (all but the browsers); `special` says whether there are browsers or selector consumers (the
 one test in front of the hot path). Capacity = the connection is
 writable and (no-ack, or below both the consumer's prefetch and the channel's global prefetch).
+
+An `Unacked` is a delivery that needs a settlement: its session keeps it by delivery id
+(`Session.track`) until the client settles it or the session closes.
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ringmq.core.message import SeqId
+from ringmq.core.queue import Queue
+from ringmq.core.settings import QueueSettings
+from ringmq.core.streamlog import StreamLog
 
 if TYPE_CHECKING:
     from ringmq.core.selector import Selector
-    from ringmq.core.session import Session
-    from ringmq.core.vhost import QueueEntity
+
+OWNER_PROPERTY: Final = "container_id"
+"""The client property in which an adapter names its connection's owner identity (AMQP 1.0:
+the open's container id), the key of an owner's no-local rule (`NoLocal`)."""
+
+
+class SessionConn(Protocol):
+    """What the consumer side reads of a session's connection (`session.Conn`)."""
+
+    @property
+    def writable(self) -> bool:
+        """False while its socket buffer is full (no dispatch to it)."""
+
+    @property
+    def cancel_notify(self) -> bool:
+        """It accepts a consumer cancelled by the broker."""
+
+    @property
+    def sessions(self) -> Mapping[int, object]:
+        """Its open sessions by number."""
+
+
+class DeliveryCounts(Protocol):
+    """The message counters a delivery adds to (`session.ProtocolCounts`)."""
+
+    delivered_auto: int
+    delivered_manual: int
+    redelivered: int
+
+
+class ConsumerSession(Protocol):
+    """What the consumer side (capacity, dispatch, cancel) reads and updates of the session a
+    consumer lives on: `session.Session`, which names this module and so is not named here
+    (the module docstring)."""
+
+    next_delivery_id: int
+    """The id of its next delivery (dispatch allocates ids of deliveries settled as they go
+    inline)."""
+
+    @property
+    def conn(self) -> SessionConn:
+        """Its connection."""
+
+    @property
+    def conn_id(self) -> int:
+        """Its connection's id."""
+
+    @property
+    def channel(self) -> int:
+        """Its number on the connection."""
+
+    @property
+    def counts(self) -> DeliveryCounts:
+        """Its protocol's message counters."""
+
+    @property
+    def global_prefetch(self) -> int:
+        """The cap on all its unsettled deliveries (0: none)."""
+
+    @property
+    def global_unacked(self) -> int:
+        """Its deliveries to consumers that wait for a settlement."""
+
+    @property
+    def consumers(self) -> dict[str, Consumer]:
+        """Its consumers by tag."""
+
+    def track(self, entry: Unacked) -> int:
+        """Allocate the next delivery id for a delivery that needs a settle and remember it."""
+
+    def next_untracked_id(self) -> int:
+        """A delivery id for a delivery settled as it goes."""
+
+
+class Peer(Protocol):
+    """What the no-local rule reads of a connection (`session.Conn`)."""
+
+    @property
+    def client_properties(self) -> dict[str, Any]: ...
+
+
+class NoLocal:
+    """A queue's no-local rule: the queue takes no message its owner publishes.
+
+    The owner is a connection (`conn_id`, AMQP 0-9-1 `basic.consume` no-local: the rule goes
+    with the consumer, `Delivery.remove_consumer`), or, when the consuming adapter supplies
+    one, an owner identity (`owner`, AMQP 1.0: the client container id, as Artemis keys its
+    no-local filter): then every connection whose `OWNER_PROPERTY` is that identity is the
+    owner, and the rule stays with the queue while its link is detached (a durable
+    subscription's). `excludes`, the one place the rule is decided, is what the publish
+    path asks.
+    """
+
+    __slots__ = ("conn_id", "conns", "owner")
+
+    def __init__(self, conn_id: int, owner: str | None, conns: Mapping[int, Peer]) -> None:
+        self.conn_id = conn_id
+        self.owner = owner
+        self.conns = conns
+
+    def excludes(self, conn_id: int | None) -> bool:
+        """True when a publish of connection `conn_id` is its owner's (None: no connection)."""
+        if self.owner is None or conn_id is None:
+            return conn_id == self.conn_id
+        conn = self.conns.get(conn_id)
+        return conn is not None and conn.client_properties.get(OWNER_PROPERTY) == self.owner
+
+    def __repr__(self) -> str:
+        if self.owner is None:
+            return f"NoLocal(conn_id={self.conn_id})"
+        return f"NoLocal(owner={self.owner!r})"
 
 
 @dataclass(slots=True, eq=False)
@@ -56,7 +192,7 @@ class Consumer:
     """
 
     tag: str
-    session: Session
+    session: ConsumerSession
     queue: QueueEntity
     no_ack: bool
     exclusive: bool = False
@@ -207,3 +343,79 @@ class ConsumerSet:
                     self._rr[prio] = idx + 1
                     return c
         return None
+
+
+@dataclass(slots=True, eq=False)
+class QueueEntity:
+    """A declared queue.
+
+    Attributes:
+        name: queue name.
+        vhost: vhost name.
+        queue: the engine queue (order, delivery state, limits).
+        settings: its effective settings.
+        durable, auto_delete: declare flags.
+        exclusive_owner: conn_id of the owning connection for exclusive queues.
+        no_local: the no-local rule of a no-local consumer (`Delivery.consume`): the queue
+            does not take the messages its owner publishes (`NoLocal`), else None.
+        arguments: declare arguments as received (for redeclare checks and listings).
+        consumers: its consumers.
+        last_used_ms: last declare/consume/get/cancel time (for `x-expires`).
+        had_consumer: auto-delete happens only after a first consumer came and went.
+        deleted: set when the queue is gone (late acks become no-ops).
+        deliver, deliver_no_ack, get, get_no_ack, get_empty: AMQP-level delivery totals
+            (RabbitMQ's message_stats); the engine counts the rest.
+        stream: a stream queue's log (`x-queue-type: stream`, core/streamlog.py), else None:
+            its messages live there, not in `queue` (which stays empty), and every consumer
+            reads it from its own offset.
+    """
+
+    name: str
+    vhost: str
+    queue: Queue
+    settings: QueueSettings
+    durable: bool = False
+    auto_delete: bool = False
+    exclusive_owner: int | None = None
+    no_local: NoLocal | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    consumers: ConsumerSet = field(default_factory=ConsumerSet)
+    last_used_ms: int = 0
+    had_consumer: bool = False
+    deleted: bool = False
+    deliver: int = 0
+    deliver_no_ack: int = 0
+    get: int = 0
+    get_no_ack: int = 0
+    get_empty: int = 0
+    stream: StreamLog | None = None
+
+    def expires_at_ms(self) -> int | None:
+        """When an unused queue expires (`x-expires`), or None."""
+        expires = self.settings.expires_ms
+        if expires is None or self.consumers:
+            return None
+        return self.last_used_ms + expires
+
+
+@dataclass(slots=True)
+class Unacked:
+    """A delivery waiting for its settlement on its session.
+
+    Attributes:
+        queue: the queue it came from.
+        seq: its sequence number in that queue.
+        consumer: the consumer it was delivered to (None for a get).
+        browse: True for a non-destructive (browsing) delivery: settling it does not touch the
+            queue.
+        delivery_id: its id on the session (set by `Session.track`; orders deliveries by
+            consumption).
+        delivered_at: when it was delivered (epoch ms): the consumer timeout counts from it.
+    """
+
+    queue: QueueEntity
+    seq: SeqId
+    consumer: Consumer | None
+    browse: bool = False
+    delivery_id: int = 0
+    delivered_at: int = 0
