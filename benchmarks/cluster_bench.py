@@ -73,6 +73,7 @@ class RingmqCluster:
         *,
         name: str = CLUSTER,
         src: Path | None = None,
+        stream: bool = False,
     ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="ringmq-cluster-bench-"))
         self.size, self.timeout_s = size, timeout_s
@@ -84,6 +85,9 @@ class RingmqCluster:
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
         self.amqp: dict[str, int] = {}
         self.http: dict[str, int] = {}
+        self.stream: dict[str, int] = {}
+        """Each node's stream protocol port (with `stream`; the leader's is open)."""
+        self._stream = stream
 
     def start(self) -> brokers.BrokerTarget:
         etcd_bin = shutil.which("etcd")
@@ -105,11 +109,13 @@ class RingmqCluster:
         for i in range(1, self.size + 1):
             name = f"n{i}"
             self.amqp[name], self.http[name] = rabbit.free_port(), rabbit.free_port()
+            self.stream[name] = rabbit.free_port() if self._stream else -1
             self.nodes[name] = subprocess.Popen(
                 [
                     sys.executable, "-m", "ringmq", "serve", "--host", "127.0.0.1",
                     "--amqp-port", str(self.amqp[name]), "--http-port", str(self.http[name]),
-                    "--stomp-port", "off", "--mqtt-port", "off", "--stream-port", "off",
+                    "--stomp-port", "off", "--mqtt-port", "off",
+                    "--stream-port", str(self.stream[name]) if self._stream else "off",
                     "--data-dir", str(self.root / name),
                     "--cluster-etcd", f"http://127.0.0.1:{client}",
                     "--node-name", name, "--cluster-port", str(rabbit.free_port()),
@@ -147,6 +153,11 @@ class RingmqCluster:
                     return name
             time.sleep(0.2)
         raise RuntimeError(f"no leader with a full ISR in {self.timeout_s:.0f} s")
+
+    def stream_port(self, leader_pid: int | None) -> int:
+        """The stream protocol port of the node whose process is `leader_pid`."""
+        name = next(n for n, p in self.nodes.items() if p.pid == leader_pid)
+        return self.stream[name]
 
     def isr(self, leader_pid: int | None) -> list[str]:
         for name, proc in self.nodes.items():

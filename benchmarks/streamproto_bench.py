@@ -5,6 +5,7 @@ Usage (docs/benchmarks.md; `benchmarks/stream_bench.py` is the Spark streams API
     python -m benchmarks.streamproto_bench                      # ringmq, 100 B and 1 KiB, 3 rounds
     python -m benchmarks.streamproto_bench --target both --rabbitmq-port 25552
     python -m benchmarks.streamproto_bench --target both --large 1000000 --sizes 100 --rounds 1
+    python -m benchmarks.streamproto_bench --cluster --baseline-src /tmp/old/src  # replication
 
 Theory of operation: one load generator drives each broker in turn, size by size, round by
 round (interleaved, so a slow minute of the shared machine hits every broker alike). The
@@ -22,6 +23,10 @@ size: the median publish and consume msg/s, and the broker's CPU seconds per 1,0
 the start by one consumer (msg/s of the read alone).
 
 * ringmq: `ringmq serve` on free loopback ports with a temporary data dir, stopped at the end.
+* `--cluster`: also a 3-node ringmq cluster on one etcd (`cluster_bench.RingmqCluster`, the
+  stream port open), driven at its leader, its CPU summed over the three nodes; with
+  `--baseline-src DIR` a second one running that `src` (a `git archive` of an older commit),
+  `cluster-base`, in the same rounds: what replicating streams costs, old against new.
 * RabbitMQ: never started here; used when its stream listener answers on loopback
   (`--rabbitmq-port`; docs/benchmarks.md says how to start one), its CPU read from the process
   that listens there.
@@ -38,8 +43,10 @@ import statistics
 import struct
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks import amqp_brokers as brokers
+from benchmarks.cluster_bench import RingmqCluster
 
 _U32 = struct.Struct(">I")
 _HEAD = struct.Struct(">IHH")  # frame size, key, version
@@ -187,9 +194,12 @@ def _open(port: int) -> bool:
         return False
 
 
-def _run(name: str, port: int, pid: int | None, fn: object, n: int) -> Round | None:
-    # One measured case: its rates and the broker's CPU per 1,000 messages (both directions).
-    stats = brokers.ProcessStats(pid)
+def _run(
+    name: str, port: int, pids: tuple[int | None, tuple[int, ...]], fn: object, n: int
+) -> Round | None:
+    # One measured case: its rates and the broker's CPU per 1,000 messages (both directions),
+    # summed over a cluster's nodes.
+    stats = brokers.ProcessStats(*pids)
     before = stats.sample()
     try:
         pub, con = asyncio.run(fn)  # type: ignore[arg-type]
@@ -222,44 +232,58 @@ def main() -> None:
     ap.add_argument("--target", choices=("ringmq", "rabbitmq", "both"), default="ringmq")
     ap.add_argument("--rabbitmq-port", type=int, default=5552)
     ap.add_argument("--large", type=int, default=0, help="messages of the read-from-start case")
+    ap.add_argument("--cluster", action="store_true", help="also a 3-node ringmq cluster")
+    ap.add_argument("--baseline-src", type=Path, default=None, help="and one running this src")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    targets: dict[str, tuple[int, int | None]] = {}
+    targets: dict[str, tuple[int, tuple[int | None, tuple[int, ...]]]] = {}
     ringmq: brokers.RingmqProcess | None = None
+    clusters: list[RingmqCluster] = []
     if args.target in ("ringmq", "both"):
         ringmq = brokers.RingmqProcess(protocols=("stream",))
         ringmq.start()
-        targets["ringmq"] = (ringmq.ports["stream"], ringmq.pid)
+        targets["ringmq"] = (ringmq.ports["stream"], (ringmq.pid, ()))
     if args.target in ("rabbitmq", "both"):
         if _open(args.rabbitmq_port):
-            targets["rabbitmq"] = (args.rabbitmq_port, brokers.listening_pid(args.rabbitmq_port))
+            pid = brokers.listening_pid(args.rabbitmq_port)
+            targets["rabbitmq"] = (args.rabbitmq_port, (pid, ()))
         else:
             print(f"rabbitmq: nothing listens on 127.0.0.1:{args.rabbitmq_port}; skipped")
     results: dict[tuple[str, int], list[Round]] = {}
     large: dict[str, Round] = {}
     try:
+        wanted = [("cluster", None)] if args.cluster else []
+        if args.cluster and args.baseline_src is not None:
+            wanted.append(("cluster-base", args.baseline_src))
+        for name, src in wanted:
+            cluster = RingmqCluster(name=name, src=src, stream=True)
+            clusters.append(cluster)
+            target = cluster.start()
+            targets[name] = (cluster.stream_port(target.pid), (target.pid, target.others))
         for r in range(args.rounds):
             for size in sizes:
-                for name, (port, pid) in targets.items():
+                for name, (port, pids) in targets.items():
                     job = _round(
                         port, f"bench-{size}-{r}", args.messages, size, args.batch,
                         args.in_flight, args.timeout,
                     )  # fmt: skip
-                    got = _run(f"{name} {size} B round {r}", port, pid, job, args.messages)
+                    got = _run(f"{name} {size} B round {r}", port, pids, job, args.messages)
                     if got is not None:
                         results.setdefault((name, size), []).append(got)
         if args.large:
-            for name, (port, pid) in targets.items():
+            for name, (port, pids) in targets.items():
                 job = _round(
                     port, "bench-large", args.large, 100, args.batch, args.in_flight,
                     args.timeout,
                 )  # fmt: skip
-                got = _run(f"{name} large", port, pid, job, args.large)
+                got = _run(f"{name} large", port, pids, job, args.large)
                 if got is not None:
                     large[name] = got
     finally:
         if ringmq is not None:
             ringmq.stop()
+        for cluster in clusters:
+            cluster.stop()
     print(f"{'broker, size':18} {'publish msg/s':>14} {'consume msg/s':>14} {'CPU s/1k':>9} rounds")
     for (name, size), rounds in sorted(results.items()):
         print(_median_row(f"{name} {size} B", rounds))

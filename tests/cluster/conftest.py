@@ -165,7 +165,8 @@ def etcd_cluster(tmp_path: Path) -> Iterator[Callable[..., EtcdCluster]]:
 class Node(Serve):
     """One clustered `ringmq serve` and its management API.
 
-    `protocols=True` opens STOMP and MQTT too, on fixed ports; `host` and `wrap` put the node
+    `protocols=True` opens STOMP and MQTT too, on fixed ports, `stream=True` the stream
+    protocol (`stream_port`, fixed too); `host` and `wrap` put the node
     on another address (a network namespace: `wrap=("ip", "netns", "exec", NS)`). `spec` keeps
     what started it, so that `start_node(**node.spec)` restarts it on the same ports and data.
     """
@@ -181,6 +182,8 @@ class Node(Serve):
         extra_config: str = "",
         protocols: bool = False,
         protocol_ports: tuple[int, int] | None = None,
+        stream: bool = False,
+        stream_port: int | None = None,
         host: str = "127.0.0.1",
         wrap: tuple[str, ...] = (),
     ) -> None:
@@ -213,6 +216,9 @@ class Node(Serve):
         if protocols:
             stomp_port, mqtt_port = protocol_ports or free_ports(2)
             more = ("--stomp-port", str(stomp_port), "--mqtt-port", str(mqtt_port))
+        if stream:
+            stream_port = stream_port or free_ports(1)[0]
+            more += ("--stream-port", str(stream_port))
         self.spec: dict[str, Any] = {
             "name": name,
             "etcd": etcd,
@@ -221,6 +227,8 @@ class Node(Serve):
             "extra_config": extra_config,
             "protocols": protocols,
             "protocol_ports": (stomp_port, mqtt_port) if protocols else None,
+            "stream": stream,
+            "stream_port": stream_port if stream else None,
             "host": host,
             "wrap": wrap,
         }
@@ -248,6 +256,7 @@ class Node(Serve):
         )
         self.port, self.http_port = amqp, http
         self.stomp_port, self.mqtt_port = stomp_port, mqtt_port
+        self.stream_port = stream_port if stream else None
 
     def cluster(self) -> dict[str, Any]:
         # A node changing roles restarts its server (ringmq.server.member): its management

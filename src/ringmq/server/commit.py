@@ -25,9 +25,10 @@ deliveries) are handed to the OS at the end of the batch and made durable by the
 `tick()` (called from the server's periodic sweep), at most a sweep period later.
 
 Callers that answer only once their writes are durable (the streams API's reserve and settle,
-which have no confirm to hold) call `until_durable()`: a future resolved by the first fsync that
-covers the store's position at the call (one is started at once when none runs), or failed with
-the OSError when that flush or fsync fails.
+which have no confirm to hold) call `until_durable()`: a future resolved when the first group
+that covers the store's position at the call is released (its fsync done and, with a replica
+gate, its shard-log position acknowledged: the same release as the confirms'; one is started
+at once when none runs), or failed with the OSError when that flush or fsync fails.
 
 Write failures (ENOSPC, EDQUOT, EIO...; docs/storage.md, "Write failures"): when `flush()` or
 the fsync raises, the group's confirms are never acked: `Broker.unstored(position)` takes every
@@ -124,6 +125,8 @@ class GroupCommit:
         self._parked: list[tuple[int, int, bool, list[tuple[int, int, int]]]] = []
         self.released_log_position = 0
         """The shard-log position of the last group released (every confirm so far is below)."""
+        self._released = store.durable_position
+        """The store position the last group released covered (`until_durable` waits for it)."""
 
     @property
     def waiting_log_position(self) -> int | None:
@@ -157,15 +160,15 @@ class GroupCommit:
         """A future resolved once an fsync covers every write made so far (see module doc)."""
         fut: asyncio.Future[None] = self.loop.create_future()
         position = self.store.position
-        if self.store.durable_position >= position:
+        if self._released >= position:
             fut.set_result(None)
             return fut
         if self.failure is not None:
             fut.set_exception(OSError(errno.EIO, self.failure))
             return fut
         self._durable_waiters.append((position, fut))
-        if self.in_flight is None:
-            self._start()
+        if self.in_flight is None and (self.store.durable_position < position or not self._parked):
+            self._start()  # (fsynced already, parked: the parked group's release wakes it)
         return fut
 
     def _wake(self, durable: int, exc: OSError | None = None) -> None:
@@ -222,7 +225,9 @@ class GroupCommit:
             self._release(durable, healthy, group)
 
     def _release(self, durable: int, healthy: bool, group: list[tuple[int, int, int]]) -> None:
-        # the persistent messages this group covered may now reach consumers (hold.py)
+        # the waiters and the persistent messages this group covered (hold.py) go on now
+        self._released = max(self._released, durable)
+        self._wake(durable)
         self.release(lambda: self.broker.stored(durable, healthy=healthy) + self._confirm(group))
 
     def _done(
@@ -244,7 +249,6 @@ class GroupCommit:
             return
         self.syncs += 1
         durable = fut.result()
-        self._wake(durable)
         if self.failure is not None and started > self._failed_at:
             # only an fsync of a point flushed after the failure (the probe) says writes work
             # again; one that was in flight when a write failed covers older writes only
@@ -260,8 +264,13 @@ class GroupCommit:
         else:
             self.released_log_position = max(self.released_log_position, log_position)
             self._release(durable, healthy, group)
-        if (self.waiting or self._durable_waiters or self._holding()) and self.in_flight is None:
+        if (self.waiting or self._unsynced_waiters() or self._holding()) and self.in_flight is None:
             self._start()
+
+    def _unsynced_waiters(self) -> bool:
+        # durable waiters that need another fsync (not those parked behind the followers)
+        durable = self.store.durable_position
+        return any(position > durable for position, _ in self._durable_waiters)
 
     def _failed(self, exc: OSError, group: list[tuple[int, int, int]], *, fsync: bool) -> None:
         """A flush or fsync failed: nack `group`, raise the alarm (logged once per episode)."""

@@ -179,6 +179,9 @@ class ReplicationLeader:
                     # now on holds at least that much (the records after it are idempotent)
                     self.store.write_out()
                     position = self.log.position
+                    # files whose copy on disk lags the log get their content again, after
+                    # `position` (stream tracking files waiting for their rename)
+                    self.store.relog_pending()
                     entries = await loop.run_in_executor(None, file_index, self.store.directory)
                     log.info(
                         "replication: bulk sync of %s from position %d (%d files)",

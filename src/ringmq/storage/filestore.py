@@ -77,7 +77,8 @@ from ringmq.storage.records import (
 from ringmq.storage.replay import replay
 from ringmq.storage.replica import read_state
 from ringmq.storage.shardlog import ShardLog
-from ringmq.storage.streamfiles import FileStreamLog, StreamFiles
+from ringmq.storage.streamdirs import StreamFiles
+from ringmq.storage.streamfiles import FileStreamLog
 
 log = logging.getLogger(__name__)
 
@@ -424,6 +425,14 @@ class FileStore:
         self._bodies.journal.tap = shard_log
         self._defs.file.tap = shard_log
         self._dedup.file.tap = shard_log
+        self.streams.attach(shard_log)
+
+    def relog_pending(self) -> None:
+        """A bulk sync's copy starts at the shard log's position now: record again the content
+        of the files whose copy on disk is older than the log says (stream tracking files
+        waiting for the fsync before their rename), so the records after the copy's position
+        bring the follower level (`shardlog.py`)."""
+        self.streams.relog()
 
     def fsync(self, point: SyncPoint) -> int:
         try:

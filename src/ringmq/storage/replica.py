@@ -18,7 +18,9 @@ The leader's process keeps the same file for its epoch (`ShardState`).
 
 Opening removes `CLEAN` and `RECOVERY_TERMS`: the files change under them, so a promotion
 must replay. Paths come from the network: only `<dir>/<name>` under the replicated
-directories (`shardlog.REPLICATED_DIRS`) are accepted.
+directories (`shardlog.REPLICATED_DIRS`) are accepted, and under `streams/` only
+`streams/<stream>/<name>` (a stream's files; its directory is made by the first write) and,
+for `DELETE_DIR`, `streams/<stream>`.
 
 `flush()` hands out descriptors of the files written since the last one (and of their
 directories), for `journal.fsync_fds` on another thread, as `FileStore.flush` does.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
@@ -38,10 +41,12 @@ from ringmq.storage.journal import fsync_fds, write_all
 from ringmq.storage.shardlog import (
     REPLICATED_DIRS,
     SHARD_FILE,
+    STREAMS_DIR,
     FileEntry,
     FileOp,
     OpKind,
     file_index,
+    replicated_files,
 )
 
 _MAX_OPEN: Final = 32  # cached write descriptors
@@ -100,25 +105,29 @@ class Replica:
         self._dirty: set[str] = set()  # written since the last flush()
         self._dirs_dirty: set[str] = set()  # entries created or removed since then
 
-    def _path(self, name: str) -> Path:
-        sub, sep, base = name.partition("/")
+    def _path(self, name: str, *, directory: bool = False) -> Path:
+        # `<dir>/<name>`, or `streams/<stream>/<name>` (`streams/<stream>` for a directory)
+        parts = name.split("/")
+        depth = 2 if parts[0] == STREAMS_DIR else 1
         if (
-            sub not in REPLICATED_DIRS
-            or not sep
-            or not base
-            or "/" in base
-            or base in (".", "..")
-            or "\x00" in base
+            parts[0] not in REPLICATED_DIRS
+            or len(parts) != depth + (0 if directory else 1)
+            or len(parts) < 2
+            or any(not p or p in (".", "..") or "\x00" in p for p in parts)
         ):
-            raise ValueError(f"not a replicated file: {name!r}")
-        return self.root / sub / base
+            raise ValueError(f"not a replicated {'directory' if directory else 'file'}: {name!r}")
+        return self.root.joinpath(*parts)
 
     def _fd(self, name: str) -> int:
         fd = self._fds.pop(name, None)
         if fd is None:
             path = self._path(name)
             if not path.exists():
-                self._dirs_dirty.add(name.partition("/")[0])
+                parent = name.rpartition("/")[0]
+                if not path.parent.is_dir():  # a stream's first file: its directory too
+                    path.parent.mkdir()
+                    self._dirs_dirty.add(parent.rpartition("/")[0])
+                self._dirs_dirty.add(parent)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
             if len(self._fds) >= _MAX_OPEN:
                 old = next(iter(self._fds))
@@ -147,6 +156,8 @@ class Replica:
             case OpKind.REPLACE:
                 self.truncate(op.path, 0)
                 self.write_chunk(op.path, 0, op.data)
+            case OpKind.DELETE_DIR:
+                self.remove_dir(op.path)
 
     def write_chunk(self, name: str, offset: int, data: bytes) -> None:
         """Write `data` at `offset` of `name` (created when missing)."""
@@ -171,7 +182,18 @@ class Replica:
             path.unlink()
         except FileNotFoundError:
             return
-        self._dirs_dirty.add(name.partition("/")[0])
+        self._dirs_dirty.add(name.rpartition("/")[0])
+
+    def remove_dir(self, name: str) -> None:
+        """Delete the directory `name` and its files (nothing when it is already gone)."""
+        path = self._path(name, directory=True)
+        inside = name + "/"
+        for open_name in [n for n in self._fds if n.startswith(inside)]:
+            self._close(open_name)
+        self._dirs_dirty = {d for d in self._dirs_dirty if d != name}
+        if path.is_dir():
+            shutil.rmtree(path)
+            self._dirs_dirty.add(name.rpartition("/")[0])
 
     # -- bulk sync --------------------------------------------------------------------------
 
@@ -183,11 +205,16 @@ class Replica:
         """End of a bulk sync: every file is cut to the leader's size and files the leader's
         index does not name are deleted."""
         keep = {e.path: e.size for e in entries}
-        for sub in REPLICATED_DIRS:
-            for p in sorted((self.root / sub).iterdir()):
-                name = f"{sub}/{p.name}"
-                if name not in keep and p.is_file():
-                    self.remove(name)
+        for name in replicated_files(self.root):
+            if name not in keep:
+                self.remove(name)
+        streams = {e.path.split("/")[1] for e in entries if e.path.startswith(STREAMS_DIR + "/")}
+        for p in sorted((self.root / STREAMS_DIR).iterdir()):
+            if p.name not in streams:  # a stream the leader no longer has
+                if p.is_dir():
+                    self.remove_dir(f"{STREAMS_DIR}/{p.name}")
+                else:
+                    p.unlink()
         for name, size in keep.items():
             path = self._path(name)
             if not path.exists() or path.stat().st_size != size:
@@ -204,7 +231,11 @@ class Replica:
     def flush(self) -> list[int]:
         """Descriptors to fsync (`journal.fsync_fds` closes them) covering every write so far."""
         fds = [os.dup(self._fds[name]) for name in self._dirty if name in self._fds]
-        fds += [os.open(self.root / sub, os.O_RDONLY) for sub in self._dirs_dirty]
+        fds += [
+            os.open(self.root / sub, os.O_RDONLY)
+            for sub in self._dirs_dirty
+            if (self.root / sub).is_dir()
+        ]
         self._dirty.clear()
         self._dirs_dirty.clear()
         return fds

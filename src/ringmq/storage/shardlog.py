@@ -7,13 +7,23 @@ change it makes reaches the OS as a write to one of its files: journal segments
 (`journal/*.seg`: enqueues, acks, delivery counts, purges, transactions), shared bodies
 (`msgstore/*.msg`), the definitions log (`definitions/log`: vhosts, users, exchanges, queues,
 bindings, policies, the streams API's leases, Spark reservations and settles), the
-de-duplication log (`dedup/log`). The shard log sees those writes as they happen, in the order
+de-duplication log (`dedup/log`), and the stream queues' files (`streams/<key hash>/`: segment
+files of chunks, the `KEY` file, `tracking.json` with the stored consumer offsets and publisher
+sequences; `streamfiles.py`). The shard log sees those writes as they happen, in the order
 they happen, as *file operations* (`FileOp`):
 
 * `APPEND(path, offset, data)`: bytes written at `offset` (the file's end: every store file is
   append-only; a file starts with an append at offset 0);
-* `DELETE(path)`: a file removed (a reclaimed segment);
-* `REPLACE(path, data)`: a file's whole content replaced (the dedup log's rewrite).
+* `DELETE(path)`: a file removed (a reclaimed segment, a stream segment dropped by retention);
+* `REPLACE(path, data)`: a file's whole content replaced (the dedup log's rewrite, a stream's
+  tracking file or `KEY`);
+* `DELETE_DIR(path)`: a directory removed with everything in it (a deleted stream).
+
+A stream's tracking file is replaced on disk by the leader only once an fsync covered its
+temporary copy (`streamfiles.py`), but its REPLACE is recorded when the snapshot is taken, so
+a confirm released after a consumer's stored offset covers it on the followers too. A bulk
+sync copies the leader's files, which may then hold an older tracking file than the log:
+`FileStore.relog_pending` records those files' content again right after the copy's position.
 
 Each operation gets the next *position* (1, 2, ...), and the log carries the *epoch* (the
 leader's activation sequence) of every record it appends: one epoch for the log's lifetime,
@@ -53,8 +63,11 @@ from typing import Final
 DEFAULT_BACKLOG_BYTES: Final = 64 * 1024 * 1024
 SHARD_FILE: Final = "SHARD"
 """The shard's identity and replication state in a store directory (`shardstate.py`)."""
-REPLICATED_DIRS: Final = ("journal", "msgstore", "definitions", "dedup")
-"""The store's sub-directories whose files the log (and a bulk sync) covers."""
+STREAMS_DIR: Final = "streams"
+"""The sub-directory of stream queues: one directory per stream (`<dir>/<stream>/<file>`)."""
+REPLICATED_DIRS: Final = ("journal", "msgstore", "definitions", "dedup", STREAMS_DIR)
+"""The store's sub-directories whose files the log (and a bulk sync) covers: files directly
+in them, and for `STREAMS_DIR` files one directory down."""
 
 
 class OpKind(IntEnum):
@@ -63,6 +76,7 @@ class OpKind(IntEnum):
     APPEND = 1
     DELETE = 2
     REPLACE = 3
+    DELETE_DIR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +155,10 @@ class ShardLog:
         """`path` now holds exactly `data`."""
         self._add(FileOp(OpKind.REPLACE, self._name(path), 0, data))
 
+    def delete_dir(self, path: Path) -> None:
+        """The directory `path` was removed with everything in it."""
+        self._add(FileOp(OpKind.DELETE_DIR, self._name(path)))
+
     def _add(self, op: FileOp) -> None:
         self.position += 1
         self._ops.append(op)
@@ -179,19 +197,37 @@ def file_index(root: Path) -> list[FileEntry]:
     """Every file a bulk sync copies, with its size and crc32 (reads them all: run it off the
     loop). Files deleted while it runs are left out (their DELETE follows in the log)."""
     out: list[FileEntry] = []
-    for sub in REPLICATED_DIRS:
-        directory = root / sub
-        if not directory.is_dir():
+    for name in replicated_files(root):
+        try:
+            size, crc = _crc_of(root / name)
+        except FileNotFoundError:
             continue
-        for p in sorted(directory.iterdir()):
-            if not p.is_file() or p.name.endswith(".tmp"):
-                continue
-            try:
-                size, crc = _crc_of(p)
-            except FileNotFoundError:
-                continue
-            out.append(FileEntry(f"{sub}/{p.name}", size, crc))
+        out.append(FileEntry(name, size, crc))
     return out
+
+
+def replicated_files(root: Path) -> list[str]:
+    """The names (relative to `root`) of every file the log covers, sorted; temporary files
+    (`*.tmp`) left out."""
+    out: list[str] = []
+    for sub in REPLICATED_DIRS:
+        for p in _listing(root / sub):
+            if sub == STREAMS_DIR and p.is_dir():
+                out += (f"{sub}/{p.name}/{f.name}" for f in _listing(p) if _kept(f))
+            elif _kept(p):
+                out.append(f"{sub}/{p.name}")
+    return out
+
+
+def _listing(directory: Path) -> list[Path]:
+    try:
+        return sorted(directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):  # removed meanwhile, or never made
+        return []
+
+
+def _kept(p: Path) -> bool:
+    return not p.name.endswith(".tmp") and p.is_file()
 
 
 def _crc_of(path: Path) -> tuple[int, int]:

@@ -2,10 +2,10 @@
 
 Theory of operation
 -------------------
-`StreamFiles` (owned by `FileStore`, under `<data>/streams/`) opens one `FileStreamLog` per
-stream queue, in a directory named by the SHA-256 of its store key (a `KEY` file holds the key
-itself). The pure rules (offsets, segments, index points, retention, offset specifications)
-are `ringmq.core.streamlog`'s; this module is their I/O.
+`StreamFiles` (`streamdirs.py`, owned by `FileStore`, under `<data>/streams/`) opens one
+`FileStreamLog` per stream queue, in a directory named by the SHA-256 of its store key (a `KEY`
+file holds the key itself). The pure rules (offsets, segments, index points, retention,
+offset specifications) are `ringmq.core.streamlog`'s; this module is their I/O.
 
 A segment file is named by its first offset (`00000000000000000042.seg`) and holds chunks, each
 one record in the store's framing (`records.frame`: length, CRC-32, type `STREAM_CHUNK`)::
@@ -22,6 +22,14 @@ stream append is confirmed by the same fsync as the journal's records. Retention
 segment files. The tracking file (`tracking.json`: stored offsets, publisher sequences) is
 replaced whole, by a temporary copy renamed only once an fsync covered it (`_save_tracking`).
 
+Replication (`tap`, set by `FileStore.attach_log`): every hand-over to the OS is recorded in
+the shard log as the same file operation (`shardlog.py`): an append to a segment, a segment
+unlinked by retention, a new segment (created empty: its name holds the next offset), the
+`KEY` file, the stream's directory removed; the tracking file as a REPLACE of its new content
+when the snapshot is taken, even while an older temporary copy waits for its rename (a
+follower needs no temporary copy: its position says what its files hold). `relog` records again the
+content of a tracking file whose rename is still to come, for a bulk sync (`shardlog.py`).
+
 Recovery (`FileStreamLog.__init__`): segment files in offset order; every chunk header is read
 to rebuild the index (without reading payloads, except for the last segment, whose chunks are
 CRC-checked: a torn tail left by a crash is cut off there). RSS stays bounded: the index keeps
@@ -31,13 +39,11 @@ one point per `INDEX_STRIDE` bytes, and reads go through fixed-size blocks.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
 import struct
 import zlib
-from collections import deque
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
@@ -47,6 +53,7 @@ from ringmq.core.queue.columns import Columns
 from ringmq.core.streamchunk import HEADER_SIZE as OSIRIS_HEADER
 from ringmq.core.streamchunk import chunk_info, decode_chunk, gather, osiris_chunk
 from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
+from ringmq.storage.journal import write_all
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
@@ -58,6 +65,7 @@ from ringmq.storage.records import (
     entry_row_at,
     frame,
 )
+from ringmq.storage.shardlog import ShardLog
 
 _CHUNK: Final = struct.Struct("<QqI")  # first offset, timestamp ms, count
 _LEN: Final = struct.Struct("<I")
@@ -158,6 +166,7 @@ class FileStreamLog:
         directory.mkdir(parents=True, exist_ok=True)
         self.index = SegmentIndex(spec, INDEX_STRIDE)
         self._fd = -1  # the active segment's descriptor
+        self._active = directory  # the active segment's path (once there is one)
         self._size = 0  # bytes of the active segment handed to the OS
         self._buf = bytearray()  # appended, not yet handed to the OS
         self._dirty = False  # written since the last flush
@@ -167,6 +176,11 @@ class FileStreamLog:
         self.tracking = Tracking()
         self.tracking_pending = False
         """A temporary copy of the tracking file waits for its fsync and rename."""
+        self.tap: ShardLog | None = None
+        """The shard log that records every write (replication on; module docstring)."""
+        self._latest: bytes | None = None  # the newest tracking snapshot taken (and logged)
+        self._pending: bytes | None = None  # the snapshot in the temporary copy
+        self._saved: bytes | None = None  # the tracking file's content on disk
         self._readers: dict[int, tuple[int, int]] = {}
         """Sealed segments open for reading: first offset -> (descriptor, size)."""
         self._hints: dict[int, tuple[int, int]] = {}
@@ -180,7 +194,8 @@ class FileStreamLog:
         tracking = self.directory / _TRACKING
         if tracking.exists():
             with contextlib.suppress(ValueError, OSError):
-                self.tracking.load(json.loads(tracking.read_text()))
+                self._saved = tracking.read_bytes()
+                self.tracking.load(json.loads(self._saved))
         files = sorted(p for p in self.directory.iterdir() if p.name.endswith(_SUFFIX))
         index = self.index
         for n, path in enumerate(files):
@@ -211,7 +226,7 @@ class FileStreamLog:
             finally:
                 os.close(fd)
         if index.segments:  # the last segment kept is the active one again
-            active = self.directory / _seg_name(index.segments[-1].first_offset)
+            active = self._active = self.directory / _seg_name(index.segments[-1].first_offset)
             self._fd = os.open(active, os.O_RDWR | os.O_APPEND)
             self._size = os.fstat(self._fd).st_size
 
@@ -253,16 +268,21 @@ class FileStreamLog:
             else:
                 os.close(self._fd)
         seg = self.index.open_segment()
-        self._fd = os.open(
-            self.directory / _seg_name(seg.first_offset), os.O_RDWR | os.O_CREAT | os.O_APPEND
-        )
+        self._active = self.directory / _seg_name(seg.first_offset)
+        self._fd = os.open(self._active, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._size = 0
         self._dir_dirty = True
+        if self.tap is not None:
+            # the new segment exists before its first chunk is written: its name alone keeps
+            # the next offset once retention removed the others (offsets are never reused)
+            self.tap.append(self._active, 0, b"")
 
     def write_out(self) -> None:
         """Hand the buffered appends to the OS."""
         if self._buf:
-            os.write(self._fd, self._buf)
+            write_all(self._fd, self._buf)
+            if self.tap is not None:
+                self.tap.append(self._active, self._size, bytes(self._buf))
             self._size += len(self._buf)
             self._buf.clear()
 
@@ -272,19 +292,41 @@ class FileStreamLog:
         # Two steps, neither an fsync on this thread: the snapshot goes to the temporary file,
         # whose descriptor this flush's fsync covers; once that fsync is done, the store's
         # fsync thread renames it and fsyncs the directory (`tracking_synced`). One temporary
-        # at a time: a newer snapshot waits for the rename (the file stays `dirty`).
-        if self.tracking_pending or not self.tracking.dirty:
+        # at a time: a newer snapshot waits for the rename (the file stays `dirty`), but is
+        # in the shard log at once (`_snapshot`).
+        if not self.tracking.dirty:
+            return False
+        data = self._snapshot()
+        if self.tracking_pending:
             return False
         fd = os.open(self.directory / _TRACKING_TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, json.dumps(self.tracking.snapshot()).encode())
+            write_all(fd, data)
         except OSError:
             os.close(fd)
             raise
         fds.append(fd)
+        self._pending = data
         self.tracking_pending = True
         self.tracking.dirty = False
         return True
+
+    def _snapshot(self) -> bytes:
+        # The tracking's content now; recorded in the shard log when it changed, so that a
+        # confirm released after a stored offset covers it on the followers.
+        data = json.dumps(self.tracking.snapshot()).encode()
+        if data != self._latest:
+            self._latest = data
+            if self.tap is not None:
+                self.tap.replace(self.directory / _TRACKING, data)
+        return data
+
+    def relog(self) -> None:
+        """Record the newest tracking snapshot again when the file on disk is older (its
+        rename waits for an fsync): a bulk sync copying the file now gets it from the log."""
+        latest = self._latest
+        if self.tap is not None and latest is not None and latest != self._saved:
+            self.tap.replace(self.directory / _TRACKING, latest)
 
     def tracking_synced(self) -> None:
         """The fsync covering the tracking file's temporary copy is done: put it in place
@@ -294,6 +336,8 @@ class FileStreamLog:
             _fsync_path(self.directory)
         except FileNotFoundError:
             pass  # the stream was deleted meanwhile
+        else:
+            self._saved = self._pending
         self.tracking_pending = False
 
     def _save_tracking_now(self) -> None:
@@ -461,8 +505,11 @@ class FileStreamLog:
         gone = self.index.expired(now_ms)
         self._close_readers(seg.first_offset for seg in gone)
         for seg in gone:
+            path = self.directory / _seg_name(seg.first_offset)
             with contextlib.suppress(FileNotFoundError):
-                (self.directory / _seg_name(seg.first_offset)).unlink()
+                path.unlink()
+            if self.tap is not None:
+                self.tap.delete(path)
         if gone:
             self._dir_dirty = True
         return len(gone)
@@ -492,69 +539,5 @@ class FileStreamLog:
         self.deleted = True
         self._dirty = self._dir_dirty = False
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-class StreamFiles:
-    """Every stream of a store (the `StreamStorePort` side of `FileStore`)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._open: dict[str, FileStreamLog] = {}
-        self._renames: deque[tuple[int, FileStreamLog]] = deque()
-        """(sync point, log) whose tracking file waits for that point's fsync."""
-
-    def _dir(self, key: str) -> Path:
-        return self.directory / hashlib.sha256(key.encode()).hexdigest()
-
-    def open_stream(self, key: str, spec: StreamSpec, name: str = "") -> FileStreamLog:
-        log = self._open.get(key)
-        if log is None or log.deleted:  # a stream deleted and declared again starts empty
-            path = self._dir(key)
-            log = self._open[key] = FileStreamLog(path, spec, name)
-            (path / "KEY").write_text(key)
-        else:
-            log.set_spec(spec)
-            log.name = name or log.name
-        return log
-
-    def drop_stream(self, key: str) -> None:
-        log = self._open.pop(key, None)
-        if log is not None:
-            log.delete()
-        else:
-            shutil.rmtree(self._dir(key), ignore_errors=True)
-
-    def flush(self, position: int) -> list[int]:
-        """Every stream's `FileStreamLog.flush`, for the store's sync point `position`."""
-        fds: list[int] = []
-        for key, log in list(self._open.items()):
-            if log.deleted:  # deleted through the core's port (its queue went)
-                del self._open[key]
-            else:
-                pending = log.tracking_pending
-                fds += log.flush()
-                if log.tracking_pending and not pending:
-                    self._renames.append((position, log))
-        return fds
-
-    def synced(self, position: int) -> None:
-        """The fsync of sync point `position` is done: put the tracking files it covered in
-        place (on the store's fsync thread; a deque, so the loop thread may append meanwhile)."""
-        renames = self._renames
-        while renames and renames[0][0] <= position:
-            renames.popleft()[1].tracking_synced()
-
-    def write_out(self) -> None:
-        for log in self._open.values():
-            if not log.deleted:
-                log.write_out()
-
-    def close(self) -> None:
-        for log in self._open.values():
-            log.close()
-        self._open.clear()
-
-    def abandon(self) -> None:
-        for log in self._open.values():
-            log.abandon()
-        self._open.clear()
+        if self.tap is not None:
+            self.tap.delete_dir(self.directory)

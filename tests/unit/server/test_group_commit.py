@@ -198,3 +198,77 @@ async def test_confirms_wait_for_the_replica_gate(tmp_path: Path) -> None:
     finally:
         await commit.close()
     kit.broker.close()
+
+
+async def test_a_stream_publish_confirm_waits_for_the_followers_to_have_its_chunk(
+    tmp_path: Path,
+) -> None:
+    """A publish into a stream queue is released only once the followers acknowledged the
+    shard-log position that holds its chunk (the segment's APPEND)."""
+    store = FileStore.open(tmp_path / "data")
+    kit = StoreKit(store, BrokerConfig(name_seed=7, delay_persistent_confirms=True))
+    log = ShardLog(store.directory, "0", 1)
+    store.attach_log(log)
+    pub = kit.open()
+    kit.call(pub, spec.ConfirmSelect())
+    kit.declare(pub, "s", durable=True, arguments={"x-queue-type": "stream"})
+    released: list[Effect] = []
+    commit = GroupCommit(
+        kit.broker, store, asyncio.get_running_loop(), lambda fn: released.extend(fn())
+    )
+    gate = _Gate()
+    commit.replica_gate = gate
+    try:
+        kit.publish(pub, "s", b"chunk-body", props=PERSISTENT)
+        commit.after_batch()
+        await until(lambda: commit.in_flight is None and bool(commit._parked))
+        parked_at = commit._parked[0][0]
+        ops = log.since(0) or []
+        chunk_at = next(
+            i + 1
+            for i, op in enumerate(ops)
+            if op.path.startswith("streams/") and op.path.endswith(".seg") and op.data
+        )
+        assert b"chunk-body" in ops[chunk_at - 1].data
+        assert chunk_at <= parked_at  # the confirm's position covers the chunk
+        gate.acked = chunk_at - 1
+        commit.replicated()
+        assert confirmed_tags(released) == set()
+        gate.acked = parked_at
+        commit.replicated()
+        assert confirmed_tags(released) == {1}
+    finally:
+        await commit.close()
+    kit.broker.close()
+
+
+async def test_until_durable_waits_for_the_replica_gate_without_more_fsyncs(
+    tmp_path: Path,
+) -> None:
+    """The streams API's reserve and settle answer through `until_durable`: behind the
+    followers' acknowledgement too, as a confirm; while it is parked no fsync is repeated."""
+    store = FileStore.open(tmp_path / "data")
+    kit = StoreKit(store, BrokerConfig(name_seed=7, delay_persistent_confirms=True))
+    store.attach_log(ShardLog(store.directory, "0", 1))
+    released: list[Effect] = []
+    commit = GroupCommit(
+        kit.broker, store, asyncio.get_running_loop(), lambda fn: released.extend(fn())
+    )
+    gate = _Gate()
+    commit.replica_gate = gate
+    try:
+        store.put_definition("lease", "k", {"held": 1})
+        waiter = commit.until_durable()
+        await until(lambda: commit.in_flight is None and bool(commit._parked))
+        syncs = commit.syncs
+        await asyncio.sleep(0.05)
+        assert not waiter.done()  # fsynced, not acknowledged
+        assert commit.syncs == syncs  # and no fsync after fsync meanwhile
+        again = commit.until_durable()  # nothing new written: parked behind the same group
+        assert not again.done()
+        gate.acked = commit._parked[0][0]
+        commit.replicated()
+        await asyncio.wait_for(asyncio.gather(waiter, again), 10)
+    finally:
+        await commit.close()
+    kit.broker.close()

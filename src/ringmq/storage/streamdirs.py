@@ -1,0 +1,110 @@
+"""Every stream queue of a store: the directories under `<data>/streams/`.
+
+Theory of operation
+-------------------
+`StreamFiles` (owned by `FileStore`) opens one `streamfiles.FileStreamLog` per stream queue,
+in a directory named by the SHA-256 of its store key (a `KEY` file holds the key itself), and
+drives them together: the store's group commit (`flush` hands out every stream's descriptors
+for one fsync; `synced`, on the fsync thread, puts the tracking files that fsync covered in
+place), and replication (`attach` hands every stream the shard log; `relog` when a bulk sync
+starts). A stream deleted and declared again starts empty.
+
+Owner: the store's thread (the loop); only `synced` runs on the fsync thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections import deque
+from pathlib import Path
+
+from ringmq.core.streamlog import StreamSpec
+from ringmq.storage.shardlog import ShardLog
+from ringmq.storage.streamfiles import FileStreamLog
+
+
+class StreamFiles:
+    """Every stream of a store (the `StreamStorePort` side of `FileStore`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._open: dict[str, FileStreamLog] = {}
+        self.tap: ShardLog | None = None
+        """The shard log (replication on): handed to every stream (`attach`)."""
+        self._renames: deque[tuple[int, FileStreamLog]] = deque()
+        """(sync point, log) whose tracking file waits for that point's fsync."""
+
+    def attach(self, tap: ShardLog) -> None:
+        """Record every later write of every stream in `tap` (`FileStore.attach_log`)."""
+        self.tap = tap
+        for log in self._open.values():
+            log.tap = tap
+
+    def relog(self) -> None:
+        """`FileStreamLog.relog` of every stream (a bulk sync starts)."""
+        for log in self._open.values():
+            if not log.deleted:
+                log.relog()
+
+    def _dir(self, key: str) -> Path:
+        return self.directory / hashlib.sha256(key.encode()).hexdigest()
+
+    def open_stream(self, key: str, spec: StreamSpec, name: str = "") -> FileStreamLog:
+        log = self._open.get(key)
+        if log is None or log.deleted:  # a stream deleted and declared again starts empty
+            path = self._dir(key)
+            log = self._open[key] = FileStreamLog(path, spec, name)
+            log.tap = self.tap
+            (path / "KEY").write_bytes(key.encode())
+            if self.tap is not None:
+                self.tap.replace(path / "KEY", key.encode())
+        else:
+            log.set_spec(spec)
+            log.name = name or log.name
+        return log
+
+    def drop_stream(self, key: str) -> None:
+        log = self._open.pop(key, None)
+        if log is not None:
+            log.delete()
+        else:
+            path = self._dir(key)
+            shutil.rmtree(path, ignore_errors=True)
+            if self.tap is not None:
+                self.tap.delete_dir(path)
+
+    def flush(self, position: int) -> list[int]:
+        """Every stream's `FileStreamLog.flush`, for the store's sync point `position`."""
+        fds: list[int] = []
+        for key, log in list(self._open.items()):
+            if log.deleted:  # deleted through the core's port (its queue went)
+                del self._open[key]
+            else:
+                pending = log.tracking_pending
+                fds += log.flush()
+                if log.tracking_pending and not pending:
+                    self._renames.append((position, log))
+        return fds
+
+    def synced(self, position: int) -> None:
+        """The fsync of sync point `position` is done: put the tracking files it covered in
+        place (on the store's fsync thread; a deque, so the loop thread may append meanwhile)."""
+        renames = self._renames
+        while renames and renames[0][0] <= position:
+            renames.popleft()[1].tracking_synced()
+
+    def write_out(self) -> None:
+        for log in self._open.values():
+            if not log.deleted:
+                log.write_out()
+
+    def close(self) -> None:
+        for log in self._open.values():
+            log.close()
+        self._open.clear()
+
+    def abandon(self) -> None:
+        for log in self._open.values():
+            log.abandon()
+        self._open.clear()
