@@ -45,7 +45,7 @@ from typing import Final
 from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
 from ringmq.core.streamchunk import HEADER_SIZE as OSIRIS_HEADER
-from ringmq.core.streamchunk import chunk_info, decode_chunk, gather, osiris_chunk
+from ringmq.core.streamchunk import chunk_info, decode_chunk, gather, osiris_header
 from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
 from ringmq.storage.records import (
     HEADER,
@@ -76,6 +76,7 @@ _HINTS: Final = 1024
 _SUFFIX: Final = ".seg"
 _TRACKING: Final = "tracking.json"
 _TRACKING_TMP: Final = _TRACKING + ".tmp"
+_OSIRIS_TYPE_CRC: Final = TYPE_CRC[RecordType.STREAM_OSIRIS]
 
 
 def _fsync_path(path: Path) -> None:
@@ -151,8 +152,16 @@ class FileStreamLog:
         spec: segment size and retention.
     """
 
-    def __init__(self, directory: Path, spec: StreamSpec, name: str = "") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        spec: StreamSpec,
+        name: str = "",
+        appended: set[FileStreamLog] | None = None,
+    ) -> None:
         self.directory = directory
+        self._appended = appended if appended is not None else set()
+        """Where this log notes it has appends to hand to the OS (`StreamFiles.appended`)."""
         self.name = name
         """The stream's name (the routing key of its stream-protocol chunks' messages)."""
         directory.mkdir(parents=True, exist_ok=True)
@@ -229,20 +238,28 @@ class FileStreamLog:
         pos = self._size + len(self._buf)
         self._buf += record
         self._dirty = True
+        self._appended.add(self)
         return index.add_chunk(len(messages), now_ms, pos, len(record))
 
     def append_chunk(self, data: bytes, entries: int, records: int, now_ms: int) -> int:
+        # `records.frame` of the chunk, put in the buffer piece by piece: the data is copied
+        # once (into the buffer), not joined to its headers first
         index = self.index
         first = index.next_offset
-        record = frame(
-            RecordType.STREAM_OSIRIS, osiris_chunk(first, now_ms, entries, records, data)
-        )
-        if index.should_roll(len(record)):
+        head = osiris_header(first, now_ms, entries, records, data)
+        length = len(head) + len(data)
+        crc = zlib.crc32(data, zlib.crc32(head, _OSIRIS_TYPE_CRC))
+        size = HEADER_SIZE + length
+        if index.should_roll(size):
             self._roll()
-        pos = self._size + len(self._buf)
-        self._buf += record
+        buf = self._buf
+        pos = self._size + len(buf)
+        buf += HEADER.pack(length, crc, RecordType.STREAM_OSIRIS)
+        buf += head
+        buf += data
         self._dirty = True
-        return index.add_chunk(records, now_ms, pos, len(record))
+        self._appended.add(self)
+        return index.add_chunk(records, now_ms, pos, size)
 
     def _roll(self) -> None:
         # A new active segment at the next offset; the old one is fsynced by the next flush.
@@ -258,6 +275,13 @@ class FileStreamLog:
         )
         self._size = 0
         self._dir_dirty = True
+
+    @property
+    def unsynced(self) -> bool:
+        """Appends, a segment change or offsets that no flush has taken for an fsync yet."""
+        return bool(
+            self._dirty or self._buf or self._sealed or self._dir_dirty or self.tracking.dirty
+        )
 
     def write_out(self) -> None:
         """Hand the buffered appends to the OS."""
@@ -500,6 +524,8 @@ class StreamFiles:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._open: dict[str, FileStreamLog] = {}
+        self.appended: set[FileStreamLog] = set()
+        """Logs appended to since the last `write_out` (each log adds itself)."""
         self._renames: deque[tuple[int, FileStreamLog]] = deque()
         """(sync point, log) whose tracking file waits for that point's fsync."""
 
@@ -510,7 +536,7 @@ class StreamFiles:
         log = self._open.get(key)
         if log is None or log.deleted:  # a stream deleted and declared again starts empty
             path = self._dir(key)
-            log = self._open[key] = FileStreamLog(path, spec, name)
+            log = self._open[key] = FileStreamLog(path, spec, name, self.appended)
             (path / "KEY").write_text(key)
         else:
             log.set_spec(spec)
@@ -526,6 +552,7 @@ class StreamFiles:
 
     def flush(self, position: int) -> list[int]:
         """Every stream's `FileStreamLog.flush`, for the store's sync point `position`."""
+        self.appended.clear()  # each log's flush writes its appends out
         fds: list[int] = []
         for key, log in list(self._open.items()):
             if log.deleted:  # deleted through the core's port (its queue went)
@@ -545,9 +572,18 @@ class StreamFiles:
             renames.popleft()[1].tracking_synced()
 
     def write_out(self) -> None:
-        for log in self._open.values():
+        """Hand every stream's appends to the OS (only the logs appended to since the last
+        call have any: a broker with many streams pays for the ones written)."""
+        appended = self.appended
+        while appended:
+            log = appended.pop()
             if not log.deleted:
                 log.write_out()
+
+    def unsynced(self) -> bool:
+        """Some stream has appends, a segment change or offsets no fsync covered yet (stream
+        appends do not move the store's position, which says the same of its other files)."""
+        return any(log.unsynced for log in self._open.values() if not log.deleted)
 
     def close(self) -> None:
         for log in self._open.values():
