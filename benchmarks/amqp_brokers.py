@@ -188,7 +188,10 @@ class RingmqProcess:
         profile_path: Path | None = None,
         protocols: tuple[str, ...] = (),
         src: Path | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
+        self.extra_args = extra_args
+        """More `ringmq serve` options (`--stream-confirm written`, ...)."""
         self.src = src
         """Another source tree's `src` to run instead of this one's (`run_all --baseline-src`:
         an older commit's, with this interpreter); None: the installed ringmq."""
@@ -213,7 +216,7 @@ class RingmqProcess:
             "--stomp-port", "0" if "stomp" in self.protocols else "off",
             "--mqtt-port", "0" if "mqtt" in self.protocols else "off",
             "--stream-port", "0" if "stream" in self.protocols else "off",
-            "--data-dir", str(self._dir / "data"),
+            "--data-dir", str(self._dir / "data"), *self.extra_args,
         ]  # fmt: skip
         env = None
         if self.src is not None:

@@ -5,7 +5,6 @@ Usage (docs/benchmarks.md; `benchmarks/stream_bench.py` is the Spark streams API
     python -m benchmarks.streamproto_bench                      # ringmq, 100 B and 1 KiB, 3 rounds
     python -m benchmarks.streamproto_bench --target both --rabbitmq-port 25552
     python -m benchmarks.streamproto_bench --target both --large 1000000 --sizes 100 --rounds 1
-    python -m benchmarks.streamproto_bench --cluster --baseline-src /tmp/old/src  # replication
 
 Theory of operation: one load generator drives each broker in turn, size by size, round by
 round (interleaved, so a slow minute of the shared machine hits every broker alike). The
@@ -16,17 +15,22 @@ a subscription with rstream's initial credit of 10 chunks and one Credit per chu
 without rstream's per-message encoding and decoding. A round creates a fresh stream, publishes
 `--messages` messages of the size, waits for every confirm, then reads the whole stream from
 `first` and stops at the last message (a chunk's record count from its header). Reported per
-size: the median publish and consume msg/s, and the broker's CPU seconds per 1,000 messages
-(published and consumed) from /proc/<pid>/stat (utime + stime: `amqp_brokers.ProcessStats`).
+size: the median publish and consume msg/s, and the broker's CPU from /proc/<pid>/stat (utime +
+stime: `amqp_brokers.ProcessStats`) per message of each phase (publish, consume, in
+microseconds) and per 1,000 messages of the whole round (published and consumed: the older
+tables' column).
 
 `--large N` adds one case per broker: a stream of N messages (100 B) published, then read from
 the start by one consumer (msg/s of the read alone).
 
-* ringmq: `ringmq serve` on free loopback ports with a temporary data dir, stopped at the end.
+* ringmq: `ringmq serve` on free loopback ports with a temporary data dir, stopped at the end;
+  one per stream confirm rule of `--rules` (`fsynced`, `written`: docs/streams.md), and with
+  `--baseline-src DIR` one more running an older tree's `src` (its default rule), all
+  alternating round by round with the others.
 * `--cluster`: also a 3-node ringmq cluster on one etcd (`cluster_bench.RingmqCluster`, the
   stream port open), driven at its leader, its CPU summed over the three nodes; with
-  `--baseline-src DIR` a second one running that `src` (a `git archive` of an older commit),
-  `cluster-base`, in the same rounds: what replicating streams costs, old against new.
+  `--baseline-src DIR` a second one running that `src`, `cluster-base`, in the same rounds:
+  what replicating streams costs, old against new.
 * RabbitMQ: never started here; used when its stream listener answers on loopback
   (`--rabbitmq-port`; docs/benchmarks.md says how to start one), its CPU read from the process
   that listens there.
@@ -42,8 +46,10 @@ import socket
 import statistics
 import struct
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks import amqp_brokers as brokers
 from benchmarks.cluster_bench import RingmqCluster
@@ -53,6 +59,8 @@ _HEAD = struct.Struct(">IHH")  # frame size, key, version
 _MSG = struct.Struct(">QI")  # publishing id, message size
 _CREDIT = struct.Struct(">IHHBH").pack(7, 9, 1, 1, 1)  # Credit: subscription 1, one chunk
 _BODY_SECTION = b"\x00\x53\x75\xb0"  # an AMQP 1.0 data section (vbin32)
+_Job = Callable[[], Coroutine[Any, Any, tuple[float, float, float | None]]]
+"""A measured case: publish msg/s, consume msg/s, the broker's CPU seconds between them."""
 
 
 @dataclass(slots=True)
@@ -60,6 +68,11 @@ class Round:
     publish_rate: float
     consume_rate: float
     cpu_per_k: float | None
+    """Broker CPU seconds per 1,000 messages, published and consumed (2 per message)."""
+    publish_us: float | None = None
+    """Broker CPU microseconds per message published (the publish phase alone)."""
+    consume_us: float | None = None
+    """Broker CPU microseconds per message consumed."""
 
 
 def _str(s: str) -> bytes:
@@ -179,11 +192,13 @@ async def _consume(port: int, stream: str, n: int) -> float:
 
 
 async def _round(
-    port: int, stream: str, n: int, size: int, batch: int, in_flight: int, limit_s: float
-) -> tuple[float, float]:
+    port: int, stream: str, n: int, size: int, batch: int, in_flight: int, limit_s: float,
+    stats: brokers.ProcessStats,
+) -> tuple[float, float, float | None]:  # fmt: skip
     pub = await asyncio.wait_for(_publish(port, stream, n, size, batch, in_flight), limit_s)
+    between = stats.sample()  # the publish phase's CPU ends here
     con = await asyncio.wait_for(_consume(port, stream, n), limit_s)
-    return pub, con
+    return pub, con, between.cpu_s if between is not None else None
 
 
 def _open(port: int) -> bool:
@@ -194,31 +209,56 @@ def _open(port: int) -> bool:
         return False
 
 
-def _run(
-    name: str, port: int, pids: tuple[int | None, tuple[int, ...]], fn: object, n: int
-) -> Round | None:
-    # One measured case: its rates and the broker's CPU per 1,000 messages (both directions),
-    # summed over a cluster's nodes.
-    stats = brokers.ProcessStats(*pids)
+def _run(name: str, port: int, stats: brokers.ProcessStats, job: _Job, n: int) -> Round | None:
+    # One measured case: its rates and the broker's CPU per message, by phase and in all.
     before = stats.sample()
     try:
-        pub, con = asyncio.run(fn)  # type: ignore[arg-type]
+        pub, con, between = asyncio.run(job())
     except Exception as exc:  # noqa: BLE001 - reported, not retried
         print(f"{name}: failed: {exc!r}")
         return None
     after = stats.sample()
-    cpu = None
-    if before is not None and after is not None:
-        cpu = (after.cpu_s - before.cpu_s) / (2 * n) * 1000
-    return Round(pub, con, cpu)
+    if before is None or after is None or between is None:
+        return Round(pub, con, None)
+    return Round(
+        pub, con,
+        (after.cpu_s - before.cpu_s) / (2 * n) * 1000,
+        (between - before.cpu_s) / n * 1e6,
+        (after.cpu_s - between) / n * 1e6,
+    )  # fmt: skip
+
+
+def _median(values: list[float | None]) -> str:
+    got = [v for v in values if v is not None]
+    return f"{statistics.median(got):.4g}" if got else "-"
 
 
 def _median_row(label: str, rounds: list[Round]) -> str:
     pub = statistics.median(x.publish_rate for x in rounds)
     con = statistics.median(x.consume_rate for x in rounds)
-    cpus = [x.cpu_per_k for x in rounds if x.cpu_per_k is not None]
-    cpu = f"{statistics.median(cpus):9.4f}" if cpus else f"{'-':>9}"
-    return f"{label:18} {pub:>14,.0f} {con:>14,.0f} {cpu} {len(rounds):>7}"
+    cpu = _median([x.cpu_per_k for x in rounds])
+    pub_us = _median([x.publish_us for x in rounds])
+    con_us = _median([x.consume_us for x in rounds])
+    return (
+        f"{label:30} {pub:>14,.0f} {con:>14,.0f} {pub_us:>8} {con_us:>8} {cpu:>9} {len(rounds):>6}"
+    )
+
+
+def _ratio_rows(results: dict[tuple[str, int], list[Round]], base: str) -> list[str]:
+    # Each ringmq target's medians over `base`'s (RabbitMQ's when it ran), size by size.
+    out: list[str] = []
+    for (name, size), rounds in sorted(results.items()):
+        theirs = results.get((base, size))
+        if name == base or not theirs:
+            continue
+        pub = statistics.median(x.publish_rate for x in rounds)
+        con = statistics.median(x.consume_rate for x in rounds)
+        pub_b = statistics.median(x.publish_rate for x in theirs)
+        con_b = statistics.median(x.consume_rate for x in theirs)
+        out.append(
+            f"{name} {size} B / {base}: publish {pub / pub_b:.2f}x, consume {con / con_b:.2f}x"
+        )
+    return out
 
 
 def main() -> None:
@@ -232,26 +272,36 @@ def main() -> None:
     ap.add_argument("--target", choices=("ringmq", "rabbitmq", "both"), default="ringmq")
     ap.add_argument("--rabbitmq-port", type=int, default=5552)
     ap.add_argument("--large", type=int, default=0, help="messages of the read-from-start case")
+    ap.add_argument(
+        "--rules", default="fsynced",
+        help="ringmq's stream confirm rules, one broker each: fsynced, written or both (a,b)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--baseline-src", type=Path, default=None,
+        help="also run an older tree's src (e.g. /tmp/ss_old/src) as 'ringmq-old'",
+    )  # fmt: skip
     ap.add_argument("--cluster", action="store_true", help="also a 3-node ringmq cluster")
-    ap.add_argument("--baseline-src", type=Path, default=None, help="and one running this src")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    targets: dict[str, tuple[int, tuple[int | None, tuple[int, ...]]]] = {}
-    ringmq: brokers.RingmqProcess | None = None
+    targets: dict[str, tuple[int, brokers.ProcessStats]] = {}
+    started: list[brokers.RingmqProcess] = []
+    runs: list[tuple[str, brokers.RingmqProcess]] = []
     clusters: list[RingmqCluster] = []
     if args.target in ("ringmq", "both"):
-        ringmq = brokers.RingmqProcess(protocols=("stream",))
-        ringmq.start()
-        targets["ringmq"] = (ringmq.ports["stream"], (ringmq.pid, ()))
-    if args.target in ("rabbitmq", "both"):
-        if _open(args.rabbitmq_port):
-            pid = brokers.listening_pid(args.rabbitmq_port)
-            targets["rabbitmq"] = (args.rabbitmq_port, (pid, ()))
-        else:
-            print(f"rabbitmq: nothing listens on 127.0.0.1:{args.rabbitmq_port}; skipped")
-    results: dict[tuple[str, int], list[Round]] = {}
-    large: dict[str, Round] = {}
+        if args.baseline_src is not None:
+            runs.append(
+                ("ringmq-old", brokers.RingmqProcess(protocols=("stream",), src=args.baseline_src))
+            )
+        for rule in args.rules.split(","):
+            proc = brokers.RingmqProcess(
+                protocols=("stream",), extra_args=("--stream-confirm", rule)
+            )
+            runs.append((f"ringmq-{rule}", proc))
     try:
+        for name, proc in runs:
+            proc.start()
+            started.append(proc)
+            targets[name] = (proc.ports["stream"], brokers.ProcessStats(proc.pid))
         wanted = [("cluster", None)] if args.cluster else []
         if args.cluster and args.baseline_src is not None:
             wanted.append(("cluster-base", args.baseline_src))
@@ -259,36 +309,68 @@ def main() -> None:
             cluster = RingmqCluster(name=name, src=src, stream=True)
             clusters.append(cluster)
             target = cluster.start()
-            targets[name] = (cluster.stream_port(target.pid), (target.pid, target.others))
+            stats = brokers.ProcessStats(target.pid, target.others)
+            targets[name] = (cluster.stream_port(target.pid), stats)
+        if args.target in ("rabbitmq", "both"):
+            if _open(args.rabbitmq_port):
+                pid = brokers.listening_pid(args.rabbitmq_port)
+                targets["rabbitmq"] = (args.rabbitmq_port, brokers.ProcessStats(pid))
+            else:
+                print(f"rabbitmq: nothing listens on 127.0.0.1:{args.rabbitmq_port}; skipped")
+        results: dict[tuple[str, int], list[Round]] = {}
+        large: dict[str, Round] = {}
+        names = list(targets)
+        k = len(names) or 1
         for r in range(args.rounds):
             for size in sizes:
-                for name, (port, pids) in targets.items():
-                    job = _round(
-                        port, f"bench-{size}-{r}", args.messages, size, args.batch,
-                        args.in_flight, args.timeout,
-                    )  # fmt: skip
-                    got = _run(f"{name} {size} B round {r}", port, pids, job, args.messages)
+                # each round starts with the next broker, so none is always first after a pause
+                for name in names[r % k :] + names[: r % k]:
+                    port, stats = targets[name]
+
+                    def job(
+                        port: int = port,
+                        r: int = r,
+                        size: int = size,
+                        stats: brokers.ProcessStats = stats,
+                    ) -> Coroutine[Any, Any, tuple[float, float, float | None]]:
+                        return _round(
+                            port, f"bench-{size}-{r}", args.messages, size, args.batch,
+                            args.in_flight, args.timeout, stats,
+                        )  # fmt: skip
+
+                    got = _run(f"{name} {size} B round {r}", port, stats, job, args.messages)
                     if got is not None:
                         results.setdefault((name, size), []).append(got)
         if args.large:
-            for name, (port, pids) in targets.items():
-                job = _round(
-                    port, "bench-large", args.large, 100, args.batch, args.in_flight,
-                    args.timeout,
-                )  # fmt: skip
-                got = _run(f"{name} large", port, pids, job, args.large)
+            for name, (port, stats) in targets.items():
+
+                def large_job(
+                    port: int = port, stats: brokers.ProcessStats = stats
+                ) -> Coroutine[Any, Any, tuple[float, float, float | None]]:
+                    return _round(
+                        port, "bench-large", args.large, 100, args.batch, args.in_flight,
+                        args.timeout, stats,
+                    )  # fmt: skip
+
+                got = _run(f"{name} large", port, stats, large_job, args.large)
                 if got is not None:
                     large[name] = got
     finally:
-        if ringmq is not None:
-            ringmq.stop()
+        for proc in started:
+            proc.stop()
         for cluster in clusters:
             cluster.stop()
-    print(f"{'broker, size':18} {'publish msg/s':>14} {'consume msg/s':>14} {'CPU s/1k':>9} rounds")
+    print(
+        f"{'broker, size':30} {'publish msg/s':>14} {'consume msg/s':>14} {'pub us':>8} "
+        f"{'con us':>8} {'CPU s/1k':>9} rounds"
+    )
     for (name, size), rounds in sorted(results.items()):
         print(_median_row(f"{name} {size} B", rounds))
     for name, got in sorted(large.items()):
         print(_median_row(f"{name} {args.large:,} x 100 B", [got]))
+    if "rabbitmq" in targets:
+        for line in _ratio_rows(results, "rabbitmq"):
+            print(line)
 
 
 if __name__ == "__main__":

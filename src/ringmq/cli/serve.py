@@ -106,6 +106,14 @@ def serve(
     paging: Annotated[
         bool, typer.Option(help="Page queue tails to disk under --data-dir (default on).")
     ] = True,
+    stream_confirm: Annotated[
+        str | None,
+        typer.Option(
+            help="When a publish to a stream is confirmed: fsynced (after the fsync covering "
+            "it, the default) or written (once handed to the OS, as RabbitMQ's streams: "
+            "survives kill -9, not a power loss). Overrides [server] stream_confirm."
+        ),
+    ] = None,
     # -- cluster on etcd (docs/clustering.md) --
     cluster_etcd: Annotated[
         str | None,
@@ -179,7 +187,12 @@ def serve(
     """Run the broker (AMQP, STOMP, MQTT and the management HTTP API) until SIGTERM/SIGINT."""
     from ringmq.cli.logsetup import LOG_FORMATS, configure_logging
     from ringmq.node import run
-    from ringmq.server.configfile import ConfigError, FileConfig, load_config
+    from ringmq.server.configfile import (
+        ConfigError,
+        FileConfig,
+        load_config,
+        parse_stream_confirm,
+    )
     from ringmq.server.memory import MemoryLimits, parse_size, parse_watermark
     from ringmq.server.options import options_from
 
@@ -224,6 +237,12 @@ def serve(
             )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if stream_confirm is not None:
+        try:
+            rule = parse_stream_confirm(stream_confirm)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--stream-confirm") from None
+        file_config = replace(file_config, stream_confirm=rule)
     # with etcd, the cluster decides who leads (docs/clustering.md); without, --cluster-port
     # makes this node a static leader and --follow a follower
     replication = _replication(

@@ -526,6 +526,11 @@ class Broker:
         """
         return self.confirms.drain_unconfirmed()
 
+    def drain_unwritten(self) -> list[tuple[int, int, int]]:
+        """Storage hook: confirms held until written to the OS, not fsynced (streams under
+        `BrokerConfig.stream_confirm` `written`), released with `confirm_stored`."""
+        return self.confirms.drain_unwritten()
+
     def confirm_stored(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
         """Storage hook: the publishes `seqs` of a confirm session are durable; confirm them."""
         with self.call(self.state.now_ms) as out:

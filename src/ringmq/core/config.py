@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ringmq.core.streamspec import ConfirmRule
+
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
 """RabbitMQ's default `max_message_size` (16 MiB since 4.0; 128 MiB in 3.8-3.13)."""
 DEFAULT_CONSUMER_TIMEOUT_MS: Final = 30 * 60 * 1000
@@ -96,6 +98,10 @@ class BrokerConfig:
             (deterministic in tests).
         delay_persistent_confirms: when True, confirms of persistent messages routed to durable
             queues are held until `Broker.confirm_stored` is called by the storage layer.
+        stream_confirm: when a publish that reaches only stream queues is confirmed, under
+            `delay_persistent_confirms`: after the fsync covering it (`FSYNCED`), or once it
+            is handed to the OS (`WRITTEN`: held until the server's end-of-batch write-out,
+            `Broker.drain_unwritten`), as RabbitMQ's streams do.
     """
 
     users: list[UserConfig] = field(default_factory=list)
@@ -113,3 +119,4 @@ class BrokerConfig:
     anonymous_login: tuple[str, str] | None = ("guest", "guest")
     name_seed: int | None = None
     delay_persistent_confirms: bool = False
+    stream_confirm: ConfirmRule = ConfirmRule.FSYNCED

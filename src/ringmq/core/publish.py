@@ -71,6 +71,7 @@ from ringmq.core.routing import ExchangeType
 from ringmq.core.session import PublishMode, Session, TxPublish
 from ringmq.core.settings import LimitAction
 from ringmq.core.state import State
+from ringmq.core.streamspec import ConfirmRule
 from ringmq.core.texts import as_str
 from ringmq.core.transactions import STORE_FAILED, Confirms, Transactions
 from ringmq.core.vhost import VHost
@@ -92,6 +93,7 @@ _TX: Final = PublishMode.TX
 _DELAYED: Final = ExchangeType.DELAYED
 _BLOCK: Final = LimitAction.BLOCK
 _CONFIRM: Final = PublishMode.CONFIRM
+_WRITTEN: Final = ConfirmRule.WRITTEN
 _NOT_REFUSED: Final = frozenset({ACCEPTED, BUFFERED, UNROUTABLE})
 
 
@@ -289,6 +291,7 @@ class Publisher:
             refused: str | None = None
             full: QueueEntity | None = None  # the Artemis FAIL queue that refused it
             stored = False
+            written = False  # reached a stream whose confirm waits for the write, not the fsync
             # 3. enqueue each: the engine decides; persistent messages reaching durable queues are
             # journaled; the queue is marked dirty; then what the call must do next.
             dirty = self._dirty
@@ -303,7 +306,11 @@ class Publisher:
                         continue
                     log.append((msg,), now_ms)
                     log.enforce(now_ms)
-                    stored = stored or self.state.durability is not None
+                    if self.state.durability is not None:
+                        if self.state.config.stream_confirm == _WRITTEN:
+                            written = True
+                        else:
+                            stored = True
                     dirty[id(q)] = q
                     continue
                 if seq and persistent and q.durable and self._store_failing():
@@ -367,7 +374,7 @@ class Publisher:
             # 4. confirm
             if seq:
                 assert session is not None
-                self.confirms.confirm_publish(session, seq, refused, stored, released)
+                self.confirms.confirm_publish(session, seq, refused, stored, released, written)
             elif full is not None and classify:
                 # Artemis FAIL without confirms: the producer's send fails (a session error);
                 # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).
@@ -465,9 +472,12 @@ class Publisher:
         log.append_chunk(data, entries, records, now_ms)
         log.enforce(now_ms)
         self._dirty[id(q)] = q
-        if seq:
-            stored = self.state.durability is not None
-            self.confirms.confirm_publish(session, seq, None, stored)
+        if seq and self.state.durability is not None:
+            # held for the fsync or the write, by the confirm rule (`BrokerConfig.stream_confirm`)
+            written = self.state.config.stream_confirm == _WRITTEN
+            self.confirms.confirm_publish(session, seq, None, not written, written=written)
+        elif seq:
+            self.confirms.confirm_publish(session, seq, None, False)
         return seq
 
     def publish_in(

@@ -38,6 +38,7 @@ __all__ = [
     "encode_chunk",
     "gather",
     "osiris_chunk",
+    "osiris_header",
     "register_entry_codec",
 ]
 
@@ -71,15 +72,22 @@ def _the_codec() -> tuple[Decode, Encode]:
     return _codec[0]
 
 
+def osiris_header(
+    first_offset: int, timestamp_ms: int, entries: int, records: int, data: bytes
+) -> bytes:
+    """The header of the chunk of `data` starting at `first_offset` (the chunk: it, then
+    `data`; a writer may put the two in place without joining them first)."""
+    return HEADER.pack(
+        MAGIC_VERSION, CHUNK_USER, entries, records, timestamp_ms, 1, first_offset,
+        zlib.crc32(data), len(data), 0, 0,
+    )  # fmt: skip
+
+
 def osiris_chunk(
     first_offset: int, timestamp_ms: int, entries: int, records: int, data: bytes
 ) -> bytes:
     """The chunk of `data` (its entries as they arrived) starting at `first_offset`."""
-    head = HEADER.pack(
-        MAGIC_VERSION, CHUNK_USER, entries, records, timestamp_ms, 1, first_offset,
-        zlib.crc32(data), len(data), 0, 0,
-    )  # fmt: skip
-    return head + data
+    return osiris_header(first_offset, timestamp_ms, entries, records, data) + data
 
 
 def chunk_info(chunk: bytes | memoryview, at: int = 0) -> tuple[int, int, int, int]:

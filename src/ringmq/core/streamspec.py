@@ -23,6 +23,7 @@ __all__ = [
     "NEXT",
     "STREAM",
     "STREAM_ARGUMENTS",
+    "ConfirmRule",
     "OffsetKind",
     "OffsetSpec",
     "StreamSpec",
@@ -33,6 +34,20 @@ __all__ = [
 
 STREAM: Final = "stream"
 """The `x-queue-type` of a stream queue."""
+
+
+class ConfirmRule(StrEnum):
+    """When a publish to a stream is confirmed (`[server] stream_confirm`, `--stream-confirm`).
+
+    `FSYNCED` (the default): after the fsync covering its chunk, so a power loss loses nothing
+    confirmed. `WRITTEN`: once its chunk is handed to the OS (in the page cache), as RabbitMQ's
+    streams confirm (written and replicated, no fsync): a crash of the broker's process
+    (kill -9) loses nothing confirmed, a power loss or kernel crash may lose the last ones."""
+
+    FSYNCED = "fsynced"
+    WRITTEN = "written"
+
+
 DEFAULT_MAX_SEGMENT_BYTES: Final = 500_000_000
 """RabbitMQ's default `x-stream-max-segment-size-bytes`."""
 MAX_SEGMENT_BYTES: Final = 3_000_000_000

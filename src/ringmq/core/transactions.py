@@ -6,10 +6,12 @@ Theory of operation
 `confirm_publish` settles one: refused by some queue -> a negative `Confirm`; persisted to a
 durable queue under `BrokerConfig.delay_persistent_confirms` -> held until the storage layer
 calls `confirm_stored` after the group-commit fsync covering it (`drain_unconfirmed` tells the
-server which are held; `fail_unconfirmed` refuses them when the write failed); otherwise
-confirmed at once. Consecutive confirms are coalesced into one `multiple` confirm when the
-session's confirmed floor moves past several, never over a nacked or held publish
-(`Session.confirm_acks`, `Session.confirm_nack`: the one place of that rule).
+server which are held; `fail_unconfirmed` refuses them when the write failed); a publish that
+reached only stream queues under `BrokerConfig.stream_confirm` `written` is held instead until
+the server has handed the batch's writes to the OS (`drain_unwritten`, then `confirm_stored` as
+well); otherwise confirmed at once. Consecutive confirms are coalesced into one `multiple`
+confirm when the session's confirmed floor moves past several, never over a nacked or held
+publish (`Session.confirm_acks`, `Session.confirm_nack`: the one place of that rule).
 
 **Transactions** (AMQP tx, Artemis' rollback rule). Publishes and settles are buffered on the
 session. `commit` first routes every buffered publish and checks each reject-type limit for
@@ -60,6 +62,7 @@ class Confirms:
     def __init__(self, state: State) -> None:
         self.state = state
         self._unconfirmed: list[tuple[int, int, int]] = []
+        self._unwritten: list[tuple[int, int, int]] = []
 
     def select(self, s: Session) -> None:
         """Put `s` in confirm mode."""
@@ -76,10 +79,13 @@ class Confirms:
         refused: str | None,
         stored: bool,
         released: list[int] | None = None,
+        written: bool = False,
     ) -> None:
-        """Settle publish `seq` of `s`: refused (why), held for the fsync, or confirmed now;
-        in a batch (`released`: the batch's acks, sent by its caller at its end) the ack joins
-        them, and a refusal sends them first, so that the session's order is kept."""
+        """Settle publish `seq` of `s`: refused (why), held for the fsync (`stored`), held
+        until written to the OS (`written`: it reached only streams under the `written`
+        confirm rule), or confirmed now; in a batch (`released`: the batch's acks, sent by its
+        caller at its end) the ack joins them, and a refusal sends them first, so that the
+        session's order is kept."""
         if refused:
             if released:
                 self.send(s, released)
@@ -87,6 +93,9 @@ class Confirms:
             self.refuse(s, seq, refused)
         elif stored and self.state.config.delay_persistent_confirms:
             self.hold(s, seq)
+        elif written and self.state.config.delay_persistent_confirms:
+            s.confirm_held.add(seq)
+            self._unwritten.append((s.conn_id, s.channel, seq))
         elif released is not None:
             released.append(seq)
         else:
@@ -116,6 +125,12 @@ class Confirms:
     def drain_unconfirmed(self) -> list[tuple[int, int, int]]:
         """(conn_id, channel, publish seq) of confirms held since the last call."""
         out, self._unconfirmed = self._unconfirmed, []
+        return out
+
+    def drain_unwritten(self) -> list[tuple[int, int, int]]:
+        """(conn_id, channel, publish seq) of confirms held until written, since the last
+        call."""
+        out, self._unwritten = self._unwritten, []
         return out
 
     def _session(self, conn_id: int, channel: int) -> Session | None:

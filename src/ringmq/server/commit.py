@@ -24,6 +24,14 @@ rather than N (RabbitMQ's and Artemis' group commit). Writes without a waiting c
 deliveries) are handed to the OS at the end of the batch and made durable by the next group or by
 `tick()` (called from the server's periodic sweep), at most a sweep period later.
 
+Stream confirms under the `written` rule (`[server] stream_confirm`, core/streamspec.py
+`ConfirmRule`; the default `fsynced` takes the path above): the broker holds them apart
+(`Broker.drain_unwritten()`); at the end of the batch the store's writes are handed to the OS
+(`store.write_out()`, or the `flush()` of an fsync starting now) and then, on the next loop
+turn, they are released (`_written`, the one place that rule is met) without waiting for any
+fsync: a kill -9 of the broker loses none of them, a power loss may. A failed write nacks them
+as it nacks a group. Such writes are made durable by the next group or by `tick()`.
+
 Callers that answer only once their writes are durable (the streams API's reserve and settle,
 which have no confirm to hold) call `until_durable()`: a future resolved when the first group
 that covers the store's position at the call is released (its fsync done and, with a replica
@@ -140,21 +148,42 @@ class GroupCommit:
         held = self.broker.drain_unconfirmed()
         if held:
             self.waiting.extend(held)
+        written = self.broker.drain_unwritten()
         if self.failure is not None:
             # writes are failing: nack at once; only `tick()` tries the disk again
+            self.waiting.extend(written)
             if self.waiting and self.in_flight is None:
                 group, self.waiting = self.waiting, []
                 self._unstored()
                 self.loop.call_soon(self._nack, group)
             return
         if self.in_flight is None and (self.waiting or self._holding()):
-            self._start()
-        elif self.store.position > self._flushed:
-            # no fsync follows now: hand the writes over without taking descriptors
+            if not self._start():
+                if written:  # not written out either
+                    self.loop.call_soon(self._nack, written)
+                return
+        elif self.store.position > self._flushed or written or self.store.streams.appended:
+            # no fsync starts now: hand the writes over without taking descriptors, so the
+            # fsync in flight overlaps the next writes and the next group's `flush()` has
+            # little left to write (stream appends do not move the store's position: they
+            # are noted apart, `StreamFiles.appended`)
             try:
                 self._flushed = self.store.write_out()
             except OSError as exc:
-                self._failed(exc, [], fsync=False)
+                self._failed(exc, written, fsync=False)
+                return
+        if written:
+            self.loop.call_soon(self._written, written)
+
+    def _written(self, group: list[tuple[int, int, int]]) -> None:
+        # The `written` rule's release point: these confirms' chunks are in the OS's hands
+        # (page cache), which is all that rule asks locally; no fsync is waited for. The
+        # followers' gate, if any, is still asked (`_settle`), as for a fsynced group.
+        if self._closed:
+            return
+        shard_log = self.store.shard_log
+        log_position = shard_log.position if shard_log is not None else 0
+        self._settle(log_position, self.store.durable_position, self.failure is None, group)
 
     def until_durable(self) -> asyncio.Future[None]:
         """A future resolved once an fsync covers every write made so far (see module doc)."""
@@ -191,16 +220,21 @@ class GroupCommit:
             return
         if self.failure is not None and self.store.fenced:
             return  # a failed fsync: nothing is written until restart
-        if self.failure is not None or self.store.durable_position < self.store.position:
+        if (
+            self.failure is not None
+            or self.store.durable_position < self.store.position
+            or self.store.streams.unsynced()  # stream appends no fsync waited for
+        ):
             self._start()  # while failing: the probe that may clear the alarm
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        # False: the flush failed (its group nacked)
         group, self.waiting = self.waiting, []
         try:
             point: SyncPoint = self.store.flush()
         except OSError as exc:
             self._failed(exc, group, fsync=False)
-            return
+            return False
         self._flushed = self._syncing_to = point.position
         fut = self.loop.run_in_executor(self._executor, self.store.fsync, point)
         self.in_flight = fut
@@ -208,6 +242,7 @@ class GroupCommit:
         started = self._starts
         log_position = point.log_position
         fut.add_done_callback(lambda f: self._done(f, group, started, log_position))
+        return True
 
     def _holding(self) -> bool:
         # held messages need an fsync, unless they are all in parked groups (already fsynced,
@@ -257,15 +292,21 @@ class GroupCommit:
             )
             self.failure = None
             self.release(lambda: self.broker.set_alarm("disk_write", None))
-        healthy = self.failure is None
+        self._settle(log_position, durable, self.failure is None, group)
+        if (self.waiting or self._unsynced_waiters() or self._holding()) and self.in_flight is None:
+            self._start()
+
+    def _settle(
+        self, log_position: int, durable: int, healthy: bool, group: list[tuple[int, int, int]]
+    ) -> None:
+        # A group whose local rule is met (fsynced: `_done`; written: `_written`): released
+        # now, or parked until the followers' gate covers its shard-log position.
         gate = self.replica_gate
         if gate is not None and (self._parked or not gate.covers(log_position)):
             self._parked.append((log_position, durable, healthy, group))
         else:
             self.released_log_position = max(self.released_log_position, log_position)
             self._release(durable, healthy, group)
-        if (self.waiting or self._unsynced_waiters() or self._holding()) and self.in_flight is None:
-            self._start()
 
     def _unsynced_waiters(self) -> bool:
         # durable waiters that need another fsync (not those parked behind the followers)

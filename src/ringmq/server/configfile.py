@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from ringmq.core.config import DEFAULT_CONSUMER_TIMEOUT_MS
+from ringmq.core.streamspec import ConfirmRule
 from ringmq.server.authconfig import parse_auth
 from ringmq.server.brokerxml import parse_artemis_xml
 from ringmq.server.clusterconfig import parse_cluster
@@ -165,6 +166,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
 
     listen = ListenSpec()
     refresh: int | None = None
+    stream_confirm = ConfirmRule.FSYNCED
     if (t := table(doc, "server", where)) is not None:
         data_dir = t.opt_str("data_dir")
         listen = ListenSpec(
@@ -183,6 +185,12 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             http_bind=t.opt_str("http_bind"),
         )
         refresh = t.opt_int("config_refresh_period_ms", minimum=1)
+        rule = t.opt_str("stream_confirm")
+        if rule is not None:
+            try:
+                stream_confirm = parse_stream_confirm(rule)
+            except ValueError as exc:
+                raise ConfigError(f"{t.where}.stream_confirm: {exc}") from None
         t.done()
 
     limits = LimitsSpec()
@@ -413,7 +421,17 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
         bindings=tuple(bindings),
         proxy=proxy,
         refresh_period_ms=refresh,
+        stream_confirm=stream_confirm,
     )
+
+
+def parse_stream_confirm(text: str) -> ConfirmRule:
+    """A stream confirm rule from the file or the command line: `fsynced` or `written`."""
+    try:
+        return ConfirmRule(text.strip().lower())
+    except ValueError:
+        rules = " or ".join(repr(r.value) for r in ConfirmRule)
+        raise ValueError(f"unknown stream confirm rule {text!r} ({rules})") from None
 
 
 def _anonymous(t: Table, keys: tuple[str, str]) -> AnonymousLoginSpec:

@@ -17,6 +17,7 @@ from typing import Any, Final
 from ringmq.cluster.settings import ClusterSettings
 from ringmq.core import arguments, wildcard
 from ringmq.core.config import DEFAULT_CONSUMER_TIMEOUT_MS
+from ringmq.core.streamspec import ConfirmRule
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
 DEFAULT_HEARTBEAT_S: Final = 60
@@ -436,6 +437,9 @@ class FileConfig:
     """Artemis `id-cache-size` (broker.xml `<id-cache-size>`)."""
     persist_id_cache: bool = True
     """Artemis `persist-id-cache` (broker.xml `<persist-id-cache>`)."""
+    stream_confirm: ConfirmRule = ConfirmRule.FSYNCED
+    """When a stream publish is confirmed (`[server] stream_confirm`, `--stream-confirm`):
+    after its fsync, or once written to the OS (docs/streams.md)."""
 
 
 OFF_WORDS: Final = ("off", "none")

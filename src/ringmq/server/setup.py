@@ -152,6 +152,7 @@ def broker_config(cfg: FileConfig) -> BrokerConfig:
         consumer_timeout_ms=cfg.limits.consumer_timeout_ms,
         id_cache_size=cfg.id_cache_size,
         persist_id_cache=cfg.persist_id_cache,
+        stream_confirm=cfg.stream_confirm,
     )
 
 

@@ -32,6 +32,8 @@ class StreamFiles:
         self._open: dict[str, FileStreamLog] = {}
         self.tap: ShardLog | None = None
         """The shard log (replication on): handed to every stream (`attach`)."""
+        self.appended: set[FileStreamLog] = set()
+        """Logs appended to since the last `write_out` (each log adds itself)."""
         self._renames: deque[tuple[int, FileStreamLog]] = deque()
         """(sync point, log) whose tracking file waits for that point's fsync."""
 
@@ -54,7 +56,7 @@ class StreamFiles:
         log = self._open.get(key)
         if log is None or log.deleted:  # a stream deleted and declared again starts empty
             path = self._dir(key)
-            log = self._open[key] = FileStreamLog(path, spec, name)
+            log = self._open[key] = FileStreamLog(path, spec, name, self.appended)
             log.tap = self.tap
             (path / "KEY").write_bytes(key.encode())
             if self.tap is not None:
@@ -76,6 +78,7 @@ class StreamFiles:
 
     def flush(self, position: int) -> list[int]:
         """Every stream's `FileStreamLog.flush`, for the store's sync point `position`."""
+        self.appended.clear()  # each log's flush writes its appends out
         fds: list[int] = []
         for key, log in list(self._open.items()):
             if log.deleted:  # deleted through the core's port (its queue went)
@@ -95,9 +98,18 @@ class StreamFiles:
             renames.popleft()[1].tracking_synced()
 
     def write_out(self) -> None:
-        for log in self._open.values():
+        """Hand every stream's appends to the OS (only the logs appended to since the last
+        call have any: a broker with many streams pays for the ones written)."""
+        appended = self.appended
+        while appended:
+            log = appended.pop()
             if not log.deleted:
                 log.write_out()
+
+    def unsynced(self) -> bool:
+        """Some stream has appends, a segment change or offsets no fsync covered yet (stream
+        appends do not move the store's position, which says the same of its other files)."""
+        return any(log.unsynced for log in self._open.values() if not log.deleted)
 
     def close(self) -> None:
         for log in self._open.values():

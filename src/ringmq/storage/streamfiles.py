@@ -51,7 +51,7 @@ from typing import Final
 from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
 from ringmq.core.streamchunk import HEADER_SIZE as OSIRIS_HEADER
-from ringmq.core.streamchunk import chunk_info, decode_chunk, gather, osiris_chunk
+from ringmq.core.streamchunk import chunk_info, decode_chunk, gather, osiris_header
 from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
 from ringmq.storage.journal import write_all
 from ringmq.storage.records import (
@@ -84,6 +84,7 @@ _HINTS: Final = 1024
 _SUFFIX: Final = ".seg"
 _TRACKING: Final = "tracking.json"
 _TRACKING_TMP: Final = _TRACKING + ".tmp"
+_OSIRIS_TYPE_CRC: Final = TYPE_CRC[RecordType.STREAM_OSIRIS]
 
 
 def _fsync_path(path: Path) -> None:
@@ -159,8 +160,16 @@ class FileStreamLog:
         spec: segment size and retention.
     """
 
-    def __init__(self, directory: Path, spec: StreamSpec, name: str = "") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        spec: StreamSpec,
+        name: str = "",
+        appended: set[FileStreamLog] | None = None,
+    ) -> None:
         self.directory = directory
+        self._appended = appended if appended is not None else set()
+        """Where this log notes it has appends to hand to the OS (`StreamFiles.appended`)."""
         self.name = name
         """The stream's name (the routing key of its stream-protocol chunks' messages)."""
         directory.mkdir(parents=True, exist_ok=True)
@@ -244,20 +253,28 @@ class FileStreamLog:
         pos = self._size + len(self._buf)
         self._buf += record
         self._dirty = True
+        self._appended.add(self)
         return index.add_chunk(len(messages), now_ms, pos, len(record))
 
     def append_chunk(self, data: bytes, entries: int, records: int, now_ms: int) -> int:
+        # `records.frame` of the chunk, put in the buffer piece by piece: the data is copied
+        # once (into the buffer), not joined to its headers first
         index = self.index
         first = index.next_offset
-        record = frame(
-            RecordType.STREAM_OSIRIS, osiris_chunk(first, now_ms, entries, records, data)
-        )
-        if index.should_roll(len(record)):
+        head = osiris_header(first, now_ms, entries, records, data)
+        length = len(head) + len(data)
+        crc = zlib.crc32(data, zlib.crc32(head, _OSIRIS_TYPE_CRC))
+        size = HEADER_SIZE + length
+        if index.should_roll(size):
             self._roll()
-        pos = self._size + len(self._buf)
-        self._buf += record
+        buf = self._buf
+        pos = self._size + len(buf)
+        buf += HEADER.pack(length, crc, RecordType.STREAM_OSIRIS)
+        buf += head
+        buf += data
         self._dirty = True
-        return index.add_chunk(records, now_ms, pos, len(record))
+        self._appended.add(self)
+        return index.add_chunk(records, now_ms, pos, size)
 
     def _roll(self) -> None:
         # A new active segment at the next offset; the old one is fsynced by the next flush.
@@ -276,6 +293,13 @@ class FileStreamLog:
             # the new segment exists before its first chunk is written: its name alone keeps
             # the next offset once retention removed the others (offsets are never reused)
             self.tap.append(self._active, 0, b"")
+
+    @property
+    def unsynced(self) -> bool:
+        """Appends, a segment change or offsets that no flush has taken for an fsync yet."""
+        return bool(
+            self._dirty or self._buf or self._sealed or self._dir_dirty or self.tracking.dirty
+        )
 
     def write_out(self) -> None:
         """Hand the buffered appends to the OS."""

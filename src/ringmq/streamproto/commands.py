@@ -102,17 +102,26 @@ class QueryPublisherSequence:
 @dataclass(frozen=True, slots=True)
 class Publish:
     publisher_id: int
-    messages: list[tuple[int, bytes]] = field(default_factory=list)
-    """(publishing id, message) in order; a sub-entry batch is unpacked into its messages,
-    all with the batch's publishing id."""
+    ids: list[int] = field(default_factory=list)
+    """The publishing id of each message, in order; a sub-entry batch's messages all have
+    the batch's publishing id."""
+    entries: list[memoryview] = field(default_factory=list, compare=False)
+    """Each message's entry as it arrived (``[u32 size][message]``, as a chunk holds it), a
+    view of `content`, in the order of `ids`; empty when a sub-entry batch came (`bodies`
+    then)."""
+    bodies: list[bytes] = field(default_factory=list)
+    """Each message of a frame with sub-entry batches, in the order of `ids` (empty
+    otherwise: `entries` hold them)."""
     refused: list[int] = field(default_factory=list)
     """Publishing ids of sub-entry batches with a compression this broker does not read."""
-    spans: list[tuple[int, int]] = field(default_factory=list, compare=False)
-    """Where each message's entry (``[u32 size][message]``, as a chunk holds it) is in
-    `content`, in the order of `messages`; empty when a sub-entry batch came (no span per
-    message then)."""
     content: bytes = field(default=b"", compare=False)
-    """The frame's content (`spans` index it): entries are stored as they arrived."""
+    """The frame's content (`entries` view it)."""
+
+    def messages(self) -> list[tuple[int, bytes]]:
+        """(publishing id, message) in order (a copy of each: for the slow paths and tests)."""
+        if self.entries:
+            return [(i, bytes(e[4:])) for i, e in zip(self.ids, self.entries, strict=True)]
+        return list(zip(self.ids, self.bodies, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,7 +74,75 @@ def test_client_frames_decode_whole_byte_by_byte_and_back_to_back(step: int) -> 
 def test_publish_frames_decode_to_their_messages(messages: list[tuple[int, bytes]]) -> None:
     frame = schema.Publish(2, [schema.Message(i, None, d) for i, d in messages])
     (got,) = _frames(encode_publish(frame), 1 << 20)
-    assert got == sc.Publish(2, messages)
+    assert isinstance(got, sc.Publish)
+    assert (got.publisher_id, got.messages(), got.refused) == (2, messages, [])
+    # the entries as a chunk holds them, in order, viewed in place
+    assert b"".join(got.entries) == b"".join(len(d).to_bytes(4, "big") + d for _, d in messages)
+
+
+# An entry of a hand-built publish frame: a simple one (id, message), an uncompressed sub-entry
+# batch (id, messages) or a compressed one (id, None: refused, its records unread).
+_Entry = tuple[int, bytes | list[bytes] | None]
+_entries = st.lists(
+    st.tuples(
+        st.integers(0, 2**64 - 1),
+        st.one_of(
+            st.binary(max_size=30),
+            st.lists(st.binary(max_size=10), max_size=4),
+            st.none(),
+        ),
+    ),
+    max_size=6,
+)
+
+
+def _publish_content(pid: int, entries: list[_Entry], version: int) -> bytes:
+    out = [bytes([pid]), len(entries).to_bytes(4, "big")]
+    for pub_id, what in entries:
+        out.append(pub_id.to_bytes(8, "big"))
+        if version >= 2:
+            out.append(b"\xff\xff")  # a null filter value
+        if isinstance(what, bytes):
+            out += (len(what).to_bytes(4, "big"), what)
+            continue
+        records = b"".join(len(m).to_bytes(4, "big") + m for m in what or [])
+        kind = 0x80 | (0 if what is not None else 1) << 4  # 1: gzip
+        n = len(what or [])
+        out += (bytes([kind]), n.to_bytes(2, "big"), len(records).to_bytes(4, "big"))
+        out += (len(records).to_bytes(4, "big"), records)
+    return b"".join(out)
+
+
+@given(_entries, st.sampled_from([1, 2]))
+def test_publish_frames_of_any_entries_decode_as_their_messages(
+    entries: list[_Entry], version: int
+) -> None:
+    got = decode(2, version, _publish_content(5, entries, version))
+    assert isinstance(got, sc.Publish)
+    want: list[tuple[int, bytes]] = []
+    for pub_id, what in entries:
+        if isinstance(what, bytes):
+            want.append((pub_id, what))
+        elif what is not None:
+            want += [(pub_id, m) for m in what]
+    assert got.messages() == want
+    assert got.ids == [i for i, _ in want]
+    assert got.refused == [i for i, what in entries if what is None]
+    simple = all(isinstance(what, bytes) for _, what in entries)
+    if simple:  # the chunk's entries, as they arrived
+        assert b"".join(got.entries) == b"".join(len(m).to_bytes(4, "big") + m for _, m in want)
+    else:
+        assert got.entries == []  # batches: message by message
+
+
+@given(st.lists(st.binary(max_size=20), min_size=1, max_size=5), st.data())
+def test_a_cut_publish_frame_is_a_protocol_error(msgs: list[bytes], data: st.DataObject) -> None:
+    content = _publish_content(1, [(i, m) for i, m in enumerate(msgs)], 1)
+    cut = data.draw(st.integers(0, len(content) - 1))
+    with pytest.raises(ProtocolError):
+        decode(2, 1, content[:cut])
+    with pytest.raises(ProtocolError):  # and one byte too many
+        decode(2, 1, content + b"\x00")
 
 
 @given(

@@ -100,7 +100,7 @@ class Publishing:
         chunks, the others frame by frame."""
         run: list[sc.Publish] = []
         for cmd in cmds:
-            if cmd.spans and not cmd.refused:
+            if cmd.entries and not cmd.refused:
                 if run and run[0].publisher_id != cmd.publisher_id:
                     self._publish_run(run, s, now_ms)
                     run = []
@@ -119,13 +119,11 @@ class Publishing:
         # The publisher and its stream, or None once the client is told why not.
         pub = self.publishers.get(pid)
         if pub is None:
-            self._errors(
-                pid, [i for c in cmds for i, _ in c.messages], Code.PUBLISHER_DOES_NOT_EXIST
-            )
+            self._errors(pid, [i for c in cmds for i in c.ids], Code.PUBLISHER_DOES_NOT_EXIST)
             return None
         q = self._stream(pub.stream)
         if q is None or q.stream is None:
-            self._errors(pid, [i for c in cmds for i, _ in c.messages], Code.STREAM_DOES_NOT_EXIST)
+            self._errors(pid, [i for c in cmds for i in c.ids], Code.STREAM_DOES_NOT_EXIST)
             return None
         self.broker.publisher.exchange_for(s, "")
         return pub, q
@@ -158,29 +156,29 @@ class Publishing:
                 log.tracking.set_writer(ref, ids[-1])
             ids, parts, size = [], [], 0
 
-        # frame by frame (comprehensions, no per-message statement): a frame's entries join
-        # the chunk whole, unless they would take it past the limits
+        # frame by frame (list operations, no per-message statement): a frame's entries
+        # join the chunk whole, unless they would take it past the limits
         for cmd in run:
-            content = memoryview(cmd.content)
-            spans = cmd.spans
-            frame_ids = [i for i, _ in cmd.messages]
+            frame_ids, entries = cmd.ids, cmd.entries
+            # the entries' bytes: the content less the publisher id, count and publishing ids
+            # (at most that: a v2 frame's filter values are counted too)
+            nbytes = len(cmd.content) - 5 - 8 * len(frame_ids)
             if last >= 0 and min(frame_ids) <= last:
                 dups += [i for i in frame_ids if i <= last]
                 keep = [n for n, i in enumerate(frame_ids) if i > last]
                 frame_ids = [frame_ids[n] for n in keep]
-                spans = [spans[n] for n in keep]
+                entries = [entries[n] for n in keep]
                 if not frame_ids:
                     continue
             if ref:  # the next frame's duplicates of these too (the tracking is set at a cut)
                 last = max(last, max(frame_ids))
-            nbytes = spans[-1][1] - spans[0][0]  # at most: publishing ids between entries
             if parts and (size + nbytes > limit or len(parts) + len(frame_ids) > MAX_ENTRIES):
                 cut()
             for at in range(0, len(frame_ids), MAX_ENTRIES):  # once, but for tiny messages
                 if at:
                     cut()
                 ids += frame_ids[at : at + MAX_ENTRIES]
-                parts += [content[b:e] for b, e in spans[at : at + MAX_ENTRIES]]
+                parts += entries[at : at + MAX_ENTRIES]
                 size += nbytes
         if parts:
             cut()
@@ -194,7 +192,7 @@ class Publishing:
             if pid in self.publishers:
                 self._errors(pid, cmd.refused, Code.PRECONDITION_FAILED)
             else:
-                self._errors(pid, [i for i, _ in cmd.messages] + cmd.refused,
+                self._errors(pid, cmd.ids + cmd.refused,
                              Code.PUBLISHER_DOES_NOT_EXIST)  # fmt: skip
                 return
         got = self._target(pid, [cmd], s)
@@ -208,8 +206,9 @@ class Publishing:
         tracking = log.tracking
         ref = pub.reference
         last = tracking.writers.get(ref, -1) if ref else -1
-        dups = [i for i, _ in cmd.messages if i <= last] if ref else []
-        for pub_id, data in cmd.messages:
+        messages = cmd.messages()
+        dups = [i for i, _ in messages if i <= last] if ref else []
+        for pub_id, data in messages:
             if pub_id <= last:
                 continue
             try:
