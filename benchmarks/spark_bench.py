@@ -32,7 +32,8 @@ Two figures per path, both from wall time of the Spark action (planning included
 *whole* = n / t(n), what one action of n messages sees, Spark's fixed start-up cost included;
 *steady* = (n - n/4) / (t(n) - t(n/4)), the marginal rate once the fixed cost is paid (what a
 long-running pipeline sees per extra message). Every path and every ceiling is measured the
-same way; each timing is the best of `--rounds`, after one untimed `n/4` run of the same path
+same way; each timing is the best of `--rounds` (`--median`: their median), after one untimed
+`n/4` run of the same path
 (Python worker start-up and first imports are not a path's rate). The last column is the
 ceiling's whole rate over the path's; the one after it the Python floor's whole rate over the
 path's (`FLOOR_OF`; the issue's goal: at most 2).
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,16 +126,23 @@ def machine_cpu_s() -> tuple[float, float]:
     return (sum(fields[:8]) - idle) / tick, idle / tick
 
 
-def best(fn: Callable[[int], None], rounds: int, warm: Callable[[], None] | None = None) -> float:
-    """Best wall time of `fn(round)` over `rounds` calls, after an untimed `warm()`."""
+def best(
+    fn: Callable[[int], None],
+    rounds: int,
+    warm: Callable[[], None] | None = None,
+    *,
+    median: bool = False,
+) -> float:
+    """Best (or with `median`, the median) wall time of `fn(round)` over `rounds` calls,
+    after an untimed `warm()`."""
     if warm is not None:
         warm()  # first-use costs (Python workers, imports) are not the path's rate
-    out = float("inf")
+    times = []
     for r in range(rounds):
         t = time.perf_counter()
         fn(r)
-        out = min(out, time.perf_counter() - t)
-    return out
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) if median else min(times)
 
 
 def random_bodies(n: int, size: int, seed: int) -> Any:
@@ -200,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--median", action="store_true", help="report the median of the rounds, not the best"
+    )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="4g", help="JVM heap (the cached rows live there)")
     ap.add_argument(
@@ -261,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             busy2, idle2 = machine_cpu_s()
             machine.append((busy2 - busy, idle2 - idle))
 
-        t_s = best(lambda r: run(r, small), args.rounds, lambda: run(-1, small))
-        t_b = best(run_big, args.rounds)
+        t_s = best(lambda r: run(r, small), args.rounds, lambda: run(-1, small), median=args.median)
+        t_b = best(run_big, args.rounds, median=args.median)
         res.record(size, path, t_s, t_b, ceiling)
         if min(cpu) > 0:
             print(
@@ -471,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
 
     load = os.getloadavg()
     res.print(
-        f"{small} and {big} messages per action, master {args.master}, best of {args.rounds}, "
+        f"{small} and {big} messages per action, master {args.master}, "
+        f"{'median' if args.median else 'best'} of {args.rounds}, "
         f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
     )
     return 0

@@ -56,6 +56,8 @@ _SEND_MESSAGES: Final = 512
 """Publishes in one `sendall` of pre-framed publishes at most."""
 _ACK_IDS: Final = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
 _ACK_ARGS: Final = struct.Struct(">QB")
+STORED_MEDIA_TYPE: Final = "application/x-ringmq-stream-records"
+"""`read_log_stored`'s answer when the broker sent the records as stored."""
 READ_CHUNK: Final = 20_000
 """Positions per range-read request (bounded responses)."""
 
@@ -144,6 +146,18 @@ class StreamClient:
         raw: bytes | Sequence[bytes | memoryview] | None = None,
         content_type: str = "application/json",
     ) -> bytes:
+        return self._exchange(method, path, body, raw=raw, content_type=content_type)[0]
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        raw: bytes | Sequence[bytes | memoryview] | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[bytes, str]:
+        # One request: (the response's body, its media type).
         data = raw if body is None else json.dumps(body).encode()
         headers = dict(self._headers)
         if data is not None:
@@ -168,7 +182,7 @@ class StreamClient:
                 continue
             if resp.status >= 400:
                 raise StreamAPIError(resp.status, payload.decode("utf-8", "replace"))
-            return payload
+            return payload, resp.getheader("Content-Type") or ""
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -236,6 +250,15 @@ class StreamClient:
         """A stream queue's offsets `[lo, hi)` as one `application/x-ringmq-columns` body (at
         most 200 000; nothing reserved, repeatable)."""
         return self._request("GET", self._path(queue, f"/log?lo={lo}&hi={hi}"))
+
+    def read_log_stored(self, queue: str, lo: int, hi: int) -> tuple[str, bytes]:
+        """A stream queue's records holding offsets `[lo, hi)` as the broker stores them (more
+        at either end: trim by offset; `connector.spark.stored`), or, from a broker whose log
+        keeps no stored form, the columns of `read_log_columns`: (media type, body)."""
+        data, media = self._exchange(
+            "GET", self._path(queue, f"/log?lo={lo}&hi={hi}&format=stored")
+        )
+        return media.split(";", 1)[0].strip(), data
 
     def browse_columns(self, queue: str, after: int | None = None, limit: int = 1000) -> bytes:
         """`browse` as one `application/x-ringmq-columns` body."""

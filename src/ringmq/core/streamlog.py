@@ -347,6 +347,12 @@ class StreamLog(Protocol):
         """The messages at offsets `[offset, stop)` (from the first kept when `offset` is
         older) appended to `out` as rows whose seq is the offset (an offset reader's range)."""
 
+    def read_stored(self, offset: int, stop: int) -> list[bytes] | None:
+        """The records holding offsets `[offset, stop)` exactly as the log stores them, whole
+        (some before `offset` and after `stop` may come too: a reader trims by offset), in
+        pieces; None when the log keeps no stored form (`MemoryStreamLog`). The storage's
+        record framing is then the reader's wire (docs/spark.md: the stream source)."""
+
     def offset_at(self, ts_ms: int) -> int:
         """The first offset of the first chunk stamped at or after `ts_ms` (next: none)."""
 
@@ -449,6 +455,9 @@ class MemoryStreamLog:
         # `read` starts at the first kept offset when `offset` is older: bound by `stop` too
         offset = max(offset, self.index.first_offset)
         out.add_rows((o, o, False, m) for o, m in self.read(offset, max(0, stop - offset)))
+
+    def read_stored(self, offset: int, stop: int) -> list[bytes] | None:
+        return None  # chunks held as message lists: readers take the columns form
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)

@@ -188,6 +188,19 @@ class StreamsFacade:
         log.read_columns(lo, hi, cols)
         return cols
 
+    def read_log_stored(
+        self, vhost: str, name: str, lo: int, hi: int, *, max_span: int
+    ) -> list[bytes] | None:
+        """Stream `name`'s records holding offsets `[lo, hi)` as stored (`StreamLog.
+        read_stored`: whole records, the reader trims by offset), None when the log keeps no
+        stored form (ValueError: as `read_log_columns`)."""
+        log = self._named(vhost, name).stream
+        if log is None:
+            raise ValueError(f"queue {name!r} is not a stream (x-queue-type: stream)")
+        if hi - lo > max_span:
+            raise ValueError(f"range too large (at most {max_span} offsets)")
+        return log.read_stored(lo, hi)
+
     def expire_leases(self, now_ms: int) -> list[tuple[str, str, list[str]]]:
         """Expire the leases of every book: (vhost, queue, consumers) of each that gave
         messages back (the broker then dispatches them)."""

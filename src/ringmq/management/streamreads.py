@@ -32,7 +32,9 @@ from ringmq.core.reservations import DEFAULT_LEASE_MS, MAX_RESERVE_PER_CALL
 from ringmq.management.admin import CoreAdmin
 from ringmq.management.port import Runtime
 from ringmq.management.streamwire import (
+    COLUMNS_MEDIA_TYPE,
     MAX_READ,
+    STORED_MEDIA_TYPE,
     StreamError,
     encode_column_set,
     encode_rows,
@@ -149,16 +151,23 @@ class StreamReads:
         except (AMQPError, BrokerError) as exc:
             raise refused(exc) from None
 
-    def read_log(self, vhost: str, name: str, lo: int, hi: int) -> bytes:
-        """A stream queue's offsets `[lo, hi)` in the columns encoding (nothing is reserved:
-        an offset reader keeps its own position)."""
+    def read_log(
+        self, vhost: str, name: str, lo: int, hi: int, *, stored: bool = False
+    ) -> tuple[str, bytes]:
+        """A stream queue's offsets `[lo, hi)`: (media type, body). In the columns encoding,
+        or with `stored` the records as the segments hold them when the log has them (the
+        columns otherwise). Nothing is reserved: an offset reader keeps its own position."""
         try:
+            if stored:
+                pieces = self.admin.read_log_stored(vhost, name, lo, hi, max_span=MAX_READ)
+                if pieces is not None:
+                    return STORED_MEDIA_TYPE, pieces[0] if len(pieces) == 1 else b"".join(pieces)
             cols = self.admin.read_log_columns(vhost, name, lo, hi, max_span=MAX_READ)
         except (AMQPError, BrokerError) as exc:
             raise refused(exc) from None
         except ValueError as exc:
             raise StreamError(400, str(exc)) from None
-        return encode_column_set(cols)
+        return COLUMNS_MEDIA_TYPE, encode_column_set(cols)
 
     def info(self, vhost: str, name: str, timestamp_ms: int | None = None) -> dict[str, Any]:
         try:

@@ -118,11 +118,16 @@ def routes(
         return JSONResponse(answer)
 
     async def log_read(request: Request, vhost: str, name: str) -> Response:
-        # A stream queue's offsets [lo, hi): nothing reserved, nothing to settle.
+        # A stream queue's offsets [lo, hi): nothing reserved, nothing to settle. `format`:
+        # `columns` (the default) or `stored` (the records as stored, when the log has them).
         p = request.query_params
         lo = parse_int(p.get("lo"), "lo", 0)
         hi = parse_int(p.get("hi"), "hi", lo)
-        return Response(svc.read_log(vhost, name, lo, hi), media_type=COLUMNS_MEDIA_TYPE)
+        form = p.get("format", "columns")
+        if form not in ("columns", "stored"):
+            raise StreamError(400, "format must be columns or stored")
+        media, data = svc.read_log(vhost, name, lo, hi, stored=form == "stored")
+        return Response(data, media_type=media)
 
     async def reserve(request: Request, vhost: str, name: str) -> Response:
         body = await body_of(request)

@@ -28,6 +28,8 @@ from ringmq.core.queue.columns import Columns
 RECORDS_MEDIA_TYPE: Final = "application/x-ringmq-records"
 COLUMNS_MEDIA_TYPE: Final = "application/x-ringmq-columns"
 PUBLISH_MEDIA_TYPE: Final = "application/x-ringmq-publish"
+STORED_MEDIA_TYPE: Final = "application/x-ringmq-stream-records"
+"""A stream's records as its segment files hold them (`GET .../log?format=stored`)."""
 MAX_PUBLISH: Final = 200_000
 """Most messages in one bulk publish request."""
 MAX_READ: Final = 200_000

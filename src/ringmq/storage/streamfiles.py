@@ -30,6 +30,10 @@ when the snapshot is taken, even while an older temporary copy waits for its ren
 follower needs no temporary copy: its position says what its files hold). `relog` records again the
 content of a tracking file whose rename is still to come, for a bulk sync (`shardlog.py`).
 
+Reads decode chunks (`read`, `read_columns`), send them as stored (`read_chunks`), or hand
+out the records themselves (`read_stored`: a byte range per segment found by the index alone,
+the Spark stream source's wire).
+
 Recovery (`FileStreamLog.__init__`): segment files in offset order; every chunk header is read
 to rebuild the index (without reading payloads, except for the last segment, whose chunks are
 CRC-checked: a torn tail left by a crash is cut off there). RSS stays bounded: the index keeps
@@ -139,6 +143,20 @@ def _chunks(
                 return
         yield pos, first, ts, count, record if payloads else None, size, raw
         pos += size
+
+
+def _point_at_or_after(seg: Segment, offset: int, end: int) -> int:
+    # The position of the first index point of `seg` whose chunk starts at or after `offset`
+    # (`end` when none does): every chunk before it starts before that point.
+    pts = seg.points
+    lo, hi = 0, len(pts) // 3
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pts[mid * 3] < offset:
+            lo = mid + 1
+        else:
+            hi = mid
+    return pts[lo * 3 + 1] if lo < len(pts) // 3 else end
 
 
 def _entries(record: bytes, first: int, count: int, skip: int) -> Iterator[tuple[int, Message]]:
@@ -512,6 +530,26 @@ class FileStreamLog:
                             props.append(row[5])
                             bodies.append(row[6])
                     p += n
+
+    def read_stored(self, offset: int, stop: int) -> list[bytes]:
+        # Whole records as the segments hold them, located by the index alone: from the index
+        # point at or before `offset` to the first one at or after `stop` (or the segment's
+        # end), so the range is one `pread` per segment and no chunk is looked at here; the
+        # reader trims what lies outside `[offset, stop)` (at most `INDEX_STRIDE` bytes at
+        # either side).
+        index = self.index
+        offset = max(offset, index.first_offset)
+        stop = min(stop, index.next_offset)  # only what the index has taken in
+        out: list[bytes] = []
+        while offset < stop and (seg := index.segment_of(offset)) is not None:
+            fd, end = self._open(seg)
+            _, pos = seg.point_before(offset)
+            if stop < seg.next_offset:
+                end = _point_at_or_after(seg, stop, end)
+            if end > pos:
+                out.append(os.pread(fd, end - pos, pos))
+            offset = seg.next_offset
+        return out
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)

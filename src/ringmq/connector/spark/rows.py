@@ -211,14 +211,39 @@ def columns_to_batch(queue: str, data: bytes) -> pa.RecordBatch:
         off += total
     if off != len(data):
         raise ValueError("columns body has trailing bytes")
-    exchange = _binary(pa.string(), n, lens[0], blobs[0])
-    routing_key = _binary(pa.string(), n, lens[1], blobs[1])
-    props = _binary(pa.binary(), n, lens[2], blobs[2])
-    body = _binary(pa.binary(), n, lens[3], blobs[3])
+    return assemble(
+        queue,
+        pos,
+        seq,
+        _binary(pa.binary(), n, lens[3], blobs[3]),
+        _binary(pa.string(), n, lens[1], blobs[1]),
+        _binary(pa.string(), n, lens[0], blobs[0]),
+        _binary(pa.binary(), n, lens[2], blobs[2]),
+        pc.not_equal(pc.bit_wise_and(flags, pa.scalar(1, pa.uint8())), pa.scalar(0, pa.uint8())),
+        ts,
+    )
+
+
+def assemble(
+    queue: str,
+    pos: Any,
+    seq: Any,
+    body: Any,
+    routing_key: Any,
+    exchange: Any,
+    props: Any,
+    redelivered: Any,
+    timestamp_ms: Any,
+) -> pa.RecordBatch:
+    """The record batch of `READ_SCHEMA` from its columns as Arrow arrays (positions and seqs
+    int64, timestamps int64 ms, the raw AMQP properties binary: decoded into the headers,
+    properties and message id columns here), whichever wire they came from."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     headers, other, ids = _property_columns(props)
-    schema = arrow_schema()
     arrays = [
-        pa.repeat(pa.scalar(queue, pa.string()), n),
+        pa.repeat(pa.scalar(queue, pa.string()), len(pos)),
         pos,
         seq,
         body,
@@ -227,7 +252,7 @@ def columns_to_batch(queue: str, data: bytes) -> pa.RecordBatch:
         headers,
         other,
         ids,
-        pc.not_equal(pc.bit_wise_and(flags, pa.scalar(1, pa.uint8())), pa.scalar(0, pa.uint8())),
-        pc.multiply(ts, 1000).cast(pa.timestamp("us", tz="UTC")),
+        redelivered,
+        pc.multiply(timestamp_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema())

@@ -27,10 +27,10 @@ partition reads the same messages while the queue is unchanged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ringmq.connector.client import StreamClient
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _UNBOUNDED = 100_000  # most positions reserved per queue and batch with ReadAllAvailable
 _RESERVE_CALL = 100_000  # positions per reserve request (the broker's MAX_RESERVE_PER_CALL)
@@ -67,30 +68,42 @@ def client_of(o: Options) -> StreamClient:
     return StreamClient(http_with_credentials(o.http_url, o.user, o.password), o.vhost)
 
 
-def read_ranges(
-    o: Options, queue: str, lo: int, hi: int, fetch: Callable[[StreamClient, int, int], bytes]
-) -> Iterator[pa.RecordBatch]:
-    """Executor side: `[lo, hi)` as Arrow batches, `fetch(client, a, b)` giving the columnar
-    body of each step of `_READ_STEP`. The next step is under way while a batch is built and
-    consumed (one thread owns the task's connection)."""
-    from ringmq.connector.spark.rows import columns_to_batch
+Ask = Callable[[Callable[["StreamClient"], bytes]], bytes]
+"""Run a request on the task's request thread (the one that owns its connection)."""
 
+
+def read_ranges(
+    o: Options,
+    lo: int,
+    hi: int,
+    fetch: Callable[[StreamClient, int, int], _T],
+    decode: Callable[[_T, int, int, Ask], Iterable[pa.RecordBatch]],
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: `[lo, hi)` as Arrow batches, in steps of `_READ_STEP`: `fetch(client,
+    a, b)` gives a step's answer, `decode(answer, a, b, ask)` its batches (`ask` for a request
+    it needs on the way). The next step is under way while a batch is built and consumed (one
+    thread owns the task's connection)."""
     ranges = [(a, min(hi, a + _READ_STEP)) for a in range(lo, hi, _READ_STEP)]
     with client_of(o) as c, _one_thread() as pool:
+
+        def ask(request: Callable[[StreamClient], bytes]) -> bytes:
+            return pool.submit(request, c).result()
+
         ahead = [pool.submit(fetch, c, a, b) for a, b in ranges[:1]]
-        for i in range(len(ranges)):
+        for i, (a, b) in enumerate(ranges):
             data = ahead.pop().result()
             if i + 1 < len(ranges):
                 ahead.append(pool.submit(fetch, c, *ranges[i + 1]))
-            batch = columns_to_batch(queue, data)
-            if batch.num_rows:
-                yield batch
+            for batch in decode(data, a, b, ask):
+                if batch.num_rows:
+                    yield batch
     freeze_heap()
 
 
 @dataclass
 class RangePartition(InputPartition):
-    """Positions `[lo, hi)` of `queue`'s reservation `consumer` (picklable)."""
+    """Positions `[lo, hi)` of `queue`: of the reservation named by the options' `consumerName`
+    (the queue source), or a stream's offsets (the stream source). Picklable."""
 
     options: Options
     queue: str
@@ -138,24 +151,23 @@ def split(lo: int, hi: int, parts: int, min_size: int) -> list[tuple[int, int]]:
     return out
 
 
-class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader over named reservations (see module docstring)."""
+class RunnerState:
+    """What both streaming readers keep in Spark's runner process: the options and queues,
+    a client opened on first use (never pickled to the executors), the position 4.0/4.1's
+    `latestOffset()` does not pass, the AvailableNow target and the last ends seen."""
 
     def __init__(self, options: Options) -> None:
         # Runs in several processes per query start: parse only, never connect here.
         self.options = options
         self.queues = options.require_queues()
-        self.consumer = options.require_consumer()
         self._client: StreamClient | None = None
         self._position: dict[str, int] | None = None  # for 4.0/4.1's latestOffset()
-        self._target: dict[str, int] | None = None  # AvailableNow stop positions
+        self._target: dict[str, int] | None = None  # AvailableNow stop positions or offsets
         self._latest: dict[str, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles reader instances to executors: never ship the driver's connection.
-        state = dict(self.__dict__)
-        state["_client"] = None
-        return state
+        return {**self.__dict__, "_client": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -164,6 +176,20 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._client is None:
             self._client = client_of(self.options)
         return self._client
+
+    def stop(self) -> None:
+        # Best effort only: Spark kills the runner without calling this (docs/spark.md).
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class RingMQStreamReader(RunnerState, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader over named reservations (see module docstring)."""
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self.consumer = options.require_consumer()
 
     def _offset(self, values: dict[str, int]) -> dict[str, int]:
         # Stable key order (Spark compares serialized offsets in places).
@@ -268,15 +294,17 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the reserved range as Arrow batches (never acks). The next request
         is under way while a batch is built and consumed (one thread owns the connection)."""
+        from ringmq.connector.spark.rows import columns_to_batch
+
         assert isinstance(partition, RangePartition)
         q = partition.queue
         consumer = partition.options.require_consumer()
         yield from read_ranges(
             partition.options,
-            q,
             partition.lo,
             partition.hi,
             lambda c, a, b: c.read_columns(q, consumer, a, b),
+            lambda data, _a, _b, _ask: (columns_to_batch(q, data),),
         )
 
     def commit(self, end: dict[str, int]) -> None:
@@ -285,12 +313,6 @@ class RingMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for q in self.queues:
             if q in end:
                 c.settle(q, self.consumer, int(end[q]))
-
-    def stop(self) -> None:
-        # Best effort only: Spark kills the runner without calling this (docs/spark.md).
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
 
 class RingMQBatchReader(DataSourceReader):

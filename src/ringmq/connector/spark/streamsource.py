@@ -15,10 +15,15 @@ batch has planned is never reused by a broker that lost its tail in a crash) and
 `startingOffsets` (`earliest`, `latest`, an offset, `timestamp:<ms>`) once, for a new query;
 a restarted query starts from its checkpoint and never calls it. `commit` does nothing.
 
-Executors read `[lo, hi)` with `GET /api/streams/{vhost}/{queue}/log?lo=..&hi=..` in steps of
-`_READ_STEP` offsets, in the columnar wire format the queue source uses, the next step asked
-for while the current one is built into Arrow (`source.read_ranges`). A range whose start
-retention has removed reads from the stream's first offset (what is gone is gone).
+Executors read `[lo, hi)` with `GET /api/streams/{vhost}/{queue}/log?lo=..&hi=..&format=stored`
+in steps of `_READ_STEP` offsets: the records as the stream's segment files hold them, which
+the broker locates by its index and sends without looking at a chunk or a message; the worker
+decodes them in bulk into Arrow (`stored`: one step per stored record, the rest on whole
+columns), and asks the columns format only for what the broker alone converts (stream-protocol
+chunks, other protocols' messages). A broker whose log is in memory answers in the columns
+format. The next step is asked for while the current one is built into Arrow
+(`source.read_ranges`, the queue source's loop). A range whose start retention has removed
+reads from the stream's first offset (what is gone is gone).
 
 `spark.read` of a stream resolves `startingOffsets` and `endingOffsets` (default `earliest` and
 `latest`) in the planner and reads the range the same way.
@@ -26,9 +31,8 @@ retention has removed reads from the stream's first offset (what is gone is gone
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -39,7 +43,14 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ringmq.connector.spark.options import OptionError, Options
-from ringmq.connector.spark.source import client_of, read_ranges, split
+from ringmq.connector.spark.source import (
+    Ask,
+    RangePartition,
+    RunnerState,
+    client_of,
+    read_ranges,
+    split,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,66 +83,57 @@ def resolve(c: StreamClient, queue: str, spec: str) -> int:
     return int(b["first_offset"] if spec == "earliest" else b["next_offset"])
 
 
-@dataclass
-class OffsetRange(InputPartition):
-    """Offsets `[lo, hi)` of stream `queue` (picklable)."""
-
-    options: Options
-    queue: str
-    lo: int
-    hi: int
-
-    def __init__(self, options: Options, queue: str, lo: int, hi: int) -> None:
-        super().__init__((queue, lo, hi))
-        self.options = options
-        self.queue = queue
-        self.lo = lo
-        self.hi = hi
+OffsetRange = RangePartition
+"""Offsets `[lo, hi)` of stream `queue` (the queue source's partition: one class for both)."""
 
 
-def _partitions(o: Options, ranges: dict[str, tuple[int, int]]) -> list[OffsetRange]:
+def _partitions(o: Options, ranges: dict[str, tuple[int, int]]) -> list[RangePartition]:
     out = []
     for q, (lo, hi) in ranges.items():
         for a, b in split(lo, hi, o.partitions_per_range, o.min_messages_per_partition):
-            out.append(OffsetRange(o, q, a, b))
+            out.append(RangePartition(o, q, a, b))
     return out
 
 
+def _batches(
+    queue: str, answer: tuple[str, bytes], lo: int, hi: int, ask: Ask
+) -> Iterator[pa.RecordBatch]:
+    # One step's answer: the records as stored, decoded here (what they hold that only the
+    # broker converts, in the columns format), or the columns of a log with no stored form.
+    from ringmq.connector.client import STORED_MEDIA_TYPE
+    from ringmq.connector.spark import stored
+    from ringmq.connector.spark.rows import columns_to_batch
+
+    media, data = answer
+    if media != STORED_MEDIA_TYPE:
+        yield columns_to_batch(queue, data)
+        return
+    for piece in stored.decode(data, lo, hi):
+        if isinstance(piece, stored.Run):
+            yield stored.to_batch(queue, data, piece)
+        else:
+            yield columns_to_batch(queue, ask(_log_columns(queue, *piece)))
+
+
+def _log_columns(queue: str, lo: int, hi: int) -> Callable[[StreamClient], bytes]:
+    return lambda c: c.read_log_columns(queue, lo, hi)
+
+
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    assert isinstance(partition, OffsetRange)
+    assert isinstance(partition, RangePartition)
     q = partition.queue
     yield from read_ranges(
         partition.options,
-        q,
         partition.lo,
         partition.hi,
-        lambda c, a, b: c.read_log_columns(q, a, b),
+        lambda c, a, b: c.read_log_stored(q, a, b),
+        lambda answer, a, b, ask: _batches(q, answer, a, b, ask),
     )
 
 
-class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches over stream offsets kept in Spark's checkpoint (module docstring)."""
-
-    def __init__(self, options: Options) -> None:
-        # Runs in several processes per query start: parse only, never connect here.
-        self.options = options
-        self.queues = options.require_queues()
-        self._client: StreamClient | None = None
-        self._position: dict[str, int] | None = None  # for 4.0/4.1's latestOffset()
-        self._target: dict[str, int] | None = None  # AvailableNow stop offsets
-        self._latest: dict[str, int] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Spark pickles reader instances to executors: never ship the driver's connection.
-        return {**self.__dict__, "_client": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
-    def _c(self) -> StreamClient:
-        if self._client is None:
-            self._client = client_of(self.options)
-        return self._client
+class StreamOffsetReader(RunnerState, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over stream offsets kept in Spark's checkpoint (module docstring); the
+    runner's state (client, position, target) is the queue source's (`RunnerState`)."""
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's API name
         """Where a new query starts (`startingOffsets`); a restart starts at its checkpoint."""
@@ -180,7 +182,7 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """For progress: each stream's end as last seen."""
         return dict(self._latest)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[OffsetRange]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[RangePartition]:
         ranges = {q: (int(start.get(q, end[q])), int(end[q])) for q in self.queues if q in end}
         return _partitions(self.options, ranges)
 
@@ -191,12 +193,6 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the offsets are in the checkpoint, the broker keeps no state."""
 
-    def stop(self) -> None:
-        # Best effort only: Spark kills the runner without calling this (docs/spark.md).
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
 
 class StreamRangeReader(DataSourceReader):
     """`spark.read` of streams: `[startingOffsets, endingOffsets)` of each."""
@@ -205,14 +201,14 @@ class StreamRangeReader(DataSourceReader):
         self.options = options
         self.queues = options.require_queues()
 
-    def partitions(self) -> list[OffsetRange]:
+    def partitions(self) -> list[RangePartition]:
         o = self.options
         with client_of(o) as c:
             ranges = {
                 q: (resolve(c, q, o.starting_offsets), resolve(c, q, o.ending_offsets))
                 for q in self.queues
             }
-        return _partitions(o, ranges) or [OffsetRange(o, self.queues[0], 0, 0)]
+        return _partitions(o, ranges) or [RangePartition(o, self.queues[0], 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
