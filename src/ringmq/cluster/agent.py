@@ -14,7 +14,9 @@ the registered nodes. The replicated log replaces that last rule by calling `set
 followers that acknowledge in time.
 
 A planned `step_down` first runs `handover` (set by the replicated member: the followers catch
-up, server/member.py), then fences and resigns.
+up, server/member.py), then fences and resigns. A clean stop of a leader (SIGTERM) is that
+step-down, then a wait (bounded by the lease TTL) until a successor holds the leader key, and
+only then the lease's revocation; the member closes its clients after it.
 
 Role changes go to the listeners (`add_role_listener`, see `view.RoleChange`): the one place
 where the replication wiring learns to lead (stream to followers) or to follow (connect to the
@@ -117,14 +119,38 @@ class ClusterNode:
         )
 
     async def stop(self) -> None:
-        """Step down if leading, leave the cluster (revoke the lease), stop."""
+        """Leave the cluster (revoke the lease) and stop. A leader hands over first: the
+        planned `step_down` (its followers catch up, confirms stop, the leader key goes), then
+        it waits, at most the lease TTL, until another node leads (`_successor`), so that its
+        clients, disconnected next, find a leader rather than an election under way."""
         if self._task is None:
             return
-        effects = self.election.stop(self._now_ms())
-        lease = self.election.lease_id
         bound_s = self.settings.lease_ttl_s  # etcd may be down: do not hold the shutdown up
+        handed: dict[str, object] | None = None
+        started = self._now_ms()
+        if self.leads():
+            # the hand-over waits at most `isr_timeout_ms` itself; the resign is one request
+            with contextlib.suppress(TimeoutError, EtcdUnavailableError):
+                handed = await asyncio.wait_for(
+                    self.step_down(), self.settings.isr_timeout_ms / 1000 + bound_s
+                )
+        effects = self.election.stop(self._now_ms())  # campaign no more (and, had the
+        # step-down not completed, fence and resign now: the stop's old, immediate path)
+        lease = self.election.lease_id
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._apply_now(effects), bound_s)
+        if handed is not None:
+            # only a registered ISR member may succeed: with none, nobody will before we go
+            heirs = (self.election.isr - {self.name}) & set(self._nodes)
+            successor = await self._successor(bound_s) if heirs else None
+            log.warning(
+                "cluster: %s stopped: handed over epoch %s; %s in %d ms (%s)",
+                self.name,
+                handed.get("epoch"),
+                f"{successor[0]} leads epoch {successor[1]}" if successor else "no successor",
+                self._now_ms() - started,
+                {k: v for k, v in handed.items() if k not in ("node", "epoch")},
+            )
         self._task.cancel()
         for t in list(self._tasks):
             t.cancel()
@@ -138,6 +164,21 @@ class ClusterNode:
                 await asyncio.wait_for(self._etcd.revoke(lease), bound_s)
         await self._etcd.aclose()
         self._task = None
+
+    async def _successor(self, bound_s: float) -> tuple[str, int] | None:
+        # Read the leader key until another node holds it (an ISR follower campaigns as soon
+        # as its watch shows ours gone), at most `bound_s`. Read here, not through the
+        # election: a stopped election reads nothing more. Every 20 ms: a few dozen requests.
+        assert self._etcd is not None
+        deadline = self._now_ms() + bound_s * 1000
+        while self._now_ms() < deadline:
+            with contextlib.suppress(EtcdUnavailableError, TimeoutError, ValueError):
+                _rev, kvs = await self._etcd.range_prefix(self.keys.leader)
+                leader, epoch = parse_leader(kvs[0].value if kvs else None)
+                if leader is not None and leader != self.name:
+                    return leader, epoch
+            await asyncio.sleep(0.02)
+        return None
 
     # -- what others ask -----------------------------------------------------------------------
 
