@@ -165,7 +165,8 @@ def etcd_cluster(tmp_path: Path) -> Iterator[Callable[..., EtcdCluster]]:
 class Node(Serve):
     """One clustered `ringmq serve` and its management API.
 
-    `protocols=True` opens STOMP and MQTT too, on fixed ports; `host` and `wrap` put the node
+    `protocols=True` opens STOMP and MQTT too, on fixed ports; `web=True` the stream protocol's
+    port and the WebSocket ports (Web STOMP, Web MQTT, Web AMQP); `host` and `wrap` put the node
     on another address (a network namespace: `wrap=("ip", "netns", "exec", NS)`). `spec` keeps
     what started it, so that `start_node(**node.spec)` restarts it on the same ports and data.
     """
@@ -183,6 +184,8 @@ class Node(Serve):
         protocol_ports: tuple[int, int] | None = None,
         host: str = "127.0.0.1",
         wrap: tuple[str, ...] = (),
+        web: bool = False,
+        web_ports: tuple[int, int, int, int] | None = None,
     ) -> None:
         self.name = name
         self.etcd = etcd
@@ -213,6 +216,16 @@ class Node(Serve):
         if protocols:
             stomp_port, mqtt_port = protocol_ports or free_ports(2)
             more = ("--stomp-port", str(stomp_port), "--mqtt-port", str(mqtt_port))
+        stream: int | None = None
+        web_stomp: int | None = None
+        web_mqtt: int | None = None
+        web_amqp: int | None = None
+        if web:
+            stream, web_stomp, web_mqtt, web_amqp = web_ports or free_ports(4)
+            more += (
+                *("--stream-port", str(stream), "--web-stomp-port", str(web_stomp)),
+                *("--web-mqtt-port", str(web_mqtt), "--web-amqp-port", str(web_amqp)),
+            )
         self.spec: dict[str, Any] = {
             "name": name,
             "etcd": etcd,
@@ -223,6 +236,8 @@ class Node(Serve):
             "protocol_ports": (stomp_port, mqtt_port) if protocols else None,
             "host": host,
             "wrap": wrap,
+            "web": web,
+            "web_ports": (stream, web_stomp, web_mqtt, web_amqp) if web else None,
         }
         super().__init__(
             root / name,
@@ -248,6 +263,8 @@ class Node(Serve):
         )
         self.port, self.http_port = amqp, http
         self.stomp_port, self.mqtt_port = stomp_port, mqtt_port
+        self.stream_port = stream
+        self.web_stomp_port, self.web_mqtt_port, self.web_amqp_port = web_stomp, web_mqtt, web_amqp
 
     def cluster(self) -> dict[str, Any]:
         # A node changing roles restarts its server (ringmq.server.member): its management

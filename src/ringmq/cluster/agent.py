@@ -242,6 +242,10 @@ class ClusterNode:
                     http_port=rec.http if rec else None,
                     stomp_port=rec.stomp if rec else None,
                     mqtt_port=rec.mqtt if rec else None,
+                    stream_port=rec.stream if rec else None,
+                    web_stomp_port=rec.web_stomp if rec else None,
+                    web_mqtt_port=rec.web_mqtt if rec else None,
+                    web_amqp_port=rec.web_amqp if rec else None,
                 )
             )
         return ClusterView(

@@ -10,6 +10,7 @@ Theory of operation
   (`IsrGate`);
 * **following**: a `ReplicationFollower` keeping `<data-dir>/store` a warm copy of the
   leader's, and a follower's `BrokerServer` over an empty in-memory broker whose client ports
+  (every one the leader has: AMQP, STOMP, MQTT, the stream protocol's, the WebSocket ones)
   are open and relay each connection to the leader (`server/proxy.py`, with a PROXY header
   naming the client), or refuse it naming the leader (`[cluster] proxy = false`); its
   management port answers `/api/cluster` and `/api/nodes` itself and forwards the rest of the
@@ -399,6 +400,10 @@ class ClusterMember:
             http=opts.http_port,
             stomp=opts.stomp_port,
             mqtt=opts.mqtt_port,
+            stream=opts.stream_port,
+            web_stomp=opts.web_stomp_port,
+            web_mqtt=opts.web_mqtt_port,
+            web_amqp=opts.web_amqp_port,
         )
 
     def _now_ms(self) -> int:
@@ -421,6 +426,9 @@ def _fixed_ports(options: ServerOptions) -> ServerOptions:
         stomp_port=fix(options.stomp_port),
         mqtt_port=fix(options.mqtt_port),
         stream_port=fix(options.stream_port),
+        web_stomp_port=fix(options.web_stomp_port),
+        web_mqtt_port=fix(options.web_mqtt_port),
+        web_amqp_port=fix(options.web_amqp_port),
         cluster=replace(cluster, cluster_port=fix(cluster.cluster_port) or 0),
     )
 
