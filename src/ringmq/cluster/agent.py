@@ -92,6 +92,7 @@ class ClusterNode:
         self._task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        self._closing = False
         self._listeners: list[RoleListener] = []
         self.handover: Callable[[], Awaitable[dict[str, object]]] | None = None
         """Run by a planned `step_down` before the fence (the replicated member's: hold
@@ -108,6 +109,7 @@ class ClusterNode:
         """Start registering and campaigning (returns at once; etcd may be down)."""
         timeout_s = max(0.2, self.election.renew_ms / 1000)
         self._etcd = Etcd(self.settings.etcd, timeout_s=timeout_s)
+        self._closing = False
         self._task = asyncio.create_task(self._run(), name=f"cluster {self.name}")
         self._spawn(self._watch())
         log.info(
@@ -151,12 +153,16 @@ class ClusterNode:
                 self._now_ms() - started,
                 {k: v for k, v in handed.items() if k not in ("node", "epoch")},
             )
+        # Python 3.11's wait_for swallows a cancel that lands as the awaited event fires
+        # (`_run` waits on `_wake`): the loop then went on and the stop waited on it for ever
+        # (seen after SIGTERM under load). So `_run` also ends on `_closing`, and the wait for
+        # the tasks is bounded.
+        self._closing = True
+        self._wake.set()
         self._task.cancel()
         for t in list(self._tasks):
             t.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.wait({self._task, *self._tasks}, timeout=bound_s)
         assert self._etcd is not None
         if lease is not None:
             with contextlib.suppress(EtcdUnavailableError, TimeoutError):
@@ -265,7 +271,7 @@ class ClusterNode:
 
     async def _run(self) -> None:
         e = self.election
-        while True:
+        while not self._closing:
             now = self._now_ms()
             self._apply(e.tick(now))
             delay_ms = max(1, e.next_deadline_ms() - now)
