@@ -2,10 +2,13 @@
 
 Unplanned: kill -9 of the leader, then the time until another node says it leads (polled every
 20 ms on /api/cluster); the killed node is restarted before the next round. Planned: POST
-/api/cluster/step-down on the leader, then the time until another node leads. Needs Debian's
-etcd-server (`etcd` on PATH).
+/api/cluster/step-down on the leader, then the time until another node leads. Clean stop
+(`--term`): SIGTERM of the leader (what systemd's stop sends), then the time until another
+node leads (and, apart, until the stopped process has exited); it is restarted before the next
+round. Needs Debian's etcd-server (`etcd` on PATH).
 
     .venv/bin/python benchmarks/cluster_failover.py --rounds 20 --planned 20 --ttl 5
+    .venv/bin/python benchmarks/cluster_failover.py --rounds 0 --planned 0 --term 10 --ttl 5
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ class Node:
             [
                 sys.executable, "-m", "ringmq", "serve", "--host", "127.0.0.1",
                 "--amqp-port", "0", "--http-port", "0", "--stomp-port", "off",
-                "--mqtt-port", "off", "--data-dir", str(self.root / self.name),
+                "--mqtt-port", "off", "--stream-port", "off",
+                "--data-dir", str(self.root / self.name),
                 "--config", str(cfg), "--cluster-etcd", self.etcd,
                 "--node-name", self.name, "--cluster-port", "0",
             ],
@@ -76,10 +80,10 @@ class Node:
         except (httpx.HTTPError, ValueError, KeyError):
             return None
 
-    def kill(self) -> None:
+    def kill(self, sig: int = signal.SIGKILL) -> None:
         assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        os.kill(self.proc.pid, sig)
+        self.proc.wait(timeout=120)
 
 
 def leader(nodes: list[Node], exclude: Node | None = None, timeout_s: float = 60) -> Node:
@@ -106,6 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20, help="kill -9 rounds")
     ap.add_argument("--planned", type=int, default=20, help="step-down rounds")
+    ap.add_argument("--term", type=int, default=0, help="SIGTERM (clean stop) rounds")
     ap.add_argument("--ttl", type=int, default=5, help="lease TTL in seconds")
     args = ap.parse_args()
     etcd_bin = shutil.which("etcd")
@@ -148,6 +153,29 @@ def main() -> None:
             ).raise_for_status()
             leader(nodes, exclude=old)
             planned.append(time.monotonic() - t0)
+        term: list[float] = []
+        exited: list[float] = []
+        stuck = 0
+        for _ in range(args.term):
+            old = leader(nodes)
+            time.sleep(args.ttl / 2)  # all nodes registered and in the ISR
+            assert old.proc is not None
+            t0 = time.monotonic()
+            os.kill(old.proc.pid, signal.SIGTERM)
+            leader(nodes, exclude=old)
+            term.append(time.monotonic() - t0)
+            try:
+                old.proc.wait(timeout=60)
+                exited.append(time.monotonic() - t0)
+            except subprocess.TimeoutExpired:
+                stuck += 1
+                if os.environ.get("RINGMQ_BENCH_DUMP"):  # a sitecustomize that dumps tasks
+                    os.kill(old.proc.pid, signal.SIGUSR1)
+                    time.sleep(1)
+                tail = (old.root / f"{old.name}.log").read_text(errors="replace")[-3000:]
+                print(f"{old.name} had not exited 60 s after SIGTERM; killed; log:\n{tail}")
+                old.kill()
+            old.start()
         print(f"lease TTL {args.ttl} s, 3 nodes, 1 etcd member; seconds")
         print("| failover | rounds | min | p50 | p99 | max |")
         print("|---|---|---|---|---|---|")
@@ -155,6 +183,11 @@ def main() -> None:
             print(summary("kill -9 of the leader", unplanned))
         if planned:
             print(summary("planned step-down", planned))
+        if term:
+            print(summary("SIGTERM of the leader (clean stop)", term))
+            if exited:
+                print(summary("... until the stopped process exited", exited))
+            print(f"stopped processes that had not exited after 60 s (killed): {stuck}")
     finally:
         for n in nodes:
             if n.proc is not None and n.proc.poll() is None:

@@ -52,11 +52,13 @@ from ringmq.adapters.mqtt.refusal import MqttRefuser
 from ringmq.adapters.stomp import stomp_handler
 from ringmq.adapters.stomp.refusal import StompRefuser
 from ringmq.adapters.stream import stream_handler
+from ringmq.adapters.stream.refusal import StreamRefuser
 from ringmq.adapters.websocket import (
     AMQP_SUBPROTOCOLS,
     MQTT_SUBPROTOCOLS,
     STOMP_SUBPROTOCOLS,
     websocket_handler,
+    websocket_refuser,
 )
 from ringmq.cluster.agent import ClusterNode
 from ringmq.cluster.keys import NodeRecord
@@ -175,6 +177,10 @@ PROTOCOL_REFUSERS: dict[str, RefuserFactory] = {
     "amqp10": Amqp10Refuser,
     "stomp": StompRefuser,
     "mqtt": MqttRefuser,
+    "stream": StreamRefuser,
+    "web-stomp": websocket_refuser(StompRefuser, STOMP_SUBPROTOCOLS, text=True),
+    "web-mqtt": websocket_refuser(MqttRefuser, MQTT_SUBPROTOCOLS, text=False),
+    "web-amqp": websocket_refuser(Amqp10Refuser, AMQP_SUBPROTOCOLS, text=False),
 }
 """How each protocol refuses a client on a follower that does not relay (`[cluster] proxy =
 false`, server/refusal.py), by the keys of `PROTOCOL_HANDLERS`."""
@@ -341,6 +347,10 @@ def cluster_node(srv: BrokerServer) -> ClusterNode:
             http=_port(srv, "http") or _port(srv, "https"),
             stomp=_port(srv, "stomp"),
             mqtt=_port(srv, "mqtt"),
+            stream=_port(srv, "stream"),
+            web_stomp=_port(srv, "web-stomp"),
+            web_mqtt=_port(srv, "web-mqtt"),
+            web_amqp=_port(srv, "web-amqp"),
         )
 
     clock = srv.clock
@@ -387,15 +397,7 @@ def follower_server(
     or close it while no leader is known), over an empty broker that serves nobody; its
     management port answers `/api/cluster` and `/api/nodes` and forwards the rest."""
     cfg = options.config
-    opts = replace(
-        options,
-        stream_port=None,  # the ports the relay does not carry stay closed on a follower
-        web_stomp_port=None,
-        web_mqtt_port=None,
-        web_amqp_port=None,
-        replication=None,
-        leader=leader,
-    )
+    opts = replace(options, replication=None, leader=leader)
 
     def empty(emit: Emit, now_ms: int) -> Core:
         return Core(Broker(broker_config(cfg), now_ms=now_ms))

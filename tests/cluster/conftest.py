@@ -166,7 +166,8 @@ class Node(Serve):
     """One clustered `ringmq serve` and its management API.
 
     `protocols=True` opens STOMP and MQTT too, on fixed ports, `stream=True` the stream
-    protocol (`stream_port`, fixed too); `host` and `wrap` put the node
+    protocol (`stream_port`, fixed too); `web=True` the stream protocol's port and the WebSocket
+    ports (Web STOMP, Web MQTT, Web AMQP); `host` and `wrap` put the node
     on another address (a network namespace: `wrap=("ip", "netns", "exec", NS)`). `spec` keeps
     what started it, so that `start_node(**node.spec)` restarts it on the same ports and data.
     """
@@ -186,6 +187,8 @@ class Node(Serve):
         stream_port: int | None = None,
         host: str = "127.0.0.1",
         wrap: tuple[str, ...] = (),
+        web: bool = False,
+        web_ports: tuple[int, int, int, int] | None = None,
     ) -> None:
         self.name = name
         self.etcd = etcd
@@ -216,9 +219,22 @@ class Node(Serve):
         if protocols:
             stomp_port, mqtt_port = protocol_ports or free_ports(2)
             more = ("--stomp-port", str(stomp_port), "--mqtt-port", str(mqtt_port))
+        stream_p: int | None = None
         if stream:
-            stream_port = stream_port or free_ports(1)[0]
-            more += ("--stream-port", str(stream_port))
+            stream_p = stream_port or free_ports(1)[0]
+            more += ("--stream-port", str(stream_p))
+        web_stomp: int | None = None
+        web_mqtt: int | None = None
+        web_amqp: int | None = None
+        if web:
+            ws, web_stomp, web_mqtt, web_amqp = web_ports or free_ports(4)
+            if stream_p is None:
+                stream_p = ws
+                more += ("--stream-port", str(stream_p))
+            more += (
+                *("--web-stomp-port", str(web_stomp)),
+                *("--web-mqtt-port", str(web_mqtt), "--web-amqp-port", str(web_amqp)),
+            )
         self.spec: dict[str, Any] = {
             "name": name,
             "etcd": etcd,
@@ -228,9 +244,11 @@ class Node(Serve):
             "protocols": protocols,
             "protocol_ports": (stomp_port, mqtt_port) if protocols else None,
             "stream": stream,
-            "stream_port": stream_port if stream else None,
+            "stream_port": stream_p if stream else None,
             "host": host,
             "wrap": wrap,
+            "web": web,
+            "web_ports": (stream_p, web_stomp, web_mqtt, web_amqp) if web else None,
         }
         super().__init__(
             root / name,
@@ -256,7 +274,8 @@ class Node(Serve):
         )
         self.port, self.http_port = amqp, http
         self.stomp_port, self.mqtt_port = stomp_port, mqtt_port
-        self.stream_port = stream_port if stream else None
+        self.stream_port = stream_p
+        self.web_stomp_port, self.web_mqtt_port, self.web_amqp_port = web_stomp, web_mqtt, web_amqp
 
     def cluster(self) -> dict[str, Any]:
         # A node changing roles restarts its server (ringmq.server.member): its management

@@ -22,14 +22,18 @@ close (1002), then the close. Pings are answered. The carried protocol's own clo
 (`inner.closed`) becomes a WebSocket close (1000), and a peer's close is answered and ends the
 connection.
 
+A cluster follower that does not relay (`[cluster] proxy = false`) answers on these ports with
+`WebSocketRefuser`: the same upgrade rules (`upgrade_answer`), then the carried protocol's own
+refusal naming the leader, in WebSocket messages.
+
 Pure: no I/O; owned by the loop thread like the handler it wraps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Final
+from typing import Final, Protocol
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
@@ -179,27 +183,15 @@ class WebSocketHandler:
 
     # ------------------------------------------------------------------ WebSocket
     def _upgrade(self, request: Request) -> None:
-        target = request.target.split("?", 1)[0]
-        if target != self.path:
-            self._send(RejectConnection(status_code=404))
+        answer = upgrade_answer(request, self.path, self.subprotocols)
+        self._send(answer)
+        if isinstance(answer, RejectConnection):
             self._ended = self._closed = True
             return
-        offered = list(request.subprotocols)
-        chosen = next((p for p in offered if p in self.subprotocols), None)
-        if offered and chosen is None:
-            self._send(RejectConnection(status_code=400))
-            self._ended = self._closed = True
-            return
-        self.subprotocol = chosen
-        self._send(AcceptConnection(subprotocol=chosen))
+        self.subprotocol = answer.subprotocol
 
     def _frame(self, payload: bytes) -> Message:  # type: ignore[type-arg]
-        if self.text:
-            try:
-                return TextMessage(data=payload.decode("utf-8"))
-            except UnicodeDecodeError:
-                pass  # a binary body: a binary frame (stomp.js takes both)
-        return BytesMessage(data=payload)
+        return message_of(payload, text=self.text)
 
     def _send(self, event: object) -> None:
         self._out += self.ws.send(event)  # type: ignore[arg-type]
@@ -208,6 +200,30 @@ class WebSocketHandler:
         if self.ws.state is ConnectionState.CONNECTING:
             self._out += _BAD_REQUEST
         self._ended = self._closed = True
+
+
+def upgrade_answer(
+    request: Request, path: str, subprotocols: Sequence[str]
+) -> AcceptConnection | RejectConnection:
+    """The answer to an upgrade request: 404 on another path, 400 when the client offers
+    subprotocols and none of ours, else accepted with the first of its offers we speak."""
+    if request.target.split("?", 1)[0] != path:
+        return RejectConnection(status_code=404)
+    offered = list(request.subprotocols)
+    chosen = next((p for p in offered if p in subprotocols), None)
+    if offered and chosen is None:
+        return RejectConnection(status_code=400)
+    return AcceptConnection(subprotocol=chosen)
+
+
+def message_of(payload: bytes, *, text: bool) -> Message:  # type: ignore[type-arg]
+    """One carried protocol's bytes as a WebSocket message (text when asked and UTF-8)."""
+    if text:
+        try:
+            return TextMessage(data=payload.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass  # a binary body: a binary frame (stomp.js takes both)
+    return BytesMessage(data=payload)
 
 
 def websocket_handler(
@@ -225,11 +241,101 @@ def websocket_handler(
     return make
 
 
+class CarriedRefuser(Protocol):
+    """A protocol's refusal by a follower (as `server/refusal.py`'s `Refuser`)."""
+
+    def receive(self, data: bytes) -> tuple[bytes, bool]: ...
+
+
+class WebSocketRefuser:
+    """A follower's refusal on a WebSocket port (`[cluster] proxy = false`): the upgrade is
+    answered as the listener answers it (`upgrade_answer`), then the carried protocol's own
+    refusal (STOMP's ERROR, MQTT's CONNACK, AMQP 1.0's redirecting close, each naming the
+    leader) goes back in WebSocket messages, then a close (1000). Sans-IO, as `Refuser`."""
+
+    def __init__(
+        self,
+        inner: CarriedRefuser,
+        subprotocols: tuple[str, ...],
+        *,
+        text: bool,
+        path: str = DEFAULT_PATH,
+    ) -> None:
+        self.inner = inner
+        self.subprotocols = subprotocols
+        self.text = text
+        self.path = path
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self._head = bytearray()
+        self._message = bytearray()
+
+    def receive(self, data: bytes) -> tuple[bytes, bool]:
+        chunks = [data]
+        if self.ws.state is ConnectionState.CONNECTING:
+            # the request alone first (as `WebSocketHandler`): frames behind it after the accept
+            self._head += data
+            end = self._head.find(b"\r\n\r\n")
+            if end < 0:
+                return b"", False
+            chunks = [bytes(self._head[: end + 4]), bytes(self._head[end + 4 :])]
+        out = bytearray()
+        for chunk in chunks:
+            try:
+                self.ws.receive_data(chunk)
+                events = list(self.ws.events())
+            except RemoteProtocolError:
+                connecting = self.ws.state is ConnectionState.CONNECTING
+                return bytes(out) + (_BAD_REQUEST if connecting else b""), True
+            for e in events:
+                if self._event(e, out):
+                    return bytes(out), True
+        return bytes(out), False
+
+    def _event(self, e: object, out: bytearray) -> bool:
+        # True: done, close the connection after `out`
+        match e:
+            case Request():
+                answer = upgrade_answer(e, self.path, self.subprotocols)
+                out += self.ws.send(answer)
+                return isinstance(answer, RejectConnection)
+            case Message():
+                self._message += e.data.encode() if isinstance(e, TextMessage) else bytes(e.data)
+                if not e.message_finished:
+                    return False
+                reply, done = self.inner.receive(bytes(self._message))
+                self._message = bytearray()
+                if reply:
+                    out += self.ws.send(message_of(reply, text=self.text))
+                if done:
+                    out += self.ws.send(CloseConnection(code=1000))
+                return done
+            case Ping():
+                out += self.ws.send(e.response())
+            case CloseConnection():
+                if self.ws.state is ConnectionState.REMOTE_CLOSING:
+                    out += self.ws.send(e.response())
+                return True
+        return False
+
+
+def websocket_refuser(
+    inner: Callable[[str, int], CarriedRefuser], subprotocols: tuple[str, ...], *, text: bool
+) -> Callable[[str, int], WebSocketRefuser]:
+    """`(leader_host, leader_port) -> WebSocketRefuser` carrying `inner`'s refusal."""
+
+    def make(host: str, port: int) -> WebSocketRefuser:
+        return WebSocketRefuser(inner(host, port), subprotocols, text=text)
+
+    return make
+
+
 __all__ = [
     "AMQP_SUBPROTOCOLS",
     "DEFAULT_PATH",
     "MQTT_SUBPROTOCOLS",
     "STOMP_SUBPROTOCOLS",
     "WebSocketHandler",
+    "WebSocketRefuser",
     "websocket_handler",
+    "websocket_refuser",
 ]

@@ -4,8 +4,9 @@ Layout, under the cluster's name (`[cluster] name`, default "ringmq"):
 
     /ringmq/<cluster>/secret                  random token followers present to the leader
     /ringmq/<cluster>/nodes/<node>            JSON {"name", "address", "amqp", "http", "stomp",
-                                              "mqtt"}, with that node's lease (gone when the
-                                              node is)
+                                              "mqtt", "stream", "web-stomp", "web-mqtt",
+                                              "web-amqp"}, with that node's lease (gone when
+                                              the node is)
     /ringmq/<cluster>/shards/<id>/leader      JSON {"node", "epoch"}, with the leader's lease
     /ringmq/<cluster>/shards/<id>/epoch       decimal epoch (activation sequence), no lease
     /ringmq/<cluster>/shards/<id>/isr         JSON sorted list of node names, no lease
@@ -74,6 +75,10 @@ class NodeRecord:
     http: int | None = None
     stomp: int | None = None
     mqtt: int | None = None
+    stream: int | None = None
+    web_stomp: int | None = None
+    web_mqtt: int | None = None
+    web_amqp: int | None = None
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -84,6 +89,10 @@ class NodeRecord:
                 "http": self.http,
                 "stomp": self.stomp,
                 "mqtt": self.mqtt,
+                "stream": self.stream,
+                "web-stomp": self.web_stomp,
+                "web-mqtt": self.web_mqtt,
+                "web-amqp": self.web_amqp,
             },
             sort_keys=True,
         ).encode()
@@ -100,13 +109,17 @@ class NodeRecord:
                 http=_port(d, "http"),
                 stomp=_port(d, "stomp"),
                 mqtt=_port(d, "mqtt"),
+                stream=_port(d, "stream"),
+                web_stomp=_port(d, "web-stomp"),
+                web_mqtt=_port(d, "web-mqtt"),
+                web_amqp=_port(d, "web-amqp"),
             )
         except (ValueError, KeyError, TypeError):
             return None
 
 
 def _port(d: Any, key: str) -> int | None:
-    # a record written by an older node has no "stomp" or "mqtt"
+    # a record written by an older node lacks the later ports ("stomp", "mqtt", "stream", ...)
     return None if d.get(key) is None else int(d[key])
 
 

@@ -44,6 +44,10 @@ class NodeView:
     http_port: int | None = None
     stomp_port: int | None = None
     mqtt_port: int | None = None
+    stream_port: int | None = None
+    web_stomp_port: int | None = None
+    web_mqtt_port: int | None = None
+    web_amqp_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

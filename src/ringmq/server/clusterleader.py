@@ -33,7 +33,16 @@ def node_addresses(node: NodeView) -> LeaderAddresses | None:
     if not host:
         return None
     return LeaderAddresses(
-        node.name, host, node.amqp_port, node.stomp_port, node.mqtt_port, node.http_port
+        node.name,
+        host,
+        node.amqp_port,
+        node.stomp_port,
+        node.mqtt_port,
+        node.http_port,
+        node.stream_port,
+        node.web_stomp_port,
+        node.web_mqtt_port,
+        node.web_amqp_port,
     )
 
 

@@ -10,6 +10,7 @@ Theory of operation
   (`IsrGate`);
 * **following**: a `ReplicationFollower` keeping `<data-dir>/store` a warm copy of the
   leader's, and a follower's `BrokerServer` over an empty in-memory broker whose client ports
+  (every one the leader has: AMQP, STOMP, MQTT, the stream protocol's, the WebSocket ones)
   are open and relay each connection to the leader (`server/proxy.py`, with a PROXY header
   naming the client), or refuse it naming the leader (`[cluster] proxy = false`); its
   management port answers `/api/cluster` and `/api/nodes` itself and forwards the rest of the
@@ -43,11 +44,19 @@ the shard log's end are held (`IsrGate.hold_above`), the ISR followers get at mo
 those before the resign, so that a lagging follower cannot win. The report (what was waited
 for) is the step-down's answer. Should no fence follow, `_unhold` lifts the hold.
 
+A clean stop (SIGTERM, SIGINT: `request_stop`) of a leader is that step-down: `run` ends
+with `ClusterNode.stop`, which hands over, fences, resigns and waits (at most the lease TTL)
+until a successor leads, while this node's clients stay connected (their confirms held);
+then `_stop_current` closes them and the process exits. Clients reconnect to a leader already
+serving instead of waiting out the lease.
+
 The ISR: while leading, a task asks the `IsrKeeper` (replication/isr.py) every
 `_ISR_TICK_S` which followers to drop (an ISR follower holding a confirm back, or absent, for
 `isr_timeout_ms`) or add (one whose acknowledgement covers every confirm so far), writes the
 answer with `ClusterNode.set_isr` (a transaction on the leader key), and only then lets the
-group commit release what the new set covers. The control plane's `auto_isr` is off here.
+group commit release what the new set covers. A follower that stopped cleanly (its record
+gone from etcd, its session closed) is dropped at its first tick (`_leavers_dropped`), not
+after the deadline. The control plane's `auto_isr` is off here.
 
 One task (`_drive`) makes every transition, one at a time, toward what the `ClusterNode` says
 now: woken by each role change and every `_POLL_S` (a leader whose address etcd had not shown
@@ -61,7 +70,7 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TypeAlias
 
@@ -243,7 +252,7 @@ class ClusterMember:
                 leader.acked,
                 commit.released_log_position,
                 commit.waiting_log_position,
-            )
+            ) or self._leavers_dropped(keeper, leader.acked)
             if want is None:
                 continue
             ok = False
@@ -255,6 +264,24 @@ class ClusterMember:
             if ok:
                 log.warning("cluster member: ISR is now %s", sorted(keeper.isr))
             commit.replicated()
+
+    def _leavers_dropped(
+        self, keeper: IsrKeeper, acked: Mapping[str, int]
+    ) -> frozenset[str] | None:
+        """The ISR without the followers that left cleanly (their record gone from etcd, as a
+        clean stop revokes its lease, and their session closed), as `IsrKeeper.decide` answers
+        (then `written`): dropped at once, not after `isr_timeout_ms`. A follower killed keeps
+        its record until its lease expires, so the deadline still decides for it. Dropping a
+        member is the safe direction: nothing is confirmed without it before etcd has it."""
+        if keeper.proposed is not None:
+            return None
+        running = {n.name for n in self.cluster.view().nodes if n.running}
+        left = {n for n in keeper.isr - {self.name} if n not in running and n not in acked}
+        if not left:
+            return None
+        log.warning("cluster member: %s left the cluster: out of the ISR", ", ".join(sorted(left)))
+        keeper.proposed = keeper.isr - left
+        return keeper.proposed
 
     async def _hand_over(self) -> dict[str, object]:
         """A planned step-down's first half (`ClusterNode.step_down` then fences and resigns):
@@ -373,6 +400,10 @@ class ClusterMember:
             http=opts.http_port,
             stomp=opts.stomp_port,
             mqtt=opts.mqtt_port,
+            stream=opts.stream_port,
+            web_stomp=opts.web_stomp_port,
+            web_mqtt=opts.web_mqtt_port,
+            web_amqp=opts.web_amqp_port,
         )
 
     def _now_ms(self) -> int:
@@ -395,6 +426,9 @@ def _fixed_ports(options: ServerOptions) -> ServerOptions:
         stomp_port=fix(options.stomp_port),
         mqtt_port=fix(options.mqtt_port),
         stream_port=fix(options.stream_port),
+        web_stomp_port=fix(options.web_stomp_port),
+        web_mqtt_port=fix(options.web_mqtt_port),
+        web_amqp_port=fix(options.web_amqp_port),
         cluster=replace(cluster, cluster_port=fix(cluster.cluster_port) or 0),
     )
 

@@ -41,8 +41,18 @@ RELAY_HIGH_WATER: Final = 256 * 1024
 """Bytes a relay side may hold unwritten before the other side stops being read."""
 RELAY_LOW_WATER: Final = 64 * 1024
 
-PROTOCOLS: Final = ("amqp", "stomp", "mqtt", "http")
-"""The leader's client-facing ports a follower relays to (AMQP serves 0-9-1 and 1.0)."""
+PROTOCOLS: Final = (
+    "amqp",
+    "stomp",
+    "mqtt",
+    "http",
+    "stream",
+    "web-stomp",
+    "web-mqtt",
+    "web-amqp",
+)
+"""The leader's client-facing ports a follower relays to (AMQP serves 0-9-1 and 1.0; the
+WebSocket ports carry STOMP, MQTT and AMQP 1.0; "stream" is the stream protocol's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +62,8 @@ class LeaderAddresses:
     Attributes:
         node: the node's name.
         host: the host clients (and relays) use to reach it.
-        amqp_port / stomp_port / mqtt_port / http_port: its plain listeners (None: none).
+        amqp_port / stomp_port / mqtt_port / http_port / stream_port / web_stomp_port /
+            web_mqtt_port / web_amqp_port: its plain listeners (None: none).
     """
 
     node: str
@@ -61,14 +72,20 @@ class LeaderAddresses:
     stomp_port: int | None = None
     mqtt_port: int | None = None
     http_port: int | None = None
+    stream_port: int | None = None
+    web_stomp_port: int | None = None
+    web_mqtt_port: int | None = None
+    web_amqp_port: int | None = None
 
     def port_of(self, protocol: str) -> int | None:
-        """The port of `protocol` ("amqp", "amqp/ssl", "stomp", "mqtt", "http", and their
-        "/ssl" or "https" forms: TLS ends at the follower, the leader's plain port serves)."""
+        """The port of `protocol` (one of `PROTOCOLS`, and their "/ssl" or "https" forms: TLS
+        ends at the follower, the leader's plain port serves)."""
         base = protocol.split("/", 1)[0]
         if base == "https":
             base = "http"
-        port: int | None = getattr(self, f"{base}_port", None) if base in PROTOCOLS else None
+        if base not in PROTOCOLS:
+            return None
+        port: int | None = getattr(self, f"{base.replace('-', '_')}_port", None)
         return port
 
 
