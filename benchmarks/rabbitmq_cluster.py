@@ -1,10 +1,14 @@
-"""A 3-node RabbitMQ cluster on this machine, for benchmarks: started, joined, stopped.
+"""RabbitMQ nodes of our own on this machine: a 3-node cluster for benchmarks, or one node for
+the differential tests (tests/differential): started, joined, stopped.
 
 Theory of operation: Debian's ``rabbitmq-server`` (``/usr/lib/rabbitmq/bin``, run directly so
-that the Debian wrapper does not switch to the ``rabbitmq`` user) is started three times, each
-node with its own ``RABBITMQ_NODENAME`` (``<prefix>N@localhost``), AMQP and distribution ports,
-``RABBITMQ_MNESIA_BASE`` and ``RABBITMQ_LOG_BASE`` under one temporary directory, no plugins,
-and a shared Erlang cookie (``$HOME/.erlang.cookie`` with ``HOME`` that directory). Its own
+that the Debian wrapper does not switch to the ``rabbitmq`` user) is started ``size`` times,
+each node with its own ``RABBITMQ_NODENAME`` (``<prefix>N@localhost``), AMQP and distribution
+ports, ``RABBITMQ_MNESIA_BASE``, ``RABBITMQ_LOG_BASE`` and ``rabbitmq.conf`` under one temporary
+directory, the ``plugins`` asked for (none for the benchmarks; with ``rabbitmq_management``
+each node's HTTP API listens on a free loopback port of its own, ``http_urls``), the
+``advanced.config`` given (Erlang terms: settings ``rabbitmq.conf`` has no key for), and a
+shared Erlang cookie (``$HOME/.erlang.cookie`` with ``HOME`` that directory). Its own
 ``epmd`` runs on a free port (``ERL_EPMD_PORT``), so the cluster never meets another epmd on
 the machine and stopping it leaves nothing behind. Nodes 2 and 3 join node 1 with
 ``rabbitmqctl stop_app; join_cluster; start_app``. ``stop`` runs ``rabbitmqctl stop`` on each
@@ -23,12 +27,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 from benchmarks.amqp_brokers import listening_pid
 
 _BIN: Final = Path("/usr/lib/rabbitmq/bin")
+MANAGEMENT: Final = "rabbitmq_management"
 
 
 def available() -> str:
@@ -48,17 +54,30 @@ def free_port() -> int:
 
 
 class RabbitCluster:
-    """Three RabbitMQ nodes joined in one cluster; ``urls`` and ``pids`` once ``start`` ran."""
+    """``size`` RabbitMQ nodes joined in one cluster (three by default); ``urls`` and ``pids``
+    once ``start`` ran (see the module docstring for ``plugins`` and ``advanced``)."""
 
-    def __init__(self, size: int = 3, *, prefix: str = "rbench", timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        prefix: str = "rbench",
+        timeout_s: float = 180.0,
+        plugins: Sequence[str] = (),
+        advanced: str = "[].",
+    ) -> None:
         self.size = size
         self.root = Path(tempfile.mkdtemp(prefix="ringmq-rabbit-"))
         self.timeout_s = timeout_s
+        self.plugins = tuple(plugins)
+        self.advanced = advanced
         self.names = [f"{prefix}{i}_{os.getpid()}@localhost" for i in range(1, size + 1)]
         self.ports = [free_port() for _ in range(size)]
+        self.http_ports = [free_port() for _ in range(size)] if MANAGEMENT in self.plugins else []
         self.epmd_port = free_port()
         self._procs: list[subprocess.Popen[bytes]] = []
         self.urls = [f"amqp://guest:guest@127.0.0.1:{p}/" for p in self.ports]
+        self.http_urls = [f"http://127.0.0.1:{p}" for p in self.http_ports]
         self.pids: list[int] = []
 
     def _env(self, i: int | None = None) -> dict[str, str]:
@@ -76,7 +95,7 @@ class RabbitCluster:
                 RABBITMQ_LOG_BASE=str(node / "log"),
                 RABBITMQ_PID_FILE=str(node / "pid"),
                 RABBITMQ_ENABLED_PLUGINS_FILE=str(self.root / "enabled_plugins"),
-                RABBITMQ_CONFIG_FILE=str(self.root / "rabbitmq"),  # rabbitmq.conf (absent)
+                RABBITMQ_CONFIG_FILE=str(node / "rabbitmq"),  # its rabbitmq.conf
                 RABBITMQ_ADVANCED_CONFIG_FILE=str(self.root / "advanced.config"),
                 # Loopback only: the distribution listener too (it binds every address else).
                 RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
@@ -101,8 +120,8 @@ class RabbitCluster:
         cookie.write_text(secrets.token_hex(16).upper())
         cookie.chmod(0o400)
         (self.root / "rabbitmq-env.conf").write_text("")
-        (self.root / "enabled_plugins").write_text("[].\n")
-        (self.root / "advanced.config").write_text("[].\n")
+        (self.root / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
+        (self.root / "advanced.config").write_text(self.advanced + "\n")
         self._procs.append(
             subprocess.Popen(
                 ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
@@ -112,8 +131,15 @@ class RabbitCluster:
             )
         )
         for i in range(self.size):
-            (self.root / f"n{i}").mkdir()
-            log = (self.root / f"n{i}" / "stdout.log").open("ab")
+            node = self.root / f"n{i}"
+            node.mkdir()
+            conf = ""
+            if self.http_ports:  # the HTTP API on loopback, on a port of its own
+                conf = (
+                    f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {self.http_ports[i]}\n"
+                )
+            (node / "rabbitmq.conf").write_text(conf)
+            log = (node / "stdout.log").open("ab")
             self._procs.append(
                 subprocess.Popen(
                     [str(_BIN / "rabbitmq-server")],

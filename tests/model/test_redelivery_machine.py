@@ -1,4 +1,5 @@
-"""Hypothesis state machine: Artemis delayed redelivery in the queue engine against a model.
+"""Hypothesis state machines: Artemis delayed redelivery in the queue engine against a model,
+in memory and over the journal with restarts.
 
 The model is the rule as docs/configuration.md states it: a message that fails a delivery waits
 `delay * multiplier ** (failures - 1)` ms (at most the maximum) off the queue, counted as
@@ -8,20 +9,42 @@ returning to a full ring is itself deleted, as a scheduled message is (the ring-
 Publishing to a full ring evicts the head. A message given back without a failure returns to
 its place at once: by seq among the messages not put at the head (RabbitMQ), or at the head in
 a ring (Artemis). As the engine's lanes (`core/queue/lanes.py`), what was put at the head is
-served before the rest.
+served before the rest. Each delivery carries the message's delivery count and redelivered
+flag.
+
+`DurableRedeliveryMachine` runs the same rules over a `FileStore` (the queue wired by
+`Durability` as the broker wires a durable queue) and adds restarts, clean or a kill after a
+sync. A restart brings back (docs/storage.md, "Recovery"): a message whose delay the journal
+holds, and that was not delivered since (waiting, or released to the head and not yet taken),
+scheduled again with its due time, so it goes back to the head when due; every other message
+ready in seq order, unacknowledged ones included; delivery counts as they were; the
+redelivered flag on every message after a kill, on those delivered before after a clean stop.
+The failure count that makes the delay grow starts again.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from ringmq.core.durability import Durability, queue_key
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettings
-from ringmq.core.queue import Queue
-from ringmq.core.settings import resolve_queue_settings
+from ringmq.core.queue import Delivery, PublishOutcome, Queue
+from ringmq.core.recovery import restore_recovered
+from ringmq.core.settings import QueueSettings, resolve_queue_settings
+from ringmq.storage import FileStore
+
+if TYPE_CHECKING:
+    from ringmq.core.ports import Registry
+    from ringmq.core.vhost import QueueEntity
 
 
 @dataclass
@@ -29,6 +52,9 @@ class _Item:
     seq: int
     body: bytes
     failures: int = 0
+    deliveries: int = 0
+    redelivered: bool = False
+    due: int | None = None  # the delay it waits for, or waited for and was not taken since
 
 
 @dataclass
@@ -63,17 +89,22 @@ class _Model:
         if not source:
             return None
         item = source.pop(0)
+        item.deliveries += 1
+        item.due = None
         self.unacked[item.seq] = item
         return item
 
     def fail(self, seq: int, now: int) -> None:
         item = self.unacked.pop(seq)
         item.failures += 1
-        self.waiting.append((now + self.wait_after(item.failures), item))
+        item.redelivered = True
+        item.due = now + self.wait_after(item.failures)
+        self.waiting.append((item.due, item))
 
     def release(self, seq: int) -> None:
         # Given back unfailed: in a ring to the head, else to its place by seq.
         item = self.unacked.pop(seq)
+        item.redelivered = True
         if self.ring is not None:
             self.head.insert(0, item)
             self._evict_head()
@@ -88,6 +119,17 @@ class _Model:
             self.head.insert(0, item)
             self._evict_head()  # in a full ring: the returning message itself
 
+    def restart(self, clean: bool) -> None:
+        # What recovery puts back (module docstring); no limit applies to it.
+        items = self.head + self.rest + list(self.unacked.values())
+        items += [it for _, it in self.waiting]
+        self.head, self.unacked = [], {}
+        self.rest = sorted((it for it in items if it.due is None), key=lambda it: it.seq)
+        self.waiting = [(it.due, it) for it in items if it.due is not None]
+        for it in items:
+            it.failures = 0
+            it.redelivered = it.deliveries > 0 if clean else True
+
 
 class RedeliveryMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
@@ -96,6 +138,20 @@ class RedeliveryMachine(RuleBasedStateMachine):
         self.n = 0
         self.real: Queue
         self.model: _Model
+        self.settings: QueueSettings
+
+    # Where the durable machine writes to its store (nothing here).
+    def _wire(self) -> None:
+        pass
+
+    def _published(self, msg: Message, outcome: PublishOutcome) -> None:
+        pass
+
+    def _fetched(self, got: Delivery) -> None:
+        pass
+
+    def _acked(self, seq: SeqId) -> None:
+        pass
 
     @initialize(
         delay=st.integers(1, 50),
@@ -112,26 +168,31 @@ class RedeliveryMachine(RuleBasedStateMachine):
             values["max-redelivery-delay"] = max_delay
         if ring is not None:
             values["default-ring-size"] = ring
-        settings = resolve_queue_settings(
+        self.settings = resolve_queue_settings(
             "q", {}, address_settings=AddressSettings.from_dict(values)
         )
-        self.real = Queue("q", settings)
+        self.real = Queue("q", self.settings)
+        self._wire()
         self.model = _Model(delay, multiplier, max_delay, ring)
 
     @rule()
     def publish(self) -> None:
         self.n += 1
         body = f"m{self.n}".encode()
-        self.real.publish(Message("", "q", b"", body), self.now)
-        self.model.publish(_Item(self.n, body))
+        msg = Message("", "q", b"", body, persistent=True)
+        outcome = self.real.publish(msg, self.now)
+        self._published(msg, outcome)
+        self.model.publish(_Item(self.real.last_seq, body))
 
     @rule()
     def fetch(self) -> None:
         got = self.real.fetch(self.now)
         want = self.model.fetch()
-        assert (got and got.message.body) == (want and want.body)
-        if got is not None and want is not None:
-            want.seq = got.seq  # the model keys unacked items by the engine's seq
+        assert (got and (got.message.body, got.redelivered, got.delivery_count)) == (
+            want and (want.body, want.redelivered, want.deliveries)
+        )
+        if got is not None:
+            self._fetched(got)
 
     @precondition(lambda self: bool(self.model.unacked))
     @rule(data=st.data())
@@ -152,6 +213,7 @@ class RedeliveryMachine(RuleBasedStateMachine):
     def ack(self, data: st.DataObject) -> None:
         seq = data.draw(st.sampled_from(sorted(self.model.unacked)))
         self.real.ack([SeqId(seq)])
+        self._acked(SeqId(seq))
         del self.model.unacked[seq]
 
     @rule(ms=st.integers(0, 120))
@@ -171,3 +233,61 @@ class RedeliveryMachine(RuleBasedStateMachine):
 
 
 TestRedelivery = RedeliveryMachine.TestCase
+
+_KEY = queue_key("/", "q")
+# What `Durability` reads of the broker's registry outside definitions: the confirm mode.
+_REGISTRY = cast(
+    "Registry", SimpleNamespace(config=SimpleNamespace(delay_persistent_confirms=False))
+)
+
+
+class DurableRedeliveryMachine(RedeliveryMachine):
+    """The rules above over a journaled durable queue, with restarts (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="ringmq-redelivery-machine-"))
+        self.store = FileStore.open(self.dir)
+        self.store.recover()
+        self.durability = Durability(self.store, _REGISTRY)
+        self.entity: QueueEntity
+
+    def teardown(self) -> None:
+        self.store.abandon()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _wire(self) -> None:
+        # The broker's durable queue as `Durability` sees it: its store key and its engine.
+        self.entity = cast("QueueEntity", SimpleNamespace(vhost="/", name="q", queue=self.real))
+        self.durability.attach(self.entity)
+
+    def _published(self, msg: Message, outcome: PublishOutcome) -> None:
+        self.durability.published(self.entity, msg, outcome, self.now)
+
+    def _fetched(self, got: Delivery) -> None:
+        self.durability.delivered(self.entity, got.seq, got.delivery_count)
+
+    def _acked(self, seq: SeqId) -> None:
+        self.durability.acked(self.entity, [seq])
+
+    @rule(clean=st.booleans())
+    def restart(self, clean: bool) -> None:
+        if clean:
+            self.store.close()
+        else:
+            self.store.sync()  # then killed: what reached the disk is all there is
+            self.store.abandon()
+        self.store = FileStore.open(self.dir)
+        state = self.store.recover()
+        assert state.clean == clean
+        self.durability = Durability(self.store, _REGISTRY)
+        self.real = Queue("q", self.settings)
+        self._wire()
+        restore_recovered(
+            self.real, state.queues.get(_KEY, ()), None, self.durability.persisted(self.entity)
+        )
+        self.real.resume_seqs(state.next_seq.get(_KEY, 0))
+        self.model.restart(clean)
+
+
+TestDurableRedelivery = DurableRedeliveryMachine.TestCase

@@ -13,7 +13,10 @@ broker's `State`), and knows no broker. It owns:
 * **engine removals**: each durable queue's engine gets an `on_remove` callback; a seq the
   engine drops by itself (ring eviction, drop-head, LVQ replacement, expiry, purge,
   dead-lettering, delivery limit, no-ack fetch) is acked in the store if it was persisted.
-  Client acks go through `acked`; deliveries with ack required through `delivered`.
+  Client acks go through `acked`; deliveries with ack required through `delivered`. Its
+  `on_delay` callback journals a persisted message that a failed delivery holds back
+  (Artemis' `redelivery-delay`) with its delivery count and due time, so recovery puts it
+  back in the schedule rather than at once on the queue.
 * **the durability hold** (`core/queue/hold.py`): under delayed confirms (a group commit
   fsyncs the store), each persistent write to a durable queue whose publisher waits for a
   confirm (or a refusal) is noted in the queue's `Hold` with its store position, so the queue
@@ -140,7 +143,12 @@ class Durability:
                 persisted.discard(seq)
                 store.ack(key, (seq,))
 
+        def delayed(seq: SeqId, delivery_count: int, due_ms: int) -> None:
+            if seq in persisted:
+                store.delivered(key, seq, delivery_count, due_ms=due_ms)
+
         q.queue.on_remove = removed
+        q.queue.on_delay = delayed
 
     def persisted(self, q: QueueEntity) -> set[SeqId] | None:
         """The persisted seqs of a durable queue (None for queues the store ignores)."""
@@ -263,6 +271,7 @@ class Durability:
         if self._persisted.pop(key, None) is not None:
             self.store.drop_queue(key)
         q.queue.on_remove = None
+        q.queue.on_delay = None
 
     # --- de-duplication window -------------------------------------------------------------
 

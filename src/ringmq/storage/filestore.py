@@ -306,12 +306,14 @@ class FileStore:
         self._position += 1
         return self._position
 
-    def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int:
+    def delivered(
+        self, queue: str, seq: SeqId, delivery_count: int, *, due_ms: int | None = None
+    ) -> int:
         index = self.index
-        seg = index.set_count(queue, seq, delivery_count)
+        seg = index.set_count(queue, seq, delivery_count, due_ms)
         if seg is not None:
             at, _ = self._journal.append(
-                RecordType.DELIVERY_COUNT, encode_delivery(queue, seq, delivery_count)
+                RecordType.DELIVERY_COUNT, encode_delivery(queue, seq, delivery_count, due_ms)
             )
             index.depend(at, seg)  # the count must not vanish while its ENQUEUE stays
         self._position += 1

@@ -7,7 +7,8 @@ Theory of operation
 * per queue, each live message's *location* ``segment << 64 | offset << 32 | body size`` (no
   message is kept in memory; readers go back to the journal, see `reader.py`), and beside it
   only what is not the default: delivery counts (> 0), shared-body refs (large bodies in the
-  `MessageStore`) and due times (scheduled messages);
+  `MessageStore`) and due times (scheduled messages, and delayed redeliveries: a
+  DELIVERY_COUNT record sets or ends one, `records.encode_delivery`);
 * per queue, the first seq the engine may use (`next_seq`) and whether any message ever carried
   an expiry (`expiring`);
 * per journal segment, the accounting that space reclamation reads: ENQUEUE records written
@@ -76,7 +77,7 @@ class StoreIndex:
         self.bodies = bodies
         # queue -> seq -> location of its live ENQUEUE: segment << 64 | offset << 32 | body size
         self.locations: dict[str, dict[int, int]] = {}
-        self.due: dict[str, dict[int, int]] = {}  # queue -> seq -> due_ms (scheduled only)
+        self.due: dict[str, dict[int, int]] = {}  # queue -> seq -> due_ms (waiting ones only)
         self.refs: dict[str, dict[int, int]] = {}  # queue -> seq -> shared-store ref
         self.counts: dict[str, dict[int, int]] = {}  # queue -> seq -> delivery count (> 0)
         self.expiring: set[str] = set()  # queues that journaled a message with an expiry
@@ -123,12 +124,22 @@ class StoreIndex:
         self.due.pop(queue, None)
         return {s for s in segs if s is not None}
 
-    def set_count(self, queue: str, seq: int, delivery_count: int) -> int | None:
-        """Record a delivery count of a live seq; returns its segment (None: not live)."""
+    def set_count(
+        self, queue: str, seq: int, delivery_count: int, due_ms: int | None = None
+    ) -> int | None:
+        """Record a delivery count of a live seq and the due time it waits for from now on
+        (a delayed redelivery's; None: it waits for nothing, any earlier due time is over);
+        returns its segment (None: not live)."""
         loc = self.locations.get(queue, {}).get(seq)
         if loc is None:
             return None
         self.counts.setdefault(queue, {})[seq] = delivery_count
+        if due_ms is not None:
+            self.due.setdefault(queue, {})[seq] = due_ms
+        else:
+            qdue = self.due.get(queue)
+            if qdue:
+                qdue.pop(seq, None)
         return int(loc >> 64)
 
     def holds(self, queue: str, seq: int) -> bool:

@@ -69,11 +69,14 @@ class MemoryStore:
             q.pop(seq, None)
         return self._bump()
 
-    def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int:
+    def delivered(
+        self, queue: str, seq: SeqId, delivery_count: int, *, due_ms: int | None = None
+    ) -> int:
         entry = self._queues.get(queue, {}).get(seq)
         if entry is not None:
             entry.delivery_count = delivery_count
             entry.redelivered = delivery_count > 0
+            entry.due_ms = due_ms
         return self._bump()
 
     def drop_queue(self, queue: str) -> int:

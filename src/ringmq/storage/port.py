@@ -21,7 +21,9 @@ int). Nothing is durable until a group commit covers it:
 * settle: ``store.ack(queue, [seq, ...])`` for acks, rejects without requeue, ring/max-length
   drops, LVQ replacements, expiries, purge (ready seqs) and dead-lettering of persistent
   messages; ``store.delivered(queue, seq, delivery_count)`` when a message is handed to a
-  consumer with ack required (so a clean restart knows what to flag redelivered);
+  consumer with ack required (so a clean restart knows what to flag redelivered), and
+  ``store.delivered(queue, seq, delivery_count, due_ms=...)`` when a failed delivery makes the
+  message wait before it returns (Artemis' `redelivery-delay`: recovered as scheduled);
   ``store.drop_queue(queue)`` when a durable queue is deleted.
 * group commit (server): after a read batch, ``point = store.flush()`` on the loop thread, then
   ``await loop.run_in_executor(None, store.fsync, point)`` (only `os.fsync` calls, safe to run
@@ -158,8 +160,12 @@ class Store(Protocol):
         """Remove messages for good (ack, drop, expiry, replace); unknown seqs are ignored."""
         ...
 
-    def delivered(self, queue: str, seq: SeqId, delivery_count: int) -> int:
-        """Record a new delivery count (the message has been handed out)."""
+    def delivered(
+        self, queue: str, seq: SeqId, delivery_count: int, *, due_ms: int | None = None
+    ) -> int:
+        """Record a new delivery count (the message has been handed out), or, with `due_ms`,
+        that the message failed a delivery and waits until `due_ms` to return (a delayed
+        redelivery): a restart puts it back in the schedule, as a scheduled message."""
         ...
 
     def drop_queue(self, queue: str) -> int:

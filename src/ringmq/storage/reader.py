@@ -6,7 +6,8 @@ The `FileStore` keeps no message in memory, only locations (`index.py`). Three r
 back to the journal through one `EntryReader`:
 
 * `FileStore.read_entries(queue, seqs)`: the entries, in the given order, with current delivery
-  counts; consecutive entries are read in windows of a segment, not one record at a time.
+  counts and due times (`StoreIndex.due`); consecutive entries are read in windows of a
+  segment, not one record at a time.
 * `QueueCopies` (`paging.DurableCopies`): one queue's journaled messages as a page file sees
   them, so a paged persistent message is written as a reference and read back from here.
 * `RecoveredQueue`: one queue's recovered messages in seq order, decoded in batches on demand;
@@ -67,6 +68,7 @@ class EntryReader:
         """Live entries of `queue` in the given order (`FileStore.read_entries`)."""
         qi = self.index.locations.get(queue, {})
         qcounts = self.index.counts.get(queue, {})
+        qdue = self.index.due.get(queue, {})
         out: list[Entry] = []
         buf = b""
         buf_seg = -1
@@ -114,6 +116,9 @@ class EntryReader:
                     shared[ref] = entry.message
                     self.shared_bytes += len(body)
             entry.delivery_count = qcounts.get(seq, 0)
+            # the index has the due time as it stands: a DELIVERY_COUNT may have set one (a
+            # delayed redelivery) or ended the one the ENQUEUE carried
+            entry.due_ms = qdue.get(seq)
             out.append(entry)
         return out
 

@@ -11,8 +11,8 @@ owns two decisions over the store's `Journal` and `StoreIndex`:
   never disappears before the enqueue it cancels. A current segment whose entries are all dead
   is rolled once it passes `_ROLL_DEAD_CURRENT_BYTES`, so that it can go too.
 * **Copy forward** the oldest segment's live entries into the current segment (with their
-  current delivery counts), after which the old segment is dead and goes once a completed
-  fsync covers the copies. Two reasons start a copy:
+  current delivery counts and due times), after which the old segment is dead and goes once a
+  completed fsync covers the copies. Two reasons start a copy:
 
   - the oldest segment is mostly dead (at most `_COMPACT_LIVE_RATIO` of its enqueues live):
     a few long-lived messages must not pin a whole segment;
@@ -181,6 +181,7 @@ class Reclaimer:
                 records, good = scan(data)
         locations = index.locations
         counts = index.counts
+        due = index.due
         for rec in records:
             if rec.rtype != RecordType.ENQUEUE:
                 continue
@@ -189,6 +190,8 @@ class Reclaimer:
             if loc is None or loc >> 64 != seg or (loc >> 32) & SIZE_MASK != offset + rec.offset:
                 continue  # acked, or superseded by a later copy
             entry.delivery_count = counts.get(entry.queue, {}).get(entry.seq, 0)
+            # a delayed redelivery's due time (from a DELIVERY_COUNT) travels as F_DUE
+            entry.due_ms = due.get(entry.queue, {}).get(entry.seq)
             at, at_offset = journal.append(RecordType.ENQUEUE, encode_entry(entry))
             index.relocate(entry.queue, entry.seq, seg, at, at_offset)
         # not deleted before the copies so far are durable (and not copied again meanwhile)

@@ -388,12 +388,14 @@ def entry_row_at(
 
 
 # ---------------------------------------------------------------------------------------------
-# Small payloads: ACK, DELIVERY_COUNT, PURGE, BODY, PAGED_REF
+# Small payloads: ACK, DELIVERY_COUNT (with a delayed redelivery's due time), PURGE, BODY,
+# PAGED_REF
 
 _QLEN: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")
 _U64: Final = struct.Struct("<Q")
 _SEQ_COUNT: Final = struct.Struct("<QI")
+_I64: Final = struct.Struct("<q")  # a due time, signed as in ENQUEUE records
 
 
 def _queue_prefix(queue: str) -> bytes:
@@ -418,16 +420,28 @@ def decode_ack(payload: memoryview) -> tuple[str, tuple[int, ...]]:
     return queue, struct.unpack_from(f"<{n}Q", payload, pos + 4)
 
 
-def encode_delivery(queue: str, seq: int, count: int) -> bytes:
-    """DELIVERY_COUNT payload: queue, seq, new delivery count."""
-    return _queue_prefix(queue) + _SEQ_COUNT.pack(seq, count)
+def encode_delivery(queue: str, seq: int, count: int, due_ms: int | None = None) -> bytes:
+    """DELIVERY_COUNT payload: queue, seq, new delivery count, then, for a delayed redelivery
+    (Artemis' `redelivery-delay`), the due time it waits for (i64 epoch ms).
+
+    The record states the message's schedule from then on, as an ENQUEUE's `F_DUE` does at
+    publish: with a due time the message waits for it again after a restart; without one it
+    waits for nothing (a delivery ends any earlier wait). Records written before due times
+    existed end after the count: no due time.
+    """
+    head = _queue_prefix(queue) + _SEQ_COUNT.pack(seq, count)
+    return head if due_ms is None else head + _I64.pack(due_ms)
 
 
-def decode_delivery(payload: memoryview) -> tuple[str, int, int]:
-    """Decode a DELIVERY_COUNT payload."""
+def decode_delivery(payload: memoryview) -> tuple[str, int, int, int | None]:
+    """Decode a DELIVERY_COUNT payload: (queue, seq, count, due_ms or None)."""
     queue, pos = _read_queue(payload)
     seq, count = _SEQ_COUNT.unpack_from(payload, pos)
-    return queue, seq, count
+    pos += _SEQ_COUNT.size
+    if len(payload) >= pos + _I64.size:
+        (due_ms,) = _I64.unpack_from(payload, pos)
+        return queue, seq, count, due_ms
+    return queue, seq, count, None
 
 
 def encode_purge(queue: str, upto_seq: int) -> bytes:

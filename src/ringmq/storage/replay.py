@@ -7,8 +7,10 @@ record to the index, decoding only record headers (`records.entry_head`): no mes
 decoded or kept in memory (bodies are read back lazily, `reader.py`).
 
 * ENQUEUE adds (or replaces) a location; ACK and PURGE remove live seqs; DELIVERY_COUNT sets a
-  count. Each removal or count makes its segment depend on the segment of the ENQUEUE it
-  touches (`StoreIndex.depend`), so reclamation never deletes them out of order.
+  count and the due time the message waits for from then on (a delayed redelivery's, or none:
+  `records.encode_delivery`), as an ENQUEUE's `F_DUE` sets a scheduled message's. Each
+  removal or count makes its segment depend on the segment of the ENQUEUE it touches
+  (`StoreIndex.depend`), so reclamation never deletes them out of order.
 * TX_BEGIN ... TX_COMMIT is applied whole at the COMMIT. A BEGIN followed by another BEGIN
   cannot happen (one writer, contiguous transactions): the older one is treated as committed,
   never dropped. A journal that ends inside a transaction (crash before TX_COMMIT) has that
@@ -112,11 +114,15 @@ def replay(journal: Journal, bodies: MessageStore, index: StoreIndex, directory:
             if qi:
                 drop(seg, q, qi, seqs)
         elif rtype == RecordType.DELIVERY_COUNT:
-            q, s, count = decode_delivery(rec.payload)
+            q, s, count, due_ms = decode_delivery(rec.payload)
             qi = locations.get(q)
             loc = qi.get(s) if qi else None
             if loc is not None:
                 counts.setdefault(q, {})[s] = count
+                if due_ms is not None:
+                    due.setdefault(q, {})[s] = due_ms
+                elif q in due:
+                    due[q].pop(s, None)
                 depend(seg, loc >> 64)
         elif rtype == RecordType.PURGE:
             q, upto = decode_purge(rec.payload)

@@ -149,5 +149,24 @@ def test_entry_roundtrip(
 def test_small_payloads_roundtrip() -> None:
     q, seqs = decode_ack(memoryview(encode_ack("q/é", [1, 5, 2**63])))
     assert (q, seqs) == ("q/é", (1, 5, 2**63))
-    assert decode_delivery(memoryview(encode_delivery("q", 7, 3))) == ("q", 7, 3)
+    assert decode_delivery(memoryview(encode_delivery("q", 7, 3))) == ("q", 7, 3, None)
     assert decode_purge(memoryview(encode_purge("q", 99))) == ("q", 99)
+
+
+@given(names, st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1), opt_ms)
+def test_delivery_count_with_a_due_time_roundtrip(
+    queue: str, seq: int, count: int, due_ms: int | None
+) -> None:
+    # A delayed redelivery journals its due time after the count (records.encode_delivery).
+    payload = encode_delivery(queue, seq, count, due_ms)
+    assert decode_delivery(memoryview(payload)) == (queue, seq, count, due_ms)
+
+
+def test_delivery_count_without_a_due_time_keeps_the_old_layout() -> None:
+    # Journals written before due times existed hold exactly this: they decode as no due time,
+    # and a record without one is still written the old way.
+    raw = "q/é".encode()
+    old = struct.pack("<H", len(raw)) + raw + struct.pack("<QI", 7, 3)
+    assert encode_delivery("q/é", 7, 3) == old
+    assert decode_delivery(memoryview(old)) == ("q/é", 7, 3, None)
+    assert encode_delivery("q/é", 7, 3, 5).startswith(old)

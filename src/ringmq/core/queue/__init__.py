@@ -50,7 +50,8 @@ for the spilled tail, the `SpillStore` port (`MemorySpillStore` here; storage ha
   `browse_ready(after, limit, now_ms)`, `head_seq() -> SeqId | None` (lowest ready or unacked
   seq; builds no browse index)
 * `list_scheduled()`, `purge_scheduled() -> int`, `deliver_scheduled_now(seqs, now_ms) -> int`
-* storage: `on_remove` (callback for engine-internal removals), `timing_of(msg, now_ms)`,
+* storage: `on_remove` (callback for engine-internal removals), `on_delay` (callback for
+  delayed redeliveries), `timing_of(msg, now_ms)`,
   `restore(seq, msg, ...)`, `restore_spilled(...)` and `resume_seqs(next_seq)` (recovery)
 * `counters` (`QueueCounters`), `stats() -> dict`, `ready_count`, `unacked_count`,
   `message_count`, `over_limit`, `non_destructive`, `last_seq`

@@ -180,6 +180,17 @@ class Queue(
     def on_remove(self, hook: Callable[[SeqId], None] | None) -> None:
         self._contents.on_remove = hook
 
+    @property
+    def on_delay(self) -> Callable[[SeqId, int, int], None] | None:
+        """Storage hook: called with `(seq, delivery count, due_ms)` when a failed delivery
+        holds a message back until `due_ms` (Artemis' `redelivery-delay`), so the wait can be
+        journaled and survive a restart. None (the default) costs nothing."""
+        return self._settle.on_delay
+
+    @on_delay.setter
+    def on_delay(self, hook: Callable[[SeqId, int, int], None] | None) -> None:
+        self._settle.on_delay = hook
+
     # --- configuration -------------------------------------------------------------------
 
     def _apply(self, settings: QueueSettings) -> None:

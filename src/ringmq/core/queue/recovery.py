@@ -75,7 +75,12 @@ class QueueRecovery:
     ) -> None:
         """Put a recovered message back at the tail (in ascending seq order; no limit: what
         was stored fitted), or with `due_ms` in the schedule, whatever its due time (`tick`
-        releases overdue ones in batches). Then `resume_seqs` so new seqs are higher."""
+        releases overdue ones in batches, to the head as any scheduled message). Then
+        `resume_seqs` so new seqs are higher.
+
+        A scheduled message that was delivered before (`delivery_count` > 0: a delayed
+        redelivery) keeps `expiry_ms`, as it does when it waits without a restart
+        (`Overflow.admit` does not stamp a returning redelivered message again)."""
         e = self._entry(seq, msg)
         e.redelivered = redelivered
         e.deliveries = delivery_count
@@ -83,6 +88,9 @@ class QueueRecovery:
         if self._index is not None:
             self._index.append(e)
         if due_ms is not None:
+            if delivery_count > 0 and expiry_ms is not None:
+                e.expires_at = expiry_ms
+                self._expiry.note()
             self._scheduler.add(due_ms, e)
             return
         if expiry_ms is not None:

@@ -20,7 +20,8 @@ and the rules they apply:
   due it is released to the head under the limit, exactly as a scheduled message (a full ring
   deletes it: the seed's rule for scheduled messages). Returns that are not failures (a
   release, a consumer's prefetched messages given back without `count_failure`) are not
-  delayed.
+  delayed. The storage hook `on_delay` hears of each delayed message with its delivery count
+  and due time (core/durability.py journals it, so a restart keeps the wait).
 * `reject` (requeue=false): dead-letter (`rejected`) when a dead-letter exchange is set, else
   drop.
 
@@ -32,7 +33,7 @@ Invariant: an entry leaves the unacked map here exactly once, and its bytes leav
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ringmq.core.message import SeqId
 from ringmq.core.queue.contents import Contents
@@ -50,7 +51,15 @@ __all__ = ["Settlement"]
 class Settlement:
     """Requeue and reject of unacked messages (see the module docstring)."""
 
-    __slots__ = ("_contents", "_dead", "_overflow", "_scheduler", "delivery_limit", "redelivery")
+    __slots__ = (
+        "_contents",
+        "_dead",
+        "_overflow",
+        "_scheduler",
+        "delivery_limit",
+        "on_delay",
+        "redelivery",
+    )
 
     def __init__(
         self, contents: Contents, overflow: Overflow, dead: DeadLetters, scheduler: Scheduler
@@ -61,6 +70,9 @@ class Settlement:
         self._scheduler = scheduler
         self.delivery_limit: int | None = None
         self.redelivery: Redelivery | None = None
+        self.on_delay: Callable[[SeqId, int, int], None] | None = None
+        """Storage hook: `(seq, delivery count, due_ms)` of each message a failed delivery
+        holds back (`Queue.on_delay`)."""
 
     def take(self, seqs: Iterable[SeqId]) -> list[Entry]:
         """Take the known `seqs` out of the unacked map, in the given order (raw rows among
@@ -93,6 +105,7 @@ class Settlement:
         lvq = contents.lvq
         dl = self.delivery_limit
         delayed = self.redelivery if count_failure else None
+        on_delay = self.on_delay
         for e in reversed(entries) if ring else entries:
             msg = e.msg
             assert msg is not None
@@ -116,7 +129,10 @@ class Settlement:
             e.redelivered = True
             c.requeued += 1
             if delayed is not None:
-                self._scheduler.add(clamp_due(now_ms + delayed.delay_after(e.failures)), e)
+                due = clamp_due(now_ms + delayed.delay_after(e.failures))
+                self._scheduler.add(due, e)
+                if on_delay is not None:
+                    on_delay(e.seq, e.deliveries, due)
                 continue
             e.state = READY
             c.ready += 1
