@@ -129,14 +129,7 @@ def _consumer_timeout(t: Target) -> list[Any]:
     [
         _vhost_max_connections,
         _vhost_max_queues,
-        pytest.param(
-            _user_max_connections,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="RabbitMQ 3.10.8 words it 'connection refused for user', ringmq "
-                "'Connection refused for user' (docs/management.md, limits)",
-            ),
-        ),
+        _user_max_connections,
         _user_max_channels,
     ],
 )

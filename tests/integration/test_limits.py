@@ -107,7 +107,7 @@ def test_user_max_connections(broker: BrokerThread, http: httpx.Client) -> None:
         with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as exc:
             _pika(broker)
         assert (
-            "(530) \"NOT_ALLOWED - Connection refused for user 'guest': user connection "
+            "(530) \"NOT_ALLOWED - connection refused for user 'guest': user connection "
             'limit (1) is reached"'
         ) in str(exc.value)
     finally:

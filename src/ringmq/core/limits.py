@@ -102,7 +102,7 @@ class TenantLimits:
         if ulimit is not None and in_user >= ulimit:
             raise BrokerError(
                 Condition.NOT_ALLOWED,
-                f"Connection refused for user '{user}': user connection limit ({ulimit}) "
+                f"connection refused for user '{user}': user connection limit ({ulimit}) "
                 "is reached",
             )
 
