@@ -44,7 +44,7 @@ Owned by the loop thread; no locks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, assert_never
 
 from ringmq.adapters.amqp091.adapter import Amqp091
@@ -120,6 +120,9 @@ class Amqp091Handler:
         check = adapter.check_publish
         conn_id = self.conn_id
         self.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
+        self.data_to_send: Callable[[], bytes] = self.proto.data_to_send
+        """`Handler.data_to_send`: the machine's own, bound once (the server asks after every
+        read; a method of ours around it would be a Python call more)."""
         self.emit = ctx.emit
         self.user = ""
         self.vhost = ""
@@ -136,9 +139,6 @@ class Amqp091Handler:
         self.closed = False
 
     # -- Handler -----------------------------------------------------------------------------------
-
-    def data_to_send(self) -> bytes:
-        return self.proto.data_to_send()
 
     def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
         # The channels whose publishes go as runs, asked once per read: the connection's
