@@ -152,9 +152,9 @@ class Calls:
         if not state.dirty:
             return []  # the server asks after every read: nothing to start
         if state.calling:  # inside another call: the general form, which nests
-            out = self.begin(now_ms)
+            inner = self.begin(now_ms)
             self.end()
-            return out
+            return inner
         # `begin` and `end(publish=False)` written out (two Python calls less per read; the
         # state is the one `end` leaves: nothing dirty, not calling); nothing here raises
         # but a bug, which leaves the call closed as `abort` would.
