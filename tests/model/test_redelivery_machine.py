@@ -43,8 +43,8 @@ from ringmq.core.settings import QueueSettings, resolve_queue_settings
 from ringmq.storage import FileStore
 
 if TYPE_CHECKING:
+    from ringmq.core.entities import QueueEntity
     from ringmq.core.ports import Registry
-    from ringmq.core.vhost import QueueEntity
 
 
 @dataclass

@@ -66,9 +66,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ringmq.core.effects import Effect
+from ringmq.core.effects import Block, CloseConnection, Effect, Unblock
 from ringmq.core.errors import BrokerError, Condition
 
 if TYPE_CHECKING:
@@ -177,18 +177,27 @@ class Handler(Protocol):
         """The connection as management shows it."""
 
 
+SERVER_PART: Final = frozenset({Block, Unblock, CloseConnection})
+"""The effects the server acts on itself before (or, for a close, instead of) the handler:
+`Block` and `Unblock` pause and resume reading, `CloseConnection` closes. A run
+(`AppliesRuns`) ends before one."""
+
+
 class AppliesRuns(Protocol):
     """What a `Handler` may add: a run of effects in one call (the server uses it when there).
 
     A dispatch hands out a queue's messages consumer by consumer, so the effects for one
     connection come in runs; a handler whose protocol delivers at high rate (AMQP 0-9-1)
     takes a run in one call rather than a call per effect (one Python call is about 1% of a
-    publish-deliver-ack cycle under callgrind, benchmarks/hotpath_bench.py)."""
+    publish-deliver-ack cycle under callgrind, benchmarks/hotpath_bench.py). The handler finds
+    the end of the run itself, in the loop that applies it: a test per effect it makes
+    anyway, where a scan of the run ahead of it would be a second loop over the effects."""
 
-    def apply_run(self, effects: Sequence[Effect], start: int, stop: int) -> None:
-        """Queue the frames of `effects[start:stop]`, in order, as `apply` on each would: all
-        for this connection, none that the server acts on itself (`Block`, `Unblock`,
-        `CloseConnection`)."""
+    def apply_run(self, effects: Sequence[Effect], start: int) -> int:
+        """Queue the frames of `effects[start:]`, in order, as `apply` on each would, up to
+        the first that is for another connection or in `SERVER_PART`; return its index
+        (`len(effects)` when there is none). `effects[start]` is this connection's and not in
+        `SERVER_PART`."""
 
 
 class Socket(Protocol):

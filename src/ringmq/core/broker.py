@@ -282,14 +282,7 @@ class Broker:
         One dispatch per queue per batch instead of one per publish: the queue hands out the
         whole batch to its consumers in one pass.
         """
-        if not self.state.dirty:
-            return []  # the server calls this after every read: nothing to start
-        # The plain form (no `with`): once per read batch. The end of a call that did not
-        # publish dispatches the dirty queues; nothing here raises but a bug.
-        calls = self.calls
-        out = calls.begin(now_ms)
-        calls.end()
-        return out
+        return self.calls.dispatch_pending(now_ms)
 
     def queue_changed(self, q: QueueEntity, now_ms: int) -> list[Effect]:
         """Call after changing a queue outside a protocol's path: its settings, or messages
@@ -317,12 +310,12 @@ class Broker:
 
     def next_deadline_ms(self) -> int | None:
         """Earliest time `tick` has work (an immediate time when dispatch is pending)."""
-        due = [
-            d
-            for d in (self.timers.next_deadline_ms(), self.state.auth.next_expiry_ms())
-            if d is not None
-        ]
-        return min(due) if due else None
+        # Asked after every batch (the server's deadline timer): no list, no comprehension.
+        due = self.timers.next_deadline_ms()
+        grant = self.state.auth.next_expiry_ms()
+        if grant is not None and (due is None or grant < due):
+            return grant
+        return due
 
     # ================================================================== connections
     def add_vhost(self, name: str) -> VHost:

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 A protocol adapter builds the `Message` (reading only what its protocol form says is present),
 checks the target with `exchange_for` (exists, not internal, the session may write to it;
-cached per session) and calls `publish`, which returns what it did (`Published`: the outcome
-and whether the message was persisted). The pipeline is that one method, in four steps:
+cached per session) and calls `publish`, which returns what it did (`Published`, published.py:
+the outcome and whether the message was persisted). The pipeline is that one method, in four
+steps:
 
 1. **classify**: count it; a publish while a resource alarm is on blocks its connection
    (`Resources.alarm_publish`); a transactional session only buffers it (applied at commit);
@@ -52,7 +53,6 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ringmq.core.auth import Access
@@ -64,6 +64,18 @@ from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
+from ringmq.core.published import (
+    ADDRESS_FULL,
+    DONE,
+    DONE_STORED,
+    HELD_BY_TX,
+    NO_ROUTE,
+    OVERFLOW,
+    RESULTS,
+    UNROUTABLE,
+    Published,
+    address_full,
+)
 from ringmq.core.queue import PublishOutcome
 from ringmq.core.queue.scheduler import clamp_due
 from ringmq.core.resources import FLOW_HIGH, FLOW_HIGH_BYTES, Resources
@@ -76,17 +88,6 @@ from ringmq.core.texts import as_str
 from ringmq.core.transactions import STORE_FAILED, Confirms, Transactions
 from ringmq.core.vhost import VHost
 
-ACCEPTED: Final = "accepted"
-"""Every queue the publish reached took it."""
-BUFFERED: Final = "buffered"
-"""A transaction holds the publish until its commit."""
-UNROUTABLE: Final = "unroutable"
-"""No queue took the publish (it was returned to a mandatory publisher)."""
-OVERFLOW: Final = "overflow"
-"""A queue's limit refused the message (RabbitMQ reject-publish, Qpid reject, a full ring)."""
-ADDRESS_FULL: Final = "address-full"
-"""An Artemis address-full-policy FAIL or BLOCK limit refused it."""
-
 _REJECTED: Final = PublishOutcome.REJECTED
 _SCHEDULED: Final = PublishOutcome.SCHEDULED
 _TX: Final = PublishMode.TX
@@ -94,47 +95,6 @@ _DELAYED: Final = ExchangeType.DELAYED
 _BLOCK: Final = LimitAction.BLOCK
 _CONFIRM: Final = PublishMode.CONFIRM
 _WRITTEN: Final = ConfirmRule.WRITTEN
-_NOT_REFUSED: Final = frozenset({ACCEPTED, BUFFERED, UNROUTABLE})
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    """What one publish did (`Publisher.publish` and its siblings): the whole result.
-
-    The results are shared constants (`_RESULTS`): a publish allocates none.
-    """
-
-    outcome: str
-    """`ACCEPTED` (every queue reached took it; a confirm may still wait for the fsync),
-    `BUFFERED` (a transaction holds it), `UNROUTABLE` (no queue), or why a queue refused it
-    (`OVERFLOW`, `ADDRESS_FULL`, `STORE_FAILED`)."""
-    stored: bool
-    """It was persisted (journaled for a durable queue, or held durably by a delayed
-    exchange): a confirm waits for the fsync that covers it."""
-
-    @property
-    def refused(self) -> str | None:
-        """Why a queue refused it (`OVERFLOW`, `ADDRESS_FULL`, `STORE_FAILED`), else None."""
-        return None if self.outcome in _NOT_REFUSED else self.outcome
-
-
-_RESULTS: Final = {
-    (outcome, stored): Published(outcome, stored)
-    for outcome in (ACCEPTED, BUFFERED, UNROUTABLE, OVERFLOW, ADDRESS_FULL, STORE_FAILED)
-    for stored in (False, True)
-}
-_ACCEPTED: Final = _RESULTS[ACCEPTED, False]
-_ACCEPTED_STORED: Final = _RESULTS[ACCEPTED, True]
-_BUFFERED: Final = _RESULTS[BUFFERED, False]
-_UNROUTABLE: Final = _RESULTS[UNROUTABLE, False]
-
-
-def address_full(q: QueueEntity) -> BrokerError:
-    """Artemis address-full-policy FAIL: the producer's send fails."""
-    return BrokerError(
-        Condition.PRECONDITION_FAILED,
-        f"queue {q.name!r} in vhost {q.vhost!r} is full (address-full-policy FAIL)",
-    )
 
 
 class Publisher:
@@ -258,7 +218,7 @@ class Publisher:
                     session.tx.publishes.append(
                         TxPublish(exchange.name, msg.routing_key, mandatory, msg)
                     )
-                    return _BUFFERED
+                    return HELD_BY_TX
                 if mode is _CONFIRM:
                     seq = session.next_publish_seq()
             else:
@@ -286,8 +246,8 @@ class Publisher:
                         assert session is not None
                         self.confirms.confirm_publish(session, seq, None, stored, released)
                     if held is None:
-                        return _UNROUTABLE
-                    return _ACCEPTED_STORED if stored else _ACCEPTED
+                        return NO_ROUTE
+                    return DONE_STORED if stored else DONE
             refused: str | None = None
             full: QueueEntity | None = None  # the Artemis FAIL queue that refused it
             stored = False
@@ -382,8 +342,8 @@ class Publisher:
                 self.state.eager = True
                 raise address_full(full)
             if refused is None:
-                return _ACCEPTED_STORED if stored else _ACCEPTED
-            return _RESULTS[refused, stored]
+                return DONE_STORED if stored else DONE
+            return RESULTS[refused, stored]
 
         except BaseException:
             if call is not None:  # the call ends with the exception: aborted, not ended below
@@ -498,7 +458,7 @@ class Publisher:
         if self._alarms_on:
             self.resources.alarm_publish(session.conn_id)
         tx.publishes.append(TxPublish(exchange.name, msg.routing_key, mandatory, msg))
-        return _BUFFERED
+        return HELD_BY_TX
 
     def publish_without_session(
         self, msg: Message, *, vhost: VHost, exchange: Exchange, now_ms: int
@@ -555,7 +515,7 @@ class Publisher:
         `exchange` (a protocol's own delivery to queues it knows, such as MQTT's retained
         messages)."""
         if not queues:
-            return _ACCEPTED
+            return DONE
         return self.publish(
             msg,
             session=session,

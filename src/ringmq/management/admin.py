@@ -59,7 +59,7 @@ from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.limits import TenantLimits
 from ringmq.core.message import FORM_AMQP091, SeqId, form
 from ringmq.core.parameters import Parameters
-from ringmq.core.publish import UNROUTABLE
+from ringmq.core.published import UNROUTABLE
 from ringmq.core.vhost import VHost
 from ringmq.management import corerecords
 from ringmq.management.accessfacade import AccessFacade, writes

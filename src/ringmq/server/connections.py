@@ -31,8 +31,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
+from ringmq.adapters.handler import SERVER_PART
 from ringmq.core.effects import Block, CloseConnection, Effect, Unblock
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LogLimiter
@@ -49,10 +50,6 @@ log = logging.getLogger(__name__)
 
 def _nothing() -> None:
     pass
-
-
-# The effects the server acts on itself before (or, for a close, instead of) the handler.
-_SERVER_PART: Final = frozenset({Block, Unblock, CloseConnection})
 
 
 class Connections:
@@ -106,9 +103,9 @@ class Connections:
 
         Effects come in runs per connection (a dispatch hands out a queue's deliveries to one
         consumer after another): each run goes to its handler in one `apply_run` when the
-        handler has it (`adapters/handler.AppliesRuns`), else effect by effect. An effect the
-        server acts on itself (`Block`, `Unblock`, `CloseConnection`) goes alone, after the
-        server's part."""
+        handler has it (`adapters/handler.AppliesRuns`: the handler finds where the run ends),
+        else effect by effect. An effect the server acts on itself (`SERVER_PART`: `Block`,
+        `Unblock`, `CloseConnection`) goes alone, after the server's part."""
         if type(effects) is not list:
             effects = list(effects)
         conns = self.table
@@ -124,25 +121,25 @@ class Connections:
                 dirty.add(c)
                 h = c.handler
                 if h is not None and not c.closing:
-                    if type(e) in _SERVER_PART:
+                    if type(e) in SERVER_PART:
                         if self._server_part(c, e):
                             dirty.add(c)
                             h.apply(e)
                         i = j
                         continue
                     # the run of this connection's effects the server has no part in
-                    while j < n:
-                        f = effects[j]
-                        if f.conn_id != conn_id or type(f) in _SERVER_PART:
-                            break
-                        j += 1
                     run = getattr(h, "apply_run", None)
                     if run is not None:
-                        run(effects, i, j)
-                    else:
-                        put = h.apply
-                        for k in range(i, j):
-                            put(effects[k])
+                        i = run(effects, i)
+                        continue
+                    while j < n:
+                        f = effects[j]
+                        if f.conn_id != conn_id or type(f) in SERVER_PART:
+                            break
+                        j += 1
+                    put = h.apply
+                    for k in range(i, j):
+                        put(effects[k])
                     i = j
                     continue
             # the target went away meanwhile (the broker learns it separately): its run goes

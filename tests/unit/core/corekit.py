@@ -20,7 +20,7 @@ from ringmq.core.delivery import Got
 from ringmq.core.effects import Deliver, Effect
 from ringmq.core.errors import BrokerError
 from ringmq.core.message import Message
-from ringmq.core.publish import Published
+from ringmq.core.published import Published
 from ringmq.core.queue import Queue
 from ringmq.core.session import Session, SettleKind
 from ringmq.core.topology import Declared

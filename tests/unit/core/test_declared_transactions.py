@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ringmq.core.errors import BrokerError, Condition
-from ringmq.core.publish import BUFFERED
+from ringmq.core.published import BUFFERED
 from ringmq.core.session import PublishMode, Session, SettleKind
 from tests.unit.core.corekit import Core, message
 

@@ -2,13 +2,15 @@
 
 A run is a stretch of effects for one connection that the server has no part in: it ends where
 the connection changes and before a `Block`, `Unblock` or `CloseConnection`, which go alone
-after the server's part. A handler without `apply_run` gets `apply` per effect, in order.
+after the server's part. The handler finds the end (`apply_run` returns it); the server goes
+on from there. A handler without `apply_run` gets `apply` per effect, in order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ringmq.adapters.handler import SERVER_PART
 from ringmq.core.effects import Block, Deliver, Effect, Unblock
 from ringmq.core.message import Message
 from ringmq.server.connections import Connections
@@ -32,8 +34,19 @@ class _Recorder:
 
 
 class _RunRecorder(_Recorder):
-    def apply_run(self, effects: Sequence[Effect], start: int, stop: int) -> None:
+    def __init__(self, conn_id: int) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+
+    def apply_run(self, effects: Sequence[Effect], start: int) -> int:
+        stop = start
+        while stop < len(effects):
+            e = effects[stop]
+            if e.conn_id != self.conn_id or type(e) in SERVER_PART:
+                break
+            stop += 1
         self.runs.append(list(effects[start:stop]))
+        return stop
 
 
 def _deliver(conn_id: int, n: int) -> Deliver:
@@ -47,7 +60,7 @@ def _connection(conn_id: int, handler: _Recorder) -> HandlerConnection:
 
 
 def test_a_handler_with_apply_run_gets_its_effects_in_runs_split_at_server_effects() -> None:
-    runs, single = _RunRecorder(), _Recorder()
+    runs, single = _RunRecorder(1), _Recorder()
     one, two = _connection(1, runs), _connection(2, single)
     conns = Connections(_Clock(), None, {1: one, 2: two})  # type: ignore[arg-type]
     d = [_deliver(1, n) for n in range(4)]
@@ -63,7 +76,7 @@ def test_a_handler_with_apply_run_gets_its_effects_in_runs_split_at_server_effec
 
 
 def test_effects_for_a_connection_gone_or_closing_are_dropped() -> None:
-    runs = _RunRecorder()
+    runs = _RunRecorder(1)
     one = _connection(1, runs)
     one.closing = True
     conns = Connections(_Clock(), None, {1: one})  # type: ignore[arg-type]

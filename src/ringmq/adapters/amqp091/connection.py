@@ -44,13 +44,13 @@ Owned by the loop thread; no locks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, assert_never
 
 from ringmq.adapters.amqp091.adapter import Amqp091
 from ringmq.adapters.amqp091.frames import frame_of, reply_code
 from ringmq.adapters.amqp091.runs import publish_columns, publish_rows
-from ringmq.adapters.handler import HandlerContext, HandlerInfo, SlowAnswer
+from ringmq.adapters.handler import SERVER_PART, HandlerContext, HandlerInfo, SlowAnswer
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.core.broker import Broker
@@ -120,6 +120,9 @@ class Amqp091Handler:
         check = adapter.check_publish
         conn_id = self.conn_id
         self.proto.publish_check = lambda ch, method: check(conn_id, ch, method)
+        self.data_to_send: Callable[[], bytes] = self.proto.data_to_send
+        """`Handler.data_to_send`: the machine's own, bound once (the server asks after every
+        read; a method of ours around it would be a Python call more)."""
         self.emit = ctx.emit
         self.user = ""
         self.vhost = ""
@@ -136,9 +139,6 @@ class Amqp091Handler:
         self.closed = False
 
     # -- Handler -----------------------------------------------------------------------------------
-
-    def data_to_send(self) -> bytes:
-        return self.proto.data_to_send()
 
     def receive_data(self, data: bytes, now_ms: int) -> list[Effect]:
         # The channels whose publishes go as runs, asked once per read: the connection's
@@ -165,18 +165,27 @@ class Amqp091Handler:
         return proto.content_received if paused else proto.content_in_flight
 
     def apply(self, e: Effect) -> None:
-        self.apply_run((e,), 0, 1)
+        if type(e) is _Deliver:
+            self.apply_run((e,), 0)
+        else:
+            self._apply(e)
 
-    def apply_run(self, effects: Sequence[Effect], start: int, stop: int) -> None:
-        # `apply` on each, in one call (`AppliesRuns`): a dispatch's deliveries to this
-        # connection's consumers come as one run, so the deliver hot path is this loop: a
-        # pre-encoded deliver header, no generic method encoding (a frame as small as can be).
+    def apply_run(self, effects: Sequence[Effect], start: int) -> int:
+        # `apply` on each, in one call (`AppliesRuns`), up to the first effect for another
+        # connection or the server's: a dispatch's deliveries to this connection's consumers
+        # come as one run, so the deliver hot path is this loop: a pre-encoded deliver
+        # header, no generic method encoding (a frame as small as can be).
         send_deliver = self.proto.send_deliver
-        for k in range(start, stop):
+        conn_id = self.conn_id
+        for k in range(start, len(effects)):
             e = effects[k]
             if type(e) is not _Deliver:
+                if e.conn_id != conn_id or type(e) in SERVER_PART:
+                    return k
                 self._apply(e)
                 continue
+            if e.conn_id != conn_id:
+                return k
             msg = e.message
             pb, body = msg.properties_bin, msg.body
             if msg.form:  # another protocol's message: its 0-9-1 content, made once
@@ -191,6 +200,7 @@ class Amqp091Handler:
                 pb,
                 body,
             )
+        return len(effects)
 
     def _apply(self, e: Effect) -> None:
         proto = self.proto

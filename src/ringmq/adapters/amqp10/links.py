@@ -49,7 +49,7 @@ from ringmq.amqp10.events import MessagesReceived
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.effects import CloseConnection
 from ringmq.core.errors import BrokerError
-from ringmq.core.publish import UNROUTABLE
+from ringmq.core.published import UNROUTABLE
 from ringmq.core.session import PublishMode, SettleKind
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from ringmq.amqp10 import conditions as c
 from ringmq.amqp10.events import MessageReceived
 from ringmq.amqp10.types import DecodeError
 from ringmq.core.errors import BrokerError
-from ringmq.core.publish import UNROUTABLE
+from ringmq.core.published import UNROUTABLE
 from ringmq.core.session import PublishMode
 
 if TYPE_CHECKING:
