@@ -77,6 +77,11 @@ def test_a_policy_delays_redelivery(broker: BrokerThread, http: httpx.Client) ->
         conn.wait(lambda: _scheduled(broker, "slow") == 1, timeout=5)
     finally:
         conn.close()
+    # the queue's page shows the effective redelivery settings (it answered 500 before)
+    r = http.get("/api/queues/%2F/slow")
+    assert r.status_code == 200, r.text
+    want = {"delay_ms": 600000, "multiplier": 1.0, "max_delay_ms": None}
+    assert r.json()["effective_settings"]["redelivery"] == want
 
 
 def test_bad_artemis_values_in_a_policy_are_refused(http: httpx.Client) -> None:

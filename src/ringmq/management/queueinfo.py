@@ -20,12 +20,21 @@ Everything here reads; nothing changes the broker.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import asdict, fields, is_dataclass, replace
 from typing import Any
 
 from ringmq.core.entities import QueueEntity
 from ringmq.core.settings import QueueSettings
 from ringmq.management.records import QueueCounters, QueueInfo
+
+
+def _json_value(v: Any) -> Any:
+    # enums by their value's text; a nested settings value (`Redelivery`) as its fields
+    if hasattr(v, "value"):
+        return str(v)
+    if is_dataclass(v) and not isinstance(v, type):
+        return asdict(v)
+    return v
 
 
 class SettingsView:
@@ -41,7 +50,7 @@ class SettingsView:
         if hit is not None and hit[0] is settings:
             return hit[1]
         out: dict[str, Any] = {
-            f.name: (str(v) if hasattr(v, "value") else v)
+            f.name: _json_value(v)
             for f in fields(settings)
             if (v := getattr(settings, f.name)) is not None and f.name not in ("sources", "limit")
         }
