@@ -207,6 +207,15 @@ class LdapGrant:
         }
         return q is not None and evaluate(q, env)
 
+    def checks_topic(self, vhost: str, exchange: str) -> bool:
+        """Routing keys are not checked (no `topic_access_query`: RabbitMQ's default allows)."""
+        return False
+
+    def allows_topic(
+        self, access: str, vhost: str, exchange: str, routing_key: str, client_id: str | None
+    ) -> bool:
+        return True
+
 
 def ldap_grant(
     user: str,

@@ -95,6 +95,15 @@ class Grant:
             for p in self.permissions
         )
 
+    def checks_topic(self, vhost: str, exchange: str) -> bool:
+        """Routing keys are not checked (routing-key scopes are accepted and ignored)."""
+        return False
+
+    def allows_topic(
+        self, access: str, vhost: str, exchange: str, routing_key: str, client_id: str | None
+    ) -> bool:
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class OAuth2Settings:

@@ -20,7 +20,7 @@ from proton.utils import BlockingConnection
 
 from ringmq.core.ldapquery import LdapGrant
 from ringmq.node import BrokerThread
-from tests.integration.auth.test_ldap import _config
+from tests.integration.auth.test_ldap import _config, conn_grants
 from tests.integration.conftest import BrokerFactory
 from tests.integration.mqtt.clients import Paho
 from tests.ldapserver import Slapd, slapd_binary
@@ -58,7 +58,9 @@ def broker(broker_factory: BrokerFactory, ldap: Slapd) -> BrokerThread:
 
 
 def _grant(b: BrokerThread, user: str) -> Any:
-    return b.call(lambda: b.server.broker.auth.grants.get(user))
+    # the grant of the user's one open connection
+    [grant] = conn_grants(b, user)
+    return grant
 
 
 def test_amqp10(broker: BrokerThread) -> None:
@@ -72,9 +74,9 @@ def test_amqp10(broker: BrokerThread) -> None:
         sender.send(Message(body="via ldap"))
         assert receiver.receive(timeout=10).body == "via ldap"
         receiver.accept()
+        assert isinstance(_grant(broker, "alice"), LdapGrant)
     finally:
         conn.close()
-    assert isinstance(_grant(broker, "alice"), LdapGrant)
     with pytest.raises(Exception, match="unauthorized-access"):  # SASL's outcome: auth
         BlockingConnection(f"amqp://alice:wrong@127.0.0.1:{broker.port}", timeout=20)
     with pytest.raises(Exception, match="vhost '/' refused"):
@@ -103,8 +105,8 @@ def test_stomp(broker: BrokerThread) -> None:
     c.subscribe("/queue/alice-stomp", id="1", ack="auto")
     c.send("/queue/alice-stomp", b"via ldap")
     assert got.get(timeout=10).body == b"via ldap"
-    c.disconnect()
     assert isinstance(_grant(broker, "alice"), LdapGrant)
+    c.disconnect()
     with pytest.raises(stomp.exception.ConnectFailedException):
         connect("alice", "wrong")
     assert "LDAP login refused: invalid credentials" in errors.get(timeout=10).body.decode()
@@ -119,9 +121,9 @@ def test_mqtt(broker: BrokerThread) -> None:
         c.publish("ldap/x", b"via ldap", qos=1)
         got = c.get()
         assert (got.topic, got.payload) == ("ldap/x", b"via ldap")
+        assert isinstance(_grant(broker, "alice"), LdapGrant)
     finally:
         c.disconnect()
-    assert isinstance(_grant(broker, "alice"), LdapGrant)
     bad = Paho(broker, "alice-bad", user="alice", password="wrong")
     assert bad.refused
     bad.disconnect()
