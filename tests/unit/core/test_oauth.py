@@ -9,7 +9,9 @@ import pytest
 
 from ringmq.core.auth import Access, AuthDB, Identity
 from ringmq.core.errors import BrokerError
+from ringmq.core.exchange import Exchange
 from ringmq.core.oauth import OAuth2Settings, TokenBackend
+from ringmq.core.routing import ExchangeType
 from ringmq.core.session import Conn
 from tests.idp import SigningKey
 
@@ -46,6 +48,38 @@ def test_scopes_become_permissions(key: SigningKey) -> None:
     assert all(g.allows_vhost(v) for v in ("/", "prod", "dev"))
     assert g.expires_ms is not None
     assert g.expires_ms > NOW_MS
+
+
+def test_routing_key_scopes_check_topic_exchanges(key: SigningKey) -> None:
+    # RabbitMQ's rabbit_oauth2_scope:topic_access: only three-part scopes allow routing keys
+    scope = (
+        "rabbitmq.write:*/*/{sub}.* rabbitmq.read:%2F/amq.topic/{vhost}.* "
+        "rabbitmq.write:*/*/{username}-{team}-{nothing} rabbitmq.read:*/*"
+    )
+    g = _backend(key).verify(key.token(sub="dev1", scope=scope, team="blue"), NOW_MS)
+    assert g.checks_topic("/", "amq.topic")
+    assert g.allows_topic("write", "/", "amq.topic", "dev1.temp", None)
+    assert not g.allows_topic("write", "/", "amq.topic", "dev2.temp", None)
+    assert g.allows_topic("write", "/", "amq.topic", "dev1-blue-nothing", None)
+    assert g.allows_topic("read", "/", "amq.topic", "/.x", None)  # {vhost} is "/"
+    assert not g.allows_topic("read", "/", "events", "/.x", None)
+    assert not g.allows_topic("read", "/", "amq.topic", "dev1.temp", None)  # two-part: no keys
+    assert g.allows("read", "/", "anything")  # the two-part scope still grants resources
+    # through AuthDB's one topic check, with RabbitMQ's refusal
+    auth = AuthDB()
+    topic, direct = Exchange("amq.topic", ExchangeType.TOPIC), Exchange("d", ExchangeType.DIRECT)
+    assert auth.check_topic("dev1", "/", topic, "write", "dev1.x", grant=g)
+    assert not auth.check_topic("dev1", "/", direct, "write", "other", grant=g)  # not checked
+    with pytest.raises(BrokerError) as refused:
+        auth.check_topic("dev1", "/", topic, "write", "other.x", grant=g)
+    assert refused.value.explanation == (
+        "write access to topic 'other.x' in exchange 'amq.topic' in vhost '/' "
+        "refused for user 'dev1'"
+    )
+    # a star in a claim's value is no wildcard
+    g = _backend(key).verify(key.token(sub="*", scope="rabbitmq.write:*/*/{sub}"), NOW_MS)
+    assert g.allows_topic("write", "/", "t", "*", None)
+    assert not g.allows_topic("write", "/", "t", "x", None)
 
 
 def test_scope_list_prefix_and_additional_scopes_key(key: SigningKey) -> None:
