@@ -62,6 +62,7 @@ from ringmq.adapters.websocket import (
 )
 from ringmq.cluster.agent import ClusterNode
 from ringmq.cluster.keys import NodeRecord
+from ringmq.core.auth import Identity
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.effects import Effect
@@ -270,7 +271,7 @@ def management_app(server: BrokerServer, cluster: ClusterNode | None = None) -> 
     """The server's `AppFactory`: the management app over its broker and runtime."""
     settings = server.options.config.management
 
-    async def ldap_login(user: str, password: str) -> str | None:
+    async def ldap_login(user: str, password: str) -> Identity | None:
         # the server's LDAP backend, when it has one by the time a request asks
         return None if server.ldap is None else await server.ldap.login(user, password)
 

@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ringmq.core.auth import Identity
 from ringmq.core.effects import Block, CloseConnection, Effect, Unblock
 from ringmq.core.errors import BrokerError, Condition
 
@@ -233,10 +234,11 @@ connection (what it emits is applied, the dispatch runs, its output is written),
 connection is gone by then."""
 
 
-SlowAnswer = Callable[[str | None, str, int], None]
-"""`answer(user, why, now_ms)`: the outcome of a slow login, run on the loop thread as a read of
+SlowAnswer = Callable[[Identity | None, str, int], None]
+"""`answer(who, why, now_ms)`: the outcome of a slow login, run on the loop thread as a read of
 the connection (what it emits is applied, the dispatch runs, its output is written), unless the
-connection is gone by then: the user it logged in as, or None and `why` it was refused."""
+connection is gone by then: who it logged in (the user and the backend's grant, which the
+connection opens with), or None and `why` it was refused."""
 
 SlowLogin = Callable[[str, str, SlowAnswer], bool]
 """`slow_login(user, password, answer) -> taken`: hands a password login the quick backends
@@ -257,11 +259,13 @@ def _nothing() -> None:
     pass
 
 
-Login = Callable[[str, str, str, int], str]
-"""`login(mechanism, user, password, now_ms) -> user`: checks credentials through the shared
+Login = Callable[[str, str, str, int], Identity]
+"""`login(mechanism, user, password, now_ms) -> who`: checks credentials through the shared
 throttle; raises `BrokerError(ACCESS_REFUSED)` for bad credentials, a loopback-only user from
 another host, or an address throttled after repeated failures. Mechanism "EXTERNAL" ignores
-`user` and `password`: the peer's verified certificate names the user it returns."""
+`user` and `password`: the peer's verified certificate names the user. `who.grant` (a token's,
+LDAP's) belongs to this connection: the handler opens it with that grant
+(`Broker.connection_opened(..., grant=who.grant)`)."""
 
 
 @dataclass(slots=True)
@@ -317,7 +321,7 @@ def ask_slow_login(
         return False
     guard, host = ctx.login_guard, ctx.peer.host
 
-    def answered(who: str | None, why: str, now_ms: int) -> None:
+    def answered(who: Identity | None, why: str, now_ms: int) -> None:
         if who is not None and guard is not None:
             guard.succeeded(host)
         answer(who, why, now_ms)
@@ -333,7 +337,7 @@ def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> 
     `Handler` refuse it at once ("too many failed logins, retry later"), so no handler waits.
     """
 
-    def login(mechanism: str, user: str, password: str, now_ms: int) -> str:
+    def login(mechanism: str, user: str, password: str, now_ms: int) -> Identity:
         delay = guard.before(peer.host, now_ms)
         if delay is None or delay > 0:
             raise LoginThrottledError(
@@ -342,13 +346,13 @@ def make_login(broker: Broker, guard: LoginGuard, peer: Peer, protocol: str) -> 
             )
         try:
             if mechanism == "EXTERNAL":
-                user = broker.auth.login_external(peer.cert, peer.loopback).name
+                who = Identity(broker.auth.login_external(peer.cert, peer.loopback).name)
             else:
-                user = broker.auth.login_any(mechanism, user, password, peer.loopback, now_ms)
+                who = broker.auth.login_any(mechanism, user, password, peer.loopback, now_ms)
         except BrokerError as exc:
             guard.failed(peer.host, user, protocol, exc.explanation, now_ms)
             raise
         guard.succeeded(peer.host)
-        return user
+        return who
 
     return login

@@ -9,10 +9,13 @@ pattern grants nothing. Compiled patterns are cached per permission entry.
 Beside the table (additive; the table's rules are unchanged): `login_external` logs in by
 client certificate (`core.certlogin`); `login_any` tries the `backends` in order, as RabbitMQ's
 `auth_backends` ("internal": this table; "oauth2": `core.oauth`; "ldap" is asked off the loop by
-the server and reported here with `grant`). A user logged in by a backend other than the table
-has a grant (`grants`, an `ExternalGrant`): it answers that user's vhost and resource checks
-instead of the permission table, until a token's expiry (`expire_grants`, from the broker's
-tick) or a newer login of the user.
+the server and answers with its own grant). A login by a backend other than the table gives an
+`ExternalGrant` that belongs to the connection that logged in (`Identity.grant`, then
+`Conn.grant`; the management API keeps one per request): it answers that connection's vhost,
+resource and topic checks instead of the permission and topic tables, until its token expires
+(`expire_grants`, from the broker's tick, names the connections to close) or an update-secret
+replaces it on that connection alone (`update_secret`). Two connections of one user with two
+tokens thus keep two sets of permissions, as RabbitMQ's per-connection `auth_user`.
 
 Checks raise `BrokerError` with RabbitMQ's conditions and texts: login failures are
 ACCESS_REFUSED (0-9-1 code 403), vhost access NOT_ALLOWED (530), resource permissions
@@ -35,7 +38,7 @@ from ringmq.core.certlogin import CertLogin, cert_user
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.oauth import Grant, TokenBackend
 from ringmq.core.routing import ExchangeType
-from ringmq.core.topicauth import TopicPermission, TopicPermissions, check_topic
+from ringmq.core.topicauth import TopicPermission, TopicPermissions, check_topic, topic_refused
 
 if TYPE_CHECKING:
     from ringmq.core.exchange import Exchange
@@ -111,8 +114,9 @@ class Permission:
 
 
 class ExternalGrant(Protocol):
-    """What a backend other than the user table (OAuth 2 token, LDAP) decided for a user at
-    login: it answers that user's checks instead of the permission table."""
+    """What a backend other than the user table (OAuth 2 token, LDAP) decided at a login: it
+    answers the checks of the connection (or management request) that logged in, instead of
+    the permission and topic tables."""
 
     @property
     def user(self) -> str: ...
@@ -122,6 +126,25 @@ class ExternalGrant(Protocol):
     def expires_ms(self) -> int | None: ...
     def allows_vhost(self, vhost: str) -> bool: ...
     def allows(self, access: str, vhost: str, name: str, kind: str = "queue") -> bool: ...
+    def checks_topic(self, vhost: str, exchange: str) -> bool:
+        """Whether routing keys on topic exchange `exchange` are checked at all (False: all
+        allowed, and callers may cache that)."""
+        ...
+
+    def allows_topic(
+        self, access: str, vhost: str, exchange: str, routing_key: str, client_id: str | None
+    ) -> bool:
+        """Whether `routing_key` may be published ("write") or bound ("read") on `exchange`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a login let in: the user name and, when a backend other than the user table
+    decided (a token, LDAP), its grant, which belongs to the connection that logged in."""
+
+    user: str
+    grant: ExternalGrant | None = None
 
 
 class AuthDB:
@@ -140,11 +163,10 @@ class AuthDB:
         "internal" (this user table), "oauth2" (`tokens`)."""
         self.tokens: TokenBackend | None = None
         """The OAuth 2 token check (`core.oauth`); None: no "oauth2" backend."""
+        self._expiring: dict[int, int] = {}
+        """Connections whose grant expires (a token's `exp`), by id: when."""
         self._next_expiry: int | None = None
-        self._expiry_generation = -1
-        self.grants: dict[str, ExternalGrant] = {}
-        """Users logged in by token or LDAP: what their latest login grants (it replaces the
-        user table's permissions for them; a token's until it expires)."""
+        self._expiry_stale = False
         self.topics = TopicPermissions()
         """RabbitMQ's topic permissions (`core.topicauth`): change them through
         `set_topic_permission` / `clear_topic_permission`, which bump `generation`."""
@@ -216,15 +238,25 @@ class AuthDB:
         access: str,
         routing_key: str | None,
         client_id: str | None = None,
+        grant: ExternalGrant | None = None,
     ) -> bool:
         """Topic authorisation (`core.topicauth`): raise ACCESS_REFUSED unless `user` may
         `access` ("write" or "read") `routing_key` on `x`. False when `x` is not a topic
-        exchange or has no topic permission for the user (nothing to check: callers may cache
-        that); True when it has one and the key passed (or `routing_key` is None: only asked
-        whether). `client_id` (MQTT's) fills `{client_id}`."""
+        exchange or nothing checks the user's keys on it (callers may cache that); True when
+        something does and the key passed (or `routing_key` is None: only asked whether).
+        `client_id` (MQTT's) fills `{client_id}`. `grant`: the connection's grant (a token's
+        routing-key scopes, LDAP's `topic_access_query`), which answers instead of the table."""
         if x.type is not ExchangeType.TOPIC:
             return False
-        rule = self.topic_rule(user, vhost, x.name)
+        if grant is not None:
+            if not grant.checks_topic(vhost, x.name):
+                return False
+            if routing_key is not None and not grant.allows_topic(
+                access, vhost, x.name, routing_key, client_id
+            ):
+                raise topic_refused(access, routing_key, x.name, vhost, user)
+            return True
+        rule = self.topics.rule(user, vhost, x.name)
         if rule is None:
             return False
         if routing_key is not None:
@@ -235,11 +267,9 @@ class AuthDB:
         return True
 
     def topic_rule(self, user: str, vhost: str, exchange: str) -> TopicPermission | None:
-        """The topic permission that checks `user`'s routing keys on topic exchange
-        `exchange`, or None: no check (none set, or the user logged in by another backend,
-        whose topic access RabbitMQ allows by default)."""
-        if user in self.grants:
-            return None
+        """The topic permission of the table that checks `user`'s routing keys on topic
+        exchange `exchange`, or None (none set: everything allowed). Connections with a grant
+        are checked by it instead (`check_topic`)."""
         return self.topics.rule(user, vhost, exchange)
 
     # -- checks -----------------------------------------------------------------------------
@@ -268,9 +298,10 @@ class AuthDB:
 
     def login_any(
         self, mechanism: str, username: str, password: str, peer_loopback: bool, now_ms: int
-    ) -> str:
-        """Try each of `backends` in order, as RabbitMQ's `auth_backends` chain; return the
-        user name the first that accepts gives (an OAuth 2 token names its own user).
+    ) -> Identity:
+        """Try each of `backends` in order, as RabbitMQ's `auth_backends` chain; return who the
+        first that accepts lets in (an OAuth 2 token names its own user and carries the grant
+        of the connection logging in).
 
         Raises:
             BrokerError: ACCESS_REFUSED when none accepts (the last backend's reason).
@@ -281,13 +312,10 @@ class AuthDB:
                 if backend == "oauth2" and self.tokens is not None:
                     # the token is the password (or the user name when there is none)
                     grant = self.tokens.verify(password or username, now_ms)
-                    self.grant(grant)
-                    return grant.user
+                    return Identity(grant.user, grant)
                 if backend == "internal":
                     self.login(mechanism, username, password, peer_loopback)
-                    if self.grants.pop(username, None) is not None:
-                        self.generation += 1
-                    return username
+                    return Identity(username)
             except BrokerError as exc:
                 error = exc
         raise error or BrokerError(
@@ -295,53 +323,58 @@ class AuthDB:
             f"Login was refused using authentication mechanism {mechanism}.",
         )
 
-    def grant(self, grant: ExternalGrant) -> None:
-        """A backend other than the user table logged `grant.user` in: its checks now follow
-        `grant` (the newest login of that user wins)."""
-        self.grants[grant.user] = grant
-        self.generation += 1
-
-    def update_secret(self, username: str, secret: str, now_ms: int) -> None:
-        """A connection of `username` sends a fresh token (AMQP 0-9-1 update-secret): it must
-        be valid and name the same user; its grant replaces the old one.
+    def update_secret(
+        self, conn_id: int, user: str, grant: ExternalGrant | None, secret: str, now_ms: int
+    ) -> Grant:
+        """Connection `conn_id` of `user`, holding `grant`, sends a fresh token (AMQP 0-9-1
+        update-secret): it must be valid and name the same user. Returns its grant, now
+        watched for that connection alone (the user's other connections keep theirs); the
+        caller puts it on the connection (`Conn.regrant`, whose sessions then check again).
 
         Raises:
-            BrokerError: ACCESS_REFUSED when the token is refused or names another user.
+            BrokerError: ACCESS_REFUSED when the connection did not log in with a token, or
+                the new one is refused or names another user.
         """
-        if self.tokens is None or not isinstance(self.grants.get(username), Grant):
+        if self.tokens is None or not isinstance(grant, Grant):
             raise BrokerError(Condition.ACCESS_REFUSED, "no token to update on this connection")
-        grant = self.tokens.verify(secret, now_ms)
-        if grant.user != username:
+        fresh = self.tokens.verify(secret, now_ms)
+        if fresh.user != user:
             raise BrokerError(
                 Condition.ACCESS_REFUSED,
-                f"the new token names user {grant.user!r}, not {username!r}",
+                f"the new token names user {fresh.user!r}, not {user!r}",
             )
-        self.grants[username] = grant
-        self.generation += 1
+        self.watch(conn_id, fresh)
+        return fresh
+
+    def watch(self, conn_id: int, grant: ExternalGrant | None) -> None:
+        """Connection `conn_id` now holds `grant` (None: it closed, or holds none): its expiry
+        joins (or leaves) what `expire_grants` looks at."""
+        expires = None if grant is None else grant.expires_ms
+        if expires is None:
+            if self._expiring.pop(conn_id, None) is None:
+                return
+        else:
+            self._expiring[conn_id] = expires
+        self._expiry_stale = True
 
     def next_expiry_ms(self) -> int | None:
-        """When the earliest token grant expires (None: none will). Asked after every batch
-        (the server's deadline timer): recomputed only when the grants changed (every change
-        bumps `generation`)."""
-        if self._expiry_generation != self.generation:
-            times = [g.expires_ms for g in self.grants.values() if g.expires_ms is not None]
-            self._next_expiry = min(times) if times else None
-            self._expiry_generation = self.generation
+        """When the earliest connection's grant expires (None: none will). Asked after every
+        batch (the server's deadline timer): recomputed only after a change (`watch`)."""
+        if self._expiry_stale:
+            self._next_expiry = min(self._expiring.values()) if self._expiring else None
+            self._expiry_stale = False
         return self._next_expiry
 
-    def expire_grants(self, now_ms: int) -> list[str]:
-        """Drop the grants whose token expired by `now_ms`; return their users (whose open
-        connections the broker closes: "credential expired")."""
+    def expire_grants(self, now_ms: int) -> list[int]:
+        """The connections whose token expired by `now_ms` (the broker closes them: "credential
+        expired"); they leave the watch."""
         due = self.next_expiry_ms()
         if due is None or due > now_ms:
             return []
-        gone = [
-            u for u, g in self.grants.items() if g.expires_ms is not None and g.expires_ms <= now_ms
-        ]
-        for u in gone:
-            del self.grants[u]
-        if gone:
-            self.generation += 1
+        gone = [c for c, t in self._expiring.items() if t <= now_ms]
+        for c in gone:
+            del self._expiring[c]
+        self._expiry_stale = True
         return gone
 
     def login_external(self, cert_der: bytes | None, peer_loopback: bool) -> User:
@@ -377,9 +410,11 @@ class AuthDB:
             )
         return user
 
-    def check_vhost_access(self, username: str, vhost: str) -> None:
-        """Raise NOT_ALLOWED unless `username` has any permissions in `vhost`."""
-        grant = self.grants.get(username)
+    def check_vhost_access(
+        self, username: str, vhost: str, grant: ExternalGrant | None = None
+    ) -> None:
+        """Raise NOT_ALLOWED unless `username` has any permissions in `vhost` (by `grant`, the
+        connection's, when it has one)."""
         if grant is not None:
             allowed = grant.allows_vhost(vhost)
         else:
@@ -389,7 +424,15 @@ class AuthDB:
                 Condition.NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{username}'"
             )
 
-    def check(self, username: str, vhost: str, access: Access, kind: str, name: str) -> None:
+    def check(
+        self,
+        username: str,
+        vhost: str,
+        access: Access,
+        kind: str,
+        name: str,
+        grant: ExternalGrant | None = None,
+    ) -> None:
         """Raise ACCESS_REFUSED unless `username` may `access` resource `kind` `name`.
 
         Args:
@@ -398,9 +441,10 @@ class AuthDB:
             access: configure, write or read.
             kind: "queue" or "exchange" (used in the error text).
             name: the resource name ("" for the default exchange is checked as "amq.default").
+            grant: the connection's grant (a token, LDAP), which answers instead of the
+                permission table; None: the table answers.
         """
         resource = name if name or kind != "exchange" else "amq.default"
-        grant = self.grants.get(username)
         if grant is not None:
             allowed = grant.allows(access.value, vhost, resource, kind)
         else:

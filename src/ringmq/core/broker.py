@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ringmq.core.admin import Declarations
-from ringmq.core.auth import AuthDB
+from ringmq.core.auth import AuthDB, ExternalGrant
 from ringmq.core.call import Calls, CallScope
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
 from ringmq.core.deadletter import DeadLetters
@@ -300,11 +300,10 @@ class Broker:
         with self.call(now_ms) as out:
             self.timers.tick(now_ms)
             # connections whose OAuth 2 token expired are closed, as RabbitMQ's
-            expired = self.state.auth.expire_grants(now_ms)
             out.extend(
-                CloseConnection(c.conn_id, Condition.ACCESS_REFUSED, "credential expired")
-                for c in list(self.state.conns.values())
-                if c.user in expired
+                CloseConnection(c, Condition.ACCESS_REFUSED, "credential expired")
+                for c in self.state.auth.expire_grants(now_ms)
+                if c in self.state.conns
             )
         return out
 
@@ -331,14 +330,15 @@ class Broker:
         client_properties: Mapping[str, Any] | None = None,
         now_ms: int = 0,
         protocol: str = "amqp091",
+        grant: ExternalGrant | None = None,
     ) -> None:
         """Register an authenticated connection that opened `vhost` (NOT_ALLOWED when the
         vhost does not exist or the user has no access to it). `protocol` labels its message
-        counters (`State.by_protocol`)."""
+        counters (`State.by_protocol`); `grant` is its login's (`core.auth.Identity`)."""
         state = self.state
         if vhost not in state.vhosts:
             raise BrokerError(Condition.NOT_ALLOWED, f"vhost {vhost} not found")
-        state.auth.check_vhost_access(user, vhost)
+        state.auth.check_vhost_access(user, vhost, grant)
         state.limits.check_connection(state.conns.values(), user, vhost)
         counts = state.by_protocol.get(protocol)
         if counts is None:
@@ -352,7 +352,9 @@ class Broker:
             now_ms,
             protocol=protocol,
             counts=counts,
+            grant=grant,
         )
+        state.auth.watch(conn_id, grant)
         state.stats["connections_opened"] += 1
 
     def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
@@ -390,6 +392,7 @@ class Broker:
             conn = state.conns.pop(conn_id, None)
             if conn is None:
                 return out
+            state.auth.watch(conn_id, None)
             state.stats["connections_closed"] += 1
             state.stats["channels_closed"] += len(conn.sessions)
             self.resources.forget_connection(conn_id)

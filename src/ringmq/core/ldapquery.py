@@ -1,20 +1,26 @@
 """RabbitMQ's LDAP authorisation queries, and the grant an LDAP login resolves them into.
 
 Theory of operation: RabbitMQ's LDAP backend (`rabbitmq_auth_backend_ldap`) decides vhost
-access, resource permissions and tags with queries: `constant`, `exists` (an entry with this
-DN), `in_group` (the user's DN is a member of this group), `match` and `equals` (on strings),
-`and`, `or`, `not`, and `for` (one query per permission or per resource kind). Their strings
-take variables: `${username}`, `${user_dn}`, `${vhost}`, `${permission}` (configure, write,
-read), `${resource}` (queue, exchange) and `${name}` (the resource's name).
+access, resource permissions, topic access and tags with queries: `constant`, `exists` (an
+entry with this DN), `in_group` (the user's DN is a member of this group), `match` and `equals`
+(on strings), `and`, `or`, `not`, and `for` (one query per permission or per resource kind).
+Their strings take variables: `${username}`, `${user_dn}`, `${vhost}`, `${permission}`
+(configure, write, read), `${resource}` (queue, exchange; topic in the topic query) and
+`${name}` (the resource's name: the exchange's in the topic query); the topic query
+(`topic_access_query`, asked for publishes and bindings on topic exchanges, as RabbitMQ's
+`check_topic_access`) also `${routing_key}` and, for MQTT, `${client_id}`.
 
 The core checks permissions synchronously and never does I/O, so ringmq asks LDAP once, at
 login (in a worker thread of the server, `server/ldapauth.py`): `resolve` evaluates every
 `exists` and `in_group` for the user, each vhost and each permission through a lookup callback,
 and leaves a residual query made of pure nodes only; `evaluate` answers each later check from
-that residual and the resource's kind and name. So LDAP nodes may use `${username}`,
-`${user_dn}`, `${vhost}` and `${permission}` but not `${resource}` or `${name}` (`parse_query`
-refuses them there). The result is an `LdapGrant`: what the user may do for as long as the
-connection lives (RabbitMQ's `rabbitmq_auth_backend_cache` keeps answers for a while too; a
+that residual and the resource's kind and name (or the exchange and routing key). So LDAP nodes
+may use `${username}`, `${user_dn}`, `${vhost}` and `${permission}` but not `${resource}`,
+`${name}` or `${routing_key}` (`parse_query` refuses them there). The topic query is resolved
+for every vhost and for write and read only when one is configured: without it (RabbitMQ's
+default, `{constant, true}`) the grant checks no routing key, and the sessions cache that.
+The result is an `LdapGrant`: what the connection that logged in may do for as long as it
+lives (RabbitMQ's `rabbitmq_auth_backend_cache` keeps answers for a while too; a
 vhost created after the login is not in it until the user logs in again).
 
 Queries are written as TOML inline tables (`docs/security.md`): `{ constant = true }`,
@@ -35,6 +41,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 PERMISSIONS: Final = ("configure", "write", "read")
+TOPIC_PERMISSIONS: Final = ("write", "read")
+"""What the topic query is asked for: a publish (write), a binding (read)."""
 RESOURCES: Final = ("queue", "exchange")
 _LDAP_VARS: Final = frozenset({"username", "user_dn", "vhost", "permission"})
 _VAR = re.compile(r"\$\{(\w+)\}")
@@ -96,12 +104,12 @@ def _for_item(obj: object, where: str) -> tuple[str, str, Query]:
     if isinstance(obj, Mapping) and set(obj) in ({"permission", "query"}, {"resource", "query"}):
         key = "permission" if "permission" in obj else "resource"
         value = obj[key]
-        allowed = PERMISSIONS if key == "permission" else RESOURCES
+        allowed = PERMISSIONS if key == "permission" else (*RESOURCES, "topic")
         if value in allowed:
             return key, str(value), parse_query(obj["query"], f"{where}.query")
     raise ValueError(
         f"{where}: {{ permission = configure|write|read, query = ... }} or "
-        "{ resource = queue|exchange, query = ... }"
+        "{ resource = queue|exchange|topic, query = ... }"
     )
 
 
@@ -184,6 +192,8 @@ class LdapGrant:
         tags: the tags whose query held.
         resources: per (vhost, permission), the residual resource query, for the vhosts the
             vhost query let the user in.
+        topics: per (vhost, "write" or "read"), the residual topic query, for those vhosts;
+            None without a `topic_access_query` (every routing key allowed, unchecked).
     """
 
     user: str
@@ -191,6 +201,7 @@ class LdapGrant:
     tags: tuple[str, ...]
     resources: Mapping[tuple[str, str], Query]
     expires_ms: int | None = None
+    topics: Mapping[tuple[str, str], Query] | None = None
 
     def allows_vhost(self, vhost: str) -> bool:
         return any(v == vhost for v, _ in self.resources)
@@ -207,6 +218,32 @@ class LdapGrant:
         }
         return q is not None and evaluate(q, env)
 
+    def checks_topic(self, vhost: str, exchange: str) -> bool:
+        """Routing keys are checked when a `topic_access_query` is configured (without one,
+        RabbitMQ's default allows them all)."""
+        return self.topics is not None
+
+    def allows_topic(
+        self, access: str, vhost: str, exchange: str, routing_key: str, client_id: str | None
+    ) -> bool:
+        """The topic query's answer for `routing_key` on `exchange` (RabbitMQ's arguments:
+        `resource` is "topic", `name` the exchange; MQTT's `client_id` too)."""
+        q = None if self.topics is None else self.topics.get((vhost, access))
+        if q is None:
+            return False
+        env = {
+            "username": self.user,
+            "user_dn": self.user_dn,
+            "vhost": vhost,
+            "permission": access,
+            "resource": "topic",
+            "name": exchange,
+            "routing_key": routing_key,
+        }
+        if client_id is not None:
+            env["client_id"] = client_id
+        return evaluate(q, env)
+
 
 def ldap_grant(
     user: str,
@@ -220,6 +257,8 @@ def ldap_grant(
     base = {"username": user, "user_dn": user_dn}
     tags = tuple(tag for tag, q in queries.tags if evaluate(resolve(q, base, lookup), base))
     resources: dict[tuple[str, str], Query] = {}
+    # no topic query (RabbitMQ's default, constant true): no routing key is checked at all
+    topics: dict[tuple[str, str], Query] | None = None if queries.topic_access == TRUE else {}
     for vhost in vhosts:
         env = {**base, "vhost": vhost}
         if not evaluate(resolve(queries.vhost_access, env, lookup), env):
@@ -227,21 +266,28 @@ def ldap_grant(
         for permission in PERMISSIONS:
             penv = {**env, "permission": permission}
             resources[(vhost, permission)] = resolve(queries.resource_access, penv, lookup)
-    return LdapGrant(user, user_dn, tags, resources)
+        if topics is not None:
+            for permission in TOPIC_PERMISSIONS:
+                tenv = {**env, "permission": permission, "resource": "topic"}
+                topics[(vhost, permission)] = resolve(queries.topic_access, tenv, lookup)
+    return LdapGrant(user, user_dn, tags, resources, topics=topics)
 
 
 @dataclass(frozen=True, slots=True)
 class LdapQueries:
-    """The three query settings (RabbitMQ's defaults: every vhost and resource, no tags)."""
+    """The query settings (RabbitMQ's defaults: every vhost, resource and routing key, no
+    tags)."""
 
     vhost_access: Query = TRUE
     resource_access: Query = TRUE
     tags: tuple[tuple[str, Query], ...] = ()
+    topic_access: Query = TRUE
 
 
 __all__ = [
     "FALSE",
     "PERMISSIONS",
+    "TOPIC_PERMISSIONS",
     "TRUE",
     "LdapGrant",
     "LdapQueries",

@@ -17,13 +17,25 @@ when the password is empty). `TokenBackend.verify` checks it and returns a `Gran
   `additional_scopes_key` names (a dotted path into nested objects). Scopes that do not start
   with `scope_prefix` (default: `resource_server_id` + ".") are ignored; the rest are
   `read:VHOST/NAME`, `write:VHOST/NAME`, `configure:VHOST/NAME` (each pattern with `*`
-  wildcards, URL-encoded: `%2F` is the vhost "/"; an optional third part, a routing-key
-  pattern for topic authorisation, is accepted and ignored) and `tag:TAG` (management tags).
+  wildcards, URL-encoded: `%2F` is the vhost "/"; an optional third part is a routing-key
+  pattern for topic authorisation, below) and `tag:TAG` (management tags).
 
-A `Grant` answers the permission checks `AuthDB` makes for the user while the token is valid:
-vhost access when any permission scope's vhost pattern matches, a resource when a scope of
-that kind matches both its vhost and its name. `expires_ms` is when open connections of that
-user are closed ("credential expired"), unless an update-secret brings a new token first.
+A `Grant` answers the permission checks `AuthDB` makes for the connection that presented the
+token, while it is valid: vhost access when any permission scope's vhost pattern matches, a
+resource when a scope of that kind matches both its vhost and its name. `expires_ms` is when
+that connection is closed ("credential expired"), unless an update-secret brings a new token
+first.
+
+Topic authorisation (RabbitMQ's `rabbit_oauth2_scope:topic_access`): on a topic exchange every
+publish ("write") and binding ("read") is checked, and only the three-part scopes
+`write:VHOST/EXCHANGE/ROUTINGKEY` and `read:VHOST/EXCHANGE/ROUTINGKEY` allow one (a two-part
+scope grants the exchange, not its routing keys): the vhost, the exchange's name and the
+routing or binding key must each match their wildcard pattern. In those three patterns
+`{vhost}` stands for the connection's vhost and `{claim}` for the token's claim of that name
+when its value is a string (`{sub}`, `{client_id}`...), as RabbitMQ expands them; `{username}`,
+when the token has no such claim, for the user name the token gave (as in ringmq's topic
+permissions); any other `{name}` for `name`. Substituted values match literally (a `*` in a
+claim is no wildcard). Patterns are compiled once per vhost and cached on the grant.
 
 Pure: no I/O, no clock.
 """
@@ -71,20 +83,39 @@ class ScopePermission:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicScope:
+    """One three-part `read:`/`write:` scope, its patterns as written (URL-encoded, with their
+    `{variables}`: expanded for the connection's vhost when checked)."""
+
+    access: ScopeAccess
+    vhost: str
+    exchange: str
+    routing_key: str
+
+
+_Compiled = tuple[tuple[str, re.Pattern[str], re.Pattern[str], re.Pattern[str]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Grant:
-    """What a valid token lets its user do.
+    """What a valid token lets the connection that presented it do.
 
     Attributes:
         user: the user name (`preferred_username_claims`).
         tags: management tags (`tag:` scopes).
         permissions: the `read:`/`write:`/`configure:` scopes.
         expires_ms: the token's `exp` in ms (None: the token has none).
+        topics: the three-part scopes (topic authorisation).
+        claims: the token's claims whose value is a string (the `{claim}` variables).
     """
 
     user: str
     tags: tuple[str, ...]
     permissions: tuple[ScopePermission, ...]
     expires_ms: int | None
+    topics: tuple[TopicScope, ...] = ()
+    claims: tuple[tuple[str, str], ...] = ()
+    _by_vhost: dict[str, _Compiled] = field(default_factory=dict, compare=False, repr=False)
 
     def allows_vhost(self, vhost: str) -> bool:
         return any(p.vhost.fullmatch(vhost) for p in self.permissions)
@@ -95,6 +126,40 @@ class Grant:
         return any(
             p.access.value == access and p.vhost.fullmatch(vhost) and p.name.fullmatch(name)
             for p in self.permissions
+        )
+
+    def checks_topic(self, vhost: str, exchange: str) -> bool:
+        """Every routing key on a topic exchange is checked (no three-part scope: refused)."""
+        return True
+
+    def allows_topic(
+        self, access: str, vhost: str, exchange: str, routing_key: str, client_id: str | None
+    ) -> bool:
+        """A three-part `access` scope matches the vhost, `exchange` and `routing_key`
+        (`client_id` is not a token variable: RabbitMQ's oauth2 backend expands claims)."""
+        compiled = self._by_vhost.get(vhost)
+        if compiled is None:
+            compiled = self._by_vhost[vhost] = self._compile(vhost)
+        return any(
+            a == access
+            and v.fullmatch(vhost)
+            and x.fullmatch(exchange)
+            and k.fullmatch(routing_key)
+            for a, v, x, k in compiled
+        )
+
+    def _compile(self, vhost: str) -> _Compiled:
+        variables = dict(self.claims)
+        variables.setdefault("username", self.user)
+        variables["vhost"] = vhost
+        return tuple(
+            (
+                t.access.value,
+                _wildcard(t.vhost, variables),
+                _wildcard(t.exchange, variables),
+                _wildcard(t.routing_key, variables),
+            )
+            for t in self.topics
         )
 
 
@@ -201,6 +266,7 @@ class TokenBackend:
             scopes += _scopes(_path(claims, s.additional_scopes_key))
         tags: list[str] = []
         perms: list[ScopePermission] = []
+        topics: list[TopicScope] = []
         for scope in scopes:
             if not scope.startswith(s.prefix):
                 continue
@@ -211,11 +277,21 @@ class TokenBackend:
                 tags.append(rest)
             elif kind in {a.value for a in ScopeAccess}:
                 parts = rest.split("/")
-                if len(parts) in (2, 3):
-                    perms.append(
-                        ScopePermission(ScopeAccess(kind), _wildcard(parts[0]), _wildcard(parts[1]))
-                    )
-        return Grant(user, tuple(tags), tuple(perms), None if exp is None else int(exp * 1000))
+                if len(parts) not in (2, 3):
+                    continue
+                access = ScopeAccess(kind)
+                perms.append(ScopePermission(access, _wildcard(parts[0]), _wildcard(parts[1])))
+                if len(parts) == 3 and access is not ScopeAccess.CONFIGURE:
+                    # a routing-key pattern: topic authorisation (RabbitMQ's topic_access)
+                    topics.append(TopicScope(access, parts[0], parts[1], parts[2]))
+        return Grant(
+            user,
+            tuple(tags),
+            tuple(perms),
+            None if exp is None else int(exp * 1000),
+            tuple(topics),
+            tuple((k, v) for k, v in claims.items() if isinstance(v, str)),
+        )
 
 
 def _refused(why: str) -> BrokerError:
@@ -247,9 +323,32 @@ def _path(claims: dict[str, Any], key: str) -> object:
     return value
 
 
-def _wildcard(pattern: str) -> re.Pattern[str]:
-    # RabbitMQ's wildcard match: `*` is any text; the rest literal, URL-decoded ("%2F" is "/")
-    return re.compile(".*".join(re.escape(unquote(p)) for p in pattern.split("*")))
+_VARIABLE = re.compile(r"\{([^{}]*)\}")
 
 
-__all__ = ["Grant", "OAuth2Settings", "ScopeAccess", "ScopePermission", "TokenBackend"]
+def _wildcard(pattern: str, variables: dict[str, str] | None = None) -> re.Pattern[str]:
+    # RabbitMQ's wildcard match: `*` is any text; the rest literal, URL-decoded ("%2F" is "/");
+    # with `variables`, each `{name}` is its value (literal), or `name` when there is none
+    def piece(text: str) -> str:
+        text = unquote(text)
+        if variables is None:
+            return re.escape(text)
+        out, at = [], 0
+        for m in _VARIABLE.finditer(text):
+            out.append(re.escape(text[at : m.start()]))
+            out.append(re.escape(variables.get(m.group(1), m.group(1))))
+            at = m.end()
+        out.append(re.escape(text[at:]))
+        return "".join(out)
+
+    return re.compile(".*".join(piece(p) for p in pattern.split("*")))
+
+
+__all__ = [
+    "Grant",
+    "OAuth2Settings",
+    "ScopeAccess",
+    "ScopePermission",
+    "TokenBackend",
+    "TopicScope",
+]

@@ -53,7 +53,7 @@ from ringmq.core.message import Message
 from ringmq.core.texts import unknown_delivery
 
 if TYPE_CHECKING:
-    from ringmq.core.auth import Access, AuthDB
+    from ringmq.core.auth import Access, AuthDB, ExternalGrant
     from ringmq.core.entities import Consumer, Unacked
     from ringmq.core.exchange import Exchange
     from ringmq.core.vhost import VHost
@@ -149,7 +149,7 @@ class Session:
         if self.perm_generation == auth.generation and key in self.perm_ok:
             return
         conn = self.conn
-        auth.check(conn.user, conn.vhost, access, kind, name)
+        auth.check(conn.user, conn.vhost, access, kind, name, conn.grant)
         if self.perm_generation != auth.generation:
             self.perm_ok.clear()
             self.write_ok.clear()
@@ -157,13 +157,20 @@ class Session:
         self.perm_ok.add(key)
 
     def check_topic(self, auth: AuthDB, x: Exchange, access: str, routing_key: str | None) -> bool:
-        """`AuthDB.check_topic` for this session's connection (its user, vhost and, for MQTT,
-        client id)."""
+        """`AuthDB.check_topic` for this session's connection (its user, vhost, grant and, for
+        MQTT, client id)."""
         conn = self.conn
         client_id = None
         if conn.protocol.startswith("mqtt"):
             client_id = str(conn.client_properties.get("client_id", ""))
-        return auth.check_topic(conn.user, conn.vhost, x, access, routing_key, client_id)
+        return auth.check_topic(
+            conn.user, conn.vhost, x, access, routing_key, client_id, conn.grant
+        )
+
+    def forget_checks(self) -> None:
+        """Drop the cached successful checks (the connection's grant changed: update-secret)."""
+        self.perm_ok.clear()
+        self.write_ok.clear()
 
     # -- deliveries -----------------------------------------------------------------------
     def track(self, entry: Unacked) -> int:
@@ -366,6 +373,8 @@ class Conn:
         exclusive_queues: names of exclusive queues it owns.
         protocol: the adapter's protocol label (`amqp091`, `amqp10`, `stomp`, `mqtt311`, ...).
         counts: that protocol's message counters (shared by its connections).
+        grant: what its login's backend granted when not the user table (a token, LDAP):
+            it answers this connection's checks alone (`core.auth`); None: the tables answer.
     """
 
     conn_id: int
@@ -379,6 +388,14 @@ class Conn:
     exclusive_queues: set[str] = field(default_factory=set)
     protocol: str = "amqp091"
     counts: ProtocolCounts = field(default_factory=ProtocolCounts)
+    grant: ExternalGrant | None = None
+
+    def regrant(self, grant: ExternalGrant) -> None:
+        """A fresh token's grant replaces this connection's (update-secret,
+        `AuthDB.update_secret`): its sessions drop their cached checks and check again."""
+        self.grant = grant
+        for s in self.sessions.values():
+            s.forget_checks()
 
     @property
     def cancel_notify(self) -> bool:

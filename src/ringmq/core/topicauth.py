@@ -8,9 +8,10 @@ adapters map them to binding keys) must match `read`. As RabbitMQ's internal bac
 (`rabbit_auth_backend_internal:check_topic_access`): no topic permission for the exchange grants
 everything; an empty pattern matches only the empty key; patterns are searched, not anchored;
 `{username}`, `{vhost}` (and for MQTT `{client_id}`) in a pattern stand for the connection's
-values, substituted as they are (not escaped) before the pattern is compiled. Users logged in by
-another backend (a token, LDAP: `AuthDB.grants`) are not checked here, as RabbitMQ's
-`topic_access_query` defaults to allowing.
+values, substituted as they are (not escaped) before the pattern is compiled. A connection
+logged in by another backend is checked by its own grant instead (`AuthDB.check_topic`, the one
+entry of every caller): a token's routing-key scopes (`core.oauth`), LDAP's
+`topic_access_query` (`core.ldapquery`); every refusal has the text `topic_refused` gives.
 
 Cost: only the exchanges that need a check pay for one. `TopicPermissions.rule` says whether a
 (user, vhost, exchange) has a permission; the publisher asks it once per session and exchange
@@ -137,11 +138,19 @@ def check_topic(
         variables: `username`, `vhost` and, for MQTT, `client_id`.
     """
     if not rule.allows(access, routing_key, variables):
-        raise BrokerError(
-            Condition.ACCESS_REFUSED,
-            f"{access} access to topic '{routing_key}' in exchange '{rule.exchange}' in vhost "
-            f"'{rule.vhost}' refused for user '{rule.user}'",
-        )
+        raise topic_refused(access, routing_key, rule.exchange, rule.vhost, rule.user)
 
 
-__all__ = ["TopicPermission", "TopicPermissions", "check_topic"]
+def topic_refused(
+    access: str, routing_key: str, exchange: str, vhost: str, user: str
+) -> BrokerError:
+    """ACCESS_REFUSED with RabbitMQ's text (`rabbit_access_control:check_topic_access`), for
+    whichever backend refused."""
+    return BrokerError(
+        Condition.ACCESS_REFUSED,
+        f"{access} access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+        f"'{vhost}' refused for user '{user}'",
+    )
+
+
+__all__ = ["TopicPermission", "TopicPermissions", "check_topic", "topic_refused"]

@@ -20,7 +20,7 @@ import functools
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
-from ringmq.core.auth import Access
+from ringmq.core.auth import Access, ExternalGrant
 from ringmq.core.broker import Broker
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.vhost import VHost
@@ -77,8 +77,9 @@ class AccessFacade:
     def token_user(self, token: str, now_ms: int) -> UserInfo | None:
         """The user an OAuth 2 token names, when the "oauth2" backend is configured and the
         token is valid (`core.oauth`: signature, audience, expiry); its scopes give the tags
-        (`rabbitmq.tag:administrator`) and, as for AMQP logins, its permissions. None
-        otherwise."""
+        (`rabbitmq.tag:administrator`) and, as for AMQP logins, its permissions: the grant
+        travels with the returned user (this request's alone, never the user's connections').
+        None otherwise."""
         auth = self.broker.auth
         if auth.tokens is None or "oauth2" not in auth.backends:
             return None
@@ -86,12 +87,19 @@ class AccessFacade:
             grant = auth.tokens.verify(token, now_ms)
         except BrokerError:
             return None
-        auth.grant(grant)
-        return UserInfo(name=grant.user, tags=list(grant.tags))
+        return UserInfo(name=grant.user, tags=list(grant.tags), grant=grant)
 
-    def check_topic(self, user: str, vhost: str, exchange: str, access: str, key: str) -> None:
+    def check_topic(
+        self,
+        user: str,
+        vhost: str,
+        exchange: str,
+        access: str,
+        key: str,
+        grant: ExternalGrant | None = None,
+    ) -> None:
         """Topic authorisation of a management publish (write) or binding (read), as an AMQP
-        channel of `user` would be checked (`core.topicauth`).
+        channel of `user` would be checked (`core.topicauth`; `grant`: the request's).
 
         Raises:
             BrokerError: ACCESS_REFUSED with RabbitMQ's text.
@@ -99,13 +107,14 @@ class AccessFacade:
         vh = self.broker.vhosts.get(vhost)
         x = vh.exchanges.get(exchange) if vh is not None else None
         if x is not None:
-            self.broker.auth.check_topic(user, vhost, x, access, key)
+            self.broker.auth.check_topic(user, vhost, x, access, key, grant=grant)
 
-    def granted_user(self, name: str) -> UserInfo | None:
-        """The user a backend other than the table (LDAP) just logged in, with the tags its
-        grant gives; None when there is no grant for `name`."""
-        grant = self.broker.auth.grants.get(name)
-        return None if grant is None else UserInfo(name=grant.user, tags=list(grant.tags))
+    def granted_user(self, grant: ExternalGrant | None) -> UserInfo | None:
+        """The user a backend other than the table (LDAP) just logged in, with the tags and
+        the grant (this request's) its login gave; None without a grant."""
+        if grant is None:
+            return None
+        return UserInfo(name=grant.user, tags=list(grant.tags), grant=grant)
 
     def permissions(self) -> list[PermissionInfo]:
         return corerecords.permissions(self.broker.auth)
@@ -170,15 +179,24 @@ class AccessFacade:
         """Remove `user`'s topic permissions in `vhost` (one exchange's, or all)."""
         return self.broker.auth.clear_topic_permission(user, vhost, exchange)
 
-    def has_vhost_access(self, user: str, vhost: str) -> bool:
-        """The user has permissions in `vhost` (AMQP's vhost access check)."""
+    def has_vhost_access(self, user: str, vhost: str, grant: ExternalGrant | None = None) -> bool:
+        """The user has permissions in `vhost` (AMQP's vhost access check; by `grant`, the
+        request's, when it has one)."""
         try:
-            self.broker.auth.check_vhost_access(user, vhost)
+            self.broker.auth.check_vhost_access(user, vhost, grant)
         except BrokerError:
             return False
         return True
 
-    def check_permission(self, user: str, vhost: str, access: Access, kind: str, name: str) -> None:
+    def check_permission(
+        self,
+        user: str,
+        vhost: str,
+        access: Access,
+        kind: str,
+        name: str,
+        grant: ExternalGrant | None = None,
+    ) -> None:
         """Raise ACCESS_REFUSED unless `user` may `access` the resource: the AMQP channel's
-        own check (`core.auth.AuthDB.check`), not a second matcher."""
-        self.broker.auth.check(user, vhost, access, kind, name)
+        own check (`core.auth.AuthDB.check`), not a second matcher (`grant`: the request's)."""
+        self.broker.auth.check(user, vhost, access, kind, name, grant)

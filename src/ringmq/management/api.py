@@ -42,6 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ringmq import __version__
+from ringmq.core.auth import Identity
 from ringmq.core.routing import EXCHANGE_TYPE_NAMES
 from ringmq.management import authz, bodies, paging, shapes
 from ringmq.management.admin import CoreAdmin
@@ -52,8 +53,9 @@ from ringmq.management.port import ConnectionInfo, Runtime
 from ringmq.management.rates import RateSampler
 from ringmq.management.records import QueueInfo, UserInfo
 
-SlowLogin = Callable[[str, str], Awaitable[str | None]]
-"""`await slow_login(user, password)`: the user a slow backend (LDAP) logs in, or None."""
+SlowLogin = Callable[[str, str], Awaitable[Identity | None]]
+"""`await slow_login(user, password)`: who a slow backend (LDAP) logs in (with the grant of
+that request), or None."""
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ class Api:
         self.clock_ms = clock_ms
         self.slow_login = slow_login
         """The slow login backends (LDAP), asked when the user table refuses a password:
-        `await slow_login(user, password)` is the user they log in, or None."""
+        `await slow_login(user, password)` is who they log in, or None."""
         self._auth_cache: dict[str, tuple[int, UserInfo]] = {}
 
     # -- plumbing ------------------------------------------------------------------------
@@ -131,7 +133,7 @@ class Api:
             if not username:
                 raise
             who = await self.slow_login(username, password)
-            found = self.admin.granted_user(who) if who is not None else None
+            found = self.admin.granted_user(who.grant) if who is not None else None
             if found is None:
                 raise
             request.scope[LOGIN_OUTCOME] = True

@@ -324,7 +324,9 @@ class Principal:
         """The user has permissions in `vhost` (it could open an AMQP connection there)."""
         hit = self._access.get(vhost)
         if hit is None:
-            hit = self._access[vhost] = self.admin.has_vhost_access(self.name, vhost)
+            hit = self._access[vhost] = self.admin.has_vhost_access(
+                self.name, vhost, self.user.grant
+            )
         return hit
 
     def sees_vhost(self, vhost: str) -> bool:
@@ -394,6 +396,6 @@ class Principal:
 
     def _amqp_check(self, vhost: str, access: Access, kind: str, name: str, refusal: int) -> None:
         try:
-            self.admin.check_permission(self.name, vhost, access, kind, name)
+            self.admin.check_permission(self.name, vhost, access, kind, name, self.user.grant)
         except (AMQPError, BrokerError) as exc:
             raise NotAuthorisedError(exc.explanation, refusal) from None

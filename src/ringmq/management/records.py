@@ -9,7 +9,10 @@ object, so nothing that reads them can change the broker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ringmq.core.auth import ExternalGrant
 
 AckMode = Literal["ack_requeue_true", "reject_requeue_true", "ack_requeue_false"]
 """What `/get` does with fetched messages, as RabbitMQ's management API names it."""
@@ -126,6 +129,9 @@ class UserInfo:
     password_hash: str = ""
     loopback_only: bool = False
     """May log in only from a loopback address (RabbitMQ's `loopback_users`, e.g. guest)."""
+    grant: ExternalGrant | None = field(default=None, compare=False, repr=False)
+    """For a user a token or LDAP logged in: its grant (a frozen value), which answers this
+    request's checks instead of the permission tables."""
 
 
 @dataclass(slots=True)

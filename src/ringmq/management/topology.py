@@ -134,7 +134,8 @@ class Topology(Resource):
     def _topic(self, request: Request, vhost: str, exchange: str, access: str, key: str) -> None:
         # the caller's topic permission on `exchange` (docs/security.md): 401 not_authorised
         try:
-            self.admin.check_topic(caller(request).name, vhost, exchange, access, key)
+            who = caller(request)
+            self.admin.check_topic(who.name, vhost, exchange, access, key, who.user.grant)
         except BrokerError as exc:
             raise NotAuthorisedError(exc.explanation) from None
 

@@ -113,6 +113,7 @@ def _ldap(t: Table) -> LdapSpec:
             vhost_access=_query(t, "vhost_access_query"),
             resource_access=_query(t, "resource_access_query"),
             tags=tags,
+            topic_access=_query(t, "topic_access_query"),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

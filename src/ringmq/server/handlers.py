@@ -48,6 +48,7 @@ from ringmq.adapters.handler import (
     SlowLogin,
     make_login,
 )
+from ringmq.core.auth import Identity
 from ringmq.core.errors import Condition
 from ringmq.core.throttle import LoginGuard
 from ringmq.server.clock import Clock
@@ -77,9 +78,10 @@ PROTOCOL_NAMES: Final = {
 }
 """How logs (and the failed-login log) name each protocol."""
 
-SlowBackend = Callable[[str, str, Callable[[str | None, str], None]], bool]
+SlowBackend = Callable[[str, str, Callable[[Identity | None, str], None]], bool]
 """A login backend that blocks (server/ldapauth.py): `take(user, password, answer)`, True when
-it took the login; it calls `answer(user or None, why)` once, on the loop thread."""
+it took the login; it calls `answer(who or None, why)` once, on the loop thread (`who.grant`
+is the connection's)."""
 
 
 class HandlerConnection(ClientConnection):
@@ -280,7 +282,7 @@ class Handlers:
             if backend is None:
                 return False
 
-            def answered(who: str | None, why: str) -> None:
+            def answered(who: Identity | None, why: str) -> None:
                 self._later(c, 0, lambda now_ms: answer(who, why, now_ms))
 
             return backend(user, password, answered)

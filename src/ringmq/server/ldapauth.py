@@ -10,9 +10,10 @@ throttle delays a check; later bytes stay buffered). In the worker, `check` bind
 LDAP "unauthenticated bind" would succeed) or no reachable server is a refusal that says so. After a
 successful bind it resolves the vhost, resource and tag queries for every vhost
 (`core.ldapquery.ldap_grant`), over the user's connection or the `other_bind` one. The answer comes
-back to the loop (`call_soon_threadsafe`): the grant goes to the core (`AuthDB.grant`) and the
-answer to the handler, run as a read of its connection (server/handlers.py), which ends the login,
-the failed-login throttle counting refusals as for passwords. A server that is down costs its
+back to the loop (`call_soon_threadsafe`): the answer, with the grant (`core.auth.Identity`), to the
+handler, run as a read of its connection (server/handlers.py), which ends the login and opens the
+connection with that grant (its own: the user's other connections keep theirs), the failed-login
+throttle counting refusals as for passwords. A server that is down costs its
 connect timeout per login; the broker keeps serving everyone else meanwhile.
 
 Only the LDAP calls run in the pool; everything it touches on the broker happens on the loop.
@@ -32,6 +33,7 @@ from ldap3.core.exceptions import LDAPException
 from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
 
+from ringmq.core.auth import Identity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.ldapquery import LdapGrant, LdapQueries, fill, ldap_grant
 from ringmq.server.configspec import LdapSpec
@@ -135,8 +137,10 @@ class LdapLogins:
         self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="ringmq-ldap")
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    def take(self, user: str, password: str, answer: Callable[[str | None, str], None]) -> bool:
-        """Check a password login the quick backends refused; `answer(user or None, why)`
+    def take(
+        self, user: str, password: str, answer: Callable[[Identity | None, str], None]
+    ) -> bool:
+        """Check a password login the quick backends refused; `answer(who or None, why)`
         comes later, on the loop thread. False (nothing asked) before the server runs."""
         if self.loop is None:
             return False
@@ -150,12 +154,13 @@ class LdapLogins:
         future.add_done_callback(done)
         return True
 
-    async def login(self, user: str, password: str) -> str | None:
-        """`take` for a caller on the loop that can wait (the management API's login): the
-        user LDAP logs in, or None (refused, or the server is not running)."""
-        waiting: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    async def login(self, user: str, password: str) -> Identity | None:
+        """`take` for a caller on the loop that can wait (the management API's login): who
+        LDAP logs in (with the grant of that request), or None (refused, or the server is
+        not running)."""
+        waiting: asyncio.Future[Identity | None] = asyncio.get_running_loop().create_future()
 
-        def answer(who: str | None, _why: str) -> None:
+        def answer(who: Identity | None, _why: str) -> None:
             if not waiting.done():
                 waiting.set_result(who)
 
@@ -164,9 +169,9 @@ class LdapLogins:
         return await waiting
 
     def _answer(
-        self, user: str, future: Future[LdapGrant], answer: Callable[[str | None, str], None]
+        self, user: str, future: Future[LdapGrant], answer: Callable[[Identity | None, str], None]
     ) -> None:
-        # on the loop thread: the grant to the core, the answer to the connection
+        # on the loop thread: the answer, with its grant, to the connection
         try:
             grant = future.result()
         except BrokerError as exc:
@@ -176,8 +181,7 @@ class LdapLogins:
             log.exception("LDAP login of %r failed", user)
             answer(None, f"LDAP login refused: internal error ({exc})")
             return
-        self.broker.auth.grant(grant)
-        answer(grant.user, "")
+        answer(Identity(grant.user, grant), "")
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

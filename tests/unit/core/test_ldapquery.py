@@ -121,3 +121,49 @@ def test_the_grant_of_a_login() -> None:
     assert g.allows("read", "/", "pub.news")
     assert not g.allows("read", "/", "private")
     assert not g.allows("read", "secret", "pub.news")
+
+
+def test_the_topic_query() -> None:
+    # RabbitMQ's topic_access_query: ${routing_key}, ${name} (the exchange), ${permission},
+    # ${client_id}; LDAP nodes answered at login for each vhost and for write and read
+    asked, lookup = _directory({ADMINS: {"cn=alice,ou=People,dc=ex"}}, set())
+    topic = parse_query(
+        {
+            "for": [
+                {
+                    "permission": "write",
+                    "query": {
+                        "or": [
+                            {"in_group": "cn=${vhost}-admins,ou=groups,dc=ex"},
+                            {"match": ["${routing_key}", "^${username}\\.${client_id}\\."]},
+                        ]
+                    },
+                },
+                {
+                    "permission": "read",
+                    "query": {
+                        "and": [
+                            {"equals": ["${name}", "amq.topic"]},
+                            {"for": [{"resource": "topic", "query": {"constant": True}}]},
+                        ]
+                    },
+                },
+            ]
+        }
+    )
+    queries = LdapQueries(topic_access=topic)
+    g = ldap_grant("alice", "cn=alice,ou=People,dc=ex", ["/"], queries, lookup)  # type: ignore[arg-type]
+    assert ("in_group", "cn=/-admins,ou=groups,dc=ex") in asked
+    assert g.checks_topic("/", "amq.topic")
+    assert g.allows_topic("write", "/", "amq.topic", "alice.dev1.t", "dev1")
+    assert not g.allows_topic("write", "/", "amq.topic", "alice.dev2.t", "dev1")
+    assert not g.allows_topic("write", "/", "amq.topic", "alice.dev1.t", None)
+    assert g.allows_topic("read", "/", "amq.topic", "anything.#", None)
+    assert not g.allows_topic("read", "/", "events", "anything.#", None)
+    assert not g.allows_topic("read", "other", "amq.topic", "x", None)  # no such vhost
+    # no topic query: RabbitMQ's default allows, and nothing is checked (sessions cache that)
+    assert not ldap_grant("alice", "cn=alice", ["/"], LdapQueries(), lookup).checks_topic(  # type: ignore[arg-type]
+        "/", "amq.topic"
+    )
+    with pytest.raises(ValueError, match="only"):  # the routing key is not known at login
+        parse_query({"in_group": "cn=${routing_key},dc=ex"})

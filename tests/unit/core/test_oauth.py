@@ -7,9 +7,12 @@ import time
 
 import pytest
 
-from ringmq.core.auth import Access, AuthDB
+from ringmq.core.auth import Access, AuthDB, Identity
 from ringmq.core.errors import BrokerError
+from ringmq.core.exchange import Exchange
 from ringmq.core.oauth import OAuth2Settings, TokenBackend
+from ringmq.core.routing import ExchangeType
+from ringmq.core.session import Conn
 from tests.idp import SigningKey
 
 NOW_MS = int(time.time() * 1000)
@@ -45,6 +48,38 @@ def test_scopes_become_permissions(key: SigningKey) -> None:
     assert all(g.allows_vhost(v) for v in ("/", "prod", "dev"))
     assert g.expires_ms is not None
     assert g.expires_ms > NOW_MS
+
+
+def test_routing_key_scopes_check_topic_exchanges(key: SigningKey) -> None:
+    # RabbitMQ's rabbit_oauth2_scope:topic_access: only three-part scopes allow routing keys
+    scope = (
+        "rabbitmq.write:*/*/{sub}.* rabbitmq.read:%2F/amq.topic/{vhost}.* "
+        "rabbitmq.write:*/*/{username}-{team}-{nothing} rabbitmq.read:*/*"
+    )
+    g = _backend(key).verify(key.token(sub="dev1", scope=scope, team="blue"), NOW_MS)
+    assert g.checks_topic("/", "amq.topic")
+    assert g.allows_topic("write", "/", "amq.topic", "dev1.temp", None)
+    assert not g.allows_topic("write", "/", "amq.topic", "dev2.temp", None)
+    assert g.allows_topic("write", "/", "amq.topic", "dev1-blue-nothing", None)
+    assert g.allows_topic("read", "/", "amq.topic", "/.x", None)  # {vhost} is "/"
+    assert not g.allows_topic("read", "/", "events", "/.x", None)
+    assert not g.allows_topic("read", "/", "amq.topic", "dev1.temp", None)  # two-part: no keys
+    assert g.allows("read", "/", "anything")  # the two-part scope still grants resources
+    # through AuthDB's one topic check, with RabbitMQ's refusal
+    auth = AuthDB()
+    topic, direct = Exchange("amq.topic", ExchangeType.TOPIC), Exchange("d", ExchangeType.DIRECT)
+    assert auth.check_topic("dev1", "/", topic, "write", "dev1.x", grant=g)
+    assert not auth.check_topic("dev1", "/", direct, "write", "other", grant=g)  # not checked
+    with pytest.raises(BrokerError) as refused:
+        auth.check_topic("dev1", "/", topic, "write", "other.x", grant=g)
+    assert refused.value.explanation == (
+        "write access to topic 'other.x' in exchange 'amq.topic' in vhost '/' "
+        "refused for user 'dev1'"
+    )
+    # a star in a claim's value is no wildcard
+    g = _backend(key).verify(key.token(sub="*", scope="rabbitmq.write:*/*/{sub}"), NOW_MS)
+    assert g.allows_topic("write", "/", "t", "*", None)
+    assert not g.allows_topic("write", "/", "t", "x", None)
 
 
 def test_scope_list_prefix_and_additional_scopes_key(key: SigningKey) -> None:
@@ -120,26 +155,56 @@ def test_the_backend_chain_grants_and_expiry(key: SigningKey) -> None:
         auth.login_any("PLAIN", "", token, True, NOW_MS)  # internal only
     auth.backends = ("internal", "oauth2")
     auth.tokens = _backend(key)
-    assert auth.login_any("PLAIN", "guest", "guest", True, NOW_MS) == "guest"
-    assert auth.login_any("PLAIN", "", token, True, NOW_MS) == "svc"
-    auth.check_vhost_access("svc", "/")
-    auth.check("svc", "/", Access.READ, "queue", "q")
+    assert auth.login_any("PLAIN", "guest", "guest", True, NOW_MS) == Identity("guest")
+    who = auth.login_any("PLAIN", "", token, True, NOW_MS)
+    assert who.user == "svc"
+    grant = who.grant
+    assert grant is not None
+    auth.check_vhost_access("svc", "/", grant)
+    auth.check("svc", "/", Access.READ, "queue", "q", grant)
     with pytest.raises(BrokerError, match="write access to queue 'q'"):
-        auth.check("svc", "/", Access.WRITE, "queue", "q")
+        auth.check("svc", "/", Access.WRITE, "queue", "q", grant)
+    with pytest.raises(BrokerError):  # the grant is the connection's: none, no table entry
+        auth.check_vhost_access("svc", "/")
     with pytest.raises(BrokerError, match="expired"):  # the last backend's reason
         auth.login_any("PLAIN", "", key.token(exp_in_s=-3600), True, NOW_MS)
-    # update-secret: a fresh token of the same user moves the expiry; another user's is refused
-    expiry = auth.next_expiry_ms()
-    assert expiry is not None
-    auth.update_secret("svc", key.token(sub="svc", scope="rabbitmq.read:*/q"), NOW_MS)
-    assert auth.next_expiry_ms() != expiry
+
+
+def test_grants_belong_to_connections(key: SigningKey) -> None:
+    auth = AuthDB()
+    auth.add_user("guest", password="guest")
+    auth.backends = ("internal", "oauth2")
+    auth.tokens = _backend(key)
+    exp = NOW_MS // 1000 + 10
+    late = NOW_MS // 1000 + 1000
+    reader = auth.login_any(
+        "PLAIN", "", key.token(sub="svc", scope="rabbitmq.read:*/*", exp=late), True, NOW_MS
+    )
+    writer = auth.login_any(
+        "PLAIN", "", key.token(sub="svc", scope="rabbitmq.write:*/*", exp=exp), True, NOW_MS
+    )
+    c1 = Conn(1, "svc", "/", grant=reader.grant)
+    c2 = Conn(2, "svc", "/", grant=writer.grant)
+    c3 = Conn(3, "guest", "/")
+    for c in (c1, c2, c3):
+        auth.watch(c.conn_id, c.grant)
+    with pytest.raises(BrokerError, match="write access"):
+        auth.check("svc", "/", Access.WRITE, "exchange", "x", c1.grant)
+    auth.check("svc", "/", Access.WRITE, "exchange", "x", c2.grant)
+    assert auth.next_expiry_ms() == exp * 1000  # c2's, the earliest
+    # update-secret on c2: c2's grant and expiry alone change
+    fresh = key.token(sub="svc", scope="rabbitmq.read:*/*", exp=NOW_MS // 1000 + 300)
+    c2.regrant(auth.update_secret(2, "svc", c2.grant, fresh, NOW_MS))
+    assert c1.grant is reader.grant
+    assert auth.next_expiry_ms() == (NOW_MS // 1000 + 300) * 1000
+    with pytest.raises(BrokerError, match="write access"):
+        auth.check("svc", "/", Access.WRITE, "exchange", "x", c2.grant)
     with pytest.raises(BrokerError, match="names user 'eve'"):
-        auth.update_secret("svc", key.token(sub="eve"), NOW_MS)
+        auth.update_secret(2, "svc", c2.grant, key.token(sub="eve"), NOW_MS)
     with pytest.raises(BrokerError, match="no token"):
-        auth.update_secret("guest", token, NOW_MS)
-    generation = auth.generation
-    assert auth.expire_grants(NOW_MS + 3_600_000) == ["svc"]
-    assert auth.generation > generation
+        auth.update_secret(3, "guest", c3.grant, key.token(sub="guest"), NOW_MS)
+    assert auth.expire_grants(NOW_MS + 400_000) == [2]
+    assert auth.next_expiry_ms() == late * 1000
+    auth.watch(1, None)  # c1 closed: nothing left to watch
     assert auth.next_expiry_ms() is None
-    with pytest.raises(BrokerError):  # no grant and no table entry: nothing
-        auth.check_vhost_access("svc", "/")
+    assert auth.expire_grants(NOW_MS + 36_000_000) == []

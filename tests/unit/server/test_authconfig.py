@@ -100,6 +100,7 @@ def test_ldap_settings() -> None:
         "user_dn_pattern = 'cn=${username},ou=People,dc=ex'\nport = 636\nuse_ssl = true\n"
         "timeout_s = 2.5\nother_bind = { user_dn = 'cn=svc,dc=ex', password = 'pw' }\n"
         "vhost_access_query = { exists = 'ou=${vhost},ou=vhosts,dc=ex' }\n"
+        "topic_access_query = { match = ['${routing_key}', '^${username}\\.'] }\n"
         "[auth.ldap.tag_queries]\nadministrator = { in_group = 'cn=admins,dc=ex' }\n"
     )
     ldap = cfg.auth.ldap
@@ -112,6 +113,8 @@ def test_ldap_settings() -> None:
     )
     assert (ldap.other_bind, ldap.other_bind_dn) == ("dn", "cn=svc,dc=ex")
     assert ldap.queries.vhost_access.op == "exists"
+    assert ldap.queries.topic_access.op == "match"
+    assert ldap.queries.resource_access.op == "constant"  # RabbitMQ's default
     assert [t for t, _ in ldap.queries.tags] == ["administrator"]
 
 

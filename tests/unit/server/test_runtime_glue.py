@@ -19,6 +19,7 @@ import pytest
 from ringmq.adapters.amqp091 import Amqp091
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.auth import Identity
 from ringmq.core.broker import Broker
 from ringmq.core.effects import Effect, Reply, ReplyContent
 from ringmq.core.message import Message
@@ -80,11 +81,11 @@ class ScriptedBroker:
         peer_loopback: bool,
         cert: bytes | None = None,
         now_ms: int = 0,
-    ) -> str:
+    ) -> Identity:
         user = response.split(b"\x00")[1].decode()
         if response.split(b"\x00")[2] != b"guest":
             raise AMQPError(ReplyCode.ACCESS_REFUSED, "bad password")
-        return user
+        return Identity(user)
 
     def connection_opened(self, conn_id: int, user: str, vhost: str, *a: Any) -> None:
         if vhost != "/":

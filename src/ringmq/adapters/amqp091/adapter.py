@@ -44,10 +44,11 @@ from ringmq.amqp.frames import RawContent
 from ringmq.amqp.properties import FLAG_DELIVERY_MODE
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
 from ringmq.amqp.tables import decode_table
+from ringmq.core.auth import ExternalGrant, Identity
 from ringmq.core.broker import Broker
 from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import Effect
-from ringmq.core.errors import BrokerError
+from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message
 from ringmq.core.publishbatch import BatchPublished
 from ringmq.core.queue.ports import RunColumns
@@ -67,8 +68,9 @@ def check_login(
     peer_loopback: bool,
     cert: bytes | None = None,
     now_ms: int = 0,
-) -> str:
-    """Authenticate a connection.start-ok response; return the user name.
+) -> Identity:
+    """Authenticate a connection.start-ok response; return who logged in (the user and, for a
+    token, its grant: the connection's alone).
 
     PLAIN is `\\0user\\0password`; AMQPLAIN is a field table without its length prefix
     holding LOGIN and PASSWORD; EXTERNAL takes the name from `cert`, the client's verified
@@ -78,7 +80,7 @@ def check_login(
     """
     if mechanism == "EXTERNAL" and offers_external(broker.auth.cert_login):
         try:
-            return broker.auth.login_external(cert, peer_loopback).name
+            return Identity(broker.auth.login_external(cert, peer_loopback).name)
         except BrokerError as exc:
             raise to_amqp(exc) from None
     if mechanism == "PLAIN":
@@ -127,15 +129,19 @@ class Amqp091:
         peer_loopback: bool,
         cert: bytes | None = None,
         now_ms: int = 0,
-    ) -> str:
+    ) -> Identity:
         """Authenticate a connection.start-ok response (`check_login`)."""
         return check_login(self.broker, mechanism, response, peer_loopback, cert, now_ms)
 
-    def update_secret(self, user: str, secret: bytes, now_ms: int) -> None:
-        """Connection.Update-Secret: a fresh OAuth 2 token for the connection's user (raises
+    def update_secret(self, conn_id: int, secret: bytes, now_ms: int) -> None:
+        """Connection.Update-Secret: a fresh OAuth 2 token for this connection alone (raises
         ACCESS_REFUSED when it is refused)."""
+        conn = self.conns.get(conn_id)
         try:
-            self.auth.update_secret(user, secret.decode("utf-8", "replace"), now_ms)
+            if conn is None:
+                raise BrokerError(Condition.ACCESS_REFUSED, "the connection is not open")
+            token = secret.decode("utf-8", "replace")
+            conn.regrant(self.auth.update_secret(conn_id, conn.user, conn.grant, token, now_ms))
         except BrokerError as exc:
             raise to_amqp(exc) from None
 
@@ -147,10 +153,14 @@ class Amqp091:
         peer: str,
         client_properties: dict[str, Any],
         now_ms: int,
+        grant: ExternalGrant | None = None,
     ) -> None:
-        """Register a connection that opened `vhost` (AMQPError NOT_ALLOWED / ACCESS_REFUSED)."""
+        """Register a connection that opened `vhost` (AMQPError NOT_ALLOWED / ACCESS_REFUSED),
+        with its login's `grant`."""
         try:
-            self.broker.connection_opened(conn_id, user, vhost, peer, client_properties, now_ms)
+            self.broker.connection_opened(
+                conn_id, user, vhost, peer, client_properties, now_ms, grant=grant
+            )
         except BrokerError as exc:
             raise to_amqp(exc) from None
 

@@ -53,6 +53,7 @@ from ringmq.adapters.amqp091.runs import publish_columns, publish_rows
 from ringmq.adapters.handler import SERVER_PART, HandlerContext, HandlerInfo, SlowAnswer
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.auth import ExternalGrant, Identity
 from ringmq.core.broker import Broker
 from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import (
@@ -125,6 +126,8 @@ class Amqp091Handler:
         read; a method of ours around it would be a Python call more)."""
         self.emit = ctx.emit
         self.user = ""
+        self.grant: ExternalGrant | None = None
+        """The login's grant (a token's, LDAP's): this connection's alone."""
         self.vhost = ""
         self.auth_mechanism = ""
         self.client_properties: dict[str, object] = {}
@@ -379,6 +382,7 @@ class Amqp091Handler:
                         self.ctx.peer.address,
                         self.client_properties,
                         now,
+                        self.grant,
                     )
                 except AMQPError as err:
                     proto.close(err.code, err.explanation, err.class_id, err.method_id)
@@ -397,7 +401,7 @@ class Amqp091Handler:
             case ev.SecretUpdated(new_secret=secret):
                 # a fresh OAuth 2 token (RabbitMQ 3.11+); a refused one closes the connection
                 try:
-                    self.amqp091.update_secret(self.user, secret, now)
+                    self.amqp091.update_secret(self.conn_id, secret, now)
                 except AMQPError as err:
                     proto.close(err.code, err.explanation, 10, 70)
             case ev.ProtocolError(channel=ch, reply_code=code, reply_text=text):
@@ -413,7 +417,7 @@ class Amqp091Handler:
     def _login(self, event: ev.LoginRequested, now: int) -> list[ev.Event]:
         peer = self.ctx.peer
         try:
-            user = self.amqp091.check_login(
+            who = self.amqp091.check_login(
                 event.mechanism, event.response, peer.loopback, peer.cert, now
             )
         except AMQPError as err:
@@ -425,17 +429,17 @@ class Amqp091Handler:
             ):
                 return []  # asked off the loop (LDAP): the machine stays AUTHENTICATING
             return self._login_refused(event, err.explanation, now)
-        return self._login_accepted(event, user)
+        return self._login_accepted(event, who)
 
     def _slow_answer(self, event: ev.LoginRequested) -> SlowAnswer:
         # `HandlerContext.slow_login`'s answer: the driver runs it as a read of this connection
-        def answer(user: str | None, why: str, now: int) -> None:
+        def answer(who: Identity | None, why: str, now: int) -> None:
             if self.closed:
                 return
             more = (
                 self._login_refused(event, why, now)
-                if user is None
-                else self._login_accepted(event, user)
+                if who is None
+                else self._login_accepted(event, who)
             )
             if more:
                 self.on_events(more, now)
@@ -449,11 +453,11 @@ class Amqp091Handler:
         self.proto.reject_login(why)
         return []
 
-    def _login_accepted(self, event: ev.LoginRequested, user: str) -> list[ev.Event]:
+    def _login_accepted(self, event: ev.LoginRequested, who: Identity) -> list[ev.Event]:
         guard = self.ctx.login_guard
         if guard is not None:
             guard.succeeded(self.ctx.peer.host)
-        self.user = user
+        self.user, self.grant = who.user, who.grant
         self.auth_mechanism = event.mechanism
         self.client_properties = dict(event.client_properties)
         return self.proto.accept_login()

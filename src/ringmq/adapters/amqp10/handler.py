@@ -40,6 +40,7 @@ from ringmq.amqp10 import events as ev
 from ringmq.amqp10.conditions import RESOURCE_LIMIT_EXCEEDED
 from ringmq.amqp10.connection import Connection
 from ringmq.amqp10.types import Int, Symbol
+from ringmq.core.auth import ExternalGrant, Identity
 from ringmq.core.certlogin import offers_external
 from ringmq.core.effects import (
     Block,
@@ -90,6 +91,8 @@ class Amqp10Handler:
         )
         self.links = Links(self.broker, self.conn, self.conn_id)
         self.user = ""
+        self.grant: ExternalGrant | None = None
+        """The login's grant (a token's, LDAP's): this connection's alone."""
         self.vhost = ""
         self.mechanism = ""
         self.client_properties: dict[str, Any] = {}
@@ -194,7 +197,7 @@ class Amqp10Handler:
         else:
             return "anonymous logins are off: log in with SASL PLAIN"
         try:
-            self.user = self.ctx.login(e.mechanism, user, password, now_ms)
+            who = self.ctx.login(e.mechanism, user, password, now_ms)
         except BrokerError as exc:
             slow = not isinstance(exc, LoginThrottledError)
             if slow and ask_slow_login(
@@ -203,15 +206,15 @@ class Amqp10Handler:
                 return _ASKED  # SASL waits in SASL_CHECK; later bytes stay buffered
             log.info("AMQP 1.0 login refused for %r from %s: %s", user, self.ctx.peer.address, exc)
             return exc.text
-        self.mechanism = e.mechanism
+        self.user, self.grant, self.mechanism = who.user, who.grant, e.mechanism
         return None
 
     def _slow_answer(self, mechanism: str) -> SlowAnswer:
         # A slow backend's (LDAP) answer, as a read of the connection: the SASL outcome, then
         # what the peer sent behind its login.
-        def answer(user: str | None, why: str, now_ms: int) -> None:
-            if user is not None:
-                self.user, self.mechanism = user, mechanism
+        def answer(who: Identity | None, why: str, now_ms: int) -> None:
+            if who is not None:
+                self.user, self.grant, self.mechanism = who.user, who.grant, mechanism
                 outcome = self.conn.sasl_outcome(True)
             else:
                 text = BrokerError(Condition.ACCESS_REFUSED, why).text
@@ -237,6 +240,7 @@ class Amqp10Handler:
                 props,
                 now_ms,
                 protocol="amqp10",
+                grant=self.grant,
             )
         except BrokerError as exc:
             self.conn.close(condition_of(exc.condition), exc.text)

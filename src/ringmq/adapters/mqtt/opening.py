@@ -22,6 +22,7 @@ from ringmq.adapters.mqtt.message import EXCHANGE
 from ringmq.adapters.mqtt.sessions import SavedSession, queue_name
 from ringmq.adapters.mqtt.subscriptions import NEVER_EXPIRES, Subscriptions
 from ringmq.adapters.mqtt.topics import to_routing_key
+from ringmq.core.auth import Identity
 from ringmq.core.effects import CloseConnection, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.settings import SettingsError
@@ -69,7 +70,7 @@ def connect(h: MqttHandler, c: Connect, out: list[Effect], now_ms: int) -> None:
     if not cid:
         cid = assigned = h.broker.state.gen_name("mqtt-")
     try:
-        user = h.ctx.login(mechanism, user, password, now_ms)
+        who = h.ctx.login(mechanism, user, password, now_ms)
     except LoginThrottledError as exc:
         m.refuse(Reason.BAD_USER_NAME_OR_PASSWORD, exc.explanation)
         return
@@ -80,7 +81,7 @@ def connect(h: MqttHandler, c: Connect, out: list[Effect], now_ms: int) -> None:
             return
         m.refuse(Reason.BAD_USER_NAME_OR_PASSWORD, exc.explanation)
         return
-    open_session(h, c, vhost, user, cid, assigned, out, now_ms)
+    open_session(h, c, vhost, who, cid, assigned, out, now_ms)
 
 
 def _slow_answer(
@@ -88,15 +89,15 @@ def _slow_answer(
 ) -> SlowAnswer:
     # The slow backend's answer, run as a read of the connection: the CONNECT goes on (or is
     # refused) in a core call of its own, then the packets that waited are taken.
-    def answer(user: str | None, why: str, now_ms: int) -> None:
+    def answer(who: Identity | None, why: str, now_ms: int) -> None:
         if h.released or h.machine.state is State.CLOSED:
             return
         h.waiting_login = False
         with h.broker.call(now_ms, publish=True) as out:
-            if user is None:
+            if who is None:
                 h.machine.refuse(Reason.BAD_USER_NAME_OR_PASSWORD, why)
             else:
-                open_session(h, c, vhost, user, cid, assigned, out, now_ms)
+                open_session(h, c, vhost, who, cid, assigned, out, now_ms)
             h.take_events(out, now_ms)
         h.ctx.emit(out)
 
@@ -107,15 +108,17 @@ def open_session(
     h: MqttHandler,
     c: Connect,
     vhost: str,
-    user: str,
+    who: Identity,
     cid: str,
     assigned: str | None,
     out: list[Effect],
     now_ms: int,
 ) -> None:
-    """The CONNECT of logged-in `user`: core connection and sessions, will, client id
-    takeover, the session resumed or discarded, CONNACK."""
+    """The CONNECT of logged-in `who`: core connection (with the login's grant, this
+    connection's alone) and sessions, will, client id takeover, the session resumed or
+    discarded, CONNACK."""
     m = h.machine
+    user = who.user
     v5 = c.protocol_level == V5
     props = c.properties or Properties()
     client_props = {"client_id": cid, "protocol": f"MQTT {h.version}"}
@@ -128,6 +131,7 @@ def open_session(
             client_props,
             now_ms,
             protocol=PROTOCOL_LABELS.get(h.version, "mqtt"),
+            grant=who.grant,
         )
     except BrokerError as exc:
         m.refuse(Reason.NOT_AUTHORIZED, exc.explanation)

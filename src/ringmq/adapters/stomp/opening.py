@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ringmq import __version__
 from ringmq.adapters.handler import HandlerInfo, LoginThrottledError, SlowAnswer, ask_slow_login
+from ringmq.core.auth import Identity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.stomp import Frame
 
@@ -48,7 +49,7 @@ def connect(h: StompHandler, frame: Frame, now_ms: int) -> None:
     h.client_id = frame.get("client-id") or ""
     props = {"client_id": h.client_id} if h.client_id else {}
     try:
-        user = ctx.login(mechanism, login, passcode or "", now_ms)
+        who = ctx.login(mechanism, login, passcode or "", now_ms)
     except LoginThrottledError as exc:
         h.conn.fail("Bad CONNECT", exc.text, frame=frame)
         return
@@ -59,7 +60,7 @@ def connect(h: StompHandler, frame: Frame, now_ms: int) -> None:
             return
         h.conn.fail("Bad CONNECT", exc.text, frame=frame)
         return
-    open_as(h, frame, user, mechanism, vhost, props, now_ms)
+    open_as(h, frame, who, mechanism, vhost, props, now_ms)
 
 
 def _slow_answer(
@@ -67,15 +68,15 @@ def _slow_answer(
 ) -> SlowAnswer:
     # A slow backend's (LDAP) answer, as a read of the connection: CONNECTED or ERROR,
     # then the frames that waited.
-    def answer(user: str | None, why: str, now_ms: int) -> None:
+    def answer(who: Identity | None, why: str, now_ms: int) -> None:
         if h.conn.closed:
             return
         h.waiting_login = False
-        if user is None:
+        if who is None:
             text = BrokerError(Condition.ACCESS_REFUSED, why).text
             h.conn.fail("Bad CONNECT", text, frame=frame)
         else:
-            open_as(h, frame, user, mechanism, vhost, props, now_ms)
+            open_as(h, frame, who, mechanism, vhost, props, now_ms)
         h.ctx.emit(h.receive_data(b"", now_ms))
 
     return answer
@@ -84,16 +85,25 @@ def _slow_answer(
 def open_as(
     h: StompHandler,
     frame: Frame,
-    user: str,
+    who: Identity,
     mechanism: str,
     vhost: str,
     props: dict[str, Any],
     now_ms: int,
 ) -> None:
-    """The CONNECT of logged-in `user`: the core connection, CONNECTED."""
+    """The CONNECT of logged-in `who`: the core connection (with the login's grant, this
+    connection's alone), CONNECTED."""
+    user = who.user
     try:
         h.broker.connection_opened(
-            h.conn_id, user, vhost, h.ctx.peer.address, props, now_ms, protocol="stomp"
+            h.conn_id,
+            user,
+            vhost,
+            h.ctx.peer.address,
+            props,
+            now_ms,
+            protocol="stomp",
+            grant=who.grant,
         )
     except BrokerError as exc:
         h.conn.fail("Bad CONNECT", exc.text, frame=frame)

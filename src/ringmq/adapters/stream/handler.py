@@ -46,6 +46,7 @@ from ringmq.adapters.stream.replies import (
     queue_arguments,
     stats_frame,
 )
+from ringmq.core.auth import Identity
 from ringmq.core.effects import (
     ActivateConsumer,
     CancelConsumer,
@@ -94,7 +95,8 @@ class StreamHandler:
         self.out = bytearray()
         self._opened = False
         self._closed = False
-        self._user: str | None = None
+        self._who: Identity | None = None
+        """Who logged in (with a token's grant: this connection's alone)."""
         self._info = HandlerInfo(protocol="RabbitMQ Stream")
         self.publishing = Publishing(self.broker, self._send, self._stream, self.frame_max)
         self._subs: dict[int, Subscription] = {}
@@ -263,7 +265,7 @@ class StreamHandler:
         parts = cmd.data.split(b"\x00")
         user, password = (parts[-2], parts[-1]) if len(parts) >= 2 else (b"", b"")
         try:
-            self._user = self.ctx.login("PLAIN", user.decode(), password.decode(), now_ms)
+            self._who = self.ctx.login("PLAIN", user.decode(), password.decode(), now_ms)
         except (BrokerError, UnicodeDecodeError):
             self._send(sp.simple_response(Key.SASL_AUTHENTICATE, corr, Code.AUTHENTICATION_FAILURE))
             self._close(Code.AUTHENTICATION_FAILURE, "authentication failure")
@@ -273,15 +275,16 @@ class StreamHandler:
 
     def _open(self, cmd: sc.Open, now_ms: int) -> None:
         corr = cmd.correlation_id
-        if self._user is None or self._opened:
+        who = self._who
+        if who is None or self._opened:
             self._send(sp.simple_response(Key.OPEN, corr, Code.VIRTUAL_HOST_ACCESS_FAILURE))
             self._close(Code.VIRTUAL_HOST_ACCESS_FAILURE, "not authenticated")
             return
         ctx, broker = self.ctx, self.broker
         try:
             broker.connection_opened(
-                self.conn_id, self._user, cmd.vhost, ctx.peer.address, client_properties(), now_ms,
-                protocol="stream",
+                self.conn_id, who.user, cmd.vhost, ctx.peer.address, client_properties(), now_ms,
+                protocol="stream", grant=who.grant,
             )  # fmt: skip
         except BrokerError:
             self._send(sp.simple_response(Key.OPEN, corr, Code.VIRTUAL_HOST_ACCESS_FAILURE))
@@ -296,7 +299,7 @@ class StreamHandler:
         self._send(w.frame(Key.OPEN | RESPONSE))
         self._info = HandlerInfo(
             protocol="RabbitMQ Stream",
-            user=self._user,
+            user=who.user,
             vhost=cmd.vhost,
             auth_mechanism="PLAIN",
             channels=1,

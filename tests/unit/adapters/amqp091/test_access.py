@@ -19,9 +19,9 @@ from tests.unit.adapters.amqp091.kit import Kit
 
 def test_plain_and_amqplain_login() -> None:
     b = Broker()
-    assert check_login(b, "PLAIN", b"\x00guest\x00guest", True) == "guest"
+    assert check_login(b, "PLAIN", b"\x00guest\x00guest", True).user == "guest"
     amqplain = encode_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
-    assert check_login(b, "AMQPLAIN", amqplain, True) == "guest"
+    assert check_login(b, "AMQPLAIN", amqplain, True).user == "guest"
 
 
 def test_bad_password_and_remote_guest_are_refused() -> None:
@@ -45,7 +45,7 @@ def test_configured_user_logs_in_remotely_and_vhost_access_is_checked() -> None:
         permissions=[PermissionConfig("app", "prod")],
     )
     b = Broker(cfg)
-    assert check_login(b, "PLAIN", b"\x00app\x00s3cret", False) == "app"
+    assert check_login(b, "PLAIN", b"\x00app\x00s3cret", False).user == "app"
     b.connection_opened(1, "app", "prod", "10.0.0.1:5", {}, 0)
     with pytest.raises(BrokerError) as denied:
         b.connection_opened(2, "app", "/", "10.0.0.1:6", {}, 0)

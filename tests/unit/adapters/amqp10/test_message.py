@@ -39,6 +39,7 @@ from ringmq.amqp10.types import (
     ULong,
     UShort,
 )
+from ringmq.core.auth import Identity
 from ringmq.core.message import Message, amqp091_content, converted, form_of
 from tests.unit.amqp10.strategies import SCALARS, VALUES
 
@@ -600,7 +601,7 @@ def test_the_091_delivery_path_converts_10_messages() -> None:
         7,
         Peer("127.0.0.1", 1, "127.0.0.1", 2),
         HandlerLimits(1 << 20, 131072, 2047, 0),
-        login=lambda *_: "guest",
+        login=lambda *_: Identity("guest"),
     )
     h = Amqp091Handler(ctx, Amqp091(broker), publish_runs=False)
     h.proto = _RecordingProto()  # type: ignore[assignment]
