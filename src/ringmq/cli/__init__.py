@@ -32,12 +32,13 @@ def _register(argv: list[str] | None = None) -> None:
     serve.register(app)
     if argv is not None and argv[:1] == ["serve"]:
         return
-    from ringmq.cli import access, admin, cluster, definitions, scheduled
+    from ringmq.cli import access, admin, cluster, definitions, limits, scheduled
 
     admin.register(app)
     scheduled.register(app)
     definitions.register(app)
     access.register(app)
+    limits.register(app)
     cluster.register(app)
 
 

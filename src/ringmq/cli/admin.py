@@ -5,11 +5,11 @@ Every command talks HTTP to a running broker: `--url`, else RINGMQ_URL, else the
 runtime file), else RabbitMQ's default http://127.0.0.1:15672; a URL it found itself it names
 on stderr. `--user`/`--password` (RINGMQ_USER / RINGMQ_PASSWORD) log in. `status`, `list ...`,
 `declare ...`, `delete ...`, `purge queue`, `publish`, `get`, `update queue` (cli/scheduled.py,
-cli/definitions.py and cli/access.py have `scheduled ...`, `policy ...`, `definitions
-export|import`, users, vhosts, permissions; the client, options and drawing they all share are
-cli/apiclient.py's). Tables
-are drawn with rich; `--json` prints the API's JSON instead. Errors print the API's reason and
-exit with status 1 (2 when the broker cannot be reached).
+cli/definitions.py, cli/access.py and cli/limits.py have `scheduled ...`, `policy ...`,
+`definitions export|import`, users, vhosts, permissions, vhost and user limits; the client,
+options and drawing they all share are cli/apiclient.py's). Tables are drawn with rich;
+`--json` prints the API's JSON instead. Errors print the API's reason and exit with status 1
+(2 when the broker cannot be reached).
 """
 
 from __future__ import annotations
@@ -114,6 +114,9 @@ _LISTS: Final[dict[str, tuple[str, list[tuple[str, str]]]]] = {
             ("read", "read"),
         ],
     ),
+    # rabbitmqadmin's object names (underscores); set and cleared by cli/limits.py
+    "vhost_limits": ("/vhost-limits", [("vhost", "vhost"), ("limits", "value")]),
+    "user_limits": ("/user-limits", [("user", "user"), ("limits", "value")]),
     "queues": (
         "/queues",
         [
