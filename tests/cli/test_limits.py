@@ -30,11 +30,11 @@ def test_vhost_limits_set_list_clear(run: Run) -> None:
     table = run("list", "vhost_limits").stdout
     assert "lim.vh" in table
     assert '"max-queues": 3' in table
-    # a later definition changes only the limits it names
+    # a later definition replaces the whole set, as rabbitmqctl's
+    run("set_vhost_limits", "-V", "lim.vh", '{"max-queues": 5, "max-connections": 10}')
     run("set_vhost_limits", "-V", "lim.vh", '{"max-queues": 5}')
-    assert _listed(run, "vhost_limits") == [
-        {"vhost": "lim.vh", "value": {"max-connections": 10, "max-queues": 5}}
-    ]
+    assert _listed(run, "vhost_limits") == [{"vhost": "lim.vh", "value": {"max-queues": 5}}]
+    run("set_vhost_limits", "-V", "lim.vh", '{"max-queues": 5, "max-connections": 10}')
     run("clear_vhost_limits", "--vhost", "lim.vh", "max-queues")
     assert _listed(run, "vhost_limits") == [{"vhost": "lim.vh", "value": {"max-connections": 10}}]
     run("clear_vhost_limits", "--vhost", "lim.vh")

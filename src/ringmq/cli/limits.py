@@ -61,12 +61,17 @@ def _definition(raw: str) -> dict[str, Any]:
 def _set_limits(
     kind: Kind, owner: str, raw: str, url: str | None, user: str, password: str
 ) -> None:
-    """PUT each limit of the definition, in its order; the first refusal ends the command
-    (limits before it stay set, as the API applied them)."""
+    """The definition becomes the owner's limits, as rabbitmqctl's (its limits are one runtime
+    parameter whose value the definition replaces): PUT each limit it names, in its order, then
+    DELETE the owner's others. The first refusal ends the command (limits before it stay set,
+    as the API applied them; none is cleared)."""
     limits = _definition(raw)
     with _client(url, user, password) as c:
         for name, value in limits.items():
             c.request("PUT", f"/{kind}-limits/{_q(owner)}/{_q(name)}", {"value": value})
+        for name in _owner_limits(c, kind, owner):
+            if name not in limits:
+                c.request("DELETE", f"/{kind}-limits/{_q(owner)}/{_q(name)}")
     out.print(f"{kind} limits of {owner} set: {json.dumps(limits)}", highlight=False)
 
 
@@ -95,7 +100,8 @@ def set_vhost_limits(
     password: Password = DEFAULT_PASSWORD,
 ) -> None:
     """Set a virtual host's limits (max-connections, max-queues), e.g.
-    `ringmq set_vhost_limits --vhost V '{"max-connections": 10}'`. Limits not named stay."""
+    `ringmq set_vhost_limits --vhost V '{"max-connections": 10}'`. It replaces the vhost's
+    limits, as rabbitmqctl's: limits it does not name are cleared."""
     _set_limits("vhost", vhost, definition, url, user, password)
 
 
@@ -120,7 +126,8 @@ def set_user_limits(
     password: Password = DEFAULT_PASSWORD,
 ) -> None:
     """Set a user's limits (max-connections, max-channels), e.g.
-    `ringmq set_user_limits u '{"max-channels": 5}'`. Limits not named stay."""
+    `ringmq set_user_limits u '{"max-channels": 5}'`. It replaces the user's limits, as
+    rabbitmqctl's: limits it does not name are cleared."""
     _set_limits("user", username, definition, url, user, password)
 
 
