@@ -1,4 +1,5 @@
-"""How RabbitMQ words values in its error texts, for texts users compare with RabbitMQ's."""
+"""How RabbitMQ words values in its error texts, for texts users compare with RabbitMQ's; and
+the texts of ringmq's own refusals that several protocols send alike."""
 
 from __future__ import annotations
 
@@ -48,3 +49,9 @@ def as_str(value: Any) -> str | None:
 def unknown_delivery(delivery_id: int) -> str:
     """RabbitMQ's text for a settle that names no outstanding delivery (clients compare it)."""
     return f"unknown delivery tag {delivery_id}"
+
+
+def not_the_leader(host: str, port: int) -> str:
+    """A cluster follower's refusal (`proxy = false`), in every protocol: where the leader's
+    port of the same protocol is."""
+    return f"not the leader: connect to {host}:{port}"

@@ -19,6 +19,7 @@ from ringmq.amqp.spec import (
     ConnectionStartOk,
     ConnectionTune,
 )
+from ringmq.core.texts import not_the_leader
 
 
 class Amqp091Refuser:
@@ -42,7 +43,7 @@ class Amqp091Refuser:
             elif isinstance(frame.method, ConnectionStartOk):
                 out.append(encode_method_frame(0, ConnectionTune(0, 131072, 0)))
             elif isinstance(frame.method, ConnectionOpen):
-                text = f"NOT_ALLOWED - not the leader: connect to {self.host}:{self.port}"
+                text = f"NOT_ALLOWED - {not_the_leader(self.host, self.port)}"
                 out.append(encode_method_frame(0, ConnectionClose(ReplyCode.NOT_ALLOWED, text)))
                 self.done = True
         return b"".join(out), self.done

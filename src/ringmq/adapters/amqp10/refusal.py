@@ -11,6 +11,7 @@ from __future__ import annotations
 from ringmq.amqp10.frames import AMQP_HEADER, SASL_HEADER, Frame, FrameReader, encode_frame
 from ringmq.amqp10.performatives import Close, Error, Open, SaslMechanisms, SaslOutcome
 from ringmq.amqp10.types import Symbol, UInt
+from ringmq.core.texts import not_the_leader
 
 REDIRECT = "amqp:connection:redirect"
 
@@ -45,5 +46,5 @@ class Amqp10Refuser:
             Symbol("port"): UInt(self.port),
             Symbol("hostname"): self.host,
         }
-        text = f"not the leader: connect to {self.host}:{self.port}"
+        text = not_the_leader(self.host, self.port)
         return encode_frame(0, Close(Error(REDIRECT, text, info)))

@@ -7,6 +7,7 @@ client's CONNECT and closes. Sans-IO: `receive(bytes) -> (bytes, done)`.
 
 from __future__ import annotations
 
+from ringmq.core.texts import not_the_leader
 from ringmq.mqtt.codec import PacketReader, decode, encode
 from ringmq.mqtt.packets import ConnAck, Connect
 from ringmq.mqtt.properties import Properties
@@ -37,7 +38,7 @@ class MqttRefuser:
         if connect.protocol_level == MQTT_V5:
             props = Properties(
                 server_reference=f"{self.host}:{self.port}",
-                reason_string=f"not the leader: connect to {self.host}:{self.port}",
+                reason_string=not_the_leader(self.host, self.port),
             )
             ack = ConnAck(Reason.USE_ANOTHER_SERVER, properties=props)
             return encode(ack, MQTT_V5), True

@@ -6,6 +6,7 @@ server closes the connection after an ERROR). Sans-IO: `receive(bytes) -> (bytes
 
 from __future__ import annotations
 
+from ringmq.core.texts import not_the_leader
 from ringmq.stomp.frames import encode
 
 
@@ -21,7 +22,7 @@ class StompRefuser:
         self.head += data
         if b"\n\n" not in self.head.replace(b"\r\n", b"\n"):
             return b"", False
-        text = f"not the leader: connect to {self.host}:{self.port}"
+        text = not_the_leader(self.host, self.port)
         body = text.encode()
         headers = {
             "message": text,

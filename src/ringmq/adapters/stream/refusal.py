@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 
+from ringmq.core.texts import not_the_leader
 from ringmq.streamproto.codec import Code, Key, Writer
 
 _SIZE = struct.Struct(">I")
@@ -33,6 +34,6 @@ class StreamRefuser:
         )
         if not whole:
             return b"", False
-        reason = f"not the leader: connect to {self.host}:{self.port}"
+        reason = not_the_leader(self.host, self.port)
         close = Writer().u32(0).u16(Code.STREAM_NOT_AVAILABLE).string(reason[:255])
         return close.frame(Key.CLOSE), True
