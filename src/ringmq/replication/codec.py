@@ -181,10 +181,15 @@ def encode(frame: Frame) -> bytes:
         case Synced() | NeedSync():
             body = b""
         case Records():
-            parts = [_U64X2.pack(frame.epoch, frame.first), _U32.pack(len(frame.ops))]
+            # the records' data is most of a leader's output: copied once, into the frame
+            parts = [b"", _U64X2.pack(frame.epoch, frame.first), _U32.pack(len(frame.ops))]
+            size = 1 + _U64X2.size + _U32.size
             for op in frame.ops:
-                parts += (_s(op.path), _OP.pack(op.kind, op.offset, len(op.data)), op.data)
-            body = b"".join(parts)
+                path = _s(op.path)
+                parts += (path, _OP.pack(op.kind, op.offset, len(op.data)), op.data)
+                size += len(path) + _OP.size + len(op.data)
+            parts[0] = _LEN.pack(size, _TYPES[Records])
+            return b"".join(parts)
         case Ack():
             body = _U64X3.pack(frame.epoch, frame.written, frame.durable)
     return _LEN.pack(len(body) + 1, _TYPES[type(frame)]) + body

@@ -12,7 +12,10 @@ Acknowledgements: the session acknowledges each batch once written. With
 `follower_fsync` the client also fsyncs what was written (in the default executor, one fsync
 in flight at a time) and reports it (`synced`), so the leader learns a durable position.
 The copy's `SHARD` (epoch, position) is saved after a bulk sync, at an epoch change (by the
-session) and at most once a second while streaming, and at the end.
+session) and at the end, on the loop; and at most once a second while streaming, off the
+loop (`Replica.begin_save` / `persist`, one at a time in the default executor): that save
+fsyncs a second's writes, and the loop keeps applying and acknowledging meanwhile (a loop
+blocked in it held back every acknowledgement, and with them the leader's confirms).
 
 A lost connection is retried every `retry_s`; a refusal (bad secret, other shard, a stale
 leader) is logged as an ERROR and retried too (the operator may fix the leader meanwhile).
@@ -60,17 +63,20 @@ class ReplicationFollower:
         node: str,
         *,
         retry_s: float = 0.5,
+        save_every_s: float = _SAVE_EVERY_S,
     ) -> None:
         assert settings.follow is not None
         self.settings = settings
         self.node = node
         self.retry_s = retry_s
+        self.save_every_s = save_every_s
         self.replica = Replica(store_dir)
         self.session: FollowerSession | None = None
         self._tail: UndoTail | None = None
         self._stopping = asyncio.Event()
         self._saved_at = 0.0
         self._fsync: asyncio.Future[None] | None = None
+        self._saving: asyncio.Future[None] | None = None
 
     def held(self) -> ShardState:
         """What the copy holds now."""
@@ -173,9 +179,25 @@ class ReplicationFollower:
 
     def _maybe_save(self) -> None:
         now = time.monotonic()
-        if now - self._saved_at >= _SAVE_EVERY_S:
-            self._saved_at = now
-            self._save()
+        if now - self._saved_at < self.save_every_s or self._saving is not None:
+            return
+        self._saved_at = now
+        held = self.held()
+        if held == self.replica.state or held.syncing:
+            return
+        replica = self.replica
+        pending = replica.begin_save(held)
+        fut = asyncio.get_running_loop().run_in_executor(None, replica.persist, pending)
+        self._saving = fut
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._saving = None
+            if f.cancelled() or f.exception() is not None:
+                log.error("replication: saving the copy's state failed: %s", f.exception())
+                return
+            replica.saved(pending)
+
+        fut.add_done_callback(done)
 
     def _save(self) -> None:
         held = self.held()

@@ -9,10 +9,12 @@ port.
 Each follower connection runs a `replication.leader.LeaderSession` (sans-IO) in two tasks on
 the broker's loop: one reads the follower's frames (and performs a bulk sync when the session
 asks: the file index and the file chunks are read in the default executor, so the loop keeps
-serving clients meanwhile), the other sends records whenever the log grows (the log's
-`on_append` sets each session's wake-up event). Writes wait for the socket (`drain`), so a
-slow follower holds only its own buffer; one that falls behind the log's backlog is bulk
-synced again.
+serving clients meanwhile), the other sends records when the socket fell behind. Records
+are sent as the log grows, from inside the store's write (the log's `on_append`), to every
+streaming follower whose socket buffer holds less than `_DIRECT_BUFFER_BYTES`; past that the
+session's send loop is woken, waits for the socket (`drain`) and sends the rest, so a slow
+follower holds only its own buffer. One that falls behind the log's backlog is bulk synced
+again.
 
 `acked` maps each connected follower that has acknowledged (so: finished its bulk sync) to
 the last position of this epoch it acknowledged. With `--confirm-replicated` the group commit
@@ -42,6 +44,7 @@ from ringmq.replication.leader import (
     LeaderSession,
     NeedIndex,
     SendFiles,
+    State,
 )
 from ringmq.server.options import ReplicationSettings
 from ringmq.storage.replica import ShardState, read_state, write_state
@@ -49,6 +52,10 @@ from ringmq.storage.shardlog import FileEntry, ShardLog, file_index
 from ringmq.storage.store import FileStore
 
 log = logging.getLogger(__name__)
+
+_DIRECT_BUFFER_BYTES = 1 << 20
+"""`_wake` writes to a follower's socket directly while less than this waits in its buffer;
+past it the send loop takes over (and waits for the socket)."""
 
 
 class ReplicationLeader:
@@ -64,7 +71,8 @@ class ReplicationLeader:
         self.acked: dict[str, int] = {}
         """Follower name -> last position of this epoch it acknowledged."""
         self._server: asyncio.Server | None = None
-        self._wakers: set[asyncio.Event] = set()
+        self._streams: dict[LeaderSession, tuple[asyncio.StreamWriter, asyncio.Event]] = {}
+        """The authenticated sessions, with their socket and their send loop's wake-up."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         """Every session's socket: `stop()` closes them (the listener's close does not)."""
@@ -102,6 +110,13 @@ class ReplicationLeader:
             epoch,
         )
 
+    def sent_to(self, node: str) -> int | None:
+        """The last position sent to the follower `node` (None: not connected)."""
+        for session in self._streams:
+            if session.node == node:
+                return session.sent
+        return None
+
     def replicated(self) -> int:
         """The lowest position every counted follower acknowledged (0 without one)."""
         return min(self.acked.values(), default=0)
@@ -115,8 +130,22 @@ class ReplicationLeader:
             self.on_progress()
 
     def _wake(self) -> None:
-        for event in self._wakers:
-            event.set()
+        # The log grew (the store handed writes to the OS): send them now, from inside the
+        # write, to every follower whose socket is keeping up. Waiting for the send loop's
+        # turn on a busy loop would add that turn to every confirm the followers gate.
+        for session, (writer, wake) in self._streams.items():
+            if wake.is_set() or session.state is not State.STREAMING:
+                continue  # the send loop has it (waiting for the socket, or a bulk sync)
+            transport = writer.transport
+            if transport.get_write_buffer_size() > _DIRECT_BUFFER_BYTES:
+                wake.set()
+                continue
+            session.pump()
+            data = session.data_to_send()
+            if data:
+                transport.write(data)
+            if session.sent < session.log.position or session.backlogged:
+                wake.set()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self.log is not None
@@ -133,13 +162,13 @@ class ReplicationLeader:
                     break
                 await self._handle(session, session.receive_data(data), writer, wake)
                 if session.node:
-                    self._wakers.add(wake)
+                    self._streams[session] = (writer, wake)
                 writer.write(session.data_to_send())
                 await writer.drain()
         except (ConnectionError, OSError) as exc:
             log.info("replication: follower %s (%s) lost: %s", session.node or "?", peer, exc)
         finally:
-            self._wakers.discard(wake)
+            self._streams.pop(session, None)
             if self.acked.pop(session.node, None) is not None:
                 self._progress()
             sender.cancel()
@@ -219,6 +248,7 @@ class ReplicationLeader:
     ) -> None:
         while True:
             await wake.wait()
+            await writer.drain()  # what `_wake` wrote directly leaves first
             wake.clear()
             while True:
                 session.pump()

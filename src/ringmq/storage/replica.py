@@ -25,7 +25,12 @@ for `DELETE_DIR`, `streams/<stream>`.
 `flush()` hands out descriptors of the files written since the last one (and of their
 directories), for `journal.fsync_fds` on another thread, as `FileStore.flush` does.
 
-Owner: the follower's loop thread; only `journal.fsync_fds` runs elsewhere.
+Saving (`save`, or `begin_save` / `persist` / `saved`, which lets the fsync and the `SHARD`
+write run off the loop while writes go on): the descriptors are taken when the save begins,
+so the state it records never claims more than its fsync covers; overlapping saves write
+`SHARD` in the order they began (a late, older one is skipped).
+
+Owner: the follower's loop thread; only `persist` (and `journal.fsync_fds`) runs elsewhere.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
@@ -90,6 +96,15 @@ def write_state(root: Path, state: ShardState) -> None:
         os.close(dir_fd)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingSave:
+    """A save begun on the owner's thread (`Replica.begin_save`), to be persisted."""
+
+    seq: int
+    fds: list[int]
+    state: ShardState
+
+
 class Replica:
     """A follower's copy of a shard's store directory (see the module docstring)."""
 
@@ -101,6 +116,9 @@ class Replica:
         for stale in ("CLEAN", "RECOVERY_TERMS"):
             (root / stale).unlink(missing_ok=True)
         self.state = read_state(root)
+        self._saves = 0  # saves begun (their order)
+        self._persisted = 0  # the latest save whose state reached `SHARD`
+        self._state_lock = threading.Lock()  # `persist` may run on a thread of its own
         self._fds: dict[str, int] = {}
         self._dirty: set[str] = set()  # written since the last flush()
         self._dirs_dirty: set[str] = set()  # entries created or removed since then
@@ -223,10 +241,30 @@ class Replica:
     # -- state and durability ---------------------------------------------------------------
 
     def save(self, state: ShardState) -> None:
-        """Make what was applied durable, then record `state` in `SHARD`."""
-        fsync_fds(self.flush())
-        write_state(self.root, state)
-        self.state = state
+        """Make what was applied durable, then record `state` in `SHARD` (on this thread)."""
+        pending = self.begin_save(state)
+        self.persist(pending)
+        self.saved(pending)
+
+    def begin_save(self, state: ShardState) -> PendingSave:
+        """A save of `state` to run with `persist` on another thread: the descriptors taken
+        now cover every write so far (what `state` claims), not the writes after."""
+        self._saves += 1
+        return PendingSave(self._saves, self.flush(), state)
+
+    def persist(self, pending: PendingSave) -> None:
+        """Fsync what `pending` covers, then write its state unless a later save's state is
+        already in `SHARD` (any thread; saves may overlap)."""
+        fsync_fds(pending.fds)
+        with self._state_lock:
+            if pending.seq > self._persisted:
+                write_state(self.root, pending.state)
+                self._persisted = pending.seq
+
+    def saved(self, pending: PendingSave) -> None:
+        """`persist(pending)` completed (the owner's thread): `state` is what `SHARD` holds."""
+        if pending.seq >= self._persisted:
+            self.state = pending.state
 
     def flush(self) -> list[int]:
         """Descriptors to fsync (`journal.fsync_fds` closes them) covering every write so far."""
