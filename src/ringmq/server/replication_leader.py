@@ -137,13 +137,16 @@ class ReplicationLeader:
             if wake.is_set() or session.state is not State.STREAMING:
                 continue  # the send loop has it (waiting for the socket, or a bulk sync)
             transport = writer.transport
-            if transport.get_write_buffer_size() > _DIRECT_BUFFER_BYTES:
+            if transport.is_closing() or transport.get_write_buffer_size() > _DIRECT_BUFFER_BYTES:
                 wake.set()
                 continue
-            session.pump()
-            data = session.data_to_send()
-            if data:
-                transport.write(data)
+            try:
+                session.pump()
+                data = session.data_to_send()
+                if data:
+                    transport.write(data)
+            except Exception:  # never into the store's write: the send loop meets it again
+                log.exception("replication: sending to %s failed", session.node)
             if session.sent < session.log.position or session.backlogged:
                 wake.set()
 
