@@ -77,6 +77,7 @@ class ReplicationFollower:
         self._saved_at = 0.0
         self._fsync: asyncio.Future[None] | None = None
         self._saving: asyncio.Future[None] | None = None
+        self._following: asyncio.Task[None] | None = None  # the connection `stop` ends
 
     def held(self) -> ShardState:
         """What the copy holds now."""
@@ -89,10 +90,16 @@ class ReplicationFollower:
         host, port = self.settings.follow or ("", 0)
         try:
             while not self._stopping.is_set():
+                self._following = asyncio.create_task(self._follow_once(host, port))
                 try:
-                    await self._follow_once(host, port)
+                    await self._following
+                except asyncio.CancelledError:
+                    if not self._stopping.is_set():
+                        raise  # `run` itself was cancelled
                 except (ConnectionError, OSError) as exc:
                     log.info("replication: leader %s:%d unreachable: %s", host, port, exc)
+                finally:
+                    self._following = None
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), self.retry_s)
         finally:
@@ -102,6 +109,8 @@ class ReplicationFollower:
     def stop(self) -> None:
         """Ask `run` to return."""
         self._stopping.set()
+        if self._following is not None:
+            self._following.cancel()  # its `finally` saves and closes
 
     async def _follow_once(self, host: str, port: int) -> None:
         reader, writer = await asyncio.open_connection(host, port, limit=CHUNK_BYTES)
@@ -110,17 +119,11 @@ class ReplicationFollower:
         )
         self._tail = session.tail
         self.session = session
-        stop = asyncio.create_task(self._stopping.wait())
         try:
             writer.write(session.data_to_send())
             log.info("replication: following %s:%d (shard %s)", host, port, session.shard)
             while not session.closed:
-                read = asyncio.create_task(reader.read(CHUNK_BYTES))
-                done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
-                if stop in done:
-                    read.cancel()
-                    break
-                data = read.result()
+                data = await reader.read(CHUNK_BYTES)  # `stop` cancels this task
                 if not data:
                     log.info("replication: leader %s:%d closed the connection", host, port)
                     break
@@ -131,7 +134,6 @@ class ReplicationFollower:
                 self._maybe_save()
                 await writer.drain()
         finally:
-            stop.cancel()
             self._save()
             writer.close()
             with contextlib.suppress(Exception):

@@ -166,8 +166,10 @@ class ReplicationLeader:
                 await self._handle(session, session.receive_data(data), writer, wake)
                 if session.node:
                     self._streams[session] = (writer, wake)
-                writer.write(session.data_to_send())
-                await writer.drain()
+                data = session.data_to_send()
+                if data:  # (an acknowledgement, the usual read, has no answer)
+                    writer.write(data)
+                    await writer.drain()
         except (ConnectionError, OSError) as exc:
             log.info("replication: follower %s (%s) lost: %s", session.node or "?", peer, exc)
         finally:
