@@ -47,7 +47,8 @@ Callers that answer only once their writes are durable (the streams API's reserv
 which have no confirm to hold) call `until_durable()`: a future resolved when the first group
 that covers the store's position at the call is released (its fsync done and, with a replica
 gate, its shard-log position acknowledged: the same release as the confirms'; one is started
-at once when none runs), or failed with the OSError when that flush or fsync fails.
+at once when no group in flight covers that position and a slot is free), or failed with the
+OSError when that flush or fsync fails.
 
 Write failures (ENOSPC, EDQUOT, EIO...; docs/storage.md, "Write failures"): when `flush()` or
 the fsync raises, the group's confirms (and those of every later group in flight, after a
@@ -84,7 +85,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -113,7 +114,7 @@ class _Flight:
     log_position: int
     finished: threading.Event
     """Set by its job once its `synced` step ran or failed (the next job waits for it)."""
-    fut: asyncio.Future[int] | None = None
+    fut: Future[int] | None = None
     done: bool = False
     dead: bool = False
     """Its confirms were nacked (it or an earlier group's fsync failed): never released."""
@@ -178,7 +179,7 @@ class GroupCommit:
         """The store position the last group released covered (`until_durable` waits for it)."""
 
     @property
-    def in_flight(self) -> asyncio.Future[int] | None:
+    def in_flight(self) -> Future[int] | None:
         """The newest group fsync in flight (None: none runs)."""
         return self._flights[-1].fut if self._flights else None
 
@@ -290,10 +291,19 @@ class GroupCommit:
         flight = _Flight(group, self._starts, point.position, point.log_position,
                          threading.Event())  # fmt: skip
         self._flights.append(flight)
-        fut = self.loop.run_in_executor(self._executor, self._sync, point, before, flight)
+        fut = self._executor.submit(self._sync, point, before, flight)
         flight.fut = fut
-        fut.add_done_callback(lambda f: self._done(flight))
+        fut.add_done_callback(lambda f: self._notify(flight))
         return True
+
+    def _notify(self, flight: _Flight) -> None:
+        # On the executor thread: `_done` on the loop's very next turn. (`run_in_executor`
+        # takes two: its future is copied into an asyncio one, whose callbacks then wait for
+        # a further turn, after the socket reads that became ready meanwhile.)
+        try:
+            self.loop.call_soon_threadsafe(self._done, flight)
+        except RuntimeError:
+            pass  # the loop is closed: nothing waits for this group any more
 
     def _sync(self, point: SyncPoint, before: threading.Event | None, flight: _Flight) -> int:
         # On an executor thread: this point's fsyncs (at once with the other groups'), then
@@ -471,7 +481,7 @@ class GroupCommit:
             if flight.fut is None:
                 continue
             try:
-                await asyncio.shield(flight.fut)
+                await asyncio.wrap_future(flight.fut, loop=self.loop)
             except Exception:
                 log.debug("last fsync failed at shutdown", exc_info=True)
         self._closed = True
