@@ -136,13 +136,13 @@ def test_confirms_wait_for_the_fsync_and_are_grouped(
     commit = b.server.commit
     assert commit is not None
     gate = threading.Event()
-    real_fsync = commit.store.fsync
+    real_sync_files = commit.store.sync_files  # the group commit's fsync of a point
 
-    def gated_fsync(point: Any) -> int:
+    def gated_sync_files(point: Any) -> None:
         gate.wait(30)
-        return int(real_fsync(point))
+        real_sync_files(point)
 
-    b.call(lambda: setattr(commit.store, "fsync", gated_fsync))
+    b.call(lambda: setattr(commit.store, "sync_files", gated_sync_files))
     # no periodic sweep: confirms must come from the fsync started at the end of a read batch
     b.call(b.server.timers.stop_sweep)
     url = f"amqp://guest:guest@{b.host}:{b.port}/"
@@ -163,7 +163,7 @@ def test_confirms_wait_for_the_fsync_and_are_grouped(
         asyncio.run(held())
     finally:
         gate.set()
-        b.call(lambda: setattr(commit.store, "fsync", real_fsync))
+        b.call(lambda: setattr(commit.store, "sync_files", real_sync_files))
 
     async def burst() -> None:
         connection = await aio_pika.connect(url)

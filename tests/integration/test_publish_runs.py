@@ -165,13 +165,13 @@ def test_a_run_of_persistent_messages_is_confirmed_once_on_disk(
     commit = b.server.commit
     assert commit is not None
     gate = threading.Event()
-    real_fsync = commit.store.fsync
+    real_sync_files = commit.store.sync_files  # the group commit's fsync of a point
 
-    def gated_fsync(point: Any) -> int:
+    def gated_sync_files(point: Any) -> None:
         gate.wait(30)
-        return int(real_fsync(point))
+        real_sync_files(point)
 
-    b.call(lambda: setattr(commit.store, "fsync", gated_fsync))
+    b.call(lambda: setattr(commit.store, "sync_files", gated_sync_files))
     b.call(b.server.timers.stop_sweep)  # confirms only from the fsync of a read batch
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
     conn.channel().queue_declare("runs-durable", durable=True)
@@ -187,7 +187,7 @@ def test_a_run_of_persistent_messages_is_confirmed_once_on_disk(
         out = _publish(b.port, publishes, persistent=True, meanwhile=open_gate)
     finally:
         gate.set()
-        b.call(lambda: setattr(commit.store, "fsync", real_fsync))
+        b.call(lambda: setattr(commit.store, "sync_files", real_sync_files))
     assert before == [0]  # nothing confirmed while the fsync had not completed
     assert out.acked == set(range(1, 201))
     b.stop()

@@ -8,21 +8,32 @@ commands; nothing is durable until an fsync covers it. After every read batch th
 
 1. the confirms the broker held back (`Broker.drain_unconfirmed()`) join `waiting`;
 2. if there are waiting confirms (or persistent messages that the durability hold keeps from
-   consumers until they are durable: `Broker.holding()`, core/queue/hold.py) and no fsync is
-   running, `store.flush()` hands every buffered
-   write to the OS (on the loop thread: the store's owner) and `store.fsync(point)` runs in a
-   one-thread executor, so the loop keeps reading and writing meanwhile; `flush()` is called
-   only there, because its point holds descriptors that only `fsync` closes (every other
-   hand-over uses `store.write_out()`, which takes none);
-3. when the fsync completes, `Broker.stored(position)` hands the messages it covered to
-   their consumers and every confirm of that group is released through
-   `Broker.confirm_stored` (the session coalesces contiguous tags into `multiple=true`); the
-   confirms that arrived during the fsync form the next group, started at once.
+   consumers until they are durable: `Broker.holding()`, core/queue/hold.py) and fewer than
+   `MAX_FSYNCS` fsyncs are running, `store.flush()` hands every buffered write to the OS (on
+   the loop thread: the store's owner) and the point's fsync runs in an executor, so the loop
+   keeps reading and writing meanwhile; `flush()` is called only there, because its point
+   holds descriptors that only the fsync closes (every other hand-over uses
+   `store.write_out()`, which takes none);
+3. when a group's fsync and those of every earlier group are done, `Broker.stored(position)`
+   hands the messages it covered to their consumers and every confirm of that group is
+   released through `Broker.confirm_stored` (the session coalesces contiguous tags into
+   `multiple=true`); the confirms that waited for a free slot form the next group, started
+   at once.
 
-One fsync is in flight at a time, so a burst of N publishes costs about one fsync per group
-rather than N (RabbitMQ's and Artemis' group commit). Writes without a waiting confirm (acks,
-deliveries) are handed to the OS at the end of the batch and made durable by the next group or by
-`tick()` (called from the server's periodic sweep), at most a sweep period later.
+Several fsyncs in flight (up to `MAX_FSYNCS`), each a group: a batch that arrives while an
+fsync runs starts its own instead of waiting for that one to end (which covers none of its
+writes) and then for a second one. With one fsync at a time a pipelining publisher (the stream
+protocol's: 10 frames unconfirmed) fell into lockstep: the frames read during an fsync waited
+for it, then for their own, and the publisher sent nothing meanwhile. The groups are still
+released strictly in order: each point's fsync is `store.sync_files` (concurrent: each point
+owns its descriptors), then, on the same executor thread once the previous group's job is
+done, `store.synced` (tracking renames, the durable position) in point order; `_done` releases
+the oldest groups that are done. So a confirm goes only after the fsync of the point that
+covers its write and every earlier one. A burst of N publishes still costs about one fsync per
+group rather than N (RabbitMQ's and Artemis' group commit), at most `MAX_FSYNCS` at a time.
+Writes without a waiting confirm (acks, deliveries) are handed to the OS at the end of the
+batch and made durable by the next group or by `tick()` (called from the server's periodic
+sweep), at most a sweep period later.
 
 Stream confirms under the `written` rule (`[server] stream_confirm`, core/streamspec.py
 `ConfirmRule`; the default `fsynced` takes the path above): the broker holds them apart
@@ -36,10 +47,12 @@ Callers that answer only once their writes are durable (the streams API's reserv
 which have no confirm to hold) call `until_durable()`: a future resolved when the first group
 that covers the store's position at the call is released (its fsync done and, with a replica
 gate, its shard-log position acknowledged: the same release as the confirms'; one is started
-at once when none runs), or failed with the OSError when that flush or fsync fails.
+at once when no group in flight covers that position and a slot is free), or failed with the
+OSError when that flush or fsync fails.
 
 Write failures (ENOSPC, EDQUOT, EIO...; docs/storage.md, "Write failures"): when `flush()` or
-the fsync raises, the group's confirms are never acked: `Broker.unstored(position)` takes every
+the fsync raises, the group's confirms (and those of every later group in flight, after a
+failed fsync) are never acked: `Broker.unstored(position)` takes every
 message written after what an fsync covered out of its queues, unseen (the hold kept it from
 consumers), and `Broker.fail_unconfirmed` nacks the confirms (the publisher may retry); one
 ERROR line names the path, the errno and what happens next, and the `disk_write` resource
@@ -60,7 +73,8 @@ gate's: in the static mode every connected follower (none connected means no wai
 cluster on etcd the ISR (`ringmq.server.member`, `replication.isr`), whose gate also refuses
 everything once the node stops leading (the election's fence).
 
-Only the loop thread calls these methods; the executor thread only runs `store.fsync`.
+Only the loop thread calls these methods; the executor threads only run `_sync` (the store's
+`sync_files` and `synced`).
 """
 
 from __future__ import annotations
@@ -68,9 +82,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Protocol
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol
 
 from ringmq.core.effects import Effect
 from ringmq.storage.store import SyncPoint
@@ -80,6 +97,27 @@ if TYPE_CHECKING:
     from ringmq.storage.store import FileStore
 
 log = logging.getLogger(__name__)
+
+MAX_FSYNCS: Final = 4
+"""Group fsyncs in flight at once (module docstring); more batches than that wait and join."""
+
+_Group = list[tuple[int, int, int]]
+
+
+@dataclass(slots=True, eq=False)
+class _Flight:
+    """One group's fsync in flight: its confirms, its start number and shard-log position."""
+
+    group: _Group
+    started: int
+    position: int
+    log_position: int
+    finished: threading.Event
+    """Set by its job once its `synced` step ran or failed (the next job waits for it)."""
+    fut: Future[int] | None = None
+    done: bool = False
+    dead: bool = False
+    """Its confirms were nacked (it or an earlier group's fsync failed): never released."""
 
 
 class ReplicaGate(Protocol):
@@ -112,11 +150,15 @@ class GroupCommit:
         self.store = store
         self.loop = loop
         self.release = release
-        self.waiting: list[tuple[int, int, int]] = []
-        self.in_flight: asyncio.Future[int] | None = None
+        self.waiting: _Group = []
+        self._flights: deque[_Flight] = deque()  # oldest first
         self._flushed = store.position
-        self._syncing_to = 0  # the position the fsync in flight covers
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ringmq-fsync")
+        self._syncing_to = 0  # the position the newest fsync in flight covers
+        # one thread per fsync in flight: a job waits for the previous one's `synced`, which
+        # is already running (the executor's queue is FIFO and never longer than its threads)
+        self._executor = ThreadPoolExecutor(
+            max_workers=MAX_FSYNCS, thread_name_prefix="ringmq-fsync"
+        )
         self._closed = False
         self.syncs = 0
         """fsyncs completed (for tests and metrics)."""
@@ -130,11 +172,16 @@ class GroupCommit:
         self.replica_gate: ReplicaGate | None = None
         """Set: groups also wait for the followers' acknowledgements (module docstring)."""
         # fsynced groups waiting for the followers: (log position, durable, healthy, group)
-        self._parked: list[tuple[int, int, bool, list[tuple[int, int, int]]]] = []
+        self._parked: list[tuple[int, int, bool, _Group]] = []
         self.released_log_position = 0
         """The shard-log position of the last group released (every confirm so far is below)."""
         self._released = store.durable_position
         """The store position the last group released covered (`until_durable` waits for it)."""
+
+    @property
+    def in_flight(self) -> Future[int] | None:
+        """The newest group fsync in flight (None: none runs)."""
+        return self._flights[-1].fut if self._flights else None
 
     @property
     def waiting_log_position(self) -> int | None:
@@ -152,12 +199,12 @@ class GroupCommit:
         if self.failure is not None:
             # writes are failing: nack at once; only `tick()` tries the disk again
             self.waiting.extend(written)
-            if self.waiting and self.in_flight is None:
+            if self.waiting and not self._flights:
                 group, self.waiting = self.waiting, []
-                self._unstored()
+                self._unstored(self.store.durable_position)
                 self.loop.call_soon(self._nack, group)
             return
-        if self.in_flight is None and (self.waiting or self._holding()):
+        if len(self._flights) < MAX_FSYNCS and (self.waiting or self._holding()):
             if not self._start():
                 if written:  # not written out either
                     self.loop.call_soon(self._nack, written)
@@ -175,7 +222,7 @@ class GroupCommit:
         if written:
             self.loop.call_soon(self._written, written)
 
-    def _written(self, group: list[tuple[int, int, int]]) -> None:
+    def _written(self, group: _Group) -> None:
         # The `written` rule's release point: these confirms' chunks are in the OS's hands
         # (page cache), which is all that rule asks locally; no fsync is waited for. The
         # followers' gate, if any, is still asked (`_settle`), as for a fsynced group.
@@ -196,7 +243,10 @@ class GroupCommit:
             fut.set_exception(OSError(errno.EIO, self.failure))
             return fut
         self._durable_waiters.append((position, fut))
-        if self.in_flight is None and (self.store.durable_position < position or not self._parked):
+        if self._flights:
+            if position > self._syncing_to and len(self._flights) < MAX_FSYNCS:
+                self._start()  # (else a group in flight covers it, or `_done` starts one)
+        elif self.store.durable_position < position or not self._parked:
             self._start()  # (fsynced already, parked: the parked group's release wakes it)
         return fut
 
@@ -216,7 +266,7 @@ class GroupCommit:
 
     def tick(self) -> None:
         """Periodic: make writes that no confirm waited for durable too."""
-        if self._closed or self.in_flight is not None:
+        if self._closed or self._flights:
             return
         if self.failure is not None and self.store.fenced:
             return  # a failed fsync: nothing is written until restart
@@ -236,19 +286,44 @@ class GroupCommit:
             self._failed(exc, group, fsync=False)
             return False
         self._flushed = self._syncing_to = point.position
-        fut = self.loop.run_in_executor(self._executor, self.store.fsync, point)
-        self.in_flight = fut
         self._starts += 1
-        started = self._starts
-        log_position = point.log_position
-        fut.add_done_callback(lambda f: self._done(f, group, started, log_position))
+        before = self._flights[-1].finished if self._flights else None
+        flight = _Flight(group, self._starts, point.position, point.log_position,
+                         threading.Event())  # fmt: skip
+        self._flights.append(flight)
+        fut = self._executor.submit(self._sync, point, before, flight)
+        flight.fut = fut
+        fut.add_done_callback(lambda f: self._notify(flight))
         return True
 
+    def _notify(self, flight: _Flight) -> None:
+        # On the executor thread: `_done` on the loop's very next turn. (`run_in_executor`
+        # takes two: its future is copied into an asyncio one, whose callbacks then wait for
+        # a further turn, after the socket reads that became ready meanwhile.)
+        try:
+            self.loop.call_soon_threadsafe(self._done, flight)
+        except RuntimeError:
+            pass  # the loop is closed: nothing waits for this group any more
+
+    def _sync(self, point: SyncPoint, before: threading.Event | None, flight: _Flight) -> int:
+        # On an executor thread: this point's fsyncs (at once with the other groups'), then
+        # its `synced` step after the previous group's (point order: the durable position and
+        # the tracking renames never get ahead of an fsync still running).
+        try:
+            self.store.sync_files(point)
+            if before is not None:
+                before.wait()
+            return self.store.synced(point)
+        finally:
+            flight.finished.set()
+
     def _holding(self) -> bool:
-        # held messages need an fsync, unless they are all in parked groups (already fsynced,
-        # waiting for followers) and nothing was written since
+        # held messages need an fsync, unless they are all in groups in flight or parked
+        # groups (already fsynced, waiting for followers) and nothing was written since
         if not self.broker.holding():
             return False
+        if self._flights:
+            return self.store.position > self._syncing_to
         return not self._parked or self.store.position > self._syncing_to
 
     def replicated(self) -> None:
@@ -259,32 +334,53 @@ class GroupCommit:
             self.released_log_position = max(self.released_log_position, log_position)
             self._release(durable, healthy, group)
 
-    def _release(self, durable: int, healthy: bool, group: list[tuple[int, int, int]]) -> None:
+    def _release(self, durable: int, healthy: bool, group: _Group) -> None:
         # the waiters and the persistent messages this group covered (hold.py) go on now
         self._released = max(self._released, durable)
         self._wake(durable)
         self.release(lambda: self.broker.stored(durable, healthy=healthy) + self._confirm(group))
 
-    def _done(
-        self,
-        fut: asyncio.Future[int],
-        group: list[tuple[int, int, int]],
-        started: int,
-        log_position: int = 0,
-    ) -> None:
-        self.in_flight = None
+    def _done(self, flight: _Flight) -> None:
+        flight.done = True
         if self._closed:
             return
+        fut = flight.fut
+        assert fut is not None
         exc = fut.exception() if not fut.cancelled() else None
-        if fut.cancelled() or exc is not None:
-            # The data may not be on disk: never confirm it; nack the group.
+        failed = fut.cancelled() or exc is not None
+        if failed and not flight.dead:
+            # The data may not be on disk: never confirm it; nack the group, and every later
+            # group in flight (its fsync cannot stand for this one's writes).
             if not isinstance(exc, OSError):
                 exc = OSError(f"fsync did not complete: {exc!r}")
-            self._failed(exc, group, fsync=True)
-            return
-        self.syncs += 1
-        durable = fut.result()
-        if self.failure is not None and started > self._failed_at:
+            group: _Group = []
+            after = self.store.durable_position
+            for f in self._flights:
+                if f.started < flight.started:
+                    after = f.position if not f.dead else after
+                elif not f.dead:
+                    f.dead = True
+                    group += f.group
+            self._failed(exc, group, fsync=True, after=after)
+        # release the oldest groups whose fsync (and every earlier one) is done, in order
+        flights = self._flights
+        while flights and flights[0].done:
+            f = flights.popleft()
+            if f.dead:
+                continue
+            self.syncs += 1
+            self._succeeded(f)
+        if (
+            not failed
+            and len(flights) < MAX_FSYNCS
+            and (self.waiting or self._unsynced_waiters() or self._holding())
+        ):
+            self._start()
+
+    def _succeeded(self, flight: _Flight) -> None:
+        assert flight.fut is not None
+        durable = flight.fut.result()
+        if self.failure is not None and flight.started > self._failed_at:
             # only an fsync of a point flushed after the failure (the probe) says writes work
             # again; one that was in flight when a write failed covers older writes only
             log.warning(
@@ -292,13 +388,9 @@ class GroupCommit:
             )
             self.failure = None
             self.release(lambda: self.broker.set_alarm("disk_write", None))
-        self._settle(log_position, durable, self.failure is None, group)
-        if (self.waiting or self._unsynced_waiters() or self._holding()) and self.in_flight is None:
-            self._start()
+        self._settle(flight.log_position, durable, self.failure is None, flight.group)
 
-    def _settle(
-        self, log_position: int, durable: int, healthy: bool, group: list[tuple[int, int, int]]
-    ) -> None:
+    def _settle(self, log_position: int, durable: int, healthy: bool, group: _Group) -> None:
         # A group whose local rule is met (fsynced: `_done`; written: `_written`): released
         # now, or parked until the followers' gate covers its shard-log position.
         gate = self.replica_gate
@@ -309,17 +401,25 @@ class GroupCommit:
             self._release(durable, healthy, group)
 
     def _unsynced_waiters(self) -> bool:
-        # durable waiters that need another fsync (not those parked behind the followers)
-        durable = self.store.durable_position
-        return any(position > durable for position, _ in self._durable_waiters)
+        # durable waiters that need another fsync (not those a group in flight covers, nor
+        # those parked behind the followers)
+        covered = self._syncing_to if self._flights else self.store.durable_position
+        return any(position > covered for position, _ in self._durable_waiters)
 
-    def _failed(self, exc: OSError, group: list[tuple[int, int, int]], *, fsync: bool) -> None:
-        """A flush or fsync failed: nack `group`, raise the alarm (logged once per episode)."""
+    def _failed(
+        self, exc: OSError, group: _Group, *, fsync: bool, after: int | None = None
+    ) -> None:
+        """A flush or fsync failed: nack `group`, raise the alarm (logged once per episode).
+        `after`: the last position still to be released (default: the newest group's in
+        flight, or the durable one)."""
         self._failed_at = self._starts
         group = group + self.waiting  # confirms held meanwhile cannot be covered either
         self.waiting = []
         self._wake(0, exc)
-        self._unstored()
+        if after is None:
+            live = [f.position for f in self._flights if not f.dead]
+            after = live[-1] if live else self.store.durable_position
+        self._unstored(after)
         if group:
             self.loop.call_soon(self._nack, group)
         if self.failure is not None:
@@ -345,13 +445,13 @@ class GroupCommit:
         reason = f"disk alarm: {self.failure}"
         self.loop.call_soon(self.release, lambda: self.broker.set_alarm("disk_write", reason))
 
-    def _unstored(self) -> None:
-        # Every write after what an fsync covered (or the one in flight will cover) failed
-        # with this group: its messages leave their queues unseen (hold.py), before the nacks.
-        after = self._syncing_to if self.in_flight is not None else self.store.durable_position
+    def _unstored(self, after: int) -> None:
+        # Every write after what an fsync covered (or the ones in flight that still count
+        # will cover) failed with this group: its messages leave their queues unseen
+        # (hold.py), before the nacks.
         self.loop.call_soon(self.release, lambda: self.broker.unstored(after))
 
-    def _nack(self, group: list[tuple[int, int, int]]) -> None:
+    def _nack(self, group: _Group) -> None:
         self.failed_groups += 1
         fail = self.broker.fail_unconfirmed
         by_channel: dict[tuple[int, int], list[int]] = {}
@@ -366,7 +466,7 @@ class GroupCommit:
 
         self.release(run)
 
-    def _confirm(self, group: list[tuple[int, int, int]]) -> list[Effect]:
+    def _confirm(self, group: _Group) -> list[Effect]:
         by_channel: dict[tuple[int, int], list[int]] = {}
         for conn_id, channel, seq in group:
             by_channel.setdefault((conn_id, channel), []).append(seq)
@@ -376,11 +476,12 @@ class GroupCommit:
         return effects
 
     async def close(self) -> None:
-        """Wait for the running fsync and stop (the broker's `close()` does the final sync)."""
-        fut = self.in_flight
-        if fut is not None:
+        """Wait for the running fsyncs and stop (the broker's `close()` does the final sync)."""
+        for flight in list(self._flights):
+            if flight.fut is None:
+                continue
             try:
-                await asyncio.shield(fut)
+                await asyncio.wrap_future(flight.fut, loop=self.loop)
             except Exception:
                 log.debug("last fsync failed at shutdown", exc_info=True)
         self._closed = True

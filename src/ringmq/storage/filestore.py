@@ -39,7 +39,10 @@ cover them, so from then on `flush()` raises, nothing more is written, and `clos
 recovery terms: the next start replays the journal, whose checksums decide what survived.
 Everything an earlier fsync covered stays as it was.
 
-Single owner: all methods except `fsync` run on one thread (the loop). No locks.
+Single owner: all methods except `fsync` run on one thread (the loop). No locks. `fsync` is
+`sync_files` (the descriptors' fsyncs: several points may run them at once, on different
+threads) then `synced` (tracking renames, the durable position), which the caller runs in
+point order (server/commit.py).
 """
 
 from __future__ import annotations
@@ -128,6 +131,7 @@ class FileStore:
         self._reclaim = Reclaimer(self._journal, self.index)
         self._tx_seg: int | None = None
         self._fenced: OSError | None = None  # a failed fsync: nothing more is written
+        self._fenced_at = 0  # the sync point whose fsync failed (`synced` refuses later ones)
         self._pending_fds: list[int] = []  # handed out by a flush that then failed
         self.shard_log: ShardLog | None = None
         """Records every write once replication attaches it (`attach_log`)."""
@@ -437,18 +441,42 @@ class FileStore:
         self.streams.relog()
 
     def fsync(self, point: SyncPoint) -> int:
+        self.sync_files(point)
+        return self.synced(point)
+
+    def sync_files(self, point: SyncPoint) -> None:
+        """The first half of `fsync`: fsync and close the point's descriptors. Several points
+        may be at it at once, on different threads (the group commit's fsyncs in flight):
+        each point owns its descriptors."""
         try:
             fsync_fds(list(point.fds))
+        except OSError as exc:
+            self._fence(exc, point.position)
+            raise
+
+    def synced(self, point: SyncPoint) -> int:
+        """The second half of `fsync`, once `sync_files(point)` and that of every earlier
+        point are done (the caller keeps that order): the tracking files the point covered
+        go in place and the durable position moves to it. Raises the fence when an earlier
+        point's fsync failed: what came after it counts as never written."""
+        fenced = self._fenced
+        if fenced is not None and self._fenced_at < point.position:
+            raise fenced
+        try:
             self.streams.synced(point.position)  # tracking files this point covered
         except OSError as exc:
-            # the kernel may have dropped the dirty pages ("fsyncgate"): never trust a later
-            # fsync to cover them; stop writing (a plain store is atomic under the GIL)
-            self._fenced = exc
+            self._fence(exc, point.position)
             raise
         # a plain int store is atomic under the GIL; only ever moves forward
         if point.position > self._durable:
             self._durable = point.position
         return point.position
+
+    def _fence(self, exc: OSError, position: int) -> None:
+        # the kernel may have dropped the dirty pages ("fsyncgate"): never trust a later
+        # fsync to cover them; stop writing (a plain store is atomic under the GIL)
+        if self._fenced is None:
+            self._fenced, self._fenced_at = exc, position
 
     def sync(self) -> int:
         return self.fsync(self.flush())

@@ -28,6 +28,8 @@ int). Nothing is durable until a group commit covers it:
 * group commit (server): after a read batch, ``point = store.flush()`` on the loop thread, then
   ``await loop.run_in_executor(None, store.fsync, point)`` (only `os.fsync` calls, safe to run
   while the loop keeps writing), then release every confirm whose ``pos <= point.position``.
+  `FileStore` splits `fsync` for several points in flight (server/commit.py): `sync_files`
+  (concurrent) then `synced`, in point order.
   A point holds descriptors that only `fsync` closes, so `flush()` is called only when its
   fsync will run; writes handed to the OS with no fsync to follow use ``store.write_out()``.
   ``store.sync()`` does both inline (tests, tx.commit-ok, shutdown).

@@ -31,20 +31,21 @@ NOW = 1_700_000_000_000
 
 
 class CountingStore:
-    """The store's fsync counted, and held shut until `gate` opens."""
+    """The store's fsync of a sync point (`sync_files`: what the group commit runs for each
+    group) counted, and held shut until `gate` opens."""
 
     def __init__(self, store: FileStore) -> None:
         self.store = store
         self.fsyncs = 0
         self.gate = threading.Event()
-        real = store.fsync
+        real = store.sync_files
 
-        def fsync(point: SyncPoint) -> int:
+        def sync_files(point: SyncPoint) -> None:
             self.fsyncs += 1
             self.gate.wait(timeout=60)
-            return real(point)
+            real(point)
 
-        store.fsync = fsync  # type: ignore[method-assign]
+        store.sync_files = sync_files  # type: ignore[method-assign]
 
 
 async def until(pred: Callable[[], bool], timeout_s: float = 30.0) -> None:
