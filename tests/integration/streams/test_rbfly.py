@@ -252,6 +252,50 @@ async def test_first_last_offset_and_timestamp_specifications(broker: BrokerThre
         assert await _read(client, "s", Offset.timestamp(0), 9) == everything
 
 
+def _pika_publish_apart(b: BrokerThread, stream: str, n: int) -> list[float]:
+    """`n` messages over AMQP 0-9-1, each confirmed, in different milliseconds; returns a
+    time taken between each two (after one was confirmed, before the next is sent)."""
+    c = pika.BlockingConnection(pika.ConnectionParameters(b.host, b.port))
+    between: list[float] = []
+    try:
+        ch = c.channel()
+        ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        ch.confirm_delivery()
+        for i in range(n):
+            if i:
+                time.sleep(0.02)  # the stamps are in ms: the next one is a later one
+                between.append(time.time())
+                time.sleep(0.02)
+            ch.basic_publish("", stream, f"p{i}".encode())
+    finally:
+        c.close()
+    return between
+
+
+async def test_each_message_has_its_own_chunks_timestamp(broker: BrokerThread) -> None:
+    # messages published over AMQP 0-9-1, one chunk each, stamped when stored: the timestamp
+    # rbfly gives a message is that of its own chunk, and subscribing from it starts there
+    between = await asyncio.to_thread(_pika_publish_apart, broker, "s", 3)
+    async with _client(broker) as client:
+        stamps: list[tuple[int, float]] = []
+
+        async def consume() -> None:
+            async with _subscription(client, "s", FIRST) as it:
+                async for _body in it:
+                    ctx = get_message_ctx()
+                    stamps.append((ctx.stream_offset, ctx.stream_timestamp))
+                    if len(stamps) == 3:
+                        return
+
+        await asyncio.wait_for(consume(), BOUND_S)
+        assert [o for o, _ in stamps] == [0, 1, 2]
+        # each stamp is after the time taken before its message was sent
+        assert stamps[0][1] < between[0] < stamps[1][1] < between[1] < stamps[2][1]
+        for offset, stamp in stamps:
+            got = await _read(client, "s", Offset.timestamp(stamp), 1)
+            assert got == [(offset, f"p{offset}".encode())]
+
+
 async def test_next_and_an_offset_past_the_end_wait_for_new_messages(broker: BrokerThread) -> None:
     async with _client(broker) as client:
         await client.create_stream("s")
