@@ -184,7 +184,10 @@ async def test_publish_with_confirms_and_every_amqp_body_round_trips(broker: Bro
     assert all(p == {} for p in props[:-1])
 
 
-async def test_batch_publishers_over_several_frames_and_many_chunks(broker: BrokerThread) -> None:
+async def test_batch_publishers_over_several_frames_and_many_chunks(
+    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
     big = [bytes([i % 251]) * 10_000 for i in range(300)]  # 3 MB: several publish frames
     async with _client(broker) as client:
         await client.create_stream("s")
@@ -210,7 +213,44 @@ async def test_batch_publishers_over_several_frames_and_many_chunks(broker: Brok
             for i in range(600):
                 await single.send(i)
         got = await _read(client, "s", FIRST, 910)
+        # one connection throughout: a chunk beyond the credit fails rbfly's assertion in
+        # its data_received, which closes the connection (rbfly would reconnect and go on)
+        assert "connection is closed" not in caplog.text
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert got == list(enumerate([*big, *range(10), *range(600)]))
+
+
+async def test_a_consumer_that_does_not_read_gets_no_chunk_beyond_its_credit(
+    broker_factory: BrokerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # rbfly gives 128 chunks of credit, renews it per chunk while fewer than 256 messages
+    # wait in its queue, and asserts a chunk never comes without credit (which would close
+    # its connection): a consumer that stops reading holds at most 256 + 127 messages here
+    caplog.set_level(logging.INFO)
+    # confirmed once written: 600 publishes one by one without an fsync each
+    broker = broker_factory('[server]\nstream_confirm = "written"\n', stream_port=0)
+    async with _client(broker) as client:
+        await client.create_stream("s")
+        async with client.publisher("s") as p:
+            for i in range(600):
+                await p.send(i)  # confirmed before the next is sent: one chunk each
+        got: list[Any] = []
+        async with _subscription(client, "s", FIRST) as it:
+            async for body in it:
+                got.append(body)
+                if len(got) == 1:
+                    (sub,) = [info.subscriber for _, info in client._subscribers.items()]
+                    queue = sub.queue
+                    await _until(lambda: len(queue.data) >= 382)  # noqa: B023 - awaited here
+                    await asyncio.sleep(0.5)  # room for a chunk beyond the credit
+                    # the queue stopped renewing at 256 (255 or 256 more than the one read,
+                    # as the read raced the deliveries), then at most the 128 it had given
+                    assert len(queue.data) <= 256 + 127
+                if len(got) == 600:
+                    break
+        assert "connection is closed" not in caplog.text
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert got == list(range(600))
 
 
 async def test_a_message_as_large_as_rabbitmqs_stream_frame_max(broker: BrokerThread) -> None:
