@@ -3,7 +3,7 @@ AMQP 1.0 codec in Cython): connect with its URI, create, publish with confirms (
 batch publishers, frames up to RabbitMQ's stream frame max), de-duplication by publisher
 reference and publishing id, every offset specification it has (first, last, next, an
 offset, a timestamp, a stored reference), store and query offsets and a restarted consumer
-resuming, a stream deleted under a consumer, and bodies of each AMQP type round-tripping,
+resuming, credit, publishing with filter values, a stream deleted under a consumer, and bodies of each AMQP type round-tripping,
 also to and from pika and rstream.
 
 rbfly has no super streams and no single active consumer (0.10): those are rstream's tests.
@@ -27,6 +27,7 @@ from typing import Any, cast
 import pika
 import pytest
 from rbfly.streams import (
+    MessageFilter,
     Offset,
     PublisherBatchFast,
     PublisherBatchLimit,
@@ -380,6 +381,39 @@ async def test_publisher_reference_deduplicates_by_publishing_id(broker: BrokerT
             await other.send(stream_message_ctx(b"other", publish_id=1))  # its own sequence
         got = await _read(client, "s", FIRST, 7)
     assert [body for _, body in got] == [*_bodies(3), b"b4", b"b5", b"next", b"other"]
+
+
+async def test_publishing_with_filter_values_and_a_filtered_subscription(
+    broker: BrokerThread,
+) -> None:
+    # with a filter extractor rbfly publishes version 2 frames (a filter value per message);
+    # ringmq stores them (no Bloom filter: every chunk is delivered) and rbfly's subscription
+    # filter keeps the matching messages
+    def region(msg: Any) -> str:
+        return str(msg.app_properties["region"])
+
+    async with _client(broker) as client:
+        await client.create_stream("s")
+        async with asyncio.timeout(BOUND_S), client.publisher("s", filter_extract=region) as p:
+            for i, r in enumerate(["eu", "us", "eu", "us"]):  # each confirmed
+                await p.send(stream_message_ctx(f"{r}{i}".encode(), app_properties={"region": r}))
+        assert await _read(client, "s", FIRST, 4) == [
+            (0, b"eu0"), (1, b"us1"), (2, b"eu2"), (3, b"us3")
+        ]  # fmt: skip
+        got: Got = []
+
+        async def consume() -> None:
+            only_us = MessageFilter(region, {"us"})
+            subscription = client.subscribe("s", offset=FIRST, filter=only_us)
+            gen = cast(AsyncGenerator[Any, None], subscription)
+            async with contextlib.aclosing(gen) as it:
+                async for body in it:
+                    got.append((get_message_ctx().stream_offset, body))
+                    if len(got) == 2:
+                        return
+
+        await asyncio.wait_for(consume(), BOUND_S)
+    assert got == [(1, b"us1"), (3, b"us3")]
 
 
 async def test_stored_offsets_and_a_restarted_consumer_resumes(broker: BrokerThread) -> None:
