@@ -3,8 +3,8 @@ AMQP 1.0 codec in Cython): connect with its URI, create, publish with confirms (
 batch publishers, frames up to RabbitMQ's stream frame max), de-duplication by publisher
 reference and publishing id, every offset specification it has (first, last, next, an
 offset, a timestamp, a stored reference), store and query offsets and a restarted consumer
-resuming, credit, publishing with filter values, a stream deleted under a consumer, and bodies of each AMQP type round-tripping,
-also to and from pika and rstream.
+resuming, credit, publishing with filter values, a stream deleted under a consumer, and
+bodies of each AMQP type round-tripping, also to and from pika and rstream.
 
 rbfly has no super streams and no single active consumer (0.10): those are rstream's tests.
 
