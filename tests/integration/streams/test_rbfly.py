@@ -77,7 +77,12 @@ async def _client(b: BrokerThread) -> AsyncIterator[StreamsClient]:
     try:
         yield client
     finally:
+        protocol = await client.get_protocol(wait_connected=False) if client.connected else None
         await asyncio.wait_for(client.disconnect(), BOUND_S)
+        # rbfly aborts its transport on the close answer, which closes the socket in a later
+        # loop callback: wait for it, or the test's loop may close first and leak the socket
+        if protocol is not None:
+            await _until(lambda: not protocol.connected)
 
 
 Got = list[tuple[int, Any]]
