@@ -120,7 +120,8 @@ class HandlerLimits:
     max_message_size: int
     """Largest message body accepted (bytes)."""
     frame_max: int
-    """Largest frame the broker offers (AMQP 1.0 max-frame-size; STOMP/MQTT frame limit)."""
+    """Largest frame the broker offers (AMQP 1.0 max-frame-size; STOMP/MQTT frame limit; the
+    stream protocol's Tune, from its own setting)."""
     channel_max: int
     """Most sessions (AMQP 1.0 channel-max)."""
     heartbeat_s: int

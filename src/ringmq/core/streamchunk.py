@@ -150,12 +150,16 @@ def gather(
     """Up to `max_chunks` chunks to send, each (first offset, record count, bytes), from a
     log's chunks in order, each (first offset, timestamp, count, the chunk as stored or the
     core's messages): a stored chunk goes as it is; consecutive chunks of core messages (one
-    per publish over the other protocols) go as one, up to `GATHER_MESSAGES` messages."""
+    per publish over the other protocols) stamped in the same millisecond go as one, up to
+    `GATHER_MESSAGES` messages. Not across stamps: a chunk has one timestamp, which clients
+    give each of its messages, and a reader starting at a message's timestamp must find it."""
     out: list[tuple[int, int, bytes]] = []
     held: list[Message] = []
     held_first = held_ts = 0
     for first, ts, count, body in chunks:
-        if held and (isinstance(body, bytes) or len(held) + count > GATHER_MESSAGES):
+        if held and (
+            isinstance(body, bytes) or ts != held_ts or len(held) + count > GATHER_MESSAGES
+        ):
             out.append((held_first, len(held), encode_chunk(held_first, held_ts, held)))
             held = []
         if len(out) >= max_chunks:

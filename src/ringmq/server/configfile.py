@@ -33,6 +33,7 @@ from ringmq.server.configspec import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_REFRESH_PERIOD_MS,
+    DEFAULT_STREAM_FRAME_MAX,
     FULL_POLICIES,
     MAX_PORT,
     OFF_WORDS,
@@ -72,6 +73,7 @@ __all__ = [
     "DEFAULT_HEARTBEAT_S",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_REFRESH_PERIOD_MS",
+    "DEFAULT_STREAM_FRAME_MAX",
     "MAX_PORT",
     "OFF_WORDS",
     "AddressSetting",
@@ -201,6 +203,9 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             ),
             heartbeat_s=_req(t.opt_int("heartbeat_s", DEFAULT_HEARTBEAT_S)),
             frame_max=_req(t.opt_int("frame_max", DEFAULT_FRAME_MAX, minimum=4096)),
+            stream_frame_max=_req(
+                t.opt_int("stream_frame_max", DEFAULT_STREAM_FRAME_MAX, minimum=4096)
+            ),
             channel_max=_req(t.opt_int("channel_max", DEFAULT_CHANNEL_MAX)),
             max_connections=t.opt_int("max_connections", minimum=1),
             handshake_timeout_ms=_req(t.opt_int("handshake_timeout_ms", 10_000, minimum=1)),

@@ -22,6 +22,9 @@ from ringmq.core.streamspec import ConfirmRule
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024  # RabbitMQ's default max_message_size (4.0)
 DEFAULT_HEARTBEAT_S: Final = 60
 DEFAULT_FRAME_MAX: Final = 131072
+DEFAULT_STREAM_FRAME_MAX: Final = 1_048_576
+"""The stream protocol's frame max: RabbitMQ's `stream.frame_max`, its own setting (not AMQP's
+`frame_max`); stream clients size their publish frames, so their largest message, by it."""
 DEFAULT_CHANNEL_MAX: Final = 2047
 DEFAULT_AMQPS_PORT: Final = 5671
 DEFAULT_REFRESH_PERIOD_MS: Final = 5000  # Artemis configuration-file-refresh-period
@@ -155,6 +158,8 @@ class LimitsSpec:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
     frame_max: int = DEFAULT_FRAME_MAX
+    stream_frame_max: int = DEFAULT_STREAM_FRAME_MAX
+    """The frame max the stream protocol's Tune offers and its reader accepts."""
     channel_max: int = DEFAULT_CHANNEL_MAX
     max_connections: int | None = None
     handshake_timeout_ms: int = 10_000

@@ -37,6 +37,7 @@ import itertools
 import logging
 import traceback
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from ringmq.adapters.handler import (
@@ -141,6 +142,11 @@ class Handlers:
             channel_max=limits.channel_max,
             heartbeat_s=limits.heartbeat_s,
         )
+        # the stream protocol has its own frame max (RabbitMQ's stream.frame_max, 1 MiB), not
+        # AMQP's: its clients size their publish frames, hence their largest message, by it
+        self.protocol_limits = {
+            "stream": replace(self.handler_limits, frame_max=limits.stream_frame_max)
+        }
         self.memory: MemoryMonitor | None = None
         """The memory monitor, once the server started it (large bodies are measured at once)."""
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -194,7 +200,7 @@ class Handlers:
             broker=self.broker,
             conn_id=c.conn_id,
             peer=peer,
-            limits=self.handler_limits,
+            limits=self.protocol_limits.get(c.protocol, self.handler_limits),
             login=make_login(
                 self.broker, self.login_guard, peer, PROTOCOL_NAMES.get(c.protocol, c.protocol)
             ),

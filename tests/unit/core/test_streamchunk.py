@@ -53,6 +53,20 @@ def test_stored_chunks_go_as_they_are_and_core_messages_are_gathered() -> None:
     assert gather([], 5) == []
 
 
+def test_core_messages_are_gathered_only_within_one_timestamp() -> None:
+    # a chunk has one timestamp, each of its messages' (clients report it; a reader starting
+    # at it must find the message): messages stamped apart are not gathered under the first's
+    log = MemoryStreamLog(StreamSpec())
+    for ts, body in ((1000, b"p0"), (1000, b"p1"), (1001, b"p2"), (1002, b"p3"), (1002, b"p4")):
+        log.append([Message("", "s", b"\x00\x00", body)], ts)
+    got = log.read_chunks(0, 10)
+    assert [(first, n, chunk_info(c)[1]) for first, n, c in got] == [
+        (0, 2, 1000),
+        (2, 1, 1001),
+        (3, 2, 1002),
+    ]
+
+
 def test_a_stored_chunks_messages_are_routed_by_the_streams_name(tmp_path: Path) -> None:
     # RabbitMQ gives a message published over the stream protocol (no exchange, no routing
     # key of its own) the default exchange and the stream's name when another protocol reads it

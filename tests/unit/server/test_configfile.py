@@ -34,6 +34,7 @@ config_refresh_period_ms = 250
 max_message_size = 1048576
 heartbeat_s = 30
 frame_max = 65536
+stream_frame_max = 2097152
 channel_max = 64
 
 [tls]
@@ -89,6 +90,9 @@ def test_toml_full_schema() -> None:
     assert cfg.limits.max_message_size == 1048576
     assert cfg.limits.heartbeat_s == 30
     assert cfg.limits.channel_max == 64
+    # the stream protocol's own frame max, apart from AMQP's (RabbitMQ's stream.frame_max)
+    assert (cfg.limits.frame_max, cfg.limits.stream_frame_max) == (65536, 2097152)
+    assert parse_toml("[limits]\nframe_max = 65536\n").limits.stream_frame_max == 1048576
     assert cfg.tls is not None
     assert cfg.tls.cert_file == Path("cert.pem")
     assert cfg.users[0].name == "alice"
@@ -113,6 +117,7 @@ def test_toml_full_schema() -> None:
         ("[limits]\nheartbeat_s = 'x'\n", "expected an integer"),
         ("[limits]\nheartbeat_s = true\n", "got a boolean"),
         ("[limits]\nframe_max = 100\n", "must be >= 4096"),
+        ("[limits]\nstream_frame_max = 100\n", "must be >= 4096"),
         ("[[users]]\nname = 'a'\n", "exactly one of"),
         ("[[users]]\nname = 'a'\npassword = 'x'\npassword_hash = 'y'\n", "exactly one of"),
         ("[[queues]]\ndurable = true\n", "missing required key 'name'"),
