@@ -17,7 +17,8 @@ pytest.importorskip("pyarrow")
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from ringmq.connector.client import Publisher, StreamClient
+from ringmq.connector.client import StreamClient
+from ringmq.connector.publisher import Publisher
 from ringmq.connector.spark.options import Options
 from ringmq.connector.spark.source import RingMQBatchReader, RingMQStreamReader
 from ringmq.node import BrokerThread
