@@ -5,7 +5,7 @@ Theory of operation
 Starts `ringmq serve` in a subprocess on loopback (as `spark_bench.py` does, paging on), then
 runs `--tasks` client processes at once (Spark's `local[2]` runs two tasks), each publishing
 `--messages / --tasks` prebuilt messages of `--size` bytes with a `message_id` (the sink's
-properties) through one `connector.client.Publisher` with confirm window `--window`, into one
+properties) through one `connector.publisher.Publisher` with confirm window `--window`, into one
 plain queue. Prints, per window, the wall time of the whole write and the broker process's CPU
 per message (`/proc`), the medians of `--rounds` runs; windows are alternated round by round.
 Each task builds its messages and connects before the clock starts (a barrier).
@@ -26,7 +26,7 @@ from typing import Any
 from benchmarks.spark_bench import process_cpu_s, start_broker
 
 from ringmq.amqp.properties import BasicProperties, encode_properties
-from ringmq.connector.client import Publisher
+from ringmq.connector.publisher import Publisher
 
 _QUEUE = "amqp-write-bench"
 

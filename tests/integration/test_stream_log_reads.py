@@ -12,7 +12,8 @@ from pathlib import Path
 import pika
 import pytest
 
-from ringmq.connector.client import Publisher, StreamAPIError, StreamClient
+from ringmq.connector.client import StreamAPIError, StreamClient
+from ringmq.connector.publisher import Publisher
 from tests.serve import Serve
 
 pytestmark = [pytest.mark.integration]

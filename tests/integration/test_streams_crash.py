@@ -12,7 +12,8 @@ from pathlib import Path
 import pika
 import pytest
 
-from ringmq.connector.client import Publisher, StreamClient
+from ringmq.connector.client import StreamClient
+from ringmq.connector.publisher import Publisher
 from ringmq.connector.records import encode_publish
 from tests.serve import Serve
 

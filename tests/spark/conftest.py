@@ -21,7 +21,8 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from ringmq.connector.client import Publisher, StreamClient
+from ringmq.connector.client import StreamClient
+from ringmq.connector.publisher import Publisher
 from ringmq.node import BrokerThread
 from ringmq.server.configfile import FileConfig
 from ringmq.server.runtime import ServerOptions

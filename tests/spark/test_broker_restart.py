@@ -22,7 +22,8 @@ from typing import Any
 import pika
 import pytest
 
-from ringmq.connector.client import Publisher, StreamClient
+from ringmq.connector.client import StreamClient
+from ringmq.connector.publisher import Publisher
 from tests.serve import Serve
 
 from .conftest import wait_until

@@ -20,7 +20,8 @@ from typing import Any
 import pika
 import pytest
 
-from ringmq.connector.client import Publisher, StreamClient
+from ringmq.connector.client import StreamClient
+from ringmq.connector.publisher import Publisher
 from tests.serve import Serve
 
 from .conftest import Env, python_env, wait_until

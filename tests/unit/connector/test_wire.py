@@ -10,7 +10,8 @@ import pika
 import pytest
 
 from ringmq.amqp.properties import BasicProperties, encode_properties
-from ringmq.connector.client import Publisher, StreamAPIError, StreamClient
+from ringmq.connector.client import StreamAPIError, StreamClient
+from ringmq.connector.publisher import Publisher
 from ringmq.connector.records import property_maps
 from ringmq.node import BrokerThread
 

@@ -7,7 +7,7 @@ body is empty, and more body frames when it does not fit `frame_max`. `publish_f
 the fixed-size parts of every row at once with numpy (structured arrays written in network
 byte order), lays each row's pieces side by side with one Arrow kernel
 (`binary_join_element_wise`, one copy of each body, in C++), and hands out the joined values
-buffer with each message's end offset, so `client.Publisher.publish_framed` sends slices of
+buffer with each message's end offset, so `publisher.Publisher.publish_framed` sends slices of
 it. Rows whose body needs more than one frame are encoded one at a time by the codec's
 `encode_content_frames`, in their place. `tests/unit/connector/spark/test_sink_columns.py`
 holds the result to the codec's bytes, row for row.

@@ -77,7 +77,7 @@ def arrow_rows(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
 
 def publish_rows(options: Options, rows: Iterator[Any], *, streaming: bool) -> PublishedMessage:
     """Executor side: publish `rows` (Rows or dicts) with confirms; shared by every writer."""
-    from ringmq.connector.client import Publisher
+    from ringmq.connector.publisher import Publisher
 
     partition, prefix, content = _task_ids(options, streaming=streaming)
     ends: list[str] = []
@@ -151,7 +151,7 @@ def publish_arrow(options: Options, batches: Iterator[Any], *, streaming: bool) 
     if options.publish_via == "http":
         count, first, last = publish_batches(options, batches, ids)
         return PublishedMessage(partition, count, first, last)
-    from ringmq.connector.client import Publisher
+    from ringmq.connector.publisher import Publisher
 
     ends: list[str] = []
     with Publisher(options.url, window=options.window) as pub:

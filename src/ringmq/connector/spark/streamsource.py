@@ -12,8 +12,9 @@ In the driver's runner process `latestOffset(start, limit)` asks the broker each
 `next_offset` (one small GET, answered only once the log is durable up to it: an offset a
 batch has planned is never reused by a broker that lost its tail in a crash) and returns
 `min(next_offset, start + share of the per-trigger limit)`. `initialOffset` resolves
-`startingOffsets` (`earliest`, `latest`, an offset, `timestamp:<ms>`) once, for a new query;
-a restarted query starts from its checkpoint and never calls it. `commit` does nothing.
+`startingOffsets` (`earliest`, `latest`, an offset, `timestamp:<ms>`) once, for a new query
+(Spark calls it twice: the second answer is the first, kept); a restarted query starts from
+its checkpoint and never calls it. `commit` does nothing.
 
 Executors read `[lo, hi)` with `GET /api/streams/{vhost}/{queue}/log?lo=..&hi=..&format=stored`
 in steps of `_READ_STEP` offsets: the records as the stream's segment files hold them, which
@@ -135,9 +136,19 @@ class StreamOffsetReader(RunnerState, DataSourceStreamReader, SupportsTriggerAva
     """Micro-batches over stream offsets kept in Spark's checkpoint (module docstring); the
     runner's state (client, position, target) is the queue source's (`RunnerState`)."""
 
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self._initial: dict[str, int] | None = None
+
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's API name
-        """Where a new query starts (`startingOffsets`); a restart starts at its checkpoint."""
-        return {q: resolve(self._c(), q, self.options.starting_offsets) for q in self.queues}
+        """Where a new query starts (`startingOffsets`), resolved once per runner: Spark asks
+        for it again when it plans the first batch, and `latest` or a timestamp must name the
+        same offsets both times (and a broker request is saved). A restart starts at its
+        checkpoint."""
+        if self._initial is None:
+            o = self.options
+            self._initial = {q: resolve(self._c(), q, o.starting_offsets) for q in self.queues}
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's API name
         n = self.options.max_offsets_per_trigger

@@ -17,7 +17,8 @@ pytest.importorskip("pyarrow")
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from ringmq.connector.client import Publisher, StreamClient
+from ringmq.connector.client import StreamClient
+from ringmq.connector.publisher import Publisher
 from ringmq.connector.spark.options import Options
 from ringmq.connector.spark.source import RingMQBatchReader, RingMQStreamReader
 from ringmq.node import BrokerThread
@@ -156,3 +157,33 @@ def test_batches_above_one_reserve_call(
     with StreamClient(http) as c:
         lease = c.info("big-q")["leases"][0]
         assert (lease["settled"], lease["next"], lease["held"]) == (25, 30, 5)
+
+
+def test_stream_start_is_resolved_once_per_runner(live_broker: BrokerThread) -> None:
+    # Spark asks a new query's runner for initialOffset twice (to plan the first batch's end,
+    # then its start): `latest` must name the same offset both times, whatever was published
+    # in between, or the first batch's range is not the one its end was computed from.
+    import pika
+
+    from ringmq.connector.spark.streamsource import StreamOffsetReader
+
+    amqp, http = urls(live_broker)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", live_broker.port))
+    conn.channel().queue_declare("log-q", durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    with Publisher(amqp) as pub:
+        pub.publish_many(("", "log-q", b"\x00\x00", b"early") for _ in range(5))
+    opts = Options.parse(
+        {"url": amqp, "httpUrl": http, "queue": "log-q", "startingOffsets": "latest"}
+    )
+    reader = StreamOffsetReader(opts)
+    assert reader.initialOffset() == {"log-q": 5}  # a new query's first ask
+    with Publisher(amqp) as pub:
+        pub.publish_many(("", "log-q", b"\x00\x00", b"late") for _ in range(3))
+    with StreamClient(http) as c:
+        assert c.stream_bounds("log-q")["next_offset"] == 8
+    try:
+        assert reader.initialOffset() == {"log-q": 5}
+        assert reader.latestOffset({"log-q": 5}, ReadAllAvailable()) == {"log-q": 8}
+    finally:
+        reader.stop()

@@ -37,3 +37,22 @@ def test_partitions_and_reader_pickle() -> None:
     reader = pickle.loads(pickle.dumps(RingMQStreamReader(o)))
     assert reader.consumer == "c"
     assert RingMQDataSource.name() == "ringmq"
+
+
+def test_the_source_runner_does_not_load_the_amqp_codec() -> None:
+    # Spark starts a Python process per streaming query for the source's driver side; what
+    # it imports of ringmq (the data source, options, the HTTP client, the readers) must not
+    # build the AMQP method tables (`ringmq.amqp.spec`: about 70 ms of that start).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ringmq.connector.spark, ringmq.connector.spark.streamsource, "
+        "ringmq.connector.spark.source, ringmq.connector.spark.stored; "
+        "print(sorted(m for m in sys.modules if m.startswith('ringmq.amqp.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "ringmq.amqp.spec" not in out.stdout
+    assert "ringmq.amqp.properties" in out.stdout  # still the value codec the rows use

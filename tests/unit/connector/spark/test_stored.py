@@ -86,6 +86,41 @@ def test_stored_records_decode_as_the_broker_columns_them(
     assert _stored(log, 0, 60)[1] == 0  # all of it decoded from the records as stored
 
 
+def _pieces(data: bytes, lo: int, hi: int) -> list[object]:
+    return [
+        (list(p.starts), list(p.ends)) if isinstance(p, stored.Run) else p
+        for p in stored.decode(data, lo, hi)
+    ]
+
+
+@pytest.mark.parametrize("stride", [0, 256])
+def test_records_of_one_message_are_walked_by_length_alone(
+    tmp_path: Path, stride: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An answer of records holding one message each (AMQP and HTTP publishes) is walked by
+    # the records' lengths and checked on whole columns (`_single_entries`): the same entries
+    # as the full walk, at every range edge, for bodies inline in Arrow's views or not and
+    # at the answer's very end; an answer with a chunk of many takes the full walk.
+    monkeypatch.setattr(streamfiles, "INDEX_STRIDE", stride)
+    log = FileStreamLog(tmp_path / "s", StreamSpec(max_segment_bytes=4096), "s")
+    for msg in _messages(60, "a"):
+        log.append((msg,), 1_700_000_000_000)
+    for lo, hi in [(0, 60), (0, 1), (59, 60), (13, 47), (58, 70), (60, 61)]:
+        data = b"".join(log.read_stored(lo, hi))
+        assert stored._single_entries(data, lo, hi) is not None
+        fast = _pieces(data, lo, hi)
+        with monkeypatch.context() as patch:
+            patch.setattr(stored, "_single_entries", lambda *_: None)
+            assert fast == _pieces(data, lo, hi), (lo, hi)
+        got, asked = _stored(log, lo, hi)
+        assert asked == 0
+        assert got.to_pylist() == _columns(log, lo, hi).to_pylist(), (lo, hi)
+    log.append(_messages(3, "b"), 1)
+    data = b"".join(log.read_stored(55, 63))
+    assert stored._single_entries(data, 55, 63) is None
+    assert _stored(log, 55, 63)[0].to_pylist() == _columns(log, 55, 63).to_pylist()
+
+
 def test_read_stored_sends_whole_records_found_by_the_index(tmp_path: Path) -> None:
     # Located by index points alone: a read of a few offsets in a long segment is about one
     # stride of records, not the segment.
