@@ -1,11 +1,9 @@
-"""The event loop of a serving process: uvloop when installed, the cyclic-GC settings and the
-GIL's switch interval."""
+"""The event loop of a serving process: uvloop when installed, and the cyclic-GC settings."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import sys
 from typing import Final
 
 GC_THRESHOLDS: Final = (20_000, 20, 20)
@@ -23,22 +21,6 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-
-
-SWITCH_INTERVAL_S: Final = 0.001
-"""How long a thread waiting for the GIL lets the running one go on (CPython's default: 5 ms).
-
-A serving process runs Python on its loop thread; its other threads (the group commit's
-fsync, the default executor's file reads) spend their time in system calls and need the GIL
-only briefly, to start and to report back. Behind a busy loop thread each of those takes up
-to a switch interval, and an fsync's completion is on every durable confirm's path: with the
-default, a 2 ms fsync completed after about 15 ms behind a loop thread running Python
-(docs/benchmarks.md, "The GIL's switch interval")."""
-
-
-def tune_threads() -> None:
-    """Let the helper threads take the GIL back sooner (`SWITCH_INTERVAL_S`)."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -82,7 +82,7 @@ from ringmq.replication.isr import IsrKeeper
 from ringmq.server.clusterleader import ViewLeader
 from ringmq.server.commit import GroupCommit, ReplicaGate
 from ringmq.server.configspec import ConfigError
-from ringmq.server.loop import new_event_loop, tune_gc, tune_threads
+from ringmq.server.loop import new_event_loop, tune_gc
 from ringmq.server.options import ReplicationSettings, ServerOptions
 from ringmq.server.replication_follower import ReplicationFollower
 from ringmq.server.replication_leader import ReplicationLeader
@@ -445,7 +445,6 @@ def run_member(
 ) -> int:
     """`ringmq serve --cluster-etcd ...`: run a `ClusterMember` until SIGTERM/SIGINT."""
     tune_gc()
-    tune_threads()
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ringmq.core.errors import BrokerError
 from ringmq.server.configspec import ConfigError
-from ringmq.server.loop import new_event_loop, tune_gc, tune_threads
+from ringmq.server.loop import new_event_loop, tune_gc
 from ringmq.server.runtime import BrokerServer
 
 if TYPE_CHECKING:
@@ -96,7 +96,6 @@ class ServerThread:
 def run_server(server: BrokerServer) -> int:
     """Run `server` in the foreground until SIGTERM/SIGINT; returns the exit status."""
     tune_gc()
-    tune_threads()
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
