@@ -15,7 +15,8 @@ The copy's `SHARD` (epoch, position) is saved after a bulk sync, at an epoch cha
 session) and at the end, on the loop; and at most once a second while streaming, off the
 loop (`Replica.begin_save` / `persist`, one at a time in the default executor): that save
 fsyncs a second's writes, and the loop keeps applying and acknowledging meanwhile (a loop
-blocked in it held back every acknowledgement, and with them the leader's confirms).
+blocked in it held back every acknowledgement, and with them the leader's confirms). `run`
+returns only once such a save is done: the directory is then the caller's.
 
 A lost connection is retried every `retry_s`; a refusal (bad secret, other shard, a stale
 leader) is logged as an ERROR and retried too (the operator may fix the leader meanwhile).
@@ -103,6 +104,11 @@ class ReplicationFollower:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), self.retry_s)
         finally:
+            # a save running off the loop ends first: once `run` returns the directory is the
+            # caller's (a promotion opens it as a store and writes `SHARD` itself)
+            if self._saving is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._saving)
             self._save()
             self.replica.close()
 

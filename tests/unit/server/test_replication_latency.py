@@ -5,7 +5,9 @@
   of the loop, and a busy loop's turn was added to every confirm the followers gate).
 * The follower's periodic save (an fsync of a second's writes and of `SHARD`) runs off its
   loop: a slow disk does not hold back its acknowledgements (before, it ran on the loop, and
-  every confirm of the leader waited for it).
+  every confirm of the leader waited for it). And the follower's `run` returns only once such
+  a save is done: a promotion then opens the directory and writes `SHARD` itself, and a late
+  save must not write over it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Pair:
     def __init__(self, store: FileStore, leader: ReplicationLeader, follower: ReplicationFollower):
         self.store, self.leader, self.follower = store, leader, follower
         self.seq = 0
+        self.task: asyncio.Task[None] | None = None
 
     def write(self, n: int) -> int:
         for _ in range(n):
@@ -64,6 +67,7 @@ async def pair(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[
     )
     task = asyncio.create_task(follower.run())
     p = Pair(store, leader, follower)
+    p.task = task
     try:
         await p.acked(p.write(1))  # connected, synced and streaming
         yield p
@@ -111,3 +115,35 @@ async def test_a_slow_save_on_the_follower_holds_back_no_acknowledgement(
     finally:
         release.set()
     assert state["acked_during_save"], "the acknowledgement waited for the save's fsync"
+
+
+@pytest.mark.parametrize("pair", [0.0], indirect=True)  # a save after every batch
+async def test_run_returns_only_once_a_save_off_the_loop_is_done(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    state = {"in_save": False}
+    real = journal.fsync_fds
+
+    def slow_fsync(fds: list[int]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            state["in_save"] = True
+            release.wait(10)  # bounded: released below
+            state["in_save"] = False
+        real(fds)
+
+    monkeypatch.setattr(replica_module, "fsync_fds", slow_fsync)
+    pair.write(5)
+    try:
+        async with asyncio.timeout(20):
+            while not state["in_save"]:  # noqa: ASYNC110 - a thread sets it
+                await asyncio.sleep(0.005)
+        pair.follower.stop()
+        assert pair.task is not None
+        for _ in range(50):  # turns of the loop, not a clock: `run` must still be waiting
+            await asyncio.sleep(0)
+        assert not pair.task.done(), "run returned while its save still ran"
+    finally:
+        release.set()
+    async with asyncio.timeout(20):
+        await pair.task
