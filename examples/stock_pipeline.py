@@ -127,7 +127,7 @@ def declare(amqp_url: str, ring_size: int, *, durable: bool = False) -> None:
 def produce(amqp_url: str, n: int, seed: int, base_ms: int, *, persistent: bool = False) -> int:
     """Publish `n` ticks, 10 ms of event time apart, with confirms; returns how many."""
     from ringmq.amqp.properties import BasicProperties, encode_properties
-    from ringmq.connector.client import Publisher
+    from ringmq.connector.publisher import Publisher
 
     rng = random.Random(seed)
     price = dict.fromkeys(SYMBOLS, 100.0)
