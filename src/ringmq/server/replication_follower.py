@@ -190,8 +190,8 @@ class ReplicationFollower:
         if now - self._saved_at < self.save_every_s or self._saving is not None:
             return
         self._saved_at = now
-        held = self.held()
-        if held == self.replica.state or held.syncing:
+        held = self._unsaved()
+        if held is None:
             return
         replica = self.replica
         pending = replica.begin_save(held)
@@ -208,9 +208,15 @@ class ReplicationFollower:
         fut.add_done_callback(done)
 
     def _save(self) -> None:
-        held = self.held()
-        if held != self.replica.state and not held.syncing:
+        held = self._unsaved()
+        if held is not None:
             self.replica.save(held)
+
+    def _unsaved(self) -> ShardState | None:
+        # what the copy holds, when `SHARD` does not say it yet and it may be said (not in
+        # the middle of a bulk sync)
+        held = self.held()
+        return held if held != self.replica.state and not held.syncing else None
 
 
 def run_follower(options: ServerOptions) -> int:

@@ -141,10 +141,7 @@ class ReplicationLeader:
                 wake.set()
                 continue
             try:
-                session.pump()
-                data = session.data_to_send()
-                if data:
-                    transport.write(data)
+                _push(session, writer)
             except Exception:  # never into the store's write: the send loop meets it again
                 log.exception("replication: sending to %s failed", session.node)
             if session.sent < session.log.position or session.backlogged:
@@ -255,12 +252,7 @@ class ReplicationLeader:
             await wake.wait()
             await writer.drain()  # what `_wake` wrote directly leaves first
             wake.clear()
-            while True:
-                session.pump()
-                data = session.data_to_send()
-                if not data:
-                    break
-                writer.write(data)
+            while _push(session, writer):
                 await writer.drain()
 
     async def stop(self) -> None:
@@ -283,6 +275,16 @@ class ReplicationLeader:
                 self.store.directory,
                 ShardState(self.log.shard, self.log.epoch, self.log.position),
             )
+
+
+def _push(session: LeaderSession, writer: asyncio.StreamWriter) -> bool:
+    """Write what the log holds for `session` (up to its bound) to its socket; False when
+    there was nothing."""
+    session.pump()
+    data = session.data_to_send()
+    if data:
+        writer.write(data)
+    return bool(data)
 
 
 def _read_at(path: Path, offset: int, n: int) -> bytes:
