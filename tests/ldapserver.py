@@ -13,6 +13,8 @@ from pathlib import Path
 import ldap3
 import pytest
 
+from tests.ports import free_port
+
 SUFFIX = "dc=example,dc=com"
 ADMIN_DN = f"cn=admin,{SUFFIX}"
 ADMIN_PW = "admin-secret"
@@ -27,12 +29,6 @@ def slapd_binary() -> str:
     if found is None:
         pytest.skip("slapd (Debian's slapd package) is not installed: no LDAP server to test")
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Slapd:
@@ -57,7 +53,7 @@ class Slapd:
             "maxsize 16777216\n"
         )
         (directory / "slapd.conf").write_text(conf)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"ldap://127.0.0.1:{self.port}"
         self.log = (directory / "slapd.log").open("wb")
         self.proc = subprocess.Popen(

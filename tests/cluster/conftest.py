@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from tests.cluster.netns import Network
+from tests.ports import free_ports
 from tests.serve import _HTTP, Serve
 
 ETCD = os.environ.get("RINGMQ_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
@@ -32,18 +32,6 @@ def etcd_binary() -> str:
     if not (os.path.isfile(ETCD) and os.access(ETCD, os.X_OK)):
         pytest.skip("no etcd binary (Debian's etcd-server; .ci/run installs it)")
     return ETCD
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class EtcdMember:

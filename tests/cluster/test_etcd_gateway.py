@@ -8,7 +8,8 @@ import pytest
 
 from ringmq.cluster import etcd as gw
 from ringmq.cluster.etcd import Etcd, EtcdUnavailableError
-from tests.cluster.conftest import EtcdCluster, free_ports
+from tests.cluster.conftest import EtcdCluster
+from tests.ports import free_ports
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 

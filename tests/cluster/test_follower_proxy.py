@@ -21,11 +21,12 @@ import stomp
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
-from tests.cluster.conftest import EtcdCluster, Node, free_ports
+from tests.cluster.conftest import EtcdCluster, Node
 from tests.cluster.test_election_etcd import one_leader, wait_for
 from tests.integration.mqtt.clients import Paho
 from tests.integration.test_config import _self_signed
 from tests.integration.test_proxy import _Errors, _Inbox, drain_until_closed, pika_local_port
+from tests.ports import free_ports
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,7 @@ import pytest
 
 from ringmq.node import BrokerThread
 from tests.integration.conftest import BrokerFactory
+from tests.ports import free_port
 
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")  # the script itself: runs as this user
 EPMD = shutil.which("epmd")
@@ -46,17 +46,11 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def rabbitmq() -> Iterator[str]:
     """A RabbitMQ node of its own; yields its management URL."""
     base = Path(tempfile.mkdtemp(prefix="ringmq-defs-rabbit-"))
-    amqp, http, dist, epmd_port = _free_port(), _free_port(), _free_port(), _free_port()
+    amqp, http, dist, epmd_port = free_port(), free_port(), free_port(), free_port()
     (base / "enabled_plugins").write_text(
         "[rabbitmq_management,rabbitmq_federation,rabbitmq_shovel].\n"
     )

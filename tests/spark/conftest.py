@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from ringmq.connector.publisher import Publisher
 from ringmq.node import BrokerThread
 from ringmq.server.configfile import FileConfig
 from ringmq.server.runtime import ServerOptions
+from tests.ports import free_port
 
 
 class Env:
@@ -130,7 +130,7 @@ class SparkCluster:
             "SPARK_LOG_DIR": str(root / "logs"),
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self._start("master", "org.apache.spark.deploy.master.Master", "--port", str(self.port))
         self._wait_log("master", "Starting Spark master", 120)
@@ -202,12 +202,6 @@ class SparkCluster:
             "spark.cores.max": "2",
             "spark.task.maxFailures": "4",
         }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _parent_chain_has(pid: int, ancestors: set[str]) -> bool:

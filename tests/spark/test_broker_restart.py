@@ -13,7 +13,6 @@ message ids are dropped by the sink queue).
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from ringmq.connector.client import StreamClient
 from ringmq.connector.publisher import Publisher
+from tests.ports import free_port
 from tests.serve import Serve
 
 from .conftest import wait_until
@@ -35,18 +35,12 @@ PERSISTENT = b"\x10\x00\x02"  # basic properties: delivery_mode 2
 WINDOW = {"x-message-deduplication-window-ms": 3_600_000}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Broker:
     """The subprocess broker, restarted on the same data dir and ports after each kill."""
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.amqp_port, self.http_port = _free_port(), _free_port()
+        self.amqp_port, self.http_port = free_port(), free_port()
         self.runs = 0
         self.serve = self._start()
 

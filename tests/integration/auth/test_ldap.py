@@ -18,6 +18,7 @@ from ringmq.core.ldapquery import LdapGrant
 from ringmq.node import BrokerThread
 from tests.integration.conftest import BrokerFactory
 from tests.ldapserver import SUFFIX, Slapd, slapd_binary
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 GROUPS = f"ou=groups,{SUFFIX}"
@@ -137,10 +138,7 @@ def test_an_ldap_server_that_is_down_refuses_the_login_alone(
     broker_factory: BrokerFactory, tmp_path: Path
 ) -> None:
     slapd_binary()
-    with socket.socket() as s:  # a port with nobody behind it
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    b = broker_factory(_config(port))
+    b = broker_factory(_config(free_port()))  # a port with nobody behind it
     with pytest.raises(
         pika.exceptions.ProbableAuthenticationError, match="no LDAP server reachable"
     ):
