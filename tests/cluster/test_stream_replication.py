@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -301,3 +304,81 @@ def test_a_follower_rejoining_by_bulk_sync_holds_the_stream(
     assert offset == stored
     assert got == [(o, dict(before)[o]) for o in (43, 44, 45)]
     check([pub], [b for _, b in after])
+
+
+def test_a_stream_consumer_on_the_leader_sees_a_chunk_only_once_the_followers_have_it(
+    etcd_cluster: Callable[[int], EtcdCluster], start_node: Callable[..., Node]
+) -> None:
+    # Committed reads (storage/streamdirs.py): the followers stopped (SIGSTOP: connected, not
+    # acknowledging), a message published to the leader is not delivered to its consumer
+    # until the leader released it, here when the ISR deadline (1.5 s) dropped the followers.
+    nodes = start_three(etcd_cluster, start_node)
+    leader = _leader(nodes)
+    followers = [n for n in nodes if n is not leader]
+    got: list[bytes] = []
+    stop = threading.Event()
+    subscribed = threading.Event()
+
+    def consume() -> None:
+        conn = pika.BlockingConnection(_params(leader))
+        try:
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=10)
+            subscribed.set()
+            for method, _props, body in ch.consume(
+                STREAM, arguments={"x-stream-offset": "next"}, inactivity_timeout=0.05
+            ):
+                if method is not None:
+                    got.append(body)
+                    ch.basic_ack(method.delivery_tag)
+                if stop.is_set():
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    assert subscribed.wait(30)
+    confirmed = threading.Event()
+    publish_failed: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            conn = pika.BlockingConnection(_params(leader))
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("", STREAM, b"held", mandatory=True)  # returns once confirmed
+            confirmed.set()
+            conn.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            publish_failed.append(exc)
+
+    try:
+        time.sleep(0.5)  # the consumer is attached at `next` (its basic.consume-ok came back)
+        for n in followers:
+            os.kill(n.proc.pid, signal.SIGSTOP)
+        publisher = threading.Thread(target=publish, daemon=True)
+        publisher.start()
+        time.sleep(0.5)  # a third of the ISR deadline: the followers still count
+        assert len(leader.cluster()["isr"]) == 3
+        assert not confirmed.is_set()
+        assert got == [], "a consumer got a chunk its followers did not have"
+        publisher.join(timeout=30)
+        assert not publish_failed, publish_failed
+        assert confirmed.is_set()
+        wait_for("the consumer gets it", lambda: got == [b"held"])
+        for n in followers:
+            os.kill(n.proc.pid, signal.SIGCONT)
+        wait_for("three in sync again", lambda: len(leader.cluster()["isr"]) == 3)
+        # a publish no confirm waits for is shown too (a group commit starts for it)
+        conn = pika.BlockingConnection(_params(leader))
+        conn.channel().basic_publish("", STREAM, b"unconfirmed")
+        conn.close()
+        wait_for("the consumer gets the unconfirmed one", lambda: got == [b"held", b"unconfirmed"])
+    finally:
+        for n in followers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(n.proc.pid, signal.SIGCONT)
+        stop.set()
+        reader.join(timeout=30)

@@ -547,6 +547,11 @@ class Broker:
             if self.durability is not None:
                 for q in self.durability.stored(durable, healthy=healthy):
                     state.mark(q)
+            if state.unshown:  # streams whose readers may see more now (committed reads)
+                unshown, state.unshown = state.unshown, {}
+                for q in unshown.values():
+                    if not q.deleted:
+                        state.mark(q)
         return out
 
     def unstored(self, after: int) -> list[Effect]:

@@ -13,7 +13,9 @@ when a get must see what the call published (`Delivery.get`):
   path, which a queue without browsers or selector consumers reaches after one test); a
   selector consumer's turn takes the first message it matches (at most `SELECTOR_SCAN`
   selector evaluations per message taken or browsed). A stream queue's consumers each read
-  its log from their own offset (`streamread.stream_read`).
+  its log from their own offset (`streamread.stream_read`), up to the end the store shows
+  (`StreamLog.end`: committed chunks only, in a cluster); a stream queue dispatched while its
+  log held more waits in `State.unshown` for the next release (`Broker.stored`).
 * Bounded by prefetch credit and by `DISPATCH_BATCH` per call; a queue that still has work
   goes to `State.backlog` and the broker asks for an immediate tick. Then its expired heads
   are dropped, its dead letters routed (`DeadLetters`) and the publishers it blocked released
@@ -239,6 +241,8 @@ class Dispatcher:
                 break
         if not budget:
             self.state.backlog[id(q)] = q
+        elif (log := q.stream) is not None and log.end < log.index.next_offset:
+            self.state.unshown[id(q)] = q  # more to read once the store shows it
 
     def _drain(self, now_ms: int) -> None:
         # After a flush: draining consumers whose queue has nothing more for them give their

@@ -89,6 +89,7 @@ class State:
         "stats",
         "streams",
         "timed",
+        "unshown",
         "vhosts",
     )
 
@@ -123,6 +124,9 @@ class State:
         """Queues that ever had timer work (TTL, x-expires, schedules): what `tick` visits."""
         self.streams: dict[int, QueueEntity] = {}
         """Stream queues (by id): the tick applies their retention by age."""
+        self.unshown: dict[int, QueueEntity] = {}
+        """Stream queues dispatched while their log held chunks readers may not see yet
+        (`StreamLog.end`): dispatched again when the store shows more (`Broker.stored`)."""
         self.consumer_check_ms: int | None = None
         """When the oldest acknowledgement-required delivery may pass its consumer timeout
         (`Timers.consumer_timeouts`); None while none is tracked since the last check."""

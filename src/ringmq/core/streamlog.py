@@ -320,6 +320,11 @@ class StreamLog(Protocol):
     def index(self) -> SegmentIndex: ...
 
     @property
+    def end(self) -> int:
+        """The offset after the last one readers may see: `index.next_offset`, or less
+        where the store shows only committed chunks (storage/streamdirs.py)."""
+
+    @property
     def name(self) -> str:
         """The stream's name: the routing key of the messages it got as stream-protocol
         chunks, when read by the other protocols."""
@@ -377,7 +382,10 @@ class StreamStorePort(Protocol):
 def start_offset(log: StreamLog, spec: OffsetSpec) -> int:
     """The offset a reader with `spec` starts at in `log`."""
     at = log.index.start_of(spec)
-    return log.offset_at(spec.value) if at is None else at
+    if at is None:
+        return log.offset_at(spec.value)
+    # `next`: after what readers see, so chunks not shown yet come once shown
+    return min(at, log.end) if spec.kind is OffsetKind.NEXT else at
 
 
 class MemoryStreamLog:
@@ -392,6 +400,10 @@ class MemoryStreamLog:
         self._chunks: dict[int, list[tuple[int, int, list[Message] | bytes]]] = {}
         """segment first offset -> its chunks: (first offset, timestamp, messages or, for a
         chunk kept as it arrived, its bytes)."""
+
+    @property
+    def end(self) -> int:
+        return self.index.next_offset
 
     def append(self, messages: Sequence[Message], now_ms: int) -> int:
         size = sum(len(m.body) + len(m.properties_bin) + 32 for m in messages)

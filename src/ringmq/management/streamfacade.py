@@ -166,7 +166,7 @@ class StreamsFacade:
         if log is not None:
             bounds["type"] = "stream"
             bounds["first_offset"] = log.index.first_offset
-            bounds["next_offset"] = log.index.next_offset
+            bounds["next_offset"] = log.end  # what readers may see (committed reads)
             if timestamp_ms is not None:
                 bounds["offset_at"] = log.offset_at(timestamp_ms)
         return bounds, leases

@@ -71,7 +71,9 @@ it so that confirms and the durability hold stay in order. The replication liste
 `replicated()` when acknowledgements move or a follower leaves. Which followers count is the
 gate's: in the static mode every connected follower (none connected means no wait); in a
 cluster on etcd the ISR (`ringmq.server.member`, `replication.isr`), whose gate also refuses
-everything once the node stops leading (the election's fence).
+everything once the node stops leading (the election's fence). With a gate, stream readers
+see committed chunks only (`StreamFiles.hide`): each release shows them what its shard-log
+position covers, and chunks not shown yet count as held (a group starts for them).
 
 Only the loop thread calls these methods; the executor threads only run `_sync` (the store's
 `sync_files` and `synced`).
@@ -318,8 +320,18 @@ class GroupCommit:
             flight.finished.set()
 
     def _holding(self) -> bool:
-        # held messages need an fsync, unless they are all in groups in flight or parked
-        # groups (already fsynced, waiting for followers) and nothing was written since
+        # Stream chunks readers may not see yet need a release, unless a group in flight or
+        # parked covers them (committed reads, streamdirs.py). Held messages need an fsync,
+        # unless they are all in groups in flight or parked groups (already fsynced, waiting
+        # for followers) and nothing was written since.
+        streams = self.store.streams
+        if streams.committed_reads:
+            if self._flights:
+                covered = self._flights[-1].log_position
+            else:
+                covered = self._parked[-1][0] if self._parked else self.released_log_position
+            if streams.hidden_after(covered):
+                return True
         if not self.broker.holding():
             return False
         if self._flights:
@@ -335,8 +347,12 @@ class GroupCommit:
             self._release(durable, healthy, group)
 
     def _release(self, durable: int, healthy: bool, group: _Group) -> None:
-        # the waiters and the persistent messages this group covered (hold.py) go on now
+        # the waiters, the persistent messages this group covered (hold.py) and the stream
+        # chunks it covered (committed reads) go on now
         self._released = max(self._released, durable)
+        streams = self.store.streams
+        if streams.committed_reads:
+            streams.show(self.released_log_position)
         self._wake(durable)
         self.release(lambda: self.broker.stored(durable, healthy=healthy) + self._confirm(group))
 

@@ -342,6 +342,7 @@ class BrokerServer:
                 self.commit.replica_gate = (
                     gate if self.gate_for is None else self.gate_for(gate, self.commit)
                 )
+                core.store.streams.hide()  # stream readers see committed chunks only
                 self.replication.on_progress = self.commit.replicated
         self.flow.loop = loop
         self.handlers.loop = loop

@@ -9,6 +9,16 @@ for one fsync; `synced`, on the fsync thread, puts the tracking files that fsync
 place), and replication (`attach` hands every stream the shard log; `relog` when a bulk sync
 starts). A stream deleted and declared again starts empty.
 
+Committed reads (`hide`, `show`): on a leader whose confirms wait for followers, a reader sees
+a chunk only once the group commit released it (fsynced, or written under the `written`
+rule, and acknowledged by the followers it waits for), as RabbitMQ's stream readers see only
+committed chunks and Kafka's consumers read below the high watermark: a chunk the followers
+never got is lost with the leader, and its offsets are then given to other messages, so no
+reader may have had it. `hide` starts this (everything in the files counts as committed:
+recovered, or replicated before this epoch); each stream's write-outs are marked with their
+shard-log position (`FileStreamLog.marks`), and `show(log_position)` moves each stream's
+`readable` past what the release covers.
+
 Owner: the store's thread (the loop); only `synced` runs on the fsync thread.
 """
 
@@ -36,12 +46,46 @@ class StreamFiles:
         """Logs appended to since the last `write_out` (each log adds itself)."""
         self._renames: deque[tuple[int, FileStreamLog]] = deque()
         """(sync point, log) whose tracking file waits for that point's fsync."""
+        self.committed_reads = False
+        """Readers see only released chunks (`hide`; module docstring)."""
 
     def attach(self, tap: ShardLog) -> None:
         """Record every later write of every stream in `tap` (`FileStore.attach_log`)."""
         self.tap = tap
         for log in self._open.values():
             log.tap = tap
+
+    def hide(self, on: bool = True) -> None:
+        """From now on readers see only what `show` released (off: every chunk again)."""
+        self.committed_reads = on
+        for log in self._open.values():
+            log.write_out()
+            log.readable = log.index.next_offset if on else None
+            log.marks.clear()
+
+    def show(self, log_position: int) -> bool:
+        """A release covered the shard log up to `log_position`: readers may see every chunk
+        written out by then. True when some stream's readers may see more."""
+        moved = False
+        for log in self._open.values():
+            marks = log.marks
+            if not marks or marks[0][0] > log_position or log.readable is None:
+                continue
+            while marks and marks[0][0] <= log_position:
+                end = marks.popleft()[1]
+            log.readable = end
+            moved = True
+        return moved
+
+    def hidden_after(self, log_position: int) -> bool:
+        """Some stream holds chunks its readers may not see yet that a release up to
+        `log_position` would not show either: appended since the last write-out, or written
+        out after that position."""
+        if not self.committed_reads:
+            return False
+        if self.appended:
+            return True
+        return any(log.marks and log.marks[-1][0] > log_position for log in self._open.values())
 
     def relog(self) -> None:
         """`FileStreamLog.relog` of every stream (a bulk sync starts)."""
@@ -58,6 +102,8 @@ class StreamFiles:
             path = self._dir(key)
             log = self._open[key] = FileStreamLog(path, spec, name, self.appended)
             log.tap = self.tap
+            if self.committed_reads:
+                log.readable = log.index.next_offset
             (path / "KEY").write_bytes(key.encode())
             if self.tap is not None:
                 self.tap.replace(path / "KEY", key.encode())

@@ -32,7 +32,8 @@ content of a tracking file whose rename is still to come, for a bulk sync (`shar
 
 Reads decode chunks (`read`, `read_columns`), send them as stored (`read_chunks`), or hand
 out the records themselves (`read_stored`: a byte range per segment found by the index alone,
-the Spark stream source's wire).
+the Spark stream source's wire); all stop before `readable` when it is set (committed reads,
+`streamdirs.py`).
 
 Recovery (`FileStreamLog.__init__`): segment files in offset order; every chunk header is read
 to rebuild the index (without reading payloads, except for the last segment, whose chunks are
@@ -46,22 +47,20 @@ import contextlib
 import json
 import os
 import shutil
-import struct
 import zlib
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Generator, Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
 from ringmq.core.message import Message
 from ringmq.core.queue.columns import Columns
-from ringmq.core.streamchunk import HEADER_SIZE as OSIRIS_HEADER
-from ringmq.core.streamchunk import chunk_info, decode_chunk, gather, osiris_header
+from ringmq.core.streamchunk import decode_chunk, gather, osiris_header
 from ringmq.core.streamlog import Segment, SegmentIndex, StreamSpec, Tracking
 from ringmq.storage.journal import write_all
 from ringmq.storage.records import (
     HEADER,
     HEADER_SIZE,
-    MAX_RECORD,
     TYPE_CRC,
     RecordType,
     decode_entry_at,
@@ -70,15 +69,18 @@ from ringmq.storage.records import (
     frame,
 )
 from ringmq.storage.shardlog import ShardLog
+from ringmq.storage.streamscan import (
+    BLOCK,
+    CHUNK,
+    CHUNK_HEAD,
+    ENTRY_LEN,
+    chunk_entries,
+    point_at_or_after,
+    scan_chunks,
+)
 
-_CHUNK: Final = struct.Struct("<QqI")  # first offset, timestamp ms, count
-_LEN: Final = struct.Struct("<I")
-_HEAD: Final = HEADER_SIZE + _CHUNK.size
-_HEAD_OSIRIS: Final = HEADER_SIZE + OSIRIS_HEADER
 INDEX_STRIDE: Final = 64 * 1024
 """Bytes of chunks between two index points (a read scans at most this much to its offset)."""
-BLOCK: Final = 256 * 1024
-"""Bytes read at once when scanning a segment."""
 SMALL_BLOCK: Final = 32 * 1024
 """Bytes read at once for a few chunks from a known position (a consumer's next chunk)."""
 _READERS: Final = 4
@@ -101,73 +103,6 @@ def _fsync_path(path: Path) -> None:
 
 def _seg_name(first_offset: int) -> str:
     return f"{first_offset:020d}{_SUFFIX}"
-
-
-def _chunks(
-    fd: int, pos: int, end: int, *, payloads: bool, verify: bool = False, block: int = BLOCK
-) -> Iterator[tuple[int, int, int, int, memoryview | None, int, bool]]:
-    """Chunks of a segment from `pos` to `end`: (position, first offset, timestamp, count,
-    the record's bytes when `payloads` else None, record size, kept as published). Stops at a
-    bad record (a torn tail: `verify` checks each CRC). Reads go through blocks of `block`
-    bytes (or one chunk's size), so a scan holds at most one block whatever the segment."""
-    buf = memoryview(b"")
-    base = pos
-    while pos + _HEAD <= end:
-        at = pos - base
-        if at + _HEAD_OSIRIS > len(buf) and base + len(buf) < end:
-            buf = memoryview(os.pread(fd, min(block, end - pos), pos))
-            base, at = pos, 0
-            if len(buf) < _HEAD:
-                return
-        length, crc, rtype = HEADER.unpack_from(buf, at)
-        size = HEADER_SIZE + length
-        if length > MAX_RECORD or pos + size > end:
-            return
-        if rtype == RecordType.STREAM_OSIRIS and length >= OSIRIS_HEADER:
-            first, ts, count, _n = chunk_info(buf, at + HEADER_SIZE)
-            raw = True
-        elif rtype == RecordType.STREAM_CHUNK:
-            first, ts, count = _CHUNK.unpack_from(buf, at + HEADER_SIZE)
-            raw = False
-        else:
-            return
-        record: memoryview | None = None
-        if payloads or verify:
-            if at + size > len(buf):
-                buf = memoryview(os.pread(fd, min(max(block, size), end - pos), pos))
-                base, at = pos, 0
-                if len(buf) < size:
-                    return
-            record = buf[at : at + size]
-            if verify and zlib.crc32(record[HEADER_SIZE:], TYPE_CRC[rtype]) != crc:
-                return
-        yield pos, first, ts, count, record if payloads else None, size, raw
-        pos += size
-
-
-def _point_at_or_after(seg: Segment, offset: int, end: int) -> int:
-    # The position of the first index point of `seg` whose chunk starts at or after `offset`
-    # (`end` when none does): every chunk before it starts before that point.
-    pts = seg.points
-    lo, hi = 0, len(pts) // 3
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if pts[mid * 3] < offset:
-            lo = mid + 1
-        else:
-            hi = mid
-    return pts[lo * 3 + 1] if lo < len(pts) // 3 else end
-
-
-def _entries(record: bytes, first: int, count: int, skip: int) -> Iterator[tuple[int, Message]]:
-    # The messages of a chunk record from its `skip`-th on.
-    p = _HEAD
-    for i in range(count):
-        (n,) = _LEN.unpack_from(record, p)
-        p += 4
-        if i >= skip:
-            yield first + i, decode_entry_at(record, p, p + n).message
-        p += n
 
 
 class FileStreamLog:
@@ -205,6 +140,10 @@ class FileStreamLog:
         """A temporary copy of the tracking file waits for its fsync and rename."""
         self.tap: ShardLog | None = None
         """The shard log that records every write (replication on; module docstring)."""
+        self.readable: int | None = None
+        """Readers stop before this offset (None: they read every chunk; `streamdirs.py`)."""
+        self.marks: deque[tuple[int, int]] = deque()
+        """While `readable` is set: (shard-log position, next offset) of each write-out."""
         self._latest: bytes | None = None  # the newest tracking snapshot taken (and logged)
         self._pending: bytes | None = None  # the snapshot in the temporary copy
         self._saved: bytes | None = None  # the tracking file's content on disk
@@ -235,7 +174,7 @@ class FileStreamLog:
                 end = os.fstat(fd).st_size
                 seg = index.open_segment()
                 good = 0
-                for pos, first, ts, count, _rec, size, _raw in _chunks(
+                for pos, first, ts, count, _rec, size, _raw in scan_chunks(
                     fd, 0, end, payloads=False, verify=last
                 ):
                     if first != index.next_offset:
@@ -261,10 +200,10 @@ class FileStreamLog:
     def append(self, messages: Sequence[Message], now_ms: int) -> int:
         index = self.index
         first = index.next_offset
-        parts = [_CHUNK.pack(first, now_ms, len(messages))]
+        parts = [CHUNK.pack(first, now_ms, len(messages))]
         for i, m in enumerate(messages):
             entry = encode_message("", first + i, m)
-            parts += (_LEN.pack(len(entry)), entry)
+            parts += (ENTRY_LEN.pack(len(entry)), entry)
         record = frame(RecordType.STREAM_CHUNK, b"".join(parts))
         if index.should_roll(len(record)):
             self._roll()
@@ -325,6 +264,8 @@ class FileStreamLog:
             write_all(self._fd, self._buf)
             if self.tap is not None:
                 self.tap.append(self._active, self._size, bytes(self._buf))
+                if self.readable is not None:
+                    self.marks.append((self.tap.position, self.index.next_offset))
             self._size += len(self._buf)
             self._buf.clear()
 
@@ -440,6 +381,7 @@ class FileStreamLog:
         index = self.index
         offset = max(offset, index.first_offset)
         hints = self._hints
+        limit = self.readable
         while (seg := index.segment_of(offset)) is not None:
             fd, end = self._open(seg)
             hint = hints.pop(offset, None)
@@ -448,9 +390,11 @@ class FileStreamLog:
             else:
                 _, pos = seg.point_before(offset)
                 block = BLOCK  # a scan from an index point
-            for p, first, ts, count, rec, size, raw in _chunks(
+            for p, first, ts, count, rec, size, raw in scan_chunks(
                 fd, pos, end, payloads=True, block=block
             ):
+                if limit is not None and first >= limit:
+                    return
                 if first + count > offset:
                     assert rec is not None  # a core chunk is decoded: bytes, not a view
                     if len(hints) >= _HINTS:
@@ -467,7 +411,7 @@ class FileStreamLog:
             if raw:
                 got = decode_chunk(rec[HEADER_SIZE:], skip, self.name)
             else:
-                got = list(_entries(bytes(rec), first, count, skip))
+                got = list(chunk_entries(bytes(rec), first, count, skip))
             out += got[: max_count - len(out)]
             if len(out) >= max_count:
                 break
@@ -479,7 +423,7 @@ class FileStreamLog:
                 (
                     first, ts, count,
                     bytes(rec[HEADER_SIZE:]) if raw  # as stored: the record's payload
-                    else [m for _, m in _entries(bytes(rec), first, count, 0)],
+                    else [m for _, m in chunk_entries(bytes(rec), first, count, 0)],
                 )
                 for first, ts, count, rec, raw in self._walk(
                     offset, SMALL_BLOCK if max_chunks <= 4 else BLOCK
@@ -492,13 +436,13 @@ class FileStreamLog:
         # An offset range read: the fields go from the entries to the columns as stored
         # (`entry_row_at`), no message built, as a browse reads page records.
         offset = max(offset, self.index.first_offset)
-        stop = min(stop, self.index.next_offset)  # only what the index has taken in
+        stop = min(stop, self.end)  # only what the index has taken in, and readers may see
         if stop <= offset:
             return
         seqs, flags, stamps = out.seqs, out.redelivered, out.timestamps
         exchanges, keys = out.exchanges.rows(), out.routing_keys.rows()
         props, bodies = out.properties.rows(), out.bodies.rows()
-        unpack = _LEN.unpack_from
+        unpack = ENTRY_LEN.unpack_from
         with contextlib.closing(self._walk(offset)) as chunks:
             for first, _ts, count, rec, raw in chunks:
                 if first >= stop:
@@ -510,7 +454,7 @@ class FileStreamLog:
                         out.add_rows(((o, o, False, m),))
                     continue
                 assert isinstance(rec, bytes)  # a core chunk is yielded as bytes
-                p = _HEAD
+                p = CHUNK_HEAD
                 for i in range(count):
                     (n,) = unpack(rec, p)
                     p += 4
@@ -539,17 +483,23 @@ class FileStreamLog:
         # either side).
         index = self.index
         offset = max(offset, index.first_offset)
-        stop = min(stop, index.next_offset)  # only what the index has taken in
+        stop = min(stop, self.end)  # only what the index has taken in, and readers may see
         out: list[bytes] = []
         while offset < stop and (seg := index.segment_of(offset)) is not None:
             fd, end = self._open(seg)
             _, pos = seg.point_before(offset)
             if stop < seg.next_offset:
-                end = _point_at_or_after(seg, stop, end)
+                end = point_at_or_after(seg, stop, end)
             if end > pos:
                 out.append(os.pread(fd, end - pos, pos))
             offset = seg.next_offset
         return out
+
+    @property
+    def end(self) -> int:
+        """The offset after the last one readers may see."""
+        limit = self.readable
+        return self.index.next_offset if limit is None else limit
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)
@@ -557,7 +507,7 @@ class FileStreamLog:
             return self.index.next_offset
         fd, end = self._open(seg)
         _, pos = seg.point_before_time(ts_ms)
-        for _pos, first, ts, _c, _rec, _size, _raw in _chunks(fd, pos, end, payloads=False):
+        for _pos, first, ts, _c, _rec, _size, _raw in scan_chunks(fd, pos, end, payloads=False):
             if ts >= ts_ms:
                 return first
         return seg.next_offset
