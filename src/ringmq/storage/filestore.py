@@ -47,6 +47,7 @@ point order (server/commit.py).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import logging
@@ -88,6 +89,8 @@ log = logging.getLogger(__name__)
 DEFAULT_EMBED_BELOW: Final = 4096
 """RabbitMQ's `queue_index_embed_msgs_below` default."""
 _PURGE_ALL: Final = (1 << 64) - 1
+_NO_BATCH: Final = contextlib.nullcontext()
+"""`write_out` and `flush` without a shard log (with one: `ShardLog.batch`)."""
 
 
 class FileStore:
@@ -393,16 +396,17 @@ class FileStore:
         # bodies first (records refer to them); a failure keeps what was handed out so far
         # for the next successful point, and leaves the rest buffered
         fds, self._pending_fds = self._pending_fds, []
+        shard_log = self.shard_log
         try:
-            fds += self._bodies.journal.flush()
-            fds += self._journal.flush()
-            fds += self._defs.flush()
-            fds += self._dedup.flush()
-            fds += self.streams.flush(self._position)
+            with _NO_BATCH if shard_log is None else shard_log.batch():
+                fds += self._bodies.journal.flush()
+                fds += self._journal.flush()
+                fds += self._defs.flush()
+                fds += self._dedup.flush()
+                fds += self.streams.flush(self._position)
         except OSError:
             self._pending_fds = _one_per_file(fds)
             raise
-        shard_log = self.shard_log
         return SyncPoint(
             self._position, tuple(fds), shard_log.position if shard_log is not None else 0
         )
@@ -412,11 +416,13 @@ class FileStore:
         # next `flush()` hands over what it needs to cover these writes too).
         if self.fenced:
             raise self.failure or OSError(errno.EIO, "store fenced")
-        self._bodies.journal.write_out()
-        self._journal.write_out()
-        self._defs.write_out()
-        self._dedup.write_out()
-        self.streams.write_out()
+        shard_log = self.shard_log
+        with _NO_BATCH if shard_log is None else shard_log.batch():
+            self._bodies.journal.write_out()
+            self._journal.write_out()
+            self._defs.write_out()
+            self._dedup.write_out()
+            self.streams.write_out()
         return self._position
 
     def attach_log(self, shard_log: ShardLog) -> None:

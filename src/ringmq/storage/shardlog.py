@@ -54,7 +54,8 @@ Owner: the store's thread (the loop). No locks.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -136,7 +137,10 @@ class ShardLog:
         self._base = start
         self._held = 0  # bytes of data in the backlog
         self.on_append: Callable[[], None] | None = None
-        """Called after each record (the server wakes its follower sessions)."""
+        """Called after each record, or once after a `batch` of them (the server wakes its
+        follower sessions)."""
+        self._batch = 0  # nesting of `batch()`
+        self._batch_from = start  # the position a batch began at
 
     # -- the writers' side ------------------------------------------------------------------
 
@@ -174,8 +178,23 @@ class ShardLog:
         if self._head > 4096 and self._head * 2 > len(ops):
             del ops[: self._head]
             self._head = 0
-        if self.on_append is not None:
+        if self.on_append is not None and not self._batch:
             self.on_append()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Records added inside call `on_append` once, at the end: a write-out of several
+        files (bodies, journal, definitions, streams) is one send to each follower, and one
+        acknowledgement back, not one per file."""
+        if not self._batch:
+            self._batch_from = self.position
+        self._batch += 1
+        try:
+            yield
+        finally:
+            self._batch -= 1
+            if not self._batch and self.position > self._batch_from and self.on_append is not None:
+                self.on_append()
 
     # -- the readers' side ------------------------------------------------------------------
 

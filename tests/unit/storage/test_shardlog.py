@@ -124,3 +124,37 @@ def test_a_copy_cut_short_in_a_bulk_sync_is_refused(tmp_path: Path) -> None:
     replica.close()
     with pytest.raises(ValueError, match="bulk sync did not finish"):
         FileStore.open(tmp_path)
+
+
+def test_a_batch_wakes_the_followers_once_at_its_end(tmp_path: Path) -> None:
+    log = ShardLog(tmp_path, "s0", epoch=1)
+    woken: list[int] = []
+    log.on_append = lambda: woken.append(log.position)
+    log.append(tmp_path / "a", 0, b"x")
+    assert woken == [1]  # outside a batch: at once
+    with log.batch():
+        log.append(tmp_path / "a", 1, b"y")
+        with log.batch():  # nested: still the outer batch's end
+            log.append(tmp_path / "b", 0, b"z")
+        log.delete(tmp_path / "c")
+        assert woken == [1]
+    assert woken == [1, 4]
+    with log.batch():
+        pass  # nothing added: nobody woken
+    assert woken == [1, 4]
+
+
+def test_a_store_write_out_of_several_files_wakes_the_followers_once(tmp_path: Path) -> None:
+    store = FileStore.open(tmp_path)
+    store.recover()
+    log = ShardLog(tmp_path, "s0", epoch=1)
+    store.attach_log(log)
+    woken: list[int] = []
+    log.on_append = lambda: woken.append(log.position)
+    store.put_definition("queue", "/|q", {"durable": True})  # the definitions file
+    store.enqueue("/|q", SeqId(1), Message("", "q", b"", b"x" * 10_000))  # journal and body
+    start = log.position
+    store.write_out()
+    assert log.position - start >= 2  # several files written ...
+    assert woken == [log.position]  # ... one wake
+    store.close()
