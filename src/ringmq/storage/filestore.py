@@ -398,7 +398,7 @@ class FileStore:
         fds, self._pending_fds = self._pending_fds, []
         shard_log = self.shard_log
         try:
-            with _NO_BATCH if shard_log is None else shard_log.batch():
+            with self._one_batch():
                 fds += self._bodies.journal.flush()
                 fds += self._journal.flush()
                 fds += self._defs.flush()
@@ -416,14 +416,17 @@ class FileStore:
         # next `flush()` hands over what it needs to cover these writes too).
         if self.fenced:
             raise self.failure or OSError(errno.EIO, "store fenced")
-        shard_log = self.shard_log
-        with _NO_BATCH if shard_log is None else shard_log.batch():
+        with self._one_batch():
             self._bodies.journal.write_out()
             self._journal.write_out()
             self._defs.write_out()
             self._dedup.write_out()
             self.streams.write_out()
         return self._position
+
+    def _one_batch(self) -> contextlib.AbstractContextManager[None]:
+        # a write-out of several files wakes the followers once (`ShardLog.batch`)
+        return _NO_BATCH if self.shard_log is None else self.shard_log.batch()
 
     def attach_log(self, shard_log: ShardLog) -> None:
         """Record every later write and delete of this store in `shard_log` (replication).

@@ -16,8 +16,8 @@ committed chunks and Kafka's consumers read below the high watermark: a chunk th
 never got is lost with the leader, and its offsets are then given to other messages, so no
 reader may have had it. `hide` starts this (everything in the files counts as committed:
 recovered, or replicated before this epoch); each stream's write-outs are marked with their
-shard-log position (`FileStreamLog.marks`), and `show(log_position)` moves each stream's
-`readable` past what the release covers.
+shard-log position, and `show(log_position)` lets each stream's readers past what the release
+covers (`FileStreamLog.hide`, `show`, `hidden_after`).
 
 Owner: the store's thread (the loop); only `synced` runs on the fsync thread.
 """
@@ -59,22 +59,14 @@ class StreamFiles:
         """From now on readers see only what `show` released (off: every chunk again)."""
         self.committed_reads = on
         for log in self._open.values():
-            log.write_out()
-            log.readable = log.index.next_offset if on else None
-            log.marks.clear()
+            log.hide(on)
 
     def show(self, log_position: int) -> bool:
         """A release covered the shard log up to `log_position`: readers may see every chunk
         written out by then. True when some stream's readers may see more."""
         moved = False
         for log in self._open.values():
-            marks = log.marks
-            if not marks or marks[0][0] > log_position or log.readable is None:
-                continue
-            while marks and marks[0][0] <= log_position:
-                end = marks.popleft()[1]
-            log.readable = end
-            moved = True
+            moved = log.show(log_position) or moved
         return moved
 
     def hidden_after(self, log_position: int) -> bool:
@@ -85,7 +77,7 @@ class StreamFiles:
             return False
         if self.appended:
             return True
-        return any(log.marks and log.marks[-1][0] > log_position for log in self._open.values())
+        return any(log.hidden_after(log_position) for log in self._open.values())
 
     def relog(self) -> None:
         """`FileStreamLog.relog` of every stream (a bulk sync starts)."""
@@ -103,7 +95,7 @@ class StreamFiles:
             log = self._open[key] = FileStreamLog(path, spec, name, self.appended)
             log.tap = self.tap
             if self.committed_reads:
-                log.readable = log.index.next_offset
+                log.hide()
             (path / "KEY").write_bytes(key.encode())
             if self.tap is not None:
                 self.tap.replace(path / "KEY", key.encode())

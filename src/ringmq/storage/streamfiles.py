@@ -140,10 +140,10 @@ class FileStreamLog:
         """A temporary copy of the tracking file waits for its fsync and rename."""
         self.tap: ShardLog | None = None
         """The shard log that records every write (replication on; module docstring)."""
-        self.readable: int | None = None
-        """Readers stop before this offset (None: they read every chunk; `streamdirs.py`)."""
-        self.marks: deque[tuple[int, int]] = deque()
-        """While `readable` is set: (shard-log position, next offset) of each write-out."""
+        self._readable: int | None = None
+        """Readers stop before this offset (None: they read every chunk; `hide`)."""
+        self._marks: deque[tuple[int, int]] = deque()
+        """While hidden: (shard-log position, next offset) of each write-out since `show`."""
         self._latest: bytes | None = None  # the newest tracking snapshot taken (and logged)
         self._pending: bytes | None = None  # the snapshot in the temporary copy
         self._saved: bytes | None = None  # the tracking file's content on disk
@@ -264,8 +264,8 @@ class FileStreamLog:
             write_all(self._fd, self._buf)
             if self.tap is not None:
                 self.tap.append(self._active, self._size, bytes(self._buf))
-                if self.readable is not None:
-                    self.marks.append((self.tap.position, self.index.next_offset))
+                if self._readable is not None:
+                    self._marks.append((self.tap.position, self.index.next_offset))
             self._size += len(self._buf)
             self._buf.clear()
 
@@ -381,7 +381,7 @@ class FileStreamLog:
         index = self.index
         offset = max(offset, index.first_offset)
         hints = self._hints
-        limit = self.readable
+        limit = self._readable
         while (seg := index.segment_of(offset)) is not None:
             fd, end = self._open(seg)
             hint = hints.pop(offset, None)
@@ -498,8 +498,31 @@ class FileStreamLog:
     @property
     def end(self) -> int:
         """The offset after the last one readers may see."""
-        limit = self.readable
+        limit = self._readable
         return self.index.next_offset if limit is None else limit
+
+    # -- committed reads (streamdirs.py) ----------------------------------------------------
+    def hide(self, on: bool = True) -> None:
+        """From now on readers see what is here now and what `show` releases (off: every
+        chunk again)."""
+        self.write_out()
+        self._readable = self.index.next_offset if on else None
+        self._marks.clear()
+
+    def show(self, log_position: int) -> bool:
+        """Readers may see every chunk written out by shard-log position `log_position`;
+        True when that is more than they saw."""
+        marks = self._marks
+        if not marks or marks[0][0] > log_position:
+            return False
+        while marks and marks[0][0] <= log_position:
+            self._readable = marks.popleft()[1]
+        return True
+
+    def hidden_after(self, log_position: int) -> bool:
+        """Chunks were written out after shard-log position `log_position` that readers may
+        not see yet."""
+        return bool(self._marks) and self._marks[-1][0] > log_position
 
     def offset_at(self, ts_ms: int) -> int:
         seg = self.index.segment_at_time(ts_ms)
