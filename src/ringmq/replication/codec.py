@@ -1,7 +1,7 @@
 """The replication protocol's frames: bytes in, frames out (sans-IO).
 
-Every frame is `[u32 length][u8 type][payload]`, big endian; `length` counts the type byte and
-the payload. Strings are `u16 length + UTF-8`. The frames, in the order a session uses them:
+Frames are `ringmq.lenframes` frames (`[u32 length][u8 type][payload]`, big endian); strings
+are `u16 length + UTF-8`. The frames, in the order a session uses them:
 
 * `Hello` (follower -> leader): protocol version, shard id, node name, the epoch and position
   the follower holds, a random nonce and `HMAC-SHA256(secret, ...)` over all of it: the
@@ -26,7 +26,11 @@ import struct
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from ringmq import lenframes
+from ringmq.lenframes import HEADER, U16, U32, Cursor, ProtocolError, blob, text
 from ringmq.storage.shardlog import FileEntry, FileOp, OpKind
+
+__all__ = ["FrameReader", "ProtocolError", "decode", "encode"]
 
 VERSION: Final = 1
 MAX_FRAME: Final = 1024 * 1024 * 1024 + 4096
@@ -36,18 +40,11 @@ record is one write of the store and is never split (a body of up to RabbitMQ's 
 CHUNK_BYTES: Final = 1024 * 1024
 """Bulk sync file chunks and record batches stay around this size."""
 
-_LEN = struct.Struct(">IB")
 _U64 = struct.Struct(">Q")
 _U64X2 = struct.Struct(">QQ")
 _U64X3 = struct.Struct(">QQQ")
-_U32 = struct.Struct(">I")
-_U16 = struct.Struct(">H")
 _ENTRY = struct.Struct(">QI")
 _OP = struct.Struct(">BQI")
-
-
-class ProtocolError(Exception):
-    """Bytes that are not a valid frame, or a frame out of place."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,102 +141,55 @@ def hello_mac(
     return hmac.new(secret, msg + nonce, hashlib.sha256).digest()
 
 
-def _s(text: str) -> bytes:
-    raw = text.encode()
-    return _U16.pack(len(raw)) + raw
-
-
-def _b(data: bytes) -> bytes:
-    return _U32.pack(len(data)) + data
-
-
 def encode(frame: Frame) -> bytes:
     """One frame's bytes."""
     match frame:
         case Hello():
             body = (
-                _U16.pack(frame.version)
-                + _s(frame.shard)
-                + _s(frame.node)
+                U16.pack(frame.version)
+                + text(frame.shard)
+                + text(frame.node)
                 + _U64X2.pack(frame.epoch, frame.position)
-                + _b(frame.nonce)
-                + _b(frame.mac)
+                + blob(frame.nonce)
+                + blob(frame.mac)
             )
         case Welcome():
             body = _U64X3.pack(frame.epoch, frame.start, frame.position)
         case Refuse():
-            body = _s(frame.reason[:1000])
+            body = text(frame.reason[:1000])
         case Index():
-            parts = [_U64X2.pack(frame.epoch, frame.position), _U32.pack(len(frame.entries))]
+            parts = [_U64X2.pack(frame.epoch, frame.position), U32.pack(len(frame.entries))]
             for e in frame.entries:
-                parts += (_s(e.path), _ENTRY.pack(e.size, e.crc))
+                parts += (text(e.path), _ENTRY.pack(e.size, e.crc))
             body = b"".join(parts)
         case Want():
-            body = _U32.pack(len(frame.paths)) + b"".join(_s(p) for p in frame.paths)
+            body = U32.pack(len(frame.paths)) + b"".join(text(p) for p in frame.paths)
         case Chunk():
-            body = _s(frame.path) + _U64.pack(frame.offset) + frame.data
+            body = text(frame.path) + _U64.pack(frame.offset) + frame.data
         case Synced() | NeedSync():
             body = b""
         case Records():
             # the records' data is most of a leader's output: copied once, into the frame
-            parts = [b"", _U64X2.pack(frame.epoch, frame.first), _U32.pack(len(frame.ops))]
-            size = 1 + _U64X2.size + _U32.size
+            parts = [b"", _U64X2.pack(frame.epoch, frame.first), U32.pack(len(frame.ops))]
+            size = 1 + _U64X2.size + U32.size
             for op in frame.ops:
-                path = _s(op.path)
+                path = text(op.path)
                 parts += (path, _OP.pack(op.kind, op.offset, len(op.data)), op.data)
                 size += len(path) + _OP.size + len(op.data)
-            parts[0] = _LEN.pack(size, _TYPES[Records])
+            parts[0] = HEADER.pack(size, _TYPES[Records])
             return b"".join(parts)
         case Ack():
             body = _U64X3.pack(frame.epoch, frame.written, frame.durable)
-    return _LEN.pack(len(body) + 1, _TYPES[type(frame)]) + body
-
-
-class _Cursor:
-    __slots__ = ("at", "view")
-
-    def __init__(self, view: memoryview) -> None:
-        self.view = view
-        self.at = 0
-
-    def take(self, n: int) -> memoryview:
-        if self.at + n > len(self.view):
-            raise ProtocolError("frame too short")
-        out = self.view[self.at : self.at + n]
-        self.at += n
-        return out
-
-    def unpack(self, s: struct.Struct) -> tuple[int, ...]:
-        return s.unpack(self.take(s.size))
-
-    def text(self) -> str:
-        (n,) = self.unpack(_U16)
-        try:
-            return str(self.take(n), "utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProtocolError("bad UTF-8") from exc
-
-    def blob(self) -> bytes:
-        (n,) = self.unpack(_U32)
-        return bytes(self.take(n))
-
-    def rest(self) -> bytes:
-        out = bytes(self.view[self.at :])
-        self.at = len(self.view)
-        return out
-
-    def end(self) -> None:
-        if self.at != len(self.view):
-            raise ProtocolError("trailing bytes in frame")
+    return lenframes.frame(_TYPES[type(frame)], body)
 
 
 def decode(ftype: int, payload: memoryview) -> Frame:
     """The frame of type `ftype` with `payload` (raises `ProtocolError`)."""
-    c = _Cursor(payload)
+    c = Cursor(payload)
     frame: Frame
     match ftype:
         case 1:
-            (version,) = c.unpack(_U16)
+            (version,) = c.unpack(U16)
             shard, node = c.text(), c.text()
             epoch, position = c.unpack(_U64X2)
             frame = Hello(shard, node, epoch, position, c.blob(), c.blob(), version)
@@ -249,7 +199,7 @@ def decode(ftype: int, payload: memoryview) -> Frame:
             frame = Refuse(c.text())
         case 4:
             epoch, position = c.unpack(_U64X2)
-            (n,) = c.unpack(_U32)
+            (n,) = c.unpack(U32)
             entries = []
             for _ in range(n):
                 path = c.text()
@@ -257,7 +207,7 @@ def decode(ftype: int, payload: memoryview) -> Frame:
                 entries.append(FileEntry(path, size, crc))
             frame = Index(epoch, position, tuple(entries))
         case 5:
-            (n,) = c.unpack(_U32)
+            (n,) = c.unpack(U32)
             frame = Want(tuple(c.text() for _ in range(n)))
         case 6:
             path = c.text()
@@ -267,7 +217,7 @@ def decode(ftype: int, payload: memoryview) -> Frame:
             frame = Synced()
         case 8:
             epoch, first = c.unpack(_U64X2)
-            (n,) = c.unpack(_U32)
+            (n,) = c.unpack(U32)
             ops = []
             for _ in range(n):
                 path = c.text()
@@ -288,31 +238,8 @@ def decode(ftype: int, payload: memoryview) -> Frame:
     return frame
 
 
-class FrameReader:
-    """Bytes in, frames out: `feed(data)`, then `next_frame()` until it returns None."""
+class FrameReader(lenframes.FrameReader[Frame]):
+    """Bytes in, replication frames out: `feed(data)`, then `next_frame()` until None."""
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._at = 0
-
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Append received bytes."""
-        if self._at:
-            del self._buf[: self._at]
-            self._at = 0
-        self._buf += data
-
-    def next_frame(self) -> Frame | None:
-        """The next complete frame, or None when more bytes are needed."""
-        if len(self._buf) - self._at < _LEN.size:
-            return None
-        length, ftype = _LEN.unpack_from(self._buf, self._at)
-        if length < 1 or length > MAX_FRAME:
-            raise ProtocolError(f"bad frame length {length}")
-        end = self._at + 4 + length
-        if len(self._buf) < end:
-            return None
-        with memoryview(self._buf) as view, view[self._at + _LEN.size : end] as payload:
-            frame = decode(ftype, payload)
-        self._at = end
-        return frame
+        super().__init__(decode, MAX_FRAME)
