@@ -1,0 +1,335 @@
+"""The shard link's frames: bytes in, frames out (sans-IO).
+
+Frames are `ringmq.lenframes` frames (`[u32 length][u8 type][payload]`, big endian). A link
+joins an *origin* shard (where a client's connection lives) to an *owner* shard (where the
+queues it uses live); the origin connects. In the order a link uses them:
+
+* `Hello` (origin): version, the origin's shard index, a random nonce and
+  `HMAC-SHA256(secret, ...)` over them (the shards of one broker share a secret).
+  `Welcome` (owner: its shard index) or `Refuse` (either side: why the link ends).
+* Publishes: `Forward` (origin): the link sequence of its first entry, then entries, each the
+  owner's queues a message goes to and the message (`storage.records.encode_message`, the
+  journal's layout). Sequences run on without gaps for the link's life.
+  `Outcome` (owner): every sequence up to `upto` is resolved, the listed ones rejected (with
+  a code), the others accepted: stored as the owner stores that message (persistent ones
+  fsynced), so the origin may confirm.
+* Consumers: `Subscribe` (origin: a consumer id it chose, the queue, the credit it grants, a
+  pre-settled flag, the consumer's arguments as an opaque blob), `Subscribed` or
+  `SubscribeRefused` (owner: a code and a text), `Credit` (origin: more credit),
+  `Deliveries` (owner: the consumer id, the tag of the first, then entries with the
+  redelivered flag, the delivery count and the message; tags run on per consumer),
+  `Settle` (origin: an outcome and ranges of tags), `Cancel` (origin) and `Cancelled` (owner:
+  why, and whether it still holds the consumer's unsettled deliveries: yes when it answers a
+  `Cancel`, no when the queue went).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final, TypeAlias
+
+from ringmq import lenframes
+from ringmq.core.message import Message
+from ringmq.lenframes import U16, U32, Cursor, ProtocolError, blob, text
+from ringmq.storage.records import decode_entry, encode_message
+
+__all__ = ["FrameReader", "ProtocolError", "decode", "encode"]
+
+VERSION: Final = 1
+MAX_FRAME: Final = 1024 * 1024 * 1024 + 4096
+"""Largest frame accepted: one message is never split (up to 512 MiB, RabbitMQ's largest
+`max_message_size`), and a batch of small ones stays near `BATCH_BYTES`."""
+BATCH_BYTES: Final = 256 * 1024
+"""A `Forward` or `Deliveries` frame is closed once its entries pass this size."""
+
+_U64: Final = struct.Struct(">Q")
+_U64U32: Final = struct.Struct(">QI")
+_SEQ_CODE: Final = struct.Struct(">QH")
+_RANGE: Final = struct.Struct(">QQ")
+_SUB: Final = struct.Struct(">IIB")
+_CID: Final = U32
+_CID_N: Final = struct.Struct(">II")
+_CID_TAG_N: Final = struct.Struct(">IQI")
+_DELIVERY: Final = struct.Struct(">BI")
+_CODE_TEXT: Final = struct.Struct(">IH")
+
+
+class Outcome(IntEnum):
+    """What a consumer's client did with deliveries (values are part of the protocol)."""
+
+    ACK = 1
+    REQUEUE = 2
+    REJECT = 3  # not requeued: dead-lettered where the queue says so, else dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    shard: int
+    nonce: bytes
+    mac: bytes
+    version: int = VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    shard: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One forwarded message and the owner's queues it goes to."""
+
+    queues: tuple[str, ...]
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    first: int
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeFrame:
+    upto: int
+    rejected: tuple[tuple[int, int], ...]
+    """(sequence, code) of the rejected ones among those up to `upto`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    cid: int
+    queue: str
+    credit: int
+    settled: bool
+    arguments: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    cid: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeRefused:
+    cid: int
+    code: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    cid: int
+    add: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    redelivered: bool
+    delivery_count: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Deliveries:
+    cid: int
+    first_tag: int
+    entries: tuple[Delivery, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    cid: int
+    outcome: Outcome
+    ranges: tuple[tuple[int, int], ...]
+    """Inclusive (first, last) tag ranges."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    cid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    cid: int
+    reason: str
+    kept: bool
+    """The owner still holds the consumer's unsettled deliveries (an answer to `Cancel`), or
+    not (its queue went: they are gone)."""
+
+
+Frame: TypeAlias = (
+    Hello
+    | Welcome
+    | Refuse
+    | Forward
+    | OutcomeFrame
+    | Subscribe
+    | Subscribed
+    | SubscribeRefused
+    | Credit
+    | Deliveries
+    | Settle
+    | Cancel
+    | Cancelled
+)
+
+_TYPES: Final[dict[type, int]] = {
+    Hello: 1,
+    Welcome: 2,
+    Refuse: 3,
+    Forward: 4,
+    OutcomeFrame: 5,
+    Subscribe: 6,
+    Subscribed: 7,
+    SubscribeRefused: 8,
+    Credit: 9,
+    Deliveries: 10,
+    Settle: 11,
+    Cancel: 12,
+    Cancelled: 13,
+}
+
+
+def hello_mac(secret: bytes, shard: int, nonce: bytes) -> bytes:
+    """The MAC a `Hello` carries (HMAC-SHA256 of its fields under the broker's secret)."""
+    msg = b"ringmq-shardlink-1\x00" + U32.pack(shard) + nonce
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+def message_bytes(message: Message) -> bytes:
+    """A message as the link carries it: the journal's entry layout, body embedded."""
+    return encode_message("", 0, message)
+
+
+def _message(c: Cursor) -> Message:
+    try:
+        return decode_entry(c.take(U32.unpack(c.take(4))[0])).message
+    except ProtocolError:
+        raise
+    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"bad message: {exc}") from exc
+
+
+def encode(frame: Frame) -> bytes:
+    """One frame's bytes."""
+    match frame:
+        case Hello():
+            body = U16.pack(frame.version) + U32.pack(frame.shard) + blob(frame.nonce)
+            body += blob(frame.mac)
+        case Welcome():
+            body = U32.pack(frame.shard)
+        case Refuse():
+            body = text(frame.reason[:1000])
+        case Forward():
+            parts = [_U64U32.pack(frame.first, len(frame.entries))]
+            for e in frame.entries:
+                parts.append(U16.pack(len(e.queues)))
+                parts += (text(q) for q in e.queues)
+                parts.append(blob(message_bytes(e.message)))
+            body = b"".join(parts)
+        case OutcomeFrame():
+            parts = [_U64U32.pack(frame.upto, len(frame.rejected))]
+            parts += (_SEQ_CODE.pack(seq, code) for seq, code in frame.rejected)
+            body = b"".join(parts)
+        case Subscribe():
+            body = _SUB.pack(frame.cid, frame.credit, frame.settled) + text(frame.queue)
+            body += blob(frame.arguments)
+        case Subscribed() | Cancel():
+            body = _CID.pack(frame.cid)
+        case SubscribeRefused():
+            body = _CODE_TEXT.pack(frame.cid, frame.code) + text(frame.text[:1000])
+        case Credit():
+            body = _CID_N.pack(frame.cid, frame.add)
+        case Deliveries():
+            parts = [_CID_TAG_N.pack(frame.cid, frame.first_tag, len(frame.entries))]
+            for d in frame.entries:
+                parts += (
+                    _DELIVERY.pack(d.redelivered, d.delivery_count),
+                    blob(message_bytes(d.message)),
+                )
+            body = b"".join(parts)
+        case Settle():
+            parts = [_CID_N.pack(frame.cid, len(frame.ranges)), bytes((frame.outcome,))]
+            parts += (_RANGE.pack(a, b) for a, b in frame.ranges)
+            body = b"".join(parts)
+        case Cancelled():
+            body = _CID.pack(frame.cid) + bytes((frame.kept,)) + text(frame.reason[:1000])
+    return lenframes.frame(_TYPES[type(frame)], body)
+
+
+def decode(ftype: int, payload: memoryview) -> Frame:
+    """The frame of type `ftype` with `payload` (raises `ProtocolError`)."""
+    c = Cursor(payload)
+    frame: Frame
+    match ftype:
+        case 1:
+            (version,) = c.unpack(U16)
+            (shard,) = c.unpack(U32)
+            frame = Hello(shard, c.blob(), c.blob(), version)
+        case 2:
+            frame = Welcome(*c.unpack(U32))
+        case 3:
+            frame = Refuse(c.text())
+        case 4:
+            first, n = c.unpack(_U64U32)
+            entries = []
+            for _ in range(n):
+                (nq,) = c.unpack(U16)
+                queues = tuple(c.text() for _ in range(nq))
+                entries.append(Entry(queues, _message(c)))
+            frame = Forward(first, tuple(entries))
+        case 5:
+            upto, n = c.unpack(_U64U32)
+            frame = OutcomeFrame(upto, tuple(c.unpack(_SEQ_CODE) for _ in range(n)))  # type: ignore[misc]
+        case 6:
+            cid, credit, settled = c.unpack(_SUB)
+            frame = Subscribe(cid, c.text(), credit, bool(settled), c.blob())
+        case 7:
+            frame = Subscribed(*c.unpack(_CID))
+        case 8:
+            cid, code = c.unpack(_CODE_TEXT)
+            frame = SubscribeRefused(cid, code, c.text())
+        case 9:
+            frame = Credit(*c.unpack(_CID_N))
+        case 10:
+            cid, first_tag, n = c.unpack(_CID_TAG_N)
+            deliveries = []
+            for _ in range(n):
+                redelivered, count = c.unpack(_DELIVERY)
+                deliveries.append(Delivery(bool(redelivered), count, _message(c)))
+            frame = Deliveries(cid, first_tag, tuple(deliveries))
+        case 11:
+            cid, n = c.unpack(_CID_N)
+            try:
+                outcome = Outcome(c.take(1)[0])
+            except ValueError as exc:
+                raise ProtocolError("unknown settlement outcome") from exc
+            frame = Settle(cid, outcome, tuple(c.unpack(_RANGE) for _ in range(n)))  # type: ignore[misc]
+        case 12:
+            frame = Cancel(*c.unpack(_CID))
+        case 13:
+            (cid,) = c.unpack(_CID)
+            kept = bool(c.take(1)[0])
+            frame = Cancelled(cid, c.text(), kept)
+        case _:
+            raise ProtocolError(f"unknown frame type {ftype}")
+    c.end()
+    return frame
+
+
+class FrameReader(lenframes.FrameReader[Frame]):
+    """Bytes in, link frames out: `feed(data)`, then `next_frame()` until None."""
+
+    def __init__(self) -> None:
+        super().__init__(decode, MAX_FRAME)

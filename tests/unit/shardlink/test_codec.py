@@ -1,0 +1,199 @@
+"""The shard link's frames: each round-trips, and bad bytes raise `ProtocolError` only."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ringmq.core.message import Message
+from ringmq.shardlink import origin as o
+from ringmq.shardlink import owner as w
+from ringmq.shardlink.codec import (
+    Cancel,
+    Cancelled,
+    Credit,
+    Deliveries,
+    Delivery,
+    Entry,
+    Forward,
+    Frame,
+    FrameReader,
+    Hello,
+    Outcome,
+    OutcomeFrame,
+    ProtocolError,
+    Refuse,
+    Settle,
+    Subscribe,
+    Subscribed,
+    SubscribeRefused,
+    Welcome,
+    encode,
+)
+
+M = Message(
+    "ex",
+    "rk",
+    b"\x80\x00\x05hello",
+    b"body" * 100,
+    headers={"h": 1},
+    priority=3,
+    expiration_ms=500,
+    persistent=True,
+    message_id="m-1",
+    timestamp_ms=1234,
+)
+
+FRAMES: list[Frame] = [
+    Hello(3, b"n" * 16, b"m" * 32),
+    Welcome(2),
+    Refuse("no"),
+    Forward(7, (Entry(("q1", "q2"), M), Entry(("q3",), M))),
+    OutcomeFrame(9, ((8, 312),)),
+    Subscribe(1, "q", 10, True, b"\x00\x00\x00\x00"),
+    Subscribed(1),
+    SubscribeRefused(1, 404, "no queue"),
+    Credit(1, 5),
+    Deliveries(1, 4, (Delivery(True, 2, M),)),
+    Settle(1, Outcome.REQUEUE, ((1, 3), (5, 5))),
+    Cancel(1),
+    Cancelled(1, "queue deleted", False),
+]
+
+
+def _plain(value: object) -> object:
+    """Frames compared by value: a `Message` compares by identity, so by its fields here."""
+    if isinstance(value, Message):
+        return tuple(getattr(value, f.name) for f in dataclasses.fields(value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value), *(_plain(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _read(data: bytes) -> list[Frame]:
+    reader = FrameReader()
+    reader.feed(data)
+    out = []
+    while (f := reader.next_frame()) is not None:
+        out.append(f)
+    return out
+
+
+@pytest.mark.parametrize("frame", FRAMES, ids=lambda f: type(f).__name__)
+def test_each_frame_round_trips(frame: Frame) -> None:
+    data = encode(frame)
+    got = _read(data)
+    assert [_plain(g) for g in got] == [_plain(frame)]
+    # cut anywhere, it waits for the rest
+    reader = FrameReader()
+    reader.feed(data[:-1])
+    assert reader.next_frame() is None
+    reader.feed(data[-1:])
+    assert _plain(reader.next_frame()) == _plain(frame)
+
+
+@given(st.binary(max_size=300))
+def test_garbage_raises_protocol_error_only(data: bytes) -> None:
+    try:
+        _read(data)
+    except ProtocolError:
+        pass
+
+
+@given(st.sampled_from(FRAMES), st.data())
+def test_a_damaged_frame_raises_protocol_error_only(frame: Frame, data: st.DataObject) -> None:
+    raw = bytearray(encode(frame))
+    at = data.draw(st.integers(5, len(raw) - 1))
+    raw[at] ^= data.draw(st.integers(1, 255))
+    try:
+        _read(bytes(raw) + b"\x00" * 8)
+    except ProtocolError:
+        pass
+
+
+def _pair(secret: bytes = b"s") -> tuple[o.OriginSession, w.OwnerSession, list[w.Event]]:
+    origin, owner = o.OriginSession(1, b"s"), w.OwnerSession(2, secret)
+    events = owner.receive_data(origin.data_to_send())
+    return origin, owner, events
+
+
+def test_a_wrong_secret_is_refused_and_ends_both_sides() -> None:
+    origin, owner, events = _pair(b"other")
+    assert events == [w.Closed("bad secret")]
+    assert owner.closed
+    assert origin.receive_data(owner.data_to_send()) == [
+        o.Refused("shard link refused: bad secret")
+    ]
+    assert origin.closed
+    with pytest.raises(ValueError):
+        origin.forward(("q",), M)
+
+
+def test_a_gap_in_the_forwards_breaks_the_link() -> None:
+    _, owner, events = _pair()
+    assert events == [w.Opened(1)]
+    with pytest.raises(ProtocolError, match="forward from 3, 1 due"):
+        owner.receive_data(encode(Forward(3, (Entry(("q",), M),))))
+
+
+def test_deliveries_beyond_the_credit_break_the_link() -> None:
+    origin, owner, _ = _pair()
+    origin.receive_data(owner.data_to_send())
+    cid = origin.subscribe("q", 1)
+    owner.receive_data(origin.data_to_send())
+    owner.subscribed(cid)
+    origin.receive_data(owner.data_to_send())
+    twice = Deliveries(cid, 1, (Delivery(False, 0, M), Delivery(False, 0, M)))
+    with pytest.raises(ProtocolError, match="2 deliveries to consumer 1 with credit 1"):
+        origin.receive_data(encode(twice))
+
+
+def test_an_outcome_beyond_what_was_forwarded_breaks_the_link() -> None:
+    origin, owner, _ = _pair()
+    origin.receive_data(owner.data_to_send())
+    origin.forward(("q",), M)
+    with pytest.raises(ProtocolError, match="outcome up to 2 of 1 forwarded"):
+        origin.receive_data(encode(OutcomeFrame(2, ())))
+
+
+def test_settling_a_tag_not_outstanding_is_the_callers_bug() -> None:
+    origin, owner, _ = _pair()
+    origin.receive_data(owner.data_to_send())
+    cid = origin.subscribe("q", 2)
+    owner.receive_data(origin.data_to_send())
+    owner.subscribed(cid)
+    owner.deliver(cid, False, 0, M)
+    origin.receive_data(owner.data_to_send())
+    with pytest.raises(ValueError, match="not outstanding"):
+        origin.settle(cid, Outcome.ACK, [2])
+    origin.settle(cid, Outcome.ACK, [1])
+    assert owner.receive_data(origin.data_to_send()) == [w.Settled(cid, Outcome.ACK, (1,))]
+
+
+def test_forwards_in_one_write_cross_as_batches_in_order() -> None:
+    origin, owner, _ = _pair()
+    big = Message("", "rk", b"\x00\x00", b"x" * 100_000)
+    seqs = [origin.forward(("q",), big) for _ in range(6)]
+    assert seqs == [1, 2, 3, 4, 5, 6]
+    events = owner.receive_data(origin.data_to_send())
+    received = [e for e in events if isinstance(e, w.Received)]
+    assert len(received) > 1  # split near BATCH_BYTES
+    assert [e.first for e in received] == [1] + [
+        received[0].first + sum(len(r.entries) for r in received[:i])
+        for i in range(1, len(received))
+    ]
+    for seq in (2, 1, 3):
+        owner.accept(seq)
+    owner.reject(5, 312)
+    resolved = [e for e in origin.receive_data(owner.data_to_send()) if isinstance(e, o.Resolved)]
+    assert resolved == [o.Resolved(1, 3, {})]
+    owner.accept(4)
+    owner.accept(6)
+    resolved = [e for e in origin.receive_data(owner.data_to_send()) if isinstance(e, o.Resolved)]
+    assert resolved == [o.Resolved(4, 6, {5: 312})]
+    assert origin.unresolved == 0
