@@ -173,8 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name, extra in args.variants.items():
             variant = brokers.RingmqProcess(extra_args=extra, startup_timeout_s=STARTUP_S)
+            try:
+                url = variant.start()
+            except (RuntimeError, OSError) as exc:
+                # Asked for by name: no run without it (its log tail says why).
+                print(f"{name}: not started ({exc})", file=sys.stderr)
+                return 2
             variants.append(variant)
-            targets.append(_ringmq_target(name, variant.start()))
+            targets.append(_ringmq_target(name, url))
         if not args.no_ringmq:
             url = args.ringmq_url
             if not url:
