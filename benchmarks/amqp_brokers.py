@@ -3,7 +3,9 @@ starting ringmq when no URL is given.
 
 Theory of operation: a ``BrokerTarget`` is a name, an AMQP URL and the pid of the process
 listening on that URL's port (found through /proc/net/tcp and /proc/<pid>/fd, so RabbitMQ's
-beam.smp and an already-running ringmq are found the same way). ``ProcessStats`` samples
+beam.smp and an already-running ringmq are found the same way), and, when asked, that
+process's descendants as they are then (a broker that runs its shards as child processes counts
+them all). ``ProcessStats`` samples
 /proc/<pid>/stat and /proc/<pid>/status: CPU seconds (utime+stime), VmRSS and VmHWM; it can
 reset VmHWM (``clear_refs`` 5) so a peak belongs to one scenario, and it sums the threads'
 run-queue wait (schedstat), which shows how much a shared machine starved the broker.
@@ -60,6 +62,27 @@ def listening_pid(port: int) -> int | None:
         except OSError:
             continue
     return None
+
+
+def descendants(pid: int) -> tuple[int, ...]:
+    """The pids of the processes below ``pid`` (children, theirs, ...), as they are now."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return tuple(sorted(found))
 
 
 def process_name(pid: int) -> str:
@@ -141,9 +164,13 @@ class BrokerTarget:
     others: tuple[int, ...] = ()  # the other processes of a cluster, counted with `pid`
 
     @classmethod
-    def at(cls, name: str, url: str) -> BrokerTarget:
+    def at(cls, name: str, url: str, *, with_descendants: bool = False) -> BrokerTarget:
+        """The broker listening on ``url``'s port; ``with_descendants``: its child processes
+        too, counted with it (a sharded ringmq), as they are when this is called."""
         port = urlsplit(url).port or 5672
-        return cls(name, url, listening_pid(port))
+        pid = listening_pid(port)
+        others = descendants(pid) if with_descendants and pid is not None else ()
+        return cls(name, url, pid, others)
 
     def describe(self) -> str:
         proc = f"pid {self.pid} ({process_name(self.pid)})" if self.pid else "pid unknown"

@@ -2,7 +2,10 @@
 
 Theory of operation: a scenario run forks separate OS processes for the producer and the
 consumers (``multiprocessing``, fork context), so the generator never shares a Python
-interpreter (a GIL, an event loop) with the other side of the measurement. Each role runs one
+interpreter (a GIL, an event loop) with the other side of the measurement. Many independent
+publishers (one per queue) share one producer process, one connection each, as the consumers
+of several queues share one consumer process: two generator processes whatever the number of
+queues, so that on 2 cores the broker is not crowded out by the generator. Each role runs one
 event loop (uvloop when installed) with ``amqp_client`` connections, does its part, and puts
 one result ``dict`` on a ``multiprocessing`` queue: timings from ``time.monotonic()`` (one
 clock for all processes on Linux), counts, latency percentiles and its own CPU seconds.
@@ -112,7 +115,8 @@ def _run_loop(main: Callable[[], Awaitable[Result]]) -> Result:
 # -- producer ------------------------------------------------------------------------------
 
 
-async def _produce(spec: ProducerSpec) -> Result:
+async def _publish(spec: ProducerSpec) -> tuple[Result, list[int]]:
+    """One producer's run: its result, and its confirm latencies in ns (none without confirms)."""
     client = await client_mod.AMQPClient.connect(spec.url)
     try:
         channel = await client.open_channel()
@@ -148,19 +152,54 @@ async def _produce(spec: ProducerSpec) -> Result:
             result["queue_depth"] = await client.landed(channel, spec.barrier_queue)
         t_end = time.monotonic()
         result.update(t_start=t_start, t_sent=t_sent, t_end=t_end, blocked=client.blocked_events)
-        if tracker is not None:
-            result.update(confirmed=tracker.confirmed, nacked=tracker.nacked)
-            result.update(
-                {f"confirm_{k}": v for k, v in percentiles_ms(tracker.latencies_ns).items()}
-            )
-        return result
+        if tracker is None:
+            return result, []
+        result.update(confirmed=tracker.confirmed, nacked=tracker.nacked)
+        return result, tracker.latencies_ns
     finally:
         await client.close()
+
+
+async def _produce(spec: ProducerSpec) -> Result:
+    result, latencies = await _publish(spec)
+    result.update({f"confirm_{k}": v for k, v in percentiles_ms(latencies).items()})
+    return result
+
+
+async def _produce_all(specs: Sequence[ProducerSpec]) -> Result:
+    # Every producer has its own connection and starts when connected; the aggregate span runs
+    # from the first one's start to the last one's end, and each one's own start is kept so
+    # that the driver can tell the slowest pair.
+    done = await asyncio.gather(*(_publish(spec) for spec in specs))
+    runs = [r for r, _ in done]
+    result: Result = {
+        "role": "producers",
+        "sent": sum(r["sent"] for r in runs),
+        "t_start": min(r["t_start"] for r in runs),
+        "t_sent": max(r["t_sent"] for r in runs),
+        "t_end": max(r["t_end"] for r in runs),
+        "t_starts": [r["t_start"] for r in runs],
+        "blocked": sum(r["blocked"] for r in runs),
+    }
+    if any("confirmed" in r for r in runs):
+        result.update(
+            confirmed=sum(r["confirmed"] for r in runs), nacked=sum(r["nacked"] for r in runs)
+        )
+        merged = [ns for _, latencies in done for ns in latencies]
+        result.update({f"confirm_{k}": v for k, v in percentiles_ms(merged).items()})
+    return result
 
 
 def producer_main(spec: ProducerSpec, results: mp.Queue[Result]) -> None:
     """Process entry point of the producer."""
     _report(results, "producer", lambda: _produce(spec))
+
+
+def producers_main(specs: tuple[ProducerSpec, ...], results: mp.Queue[Result]) -> None:
+    """Process entry point of several producers publishing at once (one connection each, one
+    event loop): one result with the sums, the span from the first start to the last end,
+    merged confirm latencies, and ``t_starts`` in the order of ``specs``."""
+    _report(results, "producers", lambda: _produce_all(specs))
 
 
 # -- consumers -----------------------------------------------------------------------------
@@ -205,6 +244,7 @@ async def _consume(spec: ConsumerSpec, ready: mp.Queue[Result]) -> Result:
             "t_consume": t_consume or t_ready,
             "t_first": min((c.t_first for c in consumers if c.received), default=t_ready),
             "t_last": max((c.t_last for c in consumers if c.received), default=t_ready),
+            "t_lasts": [c.t_last for c in consumers],  # per queue, in the order of spec.queues
         }
         result.update({f"latency_{k}": v for k, v in percentiles_ms(latencies).items()})
         return result

@@ -3,13 +3,19 @@
 Usage (from the repository root)::
 
     .venv/bin/python -m benchmarks.run_all [--quick] [--rounds 3] [--scenarios a,b,...]
-        [--ringmq-url URL | --no-ringmq] [--rabbitmq-url URL | --no-rabbitmq] [--json FILE]
-        [--baseline-src OLD/src]
+        [--ringmq-url URL | --no-ringmq | --ringmq-args ARGS] [--ringmq-variant NAME=ARGS ...]
+        [--rabbitmq-url URL | --no-rabbitmq] [--json FILE] [--baseline-src OLD/src]
 
-Without ``--ringmq-url`` a ``ringmq serve`` subprocess is started on ephemeral ports and
-stopped at the end. RabbitMQ is never started or stopped: when nothing answers on its URL it
-is skipped. For every scenario and round the brokers run one after the other, the order
-alternating between rounds; the table shows medians and ringmq/RabbitMQ ratios.
+Without ``--ringmq-url`` a ``ringmq serve`` subprocess is started on ephemeral ports (with the
+extra ``serve`` options of ``--ringmq-args``) and stopped at the end. RabbitMQ is never
+started or stopped: when nothing answers on its URL it is skipped. For every scenario and
+round the brokers run one after the other, the order alternating between rounds; the table
+shows medians and, for every two brokers, the ratio of the one to the left over the other.
+
+``--ringmq-variant NAME=ARGS`` (repeatable) starts one more ringmq with the extra ``serve``
+options ARGS, as broker NAME, in the columns before ``ringmq``: with
+``--ringmq-variant "shards2=--shards 2"`` the table has shards2/ringmq and shards2/rabbitmq.
+A ringmq's CPU and memory include its child processes (found when its port answers).
 
 ``--baseline-src`` compares two commits of ringmq instead of ringmq and RabbitMQ: the source
 tree given (``git archive <commit> | tar -x -C OLD``, then ``OLD/src``) is started too, with
@@ -21,10 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import statistics
 import sys
 import time
 from datetime import UTC, datetime
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +55,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-rabbitmq", action="store_true", help="skip RabbitMQ")
     parser.add_argument("--ringmq-url", default="", help="a running ringmq (else one is started)")
     parser.add_argument("--no-ringmq", action="store_true", help="skip ringmq")
+    parser.add_argument(
+        "--ringmq-args",
+        default="",
+        help='more `ringmq serve` options for the ringmq started (e.g. "--shards 2")',
+    )
+    parser.add_argument(
+        "--ringmq-variant",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="also start a ringmq with these `serve` options, as broker NAME (repeatable)",
+    )
     parser.add_argument(
         "--ringmq-profile",
         type=Path,
@@ -75,6 +95,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown scenarios {unknown}; known: {','.join(sc.SCENARIOS)}")
     args.keys = keys
+    if args.ringmq_args and (args.ringmq_url or args.no_ringmq):
+        parser.error(
+            "--ringmq-args is for the ringmq this starts: not with --ringmq-url/--no-ringmq"
+        )
+    args.variants = {}
+    for spec in args.ringmq_variant:
+        name, _, extra = spec.partition("=")
+        if not name or name in ("ringmq", "rabbitmq", "baseline", *args.variants):
+            parser.error(f"--ringmq-variant {spec!r}: NAME must be new and not empty")
+        args.variants[name] = tuple(shlex.split(extra))
     if not args.timeout:
         args.timeout = 90.0 if args.quick else 400.0
     return args
@@ -96,9 +126,10 @@ def _median(runs: list[dict[str, Any]], metric: str) -> float | None:
 
 
 def _table(results: list[dict[str, Any]], names: list[str], keys: list[str]) -> str:
-    header = ["scenario", "metric", *names]
-    if len(names) == 2:
-        header.append(f"{names[0]}/{names[1]}")
+    # Every column over every later one: with variants first, variant/ringmq and
+    # variant/rabbitmq; above 1 is better for throughputs, worse otherwise.
+    pairs = list(combinations(names, 2))
+    header = ["scenario", "metric", *names, *(f"{a}/{b}" for a, b in pairs)]
     rows = [header]
     for key in keys:
         wanted = {**sc.METRICS[key], **sc.COMMON_METRICS}
@@ -111,11 +142,9 @@ def _table(results: list[dict[str, Any]], names: list[str], keys: list[str]) -> 
             }
             row = [key, metric + ("" if higher_better else " (lower better)")]
             row += [_fmt(medians[n]) for n in names]
-            if len(names) == 2:
-                ring, other = medians.get(names[0]), medians.get(names[1])
-                # Always the first over the second (ringmq/rabbitmq, ringmq/baseline): above 1
-                # is better for throughputs, worse otherwise.
-                row.append(f"{ring / other:.3f}" if ring is not None and other else "-")
+            for a, b in pairs:
+                top, bottom = medians[a], medians[b]
+                row.append(f"{top / bottom:.3f}" if top is not None and bottom else "-")
             rows.append(row)
         for n in names:
             failed = [
@@ -140,12 +169,25 @@ def main(argv: list[str] | None = None) -> int:
     targets: list[brokers.BrokerTarget] = []
     started: brokers.RingmqProcess | None = None
     baseline: brokers.RingmqProcess | None = None
+    variants: list[brokers.RingmqProcess] = []
     try:
+        for name, extra in args.variants.items():
+            variant = brokers.RingmqProcess(extra_args=extra, startup_timeout_s=STARTUP_S)
+            try:
+                url = variant.start()
+            except (RuntimeError, OSError) as exc:
+                # Asked for by name: no run without it (its log tail says why).
+                print(f"{name}: not started ({exc})", file=sys.stderr)
+                return 2
+            variants.append(variant)
+            targets.append(_ringmq_target(name, url))
         if not args.no_ringmq:
             url = args.ringmq_url
             if not url:
                 started = brokers.RingmqProcess(
-                    profile_path=args.ringmq_profile, startup_timeout_s=STARTUP_S
+                    profile_path=args.ringmq_profile,
+                    startup_timeout_s=STARTUP_S,
+                    extra_args=tuple(shlex.split(args.ringmq_args)),
                 )
                 try:
                     url = started.start()
@@ -153,14 +195,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"ringmq: not started ({exc}); skipping it", file=sys.stderr)
                     started = None
             if url:
-                targets.append(brokers.BrokerTarget.at("ringmq", url))
+                targets.append(_ringmq_target("ringmq", url))
         if args.baseline_src is not None:
             # The same scenarios against an older tree's broker, in the same run (alternating
             # per round), so that the machine's load weighs on both alike.
             baseline = brokers.RingmqProcess(
                 src=args.baseline_src.resolve(), startup_timeout_s=STARTUP_S
             )
-            targets.append(brokers.BrokerTarget.at("baseline", baseline.start()))
+            targets.append(_ringmq_target("baseline", baseline.start()))
         elif not args.no_rabbitmq:
             if brokers.port_open(args.rabbitmq_url):
                 targets.append(brokers.BrokerTarget.at("rabbitmq", args.rabbitmq_url))
@@ -171,9 +213,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return _run(args, targets)
     finally:
-        for proc in (started, baseline):
+        for proc in (started, baseline, *variants):
             if proc is not None:
                 proc.stop()
+
+
+def _ringmq_target(name: str, url: str) -> brokers.BrokerTarget:
+    """A ringmq to measure: its process and any children it runs (shards) count."""
+    return brokers.BrokerTarget.at(name, url, with_descendants=True)
 
 
 def _run(args: argparse.Namespace, targets: list[brokers.BrokerTarget]) -> int:
@@ -186,6 +233,8 @@ def _run(args: argparse.Namespace, targets: list[brokers.BrokerTarget]) -> int:
         "mode": "quick" if args.quick else "full",
         "rounds": args.rounds,
         "brokers": [t.describe() for t in targets],
+        "ringmq_args": args.ringmq_args,
+        "ringmq_variants": {name: shlex.join(extra) for name, extra in args.variants.items()},
     }
     for line in meta["brokers"]:
         print("broker:", line)

@@ -1,11 +1,15 @@
-"""The benchmark scenarios (a)-(g) and how one run of one scenario against one broker goes.
+"""The benchmark scenarios (a)-(g), the many-queue ones (m16, m1k, mp16, mp1k), and how one
+run of one scenario against one broker goes.
 
 Theory of operation: a ``Scenario`` is data (counts for full and quick mode, body size,
 queue arguments, shape). ``run_once`` declares a fresh topology, forks the consumer process
 (live shapes) and waits until it has subscribed, forks the producer, samples the broker's
 CPU and RSS every ~100 ms while it waits for both results, checks the counts, turns the
 timings into metrics, and deletes the topology. Backlog shapes publish first with nobody
-consuming, then drain what the queue holds. Any failure, count mismatch or passing of the
+consuming, then drain what the queue holds. The pairs shape is that of the live one with one
+publisher per queue through the default exchange (no fanout): independent 1P+1C pairs at once,
+whose count is per pair, so that aggregate rates and CPU per message count every pair's
+messages. Any failure, count mismatch or passing of the
 deadline raises ``RunFailedError`` after the forked processes are killed.
 """
 
@@ -30,6 +34,7 @@ class Shape(Enum):
     CONFIRMS = "confirms"  # producer alone, publisher confirms with a window
     BACKLOG = "backlog"  # producer alone, then drain what the queue holds
     PACED = "paced"  # live, fixed publish rate, latency measured in the consumer
+    PAIRS = "pairs"  # one publisher and one consumer per queue, consumers subscribed first
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +42,47 @@ class Scenario:
     key: str
     title: str
     shape: Shape
-    count: int
+    count: int  # per publisher (per pair in the pairs shape)
     quick_count: int
     body_size: int
     prefetch: int = 1000
     queues: int = 1
     durable: bool = False
     persistent: bool = False
-    confirm_window: int = 0
+    confirm_window: int = 0  # per publisher
     rate_per_s: float = 0.0
     arguments: dict[str, FieldValue] = field(default_factory=dict)
     expect_depth: int | None = None  # what a backlog queue must hold before the drain
+
+
+_PAIRS: Final = 16
+
+
+def _many_queues() -> tuple[Scenario, ...]:
+    # 16 independent pairs, none sharing a queue with another: the load a second shard could
+    # take half of without any message crossing between shards. Persistent ones confirm with
+    # a window per publisher (16 x 256 in flight), so that group commits have enough to batch
+    # without every publisher waiting out a whole scenario-c window.
+    def pairs(key: str, what: str, count: int, body: int, persistent: bool) -> Scenario:
+        return Scenario(
+            key,
+            f"{_PAIRS} queues, {_PAIRS} publishers + {_PAIRS} consumers (1P+1C each), {what}",
+            Shape.PAIRS,
+            count,
+            count // 10,
+            body,
+            queues=_PAIRS,
+            durable=persistent,
+            persistent=persistent,
+            confirm_window=256 if persistent else 0,
+        )
+
+    return (
+        pairs("m16", "16 B transient", 50_000, 16, persistent=False),
+        pairs("m1k", "1 KiB transient", 25_000, 1024, persistent=False),
+        pairs("mp16", "16 B persistent, durable, confirms", 15_000, 16, persistent=True),
+        pairs("mp1k", "1 KiB persistent, durable, confirms", 15_000, 1024, persistent=True),
+    )
 
 
 SCENARIOS: Final[dict[str, Scenario]] = {
@@ -102,8 +137,16 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             16,
             rate_per_s=5000.0,
         ),
+        *_many_queues(),
     )
 }
+
+_PAIRS_METRICS: Final[dict[str, bool]] = {
+    "e2e_msg_s": True,  # every pair's deliveries / (first publish - last delivery)
+    "publish_msg_s": True,
+    "slowest_pair_msg_s": True,
+}
+_CONFIRM_METRICS: Final[dict[str, bool]] = {"confirm_p50_ms": False, "confirm_p99_ms": False}
 
 # Metrics each scenario reports: name -> True when higher is better (a throughput).
 METRICS: Final[dict[str, dict[str, bool]]] = {
@@ -114,6 +157,10 @@ METRICS: Final[dict[str, dict[str, bool]]] = {
     "e": {"publish_msg_s": True, "drain_msg_s": True, "peak_rss_mib": False},
     "f": {"deliveries_msg_s": True, "publish_msg_s": True},
     "g": {"latency_p50_ms": False, "latency_p99_ms": False, "achieved_msg_s": True},
+    "m16": _PAIRS_METRICS,
+    "m1k": _PAIRS_METRICS,
+    "mp16": {**_PAIRS_METRICS, **_CONFIRM_METRICS},
+    "mp1k": {**_PAIRS_METRICS, **_CONFIRM_METRICS},
 }
 COMMON_METRICS: Final[dict[str, bool]] = {
     "broker_cpu_s": False,
@@ -130,7 +177,9 @@ def _topology(scenario: Scenario, tag: str) -> load.Topology:
         queues=tuple(
             load.QueueSpec(n, durable=scenario.durable, arguments=scenario.arguments) for n in names
         ),
-        fanout_exchange=f"{base}.fanout" if scenario.queues > 1 else "",
+        fanout_exchange=f"{base}.fanout"
+        if scenario.queues > 1 and scenario.shape is not Shape.PAIRS
+        else "",
     )
 
 
@@ -139,6 +188,8 @@ def run_once(
 ) -> dict[str, float]:
     """One run of ``scenario`` against ``broker``; the metrics, or ``RunFailedError``."""
     count = scenario.quick_count if quick else scenario.count
+    pairs = scenario.queues if scenario.shape is Shape.PAIRS else 1
+    published = count * pairs
     topo = _topology(scenario, f"{tag}.{os.getpid()}")
     stats = ProcessStats(broker.pid, broker.others)
     load.setup_topology(broker.url, topo)
@@ -175,13 +226,46 @@ def run_once(
         )
         procs.append(load.start_process(load.producer_main, spec, results))
 
+    def produce_pairs() -> None:
+        specs = tuple(
+            load.ProducerSpec(
+                broker.url,
+                "",
+                name,
+                scenario.body_size,
+                count,
+                persistent=scenario.persistent,
+                confirm_window=scenario.confirm_window,
+                barrier_queue=name,
+            )
+            for name in names
+        )
+        procs.append(load.start_process(load.producers_main, specs, results))
+
     def collect(n: int) -> dict[str, load.Result]:
         got = [load.wait_result(results, deadline, procs, tick) for _ in range(n)]
         return {r["role"]: r for r in got}
 
     metrics: dict[str, float] = {}
     try:
-        if scenario.shape in (Shape.LIVE, Shape.PACED):
+        if scenario.shape is Shape.PAIRS:
+            consume(tuple(count for _ in names))
+            produce_pairs()
+            got = collect(2)
+            prod, cons = got["producers"], got["consumer"]
+            _check(cons["received"], published, "deliveries")
+            if scenario.confirm_window:
+                _check(prod["confirmed"], published, "confirms")
+                metrics["confirm_p50_ms"] = prod["confirm_p50_ms"]
+                metrics["confirm_p99_ms"] = prod["confirm_p99_ms"]
+            metrics["e2e_msg_s"] = published / (cons["t_last"] - prod["t_start"])
+            metrics["publish_msg_s"] = published / (prod["t_end"] - prod["t_start"])
+            metrics["slowest_pair_msg_s"] = min(
+                count / (t_last - t_start)
+                for t_start, t_last in zip(prod["t_starts"], cons["t_lasts"], strict=True)
+            )
+            metrics["generator_cpu_s"] = prod["cpu_s"] + cons["cpu_s"]
+        elif scenario.shape in (Shape.LIVE, Shape.PACED):
             consume(tuple(count for _ in names), latency=scenario.shape is Shape.PACED)
             produce()
             got = collect(2)
@@ -227,7 +311,7 @@ def run_once(
         if before is not None and after is not None:
             metrics["broker_cpu_s"] = after.cpu_s - before.cpu_s
             # Per published message, whole life (routing, every delivery, ack): robust to noise.
-            metrics["broker_cpu_us_per_msg"] = metrics["broker_cpu_s"] / count * 1e6
+            metrics["broker_cpu_us_per_msg"] = metrics["broker_cpu_s"] / published * 1e6
             metrics["broker_runq_wait_s"] = after.runq_wait_s - before.runq_wait_s
             peak = max(stats.peak_rss_bytes, after.hwm_bytes if hwm_reset else 0)
             metrics["broker_peak_rss_mib"] = peak / _MIB
