@@ -50,6 +50,7 @@ from benchmarks import amqp_client
 from benchmarks import amqp_load as load
 from benchmarks import rabbitmq_cluster as rabbit
 from benchmarks import scenarios as sc
+from tests.ports import free_port
 
 AUTH = ("guest", "guest")
 METRICS = (
@@ -93,7 +94,7 @@ class RingmqCluster:
         etcd_bin = shutil.which("etcd")
         if etcd_bin is None:
             raise RuntimeError("no etcd on PATH (Debian's etcd-server)")
-        client, peer = rabbit.free_port(), rabbit.free_port()
+        client, peer = free_port(), free_port()
         self.etcd = subprocess.Popen(
             [
                 etcd_bin, "--name", "e0", "--data-dir", str(self.root / "etcd"),
@@ -108,8 +109,8 @@ class RingmqCluster:
         )  # fmt: skip
         for i in range(1, self.size + 1):
             name = f"n{i}"
-            self.amqp[name], self.http[name] = rabbit.free_port(), rabbit.free_port()
-            self.stream[name] = rabbit.free_port() if self._stream else -1
+            self.amqp[name], self.http[name] = free_port(), free_port()
+            self.stream[name] = free_port() if self._stream else -1
             self.nodes[name] = subprocess.Popen(
                 [
                     sys.executable, "-m", "ringmq", "serve", "--host", "127.0.0.1",
@@ -118,7 +119,7 @@ class RingmqCluster:
                     "--stream-port", str(self.stream[name]) if self._stream else "off",
                     "--data-dir", str(self.root / name),
                     "--cluster-etcd", f"http://127.0.0.1:{client}",
-                    "--node-name", name, "--cluster-port", str(rabbit.free_port()),
+                    "--node-name", name, "--cluster-port", str(free_port()),
                 ],
                 stdout=(self.root / f"{name}.log").open("ab"),
                 stderr=subprocess.STDOUT,

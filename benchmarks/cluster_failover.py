@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,16 +26,10 @@ import time
 from pathlib import Path
 
 import httpx
+from tests.ports import free_port  # never in the kernel's ephemeral range
 
 _HTTP = re.compile(rb"HTTP listening on [0-9.]+:(\d+)")
 AUTH = ("guest", "guest")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Node:

@@ -37,6 +37,7 @@ from typing import Any
 
 from benchmarks import amqp_brokers as brokers
 from benchmarks import proto_load as load
+from tests.ports import free_port  # never in the kernel's ephemeral range
 
 
 @dataclasses.dataclass(slots=True)
@@ -44,12 +45,6 @@ class Target:
     name: str
     ports: dict[str, int]
     pid: int | None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _listening(port: int) -> bool:
@@ -65,7 +60,7 @@ class Mosquitto:
 
     def __init__(self) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="mosquitto-bench-"))
-        self.port = _free_port()
+        self.port = free_port()
         conf = self._dir / "mosquitto.conf"
         conf.write_text(
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"

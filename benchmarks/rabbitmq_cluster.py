@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks.amqp_brokers import listening_pid
+from tests.ports import free_port  # never in the kernel's ephemeral range
 
 _BIN: Final = Path("/usr/lib/rabbitmq/bin")
 MANAGEMENT: Final = "rabbitmq_management"
@@ -44,13 +44,6 @@ def available() -> str:
     if shutil.which("epmd") is None:
         return "no epmd on PATH (erlang-base)"
     return ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class RabbitCluster:

@@ -61,6 +61,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks import amqp_client as client_mod
 from benchmarks import amqp_wire as wire
 from benchmarks.amqp_brokers import ProcessStats
+from tests.ports import free_port  # never in the kernel's ephemeral range
 
 from ringmq.storage import FileStore
 
@@ -75,12 +76,6 @@ _PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 _RECOVERED: Final = re.compile(rb"recovered \d+ persistent messages .*? in (\d+) ms")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Broker:
     """One ``ringmq serve`` on a fixed loopback port and a data dir; started and killed here."""
 
@@ -88,7 +83,7 @@ class Broker:
         self.data = data
         self.log_path = log_path
         self.timeout_s = timeout_s
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.spawned = 0.0
 
