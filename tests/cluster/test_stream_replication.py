@@ -23,6 +23,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pika
 import pytest
 from rstream import (
@@ -364,10 +365,12 @@ def test_a_stream_consumer_on_the_leader_sees_a_chunk_only_once_the_followers_ha
         assert len(leader.cluster()["isr"]) == 3
         assert not confirmed.is_set()
         assert got == [], "a consumer got a chunk its followers did not have"
+        assert _stream_offsets(leader) == (0, 0), "the API shows an offset readers cannot read"
         publisher.join(timeout=30)
         assert not publish_failed, publish_failed
         assert confirmed.is_set()
         wait_for("the consumer gets it", lambda: got == [b"held"])
+        assert _stream_offsets(leader) == (1, 1)
         for n in followers:
             os.kill(n.proc.pid, signal.SIGCONT)
         wait_for("three in sync again", lambda: len(leader.cluster()["isr"]) == 3)
@@ -382,3 +385,10 @@ def test_a_stream_consumer_on_the_leader_sees_a_chunk_only_once_the_followers_ha
                 os.kill(n.proc.pid, signal.SIGCONT)
         stop.set()
         reader.join(timeout=30)
+
+
+def _stream_offsets(node: Node) -> tuple[int, int]:
+    """(messages, next_offset) of the stream in the management API of `node`."""
+    url = f"http://127.0.0.1:{node.http_port}/api/queues/%2F/{STREAM}"
+    q = httpx.get(url, auth=("guest", "guest"), timeout=10).json()
+    return q["messages"], q["stream"]["next_offset"]

@@ -118,13 +118,14 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
     log = q.stream
     if log is not None:  # a stream's messages live in its log (RabbitMQ counts them ready)
         index = log.index
+        end = log.end  # what readers may see: a cluster leader's committed reads stop there
         info.type = "stream"
-        info.messages_ready = index.count
+        info.messages_ready = index.count - (index.next_offset - end)
         info.message_bytes_ready = index.nbytes
         info.stream = {
             "first_offset": index.first_offset,
-            "last_offset": index.next_offset - 1,
-            "next_offset": index.next_offset,
+            "last_offset": end - 1,
+            "next_offset": end,
             "size_bytes": index.nbytes,
             "segments": len(index.segments),
         }
