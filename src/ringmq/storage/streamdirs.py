@@ -44,6 +44,10 @@ class StreamFiles:
         """The shard log (replication on): handed to every stream (`attach`)."""
         self.appended: set[FileStreamLog] = set()
         """Logs appended to since the last `write_out` (each log adds itself)."""
+        self.marked: set[FileStreamLog] = set()
+        """Logs with chunks written out that readers may not see yet (each log adds itself
+        with its first mark; `show` drops it once it shows them all): a release visits
+        these, not every open stream."""
         self._renames: deque[tuple[int, FileStreamLog]] = deque()
         """(sync point, log) whose tracking file waits for that point's fsync."""
         self.committed_reads = False
@@ -58,6 +62,7 @@ class StreamFiles:
     def hide(self, on: bool = True) -> None:
         """From now on readers see only what `show` released (off: every chunk again)."""
         self.committed_reads = on
+        self.marked.clear()
         for log in self._open.values():
             log.hide(on)
 
@@ -65,8 +70,10 @@ class StreamFiles:
         """A release covered the shard log up to `log_position`: readers may see every chunk
         written out by then. True when some stream's readers may see more."""
         moved = False
-        for log in self._open.values():
+        for log in list(self.marked):
             moved = log.show(log_position) or moved
+            if not log.hidden_after(-1):  # every mark shown
+                self.marked.discard(log)
         return moved
 
     def hidden_after(self, log_position: int) -> bool:
@@ -77,7 +84,7 @@ class StreamFiles:
             return False
         if self.appended:
             return True
-        return any(log.hidden_after(log_position) for log in self._open.values())
+        return any(log.hidden_after(log_position) for log in self.marked)
 
     def relog(self) -> None:
         """`FileStreamLog.relog` of every stream (a bulk sync starts)."""
@@ -92,7 +99,7 @@ class StreamFiles:
         log = self._open.get(key)
         if log is None or log.deleted:  # a stream deleted and declared again starts empty
             path = self._dir(key)
-            log = self._open[key] = FileStreamLog(path, spec, name, self.appended)
+            log = self._open[key] = FileStreamLog(path, spec, name, self.appended, self.marked)
             log.tap = self.tap
             if self.committed_reads:
                 log.hide()

@@ -119,10 +119,13 @@ class FileStreamLog:
         spec: StreamSpec,
         name: str = "",
         appended: set[FileStreamLog] | None = None,
+        marked: set[FileStreamLog] | None = None,
     ) -> None:
         self.directory = directory
         self._appended = appended if appended is not None else set()
         """Where this log notes it has appends to hand to the OS (`StreamFiles.appended`)."""
+        self._marked = marked if marked is not None else set()
+        """Where this log notes it holds chunks a `show` must release (`StreamFiles.marked`)."""
         self.name = name
         """The stream's name (the routing key of its stream-protocol chunks' messages)."""
         directory.mkdir(parents=True, exist_ok=True)
@@ -266,6 +269,7 @@ class FileStreamLog:
                 self.tap.append(self._active, self._size, bytes(self._buf))
                 if self._readable is not None:
                     self._marks.append((self.tap.position, self.index.next_offset))
+                    self._marked.add(self)
             self._size += len(self._buf)
             self._buf.clear()
 
@@ -572,6 +576,8 @@ class FileStreamLog:
     def delete(self) -> None:
         self.abandon()
         self.deleted = True
+        self._marks.clear()  # nothing left to show
+        self._marked.discard(self)
         self._dirty = self._dir_dirty = False
         shutil.rmtree(self.directory, ignore_errors=True)
         if self.tap is not None:

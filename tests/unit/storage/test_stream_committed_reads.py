@@ -89,3 +89,25 @@ def test_a_stream_opened_while_hidden_starts_committed_and_hide_off_shows_all(
     assert log.end == 1
     assert _offsets(store, "/|new") == [0]
     store.close()
+
+
+def test_a_release_visits_only_the_streams_that_hold_hidden_chunks(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    logs = [store.open_stream(f"/|s{i}", SPEC, f"s{i}") for i in range(50)]
+    shard = ShardLog(tmp_path, "s0", epoch=1)
+    store.attach_log(shard)
+    streams = store.streams
+    streams.hide()
+    assert streams.marked == set()
+    logs[7].append([_msg(0)], 1)
+    logs[9].append([_msg(0)], 1)
+    point = store.flush()
+    assert streams.marked == {logs[7], logs[9]}
+    logs[9].append([_msg(1)], 2)
+    store.write_out()
+    assert streams.show(point.log_position)
+    assert streams.marked == {logs[9]}  # its second write-out is not covered yet
+    assert (logs[7].end, logs[9].end) == (1, 1)
+    streams.drop_stream("/|s9")
+    assert streams.marked == set()
+    assert not streams.hidden_after(point.log_position)
