@@ -49,6 +49,7 @@ from ringmq.adapters.amqp10.refusal import Amqp10Refuser
 from ringmq.adapters.handler import HandlerFactory, ProtocolTick
 from ringmq.adapters.mqtt import mqtt_handler, mqtt_tick
 from ringmq.adapters.mqtt.refusal import MqttRefuser
+from ringmq.adapters.shardlink import shardlink_handler
 from ringmq.adapters.stomp import stomp_handler
 from ringmq.adapters.stomp.refusal import StompRefuser
 from ringmq.adapters.stream import stream_handler
@@ -316,6 +317,9 @@ def server(
         # one provider for the relays and AMQP 1.0's failover list
         options = replace(options, leader=provider)
         wired["amqp10"] = amqp10_handler(failover=_failover_list(provider))
+    if options.shard_link_port is not None and options.shard_link_secret:
+        # internal, experimental: the owner side of the link between shards (docs/dev/shards.md)
+        wired["shard-link"] = shardlink_handler(options.shard_link_secret)
     if handlers is not None:
         wired = {"amqp091": wired["amqp091"], **handlers}
     srv = BrokerServer(

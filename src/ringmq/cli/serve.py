@@ -70,6 +70,20 @@ def serve(
         str | None,
         typer.Option(help="AMQP 1.0 over WebSockets, path /ws (usually 15678; default off)."),
     ] = None,
+    shard_link_port: Annotated[
+        str | None,
+        typer.Option(
+            help="Internal, experimental: the shard link's port on 127.0.0.1, what the shards "
+            "of one broker use; not for clients (0 picks a free port; default off).",
+        ),
+    ] = None,
+    shard_link_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="The shard link's shared secret (needed with --shard-link-port).",
+            envvar="RINGMQ_SHARD_LINK_SECRET",
+        ),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
     ] = None,
@@ -261,6 +275,7 @@ def serve(
     web_stomp = _port_option(web_stomp_port, "--web-stomp-port")
     web_mqtt = _port_option(web_mqtt_port, "--web-mqtt-port")
     web_amqp = _port_option(web_amqp_port, "--web-amqp-port")
+    shard_link = _port_option(shard_link_port, "--shard-link-port")
     try:
         options = options_from(
             file_config,
@@ -283,6 +298,8 @@ def serve(
             web_stomp_port=web_stomp,
             web_mqtt_port=web_mqtt,
             web_amqp_port=web_amqp,
+            shard_link_port=shard_link,
+            shard_link_secret=shard_link_secret,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)

@@ -210,6 +210,11 @@ class ListenSpec:
     15674 and 15675); None or -1: no listener."""
     web_amqp_port: int | None = None
     """AMQP 1.0 over WebSockets (path /ws, subprotocol `amqp`; usually 15678); None or -1: none."""
+    shard_link_port: int | None = None
+    """The shard link (internal, experimental: what the shards of one broker use; not for
+    clients), on loopback only; None or -1: none."""
+    shard_link_secret: str | None = None
+    """The shard link's HMAC secret (needed with `shard_link_port`)."""
     data_dir: Path | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None

@@ -76,6 +76,7 @@ PROTOCOL_NAMES: Final = {
     "web-stomp": "Web STOMP",
     "web-mqtt": "Web MQTT",
     "web-amqp": "Web AMQP 1.0",
+    "shard-link": "shard link",
 }
 """How logs (and the failed-login log) name each protocol."""
 

@@ -91,6 +91,11 @@ class ServerOptions:
         cluster: how this node joins a cluster on etcd; None: a single node.
         leader: who leads the cluster (the etcd control plane's provider); None: the
             configuration file's `[cluster.leader]`, if any, else a single node.
+        shard_link_port: the shard link's listener (internal, experimental: what the shards
+            of one broker use to forward publishes and consumers, docs/dev/shards.md; not for
+            clients), always on loopback; 0 picks a free one; None (the default): none.
+        shard_link_secret: the HMAC secret a shard link's origin proves (needed with
+            `shard_link_port`).
     """
 
     host: str = DEFAULT_HOST
@@ -113,6 +118,8 @@ class ServerOptions:
     replication: ReplicationSettings | None = None
     cluster: ClusterSettings | None = None
     leader: LeaderProvider | None = None
+    shard_link_port: int | None = None
+    shard_link_secret: bytes | None = None
 
 
 def options_from(
@@ -137,18 +144,22 @@ def options_from(
     web_stomp_port: int | None = None,
     web_mqtt_port: int | None = None,
     web_amqp_port: int | None = None,
+    shard_link_port: int | None = None,
+    shard_link_secret: str | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
     An http_port of -1 (either source) disables the management listener, an amqp_port of -1
     the plain AMQP listener (only with TLS configured: some AMQP listener must remain), a
-    stomp_port or mqtt_port of -1 that protocol's listener.
+    stomp_port or mqtt_port of -1 that protocol's listener. The shard link's listener is off
+    unless a port is given, and then needs a secret.
 
     The cluster options (`--cluster-etcd` ...) win over the file's `[cluster]` table in the
     same way; without either this is a single node.
 
     Raises:
-        ConfigError: the plain AMQP listener is off and no `[tls]` is configured; a cluster
+        ConfigError: the plain AMQP listener is off and no `[tls]` is configured; a shard
+            link port without a secret; a cluster
             option without etcd endpoints; a cluster node without a name.
     """
     listen = config.listen
@@ -166,6 +177,13 @@ def options_from(
     web_stomp = _first(web_stomp_port, listen.web_stomp_port, -1)
     web_mqtt = _first(web_mqtt_port, listen.web_mqtt_port, -1)
     web_amqp = _first(web_amqp_port, listen.web_amqp_port, -1)
+    link = _first(shard_link_port, listen.shard_link_port, -1)
+    secret = shard_link_secret or listen.shard_link_secret
+    if link >= 0 and not secret:
+        raise ConfigError(
+            "the shard link listener (--shard-link-port) needs a secret: --shard-link-secret, "
+            "RINGMQ_SHARD_LINK_SECRET or [server] shard_link_secret"
+        )
     return ServerOptions(
         host=host or listen.host or DEFAULT_HOST,
         stomp_port=None if stomp < 0 else stomp,
@@ -185,6 +203,8 @@ def options_from(
         replication=replication,
         cluster=cluster,
         node=node or DEFAULT_NODE,
+        shard_link_port=None if link < 0 else link,
+        shard_link_secret=secret.encode() if link >= 0 and secret else None,
     )
 
 

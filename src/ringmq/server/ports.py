@@ -35,6 +35,11 @@ OWN_PORT_LISTENERS: Final = ("stomp", "mqtt", "stream", "web-stomp", "web-mqtt",
 """The protocols with a port of their own (the AMQP port is shared and sniffed): each key's
 port is the `<key>_port` field of `ServerOptions` and of `[tls]`, its flag `--<key>-port`."""
 
+LOOPBACK_LISTENERS: Final = ("shard-link",)
+"""Listeners of a port of their own bound to 127.0.0.1 whatever `--host` says, and never
+over TLS: the shard link joins the shard processes of one machine (its HMAC proves the
+broker's secret). Each key's port is the `<key>_port` field of `ServerOptions`."""
+
 FactoryFor = Callable[[str, str, bool], Callable[[], asyncio.Protocol]]
 """`(label, key, tls) -> protocol factory` of a listener: `label` as listed ("amqp/ssl"),
 `key` the handler's ("amqp" for the AMQP port's sniffing factory, else the protocol's)."""
@@ -79,10 +84,11 @@ class ServerPorts:
                 option="--amqp-port",
             )
             self.listeners.append(self._amqp)
-        for key in OWN_PORT_LISTENERS:
+        for key in OWN_PORT_LISTENERS + LOOPBACK_LISTENERS:
             port = _port_of(opts, key)
             if port is not None and key in self.keys:
-                pre = bind_socket(opts.host, port, key, backlog=1024, option=f"--{key}-port")
+                host = "127.0.0.1" if key in LOOPBACK_LISTENERS else opts.host
+                pre = bind_socket(host, port, key, backlog=1024, option=f"--{key}-port")
                 self.listeners.append(pre)
                 self._own.append(pre)
         if opts.http_port is not None:

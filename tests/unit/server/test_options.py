@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ringmq.server.configfile import FileConfig, ListenSpec, parse_toml
+import pytest
+
+from ringmq.server.configfile import ConfigError, FileConfig, ListenSpec, parse_toml
 from ringmq.server.runtime import DEFAULT_AMQP_PORT, DEFAULT_HTTP_PORT, options_from
 
 
@@ -36,6 +38,18 @@ def test_the_stream_port_defaults_to_5552_and_can_be_turned_off() -> None:
     assert options_from(FileConfig()).stream_port == 5552
     assert options_from(parse_toml('[server]\nstream_port = "off"\n')).stream_port is None
     assert options_from(FileConfig(), stream_port=0).stream_port == 0
+
+
+def test_the_shard_link_is_off_unless_a_port_and_a_secret_are_given() -> None:
+    o = options_from(FileConfig())
+    assert (o.shard_link_port, o.shard_link_secret) == (None, None)
+    o = options_from(FileConfig(), shard_link_port=0, shard_link_secret="s")
+    assert (o.shard_link_port, o.shard_link_secret) == (0, b"s")
+    o = options_from(parse_toml('[server]\nshard_link_port = 7000\nshard_link_secret = "f"\n'))
+    assert (o.shard_link_port, o.shard_link_secret) == (7000, b"f")
+    assert options_from(FileConfig(), shard_link_port=-1).shard_link_port is None
+    with pytest.raises(ConfigError, match=r"shard link listener .* needs a secret"):
+        options_from(FileConfig(), shard_link_port=7000)
 
 
 def test_file_can_disable_http() -> None:

@@ -313,9 +313,11 @@ def test_each_own_port_listener_has_its_port_field_plain_and_tls() -> None:
 
     from ringmq.server.configspec import TLSSpec
     from ringmq.server.options import ServerOptions
-    from ringmq.server.ports import OWN_PORT_LISTENERS
+    from ringmq.server.ports import LOOPBACK_LISTENERS, OWN_PORT_LISTENERS
 
     plain = {f.name for f in fields(ServerOptions)}
     tls = {f.name for f in fields(TLSSpec)}
     for key in OWN_PORT_LISTENERS:
         assert f"{key.replace('-', '_')}_port" in plain & tls, key
+    for key in LOOPBACK_LISTENERS:  # never over TLS
+        assert f"{key.replace('-', '_')}_port" in plain, key
