@@ -78,7 +78,7 @@ class Plan:
     source: str | None = None
     """Local address to connect from (a 127.0.0.x), or None for the kernel's choice."""
     concurrency: int = 100
-    connect_timeout_s: float = 30.0
+    connect_timeout_s: float = 15.0
     username: str | None = "guest"
     password: str | None = "guest"
     seed: int = 0
@@ -116,6 +116,7 @@ class _Client(asyncio.Protocol):
         self.paused = False
         self.last_sent = 0.0
         self.packet_id = 0
+        self.stage = "TCP connect"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the Transport interface without subclassing it.
@@ -223,6 +224,7 @@ class _Generator:
         self.closing = False
         self.all_closed = asyncio.Event()
         self.wheel: asyncio.Task[None] | None = None
+        self.last_held_ns = 0
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -241,6 +243,7 @@ class _Generator:
             raise
         await self.loop.create_connection(lambda: client, sock=sock)
         self.open_count += 1
+        client.stage = "CONNACK"
         assert client.transport is not None
         client.transport.write(
             w.mqtt_connect(
@@ -255,6 +258,7 @@ class _Generator:
             raise ConnectionError(f"CONNACK return code {code}")
         client.held = True
         client.last_sent = time.monotonic()
+        self.last_held_ns = time.monotonic_ns()
 
     async def _connect_one(self, i: int) -> None:
         client = _Client(self, f"mqttconn/{self.plan.index}/{i}")
@@ -264,7 +268,8 @@ class _Generator:
             )
         except (OSError, TimeoutError, ConnectionError) as exc:
             self.failed += 1
-            self.errors[f"{type(exc).__name__}: {exc}"[:160]] += 1
+            why = f"timed out waiting for {client.stage}" if isinstance(exc, TimeoutError) else exc
+            self.errors[f"{type(exc).__name__}: {why}"[:160]] += 1
             if client.transport is not None:
                 client.transport.abort()
             return
@@ -273,6 +278,9 @@ class _Generator:
 
     async def ramp(self, deadline: float) -> dict[str, Any]:
         cpu0 = _cpu_s()
+        # The wheel turns from the start: a slow ramp must not let the first connections
+        # outlive their keep-alive before the last one is held.
+        self.wheel = self.loop.create_task(self._turn())
         sub = _Subscriber(self, f"mqttconn/{self.plan.index}/sub")
         await asyncio.wait_for(
             self._open(sub, f"mc-{self.plan.index}-sub"), self.plan.connect_timeout_s
@@ -293,13 +301,13 @@ class _Generator:
                     await self._connect_one(i)
 
         await asyncio.gather(*(worker() for _ in range(self.plan.concurrency)))
-        self.wheel = self.loop.create_task(self._turn())
         return {
             "held": len(self.clients),
             "failed": self.failed,
             "not_tried": not_tried,
             "errors": dict(self.errors.most_common(5)),
             "ramp_end_ns": time.monotonic_ns(),
+            "last_held_ns": self.last_held_ns,
             "ramp_cpu_s": _cpu_s() - cpu0,
         }
 
@@ -308,7 +316,6 @@ class _Generator:
     async def _turn(self) -> None:
         period = 1.0 / SLOTS
         ping_after = self.plan.keepalive_s / 2
-        sub = self.sub
         t0 = time.monotonic()
         k = 0
         while not self.closing:
@@ -328,6 +335,7 @@ class _Generator:
                     c.publish(now)
                 elif now - c.last_sent > ping_after:
                     c.ping(now)
+            sub = self.sub
             if k % SLOTS == 0 and sub is not None and sub.held and now - sub.last_sent > ping_after:
                 sub.ping(now)
             k += 1
@@ -338,7 +346,7 @@ class _Generator:
         sub = self.sub
         assert sub is not None
         sub.stride = max(1, int(len(self.clients) * duration_s) // LATENCY_SAMPLES)
-        received0, dropped0, late0 = sub.received, self.dropped, self.late_slots
+        received0, late0 = sub.received, self.late_slots
         del sub.sent_ns[:], sub.latencies_ns[:]
         self.published = self.acked = self.skipped = 0
         self.window = (start, start + duration_s)
@@ -361,7 +369,7 @@ class _Generator:
             "skipped": self.skipped,
             "received": sub.received - received0,
             "held_at_end": sum(1 for c in self.clients if c.held),
-            "dropped": self.dropped - dropped0,
+            "dropped": self.dropped,  # since the ramp: keep-alive drops show here
             "subscriber_open": sub.held,
             "late_slots": self.late_slots - late0,
             "steady_cpu_s": cpu_s,
@@ -394,26 +402,23 @@ class _Generator:
 async def _serve(plan: Plan, pipe: Connection) -> None:
     loop = asyncio.get_running_loop()
     gen = _Generator(plan, loop)
-    commands: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-    loop.add_reader(pipe.fileno(), lambda: commands.put_nowait(pipe.recv()))
-    try:
-        while True:
-            command = await commands.get()
-            try:
-                match command:
-                    case ("ramp", deadline):
-                        pipe.send(await gen.ramp(deadline))
-                    case ("steady", start, duration_s, drain_s, idle_s):
-                        pipe.send(await gen.steady(start, duration_s, drain_s, idle_s))
-                    case ("close", timeout_s):
-                        pipe.send(await gen.close(timeout_s))
-                        return
-                    case _:
-                        pipe.send({"error": f"unknown command {command!r}"})
-            except Exception as exc:  # noqa: BLE001 - reported to the driver
-                pipe.send({"error": f"generator {plan.index}: {type(exc).__name__}: {exc}"})
-    finally:
-        loop.remove_reader(pipe.fileno())
+    while True:
+        # A thread waits for the driver: `add_reader` would make the pipe non-blocking, and a
+        # large answer (the latency sample) would then fail with EAGAIN.
+        command = await loop.run_in_executor(None, pipe.recv)
+        try:
+            match command:
+                case ("ramp", deadline):
+                    pipe.send(await gen.ramp(deadline))
+                case ("steady", start, duration_s, drain_s, idle_s):
+                    pipe.send(await gen.steady(start, duration_s, drain_s, idle_s))
+                case ("close", timeout_s):
+                    pipe.send(await gen.close(timeout_s))
+                    return
+                case _:
+                    pipe.send({"error": f"unknown command {command!r}"})
+        except Exception as exc:  # noqa: BLE001 - reported to the driver
+            pipe.send({"error": f"generator {plan.index}: {type(exc).__name__}: {exc}"})
 
 
 def process_main(plan: Plan, pipe: Connection) -> None:
