@@ -259,6 +259,7 @@ def _phases(
     time.sleep(max(0.0, start + opts.steady_s - time.monotonic()))
     s1 = stats.sample()
     steadies = [_recv(p, opts.drain_s + 30, "steady") for p in pipes]
+    drained = stats.sample()  # a broker that fell behind works off its backlog until here
     errors = [r["error"] for r in steadies if "error" in r]
     if errors:
         row["error"] = "; ".join(errors)
@@ -266,6 +267,7 @@ def _phases(
     for key in ("published", "acked", "skipped", "received", "dropped", "late_slots"):
         row[key] = sum(r[key] for r in steadies)
     row["held_at_end"] = sum(r["held_at_end"] for r in steadies)
+    row["drain_s"] = max(r["drain_s"] for r in steadies)
     row["subscribers_open"] = all(r["subscriber_open"] for r in steadies)
     row["lost"] = max(0, row["published"] - row["received"])
     row["generator_cpu_pct"] = sum(r["steady_cpu_s"] for r in steadies) / opts.steady_s * 100
@@ -274,10 +276,12 @@ def _phases(
     row["latency_p99_ms"] = _percentile(latencies, 0.99)
     row["latency_max_ms"] = _percentile(latencies, 1.0)
     row["latency_p50_by_10s_ms"] = _trend(steadies, start, opts.steady_s)
-    if s0 and s1:
-        cpu = s1.cpu_s - s0.cpu_s
-        row["broker_cpu_pct"] = cpu / opts.steady_s * 100
-        row["us_per_msg"] = cpu / row["published"] * 1e6 if row["published"] else None
+    if s0 and s1 and drained:
+        row["broker_cpu_pct"] = (s1.cpu_s - s0.cpu_s) / opts.steady_s * 100
+        # per delivered message, with the CPU of the drain: what a broker behind the load
+        # spends after the window belongs to the window's messages
+        cpu = drained.cpu_s - s0.cpu_s
+        row["us_per_msg"] = cpu / row["received"] * 1e6 if row["received"] else None
         row["rss_end_mib"] = _mib(s1.rss_bytes)
         row["hwm_end_mib"] = _mib(s1.hwm_bytes)
         row["runq_wait_s"] = s1.runq_wait_s - s0.runq_wait_s
@@ -317,6 +321,7 @@ _COLUMNS = (
     ("us_per_msg", "µs/msg", "{:.1f}"),
     ("rss_end_mib", "RSS end MiB", "{:.0f}"),
     ("lost", "lost", "{:,.0f}"),
+    ("dropped", "dropped", "{:,.0f}"),
     ("latency_p50_ms", "p50 ms", "{:.1f}"),
     ("latency_p99_ms", "p99 ms", "{:.1f}"),
     ("generator_cpu_pct", "gen CPU %", "{:.1f}"),
@@ -366,7 +371,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--processes", type=int, default=4, help="generator processes")
     p.add_argument("--steady-s", type=float, help="steady phase (default 60 s, 30 s quick)")
     p.add_argument("--idle-s", type=float, help="idle phase (default 10 s, 5 s quick)")
-    p.add_argument("--drain-s", type=float, default=15.0)
+    p.add_argument("--drain-s", type=float, default=30.0, help="bound on the drain")
     p.add_argument("--qos", type=int, choices=(0, 1), default=1, help="QoS of the publishes")
     p.add_argument("--sub-qos", type=int, choices=(0, 1), default=0)
     p.add_argument("--keepalive-s", type=int, default=60)
@@ -379,6 +384,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ringmq-mqtt-port", type=int, help="a ringmq already listening there")
     p.add_argument("--rabbitmq-mqtt-port", type=int, default=1883)
     p.add_argument("--json", type=Path, help="write every run here")
+    p.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        help="run nothing: the table of these --json files' runs (rounds run separately, e.g. "
+        "with a broker restarted between them)",
+    )
     return p.parse_args(argv)
 
 
@@ -457,6 +469,10 @@ def _line(rnd: int, row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    if args.report:
+        runs = [r for f in args.report for r in json.loads(f.read_text())["runs"]]
+        print(report(runs, list(dict.fromkeys(r["broker"] for r in runs))))
+        return 0
     opts = _options(args)
     soft, hard = load.raise_fd_limit()
     print(f"descriptors: soft {soft}, hard {hard} (inherited by the brokers started here)")

@@ -364,6 +364,7 @@ class _Generator:
                 break
             await asyncio.sleep(0.05)
         return {
+            "drain_s": time.monotonic() - end,
             "published": self.published,
             "acked": self.acked,
             "skipped": self.skipped,
