@@ -278,10 +278,11 @@ def _phases(
     row["latency_p50_by_10s_ms"] = _trend(steadies, start, opts.steady_s)
     if s0 and s1 and drained:
         row["broker_cpu_pct"] = (s1.cpu_s - s0.cpu_s) / opts.steady_s * 100
-        # per delivered message, with the CPU of the drain: what a broker behind the load
-        # spends after the window belongs to the window's messages
+        # per published message, with the CPU of the drain: what a broker behind the load
+        # spends after the window belongs to the window's messages (not per delivered: a
+        # broker that loses them would look expensive per survivor)
         cpu = drained.cpu_s - s0.cpu_s
-        row["us_per_msg"] = cpu / row["received"] * 1e6 if row["received"] else None
+        row["us_per_msg"] = cpu / row["published"] * 1e6 if row["published"] else None
         row["rss_end_mib"] = _mib(s1.rss_bytes)
         row["hwm_end_mib"] = _mib(s1.hwm_bytes)
         row["runq_wait_s"] = s1.runq_wait_s - s0.runq_wait_s
