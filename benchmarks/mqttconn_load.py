@@ -37,6 +37,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import math
 import random
 import resource
 import socket
@@ -345,7 +346,8 @@ class _Generator:
     async def steady(self, start: float, duration_s: float, drain_s: float, idle_s: float) -> Any:
         sub = self.sub
         assert sub is not None
-        sub.stride = max(1, int(len(self.clients) * duration_s) // LATENCY_SAMPLES)
+        # rounded up: a stride too small would fill the sample before the window's end
+        sub.stride = max(1, math.ceil(len(self.clients) * duration_s / LATENCY_SAMPLES))
         received0, late0 = sub.received, self.late_slots
         del sub.sent_ns[:], sub.latencies_ns[:]
         self.published = self.acked = self.skipped = 0
