@@ -48,6 +48,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -425,17 +426,34 @@ def _one(name: str, args: argparse.Namespace, opts: Options, seed: int) -> dict[
         )
         ringmq.start()
         try:
-            return run_once(name, ringmq.ports["mqtt"], ringmq.pid, opts, seed)
+            row = run_once(name, ringmq.ports["mqtt"], ringmq.pid, opts, seed)
+            if ringmq.returncode is not None:
+                _exited(row, ringmq.returncode, ringmq.log_path)
+            return row
         finally:
-            ringmq.stop()
+            ringmq.stop()  # removes its data dir and log: `_exited` kept a copy
     if name == "rabbitmq":
         port = args.rabbitmq_mqtt_port
         return run_once(name, port, brokers.listening_pid(port), opts, seed)
     mosquitto = Mosquitto()
     try:
-        return run_once(name, mosquitto.port, mosquitto.proc.pid, opts, seed)
+        row = run_once(name, mosquitto.port, mosquitto.proc.pid, opts, seed)
+        if mosquitto.proc.poll() is not None:
+            _exited(row, mosquitto.proc.returncode, None)
+        return row
     finally:
         mosquitto.stop()
+
+
+def _exited(row: dict[str, Any], code: int, log: Path | None) -> None:
+    """A broker started here exited during its run: say so, keep its log."""
+    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    row["error"] = f"{row['broker']} exited during the run ({how})"
+    if log is not None and log.exists():
+        kept = Path(tempfile.gettempdir()) / f"mqttconn-{row['broker']}-{int(time.time())}.log"
+        shutil.copyfile(log, kept)
+        row["error"] += f"; log kept at {kept}"
+        row["log_tail"] = log.read_text(errors="replace")[-3000:]
 
 
 def _available(name: str, args: argparse.Namespace) -> bool:
