@@ -16,10 +16,16 @@ broker alike). A run has four phases, stepped by this driver over pipes:
    before and once every connection is held (RSS per held connection is the difference).
 2. idle (`--idle-s`): connections held, only PINGREQs: the broker's CPU for holding them.
 3. steady (`--steady-s`): every connection publishes 1 message a second (jittered over the
-   second); broker CPU over the window gives CPU % and CPU µs per published message; RSS is
-   read at the window's end; the subscribers' counts give lost messages, and their sampled
-   send-to-delivery times the latency.
-4. close: DISCONNECT everywhere; the next run waits until the broker is quiet again.
+   second); broker CPU over the window gives CPU %, and from the window's start to the end
+   of the subscribers' drain (a broker behind the load works off its backlog then) CPU µs
+   per published message; RSS is read at the window's end; the subscribers' counts give lost
+   messages, their sampled send-to-delivery times the latency and its trend by 10 s (flat
+   when the broker keeps up, growing when it falls behind).
+4. close: DISCONNECT everywhere; the next run waits until the broker is quiet again. A broker
+   started here that exited during the run fails it, with its exit status and a copy of its log.
+
+`--report` runs nothing and prints the medians of earlier `--json` files (rounds run as
+separate invocations, e.g. with RabbitMQ restarted between them).
 
 Brokers: ringmq is started here for each run (`ringmq serve` on free loopback ports, a fresh
 temporary data dir; `--ringmq-args` adds options, `--ringmq-src` runs another tree's src) or
