@@ -289,6 +289,11 @@ class RingmqProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the broker has exited on its own (None while it runs)."""
+        return self._proc.poll() if self._proc else None
+
     def stop(self) -> None:
         proc = self._proc
         if proc is None:
