@@ -213,11 +213,10 @@ def message_bytes(message: Message) -> bytes:
 
 
 def _message(c: Cursor) -> Message:
+    raw = c.take(U32.unpack(c.take(4))[0])
     try:
-        return decode_entry(c.take(U32.unpack(c.take(4))[0])).message
-    except ProtocolError:
-        raise
-    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        return decode_entry(raw).message
+    except Exception as exc:  # any refusal of these bytes (a field table's AMQPError too)
         raise ProtocolError(f"bad message: {exc}") from exc
 
 
