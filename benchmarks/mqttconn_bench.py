@@ -51,7 +51,6 @@ import json
 import multiprocessing as mp
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -62,7 +61,7 @@ from typing import Any
 
 from benchmarks import amqp_brokers as brokers
 from benchmarks import mqttconn_load as load
-from benchmarks.proto_bench import Mosquitto
+from benchmarks.proto_bench import Mosquitto, listening
 
 BROKERS = ("ringmq", "rabbitmq", "mosquitto")
 
@@ -81,34 +80,6 @@ class Options:
     connect_timeout_s: float
     ramp_timeout_s: float
     spread_sources: bool
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def descendants(pid: int) -> tuple[int, ...]:
-    """Every process below `pid` (children, their children, ...), from /proc/*/stat."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: list[int] = []
-    frontier = [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        found += kids
-        frontier += kids
-    return tuple(found)
 
 
 def fd_limit(pid: int) -> int | None:
@@ -163,7 +134,7 @@ def run_once(name: str, port: int, pid: int | None, opts: Options, seed: int) ->
     """One run against the MQTT listener on `port` (the four phases of the docstring)."""
     # ringmq's descendants are its own (shard processes, later); RabbitMQ's and mosquitto's
     # helpers come and go, and a vanished pid would void every sample.
-    others = descendants(pid) if pid is not None and name == "ringmq" else ()
+    others = brokers.descendants(pid) if pid is not None and name == "ringmq" else ()
     stats = brokers.ProcessStats(pid, others)
     _settle(stats)
     row: dict[str, Any] = {
@@ -463,7 +434,7 @@ def _exited(row: dict[str, Any], code: int, log: Path | None) -> None:
 
 
 def _available(name: str, args: argparse.Namespace) -> bool:
-    if name == "rabbitmq" and not _listening(args.rabbitmq_mqtt_port):
+    if name == "rabbitmq" and not listening(args.rabbitmq_mqtt_port):
         print(f"RabbitMQ: nothing answers on 127.0.0.1:{args.rabbitmq_mqtt_port}; skipped")
         return False
     if name == "mosquitto" and not shutil.which("mosquitto"):

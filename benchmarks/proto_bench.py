@@ -47,7 +47,8 @@ class Target:
     pid: int | None
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
+    """Something accepts connections on loopback `port`."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
@@ -72,7 +73,7 @@ class Mosquitto:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
-        while not _listening(self.port):
+        while not listening(self.port):
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 self.stop()
                 raise RuntimeError("mosquitto did not start")
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                     ("mqtt", args.rabbitmq_mqtt_port),
                     ("stomp", args.rabbitmq_stomp_port),
                 )
-                if k in protocols and _listening(v)
+                if k in protocols and listening(v)
             }
             if ports:
                 pid = brokers.listening_pid(next(iter(ports.values())))
