@@ -338,6 +338,7 @@ class ClusterNode:
                 case Campaign(lease_id=lease, epoch=epoch):
                     await self._campaign(etcd, lease, epoch)
                 case Resign(epoch=epoch):
+                    log.info("cluster: %s resigns the leader key of epoch %d", self.name, epoch)
                     await etcd.txn(
                         [gw.value_is(self.keys.leader, leader_value(self.name, epoch))],
                         [gw.delete(self.keys.leader)],
@@ -389,7 +390,16 @@ class ClusterNode:
             isr_kvs = res.ranges[0]
             isr = parse_isr(isr_kvs[0].value if isr_kvs else None)
             self._apply(self.election.campaign_won(nxt, isr, res.revision, now))
-            if self.election.leads(now) and self.settings.auto_isr:
+            if not self.election.leads(now):
+                # won out of the ISR (read in the same transaction), too close to the fence, or
+                # while stopping: the key is resigned and the next election takes epoch + 1
+                log.warning(
+                    "cluster: %s won epoch %d and gave it back (ISR %s)",
+                    self.name,
+                    nxt,
+                    ",".join(sorted(isr)) or "empty",
+                )
+            elif self.settings.auto_isr:
                 await self._auto_isr(etcd)
             return
         leader_kvs, epoch_kvs = res.ranges
