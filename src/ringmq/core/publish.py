@@ -13,9 +13,9 @@ steps:
    a confirm session numbers it.
 2. **route**: a message without headers or message id, to an exchange that does not delay,
    goes to the queues its exchange binds (the default exchange: the queue of that name); when
-   that finds none, or for any other message, the full routing (`_route`): a delayed exchange
-   holds a message with a positive `x-delay` until it is due (`holding`, visited by the
-   broker's tick); a publish to `amq.rabbitmq.reply-to.*` goes straight to its reply
+   that finds none, or for any other message, the full routing (core/fullroute.py): a
+   delayed exchange holds a message with a positive `x-delay` until it is due (`holding`,
+   visited by the broker's tick); a publish to `amq.rabbitmq.reply-to.*` goes straight to its reply
    consumer; otherwise the vhost routes it (bindings, alternate exchanges), widened by the CC
    and BCC headers (RabbitMQ sender-selected distribution: BCC is removed before delivery)
    and narrowed by de-duplication on message id. Nothing reached: counted unroutable, and
@@ -58,11 +58,12 @@ from typing import TYPE_CHECKING, Final
 from ringmq.core.auth import Access
 from ringmq.core.call import Calls
 from ringmq.core.dedup import DUPL_ID_HEADER
-from ringmq.core.delivery import REPLY_TO_PREFIX, Delivery
-from ringmq.core.effects import Bounce, Effect
+from ringmq.core.delivery import Delivery
+from ringmq.core.effects import Effect
 from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
+from ringmq.core.fullroute import FullRoute
 from ringmq.core.message import Message
 from ringmq.core.published import (
     ADDRESS_FULL,
@@ -77,14 +78,12 @@ from ringmq.core.published import (
     address_full,
 )
 from ringmq.core.queue import PublishOutcome
-from ringmq.core.queue.scheduler import clamp_due
 from ringmq.core.resources import FLOW_HIGH, FLOW_HIGH_BYTES, Resources
 from ringmq.core.routing import ExchangeType
 from ringmq.core.session import PublishMode, Session, TxPublish
 from ringmq.core.settings import LimitAction
 from ringmq.core.state import State
 from ringmq.core.streamspec import ConfirmRule
-from ringmq.core.texts import as_str
 from ringmq.core.transactions import STORE_FAILED, Confirms, Transactions
 from ringmq.core.vhost import VHost
 
@@ -115,7 +114,9 @@ class Publisher:
         self.delivery = delivery
         self.confirms = confirms
         self.max_message_size = state.config.max_message_size
-        self.holding: dict[int, tuple[VHost, Exchange]] = {}
+        self.full_route = FullRoute(state, delivery)
+        """Step 2 in full (core/fullroute.py)."""
+        self.holding = self.full_route.holding
         """Delayed exchanges holding messages, by id (the broker's tick releases them)."""
         # The shared dicts the per-message steps read, bound once (they are never replaced):
         # one attribute hop less per publish (benchmarks/hotpath_bench.py).
@@ -224,8 +225,8 @@ class Publisher:
             else:
                 conn_id = session.conn_id if session is not None else None
             # 2. route (unless `enqueue` gave the queues): a guard for the common message (no
-            # headers, no message id, not delayed) in front of the full routing (`_route`), which
-            # the rest takes.
+            # headers, no message id, not delayed) in front of the full routing (core/fullroute.py),
+            # which the rest takes.
             if (
                 not queues
                 and msg.headers is None
@@ -239,7 +240,9 @@ class Publisher:
                         exchange, msg.routing_key, None
                     )
             if not queues:
-                queues, msg, held = self._route(vhost, exchange, msg, mandatory, session, now_ms)
+                queues, msg, held = self.full_route.route(
+                    vhost, exchange, msg, mandatory, session, now_ms
+                )
                 if not queues:  # held, answered by a reply-to consumer, a duplicate or unroutable
                     stored = bool(held)
                     if seq:
@@ -525,78 +528,3 @@ class Publisher:
             classify=False,
             queues=queues,
         )
-
-    def _route(
-        self,
-        vh: VHost,
-        x: Exchange,
-        msg: Message,
-        mandatory: bool,
-        s: Session | None,
-        now_ms: int,
-    ) -> tuple[tuple[QueueEntity, ...], Message, bool | None]:
-        # Step 2 in full: the queues `msg` goes to (and the message, BCC removed), or none:
-        # then the third value says whether it was held and stored (a delayed exchange), or
-        # answered (False: a reply-to consumer, or a duplicate), or None: unroutable (counted,
-        # and returned to a mandatory publisher).
-        rk = msg.routing_key
-        hdrs = msg.headers
-        if x.type is _DELAYED:
-            delay = (hdrs or {}).get("x-delay")
-            if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
-                due = clamp_due(now_ms + delay)
-                held = x.hold(msg, due)
-                self.holding[id(x)] = (vh, x)
-                dur = self.state.durability
-                return (), msg, dur is not None and dur.held(vh.name, x, held, msg, due)
-        if not x.name and rk.startswith(REPLY_TO_PREFIX):
-            if self.delivery.deliver_reply(rk, msg):
-                return (), msg, False
-            queues: tuple[QueueEntity, ...] = ()
-        else:
-            queues = vh.route(x, rk, hdrs)
-            if hdrs and ("CC" in hdrs or "BCC" in hdrs):
-                queues, msg = self._sender_selected(vh, x, msg, queues)
-            if msg.message_id is not None and queues:
-                # x-message-deduplication-window-ms (core/dedup.py): drop duplicates.
-                queues = tuple(self.state.dedup.admit(vh.name, x, queues, msg.message_id, now_ms))
-                if not queues:
-                    return (), msg, False
-            if hdrs and DUPL_ID_HEADER in hdrs and queues:  # Artemis duplicate detection
-                address = x.name or rk
-                if not self.state.dedup.admit_address(
-                    vh.name, address, hdrs[DUPL_ID_HEADER], now_ms
-                ):
-                    return (), msg, False
-        if not queues:
-            stats = self._stats
-            stats["unroutable"] += 1
-            if s is not None:
-                s.counts.unroutable += 1
-                if mandatory:
-                    stats["returned"] += 1
-                    s.counts.returned += 1
-                    self.state.out.append(Bounce(s.conn_id, s.channel, "NO_ROUTE", msg))
-            return (), msg, None
-        return queues, msg, None
-
-    @staticmethod
-    def _sender_selected(
-        vh: VHost, x: Exchange, msg: Message, queues: tuple[QueueEntity, ...]
-    ) -> tuple[tuple[QueueEntity, ...], Message]:
-        """RabbitMQ sender-selected distribution: also route with the keys in the CC and BCC
-        headers (lists of strings); BCC is removed from the message before delivery."""
-        headers = msg.headers or {}
-        found = {id(q): q for q in queues}
-        for name in ("CC", "BCC"):
-            keys = headers.get(name)
-            if not isinstance(keys, list):
-                continue
-            for key in keys:
-                k = as_str(key)
-                if k is not None:
-                    for q in vh.route(x, k, headers):
-                        found.setdefault(id(q), q)
-        if "BCC" in headers:
-            msg = msg.reheadered({k: v for k, v in headers.items() if k != "BCC"})
-        return tuple(found.values()), msg
