@@ -15,7 +15,11 @@ progress, `state.py`):
 * `Confirms` and `Transactions` (transactions.py);
 * `Resources` (resources.py): paging bounds, alarms, Artemis BLOCK/FAIL, publisher flow;
 * `Timers` (timers.py): TTLs, `x-expires`, schedules and delayed exchanges (`tick`);
-* `Restore` (restore.py): durable definitions recreated at recovery.
+* `Restore` (restore.py): durable definitions recreated at recovery;
+* `Forwards` (forwarding.py): publishes and dead letters for queues another shard owns.
+
+The calls that bring answers from outside a call (the store's fsync, other shards' owners)
+are `Answers` (answers.py), the broker's base class.
 
 The broker itself owns the lifecycle of connections and sessions, the configuration it starts
 from, and recovery from a store. Protocol adapters (`ringmq.adapters.amqp091` for AMQP 0-9-1)
@@ -51,6 +55,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ringmq.core.admin import Declarations
+from ringmq.core.answers import Answers
 from ringmq.core.auth import AuthDB, ExternalGrant
 from ringmq.core.call import Calls, CallScope
 from ringmq.core.config import DEFAULT_VHOST, BrokerConfig
@@ -63,6 +68,7 @@ from ringmq.core.effects import CloseConnection, Effect
 from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges
+from ringmq.core.forwarding import Forwards
 from ringmq.core.limits import TenantLimits
 from ringmq.core.message import Message, SeqId
 from ringmq.core.policies import AddressSettingsTable, PolicyTable
@@ -89,7 +95,7 @@ from ringmq.core.transactions import Confirms, Transactions
 from ringmq.core.vhost import VHost
 
 
-class Broker:
+class Broker(Answers):
     """The broker core (see the module docstring for the theory of operation).
 
     Args:
@@ -109,7 +115,9 @@ class Broker:
         self.resources = Resources(state)
         self.exchanges = Exchanges(state)
         self.topology = Topology(state, self.resources, self.exchanges)
-        self.dead_letters = DeadLetters(state, self.topology.create_queue)
+        self.forwards = Forwards()
+        """Publishes and dead letters for other shards' queues (forwarding.py)."""
+        self.dead_letters = DeadLetters(state, self.topology.create_queue, self.forwards)
         self.dispatcher = Dispatcher(state, self.resources, self.dead_letters)
         """The dispatch of the queues each call touched (dispatch.py), at the call's end."""
         self.delivery = Delivery(state, self.topology, self.dispatcher)
@@ -118,7 +126,9 @@ class Broker:
         self.confirms = Confirms(state)
         self.calls = Calls(state, self.dispatcher.flush)
         """The call protocol (`call.py`): every call starts and ends through it."""
-        self.publisher = Publisher(state, self.resources, self.delivery, self.confirms, self.calls)
+        self.publisher = Publisher(
+            state, self.resources, self.delivery, self.confirms, self.calls, self.forwards
+        )
         # The call protocol's one-publish call is the pipeline's (`Publisher.publish_call`).
         self.calls.pipeline = self.publisher.publish_call
         self.transactions = Transactions(state, self.publisher, self.delivery)
@@ -510,64 +520,6 @@ class Broker:
         with self.call(state.now_ms) as out:
             if self.resources.alarms_on and conn_id in state.conns:
                 self.resources.alarm_publish(conn_id)
-        return out
-
-    # ================================================================== confirms
-    def drain_unconfirmed(self) -> list[tuple[int, int, int]]:
-        """Storage hook: (conn_id, channel, publish seq) of confirms held since the last call.
-
-        With `BrokerConfig.delay_persistent_confirms`, a persistent message that reached a
-        durable queue is not confirmed at once. The server drains this list after each batch,
-        waits for the group-commit fsync covering that batch, then calls `confirm_stored`.
-        """
-        return self.confirms.drain_unconfirmed()
-
-    def drain_unwritten(self) -> list[tuple[int, int, int]]:
-        """Storage hook: confirms held until written to the OS, not fsynced (streams under
-        `BrokerConfig.stream_confirm` `written`), released with `confirm_stored`."""
-        return self.confirms.drain_unwritten()
-
-    def confirm_stored(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
-        """Storage hook: the publishes `seqs` of a confirm session are durable; confirm them."""
-        with self.call(self.state.now_ms) as out:
-            self.confirms.confirm_stored(conn_id, channel, seqs)
-        return out
-
-    def holding(self) -> bool:
-        """Storage hook: some persistent message waits for an fsync before consumers may have
-        it (the group commit then starts one at once, as for a held confirm)."""
-        return self.durability is not None and self.durability.holding
-
-    def stored(self, durable: int, *, healthy: bool = True) -> list[Effect]:
-        """Storage hook: an fsync covered every store write up to position `durable`; hand
-        out the persistent messages that waited for it (`core/queue/hold.py`). `healthy`:
-        the store's writes work (False while a later write is still failing)."""
-        state = self.state
-        with self.call(state.now_ms) as out:
-            if self.durability is not None:
-                for q in self.durability.stored(durable, healthy=healthy):
-                    state.mark(q)
-            if state.unshown:  # streams whose readers may see more now (committed reads)
-                unshown, state.unshown = state.unshown, {}
-                for q in unshown.values():
-                    if not q.deleted:
-                        state.mark(q)
-        return out
-
-    def unstored(self, after: int) -> list[Effect]:
-        """Storage hook: the store writes after position `after` failed and their publishes
-        are refused (`fail_unconfirmed`); their messages leave their queues unseen."""
-        state = self.state
-        with self.call(state.now_ms) as out:
-            if self.durability is not None:
-                for q in self.durability.unstored(after):
-                    state.mark(q)
-        return out
-
-    def fail_unconfirmed(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
-        """Storage hook: the store could not make publishes `seqs` durable; refuse them."""
-        with self.call(self.state.now_ms) as out:
-            self.confirms.fail_unconfirmed(conn_id, channel, seqs)
         return out
 
     # ================================================================== settings

@@ -30,6 +30,7 @@ from typing import Any
 
 from ringmq.core.entities import QueueEntity
 from ringmq.core.exchange import Exchange
+from ringmq.core.forwarding import Forwards
 from ringmq.core.queue import DeadLetter, PublishOutcome
 from ringmq.core.routing import ExchangeType
 from ringmq.core.state import State
@@ -43,10 +44,17 @@ CreateQueue = Callable[..., QueueEntity]
 class DeadLetters:
     """Routes queues' dead letters (see the module docstring)."""
 
-    def __init__(self, state: State, create_queue: CreateQueue | None = None) -> None:
+    def __init__(
+        self,
+        state: State,
+        create_queue: CreateQueue | None = None,
+        forwards: Forwards | None = None,
+    ) -> None:
         self.state = state
         self.create_queue = create_queue
         """Creates the auto-created dead-letter and expiry queues (`Topology.create_queue`)."""
+        self.forwards = forwards if forwards is not None else Forwards()
+        """Dead letters for other shards' queues (core/forwarding.py)."""
 
     def drain(self, q: QueueEntity, now_ms: int) -> None:
         """Route what `q` dead-lettered since the last drain."""
@@ -155,10 +163,15 @@ class DeadLetters:
                 and any(as_str(d.get("queue")) == target.name for d in deaths)
             ):
                 continue
-            if not target.deleted and target.stream is not None:
+            if target.deleted:
+                continue
+            if target.owner is not None:  # another shard's queue: its owner takes it
+                self.forwards.forward(target, new, None, 0, 0)
+                continue
+            if target.stream is not None:
                 target.stream.append((new,), now_ms)  # a stream takes dead letters too
                 state.dirty[id(target)] = target
-            elif not target.deleted:
+            else:
                 outcome = target.queue.publish(new, now_ms)
                 if outcome is PublishOutcome.SCHEDULED:
                     state.track_timers(target)

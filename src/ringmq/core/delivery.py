@@ -167,7 +167,7 @@ class Delivery:
             return
         queue = self.topology.queue_name(s, queue)
         s.check(self.state.auth, Access.READ, "queue", queue)
-        q = self.topology.queue_for(s, queue)
+        q = self.topology.local_queue_for(s, queue)
         queuetypes.check_consume(q.settings.queue_type, q.vhost, queue, s.global_prefetch)
         if q.consumers and (exclusive or q.consumers.exclusive):
             raise BrokerError(
@@ -295,7 +295,7 @@ class Delivery:
         state = self.state
         queue = self.topology.queue_name(s, queue)
         s.check(state.auth, Access.READ, "queue", queue)
-        q = self.topology.queue_for(s, queue)
+        q = self.topology.local_queue_for(s, queue)
         if q.stream is not None:
             raise BrokerError(
                 Condition.NOT_IMPLEMENTED,

@@ -57,6 +57,9 @@ from ringmq.core.streamlog import StreamLog
 if TYPE_CHECKING:
     from ringmq.core.selector import Selector
 
+ELSEWHERE: Final = -1
+"""`QueueEntity.exclusive_owner` of a copy of an exclusive queue another shard owns: its
+connection is on that shard (connection ids here start at 1), so no connection here may use it."""
 OWNER_PROPERTY: Final = "container_id"
 """The client property in which an adapter names its connection's owner identity (AMQP 1.0:
 the open's container id), the key of an owner's no-local rule (`NoLocal`)."""
@@ -368,6 +371,8 @@ class QueueEntity:
         stream: a stream queue's log (`x-queue-type: stream`, core/streamlog.py), else None:
             its messages live there, not in `queue` (which stays empty), and every consumer
             reads it from its own offset.
+        owner: the index of the shard that owns the queue when another shard does (this one
+            holds a copy: publishes to it are forwarded, core/forwarding.py), else None.
     """
 
     name: str
@@ -389,6 +394,7 @@ class QueueEntity:
     get_no_ack: int = 0
     get_empty: int = 0
     stream: StreamLog | None = None
+    owner: int | None = None
 
     def expires_at_ms(self) -> int | None:
         """When an unused queue expires (`x-expires`), or None."""

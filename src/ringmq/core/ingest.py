@@ -17,7 +17,8 @@ step only skips repeating it. The guard takes a run when:
 * that routing reaches exactly one queue (none: unroutable or an alternate exchange; several:
   per-queue outcomes differ), with no fetching consumer (publisher flow is a per-publish
   decision) and no no-local consumer (whether the queue takes a message depends on its
-  connection), which takes runs (`Queue.takes_runs`: the queue is plain, `Queue.plain`, the
+  connection), which is this shard's own (not a copy of another shard's, forwarded per
+  message), which takes runs (`Queue.takes_runs`: the queue is plain, `Queue.plain`, the
   property every publish path reads, and already pages its new messages);
 * no message is persistent while the queue is durable (journaling records each message's
   seq as it is enqueued: those go through the per-message step).
@@ -92,11 +93,13 @@ def _target(pub: Pipeline, s: Session, vh: VHost, x: Exchange, rk: str) -> Queue
         return None
     q = queues[0]
     # `takes_runs` holds the queue's side (`Queue.plain`, the property every publish path
-    # reads); the consumers' side is ours. A stream appends chunks to its log instead.
+    # reads); the consumers' side is ours. A stream appends chunks to its log instead; another
+    # shard's queue is forwarded (core/forwarding.py), one message at a time.
     if (
         q.consumers.fetchers
         or q.no_local is not None
         or q.stream is not None
+        or q.owner is not None
         or not q.queue.takes_runs
     ):
         return None

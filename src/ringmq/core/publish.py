@@ -26,12 +26,14 @@ steps:
    dispatch before the next publish (`State.eager`: a ring, a limit, LVQ, priorities,
    browsing, or a TTL'd message), pause the publisher (RabbitMQ flow: a consumed unbounded
    queue over `FLOW_HIGH`), block it (Artemis BLOCK), or fail it (Artemis FAIL,
-   `address_full`). A plain queue (`Queue.plain`: no setting changes what a publish does;
+   `address_full`). A queue another shard owns is forwarded to it instead
+   (core/forwarding.py). A plain queue (`Queue.plain`: no setting changes what a publish does;
    limits.py's `FastPaths` is the one rule) has nothing to note but publisher flow: the step
    tests that one property in front of the options.
 4. **confirm** (`Confirms.confirm_publish`): refused -> negative confirm with the reason
    (`OVERFLOW`, `ADDRESS_FULL`; the store's failure: `STORE_FAILED`); persisted under
-   delayed confirms -> held for the fsync; else confirmed now, or, in a batch, released with
+   delayed confirms -> held for the fsync; forwarded to other shards -> held until their
+   owners answer too (`Confirms.confirm_joined`); else confirmed now, or, in a batch, released with
    the batch's other acks (`released`).
 
 Every entry runs these steps through `publish`: `publishbatch.publish_batch` (a batch with
@@ -63,6 +65,7 @@ from ringmq.core.effects import Effect
 from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchange import Exchange
+from ringmq.core.forwarding import Forwards
 from ringmq.core.fullroute import FullRoute
 from ringmq.core.message import Message
 from ringmq.core.published import (
@@ -106,8 +109,11 @@ class Publisher:
         delivery: Delivery,
         confirms: Confirms,
         calls: Calls,
+        forwards: Forwards,
     ) -> None:
         self.state = state
+        self.forwards = forwards
+        """Publishes for other shards' queues (core/forwarding.py)."""
         self.calls = calls
         """The call protocol, for the one-publish call (`publish_call`)."""
         self.resources = resources
@@ -255,6 +261,7 @@ class Publisher:
             full: QueueEntity | None = None  # the Artemis FAIL queue that refused it
             stored = False
             written = False  # reached a stream whose confirm waits for the write, not the fsync
+            owners = 0  # other shards' queues it was forwarded to (their answers are due)
             # 3. enqueue each: the engine decides; persistent messages reaching durable queues are
             # journaled; the queue is marked dirty; then what the call must do next.
             dirty = self._dirty
@@ -262,6 +269,10 @@ class Publisher:
             for q in queues:
                 if q.no_local is not None and q.no_local.excludes(conn_id):
                     continue  # a no-local consumer's queue: not its own connection's messages
+                if q.owner is not None:  # another shard's queue: its owner enqueues it
+                    self.forwards.forward(q, msg, conn_id, session.channel if session else 0, seq)
+                    owners += 1
+                    continue
                 log = q.stream
                 if log is not None:  # a stream: appended to its log, durable whatever the mode
                     if seq and self._store_failing():
@@ -337,7 +348,12 @@ class Publisher:
             # 4. confirm
             if seq:
                 assert session is not None
-                self.confirms.confirm_publish(session, seq, refused, stored, released, written)
+                if owners:
+                    self.confirms.confirm_joined(
+                        session, seq, refused, stored, written, owners, released
+                    )
+                else:
+                    self.confirms.confirm_publish(session, seq, refused, stored, released, written)
             elif full is not None and classify:
                 # Artemis FAIL without confirms: the producer's send fails (a session error);
                 # under confirms the negative confirm says it (RabbitMQ reject-publish is silent).

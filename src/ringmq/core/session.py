@@ -125,6 +125,9 @@ class Session:
         self.mode = PublishMode.NORMAL
         self.publish_seq = 0
         self.confirm_held: set[int] = set()
+        self.confirm_waits: dict[int, int] = {}
+        """Held publishes that wait for more than one answer (the local fsync and other
+        shards' owners, core/forwarding.py): seq -> answers still due."""
         self.confirm_floor = 0
         self.confirm_nacked: set[int] = set()  # nacked publishes above the floor (rarely any)
         self.tx: TxState | None = None
@@ -306,6 +309,8 @@ class Session:
         """Publish `seq` is refused: it leaves the held set, and the next multiple acks stop
         below it (the caller sends its negative confirm)."""
         self.confirm_held.discard(seq)
+        if self.confirm_waits:
+            self.confirm_waits.pop(seq, None)
         floor = self.confirm_floor
         if seq == floor + 1:  # nothing waits under it (held ones are above the floor)
             self._raise_floor(seq)

@@ -37,7 +37,7 @@ from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
 from ringmq.core.auth import Access
 from ringmq.core.bindings import QueueBindings, locked
 from ringmq.core.effects import CancelConsumer, CloseConnection
-from ringmq.core.entities import ConsumerSet, QueueEntity
+from ringmq.core.entities import ELSEWHERE, ConsumerSet, QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges
 from ringmq.core.resources import Resources
@@ -209,6 +209,42 @@ class Topology(QueueBindings):
                 conn.exclusive_queues.add(name)
         return q
 
+    def create_copy(
+        self,
+        vhost: str,
+        name: str,
+        owner: int,
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+        now_ms: int = 0,
+    ) -> QueueEntity:
+        """Create this shard's copy of queue `name`, which shard `owner` owns: routed to
+        like any queue, and what reaches it is forwarded (core/forwarding.py). It holds no
+        messages, is not written to this shard's store (the owner keeps the queue), and an
+        exclusive one belongs to a connection on another shard (nobody here may use it)."""
+        state = self.state
+        vh = state.vhosts[vhost]
+        args = dict(arguments or {})
+        settings = self.resolve_settings(vhost, name, args)
+        q = QueueEntity(
+            name=name,
+            vhost=vhost,
+            queue=self.resources.new_queue(vhost, name, settings),
+            settings=settings,
+            durable=durable,
+            auto_delete=auto_delete,
+            exclusive_owner=ELSEWHERE if exclusive else None,
+            arguments=args,
+            last_used_ms=now_ms,
+            owner=owner,
+        )
+        vh.queues[name] = q
+        vh.invalidate()
+        return q
+
     def _open_stream(self, vhost: str, name: str, spec: StreamSpec) -> StreamLog:
         # A stream's log: segment files with a store that keeps streams (recovered when it
         # existed), else in memory (a broker without a data directory).
@@ -369,7 +405,7 @@ class Topology(QueueBindings):
         """Purge `queue` for session `s` (read permission, as RabbitMQ)."""
         qname = self.queue_name(s, queue)
         s.check(self.state.auth, Access.READ, "queue", qname)
-        return self.purge(self.queue_for(s, qname))
+        return self.purge(self.local_queue_for(s, qname))
 
     def check_delete(self, vh: VHost, q: QueueEntity, *, if_unused: bool, if_empty: bool) -> int:
         """The checks of a queue delete (406 when used or not empty as asked); returns the
@@ -399,6 +435,8 @@ class Topology(QueueBindings):
             return "", 0
         if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
             raise locked(qname, vh.name)
+        if q.owner is not None:
+            self.local_queue_for(s, qname)  # its owner deletes it: refused here
         return qname, self.check_delete(vh, q, if_unused=if_unused, if_empty=if_empty)
 
     def delete_named(self, s: Session, name: str, now_ms: int) -> None:

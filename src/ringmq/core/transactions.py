@@ -9,9 +9,12 @@ calls `confirm_stored` after the group-commit fsync covering it (`drain_unconfir
 server which are held; `fail_unconfirmed` refuses them when the write failed); a publish that
 reached only stream queues under `BrokerConfig.stream_confirm` `written` is held instead until
 the server has handed the batch's writes to the OS (`drain_unwritten`, then `confirm_stored` as
-well); otherwise confirmed at once. Consecutive confirms are coalesced into one `multiple`
-confirm when the session's confirmed floor moves past several, never over a nacked or held
-publish (`Session.confirm_acks`, `Session.confirm_nack`: the one place of that rule).
+well); otherwise confirmed at once. A publish that also reached other shards' queues
+(core/forwarding.py) is held until each of their owners has answered too (`confirm_joined`,
+`forward_resolved`: the last answer due confirms it, any refusal nacks it). Consecutive
+confirms are coalesced into one `multiple` confirm when the session's confirmed floor moves
+past several, never over a nacked or held publish (`Session.confirm_acks`,
+`Session.confirm_nack`: the one place of that rule).
 
 **Transactions** (AMQP tx, Artemis' rollback rule). Publishes and settles are buffered on the
 session. `commit` first routes every buffered publish and checks each reject-type limit for
@@ -101,6 +104,67 @@ class Confirms:
         else:
             self.send(s, [seq])
 
+    def confirm_joined(
+        self,
+        s: Session,
+        seq: int,
+        refused: str | None,
+        stored: bool,
+        written: bool,
+        owners: int,
+        released: list[int] | None = None,
+    ) -> None:
+        """`confirm_publish` for a publish that also went to `owners` other shards' queues
+        (core/forwarding.py): held until each owner has answered (`forward_resolved`) and,
+        where it was held for the local fsync or write, until the store has released it too;
+        a local refusal nacks it at once."""
+        if refused or not owners:
+            self.confirm_publish(s, seq, refused, stored, released, written)
+            return
+        answers = owners
+        if self.state.config.delay_persistent_confirms:
+            if stored:
+                answers += 1
+                self._unconfirmed.append((s.conn_id, s.channel, seq))
+            elif written:
+                answers += 1
+                self._unwritten.append((s.conn_id, s.channel, seq))
+        s.confirm_held.add(seq)
+        s.confirm_waits[seq] = answers
+
+    def forward_resolved(self, conn_id: int, channel: int, seq: int, refused: str | None) -> None:
+        """An owner answered for publish `seq` of a confirm session: stored (`refused` None)
+        or refused (why): the last answer due confirms it, a refusal nacks it at once; an
+        unknown or already settled seq is ignored."""
+        s = self._session(conn_id, channel)
+        if s is None or seq not in s.confirm_waits:  # settled, or never forwarded
+            return
+        if refused:
+            self.refuse(s, seq, refused)
+            return
+        released = self._last_answers(s, [seq])
+        if released:
+            self.send(s, released)
+
+    @staticmethod
+    def _last_answers(s: Session, seqs: list[int]) -> list[int]:
+        # The seqs whose answer now is the last one due (`confirm_joined`); the others count one
+        # answer down and stay held.
+        waits = s.confirm_waits
+        if not waits:
+            return seqs
+        out = []
+        for q in seqs:
+            due = waits.get(q)
+            if due is None:
+                out.append(q)
+            elif due > 1:
+                waits[q] = due - 1
+            else:
+                del waits[q]
+                out.append(q)
+        return out
+
     def hold(self, s: Session, seq: int) -> None:
         """Hold the confirm of publish `seq` until the store says it is durable."""
         s.confirm_held.add(seq)
@@ -143,7 +207,7 @@ class Confirms:
         s = self._session(conn_id, channel)
         if s is None:
             return
-        released = [q for q in seqs if q in s.confirm_held]
+        released = self._last_answers(s, [q for q in seqs if q in s.confirm_held])
         if released:
             self.send(s, released)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import ringmq.adapters.amqp091.message  # noqa: F401 - registers the form `message` builds
 from ringmq.core.broker import Broker
 from ringmq.core.config import BrokerConfig
 from ringmq.core.delivery import Got

@@ -1,0 +1,109 @@
+"""The calls that bring asynchronous answers into the core: the store's and other shards'.
+
+Theory of operation: the broker holds some confirms, and some persistent messages, until an
+answer comes from outside the loop's call: the group commit's fsync (or its failure), the OS
+taking a stream's writes, and, with several shards, the owners of the queues a publish was
+forwarded to (core/forwarding.py). The server drains what waits after each batch
+(`drain_unconfirmed`, `drain_unwritten`, `drain_forwards`) and brings each answer back as one
+whole call (`confirm_stored`, `stored`, `unstored`, `fail_unconfirmed`, `forward_resolved`),
+whose effects it applies as any call's. `Answers` is a part of `Broker` (its base class): the
+owners it calls are the broker's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ringmq.core.effects import Effect
+from ringmq.core.forwarding import ForwardPublish
+
+if TYPE_CHECKING:
+    from ringmq.core.call import CallScope
+    from ringmq.core.forwarding import Forwards
+    from ringmq.core.state import State
+    from ringmq.core.transactions import Confirms
+
+
+class Answers:
+    """The answer calls of `Broker` (see the module docstring)."""
+
+    if TYPE_CHECKING:
+        state: State
+        confirms: Confirms
+        forwards: Forwards
+
+        def call(self, now_ms: int, *, publish: bool = False) -> CallScope: ...
+
+    # ================================================================== the store's
+    def drain_unconfirmed(self) -> list[tuple[int, int, int]]:
+        """Storage hook: (conn_id, channel, publish seq) of confirms held since the last call.
+
+        With `BrokerConfig.delay_persistent_confirms`, a persistent message that reached a
+        durable queue is not confirmed at once. The server drains this list after each batch,
+        waits for the group-commit fsync covering that batch, then calls `confirm_stored`.
+        """
+        return self.confirms.drain_unconfirmed()
+
+    def drain_unwritten(self) -> list[tuple[int, int, int]]:
+        """Storage hook: confirms held until written to the OS, not fsynced (streams under
+        `BrokerConfig.stream_confirm` `written`), released with `confirm_stored`."""
+        return self.confirms.drain_unwritten()
+
+    def confirm_stored(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
+        """Storage hook: the publishes `seqs` of a confirm session are durable; confirm them."""
+        with self.call(self.state.now_ms) as out:
+            self.confirms.confirm_stored(conn_id, channel, seqs)
+        return out
+
+    def holding(self) -> bool:
+        """Storage hook: some persistent message waits for an fsync before consumers may have
+        it (the group commit then starts one at once, as for a held confirm)."""
+        return self.state.durability is not None and self.state.durability.holding
+
+    def stored(self, durable: int, *, healthy: bool = True) -> list[Effect]:
+        """Storage hook: an fsync covered every store write up to position `durable`; hand
+        out the persistent messages that waited for it (`core/queue/hold.py`). `healthy`:
+        the store's writes work (False while a later write is still failing)."""
+        state = self.state
+        with self.call(state.now_ms) as out:
+            if self.state.durability is not None:
+                for q in self.state.durability.stored(durable, healthy=healthy):
+                    state.mark(q)
+            if state.unshown:  # streams whose readers may see more now (committed reads)
+                unshown, state.unshown = state.unshown, {}
+                for q in unshown.values():
+                    if not q.deleted:
+                        state.mark(q)
+        return out
+
+    def unstored(self, after: int) -> list[Effect]:
+        """Storage hook: the store writes after position `after` failed and their publishes
+        are refused (`fail_unconfirmed`); their messages leave their queues unseen."""
+        state = self.state
+        with self.call(state.now_ms) as out:
+            if self.state.durability is not None:
+                for q in self.state.durability.unstored(after):
+                    state.mark(q)
+        return out
+
+    def fail_unconfirmed(self, conn_id: int, channel: int, seqs: Iterable[int]) -> list[Effect]:
+        """Storage hook: the store could not make publishes `seqs` durable; refuse them."""
+        with self.call(self.state.now_ms) as out:
+            self.confirms.fail_unconfirmed(conn_id, channel, seqs)
+        return out
+
+    # ================================================================== other shards'
+    def drain_forwards(self) -> list[ForwardPublish]:
+        """Shard hook: the publishes and dead letters for other shards' queues noted since
+        the last call, in order; the server sends them on the shard link to each owner."""
+        return self.forwards.drain()
+
+    def forward_resolved(
+        self, conn_id: int, channel: int, seq: int, refused: str | None = None
+    ) -> list[Effect]:
+        """Shard hook: the owner of a queue a confirmed publish was forwarded to stored it
+        (`refused` None) or refused it (why: its queue's overflow, the link lost)."""
+        with self.call(self.state.now_ms) as out:
+            self.confirms.forward_resolved(conn_id, channel, seq, refused)
+        return out
