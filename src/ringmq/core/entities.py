@@ -368,6 +368,8 @@ class QueueEntity:
         stream: a stream queue's log (`x-queue-type: stream`, core/streamlog.py), else None:
             its messages live there, not in `queue` (which stays empty), and every consumer
             reads it from its own offset.
+        shard: the shard it was placed on at declare (`core/placement.py`; 0 while a
+            broker is one shard).
     """
 
     name: str
@@ -389,6 +391,7 @@ class QueueEntity:
     get_no_ack: int = 0
     get_empty: int = 0
     stream: StreamLog | None = None
+    shard: int = 0
 
     def expires_at_ms(self) -> int | None:
         """When an unused queue expires (`x-expires`), or None."""

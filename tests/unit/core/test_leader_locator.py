@@ -1,4 +1,5 @@
-"""`x-queue-leader-locator` and the `queue-leader-locator` policy key, as RabbitMQ reads them."""
+"""`x-queue-leader-locator` and the `queue-leader-locator` policy key, as RabbitMQ reads them,
+and the shard a declare records (`core/placement.py`)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,27 @@ def test_other_keys_still_prefer_the_argument() -> None:
         "q", {"x-message-ttl": 1, ARG: "balanced"}, policy={"message-ttl": 2}
     )
     assert (s.message_ttl_ms, s.sources["message_ttl_ms"]) == (1, "argument")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "flags"),
+    [
+        ({}, {}),
+        ({ARG: "balanced"}, {}),
+        ({ARG: "min-masters"}, {"exclusive": True}),
+        ({ARG: "balanced"}, {"auto_delete": True}),
+        ({ARG: "client-local", "x-queue-type": "quorum"}, {"durable": True}),
+    ],
+)
+def test_a_declare_places_the_queue_on_the_one_shard(
+    arguments: dict[str, Any], flags: dict[str, bool]
+) -> None:
+    kit = Core()
+    s = kit.open()
+    kit.declare(s, "q", arguments, **flags)
+    q = s.vhost.queues["q"]
+    assert q.shard == 0
+    assert q.arguments == arguments  # kept as declared (the legacy value too)
 
 
 def test_a_bad_declare_is_406_and_creates_nothing() -> None:
