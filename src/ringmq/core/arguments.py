@@ -14,7 +14,8 @@ Theory of operation:
   (`SettingsError`, 406 PRECONDITION_FAILED on the wire), and the value that means "not set"
   (`off`: -1 for `x-ring-size`, 0 for the Qpid counts and `x-max-priority`);
 * its policy key, if policies may set it, with the policy validator, what that validator
-  expects (for `PolicyError` text) and how a validated policy value becomes the field value;
+  expects (for `PolicyError` text), how a validated policy value becomes the field value and
+  whether the policy beats the argument (`policy_wins`, RabbitMQ's rule for its locator);
 * its key in the management API's queue settings (`PUT .../settings`), if any;
 * the Artemis address-setting that gives its default (`default-ring-size`...), if any, how a
   broker.xml default becomes a declared argument, and which declared arguments suppress it;
@@ -55,6 +56,9 @@ from ringmq.core.argvalues import (
     delivery_limit_arg,
     int_arg,
     int_from,
+    leader_locator,
+    leader_locator_arg,
+    leader_locator_value,
     lvq_key_arg,
     max_age_arg,
     non_negative_int,
@@ -139,6 +143,9 @@ class QueueArgument:
     """What `policy_check` accepts, for the policy error text."""
     policy_value: Callable[[Any], Any] = same
     """Validated policy value -> field value; a ValueError is reported as a bad value."""
+    policy_wins: bool = False
+    """The policy's value beats the argument's (RabbitMQ reads `queue-leader-locator` policy
+    first); otherwise the argument wins, as for every other key."""
     setting_key: str | None = None
     """Key in the management API's queue settings (`PUT .../settings`)."""
     address_default: str | None = None
@@ -352,6 +359,19 @@ QUEUE_ARGUMENTS: Final[tuple[QueueArgument, ...]] = (
         address_default="default-group-first-key",
     ),
     QueueArgument("x-queue-type", "queue_type", queue_type_arg, example="classic"),
+    # where the queue is placed (ringmq.core.placement); any queue type, streams included.
+    # RabbitMQ reads the policy first (rabbit_queue_location:leader_locator).
+    QueueArgument(
+        "x-queue-leader-locator",
+        "queue_leader_locator",
+        leader_locator_arg,
+        example="balanced",
+        policy_key="queue-leader-locator",
+        policy_check=leader_locator_value,
+        policy_expected="one of client-local, balanced, random, least-leaders",
+        policy_value=leader_locator,
+        policy_wins=True,
+    ),
     # quorum queues' own (RabbitMQ 4): accepted and reported; ringmq replicates per shard
     QueueArgument(
         "x-quorum-initial-group-size",

@@ -24,6 +24,7 @@ __all__ = [
     "IMPLEMENTED_QUEUE_TYPES",
     "MAX_PRIORITY",
     "UNSET",
+    "LeaderLocator",
     "Overflow",
     "QpidPolicy",
     "SettingsError",
@@ -54,6 +55,22 @@ class Overflow(StrEnum):
     DROP_HEAD = "drop-head"
     REJECT_PUBLISH = "reject-publish"
     REJECT_PUBLISH_DLX = "reject-publish-dlx"
+
+
+class LeaderLocator(StrEnum):
+    """RabbitMQ `x-queue-leader-locator` / policy `queue-leader-locator` (3.12+): where a
+    new queue is placed (`ringmq.core.placement`)."""
+
+    CLIENT_LOCAL = "client-local"
+    BALANCED = "balanced"
+
+
+LEGACY_LEADER_LOCATORS: Final = ("random", "least-leaders", "min-masters")
+"""Older locator values RabbitMQ still accepts in the argument and reads as `balanced`
+(`rabbit_queue_location:leader_locator0`)."""
+POLICY_LEADER_LOCATORS: Final = ("client-local", "balanced", "random", "least-leaders")
+"""What RabbitMQ's policy validator accepts for `queue-leader-locator` (`rabbit_policies`:
+`min-masters` is an argument value only)."""
 
 
 class QpidPolicy(StrEnum):
@@ -144,6 +161,20 @@ def qpid_policy_arg(queue: str, arg: str, value: Any) -> QpidPolicy:
     except ValueError:
         allowed = "one of " + ", ".join(p.value for p in QpidPolicy)
         raise err(queue, arg, allowed, value) from None
+
+
+def leader_locator(value: str) -> LeaderLocator:
+    """A validated locator value as RabbitMQ reads it: the legacy ones mean `balanced`."""
+    return LeaderLocator.BALANCED if value in LEGACY_LEADER_LOCATORS else LeaderLocator(value)
+
+
+def leader_locator_arg(queue: str, arg: str, value: Any) -> LeaderLocator:
+    text = str_arg(queue, arg, value)
+    try:
+        return leader_locator(text)
+    except ValueError:
+        allowed = ", ".join((*(loc.value for loc in LeaderLocator), *LEGACY_LEADER_LOCATORS))
+        raise err(queue, arg, f"one of {allowed}", value) from None
 
 
 def lvq_key_arg(queue: str, arg: str, value: Any) -> str:
@@ -245,6 +276,10 @@ def boolean(value: Any) -> bool:
 
 def overflow_value(value: Any) -> bool:
     return value in ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+def leader_locator_value(value: Any) -> bool:
+    return value in POLICY_LEADER_LOCATORS
 
 
 def same(value: Any) -> Any:

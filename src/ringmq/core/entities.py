@@ -396,6 +396,12 @@ class QueueEntity:
     stream: StreamLog | None = None
     owner: int | None = None
 
+    @property
+    def shard(self) -> int:
+        """The shard that owns it (`core/placement.py` placed it there): `owner` for a copy,
+        else this one (shard 0 while a broker is one shard)."""
+        return self.owner if self.owner is not None else 0
+
     def expires_at_ms(self) -> int | None:
         """When an unused queue expires (`x-expires`), or None."""
         expires = self.settings.expires_ms

@@ -11,7 +11,9 @@ Theory of operation:
 3. the Artemis address-settings resolved for the queue name (`AddressSettingsTable.resolve`).
 
 Ordinary keys (TTL, dead-lettering, delivery limit...) are merged key by key: the first source
-that sets a key wins. The *size limit* is different, because the three brokers have three
+that sets a key wins, except where RabbitMQ resolves otherwise: a row marked `policy_wins`
+(`queue-leader-locator`) takes the policy's value over the argument's, and of two consumer
+timeouts the lower wins. The *size limit* is different, because the three brokers have three
 incompatible limit families:
 
 * `ring`   (Artemis): `x-ring-size` / policy `ring-size` / address `default-ring-size`;
@@ -52,6 +54,7 @@ from ringmq.core.argvalues import (
     IMPLEMENTED_QUEUE_TYPES,
     MAX_PRIORITY,
     UNSET,
+    LeaderLocator,
     Overflow,
     QpidPolicy,
     SettingsError,
@@ -201,6 +204,9 @@ class QueueSettings:
     """Artemis `group-rebalance`: a consumer joining unbinds every group."""
     group_first_key: str | None = None
     """Artemis `group-first-key`: the header marking a group's first message for its owner."""
+    queue_leader_locator: LeaderLocator = LeaderLocator.CLIENT_LOCAL
+    """RabbitMQ `x-queue-leader-locator`: where the queue is placed when declared
+    (`ringmq.core.placement`); client-local by default, as RabbitMQ's classic queues."""
     limit: Limit | None = None
     policy_name: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -262,6 +268,7 @@ def _from_arguments(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
 _POLICY_ROWS: Final[dict[str, QueueArgument]] = {
     row.policy_key: row for row in QUEUE_ARGUMENTS if row.policy_key is not None
 }
+_POLICY_WINS: Final = tuple(row.field for row in QUEUE_ARGUMENTS if row.policy_wins and row.field)
 
 
 def _from_policy(name: str, definition: Mapping[str, Any]) -> dict[str, Any]:
@@ -457,8 +464,13 @@ def resolve_queue_settings(
             if key not in merged:
                 merged[key] = value
                 sources[key] = source
+    # Keys RabbitMQ reads policy first (`queue-leader-locator`): the policy beats the argument.
+    for key in _POLICY_WINS:
+        if key in levels[1][1]:
+            merged[key] = levels[1][1][key]
+            sources[key] = "policy"
     # RabbitMQ (3.12+): an argument and a policy both setting the consumer timeout, the lower
-    # wins (every other key: the argument).
+    # wins (every other key: the argument, or the policy as just above).
     by_arg = levels[0][1].get("consumer_timeout_ms")
     by_policy = levels[1][1].get("consumer_timeout_ms")
     if by_arg is not None and by_policy is not None and by_policy < by_arg:

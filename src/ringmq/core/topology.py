@@ -8,7 +8,8 @@ whose permissions are checked), the management facade and config loading (which 
 user themselves); exchanges are `exchanges.Exchanges`' and recovery recreates stored
 definitions without these checks (`restore.py`). A client's calls take its session; the
 others take the vhost (`declare`, `bind`, `unbind`, `bind_destination`, `check_delete` +
-`delete_queue`, `delete_vhost`) and share the same rules. Settings are applied here too, live:
+`delete_queue`, `delete_vhost`) and share the same rules. A new queue is placed on a shard
+here (`placement.place`, once, by its leader locator). Settings are applied here too, live:
 a queue's own arguments changed (`update_arguments`, Artemis `updateQueue`), or re-resolved
 after a policy or address-settings change (`reapply_settings`, `replace_address_settings`).
 Each operation validates everything before it changes anything, so a refused call leaves no
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ringmq.core import queuetypes
 from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
@@ -40,6 +41,7 @@ from ringmq.core.effects import CancelConsumer, CloseConnection
 from ringmq.core.entities import ELSEWHERE, ConsumerSet, QueueEntity
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.exchanges import Exchanges
+from ringmq.core.placement import place
 from ringmq.core.resources import Resources
 from ringmq.core.routing import (
     QUEUE,
@@ -74,6 +76,11 @@ def _declared(q: QueueEntity) -> Declared:
     if q.stream is not None:  # RabbitMQ answers a stream's message count (`stat/1`)
         return Declared(q.name, q.stream.index.count, len(q.consumers))
     return Declared(q.name, q.queue.ready_count, len(q.consumers))
+
+
+THIS_SHARD: Final = 0
+"""The shard this broker is, and every connection's: one until `--shards N`
+(docs/dev/shards.md), when the parent gives each shard its index and shard 0 the counts."""
 
 
 def _settings_error(exc: SettingsError) -> BrokerError:
@@ -168,6 +175,18 @@ class Topology(QueueBindings):
         vh = state.vhosts[vhost]
         args = dict(arguments or {})
         settings = self.resolve_settings(vhost, name, args)
+        # Placed once, here, for every way a queue is made (declare, management, config,
+        # recovery, dead-letter queues): one shard, so the count is every queue's and the
+        # answer is this shard. With several, a queue placed on another is created there and
+        # copied here (`create_copy`; docs/dev/shards.md).
+        shard = place(
+            settings.queue_leader_locator,
+            connection_shard=THIS_SHARD,
+            queues_per_shard=(sum(len(v.queues) for v in state.vhosts.values()),),
+            exclusive=exclusive_owner is not None,
+            auto_delete=auto_delete,
+        )
+        assert shard == THIS_SHARD
         log: StreamLog | None = None
         if args.get("x-queue-type") in (STREAM, STREAM.encode()):
             check_stream_declare(

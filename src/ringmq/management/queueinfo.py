@@ -98,6 +98,7 @@ def listing_record(q: QueueEntity, settings: dict[str, Any], persistent: int) ->
         consumers=len(q.consumers),
         ring_size=st.ring_size,
         type=st.queue_type,
+        shard=q.shard,
         counters=QueueCounters(
             publish=c.added + c.overflow_rejected,
             deliver=q.deliver,

@@ -74,6 +74,8 @@ class QueueInfo:
     """`x-queue-type`: "classic", "quorum" or "stream" (then `stream` says where its log stands)."""
     stream: dict[str, int] | None = None
     """A stream queue's log: first and last offsets, next offset, bytes and segments."""
+    shard: int = 0
+    """The shard the queue was placed on (`x-queue-leader-locator`, core/placement.py)."""
 
     @property
     def messages(self) -> int:

@@ -2,7 +2,7 @@
 
 Field names are RabbitMQ's (`messages_ready`, `message_stats.publish_details.rate`, ...);
 ringmq's own additions sit beside them (`messages_scheduled`, `messages_paged`, `ring_size`,
-`effective_settings`, `counters`). `message_stats` only lists counters with activity, as
+`effective_settings`, `counters`, `shard`). `message_stats` only lists counters with activity, as
 RabbitMQ does. Timestamps are RabbitMQ's: `head_message_timestamp` in seconds,
 `connected_at` in milliseconds.
 """
@@ -100,6 +100,8 @@ def queue(q: QueueInfo, sampler: RateSampler, node: str) -> dict[str, Any]:
         if q.policy
         else {},
         "node": node,
+        # ringmq's: the shard the queue was placed on (x-queue-leader-locator)
+        "shard": q.shard,
         "type": q.type,
         **({"stream": q.stream} if q.stream is not None else {}),
         # a quorum queue's group, as RabbitMQ lists it: here the node itself (replication is

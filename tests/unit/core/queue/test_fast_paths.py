@@ -61,6 +61,7 @@ LEAVES_PUBLISH: Final[dict[str, str]] = {
     "turns plain off: `test_the_first_message_with_a_group_id_turns_plain_off_for_good`)",
     "x-group-rebalance": "whether a joining consumer unbinds the groups: dispatch",
     "x-group-first-key": "a header on a group's first delivery to its owner: dispatch",
+    "x-queue-leader-locator": "which shard the queue is placed on: decided once, at declare",
 }
 """Arguments a publish ignores: `Queue.plain` stays on."""
 
