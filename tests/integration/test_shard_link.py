@@ -44,7 +44,7 @@ def _serve(data_dir: Path, log: Path) -> tuple[Serve, int]:
     serve = Serve(
         data_dir, log, extra=("--shard-link-port", "0", "--shard-link-secret", SECRET.decode())
     )
-    return serve, serve._wait_port(_LINK, 30)
+    return serve, serve.wait_port(_LINK, 30)
 
 
 @pytest.fixture(scope="module")
