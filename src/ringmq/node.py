@@ -317,9 +317,7 @@ def server(
         # one provider for the relays and AMQP 1.0's failover list
         options = replace(options, leader=provider)
         wired["amqp10"] = amqp10_handler(failover=_failover_list(provider))
-    if options.shard_link_port is not None and options.shard_link_secret:
-        # internal, experimental: the owner side of the link between shards (docs/dev/shards.md)
-        wired["shard-link"] = shardlink_handler(options.shard_link_secret)
+    _wire_shard_link(wired, options)
     if handlers is not None:
         wired = {"amqp091": wired["amqp091"], **handlers}
     srv = BrokerServer(
@@ -374,6 +372,12 @@ def _failover_list(provider: LeaderProvider) -> Callable[[], list[tuple[str, int
         return [(n.host, n.amqp_port) for n in provider.nodes() if n.amqp_port is not None]
 
     return servers
+
+
+def _wire_shard_link(handlers: dict[str, HandlerFactory], options: ServerOptions) -> None:
+    # internal, experimental: the owner side of the link between shards (docs/dev/shards.md)
+    if options.shard_link_port is not None and options.shard_link_secret:
+        handlers["shard-link"] = shardlink_handler(options.shard_link_secret, options.shard_index)
 
 
 def leader_server(options: ServerOptions, cluster: ClusterNode, leader: ViewLeader) -> BrokerServer:
