@@ -375,7 +375,8 @@ def _failover_list(provider: LeaderProvider) -> Callable[[], list[tuple[str, int
 
 
 def _wire_shard_link(handlers: dict[str, HandlerFactory], options: ServerOptions) -> None:
-    # internal, experimental: the owner side of the link between shards (docs/dev/shards.md)
+    # internal, experimental: the owner side of the link between shards (docs/dev/shards.md),
+    # on a single node and on a cluster's leader (a follower's empty broker owns no queues)
     if options.shard_link_port is not None and options.shard_link_secret:
         handlers["shard-link"] = shardlink_handler(options.shard_link_secret, options.shard_index)
 
@@ -384,9 +385,11 @@ def leader_server(options: ServerOptions, cluster: ClusterNode, leader: ViewLead
     """A cluster leader's full server (`ringmq.server.member`): the node's store, protocols
     and management app, reporting `cluster` (which outlives the server). AMQP 1.0's open
     lists every node (`failover-server-list`), and PROXY headers from the cluster's nodes
-    name the clients the followers relay."""
+    name the clients the followers relay; with `--shard-link-port`, the shard link's owner
+    side serves there too."""
     handlers = protocol_handlers(options.config)
     handlers["amqp10"] = amqp10_handler(failover=_failover_list(leader))
+    _wire_shard_link(handlers, options)
     srv = BrokerServer(
         options,
         open_core(options),
