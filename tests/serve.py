@@ -5,7 +5,8 @@ tests run in parallel; a restart may ask for the ports of the broker it replaces
 their URLs); `kill()` is a SIGKILL (no clean stop, no recovery terms), `stop()` a SIGTERM.
 `nofile` lowers the broker's descriptor limit (RLIMIT_NOFILE), the test's own being untouched.
 `extra` adds command-line options; `wait` is the log line (host, port groups) that says the
-process is up when it opens no AMQP listener (a replication follower).
+process is up when it opens no AMQP listener (a replication follower); `wait_port` reads the
+port of any other listener from its log line.
 """
 
 from __future__ import annotations
@@ -85,14 +86,14 @@ class Serve:
             preexec_fn=None if nofile is None else limit,
         )
         if wait is not None:  # a process without an AMQP listener (a follower)
-            self.port = self._wait_port(wait, timeout_s)
+            self.port = self.wait_port(wait, timeout_s)
             self.http_port = self.stomp_port = self.mqtt_port = None
             return
-        self.port = self._wait_port(_AMQP, timeout_s)
-        self.http_port = self._wait_port(_HTTP, timeout_s) if http else None
-        self.stomp_port = self._wait_port(_STOMP, timeout_s) if stomp else None
-        self.mqtt_port = self._wait_port(_MQTT, timeout_s) if mqtt else None
-        self.stream_port = self._wait_port(_STREAM, timeout_s) if stream else None
+        self.port = self.wait_port(_AMQP, timeout_s)
+        self.http_port = self.wait_port(_HTTP, timeout_s) if http else None
+        self.stomp_port = self.wait_port(_STOMP, timeout_s) if stomp else None
+        self.mqtt_port = self.wait_port(_MQTT, timeout_s) if mqtt else None
+        self.stream_port = self.wait_port(_STREAM, timeout_s) if stream else None
 
     @property
     def amqp_url(self) -> str:
@@ -103,7 +104,10 @@ class Serve:
         assert self.http_port is not None, "started without http"
         return f"http://guest:guest@127.0.0.1:{self.http_port}"
 
-    def _wait_port(self, pattern: re.Pattern[bytes], timeout_s: float) -> int:
+    def wait_port(self, pattern: re.Pattern[bytes], timeout_s: float = 60.0) -> int:
+        """The port of the first log line `pattern` matches (its group 2), waiting for it; a
+        broker that exits first, or never logs it, is killed and the test fails with its log.
+        For a listener the constructor does not wait for (`--shard-link-port`...)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             found = pattern.search(self.log_path.read_bytes())

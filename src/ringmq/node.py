@@ -317,9 +317,7 @@ def server(
         # one provider for the relays and AMQP 1.0's failover list
         options = replace(options, leader=provider)
         wired["amqp10"] = amqp10_handler(failover=_failover_list(provider))
-    if options.shard_link_port is not None and options.shard_link_secret:
-        # internal, experimental: the owner side of the link between shards (docs/dev/shards.md)
-        wired["shard-link"] = shardlink_handler(options.shard_link_secret)
+    _wire_shard_link(wired, options)
     if handlers is not None:
         wired = {"amqp091": wired["amqp091"], **handlers}
     srv = BrokerServer(
@@ -376,13 +374,22 @@ def _failover_list(provider: LeaderProvider) -> Callable[[], list[tuple[str, int
     return servers
 
 
+def _wire_shard_link(handlers: dict[str, HandlerFactory], options: ServerOptions) -> None:
+    # internal, experimental: the owner side of the link between shards (docs/dev/shards.md),
+    # on a single node and on a cluster's leader (a follower's empty broker owns no queues)
+    if options.shard_link_port is not None and options.shard_link_secret:
+        handlers["shard-link"] = shardlink_handler(options.shard_link_secret, options.shard_index)
+
+
 def leader_server(options: ServerOptions, cluster: ClusterNode, leader: ViewLeader) -> BrokerServer:
     """A cluster leader's full server (`ringmq.server.member`): the node's store, protocols
     and management app, reporting `cluster` (which outlives the server). AMQP 1.0's open
     lists every node (`failover-server-list`), and PROXY headers from the cluster's nodes
-    name the clients the followers relay."""
+    name the clients the followers relay; with `--shard-link-port`, the shard link's owner
+    side serves there too."""
     handlers = protocol_handlers(options.config)
     handlers["amqp10"] = amqp10_handler(failover=_failover_list(leader))
+    _wire_shard_link(handlers, options)
     srv = BrokerServer(
         options,
         open_core(options),

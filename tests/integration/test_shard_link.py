@@ -2,8 +2,8 @@
 against `ringmq serve --shard-link-port`, with pika on the same broker.
 
 The test plays the origin shard: it forwards messages the way an origin would (already routed:
-the owner's queue names with each message) and consumes through the link with credit; pika
-checks what the broker stored and delivers to its own clients.
+the owner's vhost and queue names with each message) and consumes through the link with
+credit; pika checks what the broker stored and delivers to its own clients.
 """
 
 from __future__ import annotations
@@ -37,20 +37,44 @@ from tests.serve import Serve
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
 SECRET = b"link-secret"
+TENANT = "link-tenant"
 _LINK = re.compile(rb"SHARD-LINK listening on ([0-9.]+):(\d+)")
+_CONFIG = f"""
+[[vhosts]]
+name = "{TENANT}"
+
+[[permissions]]
+user = "guest"
+vhost = "{TENANT}"
+configure = ".*"
+write = ".*"
+read = ".*"
+
+[[permissions]]
+user = "guest"
+vhost = "/"
+configure = ".*"
+write = ".*"
+read = ".*"
+"""
 
 
-def _serve(data_dir: Path, log: Path) -> tuple[Serve, int]:
+def _serve(data_dir: Path, log: Path, *extra: str) -> tuple[Serve, int]:
+    config = log.with_suffix(".toml")
+    config.write_text(_CONFIG)
     serve = Serve(
-        data_dir, log, extra=("--shard-link-port", "0", "--shard-link-secret", SECRET.decode())
+        data_dir,
+        log,
+        extra=("--shard-link-port", "0", "--shard-link-secret", SECRET.decode(), *extra),
+        config=config,
     )
-    return serve, serve._wait_port(_LINK, 30)
+    return serve, serve.wait_port(_LINK, 30)
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve, int]]:
     d = tmp_path_factory.mktemp("shardlink")
-    serve, port = _serve(d / "data", d / "broker.log")
+    serve, port = _serve(d / "data", d / "broker.log", "--shard-index", "3")
     yield serve, port
     serve.stop()
 
@@ -96,9 +120,12 @@ class Link:
                     out[seq] = e.rejected.get(seq, 0)
         return out
 
-    def forward_all(self, queues: tuple[str, ...], messages: list[Message]) -> dict[int, int]:
-        """Forward `messages` to `queues`; their outcomes by sequence once all are resolved."""
-        seqs = [self.origin.forward(queues, m) for m in messages]
+    def forward_all(
+        self, queues: tuple[str, ...], messages: list[Message], vhost: str = "/"
+    ) -> dict[int, int]:
+        """Forward `messages` to `queues` of `vhost`; their outcomes by sequence once all are
+        resolved."""
+        seqs = [self.origin.forward(vhost, queues, m) for m in messages]
         self.flush()
         self.until(lambda: self.origin.resolved >= seqs[-1])
         got = self.resolved()
@@ -112,6 +139,20 @@ class Link:
             if isinstance(e, Delivered) and e.cid == cid
             for i, d in enumerate(e.entries)
         ]
+
+    def counts(self, cid: int) -> list[int]:
+        """The delivery count of every delivery to `cid` so far."""
+        return [
+            d.delivery_count
+            for e in self.events
+            if isinstance(e, Delivered) and e.cid == cid
+            for d in e.entries
+        ]
+
+    def refused(self, cid: int) -> ConsumerRefused:
+        self.until(lambda: any(isinstance(e, ConsumerRefused) for e in self.events))
+        [refused] = [e for e in self.events if isinstance(e, ConsumerRefused) and e.cid == cid]
+        return refused
 
     def close(self) -> None:
         self.sock.close()
@@ -128,9 +169,11 @@ def _message(body: bytes, n: int, *, persistent: bool = True) -> Message:
     return decoded("", "ignored", encode_properties(props), body, int(time.time() * 1000))
 
 
-def _channel(serve: Serve) -> pika.adapters.blocking_connection.BlockingChannel:
-    conn = pika.BlockingConnection(pika.URLParameters(serve.amqp_url))
-    return conn.channel()
+def _channel(serve: Serve, vhost: str = "/") -> pika.adapters.blocking_connection.BlockingChannel:
+    params = pika.ConnectionParameters(
+        "127.0.0.1", serve.port, vhost, pika.PlainCredentials("guest", "guest")
+    )
+    return pika.BlockingConnection(params).channel()
 
 
 def _get_all(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> list:
@@ -203,7 +246,7 @@ def test_a_link_consumer_takes_credit_and_settles(broker: tuple[Serve, int]) -> 
     for i in range(5):
         ch.basic_publish("", "link-c", f"m{i}".encode())
     link = Link(port).opened()
-    cid = link.origin.subscribe("link-c", 2)
+    cid = link.origin.subscribe("/", "link-c", 2)
     link.flush()
     link.until(lambda: len(link.delivered(cid)) == 2)
     assert any(isinstance(e, ConsumerReady) and e.cid == cid for e in link.events)
@@ -222,6 +265,7 @@ def test_a_link_consumer_takes_credit_and_settles(broker: tuple[Serve, int]) -> 
     link.until(lambda: len(link.delivered(cid)) == 4)
     tag, redelivered, m = link.delivered(cid)[3]
     assert (m.body, redelivered) == (b"m1", True)  # back at its place, flagged
+    assert link.counts(cid) == [1, 1, 1, 2]  # the queue's count: m1's second delivery
     _wait(lambda: ch.queue_declare("link-dlq", passive=True).method.message_count == 1)
     [(_m, props, body)] = _get_all(ch, "link-dlq")
     assert body == b"m2"
@@ -242,7 +286,7 @@ def test_unknown_queue_and_deleted_queue(broker: tuple[Serve, int]) -> None:
     serve, port = broker
     ch = _channel(serve)
     link = Link(port).opened()
-    cid = link.origin.subscribe("link-nothing", 5)
+    cid = link.origin.subscribe("/", "link-nothing", 5)
     link.flush()
     link.until(lambda: any(isinstance(e, ConsumerRefused) for e in link.events))
     [refused] = [e for e in link.events if isinstance(e, ConsumerRefused)]
@@ -250,7 +294,7 @@ def test_unknown_queue_and_deleted_queue(broker: tuple[Serve, int]) -> None:
     assert refused.text == "NOT_FOUND - no queue 'link-nothing' in vhost '/'"
     ch.queue_declare("link-goes")
     ch.basic_publish("", "link-goes", b"held")
-    cid = link.origin.subscribe("link-goes", 5)
+    cid = link.origin.subscribe("/", "link-goes", 5)
     link.flush()
     link.until(lambda: len(link.delivered(cid)) == 1)
     ch.queue_delete("link-goes")
@@ -269,7 +313,7 @@ def test_a_dropped_link_requeues_its_deliveries(broker: tuple[Serve, int]) -> No
     for i in range(3):
         ch.basic_publish("", "link-drop", f"d{i}".encode())
     link = Link(port).opened()
-    cid = link.origin.subscribe("link-drop", 10)
+    cid = link.origin.subscribe("/", "link-drop", 10)
     link.flush()
     link.until(lambda: len(link.delivered(cid)) == 3)
     link.close()
@@ -322,3 +366,59 @@ def test_accepted_forwards_survive_kill_9(tmp_path: Path) -> None:
         ch.connection.close()
     finally:
         again.stop()
+
+
+def test_forwards_into_another_vhost_and_an_unknown_one(broker: tuple[Serve, int]) -> None:
+    serve, port = broker
+    tenant = _channel(serve, TENANT)
+    tenant.queue_declare("link-v", durable=True)
+    default = _channel(serve)
+    default.queue_declare("link-v")  # the same name in "/" stays apart
+    link = Link(port).opened()
+    assert [e.shard for e in link.events if isinstance(e, Opened)] == [3]  # --shard-index
+    first = link.forward_all(("link-v",), [_message(b"t1", 1)], TENANT)
+    lost = link.forward_all(("link-v",), [_message(b"lost", 2)], "no-such-vhost")
+    after = link.forward_all(("link-v",), [_message(b"t2", 3)], TENANT)
+    assert (list(first.values()), list(lost.values()), list(after.values())) == ([0], [404], [0])
+    assert not link.eof  # the unknown vhost refused that forward only
+    assert [b for _m, _p, b in _get_all(tenant, "link-v")] == [b"t1", b"t2"]
+    assert _get_all(default, "link-v") == []
+    cid = link.origin.subscribe("no-such-vhost", "link-v", 1)
+    link.flush()
+    assert (link.refused(cid).code, link.refused(cid).text) == (
+        404,
+        "NOT_FOUND - no vhost 'no-such-vhost'",
+    )
+    tenant.basic_publish("", "link-v", b"t3")
+    cid = link.origin.subscribe(TENANT, "link-v", 1)
+    link.flush()
+    link.until(lambda: len(link.delivered(cid)) == 1)
+    assert link.delivered(cid)[0][2].body == b"t3"
+    link.close()
+    tenant.connection.close()
+    default.connection.close()
+
+
+def test_a_link_consumer_with_x_priority_goes_first(broker: tuple[Serve, int]) -> None:
+    serve, port = broker
+    ch = _channel(serve, TENANT)
+    ch.queue_declare("link-prio")
+    got_locally: list[bytes] = []
+    ch.basic_consume("link-prio", lambda _c, _m, _p, body: got_locally.append(body), auto_ack=True)
+    link = Link(port).opened()
+    bad = link.origin.subscribe(TENANT, "link-prio", 10, arguments={"x-priority": "high"})
+    link.flush()
+    refused = link.refused(bad)
+    assert refused.code == 406
+    assert refused.text.startswith("PRECONDITION_FAILED - invalid x-priority")
+    cid = link.origin.subscribe(TENANT, "link-prio", 10, arguments={"x-priority": 5})
+    link.flush()
+    link.until(lambda: any(isinstance(e, ConsumerReady) and e.cid == cid for e in link.events))
+    for i in range(4):
+        ch.basic_publish("", "link-prio", f"p{i}".encode())
+    link.until(lambda: len(link.delivered(cid)) == 4)
+    ch.connection.process_data_events(time_limit=0.2)
+    assert got_locally == []  # the local consumer, priority 0, waits while the link has credit
+    assert [m.body for _t, _r, m in link.delivered(cid)] == [b"p0", b"p1", b"p2", b"p3"]
+    link.close()
+    ch.connection.close()

@@ -84,6 +84,14 @@ def serve(
             envvar="RINGMQ_SHARD_LINK_SECRET",
         ),
     ] = None,
+    shard_index: Annotated[
+        int | None,
+        typer.Option(
+            help="Internal, experimental: this shard's index among the shards of one broker, "
+            "what the shard link tells an origin shard (default 0).",
+            min=0,
+        ),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
     ] = None,
@@ -300,6 +308,7 @@ def serve(
             web_amqp_port=web_amqp,
             shard_link_port=shard_link,
             shard_link_secret=shard_link_secret,
+            shard_index=shard_index,
         )
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)

@@ -367,17 +367,24 @@ class Broker(Answers):
         state.auth.watch(conn_id, grant)
         state.stats["connections_opened"] += 1
 
-    def channel_opened(self, conn_id: int, channel: int, now_ms: int) -> list[Effect]:
+    def channel_opened(
+        self, conn_id: int, channel: int, now_ms: int, *, vhost: str | None = None
+    ) -> list[Effect]:
         """Create the core state of a newly opened session. Over the user's `max-channels`
         no session is made and the answer is a `CloseConnection` (RabbitMQ closes the
-        connection with NOT_ALLOWED)."""
+        connection with NOT_ALLOWED). `vhost`: the session's, when not its connection's (a
+        shard link serves every vhost on one connection); NOT_FOUND when it does not exist,
+        NOT_ALLOWED when the connection's user may not use it."""
         state = self.state
         conn = state.conns[conn_id]
+        vh = state.vhosts[conn.vhost] if vhost is None else self.exchanges.vhost(vhost)
+        if vh.name != conn.vhost:
+            state.auth.check_vhost_access(conn.user, vh.name, conn.grant)
         if state.limits.users:
             refusal = state.limits.channel_refusal(state.conns.values(), conn.user)
             if refusal is not None:
                 return [CloseConnection(conn_id, Condition.NOT_ALLOWED, refusal)]
-        conn.sessions[channel] = Session(conn, channel, state.vhosts[conn.vhost])
+        conn.sessions[channel] = Session(conn, channel, vh)
         state.stats["channels_opened"] += 1
         return []
 

@@ -172,7 +172,7 @@ class Delivery:
         if q.consumers and (exclusive or q.consumers.exclusive):
             raise BrokerError(
                 Condition.ACCESS_REFUSED,
-                f"queue '{queue}' in vhost '{s.conn.vhost}' in exclusive use",
+                f"queue '{queue}' in vhost '{s.vhost.name}' in exclusive use",
             )
         prio = arguments.get("x-priority", 0)
         if isinstance(prio, bool) or not isinstance(prio, int):

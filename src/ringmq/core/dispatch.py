@@ -191,7 +191,11 @@ class Dispatcher:
                     msg = queuetypes.counted(msg, d.delivery_count)
             if first and groups is not None and groups.first_key:
                 msg = marked_first(msg, groups.first_key)
-            append(Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, msg))
+            append(
+                Deliver(
+                    s.conn_id, s.channel, c.tag, tag, d.redelivered, msg, None, d.delivery_count
+                )
+            )
             budget -= 1
             if credited and c.credit is not None:
                 c.credit -= 1
@@ -231,9 +235,11 @@ class Dispatcher:
                 else:
                     tag = s.track(Unacked(q, d.seq, c, True, 0, now_ms))
                     self.state.arm_consumer_check(q, now_ms)
-                out.append(
-                    Deliver(s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message, offset)
-                )
+                deliver = Deliver(
+                    s.conn_id, s.channel, c.tag, tag, d.redelivered, d.message, offset,
+                    d.delivery_count,
+                )  # fmt: skip
+                out.append(deliver)
                 budget -= 1
                 if c.credit is not None:
                     c.credit -= 1

@@ -63,6 +63,9 @@ class Deliver:
     message: Message
     offset: int | None = None
     """The message's offset when it comes from a stream queue (None otherwise)."""
+    delivery_count: int = 1
+    """Deliveries of the message so far, this one included (1 on its first), as its queue
+    counts them: what an adapter that carries a count (the shard link) passes on."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,7 +152,7 @@ class Session:
         if self.perm_generation == auth.generation and key in self.perm_ok:
             return
         conn = self.conn
-        auth.check(conn.user, conn.vhost, access, kind, name, conn.grant)
+        auth.check(conn.user, self.vhost.name, access, kind, name, conn.grant)
         if self.perm_generation != auth.generation:
             self.perm_ok.clear()
             self.write_ok.clear()
@@ -160,14 +160,14 @@ class Session:
         self.perm_ok.add(key)
 
     def check_topic(self, auth: AuthDB, x: Exchange, access: str, routing_key: str | None) -> bool:
-        """`AuthDB.check_topic` for this session's connection (its user, vhost, grant and, for
-        MQTT, client id)."""
+        """`AuthDB.check_topic` for this session (its connection's user, grant and, for MQTT,
+        client id; the session's vhost)."""
         conn = self.conn
         client_id = None
         if conn.protocol.startswith("mqtt"):
             client_id = str(conn.client_properties.get("client_id", ""))
         return auth.check_topic(
-            conn.user, conn.vhost, x, access, routing_key, client_id, conn.grant
+            conn.user, self.vhost.name, x, access, routing_key, client_id, conn.grant
         )
 
     def forget_checks(self) -> None:

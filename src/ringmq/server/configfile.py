@@ -183,6 +183,7 @@ def parse_toml(text: str, *, source: Path | None = None) -> FileConfig:
             web_amqp_port=_port_or_off(t, "web_amqp_port"),
             shard_link_port=_port_or_off(t, "shard_link_port"),
             shard_link_secret=t.opt_str("shard_link_secret"),
+            shard_index=t.opt_int("shard_index"),
             data_dir=Path(data_dir) if data_dir else None,
             amqp_bind=t.opt_str("amqp_bind"),
             amqps_bind=t.opt_str("amqps_bind"),

@@ -215,6 +215,9 @@ class ListenSpec:
     clients), on loopback only; None or -1: none."""
     shard_link_secret: str | None = None
     """The shard link's HMAC secret (needed with `shard_link_port`)."""
+    shard_index: int | None = None
+    """This shard's index among the shards of one broker (internal: what the shard link's
+    `Welcome` names); None: 0."""
     data_dir: Path | None = None
     amqp_bind: str | None = None
     amqps_bind: str | None = None

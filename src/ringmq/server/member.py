@@ -412,15 +412,17 @@ class ClusterMember:
 
 def _fixed_ports(options: ServerOptions) -> ServerOptions:
     # The leader's listeners open at each promotion, and the node's record in etcd names its
-    # ports once: a port of 0 ("any") is fixed to one free port now, for the process's life.
+    # ports once: a port of 0 ("any") is fixed to one free port now, for the process's life
+    # (the shard link's too: origins find it where it was).
     cluster = options.cluster
     assert cluster is not None
 
-    def fix(port: int | None) -> int | None:
-        return _free_port(options.host) if port == 0 else port
+    def fix(port: int | None, host: str = options.host) -> int | None:
+        return _free_port(host) if port == 0 else port
 
     return replace(
         options,
+        shard_link_port=fix(options.shard_link_port, "127.0.0.1"),  # a loopback listener
         amqp_port=fix(options.amqp_port),
         http_port=fix(options.http_port),
         stomp_port=fix(options.stomp_port),

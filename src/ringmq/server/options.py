@@ -34,6 +34,8 @@ DEFAULT_DATA_DIR: Final = Path("./ringmq-data")
 
 DEFAULT_NODE: Final = "ringmq@localhost"
 """The node name management reports when none is given (a cluster names its nodes)."""
+MAX_SHARD_INDEX: Final = 2**32 - 1
+"""The largest shard index (the shard link's frames carry it in 32 bits)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,8 @@ class ServerOptions:
             clients), always on loopback; 0 picks a free one; None (the default): none.
         shard_link_secret: the HMAC secret a shard link's origin proves (needed with
             `shard_link_port`).
+        shard_index: this shard's index among the shards of one broker (internal: what the
+            shard link's owner side tells an origin in its `Welcome`); 0 by default.
     """
 
     host: str = DEFAULT_HOST
@@ -120,6 +124,7 @@ class ServerOptions:
     leader: LeaderProvider | None = None
     shard_link_port: int | None = None
     shard_link_secret: bytes | None = None
+    shard_index: int = 0
 
 
 def options_from(
@@ -146,6 +151,7 @@ def options_from(
     web_amqp_port: int | None = None,
     shard_link_port: int | None = None,
     shard_link_secret: str | None = None,
+    shard_index: int | None = None,
 ) -> ServerOptions:
     """Command-line values win over the file's `[server]` table, which wins over defaults.
 
@@ -159,7 +165,7 @@ def options_from(
 
     Raises:
         ConfigError: the plain AMQP listener is off and no `[tls]` is configured; a shard
-            link port without a secret; a cluster
+            link port without a secret; a shard index out of range; a cluster
             option without etcd endpoints; a cluster node without a name.
     """
     listen = config.listen
@@ -177,6 +183,9 @@ def options_from(
     web_stomp = _first(web_stomp_port, listen.web_stomp_port, -1)
     web_mqtt = _first(web_mqtt_port, listen.web_mqtt_port, -1)
     web_amqp = _first(web_amqp_port, listen.web_amqp_port, -1)
+    shard = _first(shard_index, listen.shard_index, 0)
+    if not 0 <= shard <= MAX_SHARD_INDEX:
+        raise ConfigError(f"the shard index must be 0 to {MAX_SHARD_INDEX}, not {shard}")
     link = _first(shard_link_port, listen.shard_link_port, -1)
     secret = shard_link_secret or listen.shard_link_secret
     if link >= 0 and not secret:
@@ -205,6 +214,7 @@ def options_from(
         node=node or DEFAULT_NODE,
         shard_link_port=None if link < 0 else link,
         shard_link_secret=secret.encode() if link >= 0 and secret else None,
+        shard_index=shard,
     )
 
 

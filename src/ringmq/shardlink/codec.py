@@ -7,17 +7,22 @@ queues it uses live); the origin connects. In the order a link uses them:
 * `Hello` (origin): version, the origin's shard index, a random nonce and
   `HMAC-SHA256(secret, ...)` over them (the shards of one broker share a secret).
   `Welcome` (owner: its shard index) or `Refuse` (either side: why the link ends).
-* Publishes: `Forward` (origin): the link sequence of its first entry, then entries, each the
-  owner's queues a message goes to and the message (`storage.records.encode_message`, the
-  journal's layout). Sequences run on without gaps for the link's life.
+* Publishes: `Forward` (origin): the link sequence of its first entry, then entries, each a
+  vhost, the owner's queues of that vhost a message goes to, and the message
+  (`storage.records.encode_message`, the journal's layout). On the wire a frame lists each
+  distinct (vhost, queues) *route* of its entries once and an entry names its route by index,
+  so a batch to one queue carries the names once, not per message. Sequences run on without
+  gaps for the link's life.
   `Outcome` (owner): every sequence up to `upto` is resolved, the listed ones rejected (with
   a code), the others accepted: stored as the owner stores that message (persistent ones
   fsynced), so the origin may confirm.
-* Consumers: `Subscribe` (origin: a consumer id it chose, the queue, the credit it grants, a
-  pre-settled flag, the consumer's arguments as an opaque blob), `Subscribed` or
+* Consumers: `Subscribe` (origin: a consumer id it chose, the vhost and queue, the credit it
+  grants, pre-settled and exclusive flags, the consumer's arguments as an AMQP 0-9-1 field
+  table, `x-priority` and the others a client's consume carries), `Subscribed` or
   `SubscribeRefused` (owner: a code and a text), `Credit` (origin: more credit),
   `Deliveries` (owner: the consumer id, the tag of the first, then entries with the
-  redelivered flag, the delivery count and the message; tags run on per consumer),
+  redelivered flag, the delivery count as the owner's queue counts it (this delivery
+  included: 1 on the first) and the message; tags run on per consumer),
   `Settle` (origin: an outcome and ranges of tags), `Cancel` (origin) and `Cancelled` (owner:
   why, and whether it still holds the consumer's unsettled deliveries: yes when it answers a
   `Cancel`, no when the queue went).
@@ -28,34 +33,41 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from ringmq import lenframes
+from ringmq.amqp.tables import decode_table, encode_table
 from ringmq.core.message import Message
 from ringmq.lenframes import U16, U32, Cursor, ProtocolError, blob, text
 from ringmq.storage.records import decode_entry, encode_message
 
 __all__ = ["FrameReader", "ProtocolError", "decode", "encode"]
 
-VERSION: Final = 1
+VERSION: Final = 2
 MAX_FRAME: Final = 1024 * 1024 * 1024 + 4096
 """Largest frame accepted: one message is never split (up to 512 MiB, RabbitMQ's largest
 `max_message_size`), and a batch of small ones stays near `BATCH_BYTES`."""
 BATCH_BYTES: Final = 256 * 1024
 """A `Forward` or `Deliveries` frame is closed once its entries pass this size."""
+MAX_ENTRIES: Final = 0xFFFF
+"""At most this many entries in a `Forward` (so its routes, at most one per entry, fit their
+u16 count and index)."""
 
 _U64: Final = struct.Struct(">Q")
 _U64U32: Final = struct.Struct(">QI")
 _SEQ_CODE: Final = struct.Struct(">QH")
 _RANGE: Final = struct.Struct(">QQ")
 _SUB: Final = struct.Struct(">IIB")
+_SETTLED: Final = 1  # `Subscribe` flags
+_EXCLUSIVE: Final = 2
 _CID: Final = U32
 _CID_N: Final = struct.Struct(">II")
 _CID_TAG_N: Final = struct.Struct(">IQI")
 _DELIVERY: Final = struct.Struct(">BI")
 _CODE_TEXT: Final = struct.Struct(">IH")
+_NO_ARGUMENTS: Final = encode_table(None)
 
 
 class Outcome(IntEnum):
@@ -86,8 +98,9 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One forwarded message and the owner's queues it goes to."""
+    """One forwarded message and the owner's queues (of `vhost`) it goes to."""
 
+    vhost: str
     queues: tuple[str, ...]
     message: Message
 
@@ -108,10 +121,13 @@ class OutcomeFrame:
 @dataclass(frozen=True, slots=True)
 class Subscribe:
     cid: int
+    vhost: str
     queue: str
     credit: int
     settled: bool
-    arguments: bytes = b""
+    exclusive: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """The consumer's arguments (`x-priority`...), as a client's consume gives them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +152,8 @@ class Credit:
 class Delivery:
     redelivered: bool
     delivery_count: int
+    """Deliveries of the message so far, this one included (1 on its first), as the owner's
+    queue counts them."""
     message: Message
 
 
@@ -220,6 +238,56 @@ def _message(c: Cursor) -> Message:
         raise ProtocolError(f"bad message: {exc}") from exc
 
 
+def _arguments(c: Cursor) -> dict[str, Any]:
+    # a field table in place: its own u32 length bounds it within the payload
+    try:
+        table, c.at = decode_table(c.view, c.at)
+    except Exception as exc:  # the table codec's AMQPError (truncated, a bad type letter)
+        raise ProtocolError(f"bad consumer arguments: {exc}") from exc
+    return table
+
+
+def _forward(frame: Forward) -> bytes:
+    # each distinct (vhost, queues) once, in a table the entries index: a batch to one queue
+    # carries its names once instead of once per message (fewer bytes, and less to encode
+    # and decode per message)
+    if len(frame.entries) > MAX_ENTRIES:
+        raise ValueError(f"a Forward carries at most {MAX_ENTRIES} entries")
+    routes: dict[tuple[str, tuple[str, ...]], int] = {}
+    entries: list[bytes] = []
+    for e in frame.entries:
+        key = (e.vhost, e.queues)
+        at = routes.get(key)
+        if at is None:
+            at = routes[key] = len(routes)
+        entries += (U16.pack(at), blob(message_bytes(e.message)))
+    parts = [_U64.pack(frame.first), U16.pack(len(routes))]
+    for vhost, queues in routes:
+        parts += (text(vhost), U16.pack(len(queues)))
+        parts += (text(q) for q in queues)
+    parts.append(U32.pack(len(frame.entries)))
+    return b"".join(parts + entries)
+
+
+def _decode_forward(c: Cursor) -> Forward:
+    (first,) = c.unpack(_U64)
+    (n,) = c.unpack(U16)
+    routes = []
+    for _ in range(n):
+        vhost = c.text()
+        (nq,) = c.unpack(U16)
+        routes.append((vhost, tuple(c.text() for _ in range(nq))))
+    (n,) = c.unpack(U32)
+    entries = []
+    for _ in range(n):
+        (at,) = c.unpack(U16)
+        if at >= len(routes):
+            raise ProtocolError(f"forward entry names route {at} of {len(routes)}")
+        vhost, queues = routes[at]
+        entries.append(Entry(vhost, queues, _message(c)))
+    return Forward(first, tuple(entries))
+
+
 def encode(frame: Frame) -> bytes:
     """One frame's bytes."""
     match frame:
@@ -231,19 +299,16 @@ def encode(frame: Frame) -> bytes:
         case Refuse():
             body = text(frame.reason[:1000])
         case Forward():
-            parts = [_U64U32.pack(frame.first, len(frame.entries))]
-            for e in frame.entries:
-                parts.append(U16.pack(len(e.queues)))
-                parts += (text(q) for q in e.queues)
-                parts.append(blob(message_bytes(e.message)))
-            body = b"".join(parts)
+            body = _forward(frame)
         case OutcomeFrame():
             parts = [_U64U32.pack(frame.upto, len(frame.rejected))]
             parts += (_SEQ_CODE.pack(seq, code) for seq, code in frame.rejected)
             body = b"".join(parts)
         case Subscribe():
-            body = _SUB.pack(frame.cid, frame.credit, frame.settled) + text(frame.queue)
-            body += blob(frame.arguments)
+            flags = (_SETTLED if frame.settled else 0) | (_EXCLUSIVE if frame.exclusive else 0)
+            body = _SUB.pack(frame.cid, frame.credit, flags) + text(frame.vhost)
+            body += text(frame.queue)
+            body += encode_table(frame.arguments) if frame.arguments else _NO_ARGUMENTS
         case Subscribed() | Cancel():
             body = _CID.pack(frame.cid)
         case SubscribeRefused():
@@ -281,19 +346,17 @@ def decode(ftype: int, payload: memoryview) -> Frame:
         case 3:
             frame = Refuse(c.text())
         case 4:
-            first, n = c.unpack(_U64U32)
-            entries = []
-            for _ in range(n):
-                (nq,) = c.unpack(U16)
-                queues = tuple(c.text() for _ in range(nq))
-                entries.append(Entry(queues, _message(c)))
-            frame = Forward(first, tuple(entries))
+            frame = _decode_forward(c)
         case 5:
             upto, n = c.unpack(_U64U32)
             frame = OutcomeFrame(upto, tuple(c.unpack(_SEQ_CODE) for _ in range(n)))  # type: ignore[misc]
         case 6:
-            cid, credit, settled = c.unpack(_SUB)
-            frame = Subscribe(cid, c.text(), credit, bool(settled), c.blob())
+            cid, credit, flags = c.unpack(_SUB)
+            if flags & ~(_SETTLED | _EXCLUSIVE):
+                raise ProtocolError(f"unknown subscribe flags {flags:#x}")
+            vhost, queue = c.text(), c.text()
+            settled, exclusive = bool(flags & _SETTLED), bool(flags & _EXCLUSIVE)
+            frame = Subscribe(cid, vhost, queue, credit, settled, exclusive, _arguments(c))
         case 7:
             frame = Subscribed(*c.unpack(_CID))
         case 8:

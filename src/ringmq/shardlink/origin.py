@@ -6,24 +6,25 @@ An `OriginSession` is one link from the shard that holds a client's connection t
 that owns queues the client uses. The server writes what `data_to_send()` returns to the
 link's socket and feeds what it reads to `receive_data`, which returns events.
 
-Publishes. `forward(queues, message)` gives the message the link's next sequence and buffers
-it; `data_to_send()` closes the buffer into `Forward` frames (one per `BATCH_BYTES`), so a
-read batch of publishes crosses in one write. Sequences are sent in order on one stream, so
+Publishes. `forward(vhost, queues, message)` gives the message the link's next sequence and
+buffers it; `data_to_send()` closes the buffer into `Forward` frames (one per `BATCH_BYTES`),
+so a read batch of publishes crosses in one write. Sequences are sent in order on one stream, so
 the owner enqueues them in the order they were forwarded: one publisher's messages to one
 queue keep their order. The owner answers with cumulative `Outcome`s; each becomes one
 `Resolved(first, upto, rejected)` event: the sequences `first..upto` are settled, those in
 `rejected` refused (with the owner's code), the others stored. The server confirms an origin
 publish once every link it went over (and the origin's own store) resolved it.
 
-Consumers. `subscribe(queue, credit, settled)` asks the owner for a consumer on `queue`
-for a client's consumer here; the owner never sends more deliveries than the credit granted
-(`grant` adds to it; a `Deliveries` frame beyond it is a protocol error), and tags run on per
-consumer. `settle(cid, outcome, tags)` sends what the client did; only delivered, unsettled
-tags of a consumer that is not pre-settled may be settled (anything else is the caller's
-bug: `ValueError`). `cancel(cid)` asks the owner to stop; deliveries already sent still
-arrive (the server requeues those its client no longer takes), unsettled tags stay
-settleable, and the owner's `Cancelled` ends the consumer (`ConsumerGone`). An owner whose
-queue went cancels on its own and drops the consumer's unsettled deliveries with it.
+Consumers. `subscribe(vhost, queue, credit, ...)` asks the owner for a consumer on `queue`
+for a client's consumer here, with that consumer's flags and arguments (the owner consumes
+as the client's consume would: `x-priority`...); the owner never sends more deliveries than
+the credit granted (`grant` adds to it; a `Deliveries` frame beyond it is a protocol error),
+and tags run on per consumer. `settle(cid, outcome, tags)` sends what the client did; only
+delivered, unsettled tags of a consumer that is not pre-settled may be settled (anything else
+is the caller's bug: `ValueError`). `cancel(cid)` asks the owner to stop; deliveries already
+sent still arrive (the server requeues those its client no longer takes), unsettled tags
+stay settleable, and the owner's `Cancelled` ends the consumer (`ConsumerGone`). An owner
+whose queue went cancels on its own and drops the consumer's unsettled deliveries with it.
 
 Loss. When the link's socket is gone, `lost()` ends the session and returns `Lost`: the
 sequences forwarded but not resolved (the server nacks their publishes: the owner may have
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from ringmq.core.message import Message
 from ringmq.shardlink.codec import (
@@ -155,14 +157,16 @@ class OriginSession:
 
     # publishes
 
-    def forward(self, queues: tuple[str, ...], message: Message) -> int:
-        """Buffer `message` for the owner's `queues`; its link sequence."""
+    def forward(self, vhost: str, queues: tuple[str, ...], message: Message) -> int:
+        """Buffer `message` for the owner's `queues` of `vhost`; its link sequence."""
         self._check_open()
         seq = self.next_seq
         self.next_seq = seq + 1
-        if not self._batch:
+        batch = self._batch
+        if not batch:
             self._batch_first = seq
-        self._batch.append(Entry(queues, message))
+        batch.append(Entry(vhost, queues, message))
+        # 64 for the entry's own bytes: a batch also closes long before `MAX_ENTRIES`
         self._batch_bytes += len(message.body) + len(message.properties_bin) + 64
         if self._batch_bytes >= BATCH_BYTES:
             self._close_batch()
@@ -176,15 +180,26 @@ class OriginSession:
     # consumers
 
     def subscribe(
-        self, queue: str, credit: int, *, settled: bool = False, arguments: bytes = b""
+        self,
+        vhost: str,
+        queue: str,
+        credit: int,
+        *,
+        settled: bool = False,
+        exclusive: bool = False,
+        arguments: dict[str, Any] | None = None,
     ) -> int:
-        """Ask the owner for a consumer on `queue`, with `credit` deliveries granted; its id
-        (never reused on this link)."""
+        """Ask the owner for a consumer on `queue` of `vhost`, with `credit` deliveries
+        granted; its id (never reused on this link). `settled`: deliveries come pre-settled
+        (a no-ack consumer); `exclusive` and `arguments` as the client's consume gave them
+        (an argument with no field table type raises `TypeError` or `ValueError`, and
+        nothing is asked)."""
         self._check_open()
         cid = self._next_cid
+        # encoded first: arguments that cannot be sent leave no consumer behind
+        self._emit(Subscribe(cid, vhost, queue, credit, settled, exclusive, arguments or {}))
         self._next_cid = cid + 1
         self._consumers[cid] = _Consumer(settled, credit)
-        self._emit(Subscribe(cid, queue, credit, settled, arguments))
         return cid
 
     def grant(self, cid: int, add: int) -> None:

@@ -13,16 +13,17 @@ the queue stores it, or `reject(seq, code)`. Resolutions may come in any order; 
 answers cumulatively, up to the first unresolved sequence, so one `Outcome` frame per
 `data_to_send()` covers a whole group commit.
 
-Consumers. `Subscribe` becomes `SubscribeAsked`; the server answers `subscribed(cid)` or
-`refuse(cid, code, text)` (a `Cancel` that comes first is answered after that answer).
-`deliver(cid, redelivered, count, message)` sends one delivery
-while the consumer has credit (`credit(cid)`; the origin adds to it with `Credit`, the
-`CreditAdded` event) and returns its tag; deliveries to one consumer are batched into one
-`Deliveries` frame per `data_to_send()`. The origin's `Settle` becomes `Settled` (tags must be
-outstanding); `Cancel` becomes `CancelAsked` and is answered at once with a `Cancelled` that
-keeps the outstanding deliveries settleable. `gone(cid, reason)` ends a consumer whose queue
-went, dropping its outstanding deliveries; frames the origin sent for it (or for a refused
-one) before it learnt that are ignored.
+Consumers. `Subscribe` becomes `SubscribeAsked` (the vhost, the queue, the consumer's flags and
+arguments: the server consumes as the origin's client asked); the server answers
+`subscribed(cid)` or `refuse(cid, code, text)` (a `Cancel` that comes first is answered after
+that answer). `deliver(cid, redelivered, count, message)` sends one delivery (`count`: the
+queue's delivery count) while the consumer has credit (`credit(cid)`; the origin adds to it
+with `Credit`, the `CreditAdded` event) and returns its tag; deliveries to one consumer are
+batched into one `Deliveries` frame per `data_to_send()`. The origin's `Settle` becomes
+`Settled` (tags must be outstanding); `Cancel` becomes `CancelAsked` and is answered at once
+with a `Cancelled` that keeps the outstanding deliveries settleable. `gone(cid, reason)` ends a
+consumer whose queue went, dropping its outstanding deliveries; frames the origin sent for it
+(or for a refused one) before it learnt that are ignored.
 
 Loss. `lost()` ends the session: the sequences received and not resolved (the server still
 resolves nothing more for them; whatever it stored stays stored) and each consumer's
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass, field
+from typing import Any
 
 from ringmq.core.message import Message
 from ringmq.shardlink.codec import (
@@ -76,10 +78,12 @@ class Received:
 @dataclass(frozen=True, slots=True)
 class SubscribeAsked:
     cid: int
+    vhost: str
     queue: str
     credit: int
     settled: bool
-    arguments: bytes
+    exclusive: bool
+    arguments: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,11 +285,7 @@ class OwnerSession:
                 if frame.cid in self._consumers or frame.cid in self._dropped:
                     raise ProtocolError(f"consumer {frame.cid} subscribed twice")
                 self._consumers[frame.cid] = _Consumer(frame.settled, frame.credit)
-                return [
-                    SubscribeAsked(
-                        frame.cid, frame.queue, frame.credit, frame.settled, frame.arguments
-                    )
-                ]
+                return [_asked(frame)]
             case Credit():
                 c = self._live(frame.cid)
                 if c is None or c.cancelled:
@@ -359,3 +359,7 @@ class OwnerSession:
 
     def _emit(self, frame: Frame) -> None:
         self._out.append(encode(frame))
+
+
+def _asked(f: Subscribe) -> SubscribeAsked:
+    return SubscribeAsked(f.cid, f.vhost, f.queue, f.credit, f.settled, f.exclusive, f.arguments)

@@ -52,5 +52,17 @@ def test_the_shard_link_is_off_unless_a_port_and_a_secret_are_given() -> None:
         options_from(FileConfig(), shard_link_port=7000)
 
 
+def test_the_shard_index_is_0_unless_given_and_fits_the_link() -> None:
+    assert options_from(FileConfig()).shard_index == 0
+    assert options_from(parse_toml("[server]\nshard_index = 3\n")).shard_index == 3
+    assert options_from(parse_toml("[server]\nshard_index = 3\n"), shard_index=5).shard_index == 5
+    with pytest.raises(ConfigError, match="shard index must be 0 to 4294967295"):
+        options_from(FileConfig(), shard_index=2**32)
+    with pytest.raises(ConfigError, match="shard_index: must be >= 0"):
+        parse_toml("[server]\nshard_index = -1\n")
+    with pytest.raises(ConfigError, match="shard_idx"):  # a misspelt key is never dropped
+        parse_toml("[server]\nshard_idx = 1\n")
+
+
 def test_file_can_disable_http() -> None:
     assert options_from(parse_toml("[server]\nhttp_port = -1\n")).http_port is None

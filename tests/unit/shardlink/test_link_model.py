@@ -5,12 +5,15 @@ The two sessions talk through two byte pipes that the machine delivers in random
 What is checked:
 
 * order: the owner receives the forwarded messages of a link in the order they were
-  forwarded, each once, with their bodies and queues;
+  forwarded, each once, with their bodies, vhosts and queues;
 * outcomes: the origin learns each sequence's outcome exactly once, and it is the one the
   owner gave; when a link is lost, every sequence the origin never learnt about is in its
   `Lost` (so its publish is nacked, never left waiting);
+* consumers: the owner is asked for exactly the vhost, queue, flags and arguments the origin
+  subscribed with;
 * credit: the owner never has more deliveries on their way than the origin granted, tags run
-  on per consumer, the origin sees every delivery the owner made (until a loss);
+  on per consumer, the origin sees every delivery the owner made (with its redelivered flag
+  and delivery count) until a loss;
 * settlements: the owner learns exactly the settlements the origin made, of tags it
   delivered; after a loss, the owner's tags to requeue are exactly those delivered and not
   settled on its side; a queue that went drops its consumer's unsettled tags on both sides.
@@ -27,7 +30,11 @@ from ringmq.shardlink import owner as w
 from ringmq.shardlink.codec import Outcome
 
 SECRET = b"shard-secret"
+VHOSTS = ("/", "tenant-ä")
 QUEUES = ("q1", "q2", "q3")
+ARGUMENTS = st.fixed_dictionaries(
+    {}, optional={"x-priority": st.integers(-5, 5), "x-stream-offset": st.sampled_from(["first"])}
+)
 
 
 def _message(body: bytes) -> Message:
@@ -47,7 +54,7 @@ class LinkMachine(RuleBasedStateMachine):
         self.o2w = b""
         self.w2o = b""
         self.opened = False
-        self.forwarded: dict[int, tuple[tuple[str, ...], bytes]] = {}
+        self.forwarded: dict[int, tuple[str, tuple[str, ...], bytes]] = {}
         self.received: list[int] = []  # sequences the owner got, in order
         self.awaiting: list[int] = []  # received, not resolved at the owner
         self.owner_outcome: dict[int, int] = {}
@@ -61,6 +68,8 @@ class LinkMachine(RuleBasedStateMachine):
         self.owner_settled: dict[int, set[int]] = {}
         self.origin_settled: dict[int, set[int]] = {}
         self.settled_mode: dict[int, bool] = {}
+        self.asked: dict[int, tuple[str, str, bool, bool, dict[str, object]]] = {}
+        self.counts: dict[int, list[tuple[bool, int]]] = {}  # (redelivered, count) per tag
         self.cancelled: set[int] = set()  # the origin asked
         self.gone_at_owner: set[int] = set()
         self.ready: set[int] = set()
@@ -91,11 +100,14 @@ class LinkMachine(RuleBasedStateMachine):
                 for i, entry in enumerate(ev.entries):
                     seq = ev.first + i
                     assert seq == len(self.received) + 1, "a gap or a repeat in the forwards"
-                    assert (entry.queues, entry.message.body) == self.forwarded[seq]
+                    assert (entry.vhost, entry.queues, entry.message.body) == self.forwarded[seq]
                     self.received.append(seq)
                     self.awaiting.append(seq)
             case w.SubscribeAsked():
                 assert ev.queue in QUEUES
+                assert (ev.vhost, ev.queue, ev.settled, ev.exclusive, ev.arguments) == self.asked[
+                    ev.cid
+                ]
                 self.owner_granted[ev.cid] = ev.credit
                 if ev.queue == "q3":
                     self.refused.add(ev.cid)
@@ -136,6 +148,7 @@ class LinkMachine(RuleBasedStateMachine):
                     tag = ev.first_tag + i
                     assert tag == len(seen) + 1
                     assert d.message.body == f"{ev.cid}:{tag}".encode()
+                    assert (d.redelivered, d.delivery_count) == self.counts[ev.cid][tag - 1]
                     seen.append(tag)
                     if not self.settled_mode[ev.cid]:
                         self.origin_unsettled[ev.cid].add(tag)
@@ -152,13 +165,17 @@ class LinkMachine(RuleBasedStateMachine):
 
     # publishes
 
-    @rule(queues=st.sets(st.sampled_from(QUEUES[:2]), min_size=1), size=st.integers(0, 3000))
-    def forward(self, queues: set[str], size: int) -> None:
+    @rule(
+        vhost=st.sampled_from(VHOSTS),
+        queues=st.sets(st.sampled_from(QUEUES[:2]), min_size=1),
+        size=st.integers(0, 3000),
+    )
+    def forward(self, vhost: str, queues: set[str], size: int) -> None:
         body = bytes([len(self.forwarded) % 251]) * size
         qs = tuple(sorted(queues))
-        seq = self.origin.forward(qs, _message(body))
+        seq = self.origin.forward(vhost, qs, _message(body))
         assert seq == len(self.forwarded) + 1
-        self.forwarded[seq] = (qs, body)
+        self.forwarded[seq] = (vhost, qs, body)
 
     @precondition(lambda self: self.awaiting)
     @rule(data=st.data(), code=st.sampled_from([0, 0, 0, 312]))
@@ -173,10 +190,29 @@ class LinkMachine(RuleBasedStateMachine):
 
     # consumers
 
-    @rule(queue=st.sampled_from(QUEUES), credit=st.integers(0, 5), settled=st.booleans())
-    def subscribe(self, queue: str, credit: int, settled: bool) -> None:
-        cid = self.origin.subscribe(queue, credit, settled=settled)
+    @rule(
+        vhost=st.sampled_from(VHOSTS),
+        queue=st.sampled_from(QUEUES),
+        credit=st.integers(0, 5),
+        settled=st.booleans(),
+        exclusive=st.booleans(),
+        arguments=ARGUMENTS,
+    )
+    def subscribe(
+        self,
+        vhost: str,
+        queue: str,
+        credit: int,
+        settled: bool,
+        exclusive: bool,
+        arguments: dict[str, object],
+    ) -> None:
+        cid = self.origin.subscribe(
+            vhost, queue, credit, settled=settled, exclusive=exclusive, arguments=arguments
+        )
         assert cid not in self.granted
+        self.asked[cid] = (vhost, queue, settled, exclusive, arguments)
+        self.counts[cid] = []
         self.granted[cid] = credit
         self.delivered[cid], self.seen[cid] = [], []
         self.origin_unsettled[cid], self.origin_settled[cid] = set(), set()
@@ -184,14 +220,16 @@ class LinkMachine(RuleBasedStateMachine):
         self.settled_mode[cid] = settled
 
     @precondition(lambda self: self.owner_granted)
-    @rule(data=st.data())
-    def owner_delivers(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), count=st.integers(1, 2**32 - 1))
+    def owner_delivers(self, data: st.DataObject, count: int) -> None:
         cid = data.draw(st.sampled_from(sorted(self.owner_granted)))
         if self.owner.credit(cid) == 0:
             return
         tag = len(self.delivered[cid]) + 1
-        got = self.owner.deliver(cid, False, 0, _message(f"{cid}:{tag}".encode()))
+        redelivered = count > 1
+        got = self.owner.deliver(cid, redelivered, count, _message(f"{cid}:{tag}".encode()))
         assert got == tag
+        self.counts[cid].append((redelivered, count))
         self.delivered[cid].append(tag)
         assert len(self.delivered[cid]) <= self.owner_granted[cid]
 

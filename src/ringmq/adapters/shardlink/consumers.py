@@ -1,17 +1,22 @@
 """Remote consumers of one shard link: core consumers with link credit, their deliveries and
 settlements.
 
-Theory of operation: each `SubscribeAsked` gets a core session of its own (so that closing it
-requeues exactly that consumer's unsettled deliveries, and its delivery ids are that
-consumer's) and a core consumer on the named queue with link credit (`Delivery.consume`, then
-`Delivery.flow`: the AMQP 1.0 adapter's credit, which the dispatcher counts down per delivery),
-no-ack when the origin asked for pre-settled deliveries. The origin's credit arrives as
+Theory of operation: each `SubscribeAsked` gets a core session of its own in the named vhost
+(so that closing it requeues exactly that consumer's unsettled deliveries, and its delivery ids
+are that consumer's; the link's connection opens sessions in any vhost) and a core consumer on
+the named queue with link credit (`Delivery.consume`, then `Delivery.flow`: the AMQP 1.0
+adapter's credit, which the dispatcher counts down per delivery), no-ack when the origin asked
+for pre-settled deliveries, exclusive and with the arguments (`x-priority`...) the origin's
+client gave, as a local consumer's. Whatever the core refuses there (an unknown vhost or queue,
+an invalid argument, a queue in exclusive use) is the `SubscribeRefused` answer, with the
+core's code and text; the link goes on. The origin's credit arrives as
 increments (`CreditAdded`); the core's is absolute, so the consumer's remaining core credit
 plus the increment is given. The core never delivers more than that, and the session counts
 the same deliveries down as they are handed to it (`OwnerSession.deliver`), so the core's
 credit is never above the link's.
 
-A core `Deliver` becomes one link delivery; `tags` maps its link tag to the core delivery id
+A core `Deliver` becomes one link delivery, with the redelivered flag and the delivery count
+the core gives it; `tags` maps its link tag to the core delivery id
 until the origin settles it (ACK -> ack, REQUEUE -> requeue, counted as a failed delivery,
 REJECT -> reject: dead-lettered where the queue says so). A cancel ends the core consumer and
 keeps the session, so unsettled deliveries stay settleable (0-9-1's basic.cancel); once the
@@ -65,6 +70,7 @@ class LinkConsumer:
 
     cid: int
     channel: int
+    vhost: str
     queue: str
     settled: bool
     tag: str
@@ -106,24 +112,25 @@ class Consumers:
         broker = self.broker
         channel = self._next_channel
         self._next_channel += 1
-        for e in broker.channel_opened(self.conn_id, channel, now_ms):
-            if isinstance(e, CloseConnection):  # the user's channel limit
-                self.owner.refuse(ev.cid, codes.of_condition(e.condition), e.text)
-                return
-        s = self._session(channel)
         tag = f"shard-link-{ev.cid}"
         delivery = broker.delivery
         try:
+            for e in broker.channel_opened(self.conn_id, channel, now_ms, vhost=ev.vhost):
+                if isinstance(e, CloseConnection):  # the user's channel limit
+                    self.owner.refuse(ev.cid, codes.of_condition(e.condition), e.text)
+                    return
+            s = self._session(channel)
             delivery.consume(
-                s, ev.queue, tag, no_ack=ev.settled, exclusive=False, arguments={},
-                now_ms=now_ms, credit_flow=True,
+                s, ev.queue, tag, no_ack=ev.settled, exclusive=ev.exclusive,
+                arguments=dict(ev.arguments), now_ms=now_ms, credit_flow=True,
             )  # fmt: skip
             delivery.flow(s, tag, credit=ev.credit, drain=False)
         except BrokerError as exc:
             self.owner.refuse(ev.cid, codes.of_condition(exc.condition), exc.text)
-            self.closing.append(channel)
+            if broker.session(self.conn_id, channel) is not None:
+                self.closing.append(channel)
             return
-        c = LinkConsumer(ev.cid, channel, ev.queue, ev.settled, tag)
+        c = LinkConsumer(ev.cid, channel, ev.vhost, ev.queue, ev.settled, tag)
         self.by_cid[ev.cid] = c
         self.by_channel[channel] = c
         self.owner.subscribed(ev.cid)
@@ -177,8 +184,7 @@ class Consumers:
             else:
                 log.debug("shard link consumer %d: a pre-settled delivery after cancel", c.cid)
             return
-        count = 1 if d.redelivered else 0  # the core's Deliver carries no count
-        tag = owner.deliver(c.cid, d.redelivered, count, d.message)
+        tag = owner.deliver(c.cid, d.redelivered, d.delivery_count, d.message)
         if not c.settled:
             c.tags[tag] = d.delivery_id
 

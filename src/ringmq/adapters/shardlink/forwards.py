@@ -1,21 +1,23 @@
 """Forwarded publishes of one shard link: enqueued into the named queues, resolved by confirms.
 
 Theory of operation: the origin routed each message already (with the full binding table), so
-the owner routes nothing: each `Received` entry's message goes into the entry's queues through
-the publish pipeline's enqueue step (`Publisher.publish` with `queues` given, which skips
-routing), on the link's one core session in confirm mode. The core numbers each publish on
-that session and later answers it with `Confirm` effects, singly or cumulatively, exactly as it
-answers a 0-9-1 publisher in confirm mode: persistent messages reaching durable queues after
-the group commit's fsync, the others at once, negatively with a reason when a queue refused
-the message (reject-publish, an Artemis FAIL address, a failing store). `_waiting` maps each
-core publish number to its link sequence, oldest first, so a cumulative confirm resolves a run
-of link sequences (`OwnerSession.accept` / `reject`), and the session answers the origin
-cumulatively in turn.
+the owner routes nothing: each `Received` entry's message goes into the entry's queues of the
+entry's vhost through the publish pipeline's enqueue step (`Publisher.publish` with `queues`
+given, which skips routing), on the link's one core session in confirm mode (the pipeline takes
+the vhost as an argument, so one session, and one confirm order, serves every vhost). The core
+numbers each publish on that session and later answers it with `Confirm` effects, singly or
+cumulatively, exactly as it answers a 0-9-1 publisher in confirm mode: persistent messages
+reaching durable queues after the group commit's fsync, the others at once, negatively with a
+reason when a queue refused the message (reject-publish, an Artemis FAIL address, a failing
+store). `_waiting` maps each core publish number to its link sequence, oldest first, so a
+cumulative confirm resolves a run of link sequences (`OwnerSession.accept` / `reject`), and the
+session answers the origin cumulatively in turn.
 
 One link sequence is one core publish, whatever the number of queues: its confirm comes once
 every queue's copy is stored, or negative when any queue refused it (the others keep theirs,
-as with a 0-9-1 publish that a full queue nacks). A forward naming a queue this shard does not
-have is refused whole (404) before anything is enqueued: the origin's routing is stale.
+as with a 0-9-1 publish that a full queue nacks). A forward naming a vhost or a queue this
+shard does not have is refused whole (404) before anything is enqueued: the origin's routing
+is stale. That refusal is the forward's alone: the link and the forwards after it go on.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from ringmq.core.effects import Confirm
     from ringmq.core.entities import QueueEntity
     from ringmq.core.session import Session
+    from ringmq.core.vhost import VHost
     from ringmq.shardlink.owner import OwnerSession, Received
 
 
@@ -57,18 +60,20 @@ class Forwards:
     def received(self, ev: Received, now_ms: int) -> None:
         """Enqueue a run of forwards, in order (inside a core call that publishes)."""
         s = self.session
-        vh = s.vhost
-        default = vh.exchanges[""]  # for the engine's per-exchange bookkeeping (dedup)
+        vhosts = self.broker.state.vhosts
         publish = self.broker.publisher.publish
         owner = self.owner
         seq = ev.first
         for entry in ev.entries:
-            queues = self._queues(entry.queues)
-            if queues is None:
+            vh = vhosts.get(entry.vhost)
+            queues = None if vh is None else _queues(vh, entry.queues)
+            if vh is None or queues is None:
                 owner.reject(seq, codes.NOT_FOUND)
             elif not queues:
                 owner.accept(seq)  # asked to store nowhere: nothing can fail
             else:
+                # the default exchange: for the engine's per-exchange bookkeeping (dedup)
+                default = vh.exchanges[""]
                 try:
                     publish(
                         entry.message, session=s, vhost=vh, exchange=default, now_ms=now_ms,
@@ -81,17 +86,6 @@ class Forwards:
                 else:
                     self._waiting[s.publish_seq] = seq
             seq += 1
-
-    def _queues(self, names: tuple[str, ...]) -> tuple[QueueEntity, ...] | None:
-        # the entry's queues on this shard, each once; None when one is missing
-        queues = self.session.vhost.queues
-        found: dict[str, QueueEntity] = {}
-        for name in names:
-            q = queues.get(name)
-            if q is None or q.deleted:
-                return None
-            found[name] = q
-        return tuple(found.values())
 
     def confirmed(self, c: Confirm) -> None:
         """The core's confirm of publishes on the link's session: their link sequences are
@@ -112,3 +106,15 @@ class Forwards:
                 owner.accept(seq)
             else:
                 owner.reject(seq, codes.of_reason(c.reason))
+
+
+def _queues(vh: VHost, names: tuple[str, ...]) -> tuple[QueueEntity, ...] | None:
+    # the entry's queues in `vh`, each once; None when one is missing
+    queues = vh.queues
+    found: dict[str, QueueEntity] = {}
+    for name in names:
+        q = queues.get(name)
+        if q is None or q.deleted:
+            return None
+        found[name] = q
+    return tuple(found.values())

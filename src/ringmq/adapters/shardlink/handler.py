@@ -7,9 +7,11 @@ Theory of operation
 the server accepted on the shard link's listener (`--shard-link-port`, loopback only). The
 origin speaks first; its `Hello` must carry the HMAC of the broker's shard-link secret, or
 the session answers `Refuse` and the handler closes the socket (the core never hears of it).
-Once `Opened`, the link is one core connection in the default vhost, as a user of its own
-(`LINK_USER`) whose grant allows everything: the origin already checked its client's
-permissions, and the secret is what admits the link.
+Once `Opened`, the link is one core connection, as a user of its own (`LINK_USER`) whose grant
+allows everything: the origin already checked its client's permissions, and the secret is
+what admits the link. The connection opens in the default vhost (`LINK_VHOST`, which must
+exist), but serves every vhost: each forward and each subscribe names its own, and an unknown
+one is refused (404) for that forward or subscribe alone.
 
 Each link event is one core call (`Calls.begin` ... `end`, `abort` when it raised), its
 effects returned in order:
@@ -28,9 +30,6 @@ closes, and the core state goes with the connection (`connection_lost`:
 says what was unresolved: forwards the core may still store (the origin nacks them) and
 deliveries the core requeues. A close the server starts (shutdown, an operator) sends
 `Refuse` with its text first.
-
-Not yet: the link names queues without a vhost, so it serves the default vhost only; a
-subscribe's `arguments` blob is not read.
 """
 
 from __future__ import annotations
@@ -65,6 +64,7 @@ log = logging.getLogger(__name__)
 LINK_USER: Final = "ringmq-shard-link"
 """The user a link's core connection runs as (no such user logs in: `LinkGrant` answers)."""
 LINK_VHOST: Final = "/"
+"""The vhost a link's core connection opens in (its sessions open in any: `channel_opened`)."""
 PUBLISH_CHANNEL: Final = 1
 """The core session of a link's forwards; consumers get the numbers after it."""
 
@@ -170,8 +170,8 @@ class OwnerLinkHandler:
                     live.forwards.confirmed(effect)
             case CancelConsumer():
                 c = live.consumers.by_channel.get(effect.channel)
-                queue = c.queue if c is not None else "?"
-                live.consumers.gone(effect.channel, f"queue '{queue}' was deleted")
+                where = f"'{c.queue}' in vhost '{c.vhost}'" if c is not None else "?"
+                live.consumers.gone(effect.channel, f"queue {where} was deleted")
             case CloseChannel():  # a consumer timeout
                 live.consumers.gone(effect.channel, effect.text)
             case _:

@@ -1,5 +1,6 @@
 """The shard link's owner handler over an in-process broker, an `OriginSession` on the other
-side of the bytes (no sockets): forwards, credit, strays, a broken link."""
+side of the bytes (no sockets): forwards and consumers in any vhost, consumer arguments,
+delivery counts, credit, strays, a broken link."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ringmq.shardlink.codec import Outcome
 from ringmq.shardlink.origin import (
     ConsumerGone,
     ConsumerReady,
+    ConsumerRefused,
     Delivered,
     Event,
     Opened,
@@ -72,12 +74,15 @@ class Kit:
         self.events += self.origin.receive_data(self.h.data_to_send())
 
     def declare(self, name: str, **arguments: object) -> None:
+        self.declare_in("/", name, arguments)
+
+    def declare_in(self, vhost: str, name: str, arguments: dict[str, object]) -> None:
         self.broker.admin.declare_queue(
-            "/", name, durable=False, auto_delete=False, arguments=dict(arguments), now_ms=NOW
+            vhost, name, durable=False, auto_delete=False, arguments=arguments, now_ms=NOW
         )
 
-    def ready(self, name: str) -> int:
-        return self.broker.state.vhosts["/"].queues[name].queue.ready_count
+    def ready(self, name: str, vhost: str = "/") -> int:
+        return self.broker.state.vhosts[vhost].queues[name].queue.ready_count
 
     def delivered(self, cid: int) -> list[bytes]:
         return [
@@ -107,11 +112,11 @@ def test_forwards_resolve_in_order_with_their_refusals() -> None:
     assert any(isinstance(e, Opened) for e in kit.events)
     kit.declare("a")
     kit.declare("full", **{"x-max-length": 1, "x-overflow": "reject-publish"})
-    kit.origin.forward(("a",), _message(b"1"))
-    kit.origin.forward(("nope",), _message(b"2"))
-    kit.origin.forward(("full",), _message(b"3"))
-    kit.origin.forward(("full", "a"), _message(b"4"))
-    kit.origin.forward((), _message(b"5"))
+    kit.origin.forward("/", ("a",), _message(b"1"))
+    kit.origin.forward("/", ("nope",), _message(b"2"))
+    kit.origin.forward("/", ("full",), _message(b"3"))
+    kit.origin.forward("/", ("full", "a"), _message(b"4"))
+    kit.origin.forward("/", (), _message(b"5"))
     kit.exchange()
     assert _outcomes(kit.events) == {1: 0, 2: 404, 3: 0, 4: 406, 5: 0}
     assert (kit.ready("a"), kit.ready("full")) == (2, 1)  # a full queue keeps the others' copies
@@ -121,8 +126,8 @@ def test_a_consumer_cancelled_in_the_read_that_gave_credit_returns_its_strays() 
     kit = Kit()
     kit.declare("q")
     for body in (b"m1", b"m2", b"m3"):
-        kit.origin.forward(("q",), _message(body))
-    cid = kit.origin.subscribe("q", 1)
+        kit.origin.forward("/", ("q",), _message(body))
+    cid = kit.origin.subscribe("/", "q", 1)
     kit.exchange()
     assert any(isinstance(e, ConsumerReady) for e in kit.events)
     assert kit.delivered(cid) == [b"m1"]
@@ -150,11 +155,74 @@ def test_a_wrong_secret_never_opens_and_garbage_breaks_the_link() -> None:
     assert [e for e in bad.events if isinstance(e, Refused)]
     kit = Kit()
     kit.declare("q")
-    kit.origin.forward(("q",), _message(b"m"))
-    kit.origin.subscribe("q", 5)
+    kit.origin.forward("/", ("q",), _message(b"m"))
+    kit.origin.subscribe("/", "q", 5)
     kit.exchange()
     assert kit.delivered(1) == [b"m"]
     kit.apply(kit.h.receive_data(b"\x00\x00\x00\x01\xee", NOW))  # an unknown frame type
     assert kit.h.closed
     assert kit.ready("q") == 1  # the broken link's delivery went back
     assert kit.h.connection_lost(NOW) == []  # released once
+
+
+def test_forwards_and_consumers_in_another_vhost() -> None:
+    kit = Kit()
+    kit.broker.add_vhost("tenant")
+    kit.declare_in("tenant", "q", {})
+    kit.declare("q")  # the same name in the default vhost stays apart
+    kit.origin.forward("tenant", ("q",), _message(b"t1"))
+    kit.origin.forward("nowhere", ("q",), _message(b"lost"))
+    kit.origin.forward("tenant", ("q",), _message(b"t2"))
+    kit.exchange()
+    assert _outcomes(kit.events) == {1: 0, 2: 404, 3: 0}  # the link goes on
+    assert (kit.ready("q", "tenant"), kit.ready("q")) == (2, 0)
+    cid = kit.origin.subscribe("tenant", "q", 5)
+    refused = kit.origin.subscribe("nowhere", "q", 5)
+    kit.exchange()
+    assert kit.delivered(cid) == [b"t1", b"t2"]
+    assert [(e.code, e.text) for e in kit.events if isinstance(e, ConsumerRefused)] == [
+        (404, "NOT_FOUND - no vhost 'nowhere'")
+    ]
+    assert refused not in {e.cid for e in kit.events if isinstance(e, ConsumerReady)}
+    kit.run_later()
+    assert kit.broker.session(1, 3) is None  # nothing left open for the refused one
+
+
+def test_consumer_arguments_reach_the_core_and_its_refusals_come_back() -> None:
+    kit = Kit()
+    kit.declare("q")
+    low = kit.origin.subscribe("/", "q", 10)
+    high = kit.origin.subscribe("/", "q", 10, arguments={"x-priority": 5})
+    bad = kit.origin.subscribe("/", "q", 10, arguments={"x-priority": "high"})
+    kit.exchange()
+    [refused] = [e for e in kit.events if isinstance(e, ConsumerRefused)]
+    assert (refused.cid, refused.code) == (bad, 406)
+    assert refused.text.startswith("PRECONDITION_FAILED - invalid x-priority")
+    for body in (b"m1", b"m2", b"m3"):
+        kit.origin.forward("/", ("q",), _message(body))
+    kit.exchange()
+    assert kit.delivered(high) == [b"m1", b"m2", b"m3"]  # the higher priority takes them all
+    assert kit.delivered(low) == []
+    only = kit.origin.subscribe("/", "q", 1, exclusive=True)
+    kit.exchange()
+    [refused] = [e for e in kit.events if isinstance(e, ConsumerRefused) and e.cid == only]
+    assert refused.code == 403  # exclusive use of a queue that has consumers: as locally
+
+
+def test_deliveries_carry_the_queues_delivery_count() -> None:
+    kit = Kit()
+    kit.declare("q")
+    kit.origin.forward("/", ("q",), _message(b"m"))
+    cid = kit.origin.subscribe("/", "q", 3)
+    kit.exchange()
+    for _ in range(2):
+        [tag] = kit.origin.unsettled(cid)
+        kit.origin.settle(cid, Outcome.REQUEUE, [tag])
+        kit.exchange()
+    got = [
+        (d.redelivered, d.delivery_count)
+        for e in kit.events
+        if isinstance(e, Delivered)
+        for d in e.entries
+    ]
+    assert got == [(False, 1), (True, 2), (True, 3)]
