@@ -4,11 +4,12 @@ Theory of operation: output is *collected*. Applying an effect (`apply`) only qu
 the target connection's sans-IO state machine and marks it dirty. At the end of each batch (one
 read, one timer firing, one management call) `flush` runs once: the store first (its writes
 reach the OS before any reply that depends on them, and the group fsync for held confirms starts,
-server/commit.py), then publisher flow releases the publishers whose queues drained, then every
-dirty connection is written with exactly one `transport.write`, then the `after_flush` hook
-re-arms the broker's deadline timer. So a publish fanned out to 100 consumers on 20 connections
-costs 20 writes, not 100. Batches nest (`batch()`, or `depth` on the read path); only the
-outermost one flushes.
+server/commit.py; before it, what reached other shards' queues goes onto the links to their
+owners, server/shardlinks.py), then publisher flow releases the publishers whose queues
+drained, then every dirty connection is written with exactly one `transport.write`, then the
+`after_flush` hook re-arms the broker's deadline timer. So a publish fanned out to 100
+consumers on 20 connections costs 20 writes, not 100. Batches nest (`batch()`, or `depth` on
+the read path); only the outermost one flushes.
 
 Connections of every protocol share the table, and every connection is driven by its
 protocol's `Handler` (`ClientConnection.handler`): each effect goes to its `Handler.apply`
@@ -44,6 +45,7 @@ from ringmq.server.transport import ClientConnection
 
 if TYPE_CHECKING:
     from ringmq.server.commit import GroupCommit
+    from ringmq.server.shardlinks import ShardLinks
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,8 @@ class Connections:
         """Batches open (nested); the outermost one flushes when it ends."""
         self.commit: GroupCommit | None = None
         """Group-commit fsync of the broker's store (None without a store)."""
+        self.shard_links: ShardLinks | None = None
+        """The links to other shards (server/shardlinks.py; None with one shard)."""
         self.after_flush: Callable[[], None] = _nothing
         """Run after every flush (the server re-arms the broker's deadline timer)."""
         self.stopped = False
@@ -183,6 +187,8 @@ class Connections:
 
     def flush(self) -> None:
         """End of the outermost batch (see the module docstring for the order)."""
+        if self.shard_links is not None:
+            self.shard_links.after_batch()
         if self.commit is not None:
             self.commit.after_batch()
         if self.flow.held:

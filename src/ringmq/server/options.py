@@ -100,6 +100,9 @@ class ServerOptions:
             `shard_link_port`).
         shard_index: this shard's index among the shards of one broker (internal: what the
             shard link's owner side tells an origin in its `Welcome`); 0 by default.
+        shard_peers: the other shards' link listeners, shard index -> (host, port): where
+            this shard forwards what reaches their queues' copies (server/shardlinks.py;
+            with `shard_link_secret`). Set by whoever starts the shards, not a user setting.
     """
 
     host: str = DEFAULT_HOST
@@ -125,6 +128,7 @@ class ServerOptions:
     shard_link_port: int | None = None
     shard_link_secret: bytes | None = None
     shard_index: int = 0
+    shard_peers: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
 def options_from(

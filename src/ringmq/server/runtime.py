@@ -84,6 +84,7 @@ from ringmq.server.records import connection_info
 from ringmq.server.refusal import Refusals, RefuserFactory
 from ringmq.server.reload import ConfigReload
 from ringmq.server.replication_leader import ReplicationLeader
+from ringmq.server.shardlinks import ShardLinks
 from ringmq.server.timers import CLOSE_OK_TIMEOUT_S, Timers
 from ringmq.server.transport import ClientConnection
 from ringmq.status import ConnectionInfo, ListenerInfo
@@ -320,14 +321,15 @@ class BrokerServer:
         for effects in self._held_effects:
             self.emit(effects)
         self._held_effects = []
+        release = lambda fn: self.run_batch(lambda: self.apply_effects(fn()))  # noqa: E731
         if core.store is not None and self.commit is None:
-            self.commit = GroupCommit(
-                self.broker,
-                core.store,
-                loop,
-                lambda fn: self.run_batch(lambda: self.apply_effects(fn())),
-            )
+            self.commit = GroupCommit(self.broker, core.store, loop, release)
         self.conns.commit = self.commit
+        if opts.shard_peers and opts.shard_link_secret:  # forwards to other shards' queues
+            self.conns.shard_links = ShardLinks(
+                self.broker, loop, release, opts.shard_index, opts.shard_link_secret,
+                opts.shard_peers,
+            )  # fmt: skip
         replication = opts.replication
         if (
             replication is not None
@@ -475,6 +477,8 @@ class BrokerServer:
             self.jwks.stop()
         if self.ldap is not None:
             self.ldap.close()
+        if self.conns.shard_links is not None:
+            self.conns.shard_links.close()
         if self.commit is not None:
             await self.commit.close()
         if self._attached:

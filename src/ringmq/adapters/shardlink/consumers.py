@@ -36,10 +36,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from ringmq.adapters.shardlink import codes
 from ringmq.core.effects import CloseConnection
 from ringmq.core.errors import BrokerError
 from ringmq.core.session import SettleKind
+from ringmq.shardlink import codes
 from ringmq.shardlink.codec import Outcome
 
 if TYPE_CHECKING:

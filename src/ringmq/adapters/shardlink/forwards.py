@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ringmq.adapters.shardlink import codes
 from ringmq.core.errors import BrokerError
+from ringmq.shardlink import codes
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker

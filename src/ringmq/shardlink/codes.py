@@ -2,7 +2,8 @@
 
 The link carries a positive code and, for a subscribe, a text; the numbers are AMQP 0-9-1's
 reply codes, which RabbitMQ's texts already name ("NOT_FOUND - no queue 'q' in vhost '/'"), so
-an origin can hand them to a client of any protocol the way its adapter maps a core error.
+an origin can hand them to a client of any protocol the way its adapter maps a core error,
+and turns a refused forward's code back into its confirm's reason (`reason_of`).
 """
 
 from __future__ import annotations
@@ -48,3 +49,12 @@ def of_reason(reason: str | None) -> int:
 def of_condition(condition: Condition) -> int:
     """The code of a refused core call's condition."""
     return _BY_CONDITION.get(condition, INTERNAL_ERROR)
+
+
+_REASONS: Final = {code: reason for reason, code in _BY_REASON.items()}
+
+
+def reason_of(code: int) -> str:
+    """The confirm reason an origin gives a publish its owner refused with `code`: the
+    inverse of `of_reason`, else `refused-<code>` (404: the owner has no such queue)."""
+    return _REASONS.get(code, f"refused-{code}")

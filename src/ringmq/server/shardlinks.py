@@ -1,0 +1,216 @@
+"""The links from this shard to the owners of other shards' queues (the origin side).
+
+Theory of operation
+-------------------
+After every batch (`Connections.flush`), `after_batch` drains what the core noted for other
+shards' queues (`Broker.drain_forwards`: publishes and dead letters, in order) and hands each
+to the link to its owner (`OriginSession.forward`, ringmq.shardlink: sequenced on the link,
+closed into `Forward` frames when the link writes), then writes what each link has to send.
+There is one link per owner, opened on first use to the owner's link listener (`peers`: its
+shard index -> host and port, loopback) with this shard's index and the shards' shared
+secret; while it connects, its forwards wait in its session. A link's sequences go out in the
+order they were drained, so a publisher's messages to one queue keep their order.
+
+Answers: a `Resolved` event settles the link sequences `first..upto`; those that carried a
+confirmed publish (`ForwardPublish.seq` > 0) are answered to the core
+(`Broker.forward_resolved`): stored, or refused with the owner's code turned back into the
+confirm's reason (`ringmq.shardlink.codes.reason_of`), the effects applied as one batch.
+
+Loss: a link whose connect fails, whose socket drops, or whose hello the owner refuses is
+closed; every sequence it had not resolved is refused (`LINK_LOST`: the owner may have stored
+it, so a publisher that resends may duplicate, as after RabbitMQ nacks a publish to a queue it
+lost), and the next forward to that owner opens a new link, at most one attempt per
+`RETRY_S` (forwards drained meanwhile are refused at once, not buffered without bound).
+
+Owns the links. Owned by the loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from ringmq.core.effects import Effect
+from ringmq.shardlink.codes import reason_of
+from ringmq.shardlink.origin import Lost, OriginSession, Refused, Resolved
+
+if TYPE_CHECKING:
+    from ringmq.core.broker import Broker
+    from ringmq.core.forwarding import ForwardPublish
+
+log = logging.getLogger(__name__)
+
+LINK_LOST: Final = "shard-link-lost"
+"""The confirm reason of a forward whose link went before the owner answered."""
+RETRY_S: Final = 1.0
+"""Least time between two connects to one owner."""
+
+_Release = Callable[[Callable[[], list[Effect]]], None]
+
+
+@dataclass(slots=True, eq=False)
+class _Link(asyncio.Protocol):
+    owner: int
+    session: OriginSession
+    waiting: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    """Link sequence -> (conn_id, channel, publish seq) of a confirm that waits for it."""
+    transport: asyncio.Transport | None = None
+    closed: bool = False
+    on_data: Callable[[_Link, bytes], None] | None = None
+    on_lost: Callable[[_Link], None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        if self.on_data is not None:
+            self.on_data(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.on_lost is not None:
+            self.on_lost(self)
+
+    def flush(self) -> None:
+        if self.transport is not None and not self.closed:
+            out = self.session.data_to_send()
+            if out:
+                self.transport.write(out)
+
+
+class ShardLinks:
+    """This shard's links to other shards (see the module docstring).
+
+    Args:
+        broker: the core (`drain_forwards`, `forward_resolved`).
+        loop: the server's loop.
+        release: runs a function producing effects as one server batch (applies, flushes).
+        shard: this shard's index (the links' hello).
+        secret: the shards' shared secret.
+        peers: owner shard index -> (host, port) of its link listener.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        loop: asyncio.AbstractEventLoop,
+        release: _Release,
+        shard: int,
+        secret: bytes,
+        peers: dict[int, tuple[str, int]],
+    ) -> None:
+        self.broker = broker
+        self.loop = loop
+        self.release = release
+        self.shard = shard
+        self.secret = secret
+        self.peers = dict(peers)
+        self._links: dict[int, _Link] = {}
+        self._next_connect: dict[int, float] = {}
+        self._closing = False
+
+    def after_batch(self) -> None:
+        """End of a batch: forward what the core noted, write what the links have."""
+        forwards = self.broker.drain_forwards()
+        if not forwards:
+            return
+        touched: dict[int, _Link] = {}
+        refused: list[ForwardPublish] = []
+        for f in forwards:
+            link = touched.get(f.shard) or self._link(f.shard)
+            if link is None:
+                refused.append(f)
+                continue
+            touched[f.shard] = link
+            seq = link.session.forward(f.vhost, (f.queue,), f.message)
+            if f.seq:
+                link.waiting[seq] = (f.conn_id, f.channel, f.seq)
+        for link in touched.values():
+            link.flush()
+        if refused:
+            waiting = [(f.conn_id, f.channel, f.seq) for f in refused if f.seq]
+            if waiting:
+                self.loop.call_soon(self._refuse, waiting, LINK_LOST)
+
+    def _link(self, owner: int) -> _Link | None:
+        link = self._links.get(owner)
+        if link is not None and not link.closed:
+            return link
+        peer = self.peers.get(owner)
+        now = self.loop.time()
+        if peer is None or self._closing or now < self._next_connect.get(owner, 0.0):
+            return None
+        self._next_connect[owner] = now + RETRY_S
+        link = _Link(owner, OriginSession(self.shard, self.secret))
+        link.on_data = self._received
+        link.on_lost = self._lost
+        self._links[owner] = link
+        self.loop.create_task(self._connect(link, *peer), name=f"shard link to {owner}")
+        return link
+
+    async def _connect(self, link: _Link, host: str, port: int) -> None:
+        try:
+            await self.loop.create_connection(lambda: link, host, port)
+        except OSError as exc:
+            log.warning("shard link to shard %d (%s:%d): %s", link.owner, host, port, exc)
+            self._lost(link)
+
+    def _received(self, link: _Link, data: bytes) -> None:
+        answered: list[tuple[int, int, int, str | None]] = []
+        for ev in link.session.receive_data(data):
+            if isinstance(ev, Resolved):
+                for seq in range(ev.first, ev.upto + 1):
+                    who = link.waiting.pop(seq, None)
+                    if who is not None:
+                        code = ev.rejected.get(seq)
+                        answered.append((*who, None if code is None else reason_of(code)))
+            elif isinstance(ev, Refused):
+                log.warning("shard link to shard %d refused: %s", link.owner, ev.reason)
+        if answered:
+            self.release(lambda: self._answer(answered))
+        if link.session.closed:
+            self._drop(link)
+        else:
+            link.flush()
+
+    def _answer(self, answered: list[tuple[int, int, int, str | None]]) -> list[Effect]:
+        effects: list[Effect] = []
+        for conn_id, channel, seq, reason in answered:
+            effects += self.broker.forward_resolved(conn_id, channel, seq, reason)
+        return effects
+
+    def _refuse(self, waiting: list[tuple[int, int, int]], reason: str) -> None:
+        self.release(lambda: self._answer([(*w, reason) for w in waiting]))
+
+    def _lost(self, link: _Link) -> None:
+        if link.closed:
+            return
+        lost: Lost = link.session.lost()
+        link.closed = True
+        waiting = [link.waiting[s] for s in range(lost.first, lost.upto + 1) if s in link.waiting]
+        link.waiting.clear()
+        if self._links.get(link.owner) is link:
+            del self._links[link.owner]
+        if waiting:
+            log.warning(
+                "shard link to shard %d lost: %d confirmed publishes refused",
+                link.owner,
+                len(waiting),
+            )
+            self._refuse(waiting, LINK_LOST)
+
+    def _drop(self, link: _Link) -> None:
+        transport = link.transport
+        self._lost(link)
+        if transport is not None:
+            transport.close()
+
+    def close(self) -> None:
+        """The server stops: close every link (what waits is refused)."""
+        self._closing = True
+        for link in list(self._links.values()):
+            self._drop(link)
