@@ -1,27 +1,32 @@
-"""Publishes forwarded from one shard to the owner of their queue, end to end.
+"""Publishes and consumers on one shard of queues another shard owns, end to end.
 
 The owner is `ringmq serve --shard-link-port` (shard 1), a process of its own; the origin
-(shard 0) is a broker server in this test's event loop, told where shard 1 listens
-(`ServerOptions.shard_peers`), holding copies of shard 1's queues (made through the core's
-`Topology.create_copy`: nothing makes copies from metadata yet, docs/dev/shards.md). An
-aio-pika publisher confirms on the origin; pika reads what the owner stored. Asserted: the
-owner has every confirmed message, in the publisher's order; an owner's refusal is the
-publisher's nack; a kill -9 of the owner settles every publish (nothing hangs) and loses no
-confirmed one (the owner restarted on its data directory has every message it confirmed).
+(shard 0) is a broker server in this test's event loop (the loop `ringmq serve` runs on:
+uvloop when installed), told where shard 1 listens (`ServerOptions.shard_peers`), holding
+copies of shard 1's queues (made through the core's `Topology.create_copy`: nothing makes
+copies from metadata yet, docs/dev/shards.md). aio-pika publishes with confirms and consumes
+on the origin; pika publishes to and reads the owner. Asserted: the owner has every confirmed
+message, in the publisher's order; an owner's refusal is the publisher's nack; a kill -9 of
+the owner settles every publish (nothing hangs) and loses no confirmed one (the owner
+restarted on its data directory has every message it confirmed); a consumer on the origin
+gets every message of the owner's queue once, in order but for those it requeued, and its
+acks empty the owner's queue; publisher and consumer both on the origin see the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import aio_pika
 import pika
 import pytest
 
 from ringmq.node import server as build_server
+from ringmq.server.loop import new_event_loop
 from ringmq.server.options import ServerOptions
 from ringmq.server.runtime import BrokerServer
 from tests.serve import Serve
@@ -34,8 +39,18 @@ pytestmark = [
 
 SECRET = "forward-secret"
 _LINK = re.compile(rb"SHARD-LINK listening on ([0-9.]+):(\d+)")
+_T = TypeVar("_T")
 _BOUND_S = 60.0
 """A bound against hanging only: every wait below ends as soon as its answer comes."""
+
+
+def _run(main: Coroutine[Any, Any, _T]) -> _T:
+    """Run the origin on the loop `ringmq serve` runs on (uvloop when installed)."""
+    loop = new_event_loop()
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        loop.close()
 
 
 def _owner(data: Path, log: Path) -> tuple[Serve, int]:
@@ -114,7 +129,7 @@ def test_confirmed_publishes_reach_the_owner_in_order(
         finally:
             await origin.stop()
 
-    outcomes = asyncio.run(main())
+    outcomes = _run(main())
     assert outcomes == [None] * len(bodies)
     assert _drain(serve, "orders") == bodies
 
@@ -133,7 +148,7 @@ def test_an_owner_refusal_is_the_publishers_nack(owner: tuple[Serve, int], tmp_p
         finally:
             await origin.stop()
 
-    tiny, ghost = asyncio.run(main())
+    tiny, ghost = _run(main())
     assert tiny[0] is None
     assert isinstance(tiny[1], aio_pika.exceptions.DeliveryError)
     assert isinstance(ghost[0], aio_pika.exceptions.DeliveryError)
@@ -159,7 +174,7 @@ def test_a_killed_owner_settles_every_publish_and_loses_no_confirmed_one(
         finally:
             await origin.stop()
 
-    outcomes = asyncio.run(main())
+    outcomes = _run(main())
     acked = {b for b, o in zip(bodies, outcomes, strict=True) if o is None}
     nacked = [o for o in outcomes if o is not None]
     assert all(isinstance(o, aio_pika.exceptions.DeliveryError) for o in nacked), nacked[:3]
@@ -173,3 +188,84 @@ def test_a_killed_owner_settles_every_publish_and_loses_no_confirmed_one(
     assert not lost, f"{len(lost)} confirmed messages lost"
     assert len(stored) == len(set(stored))  # each forwarded once
     assert stored == sorted(stored, key=int)  # in the publisher's order
+
+
+def _publish_at(serve: Serve, name: str, bodies: list[bytes]) -> None:
+    with pika.BlockingConnection(pika.URLParameters(serve.amqp_url)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for b in bodies:
+            ch.basic_publish("", name, b, pika.BasicProperties(delivery_mode=2))
+
+
+async def _consume(port: int, queue: str, count: int, requeue_first: int = 0) -> list[bytes]:
+    """Consume `count` messages from `queue` (prefetch 10), acking each; the first
+    `requeue_first` deliveries are nacked with requeue instead (and come again)."""
+    got: list[bytes] = []
+    conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{port}/")
+    async with conn:
+        ch = await conn.channel()
+        await ch.set_qos(prefetch_count=10)
+        q = await ch.get_queue(queue, ensure=False)
+        async with q.iterator() as it:
+            async for m in it:
+                if requeue_first:
+                    requeue_first -= 1
+                    await m.nack(requeue=True)
+                    continue
+                got.append(m.body)
+                await m.ack()
+                if len(got) == count:
+                    break
+    return got
+
+
+def _count(serve: Serve, name: str) -> int:
+    with pika.BlockingConnection(pika.URLParameters(serve.amqp_url)) as conn:
+        count: int = conn.channel().queue_declare(name, passive=True).method.message_count
+        return count
+
+
+def test_a_consumer_on_the_origin_takes_the_owners_messages_and_settles_them(
+    owner: tuple[Serve, int], tmp_path: Path
+) -> None:
+    serve, link_port = owner
+    _declare(serve, "work")
+    bodies = [str(i).encode() for i in range(300)]  # more than a subscription's credit
+    _publish_at(serve, "work", bodies)
+
+    async def main() -> list[bytes]:
+        origin = await _origin(tmp_path / "origin", link_port, "work")
+        try:
+            return await asyncio.wait_for(
+                _consume(origin.amqp_port, "work", len(bodies), requeue_first=3), _BOUND_S
+            )
+        finally:
+            await origin.stop()
+
+    got = _run(main())
+    assert sorted(got, key=int) == bodies  # each once; the requeued ones came again
+    assert [b for b in got if int(b) >= 3] == bodies[3:]  # the rest in the owner's order
+    assert _count(serve, "work") == 0  # every ack reached the owner
+
+
+def test_publisher_and_consumer_on_the_origin_queue_on_the_owner(
+    owner: tuple[Serve, int], tmp_path: Path
+) -> None:
+    serve, link_port = owner
+    _declare(serve, "both")
+    bodies = [str(i).encode() for i in range(400)]
+
+    async def main() -> tuple[list[BaseException | None], list[bytes]]:
+        origin = await _origin(tmp_path / "origin", link_port, "both")
+        try:
+            consuming = asyncio.create_task(_consume(origin.amqp_port, "both", len(bodies)))
+            outcomes = await _publish(origin.amqp_port, "both", bodies)
+            return outcomes, await asyncio.wait_for(consuming, _BOUND_S)
+        finally:
+            await origin.stop()
+
+    outcomes, got = _run(main())
+    assert outcomes == [None] * len(bodies)
+    assert got == bodies
+    assert _count(serve, "both") == 0

@@ -3,9 +3,11 @@
 Theory of operation: the broker holds some confirms, and some persistent messages, until an
 answer comes from outside the loop's call: the group commit's fsync (or its failure), the OS
 taking a stream's writes, and, with several shards, the owners of the queues a publish was
-forwarded to (core/forwarding.py). The server drains what waits after each batch
-(`drain_unconfirmed`, `drain_unwritten`, `drain_forwards`) and brings each answer back as one
-whole call (`confirm_stored`, `stored`, `unstored`, `fail_unconfirmed`, `forward_resolved`),
+forwarded to (core/forwarding.py), and the deliveries of the queues whose consumers are here
+(core/remotes.py). The server drains what waits after each batch
+(`drain_unconfirmed`, `drain_unwritten`, `drain_forwards`, `drain_remote_ops`) and brings each
+answer back as one whole call (`confirm_stored`, `stored`, `unstored`, `fail_unconfirmed`,
+`forward_resolved`, `remote_delivered`, `remote_gone`),
 whose effects it applies as any call's. `Answers` is a part of `Broker` (its base class): the
 owners it calls are the broker's.
 """
@@ -17,10 +19,14 @@ from typing import TYPE_CHECKING
 
 from ringmq.core.effects import Effect
 from ringmq.core.forwarding import ForwardPublish
+from ringmq.core.message import Message
+from ringmq.core.remotes import RemoteOp
+from ringmq.core.topology import cancel_consumers
 
 if TYPE_CHECKING:
     from ringmq.core.call import CallScope
     from ringmq.core.forwarding import Forwards
+    from ringmq.core.remotes import Remotes
     from ringmq.core.state import State
     from ringmq.core.transactions import Confirms
 
@@ -32,6 +38,7 @@ class Answers:
         state: State
         confirms: Confirms
         forwards: Forwards
+        remotes: Remotes
 
         def call(self, now_ms: int, *, publish: bool = False) -> CallScope: ...
 
@@ -106,4 +113,31 @@ class Answers:
         (`refused` None) or refused it (why: its queue's overflow, the link lost)."""
         with self.call(self.state.now_ms) as out:
             self.confirms.forward_resolved(conn_id, channel, seq, refused)
+        return out
+
+    def drain_remote_ops(self) -> list[RemoteOp]:
+        """Shard hook: the subscriptions to open and cancel, and the settlements to send, of
+        copies of other shards' queues (core/remotes.py), noted since the last call."""
+        return self.remotes.drain()
+
+    def remote_delivered(
+        self, sub: int, first_tag: int, entries: list[tuple[Message, bool, int]]
+    ) -> list[Effect]:
+        """Shard hook: the owner delivered `entries` (message, redelivered, delivery count)
+        to subscription `sub` as tags `first_tag`...: they go to the copy's consumers."""
+        state = self.state
+        with self.call(state.now_ms) as out:
+            q = self.remotes.delivered(sub, first_tag, entries, state.now_ms)
+            if q is not None:
+                state.mark(q)
+        return out
+
+    def remote_gone(self, sub: int, *, kept: bool = False) -> list[Effect]:
+        """Shard hook: the owner ended subscription `sub`: answering its cancel (`kept`: the
+        unacked deliveries stay settleable), or on its own (its queue went, it refused the
+        consumer, the link was lost), when the copy's consumers are cancelled."""
+        state = self.state
+        with self.call(state.now_ms) as out:
+            for q in self.remotes.gone(sub, state.now_ms, kept=kept):
+                cancel_consumers(state, q)
         return out

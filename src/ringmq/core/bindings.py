@@ -79,15 +79,15 @@ class QueueBindings:
 
     @classmethod
     def local_queue_for(cls, s: Session, name: str) -> QueueEntity:
-        """`queue_for` for what only the queue's owner can do (consume, get, purge, delete): a
-        copy of another shard's queue (`QueueEntity.owner`, core/forwarding.py) is refused."""
+        """`queue_for` for what only the queue's owner can do (get, purge, delete): a copy of
+        another shard's queue (`QueueEntity.owner`, core/forwarding.py) is refused."""
         q = cls.queue_for(s, name)
         if q.owner is not None:
             raise BrokerError(
                 Condition.NOT_IMPLEMENTED,
                 f"queue '{name}' in vhost '{q.vhost}' is owned by shard {q.owner}: "
-                "consuming from, getting from, purging or deleting another shard's queue "
-                "is not available yet",
+                "getting from, purging or deleting another shard's queue is not available "
+                "yet",
             )
         return q
 

@@ -16,7 +16,8 @@ progress, `state.py`):
 * `Resources` (resources.py): paging bounds, alarms, Artemis BLOCK/FAIL, publisher flow;
 * `Timers` (timers.py): TTLs, `x-expires`, schedules and delayed exchanges (`tick`);
 * `Restore` (restore.py): durable definitions recreated at recovery;
-* `Forwards` (forwarding.py): publishes and dead letters for queues another shard owns.
+* `Forwards` (forwarding.py): publishes and dead letters for queues another shard owns;
+  `Remotes` (remotes.py): the subscriptions of their copies' consumers.
 
 The calls that bring answers from outside a call (the store's fsync, other shards' owners)
 are `Answers` (answers.py), the broker's base class.
@@ -81,6 +82,7 @@ from ringmq.core.queue import (
     RunColumns,
     SpillStore,
 )
+from ringmq.core.remotes import Remotes
 from ringmq.core.resources import Resources
 from ringmq.core.restore import Restore
 from ringmq.core.session import Conn, ProtocolCounts, Session
@@ -118,9 +120,11 @@ class Broker(Answers):
         self.forwards = Forwards()
         """Publishes and dead letters for other shards' queues (forwarding.py)."""
         self.dead_letters = DeadLetters(state, self.topology.create_queue, self.forwards)
-        self.dispatcher = Dispatcher(state, self.resources, self.dead_letters)
+        self.remotes = Remotes()
+        """Subscriptions of copies of other shards' queues (remotes.py)."""
+        self.dispatcher = Dispatcher(state, self.resources, self.dead_letters, self.remotes)
         """The dispatch of the queues each call touched (dispatch.py), at the call's end."""
-        self.delivery = Delivery(state, self.topology, self.dispatcher)
+        self.delivery = Delivery(state, self.topology, self.dispatcher, self.remotes)
         self.stream_groups = ActiveGroups()
         """Single active consumer groups on streams (the stream protocol's)."""
         self.confirms = Confirms(state)

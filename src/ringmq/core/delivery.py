@@ -38,6 +38,7 @@ from ringmq.core.effects import DeliverReply
 from ringmq.core.entities import Consumer, NoLocal, QueueEntity, Unacked
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import Message, SeqId
+from ringmq.core.remotes import Remotes
 from ringmq.core.selector import Selector
 from ringmq.core.session import PublishMode, Session, SettleKind
 from ringmq.core.state import State
@@ -85,10 +86,14 @@ class Taken:
 class Delivery:
     """Consume, get and settle (see the module docstring)."""
 
-    def __init__(self, state: State, topology: Topology, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self, state: State, topology: Topology, dispatcher: Dispatcher, remotes: Remotes
+    ) -> None:
         self.state = state
         self.topology = topology
         self.dispatcher = dispatcher
+        self.remotes = remotes
+        """Subscriptions of copies of other shards' queues (remotes.py)."""
         """The dispatch of dirty queues (dispatch.py): a get flushes first, drains register."""
         self.replies: dict[str, tuple[Session, str]] = {}
         """Direct reply-to consumers: token -> (session, consumer tag)."""
@@ -167,7 +172,13 @@ class Delivery:
             return
         queue = self.topology.queue_name(s, queue)
         s.check(self.state.auth, Access.READ, "queue", queue)
-        q = self.topology.local_queue_for(s, queue)
+        q = self.topology.queue_for(s, queue)
+        if q.owner is not None and (browse or selector is not None):
+            raise BrokerError(
+                Condition.NOT_IMPLEMENTED,
+                f"queue '{queue}' in vhost '{q.vhost}' is owned by shard {q.owner}: browsing "
+                "or selecting from another shard's queue is not available yet",
+            )
         queuetypes.check_consume(q.settings.queue_type, q.vhost, queue, s.global_prefetch)
         if q.consumers and (exclusive or q.consumers.exclusive):
             raise BrokerError(
@@ -209,6 +220,8 @@ class Delivery:
             q.queue.groups.joined()  # group-rebalance (core/groups.py)
         q.had_consumer = True
         q.last_used_ms = now_ms
+        if q.owner is not None:  # a copy: its owner's messages come through a subscription
+            self.remotes.consumer_added(q)
         self.state.mark(q)
 
     def _consume_reply_to(self, s: Session, tag: str, no_ack: bool) -> None:
@@ -241,6 +254,10 @@ class Delivery:
         if consumer.no_local and rule is not None and rule.owner is None:
             q.no_local = None if rule.conn_id == consumer.session.conn_id else rule
         q.last_used_ms = now_ms
+        if q.owner is not None:  # a copy: the last consumer gone ends its subscription
+            self.remotes.consumer_removed(q, now_ms)
+            self.state.mark(q)
+            return
         if q.auto_delete and not q.consumers and q.had_consumer and not q.deleted:
             vh = self.state.vhosts.get(q.vhost)
             if vh is not None:
@@ -408,6 +425,10 @@ class Delivery:
             else:
                 g[1].append(e.seq)
         for q, seqs in groups.values():
+            if q.owner is not None:  # a copy: its owner settles the message
+                self.remotes.settled(q, seqs, kind)
+                state.dirty[id(q)] = q  # credit freed: what waits may go out
+                continue
             engine = q.queue
             match kind:
                 case SettleKind.ACK:

@@ -44,9 +44,11 @@ from ringmq.core.deadletter import DeadLetters
 from ringmq.core.effects import Deliver, Drained
 from ringmq.core.entities import Consumer, QueueEntity, Unacked
 from ringmq.core.groups import Groups, closes_group, marked_first, matcher
-from ringmq.core.message import Message
+from ringmq.core.message import Message, SeqId
 from ringmq.core.queue import Delivery as Handed
+from ringmq.core.remotes import Remotes
 from ringmq.core.resources import Resources
+from ringmq.core.session import SettleKind
 from ringmq.core.state import State
 from ringmq.core.streamread import stream_read
 
@@ -62,10 +64,15 @@ selector consumer, never a stall."""
 class Dispatcher:
     """The dispatch of dirty queues (see the module docstring)."""
 
-    def __init__(self, state: State, resources: Resources, dead: DeadLetters) -> None:
+    def __init__(
+        self, state: State, resources: Resources, dead: DeadLetters, remotes: Remotes
+    ) -> None:
         self.state = state
         self.resources = resources
         self.dead = dead
+        self.remotes = remotes
+        """Subscriptions of copies of other shards' queues (remotes.py): a no-ack delivery
+        from a copy settles its owner's message as it goes out."""
         self.draining: dict[int, Consumer] = {}
         """Consumers asked to drain their credit (by id): checked after each flush."""
 
@@ -145,6 +152,7 @@ class Dispatcher:
         persisted = dur.persisted(q) if dur is not None else None
         counters = engine.counters  # ready_count = ready + paged, without the property call
         credited = consumers.credited  # link credit is counted only where some was given
+        remote: list[SeqId] | None = [] if q.owner is not None else None  # a copy's no-acks
         missed: set[Consumer] | None = set() if selective else None
         while counters.ready or counters.paged:
             if not budget:
@@ -178,6 +186,8 @@ class Dispatcher:
                 s.next_delivery_id = tag + 1
                 no_ack_count += 1
                 s.counts.delivered_auto += 1
+                if remote is not None:
+                    remote.append(d.seq)
             else:
                 tag = s.track(Unacked(q, d.seq, c, False, 0, now_ms))
                 s.counts.delivered_manual += 1
@@ -199,6 +209,8 @@ class Dispatcher:
             budget -= 1
             if credited and c.credit is not None:
                 c.credit -= 1
+        if remote:
+            self.remotes.settled(q, remote, SettleKind.ACK)
         delivered = DISPATCH_BATCH - budget
         if delivered:
             state.stats["delivered"] += delivered

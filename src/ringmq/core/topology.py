@@ -83,6 +83,19 @@ THIS_SHARD: Final = 0
 (docs/dev/shards.md), when the parent gives each shard its index and shard 0 the counts."""
 
 
+def cancel_consumers(state: State, q: QueueEntity) -> None:
+    """End every consumer of `q`, whose queue went (deleted here, or its owner shard ended
+    the subscription of a copy): each client that asked for it is told (the consumer cancel
+    notification); their unacked deliveries stay with their sessions."""
+    out = state.out
+    for consumer in list(q.consumers.all):
+        session = consumer.session
+        session.consumers.pop(consumer.tag, None)
+        if session.conn.cancel_notify and session.conn.sessions.get(session.channel) is session:
+            out.append(CancelConsumer(session.conn_id, session.channel, consumer.tag))
+    q.consumers = ConsumerSet(single_active=q.settings.single_active_consumer)
+
+
 def _settings_error(exc: SettingsError) -> BrokerError:
     return BrokerError(Condition.PRECONDITION_FAILED, str(exc))
 
@@ -498,13 +511,7 @@ class Topology(QueueBindings):
         if q.stream is not None:
             q.stream.delete()
             state.streams.pop(id(q), None)
-        out = state.out
-        for consumer in list(q.consumers.all):
-            session = consumer.session
-            session.consumers.pop(consumer.tag, None)
-            if session.conn.cancel_notify and session.conn.sessions.get(session.channel) is session:
-                out.append(CancelConsumer(session.conn_id, session.channel, consumer.tag))
-        q.consumers = ConsumerSet()
+        cancel_consumers(state, q)
         if q.exclusive_owner is not None:
             conn = state.conns.get(q.exclusive_owner)
             if conn is not None:

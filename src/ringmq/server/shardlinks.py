@@ -16,11 +16,20 @@ confirmed publish (`ForwardPublish.seq` > 0) are answered to the core
 (`Broker.forward_resolved`): stored, or refused with the owner's code turned back into the
 confirm's reason (`ringmq.shardlink.codes.reason_of`), the effects applied as one batch.
 
-Loss: a link whose connect fails, whose socket drops, or whose hello the owner refuses is
-closed; every sequence it had not resolved is refused (`LINK_LOST`: the owner may have stored
-it, so a publisher that resends may duplicate, as after RabbitMQ nacks a publish to a queue it
-lost), and the next forward to that owner opens a new link, at most one attempt per
-`RETRY_S` (forwards drained meanwhile are refused at once, not buffered without bound).
+Consumers: the core's subscriptions of copies (core/remotes.py: `Broker.drain_remote_ops`,
+drained with the forwards) become link consumers (`OriginSession.subscribe`, `settle` followed
+by a `grant` of as many deliveries as were settled, `cancel`); the owner's deliveries go to
+`Broker.remote_delivered`, and its end of a consumer (its answer to a cancel, its queue gone,
+its refusal) to `Broker.remote_gone`.
+
+Loss: a link whose connect fails, whose socket drops, whose hello the owner refuses, or that
+the owner has not welcomed within `OPEN_TIMEOUT_S` is closed; every sequence it had not
+resolved is refused (`LINK_LOST`: the owner may have stored it, so a publisher that resends
+may duplicate, as after RabbitMQ nacks a publish to a queue it lost), its consumers end (the
+owner requeues what they had not settled), and the next forward to that owner opens a new
+link, at most one attempt per `RETRY_S` (forwards drained meanwhile are refused at once, not
+buffered without bound). An owner that welcomed a link and then stops answering on an open
+socket is not detected yet (the link has no heartbeat).
 
 Owns the links. Owned by the loop thread.
 """
@@ -31,11 +40,23 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from functools import partial
+from typing import TYPE_CHECKING, Final, cast
 
 from ringmq.core.effects import Effect
+from ringmq.core.remotes import RemoteCancel, RemoteOp, RemoteSettle, RemoteSubscribe
+from ringmq.core.session import SettleKind
+from ringmq.shardlink.codec import Outcome
 from ringmq.shardlink.codes import reason_of
-from ringmq.shardlink.origin import Lost, OriginSession, Refused, Resolved
+from ringmq.shardlink.origin import (
+    ConsumerGone,
+    ConsumerRefused,
+    Delivered,
+    Lost,
+    OriginSession,
+    Refused,
+    Resolved,
+)
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
@@ -47,8 +68,17 @@ LINK_LOST: Final = "shard-link-lost"
 """The confirm reason of a forward whose link went before the owner answered."""
 RETRY_S: Final = 1.0
 """Least time between two connects to one owner."""
+OPEN_TIMEOUT_S: Final = 10.0
+"""A link the owner has not welcomed by then (connect and hello) is dropped."""
 
 _Release = Callable[[Callable[[], list[Effect]]], None]
+_Call = Callable[[], list[Effect]]
+_OUTCOMES: Final = {
+    SettleKind.ACK: Outcome.ACK,
+    SettleKind.REQUEUE: Outcome.REQUEUE,
+    SettleKind.RELEASE: Outcome.REQUEUE,
+    SettleKind.REJECT: Outcome.REJECT,
+}
 
 
 @dataclass(slots=True, eq=False)
@@ -57,14 +87,18 @@ class _Link(asyncio.Protocol):
     session: OriginSession
     waiting: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     """Link sequence -> (conn_id, channel, publish seq) of a confirm that waits for it."""
+    subs: dict[int, int] = field(default_factory=dict)
+    """Link consumer id -> the core's subscription."""
+    cancelled: set[int] = field(default_factory=set)
+    """Link consumers this side cancelled."""
     transport: asyncio.Transport | None = None
     closed: bool = False
     on_data: Callable[[_Link, bytes], None] | None = None
     on_lost: Callable[[_Link], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance test
+        self.transport = cast("asyncio.Transport", transport)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
@@ -110,15 +144,21 @@ class ShardLinks:
         self.secret = secret
         self.peers = dict(peers)
         self._links: dict[int, _Link] = {}
+        self._subs: dict[int, tuple[_Link, int]] = {}  # the core's subscription -> link, cid
         self._next_connect: dict[int, float] = {}
         self._closing = False
 
     def after_batch(self) -> None:
         """End of a batch: forward what the core noted, write what the links have."""
         forwards = self.broker.drain_forwards()
-        if not forwards:
+        ops = self.broker.drain_remote_ops()
+        if not forwards and not ops:
             return
         touched: dict[int, _Link] = {}
+        for op in ops:
+            link = self._operate(op)
+            if link is not None:
+                touched[link.owner] = link
         refused: list[ForwardPublish] = []
         for f in forwards:
             link = touched.get(f.shard) or self._link(f.shard)
@@ -135,6 +175,36 @@ class ShardLinks:
             waiting = [(f.conn_id, f.channel, f.seq) for f in refused if f.seq]
             if waiting:
                 self.loop.call_soon(self._refuse, waiting, LINK_LOST)
+
+    def _operate(self, op: RemoteOp) -> _Link | None:
+        # One operation of the core's subscriptions on its link (None: nothing to write).
+        if isinstance(op, RemoteSubscribe):
+            link = self._link(op.shard)
+            if link is None:  # no link to the owner now: the consumers hear it ended
+                self.loop.call_soon(self.release, lambda: self.broker.remote_gone(op.sub))
+                return None
+            cid = link.session.subscribe(op.vhost, op.queue, op.credit)
+            link.subs[cid] = op.sub
+            self._subs[op.sub] = (link, cid)
+            return link
+        found = self._subs.get(op.sub)
+        if found is None or found[0].closed:
+            return None  # ended by the owner or the link: nothing to tell it
+        link, cid = found
+        session = link.session
+        if isinstance(op, RemoteCancel):
+            session.cancel(cid)
+            link.cancelled.add(cid)
+            return link
+        assert isinstance(op, RemoteSettle)
+        outstanding = session.unsettled(cid)
+        tags = [t for t in op.tags if t in outstanding]
+        if tags:
+            session.settle(cid, _OUTCOMES[op.outcome], tags)
+            session.grant(cid, len(tags))
+        if cid not in link.subs and not session.unsettled(cid):
+            del self._subs[op.sub]  # ended, and its last delivery settled
+        return link
 
     def _link(self, owner: int) -> _Link | None:
         link = self._links.get(owner)
@@ -153,14 +223,24 @@ class ShardLinks:
         return link
 
     async def _connect(self, link: _Link, host: str, port: int) -> None:
+        self.loop.call_later(OPEN_TIMEOUT_S, self._check_open, link)
         try:
-            await self.loop.create_connection(lambda: link, host, port)
-        except OSError as exc:
-            log.warning("shard link to shard %d (%s:%d): %s", link.owner, host, port, exc)
+            await asyncio.wait_for(
+                self.loop.create_connection(lambda: link, host, port), OPEN_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            log.warning("shard link to shard %d (%s:%d): %r", link.owner, host, port, exc)
             self._lost(link)
+
+    def _check_open(self, link: _Link) -> None:
+        if not link.closed and link.session.owner is None:
+            log.warning("shard link to shard %d: no welcome in %.0f s", link.owner, OPEN_TIMEOUT_S)
+            self._drop(link)
 
     def _received(self, link: _Link, data: bytes) -> None:
         answered: list[tuple[int, int, int, str | None]] = []
+        calls: list[_Call] = []
+        broker = self.broker
         for ev in link.session.receive_data(data):
             if isinstance(ev, Resolved):
                 for seq in range(ev.first, ev.upto + 1):
@@ -168,14 +248,35 @@ class ShardLinks:
                     if who is not None:
                         code = ev.rejected.get(seq)
                         answered.append((*who, None if code is None else reason_of(code)))
+            elif isinstance(ev, Delivered):
+                sub = link.subs.get(ev.cid)
+                if sub is not None:
+                    entries = [(d.message, d.redelivered, d.delivery_count) for d in ev.entries]
+                    calls.append(partial(broker.remote_delivered, sub, ev.first_tag, entries))
+            elif isinstance(ev, ConsumerGone | ConsumerRefused):
+                calls += self._consumer_ended(link, ev)
             elif isinstance(ev, Refused):
                 log.warning("shard link to shard %d refused: %s", link.owner, ev.reason)
         if answered:
-            self.release(lambda: self._answer(answered))
+            calls.insert(0, partial(self._answer, answered))
+        if calls:
+            self.release(lambda: [e for call in calls for e in call()])
         if link.session.closed:
             self._drop(link)
         else:
             link.flush()
+
+    def _consumer_ended(self, link: _Link, ev: ConsumerGone | ConsumerRefused) -> list[_Call]:
+        sub = link.subs.pop(ev.cid, None)
+        if sub is None:
+            return []
+        if isinstance(ev, ConsumerRefused):
+            log.warning("shard link to shard %d: consumer refused: %s", link.owner, ev.text)
+        kept = isinstance(ev, ConsumerGone) and ev.cid in link.cancelled and not ev.dropped
+        link.cancelled.discard(ev.cid)
+        if not kept or not link.session.unsettled(ev.cid):
+            self._subs.pop(sub, None)
+        return [partial(self.broker.remote_gone, sub, kept=kept)]
 
     def _answer(self, answered: list[tuple[int, int, int, str | None]]) -> list[Effect]:
         effects: list[Effect] = []
@@ -193,6 +294,14 @@ class ShardLinks:
         link.closed = True
         waiting = [link.waiting[s] for s in range(lost.first, lost.upto + 1) if s in link.waiting]
         link.waiting.clear()
+        subs = list(link.subs.values())
+        link.subs.clear()
+        for sub in subs:
+            self._subs.pop(sub, None)
+        if subs:
+            self.loop.call_soon(
+                self.release, lambda: [e for sub in subs for e in self.broker.remote_gone(sub)]
+            )
         if self._links.get(link.owner) is link:
             del self._links[link.owner]
         if waiting:

@@ -112,9 +112,6 @@ def test_without_confirms_a_forward_names_no_publish() -> None:
 def test_what_only_the_owner_can_do_is_refused_on_a_copy() -> None:
     kit, s = _kit()
     for step in (
-        lambda: kit.broker.delivery.consume(
-            s, "r1", "c", no_ack=False, exclusive=False, arguments={}, now_ms=kit.now
-        ),
         lambda: kit.broker.delivery.get(s, "r1", no_ack=False, now_ms=kit.now),
         lambda: kit.broker.topology.purge_for(s, "r1"),
         lambda: kit.broker.topology.delete_for(s, "r1", if_unused=False, if_empty=False),
