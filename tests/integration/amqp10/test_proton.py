@@ -239,3 +239,23 @@ def test_a_deleted_queue_detaches_its_receivers(
         rcv.receive(timeout=5)
     assert "amqp:resource-deleted" in str(exc.value)
     conn.create_sender("still-open").send(Message(body="the session goes on"))
+
+
+def test_a_failed_delivery_counts_in_the_header(
+    conn: BlockingConnection, broker: BrokerThread, ch: Any
+) -> None:
+    # the header's delivery-count: the attempts before this one, as the queue counted them
+    ch.queue_declare("counted")
+    snd = conn.create_sender("/queues/counted")
+    snd.send(Message(body="x"))
+    rcv = conn.create_receiver("/queues/counted", credit=0)
+    counts = []
+    for _ in range(3):
+        m = rcv.receive(timeout=5)
+        counts.append(m.delivery_count)
+        fetcher(rcv).unsettled[0].local.failed = True
+        rcv.settle(Delivery.MODIFIED)
+        settled_at_broker(conn, broker, "counted")
+    m = rcv.receive(timeout=5)
+    rcv.accept()
+    assert [*counts, m.delivery_count] == [0, 1, 2, 3]

@@ -310,8 +310,10 @@ class Links:
         if msg.form == m10.FORM_AMQP10 and not redelivered:  # the sections as received
             payload, body = msg.properties_bin, msg.body
         else:
+            # the header's delivery-count: earlier attempts, as the queue counted them
+            tries = max(d.delivery_count - 1, 1 if redelivered else 0)
             payload = m10.payload_for_amqp10(
-                msg, first_acquirer=not redelivered, delivery_count=1 if redelivered else 0
+                msg, first_acquirer=not redelivered, delivery_count=tries
             )
             body = b""
         tag = d.delivery_id
