@@ -7,7 +7,7 @@ forwarded to (core/forwarding.py), and the deliveries of the queues whose consum
 (core/remotes.py). The server drains what waits after each batch
 (`drain_unconfirmed`, `drain_unwritten`, `drain_forwards`, `drain_remote_ops`) and brings each
 answer back as one whole call (`confirm_stored`, `stored`, `unstored`, `fail_unconfirmed`,
-`forward_resolved`, `remote_delivered`, `remote_gone`),
+`forwards_resolved`, `remote_delivered`, `remote_gone`),
 whose effects it applies as any call's. `Answers` is a part of `Broker` (its base class): the
 owners it calls are the broker's.
 """
@@ -106,14 +106,21 @@ class Answers:
         the last call, in order; the server sends them on the shard link to each owner."""
         return self.forwards.drain()
 
+    def forwards_resolved(
+        self, answers: Iterable[tuple[int, int, int, str | None]]
+    ) -> list[Effect]:
+        """Shard hook: the owners of queues confirmed publishes were forwarded to stored them
+        or refused them: (conn_id, channel, publish seq, why refused: its queue's overflow,
+        the link lost; None when stored), as one call."""
+        with self.call(self.state.now_ms) as out:
+            self.confirms.forwards_resolved(answers)
+        return out
+
     def forward_resolved(
         self, conn_id: int, channel: int, seq: int, refused: str | None = None
     ) -> list[Effect]:
-        """Shard hook: the owner of a queue a confirmed publish was forwarded to stored it
-        (`refused` None) or refused it (why: its queue's overflow, the link lost)."""
-        with self.call(self.state.now_ms) as out:
-            self.confirms.forward_resolved(conn_id, channel, seq, refused)
-        return out
+        """`forwards_resolved` of one publish."""
+        return self.forwards_resolved([(conn_id, channel, seq, refused)])
 
     def drain_remote_ops(self) -> list[RemoteOp]:
         """Shard hook: the subscriptions to open and cancel, and the settlements to send, of

@@ -14,7 +14,7 @@ were noted, so a publisher's messages to one queue keep their order.
 A confirm waits for every owner that got the message, and for the local fsync where the message
 was also persisted here: `Confirms.confirm_joined` holds it with the number of answers still
 due, the store's release (`Confirms.confirm_stored`) and the owners' answers
-(`Confirms.forward_resolved`, from the server when the link resolves the forward) each count one
+(`Confirms.forwards_resolved`, from the server as the link resolves forwards) each count one
 down, and the last one sends the confirm. A refusal by any of them (an owner's full queue, a
 lost link) nacks it at once; the later answers find nothing held and are ignored.
 

@@ -11,7 +11,7 @@ reached only stream queues under `BrokerConfig.stream_confirm` `written` is held
 the server has handed the batch's writes to the OS (`drain_unwritten`, then `confirm_stored` as
 well); otherwise confirmed at once. A publish that also reached other shards' queues
 (core/forwarding.py) is held until each of their owners has answered too (`confirm_joined`,
-`forward_resolved`: the last answer due confirms it, any refusal nacks it). Consecutive
+`forwards_resolved`: the last answer due confirms it, any refusal nacks it). Consecutive
 confirms are coalesced into one `multiple` confirm when the session's confirmed floor moves
 past several, never over a nacked or held publish (`Session.confirm_acks`,
 `Session.confirm_nack`: the one place of that rule).
@@ -115,7 +115,7 @@ class Confirms:
         released: list[int] | None = None,
     ) -> None:
         """`confirm_publish` for a publish that also went to `owners` other shards' queues
-        (core/forwarding.py): held until each owner has answered (`forward_resolved`) and,
+        (core/forwarding.py): held until each owner has answered (`forwards_resolved`) and,
         where it was held for the local fsync or write, until the store has released it too;
         a local refusal nacks it at once."""
         if refused or not owners:
@@ -132,19 +132,26 @@ class Confirms:
         s.confirm_held.add(seq)
         s.confirm_waits[seq] = answers
 
-    def forward_resolved(self, conn_id: int, channel: int, seq: int, refused: str | None) -> None:
-        """An owner answered for publish `seq` of a confirm session: stored (`refused` None)
-        or refused (why): the last answer due confirms it, a refusal nacks it at once; an
-        unknown or already settled seq is ignored."""
-        s = self._session(conn_id, channel)
-        if s is None or seq not in s.confirm_waits:  # settled, or never forwarded
-            return
-        if refused:
-            self.refuse(s, seq, refused)
-            return
-        released = self._last_answers(s, [seq])
-        if released:
-            self.send(s, released)
+    def forwards_resolved(self, answers: Iterable[tuple[int, int, int, str | None]]) -> None:
+        """Owners answered for publishes (conn_id, channel, publish seq, why refused or None
+        when stored): the last answer due confirms a publish, a refusal nacks it at once; an
+        unknown or already settled seq is ignored. The confirms of one session go out
+        together (coalesced into multiple acks where they can)."""
+        stored: dict[tuple[int, int], list[int]] = {}
+        for conn_id, channel, seq, refused in answers:
+            s = self._session(conn_id, channel)
+            if s is None or seq not in s.confirm_waits:  # settled, or never forwarded
+                continue
+            if refused:
+                self.refuse(s, seq, refused)
+            else:
+                stored.setdefault((conn_id, channel), []).append(seq)
+        for (conn_id, channel), seqs in stored.items():
+            s = self._session(conn_id, channel)
+            assert s is not None
+            released = self._last_answers(s, [q for q in seqs if q in s.confirm_waits])
+            if released:
+                self.send(s, released)
 
     @staticmethod
     def _last_answers(s: Session, seqs: list[int]) -> list[int]:

@@ -12,9 +12,9 @@ secret; while it connects, its forwards wait in its session. A link's sequences 
 order they were drained, so a publisher's messages to one queue keep their order.
 
 Answers: a `Resolved` event settles the link sequences `first..upto`; those that carried a
-confirmed publish (`ForwardPublish.seq` > 0) are answered to the core
-(`Broker.forward_resolved`): stored, or refused with the owner's code turned back into the
-confirm's reason (`ringmq.shardlink.codes.reason_of`), the effects applied as one batch.
+confirmed publish (`ForwardPublish.seq` > 0) are answered to the core in one call for what
+one read brought (`Broker.forwards_resolved`): stored, or refused with the owner's code turned
+back into the confirm's reason (`ringmq.shardlink.codes.reason_of`), applied as one batch.
 
 Consumers: the core's subscriptions of copies (core/remotes.py: `Broker.drain_remote_ops`,
 drained with the forwards) become link consumers (`OriginSession.subscribe`, `settle` followed
@@ -120,7 +120,7 @@ class ShardLinks:
     """This shard's links to other shards (see the module docstring).
 
     Args:
-        broker: the core (`drain_forwards`, `forward_resolved`).
+        broker: the core (`drain_forwards`, `forwards_resolved`, the remote consumers' calls).
         loop: the server's loop.
         release: runs a function producing effects as one server batch (applies, flushes).
         shard: this shard's index (the links' hello).
@@ -279,10 +279,7 @@ class ShardLinks:
         return [partial(self.broker.remote_gone, sub, kept=kept)]
 
     def _answer(self, answered: list[tuple[int, int, int, str | None]]) -> list[Effect]:
-        effects: list[Effect] = []
-        for conn_id, channel, seq, reason in answered:
-            effects += self.broker.forward_resolved(conn_id, channel, seq, reason)
-        return effects
+        return self.broker.forwards_resolved(answered)
 
     def _refuse(self, waiting: list[tuple[int, int, int]], reason: str) -> None:
         self.release(lambda: self._answer([(*w, reason) for w in waiting]))

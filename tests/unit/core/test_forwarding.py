@@ -201,6 +201,27 @@ class ForwardedConfirms(RuleBasedStateMachine):
         who = data.draw(st.sampled_from(sorted(self.due[seq], key=str)))
         self._answer(seq, who, ok)
 
+    @precondition(lambda self: any(w != _FSYNC for d in self.due.values() for w in d))
+    @rule(data=st.data())
+    def owners_answer_together(self, data: Any) -> None:
+        # what one read of the links brings: several owners' answers in one call
+        pending = sorted((q, w) for q, d in self.due.items() for w in d if w != _FSYNC)
+        picked = data.draw(st.lists(st.sampled_from(pending), min_size=1, unique=True))
+        answers = []
+        for seq, who in picked:
+            ok = data.draw(st.sampled_from([True, True, False]))
+            due = self.due.get(seq)
+            if due is not None and who in due:
+                due.discard(who)
+                if not ok:
+                    self.outcome[seq] = _NACK
+                    del self.due[seq]
+                elif not due:
+                    self.outcome[seq] = _ACK
+                    del self.due[seq]
+            answers.append((self.ch.conn_id, self.ch.channel, seq, None if ok else "overflow"))
+        self.client.read(self.kit.broker.forwards_resolved(answers), self.outcome)
+
     @precondition(lambda self: len(self.due) < self.seq)
     @rule(data=st.data(), who=st.sampled_from([_FSYNC, 1, 2]), ok=st.booleans())
     def late_answer(self, data: Any, who: str | int, ok: bool) -> None:
