@@ -9,9 +9,11 @@ numbers each publish on that session and later answers it with `Confirm` effects
 cumulatively, exactly as it answers a 0-9-1 publisher in confirm mode: persistent messages
 reaching durable queues after the group commit's fsync, the others at once, negatively with a
 reason when a queue refused the message (reject-publish, an Artemis FAIL address, a failing
-store). `_waiting` maps each core publish number to its link sequence, oldest first, so a
-cumulative confirm resolves a run of link sequences (`OwnerSession.accept` / `reject`), and the
-session answers the origin cumulatively in turn.
+store). The acks of one received run go out together, as a 0-9-1 publish run's do
+(`Publisher.publish`'s `released`), so a run costs one cumulative confirm. `_waiting` maps each
+core publish number to its link sequence, oldest first, so a cumulative confirm resolves a run
+of link sequences (`OwnerSession.accept` / `reject`), and the session answers the origin
+cumulatively in turn.
 
 One link sequence is one core publish, whatever the number of queues: its confirm comes once
 every queue's copy is stored, or negative when any queue refused it (the others keep theirs,
@@ -61,8 +63,10 @@ class Forwards:
         """Enqueue a run of forwards, in order (inside a core call that publishes)."""
         s = self.session
         vhosts = self.broker.state.vhosts
-        publish = self.broker.publisher.publish
+        publisher = self.broker.publisher
+        publish = publisher.publish
         owner = self.owner
+        released: list[int] = []  # the run's acks, sent together (coalesced) at its end
         seq = ev.first
         for entry in ev.entries:
             vh = vhosts.get(entry.vhost)
@@ -77,7 +81,7 @@ class Forwards:
                 try:
                     publish(
                         entry.message, session=s, vhost=vh, exchange=default, now_ms=now_ms,
-                        queues=queues,
+                        queues=queues, released=released,
                     )  # fmt: skip
                 except BrokerError as exc:
                     # refused outright (the pipeline raises only where no confirm follows): it
@@ -86,6 +90,8 @@ class Forwards:
                 else:
                     self._waiting[s.publish_seq] = seq
             seq += 1
+        if released:
+            publisher.confirms.send(s, released)
 
     def confirmed(self, c: Confirm) -> None:
         """The core's confirm of publishes on the link's session: their link sequences are
