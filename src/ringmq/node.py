@@ -396,6 +396,7 @@ def leader_server(options: ServerOptions, cluster: ClusterNode, leader: ViewLead
         app_factory=_app_of(cluster),
         handlers=handlers,
         ticks=PROTOCOL_TICKS,
+        refusers=PROTOCOL_REFUSERS,  # a leader that no longer leads refuses in protocol terms
     )
     srv.trusted = TrustedPeers(options.config.proxy.proxy_protocol_from, leader.peer_hosts)
     return srv
