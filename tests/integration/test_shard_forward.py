@@ -16,7 +16,9 @@ acks empty the owner's queue; publisher and consumer both on the origin see the 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -269,3 +271,33 @@ def test_publisher_and_consumer_on_the_origin_queue_on_the_owner(
     assert outcomes == [None] * len(bodies)
     assert got == bodies
     assert _count(serve, "both") == 0
+
+
+def test_a_stopped_owner_is_found_by_its_silence(tmp_path: Path) -> None:
+    # SIGSTOP: the owner's socket stays open and says nothing; the origin drops the link
+    # after its stall time and nacks what waited, instead of holding publishers for ever
+    serve, link_port = _owner(tmp_path / "owner", tmp_path / "owner.log")
+    try:
+        _declare(serve, "stuck")
+
+        async def main() -> tuple[list[BaseException | None], list[BaseException | None]]:
+            origin = await _origin(tmp_path / "origin", link_port, "stuck")
+            try:
+                links = origin.conns.shard_links
+                assert links is not None
+                links.stall_s = 1.0
+                before = await _publish(origin.amqp_port, "stuck", [b"a"])
+                os.kill(serve.proc.pid, signal.SIGSTOP)
+                try:
+                    during = await _publish(origin.amqp_port, "stuck", [b"b", b"c"])
+                finally:
+                    os.kill(serve.proc.pid, signal.SIGCONT)
+                return before, during
+            finally:
+                await origin.stop()
+
+        before, during = _run(main())
+        assert before == [None]
+        assert all(isinstance(o, aio_pika.exceptions.DeliveryError) for o in during), during
+    finally:
+        serve.stop()

@@ -28,8 +28,11 @@ resolved is refused (`LINK_LOST`: the owner may have stored it, so a publisher t
 may duplicate, as after RabbitMQ nacks a publish to a queue it lost), its consumers end (the
 owner requeues what they had not settled), and the next forward to that owner opens a new
 link, at most one attempt per `RETRY_S` (forwards drained meanwhile are refused at once, not
-buffered without bound). An owner that welcomed a link and then stops answering on an open
-socket is not detected yet (the link has no heartbeat).
+buffered without bound). An owner that stops answering on an open socket (a stopped or wedged
+process) is found by its silence: a link whose owner has sent nothing for `stall_s` while
+forwards wait for it is dropped as lost (checked every `stall_s / 4`; an idle link, or one
+that only waits for deliveries, is left alone: silence is all an owner with nothing to say
+sends).
 
 Owns the links. Owned by the loop thread.
 """
@@ -70,6 +73,9 @@ RETRY_S: Final = 1.0
 """Least time between two connects to one owner."""
 OPEN_TIMEOUT_S: Final = 10.0
 """A link the owner has not welcomed by then (connect and hello) is dropped."""
+STALL_S: Final = 60.0
+"""A link whose owner has said nothing for this long while forwards wait for its answer is
+dropped (RabbitMQ's inter-node net_ticktime is 60 s too)."""
 
 _Release = Callable[[Callable[[], list[Effect]]], None]
 _Call = Callable[[], list[Effect]]
@@ -93,6 +99,8 @@ class _Link(asyncio.Protocol):
     """Link consumers this side cancelled."""
     transport: asyncio.Transport | None = None
     closed: bool = False
+    heard: float = 0.0
+    """When the owner last sent something, or forwards last began to wait (loop time)."""
     on_data: Callable[[_Link, bytes], None] | None = None
     on_lost: Callable[[_Link], None] | None = None
 
@@ -102,6 +110,7 @@ class _Link(asyncio.Protocol):
         self.flush()
 
     def data_received(self, data: bytes) -> None:
+        self.heard = asyncio.get_running_loop().time()
         if self.on_data is not None:
             self.on_data(self, data)
 
@@ -145,6 +154,9 @@ class ShardLinks:
         self.peers = dict(peers)
         self._links: dict[int, _Link] = {}
         self._subs: dict[int, tuple[_Link, int]] = {}  # the core's subscription -> link, cid
+        self.stall_s = STALL_S
+        """See the module docstring (tests shorten it)."""
+        self._watching: asyncio.TimerHandle | None = None
         self._next_connect: dict[int, float] = {}
         self._closing = False
 
@@ -166,11 +178,15 @@ class ShardLinks:
                 refused.append(f)
                 continue
             touched[f.shard] = link
+            if not link.session.unresolved:  # forwards begin to wait: the silence counts now
+                link.heard = self.loop.time()
             seq = link.session.forward(f.vhost, (f.queue,), f.message)
             if f.seq:
                 link.waiting[seq] = (f.conn_id, f.channel, f.seq)
         for link in touched.values():
             link.flush()
+        if touched and self._watching is None:
+            self._watching = self.loop.call_later(self.stall_s / 4, self._watch)
         if refused:
             waiting = [(f.conn_id, f.channel, f.seq) for f in refused if f.seq]
             if waiting:
@@ -231,6 +247,22 @@ class ShardLinks:
         except (OSError, TimeoutError) as exc:
             log.warning("shard link to shard %d (%s:%d): %r", link.owner, host, port, exc)
             self._lost(link)
+
+    def _watch(self) -> None:
+        # Drop the links whose owner stays silent while forwards wait (module docstring).
+        self._watching = None
+        now = self.loop.time()
+        for link in list(self._links.values()):
+            if link.session.unresolved and now - link.heard > self.stall_s:
+                log.warning(
+                    "shard link to shard %d: no answer in %.0f s with %d forwards waiting",
+                    link.owner,
+                    now - link.heard,
+                    link.session.unresolved,
+                )
+                self._drop(link)
+        if self._links and not self._closing:
+            self._watching = self.loop.call_later(self.stall_s / 4, self._watch)
 
     def _check_open(self, link: _Link) -> None:
         if not link.closed and link.session.owner is None:
@@ -318,5 +350,8 @@ class ShardLinks:
     def close(self) -> None:
         """The server stops: close every link (what waits is refused)."""
         self._closing = True
+        if self._watching is not None:
+            self._watching.cancel()
+            self._watching = None
         for link in list(self._links.values()):
             self._drop(link)
