@@ -214,6 +214,13 @@ class MqttHandler:
                 self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         return out
 
+    def tick_idle_ms(self, now_ms: int, mono_ms: int) -> int | None:
+        """`TickDeadline`: `tick` has work once the keep-alive would expire."""
+        if not self.is_open or self.released:
+            return None
+        due = self.machine.keep_alive_due_ms()
+        return None if due is None else max(0, due - now_ms)
+
     def close(self, condition: Condition, text: str) -> None:
         reason = CLOSE.get(condition, Reason.IMPLEMENTATION_SPECIFIC_ERROR)
         if self.taken_over:
