@@ -29,7 +29,9 @@ this module. One driver (`server/handlers.py`) runs every protocol, all on the l
   released at once, before that dispatch (its output is written first).
 * `tick` runs from the server's periodic sweep (twice a second): heartbeats and keep-alive,
   idle timeouts, anything the protocol times out. A peer gone silent is dropped with
-  `Socket.abort()` (no flush: its buffer may never drain); the server then releases it.
+  `Socket.abort()` (no flush: its buffer may never drain); the server then releases it. A
+  handler that can tell when its `tick` next has work (`TickDeadline`) is ticked only then
+  once it opened, so an idle connection costs nothing between its deadlines.
 * `close` is a close the server starts (shutdown, an operator, a bug on this connection): queue
   the protocol's close or error frame. `closed` turns true once the handler wants the socket
   closed (after its close handshake, or at once for protocols without one): the server writes
@@ -200,6 +202,21 @@ class AppliesRuns(Protocol):
         the first that is for another connection or in `SERVER_PART`; return its index
         (`len(effects)` when there is none). `effects[start]` is this connection's and not in
         `SERVER_PART`."""
+
+
+class TickDeadline(Protocol):
+    """What a `Handler` may add: how long its `tick` will have nothing to do.
+
+    Without it the server ticks an open connection every sweep; with it, only when this says
+    (server/timers.py keeps the time in a timer wheel and asks again after each tick). The
+    answer must hold while bytes come and go: they may only postpone the work (a keep-alive
+    deadline moves later with every packet received, never earlier), so the server need not
+    ask again after a read. A close the server starts puts the connection back on every sweep.
+    """
+
+    def tick_idle_ms(self, now_ms: int, mono_ms: int) -> int | None:
+        """Milliseconds from now during which `tick` would do nothing (0: it may have work
+        now); None: nothing at all while the connection stays as it is (no keep-alive)."""
 
 
 class Socket(Protocol):

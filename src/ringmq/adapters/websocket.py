@@ -170,6 +170,12 @@ class WebSocketHandler:
     def tick(self, now_ms: int, mono_ms: int) -> list[Effect]:
         return self.inner.tick(now_ms, mono_ms)
 
+    def tick_idle_ms(self, now_ms: int, mono_ms: int) -> int | None:
+        # `TickDeadline` is the inner protocol's (the tick is all its); 0 keeps an inner
+        # handler without it on every sweep
+        idle: Callable[[int, int], int | None] | None = getattr(self.inner, "tick_idle_ms", None)
+        return 0 if idle is None else idle(now_ms, mono_ms)
+
     def close(self, condition: Condition, text: str) -> None:
         self.inner.close(condition, text)
         if self.ws.state is not ConnectionState.OPEN:

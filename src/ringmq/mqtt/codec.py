@@ -419,6 +419,9 @@ def _props(version: int, props: Properties | None) -> bytes:
     return encode_properties(props) if version == V5 else b""
 
 
+_ACK_KINDS: Final[dict[type, int]] = {PubAck: 4, PubRec: 5, PubRel: 6, PubComp: 7}
+
+
 def encode(packet: Packet, version: int) -> bytes:
     """The bytes of `packet` at protocol level `version` (5.0 properties only for V5)."""
     match packet:
@@ -429,7 +432,7 @@ def encode(packet: Packet, version: int) -> bytes:
                 body += _U16.pack(packet.packet_id)
             return _packet(first, body + _props(version, packet.properties) + packet.payload)
         case PubAck() | PubRec() | PubRel() | PubComp():
-            kind = {PubAck: 4, PubRec: 5, PubRel: 6, PubComp: 7}[type(packet)]
+            kind = _ACK_KINDS[type(packet)]
             first = (kind << 4) | (0b0010 if kind == 6 else 0)
             body = _U16.pack(packet.packet_id)
             if version == V5 and (packet.reason_code or packet.properties is not None):

@@ -29,7 +29,8 @@ Packet identifiers, both ways:
   id. An acknowledgement of an unknown id is ignored (it may answer a previous connection).
 
 Keep-alive (§3.1.2.10): a client silent for 1.5 times its keep-alive is gone
-(`keep_alive_expired(now_ms)`). Topic aliases (5.0 §3.3.2.3.4) sent by the client are
+(`keep_alive_expired(now_ms)`; `keep_alive_due_ms` is when, for a caller that checks only
+then). Topic aliases (5.0 §3.3.2.3.4) sent by the client are
 resolved here: the application always sees the topic name.
 
 Imports nothing of the broker (import-linter: protocol machines are sans-IO).
@@ -323,5 +324,13 @@ class MqttConnection:
 
     def keep_alive_expired(self, now_ms: int) -> bool:
         """The client said nothing for 1.5 times its keep-alive (§3.1.2.10)."""
+        due = self.keep_alive_due_ms()
+        return due is not None and now_ms >= due
+
+    def keep_alive_due_ms(self) -> int | None:
+        """When `keep_alive_expired` turns true if nothing more arrives (None: never; every
+        byte received moves it later)."""
         ka = self.keep_alive_s
-        return bool(ka) and self.state is not State.CLOSED and now_ms - self.last_rx_ms > ka * 1500
+        if not ka or self.state is State.CLOSED:
+            return None
+        return self.last_rx_ms + ka * 1500 + 1

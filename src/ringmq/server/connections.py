@@ -19,10 +19,11 @@ into 0-9-1 frames), after the server's own part (`Block`/`Unblock` pause and res
 `CloseConnection` closes instead). A handler that has finished (`Handler.closed`) has its
 socket closed once its output is written. This module imports no codec and no adapter.
 
-Owns: the table of live connections (`table`, conn_id -> ClientConnection), the dirty set, the
-batch depth, whether the server is stopping (`stopped`, `drained`), admission (`admit`) and the
-server-initiated close (`close`). Makes no call into the broker: the effects arrive from the
-callers.
+Owns: the table of live connections (`table`, conn_id -> ClientConnection; its `watch` and
+`unwatch` hooks tell the timers who enters, starts closing and leaves), the dirty set, the
+batch depth, whether the server is stopping (`stopped`, `drained`), admission (`admit`) and
+the server-initiated close (`close`). Makes no call into the broker: the effects arrive from
+the callers.
 Owned by the loop thread; no locks.
 """
 
@@ -54,6 +55,10 @@ def _nothing() -> None:
     pass
 
 
+def _not_watched(c: ClientConnection) -> None:
+    pass
+
+
 class Connections:
     """The live connections and their output (see the module docstring).
 
@@ -78,6 +83,11 @@ class Connections:
         """The links to other shards (server/shardlinks.py; None with one shard)."""
         self.after_flush: Callable[[], None] = _nothing
         """Run after every flush (the server re-arms the broker's deadline timer)."""
+        self.watch: Callable[[ClientConnection], None] = _not_watched
+        """Run when a connection enters the table and when the server starts closing it: both
+        need the sweep's every turn (the handshake and close timeouts, server/timers.py)."""
+        self.unwatch: Callable[[ClientConnection], None] = _not_watched
+        """Run when a connection leaves the table."""
         self.stopped = False
         self.drained = asyncio.Event()
         """Set once the server is stopping and the last connection is gone."""
@@ -100,6 +110,7 @@ class Connections:
         self.table[c.conn_id] = c
         c.connected_at_ms = self.clock.wall_ms()
         c.connected_mono = self.clock.monotonic()
+        self.watch(c)
         return True
 
     def apply(self, effects: Iterable[Effect]) -> None:
@@ -215,6 +226,7 @@ class Connections:
             c.handler.close(condition, text)
         if c.closing_since is None:
             c.closing_since = self.clock.monotonic()
+            self.watch(c)
         self.dirty.add(c)
 
     def remove(self, c: ClientConnection) -> bool:
@@ -222,6 +234,7 @@ class Connections:
         self.flow.forget(c)
         if self.table.pop(c.conn_id, None) is None:
             return False
+        self.unwatch(c)
         if self.stopped and not self.table:
             self.drained.set()
         self.dirty.discard(c)

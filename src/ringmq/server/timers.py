@@ -12,8 +12,19 @@ Every connection, whatever its protocol, shares the handshake timeout and the cl
 heartbeats and keep-alive are its handler's (`Handlers.tick`: AMQP 0-9-1's heartbeats are the
 0-9-1 adapter's).
 
-Owns the two timer handles; reads the connections' table and closes through `Handlers` (the
-broker learns of a dropped connection there). Owned by the loop thread.
+Which connections a sweep visits: those in `every` (a connection enters it when admitted and
+when the server starts closing it, through the `Connections.watch` hook; it stays while it is
+not open, while it closes, and for good when its handler cannot say when its tick has work),
+and those the timer wheel (`server/wheel.py`) hands out as due. An open connection whose
+handler has `tick_idle_ms` (`adapters.handler.TickDeadline`: MQTT's keep-alive) leaves `every`
+after its first tick as open and waits in the wheel until its handler's deadline; after each
+tick there it is asked again. Bytes arriving only postpone such a deadline, so nothing is done
+per read: the connection is looked at once its deadline comes, and put back for the later one
+if packets moved it. A sweep costs what is due, not the number of connections; a visit comes
+at the first sweep at or after the deadline, as when every sweep looked at every connection.
+
+Owns the two timer handles, `every` and the wheel; reads the connections' table and closes
+through `Handlers` (the broker learns of a dropped connection there). Owned by the loop thread.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from ringmq.server.connections import Connections
 from ringmq.server.handlers import Handlers
 from ringmq.server.listener import Listener
 from ringmq.server.transport import ClientConnection
+from ringmq.server.wheel import TimerWheel
 
 if TYPE_CHECKING:
     from ringmq.core.broker import Broker
@@ -91,6 +103,12 @@ class Timers:
         self.stopped = False
         self._deadline = _Deadline()
         self._sweep_handle: asyncio.TimerHandle | None = None
+        self.every: dict[int, ClientConnection] = dict(conns.table)
+        """The connections every sweep visits (see the module docstring)."""
+        self.wheel: TimerWheel[ClientConnection] = TimerWheel(int(self._sweep_period_s() * 1000))
+        """The open connections that wait for their handler's deadline (monotonic ms)."""
+        conns.watch = self.watch
+        conns.unwatch = self.unwatch
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -140,6 +158,17 @@ class Timers:
 
     # -- the sweep ---------------------------------------------------------------------------------
 
+    def watch(self, c: ClientConnection) -> None:
+        """`c` needs every sweep (admitted, or closing: the `Connections.watch` hook)."""
+        self.wheel.cancel(c)
+        self.every[c.conn_id] = c
+
+    def unwatch(self, c: ClientConnection) -> None:
+        """`c` left the table (the `Connections.unwatch` hook)."""
+        self.wheel.cancel(c)
+        if self.every.get(c.conn_id) is c:
+            del self.every[c.conn_id]
+
     def _sweep_period_s(self) -> float:
         # A client may negotiate heartbeats as short as 1 s; sending is due after half an
         # interval, so sweep twice a second whenever heartbeats can be on at all.
@@ -159,7 +188,9 @@ class Timers:
                 lst.acceptor.flush_log()  # what the refusal log's rate limit suppressed
         self.login_guard.flush_log(self.clock.wall_ms())
         with self.conns.batch():
-            for c in list(self.conns.table.values()):
+            visit = list(self.every.values())
+            visit += self.wheel.pop_due(mono_ms)
+            for c in visit:
                 if c.closing:
                     continue
                 try:
@@ -173,6 +204,8 @@ class Timers:
                         self.forget(c)
                         continue
                     self.handlers.tick(c, mono_ms)
+                    if not c.closing:
+                        self._place(c, mono_ms)
                 except Exception:  # noqa: BLE001 - a bug must cost one connection
                     self.handlers.internal_error(c)
             wall_ms = self.clock.wall_ms()
@@ -185,3 +218,17 @@ class Timers:
             self.conns.commit.tick()
         if not self.stopped:
             self._arm_sweep()
+
+    def _place(self, c: ClientConnection, mono_ms: int) -> None:
+        # Where `c` waits for its next visit, after a tick: the wheel when it is open, not
+        # closing and its handler says when it has work (see the module docstring).
+        h = c.handler
+        idle_ms = getattr(h, "tick_idle_ms", None) if c.opened else None
+        if idle_ms is None or c.closing_since is not None:
+            self.every[c.conn_id] = c
+            return
+        if self.every.get(c.conn_id) is c:
+            del self.every[c.conn_id]
+        idle = idle_ms(self.clock.wall_ms(), mono_ms)
+        if idle is not None:
+            self.wheel.schedule(c, mono_ms + idle)

@@ -149,6 +149,11 @@ class MqttHandler:
         self.out_keys: dict[int, tuple[str, int]] = {}  # packet id -> (queue, seq) sent
         self.resend_ids: dict[tuple[str, int], int] = {}  # a resumed session's packet ids
         self.now_ms = 0
+        # The last topic published on and its routing key: a client mostly publishes to one
+        # topic, which then needs checking and mapping once, not per message. One attribute:
+        # past 30 attribute names CPython stops sharing the class's key table, and every
+        # handler gets a whole dict of its own.
+        self._topic_key = ("", "")
 
     # ------------------------------------------------------------------ Handler
     @property
@@ -213,6 +218,13 @@ class MqttHandler:
             if self.machine.keep_alive_expired(now_ms):
                 self.machine.close(Reason.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         return out
+
+    def tick_idle_ms(self, now_ms: int, mono_ms: int) -> int | None:
+        """`TickDeadline`: `tick` has work once the keep-alive would expire."""
+        if not self.is_open or self.released:
+            return None
+        due = self.machine.keep_alive_due_ms()
+        return None if due is None else max(0, due - now_ms)
 
     def close(self, condition: Condition, text: str) -> None:
         reason = CLOSE.get(condition, Reason.IMPLEMENTATION_SPECIFIC_ERROR)
@@ -325,13 +337,17 @@ class MqttHandler:
         m = self.machine
         s = self.confirming if p.qos else self.session
         assert s is not None
-        try:
-            check_topic_name(p.topic)
-        except TopicError as exc:
-            raise MQTTError(Reason.TOPIC_NAME_INVALID, str(exc)) from None
+        topic = p.topic
+        last, routing_key = self._topic_key
+        if topic != last or not topic:
+            try:
+                check_topic_name(topic)
+            except TopicError as exc:
+                raise MQTTError(Reason.TOPIC_NAME_INVALID, str(exc)) from None
+            routing_key = to_routing_key(topic)
+            self._topic_key = (topic, routing_key)
         publisher = self.broker.publisher
         try:
-            routing_key = to_routing_key(p.topic)
             vh, x = publisher.exchange_for(s, EXCHANGE, routing_key)
             publisher.check_size(len(p.payload))
             msg = incoming(
@@ -438,14 +454,15 @@ class MqttHandler:
     def _deliver(self, d: Deliver) -> None:
         msg = d.message
         acked = self.subs.acked(d.consumer_tag)
-        topic = retained_topic(msg) or from_routing_key(msg.routing_key)
+        retained = retained_topic(msg)
+        topic = retained or from_routing_key(msg.routing_key)
         subs = self.subs.matching(d.consumer_tag, topic, msg)
         if not subs:
             if acked:
                 self._settle(d.delivery_id, self.now_ms)
             return
         qos = min(published_qos(msg), max(sub.qos for sub in subs))
-        retain = retained_topic(msg) is not None and any(sub.retain_as_published for sub in subs)
+        retain = retained is not None and any(sub.retain_as_published for sub in subs)
         props = None
         if self.version == V5:
             props = outgoing_properties(msg, self.now_ms)

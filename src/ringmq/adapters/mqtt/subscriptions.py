@@ -77,7 +77,8 @@ class Subscriptions:
     @property
     def no_local(self) -> bool:
         """Some subscription asks not to receive this client's own publishes."""
-        return any(sub.no_local for sub in self.plain.values())
+        plain = self.plain  # asked per publish: most publishers subscribe to nothing
+        return bool(plain) and any(sub.no_local for sub in plain.values())
 
     # ------------------------------------------------------------------ session
     def restore(self, saved: SavedSession | None, now_ms: int) -> None:
