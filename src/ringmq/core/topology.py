@@ -211,19 +211,9 @@ class Topology(QueueBindings):
                 arguments=args,
             )
             log = self._open_stream(vhost, name, stream_spec(name, args, settings.max_length_bytes))
-        q = QueueEntity(
-            name=name,
-            vhost=vhost,
-            queue=self.resources.new_queue(vhost, name, settings),
-            settings=settings,
-            durable=durable,
-            auto_delete=auto_delete,
-            exclusive_owner=exclusive_owner,
-            arguments=args,
-            consumers=ConsumerSet(single_active=settings.single_active_consumer),
-            last_used_ms=now_ms,
-            stream=log,
-        )
+        q = self._entity(vhost, name, settings, args, durable, auto_delete, exclusive_owner)
+        q.last_used_ms = now_ms
+        q.stream = log
         vh.queues[name] = q
         if log is not None:
             state.streams[id(q)] = q
@@ -261,21 +251,38 @@ class Topology(QueueBindings):
         vh = state.vhosts[vhost]
         args = dict(arguments or {})
         settings = self.resolve_settings(vhost, name, args)
-        q = QueueEntity(
+        q = self._entity(
+            vhost, name, settings, args, durable, auto_delete, ELSEWHERE if exclusive else None
+        )
+        q.last_used_ms = now_ms
+        q.owner = owner
+        vh.queues[name] = q
+        vh.invalidate()
+        return q
+
+    def _entity(
+        self,
+        vhost: str,
+        name: str,
+        settings: QueueSettings,
+        args: dict[str, Any],
+        durable: bool,
+        auto_delete: bool,
+        exclusive_owner: int | None,
+    ) -> QueueEntity:
+        # A queue's entity, its engine and consumer set made for its settings (a queue of
+        # this shard or a copy).
+        return QueueEntity(
             name=name,
             vhost=vhost,
             queue=self.resources.new_queue(vhost, name, settings),
             settings=settings,
             durable=durable,
             auto_delete=auto_delete,
-            exclusive_owner=ELSEWHERE if exclusive else None,
+            exclusive_owner=exclusive_owner,
             arguments=args,
-            last_used_ms=now_ms,
-            owner=owner,
+            consumers=ConsumerSet(single_active=settings.single_active_consumer),
         )
-        vh.queues[name] = q
-        vh.invalidate()
-        return q
 
     def _open_stream(self, vhost: str, name: str, spec: StreamSpec) -> StreamLog:
         # A stream's log: segment files with a store that keeps streams (recovered when it

@@ -173,7 +173,8 @@ class ForwardedConfirms(RuleBasedStateMachine):
     def publish(self, rk: str) -> None:
         self._publish(rk)
 
-    def _answer(self, seq: int, who: str | int, ok: bool) -> None:
+    def _expect(self, seq: int, who: str | int, ok: bool) -> None:
+        # the model: the first refusal settles it nacked, the last answer due acked
         due = self.due.get(seq)
         if due is not None and who in due:
             due.discard(who)
@@ -183,6 +184,9 @@ class ForwardedConfirms(RuleBasedStateMachine):
             elif not due:
                 self.outcome[seq] = _ACK
                 del self.due[seq]
+
+    def _answer(self, seq: int, who: str | int, ok: bool) -> None:
+        self._expect(seq, who, ok)
         b, ch = self.kit.broker, self.ch
         if who == _FSYNC:
             effects = (
@@ -210,15 +214,7 @@ class ForwardedConfirms(RuleBasedStateMachine):
         answers = []
         for seq, who in picked:
             ok = data.draw(st.sampled_from([True, True, False]))
-            due = self.due.get(seq)
-            if due is not None and who in due:
-                due.discard(who)
-                if not ok:
-                    self.outcome[seq] = _NACK
-                    del self.due[seq]
-                elif not due:
-                    self.outcome[seq] = _ACK
-                    del self.due[seq]
+            self._expect(seq, who, ok)
             answers.append((self.ch.conn_id, self.ch.channel, seq, None if ok else "overflow"))
         self.client.read(self.kit.broker.forwards_resolved(answers), self.outcome)
 
