@@ -477,7 +477,7 @@ class BrokerServer:
             self.jwks.stop()
         if self.ldap is not None:
             self.ldap.close()
-        if self.conns.shard_links is not None:
+        if self._attached and self.conns.shard_links is not None:
             self.conns.shard_links.close()
         if self.commit is not None:
             await self.commit.close()
