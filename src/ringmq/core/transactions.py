@@ -337,6 +337,13 @@ class Transactions:
                 _, n, nbytes = adds.get(id(q), (q, 0, 0))
                 adds[id(q)] = (q, n + 1, nbytes + p.message.size)
         for q, n, nbytes in adds.values():
+            if q.owner is not None:  # its owner would store it after our commit-ok
+                raise BrokerError(
+                    Condition.NOT_IMPLEMENTED,
+                    f"tx.commit refused: queue '{q.name}' in vhost '{vh.name}' is owned by "
+                    f"shard {q.owner}, and a transaction that publishes to another shard's "
+                    "queue is not available yet; nothing was committed",
+                )
             reason = q.queue.would_refuse(n, nbytes)
             if reason is not None:
                 raise BrokerError(

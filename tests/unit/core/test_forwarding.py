@@ -131,6 +131,21 @@ def test_an_exclusive_copy_belongs_to_no_connection_here() -> None:
     assert [f.queue for f in kit.broker.drain_forwards()] == ["reply"]
 
 
+def test_a_transaction_publishing_to_a_copy_is_refused_whole() -> None:
+    # commit-ok means stored; the owner would store it only after: refused, not half-kept
+    kit, _ = _kit()
+    ch = kit.open()
+    kit.broker.transactions.select(ch)
+    kit.publish(ch, "local", exchange="x", persistent=True)
+    kit.publish(ch, "one", exchange="x", persistent=True)
+    err = kit.refused(kit.broker.transactions.commit, ch, kit.now)
+    assert err.condition is Condition.NOT_IMPLEMENTED
+    assert "owned by shard 1" in str(err)
+    assert "nothing was committed" in str(err)
+    assert kit.broker.drain_forwards() == []
+    assert kit.queue("d").ready_count == 0
+
+
 def test_a_dead_letter_for_a_copy_is_forwarded() -> None:
     kit, s = _kit()
     args = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "r1", "x-message-ttl": 5}
