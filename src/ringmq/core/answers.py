@@ -116,12 +116,6 @@ class Answers:
             self.confirms.forwards_resolved(answers)
         return out
 
-    def forward_resolved(
-        self, conn_id: int, channel: int, seq: int, refused: str | None = None
-    ) -> list[Effect]:
-        """`forwards_resolved` of one publish."""
-        return self.forwards_resolved([(conn_id, channel, seq, refused)])
-
     def drain_remote_ops(self) -> list[RemoteOp]:
         """Shard hook: the subscriptions to open and cancel, and the settlements to send, of
         copies of other shards' queues (core/remotes.py), noted since the last call."""

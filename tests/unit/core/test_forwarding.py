@@ -60,9 +60,9 @@ def test_a_publish_to_a_copy_is_forwarded_and_confirmed_by_its_owner_answer() ->
     assert (fwd.conn_id, fwd.channel, fwd.message.body) == (ch.conn_id, ch.channel, b"hello")
     assert kit.broker.drain_unconfirmed() == []  # nothing local to fsync
     assert kit.queue("r1").ready_count == 0  # a copy holds nothing
-    effects = kit.broker.forward_resolved(ch.conn_id, ch.channel, 1)
+    effects = kit.broker.forwards_resolved([(ch.conn_id, ch.channel, 1, None)])
     assert effects == [Confirm(ch.conn_id, ch.channel, 1, False, True)]
-    assert kit.broker.forward_resolved(ch.conn_id, ch.channel, 1) == []  # answered once
+    assert kit.broker.forwards_resolved([(ch.conn_id, ch.channel, 1, None)]) == []  # answered once
 
 
 def test_an_owner_refusal_nacks_with_its_reason() -> None:
@@ -71,7 +71,7 @@ def test_an_owner_refusal_nacks_with_its_reason() -> None:
     kit.broker.confirms.select(ch)
     kit.publish(ch, "r2", persistent=False)
     kit.broker.drain_forwards()
-    effects = kit.broker.forward_resolved(ch.conn_id, ch.channel, 1, "overflow")
+    effects = kit.broker.forwards_resolved([(ch.conn_id, ch.channel, 1, "overflow")])
     assert effects == [Confirm(ch.conn_id, ch.channel, 1, False, False, "overflow")]
 
 
@@ -86,11 +86,11 @@ def test_a_local_and_a_remote_queue_both_answer_before_the_confirm() -> None:
         first = (
             kit.broker.confirm_stored(ch.conn_id, ch.channel, [1])
             if fsync_first
-            else kit.broker.forward_resolved(ch.conn_id, ch.channel, 1)
+            else kit.broker.forwards_resolved([(ch.conn_id, ch.channel, 1, None)])
         )
         assert first == []
         last = (
-            kit.broker.forward_resolved(ch.conn_id, ch.channel, 1)
+            kit.broker.forwards_resolved([(ch.conn_id, ch.channel, 1, None)])
             if fsync_first
             else kit.broker.confirm_stored(ch.conn_id, ch.channel, [1])
         )
@@ -210,7 +210,9 @@ class ForwardedConfirms(RuleBasedStateMachine):
                 else b.fail_unconfirmed(ch.conn_id, ch.channel, [seq])
             )
         else:
-            effects = b.forward_resolved(ch.conn_id, ch.channel, seq, None if ok else "overflow")
+            effects = b.forwards_resolved(
+                [(ch.conn_id, ch.channel, seq, None if ok else "overflow")]
+            )
         self.client.read(effects, self.outcome)
 
     @precondition(lambda self: self.due)
