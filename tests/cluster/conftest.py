@@ -4,10 +4,17 @@
 loopback ports, each with its own data directory under tmp_path, and stops them; the tests skip,
 with the reason, when no etcd binary is found. `start_node` runs `ringmq serve` with the cluster
 options as a subprocess (tests/serve.py), so that a test can SIGKILL it.
+
+Every test here kills, stops or cuts off nodes that pika, proton and rstream clients are
+connected to, and those clients leave the sockets the fault broke to the garbage collector,
+which may warn in whichever later test it runs: the ResourceWarnings of tests/cluster are
+ignored for all of them in one place (`pytest_collection_modifyitems`), and each test's
+teardown collects its garbage while they are, so that none reaches a test outside.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -26,6 +33,26 @@ from tests.serve import _HTTP, Serve
 
 ETCD = os.environ.get("RINGMQ_ETCD") or shutil.which("etcd") or "/usr/bin/etcd"
 LEASE_TTL_S = 2
+
+
+_HERE = Path(__file__).parent
+_FAULT_CLIENT_WARNINGS = (
+    "ignore::ResourceWarning",
+    "ignore::pytest.PytestUnraisableExceptionWarning",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in item.path.parents:
+            for spec in _FAULT_CLIENT_WARNINGS:
+                item.add_marker(pytest.mark.filterwarnings(spec))
+
+
+@pytest.fixture(autouse=True)
+def _collect_fault_clients() -> Iterator[None]:
+    yield
+    gc.collect()
 
 
 def etcd_binary() -> str:

@@ -20,10 +20,6 @@ from tests.cluster.test_election_etcd import one_leader, wait_for
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.timeout(240),
-    # pika leaves the sockets of its failed connects to a killed node for the garbage
-    # collector, which may warn in any later test (as in test_stream_replication.py)
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 QUEUE = "replicated"

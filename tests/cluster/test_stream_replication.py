@@ -45,9 +45,6 @@ from tests.cluster.test_election_etcd import one_leader, wait_for
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.timeout(300),
-    # pika and rstream leave the sockets the kill broke for the garbage collector
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 STREAM = "events"
