@@ -8,8 +8,11 @@ forwarded to (core/forwarding.py), and the deliveries of the queues whose consum
 (`drain_unconfirmed`, `drain_unwritten`, `drain_forwards`, `drain_remote_ops`) and brings each
 answer back as one whole call (`confirm_stored`, `stored`, `unstored`, `fail_unconfirmed`,
 `forwards_resolved`, `remote_delivered`, `remote_gone`),
-whose effects it applies as any call's. `Answers` is a part of `Broker` (its base class): the
-owners it calls are the broker's.
+whose effects it applies as any call's. The definitions travel the same way: shard 0's
+changes are drained (`drain_definitions`, after `feed_definitions` turned its feed on) and
+every other shard applies them as one call (`apply_definitions`; core/deffeed.py,
+core/defcopies.py).
+`Answers` is a part of `Broker` (its base class): the owners it calls are the broker's.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ringmq.core.defcopies import DefinitionCopies
+from ringmq.core.deffeed import DefinitionChange, DefinitionFeed
 from ringmq.core.effects import Effect
 from ringmq.core.forwarding import ForwardPublish
 from ringmq.core.message import Message
@@ -25,9 +30,11 @@ from ringmq.core.topology import cancel_consumers
 
 if TYPE_CHECKING:
     from ringmq.core.call import CallScope
+    from ringmq.core.exchanges import Exchanges
     from ringmq.core.forwarding import Forwards
     from ringmq.core.remotes import Remotes
     from ringmq.core.state import State
+    from ringmq.core.topology import Topology
     from ringmq.core.transactions import Confirms
 
 
@@ -39,6 +46,8 @@ class Answers:
         confirms: Confirms
         forwards: Forwards
         remotes: Remotes
+        exchanges: Exchanges
+        topology: Topology
 
         def call(self, now_ms: int, *, publish: bool = False) -> CallScope: ...
 
@@ -141,4 +150,36 @@ class Answers:
         with self.call(state.now_ms) as out:
             for q in self.remotes.gone(sub, state.now_ms, kept=kept):
                 cancel_consumers(state, q)
+        return out
+
+    # ================================================================== the shards' definitions
+    def feed_definitions(self) -> None:
+        """Shard hook: this shard (0) feeds the other shards' copies of its definitions from
+        now on (core/deffeed.py): what exists already is the first changes drained."""
+        state = self.state
+        if state.feed is None:
+            state.feed = DefinitionFeed(state)
+
+    def drain_definitions(self) -> list[DefinitionChange]:
+        """Shard hook: the definition changes made since the last drain, in order (none
+        while the feed is off)."""
+        feed = self.state.feed
+        return [] if feed is None else feed.drain()
+
+    def definitions_snapshot(self) -> list[DefinitionChange]:
+        """Shard hook: every definition of the feed as a put, numbered with the feed's last
+        change (for a shard that starts or fell behind)."""
+        feed = self.state.feed
+        assert feed is not None, "feed_definitions first"
+        return feed.snapshot()
+
+    def apply_definitions(
+        self, changes: Iterable[DefinitionChange], *, shard: int, now_ms: int
+    ) -> list[Effect]:
+        """Shard hook: shard 0's definition `changes` applied here, shard `shard`, as one
+        call (its queues are made here, the others' as copies; core/deffeed.py)."""
+        with self.call(now_ms) as out:
+            DefinitionCopies(self.state, self.exchanges, self.topology, shard).apply(
+                changes, now_ms
+            )
         return out

@@ -129,8 +129,9 @@ class QueueBindings:
         x = self.exchanges.exchange(vh, exchange)
         self.exchanges.bind(x, (QUEUE, q.name), routing_key, arguments)
         vh.invalidate()
-        if q.durable:
-            self.exchanges.touch_binding(vh, x, (QUEUE, q.name), routing_key, arguments)
+        self.exchanges.touch_binding(
+            vh, x, (QUEUE, q.name), routing_key, arguments, durable_dest=q.durable
+        )
 
     def bind_destination(
         self,
@@ -211,7 +212,6 @@ class QueueBindings:
         if q is None or x is None or not x.unbind(dest, routing_key, arguments):
             return False
         vh.invalidate()
-        if q.durable:
-            self.exchanges.touch_binding(vh, x, dest, routing_key, arguments)
+        self.exchanges.touch_binding(vh, x, dest, routing_key, arguments, durable_dest=q.durable)
         self.exchanges.maybe_auto_delete_exchange(vh, x)
         return True

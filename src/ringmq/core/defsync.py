@@ -16,6 +16,10 @@ diffed whole), so a declare costs O(1) whatever the number of queues. `full=True
 edits that bypass the hooks, recovery) diffs a whole `snapshot`. Every write goes through
 `_put`, which writes only a changed value and keeps the cache and binding indexes in step.
 
+With `everything` the same sync serves the shards' definitions feed (`core/deffeed.py`):
+its sink is the feed, not a store, and it keeps every queue, exchange and binding (transient
+and exclusive ones too; a queue's value names its shard), not only the durable ones.
+
 Invariant: after a sync, the cache equals what the store holds, and equals `snapshot()` for
 everything touched. Values use `args_json` for AMQP tables (tagged JSON for bytes, decimals,
 timestamps and nested tables; `args_back` reverses it). One owner thread (the broker's).
@@ -105,6 +109,9 @@ class DefinitionSync:
         store: where they are written.
         exchange_gone: called with an exchange's definition key when its definition is
             deleted (the owner drops what the exchange held in the store).
+        everything: keep every definition, durable or not (the shards' feed, module
+            docstring), each queue and exchange with its `durable` flag and each queue with
+            its `exclusive` flag and owning `shard`.
     """
 
     def __init__(
@@ -112,10 +119,13 @@ class DefinitionSync:
         registry: Registry,
         store: DefinitionStorePort,
         exchange_gone: Callable[[str], None],
+        *,
+        everything: bool = False,
     ) -> None:
         self.registry = registry
         self.store = store
         self.exchange_gone = exchange_gone
+        self.everything = everything
         self.cache: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
         # binding keys by (vhost, source) and by (vhost, destination kind, destination)
         self._by_source: dict[tuple[str, str], set[str]] = {}
@@ -150,22 +160,31 @@ class DefinitionSync:
         bindings from it, or to it)."""
         (self._touched_q if kind == QUEUE_DEF else self._touched_x).add((vhost, name))
 
-    @staticmethod
-    def _queue_def(vhost: str, q: QueueEntity | None) -> dict[str, Any] | None:
-        if q is None or not q.durable or q.exclusive_owner is not None:
+    def _kept(self, durable: bool, exclusive: bool = False) -> bool:
+        # Whether an object of these flags is kept: durable, not exclusive ones for a store.
+        return self.everything or (durable and not exclusive)
+
+    def _queue_def(self, vhost: str, q: QueueEntity | None) -> dict[str, Any] | None:
+        if q is None or not self._kept(q.durable, q.exclusive_owner is not None):
             return None
-        return {
+        value = {
             "vhost": vhost,
             "name": q.name,
             "auto_delete": q.auto_delete,
             "arguments": args_json(q.arguments),
         }
+        if self.everything:
+            value |= {
+                "durable": q.durable,
+                "exclusive": q.exclusive_owner is not None,
+                "shard": q.shard,
+            }
+        return value
 
-    @staticmethod
-    def _exchange_def(vhost: str, x: Exchange | None) -> dict[str, Any] | None:
-        if x is None or not x.durable or not x.name or x.name.startswith("amq."):
+    def _exchange_def(self, vhost: str, x: Exchange | None) -> dict[str, Any] | None:
+        if x is None or not self._kept(x.durable) or not x.name or x.name.startswith("amq."):
             return None  # the default and amq.* exchanges come with the vhost
-        return {
+        value = {
             "vhost": vhost,
             "name": x.name,
             "type": x.type.value,
@@ -173,9 +192,12 @@ class DefinitionSync:
             "internal": x.internal,
             "arguments": args_json(x.arguments),
         }
+        if self.everything:
+            value["durable"] = x.durable
+        return value
 
-    @staticmethod
     def _binding(
+        self,
         vh: VHost | None,
         vhost: str,
         source: str,
@@ -192,15 +214,17 @@ class DefinitionSync:
         if vh is None or not source:
             return key, None
         x = vh.exchanges.get(source)
-        if x is None or not x.durable or not x.has_binding(dest, routing_key, arguments):
+        if x is None or not self._kept(x.durable):
+            return key, None
+        if not x.has_binding(dest, routing_key, arguments):
             return key, None
         if kind == QUEUE:
             q = vh.queues.get(name)
-            if q is None or not q.durable or q.exclusive_owner is not None:
+            if q is None or not self._kept(q.durable, q.exclusive_owner is not None):
                 return key, None
         else:
             d = vh.exchanges.get(name)
-            if d is None or not d.durable:
+            if d is None or not self._kept(d.durable):
                 return key, None
         value = {
             "vhost": vhost,
@@ -215,7 +239,7 @@ class DefinitionSync:
     def _bindings_from(self, vh: VHost, x: Exchange) -> dict[str, dict[str, Any]]:
         # Bindings of a durable source to durable destinations (key -> value).
         out: dict[str, dict[str, Any]] = {}
-        if not x.name or not x.durable:
+        if not x.name or not self._kept(x.durable):
             return out
         for b in x.bindings.values():
             key, value = self._binding(vh, vh.name, x.name, b.dest, b.routing_key, b.arguments)

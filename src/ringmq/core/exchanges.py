@@ -165,8 +165,7 @@ class Exchanges:
         )
         vh.exchanges[name] = x
         vh.invalidate()
-        if x.durable:
-            self.state.touch(EXCHANGE_DEF, vh.name, name)
+        self.state.touch(EXCHANGE_DEF, vh.name, name, durable=x.durable)
         return True
 
     def delete_exchange(
@@ -195,8 +194,7 @@ class Exchanges:
     def remove_exchange(self, vh: VHost, x: Exchange) -> None:
         """Remove `x`, its bindings and the bindings to it (no checks)."""
         vh.exchanges.pop(x.name, None)
-        if x.durable:
-            self.state.touch(EXCHANGE_DEF, vh.name, x.name)
+        self.state.touch(EXCHANGE_DEF, vh.name, x.name, durable=x.durable)
         x.bindings.clear()
         for source in vh.remove_dest((EXCHANGE, x.name)):
             self.maybe_auto_delete_exchange(vh, source)
@@ -214,12 +212,13 @@ class Exchanges:
         dest: tuple[str, str],
         routing_key: str,
         arguments: Mapping[str, Any] | None,
+        *,
+        durable_dest: bool = True,
     ) -> None:
-        # One binding changed: write it after this call (when both ends are durable).
-        state = self.state
-        if state.durability is not None and x.durable:
-            state.durability.touch_binding(vh.name, x.name, dest, routing_key, arguments)
-            state.defs_dirty = True
+        # One binding changed: write it after this call (stored when both ends are durable).
+        self.state.touch_binding(
+            vh.name, x.name, dest, routing_key, arguments, durable=x.durable and durable_dest
+        )
 
     @staticmethod
     def bind(

@@ -5,8 +5,9 @@ Theory of operation: the broker is split by ownership (topology, publish, delive
 letters, transactions and confirms, resources, timers; `broker.py` composes them). Each owner
 keeps its own state private and offers public steps to the others. What they all read is here,
 in one `State` object the broker creates and hands to each owner: the configuration, users and
-permissions, policies, vhosts, connections, counters and the storage glue (`durability`, None
-without a store).
+permissions, policies, vhosts, connections, counters, the storage glue (`durability`, None
+without a store) and the shards' definitions feed (`feed`, None unless this shard feeds the
+others: `core/deffeed.py`).
 
 The call in progress is explicit too. The call protocol (`core/call.py`, `Calls`) starts
 each call with a fresh effect list (`out`, appended to by every owner) at `now_ms`, and ends it
@@ -26,7 +27,8 @@ from __future__ import annotations
 
 import base64
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ringmq.core.auth import AuthDB
 from ringmq.core.config import BrokerConfig
@@ -37,6 +39,7 @@ from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.session import ProtocolCounts
 
 if TYPE_CHECKING:
+    from ringmq.core.deffeed import DefinitionFeed
     from ringmq.core.durability import Durability
     from ringmq.core.effects import Effect
     from ringmq.core.entities import QueueEntity
@@ -80,6 +83,7 @@ class State:
         "dirty",
         "durability",
         "eager",
+        "feed",
         "limits",
         "now_ms",
         "out",
@@ -109,6 +113,8 @@ class State:
             id_cache_size=config.id_cache_size, persist_id_cache=config.persist_id_cache
         )
         self.durability: Durability | None = None
+        self.feed: DefinitionFeed | None = None
+        """The definitions feed of the other shards' copies (`core/deffeed.py`), when on."""
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         self.by_protocol: dict[str, ProtocolCounts] = {"amqp091": ProtocolCounts()}
         """Message counters per protocol label (`Conn.counts`), kept after connections close."""
@@ -162,14 +168,40 @@ class State:
         """Remember a queue that may have timer work (TTL, x-expires, scheduled messages)."""
         self.timed[id(q)] = q
 
-    def touch(self, kind: str, vhost: str, name: str) -> None:
-        """A durable queue/exchange or an exchange's bindings changed: written after the call."""
-        if self.durability is not None:
+    def touch(self, kind: str, vhost: str, name: str, *, durable: bool = True) -> None:
+        """A queue or exchange was created or deleted, or an exchange's bindings changed:
+        written after the call (to the store when `durable`, to the feed in any case)."""
+        if durable and self.durability is not None:
             self.durability.touch(kind, vhost, name)
+            self.defs_dirty = True
+        if self.feed is not None:
+            self.feed.touch(kind, vhost, name)
+            self.defs_dirty = True
+
+    def touch_binding(
+        self,
+        vhost: str,
+        source: str,
+        dest: tuple[str, str],
+        routing_key: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        durable: bool,
+    ) -> None:
+        """A binding from exchange `source` was added or removed: written after the call (to
+        the store when the exchange is `durable`, to the feed in any case)."""
+        if durable and self.durability is not None:
+            self.durability.touch_binding(vhost, source, dest, routing_key, arguments)
+            self.defs_dirty = True
+        if self.feed is not None:
+            self.feed.touch_binding(vhost, source, dest, routing_key, arguments)
             self.defs_dirty = True
 
     def sync_definitions(self, *, full: bool = True) -> None:
-        """Write durable definitions that changed (`full=False`: only what `touch` recorded)."""
+        """Write the definitions that changed to the store and the feed (`full=False`: only
+        what `touch` recorded)."""
         self.defs_dirty = False
         if self.durability is not None:
             self.durability.sync_definitions(full=full)
+        if self.feed is not None:
+            self.feed.sync(full=full)

@@ -222,7 +222,7 @@ class Topology(QueueBindings):
         state.stats["queues_created"] += 1
         if durable and state.durability is not None:
             state.durability.attach(q)
-            state.touch(QUEUE_DEF, vhost, name)
+        state.touch(QUEUE_DEF, vhost, name, durable=durable)
         if settings.message_ttl_ms is not None or settings.expires_ms is not None:
             state.track_timers(q)
         if exclusive_owner is not None:
@@ -258,6 +258,7 @@ class Topology(QueueBindings):
         q.owner = owner
         vh.queues[name] = q
         vh.invalidate()
+        state.touch(QUEUE_DEF, vhost, name, durable=False)  # the feed only: not stored here
         return q
 
     def _entity(
@@ -511,9 +512,9 @@ class Topology(QueueBindings):
         del vh.queues[q.name]
         q.deleted = True
         state.stats["queues_deleted"] += 1
-        if q.durable and state.durability is not None:
+        if q.durable and q.owner is None and state.durability is not None:
             state.durability.queue_deleted(q)
-            state.touch(QUEUE_DEF, vh.name, q.name)
+        state.touch(QUEUE_DEF, vh.name, q.name, durable=q.durable and q.owner is None)
         q.queue.close()  # release its paged data
         if q.stream is not None:
             q.stream.delete()
