@@ -26,12 +26,17 @@ queues it uses live); the origin connects. In the order a link uses them:
   `Settle` (origin: an outcome and ranges of tags), `Cancel` (origin) and `Cancelled` (owner:
   why, and whether it still holds the consumer's unsettled deliveries: yes when it answers a
   `Cancel`, no when the queue went).
+* Definitions (docs/dev/shards.md): `Follow` (origin: send me the definitions feed; the link
+  to shard 0), then `Definitions` (owner: a snapshot first, every definition as a put, then
+  the changes as they are made; each change a sequence number, its kind, key and JSON value,
+  or none when deleted: `core.deffeed.DefinitionChange`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -39,6 +44,7 @@ from typing import Any, Final, TypeAlias
 
 from ringmq import lenframes
 from ringmq.amqp.tables import decode_table, encode_table
+from ringmq.core.deffeed import DefinitionChange
 from ringmq.core.message import Message
 from ringmq.lenframes import U16, U32, Cursor, ProtocolError, blob, text
 from ringmq.storage.records import decode_entry, encode_message
@@ -186,6 +192,19 @@ class Cancelled:
     not (its queue went: they are gone)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Follow:
+    """The origin asks for the definitions feed (a snapshot, then the changes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Definitions:
+    snapshot: bool
+    """`changes` are every definition as a put: what the origin holds that they do not
+    name is gone."""
+    changes: tuple[DefinitionChange, ...]
+
+
 Frame: TypeAlias = (
     Hello
     | Welcome
@@ -200,6 +219,8 @@ Frame: TypeAlias = (
     | Settle
     | Cancel
     | Cancelled
+    | Follow
+    | Definitions
 )
 
 _TYPES: Final[dict[type, int]] = {
@@ -216,6 +237,8 @@ _TYPES: Final[dict[type, int]] = {
     Settle: 11,
     Cancel: 12,
     Cancelled: 13,
+    Follow: 14,
+    Definitions: 15,
 }
 
 
@@ -288,6 +311,37 @@ def _decode_forward(c: Cursor) -> Forward:
     return Forward(first, tuple(entries))
 
 
+def _definitions(frame: Definitions) -> bytes:
+    parts = [bytes((frame.snapshot,)), U32.pack(len(frame.changes))]
+    for c in frame.changes:
+        value = b"" if c.value is None else json.dumps(c.value, separators=(",", ":")).encode()
+        parts += (
+            _U64.pack(c.seq),
+            text(c.kind),
+            blob(c.key.encode()),
+            bytes((c.value is not None,)),
+        )
+        parts.append(blob(value))
+    return b"".join(parts)
+
+
+def _decode_definitions(c: Cursor) -> Definitions:
+    snapshot = bool(c.take(1)[0])
+    (n,) = c.unpack(U32)
+    changes = []
+    for _ in range(n):
+        (seq,) = c.unpack(_U64)
+        kind, key, present, raw = c.text(), bytes(c.blob()), c.take(1)[0], c.blob()
+        try:
+            value = json.loads(bytes(raw)) if present else None
+            changes.append(DefinitionChange(seq, kind, key.decode(), value))
+        except ValueError as exc:  # JSON, or the key's UTF-8
+            raise ProtocolError(f"bad definition change {seq}: {exc}") from exc
+        if value is not None and not isinstance(value, dict):
+            raise ProtocolError(f"definition change {seq} is not an object")
+    return Definitions(snapshot, tuple(changes))
+
+
 def encode(frame: Frame) -> bytes:
     """One frame's bytes."""
     match frame:
@@ -329,6 +383,10 @@ def encode(frame: Frame) -> bytes:
             body = b"".join(parts)
         case Cancelled():
             body = _CID.pack(frame.cid) + bytes((frame.kept,)) + text(frame.reason[:1000])
+        case Follow():
+            body = b""
+        case Definitions():
+            body = _definitions(frame)
     return lenframes.frame(_TYPES[type(frame)], body)
 
 
@@ -384,6 +442,10 @@ def decode(ftype: int, payload: memoryview) -> Frame:
             (cid,) = c.unpack(_CID)
             kept = bool(c.take(1)[0])
             frame = Cancelled(cid, c.text(), kept)
+        case 14:
+            frame = Follow()
+        case 15:
+            frame = _decode_definitions(c)
         case _:
             raise ProtocolError(f"unknown frame type {ftype}")
     c.end()

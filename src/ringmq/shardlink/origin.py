@@ -26,6 +26,11 @@ sent still arrive (the server requeues those its client no longer takes), unsett
 stay settleable, and the owner's `Cancelled` ends the consumer (`ConsumerGone`). An owner
 whose queue went cancels on its own and drops the consumer's unsettled deliveries with it.
 
+Definitions (the link to shard 0). `follow()` asks for the definitions feed; each
+`Definitions` frame becomes `DefinitionsReceived`: the snapshot first (every definition as a
+put, at one sequence), then changes in increasing sequence order (anything else breaks the
+link); the server applies them (`Broker.apply_definitions`).
+
 Loss. When the link's socket is gone, `lost()` ends the session and returns `Lost`: the
 sequences forwarded but not resolved (the server nacks their publishes: the owner may have
 stored them, so a publisher that resends may duplicate, as with RabbitMQ's nack when a queue
@@ -39,15 +44,18 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringmq.core.deffeed import DefinitionChange
 from ringmq.core.message import Message
 from ringmq.shardlink.codec import (
     BATCH_BYTES,
     Cancel,
     Cancelled,
     Credit,
+    Definitions,
     Deliveries,
     Delivery,
     Entry,
+    Follow,
     Forward,
     Frame,
     FrameReader,
@@ -114,6 +122,15 @@ class ConsumerGone:
 
 
 @dataclass(frozen=True, slots=True)
+class DefinitionsReceived:
+    """Shard 0's definitions: the snapshot (every definition; what is not in it is gone),
+    or the changes made after it, in order."""
+
+    snapshot: bool
+    changes: tuple[DefinitionChange, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Lost:
     first: int
     upto: int
@@ -121,7 +138,16 @@ class Lost:
     consumers: tuple[int, ...]
 
 
-Event = Opened | Refused | Resolved | ConsumerReady | ConsumerRefused | Delivered | ConsumerGone
+Event = (
+    Opened
+    | Refused
+    | Resolved
+    | ConsumerReady
+    | ConsumerRefused
+    | Delivered
+    | ConsumerGone
+    | DefinitionsReceived
+)
 
 
 @dataclass(slots=True)
@@ -154,6 +180,21 @@ class OriginSession:
         """Every sequence up to this one is resolved."""
         self._consumers: dict[int, _Consumer] = {}
         self._next_cid = 1
+        self.following = False
+        """`follow` asked for the definitions feed."""
+        self.definitions_seq: int | None = None
+        """The sequence of the last definition change received (None: no snapshot yet)."""
+
+    # definitions
+
+    def follow(self) -> None:
+        """Ask the owner (shard 0) for its definitions feed: `DefinitionsReceived` events, a
+        snapshot first, then the changes as they are made."""
+        self._check_open()
+        if self.following:
+            raise ValueError("the link follows the definitions already")
+        self.following = True
+        self._emit(Follow())
 
     # publishes
 
@@ -289,6 +330,8 @@ class OriginSession:
                 return [ConsumerRefused(frame.cid, frame.code, frame.text)]
             case Deliveries() if self.owner is not None:
                 return self._deliveries(frame)
+            case Definitions() if self.following and self.owner is not None:
+                return [self._definitions(frame)]
             case Cancelled() if self.owner is not None:
                 c = self._consumer_frame(frame.cid)
                 c.gone = True
@@ -299,6 +342,23 @@ class OriginSession:
                 self._forget_if_done(frame.cid, c)
                 return [ConsumerGone(frame.cid, frame.reason, dropped)]
         raise ProtocolError(f"unexpected {type(frame).__name__} on an origin link")
+
+    def _definitions(self, frame: Definitions) -> DefinitionsReceived:
+        # a snapshot first and once, all at one sequence; then changes in increasing order
+        seqs = [c.seq for c in frame.changes]
+        last = self.definitions_seq
+        if frame.snapshot:
+            if last is not None or len(set(seqs)) > 1:
+                raise ProtocolError("a second definitions snapshot, or one of several sequences")
+            self.definitions_seq = seqs[0] if seqs else 0
+        else:
+            if last is None:
+                raise ProtocolError("definition changes before the snapshot")
+            if any(b <= a for a, b in zip([last, *seqs], seqs, strict=False)):
+                raise ProtocolError("definition changes out of order")
+            if seqs:
+                self.definitions_seq = seqs[-1]
+        return DefinitionsReceived(frame.snapshot, frame.changes)
 
     def _outcome(self, frame: OutcomeFrame) -> Resolved:
         first = self.resolved + 1

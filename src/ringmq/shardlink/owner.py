@@ -25,6 +25,10 @@ with a `Cancelled` that keeps the outstanding deliveries settleable. `gone(cid, 
 consumer whose queue went, dropping its outstanding deliveries; frames the origin sent for it
 (or for a refused one) before it learnt that are ignored.
 
+Definitions (the link to shard 0). `Follow` becomes `FollowAsked` (once per link); the server
+answers with `definitions(snapshot, snapshot=True)`, every definition of its feed, then
+`definitions(changes)` with the changes as they are made, in order (core/deffeed.py).
+
 Loss. `lost()` ends the session: the sequences received and not resolved (the server still
 resolves nothing more for them; whatever it stored stays stored) and each consumer's
 outstanding tags, which the server requeues.
@@ -36,6 +40,7 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringmq.core.deffeed import DefinitionChange
 from ringmq.core.message import Message
 from ringmq.shardlink.codec import (
     BATCH_BYTES,
@@ -43,9 +48,11 @@ from ringmq.shardlink.codec import (
     Cancel,
     Cancelled,
     Credit,
+    Definitions,
     Deliveries,
     Delivery,
     Entry,
+    Follow,
     Forward,
     Frame,
     FrameReader,
@@ -105,6 +112,11 @@ class CancelAsked:
 
 
 @dataclass(frozen=True, slots=True)
+class FollowAsked:
+    """The origin asks for the definitions feed: a snapshot first, then the changes."""
+
+
+@dataclass(frozen=True, slots=True)
 class Closed:
     reason: str
 
@@ -118,7 +130,9 @@ class Lost:
     """Consumer -> its tags delivered and not settled: to requeue."""
 
 
-Event = Opened | Received | SubscribeAsked | CreditAdded | Settled | CancelAsked | Closed
+Event = (
+    Opened | Received | SubscribeAsked | CreditAdded | Settled | CancelAsked | FollowAsked | Closed
+)
 
 
 @dataclass(slots=True)
@@ -154,6 +168,22 @@ class OwnerSession:
         self._consumers: dict[int, _Consumer] = {}
         self._dropped: set[int] = set()  # consumers ended by `gone`: late frames ignored
         self._pending: list[int] = []  # consumers with a delivery batch open
+        self.following = False
+        """The origin asked for the definitions feed (`FollowAsked`)."""
+        self._snapshot_sent = False
+
+    # definitions
+
+    def definitions(self, changes: list[DefinitionChange], *, snapshot: bool = False) -> None:
+        """Send definition `changes` to a following origin: the snapshot first (every
+        definition as a put), then the changes made after it, in order."""
+        if not self.following or self.closed:
+            raise ValueError("the origin does not follow the definitions")
+        if snapshot == self._snapshot_sent:
+            raise ValueError("the snapshot goes first, and once")
+        self._snapshot_sent = True
+        if changes or snapshot:
+            self._emit(Definitions(snapshot, tuple(changes)))
 
     # publishes
 
@@ -305,6 +335,9 @@ class OwnerSession:
                     self._emit(Cancelled(frame.cid, "cancelled", True))
                     self._forget_if_done(frame.cid, c)
                 return [CancelAsked(frame.cid)]
+            case Follow() if not self.following:
+                self.following = True
+                return [FollowAsked()]
             case Refuse():
                 self.closed = True
                 return [Closed(frame.reason)]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ringmq.core.deffeed import DefinitionChange
 from ringmq.core.message import Message
 from ringmq.shardlink import origin as o
 from ringmq.shardlink import owner as w
@@ -18,9 +19,11 @@ from ringmq.shardlink.codec import (
     Cancel,
     Cancelled,
     Credit,
+    Definitions,
     Deliveries,
     Delivery,
     Entry,
+    Follow,
     Forward,
     Frame,
     FrameReader,
@@ -66,6 +69,15 @@ FRAMES: list[Frame] = [
     Settle(1, Outcome.REQUEUE, ((1, 3), (5, 5))),
     Cancel(1),
     Cancelled(1, "queue deleted", False),
+    Follow(),
+    Definitions(
+        True,
+        (
+            DefinitionChange(4, "vhost", "/", {"name": "/"}),
+            DefinitionChange(4, "queue", "/\x1fq-ä", {"arguments": {"$table": {}}, "shard": 1}),
+        ),
+    ),
+    Definitions(False, (DefinitionChange(5, "binding", '["/","x"]', None),)),
 ]
 
 
@@ -152,6 +164,24 @@ _FRAMES: st.SearchStrategy[Frame] = st.one_of(
     ),
     st.builds(Cancel, _U32),
     st.builds(Cancelled, _U32, st.text(max_size=40), st.booleans()),
+    st.builds(Follow),
+    st.builds(
+        Definitions,
+        st.booleans(),
+        st.lists(
+            st.builds(
+                DefinitionChange,
+                _U64,
+                st.sampled_from(["vhost", "queue", "binding"]),
+                st.text(max_size=20),
+                st.one_of(
+                    st.none(),
+                    st.dictionaries(st.text(max_size=6), st.one_of(_U32, st.text(max_size=6))),
+                ),
+            ),
+            max_size=4,
+        ).map(tuple),
+    ),
 )
 
 
