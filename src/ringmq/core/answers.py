@@ -30,9 +30,9 @@ from ringmq.core.topology import cancel_consumers
 
 if TYPE_CHECKING:
     from ringmq.core.call import CallScope
-    from ringmq.core.exchanges import Exchanges
     from ringmq.core.forwarding import Forwards
     from ringmq.core.remotes import Remotes
+    from ringmq.core.restore import Restore
     from ringmq.core.state import State
     from ringmq.core.topology import Topology
     from ringmq.core.transactions import Confirms
@@ -46,7 +46,7 @@ class Answers:
         confirms: Confirms
         forwards: Forwards
         remotes: Remotes
-        exchanges: Exchanges
+        restore: Restore
         topology: Topology
 
         def call(self, now_ms: int, *, publish: bool = False) -> CallScope: ...
@@ -179,7 +179,5 @@ class Answers:
         """Shard hook: shard 0's definition `changes` applied here, shard `shard`, as one
         call (its queues are made here, the others' as copies; core/deffeed.py)."""
         with self.call(now_ms) as out:
-            DefinitionCopies(self.state, self.exchanges, self.topology, shard).apply(
-                changes, now_ms
-            )
+            DefinitionCopies(self.state, self.restore, self.topology, shard).apply(changes, now_ms)
         return out

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from ringmq.core.deffeed import DefinitionChange
 from ringmq.core.defsync import args_back
-from ringmq.core.exchange import Exchange
 from ringmq.core.routing import QUEUE, ExchangeType
 from ringmq.core.settings import SettingsError
 from ringmq.core.storeport import (
@@ -44,10 +43,9 @@ from ringmq.core.storeport import (
     USER,
     VHOST,
 )
-from ringmq.core.texts import as_str
 
 if TYPE_CHECKING:
-    from ringmq.core.exchanges import Exchanges
+    from ringmq.core.restore import Restore
     from ringmq.core.state import State
     from ringmq.core.topology import Topology
 
@@ -62,13 +60,15 @@ class DefinitionCopies:
 
     Args:
         state: this shard's registry.
-        exchanges, topology: the owners whose steps make the changes.
+        restore, topology: the owners whose steps make the changes (recovery's, with no
+            client checks, and the topology's).
         shard: this shard's index (a queue placed on it is its own, not a copy).
     """
 
-    def __init__(self, state: State, exchanges: Exchanges, topology: Topology, shard: int) -> None:
+    def __init__(self, state: State, restore: Restore, topology: Topology, shard: int) -> None:
         self.state = state
-        self.exchanges = exchanges
+        self.restore = restore
+        self.exchanges = topology.exchanges
         self.topology = topology
         self.shard = shard
         self._apply: dict[str, Callable[[str, Mapping[str, Any] | None, int], None]] = {
@@ -180,23 +180,16 @@ class DefinitionCopies:
             return
         if x is not None:
             return  # an exchange never changes: a different redeclare is refused on shard 0
-        kind = ExchangeType(value["type"])
-        arguments = args_back(value.get("arguments"))
-        routing_type = None
-        if kind is ExchangeType.DELAYED:
-            raw = as_str(arguments.get("x-delayed-type"))
-            routing_type = ExchangeType(raw) if raw else ExchangeType.DIRECT
         durable = bool(value.get("durable", True))
-        vh.exchanges[name] = Exchange(
+        self.restore.exchange(
+            vhost,
             name,
-            kind,
-            durable=durable,
+            ExchangeType(value["type"]),
             auto_delete=bool(value.get("auto_delete", False)),
             internal=bool(value.get("internal", False)),
-            arguments=arguments,
-            routing_type=routing_type,
+            arguments=args_back(value.get("arguments")),
+            durable=durable,
         )
-        vh.invalidate()
         self.state.touch(EXCHANGE_DEF, vhost, name, durable=durable)
 
     def _queue(self, key: str, value: Mapping[str, Any] | None, now_ms: int) -> None:

@@ -61,8 +61,10 @@ class Restore:
         auto_delete: bool,
         internal: bool,
         arguments: Mapping[str, Any],
+        durable: bool = True,
     ) -> None:
-        """Recreate a durable exchange (recovery)."""
+        """Recreate an exchange (durable at recovery; either from the shards' definitions
+        feed, core/defcopies.py)."""
         vh = self.vhost(vhost)
         routing_type = None
         if kind is ExchangeType.DELAYED:
@@ -71,7 +73,7 @@ class Restore:
         vh.exchanges[name] = Exchange(
             name,
             kind,
-            durable=True,
+            durable=durable,
             auto_delete=auto_delete,
             internal=internal,
             arguments=arguments,
