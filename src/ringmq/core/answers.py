@@ -174,10 +174,21 @@ class Answers:
         return feed.snapshot()
 
     def apply_definitions(
-        self, changes: Iterable[DefinitionChange], *, shard: int, now_ms: int
+        self,
+        changes: Iterable[DefinitionChange],
+        *,
+        shard: int,
+        now_ms: int,
+        snapshot: bool = False,
     ) -> list[Effect]:
         """Shard hook: shard 0's definition `changes` applied here, shard `shard`, as one
-        call (its queues are made here, the others' as copies; core/deffeed.py)."""
+        call (its queues are made here, the others' as copies; core/defcopies.py). A
+        `snapshot` (every definition) replaces what is here: what it does not name goes,
+        but for this shard's own queues."""
+        copies = DefinitionCopies(self.state, self.restore, self.topology, shard)
         with self.call(now_ms) as out:
-            DefinitionCopies(self.state, self.restore, self.topology, shard).apply(changes, now_ms)
+            if snapshot:
+                copies.replace(list(changes), now_ms)
+            else:
+                copies.apply(changes, now_ms)
         return out

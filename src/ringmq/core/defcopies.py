@@ -27,13 +27,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ringmq.core.deffeed import DefinitionChange
-from ringmq.core.defsync import args_back
+from ringmq.core.defsync import DefinitionSync, args_back
 from ringmq.core.routing import QUEUE, ExchangeType
 from ringmq.core.settings import SettingsError
 from ringmq.core.storeport import (
     BINDING,
     EXCHANGE_DEF,
     GLOBAL_PARAMETER,
+    KINDS,
     PARAMETER,
     PERMISSION,
     POLICY,
@@ -85,9 +86,38 @@ class DefinitionCopies:
         }
 
     def apply(self, changes: Iterable[DefinitionChange], now_ms: int) -> None:
-        """Apply `changes` in order (inside a core call: the caller's)."""
+        """Apply `changes` in order (inside a core call: the caller's). A change this shard
+        cannot read (an unknown kind, a value without its fields) is logged and skipped."""
         for c in changes:
-            self._apply[c.kind](c.key, c.value, now_ms)
+            step = self._apply.get(c.kind)
+            try:
+                if step is None:
+                    raise ValueError(f"unknown kind {c.kind!r}")
+                step(c.key, c.value, now_ms)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("definition change %d (%s %r) skipped: %r", c.seq, c.kind, c.key, exc)
+
+    def replace(self, snapshot: list[DefinitionChange], now_ms: int) -> None:
+        """Make this shard's definitions `snapshot` (every definition of shard 0 as a put):
+        what it does not name is deleted first, bindings before what they join, vhosts
+        last; but this shard's own queues stay (their messages are here: logged, never
+        dropped on shard 0's word alone), then the snapshot is applied."""
+        named = {(c.kind, c.key) for c in snapshot}
+        here = DefinitionSync(self.state, _NOWHERE, _no_held, everything=True).snapshot()
+        gone: list[DefinitionChange] = []
+        for kind in reversed(KINDS):
+            for key in here[kind]:
+                if (kind, key) in named:
+                    continue
+                if kind == QUEUE_DEF:
+                    vhost, name = key.split(SEP, 1)
+                    q = self.state.vhosts[vhost].queues.get(name)
+                    if q is not None and q.owner is None:
+                        log.warning("queue %r of vhost %r not on shard 0: kept", name, vhost)
+                        continue
+                gone.append(DefinitionChange(0, kind, key, None))
+        self.apply(gone, now_ms)
+        self.apply(snapshot, now_ms)
 
     # --- the small definitions --------------------------------------------------------------
 
@@ -178,16 +208,28 @@ class DefinitionCopies:
             if x is not None:
                 self.exchanges.remove_exchange(vh, x)
             return
-        if x is not None:
-            return  # an exchange never changes: a different redeclare is refused on shard 0
         durable = bool(value.get("durable", True))
+        kind = ExchangeType(value["type"])
+        arguments = args_back(value.get("arguments"))
+        auto_delete = bool(value.get("auto_delete", False))
+        internal = bool(value.get("internal", False))
+        if x is not None and (x.type, x.durable, x.auto_delete, x.internal, x.arguments) == (
+            kind,
+            durable,
+            auto_delete,
+            internal,
+            arguments,
+        ):
+            return  # a redeclare that differs is refused on shard 0: only a missed delete
+            # and declare changes one, and the new one (made below) replaces it in place,
+            # the bindings to it kept (a snapshot names those that still hold)
         self.restore.exchange(
             vhost,
             name,
-            ExchangeType(value["type"]),
-            auto_delete=bool(value.get("auto_delete", False)),
-            internal=bool(value.get("internal", False)),
-            arguments=args_back(value.get("arguments")),
+            kind,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
             durable=durable,
         )
         self.state.touch(EXCHANGE_DEF, vhost, name, durable=durable)
@@ -204,17 +246,22 @@ class DefinitionCopies:
             return
         arguments = args_back(value.get("arguments"))
         shard = int(value.get("shard", 0))
+        durable = bool(value.get("durable", True))
+        auto_delete = bool(value.get("auto_delete", False))
+        exclusive = bool(value.get("exclusive", False))
         if q is not None:
             mine = q.owner is None
-            if (self.shard if mine else q.owner) == shard and q.arguments == arguments:
+            now = (self.shard if mine else q.owner, q.arguments, q.durable, q.auto_delete)
+            if now == (shard, arguments, durable, auto_delete) and (
+                mine or (q.exclusive_owner is not None) == exclusive
+            ):
                 return
             if mine:  # its arguments updated (Artemis updateQueue), or moved away
                 log.warning("queue %r of vhost %r changed on shard 0: kept", name, vhost)
                 return
-            self.topology.delete_queue(vh, q, now_ms)  # a copy holds nothing: made again
-        durable = bool(value.get("durable", True))
-        auto_delete = bool(value.get("auto_delete", False))
-        exclusive = bool(value.get("exclusive", False))
+            # a copy holds nothing: made again, what routes to it kept (a missed delete and
+            # declare, seen in a snapshot)
+            self.topology.delete_queue(vh, q, now_ms, keep_bindings=True)
         try:
             if shard != self.shard:
                 self.topology.create_copy(
@@ -254,6 +301,22 @@ class DefinitionCopies:
             topology.unbind_destination(vh, source, dest_type, name, routing_key, arguments)
         elif not vh.exchanges[source].has_binding((kind, name), routing_key, arguments):
             topology.bind_destination(vh, source, dest_type, name, routing_key, arguments)
+
+
+class _Nowhere:
+    # the sink of a sync used only for its snapshot (`replace`): nothing is written
+    def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int:
+        raise AssertionError("a view writes nothing")
+
+    def delete_definition(self, kind: str, key: str) -> int:
+        raise AssertionError("a view writes nothing")
+
+
+_NOWHERE = _Nowhere()
+
+
+def _no_held(_key: str) -> None:
+    return None
 
 
 def _limits(table: dict[str, dict[str, int]], name: str, value: Mapping[str, Any]) -> None:

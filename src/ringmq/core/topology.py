@@ -504,8 +504,11 @@ class Topology(QueueBindings):
                 auth.clear_permissions(user, vhost)
         auth.topics.forget_vhost(vh.name)
 
-    def delete_queue(self, vh: VHost, q: QueueEntity, now_ms: int) -> None:
-        """Remove a queue: cancel its consumers (notifying them), drop its bindings."""
+    def delete_queue(
+        self, vh: VHost, q: QueueEntity, now_ms: int, *, keep_bindings: bool = False
+    ) -> None:
+        """Remove a queue: cancel its consumers (notifying them), drop its bindings (unless
+        `keep_bindings`: a copy made again under the same name keeps what routes to it)."""
         if vh.queues.get(q.name) is not q:
             return
         state = self.state
@@ -524,8 +527,9 @@ class Topology(QueueBindings):
             conn = state.conns.get(q.exclusive_owner)
             if conn is not None:
                 conn.exclusive_queues.discard(q.name)
-        for source in vh.remove_dest((QUEUE, q.name)):
-            self.exchanges.maybe_auto_delete_exchange(vh, source)
+        if not keep_bindings:
+            for source in vh.remove_dest((QUEUE, q.name)):
+                self.exchanges.maybe_auto_delete_exchange(vh, source)
         state.dirty.pop(id(q), None)
         state.backlog.pop(id(q), None)
         self.resources.maybe_unblock(q)
