@@ -277,6 +277,10 @@ def _nothing() -> None:
     pass
 
 
+def _no_batch_end(fn: Callable[[], bool]) -> None:
+    raise RuntimeError("this handler's context has no batch end (a server wires it)")
+
+
 Login = Callable[[str, str, str, int], Identity]
 """`login(mechanism, user, password, now_ms) -> who`: checks credentials through the shared
 throttle; raises `BrokerError(ACCESS_REFUSED)` for bad credentials, a loopback-only user from
@@ -310,6 +314,11 @@ class HandlerContext:
     """Asks the memory monitor to measure now (a large body was announced)."""
     slow_login: SlowLogin | None = None
     """The slow login backends (LDAP) when any is configured (None: none; see `SlowLogin`)."""
+    at_batch_end: Callable[[Callable[[], bool]], None] = _no_batch_end
+    """Registers `fn` to run at the end of every batch of the server, whichever connection's
+    read or timer it was, while this connection lives; when it returns True the connection
+    is written in that batch (the shard link's definitions feed: a change any client made
+    goes to every following shard)."""
 
 
 HandlerFactory = Callable[[HandlerContext], Handler]

@@ -82,6 +82,9 @@ class Connections:
         self.shard_links: ShardLinks | None = None
         """The links to other shards (server/shardlinks.py; None with one shard)."""
         self.after_flush: Callable[[], None] = _nothing
+        self.at_batch_end: dict[ClientConnection, Callable[[], bool]] = {}
+        """Handlers' hooks run first at every batch end (`HandlerContext.at_batch_end`); a
+        True answer makes their connection dirty."""
         """Run after every flush (the server re-arms the broker's deadline timer)."""
         self.watch: Callable[[ClientConnection], None] = _not_watched
         """Run when a connection enters the table and when the server starts closing it: both
@@ -112,6 +115,10 @@ class Connections:
         c.connected_mono = self.clock.monotonic()
         self.watch(c)
         return True
+
+    def on_batch_end(self, c: ClientConnection, fn: Callable[[], bool]) -> None:
+        """Run `fn` at the end of every batch while `c` lives; True: write `c` then."""
+        self.at_batch_end[c] = fn
 
     def apply(self, effects: Iterable[Effect]) -> None:
         """Queue the output of `effects` on their target connections (flushed at batch end).
@@ -198,6 +205,10 @@ class Connections:
 
     def flush(self) -> None:
         """End of the outermost batch (see the module docstring for the order)."""
+        if self.at_batch_end:
+            for c, fn in list(self.at_batch_end.items()):
+                if fn():
+                    self.dirty.add(c)
         if self.shard_links is not None:
             self.shard_links.after_batch()
         if self.commit is not None:
@@ -232,6 +243,7 @@ class Connections:
     def remove(self, c: ClientConnection) -> bool:
         """Drop `c` from the table; False when it was not there (already removed)."""
         self.flow.forget(c)
+        self.at_batch_end.pop(c, None)
         if self.table.pop(c.conn_id, None) is None:
             return False
         self.unwatch(c)

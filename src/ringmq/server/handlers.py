@@ -212,6 +212,7 @@ class Handlers:
             login_guard=self.login_guard,
             check_in_flight=self._check_in_flight,
             slow_login=None if self.slow_login is None else self._slow_login(c),
+            at_batch_end=lambda fn: self.conns.on_batch_end(c, fn),
         )
         try:
             h = c.handler = self.factories[c.protocol](context)

@@ -326,10 +326,12 @@ class BrokerServer:
             self.commit = GroupCommit(self.broker, core.store, loop, release)
         self.conns.commit = self.commit
         if opts.shard_peers and opts.shard_link_secret:  # forwards to other shards' queues
-            self.conns.shard_links = ShardLinks(
+            links = self.conns.shard_links = ShardLinks(
                 self.broker, loop, release, opts.shard_index, opts.shard_link_secret,
-                opts.shard_peers,
+                opts.shard_peers, self.clock.wall_ms,
             )  # fmt: skip
+            if opts.shard_index != 0 and 0 in opts.shard_peers:
+                links.follow()  # shard 0 owns the definitions (docs/dev/shards.md)
         replication = opts.replication
         if (
             replication is not None

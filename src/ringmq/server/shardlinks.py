@@ -22,6 +22,12 @@ by a `grant` of as many deliveries as were settled, `cancel`); the owner's deliv
 `Broker.remote_delivered`, and its end of a consumer (its answer to a cancel, its queue gone,
 its refusal) to `Broker.remote_gone`.
 
+Definitions: a shard other than 0 follows shard 0's definitions (`follow`, called at start):
+the link to shard 0 asks for its feed (`OriginSession.follow`) and each `DefinitionsReceived`
+is applied as one core call (`Broker.apply_definitions`: the snapshot replaces what is here,
+the changes after it apply in order; core/defcopies.py). A lost link to shard 0 is made again
+and followed again (a new snapshot) `RETRY_S` later, until the server stops.
+
 Loss: a link whose connect fails, whose socket drops, whose hello the owner refuses, or that
 the owner has not welcomed within `OPEN_TIMEOUT_S` is closed; every sequence it had not
 resolved is refused (`LINK_LOST`: the owner may have stored it, so a publisher that resends
@@ -54,6 +60,7 @@ from ringmq.shardlink.codes import reason_of
 from ringmq.shardlink.origin import (
     ConsumerGone,
     ConsumerRefused,
+    DefinitionsReceived,
     Delivered,
     Lost,
     OriginSession,
@@ -135,6 +142,7 @@ class ShardLinks:
         shard: this shard's index (the links' hello).
         secret: the shards' shared secret.
         peers: owner shard index -> (host, port) of its link listener.
+        now_ms: the server's wall clock (the calls that apply definitions take it).
     """
 
     def __init__(
@@ -145,8 +153,10 @@ class ShardLinks:
         shard: int,
         secret: bytes,
         peers: dict[int, tuple[str, int]],
+        now_ms: Callable[[], int],
     ) -> None:
         self.broker = broker
+        self.now_ms = now_ms
         self.loop = loop
         self.release = release
         self.shard = shard
@@ -159,6 +169,20 @@ class ShardLinks:
         self._watching: asyncio.TimerHandle | None = None
         self._next_connect: dict[int, float] = {}
         self._closing = False
+        self._following = False
+
+    def follow(self) -> None:
+        """Follow shard 0's definitions (module docstring), now and after every lost link."""
+        self._following = True
+        if self._closing:
+            return
+        link = self._link(0)
+        if link is None:  # too soon after the last connect: again when it may be
+            self.loop.call_later(RETRY_S, self.follow)
+            return
+        if not link.session.following:
+            link.session.follow()
+            link.flush()
 
     def after_batch(self) -> None:
         """End of a batch: forward what the core noted, write what the links have."""
@@ -285,6 +309,15 @@ class ShardLinks:
                 if sub is not None:
                     entries = [(d.message, d.redelivered, d.delivery_count) for d in ev.entries]
                     calls.append(partial(broker.remote_delivered, sub, ev.first_tag, entries))
+            elif isinstance(ev, DefinitionsReceived):
+                apply = partial(
+                    broker.apply_definitions,
+                    ev.changes,
+                    shard=self.shard,
+                    now_ms=self.now_ms(),
+                    snapshot=ev.snapshot,
+                )
+                calls.append(apply)
             elif isinstance(ev, ConsumerGone | ConsumerRefused):
                 calls += self._consumer_ended(link, ev)
             elif isinstance(ev, Refused):
@@ -333,6 +366,9 @@ class ShardLinks:
             )
         if self._links.get(link.owner) is link:
             del self._links[link.owner]
+        if link.owner == 0 and self._following and not self._closing:
+            log.warning("shard link to shard 0 lost: following its definitions again")
+            self.loop.call_later(RETRY_S, self.follow)
         if waiting:
             log.warning(
                 "shard link to shard %d lost: %d confirmed publishes refused",

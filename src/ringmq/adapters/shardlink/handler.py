@@ -18,6 +18,8 @@ effects returned in order:
 
 * `Received` -> `Forwards` (forwards.py): the entries enqueued into their queues, resolved by
   the core's confirms (`apply(Confirm)`).
+* `FollowAsked` (no core call) -> `Followers` (definitions.py): the snapshot of this shard's
+  definitions now, the changes at the end of every batch after.
 * `SubscribeAsked`, `CreditAdded`, `Settled`, `CancelAsked` -> `Consumers` (consumers.py),
   whose deliveries come back as `apply(Deliver)` and whose ends as `CancelConsumer` /
   `CloseChannel`. What cannot be done inside `apply` (release a stray delivery, close a
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Final
 
 from ringmq.adapters.handler import HandlerContext, HandlerInfo
 from ringmq.adapters.shardlink.consumers import Consumers
+from ringmq.adapters.shardlink.definitions import Followers
 from ringmq.adapters.shardlink.forwards import Forwards
 from ringmq.core.effects import CancelConsumer, CloseChannel, Confirm, Deliver, Effect
 from ringmq.core.errors import BrokerError, Condition
@@ -49,6 +52,7 @@ from ringmq.shardlink.owner import (
     Closed,
     CreditAdded,
     Event,
+    FollowAsked,
     Opened,
     OwnerSession,
     Received,
@@ -110,10 +114,15 @@ class OwnerLinkHandler:
         ctx: the accepted socket's context.
         secret: the HMAC secret the origin must prove.
         shard: this shard's index (what `Welcome` tells the origin).
+        followers: the broker's links that follow its definitions (None: a link's `Follow`
+            breaks it).
     """
 
-    def __init__(self, ctx: HandlerContext, secret: bytes, shard: int = 0) -> None:
+    def __init__(
+        self, ctx: HandlerContext, secret: bytes, shard: int = 0, followers: Followers | None = None
+    ) -> None:
         self.ctx = ctx
+        self.followers = followers
         self.broker: Broker = ctx.broker
         self.conn_id = ctx.conn_id
         self.session = OwnerSession(shard, secret)
@@ -216,6 +225,9 @@ class OwnerLinkHandler:
             return []
         live = self.live
         assert live is not None  # the session yields nothing else before `Opened`
+        if isinstance(ev, FollowAsked):
+            self._follow()
+            return []
         calls = self.broker.calls
         out = calls.begin(now_ms)
         try:
@@ -273,6 +285,16 @@ class OwnerLinkHandler:
         log.info("shard link from shard %d (%s) open", ev.origin, self.ctx.peer.name)
         return out
 
+    def _follow(self) -> None:
+        followers = self.followers
+        if followers is None:
+            self.close(Condition.NOT_IMPLEMENTED, "this link serves no definitions")
+            return
+        session = self.session
+        followers.follow(session)
+        self.ctx.at_batch_end(lambda: followers.send(session))
+        log.info("shard link from shard %s follows the definitions", self.session.origin)
+
     def _tidy_later(self) -> None:
         # stray deliveries and ended consumers' sessions need core calls, which `apply` may
         # not make: they run next, as a read of this connection
@@ -294,6 +316,8 @@ class OwnerLinkHandler:
         if self.live is None or self._released:
             return []
         self._released = True
+        if self.followers is not None:
+            self.followers.leave(self.session)
         lost = self.session.lost()
         if lost.upto >= lost.first or lost.outstanding:
             log.info(
