@@ -195,7 +195,7 @@ class Exchanges:
         """Remove `x`, its bindings and the bindings to it (no checks)."""
         vh.exchanges.pop(x.name, None)
         self.state.touch(EXCHANGE_DEF, vh.name, x.name, durable=x.durable)
-        x.bindings.clear()
+        x.clear_bindings()
         for source in vh.remove_dest((EXCHANGE, x.name)):
             self.maybe_auto_delete_exchange(vh, source)
         vh.invalidate()

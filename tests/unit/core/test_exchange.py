@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from ringmq.core.exchange import Exchange
 from ringmq.core.message import Message
 from ringmq.core.routing import ExchangeType
@@ -16,6 +19,39 @@ def test_bind_is_idempotent_and_unbind_dest_removes_all() -> None:
     assert x.unbind_dest(("q", "a")) == 2
     assert x.route("k", None) == []
     assert not x.unbind(("q", "a"), "k", None)
+
+
+_DESTS = [("q", "a"), ("q", "b"), ("x", "a")]
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["bind", "unbind", "unbind_dest"]),
+        st.sampled_from(_DESTS),
+        st.sampled_from(["k", "k2", "#"]),
+    ),
+    max_size=40,
+)
+
+
+@given(_OPS)
+def test_unbind_dest_removes_exactly_the_bindings_a_scan_finds(ops: list[tuple[str, ...]]) -> None:
+    # the index by destination against the scan it replaces
+    x = Exchange("x", ExchangeType.TOPIC)
+    for op, dest, key in ops:
+        d = (dest[0], dest[1])
+        if op == "bind":
+            x.bind(d, key, None)
+        elif op == "unbind":
+            x.unbind(d, key, None)
+        else:
+            expected = sum(1 for b in x.bindings.values() if b.dest == d)
+            assert x.unbind_dest(d) == expected
+            assert all(b.dest != d for b in x.bindings.values())
+    for d in _DESTS:
+        left = {b.routing_key for b in x.bindings.values() if b.dest == d}
+        # the routing table lost what the index lost: "k" reaches `d` by "k" or "#"
+        assert (d in x.route("k", None)) == bool(left & {"k", "#"})
+        assert x.unbind_dest(d) == len(left)
+    assert x.bindings == {}
 
 
 def test_delayed_exchange_releases_in_due_then_arrival_order() -> None:
