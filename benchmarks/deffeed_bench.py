@@ -35,7 +35,7 @@ NOW = 1_000_000
 
 
 def _session(broker: Broker) -> Session:
-    broker.connection_opened(1, "guest", "/", "127.0.0.1:1", {}, NOW)
+    broker.connection_opened(1, "guest", "/", "127.0.0.1:1", {}, NOW, parks=True)
     broker.channel_opened(1, 1, NOW)
     s = broker.session(1, 1)
     assert s is not None

@@ -12,6 +12,9 @@ whose effects it applies as any call's. The definitions travel the same way: sha
 changes are drained (`drain_definitions`, after `feed_definitions` turned its feed on) and
 every other shard applies them as one call (`apply_definitions`; core/deffeed.py,
 core/defcopies.py).
+A shard that follows shard 0 asks it for the definition steps of its clients
+(`defer_definitions`, `ask_definition`, `drain_definition_asks`, `definition_answered`;
+shard 0 makes them with `run_definition_request`; core/asks.py, core/askrun.py).
 `Answers` is a part of `Broker` (its base class): the owners it calls are the broker's.
 """
 
@@ -20,9 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ringmq.core.askrun import run_request
+from ringmq.core.asks import Asks, DefinitionRequest
 from ringmq.core.defcopies import DefinitionCopies
 from ringmq.core.deffeed import DefinitionChange, DefinitionFeed
 from ringmq.core.effects import Effect
+from ringmq.core.errors import Condition
 from ringmq.core.forwarding import ForwardPublish
 from ringmq.core.message import Message
 from ringmq.core.remotes import RemoteOp
@@ -30,6 +36,7 @@ from ringmq.core.topology import cancel_consumers
 
 if TYPE_CHECKING:
     from ringmq.core.call import CallScope
+    from ringmq.core.exchanges import Exchanges
     from ringmq.core.forwarding import Forwards
     from ringmq.core.remotes import Remotes
     from ringmq.core.restore import Restore
@@ -47,6 +54,7 @@ class Answers:
         forwards: Forwards
         remotes: Remotes
         restore: Restore
+        exchanges: Exchanges
         topology: Topology
 
         def call(self, now_ms: int, *, publish: bool = False) -> CallScope: ...
@@ -166,6 +174,11 @@ class Answers:
         feed = self.state.feed
         return [] if feed is None else feed.drain()
 
+    def definitions_seq(self) -> int:
+        """Shard hook: the sequence of the feed's last change (0 while the feed is off)."""
+        feed = self.state.feed
+        return 0 if feed is None else feed.seq
+
     def definitions_snapshot(self) -> list[DefinitionChange]:
         """Shard hook: every definition of the feed as a put, numbered with the feed's last
         change (for a shard that starts or fell behind)."""
@@ -191,4 +204,43 @@ class Answers:
                 copies.replace(list(changes), now_ms)
             else:
                 copies.apply(changes, now_ms)
+        return out
+
+    # ================================================================== asking shard 0
+    def defer_definitions(self) -> None:
+        """Shard hook: this shard follows shard 0, which makes its clients' definition steps
+        from now on (core/asks.py)."""
+        if self.state.asks is None:
+            self.state.asks = Asks()
+
+    def ask_definition(self, conn_id: int, channel: int, request: DefinitionRequest) -> int:
+        """Adapter hook: the command on `conn_id`'s `channel` raised `DefinitionElsewhere`
+        and is parked: note `request` for shard 0; its id (the answer's `rid`)."""
+        asks = self.state.asks
+        assert asks is not None, "only a shard that defers its definitions asks"
+        return asks.ask(conn_id, channel, request)
+
+    def drain_definition_asks(self) -> list[tuple[int, DefinitionRequest]]:
+        """Shard hook: the requests noted since the last drain, to send to shard 0."""
+        asks = self.state.asks
+        return [] if asks is None else asks.drain()
+
+    def definition_answered(
+        self, rid: int, condition: Condition | None, text: str = ""
+    ) -> list[Effect]:
+        """Shard hook: shard 0 made request `rid` and this shard applied it (`condition`
+        None), or refused it: the parked command's `DefinitionAnswered`."""
+        asks = self.state.asks
+        answer = None if asks is None else asks.answered(rid, condition, text)
+        return [] if answer is None else [answer]
+
+    def run_definition_request(
+        self, conn_id: int, channel: int, request: DefinitionRequest, *, origin: int, now_ms: int
+    ) -> list[Effect]:
+        """Shard hook (shard 0): make shard `origin`'s client's `request` on the session
+        `conn_id`/`channel` (the link's, in the request's vhost), as one call; raises the
+        step's `BrokerError` when refused (core/askrun.py)."""
+        session = self.state.conns[conn_id].sessions[channel]
+        with self.call(now_ms) as out:
+            run_request(self.topology, self.exchanges, session, request, origin, now_ms)
         return out

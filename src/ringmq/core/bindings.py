@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ringmq.core.asks import stays_local
 from ringmq.core.auth import Access
 from ringmq.core.entities import QueueEntity
 from ringmq.core.errors import BrokerError, Condition
@@ -111,7 +112,21 @@ class QueueBindings:
         x = vh.exchanges.get(exchange)
         if x is not None:  # the binding key by the user's topic permission (core.topicauth)
             s.check_topic(auth, x, "read", routing_key)
-        self.queue_for(s, qname)
+        q = self.queue_for(s, qname)
+        if (
+            x is not None
+            and not stays_local(q)
+            and not x.has_binding((QUEUE, qname), routing_key, arguments)
+        ):
+            self.state.elsewhere(
+                s,
+                "queue.bind",
+                vh.name,
+                queue=qname,
+                exchange=exchange,
+                routing_key=routing_key,
+                arguments=dict(arguments or {}),
+            )
         self.bind(vh, exchange, qname, routing_key, arguments)
 
     def bind(
@@ -193,7 +208,17 @@ class QueueBindings:
             and x is not None
             and x.has_binding((QUEUE, qname), routing_key, arguments)
         ):
-            self.queue_for(s, qname)  # 405 when another connection owns it exclusively
+            q = self.queue_for(s, qname)  # 405 when another connection owns it exclusively
+            if not stays_local(q):
+                self.state.elsewhere(
+                    s,
+                    "queue.unbind",
+                    vh.name,
+                    queue=qname,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    arguments=dict(arguments or {}),
+                )
             self.unbind(vh, exchange, qname, routing_key, arguments)
 
     def unbind(

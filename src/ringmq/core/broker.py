@@ -345,10 +345,13 @@ class Broker(Answers):
         now_ms: int = 0,
         protocol: str = "amqp091",
         grant: ExternalGrant | None = None,
+        *,
+        parks: bool = False,
     ) -> None:
         """Register an authenticated connection that opened `vhost` (NOT_ALLOWED when the
         vhost does not exist or the user has no access to it). `protocol` labels its message
-        counters (`State.by_protocol`); `grant` is its login's (`core.auth.Identity`)."""
+        counters (`State.by_protocol`); `grant` is its login's (`core.auth.Identity`);
+        `parks`: its adapter parks a command shard 0 makes (`Conn.parks`, core/asks.py)."""
         state = self.state
         if vhost not in state.vhosts:
             raise BrokerError(Condition.NOT_ALLOWED, f"vhost {vhost} not found")
@@ -367,6 +370,7 @@ class Broker(Answers):
             protocol=protocol,
             counts=counts,
             grant=grant,
+            parks=parks,
         )
         state.auth.watch(conn_id, grant)
         state.stats["connections_opened"] += 1
@@ -414,6 +418,8 @@ class Broker(Answers):
             if conn is None:
                 return out
             state.auth.watch(conn_id, None)
+            if state.asks is not None:
+                state.asks.forget(conn_id)
             state.stats["connections_closed"] += 1
             state.stats["channels_closed"] += len(conn.sessions)
             self.resources.forget_connection(conn_id)

@@ -175,6 +175,19 @@ class ActivateConsumer:
     subscription_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class DefinitionAnswered:
+    """Shard 0 made (`condition` None) or refused the definition change a parked command of
+    this connection asked for (core/asks.py): its adapter runs the command again, now
+    local, or answers the refusal."""
+
+    conn_id: int
+    channel: int
+    rid: int
+    condition: Condition | None
+    text: str = ""
+
+
 Effect = (
     Reply
     | ReplyContent
@@ -189,4 +202,5 @@ Effect = (
     | Block
     | Unblock
     | ActivateConsumer
+    | DefinitionAnswered
 )

@@ -154,6 +154,18 @@ class Exchanges:
                 Condition.ACCESS_REFUSED,
                 f"exchange name '{name}' contains reserved prefix 'amq.*'",
             )
+        if grant is not None:  # a client's: made on shard 0 when this shard follows it
+            self.state.elsewhere(
+                grant,
+                "exchange.declare",
+                vh.name,
+                name=name,
+                type=type_name,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=args,
+            )
         x = Exchange(
             name,
             kind,

@@ -380,6 +380,8 @@ class Conn:
         counts: that protocol's message counters (shared by its connections).
         grant: what its login's backend granted when not the user table (a token, LDAP):
             it answers this connection's checks alone (`core.auth`); None: the tables answer.
+        parks: its adapter parks a command whose definition step shard 0 makes (core/asks.py);
+            on a shard that follows shard 0 the others' steps stay local (a gap).
     """
 
     conn_id: int
@@ -394,6 +396,7 @@ class Conn:
     protocol: str = "amqp091"
     counts: ProtocolCounts = field(default_factory=ProtocolCounts)
     grant: ExternalGrant | None = None
+    parks: bool = False
 
     def regrant(self, grant: ExternalGrant) -> None:
         """A fresh token's grant replaces this connection's (update-secret,

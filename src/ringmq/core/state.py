@@ -30,6 +30,7 @@ import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ringmq.core.asks import DefinitionElsewhere, DefinitionRequest
 from ringmq.core.auth import AuthDB
 from ringmq.core.config import BrokerConfig
 from ringmq.core.dedup import PublishDedup
@@ -39,11 +40,12 @@ from ringmq.core.policies import AddressSettingsTable, PolicyTable
 from ringmq.core.session import ProtocolCounts
 
 if TYPE_CHECKING:
+    from ringmq.core.asks import Asks
     from ringmq.core.deffeed import DefinitionFeed
     from ringmq.core.durability import Durability
     from ringmq.core.effects import Effect
     from ringmq.core.entities import QueueEntity
-    from ringmq.core.session import Conn
+    from ringmq.core.session import Conn, Session
     from ringmq.core.vhost import VHost
 
 STAT_NAMES: tuple[str, ...] = (
@@ -70,11 +72,13 @@ class State:
 
     __slots__ = (
         "address_settings",
+        "asks",
         "auth",
         "backlog",
         "by_protocol",
         "calling",
         "config",
+        "connection_shard",
         "conns",
         "consumer_check_ms",
         "dedup",
@@ -113,6 +117,13 @@ class State:
             id_cache_size=config.id_cache_size, persist_id_cache=config.persist_id_cache
         )
         self.durability: Durability | None = None
+        self.connection_shard = 0
+        """The shard of the connection whose step the call makes: this one (0), but for a
+        step shard 0 makes for another shard's client (`core/askrun.py`), where a
+        client-local queue is placed."""
+        self.asks: Asks | None = None
+        """The definition changes this shard asks shard 0 to make (`core/asks.py`), when it
+        follows shard 0 (None: it makes them itself)."""
         self.feed: DefinitionFeed | None = None
         """The definitions feed of the other shards' copies (`core/deffeed.py`), when on."""
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
@@ -167,6 +178,13 @@ class State:
     def track_timers(self, q: QueueEntity) -> None:
         """Remember a queue that may have timer work (TTL, x-expires, scheduled messages)."""
         self.timed[id(q)] = q
+
+    def elsewhere(self, s: Session, op: str, vhost: str, **fields: Any) -> None:
+        """Session `s`'s step is about to change a definition: on a shard that follows shard
+        0 it raises `DefinitionElsewhere` instead when `s`'s adapter parks (core/asks.py);
+        else nothing."""
+        if self.asks is not None and s.conn.parks:
+            raise DefinitionElsewhere(DefinitionRequest(op, vhost, fields))
 
     def touch(self, kind: str, vhost: str, name: str, *, durable: bool = True) -> None:
         """A queue or exchange was created or deleted, or an exchange's bindings changed:

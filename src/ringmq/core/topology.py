@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from ringmq.core import queuetypes
 from ringmq.core.arguments import EQUIVALENCE_ARGUMENTS
+from ringmq.core.asks import stays_local
 from ringmq.core.auth import Access
 from ringmq.core.bindings import QueueBindings, locked
 from ringmq.core.effects import CancelConsumer, CloseConnection
@@ -189,17 +190,26 @@ class Topology(QueueBindings):
         args = dict(arguments or {})
         settings = self.resolve_settings(vhost, name, args)
         # Placed once, here, for every way a queue is made (declare, management, config,
-        # recovery, dead-letter queues): one shard, so the count is every queue's and the
-        # answer is this shard. With several, a queue placed on another is created there and
-        # copied here (`create_copy`; docs/dev/shards.md).
+        # recovery, dead-letter queues): this shard, unless shard 0 makes the step of another
+        # shard's client (`State.connection_shard`, core/askrun.py), when a queue placed on
+        # that shard is made there from the feed and copied here (`create_copy`).
         shard = place(
             settings.queue_leader_locator,
-            connection_shard=THIS_SHARD,
-            queues_per_shard=(sum(len(v.queues) for v in state.vhosts.values()),),
+            connection_shard=state.connection_shard,
+            queues_per_shard=self._queues_per_shard(),
             exclusive=exclusive_owner is not None,
             auto_delete=auto_delete,
         )
-        assert shard == THIS_SHARD
+        if shard != THIS_SHARD:
+            return self.create_copy(
+                vhost,
+                name,
+                shard,
+                durable=durable,
+                auto_delete=auto_delete,
+                arguments=args,
+                now_ms=now_ms,
+            )
         log: StreamLog | None = None
         if args.get("x-queue-type") in (STREAM, STREAM.encode()):
             check_stream_declare(
@@ -230,6 +240,20 @@ class Topology(QueueBindings):
             if conn is not None:
                 conn.exclusive_queues.add(name)
         return q
+
+    def _queues_per_shard(self) -> list[int]:
+        # The queue count of each shard this one knows of (one, or the connection's too).
+        state = self.state
+        counts = [0] * (state.connection_shard + 1)
+        if len(counts) == 1:
+            counts[0] = sum(len(v.queues) for v in state.vhosts.values())
+            return counts
+        for vh in state.vhosts.values():
+            for q in vh.queues.values():
+                shard = q.shard
+                if shard < len(counts):
+                    counts[shard] += 1
+        return counts
 
     def create_copy(
         self,
@@ -338,6 +362,16 @@ class Topology(QueueBindings):
             )
             if state.limits.vhosts:
                 state.limits.check_queue(vh.name, len(vh.queues), name)
+            if not (exclusive or auto_delete or name.startswith("amq.gen-")):
+                state.elsewhere(
+                    s,
+                    "queue.declare",
+                    vh.name,
+                    name=name,
+                    durable=durable,
+                    auto_delete=auto_delete,
+                    arguments=args,
+                )
             try:
                 q = self.create_queue(
                     vh.name,
@@ -475,8 +509,13 @@ class Topology(QueueBindings):
             return "", 0
         if q.exclusive_owner is not None and q.exclusive_owner != s.conn_id:
             raise locked(qname, vh.name)
-        if q.owner is not None:
-            self.local_queue_for(s, qname)  # its owner deletes it: refused here
+        if not stays_local(q):
+            self.state.elsewhere(
+                s, "queue.delete", vh.name, queue=qname, if_unused=if_unused, if_empty=if_empty
+            )
+        if q.owner is not None and self.state.feed is None:
+            # its owner deletes it, told by shard 0's feed: refused on a shard without one
+            self.local_queue_for(s, qname)
         return qname, self.check_delete(vh, q, if_unused=if_unused, if_empty=if_empty)
 
     def delete_named(self, s: Session, name: str, now_ms: int) -> None:

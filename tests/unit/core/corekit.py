@@ -64,13 +64,19 @@ class Core:
 
     # ------------------------------------------------------------------ sessions
     def connect(
-        self, user: str = "guest", vhost: str = "/", properties: dict[str, Any] | None = None
+        self,
+        user: str = "guest",
+        vhost: str = "/",
+        properties: dict[str, Any] | None = None,
+        *,
+        parks: bool = False,
     ) -> int:
-        """A new connection (`properties`: the client's, such as its capabilities)."""
+        """A new connection (`properties`: the client's, such as its capabilities; `parks`:
+        an adapter that parks a command shard 0 makes, as AMQP 0-9-1's)."""
         conn_id = self._next_conn
         self._next_conn += 1
         self.broker.connection_opened(
-            conn_id, user, vhost, "127.0.0.1:1", properties or {}, self.now
+            conn_id, user, vhost, "127.0.0.1:1", properties or {}, self.now, parks=parks
         )
         return conn_id
 
@@ -80,9 +86,9 @@ class Core:
         assert s is not None
         return s
 
-    def open(self) -> Session:
-        """A session on a new connection."""
-        return self.session(self.connect())
+    def open(self, *, parks: bool = False) -> Session:
+        """A session on a new connection (`parks`: see `connect`)."""
+        return self.session(self.connect(parks=parks))
 
     # ------------------------------------------------------------------ calls
     def run(self, step: Callable[..., Any], *args: Any, **kw: Any) -> list[Effect]:

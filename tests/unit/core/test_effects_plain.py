@@ -32,6 +32,7 @@ SAMPLES: list[Any] = [
     effects.Block(7, "memory"),
     effects.Unblock(7),
     effects.ActivateConsumer(7, 3),
+    effects.DefinitionAnswered(7, 1, 4, Condition.PRECONDITION_FAILED, "inequivalent"),
 ]
 
 _PLAIN = (int, str, bytes, bool, float, type(None), Condition, Message, tuple)

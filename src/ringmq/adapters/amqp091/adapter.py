@@ -159,7 +159,7 @@ class Amqp091:
         with its login's `grant`."""
         try:
             self.broker.connection_opened(
-                conn_id, user, vhost, peer, client_properties, now_ms, grant=grant
+                conn_id, user, vhost, peer, client_properties, now_ms, grant=grant, parks=True
             )
         except BrokerError as exc:
             raise to_amqp(exc) from None

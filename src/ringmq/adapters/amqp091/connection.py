@@ -48,11 +48,13 @@ from collections.abc import Callable, Sequence
 from typing import Final, assert_never
 
 from ringmq.adapters.amqp091.adapter import Amqp091
+from ringmq.adapters.amqp091.errors import to_amqp
 from ringmq.adapters.amqp091.frames import frame_of, reply_code
 from ringmq.adapters.amqp091.runs import publish_columns, publish_rows
 from ringmq.adapters.handler import SERVER_PART, HandlerContext, HandlerInfo, SlowAnswer
 from ringmq.amqp import spec
 from ringmq.amqp.reply_codes import AMQPError, ReplyCode
+from ringmq.core.asks import DefinitionElsewhere
 from ringmq.core.auth import ExternalGrant, Identity
 from ringmq.core.broker import Broker
 from ringmq.core.certlogin import offers_external
@@ -64,6 +66,7 @@ from ringmq.core.effects import (
     CloseChannel,
     CloseConnection,
     Confirm,
+    DefinitionAnswered,
     Deliver,
     DeliverReply,
     Drained,
@@ -72,13 +75,18 @@ from ringmq.core.effects import (
     ReplyContent,
     Unblock,
 )
-from ringmq.core.errors import Condition
+from ringmq.core.errors import BrokerError, Condition
 from ringmq.core.message import amqp091_content
 from ringmq.protocol import events as ev
 from ringmq.protocol.connection import ServerConnection
 from ringmq.protocol.handshake import EXTERNAL, TuneParams
 
 log = logging.getLogger(__name__)
+
+PARKED_MAX: Final = 10_000
+"""Events a connection may send while a command waits for shard 0 (a client waiting for its
+declare-ok sends few; one that floods is closed)."""
+PARKED_TEXT: Final = "too many commands while a declaration waits for shard 0"
 
 PROTOCOL: Final = "AMQP 0-9-1"
 """How management names the protocol."""
@@ -136,6 +144,9 @@ class Amqp091Handler:
         """`proto.content_in_flight` after the previous read (a rise: a new large body)."""
         self.login_delay_ms = 0
         """How long the login throttle held this connection's credential check (0: not)."""
+        self.parked: list[ev.Event] | None = None
+        """A command shard 0 makes (core/asks.py), first, and every later event of this
+        connection, in order, until its answer (`DefinitionAnswered`)."""
         # `Handler.opened` / `closed` as plain attributes: the driver reads them after every
         # read and every flush (a property is a Python call each time).
         self.opened = False
@@ -233,6 +244,9 @@ class Amqp091Handler:
                 proto.send_blocked(reason)
             case Unblock():
                 proto.send_unblocked()
+            case DefinitionAnswered():
+                # the core is in a call: the parked commands run next, as a read
+                self.ctx.later(0, lambda now_ms: self._unpark(e, now_ms))
             case _:
                 assert_never(e)
 
@@ -279,10 +293,20 @@ class Amqp091Handler:
     # -- events -> core ----------------------------------------------------------------------------
 
     def on_events(
-        self, events: list[ev.Event], now: int, runs: set[int] | bool | None = True
+        self,
+        events: list[ev.Event],
+        now: int,
+        runs: set[int] | bool | None = True,
+        refused: AMQPError | None = None,
     ) -> None:
         """Hand one read's events to the core and emit what it returns; `runs`: the
         connection's run channels when the caller asked already."""
+        if self.parked is not None:  # a command waits for shard 0: the rest waits behind it
+            self.parked += events
+            if len(self.parked) > PARKED_MAX:
+                self.parked = None
+                self.proto.close(ReplyCode.RESOURCE_ERROR, PARKED_TEXT)
+            return
         handle = self.amqp091.handle
         conn_id = self.conn_id
         emit = self.emit
@@ -290,6 +314,14 @@ class Amqp091Handler:
         # ignores everything after it sends Close: per channel for soft errors, all for hard.
         failed: set[int] = set()
         dead = False
+        if refused is not None:  # the parked command, refused by shard 0
+            first = events[0]
+            assert isinstance(first, ev.Command)
+            if self._refuse(first.channel, refused):
+                dead = True
+            else:
+                failed.add(first.channel)
+            events = events[1:]
         # Channels whose consecutive publishes go as runs (`publish_rows`; None: none, the
         # cheapest test per command): asked once per read and again after any event that is
         # not a command (a channel closed or opened); `solo` ends the events that go one by
@@ -318,6 +350,10 @@ class Amqp091Handler:
                         effects = handle(conn_id, ch, event.method, event.content, now)
                     except AMQPError as exc:
                         err = exc
+                    except DefinitionElsewhere as asked:  # shard 0 makes it: park
+                        self.parked = events[i - 1 :]
+                        self.broker.ask_definition(conn_id, ch, asked.request)
+                        return
                     else:
                         if effects:
                             emit(effects)
@@ -413,6 +449,23 @@ class Amqp091Handler:
             case _:
                 assert_never(event)
         return []
+
+    def _unpark(self, answer: DefinitionAnswered, now: int) -> None:
+        # Shard 0 answered the parked command: run it again (local now) and what waited
+        # behind it, or refuse it with shard 0's error and run the rest.
+        events = self.parked
+        if events is None or self.closed:
+            return
+        self.parked = None
+        refused = None
+        if answer.condition is not None:
+            first = events[0]
+            assert isinstance(first, ev.Command)
+            method = first.method
+            refused = to_amqp(
+                BrokerError(answer.condition, answer.text), method.CLASS_ID, method.METHOD_ID
+            )
+        self.on_events(events, now, refused=refused)
 
     def _login(self, event: ev.LoginRequested, now: int) -> list[ev.Event]:
         peer = self.ctx.peer
