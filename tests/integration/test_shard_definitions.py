@@ -219,3 +219,72 @@ def test_a_restarted_shard_zero_is_followed_again(tmp_path: Path) -> None:
         assert _drain(holder[0], "all") == [b"f"]
     finally:
         holder[0].stop()
+
+
+def _on_one(port: int, *steps: tuple[str, tuple[Any, ...], dict[str, Any]]) -> list[Any]:
+    params = pika.ConnectionParameters("127.0.0.1", port)
+    with pika.BlockingConnection(params) as conn:
+        ch = conn.channel()
+        return [getattr(ch, method)(*args, **kw) for method, args, kw in steps]
+
+
+def test_declarations_on_shard_one_are_made_by_shard_zero(tmp_path: Path) -> None:
+    (link_port,) = free_ports(1)
+    zero = _shard_zero(tmp_path / "zero", tmp_path / "zero.log", link_port)
+    _on_zero(
+        zero, ("queue_declare", ("strict",), {"durable": True, "arguments": {"x-max-length": 5}})
+    )
+    bodies = [f"m-{i}".encode() for i in range(50)]
+
+    async def main() -> None:
+        one = await _shard_one(tmp_path / "one", link_port)
+        loop = asyncio.get_running_loop()
+        port = one.amqp_port
+
+        def on_one(*steps: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
+            return loop.run_in_executor(None, lambda: _on_one(port, *steps))
+
+        try:
+            await _until(port, "strict", True)
+            # declared by a pika client of shard 1: made by shard 0, the queue placed on
+            # shard 1 (client-local), every answer as RabbitMQ gives it
+            declared = await on_one(
+                ("exchange_declare", ("orders",), {"exchange_type": "topic", "durable": True}),
+                ("queue_declare", ("eu",), {"durable": True}),
+                ("queue_bind", ("eu", "orders", "eu.#"), {}),
+            )
+            assert declared[1].method.queue == "eu"
+            # shard 0 has them (a client of shard 0 sees the queue and the exchange)
+            await loop.run_in_executor(
+                None,
+                lambda: _on_zero(
+                    zero,
+                    ("queue_declare", ("eu",), {"passive": True}),
+                    ("exchange_declare", ("orders",), {"passive": True}),
+                ),
+            )
+            await _publish(port, "orders", "eu.paris", bodies)
+            got = await on_one(*[("basic_get", ("eu",), {"auto_ack": True})] * len(bodies))
+            assert [body for _m, _p, body in got] == bodies
+            # shard 0's refusal (or the same check here, once the feed brought "strict")
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                await on_one(("queue_declare", ("strict",), {"durable": True}))
+            assert refused.value.reply_code == 406
+            await on_one(("queue_delete", ("eu",), {}))
+            await _until(port, "eu", False)
+            assert not await loop.run_in_executor(None, lambda: _exists_on_zero(zero, "eu"))
+        finally:
+            await one.stop()
+
+    try:
+        _run(main())
+    finally:
+        zero.stop()
+
+
+def _exists_on_zero(serve: Serve, queue: str) -> bool:
+    try:
+        _on_zero(serve, ("queue_declare", (queue,), {"passive": True}))
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    return True

@@ -26,7 +26,13 @@ Definitions: a shard other than 0 follows shard 0's definitions (`follow`, calle
 the link to shard 0 asks for its feed (`OriginSession.follow`) and each `DefinitionsReceived`
 is applied as one core call (`Broker.apply_definitions`: the snapshot replaces what is here,
 the changes after it apply in order; core/defcopies.py). A lost link to shard 0 is made again
-and followed again (a new snapshot) `RETRY_S` later, until the server stops.
+and followed again (a new snapshot) `RETRY_S` later, until the server stops. Such a shard
+also asks shard 0 to make its clients' definition steps (`Broker.defer_definitions`,
+core/asks.py): the asks drained after each batch go on the link to shard 0; an answer that
+made the change is handed to the core (`definition_answered`) once this shard has applied
+the feed up to the change's sequence (held until then), a refusal at once. Asks that cannot
+be sent (no link to shard 0) or whose link goes are refused (`UNREACHABLE`: the client may
+declare again; one that shard 0 made meanwhile is then an equivalent redeclare).
 
 Loss: a link whose connect fails, whose socket drops, whose hello the owner refuses, or that
 the owner has not welcomed within `OPEN_TIMEOUT_S` is closed; every sequence it had not
@@ -53,11 +59,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Final, cast
 
 from ringmq.core.effects import Effect
+from ringmq.core.errors import Condition
 from ringmq.core.remotes import RemoteCancel, RemoteOp, RemoteSettle, RemoteSubscribe
 from ringmq.core.session import SettleKind
 from ringmq.shardlink.codec import Outcome
-from ringmq.shardlink.codes import reason_of
+from ringmq.shardlink.codes import condition_of, reason_of
 from ringmq.shardlink.origin import (
+    Answered,
     ConsumerGone,
     ConsumerRefused,
     DefinitionsReceived,
@@ -83,6 +91,10 @@ OPEN_TIMEOUT_S: Final = 10.0
 STALL_S: Final = 60.0
 """A link whose owner has said nothing for this long while forwards wait for its answer is
 dropped (RabbitMQ's inter-node net_ticktime is 60 s too)."""
+UNREACHABLE: Final = (
+    "shard 0 could not be reached: the definition change was not made here; try again"
+)
+"""The refusal of an ask that could not be sent or whose link went."""
 
 _Release = Callable[[Callable[[], list[Effect]]], None]
 _Call = Callable[[], list[Effect]]
@@ -170,9 +182,15 @@ class ShardLinks:
         self._next_connect: dict[int, float] = {}
         self._closing = False
         self._following = False
+        self._applied = 0
+        """The feed sequence this shard has applied (its last `apply_definitions` call)."""
+        self._held: list[tuple[int, int]] = []
+        """(feed sequence, ask id) of asks shard 0 made, waiting until this shard applies it."""
 
     def follow(self) -> None:
         """Follow shard 0's definitions (module docstring), now and after every lost link."""
+        if not self._following:
+            self.broker.defer_definitions()
         self._following = True
         if self._closing:
             return
@@ -186,11 +204,22 @@ class ShardLinks:
 
     def after_batch(self) -> None:
         """End of a batch: forward what the core noted, write what the links have."""
-        forwards = self.broker.drain_forwards()
-        ops = self.broker.drain_remote_ops()
-        if not forwards and not ops:
+        broker = self.broker
+        forwards = broker.drain_forwards()
+        ops = broker.drain_remote_ops()
+        asks = broker.drain_definition_asks() if self._following else []
+        if not forwards and not ops and not asks:
             return
         touched: dict[int, _Link] = {}
+        if asks:
+            link = self._link(0)
+            if link is None:
+                failed = [rid for rid, _ in asks]
+                self.loop.call_soon(self._refuse_asks, failed)
+            else:
+                for rid, request in asks:
+                    link.session.ask(rid, request)
+                touched[0] = link
         for op in ops:
             link = self._operate(op)
             if link is not None:
@@ -318,6 +347,16 @@ class ShardLinks:
                     snapshot=ev.snapshot,
                 )
                 calls.append(apply)
+                if link.session.definitions_seq is not None:
+                    self._applied = link.session.definitions_seq
+                calls += self._release_held()
+            elif isinstance(ev, Answered):
+                if ev.code:
+                    condition = condition_of(ev.code)
+                    calls.append(partial(broker.definition_answered, ev.rid, condition, ev.text))
+                else:
+                    self._held.append((ev.seq, ev.rid))
+                    calls += self._release_held()
             elif isinstance(ev, ConsumerGone | ConsumerRefused):
                 calls += self._consumer_ended(link, ev)
             elif isinstance(ev, Refused):
@@ -330,6 +369,23 @@ class ShardLinks:
             self._drop(link)
         else:
             link.flush()
+
+    def _release_held(self) -> list[_Call]:
+        # the asks whose change this shard has applied now (their calls follow the apply's)
+        ready = [rid for seq, rid in self._held if seq <= self._applied]
+        if not ready:
+            return []
+        self._held = [(seq, rid) for seq, rid in self._held if seq > self._applied]
+        return [partial(self.broker.definition_answered, rid, None) for rid in ready]
+
+    def _refuse_asks(self, rids: list[int]) -> None:
+        broker = self.broker
+        condition = Condition.PRECONDITION_FAILED
+        self.release(
+            lambda: [
+                e for rid in rids for e in broker.definition_answered(rid, condition, UNREACHABLE)
+            ]
+        )
 
     def _consumer_ended(self, link: _Link, ev: ConsumerGone | ConsumerRefused) -> list[_Call]:
         sub = link.subs.pop(ev.cid, None)
@@ -366,9 +422,14 @@ class ShardLinks:
             )
         if self._links.get(link.owner) is link:
             del self._links[link.owner]
-        if link.owner == 0 and self._following and not self._closing:
-            log.warning("shard link to shard 0 lost: following its definitions again")
-            self.loop.call_later(RETRY_S, self.follow)
+        if link.owner == 0 and self._following:
+            unanswered = [*lost.asks, *(rid for _, rid in self._held)]
+            self._held.clear()
+            if unanswered:
+                self.loop.call_soon(self._refuse_asks, unanswered)
+            if not self._closing:
+                log.warning("shard link to shard 0 lost: following its definitions again")
+                self.loop.call_later(RETRY_S, self.follow)
         if waiting:
             log.warning(
                 "shard link to shard %d lost: %d confirmed publishes refused",

@@ -30,6 +30,9 @@ queues it uses live); the origin connects. In the order a link uses them:
   to shard 0), then `Definitions` (owner: a snapshot first, every definition as a put, then
   the changes as they are made; each change a sequence number, its kind, key and JSON value,
   or none when deleted: `core.deffeed.DefinitionChange`).
+* Asks (the link to shard 0): `Ask` (origin: an id it chose, a client's definition step,
+  `core.asks.DefinitionRequest`, its fields as tagged JSON) and `Answer` (owner: the id, the
+  feed sequence of the change made, or a refusal's code and text).
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from typing import Any, Final, TypeAlias
 
 from ringmq import lenframes
 from ringmq.amqp.tables import decode_table, encode_table
+from ringmq.core.asks import DefinitionRequest
 from ringmq.core.deffeed import DefinitionChange
+from ringmq.core.defsync import args_back, args_json
 from ringmq.core.message import Message
 from ringmq.lenframes import U16, U32, Cursor, ProtocolError, blob, text
 from ringmq.storage.records import decode_entry, encode_message
@@ -205,6 +210,22 @@ class Definitions:
     changes: tuple[DefinitionChange, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Ask:
+    rid: int
+    request: DefinitionRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    rid: int
+    seq: int
+    """The feed sequence of the change made (0 when refused)."""
+    code: int = 0
+    """0: made; else the refusal's AMQP reply code (`shardlink.codes`)."""
+    text: str = ""
+
+
 Frame: TypeAlias = (
     Hello
     | Welcome
@@ -221,6 +242,8 @@ Frame: TypeAlias = (
     | Cancelled
     | Follow
     | Definitions
+    | Ask
+    | Answer
 )
 
 _TYPES: Final[dict[type, int]] = {
@@ -239,6 +262,8 @@ _TYPES: Final[dict[type, int]] = {
     Cancelled: 13,
     Follow: 14,
     Definitions: 15,
+    Ask: 16,
+    Answer: 17,
 }
 
 
@@ -342,6 +367,21 @@ def _decode_definitions(c: Cursor) -> Definitions:
     return Definitions(snapshot, tuple(changes))
 
 
+_RID_SEQ_CODE: Final = struct.Struct(">QQH")
+
+
+def _decode_ask(c: Cursor) -> Ask:
+    (rid,) = c.unpack(_U64)
+    op, vhost, raw = c.text(), c.text(), c.blob()
+    try:
+        fields = json.loads(raw)
+    except ValueError as exc:
+        raise ProtocolError(f"bad ask {rid}: {exc}") from exc
+    if not isinstance(fields, dict):
+        raise ProtocolError(f"ask {rid}: its fields are not an object")
+    return Ask(rid, DefinitionRequest(op, vhost, args_back(fields)))
+
+
 def encode(frame: Frame) -> bytes:
     """One frame's bytes."""
     match frame:
@@ -387,6 +427,12 @@ def encode(frame: Frame) -> bytes:
             body = b""
         case Definitions():
             body = _definitions(frame)
+        case Ask():
+            r = frame.request
+            fields = json.dumps(args_json(r.fields), separators=(",", ":")).encode()
+            body = _U64.pack(frame.rid) + text(r.op) + text(r.vhost) + blob(fields)
+        case Answer():
+            body = _RID_SEQ_CODE.pack(frame.rid, frame.seq, frame.code) + text(frame.text[:1000])
     return lenframes.frame(_TYPES[type(frame)], body)
 
 
@@ -446,6 +492,11 @@ def decode(ftype: int, payload: memoryview) -> Frame:
             frame = Follow()
         case 15:
             frame = _decode_definitions(c)
+        case 16:
+            frame = _decode_ask(c)
+        case 17:
+            rid, seq, code = c.unpack(_RID_SEQ_CODE)
+            frame = Answer(rid, seq, code, c.text())
         case _:
             raise ProtocolError(f"unknown frame type {ftype}")
     c.end()

@@ -51,6 +51,15 @@ def of_condition(condition: Condition) -> int:
     return _BY_CONDITION.get(condition, INTERNAL_ERROR)
 
 
+_CONDITIONS: Final = {code: condition for condition, code in _BY_CONDITION.items()}
+
+
+def condition_of(code: int) -> Condition:
+    """The condition of a refusal's code: the inverse of `of_condition` (an unknown code:
+    INTERNAL_ERROR)."""
+    return _CONDITIONS.get(code, Condition.INTERNAL_ERROR)
+
+
 _REASONS: Final = {code: reason for reason, code in _BY_REASON.items()}
 
 

@@ -31,6 +31,10 @@ Definitions (the link to shard 0). `follow()` asks for the definitions feed; eac
 put, at one sequence), then changes in increasing sequence order (anything else breaks the
 link); the server applies them (`Broker.apply_definitions`).
 
+Asks (the link to shard 0). `ask(rid, request)` sends a client's definition step; the
+owner's `Answer` becomes `Answered` (the feed sequence of the change, or a refusal's code);
+an answer to no ask breaks the link.
+
 Loss. When the link's socket is gone, `lost()` ends the session and returns `Lost`: the
 sequences forwarded but not resolved (the server nacks their publishes: the owner may have
 stored them, so a publisher that resends may duplicate, as with RabbitMQ's nack when a queue
@@ -44,10 +48,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringmq.core.asks import DefinitionRequest
 from ringmq.core.deffeed import DefinitionChange
 from ringmq.core.message import Message
 from ringmq.shardlink.codec import (
     BATCH_BYTES,
+    Answer,
+    Ask,
     Cancel,
     Cancelled,
     Credit,
@@ -131,11 +138,23 @@ class DefinitionsReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class Answered:
+    rid: int
+    seq: int
+    """The feed sequence of the change shard 0 made (0 when refused)."""
+    code: int
+    """0: made; else the refusal's AMQP reply code."""
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Lost:
     first: int
     upto: int
     """Sequences `first..upto` were forwarded and not resolved (empty when first > upto)."""
     consumers: tuple[int, ...]
+    asks: tuple[int, ...] = ()
+    """The asks shard 0 had not answered."""
 
 
 Event = (
@@ -147,6 +166,7 @@ Event = (
     | Delivered
     | ConsumerGone
     | DefinitionsReceived
+    | Answered
 )
 
 
@@ -184,6 +204,7 @@ class OriginSession:
         """`follow` asked for the definitions feed."""
         self.definitions_seq: int | None = None
         """The sequence of the last definition change received (None: no snapshot yet)."""
+        self._asked: set[int] = set()
 
     # definitions
 
@@ -195,6 +216,14 @@ class OriginSession:
             raise ValueError("the link follows the definitions already")
         self.following = True
         self._emit(Follow())
+
+    def ask(self, rid: int, request: DefinitionRequest) -> None:
+        """Ask the owner (shard 0) to make a client's definition step (`Answered` comes)."""
+        self._check_open()
+        if rid in self._asked:
+            raise ValueError(f"ask {rid} is waiting already")
+        self._asked.add(rid)
+        self._emit(Ask(rid, request))
 
     # publishes
 
@@ -306,7 +335,8 @@ class OriginSession:
         self._batch.clear()
         consumers = tuple(cid for cid, c in self._consumers.items() if not c.gone)
         self._consumers.clear()
-        out = Lost(self.resolved + 1, self.next_seq - 1, consumers)
+        out = Lost(self.resolved + 1, self.next_seq - 1, consumers, tuple(sorted(self._asked)))
+        self._asked.clear()
         self.resolved = self.next_seq - 1
         return out
 
@@ -330,6 +360,9 @@ class OriginSession:
                 return [ConsumerRefused(frame.cid, frame.code, frame.text)]
             case Deliveries() if self.owner is not None:
                 return self._deliveries(frame)
+            case Answer() if frame.rid in self._asked:
+                self._asked.discard(frame.rid)
+                return [Answered(frame.rid, frame.seq, frame.code, frame.text)]
             case Definitions() if self.following and self.owner is not None:
                 return [self._definitions(frame)]
             case Cancelled() if self.owner is not None:

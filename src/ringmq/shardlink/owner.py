@@ -29,6 +29,10 @@ Definitions (the link to shard 0). `Follow` becomes `FollowAsked` (once per link
 answers with `definitions(snapshot, snapshot=True)`, every definition of its feed, then
 `definitions(changes)` with the changes as they are made, in order (core/deffeed.py).
 
+Asks (the link to shard 0). `Ask` becomes `AskReceived` (a client's definition step of the
+origin shard); the server makes it and answers `answer(rid, seq)` with the feed sequence of
+the change, or `answer(rid, 0, code, text)` with its refusal.
+
 Loss. `lost()` ends the session: the sequences received and not resolved (the server still
 resolves nothing more for them; whatever it stored stays stored) and each consumer's
 outstanding tags, which the server requeues.
@@ -40,11 +44,14 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringmq.core.asks import DefinitionRequest
 from ringmq.core.deffeed import DefinitionChange
 from ringmq.core.message import Message
 from ringmq.shardlink.codec import (
     BATCH_BYTES,
     VERSION,
+    Answer,
+    Ask,
     Cancel,
     Cancelled,
     Credit,
@@ -112,6 +119,12 @@ class CancelAsked:
 
 
 @dataclass(frozen=True, slots=True)
+class AskReceived:
+    rid: int
+    request: DefinitionRequest
+
+
+@dataclass(frozen=True, slots=True)
 class FollowAsked:
     """The origin asks for the definitions feed: a snapshot first, then the changes."""
 
@@ -131,7 +144,15 @@ class Lost:
 
 
 Event = (
-    Opened | Received | SubscribeAsked | CreditAdded | Settled | CancelAsked | FollowAsked | Closed
+    Opened
+    | Received
+    | SubscribeAsked
+    | CreditAdded
+    | Settled
+    | CancelAsked
+    | FollowAsked
+    | AskReceived
+    | Closed
 )
 
 
@@ -171,6 +192,7 @@ class OwnerSession:
         self.following = False
         """The origin asked for the definitions feed (`FollowAsked`)."""
         self._snapshot_sent = False
+        self._asked: set[int] = set()
 
     # definitions
 
@@ -184,6 +206,15 @@ class OwnerSession:
         self._snapshot_sent = True
         if changes or snapshot:
             self._emit(Definitions(snapshot, tuple(changes)))
+
+    def answer(self, rid: int, seq: int, code: int = 0, text: str = "") -> None:
+        """Answer ask `rid`: made (`code` 0; `seq` the feed sequence of the change), or
+        refused with `code` and `text`."""
+        if rid not in self._asked:
+            raise ValueError(f"ask {rid} is not waiting for an answer")
+        self._asked.discard(rid)
+        if not self.closed:
+            self._emit(Answer(rid, seq, code, text))
 
     # publishes
 
@@ -335,6 +366,9 @@ class OwnerSession:
                     self._emit(Cancelled(frame.cid, "cancelled", True))
                     self._forget_if_done(frame.cid, c)
                 return [CancelAsked(frame.cid)]
+            case Ask() if frame.rid not in self._asked:
+                self._asked.add(frame.rid)
+                return [AskReceived(frame.rid, frame.request)]
             case Follow() if not self.following:
                 self.following = True
                 return [FollowAsked()]

@@ -10,12 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ringmq.core.asks import DefinitionRequest
 from ringmq.core.deffeed import DefinitionChange
 from ringmq.core.message import Message
 from ringmq.shardlink import origin as o
 from ringmq.shardlink import owner as w
 from ringmq.shardlink.codec import (
     MAX_ENTRIES,
+    Answer,
+    Ask,
     Cancel,
     Cancelled,
     Credit,
@@ -78,6 +81,16 @@ FRAMES: list[Frame] = [
         ),
     ),
     Definitions(False, (DefinitionChange(5, "binding", '["/","x"]', None),)),
+    Ask(
+        3,
+        DefinitionRequest(
+            "queue.declare",
+            "vh-ä",
+            {"name": "q", "durable": True, "arguments": {"x-max-length": 5, "raw": b"\x00\xff"}},
+        ),
+    ),
+    Answer(3, 17),
+    Answer(4, 0, 406, "PRECONDITION_FAILED - inequivalent arg"),
 ]
 
 
@@ -165,6 +178,17 @@ _FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Cancel, _U32),
     st.builds(Cancelled, _U32, st.text(max_size=40), st.booleans()),
     st.builds(Follow),
+    st.builds(
+        Ask,
+        _U64,
+        st.builds(
+            DefinitionRequest,
+            st.sampled_from(["queue.declare", "queue.bind"]),
+            _NAMES,
+            st.dictionaries(st.text(max_size=6), st.one_of(_U32, st.text(max_size=6))),
+        ),
+    ),
+    st.builds(Answer, _U64, _U64, st.integers(0, 65535), st.text(max_size=40)),
     st.builds(
         Definitions,
         st.booleans(),

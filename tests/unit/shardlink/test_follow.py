@@ -9,7 +9,7 @@ import pytest
 from ringmq.core.deffeed import DefinitionChange
 from ringmq.shardlink import origin as o
 from ringmq.shardlink import owner as w
-from ringmq.shardlink.codec import Definitions, Follow, ProtocolError, encode
+from ringmq.shardlink.codec import Answer, Definitions, Follow, ProtocolError, encode
 from tests.unit.core.corekit import Core
 from tests.unit.core.test_definition_feed import same_definitions
 
@@ -103,3 +103,23 @@ def test_definitions_to_an_origin_that_did_not_follow_break_the_link() -> None:
     origin, _ = _linked()
     with pytest.raises(ProtocolError, match="unexpected Definitions"):
         origin.receive_data(encode(Definitions(True, ())))
+
+
+def test_an_ask_is_answered_once_and_a_lost_link_names_the_unanswered() -> None:
+    from ringmq.core.asks import DefinitionRequest
+
+    origin, owner = _linked()
+    request = DefinitionRequest("queue.bind", "/", {"queue": "q", "exchange": "x"})
+    origin.ask(1, request)
+    origin.ask(2, request)
+    with pytest.raises(ValueError, match="waiting already"):
+        origin.ask(1, request)
+    asked = owner.receive_data(origin.data_to_send())
+    assert asked == [w.AskReceived(1, request), w.AskReceived(2, request)]
+    owner.answer(1, 9)
+    with pytest.raises(ValueError, match="not waiting"):
+        owner.answer(1, 9)
+    assert origin.receive_data(owner.data_to_send()) == [o.Answered(1, 9, 0, "")]
+    with pytest.raises(ProtocolError, match="unexpected Answer"):
+        origin.receive_data(encode(Answer(1, 9)))  # answered already: breaks the link
+    assert origin.lost().asks == (2,)

@@ -20,6 +20,9 @@ effects returned in order:
   the core's confirms (`apply(Confirm)`).
 * `FollowAsked` (no core call) -> `Followers` (definitions.py): the snapshot of this shard's
   definitions now, the changes at the end of every batch after.
+* `AskReceived` -> `Broker.run_definition_request` on a session of the link's connection in
+  the request's vhost (one per vhost, opened on first use): answered with the feed sequence
+  of the change, or the refusal's code and text.
 * `SubscribeAsked`, `CreditAdded`, `Settled`, `CancelAsked` -> `Consumers` (consumers.py),
   whose deliveries come back as `apply(Deliver)` and whose ends as `CancelConsumer` /
   `CloseChannel`. What cannot be done inside `apply` (release a stray delivery, close a
@@ -47,7 +50,9 @@ from ringmq.adapters.shardlink.forwards import Forwards
 from ringmq.core.effects import CancelConsumer, CloseChannel, Confirm, Deliver, Effect
 from ringmq.core.errors import BrokerError, Condition
 from ringmq.shardlink.codec import ProtocolError, Refuse, encode
+from ringmq.shardlink.codes import of_condition
 from ringmq.shardlink.owner import (
+    AskReceived,
     CancelAsked,
     Closed,
     CreditAdded,
@@ -71,6 +76,9 @@ LINK_VHOST: Final = "/"
 """The vhost a link's core connection opens in (its sessions open in any: `channel_opened`)."""
 PUBLISH_CHANNEL: Final = 1
 """The core session of a link's forwards; consumers get the numbers after it."""
+ASK_CHANNELS: Final = 1 << 30
+"""The first core session of the origin's definition steps, one per vhost (consumers' numbers
+never reach it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,7 @@ class OwnerLinkHandler:
         self._released = False
         self._tidy_due = False  # a `later` that runs the consumers' housekeeping is armed
         self._extra: list[bytes] = []
+        self._ask_channels: dict[str, int] = {}
         self.record = HandlerInfo(protocol="shard link")
 
     # ------------------------------------------------------------------ Handler
@@ -228,6 +237,8 @@ class OwnerLinkHandler:
         if isinstance(ev, FollowAsked):
             self._follow()
             return []
+        if isinstance(ev, AskReceived):
+            return self._ask(ev, now_ms)
         calls = self.broker.calls
         out = calls.begin(now_ms)
         try:
@@ -294,6 +305,31 @@ class OwnerLinkHandler:
         followers.follow(session)
         self.ctx.at_batch_end(lambda: followers.send(session))
         log.info("shard link from shard %s follows the definitions", self.session.origin)
+
+    def _ask(self, ev: AskReceived, now_ms: int) -> list[Effect]:
+        # One definition step of the origin's client, made here (shard 0): answered with the
+        # feed sequence of the change, or refused with the step's code
+        broker = self.broker
+        session = self.session
+        out: list[Effect] = []
+        try:
+            channel = self._ask_channels.get(ev.request.vhost)
+            if channel is None:
+                channel = ASK_CHANNELS + len(self._ask_channels)
+                out += broker.channel_opened(self.conn_id, channel, now_ms, vhost=ev.request.vhost)
+                self._ask_channels[ev.request.vhost] = channel
+            out += broker.run_definition_request(
+                self.conn_id, channel, ev.request, origin=session.origin or 0, now_ms=now_ms
+            )
+        except BrokerError as exc:
+            session.answer(ev.rid, 0, of_condition(exc.condition), exc.text)
+            return out
+        except (KeyError, TypeError, ValueError) as exc:  # a request without its fields
+            log.warning("shard link %s: bad ask %r: %r", self.ctx.peer.name, ev.request, exc)
+            session.answer(ev.rid, 0, of_condition(Condition.COMMAND_INVALID), f"bad ask: {exc}")
+            return out
+        session.answer(ev.rid, broker.definitions_seq())
+        return out
 
     def _tidy_later(self) -> None:
         # stray deliveries and ended consumers' sessions need core calls, which `apply` may
