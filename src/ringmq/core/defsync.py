@@ -179,6 +179,8 @@ class DefinitionSync:
                 "exclusive": q.exclusive_owner is not None,
                 "shard": q.shard,
             }
+        elif q.owner is not None:
+            value["shard"] = q.owner  # a copy shard 0 keeps: recovered as a copy
         return value
 
     def _exchange_def(self, vhost: str, x: Exchange | None) -> dict[str, Any] | None:

@@ -93,8 +93,10 @@ class Restorer(Protocol):
         auto_delete: bool,
         arguments: Mapping[str, Any],
         now_ms: int,
+        shard: int | None = None,
     ) -> None:
-        """Recreate a durable queue (one whose settings no longer validate is skipped)."""
+        """Recreate a durable queue (one whose settings no longer validate is skipped); a
+        copy of shard `shard`'s queue when given."""
         ...
 
     def binding(

@@ -130,12 +130,14 @@ def restore_definitions(
             arguments=args_back(value.get("arguments")),
         )
     for value in defs.get(QUEUE_DEF, {}).values():
+        shard = value.get("shard")
         restore.queue(
             str(value["vhost"]),
             str(value["name"]),
             auto_delete=bool(value.get("auto_delete", False)),
             arguments=args_back(value.get("arguments")),
             now_ms=now_ms,
+            shard=None if shard is None else int(shard),
         )
     for value in defs.get(BINDING, {}).values():
         restore.binding(

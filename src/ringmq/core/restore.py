@@ -89,11 +89,19 @@ class Restore:
         auto_delete: bool,
         arguments: Mapping[str, Any],
         now_ms: int,
+        shard: int | None = None,
     ) -> None:
         """Recreate a durable queue (recovery); one whose settings no longer validate is
-        skipped with a log line (its messages are dropped from the store)."""
+        skipped with a log line (its messages are dropped from the store). With `shard`, the
+        copy of that shard's queue that shard 0 placed there (`Topology.create_copy`)."""
         self.vhost(vhost)
         try:
+            if shard is not None:
+                self.topology.create_copy(
+                    vhost, name, shard, durable=True, auto_delete=auto_delete,
+                    arguments=arguments, now_ms=now_ms,
+                )  # fmt: skip
+                return
             self.topology.create_queue(
                 vhost,
                 name,

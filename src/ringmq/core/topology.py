@@ -269,8 +269,10 @@ class Topology(QueueBindings):
     ) -> QueueEntity:
         """Create this shard's copy of queue `name`, which shard `owner` owns: routed to
         like any queue, and what reaches it is forwarded (core/forwarding.py). It holds no
-        messages, is not written to this shard's store (the owner keeps the queue), and an
-        exclusive one belongs to a connection on another shard (nobody here may use it)."""
+        messages (the owner keeps them), is written to this shard's store with its owner when
+        durable and this shard owns the definitions (shard 0: recovery makes it a copy
+        again), and an exclusive one belongs to a connection on another shard (nobody here
+        may use it)."""
         state = self.state
         vh = state.vhosts[vhost]
         args = dict(arguments or {})
@@ -282,7 +284,10 @@ class Topology(QueueBindings):
         q.owner = owner
         vh.queues[name] = q
         vh.invalidate()
-        state.touch(QUEUE_DEF, vhost, name, durable=False)  # the feed only: not stored here
+        # stored where the definitions are this shard's own (shard 0, which placed it), so
+        # that its routing survives a restart; a shard that follows shard 0 has it from the
+        # feed again
+        state.touch(QUEUE_DEF, vhost, name, durable=durable and state.asks is None)
         return q
 
     def _entity(
@@ -556,7 +561,8 @@ class Topology(QueueBindings):
         state.stats["queues_deleted"] += 1
         if q.durable and q.owner is None and state.durability is not None:
             state.durability.queue_deleted(q)
-        state.touch(QUEUE_DEF, vh.name, q.name, durable=q.durable and q.owner is None)
+        stored = q.owner is None or state.asks is None  # as `create_copy` stores a copy
+        state.touch(QUEUE_DEF, vh.name, q.name, durable=q.durable and stored)
         q.queue.close()  # release its paged data
         if q.stream is not None:
             q.stream.delete()

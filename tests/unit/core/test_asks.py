@@ -144,3 +144,39 @@ def test_an_answer_for_a_closed_connection_goes_nowhere() -> None:
     assert sh.one.broker.definition_answered(rid, None) == []
     with pytest.raises(ValueError, match="no such definition step"):
         sh.one.broker.ask_definition(s.conn_id, 1, DefinitionRequest("vhost.delete", "/"))
+
+
+def test_shard_zero_keeps_the_queues_it_placed_elsewhere_across_a_restart() -> None:
+    from ringmq.storage.memstore import MemoryStore
+
+    store = MemoryStore()
+    zero = Core(store=store)
+    zero.broker.feed_definitions()
+    link = zero.open()
+    zero.broker.run_definition_request(
+        link.conn_id,
+        link.channel,
+        DefinitionRequest("queue.declare", "/", {"name": "far", "durable": True,
+                                                 "auto_delete": False, "arguments": {}}),
+        origin=1,
+        now_ms=zero.now,
+    )  # fmt: skip
+    zero.exchange(link, "x", "topic", durable=True)
+    zero.bind(link, "far", "x", "a.#")
+    zero.declare(link, "near", durable=True)
+    zero.restart(store)
+    vh = zero.broker.state.vhosts["/"]
+    assert vh.queues["far"].owner == 1  # a copy again, routed to
+    assert vh.queues["near"].owner is None
+    assert [q.name for q in vh.route(vh.exchanges["x"], "a.b", None)] == ["far"]
+    # a shard that follows shard 0 keeps no copy in its store: the feed brings them
+    one_store = MemoryStore()
+    one = Core(store=one_store)
+    one.broker.defer_definitions()
+    zero.broker.feed_definitions()
+    snapshot = zero.broker.definitions_snapshot()
+    one.broker.apply_definitions(snapshot, shard=1, now_ms=one.now, snapshot=True)
+    assert one.broker.state.vhosts["/"].queues["far"].owner is None  # its own
+    one.restart(one_store)
+    assert "near" not in one.broker.state.vhosts["/"].queues
+    assert one.broker.state.vhosts["/"].queues["far"].owner is None
