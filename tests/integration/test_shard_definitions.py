@@ -273,6 +273,16 @@ def test_declarations_on_shard_one_are_made_by_shard_zero(tmp_path: Path) -> Non
             await on_one(("queue_delete", ("eu",), {}))
             await _until(port, "eu", False)
             assert not await loop.run_in_executor(None, lambda: _exists_on_zero(zero, "eu"))
+            # an exchange bound to another, unbound and deleted the same way
+            await on_one(
+                ("exchange_declare", ("audit",), {"exchange_type": "fanout"}),
+                ("exchange_bind", ("audit", "orders", "#"), {}),
+                ("exchange_unbind", ("audit", "orders", "#"), {}),
+                ("exchange_delete", ("audit",), {}),
+            )
+            on_zero = lambda: _on_zero(zero, ("exchange_declare", ("audit",), {"passive": True}))  # noqa: E731
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+                await loop.run_in_executor(None, on_zero)
         finally:
             await one.stop()
 

@@ -71,6 +71,24 @@ def run_request(
                     arguments=f["arguments"],
                     grant=s,
                 )
+            case "exchange.delete":
+                exchanges.delete_exchange(
+                    s.vhost, str(f["name"]), if_unused=bool(f["if_unused"]), grant=s
+                )
+            case "exchange.bind" | "exchange.unbind":
+                op = (
+                    exchanges.bind_exchange
+                    if request.op == "exchange.bind"
+                    else exchanges.unbind_exchange
+                )
+                op(
+                    s.vhost,
+                    str(f["source"]),
+                    str(f["destination"]),
+                    str(f["routing_key"]),
+                    f["arguments"],
+                    grant=s,
+                )
             case _:
                 raise ValueError(f"no such definition step: {request.op!r}")
     finally:

@@ -48,7 +48,16 @@ __all__ = [
 ]
 
 OPS: Final = frozenset(
-    {"queue.declare", "queue.delete", "queue.bind", "queue.unbind", "exchange.declare"}
+    {
+        "queue.declare",
+        "queue.delete",
+        "queue.bind",
+        "queue.unbind",
+        "exchange.declare",
+        "exchange.delete",
+        "exchange.bind",
+        "exchange.unbind",
+    }
 )
 """The steps a shard asks shard 0 to make."""
 

@@ -201,6 +201,10 @@ class Exchanges:
                     Condition.PRECONDITION_FAILED,
                     f"exchange '{name}' in vhost '{vh.name}' in use",
                 )
+            if grant is not None:
+                self.state.elsewhere(
+                    grant, "exchange.delete", vh.name, name=name, if_unused=if_unused
+                )
             self.remove_exchange(vh, x)
 
     def remove_exchange(self, vh: VHost, x: Exchange) -> None:
@@ -263,6 +267,18 @@ class Exchanges:
         if grant is not None:  # the binding key by the user's topic permission on the source
             grant.check_topic(self.state.auth, src, "read", routing_key)
         self.exchange(vh, destination)
+        if grant is not None and not src.has_binding(
+            (EXCHANGE, destination), routing_key, arguments
+        ):
+            self.state.elsewhere(
+                grant,
+                "exchange.bind",
+                vh.name,
+                source=source,
+                destination=destination,
+                routing_key=routing_key,
+                arguments=dict(arguments or {}),
+            )
         self.bind(src, (EXCHANGE, destination), routing_key, arguments)
         vh.invalidate()
         self.touch_binding(vh, src, (EXCHANGE, destination), routing_key, arguments)
@@ -289,6 +305,18 @@ class Exchanges:
         src = vh.exchanges.get(source)
         if grant is not None and src is not None:
             grant.check_topic(self.state.auth, src, "read", routing_key)
+            if destination in vh.exchanges and src.has_binding(
+                (EXCHANGE, destination), routing_key, arguments
+            ):
+                self.state.elsewhere(
+                    grant,
+                    "exchange.unbind",
+                    vh.name,
+                    source=source,
+                    destination=destination,
+                    routing_key=routing_key,
+                    arguments=dict(arguments or {}),
+                )
         if (
             src is not None
             and destination in vh.exchanges

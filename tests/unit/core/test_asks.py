@@ -180,3 +180,21 @@ def test_shard_zero_keeps_the_queues_it_placed_elsewhere_across_a_restart() -> N
     one.restart(one_store)
     assert "near" not in one.broker.state.vhosts["/"].queues
     assert one.broker.state.vhosts["/"].queues["far"].owner is None
+
+
+def test_exchange_binds_unbinds_and_deletes_on_shard_one_are_made_by_shard_zero() -> None:
+    sh = Shards()
+    s = sh.one.open(parks=True)
+    exchanges = sh.one.broker.exchanges
+    for name in ("src", "dst"):
+        sh.step(s, exchanges.declare_exchange, s.vhost, name, "topic",
+                durable=True, auto_delete=False, internal=False, arguments={}, grant=s)  # fmt: skip
+    sh.step(s, exchanges.bind_exchange, s.vhost, "src", "dst", "a.*", {}, grant=s)
+    zero_vh = sh.zero.broker.state.vhosts["/"]
+    assert zero_vh.exchanges["src"].has_binding(("x", "dst"), "a.*", {})
+    same_definitions(sh.zero.broker, sh.one.broker, 1)
+    sh.step(s, exchanges.unbind_exchange, s.vhost, "src", "dst", "a.*", {}, grant=s)
+    assert not zero_vh.exchanges["src"].bindings
+    sh.step(s, exchanges.delete_exchange, s.vhost, "dst", if_unused=False, grant=s)
+    assert "dst" not in zero_vh.exchanges
+    same_definitions(sh.zero.broker, sh.one.broker, 1)
