@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -92,6 +93,29 @@ def serve(
             min=0,
         ),
     ] = None,
+    shard_peers: Annotated[
+        str | None,
+        typer.Option(
+            help="Internal (set by --shards): the other shards' link listeners, "
+            "INDEX=HOST:PORT[,...].",
+            hidden=True,
+        ),
+    ] = None,
+    reuse_port: Annotated[
+        bool,
+        typer.Option(
+            help="Internal (set by --shards): bind the AMQP port with SO_REUSEPORT.", hidden=True
+        ),
+    ] = False,
+    shards: Annotated[
+        int,
+        typer.Option(
+            help="Experimental: run N shard processes under this one, sharing the AMQP port "
+            "(docs/dev/shards.md; shard 0 serves management, STOMP, MQTT and streams).",
+            min=1,
+            max=64,
+        ),
+    ] = 1,
     data_dir: Annotated[
         Path | None, typer.Option(help="Where messages and definitions are stored.")
     ] = None,
@@ -313,9 +337,51 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"ringmq: {exc}", err=True)
         raise typer.Exit(code=2) from None
+    if shard_peers:
+        options = replace(options, shard_peers=_peers(shard_peers))
+    if reuse_port:
+        options = replace(options, reuse_port=True)
+    if shards > 1:
+        from ringmq.cli.shards import refusal, run_shards
+
+        why = refusal(options, shards)
+        if why is not None:
+            typer.echo(f"ringmq: {why}", err=True)
+            raise typer.Exit(code=2)
+        raise typer.Exit(code=run_shards(options, shards, _serve_args(sys.argv)))
     # where `ringmq status` and the other commands find this broker (ringmq.announce)
     here = (options.data_dir / announce.FILE_NAME, announce.runtime_file())
     raise typer.Exit(code=run(replace(options, announce_to=here)))
+
+
+def _peers(text: str) -> dict[int, tuple[str, int]]:
+    # "1=127.0.0.1:4001,2=127.0.0.1:4002" -> {1: ("127.0.0.1", 4001), ...}
+    out: dict[int, tuple[str, int]] = {}
+    try:
+        for item in text.split(","):
+            index, _, where = item.partition("=")
+            host, _, port = where.rpartition(":")
+            out[int(index)] = (host, int(port))
+    except ValueError:
+        raise typer.BadParameter(
+            f"not INDEX=HOST:PORT[,...]: {text!r}", param_hint="--shard-peers"
+        ) from None
+    return out
+
+
+def _serve_args(argv: list[str]) -> list[str]:
+    # the command line after `serve`, without --shards (each shard gets the rest)
+    args = argv[argv.index("serve") + 1 :] if "serve" in argv else []
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--shards":
+            skip = True
+        elif not a.startswith("--shards="):
+            out.append(a)
+    return out
 
 
 def _port_option(text: str | None, option: str) -> int | None:

@@ -246,9 +246,17 @@ class PortInUseError(OSError):
 
 
 def bind_socket(
-    host: str, port: int, protocol: str, *, backlog: int = 128, option: str | None = None
+    host: str,
+    port: int,
+    protocol: str,
+    *,
+    backlog: int = 128,
+    option: str | None = None,
+    reuse_port: bool = False,
 ) -> Listener:
-    """Bind and listen on `host:port` now (port 0 resolves here), not yet accepting.
+    """Bind and listen on `host:port` now (port 0 resolves here), not yet accepting;
+    `reuse_port`: with SO_REUSEPORT, beside the other shards of one broker listening on the
+    same port (the kernel spreads new connections over them).
 
     Raises:
         PortInUseError: the port is taken (the message names `option`, e.g. "--amqp-port").
@@ -258,6 +266,8 @@ def bind_socket(
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(backlog)
         sock.setblocking(False)

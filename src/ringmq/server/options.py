@@ -103,6 +103,8 @@ class ServerOptions:
         shard_peers: the other shards' link listeners, shard index -> (host, port): where
             this shard forwards what reaches their queues' copies (server/shardlinks.py;
             with `shard_link_secret`). Set by whoever starts the shards, not a user setting.
+        reuse_port: the plain AMQP listener binds with SO_REUSEPORT, beside the other shards
+            of one broker on the same port (`ringmq serve --shards`; internal).
     """
 
     host: str = DEFAULT_HOST
@@ -129,6 +131,7 @@ class ServerOptions:
     shard_link_secret: bytes | None = None
     shard_index: int = 0
     shard_peers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    reuse_port: bool = False
 
 
 def options_from(

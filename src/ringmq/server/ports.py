@@ -82,6 +82,7 @@ class ServerPorts:
                 "amqp",
                 backlog=1024,
                 option="--amqp-port",
+                reuse_port=opts.reuse_port,
             )
             self.listeners.append(self._amqp)
         for key in OWN_PORT_LISTENERS + LOOPBACK_LISTENERS:
