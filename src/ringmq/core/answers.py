@@ -174,6 +174,13 @@ class Answers:
         feed = self.state.feed
         return [] if feed is None else feed.drain()
 
+    def set_shards(self, count: int) -> None:
+        """Shard hook: the broker runs `count` shards (placement's `balanced` spreads queues
+        over them)."""
+        if count < 1:
+            raise ValueError("a broker runs at least one shard")
+        self.state.shards = count
+
     def definitions_seq(self) -> int:
         """Shard hook: the sequence of the feed's last change (0 while the feed is off)."""
         feed = self.state.feed

@@ -94,6 +94,7 @@ class State:
         "parameters",
         "policies",
         "rng",
+        "shards",
         "stats",
         "streams",
         "timed",
@@ -117,6 +118,9 @@ class State:
             id_cache_size=config.id_cache_size, persist_id_cache=config.persist_id_cache
         )
         self.durability: Durability | None = None
+        self.shards = 1
+        """How many shards the broker runs (`Broker.set_shards`): what `balanced` spreads
+        queues over."""
         self.connection_shard = 0
         """The shard of the connection whose step the call makes: this one (0), but for a
         step shard 0 makes for another shard's client (`core/askrun.py`), where a

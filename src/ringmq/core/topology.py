@@ -242,9 +242,9 @@ class Topology(QueueBindings):
         return q
 
     def _queues_per_shard(self) -> list[int]:
-        # The queue count of each shard this one knows of (one, or the connection's too).
+        # The queue count of each shard (this one's copies say where the others' live).
         state = self.state
-        counts = [0] * (state.connection_shard + 1)
+        counts = [0] * max(state.shards, state.connection_shard + 1)
         if len(counts) == 1:
             counts[0] = sum(len(v.queues) for v in state.vhosts.values())
             return counts

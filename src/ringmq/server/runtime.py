@@ -330,6 +330,7 @@ class BrokerServer:
                 self.broker, loop, release, opts.shard_index, opts.shard_link_secret,
                 opts.shard_peers, self.clock.wall_ms,
             )  # fmt: skip
+            self.broker.set_shards(max(max(opts.shard_peers), opts.shard_index) + 1)
             if opts.shard_index != 0 and 0 in opts.shard_peers:
                 links.follow()  # shard 0 owns the definitions (docs/dev/shards.md)
         replication = opts.replication

@@ -198,3 +198,13 @@ def test_exchange_binds_unbinds_and_deletes_on_shard_one_are_made_by_shard_zero(
     sh.step(s, exchanges.delete_exchange, s.vhost, "dst", if_unused=False, grant=s)
     assert "dst" not in zero_vh.exchanges
     same_definitions(sh.zero.broker, sh.one.broker, 1)
+
+
+def test_balanced_spreads_queues_over_every_shard_of_the_broker() -> None:
+    sh = Shards()
+    sh.zero.broker.set_shards(2)
+    balanced = {"x-queue-leader-locator": "balanced"}
+    for i in range(4):  # declared by shard 0's own client
+        sh.zero.declare(sh.link, f"b{i}", dict(balanced), durable=True)
+    shards = [q.shard for name, q in sh.zero.broker.state.vhosts["/"].queues.items()]
+    assert sorted(shards) == [0, 0, 1, 1]
