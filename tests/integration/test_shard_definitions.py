@@ -15,19 +15,17 @@ declared as it comes back are gone and there on shard 1 too.
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aio_pika
 import pika
 import pytest
 
 from ringmq.node import server as build_server
-from ringmq.server.loop import new_event_loop
 from ringmq.server.options import ServerOptions
 from ringmq.server.runtime import BrokerServer
+from tests.integration.shardkit import LINK_LINE, drain, run_on_ringmq_loop
 from tests.ports import free_ports
 from tests.serve import Serve
 
@@ -38,24 +36,14 @@ pytestmark = [
 ]
 
 SECRET = "definitions-secret"
-_LINK = re.compile(rb"SHARD-LINK listening on ([0-9.]+):(\d+)")
-_T = TypeVar("_T")
 _BOUND_S = 30.0
 """A bound against hanging only: every wait below ends as soon as its answer comes."""
-
-
-def _run(main: Coroutine[Any, Any, _T]) -> _T:
-    loop = new_event_loop()
-    try:
-        return loop.run_until_complete(main)
-    finally:
-        loop.close()
 
 
 def _shard_zero(data: Path, log: Path, link_port: int) -> Serve:
     extra = ("--shard-link-port", str(link_port), "--shard-link-secret", SECRET)
     serve = Serve(data, log, extra=(*extra, "--shard-index", "0"))
-    assert serve.wait_port(_LINK, 30) == link_port
+    assert serve.wait_port(LINK_LINE, 30) == link_port
     return serve
 
 
@@ -64,17 +52,6 @@ def _on_zero(serve: Serve, *steps: tuple[str, tuple[Any, ...], dict[str, Any]]) 
         ch = conn.channel()
         for method, args, kw in steps:
             getattr(ch, method)(*args, **kw)
-
-
-def _drain(serve: Serve, name: str) -> list[bytes]:
-    out: list[bytes] = []
-    with pika.BlockingConnection(pika.URLParameters(serve.amqp_url)) as conn:
-        ch = conn.channel()
-        while True:
-            method, _props, body = ch.basic_get(name, auto_ack=True)
-            if method is None:
-                return out
-            out.append(body)
 
 
 async def _shard_one(data: Path, link_port: int) -> BrokerServer:
@@ -161,7 +138,7 @@ def test_shard_one_routes_by_shard_zeros_definitions(tmp_path: Path) -> None:
                 )
                 await _until(port, "us", True)
                 await _publish(port, "orders", "us.nyc", us)
-                await loop.run_in_executor(None, lambda: _drain(zero, "us"))
+                await loop.run_in_executor(None, lambda: drain(zero, "us"))
                 await loop.run_in_executor(
                     None, lambda: _on_zero(zero, ("queue_delete", ("us",), {}))
                 )
@@ -169,9 +146,9 @@ def test_shard_one_routes_by_shard_zeros_definitions(tmp_path: Path) -> None:
             finally:
                 await one.stop()
 
-        _run(main())
-        assert _drain(zero, "eu") == eu
-        assert _drain(zero, "all") == eu + us
+        run_on_ringmq_loop(main())
+        assert drain(zero, "eu") == eu
+        assert drain(zero, "all") == eu + us
     finally:
         zero.stop()
 
@@ -214,9 +191,9 @@ def test_a_restarted_shard_zero_is_followed_again(tmp_path: Path) -> None:
             await one.stop()
 
     try:
-        _run(main())
-        assert _drain(holder[0], "fresh") == [b"f"]
-        assert _drain(holder[0], "all") == [b"f"]
+        run_on_ringmq_loop(main())
+        assert drain(holder[0], "fresh") == [b"f"]
+        assert drain(holder[0], "all") == [b"f"]
     finally:
         holder[0].stop()
 
@@ -287,7 +264,7 @@ def test_declarations_on_shard_one_are_made_by_shard_zero(tmp_path: Path) -> Non
             await one.stop()
 
     try:
-        _run(main())
+        run_on_ringmq_loop(main())
     finally:
         zero.stop()
 

@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import aio_pika
 import pika
 import pytest
 
 from ringmq.node import server as build_server
-from ringmq.server.loop import new_event_loop
 from ringmq.server.options import ServerOptions
 from ringmq.server.runtime import BrokerServer
+from tests.integration.shardkit import LINK_LINE, drain, run_on_ringmq_loop
 from tests.serve import Serve
 
 pytestmark = [
@@ -40,25 +38,14 @@ pytestmark = [
 ]
 
 SECRET = "forward-secret"
-_LINK = re.compile(rb"SHARD-LINK listening on ([0-9.]+):(\d+)")
-_T = TypeVar("_T")
 _BOUND_S = 60.0
 """A bound against hanging only: every wait below ends as soon as its answer comes."""
-
-
-def _run(main: Coroutine[Any, Any, _T]) -> _T:
-    """Run the origin on the loop `ringmq serve` runs on (uvloop when installed)."""
-    loop = new_event_loop()
-    try:
-        return loop.run_until_complete(main)
-    finally:
-        loop.close()
 
 
 def _owner(data: Path, log: Path) -> tuple[Serve, int]:
     extra = ("--shard-link-port", "0", "--shard-link-secret", SECRET, "--shard-index", "1")
     serve = Serve(data, log, extra=extra)
-    return serve, serve.wait_port(_LINK, 30)
+    return serve, serve.wait_port(LINK_LINE, 30)
 
 
 @pytest.fixture
@@ -71,17 +58,6 @@ def owner(tmp_path: Path) -> Iterator[tuple[Serve, int]]:
 def _declare(serve: Serve, name: str, arguments: dict[str, object] | None = None) -> None:
     with pika.BlockingConnection(pika.URLParameters(serve.amqp_url)) as conn:
         conn.channel().queue_declare(name, durable=True, arguments=arguments)
-
-
-def _drain(serve: Serve, name: str) -> list[bytes]:
-    out: list[bytes] = []
-    with pika.BlockingConnection(pika.URLParameters(serve.amqp_url)) as conn:
-        ch = conn.channel()
-        while True:
-            method, _props, body = ch.basic_get(name, auto_ack=True)
-            if method is None:
-                return out
-            out.append(body)
 
 
 async def _origin(data: Path, link_port: int, *copies: str) -> BrokerServer:
@@ -131,9 +107,9 @@ def test_confirmed_publishes_reach_the_owner_in_order(
         finally:
             await origin.stop()
 
-    outcomes = _run(main())
+    outcomes = run_on_ringmq_loop(main())
     assert outcomes == [None] * len(bodies)
-    assert _drain(serve, "orders") == bodies
+    assert drain(serve, "orders") == bodies
 
 
 def test_an_owner_refusal_is_the_publishers_nack(owner: tuple[Serve, int], tmp_path: Path) -> None:
@@ -150,11 +126,11 @@ def test_an_owner_refusal_is_the_publishers_nack(owner: tuple[Serve, int], tmp_p
         finally:
             await origin.stop()
 
-    tiny, ghost = _run(main())
+    tiny, ghost = run_on_ringmq_loop(main())
     assert tiny[0] is None
     assert isinstance(tiny[1], aio_pika.exceptions.DeliveryError)
     assert isinstance(ghost[0], aio_pika.exceptions.DeliveryError)
-    assert _drain(serve, "tiny") == [b"a"]
+    assert drain(serve, "tiny") == [b"a"]
 
 
 def test_a_killed_owner_settles_every_publish_and_loses_no_confirmed_one(
@@ -176,14 +152,14 @@ def test_a_killed_owner_settles_every_publish_and_loses_no_confirmed_one(
         finally:
             await origin.stop()
 
-    outcomes = _run(main())
+    outcomes = run_on_ringmq_loop(main())
     acked = {b for b, o in zip(bodies, outcomes, strict=True) if o is None}
     nacked = [o for o in outcomes if o is not None]
     assert all(isinstance(o, aio_pika.exceptions.DeliveryError) for o in nacked), nacked[:3]
     print(f"owner killed: {len(acked)} confirmed, {len(nacked)} nacked")
     back, _ = _owner(data, tmp_path / "owner-back.log")
     try:
-        stored = _drain(back, "jobs")
+        stored = drain(back, "jobs")
     finally:
         back.stop()
     lost = acked - set(stored)
@@ -245,7 +221,7 @@ def test_a_consumer_on_the_origin_takes_the_owners_messages_and_settles_them(
         finally:
             await origin.stop()
 
-    got = _run(main())
+    got = run_on_ringmq_loop(main())
     assert sorted(got, key=int) == bodies  # each once; the requeued ones came again
     assert [b for b in got if int(b) >= 3] == bodies[3:]  # the rest in the owner's order
     assert _count(serve, "work") == 0  # every ack reached the owner
@@ -267,7 +243,7 @@ def test_publisher_and_consumer_on_the_origin_queue_on_the_owner(
         finally:
             await origin.stop()
 
-    outcomes, got = _run(main())
+    outcomes, got = run_on_ringmq_loop(main())
     assert outcomes == [None] * len(bodies)
     assert got == bodies
     assert _count(serve, "both") == 0
@@ -296,7 +272,7 @@ def test_a_stopped_owner_is_found_by_its_silence(tmp_path: Path) -> None:
             finally:
                 await origin.stop()
 
-        before, during = _run(main())
+        before, during = run_on_ringmq_loop(main())
         assert before == [None]
         assert all(isinstance(o, aio_pika.exceptions.DeliveryError) for o in during), during
     finally:

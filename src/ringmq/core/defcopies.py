@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ringmq.core.restore import Restore
     from ringmq.core.state import State
     from ringmq.core.topology import Topology
+    from ringmq.core.vhost import VHost
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +199,13 @@ class DefinitionCopies:
 
     # --- exchanges, queues, bindings -------------------------------------------------------
 
-    def _exchange(self, key: str, value: Mapping[str, Any] | None, now_ms: int) -> None:
+    def _in_vhost(self, key: str) -> tuple[VHost | None, str, str]:
+        # A queue's or exchange's key: its vhost (None: gone), the vhost's name and its name
         vhost, name = key.split(SEP, 1)
-        vh = self.state.vhosts.get(vhost)
+        return self.state.vhosts.get(vhost), vhost, name
+
+    def _exchange(self, key: str, value: Mapping[str, Any] | None, now_ms: int) -> None:
+        vh, vhost, name = self._in_vhost(key)
         if vh is None:
             return
         x = vh.exchanges.get(name)
@@ -235,8 +240,7 @@ class DefinitionCopies:
         self.state.touch(EXCHANGE_DEF, vhost, name, durable=durable)
 
     def _queue(self, key: str, value: Mapping[str, Any] | None, now_ms: int) -> None:
-        vhost, name = key.split(SEP, 1)
-        vh = self.state.vhosts.get(vhost)
+        vh, vhost, name = self._in_vhost(key)
         if vh is None:
             return
         q = vh.queues.get(name)
