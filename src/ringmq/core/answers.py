@@ -191,7 +191,7 @@ class Answers:
         change (for a shard that starts or fell behind)."""
         feed = self.state.feed
         assert feed is not None, "feed_definitions first"
-        return feed.snapshot()
+        return feed.changes_snapshot()
 
     def apply_definitions(
         self,

@@ -26,8 +26,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ringmq.core.deffeed import DefinitionChange
-from ringmq.core.defsync import DefinitionSync, args_back
+from ringmq.core.deffeed import DefinitionChange, definitions_view
+from ringmq.core.defsync import args_back
 from ringmq.core.routing import QUEUE, ExchangeType
 from ringmq.core.settings import SettingsError
 from ringmq.core.storeport import (
@@ -104,15 +104,15 @@ class DefinitionCopies:
         last; but this shard's own queues stay (their messages are here: logged, never
         dropped on shard 0's word alone), then the snapshot is applied."""
         named = {(c.kind, c.key) for c in snapshot}
-        here = DefinitionSync(self.state, _NOWHERE, _no_held, everything=True).snapshot()
+        here = definitions_view(self.state)
         gone: list[DefinitionChange] = []
         for kind in reversed(KINDS):
             for key in here[kind]:
                 if (kind, key) in named:
                     continue
                 if kind == QUEUE_DEF:
-                    vhost, name = key.split(SEP, 1)
-                    q = self.state.vhosts[vhost].queues.get(name)
+                    vh, vhost, name = self._in_vhost(key)
+                    q = vh.queues.get(name) if vh is not None else None
                     if q is not None and q.owner is None:
                         log.warning("queue %r of vhost %r not on shard 0: kept", name, vhost)
                         continue
@@ -305,22 +305,6 @@ class DefinitionCopies:
             topology.unbind_destination(vh, source, dest_type, name, routing_key, arguments)
         elif not vh.exchanges[source].has_binding((kind, name), routing_key, arguments):
             topology.bind_destination(vh, source, dest_type, name, routing_key, arguments)
-
-
-class _Nowhere:
-    # the sink of a sync used only for its snapshot (`replace`): nothing is written
-    def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int:
-        raise AssertionError("a view writes nothing")
-
-    def delete_definition(self, kind: str, key: str) -> int:
-        raise AssertionError("a view writes nothing")
-
-
-_NOWHERE = _Nowhere()
-
-
-def _no_held(_key: str) -> None:
-    return None
 
 
 def _limits(table: dict[str, dict[str, int]], name: str, value: Mapping[str, Any]) -> None:

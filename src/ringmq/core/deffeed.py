@@ -14,8 +14,9 @@ call, but every object is kept (transient and exclusive ones too) and each chang
 to the feed as a `DefinitionChange` (a sequence number, the kind, the key, the new value or
 None for deleted) instead of written to a store. The server drains the changes after each
 batch (`Broker.drain_definitions`) and sends them on. A shard that starts, or fell behind,
-takes `snapshot()` first: every definition as one put each, numbered with the feed's current
-sequence.
+takes `changes_snapshot()` first: every definition as one put each, numbered with the feed's
+current sequence. `definitions_view` is the same sync's snapshot of any registry, written
+nowhere (a shard compares what it holds with such a snapshot: core/defcopies.py).
 
 Each change states what a key holds now, so a shard applying them may apply one twice.
 Pure: no I/O, no clock.
@@ -33,7 +34,7 @@ from ringmq.core.storeport import KINDS
 if TYPE_CHECKING:
     from ringmq.core.ports import Registry
 
-__all__ = ["DefinitionChange", "DefinitionFeed"]
+__all__ = ["DefinitionChange", "DefinitionFeed", "definitions_view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,42 +66,39 @@ class _Changes:
         return 0
 
 
+class _Nowhere:
+    # The sink of a sync used only for its snapshot (`definitions_view`): nothing is written.
+    def put_definition(self, kind: str, key: str, value: Mapping[str, Any]) -> int:
+        raise AssertionError("a view writes nothing")
+
+    def delete_definition(self, kind: str, key: str) -> int:
+        raise AssertionError("a view writes nothing")
+
+
 def _no_held(_key: str) -> None:
     # An exchange's held messages are its shard's store's business, not the feed's.
     return None
 
 
-class DefinitionFeed:
-    """Shard 0's definitions as a sequence of changes (see the module docstring)."""
+def definitions_view(registry: Registry) -> dict[str, dict[str, Any]]:
+    """Every definition of `registry` as the feed keeps them (kind -> key -> value)."""
+    return DefinitionSync(registry, _Nowhere(), _no_held, everything=True).snapshot()
+
+
+class DefinitionFeed(DefinitionSync):
+    """Shard 0's definitions as a sequence of changes (see the module docstring): the
+    definition sync with the feed as its sink (`touch`, `touch_binding` and `sync` are the
+    sync's own)."""
 
     def __init__(self, registry: Registry) -> None:
         self._changes = _Changes()
-        self._sync = DefinitionSync(registry, self._changes, _no_held, everything=True)
-        self._sync.sync(full=True)  # the first changes: what there is already
+        super().__init__(registry, self._changes, _no_held, everything=True)
+        self.sync(full=True)  # the first changes: what there is already
 
     @property
     def seq(self) -> int:
         """The sequence number of the last change made."""
         return self._changes.seq
-
-    def touch(self, kind: str, vhost: str, name: str) -> None:
-        """A queue or exchange was created or deleted (`State.touch`)."""
-        self._sync.touch(kind, vhost, name)
-
-    def touch_binding(
-        self,
-        vhost: str,
-        source: str,
-        dest: tuple[str, str],
-        routing_key: str,
-        arguments: Mapping[str, Any] | None,
-    ) -> None:
-        """A binding was added or removed (`State.touch_binding`)."""
-        self._sync.touch_binding(vhost, source, dest, routing_key, arguments)
-
-    def sync(self, *, full: bool) -> None:
-        """Note what changed since the last sync as changes (`DefinitionSync.sync`)."""
-        self._sync.sync(full=full)
 
     def drain(self) -> list[DefinitionChange]:
         """The changes made since the last drain, in order."""
@@ -108,11 +106,11 @@ class DefinitionFeed:
         self._changes.pending = []
         return out
 
-    def snapshot(self) -> list[DefinitionChange]:
+    def changes_snapshot(self) -> list[DefinitionChange]:
         """Every definition as a put, in the order they apply, numbered with `seq` (a shard
         that applies it, then the changes after `seq`, has every definition)."""
         seq = self._changes.seq
-        cache = self._sync.cache
+        cache = self.cache
         return [
             DefinitionChange(seq, kind, key, value)
             for kind in KINDS
