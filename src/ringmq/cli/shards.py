@@ -38,7 +38,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -95,7 +95,6 @@ class _Shard:
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     due: float = 0.0
-    exits: list[int] = field(default_factory=list)
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.argv, env=self.env)  # noqa: S603 - our own command
@@ -153,7 +152,6 @@ def run_shards(options: ServerOptions, shards: int, args: list[str]) -> int:
             for shard in fleet:
                 proc = shard.proc
                 if proc is not None and proc.poll() is not None:
-                    shard.exits.append(proc.returncode)
                     shard.proc = None
                     if proc.returncode == 2 and shard.starts == 1:
                         log.error("shard %d could not start", shard.index)

@@ -182,8 +182,6 @@ class ShardLinks:
         self._next_connect: dict[int, float] = {}
         self._closing = False
         self._following = False
-        self._applied = 0
-        """The feed sequence this shard has applied (its last `apply_definitions` call)."""
         self._held: list[tuple[int, int]] = []
         """(feed sequence, ask id) of asks shard 0 made, waiting until this shard applies it."""
 
@@ -347,16 +345,14 @@ class ShardLinks:
                     snapshot=ev.snapshot,
                 )
                 calls.append(apply)
-                if link.session.definitions_seq is not None:
-                    self._applied = link.session.definitions_seq
-                calls += self._release_held()
+                calls += self._release_held(link)
             elif isinstance(ev, Answered):
                 if ev.code:
                     condition = condition_of(ev.code)
                     calls.append(partial(broker.definition_answered, ev.rid, condition, ev.text))
                 else:
                     self._held.append((ev.seq, ev.rid))
-                    calls += self._release_held()
+                    calls += self._release_held(link)
             elif isinstance(ev, ConsumerGone | ConsumerRefused):
                 calls += self._consumer_ended(link, ev)
             elif isinstance(ev, Refused):
@@ -370,12 +366,14 @@ class ShardLinks:
         else:
             link.flush()
 
-    def _release_held(self) -> list[_Call]:
-        # the asks whose change this shard has applied now (their calls follow the apply's)
-        ready = [rid for seq, rid in self._held if seq <= self._applied]
+    def _release_held(self, link: _Link) -> list[_Call]:
+        # the asks whose change this shard has applied now: the feed received on the link to
+        # shard 0 (`link`), whose apply calls come before these in the read's calls
+        applied = link.session.definitions_seq or 0
+        ready = [rid for seq, rid in self._held if seq <= applied]
         if not ready:
             return []
-        self._held = [(seq, rid) for seq, rid in self._held if seq > self._applied]
+        self._held = [(seq, rid) for seq, rid in self._held if seq > applied]
         return [partial(self.broker.definition_answered, rid, None) for rid in ready]
 
     def _refuse_asks(self, rids: list[int]) -> None:
